@@ -1,0 +1,153 @@
+// Package track records every driver object pinmem creates (streams,
+// events, modules, device memory, pinned allocations and registrations) so
+// that tests can prove nothing leaked and say where a leaked object was
+// created, as cilium/ebpf's testutils do for file descriptors.
+//
+// Counting is always on and costs one mutex-protected map update per
+// creation or release; creation stacks are captured only after
+// EnableStacks(true) (test binaries turn it on in TestMain).
+package track
+
+import (
+	"fmt"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Kind is the sort of object tracked.
+type Kind int
+
+// Kinds of tracked objects.
+const (
+	Stream Kind = iota
+	Event
+	Module
+	DeviceMemory
+	HostAlloc    // pinned memory from cuMemHostAlloc
+	Registration // host memory page-locked with cuMemHostRegister
+	Context      // a context pinmem created (not a retained primary context)
+	numKinds
+)
+
+var kindNames = [...]string{"stream", "event", "module", "device memory", "pinned allocation", "registration", "context"}
+
+func (k Kind) String() string {
+	if k >= 0 && k < numKinds {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// Object is one live tracked object.
+type Object struct {
+	Kind  Kind
+	ID    uint64 // the driver handle or address
+	Size  int64  // bytes, for memory; 0 otherwise
+	Stack string // creation stack, when stacks were enabled at creation
+}
+
+type key struct {
+	k  Kind
+	id uint64
+}
+
+var (
+	mu     sync.Mutex
+	live   = map[key]*Object{}
+	stacks atomic.Bool
+)
+
+// EnableStacks turns capture of creation stacks on or off.
+func EnableStacks(on bool) { stacks.Store(on) }
+
+// Add records a live object. Adding the same kind and ID twice replaces the record.
+func Add(k Kind, id uint64, size int64) {
+	o := &Object{Kind: k, ID: id, Size: size}
+	if stacks.Load() {
+		o.Stack = stack(3)
+	}
+	mu.Lock()
+	live[key{k, id}] = o
+	mu.Unlock()
+}
+
+// Remove forgets a live object. It reports whether it was recorded.
+func Remove(k Kind, id uint64) bool {
+	mu.Lock()
+	_, ok := live[key{k, id}]
+	delete(live, key{k, id})
+	mu.Unlock()
+	return ok
+}
+
+// Count returns how many objects of kind k are live and their total size.
+func Count(k Kind) (n int, bytes int64) {
+	mu.Lock()
+	defer mu.Unlock()
+	for kk, o := range live {
+		if kk.k == k {
+			n++
+			bytes += o.Size
+		}
+	}
+	return n, bytes
+}
+
+// Live returns every live object, ordered by kind and ID.
+func Live() []Object {
+	mu.Lock()
+	out := make([]Object, 0, len(live))
+	for _, o := range live {
+		out = append(out, *o)
+	}
+	mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Kind != out[j].Kind {
+			return out[i].Kind < out[j].Kind
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// Report describes the live objects, with their creation stacks, or
+// returns "" when there are none.
+func Report() string {
+	objs := Live()
+	if len(objs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d driver object(s) still live:\n", len(objs))
+	for _, o := range objs {
+		fmt.Fprintf(&b, "- %s %#x", o.Kind, o.ID)
+		if o.Size > 0 {
+			fmt.Fprintf(&b, " (%d bytes)", o.Size)
+		}
+		b.WriteString("\n")
+		if o.Stack != "" {
+			b.WriteString(o.Stack)
+		} else {
+			b.WriteString("    (no creation stack: stacks were not enabled)\n")
+		}
+	}
+	return b.String()
+}
+
+func stack(skip int) string {
+	pcs := make([]uintptr, 32)
+	n := runtime.Callers(skip, pcs)
+	frames := runtime.CallersFrames(pcs[:n])
+	var b strings.Builder
+	for {
+		f, more := frames.Next()
+		fmt.Fprintf(&b, "    %s\n        %s:%d\n", f.Function, f.File, f.Line)
+		if !more {
+			break
+		}
+	}
+	return b.String()
+}
