@@ -1,0 +1,222 @@
+package cuda
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+)
+
+// driver returns the process's driver or an error matching ErrNoDriver/ErrNoDevice.
+func driver() (cudadrv.Driver, error) { return cudadrv.Get() }
+
+// DriverVersion returns the CUDA version the installed driver supports,
+// as major*1000 + minor*10 (13000 for CUDA 13.0).
+func DriverVersion() (int, error) {
+	d, err := driver()
+	if err != nil {
+		return 0, err
+	}
+	return d.DriverGetVersion()
+}
+
+// DeviceCount returns the number of CUDA devices.
+func DeviceCount() (int, error) {
+	d, err := driver()
+	if err != nil {
+		return 0, err
+	}
+	return d.DeviceGetCount()
+}
+
+var (
+	devMu   sync.Mutex
+	devices = map[devKey]*Device{}
+)
+
+type devKey struct {
+	drv     cudadrv.Driver
+	ordinal int
+}
+
+// Device is one GPU. Devices are shared: GetDevice returns the same *Device
+// for the same ordinal.
+type Device struct {
+	drv     cudadrv.Driver
+	ordinal int
+	dev     cudadrv.Device
+
+	ctxOnce sync.Once
+	ctx     *Context
+	ctxErr  error
+}
+
+// GetDevice returns the device with the given ordinal (0-based).
+func GetDevice(ordinal int) (*Device, error) {
+	d, err := driver()
+	if err != nil {
+		return nil, err
+	}
+	n, err := d.DeviceGetCount()
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("cuda: the driver reports no devices: %w", ErrNoDevice)
+	}
+	if ordinal < 0 || ordinal >= n {
+		return nil, fmt.Errorf("cuda: device ordinal %d out of range [0,%d): %w", ordinal, n, ErrInvalidValue)
+	}
+	devMu.Lock()
+	defer devMu.Unlock()
+	k := devKey{d, ordinal}
+	if dev, ok := devices[k]; ok {
+		return dev, nil
+	}
+	h, err := d.DeviceGet(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	dev := &Device{drv: d, ordinal: ordinal, dev: h}
+	devices[k] = dev
+	return dev, nil
+}
+
+// Devices returns every CUDA device.
+func Devices() ([]*Device, error) {
+	n, err := DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Device, 0, n)
+	for i := 0; i < n; i++ {
+		d, err := GetDevice(i)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// Ordinal returns the device's index among the process's CUDA devices.
+func (d *Device) Ordinal() int { return d.ordinal }
+
+// Handle returns the raw CUdevice.
+func (d *Device) Handle() int32 { return int32(d.dev) }
+
+// Name returns the device's marketing name, e.g. "NVIDIA H200".
+func (d *Device) Name() (string, error) { return d.drv.DeviceGetName(d.dev) }
+
+// Attribute is a CUdevice_attribute.
+type Attribute = cudadrv.DeviceAttribute
+
+// Attribute returns one raw device attribute.
+func (d *Device) Attribute(a Attribute) (int, error) { return d.drv.DeviceGetAttribute(a, d.dev) }
+
+// PrimaryContext returns the device's primary context, retained once for
+// the life of the process (as the CUDA runtime does), so it is shared with
+// any runtime-API code in the same process.
+func (d *Device) PrimaryContext() (*Context, error) {
+	d.ctxOnce.Do(func() {
+		h, err := d.drv.DevicePrimaryCtxRetain(d.dev)
+		if err != nil {
+			d.ctxErr = err
+			return
+		}
+		d.ctx = &Context{drv: d.drv, h: h, dev: d, kind: ctxPrimary}
+	})
+	return d.ctx, d.ctxErr
+}
+
+// Properties are the attributes of a device that matter for host memory
+// and transfers.
+type Properties struct {
+	Ordinal                       int
+	Name                          string
+	ComputeMajor, ComputeMinor    int  // compute capability
+	Multiprocessors               int  // SM count
+	AsyncEngines                  int  // copy engines that run concurrently with kernels
+	CanMapHostMemory              bool // mapped (zero-copy) host memory is possible
+	Integrated                    bool // shares memory with the host (Jetson/Tegra)
+	UnifiedAddressing             bool // host and device share one virtual address space
+	HostRegisterSupported         bool // cuMemHostRegister works
+	ReadOnlyHostRegisterSupported bool // read-only registration works
+	PageableMemoryAccess          bool // the GPU can access pageable memory coherently (HMM/ATS)
+	PageableUsesHostPageTables    bool // pageable access goes through the host page tables (ATS)
+	CanUseHostPointerForRegMem    bool // registered memory has the same address on the device
+	ConcurrentManagedAccess       bool
+	PCIBusID                      string // as the driver prints it, e.g. "00000000:1B:00.0"
+	TotalMemory                   uint64 // bytes of device memory
+	ClockRateKHz                  int
+	MemoryClockKHz                int
+	MemoryBusWidth                int // bits
+	NUMAID                        int // the device's own NUMA node when it is one, else -1
+	HostNUMAID                    int // the host NUMA node nearest to the device, or -1
+}
+
+// Properties reads the device's properties. Attributes that an older
+// driver does not know are left at their zero value (NUMA ids at -1).
+func (d *Device) Properties() (Properties, error) {
+	p := Properties{Ordinal: d.ordinal, NUMAID: -1, HostNUMAID: -1}
+	var err error
+	if p.Name, err = d.Name(); err != nil {
+		return p, err
+	}
+	if p.TotalMemory, err = d.drv.DeviceTotalMem(d.dev); err != nil {
+		return p, err
+	}
+	if p.PCIBusID, err = d.drv.DeviceGetPCIBusID(d.dev); err != nil {
+		return p, err
+	}
+	ints := []struct {
+		a Attribute
+		v *int
+	}{
+		{cudadrv.AttrComputeCapabilityMajor, &p.ComputeMajor},
+		{cudadrv.AttrComputeCapabilityMinor, &p.ComputeMinor},
+		{cudadrv.AttrMultiprocessorCount, &p.Multiprocessors},
+		{cudadrv.AttrAsyncEngineCount, &p.AsyncEngines},
+		{cudadrv.AttrClockRate, &p.ClockRateKHz},
+		{cudadrv.AttrMemoryClockRate, &p.MemoryClockKHz},
+		{cudadrv.AttrGlobalMemoryBusWidth, &p.MemoryBusWidth},
+	}
+	for _, a := range ints {
+		if *a.v, err = d.Attribute(a.a); err != nil {
+			return p, err
+		}
+	}
+	bools := []struct {
+		a Attribute
+		v *bool
+	}{
+		{cudadrv.AttrCanMapHostMemory, &p.CanMapHostMemory},
+		{cudadrv.AttrIntegrated, &p.Integrated},
+		{cudadrv.AttrUnifiedAddressing, &p.UnifiedAddressing},
+		{cudadrv.AttrHostRegisterSupported, &p.HostRegisterSupported},
+		{cudadrv.AttrReadOnlyHostRegisterSupported, &p.ReadOnlyHostRegisterSupported},
+		{cudadrv.AttrPageableMemoryAccess, &p.PageableMemoryAccess},
+		{cudadrv.AttrPageableMemoryAccessUsesHostPageTables, &p.PageableUsesHostPageTables},
+		{cudadrv.AttrCanUseHostPointerForRegMem, &p.CanUseHostPointerForRegMem},
+		{cudadrv.AttrConcurrentManagedAccess, &p.ConcurrentManagedAccess},
+	}
+	for _, a := range bools {
+		v, err := d.Attribute(a.a)
+		if err != nil {
+			return p, err
+		}
+		*a.v = v != 0
+	}
+	// NUMA attributes are CUDA 12.2+; an older driver rejects them, which is not an error here.
+	if cfg, err := d.Attribute(cudadrv.AttrNUMAConfig); err == nil && cfg != 0 {
+		if id, err := d.Attribute(cudadrv.AttrNUMAID); err == nil {
+			p.NUMAID = id
+		}
+	}
+	if id, err := d.Attribute(cudadrv.AttrHostNUMAID); err == nil {
+		p.HostNUMAID = id
+	}
+	return p, nil
+}
+
+func (d *Device) String() string { return fmt.Sprintf("cuda device %d", d.ordinal) }

@@ -1,0 +1,252 @@
+package cuda
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/track"
+)
+
+// DevicePtr is an address in device (or unified) memory.
+type DevicePtr uint64
+
+// Add returns p advanced by off bytes.
+func (p DevicePtr) Add(off int) DevicePtr { return p + DevicePtr(off) }
+
+// DeviceBuffer is a block of device memory.
+type DeviceBuffer struct {
+	ctx      *Context
+	ptr      DevicePtr
+	size     int
+	borrowed bool
+	freed    atomic.Bool
+}
+
+// Alloc allocates size bytes of device memory in c. The caller must Free it.
+func (c *Context) Alloc(size int) (*DeviceBuffer, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("cuda: device allocation of %d bytes: %w", size, ErrInvalidValue)
+	}
+	defer cudadrv.Exit()
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	p, err := c.drv.MemAlloc(uint64(size))
+	if err != nil {
+		return nil, fmt.Errorf("cuda: device allocation of %d bytes: %w", size, err)
+	}
+	track.Add(track.DeviceMemory, uint64(p), int64(size))
+	return &DeviceBuffer{ctx: c, ptr: DevicePtr(p), size: size}, nil
+}
+
+// WrapDevicePtr borrows size bytes of device memory at ptr allocated by
+// other code. pinmem never frees it.
+func WrapDevicePtr(c *Context, ptr DevicePtr, size int) *DeviceBuffer {
+	return &DeviceBuffer{ctx: c, ptr: ptr, size: size, borrowed: true}
+}
+
+// Ptr returns the buffer's device address.
+func (b *DeviceBuffer) Ptr() DevicePtr { return b.ptr }
+
+// Size returns the buffer's size in bytes.
+func (b *DeviceBuffer) Size() int { return b.size }
+
+// Context returns the buffer's context.
+func (b *DeviceBuffer) Context() *Context { return b.ctx }
+
+// Borrowed reports whether the memory belongs to other code.
+func (b *DeviceBuffer) Borrowed() bool { return b.borrowed }
+
+// Slice returns a borrowed view of n bytes at off. The view is invalid once b is freed.
+func (b *DeviceBuffer) Slice(off, n int) (*DeviceBuffer, error) {
+	if err := b.check(off, n); err != nil {
+		return nil, err
+	}
+	return &DeviceBuffer{ctx: b.ctx, ptr: b.ptr.Add(off), size: n, borrowed: true}, nil
+}
+
+func (b *DeviceBuffer) check(off, n int) error {
+	if b.freed.Load() {
+		return fmt.Errorf("cuda: device buffer %#x already freed: %w", uint64(b.ptr), ErrInvalidHandle)
+	}
+	if off < 0 || n < 0 || off > b.size || n > b.size-off {
+		return fmt.Errorf("cuda: range [%d,+%d) outside device buffer of %d bytes: %w", off, n, b.size, ErrInvalidValue)
+	}
+	return nil
+}
+
+// Free releases the memory. A second Free returns an error matching
+// ErrInvalidHandle; freeing a borrowed buffer is refused.
+func (b *DeviceBuffer) Free() error {
+	if b.borrowed {
+		return fmt.Errorf("cuda: device buffer %#x is borrowed: %w", uint64(b.ptr), ErrInvalidValue)
+	}
+	if !b.freed.CompareAndSwap(false, true) {
+		return fmt.Errorf("cuda: device buffer %#x already freed: %w", uint64(b.ptr), ErrInvalidHandle)
+	}
+	defer cudadrv.Exit()
+	if err := b.ctx.enter(); err != nil {
+		return err
+	}
+	track.Remove(track.DeviceMemory, uint64(b.ptr))
+	return b.ctx.drv.MemFree(cudadrv.DevicePtr(b.ptr))
+}
+
+// Write copies src into the buffer at off, synchronously.
+func (b *DeviceBuffer) Write(off int, src []byte) error {
+	if err := b.check(off, len(src)); err != nil {
+		return err
+	}
+	return b.ctx.CopyHtoD(b.ptr.Add(off), src)
+}
+
+// Read copies len(dst) bytes at off out of the buffer, synchronously.
+func (b *DeviceBuffer) Read(off int, dst []byte) error {
+	if err := b.check(off, len(dst)); err != nil {
+		return err
+	}
+	return b.ctx.CopyDtoH(dst, b.ptr.Add(off))
+}
+
+// WriteAsync queues a copy of src into the buffer at off on s. src must
+// stay alive and unchanged until s reaches the copy; it runs at full speed
+// only when src is pinned (package pinmem).
+func (b *DeviceBuffer) WriteAsync(s *Stream, off int, src []byte) error {
+	if err := b.check(off, len(src)); err != nil {
+		return err
+	}
+	return s.CopyHtoD(b.ptr.Add(off), src)
+}
+
+// ReadAsync queues a copy of len(dst) bytes at off into dst on s. dst must
+// stay alive and must not be read until s reaches the copy.
+func (b *DeviceBuffer) ReadAsync(s *Stream, off int, dst []byte) error {
+	if err := b.check(off, len(dst)); err != nil {
+		return err
+	}
+	return s.CopyDtoH(dst, b.ptr.Add(off))
+}
+
+// Memset sets every byte of the buffer to v, synchronously.
+func (b *DeviceBuffer) Memset(v byte) error {
+	if err := b.check(0, b.size); err != nil {
+		return err
+	}
+	return b.ctx.Memset(b.ptr, v, b.size)
+}
+
+func hostPtr(p []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(p)) }
+
+// CopyHtoD copies src to device address dst and returns when it is done.
+// src may be any Go memory.
+func (c *Context) CopyHtoD(dst DevicePtr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	defer cudadrv.Exit()
+	if err := c.enter(); err != nil {
+		return err
+	}
+	return c.drv.MemcpyHtoD(cudadrv.DevicePtr(dst), hostPtr(src), uint64(len(src)))
+}
+
+// CopyDtoH copies len(dst) bytes from device address src into dst and returns when it is done.
+func (c *Context) CopyDtoH(dst []byte, src DevicePtr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	defer cudadrv.Exit()
+	if err := c.enter(); err != nil {
+		return err
+	}
+	return c.drv.MemcpyDtoH(hostPtr(dst), cudadrv.DevicePtr(src), uint64(len(dst)))
+}
+
+// CopyDtoD copies n bytes between device addresses and returns when it is done.
+func (c *Context) CopyDtoD(dst, src DevicePtr, n int) error {
+	if n < 0 {
+		return fmt.Errorf("cuda: copy of %d bytes: %w", n, ErrInvalidValue)
+	}
+	if n == 0 {
+		return nil
+	}
+	defer cudadrv.Exit()
+	if err := c.enter(); err != nil {
+		return err
+	}
+	return c.drv.MemcpyDtoD(cudadrv.DevicePtr(dst), cudadrv.DevicePtr(src), uint64(n))
+}
+
+// Memset sets n bytes at dst to v and returns when it is done.
+func (c *Context) Memset(dst DevicePtr, v byte, n int) error {
+	if n < 0 {
+		return fmt.Errorf("cuda: memset of %d bytes: %w", n, ErrInvalidValue)
+	}
+	if n == 0 {
+		return nil
+	}
+	defer cudadrv.Exit()
+	if err := c.enter(); err != nil {
+		return err
+	}
+	return c.drv.MemsetD8(cudadrv.DevicePtr(dst), v, uint64(n))
+}
+
+// CopyHtoD queues a copy of src to device address dst. src must stay alive
+// and unchanged until the stream reaches the copy; the copy is truly
+// asynchronous, and runs at full speed, only when src is pinned.
+func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	defer cudadrv.Exit()
+	if err := s.enter(); err != nil {
+		return err
+	}
+	return s.ctx.drv.MemcpyHtoDAsync(cudadrv.DevicePtr(dst), hostPtr(src), uint64(len(src)), s.h)
+}
+
+// CopyDtoH queues a copy of len(dst) bytes from device address src into
+// dst. dst must stay alive and must not be read until the stream reaches the copy.
+func (s *Stream) CopyDtoH(dst []byte, src DevicePtr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	defer cudadrv.Exit()
+	if err := s.enter(); err != nil {
+		return err
+	}
+	return s.ctx.drv.MemcpyDtoHAsync(hostPtr(dst), cudadrv.DevicePtr(src), uint64(len(dst)), s.h)
+}
+
+// CopyDtoD queues a copy of n bytes between device addresses.
+func (s *Stream) CopyDtoD(dst, src DevicePtr, n int) error {
+	if n < 0 {
+		return fmt.Errorf("cuda: copy of %d bytes: %w", n, ErrInvalidValue)
+	}
+	if n == 0 {
+		return nil
+	}
+	defer cudadrv.Exit()
+	if err := s.enter(); err != nil {
+		return err
+	}
+	return s.ctx.drv.MemcpyDtoDAsync(cudadrv.DevicePtr(dst), cudadrv.DevicePtr(src), uint64(n), s.h)
+}
+
+// Memset queues setting n bytes at dst to v.
+func (s *Stream) Memset(dst DevicePtr, v byte, n int) error {
+	if n < 0 {
+		return fmt.Errorf("cuda: memset of %d bytes: %w", n, ErrInvalidValue)
+	}
+	if n == 0 {
+		return nil
+	}
+	defer cudadrv.Exit()
+	if err := s.enter(); err != nil {
+		return err
+	}
+	return s.ctx.drv.MemsetD8Async(cudadrv.DevicePtr(dst), v, uint64(n), s.h)
+}

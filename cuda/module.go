@@ -1,0 +1,183 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/track"
+)
+
+// Module is a loaded PTX or cubin image.
+type Module struct {
+	ctx      *Context
+	h        cudadrv.Module
+	unloaded atomic.Bool
+}
+
+// LoadModule loads a PTX (text) or cubin image into c; the driver
+// JIT-compiles PTX for the device. An image the driver cannot use (for
+// example PTX newer than the driver) gives an error matching
+// ErrKernelImage; nothing else in pinmem depends on kernels loading.
+func (c *Context) LoadModule(image []byte) (*Module, error) {
+	defer cudadrv.Exit()
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	h, err := c.drv.ModuleLoadData(image)
+	if err != nil {
+		v, _ := c.drv.DriverGetVersion()
+		return nil, fmt.Errorf("cuda: loading a %d-byte module with driver CUDA %d.%d: %w", len(image), v/1000, v%1000/10, err)
+	}
+	track.Add(track.Module, uint64(h), 0)
+	return &Module{ctx: c, h: h}, nil
+}
+
+// Handle returns the raw CUmodule.
+func (m *Module) Handle() uintptr { return uintptr(m.h) }
+
+// Function looks up a kernel by its (extern "C") name.
+func (m *Module) Function(name string) (*Function, error) {
+	if m.unloaded.Load() {
+		return nil, fmt.Errorf("cuda: module %#x already unloaded: %w", uintptr(m.h), ErrInvalidHandle)
+	}
+	defer cudadrv.Exit()
+	if err := m.ctx.enter(); err != nil {
+		return nil, err
+	}
+	f, err := m.ctx.drv.ModuleGetFunction(m.h, name)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: kernel %q: %w", name, err)
+	}
+	return &Function{mod: m, h: f, name: name}, nil
+}
+
+// Unload unloads the module. Its functions become invalid. A second
+// Unload returns an error matching ErrInvalidHandle.
+func (m *Module) Unload() error {
+	if !m.unloaded.CompareAndSwap(false, true) {
+		return fmt.Errorf("cuda: module %#x already unloaded: %w", uintptr(m.h), ErrInvalidHandle)
+	}
+	defer cudadrv.Exit()
+	if err := m.ctx.enter(); err != nil {
+		return err
+	}
+	track.Remove(track.Module, uint64(m.h))
+	return m.ctx.drv.ModuleUnload(m.h)
+}
+
+// Function is a kernel in a loaded module.
+type Function struct {
+	mod  *Module
+	h    cudadrv.Function
+	name string
+}
+
+// Handle returns the raw CUfunction.
+func (f *Function) Handle() uintptr { return uintptr(f.h) }
+
+// Name returns the kernel's name.
+func (f *Function) Name() string { return f.name }
+
+// Dim3 is a grid or block shape.
+type Dim3 struct{ X, Y, Z uint32 }
+
+// D1 returns the one-dimensional shape n x 1 x 1.
+func D1(n int) Dim3 { return Dim3{uint32(n), 1, 1} }
+
+// maxKernelArgs bounds a launch's argument count (each argument takes one 8-byte slot).
+const maxKernelArgs = 64
+
+// Launch queues the kernel on s. Each argument is passed by value and must
+// be one of: DevicePtr, uintptr, int, int8..int64, uint, uint8..uint64,
+// float32, float64, bool. Anything else is refused with ErrInvalidValue.
+// The parameter block is pinned Go memory holding no unpinned pointers, as
+// the driver requires; it is released when the call returns (the driver
+// copies the arguments at launch).
+func (f *Function) Launch(s *Stream, grid, block Dim3, sharedMem uint32, args ...any) error {
+	if len(args) > maxKernelArgs {
+		return fmt.Errorf("cuda: kernel %q: %d arguments, at most %d: %w", f.name, len(args), maxKernelArgs, ErrInvalidValue)
+	}
+	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 || block.X == 0 || block.Y == 0 || block.Z == 0 {
+		return fmt.Errorf("cuda: kernel %q: empty grid %v or block %v: %w", f.name, grid, block, ErrInvalidValue)
+	}
+	if f.mod.unloaded.Load() {
+		return fmt.Errorf("cuda: kernel %q: module already unloaded: %w", f.name, ErrInvalidHandle)
+	}
+	n := len(args)
+	if n == 0 {
+		n = 1
+	}
+	vals := make([]uint64, n)
+	ptrs := make([]unsafe.Pointer, n)
+	for i, a := range args {
+		v, err := argBits(a)
+		if err != nil {
+			return fmt.Errorf("cuda: kernel %q argument %d: %w", f.name, i, err)
+		}
+		vals[i] = v
+	}
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	pin.Pin(&vals[0])
+	pin.Pin(&ptrs[0])
+	for i := range args {
+		ptrs[i] = unsafe.Pointer(&vals[i])
+	}
+	var params unsafe.Pointer
+	if len(args) > 0 {
+		params = unsafe.Pointer(&ptrs[0])
+	}
+	defer cudadrv.Exit()
+	if err := s.enter(); err != nil {
+		return err
+	}
+	err := s.ctx.drv.LaunchKernel(f.h, [3]uint32{grid.X, grid.Y, grid.Z}, [3]uint32{block.X, block.Y, block.Z}, sharedMem, s.h, params)
+	if err != nil {
+		return fmt.Errorf("cuda: launching %q: %w", f.name, err)
+	}
+	return nil
+}
+
+// argBits encodes a kernel argument little-endian in the low bytes of a slot.
+func argBits(a any) (uint64, error) {
+	switch v := a.(type) {
+	case DevicePtr:
+		return uint64(v), nil
+	case uintptr:
+		return uint64(v), nil
+	case int:
+		return uint64(v), nil
+	case int8:
+		return uint64(uint8(v)), nil
+	case int16:
+		return uint64(uint16(v)), nil
+	case int32:
+		return uint64(uint32(v)), nil
+	case int64:
+		return uint64(v), nil
+	case uint:
+		return uint64(v), nil
+	case uint8:
+		return uint64(v), nil
+	case uint16:
+		return uint64(v), nil
+	case uint32:
+		return uint64(v), nil
+	case uint64:
+		return v, nil
+	case float32:
+		return uint64(math.Float32bits(v)), nil
+	case float64:
+		return math.Float64bits(v), nil
+	case bool:
+		if v {
+			return 1, nil
+		}
+		return 0, nil
+	}
+	return 0, fmt.Errorf("unsupported type %T (pass device memory as cuda.DevicePtr): %w", a, ErrInvalidValue)
+}

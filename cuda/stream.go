@@ -1,0 +1,225 @@
+package cuda
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/track"
+)
+
+// StreamFlags select a stream's synchronisation with the legacy default stream.
+type StreamFlags uint32
+
+// Stream flags.
+const (
+	// StreamBlocking streams synchronise with the legacy default stream.
+	StreamBlocking StreamFlags = StreamFlags(cudadrv.StreamDefault)
+	// StreamNonBlocking streams run concurrently with the legacy default stream.
+	StreamNonBlocking StreamFlags = StreamFlags(cudadrv.StreamNonBlocking)
+)
+
+// Stream is a CUDA stream: an ordered queue of device work.
+type Stream struct {
+	ctx       *Context
+	h         cudadrv.Stream
+	borrowed  bool
+	destroyed atomic.Bool
+}
+
+// NewStream creates a stream in c. The caller must Destroy it.
+func (c *Context) NewStream(flags StreamFlags) (*Stream, error) {
+	defer cudadrv.Exit()
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	h, err := c.drv.StreamCreate(uint32(flags))
+	if err != nil {
+		return nil, err
+	}
+	track.Add(track.Stream, uint64(h), 0)
+	return &Stream{ctx: c, h: h}, nil
+}
+
+// WrapStream borrows a CUstream created by other code. pinmem never destroys it.
+// A zero handle is the context's legacy default stream.
+func WrapStream(c *Context, handle uintptr) *Stream {
+	return &Stream{ctx: c, h: cudadrv.Stream(handle), borrowed: true}
+}
+
+// Handle returns the raw CUstream.
+func (s *Stream) Handle() uintptr { return uintptr(s.h) }
+
+// Context returns the stream's context.
+func (s *Stream) Context() *Context { return s.ctx }
+
+func (s *Stream) enter() error {
+	if s.destroyed.Load() {
+		cudadrv.Exit()
+		return fmt.Errorf("cuda: stream %#x already destroyed: %w", uintptr(s.h), ErrInvalidHandle)
+	}
+	return s.ctx.enter()
+}
+
+// Synchronize waits until all work queued on s has finished.
+func (s *Stream) Synchronize() error {
+	defer cudadrv.Exit()
+	if err := s.enter(); err != nil {
+		return err
+	}
+	return s.ctx.drv.StreamSynchronize(s.h)
+}
+
+// Query reports whether all work queued on s has finished, without waiting.
+func (s *Stream) Query() (bool, error) {
+	defer cudadrv.Exit()
+	if err := s.enter(); err != nil {
+		return false, err
+	}
+	return doneOrErr(s.ctx.drv.StreamQuery(s.h))
+}
+
+// WaitEvent makes all later work on s wait until e has completed.
+func (s *Stream) WaitEvent(e *Event) error {
+	defer cudadrv.Exit()
+	if err := s.enter(); err != nil {
+		return err
+	}
+	return s.ctx.drv.StreamWaitEvent(s.h, e.h, 0)
+}
+
+// Destroy releases the stream. Work already queued still completes.
+// Destroying a borrowed stream is refused; a second Destroy returns an
+// error matching ErrInvalidHandle.
+func (s *Stream) Destroy() error {
+	if s.borrowed {
+		return fmt.Errorf("cuda: stream %#x is borrowed: %w", uintptr(s.h), ErrInvalidValue)
+	}
+	if !s.destroyed.CompareAndSwap(false, true) {
+		return fmt.Errorf("cuda: stream %#x already destroyed: %w", uintptr(s.h), ErrInvalidHandle)
+	}
+	defer cudadrv.Exit()
+	if err := s.ctx.enter(); err != nil {
+		return err
+	}
+	track.Remove(track.Stream, uint64(s.h))
+	return s.ctx.drv.StreamDestroy(s.h)
+}
+
+func doneOrErr(err error) (bool, error) {
+	if err == nil {
+		return true, nil
+	}
+	if e, ok := err.(*cudadrv.Error); ok && e.Code == cudadrv.ErrorNotReady {
+		return false, nil
+	}
+	return false, err
+}
+
+// EventFlags choose how an event is waited on and whether it records time.
+type EventFlags uint32
+
+// Event flags.
+const (
+	// EventDefault events record time; waiting on them spins or yields as the context's scheduling policy says.
+	EventDefault EventFlags = EventFlags(cudadrv.EventDefault)
+	// EventBlockingSync events put a waiting thread to sleep instead of spinning.
+	EventBlockingSync EventFlags = EventFlags(cudadrv.EventBlockingSync)
+	// EventDisableTiming events record no time, which makes them cheaper for pure ordering.
+	EventDisableTiming EventFlags = EventFlags(cudadrv.EventDisableTiming)
+)
+
+// Event marks a point in a stream.
+type Event struct {
+	ctx       *Context
+	h         cudadrv.Event
+	borrowed  bool
+	destroyed atomic.Bool
+}
+
+// NewEvent creates an event in c. The caller must Destroy it.
+func (c *Context) NewEvent(flags EventFlags) (*Event, error) {
+	defer cudadrv.Exit()
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	h, err := c.drv.EventCreate(uint32(flags))
+	if err != nil {
+		return nil, err
+	}
+	track.Add(track.Event, uint64(h), 0)
+	return &Event{ctx: c, h: h}, nil
+}
+
+// WrapEvent borrows a CUevent created by other code. pinmem never destroys it.
+func WrapEvent(c *Context, handle uintptr) *Event {
+	return &Event{ctx: c, h: cudadrv.Event(handle), borrowed: true}
+}
+
+// Handle returns the raw CUevent.
+func (e *Event) Handle() uintptr { return uintptr(e.h) }
+
+func (e *Event) enter() error {
+	if e.destroyed.Load() {
+		cudadrv.Exit()
+		return fmt.Errorf("cuda: event %#x already destroyed: %w", uintptr(e.h), ErrInvalidHandle)
+	}
+	return e.ctx.enter()
+}
+
+// Record captures the work queued on s so far; the event completes when that work has.
+func (e *Event) Record(s *Stream) error {
+	defer cudadrv.Exit()
+	if err := e.enter(); err != nil {
+		return err
+	}
+	return e.ctx.drv.EventRecord(e.h, s.h)
+}
+
+// Synchronize waits until the event has completed.
+func (e *Event) Synchronize() error {
+	defer cudadrv.Exit()
+	if err := e.enter(); err != nil {
+		return err
+	}
+	return e.ctx.drv.EventSynchronize(e.h)
+}
+
+// Query reports whether the event has completed, without waiting.
+func (e *Event) Query() (bool, error) {
+	defer cudadrv.Exit()
+	if err := e.enter(); err != nil {
+		return false, err
+	}
+	return doneOrErr(e.ctx.drv.EventQuery(e.h))
+}
+
+// Elapsed returns the device time between start and e (both recorded and completed).
+func (e *Event) Elapsed(start *Event) (time.Duration, error) {
+	defer cudadrv.Exit()
+	if err := e.enter(); err != nil {
+		return 0, err
+	}
+	ms, err := e.ctx.drv.EventElapsedTime(start.h, e.h)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
+}
+
+// Destroy releases the event. A second Destroy returns an error matching ErrInvalidHandle.
+func (e *Event) Destroy() error {
+	if e.borrowed {
+		return fmt.Errorf("cuda: event %#x is borrowed: %w", uintptr(e.h), ErrInvalidValue)
+	}
+	if !e.destroyed.CompareAndSwap(false, true) {
+		return fmt.Errorf("cuda: event %#x already destroyed: %w", uintptr(e.h), ErrInvalidHandle)
+	}
+	defer cudadrv.Exit()
+	if err := e.ctx.enter(); err != nil {
+		return err
+	}
+	track.Remove(track.Event, uint64(e.h))
+	return e.ctx.drv.EventDestroy(e.h)
+}
