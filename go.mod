@@ -3,10 +3,12 @@ module github.com/pinmem/pinmem
 go 1.26.0
 
 require (
-	github.com/ebitengine/purego v0.11.3 // indirect
+	github.com/ebitengine/purego v0.11.3
+	github.com/spf13/cobra v1.10.2
+	golang.org/x/sys v0.50.0
+)
+
+require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 )

@@ -126,3 +126,16 @@ func (c *Context) Destroy() error {
 	track.Remove(track.Context, uint64(c.h))
 	return c.drv.CtxDestroy(c.h)
 }
+
+// CurrentContextHandle returns the raw CUcontext current on the calling OS
+// thread (0 if none), for interop with code that manages contexts itself.
+// The answer is only meaningful if the caller has locked its goroutine to
+// the thread (runtime.LockOSThread).
+func CurrentContextHandle() (uintptr, error) {
+	d, err := driver()
+	if err != nil {
+		return 0, err
+	}
+	c, err := d.CtxGetCurrent()
+	return uintptr(c), err
+}

@@ -1,0 +1,165 @@
+// Package diag collects what pinmem can see of a machine: the NVIDIA
+// driver (found or not, and why), its version, every GPU with the
+// properties that matter for host memory, and whether pinmem's kernels
+// load. It backs the `pinmem doctor` command and works on machines with no
+// GPU at all.
+package diag
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/kernels"
+)
+
+// Report is everything doctor prints.
+type Report struct {
+	GoVersion     string   `json:"go_version"`
+	Platform      string   `json:"platform"`
+	Library       string   `json:"driver_library"`
+	DriverFound   bool     `json:"driver_found"`
+	DriverError   string   `json:"driver_error,omitempty"`
+	DriverVersion int      `json:"driver_version,omitempty"` // e.g. 13000
+	KernelsNeed   int      `json:"kernels_min_driver"`
+	Devices       []Device `json:"devices"`
+	Notes         []string `json:"notes,omitempty"`
+}
+
+// Device is one GPU in the report.
+type Device struct {
+	cuda.Properties
+	KernelsLoad  bool   `json:"kernels_load"`
+	KernelsError string `json:"kernels_error,omitempty"`
+	Error        string `json:"error,omitempty"`
+}
+
+// Collect gathers the report. It never fails: what cannot be read is
+// recorded in the report.
+func Collect() *Report {
+	r := &Report{
+		GoVersion:   runtime.Version(),
+		Platform:    runtime.GOOS + "/" + runtime.GOARCH,
+		Library:     cudadrv.LibraryPath(),
+		KernelsNeed: kernels.MinDriverVersion,
+	}
+	v, err := cuda.DriverVersion()
+	if err != nil {
+		r.DriverError = err.Error()
+		if errors.Is(err, cuda.ErrNoDevice) {
+			r.DriverFound = true
+		}
+		return r
+	}
+	r.DriverFound = true
+	r.DriverVersion = v
+	devs, err := cuda.Devices()
+	if err != nil {
+		r.Notes = append(r.Notes, "listing devices: "+err.Error())
+		return r
+	}
+	for _, d := range devs {
+		r.Devices = append(r.Devices, collectDevice(d))
+	}
+	if v < kernels.MinDriverVersion {
+		r.Notes = append(r.Notes, fmt.Sprintf("driver supports CUDA %s but pinmem's kernels need %s: pinning and copies work, kernel-based features do not",
+			verString(v), verString(kernels.MinDriverVersion)))
+	}
+	return r
+}
+
+func collectDevice(d *cuda.Device) Device {
+	var out Device
+	p, err := d.Properties()
+	out.Properties = p
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	ctx, err := d.PrimaryContext()
+	if err != nil {
+		out.KernelsError = err.Error()
+		return out
+	}
+	m, err := ctx.LoadModule(kernels.PTX())
+	if err != nil {
+		out.KernelsError = err.Error()
+		return out
+	}
+	out.KernelsLoad = true
+	if err := m.Unload(); err != nil {
+		out.KernelsError = "unloading: " + err.Error()
+	}
+	return out
+}
+
+func verString(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText writes the report for people.
+func (r *Report) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "pinmem doctor\t%s %s\n", r.Platform, r.GoVersion)
+	if !r.DriverFound {
+		fmt.Fprintf(tw, "driver\tno NVIDIA driver found (%s)\n", r.DriverError)
+		fmt.Fprintf(tw, "\tpinmem can build and test here, but nothing can be pinned or copied to a GPU\n")
+		fmt.Fprintf(tw, "\tset %s to the path of libcuda.so.1 if the driver is installed in an unusual place\n", cudadrv.EnvLibrary)
+		return tw.Flush()
+	}
+	fmt.Fprintf(tw, "driver\t%s\n", r.Library)
+	if r.DriverVersion != 0 {
+		fmt.Fprintf(tw, "driver version\tCUDA %s (%d); kernels need CUDA %s or newer\n", verString(r.DriverVersion), r.DriverVersion, verString(r.KernelsNeed))
+	}
+	if r.DriverError != "" {
+		fmt.Fprintf(tw, "driver error\t%s\n", r.DriverError)
+	}
+	fmt.Fprintf(tw, "devices\t%d\n", len(r.Devices))
+	for _, d := range r.Devices {
+		fmt.Fprintf(tw, "\n[GPU %d]\t%s\n", d.Ordinal, d.Name)
+		if d.Error != "" {
+			fmt.Fprintf(tw, "  error\t%s\n", d.Error)
+			continue
+		}
+		fmt.Fprintf(tw, "  compute capability\t%d.%d\n", d.ComputeMajor, d.ComputeMinor)
+		fmt.Fprintf(tw, "  multiprocessors\t%d\n", d.Multiprocessors)
+		fmt.Fprintf(tw, "  copy engines\t%d\n", d.AsyncEngines)
+		fmt.Fprintf(tw, "  memory\t%.1f GiB\n", float64(d.TotalMemory)/(1<<30))
+		fmt.Fprintf(tw, "  PCI bus id\t%s\n", d.PCIBusID)
+		fmt.Fprintf(tw, "  integrated (Tegra/Jetson)\t%s\n", yesNo(d.Integrated))
+		fmt.Fprintf(tw, "  can map host memory\t%s\n", yesNo(d.CanMapHostMemory))
+		fmt.Fprintf(tw, "  unified addressing\t%s\n", yesNo(d.UnifiedAddressing))
+		fmt.Fprintf(tw, "  host register supported\t%s (read-only: %s)\n", yesNo(d.HostRegisterSupported), yesNo(d.ReadOnlyHostRegisterSupported))
+		fmt.Fprintf(tw, "  pageable memory access\t%s (via host page tables: %s)\n", yesNo(d.PageableMemoryAccess), yesNo(d.PageableUsesHostPageTables))
+		if d.HostNUMAID >= 0 {
+			fmt.Fprintf(tw, "  host NUMA node\t%d\n", d.HostNUMAID)
+		}
+		if d.KernelsLoad {
+			fmt.Fprintf(tw, "  kernels\tload\n")
+		} else {
+			fmt.Fprintf(tw, "  kernels\tDO NOT LOAD: %s\n", d.KernelsError)
+		}
+	}
+	if len(r.Notes) > 0 {
+		fmt.Fprintf(tw, "\nnotes\t%s\n", strings.Join(r.Notes, "\n\t"))
+	}
+	return tw.Flush()
+}
