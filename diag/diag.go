@@ -17,6 +17,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/kernels"
+	"github.com/pinmem/pinmem/sysinfo"
 )
 
 // Report is everything doctor prints.
@@ -29,7 +30,21 @@ type Report struct {
 	DriverVersion int      `json:"driver_version,omitempty"` // e.g. 13000
 	KernelsNeed   int      `json:"kernels_min_driver"`
 	Devices       []Device `json:"devices"`
+	Host          Host     `json:"host"`
 	Notes         []string `json:"notes,omitempty"`
+}
+
+// Host is what the host says about memory that matters for pinning.
+type Host struct {
+	MemTotal       uint64   `json:"mem_total"`
+	MemAvailable   uint64   `json:"mem_available"`
+	PhysicalMemory uint64   `json:"physical_memory"` // min(MemTotal, cgroup limit): the base of pinmem's default budget
+	CgroupLimit    string   `json:"cgroup_limit"`
+	MemlockLimit   string   `json:"memlock_limit"`
+	THP            string   `json:"transparent_hugepages"`
+	NUMANodes      int      `json:"numa_nodes"`
+	CPUs           int      `json:"cpus"`
+	Errors         []string `json:"errors,omitempty"`
 }
 
 // Device is one GPU in the report.
@@ -37,7 +52,14 @@ type Device struct {
 	cuda.Properties
 	KernelsLoad  bool   `json:"kernels_load"`
 	KernelsError string `json:"kernels_error,omitempty"`
-	Error        string `json:"error,omitempty"`
+	// PCIe link as sysfs reports it; speeds in GT/s, bandwidth per direction in GB/s.
+	LinkGen       int     `json:"pcie_gen,omitempty"`
+	LinkWidth     int     `json:"pcie_width,omitempty"`
+	LinkMaxGen    int     `json:"pcie_max_gen,omitempty"`
+	LinkMaxWidth  int     `json:"pcie_max_width,omitempty"`
+	LinkBandwidth float64 `json:"pcie_gbps,omitempty"`
+	SysfsNUMANode int     `json:"sysfs_numa_node"`
+	Error         string  `json:"error,omitempty"`
 }
 
 // Collect gathers the report. It never fails: what cannot be read is
@@ -48,6 +70,7 @@ func Collect() *Report {
 		Platform:    runtime.GOOS + "/" + runtime.GOARCH,
 		Library:     cudadrv.LibraryPath(),
 		KernelsNeed: kernels.MinDriverVersion,
+		Host:        collectHost(),
 	}
 	v, err := cuda.DriverVersion()
 	if err != nil {
@@ -74,13 +97,41 @@ func Collect() *Report {
 	return r
 }
 
+func collectHost() Host {
+	info := sysinfo.Snapshot()
+	h := Host{PhysicalMemory: info.PhysicalMemory, NUMANodes: len(info.NUMA), CPUs: info.CPUs.Usable,
+		CgroupLimit: "unknown", MemlockLimit: "unknown", THP: "unknown"}
+	if info.Memory != nil {
+		h.MemTotal, h.MemAvailable = info.Memory.MemTotal, info.Memory.MemAvailable
+	}
+	if info.Cgroup != nil {
+		h.CgroupLimit = info.Cgroup.Limit.String()
+	}
+	if info.Memlock != nil {
+		h.MemlockLimit = info.Memlock.Soft.String()
+	}
+	if info.THP != nil {
+		h.THP = info.THP.Enabled
+	}
+	for _, e := range info.Errors {
+		h.Errors = append(h.Errors, e.Error())
+	}
+	return h
+}
+
 func collectDevice(d *cuda.Device) Device {
-	var out Device
+	out := Device{SysfsNUMANode: -1}
 	p, err := d.Properties()
 	out.Properties = p
 	if err != nil {
 		out.Error = err.Error()
 		return out
+	}
+	if l, err := (sysinfo.Reader{}).PCIeLink(p.PCIBusID); err == nil || l.CurrentWidth > 0 {
+		out.LinkGen, out.LinkWidth = l.CurrentGen(), l.CurrentWidth
+		out.LinkMaxGen, out.LinkMaxWidth = l.MaxGen(), l.MaxWidth
+		out.LinkBandwidth = l.CurrentBandwidth()
+		out.SysfsNUMANode = l.NUMANode
 	}
 	ctx, err := d.PrimaryContext()
 	if err != nil {
@@ -98,6 +149,8 @@ func collectDevice(d *cuda.Device) Device {
 	}
 	return out
 }
+
+func gib(b uint64) float64 { return float64(b) / (1 << 30) }
 
 func verString(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
 
@@ -119,6 +172,12 @@ func (r *Report) WriteJSON(w io.Writer) error {
 func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "pinmem doctor\t%s %s\n", r.Platform, r.GoVersion)
+	h := r.Host
+	fmt.Fprintf(tw, "host memory\t%.1f GiB total, %.1f GiB available; physical for pinning %.1f GiB (cgroup limit %s)\n",
+		gib(h.MemTotal), gib(h.MemAvailable), gib(h.PhysicalMemory), h.CgroupLimit)
+	fmt.Fprintf(tw, "RLIMIT_MEMLOCK\t%s (CUDA pinning does not count against it)\n", h.MemlockLimit)
+	fmt.Fprintf(tw, "transparent huge pages\t%s\n", h.THP)
+	fmt.Fprintf(tw, "CPUs / NUMA nodes\t%d / %d\n", h.CPUs, h.NUMANodes)
 	if !r.DriverFound {
 		fmt.Fprintf(tw, "driver\tno NVIDIA driver found (%s)\n", r.DriverError)
 		fmt.Fprintf(tw, "\tpinmem can build and test here, but nothing can be pinned or copied to a GPU\n")
@@ -144,6 +203,12 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "  copy engines\t%d\n", d.AsyncEngines)
 		fmt.Fprintf(tw, "  memory\t%.1f GiB\n", float64(d.TotalMemory)/(1<<30))
 		fmt.Fprintf(tw, "  PCI bus id\t%s\n", d.PCIBusID)
+		if d.LinkWidth > 0 {
+			fmt.Fprintf(tw, "  PCIe link\tGen%d x%d (max Gen%d x%d): %.1f GB/s per direction raw\n", d.LinkGen, d.LinkWidth, d.LinkMaxGen, d.LinkMaxWidth, d.LinkBandwidth)
+		}
+		if d.SysfsNUMANode >= 0 {
+			fmt.Fprintf(tw, "  NUMA node (sysfs)\t%d\n", d.SysfsNUMANode)
+		}
 		fmt.Fprintf(tw, "  integrated (Tegra/Jetson)\t%s\n", yesNo(d.Integrated))
 		fmt.Fprintf(tw, "  can map host memory\t%s\n", yesNo(d.CanMapHostMemory))
 		fmt.Fprintf(tw, "  unified addressing\t%s\n", yesNo(d.UnifiedAddressing))
