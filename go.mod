@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/ebitengine/purego v0.11.3
 	github.com/spf13/cobra v1.10.2
+	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.50.0
 )
 

@@ -1,0 +1,523 @@
+package fakedrv
+
+import (
+	"time"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+)
+
+// task is one queued asynchronous operation.
+type task struct {
+	name      string
+	stream    *stream
+	wait      []*task        // operations that must be done before this one runs
+	run       func() error // nil for markers (event records, waits)
+	fail      cudadrv.Result
+	done      bool
+	cancelled bool
+	doneAt    time.Time
+	err       error
+	sync      bool // a synchronous call waits for it and reports its error itself
+}
+
+type stream struct {
+	h         cudadrv.Stream
+	flags     uint32
+	queue     []*task
+	last      *task // last operation enqueued
+	held      bool
+	destroyed bool
+	err       error // first asynchronous error not yet reported
+}
+
+func (s *stream) blocking() bool { return s.flags&cudadrv.StreamNonBlocking == 0 }
+
+type event struct {
+	h         cudadrv.Event
+	flags     uint32
+	rec       *task // the latest EventRecord, nil when never recorded
+	destroyed bool
+}
+
+// stream returns the stream of handle h; 0, 1 (CU_STREAM_LEGACY) and 2
+// (CU_STREAM_PER_THREAD) are the legacy default stream.
+func (d *Driver) stream(op string, h cudadrv.Stream) (*stream, error) {
+	if h <= 2 {
+		return d.def, nil
+	}
+	s, ok := d.streams[h]
+	if !ok {
+		return nil, errorWhy(op, cudadrv.ErrorInvalidHandle, "stream %#x unknown or destroyed", uintptr(h))
+	}
+	return s, nil
+}
+
+func (d *Driver) notify() {
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+// enqueue queues work on s, with the legacy default stream's implicit
+// synchronization, and runs whatever can run. d.mu must be held.
+func (d *Driver) enqueue(s *stream, name string, fail cudadrv.Result, run func() error) *task {
+	return d.push(s, &task{name: name, run: run, fail: fail})
+}
+
+// push queues o on s, adding the legacy default stream's implicit waits.
+func (d *Driver) push(s *stream, o *task) *task {
+	o.stream = s
+	if s == d.def {
+		for _, t := range d.active {
+			if t != s && t.blocking() && t.last != nil && !t.last.done {
+				o.wait = append(o.wait, t.last)
+			}
+		}
+	} else if s.blocking() && d.def.last != nil && !d.def.last.done {
+		o.wait = append(o.wait, d.def.last)
+	}
+	s.queue = append(s.queue, o)
+	s.last = o
+	d.pump()
+	return o
+}
+
+// pump runs every queued operation that nothing holds back. d.mu must be held.
+func (d *Driver) pump() {
+	any := false
+	for progress := true; progress && !d.paused; {
+		progress = false
+		for _, s := range d.active {
+			for !s.held && len(s.queue) > 0 {
+				o := s.queue[0]
+				if !ready(o.wait) {
+					break
+				}
+				s.queue[0] = nil
+				s.queue = s.queue[1:]
+				d.exec(o)
+				progress, any = true, true
+			}
+		}
+	}
+	// Forget destroyed streams once their work is done.
+	keep := d.active[:0]
+	for _, s := range d.active {
+		if !s.destroyed || len(s.queue) > 0 {
+			keep = append(keep, s)
+		}
+	}
+	clear(d.active[len(keep):])
+	d.active = keep
+	if any {
+		d.notify()
+	}
+}
+
+func ready(wait []*task) bool {
+	for _, w := range wait {
+		if !w.done {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *Driver) exec(o *task) {
+	if !o.cancelled {
+		switch {
+		case o.fail != cudadrv.Success:
+			o.err = errorWhy(o.name, o.fail, "injected asynchronous fault (FailAsync %s)", o.name)
+		case o.run != nil:
+			o.err = o.run()
+		}
+	}
+	o.done = true
+	o.doneAt = time.Now()
+	o.wait = nil
+	o.run = nil
+	if o.err != nil && !o.sync {
+		d.asyncErrs = append(d.asyncErrs, o.err)
+		if o.stream.err == nil {
+			o.stream.err = o.err
+		}
+	}
+}
+
+// waitFor blocks, with d.mu held on entry and exit, until cond holds,
+// running released work as it goes. It fails after the wait timeout.
+func (d *Driver) waitFor(op string, cond func() bool) error {
+	var timeout <-chan time.Time
+	for {
+		d.pump()
+		if cond() {
+			return nil
+		}
+		if timeout == nil && d.timeout > 0 {
+			t := time.NewTimer(d.timeout)
+			defer t.Stop()
+			timeout = t.C
+		}
+		ch := d.changed
+		d.mu.Unlock()
+		select {
+		case <-ch:
+			d.mu.Lock()
+		case <-timeout:
+			d.mu.Lock()
+			if cond() {
+				return nil
+			}
+			return errorWhy(op, cudadrv.ErrorLaunchTimeout, "waited %v for held or paused work (release it from another goroutine)", d.timeout)
+		}
+		if d.closed {
+			return errorWhy(op, cudadrv.ErrorDeinitialized, "driver closed while waiting")
+		}
+	}
+}
+
+// waitOp waits for a synchronous call's operation and returns its error.
+func (d *Driver) waitOp(name string, o *task) error {
+	o.sync = true
+	if err := d.waitFor(name, func() bool { return o.done }); err != nil {
+		o.cancelled = true
+		return err
+	}
+	return o.err
+}
+
+// takeErr returns and forgets the first asynchronous error of s, relabelled
+// as reported by the synchronizing call op.
+func takeErr(s *stream, op string) error {
+	err := s.err
+	s.err = nil
+	if e, ok := err.(*cudadrv.Error); ok {
+		c := *e
+		c.Detail += " (reported for " + e.Op + ")"
+		c.Op = op
+		return &c
+	}
+	return err
+}
+
+// HoldStream stops queued work on s (0 is the legacy default stream) from
+// running until ReleaseStream. Synchronizing on held work blocks.
+func (d *Driver) HoldStream(s cudadrv.Stream) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, err := d.stream("HoldStream", s)
+	if err != nil {
+		return err
+	}
+	st.held = true
+	return nil
+}
+
+// ReleaseStream lets held work on s run; it may be called from any goroutine.
+func (d *Driver) ReleaseStream(s cudadrv.Stream) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, err := d.stream("ReleaseStream", s)
+	if err != nil {
+		return err
+	}
+	st.held = false
+	d.pump()
+	d.notify()
+	return nil
+}
+
+// Pause stops all queued work, on every stream, from running until Resume.
+func (d *Driver) Pause() {
+	d.mu.Lock()
+	d.paused = true
+	d.mu.Unlock()
+}
+
+// Resume undoes Pause; it may be called from any goroutine.
+func (d *Driver) Resume() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.paused = false
+	d.pump()
+	d.notify()
+}
+
+// Pending returns how many operations are queued on s and not yet run.
+func (d *Driver) Pending(s cudadrv.Stream) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, err := d.stream("Pending", s)
+	if err != nil {
+		return 0
+	}
+	return len(st.queue)
+}
+
+// StreamCreate is cuStreamCreate; flags are StreamDefault or StreamNonBlocking.
+func (d *Driver) StreamCreate(flags uint32) (cudadrv.Stream, error) {
+	const op = "cuStreamCreate"
+	if _, err := d.begin(op); err != nil {
+		return 0, err
+	}
+	if flags&^cudadrv.StreamNonBlocking != 0 {
+		return 0, errorWhy(op, cudadrv.ErrorInvalidValue, "flags %#x", flags)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.nextStream += 0x10
+	s := &stream{h: cudadrv.Stream(d.nextStream), flags: flags}
+	d.streams[s.h] = s
+	d.active = append(d.active, s)
+	return s.h, nil
+}
+
+// StreamDestroy is cuStreamDestroy_v2. As in CUDA, queued work still runs;
+// the handle is invalid at once. The default stream cannot be destroyed.
+func (d *Driver) StreamDestroy(s cudadrv.Stream) error {
+	const op = "cuStreamDestroy_v2"
+	if _, err := d.begin(op); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, ok := d.streams[s]
+	if !ok {
+		return errorWhy(op, cudadrv.ErrorInvalidHandle, "stream %#x unknown, destroyed or the default stream", uintptr(s))
+	}
+	delete(d.streams, s)
+	st.destroyed = true
+	st.held = false
+	d.pump()
+	return nil
+}
+
+// StreamSynchronize is cuStreamSynchronize: it waits for the work queued on
+// s and returns the first asynchronous error of that work not yet reported.
+func (d *Driver) StreamSynchronize(s cudadrv.Stream) error {
+	const op = "cuStreamSynchronize"
+	if _, err := d.begin(op); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, err := d.stream(op, s)
+	if err != nil {
+		return err
+	}
+	last := st.last
+	if err := d.waitFor(op, func() bool { return last == nil || last.done }); err != nil {
+		return err
+	}
+	return takeErr(st, op)
+}
+
+// StreamQuery is cuStreamQuery: nil when s has no queued work, an error
+// matching ErrNotReady otherwise.
+func (d *Driver) StreamQuery(s cudadrv.Stream) error {
+	const op = "cuStreamQuery"
+	if _, err := d.begin(op); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, err := d.stream(op, s)
+	if err != nil {
+		return err
+	}
+	d.pump()
+	if len(st.queue) > 0 {
+		return errorOf(op, cudadrv.ErrorNotReady)
+	}
+	return nil
+}
+
+// StreamWaitEvent is cuStreamWaitEvent: later work on s waits for the
+// event's latest record (as of this call) to complete.
+func (d *Driver) StreamWaitEvent(s cudadrv.Stream, e cudadrv.Event, flags uint32) error {
+	const op = "cuStreamWaitEvent"
+	if _, err := d.begin(op); err != nil {
+		return err
+	}
+	if flags&^uint32(1) != 0 {
+		return errorWhy(op, cudadrv.ErrorInvalidValue, "flags %#x", flags)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, err := d.stream(op, s)
+	if err != nil {
+		return err
+	}
+	ev, ok := d.events[e]
+	if !ok {
+		return errorWhy(op, cudadrv.ErrorInvalidHandle, "event %#x unknown or destroyed", uintptr(e))
+	}
+	o := &task{name: op, stream: st}
+	if ev.rec != nil && !ev.rec.done {
+		o.wait = []*task{ev.rec}
+	}
+	d.push(st, o)
+	return nil
+}
+
+// CtxSynchronize is cuCtxSynchronize: it waits for all queued work and
+// returns the first asynchronous error not yet reported on any stream.
+func (d *Driver) CtxSynchronize() error {
+	const op = "cuCtxSynchronize"
+	if _, err := d.begin(op); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var lasts []*task
+	for _, s := range d.active {
+		if s.last != nil {
+			lasts = append(lasts, s.last)
+		}
+	}
+	if err := d.waitFor(op, func() bool { return ready(lasts) }); err != nil {
+		return err
+	}
+	var first error
+	for _, s := range d.active {
+		if err := takeErr(s, op); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// EventCreate is cuEventCreate.
+func (d *Driver) EventCreate(flags uint32) (cudadrv.Event, error) {
+	const op = "cuEventCreate"
+	if _, err := d.begin(op); err != nil {
+		return 0, err
+	}
+	if flags&^uint32(0x7) != 0 {
+		return 0, errorWhy(op, cudadrv.ErrorInvalidValue, "flags %#x", flags)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.nextEvent += 0x10
+	e := &event{h: cudadrv.Event(d.nextEvent), flags: flags}
+	d.events[e.h] = e
+	return e.h, nil
+}
+
+// EventDestroy is cuEventDestroy_v2; a pending record still completes.
+func (d *Driver) EventDestroy(e cudadrv.Event) error {
+	const op = "cuEventDestroy_v2"
+	if _, err := d.begin(op); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ev, ok := d.events[e]
+	if !ok {
+		return errorWhy(op, cudadrv.ErrorInvalidHandle, "event %#x unknown or destroyed", uintptr(e))
+	}
+	ev.destroyed = true
+	delete(d.events, e)
+	return nil
+}
+
+func (d *Driver) event(op string, e cudadrv.Event) (*event, error) {
+	ev, ok := d.events[e]
+	if !ok {
+		return nil, errorWhy(op, cudadrv.ErrorInvalidHandle, "event %#x unknown or destroyed", uintptr(e))
+	}
+	return ev, nil
+}
+
+// EventRecord is cuEventRecord: the event completes when the work queued
+// on s before it has run.
+func (d *Driver) EventRecord(e cudadrv.Event, s cudadrv.Stream) error {
+	const op = "cuEventRecord"
+	if _, err := d.begin(op); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ev, err := d.event(op, e)
+	if err != nil {
+		return err
+	}
+	st, err := d.stream(op, s)
+	if err != nil {
+		return err
+	}
+	o := &task{name: op, stream: st}
+	ev.rec = o
+	d.push(st, o)
+	return nil
+}
+
+// EventQuery is cuEventQuery: nil when the latest record completed (or the
+// event was never recorded), an error matching ErrNotReady otherwise.
+func (d *Driver) EventQuery(e cudadrv.Event) error {
+	const op = "cuEventQuery"
+	if _, err := d.begin(op); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ev, err := d.event(op, e)
+	if err != nil {
+		return err
+	}
+	d.pump()
+	if ev.rec != nil && !ev.rec.done {
+		return errorOf(op, cudadrv.ErrorNotReady)
+	}
+	return nil
+}
+
+// EventSynchronize is cuEventSynchronize: it waits for the latest record.
+func (d *Driver) EventSynchronize(e cudadrv.Event) error {
+	const op = "cuEventSynchronize"
+	if _, err := d.begin(op); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ev, err := d.event(op, e)
+	if err != nil {
+		return err
+	}
+	rec := ev.rec
+	return d.waitFor(op, func() bool { return rec == nil || rec.done })
+}
+
+// EventElapsedTime is cuEventElapsedTime: the wall-clock milliseconds
+// between the moments the two records ran, never negative. Events never
+// recorded or created with EventDisableTiming are CUDA_ERROR_INVALID_HANDLE;
+// records not yet run are CUDA_ERROR_NOT_READY.
+func (d *Driver) EventElapsedTime(start, end cudadrv.Event) (float32, error) {
+	const op = "cuEventElapsedTime"
+	if _, err := d.begin(op); err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a, err := d.event(op, start)
+	if err != nil {
+		return 0, err
+	}
+	b, err := d.event(op, end)
+	if err != nil {
+		return 0, err
+	}
+	for _, ev := range []*event{a, b} {
+		if ev.flags&cudadrv.EventDisableTiming != 0 || ev.rec == nil {
+			return 0, errorWhy(op, cudadrv.ErrorInvalidHandle, "event %#x not recorded or created without timing", uintptr(ev.h))
+		}
+	}
+	d.pump()
+	if !a.rec.done || !b.rec.done {
+		return 0, errorOf(op, cudadrv.ErrorNotReady)
+	}
+	ms := float32(b.rec.doneAt.Sub(a.rec.doneAt).Seconds() * 1000)
+	if ms < 0 {
+		ms = 0
+	}
+	return ms, nil
+}

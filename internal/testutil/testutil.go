@@ -1,0 +1,220 @@
+// Package testutil holds what every pinmem test binary shares: a TestMain
+// that fails on leaked driver objects and goroutines, GPU requirements that
+// cannot pass by skipping when PINMEM_REQUIRE_GPU=1, skips for missing
+// features that are listed at the end of the run, a fake driver installer
+// and byte helpers.
+package testutil
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/track"
+)
+
+// EnvRequireGPU names the environment variable that, set to 1, turns every
+// skip for a missing GPU or driver into a failure.
+const EnvRequireGPU = "PINMEM_REQUIRE_GPU"
+
+// GPURequired reports whether PINMEM_REQUIRE_GPU=1.
+func GPURequired() bool { return os.Getenv(EnvRequireGPU) == "1" }
+
+var (
+	skipMu       sync.Mutex
+	featureSkips []string
+)
+
+// Main runs the tests of a package: use it as
+//
+//	func TestMain(m *testing.M) { testutil.Main(m) }
+//
+// It records creation stacks of driver objects, runs the tests, prints the
+// skips for missing features ("FEATURE SKIPS: test: reason" lines), and
+// exits with status 1 when the tests passed but a tracked driver object is
+// still live (printing track.Report) or a goroutine leaked.
+func Main(m *testing.M) {
+	os.Exit(run(m, os.Stdout, os.Stderr))
+}
+
+func run(m *testing.M, stdout, stderr io.Writer) int {
+	track.EnableStacks(true)
+	ignore := goleak.IgnoreCurrent()
+	code := m.Run()
+	printFeatureSkips(stdout)
+	if rep := track.Report(); rep != "" {
+		fmt.Fprintf(stderr, "FAIL: leaked driver objects:\n%s", rep)
+		if code == 0 {
+			code = 1
+		}
+	}
+	if err := goleak.Find(ignore); err != nil {
+		fmt.Fprintf(stderr, "FAIL: leaked goroutines: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+func printFeatureSkips(w io.Writer) {
+	skipMu.Lock()
+	defer skipMu.Unlock()
+	for _, s := range featureSkips {
+		fmt.Fprintf(w, "FEATURE SKIPS: %s\n", s)
+	}
+}
+
+// FeatureSkips returns the "test: reason" entries recorded so far by
+// SkipFeature and SkipIfNotSupported.
+func FeatureSkips() []string {
+	skipMu.Lock()
+	defer skipMu.Unlock()
+	return append([]string(nil), featureSkips...)
+}
+
+// SkipFeature skips t because the driver or device lacks a feature, and
+// records it for the summary Main prints. Such skips are allowed even when
+// PINMEM_REQUIRE_GPU=1.
+func SkipFeature(t testing.TB, reason string) {
+	t.Helper()
+	skipMu.Lock()
+	featureSkips = append(featureSkips, t.Name()+": "+reason)
+	skipMu.Unlock()
+	t.Skip("feature not supported: " + reason)
+}
+
+// SkipIfNotSupported does nothing for a nil err, skips t (as SkipFeature)
+// when err matches cudadrv.ErrNotSupported, and fails t for any other error.
+func SkipIfNotSupported(t testing.TB, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if errors.Is(err, cudadrv.ErrNotSupported) {
+		SkipFeature(t, err.Error())
+	}
+	t.Fatalf("unexpected error: %v", err)
+}
+
+// isFake reports whether d is a stand-in for the real driver.
+func isFake(d cudadrv.Driver) bool {
+	f, ok := d.(interface{ IsFake() bool })
+	return ok && f.IsFake()
+}
+
+// RequireGPU returns the real driver with at least one device. Without
+// one it skips t, or fails it when PINMEM_REQUIRE_GPU=1; an unexpected
+// load error always fails. A fake driver installed with cudadrv.Swap does
+// not count as a GPU.
+func RequireGPU(t testing.TB) cudadrv.Driver {
+	t.Helper()
+	noGPU := func(format string, args ...any) {
+		t.Helper()
+		msg := fmt.Sprintf(format, args...)
+		if GPURequired() {
+			t.Fatalf("%s=1 but %s", EnvRequireGPU, msg)
+		}
+		t.Skip("no GPU: " + msg)
+	}
+	d, err := cudadrv.Get()
+	if err != nil {
+		if errors.Is(err, cudadrv.ErrNoDriver) || errors.Is(err, cudadrv.ErrNoDevice) {
+			noGPU("%v", err)
+		}
+		t.Fatalf("loading the NVIDIA driver: %v", err)
+	}
+	if isFake(d) {
+		noGPU("the installed driver is a fake (%T)", d)
+	}
+	n, err := d.DeviceGetCount()
+	if err != nil {
+		t.Fatalf("cuDeviceGetCount: %v", err)
+	}
+	if n == 0 {
+		noGPU("the driver reports no device")
+	}
+	return d
+}
+
+// UseFake installs a new fake driver as the process's driver (cudadrv.Get
+// returns it) until t ends. Tests that use it must not run in parallel
+// with tests that use another driver.
+func UseFake(t testing.TB, opts fakedrv.Options) *fakedrv.Driver {
+	t.Helper()
+	d := fakedrv.New(opts)
+	restore := cudadrv.Swap(d)
+	t.Cleanup(func() {
+		restore()
+		_ = d.Close()
+	})
+	return d
+}
+
+// RandomBytes returns n pseudo-random bytes determined by seed.
+func RandomBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := 0; i+8 <= n; i += 8 {
+		v := r.Uint64()
+		for j := range 8 {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	for i := n &^ 7; i < n; i++ {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// PoisonByte is the pattern Poison fills memory with.
+const PoisonByte = 0xA5
+
+// Poison fills b with PoisonByte, so that memory a copy failed to write stands out.
+func Poison(b []byte) {
+	for i := range b {
+		b[i] = PoisonByte
+	}
+}
+
+// CheckBytes fails t, naming the first differing offset, when got differs from want.
+func CheckBytes(t testing.TB, want, got []byte) {
+	t.Helper()
+	if off := FirstMismatch(want, got); off >= 0 {
+		var w, g string
+		if off < len(want) {
+			w = fmt.Sprintf("%#02x", want[off])
+		} else {
+			w = "end"
+		}
+		if off < len(got) {
+			g = fmt.Sprintf("%#02x", got[off])
+		} else {
+			g = "end"
+		}
+		t.Fatalf("bytes differ at offset %d of %d (want %s, got %s; want len %d, got len %d)", off, max(len(want), len(got)), w, g, len(want), len(got))
+	}
+}
+
+// FirstMismatch returns the first offset at which a and b differ (the
+// shorter length when one is a prefix of the other), or -1 when they are equal.
+func FirstMismatch(a, b []byte) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return n
+	}
+	return -1
+}
