@@ -1,0 +1,158 @@
+package cuda_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// callBatch is how many calls one timed sample issues; the C reference
+// (cref/callcost.c) uses the same batch.
+const callBatch = 1000
+
+// sampleGo times one batch of fn and returns ns per call.
+func sampleGo(fn func() error) (float64, error) {
+	start := time.Now()
+	for i := 0; i < callBatch; i++ {
+		if err := fn(); err != nil {
+			return 0, err
+		}
+	}
+	return float64(time.Since(start).Nanoseconds()) / callBatch, nil
+}
+
+// callCostCases are the calls compared with C: a trivial driver call and
+// issuing a 4 KiB asynchronous H2D copy from pinned memory.
+func callCostCases(b *testing.B) (cases map[string]func() error, sync func() error) {
+	ctx := gpuContext(b)
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Destroy() })
+	dev, err := ctx.Alloc(4096)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { dev.Free() })
+	host := pinnedHost(b, ctx, 4096)
+	return map[string]func() error{
+		"ctxGetCurrent": func() error { _, err := cuda.CurrentContextHandle(); return err },
+		"asyncH2D4KiB":  func() error { return s.CopyHtoD(dev.Ptr(), host) },
+	}, s.Synchronize
+}
+
+// BenchmarkCallCost measures what a driver call costs through the public
+// cuda package (purego, CGO_ENABLED=0). ns/op is per call.
+func BenchmarkCallCost(b *testing.B) {
+	cases, sync := callCostCases(b)
+	for _, name := range []string{"ctxGetCurrent", "asyncH2D4KiB"} {
+		fn := cases[name]
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if err := fn(); err != nil {
+					b.Fatal(err)
+				}
+				if i%callBatch == callBatch-1 {
+					b.StopTimer()
+					if err := sync(); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+			}
+			b.StopTimer()
+			if err := sync(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// BenchmarkCallCostVsC interleaves samples of the Go calls with samples of
+// the C reference (the callcost program built from cref/ with nvcc; its
+// path in PINMEM_CREF_CALLCOST) and reports both medians and their ratio.
+// Without the C program it reports the Go medians only.
+func BenchmarkCallCostVsC(b *testing.B) {
+	cases, sync := callCostCases(b)
+	cprog := os.Getenv("PINMEM_CREF_CALLCOST")
+	const rounds = 15
+	for _, name := range []string{"ctxGetCurrent", "asyncH2D4KiB"} {
+		fn := cases[name]
+		b.Run(name, func(b *testing.B) {
+			var goNs, cNs []float64
+			for i := 0; i < b.N; i++ {
+				for r := 0; r < rounds; r++ {
+					if err := sync(); err != nil {
+						b.Fatal(err)
+					}
+					ns, err := sampleGo(fn)
+					if err != nil {
+						b.Fatal(err)
+					}
+					goNs = append(goNs, ns)
+					if cprog != "" {
+						c, err := sampleC(cprog, name)
+						if err != nil {
+							b.Fatal(err)
+						}
+						cNs = append(cNs, c)
+					}
+				}
+			}
+			if err := sync(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(median(goNs), "go-ns/call")
+			if len(cNs) > 0 {
+				b.ReportMetric(median(cNs), "c-ns/call")
+				b.ReportMetric(median(goNs)/median(cNs), "go/c")
+			}
+		})
+	}
+}
+
+// sampleC runs the C reference for one sample of one case and returns its median ns per call.
+func sampleC(prog, name string) (float64, error) {
+	cmd := exec.Command(filepath.Clean(prog), "--case", name, "--samples", "5", "--batch", strconv.Itoa(callBatch))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	var best float64
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		var rec struct {
+			Bench  string  `json:"bench"`
+			Kind   string  `json:"kind"`
+			Median float64 `json:"median"`
+		}
+		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Median > 0 {
+			best = rec.Median
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return 0, err
+	}
+	return best, nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

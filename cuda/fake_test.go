@@ -1,0 +1,114 @@
+package cuda_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/track"
+)
+
+func fakeContext(t *testing.T) (*fakedrv.Driver, *cuda.Context) {
+	t.Helper()
+	fd := testutil.UseFake(t, fakedrv.Options{})
+	dev, err := cuda.GetDevice(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := dev.PrimaryContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd, ctx
+}
+
+// A failing driver call returns the typed error and leaves nothing tracked.
+func TestFakeFailuresAreTypedAndReleaseNothing(t *testing.T) {
+	fd, ctx := fakeContext(t)
+	cases := []struct {
+		op   string
+		code cudadrv.Result
+		want error
+		do   func() error
+	}{
+		{"cuStreamCreate", cudadrv.ErrorOutOfMemory, cuda.ErrOutOfMemory, func() error { _, err := ctx.NewStream(cuda.StreamNonBlocking); return err }},
+		{"cuEventCreate", cudadrv.ErrorInvalidContext, cuda.ErrInvalidHandle, func() error { _, err := ctx.NewEvent(cuda.EventDefault); return err }},
+		{"cuMemAlloc_v2", cudadrv.ErrorOutOfMemory, cuda.ErrOutOfMemory, func() error { _, err := ctx.Alloc(1 << 20); return err }},
+		{"cuModuleLoadData", cudadrv.ErrorUnsupportedPTXVersion, cuda.ErrKernelImage, func() error { _, err := ctx.LoadModule([]byte("// ptx")); return err }},
+		{"cuCtxSetCurrent", cudadrv.ErrorInvalidContext, cuda.ErrInvalidHandle, func() error { _, err := ctx.NewStream(0); return err }},
+	}
+	for _, c := range cases {
+		before := len(track.Live())
+		if err := fd.FailOn(c.op, 1, c.code); err != nil {
+			t.Fatal(err)
+		}
+		err := c.do()
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s failing with %d: got %v, want %v", c.op, c.code, err, c.want)
+		}
+		var de *cuda.Error
+		if !errors.As(err, &de) || de.Op != c.op || de.Code != c.code || de.Name == "" {
+			t.Errorf("%s: error %v does not carry op, code and name", c.op, err)
+		}
+		if after := len(track.Live()); after != before {
+			t.Errorf("%s: %d objects tracked before, %d after a failed call", c.op, before, after)
+		}
+		fd.ClearFaults()
+	}
+}
+
+func TestFakeAsyncFailureAndDestroyOrder(t *testing.T) {
+	fd, ctx := fakeContext(t)
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ctx.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, fd.FailOn("cuMemcpyHtoDAsync_v2", 1, cudadrv.ErrorInvalidValue))
+	if err := s.CopyHtoD(b.Ptr(), make([]byte, 16)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("failing async copy = %v", err)
+	}
+	must(t, b.Free())
+	must(t, s.Destroy())
+	if n := fd.Live(); n.Streams != 0 || n.DeviceAllocs != 0 {
+		t.Errorf("fake driver still holds %+v", n)
+	}
+}
+
+func TestLoadModuleErrorNamesDriverVersion(t *testing.T) {
+	fd, ctx := fakeContext(t)
+	must(t, fd.FailOn("cuModuleLoadData", 1, cudadrv.ErrorUnsupportedPTXVersion))
+	_, err := ctx.LoadModule([]byte("// ptx"))
+	if err == nil || !strings.Contains(err.Error(), "CUDA 13.0") {
+		t.Errorf("error %v should name the driver's CUDA version", err)
+	}
+}
+
+func TestLaunchRejectsBadArguments(t *testing.T) {
+	_, ctx := fakeContext(t)
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	must(t, err)
+	defer s.Destroy()
+	m, err := ctx.LoadModule([]byte("// ptx"))
+	must(t, err)
+	defer m.Unload()
+	if _, err := m.Function("missing"); !errors.Is(err, cuda.ErrInvalidHandle) {
+		t.Errorf("missing kernel = %v", err)
+	}
+}
+
+func TestNoDriverIsTyped(t *testing.T) {
+	restore := cudadrv.Swap(nil)
+	defer restore()
+	t.Setenv(cudadrv.EnvLibrary, "/nonexistent/libcuda.so.1")
+	if _, err := cuda.DeviceCount(); !errors.Is(err, cuda.ErrNoDriver) {
+		t.Errorf("DeviceCount without a driver = %v, want ErrNoDriver", err)
+	}
+}
