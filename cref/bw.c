@@ -1,0 +1,391 @@
+/*
+ * bw.c: host <-> device copy bandwidth through the CUDA driver API, for every
+ * kind of host memory, and (with --pin-cost) the cost of pinning.
+ *
+ * usage:
+ *   bw [--samples N] [--kinds k1,k2,...] [--dirs h2d,d2h] [--min-ms MS] [size ...]
+ *   bw --pin-cost [--samples N] [size ...]
+ *
+ * Kinds: pageable (malloc), pinned (cuMemHostAlloc 0), portable
+ * (CU_MEMHOSTALLOC_PORTABLE), mapped (CU_MEMHOSTALLOC_DEVICEMAP),
+ * write-combined (CU_MEMHOSTALLOC_WRITECOMBINED), registered (page-aligned
+ * malloc + cuMemHostRegister). Sizes take K/M/G suffixes (binary); default
+ * 65536 1048576 16777216 268435456.
+ *
+ * Bandwidth: cuMemcpyHtoDAsync / cuMemcpyDtoHAsync on one non-blocking
+ * stream, timed with events around a batch of repetitions long enough to take
+ * at least --min-ms (20) ms; N samples (default 5); GB/s = 1e9 bytes/s. After
+ * the samples every byte that moved is checked against a pattern (write-combined
+ * host memory is read back through the GPU into pinned memory, since CPU reads
+ * of it are uncached). One line per (kind, size, dir):
+ *   {"bench":"bw","kind":"pinned","size":16777216,"dir":"h2d","unit":"gbps",
+ *    "samples":5,"median":54.9,"min":54.8,"max":55.0,"reps":66,"verified":true}
+ *
+ * --pin-cost: ms per call of cuMemHostAlloc, cuMemFreeHost, malloc+memset
+ * ("malloc+touch"), cuMemHostRegister and cuMemHostUnregister, for sizes
+ * 1M 64M 1G 4G by default, N samples (default 3); "dir" is "none",
+ * "unit" is "ms".
+ */
+#include "common.h"
+
+#include <unistd.h>
+
+enum { K_PAGEABLE, K_PINNED, K_PORTABLE, K_MAPPED, K_WC, K_REGISTERED, K_COUNT };
+
+static const char* const kind_names[K_COUNT] = {
+    "pageable", "pinned", "portable", "mapped", "write-combined", "registered",
+};
+
+typedef struct {
+    void* p;
+    size_t n;
+    int kind;
+} hostbuf_t;
+
+static hostbuf_t host_alloc(int kind, size_t n)
+{
+    hostbuf_t b = {NULL, n, kind};
+    switch (kind) {
+    case K_PAGEABLE:
+        b.p = xmalloc(n);
+        memset(b.p, 0, n);
+        break;
+    case K_PINNED:
+        CK(cuMemHostAlloc(&b.p, n, 0));
+        break;
+    case K_PORTABLE:
+        CK(cuMemHostAlloc(&b.p, n, CU_MEMHOSTALLOC_PORTABLE));
+        break;
+    case K_MAPPED: {
+        CUdeviceptr dp = 0;
+        CK(cuMemHostAlloc(&b.p, n, CU_MEMHOSTALLOC_DEVICEMAP));
+        CK(cuMemHostGetDevicePointer(&dp, b.p, 0));
+        if (dp == 0) {
+            die("cuMemHostGetDevicePointer returned a null device pointer for mapped memory");
+        }
+        break;
+    }
+    case K_WC:
+        CK(cuMemHostAlloc(&b.p, n, CU_MEMHOSTALLOC_WRITECOMBINED));
+        break;
+    case K_REGISTERED: {
+        long page = sysconf(_SC_PAGESIZE);
+        int rc = posix_memalign(&b.p, page > 0 ? (size_t)page : 4096, n);
+        if (rc != 0) {
+            fprintf(stderr, "error: posix_memalign(%zu): %s\n", n, strerror(rc));
+            exit(1);
+        }
+        memset(b.p, 0, n);
+        CK(cuMemHostRegister(b.p, n, 0));
+        break;
+    }
+    default:
+        die("unknown host memory kind");
+    }
+    return b;
+}
+
+static void host_free(hostbuf_t* b)
+{
+    switch (b->kind) {
+    case K_PAGEABLE:
+        free(b->p);
+        break;
+    case K_REGISTERED:
+        CK(cuMemHostUnregister(b->p));
+        free(b->p);
+        break;
+    default:
+        CK(cuMemFreeHost(b->p));
+        break;
+    }
+    b->p = NULL;
+}
+
+/* Shared state for the bandwidth runs. */
+static CUstream stream;
+static CUevent ev_start, ev_end;
+static CUdeviceptr dbuf, dscratch; /* device buffers of the largest size */
+static void* check;                /* pinned buffer of the largest size */
+static double min_ms = 20.0;
+
+/* issue queues reps copies of n bytes in direction dir (0 = h2d, 1 = d2h). */
+static void issue(int dir, void* host, size_t n, long reps)
+{
+    for (long r = 0; r < reps; r++) {
+        if (dir == 0) {
+            CK(cuMemcpyHtoDAsync(dbuf, host, n, stream));
+        } else {
+            CK(cuMemcpyDtoHAsync(host, dbuf, n, stream));
+        }
+    }
+}
+
+/* timed_ms times reps copies with events, in milliseconds. */
+static double timed_ms(int dir, void* host, size_t n, long reps)
+{
+    float ms = 0;
+    CK(cuEventRecord(ev_start, stream));
+    issue(dir, host, n, reps);
+    CK(cuEventRecord(ev_end, stream));
+    CK(cuEventSynchronize(ev_end));
+    CK(cuEventElapsedTime(&ms, ev_start, ev_end));
+    return (double)ms;
+}
+
+/* calibrate returns the number of repetitions that takes at least min_ms. */
+static long calibrate(int dir, void* host, size_t n)
+{
+    long k = 1;
+    for (;;) {
+        double ms = timed_ms(dir, host, n, k);
+        if (ms >= 2.0 || k >= (1L << 20)) {
+            if (ms <= 0) {
+                ms = 1e-3;
+            }
+            double want = (double)k * min_ms / ms;
+            long reps = (long)want + 1;
+            return reps < 1 ? 1 : reps;
+        }
+        k *= 2;
+    }
+}
+
+static void verify_or_die(const void* p, size_t n, uint32_t seed, const char* what, const char* kind,
+                          size_t size)
+{
+    long long bad = verify_pattern(p, n, seed);
+    if (bad >= 0) {
+        fprintf(stderr, "error: %s %s size %zu: byte %lld is 0x%02x, want 0x%02x\n", kind, what, size, bad,
+                ((const uint8_t*)p)[bad], pattern_byte(seed, (uint64_t)bad));
+        fflush(stdout);
+        exit(1);
+    }
+}
+
+static void run_bw(int kind, size_t size, int dir, int samples, uint32_t seed)
+{
+    hostbuf_t h = host_alloc(kind, size);
+    const char* dname = dir == 0 ? "h2d" : "d2h";
+    if (dir == 0) {
+        fill_pattern(h.p, size, seed);
+    } else {
+        fill_pattern(check, size, seed);
+        CK(cuMemcpyHtoD(dbuf, check, size));
+        memset(h.p, 0, size);
+    }
+    /* warm up: one copy, then calibrate */
+    issue(dir, h.p, size, 1);
+    CK(cuStreamSynchronize(stream));
+    long reps = calibrate(dir, h.p, size);
+
+    double* gbps = xmalloc(sizeof(double) * (size_t)samples);
+    for (int s = 0; s < samples; s++) {
+        double ms = timed_ms(dir, h.p, size, reps);
+        gbps[s] = (double)size * (double)reps / (ms * 1e6);
+    }
+    CK(cuStreamSynchronize(stream));
+
+    /* verify every byte that moved */
+    if (dir == 0) {
+        memset(check, 0, size);
+        CK(cuMemcpyDtoH(check, dbuf, size));
+        verify_or_die(check, size, seed, "h2d (device copy)", kind_names[kind], size);
+    } else if (kind == K_WC) {
+        /* CPU reads of write-combined memory are uncached: read it back through the GPU */
+        memset(check, 0, size);
+        CK(cuMemcpyHtoD(dscratch, h.p, size));
+        CK(cuMemcpyDtoH(check, dscratch, size));
+        verify_or_die(check, size, seed, "d2h (host copy, via GPU)", kind_names[kind], size);
+    } else {
+        verify_or_die(h.p, size, seed, "d2h (host copy)", kind_names[kind], size);
+    }
+
+    char extra[96];
+    snprintf(extra, sizeof extra, ",\"reps\":%ld,\"verified\":true", reps);
+    print_result("bw", kind_names[kind], size, dname, "gbps", samples, stats(gbps, samples), extra);
+    free(gbps);
+    host_free(&h);
+}
+
+static void run_pin_cost(const unsigned long long* sizes, int nsizes, int samples)
+{
+    enum { OP_ALLOC, OP_FREEHOST, OP_TOUCH, OP_REGISTER, OP_UNREGISTER, OP_COUNT };
+    static const char* const op_names[OP_COUNT] = {
+        "cuMemHostAlloc", "cuMemFreeHost", "malloc+touch", "cuMemHostRegister", "cuMemHostUnregister",
+    };
+    for (int si = 0; si < nsizes; si++) {
+        size_t n = (size_t)sizes[si];
+        double* v[OP_COUNT];
+        for (int o = 0; o < OP_COUNT; o++) {
+            v[o] = xmalloc(sizeof(double) * (size_t)samples);
+        }
+        for (int s = 0; s < samples; s++) {
+            void* p = NULL;
+            double t0 = now_ns();
+            CK(cuMemHostAlloc(&p, n, 0));
+            double t1 = now_ns();
+            CK(cuMemFreeHost(p));
+            double t2 = now_ns();
+            v[OP_ALLOC][s] = (t1 - t0) / 1e6;
+            v[OP_FREEHOST][s] = (t2 - t1) / 1e6;
+
+            t0 = now_ns();
+            p = malloc(n);
+            if (p == NULL) {
+                fprintf(stderr, "error: malloc(%zu) failed\n", n);
+                exit(1);
+            }
+            memset(p, 1, n);
+            t1 = now_ns();
+            CK(cuMemHostRegister(p, n, 0));
+            t2 = now_ns();
+            CK(cuMemHostUnregister(p));
+            double t3 = now_ns();
+            free(p);
+            v[OP_TOUCH][s] = (t1 - t0) / 1e6;
+            v[OP_REGISTER][s] = (t2 - t1) / 1e6;
+            v[OP_UNREGISTER][s] = (t3 - t2) / 1e6;
+        }
+        for (int o = 0; o < OP_COUNT; o++) {
+            print_result("pin-cost", op_names[o], n, "none", "ms", samples, stats(v[o], samples), "");
+            free(v[o]);
+        }
+    }
+}
+
+static int parse_list(const char* arg, const char* const* names, int count, int* selected)
+{
+    char* copy = strdup(arg);
+    if (copy == NULL) {
+        die("strdup failed");
+    }
+    int n = 0;
+    for (char* save = NULL, *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        int found = -1;
+        for (int i = 0; i < count; i++) {
+            if (strcmp(tok, names[i]) == 0) {
+                found = i;
+            }
+        }
+        if (found < 0) {
+            fprintf(stderr, "error: unknown name \"%s\" in \"%s\"\n", tok, arg);
+            exit(2);
+        }
+        selected[found] = 1;
+        n++;
+    }
+    free(copy);
+    return n;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: bw [--samples N] [--kinds k1,k2] [--dirs h2d,d2h] [--min-ms MS] [size ...]\n"
+            "       bw --pin-cost [--samples N] [size ...]\n"
+            "kinds: pageable pinned portable mapped write-combined registered\n");
+    exit(2);
+}
+
+int main(int argc, char** argv)
+{
+    int samples = 0, pin_cost = 0;
+    int kinds[K_COUNT] = {0}, dirs[2] = {0};
+    int any_kind = 0, any_dir = 0;
+    static const char* const dir_names[2] = {"h2d", "d2h"};
+    unsigned long long sizes[64];
+    int nsizes = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        if (strcmp(a, "--samples") == 0 && i + 1 < argc) {
+            samples = parse_int(a, argv[++i]);
+        } else if (strcmp(a, "--kinds") == 0 && i + 1 < argc) {
+            any_kind = parse_list(argv[++i], kind_names, K_COUNT, kinds);
+        } else if (strcmp(a, "--dirs") == 0 && i + 1 < argc) {
+            any_dir = parse_list(argv[++i], dir_names, 2, dirs);
+        } else if (strcmp(a, "--min-ms") == 0 && i + 1 < argc) {
+            min_ms = (double)parse_int(a, argv[++i]);
+        } else if (strcmp(a, "--pin-cost") == 0) {
+            pin_cost = 1;
+        } else if (a[0] == '-') {
+            usage();
+        } else {
+            if (nsizes == (int)(sizeof sizes / sizeof sizes[0])) {
+                die("too many sizes");
+            }
+            sizes[nsizes++] = parse_size(a);
+        }
+    }
+    if (!any_kind) {
+        for (int k = 0; k < K_COUNT; k++) {
+            kinds[k] = 1;
+        }
+    }
+    if (!any_dir) {
+        dirs[0] = dirs[1] = 1;
+    }
+
+    CUcontext ctx;
+    CUdevice dev = open_device(pin_cost ? "pin-cost" : "bw", &ctx);
+
+    if (pin_cost) {
+        if (nsizes == 0) {
+            sizes[0] = MIB;
+            sizes[1] = 64 * MIB;
+            sizes[2] = GIB;
+            sizes[3] = 4 * GIB;
+            nsizes = 4;
+        }
+        run_pin_cost(sizes, nsizes, samples ? samples : 3);
+        close_device(dev);
+        return 0;
+    }
+
+    if (nsizes == 0) {
+        sizes[0] = 65536;
+        sizes[1] = 1048576;
+        sizes[2] = 16777216;
+        sizes[3] = 268435456;
+        nsizes = 4;
+    }
+    if (samples == 0) {
+        samples = 5;
+    }
+    size_t max = 0;
+    for (int i = 0; i < nsizes; i++) {
+        if (sizes[i] > max) {
+            max = (size_t)sizes[i];
+        }
+    }
+    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CK(cuEventCreate(&ev_start, CU_EVENT_DEFAULT));
+    CK(cuEventCreate(&ev_end, CU_EVENT_DEFAULT));
+    CK(cuMemAlloc(&dbuf, max));
+    CK(cuMemAlloc(&dscratch, max));
+    CK(cuMemHostAlloc(&check, max, 0));
+
+    uint32_t seed = 1;
+    for (int k = 0; k < K_COUNT; k++) {
+        if (!kinds[k]) {
+            continue;
+        }
+        for (int i = 0; i < nsizes; i++) {
+            for (int d = 0; d < 2; d++) {
+                if (dirs[d]) {
+                    run_bw(k, (size_t)sizes[i], d, samples, seed++);
+                }
+            }
+        }
+    }
+
+    CK(cuMemFreeHost(check));
+    CK(cuMemFree(dscratch));
+    CK(cuMemFree(dbuf));
+    CK(cuEventDestroy(ev_end));
+    CK(cuEventDestroy(ev_start));
+    CK(cuStreamDestroy(stream));
+    close_device(dev);
+    return 0;
+}
