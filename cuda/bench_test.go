@@ -100,11 +100,11 @@ func BenchmarkCallCostVsC(b *testing.B) {
 					}
 					goNs = append(goNs, ns)
 					if cprog != "" {
-						c, err := sampleC(cprog, name)
+						c, err := sampleC(cprog)
 						if err != nil {
 							b.Fatal(err)
 						}
-						cNs = append(cNs, c)
+						cNs = append(cNs, c[cKind[name]])
 					}
 				}
 			}
@@ -120,17 +120,21 @@ func BenchmarkCallCostVsC(b *testing.B) {
 	}
 }
 
-// sampleC runs the C reference for one sample of one case and returns its median ns per call.
-func sampleC(prog, name string) (float64, error) {
-	cmd := exec.Command(filepath.Clean(prog), "--case", name, "--samples", "5", "--batch", strconv.Itoa(callBatch))
+// cKind maps a case to the "kind" the C reference prints for it.
+var cKind = map[string]string{"ctxGetCurrent": "cuCtxGetCurrent", "asyncH2D4KiB": "cuMemcpyHtoDAsync"}
+
+// sampleC runs the C reference for a few samples and returns its median
+// ns per call for each kind it measured.
+func sampleC(prog string) (map[string]float64, error) {
+	cmd := exec.Command(filepath.Clean(prog), "--samples", "5", "--batch", strconv.Itoa(callBatch))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	var best float64
+	res := map[string]float64{}
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		var rec struct {
@@ -139,13 +143,13 @@ func sampleC(prog, name string) (float64, error) {
 			Median float64 `json:"median"`
 		}
 		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Median > 0 {
-			best = rec.Median
+			res[rec.Kind] = rec.Median
 		}
 	}
 	if err := cmd.Wait(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return best, nil
+	return res, nil
 }
 
 func median(v []float64) float64 {
