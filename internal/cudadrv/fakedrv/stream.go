@@ -10,7 +10,7 @@ import (
 type task struct {
 	name      string
 	stream    *stream
-	wait      []*task        // operations that must be done before this one runs
+	wait      []*task      // operations that must be done before this one runs
 	run       func() error // nil for markers (event records, waits)
 	fail      cudadrv.Result
 	done      bool
