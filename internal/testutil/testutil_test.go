@@ -1,0 +1,157 @@
+package testutil
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/track"
+)
+
+func TestMain(m *testing.M) { Main(m) }
+
+// envHelper selects, in a re-executed test binary, which helper test body runs.
+const envHelper = "PINMEM_TESTUTIL_HELPER"
+
+// child runs this test binary again with only TestHelper and returns its
+// output and whether it exited 0.
+func child(t *testing.T, helper string, env ...string) (string, bool) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelper$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), envHelper+"="+helper, cudadrv.EnvLibrary+"=/nonexistent/libcuda.so.1")
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("running child: %v", err)
+		}
+		return string(out), false
+	}
+	return string(out), true
+}
+
+// TestHelper is the body run in child processes; it does nothing otherwise.
+func TestHelper(t *testing.T) {
+	switch os.Getenv(envHelper) {
+	case "":
+		t.Skip("only runs in a child process")
+	case "requiregpu":
+		RequireGPU(t)
+		t.Log("RequireGPU returned")
+	case "requiregpu-fake":
+		UseFake(t, fakedrv.Options{})
+		RequireGPU(t)
+	case "notsupported":
+		SkipIfNotSupported(t, fmt.Errorf("wrapped: %w", cudadrv.ErrNotSupported))
+	case "othererror":
+		SkipIfNotSupported(t, errors.New("something else"))
+	case "skipfeature":
+		SkipFeature(t, "device lacks write-combined memory")
+	case "leakobject":
+		track.Add(track.Stream, 0x1234, 0)
+	case "leakgoroutine":
+		ch := make(chan struct{})
+		go func() { <-ch }()
+	}
+}
+
+func TestRequireGPUSkipsWithoutDriver(t *testing.T) {
+	out, ok := child(t, "requiregpu", EnvRequireGPU+"=")
+	if !ok || !strings.Contains(out, "--- SKIP") || strings.Contains(out, "RequireGPU returned") {
+		t.Fatalf("want a skip, got ok=%v:\n%s", ok, out)
+	}
+}
+
+func TestRequireGPUFailsWhenRequired(t *testing.T) {
+	out, ok := child(t, "requiregpu", EnvRequireGPU+"=1")
+	if ok || !strings.Contains(out, "--- FAIL") || !strings.Contains(out, EnvRequireGPU+"=1") {
+		t.Fatalf("want a failure naming %s, got ok=%v:\n%s", EnvRequireGPU, ok, out)
+	}
+}
+
+func TestRequireGPURejectsFake(t *testing.T) {
+	out, ok := child(t, "requiregpu-fake", EnvRequireGPU+"=1")
+	if ok || !strings.Contains(out, "fake") {
+		t.Fatalf("want a failure for a fake driver, got ok=%v:\n%s", ok, out)
+	}
+	out, ok = child(t, "requiregpu-fake", EnvRequireGPU+"=")
+	if !ok || !strings.Contains(out, "--- SKIP") {
+		t.Fatalf("want a skip for a fake driver, got ok=%v:\n%s", ok, out)
+	}
+}
+
+func TestFeatureSkipsAllowedAndListed(t *testing.T) {
+	for _, h := range []string{"notsupported", "skipfeature"} {
+		out, ok := child(t, h, EnvRequireGPU+"=1")
+		if !ok || !strings.Contains(out, "--- SKIP") || !strings.Contains(out, "FEATURE SKIPS: TestHelper: ") {
+			t.Fatalf("%s: want a listed feature skip, got ok=%v:\n%s", h, ok, out)
+		}
+	}
+}
+
+func TestSkipIfNotSupportedFailsOnOtherErrors(t *testing.T) {
+	out, ok := child(t, "othererror")
+	if ok || !strings.Contains(out, "something else") || strings.Contains(out, "FEATURE SKIPS") {
+		t.Fatalf("want a failure, got ok=%v:\n%s", ok, out)
+	}
+}
+
+func TestMainFailsOnLeakedObject(t *testing.T) {
+	out, ok := child(t, "leakobject")
+	if ok || !strings.Contains(out, "still live") || !strings.Contains(out, "stream 0x1234") || !strings.Contains(out, "testutil_test.go") {
+		t.Fatalf("want a leak report with a creation stack, got ok=%v:\n%s", ok, out)
+	}
+}
+
+func TestMainFailsOnLeakedGoroutine(t *testing.T) {
+	out, ok := child(t, "leakgoroutine")
+	if ok || !strings.Contains(out, "leaked goroutines") {
+		t.Fatalf("want a goroutine leak failure, got ok=%v:\n%s", ok, out)
+	}
+}
+
+func TestUseFakeRestores(t *testing.T) {
+	var fake *fakedrv.Driver
+	t.Run("inner", func(t *testing.T) {
+		fake = UseFake(t, fakedrv.Options{DeviceCount: 2})
+		d, err := cudadrv.Get()
+		if err != nil || d != cudadrv.Driver(fake) {
+			t.Fatalf("Get = %v, %v; want the fake", d, err)
+		}
+	})
+	d, _ := cudadrv.Get()
+	if d == cudadrv.Driver(fake) {
+		t.Fatal("fake still installed after the test")
+	}
+}
+
+func TestBytes(t *testing.T) {
+	a, b := RandomBytes(1003, 7), RandomBytes(1003, 7)
+	if FirstMismatch(a, b) != -1 {
+		t.Fatal("same seed, different bytes")
+	}
+	if FirstMismatch(a, RandomBytes(1003, 8)) == -1 {
+		t.Fatal("different seeds, same bytes")
+	}
+	c := append([]byte(nil), a...)
+	c[517] ^= 1
+	if off := FirstMismatch(a, c); off != 517 {
+		t.Fatalf("mismatch at %d", off)
+	}
+	if off := FirstMismatch(a, a[:10]); off != 10 {
+		t.Fatalf("prefix mismatch at %d", off)
+	}
+	Poison(c)
+	for _, x := range c {
+		if x != PoisonByte {
+			t.Fatal("not poisoned")
+		}
+	}
+	CheckBytes(t, a, b)
+}
