@@ -1,0 +1,447 @@
+package pinmem
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/track"
+)
+
+// MaxSize is the largest buffer Alloc and Register accept (256 TiB); larger
+// requests are refused with ErrInvalidValue before any driver call.
+const MaxSize = 1 << 48
+
+// hugePageSize is the transparent huge page size pinmem aligns its mappings to.
+const hugePageSize = 2 << 20
+
+// regChunk bounds the bytes pinned by one cuMemHostRegister call: one call
+// pinning hundreds of GB stalls other processes' CUDA calls, and some
+// kernels cap a single pin at 2 GiB. A variable for tests.
+var regChunk uintptr = 1 << 30
+
+var pageSize = uintptr(os.Getpagesize())
+
+func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
+
+// Alloc returns size bytes of pinned host memory with the given flags, in
+// the primary context of the device (WithDevice, default device 0). The
+// memory is zeroed for pinmem's own mappings; cuMemHostAlloc memory is as
+// the driver returns it (normally zeroed pages, not guaranteed).
+//
+// Errors, all before any driver call unless said otherwise: a size <= 0 or
+// above MaxSize, unknown flags, or flags that contradict each other or the
+// method (ReadOnly with MethodHostAlloc, WriteCombined with
+// MethodMmapRegister or ReadOnly) match ErrInvalidValue; flags or a method
+// the device cannot serve (Mapped without CanMapHostMemory, ReadOnly or
+// MethodMmapRegister without host registration support) match
+// ErrNotSupported; a request over the budget is a *BudgetError; an
+// allocation failure of the driver or the host is an *OutOfMemoryError.
+func Alloc(size int, flags Flags, opts ...Option) (*Buffer, error) {
+	b, err := alloc(size, flags, buildOptions(opts))
+	if err != nil {
+		ledgerFailed()
+		return nil, err
+	}
+	return b, nil
+}
+
+func checkSize(op string, size int) error {
+	if size <= 0 || size > MaxSize {
+		return fmt.Errorf("pinmem: %s of %d bytes (want 1..%d): %w", op, size, int64(MaxSize), ErrInvalidValue)
+	}
+	return nil
+}
+
+func checkDeviceFlags(t target, flags Flags, register bool) error {
+	if flags&Mapped != 0 && !t.caps.canMap {
+		return fmt.Errorf("pinmem: %v cannot map host memory (CanMapHostMemory=0), so Mapped is impossible: %w", t.dev, ErrNotSupported)
+	}
+	if register && !t.caps.hostRegister {
+		return fmt.Errorf("pinmem: %v does not support registering host memory (HostRegisterSupported=0; integrated GPUs: use Alloc, which uses cuMemHostAlloc there): %w", t.dev, ErrNotSupported)
+	}
+	if flags&ReadOnly != 0 && !t.caps.readOnlyReg {
+		return fmt.Errorf("pinmem: %v does not support read-only registration (ReadOnlyHostRegisterSupported=0): %w", t.dev, ErrNotSupported)
+	}
+	return nil
+}
+
+func alloc(size int, flags Flags, o options) (*Buffer, error) {
+	if err := checkSize("Alloc", size); err != nil {
+		return nil, err
+	}
+	if flags&^allFlags != 0 {
+		return nil, fmt.Errorf("pinmem: Alloc with unknown flags %#x: %w", uint32(flags&^allFlags), ErrInvalidValue)
+	}
+	if flags&WriteCombined != 0 && flags&ReadOnly != 0 {
+		return nil, fmt.Errorf("pinmem: Alloc with %s: write-combined memory comes from cuMemHostAlloc, read-only from registration: %w", flags, ErrInvalidValue)
+	}
+	switch o.method {
+	case MethodAuto:
+	case MethodHostAlloc:
+		if flags&ReadOnly != 0 {
+			return nil, fmt.Errorf("pinmem: Alloc with ReadOnly and MethodHostAlloc: ReadOnly is a registration flag: %w", ErrInvalidValue)
+		}
+	case MethodMmapRegister:
+		if flags&WriteCombined != 0 {
+			return nil, fmt.Errorf("pinmem: Alloc with WriteCombined and MethodMmapRegister: write-combined memory only comes from cuMemHostAlloc: %w", ErrInvalidValue)
+		}
+		if !mmapSupported {
+			return nil, fmt.Errorf("pinmem: MethodMmapRegister on %s: %w", runtime.GOOS, ErrNotSupported)
+		}
+	default:
+		return nil, fmt.Errorf("pinmem: unknown method %v: %w", o.method, ErrInvalidValue)
+	}
+	t, err := resolve(o)
+	if err != nil {
+		return nil, err
+	}
+	method := o.method
+	if method == MethodAuto {
+		switch {
+		case flags&ReadOnly != 0:
+			method = MethodMmapRegister
+		case flags&WriteCombined != 0:
+			method = MethodHostAlloc
+		case t.caps.integrated:
+			// Host and device share memory: mapped memory avoids copies altogether.
+			method = MethodHostAlloc
+			if t.caps.canMap {
+				flags |= Mapped
+			}
+		case !mmapSupported || !t.caps.hostRegister || size < AutoMmapThreshold:
+			method = MethodHostAlloc
+		default:
+			method = MethodMmapRegister
+		}
+	}
+	if err := checkDeviceFlags(t, flags, method == MethodMmapRegister); err != nil {
+		return nil, err
+	}
+	if method == MethodMmapRegister && !mmapSupported {
+		return nil, fmt.Errorf("pinmem: ReadOnly needs registration, implemented only on Linux: %w", ErrNotSupported)
+	}
+	if method == MethodHostAlloc {
+		return allocHost(t, size, flags)
+	}
+	return allocMmap(t, size, flags, o)
+}
+
+func allocHost(t target, size int, flags Flags) (*Buffer, error) {
+	n := int64(size)
+	limit, before, err := reserve(n)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	var p unsafe.Pointer
+	err = t.do(func() (err error) {
+		p, err = t.drv.MemHostAlloc(uint64(size), flags.hostAllocFlags())
+		if err == nil {
+			track.Add(track.HostAlloc, uint64(uintptr(p)), n)
+		}
+		return err
+	})
+	if err != nil {
+		unreserve(n)
+		return nil, driverErr("cuMemHostAlloc", fmt.Sprintf("flags %s", flags), err, n, before, limit)
+	}
+	lo := uintptr(p)
+	if err := regInsert(lo, lo+roundUp(uintptr(size), pageSize)); err != nil {
+		// Only possible if the driver returned memory pinmem thinks is pinned already.
+		_ = t.do(func() error { track.Remove(track.HostAlloc, uint64(lo)); return t.drv.MemFreeHost(p) })
+		unreserve(n)
+		return nil, err
+	}
+	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindHostAlloc, flags: flags, regLo: lo}
+	ledgerAdd(s.kind, flags, n, time.Since(start))
+	return newBuffer(s), nil
+}
+
+func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
+	length := roundUp(uintptr(size), pageSize)
+	n := int64(length)
+	limit, before, err := reserve(n)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	huge := thpAvailable()
+	if o.huge != nil {
+		huge = *o.huge && huge
+	}
+	p, hugeOn, err := mapAnon(length, huge)
+	if err != nil {
+		unreserve(n)
+		if isENOMEM(err) {
+			return nil, &OutOfMemoryError{Op: "mmap", Requested: n, Pinned: before, Limit: limit, Err: err}
+		}
+		return nil, fmt.Errorf("pinmem: %w", err)
+	}
+	touch(p, length, o.threads, hugeOn)
+	var chunks []chunk
+	err = t.do(func() (err error) {
+		chunks, err = registerChunks(t, p, length, flags)
+		return err
+	})
+	if err != nil {
+		_ = unmapAnon(p, length)
+		unreserve(n)
+		return nil, driverErr("cuMemHostRegister", fmt.Sprintf("flags %s, mmap", flags), err, n, before, limit)
+	}
+	lo := uintptr(p)
+	if err := regInsert(lo, lo+length); err != nil {
+		_ = t.do(func() error { return unregisterChunks(t, chunks) })
+		_ = unmapAnon(p, length)
+		unreserve(n)
+		return nil, err
+	}
+	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindMmapRegistered, flags: flags,
+		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo}
+	ledgerAdd(s.kind, flags, n, time.Since(start))
+	return newBuffer(s), nil
+}
+
+// driverErr wraps a failed pin: out-of-memory failures become an
+// *OutOfMemoryError with the budget figures.
+func driverErr(op, what string, err error, n, before, limit int64) error {
+	if errors.Is(err, ErrOutOfMemory) {
+		return &OutOfMemoryError{Op: op, Requested: n, Pinned: before, Limit: limit, Err: err}
+	}
+	return fmt.Errorf("pinmem: %s of %s (%s): %w", op, fmtBytes(n), what, err)
+}
+
+// touch faults in the pages of [p, p+length) by writing a zero to each,
+// spread over threads goroutines. With huge pages one write per 2 MiB
+// suffices; where the kernel fell back to small pages after all, the
+// untouched pages are faulted in by cuMemHostRegister itself (slower, still
+// correct).
+func touch(p unsafe.Pointer, length uintptr, threads int, huge bool) {
+	step := pageSize
+	if huge {
+		step = hugePageSize
+	}
+	mem := unsafe.Slice((*byte)(p), length)
+	const minPer = 16 << 20 // below this per goroutine, spawning costs more than it saves
+	threads = max(1, min(threads, int(length/minPer)))
+	per := roundUp(length/uintptr(threads), hugePageSize)
+	var wg sync.WaitGroup
+	for lo := uintptr(0); lo < length; lo += per {
+		hi := min(lo+per, length)
+		wg.Go(func() {
+			for i := lo; i < hi; i += step {
+				mem[i] = 0
+			}
+			if huge && hi > lo {
+				// The tail beyond the last full huge page is made of small pages.
+				for i := max(lo, (hi-1)/hugePageSize*hugePageSize); i < hi; i += pageSize {
+					mem[i] = 0
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// registerChunks registers [p, p+length) in chunks of at most regChunk
+// bytes. It runs with the context current. On failure it unregisters what
+// it registered. For Mapped memory the chunks must map to one contiguous
+// device range (true where the device uses the host pointer for registered
+// memory); where they do not, the range is registered again in one call.
+func registerChunks(t target, p unsafe.Pointer, length uintptr, flags Flags) ([]chunk, error) {
+	rf := flags.registerFlags()
+	var chunks []chunk
+	for off := uintptr(0); off < length; off += regChunk {
+		c := chunk{p: unsafe.Add(p, off), n: min(regChunk, length-off)}
+		if err := t.drv.MemHostRegister(c.p, uint64(c.n), rf); err != nil {
+			uerr := unregisterChunks(t, chunks)
+			if uerr != nil {
+				return nil, errors.Join(fmt.Errorf("chunk at offset %d of %d: %w", off, length, err), uerr)
+			}
+			return nil, fmt.Errorf("chunk at offset %d of %d bytes: %w", off, length, err)
+		}
+		track.Add(track.Registration, uint64(uintptr(c.p)), int64(c.n))
+		chunks = append(chunks, c)
+	}
+	if flags&Mapped == 0 || len(chunks) < 2 {
+		return chunks, nil
+	}
+	contiguous := true
+	base, err := t.drv.MemHostGetDevicePointer(p, 0)
+	for i := 1; err == nil && i < len(chunks); i++ {
+		var dp cudadrv.DevicePtr
+		dp, err = t.drv.MemHostGetDevicePointer(chunks[i].p, 0)
+		contiguous = contiguous && dp == base+cudadrv.DevicePtr(uintptr(chunks[i].p)-uintptr(p))
+	}
+	if err == nil && contiguous {
+		return chunks, nil
+	}
+	if uerr := unregisterChunks(t, chunks); uerr != nil {
+		return nil, uerr
+	}
+	if err := t.drv.MemHostRegister(p, uint64(length), rf); err != nil {
+		return nil, fmt.Errorf("mapped range of %d bytes in one call: %w", length, err)
+	}
+	track.Add(track.Registration, uint64(uintptr(p)), int64(length))
+	return []chunk{{p: p, n: length}}, nil
+}
+
+// unregisterChunks unregisters every chunk, in reverse order, and returns
+// the errors joined. It runs with the context current.
+func unregisterChunks(t target, chunks []chunk) error {
+	var errs []error
+	for i := len(chunks) - 1; i >= 0; i-- {
+		c := chunks[i]
+		if err := t.drv.MemHostUnregister(c.p); err != nil {
+			errs = append(errs, fmt.Errorf("pinmem: cuMemHostUnregister of %#x: %w", uintptr(c.p), err))
+			continue
+		}
+		track.Remove(track.Registration, uint64(uintptr(c.p)))
+	}
+	return errors.Join(errs...)
+}
+
+// Register page-locks mem in place with cuMemHostRegister (in chunks of at
+// most 1 GiB per call) in the device's primary context, and keeps it alive
+// and unmovable with a runtime.Pinner until Free. Free unregisters and
+// unpins; it never frees mem. mem must not be pinned by pinmem already: a
+// range that overlaps a buffer pinmem pinned (compared at page granularity)
+// is an *OverlapError, and the driver's own CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+// (memory registered by other code) is returned as it is; both match
+// ErrAlreadyRegistered.
+//
+// Flags may be Portable, Mapped and ReadOnly; WriteCombined is refused with
+// ErrInvalidValue. An empty mem is ErrInvalidValue; a device that cannot
+// register host memory gives ErrNotSupported. The budget applies as for Alloc.
+func Register(mem []byte, flags Flags, opts ...Option) (*Buffer, error) {
+	b, err := register(mem, flags, buildOptions(opts))
+	if err != nil {
+		ledgerFailed()
+		return nil, err
+	}
+	return b, nil
+}
+
+func register(mem []byte, flags Flags, o options) (*Buffer, error) {
+	if err := checkSize("Register", len(mem)); err != nil {
+		return nil, err
+	}
+	if flags&^allFlags != 0 {
+		return nil, fmt.Errorf("pinmem: Register with unknown flags %#x: %w", uint32(flags&^allFlags), ErrInvalidValue)
+	}
+	if flags&WriteCombined != 0 {
+		return nil, fmt.Errorf("pinmem: Register with WriteCombined: write-combined memory only comes from cuMemHostAlloc: %w", ErrInvalidValue)
+	}
+	p := unsafe.Pointer(unsafe.SliceData(mem))
+	lo := uintptr(p) &^ (pageSize - 1)
+	hi := roundUp(uintptr(p)+uintptr(len(mem)), pageSize)
+	if err := regInsert(lo, hi); err != nil {
+		return nil, err
+	}
+	b, err := registerClaimed(mem, p, lo, flags, o)
+	if err != nil {
+		regRemove(lo)
+		return nil, err
+	}
+	return b, nil
+}
+
+func registerClaimed(mem []byte, p unsafe.Pointer, lo uintptr, flags Flags, o options) (*Buffer, error) {
+	t, err := resolve(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDeviceFlags(t, flags, true); err != nil {
+		return nil, err
+	}
+	n := int64(len(mem))
+	limit, before, err := reserve(n)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	pinner := new(runtime.Pinner)
+	pinner.Pin(p)
+	var chunks []chunk
+	err = t.do(func() (err error) {
+		chunks, err = registerChunks(t, p, uintptr(len(mem)), flags)
+		return err
+	})
+	if err != nil {
+		pinner.Unpin()
+		unreserve(n)
+		return nil, driverErr("cuMemHostRegister", fmt.Sprintf("flags %s, Go slice at %#x", flags, uintptr(p)), err, n, before, limit)
+	}
+	s := &bufState{t: t, ptr: p, size: len(mem), pinned: n, kind: KindGoRegistered, flags: flags,
+		chunks: chunks, mem: mem, pinner: pinner, regLo: lo}
+	ledgerAdd(s.kind, flags, n, time.Since(start))
+	return newBuffer(s), nil
+}
+
+// PointerInfo is what the driver reports about a buffer's memory, read in
+// one context: cuMemHostGetFlags and the pointer attributes. Fields the
+// driver would not report are zero, with the error in Errors.
+type PointerInfo struct {
+	HostFlags     uint32 // cuMemHostGetFlags: CU_MEMHOSTALLOC_* bits
+	MemoryType    int    // CU_POINTER_ATTRIBUTE_MEMORY_TYPE (1 host, 2 device, 4 unified)
+	Context       uintptr
+	DevicePointer uint64
+	HostPointer   uint64
+	DeviceOrdinal int
+	RangeStart    uint64
+	RangeSize     uint64
+	Mapped        bool
+	// Errors holds, by name ("HostFlags", "MemoryType", ...), each query the driver refused.
+	Errors map[string]error
+}
+
+// QueryPointer asks the driver about b's memory with ctx current (nil: the
+// buffer's device's primary context). It exists to show what the driver
+// thinks of Portable and Mapped memory from other contexts.
+func QueryPointer(b *Buffer, ctx *cuda.Context) (PointerInfo, error) {
+	s, err := b.live()
+	if err != nil {
+		return PointerInfo{}, err
+	}
+	h := s.t.ctx
+	if ctx != nil {
+		h = cudadrv.Context(ctx.Handle())
+	}
+	info := PointerInfo{Errors: map[string]error{}}
+	err = cudadrv.With(s.t.drv, h, func() error {
+		var err error
+		if info.HostFlags, err = s.t.drv.MemHostGetFlags(s.ptr); err != nil {
+			info.Errors["HostFlags"] = err
+		}
+		attrs := []struct {
+			name string
+			a    cudadrv.PointerAttribute
+			set  func(uint64)
+		}{
+			{"MemoryType", cudadrv.PointerAttrMemoryType, func(v uint64) { info.MemoryType = int(v) }},
+			{"Context", cudadrv.PointerAttrContext, func(v uint64) { info.Context = uintptr(v) }},
+			{"DevicePointer", cudadrv.PointerAttrDevicePointer, func(v uint64) { info.DevicePointer = v }},
+			{"HostPointer", cudadrv.PointerAttrHostPointer, func(v uint64) { info.HostPointer = v }},
+			{"DeviceOrdinal", cudadrv.PointerAttrDeviceOrdinal, func(v uint64) { info.DeviceOrdinal = int(int32(v)) }},
+			{"RangeStart", cudadrv.PointerAttrRangeStart, func(v uint64) { info.RangeStart = v }},
+			{"RangeSize", cudadrv.PointerAttrRangeSize, func(v uint64) { info.RangeSize = v }},
+			{"Mapped", cudadrv.PointerAttrMapped, func(v uint64) { info.Mapped = v != 0 }},
+		}
+		for _, a := range attrs {
+			v, err := s.t.drv.PointerGetAttribute(a.a, cudadrv.DevicePtr(uintptr(s.ptr)))
+			if err != nil {
+				info.Errors[a.name] = err
+				continue
+			}
+			a.set(v)
+		}
+		return nil
+	})
+	return info, err
+}

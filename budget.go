@@ -1,0 +1,248 @@
+package pinmem
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pinmem/pinmem/sysinfo"
+)
+
+// EnvBudget names the environment variable that sets the default budget:
+// bytes with an optional suffix (K, M, G, T are powers of 1000; Ki, Mi, Gi,
+// Ti powers of 1024; a trailing "B" is allowed), or a percentage of physical
+// memory such as "40%".
+const EnvBudget = "PINMEM_BUDGET"
+
+var (
+	// reserved is every byte pinned or being pinned: the budget's measure.
+	reserved atomic.Int64
+
+	budgetMu      sync.Mutex
+	budgetSet     int64 // from SetBudget; 0 when not set
+	budgetDefault int64 // computed once; 0 when not yet computed
+	budgetErr     error // PINMEM_BUDGET could not be parsed
+
+	// physMem returns the base of percentages and of the default; a test hook.
+	physMem = func() (uint64, error) { return sysinfo.PhysicalMemory() }
+)
+
+// SetBudget sets the process's pinned memory budget in bytes and returns
+// the previous one. A limit <= 0 restores the default (PINMEM_BUDGET, or half
+// of physical memory). Lowering the budget below what is already pinned
+// frees nothing; it only makes later requests fail.
+func SetBudget(limit int64) (prev int64) {
+	prev = Budget()
+	budgetMu.Lock()
+	defer budgetMu.Unlock()
+	if limit <= 0 {
+		budgetSet = 0
+		budgetDefault = 0 // read PINMEM_BUDGET again
+		budgetErr = nil
+	} else {
+		budgetSet = limit
+	}
+	return prev
+}
+
+// Budget returns the process's pinned memory budget in bytes. Where
+// physical memory cannot be read (not Linux) and PINMEM_BUDGET is unset, it
+// is math.MaxInt64: no limit.
+func Budget() int64 {
+	b, _ := budget()
+	return b
+}
+
+// budget returns the limit, or an error matching ErrInvalidValue when
+// PINMEM_BUDGET is malformed (then the limit returned is the built-in default).
+func budget() (int64, error) {
+	budgetMu.Lock()
+	defer budgetMu.Unlock()
+	if budgetSet > 0 {
+		return budgetSet, nil
+	}
+	if budgetDefault == 0 {
+		budgetDefault, budgetErr = defaultBudget(os.Getenv(EnvBudget))
+	}
+	return budgetDefault, budgetErr
+}
+
+// defaultBudget computes the default from the value of PINMEM_BUDGET.
+func defaultBudget(env string) (int64, error) {
+	phys, physErr := physMem()
+	half := int64(math.MaxInt64)
+	if physErr == nil && phys > 0 {
+		half = int64(min(phys/2, math.MaxInt64))
+	}
+	if strings.TrimSpace(env) == "" {
+		return half, nil
+	}
+	var base uint64
+	if physErr == nil {
+		base = phys
+	}
+	n, err := ParseBudget(env, base)
+	if err != nil {
+		return half, fmt.Errorf("pinmem: %s: %w", EnvBudget, err)
+	}
+	if strings.HasSuffix(strings.TrimSpace(env), "%") && (physErr != nil || phys == 0) {
+		return half, fmt.Errorf("pinmem: %s=%q is a percentage but physical memory is unknown (%v): %w", EnvBudget, env, physErr, ErrInvalidValue)
+	}
+	return n, nil
+}
+
+// ParseBudget parses a budget as PINMEM_BUDGET gives it: a positive number
+// of bytes with an optional suffix (K, M, G, T = 10^3..10^12; Ki, Mi, Gi, Ti =
+// 2^10..2^40; optionally followed by "B"), or a percentage (0 < p <= 100,
+// fractions allowed) of physical, the physical memory in bytes.
+func ParseBudget(s string, physical uint64) (int64, error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return 0, fmt.Errorf("empty budget: %w", ErrInvalidValue)
+	}
+	if p, ok := strings.CutSuffix(t, "%"); ok {
+		f, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil || math.IsNaN(f) || f <= 0 || f > 100 {
+			return 0, fmt.Errorf("budget %q: percentage must be in (0,100]: %w", s, ErrInvalidValue)
+		}
+		n := int64(f / 100 * float64(physical))
+		if n <= 0 {
+			return 0, fmt.Errorf("budget %q of %d bytes of physical memory is zero: %w", s, physical, ErrInvalidValue)
+		}
+		return n, nil
+	}
+	u := strings.ToUpper(t)
+	u = strings.TrimSuffix(u, "B")
+	mult := float64(1)
+	suffixes := []struct {
+		s string
+		m float64
+	}{
+		{"KI", 1 << 10}, {"MI", 1 << 20}, {"GI", 1 << 30}, {"TI", 1 << 40},
+		{"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
+	}
+	for _, sf := range suffixes {
+		if rest, ok := strings.CutSuffix(u, sf.s); ok {
+			u, mult = rest, sf.m
+			break
+		}
+	}
+	u = strings.TrimSpace(u)
+	var n float64
+	if i, err := strconv.ParseInt(u, 10, 64); err == nil {
+		n = float64(i)
+		if mult == 1 {
+			if i <= 0 {
+				return 0, fmt.Errorf("budget %q must be positive: %w", s, ErrInvalidValue)
+			}
+			return i, nil
+		}
+	} else {
+		f, err := strconv.ParseFloat(u, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return 0, fmt.Errorf("budget %q: want bytes with an optional K/M/G/T/Ki/Mi/Gi/Ti suffix or a percentage: %w", s, ErrInvalidValue)
+		}
+		n = f
+	}
+	v := n * mult
+	if v < 1 || v >= math.MaxInt64 {
+		return 0, fmt.Errorf("budget %q out of range: %w", s, ErrInvalidValue)
+	}
+	return int64(v), nil
+}
+
+// Reclaimer is implemented by caches of pinned memory (pools, registration
+// caches) that can give idle memory back when the budget is short.
+type Reclaimer interface {
+	// Reclaim frees up to (or more than) want bytes of idle pinned memory
+	// and returns how much it freed. It is called without any pinmem lock
+	// held and may call Buffer.Free.
+	Reclaim(want int64) (freed int64)
+}
+
+var (
+	reclaimMu  sync.Mutex
+	reclaimers = map[*reclaimerEntry]struct{}{}
+)
+
+type reclaimerEntry struct{ r Reclaimer }
+
+// AddReclaimer registers r to be asked for memory when a request would
+// exceed the budget. The returned function removes it again.
+func AddReclaimer(r Reclaimer) (remove func()) {
+	e := &reclaimerEntry{r}
+	reclaimMu.Lock()
+	reclaimers[e] = struct{}{}
+	reclaimMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			reclaimMu.Lock()
+			delete(reclaimers, e)
+			reclaimMu.Unlock()
+		})
+	}
+}
+
+// tryReserve adds n to reserved if that stays within limit.
+func tryReserve(n, limit int64) (ok bool, cur int64) {
+	for {
+		cur = reserved.Load()
+		if cur > limit-n {
+			return false, cur
+		}
+		if reserved.CompareAndSwap(cur, cur+n) {
+			return true, cur
+		}
+	}
+}
+
+// reserve takes n bytes of the budget, asking the reclaimers for memory
+// when short. It returns the limit in force and the pinned total before the
+// reservation, for error reports.
+func reserve(n int64) (limit, before int64, err error) {
+	limit, err = budget()
+	if err != nil {
+		return limit, reserved.Load(), err
+	}
+	if n > limit {
+		ledgerRejected()
+		return limit, reserved.Load(), &BudgetError{Requested: n, Pinned: reserved.Load(), Limit: limit}
+	}
+	ok, cur := tryReserve(n, limit)
+	if ok {
+		return limit, cur, nil
+	}
+	// Ask the caches; no lock is held while they run. Retry after each one
+	// that freed something, so that no more is reclaimed than needed.
+	reclaimMu.Lock()
+	rs := make([]Reclaimer, 0, len(reclaimers))
+	for e := range reclaimers {
+		rs = append(rs, e.r)
+	}
+	reclaimMu.Unlock()
+	for _, r := range rs {
+		want := reserved.Load() + n - limit
+		if want <= 0 {
+			want = n
+		}
+		if r.Reclaim(want) <= 0 {
+			continue
+		}
+		if ok, cur = tryReserve(n, limit); ok {
+			return limit, cur, nil
+		}
+	}
+	if ok, cur = tryReserve(n, limit); ok {
+		return limit, cur, nil
+	}
+	ledgerRejected()
+	return limit, cur, &BudgetError{Requested: n, Pinned: cur, Limit: limit}
+}
+
+// unreserve gives n bytes back to the budget.
+func unreserve(n int64) { reserved.Add(-n) }

@@ -1,0 +1,346 @@
+package pinmem
+
+import (
+	"fmt"
+	"log"
+	"reflect"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/track"
+)
+
+// chunk is one cuMemHostRegister call's range.
+type chunk struct {
+	p unsafe.Pointer
+	n uintptr
+}
+
+// bufState is everything needed to release a buffer. It is separate from
+// Buffer so that the drop cleanup, which receives it, does not keep the
+// Buffer reachable.
+type bufState struct {
+	freed  atomic.Bool
+	t      target
+	ptr    unsafe.Pointer
+	size   int
+	pinned int64 // bytes handed to the driver (ledger and budget)
+	kind   Kind
+	flags  Flags
+	huge   bool // huge pages were requested and accepted (mmap only)
+
+	mapLen uintptr // KindMmapRegistered: the mapping's length
+	chunks []chunk // registered kinds: the registrations
+	mem    []byte  // KindGoRegistered: the caller's slice
+	pinner *runtime.Pinner
+	regLo  uintptr // key of the registry range; 0 if none
+
+	dpMu sync.Mutex
+	dp   cuda.DevicePtr
+	dpOK bool
+}
+
+// Buffer is pinned host memory: from cuMemHostAlloc, from pinmem's own
+// mapping registered with cuMemHostRegister, or a caller's Go slice
+// registered in place. Its methods are safe for concurrent use; Free must be
+// called exactly once, after all use (including asynchronous copies) ended.
+type Buffer struct {
+	s       *bufState
+	cleanup runtime.Cleanup
+}
+
+func (b *Buffer) live() (*bufState, error) {
+	if b == nil || b.s == nil {
+		return nil, fmt.Errorf("pinmem: nil buffer: %w", ErrInvalidValue)
+	}
+	if b.s.freed.Load() {
+		return nil, fmt.Errorf("pinmem: %s buffer at %#x (%d bytes): %w", b.s.kind, uintptr(b.s.ptr), b.s.size, ErrFreed)
+	}
+	return b.s, nil
+}
+
+// Bytes returns the buffer's memory, or nil after Free. The slice must not
+// be used after Free.
+func (b *Buffer) Bytes() []byte {
+	s, err := b.live()
+	if err != nil {
+		return nil
+	}
+	if s.mem != nil {
+		return s.mem
+	}
+	return unsafe.Slice((*byte)(s.ptr), s.size)
+}
+
+// Len returns the buffer's size in bytes (as requested; 0 after Free).
+func (b *Buffer) Len() int {
+	s, err := b.live()
+	if err != nil {
+		return 0
+	}
+	return s.size
+}
+
+// Pinned returns the bytes the buffer holds page-locked, as counted by the
+// ledger and the budget: Len rounded up to whole pages for pinmem's own
+// mappings, Len otherwise.
+func (b *Buffer) Pinned() int64 {
+	if b == nil || b.s == nil {
+		return 0
+	}
+	return b.s.pinned
+}
+
+// Flags returns the flags in effect. They may include more than were asked
+// for: MethodAuto adds Mapped on integrated GPUs.
+func (b *Buffer) Flags() Flags {
+	if b == nil || b.s == nil {
+		return 0
+	}
+	return b.s.flags
+}
+
+// Kind returns where the memory came from.
+func (b *Buffer) Kind() Kind {
+	if b == nil || b.s == nil {
+		return 0
+	}
+	return b.s.kind
+}
+
+// Device returns the device whose primary context pinned the memory.
+func (b *Buffer) Device() *cuda.Device {
+	if b == nil || b.s == nil {
+		return nil
+	}
+	return b.s.t.dev
+}
+
+// HugePages reports whether the buffer is pinmem's own mapping and the
+// kernel accepted the request to back it with transparent huge pages.
+func (b *Buffer) HugePages() bool { return b != nil && b.s != nil && b.s.huge }
+
+// String describes the buffer.
+func (b *Buffer) String() string {
+	if b == nil || b.s == nil {
+		return "pinmem.Buffer(nil)"
+	}
+	st := ""
+	if b.s.freed.Load() {
+		st = ", freed"
+	}
+	return fmt.Sprintf("pinmem.Buffer(%s, %s, %d bytes at %#x%s)", b.s.kind, b.s.flags, b.s.size, uintptr(b.s.ptr), st)
+}
+
+// DevicePtr returns the device address of a Mapped buffer
+// (cuMemHostGetDevicePointer), for kernels that read and write host memory
+// directly. It fails with ErrNotMapped for a buffer without Mapped and with
+// ErrFreed after Free.
+func (b *Buffer) DevicePtr() (cuda.DevicePtr, error) {
+	s, err := b.live()
+	if err != nil {
+		return 0, err
+	}
+	if s.flags&Mapped == 0 {
+		return 0, fmt.Errorf("pinmem: %s buffer at %#x has flags %s, not mapped: %w", s.kind, uintptr(s.ptr), s.flags, ErrNotMapped)
+	}
+	s.dpMu.Lock()
+	defer s.dpMu.Unlock()
+	if s.dpOK {
+		return s.dp, nil
+	}
+	var dp cudadrv.DevicePtr
+	err = s.t.do(func() (err error) {
+		dp, err = s.t.drv.MemHostGetDevicePointer(s.ptr, 0)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("pinmem: device pointer of %s buffer at %#x: %w", s.kind, uintptr(s.ptr), err)
+	}
+	s.dp, s.dpOK = cuda.DevicePtr(dp), true
+	return s.dp, nil
+}
+
+// Free releases the memory: cuMemFreeHost, or cuMemHostUnregister of each
+// registered chunk followed by munmap (pinmem's mappings) or by unpinning
+// the Go slice (Register; the slice itself is never freed). It must be
+// called exactly once, after every use of the memory (asynchronous copies
+// and kernels included) has finished; a second call returns an error
+// matching ErrFreed. The ledger and the budget are updated even when the
+// driver reports an error, which is returned.
+func (b *Buffer) Free() error {
+	if b == nil || b.s == nil {
+		return fmt.Errorf("pinmem: Free of a nil buffer: %w", ErrInvalidValue)
+	}
+	s := b.s
+	if !s.freed.CompareAndSwap(false, true) {
+		return fmt.Errorf("pinmem: Free of %s buffer at %#x (%d bytes) again: %w", s.kind, uintptr(s.ptr), s.size, ErrFreed)
+	}
+	b.cleanup.Stop()
+	return s.release()
+}
+
+// release unpins and accounts; the caller has set freed.
+func (s *bufState) release() error {
+	start := time.Now()
+	var err error
+	switch s.kind {
+	case KindHostAlloc:
+		err = s.t.do(func() error {
+			track.Remove(track.HostAlloc, uint64(uintptr(s.ptr)))
+			return s.t.drv.MemFreeHost(s.ptr)
+		})
+		if err != nil {
+			err = fmt.Errorf("pinmem: cuMemFreeHost of %#x: %w", uintptr(s.ptr), err)
+		}
+	case KindMmapRegistered:
+		err = s.t.do(func() error { return unregisterChunks(s.t, s.chunks) })
+		if err == nil {
+			// Unmapping memory the driver still pins would leave pinned pages
+			// without an owner; on an unregister error the mapping is kept.
+			err = unmapAnon(s.ptr, s.mapLen)
+		}
+	case KindGoRegistered:
+		err = s.t.do(func() error { return unregisterChunks(s.t, s.chunks) })
+		if err == nil {
+			s.pinner.Unpin()
+		}
+	}
+	if s.regLo != 0 {
+		regRemove(s.regLo)
+	}
+	ledgerRemove(s.kind, s.flags, s.pinned, time.Since(start))
+	unreserve(s.pinned)
+	return err
+}
+
+// Logger receives pinmem's reports of buffers dropped without Free.
+type Logger func(format string, args ...any)
+
+var logger atomic.Pointer[Logger]
+
+// SetLogger sets the function that reports buffers dropped without Free
+// and returns the previous one. nil restores the default, log.Printf.
+func SetLogger(l Logger) (prev Logger) {
+	var p *Logger
+	if l != nil {
+		p = &l
+	}
+	if old := logger.Swap(p); old != nil {
+		return *old
+	}
+	return log.Printf
+}
+
+func logf(format string, args ...any) {
+	if l := logger.Load(); l != nil {
+		(*l)(format, args...)
+		return
+	}
+	log.Printf(format, args...)
+}
+
+var (
+	droppedMu sync.Mutex
+	dropped   []*bufState // kept reachable: their memory is still pinned
+)
+
+// onDrop runs when a Buffer became unreachable. It never frees: the GPU
+// may still be using the memory.
+func onDrop(s *bufState) {
+	if s.freed.Load() {
+		return
+	}
+	ledgerDropped()
+	droppedMu.Lock()
+	dropped = append(dropped, s)
+	droppedMu.Unlock()
+	where := ""
+	tk := track.HostAlloc
+	if s.kind != KindHostAlloc {
+		tk = track.Registration
+	}
+	for _, o := range track.Live() {
+		if o.Kind == tk && o.ID == uint64(uintptr(s.ptr)) && o.Stack != "" {
+			where = "\nallocated at:\n" + o.Stack
+			break
+		}
+	}
+	logf("pinmem: %s buffer at %#x (%d bytes, flags %s) became unreachable without Free; it stays pinned%s",
+		s.kind, uintptr(s.ptr), s.size, s.flags, where)
+}
+
+// freeDropped releases every buffer dropped without Free (for tests).
+func freeDropped() error {
+	droppedMu.Lock()
+	ds := dropped
+	dropped = nil
+	droppedMu.Unlock()
+	var first error
+	for _, s := range ds {
+		if s.freed.CompareAndSwap(false, true) {
+			if err := s.release(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+func newBuffer(s *bufState) *Buffer {
+	b := &Buffer{s: s}
+	b.cleanup = runtime.AddCleanup(b, onDrop, s)
+	return b
+}
+
+// View returns the buffer's memory as a slice of T. T must hold no Go
+// pointers (the garbage collector does not scan pinned memory), and the
+// buffer's length and address must fit T's size and alignment; otherwise
+// the error matches ErrInvalidValue. After Free it matches ErrFreed.
+func View[T any](b *Buffer) ([]T, error) {
+	s, err := b.live()
+	if err != nil {
+		return nil, err
+	}
+	var z T
+	size, align := unsafe.Sizeof(z), unsafe.Alignof(z)
+	typ := reflect.TypeFor[T]()
+	if size == 0 {
+		return nil, fmt.Errorf("pinmem: View as zero-size type %v: %w", typ, ErrInvalidValue)
+	}
+	if hasPointers(typ) {
+		return nil, fmt.Errorf("pinmem: View as %v, which holds Go pointers: %w", typ, ErrInvalidValue)
+	}
+	p := unsafe.Pointer(unsafe.SliceData(b.Bytes()))
+	if uintptr(s.size)%size != 0 {
+		return nil, fmt.Errorf("pinmem: View as %v: buffer of %d bytes is not a multiple of %d: %w", typ, s.size, size, ErrInvalidValue)
+	}
+	if uintptr(p)%align != 0 {
+		return nil, fmt.Errorf("pinmem: View as %v: address %#x is not %d-byte aligned: %w", typ, uintptr(p), align, ErrInvalidValue)
+	}
+	return unsafe.Slice((*T)(p), uintptr(s.size)/size), nil
+}
+
+// hasPointers reports whether values of t contain pointers the garbage collector must see.
+func hasPointers(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Array:
+		return t.Len() > 0 && hasPointers(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if hasPointers(t.Field(i).Type) {
+				return true
+			}
+		}
+		return false
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.String, reflect.Interface,
+		reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,61 @@
+// Package pinmem allocates, registers, budgets and accounts for page-locked
+// ("pinned") host memory for NVIDIA GPUs.
+//
+// Pinned memory is what lets the GPU's copy engines move data by DMA at the
+// full speed of the PCIe link (about 55 GB/s on a Gen5 x16 link, against
+// 7-15 GB/s for ordinary pageable memory), lets copies run asynchronously
+// and overlap kernels, and, when mapped, lets kernels read and write host
+// memory directly (zero-copy).
+//
+// # Getting pinned memory
+//
+// [Alloc] returns a [Buffer] of pinned memory with any combination of the
+// cudaHostAlloc flags ([Portable], [Mapped], [WriteCombined]). Small buffers
+// come from cuMemHostAlloc; large ones (MethodAuto, at least
+// [AutoMmapThreshold]) are mapped by pinmem itself with mmap, backed by
+// transparent huge pages where the kernel offers them, faulted in by
+// several goroutines in parallel, and then page-locked with
+// cuMemHostRegister in bounded chunks. That is several times faster than
+// cuMemHostAlloc for gigabytes and releases faster too. [Register] pins a
+// Go slice in place (it is kept alive and unmovable with runtime.Pinner
+// while registered).
+//
+// Every buffer must be released with [Buffer.Free], exactly once. A buffer
+// that becomes unreachable without Free is reported (see [SetLogger]) and
+// counted in [LedgerStats].Dropped, but never freed behind the caller's back:
+// its memory may still be in use by the GPU.
+//
+// # The budget
+//
+// Pinned memory cannot be swapped or reclaimed; pinning too much starves
+// the rest of the system, and inside a container the cgroup's OOM killer
+// ends the process rather than failing an allocation. pinmem therefore
+// keeps every process under a budget: by default half of the physical
+// memory it may use (the smaller of MemTotal and the cgroup memory limit),
+// settable with the PINMEM_BUDGET environment variable (bytes with an
+// optional K, M, G, T, Ki, Mi, Gi or Ti suffix, or a percentage of physical
+// memory such as "40%") and with [SetBudget]. A request that would exceed it
+// first asks the registered [Reclaimer]s (caching pools) to give idle
+// memory back and then fails, before the driver is called, with a
+// [*BudgetError] saying how much was asked, how much is pinned and what the
+// limit is.
+//
+// # The ledger
+//
+// /proc/meminfo's Mlocked (and the process's VmLck and VmPin) do not show
+// CUDA pinned memory at all: the NVIDIA driver pins pages through its own
+// kernel module, not through mlock(2). Memory from cuMemHostAlloc shows up
+// as Shmem/RssShmem, and registered memory shows up nowhere except as a
+// lower MemAvailable. So pinmem keeps an exact ledger of what it pinned:
+// [Stats] returns it, [HostStats] puts it beside the host's own figures, and
+// it is published with expvar under the name "pinmem". Package
+// github.com/pinmem/pinmem/prom exports it to Prometheus.
+//
+// # Devices
+//
+// Every driver call runs on a goroutine locked to its OS thread with the
+// device's primary context current. On integrated GPUs (Jetson, Tegra),
+// which share physical memory with the host, MethodAuto prefers mapped
+// cuMemHostAlloc memory; devices that cannot register host memory refuse
+// Register and MethodMmapRegister with an error matching [ErrNotSupported].
+package pinmem

@@ -1,0 +1,95 @@
+package pinmem
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// Errors of this package, matched with errors.Is.
+var (
+	// ErrBudget: the request would take the pinned total over the budget.
+	// The error is a *BudgetError with the figures.
+	ErrBudget = errors.New("pinmem: pinned memory budget exceeded")
+	// ErrFreed: the buffer was already freed.
+	ErrFreed = errors.New("pinmem: buffer already freed")
+	// ErrNotMapped: the buffer is not mapped into the device address space
+	// (it was not allocated or registered with Mapped).
+	ErrNotMapped = errors.New("pinmem: buffer not mapped into the device address space")
+)
+
+// Sentinel errors of package cuda, re-exported so that callers of pinmem
+// need not import it to match them.
+var (
+	ErrNoDriver          = cuda.ErrNoDriver          // no NVIDIA driver library, or it failed to initialise
+	ErrNoDevice          = cuda.ErrNoDevice          // the driver reports no usable GPU
+	ErrNotSupported      = cuda.ErrNotSupported      // the driver, device or OS lacks the feature
+	ErrOutOfMemory       = cuda.ErrOutOfMemory       // the driver or the host could not provide the memory
+	ErrInvalidValue      = cuda.ErrInvalidValue      // an argument was rejected
+	ErrNotReady          = cuda.ErrNotReady          // asynchronous work has not finished
+	ErrAlreadyRegistered = cuda.ErrAlreadyRegistered // the host range is already page-locked
+	ErrNotRegistered     = cuda.ErrNotRegistered     // the host range is not page-locked
+	ErrInvalidHandle     = cuda.ErrInvalidHandle     // an object is invalid or destroyed
+	ErrKernelImage       = cuda.ErrKernelImage       // a PTX/cubin module cannot be loaded
+	ErrLaunchFailed      = cuda.ErrLaunchFailed      // a kernel faulted or could not launch
+)
+
+// BudgetError is returned when a request would take the pinned total over
+// the budget (after the reclaimers were asked for memory). It matches
+// ErrBudget.
+type BudgetError struct {
+	Requested int64 // bytes asked for
+	Pinned    int64 // bytes pinned (or being pinned) by pinmem when the request failed
+	Limit     int64 // the budget
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("pinmem: pinning %s would exceed the budget: %s already pinned, limit %s (set PINMEM_BUDGET or pinmem.SetBudget)",
+		fmtBytes(e.Requested), fmtBytes(e.Pinned), fmtBytes(e.Limit))
+}
+
+// Is reports whether target is ErrBudget.
+func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
+
+// OutOfMemoryError is returned when the driver or the host failed to
+// provide pinned memory that was within the budget (the driver's
+// CUDA_ERROR_OUT_OF_MEMORY, mmap's ENOMEM, a container limit). It matches
+// ErrOutOfMemory and carries the same figures as a BudgetError; Err is the
+// underlying error.
+type OutOfMemoryError struct {
+	Op        string // what failed, e.g. "cuMemHostAlloc" or "mmap"
+	Requested int64  // bytes asked for
+	Pinned    int64  // bytes pinned by pinmem before this request
+	Limit     int64  // the budget
+	Err       error  // the driver's or the system's error
+}
+
+func (e *OutOfMemoryError) Error() string {
+	return fmt.Sprintf("pinmem: %s of %s failed with %s already pinned (budget %s): %v",
+		e.Op, fmtBytes(e.Requested), fmtBytes(e.Pinned), fmtBytes(e.Limit), e.Err)
+}
+
+// Is reports whether target is ErrOutOfMemory.
+func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemory }
+
+// Unwrap returns the underlying error.
+func (e *OutOfMemoryError) Unwrap() error { return e.Err }
+
+// fmtBytes formats n bytes as "N bytes (X.Y GiB)".
+func fmtBytes(n int64) string {
+	const (
+		ki = 1 << 10
+		mi = 1 << 20
+		gi = 1 << 30
+	)
+	switch {
+	case n >= gi || n <= -gi:
+		return fmt.Sprintf("%d bytes (%.2f GiB)", n, float64(n)/gi)
+	case n >= mi || n <= -mi:
+		return fmt.Sprintf("%d bytes (%.2f MiB)", n, float64(n)/mi)
+	case n >= ki || n <= -ki:
+		return fmt.Sprintf("%d bytes (%.2f KiB)", n, float64(n)/ki)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -1,0 +1,209 @@
+package pinmem
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
+)
+
+// Flags select how memory is pinned. The zero value is plain pinned memory
+// (cudaHostAllocDefault).
+type Flags uint32
+
+// Pinning flags. Portable, Mapped and WriteCombined are cuMemHostAlloc's
+// flags; Portable, Mapped and ReadOnly are cuMemHostRegister's.
+const (
+	Portable      Flags = 1 << 0 // pinned for every CUDA context
+	Mapped        Flags = 1 << 1 // mapped into the device address space (zero-copy); DevicePtr works
+	WriteCombined Flags = 1 << 2 // write-combined: fast host writes/DMA, very slow host reads; cuMemHostAlloc only
+	ReadOnly      Flags = 1 << 3 // registration only: device may only read (where supported)
+
+	allFlags = Portable | Mapped | WriteCombined | ReadOnly
+)
+
+// NumFlagCombinations is the number of distinct Flags values (every
+// combination of the four flags), the size of LedgerStats.ByFlags' domain.
+const NumFlagCombinations = int(allFlags) + 1
+
+var flagNames = []struct {
+	f    Flags
+	name string
+}{{Portable, "portable"}, {Mapped, "mapped"}, {WriteCombined, "writecombined"}, {ReadOnly, "readonly"}}
+
+// String returns the flags joined by "|", e.g. "portable|mapped", or "default".
+func (f Flags) String() string {
+	if f == 0 {
+		return "default"
+	}
+	var parts []string
+	for _, n := range flagNames {
+		if f&n.f != 0 {
+			parts = append(parts, n.name)
+			f &^= n.f
+		}
+	}
+	if f != 0 {
+		parts = append(parts, fmt.Sprintf("%#x", uint32(f)))
+	}
+	return strings.Join(parts, "|")
+}
+
+// MarshalText encodes the flags as String does (for JSON map keys).
+func (f Flags) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
+
+// ParseFlags parses the form String returns ("default", "portable|mapped", ...).
+func ParseFlags(s string) (Flags, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "default" {
+		return 0, nil
+	}
+	var f Flags
+outer:
+	for _, p := range strings.FieldsFunc(s, func(r rune) bool { return r == '|' || r == ',' || r == '+' }) {
+		p = strings.ToLower(strings.TrimSpace(p))
+		for _, n := range flagNames {
+			if p == n.name {
+				f |= n.f
+				continue outer
+			}
+		}
+		return 0, fmt.Errorf("pinmem: unknown flag %q in %q: %w", p, s, ErrInvalidValue)
+	}
+	return f, nil
+}
+
+func (f Flags) hostAllocFlags() uint32 {
+	var r uint32
+	if f&Portable != 0 {
+		r |= cudadrv.MemHostAllocPortable
+	}
+	if f&Mapped != 0 {
+		r |= cudadrv.MemHostAllocDeviceMap
+	}
+	if f&WriteCombined != 0 {
+		r |= cudadrv.MemHostAllocWriteCombined
+	}
+	return r
+}
+
+func (f Flags) registerFlags() uint32 {
+	var r uint32
+	if f&Portable != 0 {
+		r |= cudadrv.MemHostRegisterPortable
+	}
+	if f&Mapped != 0 {
+		r |= cudadrv.MemHostRegisterDeviceMap
+	}
+	if f&ReadOnly != 0 {
+		r |= cudadrv.MemHostRegisterReadOnly
+	}
+	return r
+}
+
+// Kind says where a buffer's memory came from.
+type Kind uint8
+
+// Kinds of buffers.
+const (
+	KindHostAlloc      Kind = iota // cuMemHostAlloc
+	KindMmapRegistered             // pinmem's own mmap + cuMemHostRegister
+	KindGoRegistered               // the caller's Go slice + cuMemHostRegister
+	numKinds
+)
+
+// NumKinds is the number of Kind values.
+const NumKinds = int(numKinds)
+
+var kindNames = [...]string{"hostalloc", "mmap-registered", "go-registered"}
+
+// String returns "hostalloc", "mmap-registered" or "go-registered".
+func (k Kind) String() string {
+	if k < numKinds {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// MarshalText encodes the kind as String does (for JSON map keys).
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// Method chooses how Alloc obtains pinned memory.
+type Method uint8
+
+// Allocation methods.
+const (
+	// MethodAuto picks by size, flags and device: cuMemHostAlloc for small
+	// buffers, write-combined memory and integrated GPUs; mmap +
+	// cuMemHostRegister for buffers of at least AutoMmapThreshold bytes and
+	// for ReadOnly.
+	MethodAuto Method = iota
+	// MethodHostAlloc always uses cuMemHostAlloc.
+	MethodHostAlloc
+	// MethodMmapRegister maps anonymous memory, faults it in in parallel
+	// and registers it with cuMemHostRegister.
+	MethodMmapRegister
+)
+
+// String returns "auto", "hostalloc" or "mmap-register".
+func (m Method) String() string {
+	switch m {
+	case MethodAuto:
+		return "auto"
+	case MethodHostAlloc:
+		return "hostalloc"
+	case MethodMmapRegister:
+		return "mmap-register"
+	}
+	return fmt.Sprintf("method(%d)", uint8(m))
+}
+
+// AutoMmapThreshold is the size from which MethodAuto maps and registers
+// memory itself instead of calling cuMemHostAlloc. ANCHORS.md: cuMemHostAlloc
+// costs 1.2 ms for 1 MiB and 32 ms for 64 MiB; faulting in pages in parallel
+// plus cuMemHostRegister costs well under half of that from a few MiB on.
+const AutoMmapThreshold = 4 << 20
+
+// options are Alloc's and Register's settings.
+type options struct {
+	dev     *cuda.Device
+	method  Method
+	huge    *bool
+	threads int
+}
+
+// Option sets an option of Alloc or Register.
+type Option func(*options)
+
+// WithDevice pins the memory for device d (its primary context). The
+// default is device 0.
+func WithDevice(d *cuda.Device) Option { return func(o *options) { o.dev = d } }
+
+// WithMethod chooses how Alloc obtains the memory (default MethodAuto).
+// Register ignores it.
+func WithMethod(m Method) Option { return func(o *options) { o.method = m } }
+
+// WithHugePages turns transparent huge pages for pinmem's own mappings on
+// or off. The default is on when the kernel offers them (THP mode
+// "madvise" or "always"); off asks the kernel not to use them
+// (MADV_NOHUGEPAGE).
+func WithHugePages(on bool) Option { return func(o *options) { o.huge = &on } }
+
+// WithThreads sets how many goroutines fault in the pages of a mapping
+// before it is registered. The default is runtime.NumCPU().
+func WithThreads(n int) Option { return func(o *options) { o.threads = n } }
+
+func buildOptions(opts []Option) options {
+	var o options
+	for _, fn := range opts {
+		if fn != nil {
+			fn(&o)
+		}
+	}
+	if o.threads <= 0 {
+		o.threads = runtime.NumCPU()
+	}
+	return o
+}

@@ -1,0 +1,232 @@
+package pinmem
+
+import (
+	"expvar"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pinmem/pinmem/sysinfo"
+)
+
+// Usage is an amount of pinned memory: bytes and the buffers holding them.
+type Usage struct {
+	Bytes   int64 `json:"bytes"`
+	Buffers int64 `json:"buffers"`
+}
+
+// LedgerStats is pinmem's exact account of the memory it pinned. Bytes are
+// those handed to the driver: the requested size for cuMemHostAlloc and
+// registered Go slices, the mapping (rounded up to whole pages, or to 2 MiB
+// with huge pages) for pinmem's own mappings.
+type LedgerStats struct {
+	// Pinned is the memory pinned now, over all kinds and flags.
+	Pinned Usage `json:"pinned"`
+	// PeakBytes is the highest Pinned.Bytes seen.
+	PeakBytes int64 `json:"peak_bytes"`
+	// ByKind is Pinned split by Kind (every kind present, zero included).
+	ByKind map[Kind]Usage `json:"by_kind"`
+	// ByFlags is Pinned split by the buffers' flags (only combinations in use).
+	ByFlags map[Flags]Usage `json:"by_flags"`
+	// Allocs and Frees count successful pins (Alloc and Register) and releases.
+	Allocs int64 `json:"allocs"`
+	Frees  int64 `json:"frees"`
+	// AllocBytes is the total of bytes ever pinned.
+	AllocBytes int64 `json:"alloc_bytes"`
+	// Failures counts Alloc and Register calls that returned an error,
+	// budget rejections included.
+	Failures int64 `json:"failures"`
+	// BudgetRejections counts requests refused because of the budget.
+	BudgetRejections int64 `json:"budget_rejections"`
+	// Dropped counts buffers that became unreachable without Free. Their
+	// memory stays pinned and counted in Pinned.
+	Dropped int64 `json:"dropped"`
+	// PinTime is the total time spent pinning (successful calls), and
+	// LastPinTime that of the latest one.
+	PinTime     time.Duration `json:"pin_ns"`
+	LastPinTime time.Duration `json:"last_pin_ns"`
+	// UnpinTime is the total time spent in Free, and LastUnpinTime that of the latest one.
+	UnpinTime     time.Duration `json:"unpin_ns"`
+	LastUnpinTime time.Duration `json:"last_unpin_ns"`
+	// Budget is the budget in force, and Reserved what it is charged with
+	// now (Pinned plus requests in flight).
+	Budget   int64 `json:"budget"`
+	Reserved int64 `json:"reserved"`
+}
+
+var ledger struct {
+	mu         sync.Mutex
+	byKind     [numKinds]Usage
+	byFlags    [NumFlagCombinations]Usage
+	peak       int64
+	allocs     int64
+	frees      int64
+	allocBytes int64
+	failures   int64
+	rejections int64
+	dropped    int64
+	pin, unpin time.Duration
+	lastPin    time.Duration
+	lastUnpin  time.Duration
+}
+
+func ledgerAdd(k Kind, f Flags, n int64, d time.Duration) {
+	l := &ledger
+	l.mu.Lock()
+	l.byKind[k].Bytes += n
+	l.byKind[k].Buffers++
+	l.byFlags[f&allFlags].Bytes += n
+	l.byFlags[f&allFlags].Buffers++
+	l.allocs++
+	l.allocBytes += n
+	l.pin += d
+	l.lastPin = d
+	var total int64
+	for _, u := range l.byKind {
+		total += u.Bytes
+	}
+	l.peak = max(l.peak, total)
+	l.mu.Unlock()
+}
+
+func ledgerRemove(k Kind, f Flags, n int64, d time.Duration) {
+	l := &ledger
+	l.mu.Lock()
+	l.byKind[k].Bytes -= n
+	l.byKind[k].Buffers--
+	l.byFlags[f&allFlags].Bytes -= n
+	l.byFlags[f&allFlags].Buffers--
+	l.frees++
+	l.unpin += d
+	l.lastUnpin = d
+	l.mu.Unlock()
+}
+
+func ledgerFailed() {
+	ledger.mu.Lock()
+	ledger.failures++
+	ledger.mu.Unlock()
+}
+
+func ledgerRejected() {
+	ledger.mu.Lock()
+	ledger.rejections++
+	ledger.mu.Unlock()
+}
+
+func ledgerDropped() {
+	ledger.mu.Lock()
+	ledger.dropped++
+	ledger.mu.Unlock()
+}
+
+// Stats returns a snapshot of the ledger.
+func Stats() LedgerStats {
+	l := &ledger
+	s := LedgerStats{ByKind: make(map[Kind]Usage, numKinds), ByFlags: map[Flags]Usage{}}
+	l.mu.Lock()
+	for k, u := range l.byKind {
+		s.ByKind[Kind(k)] = u
+		s.Pinned.Bytes += u.Bytes
+		s.Pinned.Buffers += u.Buffers
+	}
+	for f, u := range l.byFlags {
+		if u != (Usage{}) {
+			s.ByFlags[Flags(f)] = u
+		}
+	}
+	s.PeakBytes = l.peak
+	s.Allocs, s.Frees, s.AllocBytes = l.allocs, l.frees, l.allocBytes
+	s.Failures, s.BudgetRejections, s.Dropped = l.failures, l.rejections, l.dropped
+	s.PinTime, s.LastPinTime, s.UnpinTime, s.LastUnpinTime = l.pin, l.lastPin, l.unpin, l.lastUnpin
+	l.mu.Unlock()
+	s.Budget = Budget()
+	s.Reserved = reserved.Load()
+	return s
+}
+
+// String formats the ledger as a table.
+func (s LedgerStats) String() string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "pinned by\tbytes\tbuffers\t\n")
+	for k := Kind(0); k < numKinds; k++ {
+		u := s.ByKind[k]
+		fmt.Fprintf(w, "%s\t%d\t%d\t\n", k, u.Bytes, u.Buffers)
+	}
+	fs := make([]Flags, 0, len(s.ByFlags))
+	for f := range s.ByFlags {
+		fs = append(fs, f)
+	}
+	sort.Slice(fs, func(i, j int) bool { return fs[i] < fs[j] })
+	for _, f := range fs {
+		u := s.ByFlags[f]
+		fmt.Fprintf(w, "flags %s\t%d\t%d\t\n", f, u.Bytes, u.Buffers)
+	}
+	fmt.Fprintf(w, "total\t%d\t%d\t\n", s.Pinned.Bytes, s.Pinned.Buffers)
+	w.Flush()
+	fmt.Fprintf(&b, "peak %s; budget %s (reserved %s)\n", fmtBytes(s.PeakBytes), fmtBytes(s.Budget), fmtBytes(s.Reserved))
+	fmt.Fprintf(&b, "allocs %d (%s), frees %d, failures %d, budget rejections %d, dropped without Free %d\n",
+		s.Allocs, fmtBytes(s.AllocBytes), s.Frees, s.Failures, s.BudgetRejections, s.Dropped)
+	fmt.Fprintf(&b, "time pinning %v (last %v), unpinning %v (last %v)\n", s.PinTime, s.LastPinTime, s.UnpinTime, s.LastUnpinTime)
+	return b.String()
+}
+
+// HostReport is the ledger beside what the host itself reports.
+type HostReport struct {
+	// Ledger is what pinmem pinned.
+	Ledger LedgerStats `json:"ledger"`
+	// Host is the sysinfo snapshot taken at the same time: MemTotal,
+	// MemAvailable, Shmem, Mlocked, RssShmem, VmLck, RLIMIT_MEMLOCK, the
+	// cgroup limit and more.
+	Host sysinfo.Info `json:"host"`
+}
+
+// HostStats returns the ledger and a sysinfo snapshot side by side.
+func HostStats() HostReport {
+	return HostReport{Ledger: Stats(), Host: sysinfo.Snapshot()}
+}
+
+// String formats the ledger and the host figures that matter for pinned memory.
+func (r HostReport) String() string {
+	var b strings.Builder
+	b.WriteString(r.Ledger.String())
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	row := func(name string, v uint64, known bool, note string) {
+		if known {
+			fmt.Fprintf(w, "%s\t%d\t%s\n", name, v, note)
+		} else {
+			fmt.Fprintf(w, "%s\tunknown\t%s\n", name, note)
+		}
+	}
+	fmt.Fprintf(w, "host\tbytes\t\n")
+	m, p := r.Host.Memory, r.Host.Process
+	row("PhysicalMemory", r.Host.PhysicalMemory, r.Host.PhysicalMemory > 0, "min(MemTotal, cgroup limit): the budget's base")
+	if m != nil {
+		row("MemTotal", m.MemTotal, true, "")
+		row("MemAvailable", m.MemAvailable, true, "drops for every kind of pinned memory")
+		row("Shmem", m.Shmem, true, "includes cuMemHostAlloc memory")
+		row("Mlocked", m.Mlocked, true, "does NOT include CUDA pinned memory")
+	}
+	if p != nil {
+		row("RssShmem", p.RssShmem, true, "includes this process's cuMemHostAlloc memory")
+		row("VmLck", p.VmLck, true, "does NOT include CUDA pinned memory")
+	}
+	if r.Host.Memlock != nil {
+		fmt.Fprintf(w, "RLIMIT_MEMLOCK\t%v\t%s\n", r.Host.Memlock.Soft, "does not bound CUDA pinned memory")
+	}
+	if r.Host.Cgroup != nil {
+		fmt.Fprintf(w, "cgroup limit\t%v\t%s\n", r.Host.Cgroup.Limit, "pinned memory is charged here")
+	}
+	w.Flush()
+	return b.String()
+}
+
+func init() {
+	if expvar.Get("pinmem") == nil {
+		expvar.Publish("pinmem", expvar.Func(func() any { return Stats() }))
+	}
+}

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package pinmem
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// mmapSupported reports whether pinmem can map and register memory itself.
+const mmapSupported = false
+
+func mapAnon(length uintptr, huge bool) (unsafe.Pointer, bool, error) {
+	return nil, false, fmt.Errorf("pinmem: mapping memory for registration is implemented only on Linux: %w", ErrNotSupported)
+}
+
+func unmapAnon(p unsafe.Pointer, length uintptr) error { return nil }
+
+func isENOMEM(err error) bool { return false }
