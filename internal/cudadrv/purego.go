@@ -20,6 +20,10 @@ type symbols struct {
 	memHostAlloc, memFreeHost, memHostRegister, memHostUnregister                          uintptr
 	memHostGetDevicePointer, memHostGetFlags, pointerGetAttribute                          uintptr
 	moduleLoadData, moduleUnload, moduleGetFunction, launchKernel                          uintptr
+
+	// Newer entry points that cuda.h maps the plain names to on CUDA 13;
+	// used when present, with the older ABI-stable symbol as the fallback.
+	ctxCreateV4, eventElapsedV2 uintptr
 }
 
 // symbolTable lists every symbol pinmem binds, with where its address goes.
@@ -86,6 +90,20 @@ func (s *symbols) table() []struct {
 	}
 }
 
+// optional lists symbols that may be missing without any feature being lost.
+func (s *symbols) optional() []struct {
+	name string
+	addr *uintptr
+} {
+	return []struct {
+		name string
+		addr *uintptr
+	}{
+		{"cuCtxCreate_v4", &s.ctxCreateV4},
+		{"cuEventElapsedTime_v2", &s.eventElapsedV2},
+	}
+}
+
 // SymbolNames lists every driver symbol pinmem binds. The GPU suite checks
 // each against the real library.
 func SymbolNames() []string {
@@ -124,6 +142,11 @@ func Load(path string) (Driver, error) {
 			continue
 		}
 		*e.addr = a
+	}
+	for _, e := range l.s.optional() {
+		if a, err := purego.Dlsym(h, e.name); err == nil {
+			*e.addr = a
+		}
 	}
 	for _, need := range []*uintptr{&l.s.init, &l.s.driverGetVersion} {
 		if *need == 0 {
@@ -237,6 +260,10 @@ func (l *lib) DevicePrimaryCtxRelease(dev Device) error {
 
 func (l *lib) CtxCreate(flags uint32, dev Device) (Context, error) {
 	var c uintptr
+	if l.s.ctxCreateV4 != 0 { // CUDA 12.5+: cuCtxCreate_v4(pctx, NULL params, flags, dev)
+		err := l.call(&l.s.ctxCreateV4, "cuCtxCreate_v4", uintptr(unsafe.Pointer(&c)), 0, uintptr(flags), uintptr(dev))
+		return Context(c), err
+	}
 	err := l.call(&l.s.ctxCreate, "cuCtxCreate_v2", uintptr(unsafe.Pointer(&c)), uintptr(flags), uintptr(dev))
 	return Context(c), err
 }
@@ -310,6 +337,10 @@ func (l *lib) EventQuery(e Event) error {
 
 func (l *lib) EventElapsedTime(start, end Event) (float32, error) {
 	var ms float32
+	if l.s.eventElapsedV2 != 0 {
+		err := l.call(&l.s.eventElapsedV2, "cuEventElapsedTime_v2", uintptr(unsafe.Pointer(&ms)), uintptr(start), uintptr(end))
+		return ms, err
+	}
 	err := l.call(&l.s.eventElapsed, "cuEventElapsedTime", uintptr(unsafe.Pointer(&ms)), uintptr(start), uintptr(end))
 	return ms, err
 }
