@@ -1,0 +1,389 @@
+package transfer
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"unsafe"
+
+	"github.com/pinmem/pinmem"
+)
+
+// RegCache is a Copier's registration cache: it pins large Go slices in
+// place (pinmem.Register) the first time they are copied and keeps them
+// registered, so later copies of the same memory go directly at pinned
+// speed. Registrations are keyed by page ranges: only the whole pages
+// inside a slice are registered (the partial pages at its ends are
+// staged); a request overlapping registered ranges shares them (reference
+// counts), and fills the gaps with new registrations, or, when the ranges
+// it overlaps are idle, replaces them with one registration of the union
+// (a merge). Idle registrations are evicted least recently used first when
+// the cache's limit would be exceeded and when pinmem's budget asks
+// (RegCache is a pinmem.Reclaimer). The cache holds a reference to the
+// memory it registered, so that memory stays alive until it is evicted,
+// forgotten (Forget) or the Copier is closed.
+type RegCache struct {
+	mu      sync.Mutex
+	entries []*regEntry // sorted by lo, disjoint; pending ones included
+	bytes   int64       // registered and pending bytes
+	limit   int64       // 0: no limit of its own
+	min     int
+	opts    []pinmem.Option
+	tick    uint64
+	closed  bool
+	remove  func()
+	stats   CacheStats
+}
+
+// CacheStats are a registration cache's counters.
+type CacheStats struct {
+	Entries       int   // live registrations
+	Bytes         int64 // bytes registered
+	Hits          int64 // requests fully served by existing registrations
+	Misses        int64 // requests that needed a new registration
+	Registrations int64 // pinmem.Register calls that succeeded
+	Merges        int64 // registrations that replaced overlapping idle ones
+	Evictions     int64 // registrations released to make room (limit or budget)
+	Reclaimed     int64 // bytes released because pinmem's budget asked
+	Failures      int64 // pinmem.Register calls that failed (the memory was staged)
+}
+
+type regEntry struct {
+	lo, hi  uintptr
+	buf     *pinmem.Buffer
+	refs    int
+	last    uint64
+	pending bool // being registered; not usable yet
+	dead    bool // forgotten while in use: released on the last release
+}
+
+func (e *regEntry) size() int64 { return int64(e.hi - e.lo) }
+
+// regHold is one transfer's hold on cache entries.
+type regHold struct{ entries []*regEntry }
+
+var pageSize = uintptr(os.Getpagesize())
+
+func newRegCache(limit int64, minSize int, opts ...pinmem.Option) *RegCache {
+	c := &RegCache{limit: limit, min: max(minSize, int(pageSize)), opts: opts}
+	c.remove = pinmem.AddReclaimer(c)
+	return c
+}
+
+// overlapping returns the indexes [i, j) of entries overlapping [lo, hi). c.mu held.
+func (c *RegCache) overlapping(lo, hi uintptr) (int, int) {
+	i := 0
+	for i < len(c.entries) && c.entries[i].hi <= lo {
+		i++
+	}
+	j := i
+	for j < len(c.entries) && c.entries[j].lo < hi {
+		j++
+	}
+	return i, j
+}
+
+func (c *RegCache) insert(e *regEntry) {
+	i, _ := c.overlapping(e.lo, e.hi)
+	c.entries = append(c.entries, nil)
+	copy(c.entries[i+1:], c.entries[i:])
+	c.entries[i] = e
+	c.bytes += e.size()
+}
+
+func (c *RegCache) unlink(e *regEntry) {
+	for i, x := range c.entries {
+		if x == e {
+			c.entries = append(c.entries[:i], c.entries[i+1:]...)
+			c.bytes -= e.size()
+			return
+		}
+	}
+}
+
+// makeRoom evicts idle entries, least recently used first, until need more
+// bytes fit under the limit. It returns the buffers to free (outside the
+// lock) and whether the bytes fit. c.mu held.
+func (c *RegCache) makeRoom(need int64) ([]*pinmem.Buffer, bool) {
+	if c.limit == 0 {
+		return nil, true
+	}
+	if need > c.limit {
+		return nil, false
+	}
+	var free []*pinmem.Buffer
+	for c.bytes+need > c.limit {
+		v := c.lru()
+		if v == nil {
+			return free, false
+		}
+		c.unlink(v)
+		free = append(free, v.buf)
+		c.stats.Evictions++
+	}
+	return free, true
+}
+
+// lru returns the least recently used idle entry, or nil. c.mu held.
+func (c *RegCache) lru() *regEntry {
+	var v *regEntry
+	for _, e := range c.entries {
+		if e.refs == 0 && !e.pending && (v == nil || e.last < v.last) {
+			v = e
+		}
+	}
+	return v
+}
+
+func freeAll(bufs []*pinmem.Buffer) error {
+	var errs []error
+	for _, b := range bufs {
+		if b != nil {
+			errs = append(errs, b.Free())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sliceAt returns the n bytes at address lo, which lie inside the memory
+// of base (a slice starting at baseLo) or of the entries' buffers.
+func sliceAt(base []byte, baseLo, lo uintptr, n int) []byte {
+	p := unsafe.Pointer(unsafe.SliceData(base))
+	return unsafe.Slice((*byte)(unsafe.Add(p, lo-baseLo)), n)
+}
+
+// acquire returns the parts of p the cache has (or now gets) registered,
+// as offsets into p, and a hold to release when the copy is done. It
+// returns no spans when p is too small or registration fails.
+func (c *RegCache) acquire(p []byte) ([]span, *regHold) {
+	pl := addr(p)
+	ph := pl + uintptr(len(p))
+	a := (pl + pageSize - 1) &^ (pageSize - 1)
+	b := ph &^ (pageSize - 1)
+	if b <= a || int(b-a) < c.min {
+		return nil, nil
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, nil
+	}
+	c.tick++
+	h := &regHold{}
+	i, j := c.overlapping(a, b)
+	over := c.entries[i:j:j]
+	idle := len(over) > 0
+	gaps := []span{} // as addresses
+	cur := a
+	for _, e := range over {
+		if e.pending || e.dead || e.refs > 0 {
+			idle = false
+		}
+		if e.lo > cur {
+			gaps = append(gaps, span{int(cur), int(e.lo)})
+		}
+		cur = max(cur, e.hi)
+		if !e.pending && !e.dead {
+			e.refs++
+			e.last = c.tick
+			h.entries = append(h.entries, e)
+		}
+	}
+	if cur < b {
+		gaps = append(gaps, span{int(cur), int(b)})
+	}
+	if len(gaps) == 0 {
+		c.stats.Hits++
+		c.mu.Unlock()
+		return h.spans(pl, ph), h
+	}
+	c.stats.Misses++
+
+	type job struct {
+		e   *regEntry
+		mem []byte
+	}
+	var jobs []job
+	var toFree []*pinmem.Buffer
+	if idle {
+		// Merge: replace the idle overlapping entries with one registration of the union.
+		lo, hi := min(a, over[0].lo), max(b, over[len(over)-1].hi)
+		var mem []byte
+		if lo == a {
+			mem = sliceAt(p, pl, lo, int(hi-lo))
+		} else {
+			first := over[0].buf.Bytes()
+			mem = sliceAt(first, over[0].lo, lo, int(hi-lo))
+		}
+		for _, e := range slicesClone(over) {
+			e.refs--
+			c.unlink(e)
+			toFree = append(toFree, e.buf)
+		}
+		h.entries = nil
+		ev, ok := c.makeRoom(int64(hi - lo))
+		toFree = append(toFree, ev...)
+		if ok {
+			e := &regEntry{lo: lo, hi: hi, pending: true, refs: 1, last: c.tick}
+			c.insert(e)
+			jobs = append(jobs, job{e, mem})
+			c.stats.Merges++
+		}
+	} else {
+		for _, g := range gaps {
+			lo, hi := uintptr(g.lo), uintptr(g.hi)
+			if int(hi-lo) < int(pageSize) {
+				continue
+			}
+			ev, ok := c.makeRoom(int64(hi - lo))
+			toFree = append(toFree, ev...)
+			if !ok {
+				continue
+			}
+			e := &regEntry{lo: lo, hi: hi, pending: true, refs: 1, last: c.tick}
+			c.insert(e)
+			jobs = append(jobs, job{e, sliceAt(p, pl, lo, int(hi-lo))})
+		}
+	}
+	c.mu.Unlock()
+
+	_ = freeAll(toFree)
+	for _, jb := range jobs {
+		buf, err := pinmem.Register(jb.mem, pinmem.Portable, c.opts...)
+		c.mu.Lock()
+		if err != nil {
+			c.unlink(jb.e)
+			c.stats.Failures++
+		} else if c.closed {
+			// Closed meanwhile: the entry is gone, so is its registration.
+			c.mu.Unlock()
+			_ = buf.Free()
+			continue
+		} else {
+			jb.e.buf = buf
+			jb.e.pending = false
+			c.stats.Registrations++
+			h.entries = append(h.entries, jb.e)
+		}
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	spans := h.spans(pl, ph)
+	c.mu.Unlock()
+	return spans, h
+}
+
+func slicesClone(s []*regEntry) []*regEntry { return append([]*regEntry(nil), s...) }
+
+// spans returns the held entries clipped to [pl, ph), as offsets from pl.
+func (h *regHold) spans(pl, ph uintptr) []span {
+	var out []span
+	for _, e := range h.entries {
+		lo, hi := max(e.lo, pl), min(e.hi, ph)
+		if lo < hi {
+			out = append(out, span{int(lo - pl), int(hi - pl)})
+		}
+	}
+	return normalize(out)
+}
+
+// release ends a transfer's hold.
+func (c *RegCache) release(h *regHold) {
+	if h == nil {
+		return
+	}
+	var toFree []*pinmem.Buffer
+	c.mu.Lock()
+	for _, e := range h.entries {
+		e.refs--
+		if e.refs == 0 && e.dead {
+			toFree = append(toFree, e.buf)
+		}
+	}
+	c.mu.Unlock()
+	_ = freeAll(toFree)
+}
+
+// Reclaim releases idle registrations, least recently used first, until
+// at least want bytes were freed or none is idle, and returns the bytes
+// freed. pinmem calls it when its budget is short.
+func (c *RegCache) Reclaim(want int64) (freed int64) {
+	var toFree []*pinmem.Buffer
+	c.mu.Lock()
+	for freed < want {
+		v := c.lru()
+		if v == nil {
+			break
+		}
+		c.unlink(v)
+		toFree = append(toFree, v.buf)
+		freed += v.size()
+		c.stats.Evictions++
+	}
+	c.stats.Reclaimed += freed
+	c.mu.Unlock()
+	_ = freeAll(toFree)
+	return freed
+}
+
+// Forget releases the registrations overlapping p: at once for idle ones,
+// after the copy using them for busy ones. Call it before p's memory is
+// reused for something else or unmapped. It returns the bytes released now.
+func (c *RegCache) Forget(p []byte) int64 {
+	if len(p) == 0 {
+		return 0
+	}
+	pl := addr(p) &^ (pageSize - 1)
+	ph := (addr(p) + uintptr(len(p)) + pageSize - 1) &^ (pageSize - 1)
+	var toFree []*pinmem.Buffer
+	var freed int64
+	c.mu.Lock()
+	i, j := c.overlapping(pl, ph)
+	for _, e := range slicesClone(c.entries[i:j]) {
+		if e.pending {
+			continue
+		}
+		c.unlink(e)
+		if e.refs == 0 {
+			toFree = append(toFree, e.buf)
+			freed += e.size()
+		} else {
+			e.dead = true
+		}
+	}
+	c.mu.Unlock()
+	_ = freeAll(toFree)
+	return freed
+}
+
+// Stats returns the cache's counters.
+func (c *RegCache) Stats() CacheStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	for _, e := range c.entries {
+		if !e.pending {
+			s.Entries++
+			s.Bytes += e.size()
+		}
+	}
+	return s
+}
+
+// Close releases every registration and stops answering pinmem's budget.
+// The Copier closes its cache when it is closed.
+func (c *RegCache) Close() error {
+	c.remove()
+	c.mu.Lock()
+	c.closed = true
+	var toFree []*pinmem.Buffer
+	for _, e := range c.entries {
+		if !e.pending {
+			toFree = append(toFree, e.buf)
+		}
+	}
+	c.entries = nil
+	c.bytes = 0
+	c.mu.Unlock()
+	return freeAll(toFree)
+}

@@ -1,0 +1,83 @@
+package transfer
+
+import (
+	"fmt"
+	"time"
+)
+
+// Direction is the direction of a copy.
+type Direction uint8
+
+// Directions.
+const (
+	HostToDevice Direction = iota
+	DeviceToHost
+)
+
+func (d Direction) String() string {
+	if d == DeviceToHost {
+		return "device-to-host"
+	}
+	return "host-to-device"
+}
+
+// Stats describe one transfer.
+type Stats struct {
+	Direction   Direction
+	Bytes       int64         // bytes moved
+	StagedBytes int64         // of which through the pinned stages
+	DirectBytes int64         // of which directly from or to pinned memory
+	Stages      int           // staged chunks
+	Wall        time.Duration // from the call until the data was in place
+	// Device is the stream time between the transfer's first and last
+	// operation (0 when the driver could not time it).
+	Device time.Duration
+	// CopyCPU is the CPU time the copy goroutines spent moving bytes
+	// between Go memory and the stages (thread CPU time from
+	// getrusage(RUSAGE_THREAD); wall time of the pieces where that is not
+	// available).
+	CopyCPU time.Duration
+	// ProcessCPU is the whole process's CPU time (getrusage(RUSAGE_SELF))
+	// during the transfer. It includes anything else the process did
+	// meanwhile, so it is exact only when the transfer ran alone.
+	ProcessCPU time.Duration
+}
+
+// GBps returns the transfer's speed in GB/s (10^9 bytes per second) of wall time.
+func (s Stats) GBps() float64 {
+	if s.Wall <= 0 {
+		return 0
+	}
+	return float64(s.Bytes) / s.Wall.Seconds() / 1e9
+}
+
+// CPUPerGB returns the process CPU-seconds spent per GB moved.
+func (s Stats) CPUPerGB() float64 { return perGB(s.ProcessCPU, s.Bytes) }
+
+// CopyCPUPerGB returns the copy goroutines' CPU-seconds per GB moved.
+func (s Stats) CopyCPUPerGB() float64 { return perGB(s.CopyCPU, s.Bytes) }
+
+func perGB(d time.Duration, n int64) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return d.Seconds() / (float64(n) / 1e9)
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("%s %d bytes (%d staged in %d stages, %d direct) in %v: %.2f GB/s, %.3f CPU-s/GB (copy %.3f)",
+		s.Direction, s.Bytes, s.StagedBytes, s.Stages, s.DirectBytes, s.Wall, s.GBps(), s.CPUPerGB(), s.CopyCPUPerGB())
+}
+
+// meter measures a transfer's wall and process CPU time.
+type meter struct {
+	t0   time.Time
+	cpu0 time.Duration
+}
+
+func startMeter() meter { return meter{time.Now(), processCPU()} }
+
+func (m meter) stop(s *Stats) {
+	s.Wall = time.Since(m.t0)
+	s.ProcessCPU = processCPU() - m.cpu0
+}

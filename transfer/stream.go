@@ -1,0 +1,163 @@
+package transfer
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// ReadFrom reads r into the device buffer dst (from offset 0) until r
+// reports io.EOF or dst is full, reading straight into the pinned stages
+// (io.ReadFull on the stage's own bytes: no extra heap copy) while the copy
+// engine drains the previous stage. Stats.Bytes is the number of bytes
+// read and copied. When dst fills up, ReadFrom stops without reading
+// further; the reader may have more. A read error other than io.EOF
+// stops the transfer and is returned after the copies in flight drained.
+func (c *Copier) ReadFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Reader) (Stats, error) {
+	st := Stats{Direction: HostToDevice}
+	if err := c.begin(); err != nil {
+		return st, err
+	}
+	defer c.active.Done()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if dst == nil || r == nil {
+		return st, fmt.Errorf("transfer: ReadFrom with a nil device buffer or reader: %w", cuda.ErrInvalidValue)
+	}
+	if err := ctx.Err(); err != nil {
+		return st, err
+	}
+	m := startMeter()
+	if err := c.acquire(ctx); err != nil {
+		return st, err
+	}
+	defer c.releaseRing()
+	first := c.t0.Record(c.stream)
+	for k, off := 0, 0; first == nil && off < dst.Size(); k++ {
+		if err := ctx.Err(); err != nil {
+			first = err
+			break
+		}
+		s := c.stageAt(k)
+		if s.used {
+			if err := c.w.wait(ctx, s.ev); err != nil {
+				first = err
+				break
+			}
+		}
+		want := min(len(s.mem), dst.Size()-off)
+		n, rerr := io.ReadFull(r, s.mem[:want])
+		if n > 0 {
+			if err := c.stream.CopyHtoD(dst.Ptr().Add(off), s.mem[:n]); err != nil {
+				first = err
+				break
+			}
+			if err := s.ev.Record(c.stream); err != nil {
+				first = err
+				break
+			}
+			s.used = true
+			off += n
+			st.Bytes += int64(n)
+			st.StagedBytes += int64(n)
+			st.Stages++
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			first = fmt.Errorf("reading: %w", rerr)
+		}
+	}
+	err := c.drain(first, &st)
+	m.stop(&st)
+	if err != nil {
+		return st, fmt.Errorf("transfer: reading into device memory after %d bytes: %w", st.Bytes, err)
+	}
+	return st, nil
+}
+
+// WriteTo writes the whole device buffer src to w, copying it out through
+// the pinned stages with the DMA of later stages running ahead, and
+// handing w the stage's own bytes (no extra heap copy; as io.Writer
+// requires, w must not retain them). A write error stops the transfer; a
+// short write is io.ErrShortWrite.
+func (c *Copier) WriteTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer) (Stats, error) {
+	st := Stats{Direction: DeviceToHost}
+	if err := c.begin(); err != nil {
+		return st, err
+	}
+	defer c.active.Done()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if src == nil || w == nil {
+		return st, fmt.Errorf("transfer: WriteTo with a nil device buffer or writer: %w", cuda.ErrInvalidValue)
+	}
+	if err := ctx.Err(); err != nil {
+		return st, err
+	}
+	m := startMeter()
+	if err := c.acquire(ctx); err != nil {
+		return st, err
+	}
+	defer c.releaseRing()
+	type pending struct {
+		off, n int
+		s      *stage
+	}
+	var q []pending
+	first := c.t0.Record(c.stream)
+	size := src.Size()
+	next, k := 0, 0
+	for first == nil {
+		for next < size && len(q) < len(c.stages) {
+			if err := ctx.Err(); err != nil {
+				first = err
+				break
+			}
+			s := c.stageAt(k)
+			k++
+			n := min(len(s.mem), size-next)
+			if err := c.stream.CopyDtoH(s.mem[:n], src.Ptr().Add(next)); err != nil {
+				first = err
+				break
+			}
+			if err := s.ev.Record(c.stream); err != nil {
+				first = err
+				break
+			}
+			s.used = true
+			q = append(q, pending{next, n, s})
+			next += n
+		}
+		if first != nil || len(q) == 0 {
+			break
+		}
+		h := q[0]
+		q = q[1:]
+		if err := c.w.wait(ctx, h.s.ev); err != nil {
+			first = err
+			break
+		}
+		nw, werr := w.Write(h.s.mem[:h.n])
+		st.Bytes += int64(nw)
+		st.StagedBytes += int64(nw)
+		st.Stages++
+		if werr == nil && nw < h.n {
+			werr = io.ErrShortWrite
+		}
+		if werr != nil {
+			first = fmt.Errorf("writing: %w", werr)
+		}
+	}
+	err := c.drain(first, &st)
+	m.stop(&st)
+	if err != nil {
+		return st, fmt.Errorf("transfer: writing device memory after %d bytes: %w", st.Bytes, err)
+	}
+	return st, nil
+}

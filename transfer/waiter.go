@@ -1,0 +1,82 @@
+package transfer
+
+import (
+	"context"
+	"runtime"
+	"sync"
+
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// waiter is a single goroutine that blocks in the driver
+// (cuEventSynchronize) on events it is asked about, one at a time, so that
+// any number of goroutines can wait for device work while at most one OS
+// thread is blocked. Events are created with EventBlockingSync, so the
+// blocked thread sleeps instead of spinning.
+type waiter struct {
+	reqs chan waitReq
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+type waitReq struct {
+	ev *cuda.Event
+	ch chan error // buffered: the waiter never blocks on an abandoned request
+}
+
+// querySpins is how many times wait queries an event (yielding the
+// processor in between) before handing it to the waiter goroutine.
+const querySpins = 4
+
+func newWaiter() *waiter {
+	w := &waiter{reqs: make(chan waitReq)}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		for r := range w.reqs {
+			r.ch <- r.ev.Synchronize()
+		}
+	}()
+	return w
+}
+
+// wait returns nil once ev has completed, the driver's error, or ctx.Err()
+// when ctx is done first (the event may then still be pending).
+func (w *waiter) wait(ctx context.Context, ev *cuda.Event) error {
+	for i := 0; ; i++ {
+		done, err := ev.Query()
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if i == querySpins {
+			break
+		}
+		runtime.Gosched()
+	}
+	ch := make(chan error, 1)
+	select {
+	case w.reqs <- waitReq{ev, ch}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close stops the waiter goroutine once it has served every request.
+func (w *waiter) close() {
+	w.once.Do(func() {
+		close(w.reqs)
+		w.wg.Wait()
+	})
+}

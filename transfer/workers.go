@@ -1,0 +1,105 @@
+package transfer
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// copyPool is a persistent set of goroutines that copy memory in parallel.
+// A copy is split into pieces; the calling goroutine copies the first piece
+// itself and the workers the rest.
+type copyPool struct {
+	n      int // goroutines per copy, the caller included
+	tasks  chan copyTask
+	wg     sync.WaitGroup
+	thread bool // measure thread CPU time (workers are locked to their threads)
+	once   sync.Once
+}
+
+type copyTask struct {
+	dst, src []byte
+	b        *copyBatch
+}
+
+type copyBatch struct {
+	wg  sync.WaitGroup
+	cpu atomic.Int64 // nanoseconds of CPU (or wall time without thread CPU) spent copying
+}
+
+func newCopyPool(n int, thread bool) *copyPool {
+	p := &copyPool{n: n, tasks: make(chan copyTask, 4*n), thread: thread && haveThreadCPU}
+	for i := 0; i < n-1; i++ {
+		p.wg.Add(1)
+		go p.worker()
+	}
+	return p
+}
+
+func (p *copyPool) worker() {
+	defer p.wg.Done()
+	if p.thread {
+		// Locked so that getrusage(RUSAGE_THREAD) measures this goroutine
+		// alone. The goroutine exits when the pool closes, ending the thread.
+		runtime.LockOSThread()
+	}
+	for t := range p.tasks {
+		t.b.piece(t.dst, t.src, p.thread)
+		t.b.wg.Done()
+	}
+}
+
+// piece copies src into dst and adds the CPU time it took to the batch.
+func (b *copyBatch) piece(dst, src []byte, thread bool) {
+	if thread {
+		t0 := threadCPU()
+		copy(dst, src)
+		b.cpu.Add(int64(threadCPU() - t0))
+		return
+	}
+	t0 := time.Now()
+	copy(dst, src)
+	b.cpu.Add(int64(time.Since(t0)))
+}
+
+// copy copies src into dst (of the same length) using up to p.n goroutines
+// and returns the CPU time the copy took, summed over the goroutines.
+func (p *copyPool) copy(dst, src []byte) time.Duration {
+	n := min(len(dst), len(src))
+	if n == 0 {
+		return 0
+	}
+	dst, src = dst[:n], src[:n]
+	pieces := min(p.n, n/MinPiece)
+	var b copyBatch
+	if pieces <= 1 {
+		p.callerPiece(&b, dst, src)
+		return time.Duration(b.cpu.Load())
+	}
+	size := (n/pieces + 4095) &^ 4095
+	for off := size; off < n; off += size {
+		end := min(off+size, n)
+		b.wg.Add(1)
+		p.tasks <- copyTask{dst[off:end], src[off:end], &b}
+	}
+	p.callerPiece(&b, dst[:size], src[:size])
+	b.wg.Wait()
+	return time.Duration(b.cpu.Load())
+}
+
+func (p *copyPool) callerPiece(b *copyBatch, dst, src []byte) {
+	if p.thread {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
+	b.piece(dst, src, p.thread)
+}
+
+// close stops the workers and waits for them to exit.
+func (p *copyPool) close() {
+	p.once.Do(func() {
+		close(p.tasks)
+		p.wg.Wait()
+	})
+}
