@@ -1,0 +1,501 @@
+package bench
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/kernels"
+)
+
+// BandwidthConfig configures Session.Bandwidth.
+type BandwidthConfig struct {
+	Kinds   []string // host memory kinds (default: every kind)
+	Sizes   []int64  // bytes per copy (default DefaultSizes)
+	Dirs    []string // directions (default h2d, d2h, bidir)
+	Samples int      // timed samples per measurement (default 5)
+	Warmup  int      // untimed samples first (default 1)
+	// MinBytes is the least a sample moves in each direction: small copies
+	// are repeated up to MaxReps times per sample (defaults 64 MiB, 64).
+	MinBytes int64
+	MaxReps  int
+}
+
+// DefaultSizes are the bandwidth bench's default copy sizes.
+var DefaultSizes = []int64{64 << 10, 1 << 20, 16 << 20, 256 << 20}
+
+func (c *BandwidthConfig) defaults() {
+	if len(c.Kinds) == 0 {
+		c.Kinds = AllKinds()
+	}
+	if len(c.Sizes) == 0 {
+		c.Sizes = DefaultSizes
+	}
+	if len(c.Dirs) == 0 {
+		c.Dirs = AllDirs()
+	}
+	if c.Samples <= 0 {
+		c.Samples = 5
+	}
+	if c.Warmup < 0 {
+		c.Warmup = 0
+	} else if c.Warmup == 0 {
+		c.Warmup = 1
+	}
+	if c.MinBytes <= 0 {
+		c.MinBytes = 64 << 20
+	}
+	if c.MaxReps <= 0 {
+		c.MaxReps = 64
+	}
+}
+
+// reps returns how many copies of size bytes one sample makes.
+func (c *BandwidthConfig) reps(size int64) int {
+	r := (c.MinBytes + size - 1) / size
+	return int(min(max(r, 1), int64(c.MaxReps)))
+}
+
+// Bandwidth measures copies between host memory of each kind and device
+// memory, for every size and direction. A kind that cannot be allocated or
+// measured gives skipped results with the reason; the error return is for
+// failures that end the run (device memory, the driver).
+func (s *Session) Bandwidth(cfg BandwidthConfig) ([]Result, error) {
+	cfg.defaults()
+	maxSize := int64(0)
+	for _, n := range cfg.Sizes {
+		maxSize = max(maxSize, n)
+	}
+	w := &bwWork{s: s, cfg: cfg, n: int(maxSize)}
+	defer w.close()
+	if err := w.setup(); err != nil {
+		return nil, err
+	}
+	var out []Result
+	for _, kind := range cfg.Kinds {
+		rs, err := w.kind(kind)
+		out = append(out, rs...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// bwWork holds what every kind's measurement shares: two device buffers
+// and two streams (lane A copies host to device, lane B device to host in
+// the bidirectional test), the expected data and a scratch buffer.
+type bwWork struct {
+	s          *Session
+	cfg        BandwidthConfig
+	n          int
+	devA, devB *cuda.DeviceBuffer
+	outA       *cuda.DeviceBuffer // read_sum_u32 accumulators (2 x 8 bytes)
+	stA, stB   *cuda.Stream
+	expA, expB []byte
+	scratch    []byte
+}
+
+func (w *bwWork) setup() error {
+	var err error
+	if w.devA, err = w.s.Ctx.Alloc(w.n); err != nil {
+		return fmt.Errorf("bench: device buffer of %s: %w", FormatSize(int64(w.n)), err)
+	}
+	if w.devB, err = w.s.Ctx.Alloc(w.n); err != nil {
+		return fmt.Errorf("bench: device buffer of %s: %w", FormatSize(int64(w.n)), err)
+	}
+	if w.outA, err = w.s.Ctx.Alloc(256); err != nil {
+		return err
+	}
+	if w.stA, err = w.s.Ctx.NewStream(cuda.StreamNonBlocking); err != nil {
+		return err
+	}
+	if w.stB, err = w.s.Ctx.NewStream(cuda.StreamNonBlocking); err != nil {
+		return err
+	}
+	w.expA = randomBytes(w.n, 1)
+	w.expB = randomBytes(w.n, 2)
+	w.scratch = make([]byte, w.n)
+	return nil
+}
+
+func (w *bwWork) close() {
+	for _, st := range []*cuda.Stream{w.stA, w.stB} {
+		if st != nil {
+			_ = st.Synchronize()
+			_ = st.Destroy()
+		}
+	}
+	for _, b := range []*cuda.DeviceBuffer{w.devA, w.devB, w.outA} {
+		if b != nil {
+			_ = b.Free()
+		}
+	}
+}
+
+func (w *bwWork) hasDir(d string) bool {
+	for _, x := range w.cfg.Dirs {
+		if x == d {
+			return true
+		}
+	}
+	return false
+}
+
+// kind measures one host memory kind at every size and direction.
+func (w *bwWork) kind(kind string) ([]Result, error) {
+	var out []Result
+	skipAll := func(why string) []Result {
+		for _, n := range w.cfg.Sizes {
+			for _, d := range w.cfg.Dirs {
+				r := skipped("bw", kind, d, n, GBps, why)
+				w.s.progress(r)
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	if kind == KindMapped && w.s.kernErr != nil {
+		return skipAll("kernels unavailable: " + w.s.kernErr.Error()), nil
+	}
+	var stager Stager
+	if kind == KindStaged {
+		if newStager == nil {
+			return skipAll("staged copies need package transfer's Copier, not available in this build"), nil
+		}
+		var err error
+		if stager, err = newStager(w.s); err != nil {
+			return skipAll("staged copier: " + err.Error()), nil
+		}
+		defer stager.Close()
+	}
+	hA, err := w.s.allocHost(kind, w.n)
+	if err != nil {
+		return skipAll(fmt.Sprintf("allocating %s: %v", FormatSize(int64(w.n)), err)), nil
+	}
+	defer hA.free()
+	var hB *hostMem
+	if w.hasDir(DirBidir) {
+		if hB, err = w.s.allocHost(kind, w.n); err != nil {
+			hB = nil
+		}
+		defer hB.free()
+	}
+	for _, n := range w.cfg.Sizes {
+		for _, d := range w.cfg.Dirs {
+			var r Result
+			var err error
+			switch {
+			case d == DirBidir && hB == nil:
+				r = skipped("bw", kind, d, n, GBps, "second host buffer could not be allocated")
+			case kind == KindMapped && n%4 != 0:
+				r = skipped("bw", kind, d, n, GBps, "mapped kernels need a multiple of 4 bytes")
+			case kind == KindStaged:
+				r, err = w.staged(stager, hA, hB, d, int(n))
+			default:
+				r, err = w.measure(kind, hA, hB, d, int(n))
+			}
+			if err != nil {
+				if isFatal(err) {
+					return out, err
+				}
+				r = skipped("bw", kind, d, n, GBps, "error: "+err.Error())
+			}
+			w.s.progress(r)
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// isFatal reports whether err leaves the context unusable (a kernel fault
+// or launch failure is sticky) or says the driver is gone.
+func isFatal(err error) bool {
+	return errors.Is(err, cuda.ErrLaunchFailed) || errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice)
+}
+
+// bwPlan is one measurement's work: lanes, preparation and verification.
+type bwPlan struct {
+	lanes   []lane
+	bytes   []int64 // bytes each lane moves per rep
+	prepare func() error
+	verify  func(reps int) error
+	hold    bool
+	note    string
+}
+
+func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
+	s := w.s
+	grid, block := s.grid()
+	const seed = 0x5eed
+	p := bwPlan{hold: kind != KindPageable}
+	h2dLane := func(h *hostMem, dev *cuda.DeviceBuffer, exp []byte, out cuda.DevicePtr) (lane, func() error, func(int) error) {
+		if kind == KindMapped {
+			op := func(st *cuda.Stream, _ int) error {
+				return s.fns[kernels.KernelReadSum].Launch(st, grid, block, 0, h.dptr, uint64(n/4), out)
+			}
+			prep := func() error {
+				copy(h.b[:n], exp[:n])
+				return s.Ctx.Memset(out, 0, 8)
+			}
+			ver := func(reps int) error {
+				var got [8]byte
+				if err := s.Ctx.CopyDtoH(got[:], out); err != nil {
+					return err
+				}
+				want := uint64(reps) * sumWords(exp[:n])
+				if g := binary.LittleEndian.Uint64(got[:]); g != want {
+					return fmt.Errorf("read_sum_u32 of mapped memory gave %#x, want %#x", g, want)
+				}
+				return nil
+			}
+			return lane{op: op}, prep, ver
+		}
+		op := func(st *cuda.Stream, _ int) error { return st.CopyHtoD(dev.Ptr(), h.b[:n]) }
+		prep := func() error {
+			copy(h.b[:n], exp[:n])
+			return s.Ctx.Memset(dev.Ptr(), poisonDevice, n)
+		}
+		ver := func(int) error {
+			if err := s.Ctx.CopyDtoH(w.scratch[:n], dev.Ptr()); err != nil {
+				return err
+			}
+			if i := firstDiff(w.scratch[:n], exp[:n]); i >= 0 {
+				return fmt.Errorf("device byte %d is %#x after the copy, want %#x", i, w.scratch[i], exp[i])
+			}
+			return nil
+		}
+		return lane{op: op}, prep, ver
+	}
+	d2hLane := func(h *hostMem, dev *cuda.DeviceBuffer, exp []byte) (lane, func() error, func(int) error) {
+		if kind == KindMapped {
+			op := func(st *cuda.Stream, _ int) error {
+				return s.fns[kernels.KernelFill].Launch(st, grid, block, 0, h.dptr, uint64(n/4), uint32(seed))
+			}
+			prep := func() error { poison(h.b[:n], poisonHost); return nil }
+			ver := func(int) error {
+				for i := 0; i < n/4; i++ {
+					if g, want := binary.LittleEndian.Uint32(h.b[4*i:]), kernels.Pattern(seed, uint64(i)); g != want {
+						return fmt.Errorf("mapped word %d is %#x after fill_u32, want %#x", i, g, want)
+					}
+				}
+				return nil
+			}
+			return lane{op: op}, prep, ver
+		}
+		op := func(st *cuda.Stream, _ int) error { return st.CopyDtoH(h.b[:n], dev.Ptr()) }
+		prep := func() error {
+			poison(h.b[:n], poisonHost)
+			return s.Ctx.CopyHtoD(dev.Ptr(), exp[:n])
+		}
+		ver := func(int) error {
+			if i := firstDiff(h.b[:n], exp[:n]); i >= 0 {
+				return fmt.Errorf("host byte %d is %#x after the copy, want %#x", i, h.b[i], exp[i])
+			}
+			return nil
+		}
+		return lane{op: op}, prep, ver
+	}
+	var preps []func() error
+	var vers []func(int) error
+	add := func(l lane, st *cuda.Stream, prep func() error, ver func(int) error) {
+		l.s = st
+		p.lanes = append(p.lanes, l)
+		p.bytes = append(p.bytes, int64(n))
+		preps = append(preps, prep)
+		vers = append(vers, ver)
+	}
+	switch dir {
+	case DirH2D:
+		l, pr, v := h2dLane(hA, w.devA, w.expA, w.outA.Ptr())
+		add(l, w.stA, pr, v)
+	case DirD2H:
+		l, pr, v := d2hLane(hA, w.devA, w.expA)
+		add(l, w.stA, pr, v)
+	case DirBidir:
+		l, pr, v := h2dLane(hA, w.devA, w.expA, w.outA.Ptr())
+		add(l, w.stA, pr, v)
+		l, pr, v = d2hLane(hB, w.devB, w.expB)
+		add(l, w.stB, pr, v)
+	}
+	p.prepare = func() error {
+		for _, f := range preps {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	p.verify = func(reps int) error {
+		for _, f := range vers {
+			if err := f(reps); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	switch kind {
+	case KindPageable:
+		p.note = "driver's pageable path blocks the host: not held by spin-wait"
+	case KindMapped:
+		switch dir {
+		case DirH2D:
+			p.note = "kernel read_sum_u32 reads host memory through its device pointer"
+		case DirD2H:
+			p.note = "kernel fill_u32 writes host memory through its device pointer"
+		default:
+			p.note = "read_sum_u32 and fill_u32 at once on two streams"
+		}
+	}
+	return p
+}
+
+// measure runs one (kind, direction, size) measurement with the device's
+// copy engines (or the zero-copy kernels for mapped memory).
+func (w *bwWork) measure(kind string, hA, hB *hostMem, dir string, n int) (Result, error) {
+	r := Result{Bench: "bw", Kind: kind, Dir: dir, Size: int64(n), Unit: GBps}
+	p := w.plan(kind, hA, hB, dir, n)
+	reps := w.cfg.reps(int64(n))
+	if err := p.prepare(); err != nil {
+		return r, err
+	}
+	for range w.cfg.Warmup {
+		if _, err := w.s.timeLanes(p.lanes, reps, p.hold); err != nil {
+			return r, err
+		}
+	}
+	if err := p.prepare(); err != nil {
+		return r, err
+	}
+	var total []float64
+	perLane := make([][]float64, len(p.lanes))
+	var notes []string
+	for i := range w.cfg.Samples {
+		t, err := w.s.timeLanes(p.lanes, reps, p.hold)
+		if err != nil {
+			return r, err
+		}
+		r.Timing = t.method
+		if t.note != "" && len(notes) == 0 {
+			notes = append(notes, t.note)
+		}
+		if i == 0 {
+			if err := p.verify(reps); err != nil {
+				notes = append(notes, "VERIFY FAILED: "+err.Error())
+			} else {
+				r.Verified = true
+			}
+		}
+		var moved int64
+		for j, b := range p.bytes {
+			moved += b * int64(reps)
+			perLane[j] = append(perLane[j], Rate(b*int64(reps), t.perLane[j]))
+		}
+		total = append(total, Rate(moved, t.span))
+	}
+	r.fill(total)
+	if dir == DirBidir && len(perLane) == 2 {
+		notes = append(notes, fmt.Sprintf("h2d %s + d2h %s GB/s", formatValue(Summarize(perLane[0]).Median), formatValue(Summarize(perLane[1]).Median)))
+	}
+	if p.note != "" {
+		notes = append(notes, p.note)
+	}
+	if reps > 1 {
+		notes = append(notes, fmt.Sprintf("%d copies per sample", reps))
+	}
+	r.Note = joinNotes(notes)
+	return r, nil
+}
+
+func joinNotes(notes []string) string {
+	s := ""
+	for _, n := range notes {
+		if n == "" {
+			continue
+		}
+		if s != "" {
+			s += "; "
+		}
+		s += n
+	}
+	return s
+}
+
+// Stager copies between Go memory and device memory through pinned
+// staging buffers, synchronously (package transfer's Copier).
+type Stager interface {
+	CopyHtoD(dst cuda.DevicePtr, src []byte) error
+	CopyDtoH(dst []byte, src cuda.DevicePtr) error
+	Close() error
+}
+
+// newStager makes the staged kind's copier; nil while package transfer is
+// not available, which makes the kind report itself skipped.
+var newStager func(s *Session) (Stager, error)
+
+// staged measures the staged copier with the wall clock.
+func (w *bwWork) staged(st Stager, hA, hB *hostMem, dir string, n int) (Result, error) {
+	r := Result{Bench: "bw", Kind: KindStaged, Dir: dir, Size: int64(n), Unit: GBps, Timing: TimingWall}
+	reps := w.cfg.reps(int64(n))
+	sample := func() (time.Duration, error) {
+		start := time.Now()
+		for range reps {
+			switch dir {
+			case DirH2D:
+				if err := st.CopyHtoD(w.devA.Ptr(), hA.b[:n]); err != nil {
+					return 0, err
+				}
+			case DirD2H:
+				if err := st.CopyDtoH(hA.b[:n], w.devA.Ptr()); err != nil {
+					return 0, err
+				}
+			default:
+				errc := make(chan error, 1)
+				go func() { errc <- st.CopyDtoH(hB.b[:n], w.devB.Ptr()) }()
+				err1 := st.CopyHtoD(w.devA.Ptr(), hA.b[:n])
+				if err := errors.Join(err1, <-errc); err != nil {
+					return 0, err
+				}
+			}
+		}
+		return time.Since(start), nil
+	}
+	p := w.plan(KindPageable, hA, hB, dir, n) // for prepare and verify
+	if err := p.prepare(); err != nil {
+		return r, err
+	}
+	for range w.cfg.Warmup {
+		if _, err := sample(); err != nil {
+			return r, err
+		}
+	}
+	if err := p.prepare(); err != nil {
+		return r, err
+	}
+	mult := int64(1)
+	if dir == DirBidir {
+		mult = 2
+	}
+	var vals []float64
+	var notes []string
+	for i := range w.cfg.Samples {
+		d, err := sample()
+		if err != nil {
+			return r, err
+		}
+		if i == 0 {
+			if err := p.verify(reps); err != nil {
+				notes = append(notes, "VERIFY FAILED: "+err.Error())
+			} else {
+				r.Verified = true
+			}
+		}
+		vals = append(vals, Rate(mult*int64(n)*int64(reps), d))
+	}
+	r.fill(vals)
+	notes = append(notes, "Go slice staged through pinned buffers (package transfer)")
+	r.Note = joinNotes(notes)
+	return r, nil
+}

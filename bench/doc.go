@@ -1,0 +1,30 @@
+// Package bench is pinmem's measurement engine: host<->device bandwidth for
+// every kind of host memory (pageable, pinned, portable, write-combined,
+// registered, mapped zero-copy, staged), the cost of pinning, overlapped
+// pipelines, zero-copy against explicit copies, and the seed article's
+// vector-add scenario, with reports as aligned text, JSON, CSV and SVG.
+//
+// # Timing
+//
+// Copies are timed the way NVIDIA's nvbandwidth times them: a one-thread
+// kernel (spin_wait) holds the stream by polling a flag in mapped host
+// memory while the start event, the copies and the end event are queued;
+// the host then releases the flag, so the time between the events is the
+// copies' own, not the cost of queueing them. Every measurement runs a
+// warm-up, then several samples, and reports the median, minimum and
+// maximum. Data is random, destinations are poisoned first, and every byte
+// of the first timed sample is checked.
+//
+// When the kernels cannot be loaded (the embedded PTX is a placeholder or
+// too new for the driver), copies are timed with plain events and each
+// result's Timing says so; the kernel-based benches (mapped zero-copy, the
+// pipeline's kernel) are skipped with a note. The driver's pageable path
+// blocks the calling thread, so pageable copies are always timed with
+// plain events (holding the stream would deadlock), and the staged kind,
+// which is driven by host goroutines, with the wall clock.
+//
+// # Results
+//
+// Every bench returns a []Result; WriteTable, WriteJSON, WriteCSV and
+// WriteSVG render them. Units are GB/s (10^9 bytes per second), ms or FPS.
+package bench

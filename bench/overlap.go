@@ -1,0 +1,250 @@
+package bench
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/kernels"
+)
+
+// Pipeline variants of the overlap bench.
+const (
+	VariantPageableSync = "pageable-sync" // Go heap memory, synchronous copies, one chunk at a time
+	VariantPinned1      = "pinned-1stream"
+	VariantBound        = "bound" // the floor set by the measured bidirectional bandwidth
+)
+
+// VariantPinnedN names the pinned variant on n streams ("pinned-4streams").
+func VariantPinnedN(n int) string {
+	if n == 1 {
+		return VariantPinned1
+	}
+	return fmt.Sprintf("pinned-%dstreams", n)
+}
+
+// OverlapConfig configures Session.Overlap: the seed's image pipeline,
+// Chunks chunks of ChunkSize bytes, each copied to the device, changed by
+// a light kernel (add_u8) and copied back.
+type OverlapConfig struct {
+	Chunks    int   // default 16
+	ChunkSize int64 // default 32 MiB
+	Streams   int   // streams of the overlapped variant (default 4)
+	Samples   int   // default 5
+	// VecAddSize is the size of each vector in the vector-add scenario
+	// (default 64 MiB: two in, one out); negative skips it.
+	VecAddSize int64
+}
+
+func (c *OverlapConfig) defaults() {
+	if c.Chunks <= 0 {
+		c.Chunks = 16
+	}
+	if c.ChunkSize <= 0 {
+		c.ChunkSize = 32 << 20
+	}
+	if c.Streams <= 0 {
+		c.Streams = 4
+	}
+	if c.Samples <= 0 {
+		c.Samples = 5
+	}
+	if c.VecAddSize == 0 {
+		c.VecAddSize = 64 << 20
+	}
+}
+
+const pipelineDelta = 3
+
+// Overlap runs the seed's pipeline with pageable memory and synchronous
+// copies, with pinned memory on one stream, and with pinned memory on
+// several streams round-robin, reporting ms and FPS (chunks per second),
+// and the bound the measured bidirectional bandwidth sets; then the seed's
+// vector-add scenario.
+func (s *Session) Overlap(cfg OverlapConfig) ([]Result, error) {
+	cfg.defaults()
+	cs := int(cfg.ChunkSize)
+	total := cs * cfg.Chunks
+	var out []Result
+	emit := func(rs ...Result) {
+		for _, r := range rs {
+			s.progress(r)
+		}
+		out = append(out, rs...)
+	}
+
+	// The bound: each direction moves total bytes; with copies in both
+	// directions overlapped, each runs at the bidirectional per-direction rate.
+	bw, err := s.Bandwidth(BandwidthConfig{Kinds: []string{KindPinned}, Sizes: []int64{cfg.ChunkSize},
+		Dirs: []string{DirBidir}, Samples: cfg.Samples, MinBytes: int64(total)})
+	if err != nil {
+		return bw, err
+	}
+	out = append(out, bw...)
+	if len(bw) == 1 && !bw[0].Skipped && bw[0].Median > 0 {
+		perDir := bw[0].Median / 2
+		ms := float64(total) / (perDir * 1e9) * 1e3
+		b := Result{Bench: "overlap", Kind: VariantBound, Dir: "pipeline", Size: int64(total), Unit: Ms,
+			Median: ms, Min: ms, Max: ms, Samples: bw[0].Samples, Verified: bw[0].Verified, Timing: bw[0].Timing,
+			Note: fmt.Sprintf("%s each way at the measured bidirectional %s GB/s per direction", FormatSize(int64(total)), formatValue(perDir))}
+		emit(b, fpsOf(b, cfg.Chunks))
+	}
+
+	in := randomBytes(total, 11)
+	want := append([]byte(nil), in...)
+	noKernel := s.kernErr != nil
+	if !noKernel {
+		kernels.AddBytes(want, pipelineDelta)
+	}
+	dev, err := s.Ctx.Alloc(total)
+	if err != nil {
+		return out, err
+	}
+	defer dev.Free()
+	streams := make([]*cuda.Stream, cfg.Streams)
+	for i := range streams {
+		if streams[i], err = s.Ctx.NewStream(cuda.StreamNonBlocking); err != nil {
+			return out, err
+		}
+		defer streams[i].Destroy()
+	}
+	grid, block := s.grid()
+	kernel := func(st *cuda.Stream, off int) error {
+		if noKernel {
+			return nil
+		}
+		return s.fns[kernels.KernelAdd].Launch(st, grid, block, 0, dev.Ptr().Add(off), uint64(cs), uint8(pipelineDelta))
+	}
+	note := ""
+	if noKernel {
+		note = "copies only, no kernel (kernels unavailable: " + s.kernErr.Error() + ")"
+	}
+
+	// pageable, synchronous.
+	{
+		hin, hout := make([]byte, total), make([]byte, total)
+		copy(hin, in)
+		r := Result{Bench: "overlap", Kind: VariantPageableSync, Dir: "pipeline", Size: int64(total), Unit: Ms, Timing: TimingWall}
+		var vals []float64
+		for i := range cfg.Samples + 1 { // the first run warms up
+			poison(hout, poisonHost)
+			start := time.Now()
+			for c := range cfg.Chunks {
+				off := c * cs
+				if err := s.Ctx.CopyHtoD(dev.Ptr().Add(off), hin[off:off+cs]); err != nil {
+					return out, err
+				}
+				if err := kernel(streams[0], off); err != nil {
+					return out, err
+				}
+				if err := streams[0].Synchronize(); err != nil {
+					return out, err
+				}
+				if err := s.Ctx.CopyDtoH(hout[off:off+cs], dev.Ptr().Add(off)); err != nil {
+					return out, err
+				}
+			}
+			d := time.Since(start)
+			if i == 1 {
+				r.Verified = firstDiff(hout, want) < 0
+			}
+			if i > 0 {
+				vals = append(vals, Millis(d))
+			}
+		}
+		r.fill(vals)
+		r.Note = joinNotes([]string{verifyNote(r.Verified), note})
+		emit(r, fpsOf(r, cfg.Chunks))
+	}
+
+	// pinned, on 1 and on cfg.Streams streams.
+	hin, err := pinmem.Alloc(total, 0, pinmem.WithDevice(s.Dev), pinmem.WithMethod(pinmem.MethodHostAlloc))
+	if err != nil {
+		return out, err
+	}
+	defer hin.Free()
+	hout, err := pinmem.Alloc(total, 0, pinmem.WithDevice(s.Dev), pinmem.WithMethod(pinmem.MethodHostAlloc))
+	if err != nil {
+		return out, err
+	}
+	defer hout.Free()
+	copy(hin.Bytes(), in)
+	counts := []int{1}
+	if cfg.Streams > 1 {
+		counts = append(counts, cfg.Streams)
+	}
+	for _, k := range counts {
+		r := Result{Bench: "overlap", Kind: VariantPinnedN(k), Dir: "pipeline", Size: int64(total), Unit: Ms}
+		lanes := make([]lane, k)
+		for j := range lanes {
+			lanes[j] = lane{s: streams[j], op: func(st *cuda.Stream, rep int) error {
+				c := rep*k + j
+				if c >= cfg.Chunks {
+					return nil
+				}
+				off := c * cs
+				if err := st.CopyHtoD(dev.Ptr().Add(off), hin.Bytes()[off:off+cs]); err != nil {
+					return err
+				}
+				if err := kernel(st, off); err != nil {
+					return err
+				}
+				return st.CopyDtoH(hout.Bytes()[off:off+cs], dev.Ptr().Add(off))
+			}}
+		}
+		reps := (cfg.Chunks + k - 1) / k
+		var vals []float64
+		tnote := ""
+		for i := range cfg.Samples + 1 {
+			poison(hout.Bytes(), poisonHost)
+			t, err := s.timeLanes(lanes, reps, true)
+			if err != nil {
+				return out, err
+			}
+			r.Timing = t.method
+			if t.note != "" {
+				tnote = t.note
+			}
+			if i == 1 {
+				r.Verified = firstDiff(hout.Bytes(), want) < 0
+			}
+			if i > 0 {
+				vals = append(vals, Millis(t.span))
+			}
+		}
+		r.fill(vals)
+		r.Note = joinNotes([]string{verifyNote(r.Verified), tnote, note})
+		emit(r, fpsOf(r, cfg.Chunks))
+	}
+	if cfg.VecAddSize > 0 {
+		rs, err := s.vecAdd(int(cfg.VecAddSize), cfg.Samples)
+		emit(rs...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+func verifyNote(ok bool) string {
+	if ok {
+		return ""
+	}
+	return "VERIFY FAILED: output differs from input + delta"
+}
+
+// fpsOf converts a pipeline time in ms into frames (chunks) per second.
+func fpsOf(r Result, chunks int) Result {
+	f := r
+	f.Unit = FPS
+	conv := func(ms float64) float64 {
+		if ms <= 0 {
+			return 0
+		}
+		return float64(chunks) / (ms / 1e3)
+	}
+	f.Median, f.Min, f.Max = conv(r.Median), conv(r.Max), conv(r.Min)
+	f.Note = fmt.Sprintf("%d chunks of %s as frames", chunks, FormatSize(r.Size/int64(max(chunks, 1))))
+	return f
+}

@@ -1,0 +1,217 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// Pinning methods of the pin bench.
+const (
+	PinHostAlloc      = "hostalloc"       // pinmem.Alloc with MethodHostAlloc (cuMemHostAlloc / cuMemFreeHost)
+	PinMmapRegister   = "mmap-register"   // pinmem.Alloc with MethodMmapRegister (mmap, parallel touch, cuMemHostRegister)
+	PinGoRegister     = "go-register"     // pinmem.Register of an already-touched Go slice (cuMemHostRegister)
+	PinMallocRegister = "malloc+register" // PyTorch-like: allocate, pre-fault in parallel, register, all timed
+)
+
+// Operations (the Dir column) of the pin bench.
+const (
+	OpPin   = "pin"   // obtaining pinned memory
+	OpUnpin = "unpin" // releasing it
+	OpTouch = "touch" // allocating a Go slice and writing every page on one goroutine (malloc + memset)
+)
+
+// AllPinMethods returns every pinning method, in report order.
+func AllPinMethods() []string {
+	return []string{PinHostAlloc, PinMmapRegister, PinGoRegister, PinMallocRegister}
+}
+
+// DefaultPinSizes are the pin bench's default sizes (ANCHORS.md's table).
+var DefaultPinSizes = []int64{1 << 20, 64 << 20, 1 << 30, 4 << 30}
+
+// PinConfig configures Session.Pin.
+type PinConfig struct {
+	Methods []string // default AllPinMethods
+	Sizes   []int64  // default DefaultPinSizes
+	Samples int      // default 3
+}
+
+// ParsePinMethods parses a comma-separated list of pinning methods ("all"
+// for every one).
+func ParsePinMethods(s string) ([]string, error) {
+	al := map[string]string{
+		"hostalloc": PinHostAlloc, "mmap-register": PinMmapRegister, "mmap": PinMmapRegister,
+		"go-register": PinGoRegister, "register": PinGoRegister, "go": PinGoRegister,
+		"malloc+register": PinMallocRegister, "pytorch": PinMallocRegister, "malloc-register": PinMallocRegister,
+	}
+	return parseList(s, "pinning method", al, AllPinMethods())
+}
+
+// Pin measures, with the wall clock, what it costs to pin and unpin host
+// memory with each method and size. Each sample's memory is checked with a
+// round trip through the device before it is released. Sizes the budget
+// or the host refuse give skipped results.
+func (s *Session) Pin(cfg PinConfig) ([]Result, error) {
+	if len(cfg.Methods) == 0 {
+		cfg.Methods = AllPinMethods()
+	}
+	if len(cfg.Sizes) == 0 {
+		cfg.Sizes = DefaultPinSizes
+	}
+	if cfg.Samples <= 0 {
+		cfg.Samples = 3
+	}
+	probe, err := s.Ctx.Alloc(1 << 20)
+	if err != nil {
+		return nil, err
+	}
+	defer probe.Free()
+	var out []Result
+	for _, m := range cfg.Methods {
+		for _, n := range cfg.Sizes {
+			rs, err := s.pinOne(m, int(n), cfg.Samples, probe)
+			for _, r := range rs {
+				s.progress(r)
+			}
+			out = append(out, rs...)
+			if err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *Session) pinOne(method string, n, samples int, probe *cuda.DeviceBuffer) ([]Result, error) {
+	dev := pinmem.WithDevice(s.Dev)
+	ops := []string{OpPin, OpUnpin}
+	if method == PinGoRegister {
+		ops = []string{OpTouch, OpPin, OpUnpin}
+	}
+	vals := map[string][]float64{}
+	verified := true
+	var verr error
+	fail := func(err error) []Result {
+		var rs []Result
+		for _, op := range ops {
+			rs = append(rs, skipped("pin", method, op, int64(n), Ms, err.Error()))
+		}
+		return rs
+	}
+	threads := runtime.NumCPU()
+	for i := 0; i < samples; i++ {
+		var buf *pinmem.Buffer
+		var err error
+		var heap []byte
+		start := time.Now()
+		switch method {
+		case PinHostAlloc:
+			buf, err = pinmem.Alloc(n, 0, dev, pinmem.WithMethod(pinmem.MethodHostAlloc))
+		case PinMmapRegister:
+			buf, err = pinmem.Alloc(n, 0, dev, pinmem.WithMethod(pinmem.MethodMmapRegister))
+		case PinGoRegister:
+			heap = make([]byte, n)
+			touch(heap, 1)
+			vals[OpTouch] = append(vals[OpTouch], Millis(time.Since(start)))
+			start = time.Now()
+			buf, err = pinmem.Register(heap, 0, dev)
+		case PinMallocRegister:
+			heap = make([]byte, n)
+			touch(heap, threads)
+			buf, err = pinmem.Register(heap, 0, dev)
+		default:
+			return nil, fmt.Errorf("bench: unknown pinning method %q", method)
+		}
+		pinT := time.Since(start)
+		if err != nil {
+			return fail(err), nil
+		}
+		vals[OpPin] = append(vals[OpPin], Millis(pinT))
+		if i == 0 {
+			if err := roundTrip(s.Ctx, buf.Bytes(), probe); err != nil {
+				verified, verr = false, err
+			}
+		}
+		start = time.Now()
+		err = buf.Free()
+		vals[OpUnpin] = append(vals[OpUnpin], Millis(time.Since(start)))
+		if err != nil {
+			return fail(err), err
+		}
+		heap = nil
+		_ = heap
+		if method == PinGoRegister || method == PinMallocRegister {
+			debug.FreeOSMemory() // the next sample gets fresh pages, as malloc would
+		}
+	}
+	var rs []Result
+	for _, op := range ops {
+		r := Result{Bench: "pin", Kind: method, Dir: op, Size: int64(n), Unit: Ms, Timing: TimingWall, Verified: verified}
+		r.fill(vals[op])
+		switch {
+		case op == OpTouch:
+			r.Note = "make + write every page on one goroutine (malloc + memset)"
+		case op == OpPin && method == PinMallocRegister:
+			r.Note = fmt.Sprintf("make + pre-fault on %d goroutines + cuMemHostRegister (PyTorch-like)", threads)
+		case op == OpPin && method == PinGoRegister:
+			r.Note = "cuMemHostRegister of touched memory"
+		}
+		if verr != nil {
+			r.Note = joinNotes([]string{"VERIFY FAILED: " + verr.Error(), r.Note})
+		}
+		rs = append(rs, r)
+	}
+	return rs, nil
+}
+
+// touch writes one byte in every page of b, spread over the given number
+// of goroutines.
+func touch(b []byte, threads int) {
+	page := os.Getpagesize()
+	pages := (len(b) + page - 1) / page
+	threads = max(1, min(threads, pages))
+	var wg sync.WaitGroup
+	per := (pages + threads - 1) / threads
+	for t := range threads {
+		lo, hi := t*per, min((t+1)*per, pages)
+		if lo >= hi {
+			break
+		}
+		wg.Go(func() {
+			for p := lo; p < hi; p++ {
+				b[p*page] = 1
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// roundTrip checks that pinned memory moves through the device: random
+// data at its start and end goes to probe and back.
+func roundTrip(ctx *cuda.Context, b []byte, probe *cuda.DeviceBuffer) error {
+	n := min(len(b)/2, probe.Size()/2, 64<<10)
+	if n == 0 {
+		return nil
+	}
+	for _, off := range []int{0, len(b) - n} {
+		want := randomBytes(n, uint64(off)+7)
+		copy(b[off:off+n], want)
+		if err := ctx.CopyHtoD(probe.Ptr(), b[off:off+n]); err != nil {
+			return err
+		}
+		poison(b[off:off+n], poisonHost)
+		if err := ctx.CopyDtoH(b[off:off+n], probe.Ptr()); err != nil {
+			return err
+		}
+		if i := firstDiff(b[off:off+n], want); i >= 0 {
+			return fmt.Errorf("byte %d of a round trip through the device differs", off+i)
+		}
+	}
+	return nil
+}

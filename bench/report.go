@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Meta describes where and how results were measured, for report headers.
+type Meta struct {
+	Command string `json:"command,omitempty"` // e.g. "pinmem bench"
+	Device  string `json:"device,omitempty"`  // e.g. "NVIDIA H200 (device 0, PCIe 0000:1a:00.0)"
+	Driver  string `json:"driver,omitempty"`  // e.g. "CUDA 13.0"
+	Timing  string `json:"timing,omitempty"`  // how copies were timed, and why if not with spin-wait
+	Time    string `json:"time,omitempty"`    // when the run started (RFC 3339)
+}
+
+// Report is what the JSON output holds: the metadata and every result.
+type Report struct {
+	Meta    Meta     `json:"meta"`
+	Results []Result `json:"results"`
+}
+
+// TableOptions tune WriteTable.
+type TableOptions struct {
+	// Baseline is the kind the ratio column compares with ("pinned" for
+	// the bandwidth bench); empty leaves the column out.
+	Baseline string
+}
+
+// formatValue prints a value with about three significant digits.
+func formatValue(v float64) string {
+	switch a := abs(v); {
+	case a == 0:
+		return "0"
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
+}
+
+func abs(v float64) float64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+// WriteTable writes results as an aligned text table, with a header line
+// from m, a ratio column against opts.Baseline, and the notes last.
+// Text columns are left-aligned and numbers right-aligned.
+func WriteTable(w io.Writer, m Meta, results []Result, opts TableOptions) error {
+	var b strings.Builder
+	if m.Command != "" || m.Device != "" {
+		fmt.Fprintf(&b, "# %s", m.Command)
+		if m.Device != "" {
+			fmt.Fprintf(&b, " on %s", m.Device)
+		}
+		if m.Driver != "" {
+			fmt.Fprintf(&b, ", driver %s", m.Driver)
+		}
+		b.WriteString("\n")
+	}
+	if m.Timing != "" {
+		fmt.Fprintf(&b, "# timing: %s\n", m.Timing)
+	}
+	head := []string{"BENCH", "KIND", "DIR", "SIZE", "MEDIAN", "MIN", "MAX", "UNIT", "N", "VERIFIED"}
+	right := []bool{false, false, false, true, true, true, true, false, true, false}
+	var ratios map[int]float64
+	if opts.Baseline != "" {
+		ratios = Baseline(results, opts.Baseline)
+		head = append(head, "VS "+strings.ToUpper(opts.Baseline))
+		right = append(right, true)
+	}
+	head = append(head, "NOTE")
+	right = append(right, false)
+	rows := [][]string{head}
+	for i, r := range results {
+		row := []string{r.Bench, r.Kind, r.Dir, FormatSize(r.Size)}
+		if r.Skipped {
+			row = append(row, "-", "-", "-", string(r.Unit), "0", "skipped")
+		} else {
+			ver := "yes"
+			if !r.Verified {
+				ver = "NO"
+			}
+			row = append(row, formatValue(r.Median), formatValue(r.Min), formatValue(r.Max),
+				string(r.Unit), strconv.Itoa(r.Samples), ver)
+		}
+		if ratios != nil {
+			if x, ok := ratios[i]; ok {
+				row = append(row, strconv.FormatFloat(x, 'f', 2, 64)+"x")
+			} else {
+				row = append(row, "")
+			}
+		}
+		note := r.Note
+		if !r.Skipped && r.Timing != "" && r.Timing != TimingSpin {
+			if note != "" {
+				note = "[" + r.Timing + "] " + note
+			} else {
+				note = "[" + r.Timing + "]"
+			}
+		}
+		rows = append(rows, append(row, note))
+	}
+	widths := make([]int, len(head))
+	for _, row := range rows {
+		for j, c := range row {
+			widths[j] = max(widths[j], len(c))
+		}
+	}
+	for _, row := range rows {
+		var line strings.Builder
+		for j, c := range row {
+			if j > 0 {
+				line.WriteString("  ")
+			}
+			pad := strings.Repeat(" ", widths[j]-len(c))
+			switch {
+			case j == len(row)-1:
+				line.WriteString(c)
+			case right[j]:
+				line.WriteString(pad + c)
+			default:
+				line.WriteString(c + pad)
+			}
+		}
+		b.WriteString(strings.TrimRight(line.String(), " "))
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteJSON writes the report as indented JSON: {"meta": ..., "results": [...]}.
+func WriteJSON(w io.Writer, m Meta, results []Result) error {
+	if results == nil {
+		results = []Result{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(Report{Meta: m, Results: results})
+}
+
+// CSVHeader is the first row WriteCSV writes.
+var CSVHeader = []string{"bench", "kind", "dir", "size_bytes", "size", "unit", "median", "min", "max",
+	"samples", "verified", "timing", "skipped", "note"}
+
+// WriteCSV writes one row per result under CSVHeader. Numbers are written
+// in full precision (shortest exact form).
+func WriteCSV(w io.Writer, results []Result) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(CSVHeader); err != nil {
+		return err
+	}
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	for _, r := range results {
+		if err := cw.Write([]string{r.Bench, r.Kind, r.Dir, strconv.FormatInt(r.Size, 10), FormatSize(r.Size),
+			string(r.Unit), f(r.Median), f(r.Min), f(r.Max), strconv.Itoa(r.Samples),
+			strconv.FormatBool(r.Verified), r.Timing, strconv.FormatBool(r.Skipped), r.Note}); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// Format is an output format of the CLI.
+type Format string
+
+// Output formats.
+const (
+	FormatTable Format = "table"
+	FormatJSON  Format = "json"
+	FormatCSV   Format = "csv"
+)
+
+// ParseFormat accepts "table" (or "text"), "json" and "csv".
+func ParseFormat(s string) (Format, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "table", "text", "":
+		return FormatTable, nil
+	case "json":
+		return FormatJSON, nil
+	case "csv":
+		return FormatCSV, nil
+	}
+	return "", fmt.Errorf("unknown format %q (want table, json or csv)", s)
+}
+
+// Write renders results in format f.
+func Write(w io.Writer, f Format, m Meta, results []Result, opts TableOptions) error {
+	switch f {
+	case FormatJSON:
+		return WriteJSON(w, m, results)
+	case FormatCSV:
+		return WriteCSV(w, results)
+	}
+	return WriteTable(w, m, results, opts)
+}
