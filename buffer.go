@@ -188,6 +188,11 @@ func (b *Buffer) Free() error {
 // release unpins and accounts; the caller has set freed.
 func (s *bufState) release() error {
 	start := time.Now()
+	// Forget the range first: once the driver or munmap releases it, the
+	// address may be handed out again at once, to another goroutine.
+	if s.regLo != 0 {
+		regRemove(s.regLo)
+	}
 	var err error
 	switch s.kind {
 	case KindHostAlloc:
@@ -210,9 +215,6 @@ func (s *bufState) release() error {
 		if err == nil {
 			s.pinner.Unpin()
 		}
-	}
-	if s.regLo != 0 {
-		regRemove(s.regLo)
 	}
 	ledgerRemove(s.kind, s.flags, s.pinned, time.Since(start))
 	unreserve(s.pinned)
@@ -256,10 +258,10 @@ func onDrop(s *bufState) {
 	if s.freed.Load() {
 		return
 	}
-	ledgerDropped()
 	droppedMu.Lock()
 	dropped = append(dropped, s)
 	droppedMu.Unlock()
+	defer ledgerDropped()
 	where := ""
 	tk := track.HostAlloc
 	if s.kind != KindHostAlloc {

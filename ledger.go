@@ -194,7 +194,7 @@ func HostStats() HostReport {
 func (r HostReport) String() string {
 	var b strings.Builder
 	b.WriteString(r.Ledger.String())
-	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	row := func(name string, v uint64, known bool, note string) {
 		if known {
 			fmt.Fprintf(w, "%s\t%d\t%s\n", name, v, note)

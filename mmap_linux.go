@@ -4,6 +4,7 @@ package pinmem
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -28,6 +29,7 @@ func mapAnon(length uintptr, huge bool) (p unsafe.Pointer, hugeOn bool, err erro
 	if err != nil {
 		return nil, false, fmt.Errorf("mmap of %d bytes: %w", total, err)
 	}
+	liveMappings.Add(1)
 	p = raw
 	if align > 0 {
 		head := (align - uintptr(raw)%align) % align
@@ -50,11 +52,15 @@ func mapAnon(length uintptr, huge bool) (p unsafe.Pointer, hugeOn bool, err erro
 	return p, hugeOn, nil
 }
 
+// liveMappings counts mappings made by mapAnon and not yet unmapped (for tests).
+var liveMappings atomic.Int64
+
 // unmapAnon unmaps what mapAnon mapped.
 func unmapAnon(p unsafe.Pointer, length uintptr) error {
 	if err := unix.MunmapPtr(p, length); err != nil {
 		return fmt.Errorf("munmap of %d bytes at %#x: %w", length, uintptr(p), err)
 	}
+	liveMappings.Add(-1)
 	return nil
 }
 

@@ -4,8 +4,11 @@ package pinmem
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 )
+
+var liveMappings atomic.Int64
 
 // mmapSupported reports whether pinmem can map and register memory itself.
 const mmapSupported = false

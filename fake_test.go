@@ -1,0 +1,838 @@
+package pinmem
+
+import (
+	"encoding/json"
+	"errors"
+	"expvar"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/track"
+)
+
+// useFake installs a fake driver and checks, when the test ends, that
+// nothing is left pinned: not in the fake, not in the ledger, not in the
+// budget, not in pinmem's registry or mappings.
+func useFake(t *testing.T, opts fakedrv.Options) *fakedrv.Driver {
+	t.Helper()
+	base := Stats()
+	prevBudget := budgetSet
+	d := testutil.UseFake(t, opts)
+	t.Cleanup(func() {
+		budgetMu.Lock()
+		budgetSet = prevBudget
+		budgetMu.Unlock()
+		checkNothingPinned(t, d, base)
+	})
+	return d
+}
+
+func checkNothingPinned(t *testing.T, d *fakedrv.Driver, base LedgerStats) {
+	t.Helper()
+	s := Stats()
+	if s.Pinned != base.Pinned {
+		t.Errorf("ledger: pinned %+v at the end, %+v at the start", s.Pinned, base.Pinned)
+	}
+	for k, u := range s.ByKind {
+		if u != base.ByKind[k] {
+			t.Errorf("ledger: %s %+v at the end, %+v at the start", k, u, base.ByKind[k])
+		}
+	}
+	if r := reserved.Load(); r != base.Reserved {
+		t.Errorf("budget: %d bytes reserved at the end, %d at the start", r, base.Reserved)
+	}
+	if d != nil {
+		c := d.Live()
+		if c.HostAllocs != 0 || c.Registrations != 0 {
+			t.Errorf("fake driver: %d host allocations (%d bytes), %d registrations (%d bytes) still live",
+				c.HostAllocs, c.HostAllocBytes, c.Registrations, c.RegisteredBytes)
+		}
+	}
+	if n := regCount(); n != 0 {
+		t.Errorf("registry: %d ranges still claimed", n)
+	}
+	if n := liveMappings.Load(); n != 0 {
+		t.Errorf("%d mappings still mapped", n)
+	}
+	if n, b := track.Count(track.HostAlloc); n != 0 {
+		t.Errorf("track: %d host allocations (%d bytes) live", n, b)
+	}
+	if n, b := track.Count(track.Registration); n != 0 {
+		t.Errorf("track: %d registrations (%d bytes) live", n, b)
+	}
+}
+
+func setChunk(t *testing.T, n uintptr) {
+	old := regChunk
+	regChunk = n
+	t.Cleanup(func() { regChunk = old })
+}
+
+func mustFree(t *testing.T, b *Buffer) {
+	t.Helper()
+	if err := b.Free(); err != nil {
+		t.Fatalf("Free(%v): %v", b, err)
+	}
+}
+
+func pinCalls(d *fakedrv.Driver) int {
+	return d.Calls("cuMemHostAlloc") + d.Calls("cuMemHostRegister_v2")
+}
+
+func TestAllocHostAllocFlags(t *testing.T) {
+	d := useFake(t, fakedrv.Options{})
+	for _, f := range []Flags{0, Portable, Mapped, WriteCombined, Portable | Mapped, Portable | Mapped | WriteCombined, Mapped | WriteCombined} {
+		t.Run(f.String(), func(t *testing.T) {
+			b, err := Alloc(64<<10, f, WithMethod(MethodHostAlloc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mustFree(t, b)
+			if b.Kind() != KindHostAlloc || b.Flags() != f || b.Len() != 64<<10 || b.Pinned() != 64<<10 {
+				t.Errorf("got %v, pinned %d", b, b.Pinned())
+			}
+			if d.Live().HostAllocs != 1 {
+				t.Errorf("fake has %d host allocations", d.Live().HostAllocs)
+			}
+			mem := b.Bytes()
+			copy(mem, "hello")
+			if string(b.Bytes()[:5]) != "hello" {
+				t.Error("bytes not kept")
+			}
+			flags, err := d.MemHostGetFlags(unsafe.Pointer(&mem[0]))
+			if err != nil || flags != f.hostAllocFlags() {
+				t.Errorf("cuMemHostGetFlags = %#x, %v; want %#x", flags, err, f.hostAllocFlags())
+			}
+			dp, err := b.DevicePtr()
+			if f&Mapped != 0 {
+				if err != nil || uintptr(dp) != uintptr(unsafe.Pointer(&mem[0])) {
+					t.Errorf("DevicePtr = %#x, %v", dp, err)
+				}
+			} else if !errors.Is(err, ErrNotMapped) {
+				t.Errorf("DevicePtr of unmapped buffer: %v, want ErrNotMapped", err)
+			}
+		})
+	}
+}
+
+func TestAllocMmapChunks(t *testing.T) {
+	d := useFake(t, fakedrv.Options{})
+	setChunk(t, 1<<20)
+	size := 5<<20 + 123
+	for _, f := range []Flags{0, Portable, Mapped, Portable | Mapped, ReadOnly, Mapped | ReadOnly} {
+		t.Run(f.String(), func(t *testing.T) {
+			b, err := Alloc(size, f, WithMethod(MethodMmapRegister), WithThreads(3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := int64(roundUp(uintptr(size), pageSize))
+			if b.Kind() != KindMmapRegistered || b.Len() != size || b.Pinned() != want {
+				t.Errorf("got %v pinned %d", b, b.Pinned())
+			}
+			if c := d.Live(); c.Registrations != 6 || c.RegisteredBytes != uint64(want) {
+				t.Errorf("fake: %d registrations of %d bytes, want 6 chunks of %d bytes", c.Registrations, c.RegisteredBytes, want)
+			}
+			mem := b.Bytes()
+			for i, v := range mem {
+				if v != 0 {
+					t.Fatalf("byte %d = %d, want 0", i, v)
+				}
+			}
+			mem[len(mem)-1] = 7
+			if f&Mapped != 0 {
+				dp, err := b.DevicePtr()
+				if err != nil || uintptr(dp) != uintptr(unsafe.Pointer(&mem[0])) {
+					t.Errorf("DevicePtr = %#x, %v", dp, err)
+				}
+			}
+			mustFree(t, b)
+			if c := d.Live(); c.Registrations != 0 {
+				t.Errorf("after Free, fake has %d registrations", c.Registrations)
+			}
+		})
+	}
+}
+
+func TestAutoMethod(t *testing.T) {
+	useFake(t, fakedrv.Options{})
+	for _, tc := range []struct {
+		size  int
+		flags Flags
+		want  Kind
+	}{
+		{4096, 0, KindHostAlloc},
+		{AutoMmapThreshold - 1, Mapped, KindHostAlloc},
+		{AutoMmapThreshold, 0, KindMmapRegistered},
+		{AutoMmapThreshold, Portable | Mapped, KindMmapRegistered},
+		{64 << 20, WriteCombined, KindHostAlloc},
+		{4096, ReadOnly, KindMmapRegistered},
+	} {
+		b, err := Alloc(tc.size, tc.flags)
+		if err != nil {
+			t.Fatalf("Alloc(%d, %s): %v", tc.size, tc.flags, err)
+		}
+		if b.Kind() != tc.want {
+			t.Errorf("Alloc(%d, %s) kind %s, want %s", tc.size, tc.flags, b.Kind(), tc.want)
+		}
+		mustFree(t, b)
+	}
+}
+
+// A cuMemHostRegister failing in the middle of a chunked registration must
+// leave nothing pinned or mapped.
+func TestRegisterFailsMidChunk(t *testing.T) {
+	for _, code := range []cudadrv.Result{cudadrv.ErrorOutOfMemory, cudadrv.ErrorInvalidValue, cudadrv.ErrorNotPermitted} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			d := useFake(t, fakedrv.Options{})
+			setChunk(t, 1<<20)
+			if err := d.FailOn("cuMemHostRegister_v2", 3, code); err != nil {
+				t.Fatal(err)
+			}
+			before := Stats()
+			b, err := Alloc(8<<20, Portable, WithMethod(MethodMmapRegister))
+			if err == nil {
+				mustFree(t, b)
+				t.Fatal("Alloc succeeded despite the injected fault")
+			}
+			t.Logf("error: %v", err)
+			if got := d.Calls("cuMemHostRegister_v2"); got != 3 {
+				t.Errorf("%d register calls, want 3", got)
+			}
+			if got := d.Calls("cuMemHostUnregister"); got != 2 {
+				t.Errorf("%d unregister calls, want 2", got)
+			}
+			var oom *OutOfMemoryError
+			if code == cudadrv.ErrorOutOfMemory {
+				if !errors.As(err, &oom) || !errors.Is(err, ErrOutOfMemory) || oom.Requested != 8<<20 || oom.Limit != Budget() {
+					t.Errorf("want *OutOfMemoryError with figures, got %#v", err)
+				}
+			} else if errors.As(err, &oom) {
+				t.Errorf("non-OOM failure reported as OOM: %v", err)
+			}
+			if s := Stats(); s.Failures != before.Failures+1 || s.Allocs != before.Allocs {
+				t.Errorf("failures %d->%d allocs %d->%d", before.Failures, s.Failures, before.Allocs, s.Allocs)
+			}
+		})
+	}
+}
+
+func TestMappedChunksMustBeContiguous(t *testing.T) {
+	d := useFake(t, fakedrv.Options{})
+	setChunk(t, 1<<20)
+	// Make the second chunk's device pointer query fail: pinmem must fall
+	// back to one registration for the whole mapped range.
+	n := 0
+	d.SetHook(func(op string) cudadrv.Result {
+		if op == "cuMemHostGetDevicePointer_v2" {
+			n++
+			if n == 2 {
+				return cudadrv.ErrorInvalidValue
+			}
+		}
+		return cudadrv.Success
+	})
+	b, err := Alloc(4<<20, Mapped, WithMethod(MethodMmapRegister))
+	d.SetHook(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := d.Live(); c.Registrations != 1 || c.RegisteredBytes != 4<<20 {
+		t.Errorf("fake: %d registrations of %d bytes, want one of 4 MiB", c.Registrations, c.RegisteredBytes)
+	}
+	if _, err := b.DevicePtr(); err != nil {
+		t.Error(err)
+	}
+	mustFree(t, b)
+}
+
+func TestBadInput(t *testing.T) {
+	d := useFake(t, fakedrv.Options{})
+	SetBudget(16 << 20)
+	good, err := Alloc(1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := make([]byte, 1<<20)
+	reg, err := Register(mem, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	freed, err := Alloc(4096, Mapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustFree(t, freed)
+	calls := pinCalls(d)
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"size 0", func() error { _, err := Alloc(0, 0); return err }, ErrInvalidValue},
+		{"negative size", func() error { _, err := Alloc(-1, 0); return err }, ErrInvalidValue},
+		{"absurd size", func() error { _, err := Alloc(1<<49, 0); return err }, ErrInvalidValue},
+		{"over budget", func() error { _, err := Alloc(32<<20, 0); return err }, ErrBudget},
+		{"unknown flags", func() error { _, err := Alloc(4096, 1<<9); return err }, ErrInvalidValue},
+		{"write-combined read-only", func() error { _, err := Alloc(4096, WriteCombined|ReadOnly); return err }, ErrInvalidValue},
+		{"read-only hostalloc", func() error { _, err := Alloc(4096, ReadOnly, WithMethod(MethodHostAlloc)); return err }, ErrInvalidValue},
+		{"write-combined mmap", func() error {
+			_, err := Alloc(4096, WriteCombined, WithMethod(MethodMmapRegister))
+			return err
+		}, ErrInvalidValue},
+		{"unknown method", func() error { _, err := Alloc(4096, 0, WithMethod(9)); return err }, ErrInvalidValue},
+		{"register empty", func() error { _, err := Register(nil, 0); return err }, ErrInvalidValue},
+		{"register write-combined", func() error { _, err := Register(make([]byte, 4096), WriteCombined); return err }, ErrInvalidValue},
+		{"register twice", func() error { _, err := Register(mem, 0); return err }, ErrAlreadyRegistered},
+		{"register overlapping", func() error { _, err := Register(mem[4096:8192], 0); return err }, ErrAlreadyRegistered},
+		{"register pinned memory", func() error { _, err := Register(good.Bytes()[100:200], 0); return err }, ErrAlreadyRegistered},
+		{"device pointer of unmapped", func() error { _, err := good.DevicePtr(); return err }, ErrNotMapped},
+		{"double free", freed.Free, ErrFreed},
+		{"device pointer after free", func() error { _, err := freed.DevicePtr(); return err }, ErrFreed},
+		{"view after free", func() error { _, err := View[uint32](freed); return err }, ErrFreed},
+		{"query after free", func() error { _, err := QueryPointer(freed, nil); return err }, ErrFreed},
+		{"free nil", (*Buffer)(nil).Free, ErrInvalidValue},
+	} {
+		err := tc.call()
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		} else {
+			t.Logf("%s: %v", tc.name, err)
+		}
+	}
+	if got := pinCalls(d); got != calls {
+		t.Errorf("bad input reached the driver: %d pin calls, want %d", got, calls)
+	}
+	if freed.Bytes() != nil || freed.Len() != 0 {
+		t.Error("freed buffer still has bytes")
+	}
+	mustFree(t, reg)
+	mustFree(t, good)
+}
+
+func TestDeviceContradictions(t *testing.T) {
+	spec := func(attrs map[cudadrv.DeviceAttribute]int) fakedrv.Options {
+		return fakedrv.Options{Devices: []fakedrv.DeviceSpec{{Attrs: attrs}}}
+	}
+	t.Run("no mapping", func(t *testing.T) {
+		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrCanMapHostMemory: 0}))
+		if _, err := Alloc(4096, Mapped); !errors.Is(err, ErrNotSupported) {
+			t.Errorf("Mapped: %v", err)
+		}
+		if _, err := Register(make([]byte, 8192), Mapped); !errors.Is(err, ErrNotSupported) {
+			t.Errorf("Register Mapped: %v", err)
+		}
+	})
+	t.Run("no registration", func(t *testing.T) {
+		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrHostRegisterSupported: 0}))
+		_, err := Register(make([]byte, 8192), 0)
+		if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "HostRegisterSupported=0") {
+			t.Errorf("Register: %v", err)
+		}
+		if _, err := Alloc(8<<20, 0, WithMethod(MethodMmapRegister)); !errors.Is(err, ErrNotSupported) {
+			t.Errorf("MethodMmapRegister: %v", err)
+		}
+		b, err := Alloc(8<<20, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Kind() != KindHostAlloc {
+			t.Errorf("auto without registration: %s", b.Kind())
+		}
+		mustFree(t, b)
+	})
+	t.Run("no read-only", func(t *testing.T) {
+		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrReadOnlyHostRegisterSupported: 0}))
+		if _, err := Alloc(8<<20, ReadOnly); !errors.Is(err, ErrNotSupported) {
+			t.Errorf("ReadOnly: %v", err)
+		}
+	})
+	t.Run("integrated", func(t *testing.T) {
+		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrIntegrated: 1}))
+		b, err := Alloc(64<<20, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Kind() != KindHostAlloc || b.Flags() != Mapped {
+			t.Errorf("integrated auto: %v", b)
+		}
+		if _, err := b.DevicePtr(); err != nil {
+			t.Error(err)
+		}
+		mustFree(t, b)
+	})
+}
+
+func TestRegisterGoSlice(t *testing.T) {
+	d := useFake(t, fakedrv.Options{})
+	setChunk(t, 1<<20)
+	mem := testutil.RandomBytes(3<<20+5, 1)
+	want := append([]byte(nil), mem...)
+	b, err := Register(mem, Portable|Mapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Kind() != KindGoRegistered || &b.Bytes()[0] != &mem[0] || b.Len() != len(mem) {
+		t.Errorf("got %v", b)
+	}
+	if c := d.Live(); c.Registrations != 4 {
+		t.Errorf("%d registrations, want 4 chunks", c.Registrations)
+	}
+	if dp, err := b.DevicePtr(); err != nil || uintptr(dp) != uintptr(unsafe.Pointer(&mem[0])) {
+		t.Errorf("DevicePtr %#x %v", dp, err)
+	}
+	runtime.GC() // the slice is pinned: it must neither move nor be freed
+	mustFree(t, b)
+	testutil.CheckBytes(t, want, mem)
+	// Registering again after Free works.
+	b, err = Register(mem[1:], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := View[uint64](b); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("View of a misaligned slice: %v", err)
+	}
+	mustFree(t, b)
+}
+
+// Memory registered by other code is the driver's 712, still ErrAlreadyRegistered.
+func TestRegisterDriverAlreadyRegistered(t *testing.T) {
+	d := useFake(t, fakedrv.Options{})
+	mem := make([]byte, 64<<10)
+	var pin runtime.Pinner
+	pin.Pin(&mem[0])
+	defer pin.Unpin()
+	if err := d.MemHostRegister(unsafe.Pointer(&mem[0]), uint64(len(mem)), 0); err != nil {
+		t.Fatal(err)
+	}
+	defer d.MemHostUnregister(unsafe.Pointer(&mem[0]))
+	_, err := Register(mem, 0)
+	var de *cudadrv.Error
+	if !errors.Is(err, ErrAlreadyRegistered) || !errors.As(err, &de) || de.Code != cudadrv.ErrorHostMemoryAlreadyRegistered {
+		t.Errorf("got %v, want the driver's 712", err)
+	}
+}
+
+func TestBudgetError(t *testing.T) {
+	d := useFake(t, fakedrv.Options{})
+	SetBudget(3 << 20)
+	a, err := Alloc(2<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustFree(t, a)
+	before := Stats()
+	calls := pinCalls(d)
+	_, err = Alloc(2<<20, 0)
+	var be *BudgetError
+	if !errors.As(err, &be) || !errors.Is(err, ErrBudget) {
+		t.Fatalf("got %v, want *BudgetError", err)
+	}
+	if be.Requested != 2<<20 || be.Pinned != 2<<20 || be.Limit != 3<<20 {
+		t.Errorf("figures %+v", be)
+	}
+	for _, s := range []string{"2097152 bytes", "3145728 bytes", "pinned", "limit"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("message %q lacks %q", err, s)
+		}
+	}
+	if pinCalls(d) != calls {
+		t.Error("the driver was called for a request over the budget")
+	}
+	s := Stats()
+	if s.BudgetRejections != before.BudgetRejections+1 || s.Failures != before.Failures+1 {
+		t.Errorf("rejections %d->%d failures %d->%d", before.BudgetRejections, s.BudgetRejections, before.Failures, s.Failures)
+	}
+}
+
+type fakeReclaimer struct {
+	mu    sync.Mutex
+	bufs  []*Buffer
+	asked []int64
+}
+
+func (r *fakeReclaimer) Reclaim(want int64) (freed int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked = append(r.asked, want)
+	for len(r.bufs) > 0 && freed < want {
+		b := r.bufs[0]
+		r.bufs = r.bufs[1:]
+		freed += b.Pinned()
+		if err := b.Free(); err != nil {
+			panic(err)
+		}
+	}
+	return freed
+}
+
+func TestReclaim(t *testing.T) {
+	useFake(t, fakedrv.Options{})
+	SetBudget(4 << 20)
+	r := &fakeReclaimer{}
+	for range 3 {
+		b, err := Alloc(1<<20, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.bufs = append(r.bufs, b)
+	}
+	idle := &fakeReclaimer{} // has nothing to give
+	removeIdle := AddReclaimer(idle)
+	defer removeIdle()
+	remove := AddReclaimer(r)
+	b, err := Alloc(2<<20+100, 0) // 3 MiB pinned + 2 MiB > 4 MiB: needs 1 MiB + 100 back
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.bufs) != 1 {
+		t.Errorf("reclaimer kept %d buffers, want 1 (asked %v)", len(r.bufs), r.asked)
+	}
+	if len(r.asked) != 1 || r.asked[0] != 1<<20+100 {
+		t.Errorf("reclaimer asked for %v, want [%d]", r.asked, 1<<20+100)
+	}
+	remove()
+	remove() // idempotent
+	if _, err := Alloc(2<<20, 0); !errors.Is(err, ErrBudget) {
+		t.Errorf("after removing the reclaimer: %v", err)
+	}
+	if len(idle.asked) == 0 {
+		t.Error("the idle reclaimer was never asked")
+	}
+	mustFree(t, b)
+	for _, x := range r.bufs {
+		mustFree(t, x)
+	}
+}
+
+func TestDriverOutOfMemory(t *testing.T) {
+	useFake(t, fakedrv.Options{HostAllocLimit: 1 << 20})
+	SetBudget(1 << 30)
+	_, err := Alloc(2<<20, 0, WithMethod(MethodHostAlloc))
+	var oom *OutOfMemoryError
+	if !errors.As(err, &oom) || !errors.Is(err, ErrOutOfMemory) || errors.Is(err, ErrBudget) {
+		t.Fatalf("got %v", err)
+	}
+	if oom.Requested != 2<<20 || oom.Limit != 1<<30 || oom.Op != "cuMemHostAlloc" {
+		t.Errorf("figures %+v", oom)
+	}
+	t.Log(err)
+}
+
+func TestBudgetConcurrent(t *testing.T) {
+	useFake(t, fakedrv.Options{})
+	const limit = 8 << 20
+	SetBudget(limit)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var maxSeen int64
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				size := (g*7+i)%5*256<<10 + 4096
+				b, err := Alloc(size, Flags(i%2))
+				if err != nil {
+					if !errors.Is(err, ErrBudget) {
+						t.Error(err)
+					}
+					continue
+				}
+				mu.Lock()
+				maxSeen = max(maxSeen, reserved.Load())
+				mu.Unlock()
+				if err := b.Free(); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if maxSeen > limit {
+		t.Errorf("reserved reached %d, over the limit %d", maxSeen, limit)
+	}
+}
+
+func TestParseBudget(t *testing.T) {
+	const phys = 100 << 30
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{
+		{"1024", 1024},
+		{" 4096 ", 4096},
+		{"2K", 2000},
+		{"2Ki", 2048},
+		{"2KiB", 2048},
+		{"3M", 3e6},
+		{"3Mi", 3 << 20},
+		{"16G", 16e9},
+		{"16Gi", 16 << 30},
+		{"16gib", 16 << 30},
+		{"1.5Gi", 3 << 29},
+		{"1Ti", 1 << 40},
+		{"50%", 50 << 30},
+		{"12.5%", phys / 8},
+		{"100%", phys},
+	} {
+		got, err := ParseBudget(tc.in, phys)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseBudget(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range []string{"", "0", "-5", "abc", "5X", "0%", "101%", "-1%", "%", "1e30", "NaN", "0.1"} {
+		if got, err := ParseBudget(in, phys); !errors.Is(err, ErrInvalidValue) {
+			t.Errorf("ParseBudget(%q) = %d, %v; want ErrInvalidValue", in, got, err)
+		}
+	}
+}
+
+func TestDefaultBudget(t *testing.T) {
+	old := physMem
+	defer func() { physMem = old }()
+	physMem = func() (uint64, error) { return 64 << 30, nil }
+	for _, tc := range []struct {
+		env  string
+		want int64
+		err  bool
+	}{
+		{"", 32 << 30, false},
+		{"40%", 27487790694, false},
+		{"8Gi", 8 << 30, false},
+		{"lots", 32 << 30, true},
+	} {
+		got, err := defaultBudget(tc.env)
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("defaultBudget(%q) = %d, %v; want %d (error %v)", tc.env, got, err, tc.want, tc.err)
+		}
+	}
+	physMem = func() (uint64, error) { return 0, errors.New("no /proc") }
+	if got, err := defaultBudget(""); err != nil || got != 1<<63-1 {
+		t.Errorf("without physical memory: %d, %v", got, err)
+	}
+	if _, err := defaultBudget("10%"); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("percentage without physical memory: %v", err)
+	}
+}
+
+func TestSetBudgetEnv(t *testing.T) {
+	useFake(t, fakedrv.Options{})
+	t.Setenv(EnvBudget, "3Mi")
+	prev := SetBudget(0)
+	defer SetBudget(prev)
+	if got := Budget(); got != 3<<20 {
+		t.Fatalf("Budget with %s=3Mi: %d", EnvBudget, got)
+	}
+	if got := SetBudget(5 << 20); got != 3<<20 || Budget() != 5<<20 {
+		t.Errorf("SetBudget: prev %d now %d", got, Budget())
+	}
+	t.Setenv(EnvBudget, "nonsense")
+	SetBudget(-1)
+	if _, err := Alloc(4096, 0); !errors.Is(err, ErrInvalidValue) || !strings.Contains(err.Error(), EnvBudget) {
+		t.Errorf("with a malformed %s: %v", EnvBudget, err)
+	}
+	t.Setenv(EnvBudget, "")
+	SetBudget(0)
+}
+
+func TestLedger(t *testing.T) {
+	useFake(t, fakedrv.Options{})
+	setChunk(t, 1<<20)
+	base := Stats()
+	a, err := Alloc(100_000, Portable, WithMethod(MethodHostAlloc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Alloc(3<<20, Mapped, WithMethod(MethodMmapRegister))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := make([]byte, 50_000)
+	c, err := Register(mem, Portable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Stats()
+	wantTotal := int64(100_000 + 3<<20 + 50_000)
+	if got := s.Pinned.Bytes - base.Pinned.Bytes; got != wantTotal {
+		t.Errorf("pinned %d, want %d", got, wantTotal)
+	}
+	if got := s.Pinned.Buffers - base.Pinned.Buffers; got != 3 {
+		t.Errorf("buffers %d, want 3", got)
+	}
+	for k, want := range map[Kind]Usage{KindHostAlloc: {100_000, 1}, KindMmapRegistered: {3 << 20, 1}, KindGoRegistered: {50_000, 1}} {
+		got := s.ByKind[k]
+		got.Bytes -= base.ByKind[k].Bytes
+		got.Buffers -= base.ByKind[k].Buffers
+		if got != want {
+			t.Errorf("%s: %+v, want %+v", k, got, want)
+		}
+	}
+	if got := s.ByFlags[Portable].Bytes - base.ByFlags[Portable].Bytes; got != 150_000 {
+		t.Errorf("portable bytes %d", got)
+	}
+	if got := s.ByFlags[Mapped].Bytes - base.ByFlags[Mapped].Bytes; got != 3<<20 {
+		t.Errorf("mapped bytes %d", got)
+	}
+	if s.PeakBytes < s.Pinned.Bytes || s.Allocs != base.Allocs+3 || s.AllocBytes != base.AllocBytes+wantTotal {
+		t.Errorf("peak %d allocs %d allocbytes %d", s.PeakBytes, s.Allocs, s.AllocBytes)
+	}
+	if s.PinTime <= base.PinTime || s.LastPinTime <= 0 || s.Reserved < s.Pinned.Bytes {
+		t.Errorf("pin time %v last %v reserved %d", s.PinTime, s.LastPinTime, s.Reserved)
+	}
+	table := s.String()
+	for _, w := range []string{"hostalloc", "mmap-registered", "go-registered", "flags portable", "flags mapped", "peak", "budget"} {
+		if !strings.Contains(table, w) {
+			t.Errorf("table lacks %q:\n%s", w, table)
+		}
+	}
+	t.Logf("\n%s", table)
+	var pub struct {
+		Pinned Usage           `json:"pinned"`
+		ByKind map[string]Usage `json:"by_kind"`
+	}
+	if err := json.Unmarshal([]byte(expvar.Get("pinmem").String()), &pub); err != nil {
+		t.Fatal(err)
+	}
+	if pub.Pinned != s.Pinned || pub.ByKind["mmap-registered"] != s.ByKind[KindMmapRegistered] {
+		t.Errorf("expvar: %+v", pub)
+	}
+	for _, x := range []*Buffer{a, b, c} {
+		mustFree(t, x)
+	}
+	e := Stats()
+	if e.Frees != base.Frees+3 || e.UnpinTime <= base.UnpinTime || e.PeakBytes < s.Pinned.Bytes {
+		t.Errorf("after frees: %+v", e)
+	}
+	rep := HostStats()
+	t.Logf("\n%s", rep)
+	if !strings.Contains(rep.String(), "Mlocked") && rep.Host.Memory != nil {
+		t.Error("host report lacks Mlocked")
+	}
+}
+
+func TestDroppedBuffer(t *testing.T) {
+	useFake(t, fakedrv.Options{})
+	var mu sync.Mutex
+	var logs []string
+	prev := SetLogger(func(format string, args ...any) {
+		mu.Lock()
+		logs = append(logs, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	})
+	defer SetLogger(prev)
+	before := Stats().Dropped
+	func() {
+		b, err := Alloc(4096, Portable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Bytes()[0] = 1
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for Stats().Dropped == before && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	if Stats().Dropped != before+1 {
+		t.Fatal("dropped buffer not counted")
+	}
+	if Stats().Pinned.Bytes == 0 {
+		t.Error("a dropped buffer must stay pinned")
+	}
+	mu.Lock()
+	if len(logs) != 1 || !strings.Contains(logs[0], "without Free") || !strings.Contains(logs[0], "allocated at") {
+		t.Errorf("logs: %q", logs)
+	}
+	mu.Unlock()
+	if err := freeDropped(); err != nil {
+		t.Fatal(err)
+	}
+	// A freed buffer that is dropped is not reported.
+	func() {
+		b, err := Alloc(4096, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustFree(t, b)
+	}()
+	runtime.GC()
+	runtime.GC()
+	if Stats().Dropped != before+1 {
+		t.Error("a freed buffer was counted as dropped")
+	}
+}
+
+func TestView(t *testing.T) {
+	useFake(t, fakedrv.Options{})
+	b, err := Alloc(4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustFree(t, b)
+	u32, err := View[uint32](b)
+	if err != nil || len(u32) != 1024 {
+		t.Fatalf("View[uint32]: %d, %v", len(u32), err)
+	}
+	u32[1] = 0x04030201
+	if b.Bytes()[4] != 1 || b.Bytes()[7] != 4 {
+		t.Error("view does not alias the bytes")
+	}
+	type pair struct {
+		A uint32
+		B [3]float32
+	}
+	if v, err := View[pair](b); err != nil || len(v) != 256 {
+		t.Errorf("View[pair]: %d %v", len(v), err)
+	}
+	if _, err := View[[3]byte](b); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("size that does not divide: %v", err)
+	}
+	if _, err := View[*int](b); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("pointer type: %v", err)
+	}
+	if _, err := View[struct{ S string }](b); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("string field: %v", err)
+	}
+	if _, err := View[struct{}](b); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("zero size: %v", err)
+	}
+}
+
+func TestQueryPointerFake(t *testing.T) {
+	useFake(t, fakedrv.Options{})
+	b, err := Alloc(4096, Portable|Mapped, WithMethod(MethodHostAlloc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustFree(t, b)
+	info, err := QueryPointer(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.HostFlags != cudadrv.MemHostAllocPortable|cudadrv.MemHostAllocDeviceMap {
+		t.Errorf("host flags %#x", info.HostFlags)
+	}
+	t.Logf("%+v", info)
+}
+
+func TestFlagsString(t *testing.T) {
+	for _, f := range []Flags{0, Portable, Mapped | WriteCombined, Portable | Mapped | ReadOnly} {
+		g, err := ParseFlags(f.String())
+		if err != nil || g != f {
+			t.Errorf("ParseFlags(%q) = %v, %v", f.String(), g, err)
+		}
+	}
+	if _, err := ParseFlags("pinned"); !errors.Is(err, ErrInvalidValue) {
+		t.Error(err)
+	}
+	if Flags(1<<6).String() != "0x40" || Kind(9).String() != "kind(9)" || MethodMmapRegister.String() != "mmap-register" {
+		t.Error("strings")
+	}
+}
