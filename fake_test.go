@@ -694,7 +694,7 @@ func TestLedger(t *testing.T) {
 	}
 	t.Logf("\n%s", table)
 	var pub struct {
-		Pinned Usage           `json:"pinned"`
+		Pinned Usage            `json:"pinned"`
 		ByKind map[string]Usage `json:"by_kind"`
 	}
 	if err := json.Unmarshal([]byte(expvar.Get("pinmem").String()), &pub); err != nil {
