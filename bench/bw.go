@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/kernels"
+	"github.com/pinmem/pinmem/transfer"
 )
 
 // BandwidthConfig configures Session.Bandwidth.
@@ -160,16 +162,16 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 	if kind == KindMapped && w.s.kernErr != nil {
 		return skipAll("kernels unavailable: " + w.s.kernErr.Error()), nil
 	}
-	var stager Stager
+	var stager [2]*transfer.Copier
 	if kind == KindStaged {
-		if newStager == nil {
-			return skipAll("staged copies need package transfer's Copier, not available in this build"), nil
+		for i := range stager {
+			cp, err := transfer.New(w.s.Ctx)
+			if err != nil {
+				return skipAll("staged copier (transfer.New): " + err.Error()), nil
+			}
+			defer cp.Close()
+			stager[i] = cp
 		}
-		var err error
-		if stager, err = newStager(w.s); err != nil {
-			return skipAll("staged copier: " + err.Error()), nil
-		}
-		defer stager.Close()
 	}
 	hA, err := w.s.allocHost(kind, w.n)
 	if err != nil {
@@ -423,38 +425,38 @@ func joinNotes(notes []string) string {
 	return s
 }
 
-// Stager copies between Go memory and device memory through pinned
-// staging buffers, synchronously (package transfer's Copier).
-type Stager interface {
-	CopyHtoD(dst cuda.DevicePtr, src []byte) error
-	CopyDtoH(dst []byte, src cuda.DevicePtr) error
-	Close() error
-}
-
-// newStager makes the staged kind's copier; nil while package transfer is
-// not available, which makes the kind report itself skipped.
-var newStager func(s *Session) (Stager, error)
-
 // staged measures the staged copier with the wall clock.
-func (w *bwWork) staged(st Stager, hA, hB *hostMem, dir string, n int) (Result, error) {
+func (w *bwWork) staged(st [2]*transfer.Copier, hA, hB *hostMem, dir string, n int) (Result, error) {
 	r := Result{Bench: "bw", Kind: KindStaged, Dir: dir, Size: int64(n), Unit: GBps, Timing: TimingWall}
 	reps := w.cfg.reps(int64(n))
+	ctx := context.Background()
+	devA, err := w.devA.Slice(0, n)
+	if err != nil {
+		return r, err
+	}
+	devB, err := w.devB.Slice(0, n)
+	if err != nil {
+		return r, err
+	}
 	sample := func() (time.Duration, error) {
 		start := time.Now()
 		for range reps {
 			switch dir {
 			case DirH2D:
-				if err := st.CopyHtoD(w.devA.Ptr(), hA.b[:n]); err != nil {
+				if _, err := st[0].HtoD(ctx, devA, hA.b[:n]); err != nil {
 					return 0, err
 				}
 			case DirD2H:
-				if err := st.CopyDtoH(hA.b[:n], w.devA.Ptr()); err != nil {
+				if _, err := st[0].DtoH(ctx, hA.b[:n], devA); err != nil {
 					return 0, err
 				}
 			default:
 				errc := make(chan error, 1)
-				go func() { errc <- st.CopyDtoH(hB.b[:n], w.devB.Ptr()) }()
-				err1 := st.CopyHtoD(w.devA.Ptr(), hA.b[:n])
+				go func() {
+					_, err := st[1].DtoH(ctx, hB.b[:n], devB)
+					errc <- err
+				}()
+				_, err1 := st[0].HtoD(ctx, devA, hA.b[:n])
 				if err := errors.Join(err1, <-errc); err != nil {
 					return 0, err
 				}
@@ -495,7 +497,7 @@ func (w *bwWork) staged(st Stager, hA, hB *hostMem, dir string, n int) (Result, 
 		vals = append(vals, Rate(mult*int64(n)*int64(reps), d))
 	}
 	r.fill(vals)
-	notes = append(notes, "Go slice staged through pinned buffers (package transfer)")
+	notes = append(notes, fmt.Sprintf("Go slice staged through pinned buffers (transfer.Copier, %s stages x %d, %d goroutines)", FormatSize(int64(st[0].StageSize())), st[0].Depth(), st[0].Parallelism()))
 	r.Note = joinNotes(notes)
 	return r, nil
 }
