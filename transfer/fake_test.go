@@ -1,9 +1,16 @@
 package transfer
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"testing/iotest"
+	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
@@ -131,5 +138,502 @@ func TestFakeRoundTrip(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestFakeTooSmall(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, smallRing()...)
+	dev := e.devbuf(t, 1000)
+	_, err := c.HtoD(context.Background(), dev, make([]byte, 1001))
+	var se *SizeError
+	if !errors.As(err, &se) || !errors.Is(err, cuda.ErrInvalidValue) || se.Need != 1001 || se.Have != 1000 {
+		t.Fatalf("HtoD into a too-small buffer: %v", err)
+	}
+	_, err = c.DtoH(context.Background(), make([]byte, 2000), dev)
+	if !errors.As(err, &se) || se.Op != "device-to-host" {
+		t.Fatalf("DtoH from a too-small buffer: %v", err)
+	}
+	if _, err := c.HtoD(context.Background(), nil, []byte{1}); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Fatalf("HtoD into nil: %v", err)
+	}
+	if _, err := c.HtoDAsync(context.Background(), dev, make([]byte, 5000)).Wait(context.Background()); !errors.As(err, &se) {
+		t.Fatalf("HtoDAsync into a too-small buffer: %v", err)
+	}
+}
+
+func TestFakeOptionsRejected(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	for _, o := range []Option{WithStageSize(0), WithDepth(0), WithParallelism(0), WithStageFlags(pinmem.WriteCombined), WithRegistrationCache(-1)} {
+		if c, err := New(e.ctx, o); !errors.Is(err, cuda.ErrInvalidValue) {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("New with a bad option: %v", err)
+		}
+	}
+	if _, err := New(nil); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("New(nil): %v", err)
+	}
+}
+
+// TestFakeNewFailureReleases: a failure half-way through New releases what
+// was created before it.
+func TestFakeNewFailureReleases(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	for _, op := range []string{"cuStreamCreate", "cuEventCreate", "cuMemHostAlloc", "cuMemHostRegister_v2"} {
+		for nth := 1; nth <= 4; nth++ {
+			if err := e.d.FailOn(op, nth, cudadrv.ErrorOutOfMemory); err != nil {
+				t.Fatal(err)
+			}
+			c, err := New(e.ctx, smallRing()...)
+			e.d.ClearFaults()
+			if err == nil {
+				if err := c.Close(); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if c != nil {
+				t.Fatalf("New failed (%v) but returned a Copier", err)
+			}
+			if !errors.Is(err, cuda.ErrOutOfMemory) {
+				t.Fatalf("%s #%d: %v", op, nth, err)
+			}
+			if l := e.d.Live(); l.Streams != 0 || l.Events != 0 || l.HostAllocs != 0 || l.Registrations != 0 {
+				t.Fatalf("%s #%d: New failed and left %+v", op, nth, l)
+			}
+		}
+	}
+}
+
+func TestFakeClosed(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, smallRing()...)
+	dev := e.devbuf(t, 10)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := c.HtoD(context.Background(), dev, []byte{1}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("HtoD after Close: %v", err)
+	}
+	if _, err := c.DtoHAsync(context.Background(), []byte{1}, dev).Wait(nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("DtoHAsync after Close: %v", err)
+	}
+	if _, err := c.NewPipeline(PipelineConfig{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("NewPipeline after Close: %v", err)
+	}
+}
+
+// waitPending waits until n operations are queued on s.
+func waitPending(t *testing.T, d *fakedrv.Driver, s *cuda.Stream, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for d.Pending(cudadrv.Stream(s.Handle())) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited for %d queued operations, have %d", n, d.Pending(cudadrv.Stream(s.Handle())))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestFakeRingOrdering holds the copy stream: the Copier must fill exactly
+// depth stages (one copy and one event record each, after the timing
+// record) and then wait for the first stage's event before reusing it.
+func TestFakeRingOrdering(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	const stage, depth = 64 << 10, 3
+	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2))
+	n := 10*stage + 123
+	dev := e.devbuf(t, n)
+	src := testutil.RandomBytes(n, 1)
+	var mu sync.Mutex
+	var ops []string
+	e.d.SetHook(func(op string) cudadrv.Result {
+		if op == "cuMemcpyHtoDAsync_v2" || op == "cuEventRecord" || op == "cuEventSynchronize" {
+			mu.Lock()
+			ops = append(ops, op)
+			mu.Unlock()
+		}
+		return cudadrv.Success
+	})
+	sh := cudadrv.Stream(c.Stream().Handle())
+	if err := e.d.HoldStream(sh); err != nil {
+		t.Fatal(err)
+	}
+	tr := c.HtoDAsync(context.Background(), dev, src)
+	waitPending(t, e.d, c.Stream(), 1+2*depth)
+	time.Sleep(50 * time.Millisecond)
+	if p := e.d.Pending(sh); p != 1+2*depth {
+		t.Fatalf("with the stream held, %d operations queued, want %d (the ring must wait for stage 0)", p, 1+2*depth)
+	}
+	select {
+	case <-tr.Done():
+		t.Fatal("transfer finished while its stream was held")
+	default:
+	}
+	if err := e.d.ReleaseStream(sh); err != nil {
+		t.Fatal(err)
+	}
+	st, err := tr.Wait(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.d.ClearFaults()
+	if st.Stages != 11 || st.StagedBytes != int64(n) {
+		t.Fatalf("stats %+v, want 11 stages", st)
+	}
+	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
+	mu.Lock()
+	defer mu.Unlock()
+	// timing record, then (copy, record) per stage, then the end records.
+	want := []string{"cuEventRecord"}
+	for range 11 {
+		want = append(want, "cuMemcpyHtoDAsync_v2", "cuEventRecord")
+	}
+	want = append(want, "cuEventRecord", "cuEventRecord")
+	got := slices.DeleteFunc(slices.Clone(ops), func(s string) bool { return s == "cuEventSynchronize" })
+	if !slices.Equal(got, want) {
+		t.Fatalf("driver calls:\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestFakeCancelHalfway cancels transfers whose stream is held: they must
+// not finish before their DMA drained, must report the cancellation (never
+// success), must leave later device memory untouched, and leak nothing.
+func TestFakeCancelHalfway(t *testing.T) {
+	for _, dir := range []Direction{HostToDevice, DeviceToHost} {
+		t.Run(dir.String(), func(t *testing.T) {
+			e := useFake(t, fakedrv.Options{})
+			const stage, depth = 64 << 10, 3
+			c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(3))
+			n := 10 * stage
+			dev := e.devbuf(t, n)
+			src := testutil.RandomBytes(n, 2)
+			host := make([]byte, n)
+			testutil.Poison(host)
+			if dir == DeviceToHost {
+				if err := dev.Write(0, src); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := dev.Memset(testutil.PoisonByte); err != nil {
+				t.Fatal(err)
+			}
+			sh := cudadrv.Stream(c.Stream().Handle())
+			if err := e.d.HoldStream(sh); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var tr *Transfer
+			if dir == HostToDevice {
+				tr = c.HtoDAsync(ctx, dev, src)
+			} else {
+				tr = c.DtoHAsync(ctx, host, dev)
+			}
+			waitPending(t, e.d, c.Stream(), 1+2*depth)
+			cancel()
+			select {
+			case <-tr.Done():
+				t.Fatal("cancelled transfer finished before its in-flight DMA")
+			case <-time.After(50 * time.Millisecond):
+			}
+			if err := e.d.ReleaseStream(sh); err != nil {
+				t.Fatal(err)
+			}
+			_, err := tr.Wait(context.Background())
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled transfer: %v, want context.Canceled", err)
+			}
+			got := host
+			if dir == HostToDevice {
+				got = e.deviceBytes(t, dev)
+			}
+			// What was copied is intact, what was not is untouched.
+			copied := depth * stage
+			if dir == DeviceToHost {
+				copied = 0 // nothing was copied out of the stages before the cancel
+			}
+			testutil.CheckBytes(t, src[:copied], got[:copied])
+			for i := 3 * stage; i < n; i++ {
+				if got[i] != testutil.PoisonByte {
+					t.Fatalf("byte %d written after the cancellation", i)
+				}
+			}
+			// The Copier still works.
+			if _, err := c.HtoD(context.Background(), dev, src); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestFakeCancelBeforeStart: a context already cancelled copies nothing.
+func TestFakeCancelBeforeStart(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, smallRing()...)
+	dev := e.devbuf(t, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.HtoD(ctx, dev, make([]byte, 100)); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	tr := c.DtoHAsync(ctx, make([]byte, 100), dev)
+	<-tr.Done()
+	if _, err := tr.Wait(nil); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	// Transfer.Cancel works the same.
+	tr = c.HtoDAsync(context.Background(), dev, make([]byte, 100))
+	tr.Cancel()
+	if _, err := tr.Wait(nil); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+}
+
+// TestFakeCopyErrors: enqueue failures and asynchronous copy failures are
+// returned, typed, and leave nothing behind.
+func TestFakeCopyErrors(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, smallRing()...)
+	n := 5*64<<10 + 7
+	dev := e.devbuf(t, n)
+	src := testutil.RandomBytes(n, 3)
+	cases := []struct {
+		op    string
+		async bool
+		code  cudadrv.Result
+		is    error
+	}{
+		{"cuMemcpyHtoDAsync_v2", false, cudadrv.ErrorInvalidValue, cuda.ErrInvalidValue},
+		{"cuMemcpyHtoDAsync_v2", true, cudadrv.ErrorIllegalAddress, cuda.ErrLaunchFailed},
+		{"cuMemcpyDtoHAsync_v2", false, cudadrv.ErrorInvalidValue, cuda.ErrInvalidValue},
+		{"cuMemcpyDtoHAsync_v2", true, cudadrv.ErrorIllegalAddress, cuda.ErrLaunchFailed},
+		{"cuEventRecord", false, cudadrv.ErrorInvalidHandle, cuda.ErrInvalidHandle},
+		{"cuEventQuery", false, cudadrv.ErrorLaunchFailed, cuda.ErrLaunchFailed},
+	}
+	for _, tc := range cases {
+		for _, nth := range []int{1, 3} {
+			var err error
+			if tc.async {
+				err = e.d.FailAsync(tc.op, nth, tc.code)
+			} else {
+				err = e.d.FailOn(tc.op, nth, tc.code)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(tc.op, "DtoH") {
+				_, err = c.DtoH(context.Background(), make([]byte, n), dev)
+			} else {
+				_, err = c.HtoD(context.Background(), dev, src)
+			}
+			e.d.ClearFaults()
+			if !errors.Is(err, tc.is) {
+				t.Errorf("%s #%d (async %v): got %v, want %v", tc.op, nth, tc.async, err, tc.is)
+			}
+		}
+	}
+	// Afterwards the Copier works.
+	if _, err := c.HtoD(context.Background(), dev, src); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
+}
+
+func TestFakePinnedDirect(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, smallRing()...)
+	n := 300 << 10
+	buf, err := pinmem.Alloc(n, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	remove := c.AddPinned(buf)
+	defer remove()
+	dev := e.devbuf(t, n)
+	copy(buf.Bytes(), testutil.RandomBytes(n, 4))
+	st, err := c.HtoD(context.Background(), dev, buf.Bytes()[100:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DirectBytes != int64(n-100) || st.StagedBytes != 0 {
+		t.Fatalf("pinned source was staged: %+v", st)
+	}
+	testutil.CheckBytes(t, buf.Bytes()[100:], e.deviceBytes(t, dev)[:n-100])
+	// A Go slice straddling nothing pinned is staged; the pinned buffer read back directly.
+	out := make([]byte, n)
+	if st, err = c.DtoH(context.Background(), out, dev); err != nil || st.DirectBytes != 0 {
+		t.Fatalf("DtoH to Go memory: %+v, %v", st, err)
+	}
+	clear(buf.Bytes())
+	if st, err = c.DtoH(context.Background(), buf.Bytes(), dev); err != nil || st.DirectBytes != int64(n) {
+		t.Fatalf("DtoH to pinned memory: %+v, %v", st, err)
+	}
+	testutil.CheckBytes(t, out, buf.Bytes())
+	remove()
+	if st, _ = c.HtoD(context.Background(), dev, buf.Bytes()); st.DirectBytes != 0 {
+		t.Fatalf("forgotten pinned buffer still copied directly: %+v", st)
+	}
+}
+
+func TestFakeTyped(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, smallRing()...)
+	src := make([]float64, 100_001)
+	for i := range src {
+		src[i] = float64(i) * 1.5
+	}
+	dev := e.devbuf(t, len(src)*8)
+	if _, err := HtoDSlice(context.Background(), c, dev, src); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]float64, len(src))
+	if _, err := DtoHSliceAsync(context.Background(), c, dst, dev).Wait(nil); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(src, dst) {
+		t.Fatal("float64 round trip differs")
+	}
+	if AsBytes([]int32(nil)) != nil || len(AsBytes([]complex128{1})) != 16 {
+		t.Fatal("AsBytes")
+	}
+}
+
+// TestFakeConcurrent runs many asynchronous transfers on one Copier at
+// once (run it under -race).
+func TestFakeConcurrent(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, smallRing()...)
+	const k, n = 8, 200<<10 + 3
+	var trs []*Transfer
+	var srcs, outs [][]byte
+	var devs []*cuda.DeviceBuffer
+	for i := range k {
+		srcs = append(srcs, testutil.RandomBytes(n, uint64(10+i)))
+		devs = append(devs, e.devbuf(t, n))
+		trs = append(trs, c.HtoDAsync(context.Background(), devs[i], srcs[i]))
+	}
+	for i, tr := range trs {
+		if _, err := tr.Wait(context.Background()); err != nil {
+			t.Fatal(i, err)
+		}
+	}
+	trs = trs[:0]
+	for i := range k {
+		outs = append(outs, make([]byte, n))
+		trs = append(trs, c.DtoHAsync(context.Background(), outs[i], devs[i]))
+	}
+	for i, tr := range trs {
+		if _, err := tr.Wait(context.Background()); err != nil {
+			t.Fatal(i, err)
+		}
+		testutil.CheckBytes(t, srcs[i], outs[i])
+	}
+}
+
+// TestFakeWaitContext: Wait's own context bounds the wait, not the transfer.
+func TestFakeWaitContext(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, smallRing()...)
+	dev := e.devbuf(t, 1<<20)
+	sh := cudadrv.Stream(c.Stream().Handle())
+	e.d.HoldStream(sh)
+	src := testutil.RandomBytes(1<<20, 5)
+	tr := c.HtoDAsync(context.Background(), dev, src)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := tr.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait with a short context: %v", err)
+	}
+	e.d.ReleaseStream(sh)
+	if _, err := tr.Wait(nil); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
+}
+
+type errReader struct {
+	r   io.Reader
+	n   int
+	err error
+}
+
+func (r *errReader) Read(p []byte) (int, error) {
+	if r.n <= 0 {
+		return 0, r.err
+	}
+	if len(p) > r.n {
+		p = p[:r.n]
+	}
+	n, err := r.r.Read(p)
+	r.n -= n
+	return n, err
+}
+
+type limitWriter struct {
+	bytes.Buffer
+	left int
+}
+
+func (w *limitWriter) Write(p []byte) (int, error) {
+	if len(p) > w.left {
+		n, _ := w.Buffer.Write(p[:w.left])
+		w.left = 0
+		return n, errors.New("disk full")
+	}
+	w.left -= len(p)
+	return w.Buffer.Write(p)
+}
+
+func TestFakeReaderWriter(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, smallRing()...)
+	for _, n := range []int{0, 1, 64 << 10, 5*64<<10 + 999} {
+		dev := e.devbuf(t, max(n, 1)+100)
+		src := testutil.RandomBytes(n, uint64(n))
+		st, err := c.ReadFrom(context.Background(), dev, iotest.HalfReader(bytes.NewReader(src)))
+		if err != nil || st.Bytes != int64(n) {
+			t.Fatalf("ReadFrom %d bytes: %+v, %v", n, st, err)
+		}
+		testutil.CheckBytes(t, src, e.deviceBytes(t, dev)[:n])
+		view, _ := dev.Slice(0, n)
+		if n == 0 {
+			continue
+		}
+		var out bytes.Buffer
+		st, err = c.WriteTo(context.Background(), &out, view)
+		if err != nil || st.Bytes != int64(n) {
+			t.Fatalf("WriteTo %d bytes: %+v, %v", n, st, err)
+		}
+		testutil.CheckBytes(t, src, out.Bytes())
+	}
+	// A reader longer than the buffer: ReadFrom stops when the buffer is full.
+	dev := e.devbuf(t, 100_000)
+	src := testutil.RandomBytes(300_000, 9)
+	r := bytes.NewReader(src)
+	if st, err := c.ReadFrom(context.Background(), dev, r); err != nil || st.Bytes != 100_000 || r.Len() != 200_000 {
+		t.Fatalf("ReadFrom a long reader: %+v, %v, %d left", st, err, r.Len())
+	}
+	testutil.CheckBytes(t, src[:100_000], e.deviceBytes(t, dev))
+	// Read errors stop the transfer.
+	boom := errors.New("boom")
+	if _, err := c.ReadFrom(context.Background(), dev, &errReader{bytes.NewReader(src), 70_000, boom}); !errors.Is(err, boom) {
+		t.Fatalf("ReadFrom with a failing reader: %v", err)
+	}
+	// Write errors and short writes stop it too.
+	w := &limitWriter{left: 70_000}
+	if st, err := c.WriteTo(context.Background(), w, dev); err == nil || st.Bytes != 70_000 {
+		t.Fatalf("WriteTo with a failing writer: %+v, %v", st, err)
+	}
+	// Cancelled.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.WriteTo(ctx, io.Discard, dev); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
 	}
 }

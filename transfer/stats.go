@@ -77,7 +77,9 @@ type meter struct {
 
 func startMeter() meter { return meter{time.Now(), processCPU()} }
 
-func (m meter) stop(s *Stats) {
-	s.Wall = time.Since(m.t0)
-	s.ProcessCPU = processCPU() - m.cpu0
+func (m meter) stop(s *Stats) { s.Wall, s.ProcessCPU = m.elapsed() }
+
+// elapsed returns the wall and process CPU time since the meter started.
+func (m meter) elapsed() (wall, cpu time.Duration) {
+	return time.Since(m.t0), processCPU() - m.cpu0
 }
