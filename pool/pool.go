@@ -532,8 +532,8 @@ func (p *Pool) pin(b *Block, ci, size, csize int) error {
 	if s != nil {
 		p.slabs[s] = struct{}{}
 		p.st.Slabs++
-		for _, o := range s.chunks[1:] {
-			p.releaseLocked(o)
+		for i := len(s.chunks) - 1; i > 0; i-- {
+			p.releaseLocked(s.chunks[i]) // the next Get takes the block at the lowest address
 		}
 	}
 	p.checkoutLocked(b, c, false)
