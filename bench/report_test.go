@@ -1,0 +1,204 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"strings"
+	"testing"
+)
+
+// sample returns fixed results like a small run's.
+func sampleResults() []Result {
+	return []Result{
+		{Bench: "bw", Kind: KindPageable, Dir: DirH2D, Size: 1 << 20, Unit: GBps, Median: 15.8, Min: 15.1, Max: 16.2, Samples: 5, Verified: true, Timing: TimingEvents, Note: "driver's pageable path blocks the host: not held by spin-wait"},
+		{Bench: "bw", Kind: KindPinned, Dir: DirH2D, Size: 1 << 20, Unit: GBps, Median: 47.7, Min: 47.1, Max: 48, Samples: 5, Verified: true, Timing: TimingSpin},
+		{Bench: "bw", Kind: KindPageable, Dir: DirH2D, Size: 256 << 20, Unit: GBps, Median: 6.6, Min: 6.5, Max: 6.9, Samples: 5, Verified: true, Timing: TimingEvents},
+		{Bench: "bw", Kind: KindPinned, Dir: DirH2D, Size: 256 << 20, Unit: GBps, Median: 55.3, Min: 55.2, Max: 55.4, Samples: 5, Verified: true, Timing: TimingSpin},
+		{Bench: "bw", Kind: KindPinned, Dir: DirD2H, Size: 256 << 20, Unit: GBps, Median: 55.25, Min: 55, Max: 55.3, Samples: 5, Verified: true, Timing: TimingSpin},
+		skipped("bw", KindMapped, DirH2D, 1<<20, GBps, "kernels unavailable: placeholder"),
+	}
+}
+
+func TestWriteTableGolden(t *testing.T) {
+	var b bytes.Buffer
+	m := Meta{Command: "pinmem bench", Device: "NVIDIA H200 (device 0)", Driver: "CUDA 13.0", Timing: "spin-wait"}
+	if err := WriteTable(&b, m, sampleResults(), TableOptions{Baseline: KindPinned}); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	if got != goldenTable {
+		t.Errorf("table:\n%s\nwant:\n%s", got, goldenTable)
+	}
+	// Every row has the same column starts up to the note.
+	lines := strings.Split(strings.TrimSpace(got), "\n")[2:]
+	col := strings.Index(lines[0], "UNIT")
+	for _, l := range lines[1:] {
+		if l[col:col+4] != "GB/s" {
+			t.Errorf("UNIT column not aligned in %q", l)
+		}
+	}
+}
+
+// goldenTable is WriteTable's exact output for sampleResults.
+const goldenTable = "# pinmem bench on NVIDIA H200 (device 0), driver CUDA 13.0\n" +
+	"# timing: spin-wait\n" +
+	"BENCH  KIND      DIR    SIZE  MEDIAN    MIN    MAX  UNIT  N  VERIFIED  VS PINNED  NOTE\n" +
+	"bw     pageable  h2d    1MiB   15.80  15.10  16.20  GB/s  5  yes           0.33x  [events] driver's pageable path blocks the host: not held by spin-wait\n" +
+	"bw     pinned    h2d    1MiB   47.70  47.10  48.00  GB/s  5  yes           1.00x\n" +
+	"bw     pageable  h2d  256MiB    6.60   6.50   6.90  GB/s  5  yes           0.12x  [events]\n" +
+	"bw     pinned    h2d  256MiB   55.30  55.20  55.40  GB/s  5  yes           1.00x\n" +
+	"bw     pinned    d2h  256MiB   55.25  55.00  55.30  GB/s  5  yes           1.00x\n" +
+	"bw     mapped    h2d    1MiB       -      -      -  GB/s  0  skipped              kernels unavailable: placeholder\n"
+
+func TestWriteTableNoBaseline(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteTable(&b, Meta{}, sampleResults()[:1], TableOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "VS ") || strings.HasPrefix(b.String(), "#") {
+		t.Errorf("table without baseline or meta:\n%s", b.String())
+	}
+	if !strings.HasPrefix(b.String(), "BENCH") {
+		t.Errorf("table starts with %q", b.String())
+	}
+}
+
+func TestWriteTableTimeRatio(t *testing.T) {
+	rs := []Result{
+		{Bench: "pin", Kind: PinHostAlloc, Dir: OpPin, Size: 1 << 30, Unit: Ms, Median: 628, Min: 600, Max: 650, Samples: 3, Verified: true, Timing: TimingWall},
+		{Bench: "pin", Kind: PinMmapRegister, Dir: OpPin, Size: 1 << 30, Unit: Ms, Median: 157, Min: 150, Max: 160, Samples: 3, Verified: true, Timing: TimingWall},
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, Meta{}, rs, TableOptions{Baseline: PinHostAlloc}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "4.00x") || !strings.Contains(b.String(), "628.0") || !strings.Contains(b.String(), "VS HOSTALLOC") {
+		t.Errorf("pin table (a 4x shorter time is 4.00x):\n%s", b.String())
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	var b bytes.Buffer
+	m := Meta{Command: "pinmem bench", Device: "GPU", Timing: "t"}
+	if err := WriteJSON(&b, m, sampleResults()); err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b.Bytes(), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, b.String())
+	}
+	if rep.Meta != m || len(rep.Results) != 6 || rep.Results[1] != sampleResults()[1] {
+		t.Errorf("round trip: %+v", rep)
+	}
+	var raw map[string]any
+	_ = json.Unmarshal(b.Bytes(), &raw)
+	first := raw["results"].([]any)[0].(map[string]any)
+	for _, k := range []string{"bench", "kind", "dir", "size", "unit", "median", "min", "max", "samples", "verified", "timing", "skipped", "note"} {
+		if _, ok := first[k]; !ok {
+			t.Errorf("JSON result lacks %q: %v", k, first)
+		}
+	}
+	b.Reset()
+	_ = WriteJSON(&b, Meta{}, nil)
+	if !strings.Contains(b.String(), `"results": []`) {
+		t.Errorf("empty results are not []: %s", b.String())
+	}
+}
+
+func TestWriteCSV(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteCSV(&b, sampleResults()); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&b).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 7 || strings.Join(rows[0], ",") != strings.Join(CSVHeader, ",") {
+		t.Fatalf("rows: %q", rows)
+	}
+	want := []string{"bw", "pinned", "d2h", "268435456", "256MiB", "GB/s", "55.25", "55", "55.3", "5", "true", TimingSpin, "false", ""}
+	if strings.Join(rows[5], "|") != strings.Join(want, "|") {
+		t.Errorf("row = %q, want %q", rows[5], want)
+	}
+	if rows[6][12] != "true" || rows[6][13] == "" {
+		t.Errorf("skipped row = %q", rows[6])
+	}
+}
+
+func TestWriteSVG(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteSVG(&b, "bw <test> & more", sampleResults()); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	// Well-formed XML with an svg root.
+	dec := xml.NewDecoder(strings.NewReader(svg))
+	counts := map[string]int{}
+	root := ""
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed XML: %v\n%s", err, svg)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			if root == "" {
+				root = se.Name.Local
+			}
+			counts[se.Name.Local]++
+		}
+	}
+	if root != "svg" {
+		t.Errorf("root element %q", root)
+	}
+	// Two directions with data -> two panels; h2d has pageable and pinned
+	// lines, d2h only pinned; the skipped result is not drawn.
+	if got := strings.Count(svg, `class="panel"`); got != 2 {
+		t.Errorf("%d panels, want 2", got)
+	}
+	if got := strings.Count(svg, `class="series"`); got != 3 {
+		t.Errorf("%d series, want 3", got)
+	}
+	if counts["circle"] != 5 {
+		t.Errorf("%d points, want 5", counts["circle"])
+	}
+	if strings.Contains(svg, "mapped") {
+		t.Error("skipped kind plotted")
+	}
+	for _, s := range []string{"1MiB", "256MiB", "host to device", "device to host", "log scale", "bw &lt;test&gt; &amp; more"} {
+		if !strings.Contains(svg, s) {
+			t.Errorf("SVG lacks %q", s)
+		}
+	}
+	// Log-x: 1MiB and 256MiB are the axis ends (8 octaves apart).
+	if !strings.Contains(svg, `x1="64.0"`) {
+		t.Error("smallest size not at the left edge")
+	}
+	if err := WriteSVG(&b, "x", []Result{{Unit: Ms, Median: 1, Size: 1}}); err == nil {
+		t.Error("WriteSVG without bandwidth results succeeded")
+	}
+}
+
+func TestResultString(t *testing.T) {
+	r := sampleResults()[1]
+	if got := r.String(); got != "bw pinned h2d 1MiB: 47.70 GB/s (min 47.10, max 48.00, 5 samples, verified)" {
+		t.Errorf("String = %q", got)
+	}
+	if got := sampleResults()[5].String(); !strings.Contains(got, "skipped: kernels unavailable") {
+		t.Errorf("String = %q", got)
+	}
+}
+
+func TestFpsOf(t *testing.T) {
+	r := Result{Bench: "overlap", Size: 512 << 20, Unit: Ms, Median: 20, Min: 10, Max: 40}
+	f := fpsOf(r, 16)
+	if f.Unit != FPS || f.Median != 800 || f.Min != 400 || f.Max != 1600 || !strings.Contains(f.Note, "16 chunks of 32MiB") {
+		t.Errorf("fpsOf = %+v", f)
+	}
+}
