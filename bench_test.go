@@ -1,0 +1,137 @@
+package pinmem
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+var benchSizes = []struct {
+	name string
+	n    int
+	big  bool // skipped with -test.short
+}{
+	{"1MiB", 1 << 20, false},
+	{"64MiB", 64 << 20, false},
+	{"1GiB", 1 << 30, true},
+	{"4GiB", 4 << 30, true},
+}
+
+// BenchmarkPin measures pinning and releasing: cuMemHostAlloc/cuMemFreeHost
+// against pinmem's mmap + parallel touch + chunked cuMemHostRegister /
+// unregister + munmap, in one run. It reports ms/op for pinning and for
+// freeing separately, and the ratio of each to the hostalloc figure of the
+// same size when that ran first in the same process.
+func BenchmarkPin(b *testing.B) {
+	newGPUEnv(b, 0)
+	type key struct{ size int }
+	ref := map[key][2]float64{} // hostalloc pin, free ms
+	methods := []struct {
+		name string
+		m    Method
+		opts []Option
+	}{
+		{"hostalloc", MethodHostAlloc, nil},
+		{"mmap-register", MethodMmapRegister, nil},
+	}
+	for _, m := range methods {
+		b.Run(m.name, func(b *testing.B) {
+			for _, sz := range benchSizes {
+				b.Run(sz.name, func(b *testing.B) {
+					if sz.big && testing.Short() {
+						b.Skip("big sizes need -test.short=false")
+					}
+					var pin, free time.Duration
+					for b.Loop() {
+						t0 := time.Now()
+						buf, err := Alloc(sz.n, 0, append([]Option{WithMethod(m.m)}, m.opts...)...)
+						if err != nil {
+							b.Fatal(err)
+						}
+						t1 := time.Now()
+						if err := buf.Free(); err != nil {
+							b.Fatal(err)
+						}
+						pin += t1.Sub(t0)
+						free += time.Since(t1)
+					}
+					pms := float64(pin.Microseconds()) / 1e3 / float64(b.N)
+					fms := float64(free.Microseconds()) / 1e3 / float64(b.N)
+					b.ReportMetric(0, "ns/op")
+					b.ReportMetric(pms, "pin-ms/op")
+					b.ReportMetric(fms, "free-ms/op")
+					k := key{sz.n}
+					if m.m == MethodHostAlloc {
+						ref[k] = [2]float64{pms, fms}
+					} else if r, ok := ref[k]; ok && pms > 0 && fms > 0 {
+						b.ReportMetric(r[0]/pms, "pin-speedup-x")
+						b.ReportMetric(r[1]/fms, "free-speedup-x")
+					}
+				})
+			}
+		})
+	}
+}
+
+var copySizes = []struct {
+	name string
+	n    int
+}{{"64KiB", 64 << 10}, {"1MiB", 1 << 20}, {"16MiB", 16 << 20}, {"256MiB", 256 << 20}}
+
+// BenchmarkCopy measures H2D and D2H bandwidth (GPU events around one async
+// copy per iteration) for every kind of host buffer and for a pageable Go
+// slice, and reports GB/s (10^9 bytes per second).
+func BenchmarkCopy(b *testing.B) {
+	const maxSize = 256 << 20
+	g := newGPUEnv(b, maxSize)
+	kinds := []struct {
+		name string
+		make func() (*Buffer, []byte, error)
+	}{
+		{"hostalloc", func() (*Buffer, []byte, error) {
+			x, err := Alloc(maxSize, 0, WithMethod(MethodHostAlloc))
+			return x, x.Bytes(), err
+		}},
+		{"writecombined", func() (*Buffer, []byte, error) {
+			x, err := Alloc(maxSize, WriteCombined, WithMethod(MethodHostAlloc))
+			return x, x.Bytes(), err
+		}},
+		{"mmap-registered", func() (*Buffer, []byte, error) {
+			x, err := Alloc(maxSize, 0, WithMethod(MethodMmapRegister))
+			return x, x.Bytes(), err
+		}},
+		{"go-registered", func() (*Buffer, []byte, error) {
+			mem := make([]byte, maxSize)
+			x, err := Register(mem, 0)
+			return x, mem, err
+		}},
+		{"pageable", func() (*Buffer, []byte, error) { return nil, make([]byte, maxSize), nil }},
+	}
+	for _, k := range kinds {
+		b.Run(k.name, func(b *testing.B) {
+			buf, mem, err := k.make()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if buf != nil {
+				defer buf.Free()
+			}
+			for i := range mem {
+				mem[i] = byte(i)
+			}
+			for _, dir := range []string{"H2D", "D2H"} {
+				for _, sz := range copySizes {
+					b.Run(fmt.Sprintf("%s/%s", dir, sz.name), func(b *testing.B) {
+						host := mem[:sz.n]
+						var gpu time.Duration
+						b.SetBytes(int64(sz.n))
+						for b.Loop() {
+							gpu += g.copyTimed(b, host, dir == "H2D")
+						}
+						b.ReportMetric(float64(sz.n)*float64(b.N)/gpu.Seconds()/1e9, "GB/s")
+					})
+				}
+			}
+		})
+	}
+}

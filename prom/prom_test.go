@@ -1,0 +1,81 @@
+package prom
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/pinmem/pinmem"
+	itest "github.com/pinmem/pinmem/internal/testutil"
+)
+
+func TestMain(m *testing.M) { itest.Main(m) }
+
+func TestCollector(t *testing.T) {
+	s := pinmem.LedgerStats{
+		Pinned:    pinmem.Usage{Bytes: 300, Buffers: 3},
+		PeakBytes: 500,
+		ByKind: map[pinmem.Kind]pinmem.Usage{
+			pinmem.KindHostAlloc: {Bytes: 100, Buffers: 1}, pinmem.KindMmapRegistered: {Bytes: 200, Buffers: 2},
+		},
+		ByFlags:          map[pinmem.Flags]pinmem.Usage{pinmem.Portable | pinmem.Mapped: {Bytes: 300, Buffers: 3}},
+		Allocs:           7,
+		Frees:            4,
+		AllocBytes:       1000,
+		Failures:         2,
+		BudgetRejections: 1,
+		PinTime:          1500 * time.Millisecond,
+		UnpinTime:        250 * time.Millisecond,
+		Budget:           1 << 30,
+	}
+	c := newCollector(func() pinmem.LedgerStats { return s })
+	want := `
+# HELP pinmem_pinned_bytes Host memory pinned by pinmem now, by kind (hostalloc, mmap-registered, go-registered).
+# TYPE pinmem_pinned_bytes gauge
+pinmem_pinned_bytes{kind="go-registered"} 0
+pinmem_pinned_bytes{kind="hostalloc"} 100
+pinmem_pinned_bytes{kind="mmap-registered"} 200
+# HELP pinmem_pinned_bytes_by_flags Host memory pinned now, by the buffers' flags.
+# TYPE pinmem_pinned_bytes_by_flags gauge
+pinmem_pinned_bytes_by_flags{flags="portable|mapped"} 300
+# HELP pinmem_pinned_peak_bytes Highest pinned total seen.
+# TYPE pinmem_pinned_peak_bytes gauge
+pinmem_pinned_peak_bytes 500
+# HELP pinmem_budget_bytes The pinned memory budget of the process.
+# TYPE pinmem_budget_bytes gauge
+pinmem_budget_bytes 1.073741824e+09
+# HELP pinmem_allocs_total Successful pins (Alloc and Register).
+# TYPE pinmem_allocs_total counter
+pinmem_allocs_total 7
+# HELP pinmem_budget_rejections_total Requests refused because of the budget.
+# TYPE pinmem_budget_rejections_total counter
+pinmem_budget_rejections_total 1
+# HELP pinmem_pin_seconds_total Time spent pinning.
+# TYPE pinmem_pin_seconds_total counter
+pinmem_pin_seconds_total 1.5
+# HELP pinmem_unpin_seconds_total Time spent releasing pinned memory.
+# TYPE pinmem_unpin_seconds_total counter
+pinmem_unpin_seconds_total 0.25
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"pinmem_pinned_bytes", "pinmem_pinned_bytes_by_flags", "pinmem_pinned_peak_bytes", "pinmem_budget_bytes",
+		"pinmem_allocs_total", "pinmem_budget_rejections_total", "pinmem_pin_seconds_total", "pinmem_unpin_seconds_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(c); n != 18 {
+		t.Errorf("%d metrics, want 18", n)
+	}
+	if _, err := testutil.CollectAndLint(c); err != nil {
+		t.Error(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(NewCollector()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+}
