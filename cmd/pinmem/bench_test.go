@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pinmem/pinmem/bench"
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+// execute runs the command tree in-process and returns stdout, stderr and
+// the one line main would print for the error ("" on success).
+func execute(t *testing.T, args ...string) (stdout, stderr, line string) {
+	t.Helper()
+	root := newRoot()
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		line = describe(err)
+	}
+	return out.String(), errb.String(), line
+}
+
+func TestBenchBadFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--sizes", "12Q"}, `--sizes: size "12Q": unknown suffix`},
+		{[]string{"bench", "--sizes", ""}, "--sizes: empty size list"},
+		{[]string{"bench", "--kinds", "pinned,foo"}, `--kinds: unknown kind "foo"`},
+		{[]string{"bench", "--dir", "sideways"}, `--dir: unknown direction "sideways"`},
+		{[]string{"bench", "--samples", "0"}, "--samples 0: must be from 1 to 1000"},
+		{[]string{"bench", "--samples", "x"}, `invalid argument "x" for "--samples"`},
+		{[]string{"bench", "--format", "xml"}, `--format: unknown format "xml"`},
+		{[]string{"bench", "--device", "-1"}, "--device -1: must be 0 or more"},
+		{[]string{"bench", "--bogus"}, "unknown flag: --bogus"},
+		{[]string{"bench", "extra"}, `unknown command "extra"`},
+		{[]string{"bench", "pin", "--methods", "magic"}, `--methods: unknown pinning method "magic"`},
+		{[]string{"bench", "pin", "--sizes", "0"}, "--sizes: size \"0\" out of range"},
+		{[]string{"bench", "overlap", "--chunks", "0"}, "--chunks 0: must be from 1 to 4096"},
+		{[]string{"bench", "overlap", "--streams", "100"}, "--streams 100: must be from 1 to 64"},
+		{[]string{"bench", "overlap", "--chunk-size", "big"}, "--chunk-size: size \"big\": no number"},
+		{[]string{"bench", "overlap", "--vecadd-size", "-3"}, "--vecadd-size"},
+		{[]string{"zerocopy", "--reuse", "1,0"}, `--reuse: reuse factor "0"`},
+		{[]string{"zerocopy", "--size", "1001"}, "--size 1001: must be a multiple of 4 bytes"},
+		{[]string{"zerocopy", "--size", "lots"}, "--size: size \"lots\""},
+	}
+	for _, c := range cases {
+		_, _, line := execute(t, c.args...)
+		if !strings.Contains(line, c.want) {
+			t.Errorf("%v: error line %q, want it to contain %q", c.args, line, c.want)
+		}
+		if strings.Contains(line, "\n") {
+			t.Errorf("%v: error is not one line: %q", c.args, line)
+		}
+		if code := run(c.args); code != 1 {
+			t.Errorf("%v: exit status %d, want 1", c.args, code)
+		}
+	}
+}
+
+// TestBenchNoGPU: every measuring command, on a machine without a driver,
+// prints one line saying a GPU is needed and exits 1, writing no report.
+func TestBenchNoGPU(t *testing.T) {
+	if _, err := cudadrv.Get(); err == nil {
+		t.Skip("a driver is present")
+	}
+	out := filepath.Join(t.TempDir(), "report.txt")
+	for _, args := range [][]string{
+		{"bench"}, {"bench", "--quiet", "--out", out, "--plot", out + ".svg"}, {"bench", "pin"},
+		{"bench", "overlap"}, {"zerocopy", "--format", "json"},
+	} {
+		stdout, stderr, line := execute(t, args...)
+		if !strings.HasPrefix(line, "no NVIDIA driver found: this command needs a GPU") {
+			t.Errorf("%v: line %q", args, line)
+		}
+		if stdout != "" || strings.Contains(stderr, "panic") {
+			t.Errorf("%v: stdout %q stderr %q", args, stdout, stderr)
+		}
+		if code := run(args); code != 1 {
+			t.Errorf("%v: exit status %d, want 1", args, code)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a report file was written without a GPU")
+	}
+}
+
+func TestBenchHelp(t *testing.T) {
+	for _, args := range [][]string{{"bench", "--help"}, {"bench", "pin", "--help"}, {"bench", "overlap", "--help"}, {"zerocopy", "--help"}} {
+		stdout, _, line := execute(t, args...)
+		if line != "" || !strings.Contains(stdout, "--samples") || !strings.Contains(stdout, "--format") {
+			t.Errorf("%v: error %q, help:\n%s", args, line, stdout)
+		}
+	}
+	stdout, _, _ := execute(t, "bench", "--help")
+	for _, s := range []string{"--kinds", "--sizes", "--dir", "--plot", "--out", "--quiet", "--device", "64KiB,1MiB,16MiB,256MiB"} {
+		if !strings.Contains(stdout, s) {
+			t.Errorf("bench --help lacks %q", s)
+		}
+	}
+}
+
+func TestParseReuse(t *testing.T) {
+	got, err := parseReuse(" 1,2, 4,8 ")
+	if err != nil || len(got) != 4 || got[3] != 8 {
+		t.Errorf("parseReuse = %v, %v", got, err)
+	}
+	for _, s := range []string{"", "a", "0", "2000", "1,,x"} {
+		if _, err := parseReuse(s); err == nil {
+			t.Errorf("parseReuse(%q) succeeded", s)
+		}
+	}
+}
+
+// TestGPUBenchCommands runs tiny versions of every command on a GPU and
+// checks the reports.
+func TestGPUBenchCommands(t *testing.T) {
+	testutil.RequireGPU(t)
+	dir := t.TempDir()
+	jsonOut, svg := filepath.Join(dir, "bw.json"), filepath.Join(dir, "bw.svg")
+	_, _, line := execute(t, "bench", "--quiet", "--sizes", "64KiB,1MiB", "--samples", "2", "--format", "json", "--out", jsonOut, "--plot", svg)
+	if line != "" {
+		t.Fatal(line)
+	}
+	data, err := os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != len(bench.AllKinds())*2*3 || rep.Meta.Device == "" {
+		t.Errorf("report: %d results, meta %+v", len(rep.Results), rep.Meta)
+	}
+	for _, r := range rep.Results {
+		if r.Skipped || !r.Verified || r.Median <= 0 {
+			t.Errorf("result %+v", r)
+		}
+	}
+	if b, err := os.ReadFile(svg); err != nil || !bytes.HasPrefix(b, []byte("<svg")) {
+		t.Errorf("plot: %v", err)
+	}
+	for _, args := range [][]string{
+		{"bench", "pin", "--quiet", "--sizes", "1MiB", "--samples", "2"},
+		{"bench", "overlap", "--quiet", "--chunks", "4", "--chunk-size", "4MiB", "--vecadd-size", "4MiB", "--samples", "2"},
+		{"zerocopy", "--quiet", "--size", "4MiB", "--reuse", "1,2", "--samples", "2", "--format", "csv"},
+	} {
+		stdout, _, line := execute(t, args...)
+		if line != "" || stdout == "" || strings.Contains(stdout, "skipped") || strings.Contains(stdout, "VERIFY FAILED") {
+			t.Errorf("%v: error %q, output:\n%s", args, line, stdout)
+		}
+		t.Logf("%v:\n%s", args, stdout)
+	}
+}
+
+func TestMain(m *testing.M) { testutil.Main(m) }
