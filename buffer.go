@@ -318,7 +318,7 @@ func View[T any](b *Buffer) ([]T, error) {
 	if hasPointers(typ) {
 		return nil, fmt.Errorf("pinmem: View as %v, which holds Go pointers: %w", typ, ErrInvalidValue)
 	}
-	p := unsafe.Pointer(unsafe.SliceData(b.Bytes()))
+	p := s.ptr
 	if uintptr(s.size)%size != 0 {
 		return nil, fmt.Errorf("pinmem: View as %v: buffer of %d bytes is not a multiple of %d: %w", typ, s.size, size, ErrInvalidValue)
 	}
