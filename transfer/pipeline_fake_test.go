@@ -1,0 +1,316 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/kernels"
+)
+
+// addKernel registers a Go add_u8 with the fake and loads it.
+func (e fakeEnv) addKernel(t *testing.T) *cuda.Function {
+	t.Helper()
+	e.d.RegisterKernel(kernels.KernelAdd, []int{8, 8, 1}, func(k *fakedrv.KernelCall) error {
+		m, err := k.Mem(k.Ptr(0), k.Uint64(1))
+		if err != nil {
+			return err
+		}
+		kernels.AddBytes(m, uint8(k.Uint64(2)))
+		return nil
+	})
+	mod, err := e.ctx.LoadModule(kernels.Image())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mod.Unload() })
+	f, err := mod.Function(kernels.KernelAdd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func addWork(f *cuda.Function, delta uint8) func(*cuda.Stream, Chunk) error {
+	return LaunchWork(f, cuda.D1(4), cuda.D1(256), func(ch Chunk) []any {
+		return []any{ch.Dev.Ptr(), uint64(ch.Len), delta}
+	})
+}
+
+func (e fakeEnv) pipeline(t *testing.T, c *Copier, cfg PipelineConfig) *Pipeline {
+	t.Helper()
+	p, err := c.NewPipeline(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil && !errors.Is(err, ErrClosed) {
+			t.Errorf("pipeline Close: %v", err)
+		}
+	})
+	return p
+}
+
+func added(in []byte, delta uint8) []byte {
+	out := slices.Clone(in)
+	kernels.AddBytes(out, delta)
+	return out
+}
+
+func TestFakePipeline(t *testing.T) {
+	const chunk = 64 << 10
+	n := 10*chunk + 777
+	for _, mode := range []string{"go", "pinned", "inplace", "nooutput", "pinned-in-go-out"} {
+		for _, ordered := range []bool{true, false} {
+			t.Run(mode+map[bool]string{true: "/ordered", false: "/unordered"}[ordered], func(t *testing.T) {
+				e := useFake(t, fakedrv.Options{})
+				c := e.copier(t, smallRing()...)
+				f := e.addKernel(t)
+				var got []int
+				p := e.pipeline(t, c, PipelineConfig{ChunkSize: chunk, Streams: 3, InFlight: 4, Ordered: ordered,
+					Work: addWork(f, 3),
+					Done: func(ch Chunk) error {
+						got = append(got, ch.Index)
+						return nil
+					}})
+				src := testutil.RandomBytes(n, 42)
+				in := slices.Clone(src)
+				var out []byte
+				switch mode {
+				case "go":
+					out = make([]byte, n+10)
+					testutil.Poison(out)
+				case "pinned", "pinned-in-go-out":
+					bin, err := pinmem.Alloc(n, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer bin.Free()
+					defer c.AddPinned(bin)()
+					in = bin.Bytes()
+					copy(in, src)
+					out = make([]byte, n)
+					if mode == "pinned" {
+						bout, err := pinmem.Alloc(n, 0)
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer bout.Free()
+						defer c.AddPinned(bout)()
+						out = bout.Bytes()
+					}
+				case "inplace":
+					out = in
+				}
+				st, err := p.Run(context.Background(), in, out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Chunks != 11 || st.Bytes != int64(n) {
+					t.Fatalf("stats %+v", st)
+				}
+				wantStagedIn := mode == "go" || mode == "inplace" || mode == "nooutput"
+				if st.StagedIn != wantStagedIn || st.StagedOut != (mode == "go" || mode == "inplace" || mode == "pinned-in-go-out") {
+					t.Fatalf("mode %s: staged in %v, out %v", mode, st.StagedIn, st.StagedOut)
+				}
+				if len(got) != 11 {
+					t.Fatalf("%d callbacks", len(got))
+				}
+				if ordered && !slices.IsSorted(got) {
+					t.Fatalf("ordered callbacks out of order: %v", got)
+				}
+				slices.Sort(got)
+				for i, g := range got {
+					if g != i {
+						t.Fatalf("callbacks %v", got)
+					}
+				}
+				if out != nil {
+					testutil.CheckBytes(t, added(src, 3), out[:n])
+					for _, b := range out[n:] {
+						if b != testutil.PoisonByte {
+							t.Fatal("pipeline wrote past the input length")
+						}
+					}
+				}
+				// A second run on the same pipeline.
+				if _, err := p.Run(context.Background(), in[:chunk+1], nil); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+func TestFakePipelineBackPressure(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, smallRing()...)
+	f := e.addKernel(t)
+	var issued atomic.Int32
+	work := addWork(f, 1)
+	p := e.pipeline(t, c, PipelineConfig{ChunkSize: 4096, Streams: 2, InFlight: 3, Work: func(s *cuda.Stream, ch Chunk) error {
+		issued.Add(1)
+		return work(s, ch)
+	}})
+	e.d.Pause()
+	in := testutil.RandomBytes(20*4096, 1)
+	out := make([]byte, len(in))
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Run(context.Background(), in, out)
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for issued.Load() < 3 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(30 * time.Millisecond)
+	if n := issued.Load(); n != 3 {
+		t.Fatalf("with the device paused, %d chunks issued, want InFlight = 3", n)
+	}
+	e.d.Resume()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, added(in, 1), out)
+}
+
+func TestFakePipelineErrors(t *testing.T) {
+	const chunk = 4096
+	in := testutil.RandomBytes(12*chunk, 7)
+	boom := errors.New("boom")
+	var armed atomic.Bool // faults fire only in the first run of each case
+	cases := []struct {
+		name   string
+		setup  func(e fakeEnv)
+		work   func(i int) error
+		done   func(i int) error
+		is     error
+		chunk  int
+		cancel int // cancel the context in the Done callback of this chunk (when > 0)
+	}{
+		{name: "work", work: func(i int) error {
+			if i == 5 && armed.Load() {
+				return boom
+			}
+			return nil
+		}, is: boom, chunk: 5},
+		{name: "callback", done: func(i int) error {
+			if i == 2 && armed.Load() {
+				return boom
+			}
+			return nil
+		}, is: boom, chunk: 2},
+		{name: "launch", setup: func(e fakeEnv) { e.d.FailOn("cuLaunchKernel", 4, cudadrv.ErrorInvalidValue) }, is: cuda.ErrInvalidValue, chunk: 3},
+		{name: "h2d", setup: func(e fakeEnv) { e.d.FailOn("cuMemcpyHtoDAsync_v2", 6, cudadrv.ErrorInvalidValue) }, is: cuda.ErrInvalidValue, chunk: 5},
+		{name: "async-kernel", setup: func(e fakeEnv) { e.d.FailAsync("cuLaunchKernel", 3, cudadrv.ErrorLaunchFailed) }, is: cuda.ErrLaunchFailed, chunk: -1},
+		{name: "cancel", cancel: 3, is: context.Canceled, chunk: -1},
+	}
+	for _, tc := range cases {
+		for _, ordered := range []bool{true, false} {
+			t.Run(tc.name, func(t *testing.T) {
+				e := useFake(t, fakedrv.Options{})
+				c := e.copier(t, smallRing()...)
+				f := e.addKernel(t)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				var delivered []int
+				work := addWork(f, 1)
+				p := e.pipeline(t, c, PipelineConfig{ChunkSize: chunk, Streams: 2, InFlight: 4, Ordered: ordered,
+					Work: func(s *cuda.Stream, ch Chunk) error {
+						if tc.work != nil {
+							if err := tc.work(ch.Index); err != nil {
+								return err
+							}
+						}
+						return work(s, ch)
+					},
+					Done: func(ch Chunk) error {
+						delivered = append(delivered, ch.Index)
+						if tc.cancel > 0 && ch.Index == tc.cancel {
+							cancel()
+						}
+						if tc.done != nil {
+							return tc.done(ch.Index)
+						}
+						return nil
+					}})
+				if tc.setup != nil {
+					tc.setup(e)
+				}
+				armed.Store(true)
+				st, err := p.Run(ctx, in, make([]byte, len(in)))
+				armed.Store(false)
+				e.d.ClearFaults()
+				if !errors.Is(err, tc.is) {
+					t.Fatalf("Run: %v, want %v", err, tc.is)
+				}
+				var ce *ChunkError
+				if tc.chunk >= 0 && (!errors.As(err, &ce) || ce.Chunk != tc.chunk) {
+					t.Fatalf("Run: %v, want a ChunkError for chunk %d", err, tc.chunk)
+				}
+				// The fake reports asynchronous faults only when a stream is
+				// synchronized (the real driver's event queries report them,
+				// sticky), so there the failure may surface after the last chunk.
+				if st.Chunks == 12 && tc.name != "async-kernel" {
+					t.Fatalf("a failed run reports all chunks done: %+v", st)
+				}
+				if tc.chunk >= 0 && ordered && slices.Contains(delivered, tc.chunk+1) {
+					t.Fatalf("chunk %d delivered after chunk %d failed (%v)", tc.chunk+1, tc.chunk, delivered)
+				}
+				if tc.cancel > 0 && len(delivered) > 0 && slices.Max(delivered) > tc.cancel && ordered {
+					t.Fatalf("chunks delivered after the cancellation: %v", delivered)
+				}
+				if l := e.d.Live(); l.PendingOps != 0 {
+					t.Fatalf("Run returned with %d operations still queued", l.PendingOps)
+				}
+				// The pipeline still works.
+				out := make([]byte, len(in))
+				if _, err := p.Run(context.Background(), in, out); err != nil {
+					t.Fatal(err)
+				}
+				testutil.CheckBytes(t, added(in, 1), out)
+			})
+		}
+	}
+}
+
+func TestFakePipelineBadArgs(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, smallRing()...)
+	p := e.pipeline(t, c, PipelineConfig{ChunkSize: 4096, Streams: 1})
+	_, err := p.Run(context.Background(), make([]byte, 100), make([]byte, 99))
+	var se *SizeError
+	if !errors.As(err, &se) || !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Fatalf("Run with a short output: %v", err)
+	}
+	if _, err := c.NewPipeline(PipelineConfig{ChunkSize: -1}); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Fatal(err)
+	}
+	if st, err := p.Run(context.Background(), nil, nil); err != nil || st.Chunks != 0 {
+		t.Fatal(st, err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Run(context.Background(), []byte{1}, nil); !errors.Is(err, ErrClosed) {
+		t.Fatal(err)
+	}
+	// A failure half-way through NewPipeline releases what it made.
+	for nth := 1; nth <= 3; nth++ {
+		e.d.FailOn("cuMemAlloc_v2", nth, cudadrv.ErrorOutOfMemory)
+		p, err := c.NewPipeline(PipelineConfig{ChunkSize: 4096, Streams: 2})
+		e.d.ClearFaults()
+		if !errors.Is(err, cuda.ErrOutOfMemory) || p != nil {
+			t.Fatalf("NewPipeline with a failing allocation: %v", err)
+		}
+	}
+}
