@@ -44,6 +44,7 @@ type BudgetError struct {
 	Limit     int64 // the budget
 }
 
+// Error describes the failure with its figures.
 func (e *BudgetError) Error() string {
 	return fmt.Sprintf("pinmem: pinning %s would exceed the budget: %s already pinned, limit %s (set PINMEM_BUDGET or pinmem.SetBudget)",
 		fmtBytes(e.Requested), fmtBytes(e.Pinned), fmtBytes(e.Limit))
@@ -65,6 +66,7 @@ type OutOfMemoryError struct {
 	Err       error  // the driver's or the system's error
 }
 
+// Error describes the failure with its figures.
 func (e *OutOfMemoryError) Error() string {
 	return fmt.Sprintf("pinmem: %s of %s failed with %s already pinned (budget %s): %v",
 		e.Op, fmtBytes(e.Requested), fmtBytes(e.Pinned), fmtBytes(e.Limit), e.Err)

@@ -14,6 +14,7 @@ type OverlapError struct {
 	OtherStart, OtherEnd uintptr // the pinned range it overlaps, rounded out to pages
 }
 
+// Error describes the failure with its figures.
 func (e *OverlapError) Error() string {
 	same := ""
 	if e.Start == e.OtherStart && e.End == e.OtherEnd {
