@@ -1,0 +1,392 @@
+package pool
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+// orderingCase runs the scenario once: with the stream held (by
+// hold), queue an asynchronous H2D copy of a block filled with want, Put
+// the block with the stream, immediately Get a block of the same size and
+// overwrite it, release the stream, synchronize and read the device memory
+// back. reused says whether the second Get returned the first block's memory.
+func orderingCase(t *testing.T, p *Pool, ctx *cuda.Context, s *cuda.Stream, size int, seed uint64, hold, release func()) (reused bool, got, want, over []byte) {
+	t.Helper()
+	dbuf, err := ctx.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := dbuf.Free(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := dbuf.Memset(0); err != nil {
+		t.Fatal(err)
+	}
+	want = testutil.RandomBytes(size, seed)
+	over = testutil.RandomBytes(size, seed^0xdead)
+	hold()
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+	b := mustGet(t, p, size)
+	copy(b.Bytes(), want)
+	mem := b.Bytes()
+	if err := dbuf.WriteAsync(s, 0, b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, p, b, s)
+	b2 := mustGet(t, p, size)
+	reused = sameMem(mem, b2.Bytes())
+	copy(b2.Bytes(), over)
+	release()
+	released = true
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	got = make([]byte, size)
+	if err := dbuf.Read(0, got); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, p, b2)
+	return reused, got, want, over
+}
+
+// checkOrdering asserts the outcome: with ordering the device holds the
+// original data; without it the overwrite reached the device, which shows
+// that the test detects unordered reuse.
+func checkOrdering(t *testing.T, ordered bool, size int, reused bool, got, want, over []byte) {
+	t.Helper()
+	if ordered {
+		if reused {
+			t.Errorf("size %d: the block was handed out again while a copy from it was queued", size)
+		}
+		testutil.CheckBytes(t, want, got)
+		return
+	}
+	if !reused {
+		t.Fatalf("size %d: with ordering off the pool did not hand the same block back: the test cannot show the corruption", size)
+	}
+	if testutil.FirstMismatch(want, got) < 0 {
+		t.Fatalf("size %d: with ordering off the device still holds the original data: the test does not detect unordered reuse", size)
+	}
+	testutil.CheckBytes(t, over, got) // the overwrite, not a mix: the copy ran after it
+}
+
+// TestStreamOrderedReuseFake is the ordering test on the fake driver,
+// whose held stream keeps the queued copy from running: with ordering on,
+// the device gets the original data; switched off, it gets the overwrite.
+func TestStreamOrderedReuseFake(t *testing.T) {
+	for _, ordered := range []bool{true, false} {
+		t.Run(map[bool]string{true: "ordered", false: "unordered"}[ordered], func(t *testing.T) {
+			d := useFake(t)
+			p := newPool(t)
+			p.unordered = !ordered
+			ctx, s := newStream(t)
+			hold := func() {
+				if err := d.HoldStream(fakeStream(s)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			release := func() {
+				if err := d.ReleaseStream(fakeStream(s)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := rand.New(rand.NewPCG(4, 4))
+			sizes := []int{100, 4 << 10, 1 << 20, 6<<20 + 5, HugeThreshold + 4097}
+			for range 6 {
+				sizes = append(sizes, 1+int(r.Int64N(8<<20)))
+			}
+			for i, size := range sizes {
+				reused, got, want, over := orderingCase(t, p, ctx, s, size, uint64(i), hold, release)
+				checkOrdering(t, ordered, size, reused, got, want, over)
+			}
+			if errs := d.AsyncErrors(); len(errs) != 0 {
+				t.Errorf("asynchronous errors: %v", errs)
+			}
+			st := p.Stats()
+			if ordered && (st.OrderedPuts != uint64(len(sizes)) || st.EventsCreated == 0) {
+				t.Errorf("stats: %v", st)
+			}
+			if !ordered && (st.OrderedPuts != 0 || st.EventsCreated != 0) {
+				t.Errorf("stats with ordering off: %v", st)
+			}
+		})
+	}
+}
+
+// TestOrderedPutStreams follows one block Put with two streams through its
+// events: it is reused only once both have finished, and events are reused.
+func TestOrderedPutStreams(t *testing.T) {
+	d := useFake(t)
+	p := newPool(t)
+	_, s1 := newStream(t)
+	_, s2 := newStream(t)
+	if err := d.HoldStream(fakeStream(s1)); err != nil {
+		t.Fatal(err)
+	}
+	b := mustGet(t, p, 1<<20)
+	mem := b.Bytes()
+	mustPut(t, p, b, s1, s2, s1) // s1 twice: one event
+	if s := p.Stats(); s.EventsOutstanding != 2 || s.PendingBlocks != 1 || s.PendingBytes != 1<<20 || s.EventsCreated != 2 {
+		t.Fatalf("after an ordered Put: %v", s)
+	}
+	x := mustGet(t, p, 1<<20)
+	if sameMem(mem, x.Bytes()) {
+		t.Fatal("block reused before s1 finished")
+	}
+	if err := d.ReleaseStream(fakeStream(s1)); err != nil {
+		t.Fatal(err)
+	}
+	y := mustGet(t, p, 1<<20)
+	if !sameMem(mem, y.Bytes()) {
+		t.Error("block not reused after both streams finished")
+	}
+	if s := p.Stats(); s.EventsOutstanding != 0 || s.PendingBlocks != 0 {
+		t.Errorf("%v", s)
+	}
+	mustPut(t, p, x)
+	mustPut(t, p, y)
+	// Events are pooled: many ordered cycles need no more than two
+	// blocks' worth (one pending while the other is out).
+	for range 50 {
+		mustPut(t, p, mustGet(t, p, 1<<20), s1, s2)
+	}
+	if s := p.Stats(); s.EventsCreated > 4 || s.OrderedPuts != 51 {
+		t.Errorf("events not reused: %v", s)
+	}
+	// Trim destroys spare events; Close destroys the rest.
+	if _, err := p.Trim(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOrderedPutPollsOlderBlocks: Puts (not only Gets) notice finished blocks.
+func TestOrderedPutPollsOlderBlocks(t *testing.T) {
+	useFake(t)
+	p := newPool(t)
+	_, s := newStream(t)
+	a, b := mustGet(t, p, 4096), mustGet(t, p, 4096)
+	mustPut(t, p, a, s)
+	mustPut(t, p, b, s) // polls a's event, which has completed
+	if st := p.Stats(); st.PendingBlocks != 1 || st.EventsOutstanding != 1 {
+		t.Errorf("%v", st)
+	}
+}
+
+func TestRecordFailure(t *testing.T) {
+	d := useFake(t)
+	p := newPool(t)
+	_, s := newStream(t)
+	b := mustGet(t, p, 1<<20)
+	mem := b.Bytes()
+	// Recording fails: Put falls back to synchronizing the stream.
+	if err := d.FailOn("cuEventRecord", 1, cudadrv.ErrorInvalidValue); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, p, b, s)
+	if st := p.Stats(); st.EventErrors != 1 || st.PendingBlocks != 0 || st.CachedBlocks != 1 {
+		t.Errorf("after a failed record: %v", st)
+	}
+	b = mustGet(t, p, 1<<20)
+	if !sameMem(mem, b.Bytes()) {
+		t.Error("the synchronized block was not reused")
+	}
+	// Recording and synchronizing fail: the block is kept out of use until Close.
+	if err := d.FailOn("cuEventRecord", 1, cudadrv.ErrorInvalidValue); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.FailOn("cuStreamSynchronize", 1, cudadrv.ErrorLaunchFailed); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Put(b, s); !errors.Is(err, cudadrv.ErrLaunchFailed) {
+		t.Errorf("Put with a broken stream: %v", err)
+	}
+	c := mustGet(t, p, 1<<20)
+	if sameMem(mem, c.Bytes()) {
+		t.Error("a block whose stream work is unknown was reused")
+	}
+	mustPut(t, p, c)
+	if st := p.Stats(); st.PinnedBytes != 2<<20 || st.InUseBlocks != 0 {
+		t.Errorf("%v", st)
+	}
+}
+
+func TestQueryFailureKeepsBlockPending(t *testing.T) {
+	d := useFake(t)
+	p := newPool(t)
+	_, s := newStream(t)
+	b := mustGet(t, p, 1<<20)
+	mem := b.Bytes()
+	mustPut(t, p, b, s)
+	if err := d.FailOn("cuEventQuery", 0, cudadrv.ErrorLaunchFailed); err != nil {
+		t.Fatal(err)
+	}
+	c := mustGet(t, p, 1<<20)
+	if sameMem(mem, c.Bytes()) {
+		t.Error("reused a block whose event query failed")
+	}
+	if st := p.Stats(); st.EventErrors == 0 || st.PendingBlocks != 1 {
+		t.Errorf("%v", st)
+	}
+	d.ClearFaults()
+	mustPut(t, p, c)
+}
+
+// TestCloseWaitsForStreamWork: Close unpins a pending block only after
+// its stream work has run, and a Put after Close waits for its streams.
+func TestCloseWaitsForStreamWork(t *testing.T) {
+	d := useFake(t)
+	p, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, s := newStream(t)
+	dbuf, err := ctx.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbuf.Free()
+	if err := d.HoldStream(fakeStream(s)); err != nil {
+		t.Fatal(err)
+	}
+	a := mustGet(t, p, 1<<20)
+	out := mustGet(t, p, 2<<20)
+	if err := dbuf.WriteAsync(s, 0, a.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, p, a, s)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = d.ReleaseStream(fakeStream(s))
+	})
+	start := time.Now()
+	err = p.Close()
+	if !errors.Is(err, ErrOutstanding) {
+		t.Errorf("Close: %v", err)
+	}
+	if time.Since(start) < 40*time.Millisecond {
+		t.Error("Close did not wait for the stream")
+	}
+	wg.Wait()
+	if errs := d.AsyncErrors(); len(errs) != 0 {
+		t.Errorf("a copy ran from unpinned memory: %v", errs)
+	}
+	// Put after Close, with stream work: waits, then unpins.
+	if err := dbuf.WriteAsync(s, 0, out.Bytes()[:1<<20]); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, p, out, s)
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.PinnedBytes != 0 || st.EventsOutstanding != 0 || st.PendingBlocks != 0 {
+		t.Errorf("after Close: %v", st)
+	}
+}
+
+// TestConcurrentStress runs many goroutines getting, filling, checking and
+// putting blocks (some stream-ordered) while others trim, reclaim and read
+// stats; run it with -race. A block handed to two goroutines at once shows
+// as a changed fill.
+func TestConcurrentStress(t *testing.T) {
+	useFake(t)
+	p := newPool(t, WithMaxCached(8<<20))
+	_, s1 := newStream(t)
+	_, s2 := newStream(t)
+	const goroutines, iters = 8, 400
+	type held struct {
+		b   *Block
+		tag byte
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = p.Stats().String()
+			_ = p.Reclaim(1 << 20)
+			if _, err := p.Trim(); err != nil {
+				t.Error(err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	for g := range goroutines {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 99))
+			var hs []held
+			put := func(i int) {
+				h := hs[i]
+				hs = append(hs[:i], hs[i+1:]...)
+				for j, v := range h.b.Bytes() {
+					if v != h.tag {
+						t.Errorf("goroutine %d: block %d byte %d is %d, want %d: the block was shared", g, h.b.ID(), j, v, h.tag)
+						break
+					}
+				}
+				var err error
+				switch r.IntN(3) {
+				case 0:
+					err = p.Put(h.b)
+				case 1:
+					err = p.Put(h.b, s1)
+				default:
+					err = p.Put(h.b, s2, s1)
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}
+			for i := range iters {
+				size := 1 + r.IntN(16<<10)
+				if r.IntN(10) == 0 {
+					size = 1 + r.IntN(3<<20)
+				}
+				b, err := p.Get(size)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				tag := byte(g*53 + i)
+				fill(b.Bytes(), tag)
+				hs = append(hs, held{b, tag})
+				if len(hs) > 6 || r.IntN(2) == 0 {
+					put(r.IntN(len(hs)))
+				}
+			}
+			for len(hs) > 0 {
+				put(0)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	bg.Wait()
+	st := p.Stats()
+	if st.InUseBlocks != 0 || st.Gets != st.Puts || st.Gets != goroutines*iters || st.RequestedBytes != 0 || st.InUseBytes != 0 {
+		t.Errorf("after the stress: %v", st)
+	}
+	if st.Hits == 0 || st.OrderedPuts == 0 {
+		t.Errorf("the stress did not exercise hits and ordered puts: %v", st)
+	}
+	t.Log(st)
+}
