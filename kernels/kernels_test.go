@@ -3,6 +3,7 @@ package kernels
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -93,7 +94,7 @@ func TestPatternDeterministicAndSpread(t *testing.T) {
 	b := make([]uint32, 1<<16)
 	FillPattern(a, 7)
 	FillPattern(b, 7)
-	if !equal(a, b) {
+	if !slices.Equal(a, b) {
 		t.Fatal("FillPattern is not deterministic")
 	}
 	if i := VerifyPattern(a, 7, 0); i != -1 {
@@ -184,18 +185,6 @@ func TestMinDriverVersion(t *testing.T) {
 func firstLine(b []byte) string {
 	l, _, _ := bytes.Cut(b, []byte("\n"))
 	return string(l)
-}
-
-func equal(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func BenchmarkFillPattern(b *testing.B) {
