@@ -1,0 +1,240 @@
+package transfer
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/kernels"
+)
+
+// Benchmarks for the GPU machine. Each reports GB/s (10^9 bytes/s) and
+// process CPU-seconds per GB; comparisons run side by side in one run.
+//
+//	go test -run '^$' -bench . -benchtime 10x ./transfer/
+
+// touched returns an n-byte Go heap slice with every page written.
+func touched(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	return b
+}
+
+// measure runs fn b.N times and reports GB/s and CPU-s/GB for n bytes per call.
+func measure(b *testing.B, n int, fn func() error) {
+	b.Helper()
+	b.SetBytes(int64(n))
+	if err := fn(); err != nil { // warm up
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	cpu0 := processCPU()
+	t0 := time.Now()
+	for range b.N {
+		if err := fn(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wall := time.Since(t0)
+	cpu := processCPU() - cpu0
+	b.StopTimer()
+	total := float64(n) * float64(b.N)
+	b.ReportMetric(total/wall.Seconds()/1e9, "GB/s")
+	b.ReportMetric(cpu.Seconds()/(total/1e9), "cpu-s/GB")
+}
+
+// BenchmarkGoHeap compares, for a Go heap slice, the Copier (registration
+// cache off: every byte staged) with the driver's own pageable path
+// (cuda.Context.CopyHtoD/CopyDtoH on the same slice), both directions, 256
+// MiB and 1 GiB.
+func BenchmarkGoHeap(b *testing.B) {
+	ctx := gpuCtx(b)
+	c := gpuCopier(b, ctx)
+	const gib = 1 << 30
+	heap := touched(gib)
+	dev := gpuAlloc(b, ctx, gib)
+	bg := context.Background()
+	for _, n := range []int{256 << 20, gib} {
+		h := heap[:n]
+		d, _ := dev.Slice(0, n)
+		name := fmt.Sprintf("%dMiB", n>>20)
+		b.Run("H2D/"+name+"/copier", func(b *testing.B) {
+			measure(b, n, func() error { _, err := c.HtoD(bg, d, h); return err })
+		})
+		b.Run("H2D/"+name+"/pageable", func(b *testing.B) {
+			measure(b, n, func() error { return ctx.CopyHtoD(d.Ptr(), h) })
+		})
+		b.Run("D2H/"+name+"/copier", func(b *testing.B) {
+			measure(b, n, func() error { _, err := c.DtoH(bg, h, d); return err })
+		})
+		b.Run("D2H/"+name+"/pageable", func(b *testing.B) {
+			measure(b, n, func() error { return ctx.CopyDtoH(h, d.Ptr()) })
+		})
+	}
+}
+
+// BenchmarkRegCache copies one 256 MiB Go slice again and again with the
+// registration cache on (registered by the warm-up copy), beside the same
+// copy from a pinned buffer.
+func BenchmarkRegCache(b *testing.B) {
+	ctx := gpuCtx(b)
+	c := gpuCopier(b, ctx, WithRegistrationCache(0))
+	n := 256 << 20
+	heap := touched(n)
+	dev := gpuAlloc(b, ctx, n)
+	pinned, err := pinmem.Alloc(n, 0, pinmem.WithDevice(ctx.Device()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pinned.Free() })
+	defer c.AddPinned(pinned)()
+	bg := context.Background()
+	b.Run("H2D/cached", func(b *testing.B) {
+		measure(b, n, func() error { _, err := c.HtoD(bg, dev, heap); return err })
+	})
+	b.Run("H2D/pinned", func(b *testing.B) {
+		measure(b, n, func() error { _, err := c.HtoD(bg, dev, pinned.Bytes()); return err })
+	})
+	b.Run("D2H/cached", func(b *testing.B) {
+		measure(b, n, func() error { _, err := c.DtoH(bg, heap, dev); return err })
+	})
+	b.Run("D2H/pinned", func(b *testing.B) {
+		measure(b, n, func() error { _, err := c.DtoH(bg, pinned.Bytes(), dev); return err })
+	})
+}
+
+// BenchmarkPinnedDirect compares the Copier's direct path from a pinned
+// buffer with a bare async copy on a stream plus synchronize (the cuda
+// package, the closest Go twin of the C reference), 256 MiB and 1 GiB.
+func BenchmarkPinnedDirect(b *testing.B) {
+	ctx := gpuCtx(b)
+	c := gpuCopier(b, ctx)
+	const gib = 1 << 30
+	pinned, err := pinmem.Alloc(gib, 0, pinmem.WithDevice(ctx.Device()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pinned.Free() })
+	defer c.AddPinned(pinned)()
+	dev := gpuAlloc(b, ctx, gib)
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Destroy() })
+	bg := context.Background()
+	for _, n := range []int{256 << 20, gib} {
+		h := pinned.Bytes()[:n]
+		d, _ := dev.Slice(0, n)
+		name := fmt.Sprintf("%dMiB", n>>20)
+		b.Run("H2D/"+name+"/copier", func(b *testing.B) {
+			measure(b, n, func() error { _, err := c.HtoD(bg, d, h); return err })
+		})
+		b.Run("H2D/"+name+"/stream", func(b *testing.B) {
+			measure(b, n, func() error {
+				if err := s.CopyHtoD(d.Ptr(), h); err != nil {
+					return err
+				}
+				return s.Synchronize()
+			})
+		})
+		b.Run("D2H/"+name+"/copier", func(b *testing.B) {
+			measure(b, n, func() error { _, err := c.DtoH(bg, h, d); return err })
+		})
+		b.Run("D2H/"+name+"/stream", func(b *testing.B) {
+			measure(b, n, func() error {
+				if err := s.CopyDtoH(h, d.Ptr()); err != nil {
+					return err
+				}
+				return s.Synchronize()
+			})
+		})
+	}
+}
+
+// BenchmarkPipeline runs 16 chunks of 32 MiB through H2D, add_u8 and D2H:
+// from pinned memory with 1 and 4 streams (the C reference: 20.4 and
+// 12.6 ms; bound about 10.6 ms), and from Go memory with 4 streams.
+func BenchmarkPipeline(b *testing.B) {
+	ctx := gpuCtx(b)
+	c := gpuCopier(b, ctx)
+	f := gpuKernel(b, ctx, kernels.KernelAdd)
+	props, err := ctx.Device().Properties()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const chunk, chunks = 32 << 20, 16
+	n := chunk * chunks
+	var bufs []*pinmem.Buffer
+	for range 2 {
+		pb, err := pinmem.Alloc(n, 0, pinmem.WithDevice(ctx.Device()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { pb.Free() })
+		defer c.AddPinned(pb)()
+		bufs = append(bufs, pb)
+	}
+	heapIn, heapOut := touched(n), touched(n)
+	work := LaunchWork(f, cuda.D1(props.Multiprocessors*4), cuda.D1(256), func(ch Chunk) []any {
+		return []any{ch.Dev.Ptr(), uint64(ch.Len), uint8(1)}
+	})
+	for _, tc := range []struct {
+		name    string
+		streams int
+		in, out []byte
+	}{
+		{"pinned/streams1", 1, bufs[0].Bytes(), bufs[1].Bytes()},
+		{"pinned/streams4", 4, bufs[0].Bytes(), bufs[1].Bytes()},
+		{"gomem/streams4", 4, heapIn, heapOut},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			p, err := c.NewPipeline(PipelineConfig{ChunkSize: chunk, Streams: tc.streams, InFlight: chunks, Work: work})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			run := func() error { _, err := p.Run(context.Background(), tc.in, tc.out); return err }
+			if err := run(); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(n))
+			b.ResetTimer()
+			t0 := time.Now()
+			for range b.N {
+				if err := run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ms := time.Since(t0).Seconds() * 1000 / float64(b.N)
+			b.ReportMetric(ms, "ms/run")
+			b.ReportMetric(10.6/ms*100, "%of-bound")
+		})
+	}
+}
+
+// BenchmarkZeroCopy prints and reports the zero-copy vs explicit-copy table
+// for 256 MiB read 1, 2, 4 and 8 times.
+func BenchmarkZeroCopy(b *testing.B) {
+	ctx := gpuCtx(b)
+	if err := kernels.Check(); err != nil {
+		b.Fatal(err)
+	}
+	var rows []ZeroCopyRow
+	for range b.N {
+		var err error
+		if rows, err = CompareZeroCopy(context.Background(), ctx, 256<<20, []int{1, 2, 4, 8}, 3); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, r := range rows {
+		b.ReportMetric(float64(r.ZeroCopy.Microseconds())/1000, fmt.Sprintf("zc-ms/reuse%d", r.Reuse))
+		b.ReportMetric(float64(r.Explicit.Microseconds())/1000, fmt.Sprintf("explicit-ms/reuse%d", r.Reuse))
+		b.Log(r)
+	}
+}
