@@ -19,6 +19,7 @@ type SizeError struct {
 	Have int    // bytes available
 }
 
+// Error describes the size mismatch.
 func (e *SizeError) Error() string {
 	return fmt.Sprintf("transfer: %s copy needs %d bytes, destination has %d: %v", e.Op, e.Need, e.Have, cuda.ErrInvalidValue)
 }
@@ -35,6 +36,7 @@ type ChunkError struct {
 	Err    error
 }
 
+// Error names the chunk, the step and the cause.
 func (e *ChunkError) Error() string {
 	return fmt.Sprintf("transfer: pipeline chunk %d (offset %d) failed in %s: %v", e.Chunk, e.Offset, e.Stage, e.Err)
 }

@@ -14,6 +14,7 @@ const (
 	DeviceToHost
 )
 
+// String returns "host-to-device" or "device-to-host".
 func (d Direction) String() string {
 	if d == DeviceToHost {
 		return "device-to-host"
@@ -64,6 +65,7 @@ func perGB(d time.Duration, n int64) float64 {
 	return d.Seconds() / (float64(n) / 1e9)
 }
 
+// String summarises the transfer: bytes, path, time, GB/s and CPU-s/GB.
 func (s Stats) String() string {
 	return fmt.Sprintf("%s %d bytes (%d staged in %d stages, %d direct) in %v: %.2f GB/s, %.3f CPU-s/GB (copy %.3f)",
 		s.Direction, s.Bytes, s.StagedBytes, s.Stages, s.DirectBytes, s.Wall, s.GBps(), s.CPUPerGB(), s.CopyCPUPerGB())

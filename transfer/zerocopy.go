@@ -99,6 +99,7 @@ func (r ZeroCopyRow) Winner() string {
 	return "explicit"
 }
 
+// String formats the row as one line of the table.
 func (r ZeroCopyRow) String() string {
 	return fmt.Sprintf("reuse %d, %d bytes: zero-copy %v (%.1f GB/s), explicit %v (%.1f GB/s): %s wins by %.2fx",
 		r.Reuse, r.Bytes, r.ZeroCopy, r.ZeroCopyGBps(), r.Explicit, r.ExplicitGBps(), r.Winner(),
