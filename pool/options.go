@@ -78,13 +78,15 @@ func WithMaxCached(max int64) Option {
 }
 
 // WithRetainOnMiss(true) makes a miss pin new memory without first
-// releasing idle blocks of other classes. By default a miss that must pin
-// n bytes first releases at least n bytes of idle memory, least recently
-// released first, when the pool has any, so that the pool's footprint
-// grows only when its cache cannot pay for the new block: pinned bytes
-// then stay within the peak of the rounded bytes in use (plus partly used
-// slabs). Retaining keeps more blocks cached for later hits, up to
-// WithMaxCached.
+// releasing idle blocks of other classes. By default the pool keeps its
+// footprint within the peak of the bytes it has had in use at once (block
+// capacities): a miss that would take the pinned bytes above that peak
+// first releases idle memory, least recently released first, to make
+// room, and pins beyond the peak only when nothing idle is left. Peak
+// pinned bytes then stay within the peak of rounded bytes in use (at most
+// 1/8 above the peak requested) plus partly used slabs, however the mix
+// of sizes drifts. Retaining keeps more blocks cached for later hits, up
+// to WithMaxCached.
 func WithRetainOnMiss(retain bool) Option {
 	return func(c *config) error { c.retainOnMiss = retain; return nil }
 }

@@ -107,7 +107,7 @@ func TestStreamOrderedReuseFake(t *testing.T) {
 			r := rand.New(rand.NewPCG(4, 4))
 			sizes := []int{100, 4 << 10, 1 << 20, 6<<20 + 5, HugeThreshold + 4097}
 			for range 6 {
-				sizes = append(sizes, 1+int(r.Int64N(8<<20)))
+				sizes = append(sizes, 1+int(r.Int64N(2<<20)))
 			}
 			for i, size := range sizes {
 				reused, got, want, over := orderingCase(t, p, ctx, s, size, uint64(i), hold, release)

@@ -233,7 +233,8 @@ func (p *Pool) prewarm(size int, total int64) error {
 		return fmt.Errorf("pool %s: prewarming %d bytes: %w", p.name, total, err)
 	}
 	p.mu.Lock()
-	p.st.Gets, p.st.Hits, p.st.Misses, p.st.Puts, p.st.PeakRequestedBytes = 0, 0, 0, 0, 0
+	p.st.Gets, p.st.Hits, p.st.Misses, p.st.Puts = 0, 0, 0, 0
+	p.st.PeakRequestedBytes, p.st.PeakInUseBytes = 0, 0
 	p.mu.Unlock()
 	return nil
 }
@@ -298,10 +299,19 @@ func (p *Pool) takeIdleLocked(ci, n int) *chunk {
 		c = p.huge[i]
 		p.huge = slices.Delete(p.huge, i, i+1)
 	} else {
-		l := p.idle[ci]
-		if len(l) == 0 {
+		// The request's class, else a larger one whose blocks still waste at most 1/8.
+		found := -1
+		for j := ci; j < numClasses && (j == ci || classSize(j)-n <= n/8); j++ {
+			if len(p.idle[j]) > 0 {
+				found = j
+				break
+			}
+		}
+		if found < 0 {
 			return nil
 		}
+		ci = found
+		l := p.idle[ci]
 		c = l[len(l)-1]
 		l[len(l)-1] = nil
 		p.idle[ci] = l[:len(l)-1]
@@ -329,6 +339,7 @@ func (p *Pool) checkoutLocked(b *Block, c *chunk, hit bool) {
 	}
 	p.st.InUseBlocks++
 	p.st.InUseBytes += int64(c.size)
+	p.st.PeakInUseBytes = max(p.st.PeakInUseBytes, p.st.InUseBytes)
 	p.st.RequestedBytes += int64(b.n)
 	p.st.PeakRequestedBytes = max(p.st.PeakRequestedBytes, p.st.RequestedBytes)
 }
@@ -471,10 +482,13 @@ func (p *Pool) pin(b *Block, ci, size, csize int) error {
 		nblocks, nbytes = slabLayout(ci)
 	}
 	if !p.retainOnMiss {
+		// Keep the footprint within the peak of the bytes in use: pin more
+		// than that only when no idle memory is left to release.
 		p.mu.Lock()
 		var victims []*pinmem.Buffer
-		if p.st.CachedBytes > 0 {
-			victims, _ = p.evictLocked(int64(nbytes))
+		limit := max(p.st.PeakInUseBytes, p.st.InUseBytes+int64(csize))
+		if excess := p.st.PinnedBytes + int64(nbytes) - limit; excess > 0 && p.st.CachedBytes > 0 {
+			victims, _ = p.evictLocked(excess)
 		}
 		p.mu.Unlock()
 		_ = p.freeBufs(victims)

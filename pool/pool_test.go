@@ -540,3 +540,25 @@ func TestNoLockAcrossDriverCalls(t *testing.T) {
 		t.Errorf("%d driver calls, %d with the lock held", calls.Load(), held.Load())
 	}
 }
+
+// TestNextClassReuse: a Get may take an idle block of a larger class when
+// that still wastes at most 1/8 of the request, and never more.
+func TestNextClassReuse(t *testing.T) {
+	useFake(t)
+	p := newPool(t)
+	a := mustGet(t, p, 1100) // class 1152
+	mustPut(t, p, a)
+	b := mustGet(t, p, 1024) // class 1024 is empty; 1152 wastes exactly 1/8
+	if b.Cap() != 1152 || p.Stats().Hits != 1 {
+		t.Errorf("Get(1024): capacity %d, %v", b.Cap(), p.Stats())
+	}
+	c := mustGet(t, p, 1000) // 1152 would waste more than 1/8
+	if c.Cap() != 1024 || p.Stats().Misses != 2 {
+		t.Errorf("Get(1000): capacity %d, %v", c.Cap(), p.Stats())
+	}
+	if w := p.Stats().WastedBytes; w != 1152-1024+24 {
+		t.Errorf("wasted %d", w)
+	}
+	mustPut(t, p, b)
+	mustPut(t, p, c)
+}

@@ -28,6 +28,7 @@ type Stats struct {
 	PinnedBytes        int64 // all memory the pool holds pinned (slabs whole)
 	PeakPinnedBytes    int64
 	PeakRequestedBytes int64 // peak of RequestedBytes
+	PeakInUseBytes     int64 // peak of InUseBytes: the footprint a miss stays within (see WithRetainOnMiss)
 	Slabs              int64 // slabs pinned now
 
 	Pins          uint64 // pinmem allocations made

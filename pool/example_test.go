@@ -1,0 +1,63 @@
+package pool_test
+
+import (
+	"fmt"
+	"log"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/pool"
+)
+
+// A staging pool: blocks carry data to the device asynchronously, and Put
+// with the stream keeps a block from being reused before its copy ran.
+func Example() {
+	p, err := pool.New(pool.WithName("staging"), pool.WithMaxCached(256<<20))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() {
+		if err := p.Close(); err != nil {
+			log.Print(err) // lists blocks never Put
+		}
+	}()
+
+	dev, err := cuda.GetDevice(0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, err := dev.PrimaryContext()
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Destroy()
+	dst, err := ctx.Alloc(3 << 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer dst.Free()
+
+	for i := range 10 {
+		b, err := p.Get(3 << 20) // pinned; a hit after the first round
+		if err != nil {
+			log.Fatal(err)
+		}
+		for j := range b.Bytes() {
+			b.Bytes()[j] = byte(i)
+		}
+		if err := dst.WriteAsync(s, 0, b.Bytes()); err != nil {
+			log.Fatal(err)
+		}
+		// Returns at once; the block is handed out again only after the copy.
+		if err := p.Put(b, s); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(p.Stats())
+}
