@@ -30,6 +30,8 @@ type OutstandingError struct {
 	Blocks []Outstanding
 }
 
+// Error lists the blocks (the first 16) with their sizes and, when
+// recorded, where they were taken.
 func (e *OutstandingError) Error() string {
 	var b strings.Builder
 	var bytes int64

@@ -587,10 +587,15 @@ func (p *Pool) Put(b *Block, streams ...*cuda.Stream) error {
 	p.mu.Lock()
 	p.unlinkLocked(b)
 	if recErr != nil {
-		p.quarantine = append(p.quarantine, c)
+		var bufs []*pinmem.Buffer
+		if p.closed {
+			bufs = p.dropAfterCloseLocked(c)
+		} else {
+			p.quarantine = append(p.quarantine, c)
+		}
 		p.mu.Unlock()
 		p.retireEvents(evs)
-		return fmt.Errorf("pool %s: Put of block %d: %w", p.name, b.id, recErr)
+		return errors.Join(fmt.Errorf("pool %s: Put of block %d: %w", p.name, b.id, recErr), p.freeBufs(bufs))
 	}
 	if p.closed {
 		p.mu.Unlock()
