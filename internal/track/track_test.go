@@ -1,0 +1,63 @@
+package track
+
+import (
+	"strings"
+	"sync"
+	"testing"
+)
+
+func TestAddRemoveCountReport(t *testing.T) {
+	EnableStacks(true)
+	defer EnableStacks(false)
+	Add(HostAlloc, 0x1000, 4096)
+	Add(Registration, 0x2000, 8192)
+	Add(Stream, 0x3000, 0)
+	if n, b := Count(HostAlloc); n != 1 || b != 4096 {
+		t.Errorf("Count(HostAlloc) = %d, %d", n, b)
+	}
+	r := Report()
+	for _, want := range []string{"3 driver object(s) still live", "pinned allocation 0x1000 (4096 bytes)", "registration 0x2000", "stream 0x3000", "TestAddRemoveCountReport"} {
+		if !strings.Contains(r, want) {
+			t.Errorf("report lacks %q:\n%s", want, r)
+		}
+	}
+	if !Remove(HostAlloc, 0x1000) || Remove(HostAlloc, 0x1000) {
+		t.Error("Remove should report true once, then false")
+	}
+	Remove(Registration, 0x2000)
+	Remove(Stream, 0x3000)
+	if Report() != "" || len(Live()) != 0 {
+		t.Errorf("objects left: %v", Live())
+	}
+}
+
+func TestNoStacksWhenDisabled(t *testing.T) {
+	EnableStacks(false)
+	Add(Event, 1, 0)
+	defer Remove(Event, 1)
+	if !strings.Contains(Report(), "stacks were not enabled") {
+		t.Errorf("report should say stacks were off:\n%s", Report())
+	}
+}
+
+func TestConcurrent(t *testing.T) {
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 1000; i++ {
+				id := uint64(g<<20 | i)
+				Add(DeviceMemory, id, 1)
+				Remove(DeviceMemory, id)
+			}
+		}(g)
+	}
+	wg.Wait()
+	if n, _ := Count(DeviceMemory); n != 0 {
+		t.Errorf("%d left", n)
+	}
+	if Kind(99).String() != "kind(99)" || Module.String() != "module" {
+		t.Error("Kind.String")
+	}
+}
