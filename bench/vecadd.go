@@ -36,7 +36,11 @@ func (s *Session) vecAdd(n, samples int) ([]Result, error) {
 	}
 	defer st.Destroy()
 	grid, block := s.grid()
-	kernel := func() error {
+	// The pageable run launches on the legacy default stream, like the
+	// seed's synchronous copies: a pageable cuMemcpyHtoD may return before
+	// its last DMA lands, and only legacy-stream work is ordered after it.
+	legacy := cuda.WrapStream(s.Ctx, 0)
+	kernel := func(st *cuda.Stream) error {
 		if noKernel {
 			return nil
 		}
@@ -56,9 +60,9 @@ func (s *Session) vecAdd(n, samples int) ([]Result, error) {
 			start := time.Now()
 			var err error
 			if async {
-				err = firstErr(st.CopyHtoD(da.Ptr(), ha), st.CopyHtoD(db.Ptr(), hb), kernel(), st.CopyDtoH(hc, da.Ptr()), st.Synchronize())
+				err = firstErr(st.CopyHtoD(da.Ptr(), ha), st.CopyHtoD(db.Ptr(), hb), kernel(st), st.CopyDtoH(hc, da.Ptr()), st.Synchronize())
 			} else {
-				err = firstErr(s.Ctx.CopyHtoD(da.Ptr(), ha), s.Ctx.CopyHtoD(db.Ptr(), hb), kernel(), st.Synchronize(), s.Ctx.CopyDtoH(hc, da.Ptr()))
+				err = firstErr(s.Ctx.CopyHtoD(da.Ptr(), ha), s.Ctx.CopyHtoD(db.Ptr(), hb), kernel(legacy), s.Ctx.CopyDtoH(hc, da.Ptr()))
 			}
 			d := time.Since(start)
 			if err != nil {

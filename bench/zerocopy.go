@@ -145,9 +145,9 @@ func (s *Session) ZeroCopy(cfg ZeroCopyConfig) ([]Result, error) {
 			}
 			r.fill(vals)
 			if v == VariantZeroCopy {
-				notes = append(notes, fmt.Sprintf("%d passes of read_sum_u32 over mapped host memory", reuse))
+				notes = append(notes, fmt.Sprintf("%s of read_sum_u32 over mapped host memory", passes(reuse)))
 			} else {
-				notes = append(notes, fmt.Sprintf("one H2D copy from pinned memory, %d passes over device memory", reuse))
+				notes = append(notes, fmt.Sprintf("one H2D copy from pinned memory, %s over device memory", passes(reuse)))
 			}
 			r.Note = joinNotes(notes)
 			s.progress(r)
@@ -155,4 +155,12 @@ func (s *Session) ZeroCopy(cfg ZeroCopyConfig) ([]Result, error) {
 		}
 	}
 	return out, nil
+}
+
+// passes is "1 pass" or "n passes".
+func passes(n int) string {
+	if n == 1 {
+		return "1 pass"
+	}
+	return fmt.Sprintf("%d passes", n)
 }

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -156,11 +160,73 @@ func TestGPUBenchCommands(t *testing.T) {
 		{"zerocopy", "--quiet", "--size", "4MiB", "--reuse", "1,2", "--samples", "2", "--format", "csv"},
 	} {
 		stdout, _, line := execute(t, args...)
-		if line != "" || stdout == "" || strings.Contains(stdout, "skipped") || strings.Contains(stdout, "VERIFY FAILED") {
+		bad := line != "" || stdout == "" || strings.Contains(stdout, "VERIFY FAILED")
+		if args[len(args)-1] == "csv" {
+			// The CSV header has a "skipped" column: check the cells.
+			if err := checkCSV(stdout, 4); err != nil {
+				t.Errorf("%v: %v", args, err)
+			}
+		} else if strings.Contains(stdout, "skipped") {
+			bad = true
+		}
+		if bad {
 			t.Errorf("%v: error %q, output:\n%s", args, line, stdout)
 		}
 		t.Logf("%v:\n%s", args, stdout)
 	}
 }
 
+// checkCSV parses a CSV report: the header, then rows results each with
+// every column, none skipped, all verified, with a positive median.
+func checkCSV(out string, rows int) error {
+	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil {
+		return fmt.Errorf("malformed CSV: %v", err)
+	}
+	if len(recs) == 0 || !slices.Equal(recs[0], bench.CSVHeader) {
+		return fmt.Errorf("header %q, want %q", recs, bench.CSVHeader)
+	}
+	if len(recs)-1 != rows {
+		return fmt.Errorf("%d rows, want %d", len(recs)-1, rows)
+	}
+	col := map[string]int{}
+	for i, h := range recs[0] {
+		col[h] = i
+	}
+	for _, r := range recs[1:] {
+		if r[col["skipped"]] != "false" || r[col["verified"]] != "true" {
+			return fmt.Errorf("row %q: skipped or not verified", r)
+		}
+		if v, err := strconv.ParseFloat(r[col["median"]], 64); err != nil || v <= 0 {
+			return fmt.Errorf("row %q: median %q", r, r[col["median"]])
+		}
+	}
+	return nil
+}
+
 func TestMain(m *testing.M) { testutil.Main(m) }
+
+// TestCheckCSV: the zerocopy report the H200 printed is well-formed and
+// complete; a skipped, unverified, short or ragged report is not.
+func TestCheckCSV(t *testing.T) {
+	const h200 = `bench,kind,dir,size_bytes,size,unit,median,min,max,samples,verified,timing,skipped,note
+zerocopy,zero-copy,reuse=1,4194304,4MiB,ms,0.086671,0.086655,0.086687,2,true,spin-wait+events,false,1 passes of read_sum_u32 over mapped host memory
+zerocopy,explicit,reuse=1,4194304,4MiB,ms,0.0939515,0.093631,0.094272,2,true,spin-wait+events,false,"one H2D copy from pinned memory, 1 passes over device memory"
+zerocopy,zero-copy,reuse=2,4194304,4MiB,ms,0.1719835,0.171936,0.172031,2,true,spin-wait+events,false,2 passes of read_sum_u32 over mapped host memory
+zerocopy,explicit,reuse=2,4194304,4MiB,ms,0.097104,0.096992,0.097216,2,true,spin-wait+events,false,"one H2D copy from pinned memory, 2 passes over device memory"
+`
+	if err := checkCSV(h200, 4); err != nil {
+		t.Errorf("H200 report: %v", err)
+	}
+	for name, out := range map[string]string{
+		"short":      strings.Join(strings.SplitAfter(h200, "\n")[:3], ""),
+		"skipped":    strings.Replace(h200, "events,false,2 passes", "events,true,2 passes", 1),
+		"unverified": strings.Replace(h200, "2,true,spin", "2,false,spin", 1),
+		"ragged":     strings.Replace(h200, ",false,1 passes", ",1 passes", 1),
+		"no header":  strings.SplitN(h200, "\n", 2)[1],
+	} {
+		if err := checkCSV(out, 4); err == nil {
+			t.Errorf("%s report accepted", name)
+		}
+	}
+}
