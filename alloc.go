@@ -22,9 +22,21 @@ const MaxSize = 1 << 48
 const hugePageSize = 2 << 20
 
 // regChunk bounds the bytes pinned by one cuMemHostRegister call: one call
-// pinning hundreds of GB stalls other processes' CUDA calls, and some
-// kernels cap a single pin at 2 GiB. A variable for tests.
-var regChunk uintptr = 1 << 30
+// pinning hundreds of GB stalls other processes' CUDA calls. It is 4 GiB so
+// that buffers up to 4 GiB are one registration (one segment, see
+// Buffer.Segments: a driver copy must not span two registrations) and are
+// pinned by one call (ANCHORS.md: 4 GiB in one call takes 80-175 ms, and
+// splitting it over threads does not speed it up). A variable for tests.
+var regChunk uintptr = 4 << 30
+
+// Some kernels cap a single pin at 2 GB. A chunk larger than regSplitAbove
+// whose registration fails with CUDA_ERROR_INVALID_VALUE or
+// CUDA_ERROR_OUT_OF_MEMORY is registered again as pieces of regSplitChunk
+// bytes, and so is the rest of that buffer. Variables for tests.
+var (
+	regSplitAbove uintptr = 2 << 30
+	regSplitChunk uintptr = 1 << 30
+)
 
 var pageSize = uintptr(os.Getpagesize())
 
@@ -250,24 +262,48 @@ func touch(p unsafe.Pointer, length uintptr, threads int, huge bool) {
 }
 
 // registerChunks registers [p, p+length) in chunks of at most regChunk
-// bytes. It runs with the context current. On failure it unregisters what
-// it registered. For Mapped memory the chunks must map to one contiguous
-// device range (true where the device uses the host pointer for registered
-// memory); where they do not, the range is registered again in one call.
+// bytes. A chunk above regSplitAbove that the driver refuses with
+// CUDA_ERROR_INVALID_VALUE or CUDA_ERROR_OUT_OF_MEMORY (a kernel that caps a
+// single pin) is retried as pieces of regSplitChunk bytes, as is every
+// later chunk of the range. It runs with the context current. On failure it
+// unregisters what it registered. For Mapped memory the chunks must map to
+// one contiguous device range (true where the device uses the host pointer
+// for registered memory); where they do not, the range is registered again
+// in one call.
 func registerChunks(t target, p unsafe.Pointer, length uintptr, flags Flags) ([]chunk, error) {
 	rf := flags.registerFlags()
 	var chunks []chunk
-	for off := uintptr(0); off < length; off += regChunk {
-		c := chunk{p: unsafe.Add(p, off), n: min(regChunk, length-off)}
-		if err := t.drv.MemHostRegister(c.p, uint64(c.n), rf); err != nil {
-			uerr := unregisterChunks(t, chunks)
-			if uerr != nil {
-				return nil, errors.Join(fmt.Errorf("chunk at offset %d of %d: %w", off, length, err), uerr)
+	fail := func(err error) ([]chunk, error) {
+		if uerr := unregisterChunks(t, chunks); uerr != nil {
+			return nil, errors.Join(err, uerr)
+		}
+		return nil, err
+	}
+	step := regChunk
+	for off := uintptr(0); off < length; {
+		c := chunk{p: unsafe.Add(p, off), n: min(step, length-off)}
+		err := t.drv.MemHostRegister(c.p, uint64(c.n), rf)
+		if err != nil && c.n > regSplitAbove && regSplitChunk < c.n &&
+			(errors.Is(err, ErrInvalidValue) || errors.Is(err, ErrOutOfMemory)) {
+			// Perhaps a cap on a single pin: go on in smaller pieces.
+			first := fmt.Errorf("chunk at offset %d of %d bytes (%s in one call): %w", off, length, fmtBytes(int64(c.n)), err)
+			step = regSplitChunk
+			for end := off + c.n; off < end; off += step {
+				pc := chunk{p: unsafe.Add(p, off), n: min(step, end-off)}
+				if err := t.drv.MemHostRegister(pc.p, uint64(pc.n), rf); err != nil {
+					return fail(errors.Join(first, fmt.Errorf("retried as pieces of %s: piece at offset %d: %w", fmtBytes(int64(step)), off, err)))
+				}
+				track.Add(track.Registration, uint64(uintptr(pc.p)), int64(pc.n))
+				chunks = append(chunks, pc)
 			}
-			return nil, fmt.Errorf("chunk at offset %d of %d bytes: %w", off, length, err)
+			continue
+		}
+		if err != nil {
+			return fail(fmt.Errorf("chunk at offset %d of %d bytes: %w", off, length, err))
 		}
 		track.Add(track.Registration, uint64(uintptr(c.p)), int64(c.n))
 		chunks = append(chunks, c)
+		off += c.n
 	}
 	if flags&Mapped == 0 || len(chunks) < 2 {
 		return chunks, nil
@@ -308,8 +344,8 @@ func unregisterChunks(t target, chunks []chunk) error {
 }
 
 // Register page-locks mem in place with cuMemHostRegister (in chunks of at
-// most 1 GiB per call) in the device's primary context, and keeps it alive
-// and unmovable with a runtime.Pinner until Free. Free unregisters and
+// most 4 GiB per call; see Buffer.Segments) in the device's primary
+// context, and keeps it alive and unmovable with a runtime.Pinner until Free. Free unregisters and
 // unpins; it never frees mem. mem must not be pinned by pinmem already: a
 // range that overlaps a buffer pinmem pinned (compared at page granularity)
 // is an *OverlapError, and the driver's own CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED

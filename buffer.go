@@ -66,15 +66,64 @@ func (b *Buffer) live() (*bufState, error) {
 
 // Bytes returns the buffer's memory, or nil after Free. The slice must not
 // be used after Free.
+//
+// A buffer larger than one registration (more than 4 GiB registered with
+// cuMemHostRegister, or less on a kernel that caps a single pin) is several
+// registrations: one driver copy over the whole of Bytes then fails. Copy
+// such a buffer segment by segment (see Segments).
 func (b *Buffer) Bytes() []byte {
 	s, err := b.live()
 	if err != nil {
 		return nil
 	}
+	return s.bytes()
+}
+
+func (s *bufState) bytes() []byte {
 	if s.mem != nil {
 		return s.mem
 	}
 	return unsafe.Slice((*byte)(s.ptr), s.size)
+}
+
+// Segments returns the buffer's memory split at the boundaries of its
+// registrations, in order: concatenated they are Bytes. A cuMemHostAlloc
+// buffer, and a registered buffer pinned by one cuMemHostRegister call
+// (every one up to 4 GiB, unless the kernel caps a single pin lower), is one
+// segment; larger registered buffers are registered in chunks of at most 4
+// GiB (the bound on one driver call) and have one segment per chunk. Each
+// segment's capacity ends at its end, so appending to one never writes into
+// the next. It returns nil after Free.
+//
+// One driver copy (cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, ...) must not span
+// two segments: the driver treats each registration as its own pinned range
+// and refuses an asynchronous copy whose host range crosses from one into
+// the next. Measured on an H200 with driver 580 (CUDA 13.0): such a
+// cuMemcpyHtoDAsync fails with CUDA_ERROR_INVALID_VALUE, which package cuda
+// returns as a *cuda.Error matching ErrInvalidValue, and nothing is copied
+// (the stream stays usable); do not rely on either direction working. Copies within one
+// segment run at full pinned speed, so a caller copying a whole buffer
+// issues one copy per segment (at the matching device offsets), and one
+// that copies arbitrary ranges splits them at segment boundaries.
+func (b *Buffer) Segments() [][]byte {
+	s, err := b.live()
+	if err != nil {
+		return nil
+	}
+	mem := s.bytes()
+	if len(s.chunks) < 2 {
+		return [][]byte{mem[:len(mem):len(mem)]}
+	}
+	segs := make([][]byte, 0, len(s.chunks))
+	for _, c := range s.chunks {
+		lo := uintptr(c.p) - uintptr(s.ptr)
+		if lo >= uintptr(len(mem)) {
+			break // the page-rounding tail of a mapping, beyond Len
+		}
+		hi := min(lo+c.n, uintptr(len(mem)))
+		segs = append(segs, mem[lo:hi:hi])
+	}
+	return segs
 }
 
 // Len returns the buffer's size in bytes (as requested; 0 after Free).

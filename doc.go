@@ -25,6 +25,19 @@
 // counted in [LedgerStats].Dropped, but never freed behind the caller's back:
 // its memory may still be in use by the GPU.
 //
+// # Segments: one copy must not span two registrations
+//
+// cuMemHostRegister pins at most 4 GiB per call in pinmem (one call pinning
+// hundreds of GB stalls other processes' CUDA calls; where a kernel caps a
+// single pin at 2 GB, a refused 4 GiB chunk is retried as 1 GiB pieces). A
+// registered buffer up to 4 GiB is therefore one registration (unless the
+// kernel caps a single pin); a larger one is several, and the driver treats each as its own pinned range: an
+// asynchronous copy whose host range crosses from one registration into the
+// next fails (CUDA_ERROR_INVALID_VALUE, matching [ErrInvalidValue], measured
+// with driver 580). [Buffer.Segments] returns the registered ranges in
+// order; copy a large buffer one segment at a time. cuMemHostAlloc buffers
+// are always one segment.
+//
 // # The budget
 //
 // Pinned memory cannot be swapped or reclaimed; pinning too much starves

@@ -84,3 +84,31 @@ func ExampleSetBudget() {
 		fmt.Println(be.Requested, be.Pinned, be.Limit)
 	}
 }
+
+// Copy a large buffer to the device one segment (one registration) at a
+// time: a single copy spanning two registrations is refused by the driver.
+func ExampleBuffer_Segments() {
+	buf, err := pinmem.Alloc(6<<30, 0) // on a discrete GPU: a 4 GiB and a 2 GiB registration
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer buf.Free()
+	dev, _ := cuda.GetDevice(0)
+	ctx, _ := dev.PrimaryContext()
+	d, err := ctx.Alloc(buf.Len())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer d.Free()
+	s, _ := ctx.NewStream(cuda.StreamNonBlocking)
+	defer s.Destroy()
+	off := 0
+	for _, seg := range buf.Segments() {
+		if err := d.WriteAsync(s, off, seg); err != nil {
+			log.Fatal(err)
+		}
+		off += len(seg)
+	}
+	_ = s.Synchronize()
+}

@@ -76,6 +76,34 @@ func setChunk(t *testing.T, n uintptr) {
 	t.Cleanup(func() { regChunk = old })
 }
 
+// setSplit sets the size above which a refused chunk is retried in pieces,
+// and the size of the pieces.
+func setSplit(t *testing.T, above, piece uintptr) {
+	oldAbove, oldPiece := regSplitAbove, regSplitChunk
+	regSplitAbove, regSplitChunk = above, piece
+	t.Cleanup(func() { regSplitAbove, regSplitChunk = oldAbove, oldPiece })
+}
+
+// checkSegments checks that b's segments are its registrations, in order,
+// that they concatenate to Bytes, and that each one's capacity ends at its end.
+func checkSegments(t *testing.T, b *Buffer, want []int) {
+	t.Helper()
+	segs := b.Segments()
+	got := make([]int, len(segs))
+	mem := b.Bytes()
+	off := 0
+	for i, sg := range segs {
+		got[i] = len(sg)
+		if len(sg) == 0 || cap(sg) != len(sg) || off+len(sg) > len(mem) || &sg[0] != &mem[off] {
+			t.Errorf("segment %d: %d bytes, cap %d, not at offset %d of Bytes", i, len(sg), cap(sg), off)
+		}
+		off += len(sg)
+	}
+	if off != len(mem) || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("segments %v (%d bytes), want %v (%d bytes)", got, off, want, len(mem))
+	}
+}
+
 func mustFree(t *testing.T, b *Buffer) {
 	t.Helper()
 	if err := b.Free(); err != nil {
@@ -102,6 +130,7 @@ func TestAllocHostAllocFlags(t *testing.T) {
 			if d.Live().HostAllocs != 1 {
 				t.Errorf("fake has %d host allocations", d.Live().HostAllocs)
 			}
+			checkSegments(t, b, []int{64 << 10})
 			mem := b.Bytes()
 			copy(mem, "hello")
 			if string(b.Bytes()[:5]) != "hello" {
@@ -140,6 +169,7 @@ func TestAllocMmapChunks(t *testing.T) {
 			if c := d.Live(); c.Registrations != 6 || c.RegisteredBytes != uint64(want) {
 				t.Errorf("fake: %d registrations of %d bytes, want 6 chunks of %d bytes", c.Registrations, c.RegisteredBytes, want)
 			}
+			checkSegments(t, b, []int{1 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20, 123})
 			mem := b.Bytes()
 			for i, v := range mem {
 				if v != 0 {
@@ -156,6 +186,9 @@ func TestAllocMmapChunks(t *testing.T) {
 			mustFree(t, b)
 			if c := d.Live(); c.Registrations != 0 {
 				t.Errorf("after Free, fake has %d registrations", c.Registrations)
+			}
+			if segs := b.Segments(); segs != nil {
+				t.Errorf("Segments after Free: %d segments", len(segs))
 			}
 		})
 	}
@@ -247,10 +280,106 @@ func TestMappedChunksMustBeContiguous(t *testing.T) {
 	if c := d.Live(); c.Registrations != 1 || c.RegisteredBytes != 4<<20 {
 		t.Errorf("fake: %d registrations of %d bytes, want one of 4 MiB", c.Registrations, c.RegisteredBytes)
 	}
+	checkSegments(t, b, []int{4 << 20})
 	if _, err := b.DevicePtr(); err != nil {
 		t.Error(err)
 	}
 	mustFree(t, b)
+}
+
+// The default chunk is 4 GiB: a buffer up to 4 GiB is one registration and
+// one segment, made by one register call.
+func TestDefaultChunk(t *testing.T) {
+	if regChunk != 4<<30 || regSplitAbove != 2<<30 || regSplitChunk != 1<<30 {
+		t.Fatalf("regChunk %d, regSplitAbove %d, regSplitChunk %d; want 4 GiB, 2 GiB, 1 GiB", regChunk, regSplitAbove, regSplitChunk)
+	}
+	d := useFake(t, fakedrv.Options{})
+	b, err := Alloc(64<<20+1, Mapped, WithMethod(MethodMmapRegister))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Calls("cuMemHostRegister_v2"); got != 1 {
+		t.Errorf("%d register calls, want 1", got)
+	}
+	checkSegments(t, b, []int{64<<20 + 1})
+	mustFree(t, b)
+	mem := make([]byte, 3<<20+5)
+	r, err := Register(mem, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSegments(t, r, []int{len(mem)})
+	mustFree(t, r)
+}
+
+// A chunk above regSplitAbove that the driver refuses with
+// CUDA_ERROR_INVALID_VALUE or CUDA_ERROR_OUT_OF_MEMORY (a kernel capping a
+// single pin) is retried as regSplitChunk pieces, and so is the rest of the
+// buffer; other errors, and chunks not above the threshold, fail at once.
+// Scaled down: chunks of 4 MiB, split above 2 MiB into 1 MiB pieces.
+func TestRegisterSplitsOnCap(t *testing.T) {
+	mib := 1 << 20
+	for _, tc := range []struct {
+		name      string
+		chunk     uintptr
+		size      int
+		faults    map[int]cudadrv.Result // nth register call -> code
+		wantErr   error                  // nil: success
+		calls     int                    // register calls
+		unregs    int                    // unregister calls before Free
+		wantSegs  []int
+		wantSplit bool
+	}{
+		{name: "invalid value", chunk: 4 << 20, size: 10 << 20, faults: map[int]cudadrv.Result{1: cudadrv.ErrorInvalidValue},
+			calls: 11, wantSegs: []int{mib, mib, mib, mib, mib, mib, mib, mib, mib, mib}},
+		{name: "out of memory", chunk: 4 << 20, size: 9<<20 + 7, faults: map[int]cudadrv.Result{1: cudadrv.ErrorOutOfMemory},
+			calls: 11, wantSegs: []int{mib, mib, mib, mib, mib, mib, mib, mib, mib, 7}},
+		{name: "second chunk refused", chunk: 4 << 20, size: 10 << 20, faults: map[int]cudadrv.Result{2: cudadrv.ErrorInvalidValue},
+			calls: 8, wantSegs: []int{4 * mib, mib, mib, mib, mib, mib, mib}},
+		{name: "not permitted", chunk: 4 << 20, size: 10 << 20, faults: map[int]cudadrv.Result{1: cudadrv.ErrorNotPermitted},
+			wantErr: ErrNotSupported, calls: 1},
+		{name: "piece refused", chunk: 4 << 20, size: 10 << 20, faults: map[int]cudadrv.Result{1: cudadrv.ErrorInvalidValue, 4: cudadrv.ErrorOutOfMemory},
+			wantErr: ErrOutOfMemory, calls: 4, unregs: 2},
+		{name: "small chunk", chunk: 2 << 20, size: 10 << 20, faults: map[int]cudadrv.Result{2: cudadrv.ErrorInvalidValue},
+			wantErr: ErrInvalidValue, calls: 2, unregs: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := useFake(t, fakedrv.Options{})
+			setChunk(t, tc.chunk)
+			setSplit(t, 2<<20, 1<<20)
+			for nth, code := range tc.faults {
+				if err := d.FailOn("cuMemHostRegister_v2", nth, code); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b, err := Alloc(tc.size, Portable, WithMethod(MethodMmapRegister))
+			if got := d.Calls("cuMemHostRegister_v2"); got != tc.calls {
+				t.Errorf("%d register calls, want %d", got, tc.calls)
+			}
+			if got := d.Calls("cuMemHostUnregister"); got != tc.unregs {
+				t.Errorf("%d unregister calls, want %d", got, tc.unregs)
+			}
+			if tc.wantErr != nil {
+				if err == nil {
+					mustFree(t, b)
+					t.Fatal("Alloc succeeded despite the injected faults")
+				}
+				if !errors.Is(err, tc.wantErr) {
+					t.Errorf("error %v, want one matching %v", err, tc.wantErr)
+				}
+				t.Logf("error: %v", err)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSegments(t, b, tc.wantSegs)
+			if c := d.Live(); c.Registrations != len(tc.wantSegs) || c.RegisteredBytes != uint64(b.Pinned()) {
+				t.Errorf("fake: %d registrations of %d bytes, want %d of %d", c.Registrations, c.RegisteredBytes, len(tc.wantSegs), b.Pinned())
+			}
+			mustFree(t, b)
+		})
+	}
 }
 
 func TestBadInput(t *testing.T) {
@@ -385,6 +514,7 @@ func TestRegisterGoSlice(t *testing.T) {
 	if c := d.Live(); c.Registrations != 4 {
 		t.Errorf("%d registrations, want 4 chunks", c.Registrations)
 	}
+	checkSegments(t, b, []int{1 << 20, 1 << 20, 1 << 20, 5})
 	if dp, err := b.DevicePtr(); err != nil || uintptr(dp) != uintptr(unsafe.Pointer(&mem[0])) {
 		t.Errorf("DevicePtr %#x %v", dp, err)
 	}
