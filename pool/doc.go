@@ -42,4 +42,25 @@
 //
 // The hit path of Get and of a Put without streams takes one mutex and
 // makes no driver call; no lock is ever held across a driver call.
+//
+// # Implicit synchronization
+//
+// Pinning and unpinning host memory can wait for all outstanding work on
+// the device: the CUDA programming guide lists page-locked host
+// allocation among the operations that serialize streams, and
+// cuMemFreeHost and cuMemHostUnregister wait for the device in current
+// drivers (cuMemHostAlloc and cuMemHostRegister do in some). A Get that
+// misses pins new memory, and may first unpin idle memory (see
+// WithRetainOnMiss and the budget), so a miss may block the calling thread
+// until every kernel and copy queued on the device has finished, including
+// work on other streams that waits for the host (a kernel polling a host
+// flag then deadlocks until it times out). Trim, Reclaim and Close unpin
+// and may synchronize too. The hit paths never synchronize: a Get hit and
+// a Put make no pinning or unpinning driver call (an ordered Put records
+// events, which never waits; only if recording fails does it synchronize
+// that one stream), and idle memory that a Put takes over WithMaxCached
+// leaves the cache at once but is unpinned at the next miss, Trim, Reclaim
+// or Close (Stats.DeferredBytes). Code that must not stall while the device
+// is busy should warm the pool first (WithPrewarm, or Get and Put the
+// sizes it needs) so that its Gets hit.
 package pool

@@ -68,8 +68,10 @@ func WithPrewarm(blockSize int, total int64) Option {
 }
 
 // WithMaxCached caps the bytes of idle blocks the pool keeps: when a Put
-// takes the idle bytes above max, the least recently released blocks are
-// unpinned. A negative max, the default, sets no cap (the footprint is
+// takes the idle bytes above max, the least recently released blocks leave
+// the cache at once and are unpinned at the next miss, Trim, Reclaim or
+// Close (unpinning may synchronize the device, which a Put never does;
+// see Stats.DeferredBytes). A negative max, the default, sets no cap (the footprint is
 // still bounded, see RetainOnMiss). Idle blocks inside a slab that still
 // has blocks in use count as cached but cannot be released until the
 // whole slab is idle.

@@ -17,6 +17,18 @@ import (
 // the block with the stream, immediately Get a block of the same size and
 // overwrite it, release the stream, synchronize and read the device memory
 // back. reused says whether the second Get returned the first block's memory.
+//
+// While the stream is held only work that cannot synchronize the device
+// may run, or the host thread blocks until spin_wait times out and the
+// stream was never really held: no device allocation or memset, no
+// synchronous copy, nothing on the legacy default stream, and no pinning
+// or unpinning (cuMemHostAlloc, cuMemHostRegister, cuMemFreeHost and
+// cuMemHostUnregister can wait for the device). So the device buffer is
+// allocated and cleared first, and the pool is warmed with two idle
+// blocks of the size before the hold: both Gets are then hits, served
+// with no driver call (the ordered Put records an event, which does not
+// synchronize). The case fails if the pool pinned or unpinned anything
+// while the stream was held.
 func orderingCase(t *testing.T, p *Pool, ctx *cuda.Context, s *cuda.Stream, size int, seed uint64, hold, release func()) (reused bool, got, want, over []byte) {
 	t.Helper()
 	dbuf, err := ctx.Alloc(size)
@@ -33,6 +45,12 @@ func orderingCase(t *testing.T, p *Pool, ctx *cuda.Context, s *cuda.Stream, size
 	}
 	want = testutil.RandomBytes(size, seed)
 	over = testutil.RandomBytes(size, seed^0xdead)
+	// Two idle blocks of the size: the first Get takes one, the second
+	// Get the other (ordered) or the first again (unordered).
+	w1, w2 := mustGet(t, p, size), mustGet(t, p, size)
+	mustPut(t, p, w1)
+	mustPut(t, p, w2)
+	before := p.Stats()
 	hold()
 	released := false
 	defer func() {
@@ -50,8 +68,13 @@ func orderingCase(t *testing.T, p *Pool, ctx *cuda.Context, s *cuda.Stream, size
 	b2 := mustGet(t, p, size)
 	reused = sameMem(mem, b2.Bytes())
 	copy(b2.Bytes(), over)
+	during := p.Stats()
 	release()
 	released = true
+	if during.Misses != before.Misses || during.Pins != before.Pins || during.Unpins != before.Unpins {
+		t.Errorf("size %d: the pool pinned or unpinned memory while the stream was held (misses %d -> %d, pins %d -> %d, unpins %d -> %d): that may synchronize the device",
+			size, before.Misses, during.Misses, before.Pins, during.Pins, before.Unpins, during.Unpins)
+	}
 	if err := s.Synchronize(); err != nil {
 		t.Fatal(err)
 	}

@@ -121,7 +121,8 @@ func (b *Block) DevicePtr() (cuda.DevicePtr, error) {
 // Pool is a caching allocator of pinned host memory. Get returns a block
 // of at least the size asked for, from the cache when one of its size
 // class is idle (a hit: no driver call, no lock held across one) or newly
-// pinned (a miss). Put returns a block; when asynchronous work on streams
+// pinned (a miss, which may synchronize the device: see the package
+// documentation). Put returns a block; when asynchronous work on streams
 // still uses it, Put records an event on each stream and the block is
 // handed out again only once those events have completed, found by
 // polling (cuEventQuery) on later Gets and Puts: no goroutine or thread
@@ -159,11 +160,16 @@ type Pool struct {
 	pending    [][]*pendingEntry
 	slabs      map[*slab]struct{}
 	quarantine []*chunk // blocks whose stream work could not be tracked; freed at Close
-	out        Block    // sentinel of the list of blocks out
-	nextID     uint64
-	seq        uint64
-	evFree     map[*cuda.Context][]*cuda.Event
-	st         Stats
+	// deferred holds idle memory evicted by the cap on the hit path (a
+	// Put, or a Get or Put that found stream-ordered blocks finished):
+	// unpinning may synchronize the device, so it waits for the next
+	// call allowed to (a miss, Trim, Reclaim, Close). Still pinned.
+	deferred []*pinmem.Buffer
+	out      Block // sentinel of the list of blocks out
+	nextID   uint64
+	seq      uint64
+	evFree   map[*cuda.Context][]*cuda.Event
+	st       Stats
 }
 
 var poolSeq atomic.Uint64
@@ -250,7 +256,9 @@ func (p *Pool) Flags() pinmem.Flags { return p.flags }
 // matching pinmem.ErrInvalidValue for a size outside [1, MaxSize],
 // ErrClosed after Close, pinmem.ErrBudget (a *pinmem.BudgetError) when the
 // pinned budget does not allow the memory even after the pool released
-// its idle blocks, or the driver's error.
+// its idle blocks, or the driver's error. A hit makes no driver call
+// other than cuEventQuery; a miss pins memory (and may unpin idle memory
+// first), which may wait for all work queued on the device.
 func (p *Pool) Get(size int) (*Block, error) {
 	if size <= 0 || size > MaxSize {
 		return nil, fmt.Errorf("pool %s: Get(%d): size outside [1, %d]: %w", p.name, size, MaxSize, pinmem.ErrInvalidValue)
@@ -378,6 +386,16 @@ func (p *Pool) releaseLocked(c *chunk) {
 // least want bytes are unpinned (all of it when want < 0), and returns the
 // buffers to free once the lock is dropped.
 func (p *Pool) evictLocked(want int64) (bufs []*pinmem.Buffer, freed int64) {
+	bufs, freed = p.evictIdleLocked(want)
+	p.st.PinnedBytes -= freed
+	p.st.Unpins += uint64(len(bufs))
+	return bufs, freed
+}
+
+// evictIdleLocked takes idle memory out of the cache, least recently
+// released first, until at least want bytes are taken (all of it when
+// want < 0); the memory still counts as pinned.
+func (p *Pool) evictIdleLocked(want int64) (bufs []*pinmem.Buffer, freed int64) {
 	for want < 0 || freed < want {
 		const (
 			none = iota
@@ -428,20 +446,34 @@ func (p *Pool) evictLocked(want int64) (bufs []*pinmem.Buffer, freed int64) {
 			bufs, n = append(bufs, s.buf), s.bytes
 		}
 		freed += int64(n)
-		p.st.PinnedBytes -= int64(n)
 		p.st.Evictions++
-		p.st.Unpins++
 	}
 	return bufs, freed
 }
 
-// capLocked enforces the cap on cached bytes.
-func (p *Pool) capLocked() []*pinmem.Buffer {
+// capLocked enforces the cap on cached bytes on the hit path: the blocks
+// over the cap leave the cache at once, but their unpinning, which may
+// synchronize the device (cuMemFreeHost, cuMemHostUnregister), is
+// deferred to the next call allowed to synchronize (see takeDeferredLocked).
+func (p *Pool) capLocked() {
 	if p.maxCached < 0 || p.st.CachedBytes <= p.maxCached {
-		return nil
+		return
 	}
-	bufs, _ := p.evictLocked(p.st.CachedBytes - p.maxCached)
-	return bufs
+	bufs, n := p.evictIdleLocked(p.st.CachedBytes - p.maxCached)
+	p.deferred = append(p.deferred, bufs...)
+	p.st.DeferredUnpins += int64(len(bufs))
+	p.st.DeferredBytes += n
+}
+
+// takeDeferredLocked hands the buffers whose unpinning was deferred to the
+// caller, which frees them once the lock is dropped, and returns their bytes.
+func (p *Pool) takeDeferredLocked() ([]*pinmem.Buffer, int64) {
+	bufs, n := p.deferred, p.st.DeferredBytes
+	p.deferred = nil
+	p.st.PinnedBytes -= n
+	p.st.Unpins += uint64(len(bufs))
+	p.st.DeferredUnpins, p.st.DeferredBytes = 0, 0
+	return bufs, n
 }
 
 // freeBufs unpins buffers; the caller must not hold p.mu.
@@ -481,25 +513,30 @@ func (p *Pool) pin(b *Block, ci, size, csize int) error {
 	if isSlab {
 		nblocks, nbytes = slabLayout(ci)
 	}
+	// A miss may synchronize the device anyway (pinning can), so this is
+	// where the unpinning deferred by the hit path happens.
+	p.mu.Lock()
+	victims, _ := p.takeDeferredLocked()
 	if !p.retainOnMiss {
 		// Keep the footprint within the peak of the bytes in use: pin more
 		// than that only when no idle memory is left to release.
-		p.mu.Lock()
-		var victims []*pinmem.Buffer
 		limit := max(p.st.PeakInUseBytes, p.st.InUseBytes+int64(csize))
 		if excess := p.st.PinnedBytes + int64(nbytes) - limit; excess > 0 && p.st.CachedBytes > 0 {
-			victims, _ = p.evictLocked(excess)
+			more, _ := p.evictLocked(excess)
+			victims = append(victims, more...)
 		}
-		p.mu.Unlock()
-		_ = p.freeBufs(victims)
 	}
+	p.mu.Unlock()
+	_ = p.freeBufs(victims)
 	buf, err := p.alloc(nbytes)
 	if err != nil && errors.Is(err, pinmem.ErrBudget) {
 		// Over budget: give back everything idle here, then try once more.
 		p.pollAll()
 		p.mu.Lock()
 		p.st.BudgetRetries++
-		victims, _ := p.evictLocked(-1)
+		victims, _ := p.takeDeferredLocked()
+		more, _ := p.evictLocked(-1)
+		victims = append(victims, more...)
 		p.mu.Unlock()
 		_ = p.freeBufs(victims)
 		buf, err = p.alloc(nbytes)
@@ -556,7 +593,9 @@ func (p *Pool) pin(b *Block, ci, size, csize int) error {
 }
 
 // Put gives b back to the pool. With no streams the block is idle at once
-// and Put makes no driver call. With streams, the block must be in use by
+// and Put makes no driver call (idle memory over WithMaxCached is unpinned
+// later, at the next miss, Trim, Reclaim or Close: unpinning may
+// synchronize the device). With streams, the block must be in use by
 // asynchronous work queued on them (copies, kernels): Put records an event
 // on each stream and does not wait; the block is reused only after those
 // events have completed. A stream whose event cannot be recorded is
@@ -615,9 +654,9 @@ func (p *Pool) Put(b *Block, streams ...*cuda.Stream) error {
 		return nil
 	}
 	p.releaseLocked(c)
-	victims := p.capLocked()
+	p.capLocked()
 	p.mu.Unlock()
-	return p.freeBufs(victims)
+	return nil
 }
 
 // record records one event per distinct stream.
@@ -767,9 +806,8 @@ func (p *Pool) poll(ci, limit int, skipNewest bool) {
 		p.releaseLocked(e.c)
 	}
 	p.pending[ci] = append(keep, p.pending[ci]...)
-	victims := p.capLocked()
+	p.capLocked()
 	p.mu.Unlock()
-	_ = p.freeBufs(victims)
 }
 
 // pollAll polls every pending block once.
@@ -847,7 +885,9 @@ func (p *Pool) Trim() (freed int64, err error) {
 		p.mu.Unlock()
 		return 0, fmt.Errorf("pool %s: Trim: %w", p.name, ErrClosed)
 	}
-	bufs, freed := p.evictLocked(-1)
+	bufs, freed := p.takeDeferredLocked()
+	more, n := p.evictLocked(-1)
+	bufs, freed = append(bufs, more...), freed+n
 	var evs []evRec
 	for ctx, l := range p.evFree {
 		for _, ev := range l {
@@ -873,7 +913,11 @@ func (p *Pool) Reclaim(want int64) (freed int64) {
 		p.mu.Unlock()
 		return 0
 	}
-	bufs, freed := p.evictLocked(want)
+	bufs, freed := p.takeDeferredLocked()
+	if freed < want {
+		more, n := p.evictLocked(want - freed)
+		bufs, freed = append(bufs, more...), freed+n
+	}
 	p.st.Reclaimed += freed
 	p.mu.Unlock()
 	_ = p.freeBufs(bufs)
@@ -903,6 +947,8 @@ func (p *Pool) Close() error {
 		bufs = append(bufs, p.dropAfterCloseLocked(c)...)
 	}
 	p.quarantine = nil
+	deferred, _ := p.takeDeferredLocked()
+	bufs = append(bufs, deferred...)
 	evicted, _ := p.evictLocked(-1)
 	bufs = append(bufs, evicted...)
 	// What is left idle lives in slabs with blocks still out: those

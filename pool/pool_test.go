@@ -165,7 +165,7 @@ func TestTrim(t *testing.T) {
 }
 
 func TestMaxCached(t *testing.T) {
-	useFake(t)
+	d := useFake(t)
 	p := newPool(t, WithMaxCached(5<<20), WithRetainOnMiss(true))
 	var bs []*Block
 	for range 8 {
@@ -173,14 +173,20 @@ func TestMaxCached(t *testing.T) {
 	}
 	first := bs[0].Bytes()
 	last := bs[7].Bytes()
+	calls := d.CallCounts()
 	for _, b := range bs {
 		mustPut(t, p, b)
 		if s := p.Stats(); s.CachedBytes > 5<<20 {
 			t.Fatalf("cached %d bytes over the cap", s.CachedBytes)
 		}
 	}
+	// Puts over the cap make no driver call: unpinning may synchronize
+	// the device, so it is deferred to the next miss (or Trim, Reclaim, Close).
+	if after := d.CallCounts(); !equalCounts(calls, after) {
+		t.Errorf("Puts over the cap called the driver: %v -> %v", calls, after)
+	}
 	s := p.Stats()
-	if s.CachedBytes != 5<<20 || s.Evictions != 3 || s.PinnedBytes != 5<<20 {
+	if s.CachedBytes != 5<<20 || s.Evictions != 3 || s.PinnedBytes != 8<<20 || s.DeferredUnpins != 3 || s.DeferredBytes != 3<<20 || s.Unpins != 0 {
 		t.Errorf("after 8 Puts under a 5 MiB cap: %v", s)
 	}
 	// Least recently released go first: the first block is gone, the last is the next hit.
@@ -189,8 +195,15 @@ func TestMaxCached(t *testing.T) {
 		t.Error("the cap did not evict least recently released blocks first")
 	}
 	mustPut(t, p, b)
-	// Slab blocks count as cached but a slab is released only whole.
+	// Slab blocks count as cached but a slab is released only whole. The
+	// miss unpins what the cap evicted.
 	small := mustGet(t, p, 512)
+	if s := p.Stats(); s.DeferredUnpins != 0 || s.DeferredBytes != 0 || s.Unpins != 3 || s.PinnedBytes > 5<<20+int64(slabTarget) {
+		t.Errorf("after a miss: %v", s)
+	}
+	if got := pinmem.Stats().Pinned.Bytes; got != p.Stats().PinnedBytes {
+		t.Errorf("ledger %d bytes pinned, the pool says %d", got, p.Stats().PinnedBytes)
+	}
 	if s := p.Stats(); s.CachedBytes > 5<<20+int64(slabTarget) {
 		t.Errorf("%v", s)
 	}

@@ -31,12 +31,17 @@ type Stats struct {
 	PeakInUseBytes     int64 // peak of InUseBytes: the footprint a miss stays within (see WithRetainOnMiss)
 	Slabs              int64 // slabs pinned now
 
-	Pins          uint64 // pinmem allocations made
-	Unpins        uint64 // pinmem allocations freed
-	Evictions     uint64 // idle blocks or slabs unpinned (cap, miss, Trim, budget, Reclaim)
-	BudgetRetries uint64 // Gets that hit the pinned budget and retried after releasing idle memory
-	BudgetErrors  uint64 // Gets that failed on the budget after that
-	Reclaimed     int64  // bytes released at the budget's request (Reclaim)
+	Pins      uint64 // pinmem allocations made
+	Unpins    uint64 // pinmem allocations freed
+	Evictions uint64 // idle blocks or slabs taken out of the cache to be unpinned (cap, miss, Trim, budget, Reclaim)
+	// Idle memory evicted by the cap on the hit path, whose unpinning (which
+	// may synchronize the device) waits for the next miss, Trim, Reclaim or
+	// Close; still counted in PinnedBytes.
+	DeferredUnpins int64
+	DeferredBytes  int64
+	BudgetRetries  uint64 // Gets that hit the pinned budget and retried after releasing idle memory
+	BudgetErrors   uint64 // Gets that failed on the budget after that
+	Reclaimed      int64  // bytes released at the budget's request (Reclaim)
 
 	EventsOutstanding int64  // events recorded by Put whose completion has not been seen
 	EventsCreated     uint64 // events created (they are reused)
@@ -57,13 +62,13 @@ func (s Stats) HitRate() float64 {
 func (s Stats) String() string {
 	return fmt.Sprintf("pool %s: gets %d (hits %d, %.1f%%; misses %d) puts %d (%d stream-ordered); "+
 		"in use %d blocks %s (requested %s, wasted %s); cached %d blocks %s; pending %d blocks %s; "+
-		"pinned %s in %d slab(s) and own blocks (peak %s; peak requested %s); pins %d unpins %d evictions %d; "+
+		"pinned %s in %d slab(s) and own blocks (peak %s; peak requested %s); pins %d unpins %d evictions %d (deferred %d, %s); "+
 		"budget retries %d errors %d reclaimed %s; events outstanding %d created %d errors %d; driver %v",
 		s.Name, s.Gets, s.Hits, 100*s.HitRate(), s.Misses, s.Puts, s.OrderedPuts,
 		s.InUseBlocks, human(s.InUseBytes), human(s.RequestedBytes), human(s.WastedBytes),
 		s.CachedBlocks, human(s.CachedBytes), s.PendingBlocks, human(s.PendingBytes),
 		human(s.PinnedBytes), s.Slabs, human(s.PeakPinnedBytes), human(s.PeakRequestedBytes),
-		s.Pins, s.Unpins, s.Evictions, s.BudgetRetries, s.BudgetErrors, human(s.Reclaimed),
+		s.Pins, s.Unpins, s.Evictions, s.DeferredUnpins, human(s.DeferredBytes), s.BudgetRetries, s.BudgetErrors, human(s.Reclaimed),
 		s.EventsOutstanding, s.EventsCreated, s.EventErrors, s.DriverTime)
 }
 

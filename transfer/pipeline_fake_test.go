@@ -314,3 +314,35 @@ func TestFakePipelineBadArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestFakePipelinePinStages: with PinStages the staging buffers are pinned
+// in NewPipeline, so a Run from Go memory pins nothing (Setup 0); without
+// it the first staged Run pins them and says so in Setup, later Runs do not.
+func TestFakePipelinePinStages(t *testing.T) {
+	const chunk, inFlight = 64 << 10, 4
+	for _, pinStages := range []bool{true, false} {
+		e := useFake(t, fakedrv.Options{})
+		c := e.copier(t, smallRing()...)
+		before := pinmem.Stats().Pinned.Bytes
+		p := e.pipeline(t, c, PipelineConfig{ChunkSize: chunk, Streams: 2, InFlight: inFlight, PinStages: pinStages})
+		grew := pinmem.Stats().Pinned.Bytes - before
+		if want := map[bool]int64{true: inFlight * chunk, false: 0}[pinStages]; grew != want {
+			t.Fatalf("PinStages %v: NewPipeline pinned %d bytes, want %d", pinStages, grew, want)
+		}
+		in := testutil.RandomBytes(5*chunk+3, 7)
+		out := make([]byte, len(in))
+		for run := range 2 {
+			st, err := p.Run(context.Background(), in, out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			testutil.CheckBytes(t, in, out)
+			if staged := !pinStages && run == 0; (st.Setup > 0) != staged || st.Setup > st.Wall {
+				t.Errorf("PinStages %v, run %d: %+v", pinStages, run, st)
+			}
+		}
+		if grew := pinmem.Stats().Pinned.Bytes - before; grew != inFlight*chunk {
+			t.Fatalf("PinStages %v: %d bytes pinned after the runs", pinStages, grew)
+		}
+	}
+}
