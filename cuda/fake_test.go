@@ -71,9 +71,28 @@ func TestFakeAsyncFailureAndDestroyOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(t, fd.FailOn("cuMemcpyHtoDAsync_v2", 1, cudadrv.ErrorInvalidValue))
+	// A persistent failure comes back typed.
+	must(t, fd.FailOn("cuMemcpyHtoDAsync_v2", 0, cudadrv.ErrorInvalidValue))
 	if err := s.CopyHtoD(b.Ptr(), make([]byte, 16)); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("failing async copy = %v", err)
+	}
+	fd.ClearFaults()
+	// A rejection for the wrong current context is retried once, with the
+	// stream's context made current, and then succeeds.
+	before := fd.Calls("cuCtxSetCurrent")
+	must(t, fd.FailOn("cuMemcpyHtoDAsync_v2", 1, cudadrv.ErrorInvalidContext))
+	if err := s.CopyHtoD(b.Ptr(), make([]byte, 16)); err != nil {
+		t.Errorf("async copy after a wrong-context rejection = %v, want success", err)
+	}
+	if got := fd.Calls("cuCtxSetCurrent") - before; got != 1 {
+		t.Errorf("%d cuCtxSetCurrent calls for the retry, want 1", got)
+	}
+	// The fast path makes no context switch at all.
+	before = fd.Calls("cuCtxSetCurrent")
+	must(t, s.CopyHtoD(b.Ptr(), make([]byte, 16)))
+	must(t, s.Synchronize())
+	if got := fd.Calls("cuCtxSetCurrent") - before; got != 0 {
+		t.Errorf("%d cuCtxSetCurrent calls on the fast path, want 0", got)
 	}
 	must(t, b.Free())
 	must(t, s.Destroy())

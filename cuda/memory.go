@@ -201,11 +201,9 @@ func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	defer cudadrv.Exit()
-	if err := s.enter(); err != nil {
-		return err
-	}
-	return s.ctx.drv.MemcpyHtoDAsync(cudadrv.DevicePtr(dst), hostPtr(src), uint64(len(src)), s.h)
+	return s.call(func() error {
+		return s.ctx.drv.MemcpyHtoDAsync(cudadrv.DevicePtr(dst), hostPtr(src), uint64(len(src)), s.h)
+	})
 }
 
 // CopyDtoH queues a copy of len(dst) bytes from device address src into
@@ -214,11 +212,9 @@ func (s *Stream) CopyDtoH(dst []byte, src DevicePtr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	defer cudadrv.Exit()
-	if err := s.enter(); err != nil {
-		return err
-	}
-	return s.ctx.drv.MemcpyDtoHAsync(hostPtr(dst), cudadrv.DevicePtr(src), uint64(len(dst)), s.h)
+	return s.call(func() error {
+		return s.ctx.drv.MemcpyDtoHAsync(hostPtr(dst), cudadrv.DevicePtr(src), uint64(len(dst)), s.h)
+	})
 }
 
 // CopyDtoD queues a copy of n bytes between device addresses.
@@ -229,11 +225,9 @@ func (s *Stream) CopyDtoD(dst, src DevicePtr, n int) error {
 	if n == 0 {
 		return nil
 	}
-	defer cudadrv.Exit()
-	if err := s.enter(); err != nil {
-		return err
-	}
-	return s.ctx.drv.MemcpyDtoDAsync(cudadrv.DevicePtr(dst), cudadrv.DevicePtr(src), uint64(n), s.h)
+	return s.call(func() error {
+		return s.ctx.drv.MemcpyDtoDAsync(cudadrv.DevicePtr(dst), cudadrv.DevicePtr(src), uint64(n), s.h)
+	})
 }
 
 // Memset queues setting n bytes at dst to v.
@@ -244,9 +238,5 @@ func (s *Stream) Memset(dst DevicePtr, v byte, n int) error {
 	if n == 0 {
 		return nil
 	}
-	defer cudadrv.Exit()
-	if err := s.enter(); err != nil {
-		return err
-	}
-	return s.ctx.drv.MemsetD8Async(cudadrv.DevicePtr(dst), v, uint64(n), s.h)
+	return s.call(func() error { return s.ctx.drv.MemsetD8Async(cudadrv.DevicePtr(dst), v, uint64(n), s.h) })
 }

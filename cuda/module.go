@@ -131,11 +131,9 @@ func (f *Function) Launch(s *Stream, grid, block Dim3, sharedMem uint32, args ..
 	if len(args) > 0 {
 		params = unsafe.Pointer(&ptrs[0])
 	}
-	defer cudadrv.Exit()
-	if err := s.enter(); err != nil {
-		return err
-	}
-	err := s.ctx.drv.LaunchKernel(f.h, [3]uint32{grid.X, grid.Y, grid.Z}, [3]uint32{block.X, block.Y, block.Z}, sharedMem, s.h, params)
+	err := s.call(func() error {
+		return s.ctx.drv.LaunchKernel(f.h, [3]uint32{grid.X, grid.Y, grid.Z}, [3]uint32{block.X, block.Y, block.Z}, sharedMem, s.h, params)
+	})
 	if err != nil {
 		return fmt.Errorf("cuda: launching %q: %w", f.name, err)
 	}

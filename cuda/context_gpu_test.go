@@ -1,0 +1,143 @@
+package cuda_test
+
+import (
+	"runtime"
+	"testing"
+	"unsafe"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/kernels"
+)
+
+// Stream work skips cuCtxSetCurrent and relies on the driver to reject it
+// when another context is current. This checks, on the real driver, that the
+// work is right whatever is current on the calling thread: another context,
+// no context, or the stream's own.
+func TestGPUStreamWorkUnderAnyCurrentContext(t *testing.T) {
+	ctx := gpuContext(t)
+	drv, err := cudadrv.Get()
+	must(t, err)
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	must(t, err)
+	defer s.Destroy()
+	mod, err := ctx.LoadModule(kernels.PTX())
+	must(t, err)
+	defer mod.Unload()
+	fill, err := mod.Function(kernels.KernelFill)
+	must(t, err)
+	other, err := cuda.NewContext(ctx.Device(), cuda.SchedAuto)
+	must(t, err)
+	defer other.Destroy()
+
+	const n = 1 << 20
+	d, err := ctx.Alloc(n)
+	must(t, err)
+	defer d.Free()
+	in := pinnedHost(t, ctx, n)
+	out := pinnedHost(t, ctx, n)
+	ev, err := ctx.NewEvent(cuda.EventDefault)
+	must(t, err)
+	defer ev.Destroy()
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for _, cur := range []struct {
+		name string
+		h    cudadrv.Context
+	}{{"other context", cudadrv.Context(other.Handle())}, {"no context", 0}, {"own context", cudadrv.Context(ctx.Handle())}} {
+		must(t, drv.CtxSetCurrent(cur.h))
+		copy(in, testutil.RandomBytes(n, uint64(len(cur.name))))
+		testutil.Poison(out)
+		must(t, s.Memset(d.Ptr(), 0, n))
+		must(t, s.CopyHtoD(d.Ptr(), in))
+		must(t, s.CopyDtoH(out, d.Ptr()))
+		must(t, ev.Record(s))
+		must(t, ev.Synchronize())
+		if done, err := s.Query(); !done || err != nil {
+			t.Errorf("%s: Query = %v, %v", cur.name, done, err)
+		}
+		testutil.CheckBytes(t, in, out)
+
+		seed := uint32(len(cur.name))
+		must(t, fill.Launch(s, cuda.D1(64), cuda.D1(256), 0, d.Ptr(), uint64(n/4), seed))
+		must(t, s.CopyDtoH(out, d.Ptr()))
+		must(t, s.Synchronize())
+		w := unsafe.Slice((*uint32)(unsafe.Pointer(&out[0])), n/4)
+		if bad := kernels.VerifyPattern(w, seed, 0); bad >= 0 {
+			t.Errorf("%s: kernel output wrong at word %d", cur.name, bad)
+		}
+		// Which context is current afterwards: the fast path leaves the
+		// thread's context alone; a rejected call switched it to s's.
+		c, err := drv.CtxGetCurrent()
+		must(t, err)
+		t.Logf("with %s current before the calls, current after: %#x (primary %#x, other %#x)", cur.name, uintptr(c), ctx.Handle(), other.Handle())
+	}
+}
+
+// BenchmarkIssueBreakdown splits the cost of issuing a 4 KiB async H2D
+// copy: the driver call alone through purego (context already current),
+// with a cuCtxSetCurrent before it (what every call cost before the
+// stream fast path), cuCtxSetCurrent alone, and the public Stream.CopyHtoD.
+func BenchmarkIssueBreakdown(b *testing.B) {
+	ctx := gpuContext(b)
+	drv, err := cudadrv.Get()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Destroy()
+	d, err := ctx.Alloc(4096)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Free()
+	host := pinnedHost(b, ctx, 4096)
+	hp := unsafe.Pointer(&host[0])
+	cs := cudadrv.Stream(s.Handle())
+	cc := cudadrv.Context(ctx.Handle())
+	dp := cudadrv.DevicePtr(d.Ptr())
+	cases := []struct {
+		name string
+		fn   func() error
+	}{
+		{"raw-async", func() error { return drv.MemcpyHtoDAsync(dp, hp, 4096, cs) }},
+		{"raw-set+async", func() error {
+			if err := drv.CtxSetCurrent(cc); err != nil {
+				return err
+			}
+			return drv.MemcpyHtoDAsync(dp, hp, 4096, cs)
+		}},
+		{"raw-set", func() error { return drv.CtxSetCurrent(cc) }},
+		{"public-async", func() error { return s.CopyHtoD(d.Ptr(), host) }},
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := drv.CtxSetCurrent(cc); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if err := c.fn(); err != nil {
+					b.Fatal(err)
+				}
+				if i%callBatch == callBatch-1 {
+					b.StopTimer()
+					if err := s.Synchronize(); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+			}
+			b.StopTimer()
+			if err := s.Synchronize(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
