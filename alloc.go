@@ -196,6 +196,7 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 		}
 		return nil, fmt.Errorf("pinmem: %w", err)
 	}
+	placed := placeMapping(t, p, length, o) // before any page is touched
 	touch(p, length, o.threads, hugeOn)
 	var chunks []chunk
 	err = t.do(func() (err error) {
@@ -215,7 +216,7 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 		return nil, err
 	}
 	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindMmapRegistered, flags: flags,
-		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo}
+		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo, numa: placed}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
 }

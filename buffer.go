@@ -32,7 +32,8 @@ type bufState struct {
 	pinned int64 // bytes handed to the driver (ledger and budget)
 	kind   Kind
 	flags  Flags
-	huge   bool // huge pages were requested and accepted (mmap only)
+	huge   bool       // huge pages were requested and accepted (mmap only)
+	numa   *Placement // NUMA placement of pinmem's own mapping; nil: none attempted (numa.go)
 
 	mapLen uintptr // KindMmapRegistered: the mapping's length
 	chunks []chunk // registered kinds: the registrations

@@ -172,6 +172,7 @@ type options struct {
 	method  Method
 	huge    *bool
 	threads int
+	numa    numaOptions // NUMA placement of pinmem's own mappings (numa.go)
 }
 
 // Option sets an option of Alloc or Register.

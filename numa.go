@@ -1,0 +1,261 @@
+package pinmem
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/sysinfo"
+)
+
+// NUMA placement of pinned memory.
+//
+// On a host with several NUMA nodes, a GPU's DMA to and from host memory is
+// fastest when the memory sits on the node the GPU hangs off: memory on
+// another socket crosses the inter-socket link on every transfer. pinmem's
+// own mappings (MethodMmapRegister, and MethodAuto from AutoMmapThreshold
+// on) are therefore bound to a node before their pages are touched:
+// with mbind(2) (MPOL_PREFERRED by default, MPOL_BIND with WithNUMABind),
+// or, where mbind is refused (a container's seccomp profile without
+// CAP_SYS_NICE, a kernel without NUMA), by faulting the pages in from
+// threads bound to the node's CPUs (the kernel's first-touch policy).
+// Without WithNUMANode the node is chosen automatically: the device's own
+// node from sysfs (/sys/bus/pci/devices/<bus id>/numa_node), else the
+// driver's CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, and only when the host has more
+// than one node. Placement never fails an allocation: when it cannot be
+// done the buffer is allocated anyway, unplaced, and Buffer.Placement says
+// why.
+//
+// cuMemHostAlloc memory (small buffers, WriteCombined, MethodHostAlloc) is
+// placed by the driver, which allocates it on the calling thread's node:
+// pinmem cannot control it and reports it as unplaced. Register pins memory
+// the caller already faulted in, wherever it is.
+
+// NUMA node choices for WithNUMANode.
+const (
+	// NUMAAuto places pinmem's own mappings on the device's NUMA node when
+	// the host has more than one node. It is the default.
+	NUMAAuto = -2
+	// NUMANone turns NUMA placement off: the kernel places pages where the
+	// touching threads run.
+	NUMANone = -1
+)
+
+// numaOptions are the NUMA settings of Alloc.
+type numaOptions struct {
+	node int  // NUMAAuto (the zero value is mapped to it by numaNodeOpt), NUMANone or a node
+	set  bool // WithNUMANode was given
+	bind bool // MPOL_BIND instead of MPOL_PREFERRED
+}
+
+func (n numaOptions) requested() int {
+	if !n.set {
+		return NUMAAuto
+	}
+	return n.node
+}
+
+// WithNUMANode places pinmem's own mappings on NUMA node n (a node number,
+// NUMAAuto or NUMANone). It has no effect on cuMemHostAlloc memory, whose
+// placement the driver decides, nor on Register. A node the host does not
+// have is not an error: the buffer is allocated unplaced and
+// Buffer.Placement says why.
+func WithNUMANode(n int) Option {
+	return func(o *options) { o.numa.node, o.numa.set = n, true }
+}
+
+// WithNUMABind makes placement strict: mbind with MPOL_BIND, so the pages
+// come only from the chosen node (an allocation larger than the node's free
+// memory then fails when pages are faulted in, instead of spilling over to
+// other nodes as MPOL_PREFERRED, the default, lets it).
+func WithNUMABind(on bool) Option { return func(o *options) { o.numa.bind = on } }
+
+// Placement methods reported in Placement.Method.
+const (
+	PlaceNone       = "none"            // not placed (see Placement.Note)
+	PlaceMbindPref  = "mbind-preferred" // mbind(MPOL_PREFERRED) before the first touch
+	PlaceMbindBind  = "mbind-bind"      // mbind(MPOL_BIND) before the first touch
+	PlaceFirstTouch = "first-touch"     // pages faulted in by threads bound to the node's CPUs
+)
+
+// Placement says where a buffer's pages were placed and how.
+type Placement struct {
+	// Node is the NUMA node the memory was bound to, or -1 when it was not
+	// placed.
+	Node int `json:"node"`
+	// Requested is the node asked for: a node, NUMAAuto or NUMANone.
+	Requested int `json:"requested"`
+	// Method is PlaceNone, PlaceMbindPref, PlaceMbindBind or PlaceFirstTouch.
+	Method string `json:"method"`
+	// Note says why the memory was not placed, or what was tried first.
+	Note string `json:"note,omitempty"`
+}
+
+// String describes the placement in one line.
+func (p Placement) String() string {
+	s := "not placed"
+	if p.Node >= 0 {
+		s = fmt.Sprintf("NUMA node %d (%s)", p.Node, p.Method)
+	}
+	if p.Note != "" {
+		s += ": " + p.Note
+	}
+	return s
+}
+
+// Placement returns where the buffer's memory was placed. Only pinmem's own
+// mappings (KindMmapRegistered) are ever placed; other kinds report
+// PlaceNone with the reason.
+func (b *Buffer) Placement() Placement {
+	if b == nil || b.s == nil {
+		return Placement{Node: -1, Requested: NUMANone, Method: PlaceNone, Note: "nil buffer"}
+	}
+	if b.s.numa != nil {
+		return *b.s.numa
+	}
+	note := "cuMemHostAlloc memory: the driver places it, pinmem cannot"
+	if b.s.kind == KindGoRegistered {
+		note = "registered Go memory: already placed by whoever touched it"
+	}
+	return Placement{Node: -1, Requested: NUMANone, Method: PlaceNone, Note: note}
+}
+
+// NUMANode returns the NUMA node the buffer's memory was bound to, or -1
+// when it was not placed (see Placement).
+func (b *Buffer) NUMANode() int { return b.Placement().Node }
+
+// NUMAPlan is what pinmem knows about a device's NUMA locality and where it
+// places staging memory for it.
+type NUMAPlan struct {
+	// HostNodes are the host's online NUMA nodes (nil when unknown).
+	HostNodes []int `json:"host_nodes"`
+	// SysfsNode is the device's node from sysfs, -1 when unknown.
+	SysfsNode int `json:"sysfs_node"`
+	// DriverNode is the driver's HOST_NUMA_ID of the device, -1 when unknown.
+	DriverNode int `json:"driver_node"`
+	// Node is where pinmem places memory for the device by default (NUMAAuto),
+	// -1 for no placement.
+	Node int `json:"node"`
+	// Reason says how Node was chosen, or why there is none.
+	Reason string `json:"reason"`
+}
+
+// numaReader is where NUMA facts are read (tests point it at fixtures).
+var numaReader = sysinfo.Reader{}
+
+var numaPlans sync.Map // *cuda.Device -> NUMAPlan (for numaReader at the time)
+
+// PlanNUMA returns the NUMA facts of dev read through r (sysinfo.Reader{}
+// for the live system) and the node pinmem's automatic placement chooses
+// for it: the sysfs node, else the driver's host NUMA id, and none on a
+// host with fewer than two nodes.
+func PlanNUMA(dev *cuda.Device, r sysinfo.Reader) NUMAPlan {
+	p := NUMAPlan{SysfsNode: -1, DriverNode: -1, Node: -1}
+	if nodes, _ := r.NUMANodes(); len(nodes) > 0 {
+		for _, n := range nodes {
+			p.HostNodes = append(p.HostNodes, n.ID)
+		}
+	}
+	if dev != nil {
+		if props, err := dev.Properties(); err == nil {
+			p.DriverNode = props.HostNUMAID
+			if props.PCIBusID != "" {
+				if l, err := r.PCIeLink(props.PCIBusID); err == nil || l.NUMANode >= 0 {
+					p.SysfsNode = l.NUMANode
+				}
+			}
+		}
+	}
+	switch {
+	case len(p.HostNodes) == 0:
+		p.Reason = "NUMA topology unknown (no " + sysinfo.NodeOnlinePath + ")"
+	case len(p.HostNodes) == 1:
+		p.Reason = "host has one NUMA node: no placement needed"
+	case p.SysfsNode >= 0 && slices.Contains(p.HostNodes, p.SysfsNode):
+		p.Node, p.Reason = p.SysfsNode, "device's NUMA node from sysfs"
+	case p.DriverNode >= 0 && slices.Contains(p.HostNodes, p.DriverNode):
+		p.Node, p.Reason = p.DriverNode, "device's host NUMA id from the driver"
+	default:
+		p.Reason = "device's NUMA node unknown (sysfs numa_node -1, no driver host NUMA id)"
+	}
+	return p
+}
+
+// planFor returns (and caches) the plan of dev from numaReader.
+func planFor(dev *cuda.Device) NUMAPlan {
+	if p, ok := numaPlans.Load(dev); ok {
+		return p.(NUMAPlan)
+	}
+	p := PlanNUMA(dev, numaReader)
+	numaPlans.Store(dev, p)
+	return p
+}
+
+// nodeCPUs returns the CPUs of node from numaReader (nil when unknown).
+func nodeCPUs(node int) []int {
+	nodes, _ := numaReader.NUMANodes()
+	for _, n := range nodes {
+		if n.ID == node {
+			return n.CPUs
+		}
+	}
+	return nil
+}
+
+// mbindFunc binds [p, p+length) to node (a variable for tests).
+var mbindFunc = mbind
+
+// firstTouchFunc faults in [p, p+length) from threads bound to cpus (a
+// variable for tests).
+var firstTouchFunc = firstTouch
+
+// placeMapping places a fresh, untouched mapping for the target device as
+// o asks. It never fails: what could not be done is in the result's Note.
+func placeMapping(t target, p unsafe.Pointer, length uintptr, o options) *Placement {
+	req := o.numa.requested()
+	pl := &Placement{Node: -1, Requested: req, Method: PlaceNone}
+	node := req
+	switch {
+	case req == NUMANone:
+		pl.Note = "placement turned off (WithNUMANode(NUMANone))"
+		return pl
+	case req == NUMAAuto:
+		plan := planFor(t.dev)
+		if plan.Node < 0 {
+			pl.Note = plan.Reason
+			return pl
+		}
+		node = plan.Node
+	case req < 0:
+		pl.Note = fmt.Sprintf("invalid NUMA node %d", req)
+		return pl
+	default:
+		nodes, _ := numaReader.NUMANodes()
+		if len(nodes) > 0 && !slices.ContainsFunc(nodes, func(n sysinfo.NUMANode) bool { return n.ID == node }) {
+			pl.Note = fmt.Sprintf("host has no NUMA node %d", node)
+			return pl
+		}
+	}
+	err := mbindFunc(p, length, node, o.numa.bind)
+	if err == nil {
+		pl.Node, pl.Method = node, PlaceMbindPref
+		if o.numa.bind {
+			pl.Method = PlaceMbindBind
+		}
+		return pl
+	}
+	cpus := nodeCPUs(node)
+	if len(cpus) == 0 {
+		pl.Note = fmt.Sprintf("mbind to node %d failed (%v) and the node's CPUs are unknown: not placed", node, err)
+		return pl
+	}
+	if terr := firstTouchFunc(p, length, cpus, o.threads); terr != nil {
+		pl.Note = fmt.Sprintf("mbind to node %d failed (%v); first touch on its CPUs failed too (%v): not placed", node, err, terr)
+		return pl
+	}
+	pl.Node, pl.Method = node, PlaceFirstTouch
+	pl.Note = fmt.Sprintf("mbind failed (%v)", err)
+	return pl
+}
