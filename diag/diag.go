@@ -1,7 +1,9 @@
 // Package diag collects what pinmem can see of a machine: the NVIDIA
 // driver (found or not, and why), its version, every GPU with the
 // properties that matter for host memory, and whether pinmem's kernels
-// load. It backs the `pinmem doctor` command and works on machines with no
+// load. For each GPU it reports its NUMA node as sysfs and the driver see
+// it, and the node pinmem places the device's staging memory on (see
+// pinmem.PlanNUMA). It backs the `pinmem doctor` command and works on machines with no
 // GPU at all.
 package diag
 
@@ -14,6 +16,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/kernels"
@@ -59,8 +62,16 @@ type Device struct {
 	LinkMaxWidth  int     `json:"pcie_max_width,omitempty"`
 	LinkBandwidth float64 `json:"pcie_gbps,omitempty"`
 	SysfsNUMANode int     `json:"sysfs_numa_node"`
-	Error         string  `json:"error,omitempty"`
+	// StagingNUMANode is the NUMA node pinmem places staging memory for
+	// this device on (its own mappings, pinmem.NUMAAuto), -1 for none;
+	// StagingPlacement says why.
+	StagingNUMANode  int    `json:"staging_numa_node"`
+	StagingPlacement string `json:"staging_placement"`
+	Error            string `json:"error,omitempty"`
 }
+
+// reader is where diag reads sysfs (tests point it at fixtures).
+var reader = sysinfo.Reader{}
 
 // Collect gathers the report. It never fails: what cannot be read is
 // recorded in the report.
@@ -98,7 +109,7 @@ func Collect() *Report {
 }
 
 func collectHost() Host {
-	info := sysinfo.Snapshot()
+	info := reader.Snapshot()
 	h := Host{PhysicalMemory: info.PhysicalMemory, NUMANodes: len(info.NUMA), CPUs: info.CPUs.Usable,
 		CgroupLimit: "unknown", MemlockLimit: "unknown", THP: "unknown"}
 	if info.Memory != nil {
@@ -120,14 +131,17 @@ func collectHost() Host {
 }
 
 func collectDevice(d *cuda.Device) Device {
-	out := Device{SysfsNUMANode: -1}
+	out := Device{SysfsNUMANode: -1, StagingNUMANode: -1}
 	p, err := d.Properties()
 	out.Properties = p
 	if err != nil {
 		out.Error = err.Error()
 		return out
 	}
-	if l, err := (sysinfo.Reader{}).PCIeLink(p.PCIBusID); err == nil || l.CurrentWidth > 0 {
+	plan := pinmem.PlanNUMA(d, reader)
+	out.StagingNUMANode, out.StagingPlacement = plan.Node, plan.Reason
+	out.SysfsNUMANode = plan.SysfsNode
+	if l, err := reader.PCIeLink(p.PCIBusID); err == nil || l.CurrentWidth > 0 {
 		out.LinkGen, out.LinkWidth = l.CurrentGen(), l.CurrentWidth
 		out.LinkMaxGen, out.LinkMaxWidth = l.MaxGen(), l.MaxWidth
 		out.LinkBandwidth = l.CurrentBandwidth()
@@ -148,6 +162,13 @@ func collectDevice(d *cuda.Device) Device {
 		out.KernelsError = "unloading: " + err.Error()
 	}
 	return out
+}
+
+func nodeString(n int) string {
+	if n < 0 {
+		return "unknown"
+	}
+	return fmt.Sprint(n)
 }
 
 func gib(b uint64) float64 { return float64(b) / (1 << 30) }
@@ -206,17 +227,17 @@ func (r *Report) WriteText(w io.Writer) error {
 		if d.LinkWidth > 0 {
 			fmt.Fprintf(tw, "  PCIe link\tGen%d x%d (max Gen%d x%d): %.1f GB/s per direction raw\n", d.LinkGen, d.LinkWidth, d.LinkMaxGen, d.LinkMaxWidth, d.LinkBandwidth)
 		}
-		if d.SysfsNUMANode >= 0 {
-			fmt.Fprintf(tw, "  NUMA node (sysfs)\t%d\n", d.SysfsNUMANode)
+		fmt.Fprintf(tw, "  NUMA node\tsysfs %s, driver (host NUMA id) %s\n", nodeString(d.SysfsNUMANode), nodeString(d.HostNUMAID))
+		if d.StagingNUMANode >= 0 {
+			fmt.Fprintf(tw, "  staging memory\tNUMA node %d (%s; mbind, else first touch on its CPUs)\n", d.StagingNUMANode, d.StagingPlacement)
+		} else {
+			fmt.Fprintf(tw, "  staging memory\tnot placed (%s)\n", d.StagingPlacement)
 		}
 		fmt.Fprintf(tw, "  integrated (Tegra/Jetson)\t%s\n", yesNo(d.Integrated))
 		fmt.Fprintf(tw, "  can map host memory\t%s\n", yesNo(d.CanMapHostMemory))
 		fmt.Fprintf(tw, "  unified addressing\t%s\n", yesNo(d.UnifiedAddressing))
 		fmt.Fprintf(tw, "  host register supported\t%s (read-only: %s)\n", yesNo(d.HostRegisterSupported), yesNo(d.ReadOnlyHostRegisterSupported))
 		fmt.Fprintf(tw, "  pageable memory access\t%s (via host page tables: %s)\n", yesNo(d.PageableMemoryAccess), yesNo(d.PageableUsesHostPageTables))
-		if d.HostNUMAID >= 0 {
-			fmt.Fprintf(tw, "  host NUMA node\t%d\n", d.HostNUMAID)
-		}
 		if d.KernelsLoad {
 			fmt.Fprintf(tw, "  kernels\tload\n")
 		} else {
