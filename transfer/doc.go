@@ -51,6 +51,22 @@
 // device pointer, and CompareZeroCopy measures when that wins over explicit
 // copies (data read once) and when it loses (data re-read).
 //
+// # Several GPUs
+//
+// A Multi serves several contexts at once (every GPU's primary context;
+// one GPU, or two contexts of one GPU, work too). Broadcast sends the same
+// host data to every device: each chunk is copied once by the CPU into a
+// shared ring of portable pinned stages and then queued on every device's
+// own stream, so the copies to different GPUs run concurrently and in step,
+// and a stage is refilled only when every device has finished with it.
+// Gather brings every device's data to host memory at once and Scatter
+// sends different data to each, each device through its own Copier, whose
+// staging memory pinmem places on that device's NUMA node on a multi-socket
+// host (pinmem.PlanNUMA). A source already pinned portable (AddPinned) is
+// copied directly to every device. The shared Broadcast ring is placed on
+// the first context's device's node. MultiStats.GBps is the aggregate
+// bandwidth over all devices.
+//
 // Defaults come from the project's measurements (ANCHORS.md, one H200 on
 // PCIe Gen5 x16, 16 cores): 32 MiB stages (16-64 MiB were best), 3 stages
 // (2-4 deep were best) and 12 CPU copy goroutines (Go copy into pinned

@@ -1,0 +1,443 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// Multi moves data between host memory and several devices (or several
+// contexts) at once: Broadcast sends the same host data to every device,
+// Gather brings every device's data to the host. Each device has its own
+// stream, its own waiter and its own Copier (for Gather and Scatter, with
+// staging memory allocated for that device, so on a multi-socket host it is
+// placed on the device's NUMA node); Broadcast stages through one shared
+// ring of portable pinned buffers, which every context can copy from. Its
+// methods are safe for concurrent use; Broadcasts run one at a time.
+type Multi struct {
+	devs   []*multiDev
+	stages []*multiStage
+	pool   *copyPool
+	o      options
+	ring   chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+	active sync.WaitGroup
+
+	pinMu  sync.RWMutex
+	pinned map[*pinmem.Buffer]struct{}
+}
+
+// multiDev is one context's share of a Multi.
+type multiDev struct {
+	ctx    *cuda.Context
+	stream *cuda.Stream
+	w      *waiter
+	cp     *Copier
+	done   *cuda.Event
+}
+
+// multiStage is one shared portable staging buffer with one event per
+// device: the stage may be refilled once every device's copy from it ran.
+type multiStage struct {
+	buf  *pinmem.Buffer
+	mem  []byte
+	evs  []*cuda.Event
+	used bool
+}
+
+// MultiStats describe one multi-device transfer.
+type MultiStats struct {
+	Direction Direction
+	Devices   int           // devices the transfer served
+	Bytes     int64         // bytes per device
+	Wall      time.Duration // from the call to the last device finishing
+	Staged    bool          // the host side went through pinned stages
+	CopyCPU   time.Duration // CPU time spent copying between Go memory and stages
+	// PerDevice holds each device's own Stats for Gather and Scatter (nil
+	// for Broadcast, whose copies share one staging ring).
+	PerDevice []Stats
+}
+
+// GBps returns the aggregate bandwidth: the bytes moved to or from all
+// devices together per second of wall time (10^9 bytes per second).
+func (s MultiStats) GBps() float64 {
+	if s.Wall <= 0 {
+		return 0
+	}
+	return float64(s.Bytes) * float64(s.Devices) / s.Wall.Seconds() / 1e9
+}
+
+// NewMulti creates a Multi for the contexts ctxs (typically every device's
+// primary context; one context, or two contexts of one device, work too).
+// The options apply to every device's Copier and to the shared ring;
+// WithParallelism is the total number of CPU copy goroutines, shared out
+// between the devices' Copiers. WithStream is refused: each device needs
+// its own stream. The caller must Close the Multi.
+func NewMulti(ctxs []*cuda.Context, opts ...Option) (m *Multi, err error) {
+	if len(ctxs) == 0 {
+		return nil, fmt.Errorf("transfer: NewMulti without contexts: %w", cuda.ErrInvalidValue)
+	}
+	for i, c := range ctxs {
+		if c == nil {
+			return nil, fmt.Errorf("transfer: NewMulti: context %d is nil: %w", i, cuda.ErrInvalidValue)
+		}
+	}
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.stream != nil {
+		return nil, fmt.Errorf("transfer: NewMulti with WithStream: each device needs its own stream: %w", cuda.ErrInvalidValue)
+	}
+	m = &Multi{o: o, ring: make(chan struct{}, 1), pinned: map[*pinmem.Buffer]struct{}{}}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, m.release())
+			m = nil
+		}
+	}()
+	per := max(1, o.parallelism/len(ctxs))
+	copts := append(append([]Option(nil), opts...), WithParallelism(per))
+	for i, c := range ctxs {
+		d := &multiDev{ctx: c}
+		m.devs = append(m.devs, d)
+		if d.stream, err = c.NewStream(cuda.StreamNonBlocking); err != nil {
+			return m, fmt.Errorf("transfer: stream of device %d: %w", i, err)
+		}
+		if d.done, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
+			return m, err
+		}
+		d.w = newWaiter()
+		if d.cp, err = New(c, copts...); err != nil {
+			return m, fmt.Errorf("transfer: copier of device %d: %w", i, err)
+		}
+	}
+	// The shared ring is pinned portable in the first context, so that
+	// every context's copy engine can read it.
+	popts := append([]pinmem.Option{pinmem.WithDevice(ctxs[0].Device())}, o.stageOpts...)
+	for i := 0; i < o.depth; i++ {
+		s := &multiStage{}
+		m.stages = append(m.stages, s)
+		if s.buf, err = pinmem.Alloc(o.stageSize, o.stageFlags|pinmem.Portable, popts...); err != nil {
+			return m, fmt.Errorf("transfer: shared staging buffer %d of %d bytes: %w", i, o.stageSize, err)
+		}
+		s.mem = s.buf.Bytes()
+		for _, d := range m.devs {
+			ev, err := d.ctx.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming)
+			if err != nil {
+				return m, err
+			}
+			s.evs = append(s.evs, ev)
+		}
+	}
+	m.pool = newCopyPool(o.parallelism, o.threadCPU)
+	return m, nil
+}
+
+// Devices returns the number of contexts the Multi serves.
+func (m *Multi) Devices() int { return len(m.devs) }
+
+// Copier returns the Copier of context i, for single-device transfers.
+// It belongs to the Multi: do not Close it.
+func (m *Multi) Copier(i int) *Copier { return m.devs[i].cp }
+
+// AddPinned tells the Multi (and every device's Copier) that b is pinned:
+// b must be Portable to be copied directly to or from every context.
+// Broadcasting a source that lies entirely inside b then copies it
+// directly to every device, without staging. The returned function forgets
+// b again; call it before freeing b.
+func (m *Multi) AddPinned(b *pinmem.Buffer) (remove func()) {
+	m.pinMu.Lock()
+	m.pinned[b] = struct{}{}
+	m.pinMu.Unlock()
+	rms := make([]func(), len(m.devs))
+	for i, d := range m.devs {
+		rms[i] = d.cp.AddPinned(b)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.pinMu.Lock()
+			delete(m.pinned, b)
+			m.pinMu.Unlock()
+			for _, rm := range rms {
+				rm()
+			}
+		})
+	}
+}
+
+// Close waits for the transfers in progress and releases everything the
+// Multi created. A second Close returns ErrClosed.
+func (m *Multi) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	m.closed = true
+	m.mu.Unlock()
+	m.active.Wait()
+	return m.release()
+}
+
+func (m *Multi) release() error {
+	var errs []error
+	if m.pool != nil {
+		m.pool.close()
+	}
+	for _, d := range m.devs {
+		if d.stream != nil {
+			errs = append(errs, d.stream.Synchronize())
+		}
+	}
+	for _, s := range m.stages {
+		if s.buf != nil {
+			errs = append(errs, s.buf.Free())
+		}
+		for _, ev := range s.evs {
+			errs = append(errs, ev.Destroy())
+		}
+	}
+	for _, d := range m.devs {
+		if d.w != nil {
+			d.w.close()
+		}
+		if d.cp != nil {
+			errs = append(errs, d.cp.Close())
+		}
+		if d.done != nil {
+			errs = append(errs, d.done.Destroy())
+		}
+		if d.stream != nil {
+			errs = append(errs, d.stream.Destroy())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Multi) begin() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	m.active.Add(1)
+	return nil
+}
+
+// isPinned reports whether host lies entirely inside a buffer made known
+// with AddPinned.
+func (m *Multi) isPinned(host []byte) bool {
+	lo := addr(host)
+	hi := lo + uintptr(len(host))
+	m.pinMu.RLock()
+	defer m.pinMu.RUnlock()
+	for b := range m.pinned {
+		mem := b.Bytes()
+		if len(mem) > 0 && addr(mem) <= lo && hi <= addr(mem)+uintptr(len(mem)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Broadcast copies src to the start of every device buffer dsts[i] (one per
+// context, in NewMulti's order) and returns when the data is on every
+// device. The host data is staged once per chunk into the shared portable
+// ring; each chunk is then queued on every device's own stream, so the
+// copies to different devices run concurrently and in step: a device never
+// waits for another device's copy, only, when the ring is full, for the
+// slowest device to finish with a stage before it is refilled. A src lying
+// inside a buffer made known with AddPinned is copied directly.
+//
+// Cancellation stops issuing chunks, waits for the copies in flight on
+// every device and returns an error matching ctx.Err(); the device buffers
+// then hold partial data.
+func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte) (MultiStats, error) {
+	st := MultiStats{Direction: HostToDevice, Devices: len(m.devs), Bytes: int64(len(src))}
+	if err := m.begin(); err != nil {
+		return st, err
+	}
+	defer m.active.Done()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if len(dsts) != len(m.devs) {
+		return st, fmt.Errorf("transfer: Broadcast to %d buffers with %d devices: %w", len(dsts), len(m.devs), cuda.ErrInvalidValue)
+	}
+	for i, d := range dsts {
+		if d == nil {
+			return st, fmt.Errorf("transfer: Broadcast: device buffer %d is nil: %w", i, cuda.ErrInvalidValue)
+		}
+		if len(src) > d.Size() {
+			return st, &SizeError{Op: fmt.Sprintf("broadcast to device %d", i), Need: len(src), Have: d.Size()}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return st, err
+	}
+	if len(src) == 0 {
+		return st, nil
+	}
+	start := time.Now()
+	select {
+	case m.ring <- struct{}{}:
+	case <-ctx.Done():
+		return st, ctx.Err()
+	}
+	defer func() { <-m.ring }()
+	var first error
+	if m.isPinned(src) {
+		for i, d := range m.devs {
+			if err := d.stream.CopyHtoD(dsts[i].Ptr(), src); err != nil {
+				first = fmt.Errorf("device %d: %w", i, err)
+				break
+			}
+		}
+	} else {
+		st.Staged = true
+		first = m.broadcastStaged(ctx, dsts, src, &st)
+	}
+	err := m.drainAll(first)
+	st.Wall = time.Since(start)
+	if err != nil {
+		return st, fmt.Errorf("transfer: broadcast of %d bytes to %d devices: %w", len(src), len(m.devs), err)
+	}
+	return st, nil
+}
+
+func (m *Multi) broadcastStaged(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte, st *MultiStats) error {
+	chunk := max(min((len(src)/4+65535)&^65535, m.o.stageSize), min(MinChunk, m.o.stageSize))
+	k := 0
+	for off := 0; off < len(src); off += chunk {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := min(chunk, len(src)-off)
+		s := m.stages[k%len(m.stages)]
+		k++
+		if s.used {
+			for i, d := range m.devs {
+				if err := d.w.wait(ctx, s.evs[i]); err != nil {
+					return err
+				}
+			}
+		}
+		st.CopyCPU += m.pool.copy(s.mem[:n], src[off:off+n])
+		for i, d := range m.devs {
+			if err := d.stream.CopyHtoD(dsts[i].Ptr().Add(off), s.mem[:n]); err != nil {
+				return fmt.Errorf("device %d: %w", i, err)
+			}
+			if err := s.evs[i].Record(d.stream); err != nil {
+				return fmt.Errorf("device %d: %w", i, err)
+			}
+		}
+		s.used = true
+	}
+	return nil
+}
+
+// drainAll waits for everything queued on every device's stream, whatever
+// happened, and returns first, else the first asynchronous error.
+func (m *Multi) drainAll(first error) error {
+	errs := []error{first}
+	for i, d := range m.devs {
+		if err := d.done.Record(d.stream); err != nil {
+			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
+		} else if err := d.w.wait(context.Background(), d.done); err != nil {
+			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
+		}
+		if err := d.stream.Synchronize(); err != nil {
+			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
+		}
+	}
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// Gather copies, from every device at once, len(dsts[i]) bytes at the start
+// of srcs[i] into dsts[i] (one pair per context, in NewMulti's order), and
+// returns when all of them are in host memory. Each device copies through
+// its own Copier (its own stream, staging ring and waiter), so the devices
+// run concurrently. On an error or cancellation every device's transfer is
+// drained before Gather returns, with the first error; a device's error
+// names the device.
+func (m *Multi) Gather(ctx context.Context, dsts [][]byte, srcs []*cuda.DeviceBuffer) (MultiStats, error) {
+	return m.each(ctx, DeviceToHost, len(dsts), len(srcs), func(i int, ctx context.Context) *Transfer {
+		return m.devs[i].cp.DtoHAsync(ctx, dsts[i], srcs[i])
+	}, func(i int) int64 { return int64(len(dsts[i])) })
+}
+
+// Scatter copies srcs[i] to the start of dsts[i] on every device at once
+// (one pair per context, in NewMulti's order): different data to each
+// device, each through its own Copier. It is Gather's mirror.
+func (m *Multi) Scatter(ctx context.Context, dsts []*cuda.DeviceBuffer, srcs [][]byte) (MultiStats, error) {
+	return m.each(ctx, HostToDevice, len(srcs), len(dsts), func(i int, ctx context.Context) *Transfer {
+		return m.devs[i].cp.HtoDAsync(ctx, dsts[i], srcs[i])
+	}, func(i int) int64 { return int64(len(srcs[i])) })
+}
+
+// each runs one asynchronous transfer per device and waits for all.
+func (m *Multi) each(ctx context.Context, dir Direction, nHost, nDev int, start func(int, context.Context) *Transfer, size func(int) int64) (MultiStats, error) {
+	st := MultiStats{Direction: dir, Devices: len(m.devs)}
+	if err := m.begin(); err != nil {
+		return st, err
+	}
+	defer m.active.Done()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if nHost != len(m.devs) || nDev != len(m.devs) {
+		return st, fmt.Errorf("transfer: %s with %d host and %d device buffers for %d devices: %w", dir, nHost, nDev, len(m.devs), cuda.ErrInvalidValue)
+	}
+	for i := range m.devs {
+		st.Bytes = max(st.Bytes, size(i))
+	}
+	// One failure stops the other devices too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t0 := time.Now()
+	ts := make([]*Transfer, len(m.devs))
+	for i := range m.devs {
+		ts[i] = start(i, ctx)
+	}
+	// Report the error that stopped the others, not the cancellation it
+	// caused in them; wait for every device whatever happens.
+	var first, cancelled error
+	for i, t := range ts {
+		s, err := t.Wait(context.Background())
+		st.PerDevice = append(st.PerDevice, s)
+		st.CopyCPU += s.CopyCPU
+		st.Staged = st.Staged || s.StagedBytes > 0
+		if err == nil {
+			continue
+		}
+		cancel()
+		err = fmt.Errorf("device %d: %w", i, err)
+		if errors.Is(err, context.Canceled) && cancelled == nil {
+			cancelled = err
+		} else if !errors.Is(err, context.Canceled) && first == nil {
+			first = err
+		}
+	}
+	if first == nil {
+		first = cancelled
+	}
+	st.Wall = time.Since(t0)
+	if first != nil {
+		return st, fmt.Errorf("transfer: %s with %d devices: %w", dir, len(m.devs), first)
+	}
+	return st, nil
+}
