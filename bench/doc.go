@@ -23,6 +23,15 @@
 // plain events (holding the stream would deadlock), and the staged kind,
 // which is driven by host goroutines, with the wall clock.
 //
+// # Several GPUs
+//
+// Matrix is nvbandwidth's host<->GPU matrix: one row per device (H2D, D2H
+// and bidirectional copies between that device and portable pinned host
+// memory placed on its NUMA node), then an "all" row with every device
+// copying at once, whose figure is the sum of the devices' concurrent
+// figures, compared in its note with the sum of the per-device rows.
+// WriteMatrix prints it as a matrix; `pinmem bench matrix` runs it.
+//
 // # Results
 //
 // Every bench returns a []Result; WriteTable, WriteJSON, WriteCSV and

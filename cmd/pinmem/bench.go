@@ -131,7 +131,8 @@ Go slice), mapped (zero-copy: a kernel reads/writes host memory), staged (Go
 slice through pinned stages, package transfer). Directions: h2d, d2h, bidir
 (both at once on two streams; the figure is the sum).
 
-Subcommands: "bench pin" (cost of pinning), "bench overlap" (the pipeline).`,
+Subcommands: "bench pin" (cost of pinning), "bench overlap" (the pipeline),
+"bench matrix" (every GPU alone and all at once, like nvbandwidth).`,
 		Example: `  pinmem bench
   pinmem bench --kinds pageable,pinned,wc --sizes 1MiB,256MiB --dir h2d,d2h
   pinmem bench --format json --out bw.json --plot bw.svg`,
@@ -172,8 +173,14 @@ Subcommands: "bench pin" (cost of pinning), "bench overlap" (the pipeline).`,
 	c.Flags().StringVar(&dirs, "dir", "h2d,d2h,bidir", "directions, comma-separated: h2d, d2h, bidir (or all)")
 	c.Flags().StringVar(&plot, "plot", "", "also write an SVG plot of bandwidth against size to this file")
 	c.AddCommand(newBenchPin(), newBenchOverlap())
+	for _, sub := range benchSubcommands {
+		c.AddCommand(sub())
+	}
 	return c
 }
+
+// benchSubcommands lets other files add "bench" subcommands.
+var benchSubcommands []func() *cobra.Command
 
 func sizeList(sizes []int64) string {
 	var parts []string

@@ -1,0 +1,451 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// KindAll is the Kind of the matrix bench's aggregate row: every device at
+// once.
+const KindAll = "all"
+
+// MatrixConfig configures Matrix.
+type MatrixConfig struct {
+	Devices []int    // device ordinals (default: every device)
+	Size    int64    // bytes per copy (default 256 MiB)
+	Dirs    []string // directions (default h2d, d2h, bidir)
+	Samples int      // timed samples (default 5)
+	Reps    int      // copies per sample and lane (default 4)
+}
+
+func (c *MatrixConfig) defaults() error {
+	if c.Size <= 0 {
+		c.Size = 256 << 20
+	}
+	if len(c.Dirs) == 0 {
+		c.Dirs = AllDirs()
+	}
+	if c.Samples <= 0 {
+		c.Samples = 5
+	}
+	if c.Reps <= 0 {
+		c.Reps = 4
+	}
+	if len(c.Devices) == 0 {
+		n, err := cuda.DeviceCount()
+		if err != nil {
+			return err
+		}
+		for i := range n {
+			c.Devices = append(c.Devices, i)
+		}
+	}
+	return nil
+}
+
+// DeviceKind names a device's row of the matrix ("gpu0").
+func DeviceKind(ordinal int) string { return fmt.Sprintf("gpu%d", ordinal) }
+
+// matrixDev is one device's share of the matrix bench.
+type matrixDev struct {
+	s          *Session
+	hA, hB     *pinmem.Buffer
+	devA, devB *cuda.DeviceBuffer
+	stA, stB   *cuda.Stream
+	expA, expB []byte
+	placement  string
+}
+
+// Matrix measures host<->GPU bandwidth like nvbandwidth's matrix: one row
+// per device (H2D, D2H and bidirectional copies between that device and
+// portable pinned host memory placed on its NUMA node), then an "all" row
+// with every device copying at the same time, reported as the sum of the
+// devices' concurrent figures and compared, in its note, with the sum of
+// the per-device rows. It returns the results (Bench "matrix", Kind
+// "gpuN" or KindAll) and the metadata of the first device's session.
+func Matrix(opts Options, cfg MatrixConfig) ([]Result, Meta, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, Meta{}, err
+	}
+	var devs []*matrixDev
+	defer func() {
+		for _, d := range devs {
+			d.close()
+		}
+	}()
+	n := int(cfg.Size)
+	for _, ord := range cfg.Devices {
+		o := opts
+		o.Device = ord
+		s, err := Open(o)
+		if err != nil {
+			return nil, Meta{}, fmt.Errorf("bench: device %d: %w", ord, err)
+		}
+		d := &matrixDev{s: s}
+		devs = append(devs, d)
+		if err := d.setup(n); err != nil {
+			return nil, Meta{}, fmt.Errorf("bench: device %d: %w", ord, err)
+		}
+	}
+	m := devs[0].s.Meta("pinmem bench matrix")
+	if len(devs) > 1 {
+		m.Device = fmt.Sprintf("%d devices: %s", len(devs), strings.Join(deviceNames(devs), "; "))
+	}
+	var out []Result
+	// Per device, one at a time.
+	per := map[string][]Result{}
+	for _, d := range devs {
+		for _, dir := range cfg.Dirs {
+			r := Result{Bench: "matrix", Kind: DeviceKind(d.s.Dev.Ordinal()), Dir: dir, Size: cfg.Size, Unit: GBps}
+			var vals []float64
+			err := d.repoison(n)
+			for i := 0; err == nil && i < cfg.Samples; i++ {
+				var v float64
+				var t timing
+				if v, t, err = d.sample(dir, n, cfg.Reps); err != nil {
+					break
+				}
+				r.Timing = t.method
+				vals = append(vals, v)
+				if i == 0 {
+					if verr := d.verify(dir, n); verr != nil {
+						r.Note = joinNotes([]string{r.Note, "VERIFY FAILED: " + verr.Error()})
+					} else {
+						r.Verified = true
+					}
+				}
+			}
+			if err != nil {
+				if isFatal(err) {
+					return out, m, err
+				}
+				r = skipped("matrix", r.Kind, dir, cfg.Size, GBps, "error: "+err.Error())
+			} else {
+				r.fill(vals)
+				r.Note = joinNotes([]string{r.Note, d.placement})
+			}
+			d.s.progress(r)
+			out = append(out, r)
+			per[dir] = append(per[dir], r)
+		}
+	}
+	// Every device at once.
+	for _, dir := range cfg.Dirs {
+		conc := make([][]float64, len(devs))
+		var errs []error
+		methods := make([]string, len(devs))
+		for _, d := range devs {
+			if err := d.repoison(int(cfg.Size)); err != nil {
+				return out, m, err
+			}
+		}
+		for range cfg.Samples {
+			var wg sync.WaitGroup
+			errc := make([]error, len(devs))
+			for i, d := range devs {
+				wg.Go(func() {
+					v, t, err := d.sample(dir, n, cfg.Reps)
+					errc[i] = err
+					if err == nil {
+						conc[i] = append(conc[i], v)
+						methods[i] = t.method
+					}
+				})
+			}
+			wg.Wait()
+			if err := errors.Join(errc...); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+		var r Result
+		if err := errors.Join(errs...); err != nil {
+			if isFatal(err) {
+				return out, m, err
+			}
+			r = skipped("matrix", KindAll, dir, cfg.Size, GBps, "error: "+err.Error())
+		} else {
+			r = aggregate(dir, cfg.Size, per[dir], conc)
+			r.Timing = methods[0]
+			allOK := true
+			for _, d := range devs {
+				if err := d.verify(dir, n); err != nil {
+					allOK = false
+					r.Note = joinNotes([]string{"VERIFY FAILED: " + err.Error(), r.Note})
+				}
+			}
+			r.Verified = allOK
+		}
+		devs[0].s.progress(r)
+		out = append(out, r)
+	}
+	return out, m, nil
+}
+
+// aggregate builds the "all devices at once" result of one direction:
+// sample j's value is the sum over devices of their concurrent sample j;
+// the note compares its median with the sum of the per-device medians
+// measured one device at a time, and lists each device's concurrent median.
+func aggregate(dir string, size int64, perDevice []Result, concurrent [][]float64) Result {
+	r := Result{Bench: "matrix", Kind: KindAll, Dir: dir, Size: size, Unit: GBps}
+	samples := 0
+	for i, c := range concurrent {
+		if i == 0 || len(c) < samples {
+			samples = len(c)
+		}
+	}
+	sums := make([]float64, samples)
+	var parts []string
+	for i, c := range concurrent {
+		for j := range samples {
+			sums[j] += c[j]
+		}
+		kind := fmt.Sprint(i)
+		if i < len(perDevice) {
+			kind = perDevice[i].Kind
+		}
+		parts = append(parts, fmt.Sprintf("%s %s", kind, formatValue(Summarize(c).Median)))
+	}
+	r.fill(sums)
+	sum := 0.0
+	for _, p := range perDevice {
+		if !p.Skipped {
+			sum += p.Median
+		}
+	}
+	notes := []string{fmt.Sprintf("sum of per-device figures %s GB/s", formatValue(sum))}
+	if sum > 0 && r.Median > 0 {
+		notes = append(notes, fmt.Sprintf("at once / sum = %.2f", r.Median/sum))
+	}
+	notes = append(notes, "at once: "+strings.Join(parts, ", "))
+	r.Note = joinNotes(notes)
+	return r
+}
+
+func deviceNames(devs []*matrixDev) []string {
+	var out []string
+	for _, d := range devs {
+		out = append(out, fmt.Sprintf("%s (device %d)", d.s.Props.Name, d.s.Dev.Ordinal()))
+	}
+	return out
+}
+
+func (d *matrixDev) setup(n int) error {
+	var err error
+	alloc := func() (*pinmem.Buffer, error) {
+		b, err := pinmem.Alloc(n, pinmem.Portable, pinmem.WithDevice(d.s.Dev), pinmem.WithMethod(pinmem.MethodMmapRegister))
+		if err != nil {
+			b, err = pinmem.Alloc(n, pinmem.Portable, pinmem.WithDevice(d.s.Dev))
+		}
+		return b, err
+	}
+	if d.hA, err = alloc(); err != nil {
+		return err
+	}
+	if d.hB, err = alloc(); err != nil {
+		return err
+	}
+	d.placement = "host memory: portable, " + d.hA.Placement().String()
+	if d.devA, err = d.s.Ctx.Alloc(n); err != nil {
+		return err
+	}
+	if d.devB, err = d.s.Ctx.Alloc(n); err != nil {
+		return err
+	}
+	if d.stA, err = d.s.Ctx.NewStream(cuda.StreamNonBlocking); err != nil {
+		return err
+	}
+	if d.stB, err = d.s.Ctx.NewStream(cuda.StreamNonBlocking); err != nil {
+		return err
+	}
+	d.expA = randomBytes(n, uint64(10+d.s.Dev.Ordinal()))
+	d.expB = randomBytes(n, uint64(20+d.s.Dev.Ordinal()))
+	copy(d.hA.Bytes(), d.expA)
+	return d.s.Ctx.CopyHtoD(d.devB.Ptr(), d.expB)
+}
+
+// repoison poisons the destinations of both directions, so that the next
+// verification sees only what the next copies wrote.
+func (d *matrixDev) repoison(n int) error {
+	poison(d.hB.Bytes()[:n], poisonHost)
+	return d.s.Ctx.Memset(d.devA.Ptr(), poisonDevice, n)
+}
+
+func (d *matrixDev) close() {
+	for _, st := range []*cuda.Stream{d.stA, d.stB} {
+		if st != nil {
+			_ = st.Synchronize()
+			_ = st.Destroy()
+		}
+	}
+	for _, b := range []*cuda.DeviceBuffer{d.devA, d.devB} {
+		if b != nil {
+			_ = b.Free()
+		}
+	}
+	for _, b := range []*pinmem.Buffer{d.hA, d.hB} {
+		if b != nil {
+			_ = b.Free()
+		}
+	}
+	_ = d.s.Close()
+}
+
+// sample times reps copies in dir: h2d copies host A to device A, d2h
+// device B to host B, bidir both at once on two streams.
+func (d *matrixDev) sample(dir string, n, reps int) (float64, timing, error) {
+	h2d := lane{s: d.stA, op: func(st *cuda.Stream, _ int) error { return st.CopyHtoD(d.devA.Ptr(), d.hA.Bytes()[:n]) }}
+	d2h := lane{s: d.stB, op: func(st *cuda.Stream, _ int) error { return st.CopyDtoH(d.hB.Bytes()[:n], d.devB.Ptr()) }}
+	var lanes []lane
+	switch dir {
+	case DirH2D:
+		lanes = []lane{h2d}
+	case DirD2H:
+		lanes = []lane{d2h}
+	default:
+		lanes = []lane{h2d, d2h}
+	}
+	t, err := d.s.timeLanes(lanes, reps, true)
+	if err != nil {
+		return 0, t, err
+	}
+	return Rate(int64(len(lanes))*int64(n)*int64(reps), t.span), t, nil
+}
+
+// verify checks what sample's copies in dir left behind.
+func (d *matrixDev) verify(dir string, n int) error {
+	if dir != DirD2H {
+		got := make([]byte, n)
+		if err := d.s.Ctx.CopyDtoH(got, d.devA.Ptr()); err != nil {
+			return err
+		}
+		if i := firstDiff(got, d.expA[:n]); i >= 0 {
+			return fmt.Errorf("device %d byte %d is %#x after host-to-device, want %#x", d.s.Dev.Ordinal(), i, got[i], d.expA[i])
+		}
+	}
+	if dir != DirH2D {
+		got := d.hB.Bytes()[:n]
+		if i := firstDiff(got, d.expB[:n]); i >= 0 {
+			return fmt.Errorf("device %d: host byte %d is %#x after device-to-host, want %#x", d.s.Dev.Ordinal(), i, got[i], d.expB[i])
+		}
+	}
+	return nil
+}
+
+// WriteMatrix writes matrix results as nvbandwidth prints its matrices:
+// one row per device and the "all" row, one column per direction, GB/s
+// medians; then a "sum" row of the per-device figures and the notes of
+// the aggregate rows.
+func WriteMatrix(w io.Writer, m Meta, results []Result) error {
+	var b strings.Builder
+	if m.Command != "" {
+		fmt.Fprintf(&b, "# %s on %s, driver %s\n", m.Command, m.Device, m.Driver)
+	}
+	if m.Timing != "" {
+		fmt.Fprintf(&b, "# timing: %s\n", m.Timing)
+	}
+	var rows, dirs []string
+	cell := map[[2]string]Result{}
+	size := int64(0)
+	for _, r := range results {
+		if r.Bench != "matrix" {
+			continue
+		}
+		if !contains(rows, r.Kind) {
+			rows = append(rows, r.Kind)
+		}
+		if !contains(dirs, r.Dir) {
+			dirs = append(dirs, r.Dir)
+		}
+		cell[[2]string{r.Kind, r.Dir}] = r
+		size = r.Size
+	}
+	if size > 0 {
+		fmt.Fprintf(&b, "# host<->GPU bandwidth, GB/s (median), %s per copy\n", FormatSize(size))
+	}
+	sums := map[string]float64{}
+	table := [][]string{append([]string{"DEVICE"}, upper(dirs)...)}
+	for _, k := range rows {
+		line := []string{k}
+		if k == KindAll {
+			line[0] = "all at once"
+		}
+		for _, d := range dirs {
+			r, ok := cell[[2]string{k, d}]
+			switch {
+			case !ok:
+				line = append(line, "-")
+			case r.Skipped:
+				line = append(line, "skipped")
+			default:
+				v := formatValue(r.Median)
+				if !r.Verified {
+					v += "!"
+				}
+				line = append(line, v)
+				if k != KindAll {
+					sums[d] += r.Median
+				}
+			}
+		}
+		table = append(table, line)
+	}
+	if len(rows) > 1 {
+		line := []string{"sum of rows"}
+		for _, d := range dirs {
+			line = append(line, formatValue(sums[d]))
+		}
+		table = append(table, line)
+	}
+	widths := make([]int, len(table[0]))
+	for _, l := range table {
+		for i, c := range l {
+			widths[i] = max(widths[i], len(c))
+		}
+	}
+	for _, l := range table {
+		for i, c := range l {
+			if i == 0 {
+				fmt.Fprintf(&b, "%-*s", widths[i], c)
+			} else {
+				fmt.Fprintf(&b, "  %*s", widths[i], c)
+			}
+		}
+		b.WriteString("\n")
+	}
+	for _, d := range dirs {
+		if r, ok := cell[[2]string{KindAll, d}]; ok && r.Note != "" {
+			fmt.Fprintf(&b, "# all %s: %s\n", d, r.Note)
+		}
+	}
+	for _, k := range rows {
+		if r, ok := cell[[2]string{k, dirs[0]}]; ok && k != KindAll && r.Note != "" {
+			fmt.Fprintf(&b, "# %s: %s\n", k, r.Note)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func contains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func upper(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = strings.ToUpper(v)
+	}
+	return out
+}
