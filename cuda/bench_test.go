@@ -80,7 +80,8 @@ func BenchmarkCallCost(b *testing.B) {
 // BenchmarkCallCostVsC interleaves samples of the Go calls with samples of
 // the C reference (the callcost program built from cref/ with nvcc; its
 // path in PINMEM_CREF_CALLCOST) and reports both medians and their ratio.
-// Without the C program it reports the Go medians only.
+// Without the C program it reports the Go medians only. Each b.N iteration
+// is a whole set of rounds (seconds); run it with -test.benchtime=1x.
 func BenchmarkCallCostVsC(b *testing.B) {
 	cases, sync := callCostCases(b)
 	cprog := os.Getenv("PINMEM_CREF_CALLCOST")

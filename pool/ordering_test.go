@@ -216,7 +216,7 @@ func TestRecordFailure(t *testing.T) {
 	b := mustGet(t, p, 1<<20)
 	mem := b.Bytes()
 	// Recording fails: Put falls back to synchronizing the stream.
-	if err := d.FailOn("cuEventRecord", 1, cudadrv.ErrorInvalidValue); err != nil {
+	if err := d.FailOn("cuEventRecord", 1, cudadrv.ErrorOutOfMemory); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, b, s)
@@ -228,7 +228,7 @@ func TestRecordFailure(t *testing.T) {
 		t.Error("the synchronized block was not reused")
 	}
 	// Recording and synchronizing fail: the block is kept out of use until Close.
-	if err := d.FailOn("cuEventRecord", 1, cudadrv.ErrorInvalidValue); err != nil {
+	if err := d.FailOn("cuEventRecord", 1, cudadrv.ErrorOutOfMemory); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.FailOn("cuStreamSynchronize", 1, cudadrv.ErrorLaunchFailed); err != nil {

@@ -408,11 +408,14 @@ func TestFakeCopyErrors(t *testing.T) {
 		code  cudadrv.Result
 		is    error
 	}{
-		{"cuMemcpyHtoDAsync_v2", false, cudadrv.ErrorInvalidValue, cuda.ErrInvalidValue},
+		// Enqueue failures use codes the cuda package does not retry (it
+		// retries invalid value/handle/context once with the stream's
+		// context current, which would hide a one-shot injected fault).
+		{"cuMemcpyHtoDAsync_v2", false, cudadrv.ErrorOutOfMemory, cuda.ErrOutOfMemory},
 		{"cuMemcpyHtoDAsync_v2", true, cudadrv.ErrorIllegalAddress, cuda.ErrLaunchFailed},
-		{"cuMemcpyDtoHAsync_v2", false, cudadrv.ErrorInvalidValue, cuda.ErrInvalidValue},
+		{"cuMemcpyDtoHAsync_v2", false, cudadrv.ErrorOutOfMemory, cuda.ErrOutOfMemory},
 		{"cuMemcpyDtoHAsync_v2", true, cudadrv.ErrorIllegalAddress, cuda.ErrLaunchFailed},
-		{"cuEventRecord", false, cudadrv.ErrorInvalidHandle, cuda.ErrInvalidHandle},
+		{"cuEventRecord", false, cudadrv.ErrorNotSupported, cuda.ErrNotSupported},
 		{"cuEventQuery", false, cudadrv.ErrorLaunchFailed, cuda.ErrLaunchFailed},
 	}
 	for _, tc := range cases {

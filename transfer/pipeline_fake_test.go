@@ -209,8 +209,8 @@ func TestFakePipelineErrors(t *testing.T) {
 			}
 			return nil
 		}, is: boom, chunk: 2},
-		{name: "launch", setup: func(e fakeEnv) { e.d.FailOn("cuLaunchKernel", 4, cudadrv.ErrorInvalidValue) }, is: cuda.ErrInvalidValue, chunk: 3},
-		{name: "h2d", setup: func(e fakeEnv) { e.d.FailOn("cuMemcpyHtoDAsync_v2", 6, cudadrv.ErrorInvalidValue) }, is: cuda.ErrInvalidValue, chunk: 5},
+		{name: "launch", setup: func(e fakeEnv) { e.d.FailOn("cuLaunchKernel", 4, cudadrv.ErrorLaunchOutOfResources) }, is: cuda.ErrLaunchFailed, chunk: 3},
+		{name: "h2d", setup: func(e fakeEnv) { e.d.FailOn("cuMemcpyHtoDAsync_v2", 6, cudadrv.ErrorOutOfMemory) }, is: cuda.ErrOutOfMemory, chunk: 5},
 		{name: "async-kernel", setup: func(e fakeEnv) { e.d.FailAsync("cuLaunchKernel", 3, cudadrv.ErrorLaunchFailed) }, is: cuda.ErrLaunchFailed, chunk: -1},
 		{name: "cancel", cancel: 3, is: context.Canceled, chunk: -1},
 	}
