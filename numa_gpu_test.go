@@ -44,11 +44,14 @@ func TestGPUNUMAPlacement(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := d.Memset(0xEE); err != nil {
-				t.Fatal(err)
-			}
 			s, err := ctx.NewStream(cuda.StreamNonBlocking)
 			if err != nil {
+				t.Fatal(err)
+			}
+			// Poison on the copy's own stream: a memset on the legacy
+			// stream is not ordered before work on a non-blocking stream
+			// (a GPU run caught exactly that race here).
+			if err := s.Memset(d.Ptr(), 0xEE, n); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.CopyHtoD(d.Ptr(), b.Bytes()); err != nil {

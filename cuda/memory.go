@@ -139,8 +139,11 @@ func (b *DeviceBuffer) Memset(v byte) error {
 
 func hostPtr(p []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(p)) }
 
-// CopyHtoD copies src to device address dst and returns when it is done.
-// src may be any Go memory.
+// CopyHtoD copies src to device address dst and returns when the data is
+// in place. src may be any Go memory. (The driver's synchronous copy from
+// pageable memory returns once the data is staged, before the last DMA has
+// landed, and work on non-blocking streams is not ordered after it; pinmem
+// waits for the legacy default stream so that "done" means done.)
 func (c *Context) CopyHtoD(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
 		return nil
@@ -149,7 +152,10 @@ func (c *Context) CopyHtoD(dst DevicePtr, src []byte) error {
 	if err := c.enter(); err != nil {
 		return err
 	}
-	return c.drv.MemcpyHtoD(cudadrv.DevicePtr(dst), hostPtr(src), uint64(len(src)))
+	if err := c.drv.MemcpyHtoD(cudadrv.DevicePtr(dst), hostPtr(src), uint64(len(src))); err != nil {
+		return err
+	}
+	return c.drv.StreamSynchronize(0)
 }
 
 // CopyDtoH copies len(dst) bytes from device address src into dst and returns when it is done.
@@ -164,7 +170,9 @@ func (c *Context) CopyDtoH(dst []byte, src DevicePtr) error {
 	return c.drv.MemcpyDtoH(hostPtr(dst), cudadrv.DevicePtr(src), uint64(len(dst)))
 }
 
-// CopyDtoD copies n bytes between device addresses and returns when it is done.
+// CopyDtoD copies n bytes between device addresses and returns when it is
+// done (the driver's synchronous device-to-device copy does not wait; pinmem
+// waits for the legacy default stream).
 func (c *Context) CopyDtoD(dst, src DevicePtr, n int) error {
 	if n < 0 {
 		return fmt.Errorf("cuda: copy of %d bytes: %w", n, ErrInvalidValue)
@@ -176,10 +184,15 @@ func (c *Context) CopyDtoD(dst, src DevicePtr, n int) error {
 	if err := c.enter(); err != nil {
 		return err
 	}
-	return c.drv.MemcpyDtoD(cudadrv.DevicePtr(dst), cudadrv.DevicePtr(src), uint64(n))
+	if err := c.drv.MemcpyDtoD(cudadrv.DevicePtr(dst), cudadrv.DevicePtr(src), uint64(n)); err != nil {
+		return err
+	}
+	return c.drv.StreamSynchronize(0)
 }
 
-// Memset sets n bytes at dst to v and returns when it is done.
+// Memset sets n bytes at dst to v and returns when it is done (cuMemsetD8
+// itself is asynchronous for device memory; pinmem waits for the legacy
+// default stream).
 func (c *Context) Memset(dst DevicePtr, v byte, n int) error {
 	if n < 0 {
 		return fmt.Errorf("cuda: memset of %d bytes: %w", n, ErrInvalidValue)
@@ -191,7 +204,10 @@ func (c *Context) Memset(dst DevicePtr, v byte, n int) error {
 	if err := c.enter(); err != nil {
 		return err
 	}
-	return c.drv.MemsetD8(cudadrv.DevicePtr(dst), v, uint64(n))
+	if err := c.drv.MemsetD8(cudadrv.DevicePtr(dst), v, uint64(n)); err != nil {
+		return err
+	}
+	return c.drv.StreamSynchronize(0)
 }
 
 // CopyHtoD queues a copy of src to device address dst. src must stay alive
