@@ -4,16 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/track"
 )
 
 // Polling limits: how many pending blocks one Get or Put checks.
@@ -270,7 +269,7 @@ func (p *Pool) Get(size int) (*Block, error) {
 	}
 	b := &Block{p: p, n: size}
 	if p.stacks {
-		b.stack = callers(3)
+		b.stack = track.Stack(3)
 	}
 	for polled := false; ; polled = true {
 		p.mu.Lock()
@@ -994,17 +993,3 @@ func (p *Pool) Stats() Stats {
 	return s
 }
 
-func callers(skip int) string {
-	pcs := make([]uintptr, 32)
-	n := runtime.Callers(skip, pcs)
-	frames := runtime.CallersFrames(pcs[:n])
-	var b strings.Builder
-	for {
-		f, more := frames.Next()
-		fmt.Fprintf(&b, "    %s\n        %s:%d\n", f.Function, f.File, f.Line)
-		if !more {
-			break
-		}
-	}
-	return b.String()
-}

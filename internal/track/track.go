@@ -67,7 +67,7 @@ func EnableStacks(on bool) { stacks.Store(on) }
 func Add(k Kind, id uint64, size int64) {
 	o := &Object{Kind: k, ID: id, Size: size}
 	if stacks.Load() {
-		o.Stack = stack(3)
+		o.Stack = Stack(3)
 	}
 	mu.Lock()
 	live[key{k, id}] = o
@@ -137,7 +137,9 @@ func Report() string {
 	return b.String()
 }
 
-func stack(skip int) string {
+// Stack formats the calling goroutine's stack, skipping skip frames (as
+// runtime.Callers counts them), in the form Report prints.
+func Stack(skip int) string {
 	pcs := make([]uintptr, 32)
 	n := runtime.Callers(skip, pcs)
 	frames := runtime.CallersFrames(pcs[:n])
