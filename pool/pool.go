@@ -992,4 +992,3 @@ func (p *Pool) Stats() Stats {
 	s.DriverTime = time.Duration(p.driverNS.Load())
 	return s
 }
-
