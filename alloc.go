@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
@@ -152,7 +151,7 @@ func allocHost(t target, size int, flags Flags) (*Buffer, error) {
 		return nil, err
 	}
 	start := time.Now()
-	var p unsafe.Pointer
+	var p cudadrv.HostPtr
 	err = t.do(func() (err error) {
 		p, err = t.drv.MemHostAlloc(uint64(size), flags.hostAllocFlags())
 		if err == nil {
@@ -235,12 +234,12 @@ func driverErr(op, what string, err error, n, before, limit int64) error {
 // suffices; where the kernel fell back to small pages after all, the
 // untouched pages are faulted in by cuMemHostRegister itself (slower, still
 // correct).
-func touch(p unsafe.Pointer, length uintptr, threads int, huge bool) {
+func touch(p cudadrv.HostPtr, length uintptr, threads int, huge bool) {
 	step := pageSize
 	if huge {
 		step = hugePageSize
 	}
-	mem := unsafe.Slice((*byte)(p), length)
+	mem := cudadrv.BytesAt(p, length)
 	const minPer = 16 << 20 // below this per goroutine, spawning costs more than it saves
 	threads = max(1, min(threads, int(length/minPer)))
 	per := roundUp(length/uintptr(threads), hugePageSize)
@@ -271,7 +270,7 @@ func touch(p unsafe.Pointer, length uintptr, threads int, huge bool) {
 // one contiguous device range (true where the device uses the host pointer
 // for registered memory); where they do not, the range is registered again
 // in one call.
-func registerChunks(t target, p unsafe.Pointer, length uintptr, flags Flags) ([]chunk, error) {
+func registerChunks(t target, p cudadrv.HostPtr, length uintptr, flags Flags) ([]chunk, error) {
 	rf := flags.registerFlags()
 	var chunks []chunk
 	fail := func(err error) ([]chunk, error) {
@@ -282,7 +281,7 @@ func registerChunks(t target, p unsafe.Pointer, length uintptr, flags Flags) ([]
 	}
 	step := regChunk
 	for off := uintptr(0); off < length; {
-		c := chunk{p: unsafe.Add(p, off), n: min(step, length-off)}
+		c := chunk{p: cudadrv.Offset(p, off), n: min(step, length-off)}
 		err := t.drv.MemHostRegister(c.p, uint64(c.n), rf)
 		if err != nil && c.n > regSplitAbove && regSplitChunk < c.n &&
 			(errors.Is(err, ErrInvalidValue) || errors.Is(err, ErrOutOfMemory)) {
@@ -290,7 +289,7 @@ func registerChunks(t target, p unsafe.Pointer, length uintptr, flags Flags) ([]
 			first := fmt.Errorf("chunk at offset %d of %d bytes (%s in one call): %w", off, length, fmtBytes(int64(c.n)), err)
 			step = regSplitChunk
 			for end := off + c.n; off < end; off += step {
-				pc := chunk{p: unsafe.Add(p, off), n: min(step, end-off)}
+				pc := chunk{p: cudadrv.Offset(p, off), n: min(step, end-off)}
 				if err := t.drv.MemHostRegister(pc.p, uint64(pc.n), rf); err != nil {
 					return fail(errors.Join(first, fmt.Errorf("retried as pieces of %s: piece at offset %d: %w", fmtBytes(int64(step)), off, err)))
 				}
@@ -375,7 +374,7 @@ func register(mem []byte, flags Flags, o options) (*Buffer, error) {
 	if flags&WriteCombined != 0 {
 		return nil, fmt.Errorf("pinmem: Register with WriteCombined: write-combined memory only comes from cuMemHostAlloc: %w", ErrInvalidValue)
 	}
-	p := unsafe.Pointer(unsafe.SliceData(mem))
+	p := cudadrv.PtrOf(mem)
 	lo := uintptr(p) &^ (pageSize - 1)
 	hi := roundUp(uintptr(p)+uintptr(len(mem)), pageSize)
 	if err := regInsert(lo, hi); err != nil {
@@ -389,7 +388,7 @@ func register(mem []byte, flags Flags, o options) (*Buffer, error) {
 	return b, nil
 }
 
-func registerClaimed(mem []byte, p unsafe.Pointer, lo uintptr, flags Flags, o options) (*Buffer, error) {
+func registerClaimed(mem []byte, p cudadrv.HostPtr, lo uintptr, flags Flags, o options) (*Buffer, error) {
 	t, err := resolve(o)
 	if err != nil {
 		return nil, err

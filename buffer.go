@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
@@ -17,7 +16,7 @@ import (
 
 // chunk is one cuMemHostRegister call's range.
 type chunk struct {
-	p unsafe.Pointer
+	p cudadrv.HostPtr
 	n uintptr
 }
 
@@ -27,7 +26,7 @@ type chunk struct {
 type bufState struct {
 	freed  atomic.Bool
 	t      target
-	ptr    unsafe.Pointer
+	ptr    cudadrv.HostPtr
 	size   int
 	pinned int64 // bytes handed to the driver (ledger and budget)
 	kind   Kind
@@ -84,7 +83,7 @@ func (s *bufState) bytes() []byte {
 	if s.mem != nil {
 		return s.mem
 	}
-	return unsafe.Slice((*byte)(s.ptr), s.size)
+	return cudadrv.BytesAt(s.ptr, uintptr(s.size))
 }
 
 // Segments returns the buffer's memory split at the boundaries of its
@@ -359,8 +358,7 @@ func View[T any](b *Buffer) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
-	var z T
-	size, align := unsafe.Sizeof(z), unsafe.Alignof(z)
+	size, align := cudadrv.SizeAlign[T]()
 	typ := reflect.TypeFor[T]()
 	if size == 0 {
 		return nil, fmt.Errorf("pinmem: View as zero-size type %v: %w", typ, ErrInvalidValue)
@@ -375,7 +373,7 @@ func View[T any](b *Buffer) ([]T, error) {
 	if uintptr(p)%align != 0 {
 		return nil, fmt.Errorf("pinmem: View as %v: address %#x is not %d-byte aligned: %w", typ, uintptr(p), align, ErrInvalidValue)
 	}
-	return unsafe.Slice((*T)(p), uintptr(s.size)/size), nil
+	return cudadrv.SliceAt[T](p, uintptr(s.size)/size), nil
 }
 
 // hasPointers reports whether values of t contain pointers the garbage collector must see.

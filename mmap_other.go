@@ -5,7 +5,8 @@ package pinmem
 import (
 	"fmt"
 	"sync/atomic"
-	"unsafe"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
 )
 
 var liveMappings atomic.Int64
@@ -13,10 +14,10 @@ var liveMappings atomic.Int64
 // mmapSupported reports whether pinmem can map and register memory itself.
 const mmapSupported = false
 
-func mapAnon(length uintptr, huge bool) (unsafe.Pointer, bool, error) {
+func mapAnon(length uintptr, huge bool) (cudadrv.HostPtr, bool, error) {
 	return nil, false, fmt.Errorf("pinmem: mapping memory for registration is implemented only on Linux: %w", ErrNotSupported)
 }
 
-func unmapAnon(p unsafe.Pointer, length uintptr) error { return nil }
+func unmapAnon(p cudadrv.HostPtr, length uintptr) error { return nil }
 
 func isENOMEM(err error) bool { return false }

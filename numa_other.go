@@ -5,15 +5,16 @@ package pinmem
 import (
 	"fmt"
 	"runtime"
-	"unsafe"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
 )
 
 // mbind is Linux-only; elsewhere pinmem does not map memory itself.
-func mbind(unsafe.Pointer, uintptr, int, bool) error {
+func mbind(cudadrv.HostPtr, uintptr, int, bool) error {
 	return fmt.Errorf("mbind on %s: %w", runtime.GOOS, ErrNotSupported)
 }
 
 // firstTouch is Linux-only (CPU affinity).
-func firstTouch(unsafe.Pointer, uintptr, []int, int) error {
+func firstTouch(cudadrv.HostPtr, uintptr, []int, int) error {
 	return fmt.Errorf("CPU affinity on %s: %w", runtime.GOOS, ErrNotSupported)
 }

@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/track"
@@ -137,7 +136,7 @@ func (b *DeviceBuffer) Memset(v byte) error {
 	return b.ctx.Memset(b.ptr, v, b.size)
 }
 
-func hostPtr(p []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(p)) }
+func hostPtr(p []byte) cudadrv.HostPtr { return cudadrv.PtrOf(p) }
 
 // CopyHtoD copies src to device address dst and returns when the data is
 // in place. src may be any Go memory. (The driver's synchronous copy from

@@ -3,9 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/track"
@@ -107,12 +105,7 @@ func (f *Function) Launch(s *Stream, grid, block Dim3, sharedMem uint32, args ..
 	if f.mod.unloaded.Load() {
 		return fmt.Errorf("cuda: kernel %q: module already unloaded: %w", f.name, ErrInvalidHandle)
 	}
-	n := len(args)
-	if n == 0 {
-		n = 1
-	}
-	vals := make([]uint64, n)
-	ptrs := make([]unsafe.Pointer, n)
+	vals := make([]uint64, len(args))
 	for i, a := range args {
 		v, err := argBits(a)
 		if err != nil {
@@ -120,17 +113,8 @@ func (f *Function) Launch(s *Stream, grid, block Dim3, sharedMem uint32, args ..
 		}
 		vals[i] = v
 	}
-	var pin runtime.Pinner
-	defer pin.Unpin()
-	pin.Pin(&vals[0])
-	pin.Pin(&ptrs[0])
-	for i := range args {
-		ptrs[i] = unsafe.Pointer(&vals[i])
-	}
-	var params unsafe.Pointer
-	if len(args) > 0 {
-		params = unsafe.Pointer(&ptrs[0])
-	}
+	params, release := cudadrv.KernelParams(vals)
+	defer release()
 	err := s.call(func() error {
 		return s.ctx.drv.LaunchKernel(f.h, [3]uint32{grid.X, grid.Y, grid.Z}, [3]uint32{block.X, block.Y, block.Z}, sharedMem, s.h, params)
 	})

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"os"
 	"sync"
-	"unsafe"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/internal/cudadrv"
 )
 
 // RegCache is a Copier's registration cache: it pins large Go slices in
@@ -148,8 +148,7 @@ func freeAll(bufs []*pinmem.Buffer) error {
 // sliceAt returns the n bytes at address lo, which lie inside the memory
 // of base (a slice starting at baseLo) or of the entries' buffers.
 func sliceAt(base []byte, baseLo, lo uintptr, n int) []byte {
-	p := unsafe.Pointer(unsafe.SliceData(base))
-	return unsafe.Slice((*byte)(unsafe.Add(p, lo-baseLo)), n)
+	return cudadrv.BytesAt(cudadrv.Offset(cudadrv.PtrOf(base), lo-baseLo), uintptr(n))
 }
 
 // acquire returns the parts of p the cache has (or now gets) registered,

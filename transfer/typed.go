@@ -2,9 +2,9 @@ package transfer
 
 import (
 	"context"
-	"unsafe"
 
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
 )
 
 // Elem is the set of element types a typed copy accepts: fixed-size
@@ -19,8 +19,7 @@ func AsBytes[T Elem](s []T) []byte {
 	if len(s) == 0 {
 		return nil
 	}
-	var z T
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
+	return cudadrv.AsBytes(s)
 }
 
 // HtoDSlice copies the elements of src into the device buffer dst.
