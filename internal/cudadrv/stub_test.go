@@ -1,0 +1,137 @@
+package cudadrv_test
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"unsafe"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+)
+
+// stubLibrary builds testdata/stubcuda.c into a shared library with the
+// system C compiler, so the purego binding itself (symbol binding, argument
+// and out-parameter passing, error names, missing symbols) is tested on
+// machines without a GPU. It skips when no C compiler is installed: this
+// is not a GPU test, and the GPU suite tests the binding against the real
+// driver.
+func stubLibrary(t *testing.T) string {
+	t.Helper()
+	cc := ""
+	for _, c := range []string{os.Getenv("CC"), "cc", "gcc", "clang"} {
+		if c != "" {
+			if p, err := exec.LookPath(c); err == nil {
+				cc = p
+				break
+			}
+		}
+	}
+	if cc == "" {
+		t.Skip("no C compiler to build the stub driver library")
+	}
+	out := filepath.Join(t.TempDir(), "libstubcuda.so")
+	cmd := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", out, "testdata/stubcuda.c")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, b)
+	}
+	return out
+}
+
+func TestStubLibraryBinding(t *testing.T) {
+	path := stubLibrary(t)
+	d, err := cudadrv.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := d.DriverGetVersion(); err != nil || v != 12080 {
+		t.Errorf("DriverGetVersion = %d, %v", v, err)
+	}
+	if n, err := d.DeviceGetCount(); err != nil || n != 1 {
+		t.Errorf("DeviceGetCount = %d, %v", n, err)
+	}
+	if name, err := d.DeviceGetName(0); err != nil || name != "Stub GPU" {
+		t.Errorf("DeviceGetName = %q, %v", name, err)
+	}
+	if v, err := d.DeviceGetAttribute(cudadrv.AttrMultiprocessorCount, 0); err != nil || v != int(cudadrv.AttrMultiprocessorCount) {
+		t.Errorf("DeviceGetAttribute = %d, %v", v, err)
+	}
+	if b, err := d.DeviceTotalMem(0); err != nil || b != 1<<34 {
+		t.Errorf("DeviceTotalMem = %d, %v", b, err)
+	}
+	if p, err := d.MemAlloc(4096); err != nil || p != 0x7f0000001000 {
+		t.Errorf("MemAlloc = %#x, %v", p, err)
+	}
+
+	// A failing call: the error carries op, code, and the library's own name and text.
+	_, err = d.MemAlloc(1 << 41)
+	var de *cudadrv.Error
+	if !errors.As(err, &de) || de.Op != "cuMemAlloc_v2" || de.Code != cudadrv.ErrorOutOfMemory ||
+		de.Name != "CUDA_ERROR_OUT_OF_MEMORY" || de.Detail != "out of memory" || !errors.Is(err, cudadrv.ErrOutOfMemory) {
+		t.Errorf("MemAlloc(2 TiB) = %#v", err)
+	}
+	if _, err := d.DeviceGet(3); !errors.Is(err, cudadrv.ErrNoDevice) {
+		t.Errorf("DeviceGet(3) = %v, want ErrNoDevice", err)
+	}
+
+	// cuEventElapsedTime_v2 is missing: the binding falls back to the old entry point.
+	if ms, err := d.EventElapsedTime(0x10, 0x20); err != nil || ms != 1.5 {
+		t.Errorf("EventElapsedTime = %v, %v", ms, err)
+	}
+
+	// Eleven arguments, five of them on the stack, and a parameter block.
+	vals := []uint64{0x1122334455667788, 0xab}
+	params, release := cudadrv.KernelParams(vals)
+	err = d.LaunchKernel(0xf00d, [3]uint32{2, 3, 4}, [3]uint32{5, 6, 7}, 8, 0x9, params)
+	release()
+	if err != nil {
+		t.Errorf("LaunchKernel: the stub saw different arguments: %v", err)
+	}
+
+	// A symbol the library lacks is a typed error, never a panic.
+	buf := make([]byte, 4096)
+	err = d.MemHostRegister(unsafe.Pointer(&buf[0]), 4096, 0)
+	var le *cudadrv.LoadError
+	if !errors.As(err, &le) || le.Symbol != "cuMemHostRegister_v2" || !errors.Is(err, cudadrv.ErrNotSupported) || errors.Is(err, cudadrv.ErrNoDriver) {
+		t.Errorf("MemHostRegister on a library without it = %v", err)
+	}
+	if _, err := d.StreamCreate(0); !errors.Is(err, cudadrv.ErrNotSupported) {
+		t.Errorf("StreamCreate on a library without it = %v", err)
+	}
+	missing := cudadrv.MissingSymbols(d)
+	for _, want := range []string{"cuMemHostRegister_v2", "cuStreamCreate", "cuEventElapsedTime"} {
+		if want == "cuEventElapsedTime" {
+			if slices.Contains(missing, want) {
+				t.Errorf("MissingSymbols lists %s, which the stub has", want)
+			}
+			continue
+		}
+		if !slices.Contains(missing, want) {
+			t.Errorf("MissingSymbols lacks %s: %v", want, missing)
+		}
+	}
+	if got := d.ErrorName(cudadrv.Result(12345)); got != "" {
+		t.Errorf("ErrorName of an unknown code = %q, want empty", got)
+	}
+}
+
+func TestStubLibraryInitFailures(t *testing.T) {
+	path := stubLibrary(t)
+	t.Setenv("PINMEM_STUB_INIT", "nodevice")
+	_, err := cudadrv.Load(path)
+	if !errors.Is(err, cudadrv.ErrNoDevice) {
+		t.Errorf("cuInit returning NO_DEVICE: %v, want ErrNoDevice", err)
+	}
+	t.Setenv("PINMEM_STUB_INIT", "fail")
+	_, err = cudadrv.Load(path)
+	var le *cudadrv.LoadError
+	if !errors.As(err, &le) || !errors.Is(err, cudadrv.ErrNoDriver) {
+		t.Errorf("cuInit failing: %v, want a *LoadError matching ErrNoDriver", err)
+	}
+	// A library without cuInit at all (libc) is not a driver.
+	if _, err := cudadrv.Load("libc.so.6"); !errors.Is(err, cudadrv.ErrNoDriver) {
+		t.Errorf("Load(libc) = %v, want ErrNoDriver", err)
+	}
+}

@@ -1,0 +1,79 @@
+/*
+ * stubcuda.c: a stand-in libcuda for CPU tests of pinmem's purego binding
+ * (internal/cudadrv/stub_test.go builds it with the system C compiler).
+ * It implements a handful of driver entry points with fixed, checkable
+ * behaviour and deliberately lacks others, so the tests can exercise symbol
+ * binding, argument passing (including cuLaunchKernel's stack arguments),
+ * out-parameters, error names and the missing-symbol path. It is not CUDA.
+ */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+
+CUresult cuInit(unsigned int flags)
+{
+    const char* fail = getenv("PINMEM_STUB_INIT");
+    if (flags != 0) return 1;
+    if (fail && strcmp(fail, "nodevice") == 0) return 100;
+    if (fail && strcmp(fail, "fail") == 0) return 999;
+    return 0;
+}
+
+CUresult cuDriverGetVersion(int* v) { *v = 12080; return 0; }
+
+CUresult cuGetErrorName(CUresult r, const char** s)
+{
+    switch (r) {
+    case 1: *s = "CUDA_ERROR_INVALID_VALUE"; return 0;
+    case 2: *s = "CUDA_ERROR_OUT_OF_MEMORY"; return 0;
+    case 100: *s = "CUDA_ERROR_NO_DEVICE"; return 0;
+    }
+    return 1;
+}
+
+CUresult cuGetErrorString(CUresult r, const char** s)
+{
+    switch (r) {
+    case 1: *s = "invalid argument"; return 0;
+    case 2: *s = "out of memory"; return 0;
+    case 100: *s = "no CUDA-capable device is detected"; return 0;
+    }
+    return 1;
+}
+
+CUresult cuDeviceGetCount(int* n) { *n = 1; return 0; }
+CUresult cuDeviceGet(int* d, int ordinal) { if (ordinal != 0) return 101; *d = 0; return 0; }
+CUresult cuDeviceGetName(char* buf, int len, int dev) { (void)dev; strncpy(buf, "Stub GPU", (size_t)len); return 0; }
+/* Every attribute reads as its own number plus the device ordinal. */
+CUresult cuDeviceGetAttribute(int* v, int attr, int dev) { *v = attr + dev; return 0; }
+CUresult cuDeviceTotalMem_v2(size_t* b, int dev) { (void)dev; *b = (size_t)1 << 34; return 0; }
+
+CUresult cuMemAlloc_v2(unsigned long long* p, size_t n)
+{
+    if (n > ((size_t)1 << 40)) return 2;
+    *p = 0x7f0000001000ULL;
+    return 0;
+}
+
+/* Only the old entry point: the binding must fall back to it. */
+CUresult cuEventElapsedTime(float* ms, void* start, void* end)
+{
+    if (start != (void*)0x10 || end != (void*)0x20) return 1;
+    *ms = 1.5f;
+    return 0;
+}
+
+/* Succeeds only when all eleven arguments arrive as the test sends them
+ * (the last five travel on the stack on x86-64). */
+CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz,
+                        unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                        void* stream, void** params, void** extra)
+{
+    if (f != (void*)0xf00d || gx != 2 || gy != 3 || gz != 4 || bx != 5 || by != 6 || bz != 7 ||
+        shmem != 8 || stream != (void*)0x9 || extra != NULL) return 1;
+    if (params == NULL || *(unsigned long long*)params[0] != 0x1122334455667788ULL ||
+        *(unsigned char*)params[1] != 0xab) return 1;
+    return 0;
+}
