@@ -487,6 +487,28 @@ func (c *Copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.Devic
 // stageAt returns ring stage k (mod depth).
 func (c *Copier) stageAt(k int) *stage { return c.stages[k%len(c.stages)] }
 
+// reuse waits until stage s's last queued copy has run, if it has one.
+func (c *Copier) reuse(ctx context.Context, s *stage) error {
+	if !s.used {
+		return nil
+	}
+	return c.w.wait(ctx, s.ev)
+}
+
+// queued takes the result of queueing a copy into or out of stage s on
+// c.stream and, if it was queued, records s's event behind it, so that s is
+// reused only after that copy has run.
+func (c *Copier) queued(s *stage, err error) error {
+	if err != nil {
+		return err
+	}
+	if err := s.ev.Record(c.stream); err != nil {
+		return err
+	}
+	s.used = true
+	return nil
+}
+
 func (c *Copier) execHtoD(ctx context.Context, ops []op, st *Stats) error {
 	first := c.t0.Record(c.stream)
 	k := 0
@@ -504,23 +526,16 @@ func (c *Copier) execHtoD(ctx context.Context, ops []op, st *Stats) error {
 		}
 		s := c.stageAt(k)
 		k++
-		if s.used {
-			if err := c.w.wait(ctx, s.ev); err != nil {
-				first = err
-				break
-			}
+		if err := c.reuse(ctx, s); err != nil {
+			first = err
+			break
 		}
 		n := len(o.host)
 		st.CopyCPU += c.pool.copy(s.mem[:n], o.host)
-		if err := c.stream.CopyHtoD(o.dev, s.mem[:n]); err != nil {
+		if err := c.queued(s, c.stream.CopyHtoD(o.dev, s.mem[:n])); err != nil {
 			first = err
 			break
 		}
-		if err := s.ev.Record(c.stream); err != nil {
-			first = err
-			break
-		}
-		s.used = true
 	}
 	return c.drain(first, st)
 }
@@ -550,15 +565,10 @@ func (c *Copier) execDtoH(ctx context.Context, ops []op, st *Stats) error {
 			}
 			s := c.stageAt(k)
 			k++
-			if err := c.stream.CopyDtoH(s.mem[:len(o.host)], o.dev); err != nil {
+			if err := c.queued(s, c.stream.CopyDtoH(s.mem[:len(o.host)], o.dev)); err != nil {
 				first = err
 				break
 			}
-			if err := s.ev.Record(c.stream); err != nil {
-				first = err
-				break
-			}
-			s.used = true
 			q = append(q, pending{o, s})
 		}
 		if first != nil || len(q) == 0 {

@@ -42,24 +42,17 @@ func (c *Copier) ReadFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 			break
 		}
 		s := c.stageAt(k)
-		if s.used {
-			if err := c.w.wait(ctx, s.ev); err != nil {
-				first = err
-				break
-			}
+		if err := c.reuse(ctx, s); err != nil {
+			first = err
+			break
 		}
 		want := min(len(s.mem), dst.Size()-off)
 		n, rerr := io.ReadFull(r, s.mem[:want])
 		if n > 0 {
-			if err := c.stream.CopyHtoD(dst.Ptr().Add(off), s.mem[:n]); err != nil {
+			if err := c.queued(s, c.stream.CopyHtoD(dst.Ptr().Add(off), s.mem[:n])); err != nil {
 				first = err
 				break
 			}
-			if err := s.ev.Record(c.stream); err != nil {
-				first = err
-				break
-			}
-			s.used = true
 			off += n
 			st.Bytes += int64(n)
 			st.StagedBytes += int64(n)
@@ -122,15 +115,10 @@ func (c *Copier) WriteTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffe
 			s := c.stageAt(k)
 			k++
 			n := min(len(s.mem), size-next)
-			if err := c.stream.CopyDtoH(s.mem[:n], src.Ptr().Add(next)); err != nil {
+			if err := c.queued(s, c.stream.CopyDtoH(s.mem[:n], src.Ptr().Add(next))); err != nil {
 				first = err
 				break
 			}
-			if err := s.ev.Record(c.stream); err != nil {
-				first = err
-				break
-			}
-			s.used = true
 			q = append(q, pending{next, n, s})
 			next += n
 		}
