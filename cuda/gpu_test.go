@@ -14,21 +14,7 @@ import (
 	"github.com/pinmem/pinmem/kernels"
 )
 
-// gpuContext returns device 0's primary context, skipping (or failing under
-// PINMEM_REQUIRE_GPU=1) when there is no GPU.
-func gpuContext(t testing.TB) *cuda.Context {
-	t.Helper()
-	testutil.RequireGPU(t)
-	dev, err := cuda.GetDevice(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := dev.PrimaryContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ctx
-}
+func gpuContext(t testing.TB) *cuda.Context { return testutil.GPUContext(t) }
 
 func TestGPUDeviceProperties(t *testing.T) {
 	ctx := gpuContext(t)

@@ -15,21 +15,7 @@ import (
 	"github.com/pinmem/pinmem/kernels"
 )
 
-// gpuCtx returns device 0's primary context, or skips (fails with
-// PINMEM_REQUIRE_GPU=1) without a GPU.
-func gpuCtx(t testing.TB) *cuda.Context {
-	t.Helper()
-	testutil.RequireGPU(t)
-	dev, err := cuda.GetDevice(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := dev.PrimaryContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ctx
-}
+func gpuCtx(t testing.TB) *cuda.Context { return testutil.GPUContext(t) }
 
 func gpuCopier(t testing.TB, ctx *cuda.Context, opts ...Option) *Copier {
 	t.Helper()

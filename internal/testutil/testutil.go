@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/track"
@@ -217,4 +218,20 @@ func FirstMismatch(a, b []byte) int {
 		return n
 	}
 	return -1
+}
+
+// GPUContext returns device 0's primary context after RequireGPU: it skips
+// without a GPU, and fails instead under PINMEM_REQUIRE_GPU=1.
+func GPUContext(t testing.TB) *cuda.Context {
+	t.Helper()
+	RequireGPU(t)
+	dev, err := cuda.GetDevice(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := dev.PrimaryContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx
 }
