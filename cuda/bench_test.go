@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
 )
 
 // callBatch is how many calls one timed sample issues; the C reference
@@ -79,7 +80,9 @@ func BenchmarkCallCost(b *testing.B) {
 
 // BenchmarkCallCostVsC interleaves samples of the Go calls with samples of
 // the C reference (the callcost program built from cref/ with nvcc; its
-// path in PINMEM_CREF_CALLCOST) and reports both medians and their ratio.
+// path in PINMEM_CREF_CALLCOST) and reports both medians and their ratio,
+// with the median of the same calls routed through purego.SyscallN instead
+// of pinmem's trampoline (purego-ns/call).
 // Without the C program it reports the Go medians only. Each b.N iteration
 // is a whole set of rounds (seconds); run it with -test.benchtime=1x.
 func BenchmarkCallCostVsC(b *testing.B) {
@@ -89,7 +92,7 @@ func BenchmarkCallCostVsC(b *testing.B) {
 	for _, name := range []string{"ctxGetCurrent", "asyncH2D4KiB"} {
 		fn := cases[name]
 		b.Run(name, func(b *testing.B) {
-			var goNs, cNs []float64
+			var goNs, pgNs, cNs []float64
 			for i := 0; i < b.N; i++ {
 				for r := 0; r < rounds; r++ {
 					if err := sync(); err != nil {
@@ -100,6 +103,18 @@ func BenchmarkCallCostVsC(b *testing.B) {
 						b.Fatal(err)
 					}
 					goNs = append(goNs, ns)
+					// The same calls through purego.SyscallN, for the
+					// trampoline's gain in the same run.
+					if err := sync(); err != nil {
+						b.Fatal(err)
+					}
+					prev := cudadrv.UsePuregoCalls(true)
+					ns, err = sampleGo(fn)
+					cudadrv.UsePuregoCalls(prev)
+					if err != nil {
+						b.Fatal(err)
+					}
+					pgNs = append(pgNs, ns)
 					if cprog != "" {
 						c, err := sampleC(cprog)
 						if err != nil {
@@ -113,6 +128,7 @@ func BenchmarkCallCostVsC(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(median(goNs), "go-ns/call")
+			b.ReportMetric(median(pgNs), "purego-ns/call")
 			if len(cNs) > 0 {
 				b.ReportMetric(median(cNs), "c-ns/call")
 				b.ReportMetric(median(goNs)/median(cNs), "go/c")

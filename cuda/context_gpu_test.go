@@ -77,9 +77,11 @@ func TestGPUStreamWorkUnderAnyCurrentContext(t *testing.T) {
 }
 
 // BenchmarkIssueBreakdown splits the cost of issuing a 4 KiB async H2D
-// copy: the driver call alone through purego (context already current),
-// with a cuCtxSetCurrent before it (what every call cost before the
-// stream fast path), cuCtxSetCurrent alone, and the public Stream.CopyHtoD.
+// copy: the driver call alone (context already current) through pinmem's
+// trampoline and through purego.SyscallN, cuCtxGetCurrent both ways (the
+// call overhead with next to no driver work), the copy with a
+// cuCtxSetCurrent before it (what every call cost before the stream fast
+// path), cuCtxSetCurrent alone, and the public Stream.CopyHtoD.
 func BenchmarkIssueBreakdown(b *testing.B) {
 	ctx := gpuContext(b)
 	drv, err := cudadrv.Get()
@@ -102,18 +104,22 @@ func BenchmarkIssueBreakdown(b *testing.B) {
 	cc := cudadrv.Context(ctx.Handle())
 	dp := cudadrv.DevicePtr(d.Ptr())
 	cases := []struct {
-		name string
-		fn   func() error
+		name   string
+		fn     func() error
+		purego bool // route the driver calls through purego.SyscallN
 	}{
-		{"raw-async", func() error { return drv.MemcpyHtoDAsync(dp, hp, 4096, cs) }},
+		{"raw-async", func() error { return drv.MemcpyHtoDAsync(dp, hp, 4096, cs) }, false},
+		{"raw-async-purego", func() error { return drv.MemcpyHtoDAsync(dp, hp, 4096, cs) }, true},
+		{"raw-getcurrent", func() error { _, err := drv.CtxGetCurrent(); return err }, false},
+		{"raw-getcurrent-purego", func() error { _, err := drv.CtxGetCurrent(); return err }, true},
 		{"raw-set+async", func() error {
 			if err := drv.CtxSetCurrent(cc); err != nil {
 				return err
 			}
 			return drv.MemcpyHtoDAsync(dp, hp, 4096, cs)
-		}},
-		{"raw-set", func() error { return drv.CtxSetCurrent(cc) }},
-		{"public-async", func() error { return s.CopyHtoD(d.Ptr(), host) }},
+		}, false},
+		{"raw-set", func() error { return drv.CtxSetCurrent(cc) }, false},
+		{"public-async", func() error { return s.CopyHtoD(d.Ptr(), host) }, false},
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -122,6 +128,8 @@ func BenchmarkIssueBreakdown(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
+			prev := cudadrv.UsePuregoCalls(c.purego)
+			defer cudadrv.UsePuregoCalls(prev)
 			for i := 0; i < b.N; i++ {
 				if err := c.fn(); err != nil {
 					b.Fatal(err)

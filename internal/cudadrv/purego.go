@@ -154,7 +154,7 @@ func Load(path string) (Driver, error) {
 			return nil, &LoadError{Path: path, Err: fmt.Errorf("required symbol %s missing", name)}
 		}
 	}
-	r1, _, _ := purego.SyscallN(l.s.init, 0)
+	r1 := ccall(l.s.init, 0)
 	if r := Result(r1); r != Success {
 		err := l.errorOf("cuInit", r)
 		if r == ErrorNoDevice {
@@ -185,7 +185,7 @@ func (l *lib) ErrorName(r Result) string {
 		return ""
 	}
 	var p *byte
-	if r1, _, _ := purego.SyscallN(l.s.getErrorName, uintptr(r), uintptr(unsafe.Pointer(&p))); r1 != 0 {
+	if r1 := ccall(l.s.getErrorName, uintptr(r), uintptr(unsafe.Pointer(&p))); r1 != 0 {
 		return ""
 	}
 	return cString(p)
@@ -196,7 +196,7 @@ func (l *lib) ErrorString(r Result) string {
 		return ""
 	}
 	var p *byte
-	if r1, _, _ := purego.SyscallN(l.s.getErrorString, uintptr(r), uintptr(unsafe.Pointer(&p))); r1 != 0 {
+	if r1 := ccall(l.s.getErrorString, uintptr(r), uintptr(unsafe.Pointer(&p))); r1 != 0 {
 		return ""
 	}
 	return cString(p)
@@ -466,7 +466,7 @@ func (l *lib) call(addr *uintptr, op string, args ...uintptr) error {
 	if fn == 0 {
 		return &LoadError{Path: l.path, Symbol: l.missing[uintptr(unsafe.Pointer(addr))], Err: ErrNotSupported}
 	}
-	r1, _, _ := purego.SyscallN(fn, args...)
+	r1 := ccall(fn, args...)
 	if r := Result(int32(r1)); r != Success {
 		return l.errorOf(op, r)
 	}

@@ -40,8 +40,24 @@ func stubLibrary(t *testing.T) string {
 	return out
 }
 
+// TestStubLibraryBinding checks the binding through both call paths:
+// pinmem's own trampoline (the default) and purego.SyscallN.
 func TestStubLibraryBinding(t *testing.T) {
 	path := stubLibrary(t)
+	for _, viaPurego := range []bool{false, true} {
+		name := "trampoline"
+		if viaPurego {
+			name = "purego"
+		}
+		t.Run(name, func(t *testing.T) {
+			prev := cudadrv.UsePuregoCalls(viaPurego)
+			defer cudadrv.UsePuregoCalls(prev)
+			testStubBinding(t, path)
+		})
+	}
+}
+
+func testStubBinding(t *testing.T, path string) {
 	d, err := cudadrv.Load(path)
 	if err != nil {
 		t.Fatal(err)

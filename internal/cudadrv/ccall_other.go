@@ -1,0 +1,15 @@
+//go:build !(linux && (amd64 || arm64))
+
+package cudadrv
+
+import "github.com/ebitengine/purego"
+
+// UsePuregoCalls reports true and changes nothing here: on this platform
+// every driver call goes through purego.SyscallN.
+func UsePuregoCalls(bool) (prev bool) { return true }
+
+// ccall calls fn through purego where pinmem has no trampoline of its own.
+func ccall(fn uintptr, args ...uintptr) uintptr {
+	r1, _, _ := purego.SyscallN(fn, args...)
+	return r1
+}
