@@ -109,11 +109,17 @@ func BenchmarkRegCache(b *testing.B) {
 }
 
 // BenchmarkPinnedDirect compares the Copier's direct path from a pinned
-// buffer with a bare async copy on a stream plus synchronize (the cuda
-// package, the closest Go twin of the C reference), 256 MiB and 1 GiB.
+// buffer with a bare async copy on a stream plus cuStreamSynchronize (the
+// cuda package, the closest Go twin of the C reference), 256 MiB and 1 GiB,
+// each direction. Each round times the three variants back to back in a
+// rotating order: the Copier as configured by default (sleeps in the driver
+// and polls the last TailBytes), the Copier with WithTailSpin(0) (sleeps to
+// the end), and the bare stream copy. It reports the median GB/s of each
+// and the Copier's medians over the stream's.
 func BenchmarkPinnedDirect(b *testing.B) {
 	ctx := gpuCtx(b)
 	c := gpuCopier(b, ctx)
+	sleeper := gpuCopier(b, ctx, WithTailSpin(0))
 	const gib = 1 << 30
 	pinned, err := pinmem.Alloc(gib, 0, pinmem.WithDevice(ctx.Device()))
 	if err != nil {
@@ -121,6 +127,7 @@ func BenchmarkPinnedDirect(b *testing.B) {
 	}
 	b.Cleanup(func() { pinned.Free() })
 	defer c.AddPinned(pinned)()
+	defer sleeper.AddPinned(pinned)()
 	dev := gpuAlloc(b, ctx, gib)
 	s, err := ctx.NewStream(cuda.StreamNonBlocking)
 	if err != nil {
@@ -132,34 +139,78 @@ func BenchmarkPinnedDirect(b *testing.B) {
 		h := pinned.Bytes()[:n]
 		d, _ := dev.Slice(0, n)
 		name := fmt.Sprintf("%dMiB", n>>20)
-		b.Run("H2D/"+name+"/copier", func(b *testing.B) {
-			measure(b, n, func() error { _, err := c.HtoD(bg, d, h); return err })
-		})
-		b.Run("H2D/"+name+"/stream", func(b *testing.B) {
-			measure(b, n, func() error {
-				if err := s.CopyHtoD(d.Ptr(), h); err != nil {
-					return err
-				}
-				return s.Synchronize()
+		b.Run("H2D/"+name, func(b *testing.B) {
+			interleave(b, n, []variant{
+				{"copier", func() error { _, err := c.HtoD(bg, d, h); return err }},
+				{"copier-sleep", func() error { _, err := sleeper.HtoD(bg, d, h); return err }},
+				{"stream", func() error {
+					if err := s.CopyHtoD(d.Ptr(), h); err != nil {
+						return err
+					}
+					return s.Synchronize()
+				}},
 			})
 		})
-		b.Run("D2H/"+name+"/copier", func(b *testing.B) {
-			measure(b, n, func() error { _, err := c.DtoH(bg, h, d); return err })
-		})
-		b.Run("D2H/"+name+"/stream", func(b *testing.B) {
-			measure(b, n, func() error {
-				if err := s.CopyDtoH(h, d.Ptr()); err != nil {
-					return err
-				}
-				return s.Synchronize()
+		b.Run("D2H/"+name, func(b *testing.B) {
+			interleave(b, n, []variant{
+				{"copier", func() error { _, err := c.DtoH(bg, h, d); return err }},
+				{"copier-sleep", func() error { _, err := sleeper.DtoH(bg, h, d); return err }},
+				{"stream", func() error {
+					if err := s.CopyDtoH(h, d.Ptr()); err != nil {
+						return err
+					}
+					return s.Synchronize()
+				}},
 			})
 		})
 	}
 }
 
+// variant is one of the ways interleave times.
+type variant struct {
+	name string
+	fn   func() error
+}
+
+// interleave runs every variant once per round (b.N rounds, after one
+// warm-up round), rotating which goes first, and reports each variant's
+// median GB/s for n bytes and, for each variant after the last, its median
+// over the last variant's (the reference).
+func interleave(b *testing.B, n int, vs []variant) {
+	b.Helper()
+	for _, v := range vs {
+		if err := v.fn(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(n) * int64(len(vs)))
+	gbps := make([][]float64, len(vs))
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range vs {
+			k := (i + j) % len(vs)
+			t0 := time.Now()
+			if err := vs[k].fn(); err != nil {
+				b.Fatal(err)
+			}
+			gbps[k] = append(gbps[k], float64(n)/time.Since(t0).Seconds()/1e9)
+		}
+	}
+	b.StopTimer()
+	ref := median(gbps[len(vs)-1])
+	for k, v := range vs {
+		m := median(gbps[k])
+		b.ReportMetric(m, v.name+"-GB/s")
+		if k < len(vs)-1 && ref > 0 {
+			b.ReportMetric(m/ref, v.name+"/"+vs[len(vs)-1].name)
+		}
+	}
+}
+
 // BenchmarkPipeline runs 16 chunks of 32 MiB through H2D, add_u8 and D2H:
 // from pinned memory with 1 and 4 streams (the C reference: 20.4 and
-// 12.6 ms; bound about 10.6 ms), and from Go memory with 4 streams.
+// 12.6 ms; bound about 10.6 ms), with 4 streams again from a Copier that
+// never polls (WithTailSpin(0)), and from Go memory with 4 streams.
 func BenchmarkPipeline(b *testing.B) {
 	ctx := gpuCtx(b)
 	c := gpuCopier(b, ctx)
@@ -184,17 +235,23 @@ func BenchmarkPipeline(b *testing.B) {
 	work := LaunchWork(f, cuda.D1(props.Multiprocessors*4), cuda.D1(256), func(ch Chunk) []any {
 		return []any{ch.Dev.Ptr(), uint64(ch.Len), uint8(1)}
 	})
+	sleeper := gpuCopier(b, ctx, WithTailSpin(0))
+	for _, pb := range bufs {
+		defer sleeper.AddPinned(pb)()
+	}
 	for _, tc := range []struct {
 		name    string
+		c       *Copier
 		streams int
 		in, out []byte
 	}{
-		{"pinned/streams1", 1, bufs[0].Bytes(), bufs[1].Bytes()},
-		{"pinned/streams4", 4, bufs[0].Bytes(), bufs[1].Bytes()},
-		{"gomem/streams4", 4, heapIn, heapOut},
+		{"pinned/streams1", c, 1, bufs[0].Bytes(), bufs[1].Bytes()},
+		{"pinned/streams4", c, 4, bufs[0].Bytes(), bufs[1].Bytes()},
+		{"pinned/streams4/sleep", sleeper, 4, bufs[0].Bytes(), bufs[1].Bytes()},
+		{"gomem/streams4", c, 4, heapIn, heapOut},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			p, err := c.NewPipeline(PipelineConfig{ChunkSize: chunk, Streams: tc.streams, InFlight: chunks, Work: work})
+			p, err := tc.c.NewPipeline(PipelineConfig{ChunkSize: chunk, Streams: tc.streams, InFlight: chunks, Work: work})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -26,6 +26,8 @@ type Copier struct {
 	w         *waiter
 	cache     *RegCache
 	done      *cuda.Event // end of a transfer (blocking sync, no timing)
+	near      *cuda.Event // all but the transfer's last piece (see waitLast)
+	nearSet   bool        // near is recorded for the transfer in progress
 	t0, t1    *cuda.Event // timing of a transfer
 	ring      chan struct{}
 
@@ -71,6 +73,9 @@ func New(c *cuda.Context, opts ...Option) (cp *Copier, err error) {
 		cp.ownStream = true
 	}
 	if cp.done, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
+		return cp, err
+	}
+	if cp.near, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
 		return cp, err
 	}
 	if cp.t0, err = c.NewEvent(cuda.EventDefault); err != nil {
@@ -174,7 +179,7 @@ func (c *Copier) release() error {
 			errs = append(errs, s.ev.Destroy())
 		}
 	}
-	for _, e := range []*cuda.Event{c.done, c.t0, c.t1} {
+	for _, e := range []*cuda.Event{c.done, c.near, c.t0, c.t1} {
 		if e != nil {
 			errs = append(errs, e.Destroy())
 		}
@@ -422,7 +427,38 @@ func (c *Copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 		prev = s.hi
 	}
 	stage(prev, len(host))
+	// A long direct copy at the end goes in two pieces, so that waitLast
+	// sleeps through the first and polls only the last TailBytes.
+	if n := len(ops); c.o.tailSpin > 0 && n > 0 && ops[n-1].direct && len(ops[n-1].host) >= 2*TailBytes {
+		last := ops[n-1]
+		cut := len(last.host) - TailBytes
+		ops[n-1] = op{host: last.host[:cut], dev: last.dev, direct: true}
+		ops = append(ops, op{host: last.host[cut:], dev: last.dev.Add(cut), direct: true})
+	}
 	return ops
+}
+
+// markNear records c.near before the last of n ops (index i) is queued,
+// when there is work before it: waitLast then sleeps until the rest has run
+// and polls only the last piece.
+func (c *Copier) markNear(i, n int) {
+	if i == n-1 && n > 1 && c.o.tailSpin > 0 {
+		c.nearSet = c.near.Record(c.stream) == nil
+	}
+}
+
+// waitLast waits for ev, the end of the transfer in progress: asleep in
+// the driver until c.near (when recorded) and then polling for at most the
+// tail spin, so that the driver's wake-up latency does not land on the
+// transfer's end.
+func (c *Copier) waitLast(ctx context.Context, ev *cuda.Event) error {
+	if c.nearSet {
+		c.nearSet = false
+		if err := c.w.wait(ctx, c.near); err != nil {
+			return err
+		}
+	}
+	return c.w.waitTail(ctx, ev, c.o.tailSpin)
 }
 
 // ---- execution ----
@@ -512,7 +548,7 @@ func (c *Copier) queued(s *stage, err error) error {
 func (c *Copier) execHtoD(ctx context.Context, ops []op, st *Stats) error {
 	first := c.t0.Record(c.stream)
 	k := 0
-	for _, o := range ops {
+	for i, o := range ops {
 		if first != nil {
 			break
 		}
@@ -520,6 +556,7 @@ func (c *Copier) execHtoD(ctx context.Context, ops []op, st *Stats) error {
 			first = err
 			break
 		}
+		c.markNear(i, len(ops))
 		if o.direct {
 			first = c.stream.CopyHtoD(o.dev, o.host)
 			continue
@@ -555,6 +592,7 @@ func (c *Copier) execDtoH(ctx context.Context, ops []op, st *Stats) error {
 				break
 			}
 			o := ops[next]
+			c.markNear(next, len(ops))
 			next++
 			if o.direct {
 				if err := c.stream.CopyDtoH(o.host, o.dev); err != nil {
@@ -576,7 +614,11 @@ func (c *Copier) execDtoH(ctx context.Context, ops []op, st *Stats) error {
 		}
 		h := q[0]
 		q = q[1:]
-		if err := c.w.wait(ctx, h.s.ev); err != nil {
+		wait := c.w.wait
+		if len(q) == 0 && next == len(ops) {
+			wait = c.waitLast // the transfer's last piece
+		}
+		if err := wait(ctx, h.s.ev); err != nil {
 			first = err
 			break
 		}
@@ -592,10 +634,11 @@ func (c *Copier) execDtoH(ctx context.Context, ops []op, st *Stats) error {
 func (c *Copier) drain(first error, st *Stats) error {
 	errs := []error{first}
 	timed := c.t1.Record(c.stream) == nil
+	defer func() { c.nearSet = false }()
 	if err := c.done.Record(c.stream); err != nil {
 		// Without an event to wait on, synchronize the stream (one blocked thread, rarely).
 		errs = append(errs, err)
-	} else if err := c.w.wait(context.Background(), c.done); err != nil {
+	} else if err := c.waitLast(context.Background(), c.done); err != nil {
 		errs = append(errs, err)
 	}
 	// Collect asynchronous errors of the copies; everything is done, so this does not block.

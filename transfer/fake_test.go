@@ -289,9 +289,13 @@ func TestFakeRingOrdering(t *testing.T) {
 	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
 	mu.Lock()
 	defer mu.Unlock()
-	// timing record, then (copy, record) per stage, then the end records.
+	// timing record, then (copy, record) per stage, with the "near" record
+	// before the last copy, then the end records.
 	want := []string{"cuEventRecord"}
-	for range 11 {
+	for i := range 11 {
+		if i == 10 {
+			want = append(want, "cuEventRecord")
+		}
 		want = append(want, "cuMemcpyHtoDAsync_v2", "cuEventRecord")
 	}
 	want = append(want, "cuEventRecord", "cuEventRecord")
@@ -481,6 +485,69 @@ func TestFakePinnedDirect(t *testing.T) {
 	remove()
 	if st, _ = c.HtoD(context.Background(), dev, buf.Bytes()); st.DirectBytes != 0 {
 		t.Fatalf("forgotten pinned buffer still copied directly: %+v", st)
+	}
+}
+
+// TestFakeDirectTail: a long direct copy goes in two pieces with the
+// "near" event between them, so that the transfer sleeps through the first
+// and polls only the last TailBytes; WithTailSpin(0) queues one copy.
+func TestFakeDirectTail(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	n := 2*TailBytes + 4097
+	buf, err := pinmem.Alloc(n, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	dev := e.devbuf(t, n)
+	for _, tc := range []struct {
+		name string
+		spin time.Duration
+		want []string
+	}{
+		{"tail", DefaultTailSpin, []string{"cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventRecord"}},
+		{"nospin", 0, []string{"cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventRecord"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := e.copier(t, append(smallRing(), WithTailSpin(tc.spin))...)
+			defer c.AddPinned(buf)()
+			copy(buf.Bytes(), testutil.RandomBytes(n, 9))
+			var mu sync.Mutex
+			var ops []string
+			e.d.SetHook(func(op string) cudadrv.Result {
+				if op == "cuMemcpyHtoDAsync_v2" || op == "cuEventRecord" {
+					mu.Lock()
+					ops = append(ops, op)
+					mu.Unlock()
+				}
+				return cudadrv.Success
+			})
+			st, err := c.HtoD(context.Background(), dev, buf.Bytes())
+			e.d.SetHook(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.DirectBytes != int64(n) || st.StagedBytes != 0 {
+				t.Fatalf("stats %+v", st)
+			}
+			testutil.CheckBytes(t, buf.Bytes(), e.deviceBytes(t, dev))
+			mu.Lock()
+			defer mu.Unlock()
+			// t0, [first piece, near, then] the last piece, t1, done
+			if !slices.Equal(ops, tc.want) {
+				t.Fatalf("driver calls:\n got %v\nwant %v", ops, tc.want)
+			}
+			// Back from the device, the same split and the same bytes.
+			clear(buf.Bytes()[:4096])
+			want := e.deviceBytes(t, dev)
+			if _, err := c.DtoH(context.Background(), buf.Bytes(), dev); err != nil {
+				t.Fatal(err)
+			}
+			testutil.CheckBytes(t, want, buf.Bytes())
+		})
+	}
+	if _, err := New(e.ctx, WithTailSpin(-1)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("negative tail spin: %v, want ErrInvalidValue", err)
 	}
 }
 

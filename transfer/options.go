@@ -3,6 +3,7 @@ package transfer
 import (
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
@@ -28,6 +29,13 @@ const (
 	// MinChunk is the smallest piece a transfer is split into when it is
 	// smaller than a few stages, so that CPU copies and DMA still overlap.
 	MinChunk = 1 << 20
+	// DefaultTailSpin bounds how long a transfer polls its last event
+	// before sleeping in the driver (see WithTailSpin).
+	DefaultTailSpin = 2 * time.Millisecond
+	// TailBytes is the size of the last piece of a direct copy: the
+	// transfer sleeps in the driver until the rest has run and polls only
+	// while this piece runs (about 150 us at 55 GB/s).
+	TailBytes = 8 << 20
 	// DefaultRegistrationMin is the smallest page-aligned range the
 	// registration cache pins; below it registering costs more than it saves.
 	DefaultRegistrationMin = 1 << 20
@@ -44,10 +52,19 @@ type options struct {
 	stageFlags  pinmem.Flags
 	stageOpts   []pinmem.Option
 	threadCPU   bool
+	tailSpin    time.Duration
 }
 
 // Option configures a Copier.
 type Option func(*options)
+
+// WithTailSpin sets how long a transfer polls the event that ends it
+// (yielding the processor between queries) before it sleeps in the driver
+// until the copy engine is done. Sleeping costs no CPU but the driver wakes
+// the sleeper some time after the copy ends; polling the last piece
+// returns sooner. Long transfers sleep through all but their last TailBytes
+// and poll only then. 0 sleeps at once. Default DefaultTailSpin.
+func WithTailSpin(d time.Duration) Option { return func(o *options) { o.tailSpin = d } }
 
 // WithStageSize sets the size of each pinned staging buffer (rounded up to
 // 4 KiB). Default DefaultStageSize.
@@ -99,6 +116,7 @@ func buildOptions(opts []Option) (options, error) {
 		depth:     DefaultDepth,
 		cacheMin:  DefaultRegistrationMin,
 		threadCPU: true,
+		tailSpin:  DefaultTailSpin,
 	}
 	o.parallelism = min(DefaultParallelism, runtime.NumCPU())
 	for _, f := range opts {
@@ -116,6 +134,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if o.stageFlags&pinmem.WriteCombined != 0 {
 		return o, fmt.Errorf("transfer: write-combined staging buffers (device-to-host staging reads them with the CPU): %w", cuda.ErrInvalidValue)
+	}
+	if o.tailSpin < 0 {
+		return o, fmt.Errorf("transfer: tail spin %v: %w", o.tailSpin, cuda.ErrInvalidValue)
 	}
 	if o.cacheLimit < 0 || o.cacheMin < 0 {
 		return o, fmt.Errorf("transfer: registration cache limit %d, minimum %d: %w", o.cacheLimit, o.cacheMin, cuda.ErrInvalidValue)

@@ -368,7 +368,15 @@ func (p *Pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) 
 		if stop != nil {
 			wctx = context.Background() // draining: wait for the DMA whatever happens
 		}
-		if err := p.w.wait(wctx, pending[0].sl.ev); err != nil {
+		var err error
+		if next == n && len(pending) == 1 {
+			// The run's last chunk: poll its end (Copier's tail spin)
+			// rather than wait for the driver to wake a sleeper.
+			err = p.w.waitTail(wctx, pending[0].sl.ev, p.c.o.tailSpin)
+		} else {
+			err = p.w.wait(wctx, pending[0].sl.ev)
+		}
+		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 				fail(err)
 				continue

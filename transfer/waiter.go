@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/pinmem/pinmem/cuda"
 )
@@ -70,6 +71,34 @@ func (w *waiter) wait(ctx context.Context, ev *cuda.Event) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// waitTail waits for the event that ends a transfer: it polls ev for up to
+// spin (yielding the processor between queries) before handing it to the
+// waiter goroutine. The driver wakes a blocking-sync waiter some time after
+// the work completes; polling the last few hundred microseconds of a
+// transfer takes that wake-up off the caller's latency. spin <= 0 is wait.
+func (w *waiter) waitTail(ctx context.Context, ev *cuda.Event, spin time.Duration) error {
+	if spin <= 0 {
+		return w.wait(ctx, ev)
+	}
+	deadline := time.Now().Add(spin)
+	for {
+		done, err := ev.Query()
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return w.wait(ctx, ev)
+		}
+		runtime.Gosched()
 	}
 }
 

@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -255,8 +256,14 @@ func CompareZeroCopy(ctx context.Context, c *cuda.Context, size int, reuses []in
 	return rows, nil
 }
 
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
+// median returns the median of v (the upper one of an even count; zero
+// when v is empty), leaving v as it is.
+func median[T cmp.Ordered](v []T) T {
+	if len(v) == 0 {
+		var zero T
+		return zero
+	}
+	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]
 }
