@@ -2,6 +2,7 @@ package pinmem
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -71,6 +72,57 @@ func BenchmarkPin(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPinThreshold finds where MethodAuto should switch from
+// cuMemHostAlloc to mmap + register (AutoMmapThreshold): for each size it
+// pins and frees a buffer both ways, alternating which goes first, and
+// reports each method's median pin+free time and mmap-register's over
+// hostalloc's (below 1: mmap-register is faster at that size).
+func BenchmarkPinThreshold(b *testing.B) {
+	newGPUEnv(b, 0)
+	once := func(m Method, n int) (time.Duration, error) {
+		t0 := time.Now()
+		buf, err := Alloc(n, 0, WithMethod(m))
+		if err != nil {
+			return 0, err
+		}
+		err = buf.Free()
+		return time.Since(t0), err
+	}
+	for _, n := range []int{256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20} {
+		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
+			methods := []Method{MethodHostAlloc, MethodMmapRegister}
+			times := make([][]time.Duration, 2)
+			for i := 0; b.Loop(); i++ {
+				for j := range methods {
+					k := (i + j) % 2
+					d, err := once(methods[k], n)
+					if err != nil {
+						b.Fatal(err)
+					}
+					times[k] = append(times[k], d)
+				}
+			}
+			h, m := medianDuration(times[0]), medianDuration(times[1])
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(float64(h.Microseconds()), "hostalloc-us")
+			b.ReportMetric(float64(m.Microseconds()), "mmap-us")
+			if h > 0 {
+				b.ReportMetric(float64(m)/float64(h), "mmap/hostalloc")
+			}
+		})
+	}
+}
+
+// medianDuration returns the median of d (upper one of an even count).
+func medianDuration(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 var copySizes = []struct {
