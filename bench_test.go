@@ -90,7 +90,7 @@ func BenchmarkPinThreshold(b *testing.B) {
 		err = buf.Free()
 		return time.Since(t0), err
 	}
-	for _, n := range []int{256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20} {
+	for _, n := range []int{4 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20} {
 		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
 			methods := []Method{MethodHostAlloc, MethodMmapRegister}
 			times := make([][]time.Duration, 2)

@@ -618,15 +618,15 @@ func TestReclaim(t *testing.T) {
 	removeIdle := AddReclaimer(idle)
 	defer removeIdle()
 	remove := AddReclaimer(r)
-	b, err := Alloc(2<<20+100, 0) // 3 MiB pinned + 2 MiB > 4 MiB: needs 1 MiB + 100 back
+	b, err := Alloc(2<<20+4096, 0) // 3 MiB pinned + 2 MiB > 4 MiB: needs 1 MiB + 4 KiB back
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(r.bufs) != 1 {
 		t.Errorf("reclaimer kept %d buffers, want 1 (asked %v)", len(r.bufs), r.asked)
 	}
-	if len(r.asked) != 1 || r.asked[0] != 1<<20+100 {
-		t.Errorf("reclaimer asked for %v, want [%d]", r.asked, 1<<20+100)
+	if len(r.asked) != 1 || r.asked[0] != 1<<20+4096 {
+		t.Errorf("reclaimer asked for %v, want [%d]", r.asked, 1<<20+4096)
 	}
 	remove()
 	remove() // idempotent

@@ -161,10 +161,14 @@ func (m Method) String() string {
 }
 
 // AutoMmapThreshold is the size from which MethodAuto maps and registers
-// memory itself instead of calling cuMemHostAlloc. ANCHORS.md: cuMemHostAlloc
-// costs 1.2 ms for 1 MiB and 32 ms for 64 MiB; faulting in pages in parallel
-// plus cuMemHostRegister costs well under half of that from a few MiB on.
-const AutoMmapThreshold = 4 << 20
+// memory itself instead of calling cuMemHostAlloc. Measured on an H200
+// (BenchmarkPinThreshold, pin + free, medians of interleaved samples,
+// docs/PERF.md run 10): mmap + register took 0.25x the time of
+// cuMemHostAlloc at 256 KiB, 0.31x at 4 MiB and 0.23x at 32 MiB (1.4 ms vs
+// 0.35 ms at 256 KiB: cuMemHostAlloc has a large fixed cost). Mappings
+// under 2 MiB are rounded to the page, not to a huge page, so small
+// buffers waste nothing.
+const AutoMmapThreshold = 256 << 10
 
 // options are Alloc's and Register's settings.
 type options struct {

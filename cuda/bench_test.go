@@ -30,6 +30,30 @@ func sampleGo(fn func() error) (float64, error) {
 	return float64(time.Since(start).Nanoseconds()) / callBatch, nil
 }
 
+// cSamples is how many batches one round of the C reference times (after
+// one warm-up batch); roundGo does the same on the Go side.
+const cSamples = 5
+
+// roundGo is the Go side of one round, timed as cref/callcost times C: a
+// warm-up batch, then cSamples batches each started on an idle stream, and
+// their median in ns per call.
+func roundGo(fn, sync func() error) (float64, error) {
+	var v []float64
+	for i := -1; i < cSamples; i++ {
+		if err := sync(); err != nil {
+			return 0, err
+		}
+		ns, err := sampleGo(fn)
+		if err != nil {
+			return 0, err
+		}
+		if i >= 0 {
+			v = append(v, ns)
+		}
+	}
+	return median(v), nil
+}
+
 // callCostCases are the calls compared with C: a trivial driver call and
 // issuing a 4 KiB asynchronous H2D copy from pinned memory.
 func callCostCases(b *testing.B) (cases map[string]func() error, sync func() error) {
@@ -78,13 +102,15 @@ func BenchmarkCallCost(b *testing.B) {
 	}
 }
 
-// BenchmarkCallCostVsC interleaves samples of the Go calls with samples of
+// BenchmarkCallCostVsC interleaves rounds of the Go calls with rounds of
 // the C reference (the callcost program built from cref/ with nvcc; its
-// path in PINMEM_CREF_CALLCOST) and reports both medians and their ratio,
-// with the median of the same calls routed through purego.SyscallN instead
-// of pinmem's trampoline (purego-ns/call).
-// Without the C program it reports the Go medians only. Each b.N iteration
-// is a whole set of rounds (seconds); run it with -test.benchtime=1x.
+// path in PINMEM_CREF_CALLCOST). A round is timed the same way on both
+// sides: a warm-up batch, then the median of five batches of 1000 calls.
+// It reports the medians over rounds and their ratio, and the median of
+// the same Go calls routed through purego.SyscallN instead of pinmem's
+// trampoline (purego-ns/call). Without the C program it reports the Go
+// medians only. Each b.N iteration is a whole set of rounds (seconds); run
+// it with -test.benchtime=1x.
 func BenchmarkCallCostVsC(b *testing.B) {
 	cases, sync := callCostCases(b)
 	cprog := os.Getenv("PINMEM_CREF_CALLCOST")
@@ -95,21 +121,15 @@ func BenchmarkCallCostVsC(b *testing.B) {
 			var goNs, pgNs, cNs []float64
 			for i := 0; i < b.N; i++ {
 				for r := 0; r < rounds; r++ {
-					if err := sync(); err != nil {
-						b.Fatal(err)
-					}
-					ns, err := sampleGo(fn)
+					ns, err := roundGo(fn, sync)
 					if err != nil {
 						b.Fatal(err)
 					}
 					goNs = append(goNs, ns)
 					// The same calls through purego.SyscallN, for the
 					// trampoline's gain in the same run.
-					if err := sync(); err != nil {
-						b.Fatal(err)
-					}
 					prev := cudadrv.UsePuregoCalls(true)
-					ns, err = sampleGo(fn)
+					ns, err = roundGo(fn, sync)
 					cudadrv.UsePuregoCalls(prev)
 					if err != nil {
 						b.Fatal(err)
@@ -143,7 +163,7 @@ var cKind = map[string]string{"ctxGetCurrent": "cuCtxGetCurrent", "asyncH2D4KiB"
 // sampleC runs the C reference for a few samples and returns its median
 // ns per call for each kind it measured.
 func sampleC(prog string) (map[string]float64, error) {
-	cmd := exec.Command(filepath.Clean(prog), "--samples", "5", "--batch", strconv.Itoa(callBatch))
+	cmd := exec.Command(filepath.Clean(prog), "--samples", strconv.Itoa(cSamples), "--batch", strconv.Itoa(callBatch))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

@@ -77,11 +77,13 @@ func TestGPUStreamWorkUnderAnyCurrentContext(t *testing.T) {
 }
 
 // BenchmarkIssueBreakdown splits the cost of issuing a 4 KiB async H2D
-// copy: the driver call alone (context already current) through pinmem's
-// trampoline and through purego.SyscallN, cuCtxGetCurrent both ways (the
-// call overhead with next to no driver work), the copy with a
-// cuCtxSetCurrent before it (what every call cost before the stream fast
-// path), cuCtxSetCurrent alone, and the public Stream.CopyHtoD.
+// copy: the driver call alone through pinmem's trampoline and through
+// purego.SyscallN, with the context current on the thread and with none,
+// cuCtxGetCurrent both ways (the call overhead with next to no driver
+// work), the copy with a cuCtxSetCurrent before it (what every call cost
+// before the stream fast path), cuCtxSetCurrent alone, and the public
+// Stream.CopyHtoD on an unlocked goroutine, with the context current, and
+// with none.
 func BenchmarkIssueBreakdown(b *testing.B) {
 	ctx := gpuContext(b)
 	drv, err := cudadrv.Get()
@@ -103,33 +105,50 @@ func BenchmarkIssueBreakdown(b *testing.B) {
 	cs := cudadrv.Stream(s.Handle())
 	cc := cudadrv.Context(ctx.Handle())
 	dp := cudadrv.DevicePtr(d.Ptr())
+	raw := func() error { return drv.MemcpyHtoDAsync(dp, hp, 4096, cs) }
+	public := func() error { return s.CopyHtoD(d.Ptr(), host) }
+	getCurrent := func() error { _, err := drv.CtxGetCurrent(); return err }
+	// thread: "" runs on whatever thread the benchmark goroutine gets (it is
+	// not locked; the context is current there only if an earlier call on
+	// that thread made it so); "ctx" locks it with the context current;
+	// "none" locks it with no context current.
 	cases := []struct {
 		name   string
 		fn     func() error
 		purego bool // route the driver calls through purego.SyscallN
+		thread string
 	}{
-		{"raw-async", func() error { return drv.MemcpyHtoDAsync(dp, hp, 4096, cs) }, false},
-		{"raw-async-purego", func() error { return drv.MemcpyHtoDAsync(dp, hp, 4096, cs) }, true},
-		{"raw-getcurrent", func() error { _, err := drv.CtxGetCurrent(); return err }, false},
-		{"raw-getcurrent-purego", func() error { _, err := drv.CtxGetCurrent(); return err }, true},
+		{"raw-async", raw, false, "ctx"},
+		{"raw-async-purego", raw, true, "ctx"},
+		{"raw-async-nocurrent", raw, false, "none"},
+		{"raw-getcurrent", getCurrent, false, "ctx"},
+		{"raw-getcurrent-purego", getCurrent, true, "ctx"},
 		{"raw-set+async", func() error {
 			if err := drv.CtxSetCurrent(cc); err != nil {
 				return err
 			}
-			return drv.MemcpyHtoDAsync(dp, hp, 4096, cs)
-		}, false},
-		{"raw-set", func() error { return drv.CtxSetCurrent(cc) }, false},
-		{"public-async", func() error { return s.CopyHtoD(d.Ptr(), host) }, false},
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := drv.CtxSetCurrent(cc); err != nil {
-		b.Fatal(err)
+			return raw()
+		}, false, "ctx"},
+		{"raw-set", func() error { return drv.CtxSetCurrent(cc) }, false, "ctx"},
+		{"public-async", public, false, ""},
+		{"public-async-current", public, false, "ctx"},
+		{"public-async-nocurrent", public, false, "none"},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			prev := cudadrv.UsePuregoCalls(c.purego)
 			defer cudadrv.UsePuregoCalls(prev)
+			if c.thread != "" {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				want := cc
+				if c.thread == "none" {
+					want = 0
+				}
+				if err := drv.CtxSetCurrent(want); err != nil {
+					b.Fatal(err)
+				}
+			}
 			for i := 0; i < b.N; i++ {
 				if err := c.fn(); err != nil {
 					b.Fatal(err)

@@ -440,7 +440,7 @@ func TestFaultsLeaveNothingPinned(t *testing.T) {
 	}{
 		{"slab-hostalloc", "cuMemHostAlloc", 1000, 0},
 		{"slab-devptr", "cuMemHostGetDevicePointer_v2", 1000, pinmem.Mapped}, // fails after the slab is pinned
-		{"large-hostalloc", "cuMemHostAlloc", 1 << 20, 0},
+		{"large-hostalloc", "cuMemHostAlloc", 1 << 20, pinmem.WriteCombined}, // write-combined memory only comes from cuMemHostAlloc
 		{"large-register", "cuMemHostRegister_v2", 8 << 20, 0},
 		{"huge-register", "cuMemHostRegister_v2", HugeThreshold + 1, 0},
 	}

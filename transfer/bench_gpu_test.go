@@ -3,6 +3,7 @@ package transfer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -174,8 +175,9 @@ type variant struct {
 
 // interleave runs every variant once per round (b.N rounds, after one
 // warm-up round), rotating which goes first, and reports each variant's
-// median GB/s for n bytes and, for each variant after the last, its median
-// over the last variant's (the reference).
+// median GB/s for n bytes, its spread ((max-min)/median, in %) and, for each
+// variant before the last, its median over the last variant's (the
+// reference).
 func interleave(b *testing.B, n int, vs []variant) {
 	b.Helper()
 	for _, v := range vs {
@@ -201,6 +203,9 @@ func interleave(b *testing.B, n int, vs []variant) {
 	for k, v := range vs {
 		m := median(gbps[k])
 		b.ReportMetric(m, v.name+"-GB/s")
+		if m > 0 {
+			b.ReportMetric((slices.Max(gbps[k])-slices.Min(gbps[k]))/m*100, v.name+"-spread-%")
+		}
 		if k < len(vs)-1 && ref > 0 {
 			b.ReportMetric(m/ref, v.name+"/"+vs[len(vs)-1].name)
 		}
