@@ -196,12 +196,16 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 		return nil, fmt.Errorf("pinmem: %w", err)
 	}
 	placed := placeMapping(t, p, length, o) // before any page is touched
+	var ph pinPhases
+	ph.mapped = time.Since(start)
 	touch(p, length, o.threads, hugeOn)
+	ph.touched = time.Since(start)
 	var chunks []chunk
 	err = t.do(func() (err error) {
 		chunks, err = registerChunks(t, p, length, flags)
 		return err
 	})
+	ph.registered = time.Since(start)
 	if err != nil {
 		_ = unmapAnon(p, length)
 		unreserve(n)
@@ -215,10 +219,15 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 		return nil, err
 	}
 	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindMmapRegistered, flags: flags,
-		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo, numa: placed}
+		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo, numa: placed, phases: ph}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
 }
+
+// pinPhases are the times, from the start of allocMmap, at which the
+// mapping (and NUMA placement) was done, its pages were touched, and it was
+// registered. BenchmarkPin reports them.
+type pinPhases struct{ mapped, touched, registered time.Duration }
 
 // driverErr wraps a failed pin: out-of-memory failures become an
 // *OutOfMemoryError with the budget figures.

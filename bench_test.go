@@ -43,6 +43,7 @@ func BenchmarkPin(b *testing.B) {
 						b.Skip("big sizes need -test.short=false")
 					}
 					var pin, free time.Duration
+					var ph pinPhases
 					for b.Loop() {
 						t0 := time.Now()
 						buf, err := Alloc(sz.n, 0, append([]Option{WithMethod(m.m)}, m.opts...)...)
@@ -50,6 +51,9 @@ func BenchmarkPin(b *testing.B) {
 							b.Fatal(err)
 						}
 						t1 := time.Now()
+						ph.mapped += buf.s.phases.mapped
+						ph.touched += buf.s.phases.touched
+						ph.registered += buf.s.phases.registered
 						if err := buf.Free(); err != nil {
 							b.Fatal(err)
 						}
@@ -61,6 +65,12 @@ func BenchmarkPin(b *testing.B) {
 					b.ReportMetric(0, "ns/op")
 					b.ReportMetric(pms, "pin-ms/op")
 					b.ReportMetric(fms, "free-ms/op")
+					if m.m == MethodMmapRegister {
+						ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 / float64(b.N) }
+						b.ReportMetric(ms(ph.mapped), "map-ms/op")
+						b.ReportMetric(ms(ph.touched-ph.mapped), "touch-ms/op")
+						b.ReportMetric(ms(ph.registered-ph.touched), "register-ms/op")
+					}
 					k := key{sz.n}
 					if m.m == MethodHostAlloc {
 						ref[k] = [2]float64{pms, fms}

@@ -33,6 +33,7 @@ type bufState struct {
 	flags  Flags
 	huge   bool       // huge pages were requested and accepted (mmap only)
 	numa   *Placement // NUMA placement of pinmem's own mapping; nil: none attempted (numa.go)
+	phases pinPhases  // KindMmapRegistered: where the pinning time went
 
 	mapLen uintptr // KindMmapRegistered: the mapping's length
 	chunks []chunk // registered kinds: the registrations
