@@ -108,7 +108,7 @@ func BenchmarkCallCost(b *testing.B) {
 // sides: a warm-up batch, then the median of five batches of 1000 calls.
 // It reports the medians over rounds and their ratio, and the median of
 // the same Go calls routed through purego.SyscallN instead of pinmem's
-// trampoline (purego-ns/call) and with bindOnCall on (bind-ns/call). Without the C program it reports the Go
+// trampoline (purego-ns/call). Without the C program it reports the Go
 // medians only. Each b.N iteration is a whole set of rounds (seconds); run
 // it with -test.benchtime=1x.
 func BenchmarkCallCostVsC(b *testing.B) {
@@ -118,7 +118,7 @@ func BenchmarkCallCostVsC(b *testing.B) {
 	for _, name := range []string{"ctxGetCurrent", "asyncH2D4KiB"} {
 		fn := cases[name]
 		b.Run(name, func(b *testing.B) {
-			var goNs, pgNs, bindNs, cNs []float64
+			var goNs, pgNs, cNs []float64
 			for i := 0; i < b.N; i++ {
 				for r := 0; r < rounds; r++ {
 					ns, err := roundGo(fn, sync)
@@ -135,15 +135,6 @@ func BenchmarkCallCostVsC(b *testing.B) {
 						b.Fatal(err)
 					}
 					pgNs = append(pgNs, ns)
-					// And with bindOnCall: the context made current on
-					// the calling thread where it is not.
-					prevBind := cuda.SetBindOnCall(true)
-					ns, err = roundGo(fn, sync)
-					cuda.SetBindOnCall(prevBind)
-					if err != nil {
-						b.Fatal(err)
-					}
-					bindNs = append(bindNs, ns)
 					if cprog != "" {
 						c, err := sampleC(cprog)
 						if err != nil {
@@ -158,11 +149,9 @@ func BenchmarkCallCostVsC(b *testing.B) {
 			}
 			b.ReportMetric(median(goNs), "go-ns/call")
 			b.ReportMetric(median(pgNs), "purego-ns/call")
-			b.ReportMetric(median(bindNs), "bind-ns/call")
 			if len(cNs) > 0 {
 				b.ReportMetric(median(cNs), "c-ns/call")
 				b.ReportMetric(median(goNs)/median(cNs), "go/c")
-				b.ReportMetric(median(bindNs)/median(cNs), "bind/c")
 			}
 		})
 	}

@@ -82,9 +82,8 @@ func TestGPUStreamWorkUnderAnyCurrentContext(t *testing.T) {
 // cuCtxGetCurrent both ways (the call overhead with next to no driver
 // work), the copy with a cuCtxSetCurrent before it (what every call cost
 // before the stream fast path), cuCtxSetCurrent alone, and the public
-// Stream.CopyHtoD on an unlocked goroutine, with the context current, with
-// none, and with bindOnCall (check the thread's context on each call, make
-// it current where it is not).
+// Stream.CopyHtoD on an unlocked goroutine, with the context current, and
+// with none.
 func BenchmarkIssueBreakdown(b *testing.B) {
 	ctx := gpuContext(b)
 	drv, err := cudadrv.Get()
@@ -118,30 +117,27 @@ func BenchmarkIssueBreakdown(b *testing.B) {
 		fn     func() error
 		purego bool // route the driver calls through purego.SyscallN
 		thread string
-		bind   bool // stream calls make their context current on the thread first
 	}{
-		{"raw-async", raw, false, "ctx", false},
-		{"raw-async-purego", raw, true, "ctx", false},
-		{"raw-async-nocurrent", raw, false, "none", false},
-		{"raw-getcurrent", getCurrent, false, "ctx", false},
-		{"raw-getcurrent-purego", getCurrent, true, "ctx", false},
+		{"raw-async", raw, false, "ctx"},
+		{"raw-async-purego", raw, true, "ctx"},
+		{"raw-async-nocurrent", raw, false, "none"},
+		{"raw-getcurrent", getCurrent, false, "ctx"},
+		{"raw-getcurrent-purego", getCurrent, true, "ctx"},
 		{"raw-set+async", func() error {
 			if err := drv.CtxSetCurrent(cc); err != nil {
 				return err
 			}
 			return raw()
-		}, false, "ctx", false},
-		{"raw-set", func() error { return drv.CtxSetCurrent(cc) }, false, "ctx", false},
-		{"public-async", public, false, "", false},
-		{"public-async-current", public, false, "ctx", false},
-		{"public-async-nocurrent", public, false, "none", false},
-		{"public-async-bind", public, false, "", true},
+		}, false, "ctx"},
+		{"raw-set", func() error { return drv.CtxSetCurrent(cc) }, false, "ctx"},
+		{"public-async", public, false, ""},
+		{"public-async-current", public, false, "ctx"},
+		{"public-async-nocurrent", public, false, "none"},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			prev := cudadrv.UsePuregoCalls(c.purego)
 			defer cudadrv.UsePuregoCalls(prev)
-			defer cuda.SetBindOnCall(cuda.SetBindOnCall(c.bind))
 			if c.thread != "" {
 				runtime.LockOSThread()
 				defer runtime.UnlockOSThread()

@@ -67,9 +67,6 @@ func (s *Stream) call(f func() error) error {
 		return fmt.Errorf("cuda: stream %#x already destroyed: %w", uintptr(s.h), ErrInvalidHandle)
 	}
 	if s.h != 0 && !s.ctx.destroyed.Load() {
-		if bindOnCall.Load() {
-			s.ctx.bindThread()
-		}
 		if err := f(); !retryInContext(err) {
 			return err
 		}
@@ -79,21 +76,6 @@ func (s *Stream) call(f func() error) error {
 		return err
 	}
 	return f()
-}
-
-// bindOnCall makes every stream call first check the calling thread's
-// current context and make the stream's context current there when it is
-// not (cuCtxGetCurrent, plus cuCtxSetCurrent the first time on each
-// thread). Off by default; see BenchmarkIssueBreakdown.
-var bindOnCall atomic.Bool
-
-// bindThread makes c current on the calling OS thread if it is not. The
-// goroutine is not locked: if it moves to another thread the call it
-// prepares is only slower, never wrong (Stream.call retries in context).
-func (c *Context) bindThread() {
-	if cur, err := c.drv.CtxGetCurrent(); err == nil && cur != c.h {
-		_ = c.drv.CtxSetCurrent(c.h)
-	}
 }
 
 // retryInContext reports whether err is how the driver rejects a call made

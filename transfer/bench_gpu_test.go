@@ -112,15 +112,17 @@ func BenchmarkRegCache(b *testing.B) {
 // BenchmarkPinnedDirect compares the Copier's direct path from a pinned
 // buffer with a bare async copy on a stream plus cuStreamSynchronize (the
 // cuda package, the closest Go twin of the C reference), 256 MiB and 1 GiB,
-// each direction. Each round times the three variants back to back in a
-// rotating order: the Copier as configured by default (sleeps in the driver
-// and polls the last TailBytes), the Copier with WithTailSpin(0) (sleeps to
-// the end), and the bare stream copy. It reports the median GB/s of each
+// each direction. Each round times four variants back to back in a
+// rotating order: the Copier as configured by default (WaitHybrid: sleeps
+// in the driver and polls the last TailBytes), the Copier with WaitSleep
+// (sleeps to the end), with WaitPoll (polls the whole copy, as the driver's
+// spin scheduling does), and the bare stream copy. It reports the median GB/s of each
 // and the Copier's medians over the stream's.
 func BenchmarkPinnedDirect(b *testing.B) {
 	ctx := gpuCtx(b)
 	c := gpuCopier(b, ctx)
-	sleeper := gpuCopier(b, ctx, WithTailSpin(0))
+	sleeper := gpuCopier(b, ctx, WithWait(WaitSleep))
+	poller := gpuCopier(b, ctx, WithWait(WaitPoll))
 	const gib = 1 << 30
 	pinned, err := pinmem.Alloc(gib, 0, pinmem.WithDevice(ctx.Device()))
 	if err != nil {
@@ -129,6 +131,7 @@ func BenchmarkPinnedDirect(b *testing.B) {
 	b.Cleanup(func() { pinned.Free() })
 	defer c.AddPinned(pinned)()
 	defer sleeper.AddPinned(pinned)()
+	defer poller.AddPinned(pinned)()
 	dev := gpuAlloc(b, ctx, gib)
 	s, err := ctx.NewStream(cuda.StreamNonBlocking)
 	if err != nil {
@@ -144,6 +147,7 @@ func BenchmarkPinnedDirect(b *testing.B) {
 			interleave(b, n, []variant{
 				{"copier", func() error { _, err := c.HtoD(bg, d, h); return err }},
 				{"copier-sleep", func() error { _, err := sleeper.HtoD(bg, d, h); return err }},
+				{"copier-poll", func() error { _, err := poller.HtoD(bg, d, h); return err }},
 				{"stream", func() error {
 					if err := s.CopyHtoD(d.Ptr(), h); err != nil {
 						return err
@@ -156,6 +160,7 @@ func BenchmarkPinnedDirect(b *testing.B) {
 			interleave(b, n, []variant{
 				{"copier", func() error { _, err := c.DtoH(bg, h, d); return err }},
 				{"copier-sleep", func() error { _, err := sleeper.DtoH(bg, h, d); return err }},
+				{"copier-poll", func() error { _, err := poller.DtoH(bg, h, d); return err }},
 				{"stream", func() error {
 					if err := s.CopyDtoH(h, d.Ptr()); err != nil {
 						return err
@@ -215,7 +220,7 @@ func interleave(b *testing.B, n int, vs []variant) {
 // BenchmarkPipeline runs 16 chunks of 32 MiB through H2D, add_u8 and D2H:
 // from pinned memory with 1 and 4 streams (the C reference: 20.4 and
 // 12.6 ms; bound about 10.6 ms), with 4 streams again from a Copier that
-// never polls (WithTailSpin(0)), and from Go memory with 4 streams.
+// never polls (WaitSleep), and from Go memory with 4 streams.
 func BenchmarkPipeline(b *testing.B) {
 	ctx := gpuCtx(b)
 	c := gpuCopier(b, ctx)
@@ -240,7 +245,7 @@ func BenchmarkPipeline(b *testing.B) {
 	work := LaunchWork(f, cuda.D1(props.Multiprocessors*4), cuda.D1(256), func(ch Chunk) []any {
 		return []any{ch.Dev.Ptr(), uint64(ch.Len), uint8(1)}
 	})
-	sleeper := gpuCopier(b, ctx, WithTailSpin(0))
+	sleeper := gpuCopier(b, ctx, WithWait(WaitSleep))
 	for _, pb := range bufs {
 		defer sleeper.AddPinned(pb)()
 	}

@@ -429,7 +429,7 @@ func (c *Copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 	stage(prev, len(host))
 	// A long direct copy at the end goes in two pieces, so that waitLast
 	// sleeps through the first and polls only the last TailBytes.
-	if n := len(ops); c.o.tailSpin > 0 && n > 0 && ops[n-1].direct && len(ops[n-1].host) >= 2*TailBytes {
+	if n := len(ops); c.o.wait == WaitHybrid && n > 0 && ops[n-1].direct && len(ops[n-1].host) >= 2*TailBytes {
 		last := ops[n-1]
 		cut := len(last.host) - TailBytes
 		ops[n-1] = op{host: last.host[:cut], dev: last.dev, direct: true}
@@ -442,7 +442,7 @@ func (c *Copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 // when there is work before it: waitLast then sleeps until the rest has run
 // and polls only the last piece.
 func (c *Copier) markNear(i, n int) {
-	if i == n-1 && n > 1 && c.o.tailSpin > 0 {
+	if i == n-1 && n > 1 && c.o.wait == WaitHybrid {
 		c.nearSet = c.near.Record(c.stream) == nil
 	}
 }
@@ -458,7 +458,7 @@ func (c *Copier) waitLast(ctx context.Context, ev *cuda.Event) error {
 			return err
 		}
 	}
-	return c.w.waitTail(ctx, ev, c.o.tailSpin)
+	return c.w.waitEnd(ctx, ev, c.o.wait)
 }
 
 // ---- execution ----

@@ -490,7 +490,7 @@ func TestFakePinnedDirect(t *testing.T) {
 
 // TestFakeDirectTail: a long direct copy goes in two pieces with the
 // "near" event between them, so that the transfer sleeps through the first
-// and polls only the last TailBytes; WithTailSpin(0) queues one copy.
+// and polls only the last TailBytes; WaitSleep and WaitPoll queue one copy.
 func TestFakeDirectTail(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	n := 2*TailBytes + 4097
@@ -502,14 +502,15 @@ func TestFakeDirectTail(t *testing.T) {
 	dev := e.devbuf(t, n)
 	for _, tc := range []struct {
 		name string
-		spin time.Duration
+		mode WaitMode
 		want []string
 	}{
-		{"tail", DefaultTailSpin, []string{"cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventRecord"}},
-		{"nospin", 0, []string{"cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventRecord"}},
+		{"hybrid", WaitHybrid, []string{"cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventRecord"}},
+		{"sleep", WaitSleep, []string{"cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventRecord"}},
+		{"poll", WaitPoll, []string{"cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventRecord"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := e.copier(t, append(smallRing(), WithTailSpin(tc.spin))...)
+			c := e.copier(t, append(smallRing(), WithWait(tc.mode))...)
 			defer c.AddPinned(buf)()
 			copy(buf.Bytes(), testutil.RandomBytes(n, 9))
 			var mu sync.Mutex
@@ -546,8 +547,8 @@ func TestFakeDirectTail(t *testing.T) {
 			testutil.CheckBytes(t, want, buf.Bytes())
 		})
 	}
-	if _, err := New(e.ctx, WithTailSpin(-1)); !errors.Is(err, cuda.ErrInvalidValue) {
-		t.Errorf("negative tail spin: %v, want ErrInvalidValue", err)
+	if _, err := New(e.ctx, WithWait(WaitPoll+1)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("unknown wait mode: %v, want ErrInvalidValue", err)
 	}
 }
 

@@ -29,12 +29,12 @@ const (
 	// MinChunk is the smallest piece a transfer is split into when it is
 	// smaller than a few stages, so that CPU copies and DMA still overlap.
 	MinChunk = 1 << 20
-	// DefaultTailSpin bounds how long a transfer polls its last event
-	// before sleeping in the driver (see WithTailSpin).
-	DefaultTailSpin = 2 * time.Millisecond
-	// TailBytes is the size of the last piece of a direct copy: the
-	// transfer sleeps in the driver until the rest has run and polls only
-	// while this piece runs (about 150 us at 55 GB/s).
+	// TailSpin bounds how long a WaitHybrid transfer polls its last event
+	// before it sleeps in the driver after all.
+	TailSpin = 2 * time.Millisecond
+	// TailBytes is the size of the last piece of a long direct copy under
+	// WaitHybrid: the transfer sleeps in the driver until the rest has run
+	// and polls only while this piece runs (about 150 us at 55 GB/s).
 	TailBytes = 8 << 20
 	// DefaultRegistrationMin is the smallest page-aligned range the
 	// registration cache pins; below it registering costs more than it saves.
@@ -52,19 +52,48 @@ type options struct {
 	stageFlags  pinmem.Flags
 	stageOpts   []pinmem.Option
 	threadCPU   bool
-	tailSpin    time.Duration
+	wait        WaitMode
 }
 
 // Option configures a Copier.
 type Option func(*options)
 
-// WithTailSpin sets how long a transfer polls the event that ends it
-// (yielding the processor between queries) before it sleeps in the driver
-// until the copy engine is done. Sleeping costs no CPU but the driver wakes
-// the sleeper some time after the copy ends; polling the last piece
-// returns sooner. Long transfers sleep through all but their last TailBytes
-// and poll only then. 0 sleeps at once. Default DefaultTailSpin.
-func WithTailSpin(d time.Duration) Option { return func(o *options) { o.tailSpin = d } }
+// WaitMode is how a transfer waits for the copy engine to finish.
+type WaitMode uint8
+
+// Wait modes.
+const (
+	// WaitHybrid (the default) sleeps in the driver (a blocking-sync event:
+	// no CPU) until all but the transfer's last piece has run, then polls
+	// the end (at most TailSpin) so that the driver's wake-up latency does
+	// not land on it.
+	WaitHybrid WaitMode = iota
+	// WaitSleep sleeps in the driver to the end: no CPU, but the driver
+	// wakes the sleeper some time after the copy ends.
+	WaitSleep
+	// WaitPoll polls the transfer's last event from the moment everything
+	// is queued, yielding the processor between queries, as the driver's
+	// own default (spin) scheduling does: the lowest latency, one busy core
+	// while the copy runs.
+	WaitPoll
+)
+
+// String returns "hybrid", "sleep" or "poll".
+func (m WaitMode) String() string {
+	switch m {
+	case WaitHybrid:
+		return "hybrid"
+	case WaitSleep:
+		return "sleep"
+	case WaitPoll:
+		return "poll"
+	}
+	return fmt.Sprintf("WaitMode(%d)", uint8(m))
+}
+
+// WithWait sets how transfers wait for the copy engine (default
+// WaitHybrid). The figures behind the choice are in docs/PERF.md.
+func WithWait(m WaitMode) Option { return func(o *options) { o.wait = m } }
 
 // WithStageSize sets the size of each pinned staging buffer (rounded up to
 // 4 KiB). Default DefaultStageSize.
@@ -116,7 +145,6 @@ func buildOptions(opts []Option) (options, error) {
 		depth:     DefaultDepth,
 		cacheMin:  DefaultRegistrationMin,
 		threadCPU: true,
-		tailSpin:  DefaultTailSpin,
 	}
 	o.parallelism = min(DefaultParallelism, runtime.NumCPU())
 	for _, f := range opts {
@@ -135,8 +163,8 @@ func buildOptions(opts []Option) (options, error) {
 	if o.stageFlags&pinmem.WriteCombined != 0 {
 		return o, fmt.Errorf("transfer: write-combined staging buffers (device-to-host staging reads them with the CPU): %w", cuda.ErrInvalidValue)
 	}
-	if o.tailSpin < 0 {
-		return o, fmt.Errorf("transfer: tail spin %v: %w", o.tailSpin, cuda.ErrInvalidValue)
+	if o.wait > WaitPoll {
+		return o, fmt.Errorf("transfer: %v: %w", o.wait, cuda.ErrInvalidValue)
 	}
 	if o.cacheLimit < 0 || o.cacheMin < 0 {
 		return o, fmt.Errorf("transfer: registration cache limit %d, minimum %d: %w", o.cacheLimit, o.cacheMin, cuda.ErrInvalidValue)

@@ -370,9 +370,9 @@ func (p *Pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) 
 		}
 		var err error
 		if next == n && len(pending) == 1 {
-			// The run's last chunk: poll its end (Copier's tail spin)
-			// rather than wait for the driver to wake a sleeper.
-			err = p.w.waitTail(wctx, pending[0].sl.ev, p.c.o.tailSpin)
+			// The run's last chunk: wait as the Copier's WaitMode says
+			// (poll rather than wait for the driver to wake a sleeper).
+			err = p.w.waitEnd(wctx, pending[0].sl.ev, p.c.o.wait)
 		} else {
 			err = p.w.wait(wctx, pending[0].sl.ev)
 		}

@@ -83,7 +83,7 @@ func (w *waiter) waitTail(ctx context.Context, ev *cuda.Event, spin time.Duratio
 	if spin <= 0 {
 		return w.wait(ctx, ev)
 	}
-	deadline := time.Now().Add(spin)
+	start := time.Now()
 	for {
 		done, err := ev.Query()
 		if err != nil {
@@ -95,12 +95,28 @@ func (w *waiter) waitTail(ctx context.Context, ev *cuda.Event, spin time.Duratio
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if time.Now().After(deadline) {
+		if time.Since(start) > spin {
 			return w.wait(ctx, ev)
 		}
 		runtime.Gosched()
 	}
 }
+
+// waitEnd waits for the event that ends a transfer as mode says: WaitSleep
+// sleeps in the driver, WaitHybrid polls for at most TailSpin first,
+// WaitPoll polls until the event completes or ctx is done.
+func (w *waiter) waitEnd(ctx context.Context, ev *cuda.Event, mode WaitMode) error {
+	switch mode {
+	case WaitSleep:
+		return w.wait(ctx, ev)
+	case WaitPoll:
+		return w.waitTail(ctx, ev, pollForever)
+	}
+	return w.waitTail(ctx, ev, TailSpin)
+}
+
+// pollForever is WaitPoll's polling bound: in effect none.
+const pollForever = time.Duration(1<<63 - 1)
 
 // close stops the waiter goroutine once it has served every request.
 func (w *waiter) close() {

@@ -48,6 +48,9 @@ func TestGPUZZKernelFault(t *testing.T) {
 	if d, ok := t.Deadline(); ok {
 		timeout = min(timeout, time.Until(d)-5*time.Second)
 	}
+	if timeout < 10*time.Second {
+		t.Fatalf("only %v left before the test binary's -test.timeout: too little to run the child that faults the kernel (give the binary more time)", max(timeout, 0))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestGPUZZKernelFault$", "-test.v", "-test.count=1")
