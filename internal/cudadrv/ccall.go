@@ -60,3 +60,33 @@ func ccall(fn uintptr, args ...uintptr) uintptr {
 	runtime_cgocall(ccallTrampABI0, unsafe.Pointer(&f))
 	return f.r1
 }
+
+// cseq is what the sequence trampoline reads: cframes to call in order,
+// stopping after the first that returns a non-zero (CUresult) value.
+// Offsets: frames 0, n 8, done 16 (how many returned zero).
+type cseq struct {
+	frames *cframe
+	n      int
+	done   int
+}
+
+// ccallSeqTrampABI0 holds the address of the trampoline that runs a cseq.
+var ccallSeqTrampABI0 uintptr
+
+// ccallSeq calls each frame's function in order with one runtime.cgocall,
+// stopping at the first non-zero 32-bit result. It returns how many
+// returned zero and the failing result (Success when none failed).
+func ccallSeq(frames []cframe) (int, Result) {
+	if len(frames) == 0 {
+		return 0, Success
+	}
+	if usePurego.Load() {
+		return ccallSeqSlow(frames)
+	}
+	q := cseq{frames: &frames[0], n: len(frames)}
+	runtime_cgocall(ccallSeqTrampABI0, unsafe.Pointer(&q))
+	if q.done < len(frames) {
+		return q.done, Result(int32(frames[q.done].r1))
+	}
+	return q.done, Success
+}

@@ -13,3 +13,13 @@ func ccall(fn uintptr, args ...uintptr) uintptr {
 	r1, _, _ := purego.SyscallN(fn, args...)
 	return r1
 }
+
+// ccallSeq calls each frame's function in turn (no trampoline here).
+func ccallSeq(frames []cframe) (int, Result) { return ccallSeqSlow(frames) }
+
+// cframe is a call: the function, its arguments and its result.
+type cframe struct {
+	fn   uintptr
+	args [12]uintptr
+	r1   uintptr
+}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/ebitengine/purego"
+
 	"github.com/pinmem/pinmem/internal/cudadrv"
 )
 
@@ -149,5 +151,78 @@ func TestStubLibraryInitFailures(t *testing.T) {
 	// A library without cuInit at all (libc) is not a driver.
 	if _, err := cudadrv.Load("libc.so.6"); !errors.Is(err, cudadrv.ErrNoDriver) {
 		t.Errorf("Load(libc) = %v, want ErrNoDriver", err)
+	}
+}
+
+// TestStubLibraryBatch issues batches through the stub library: ops run in
+// order with one crossing per 16, a failing op stops the batch (it and
+// everything after it not issued) and comes back as a typed error naming
+// the call, on both the trampoline and the purego path.
+func TestStubLibraryBatch(t *testing.T) {
+	path := stubLibrary(t)
+	d, err := cudadrv.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	takeLog, err := purego.Dlsym(h, "stub_take_log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func() []uint64 {
+		out := make([]uint64, 64)
+		n, _, _ := purego.SyscallN(takeLog, uintptr(unsafe.Pointer(&out[0])))
+		return out[:n]
+	}
+	host := []byte{1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	hp := unsafe.Pointer(&host[0])
+	for _, viaPurego := range []bool{false, true} {
+		t.Run(map[bool]string{false: "trampoline", true: "purego"}[viaPurego], func(t *testing.T) {
+			defer cudadrv.UsePuregoCalls(cudadrv.UsePuregoCalls(viaPurego))
+			take()
+			ops := []cudadrv.BatchOp{
+				{Kind: cudadrv.BatchCopyHtoD, Dev: 0x1000, Host: hp, N: 4, Stream: 7},
+				{Kind: cudadrv.BatchEventRecord, Event: 5, Stream: 7},
+				{Kind: cudadrv.BatchCopyHtoD, Dev: 0x2000, Host: hp, N: 13, Stream: 7}, // the stub fails it
+				{Kind: cudadrv.BatchEventRecord, Event: 6, Stream: 7},
+			}
+			n, err := cudadrv.RunBatch(d, ops)
+			var de *cudadrv.Error
+			if n != 2 || !errors.As(err, &de) || de.Op != "cuMemcpyHtoDAsync_v2" || !errors.Is(err, cudadrv.ErrInvalidValue) {
+				t.Fatalf("RunBatch = %d, %v; want 2 issued and cuMemcpyHtoDAsync_v2's INVALID_VALUE", n, err)
+			}
+			if got, want := take(), []uint64{0x1000 + 10 + 7, 5007}; !slices.Equal(got, want) {
+				t.Fatalf("the stub saw %v, want %v", got, want)
+			}
+			// 40 ops: three crossings, all in order.
+			ops = ops[:0]
+			var want []uint64
+			for i := range 40 {
+				if i%2 == 0 {
+					ops = append(ops, cudadrv.BatchOp{Kind: cudadrv.BatchEventRecord, Event: cudadrv.Event(i), Stream: 3})
+					want = append(want, uint64(i)*1000+3)
+				} else {
+					ops = append(ops, cudadrv.BatchOp{Kind: cudadrv.BatchCopyHtoD, Dev: cudadrv.DevicePtr(i), Host: hp, N: 2, Stream: 1})
+					want = append(want, uint64(i)+3+1)
+				}
+			}
+			if n, err := cudadrv.RunBatch(d, ops); n != 40 || err != nil {
+				t.Fatalf("RunBatch of 40 = %d, %v", n, err)
+			}
+			if got := take(); !slices.Equal(got, want) {
+				t.Fatalf("the stub saw %v,\nwant %v", got, want)
+			}
+			// An op kind the binding does not know is an error, after the ones before it.
+			n, err = cudadrv.RunBatch(d, []cudadrv.BatchOp{{Kind: cudadrv.BatchEventRecord, Event: 9, Stream: 1}, {Kind: 99}})
+			if n != 1 || !errors.Is(err, cudadrv.ErrInvalidValue) {
+				t.Fatalf("RunBatch with a bad kind = %d, %v", n, err)
+			}
+			if got := take(); !slices.Equal(got, []uint64{9001}) {
+				t.Fatalf("the stub saw %v, want [9001]", got)
+			}
+		})
 	}
 }

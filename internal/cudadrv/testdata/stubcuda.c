@@ -77,3 +77,34 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz,
         *(unsigned char*)params[1] != 0xab) return 1;
     return 0;
 }
+
+/* Batch support: an async H2D copy "copies" by adding the bytes' sum to a
+ * log, an event record appends the event; a copy of 13 bytes fails with
+ * CUDA_ERROR_INVALID_VALUE (1), so a batch must stop there. */
+static unsigned long long stub_log[64];
+static int stub_log_n;
+
+CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, size_t n, void* stream)
+{
+    if (n == 13) return 1;
+    unsigned long long sum = 0;
+    for (size_t i = 0; i < n; i++) sum += ((const unsigned char*)src)[i];
+    if (stub_log_n < 64) stub_log[stub_log_n++] = dst + sum + (unsigned long long)stream;
+    return 0;
+}
+
+CUresult cuEventRecord(void* event, void* stream)
+{
+    if (stub_log_n < 64) stub_log[stub_log_n++] = (unsigned long long)event * 1000 + (unsigned long long)stream;
+    return 0;
+}
+
+/* stub_take_log copies the log out (as cuDeviceGetAttribute's pointer
+ * style: out-parameter first) and clears it; it returns the count. */
+int stub_take_log(unsigned long long* out)
+{
+    int n = stub_log_n;
+    memcpy(out, stub_log, sizeof(unsigned long long) * (size_t)n);
+    stub_log_n = 0;
+    return n;
+}
