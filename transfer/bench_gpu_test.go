@@ -2,8 +2,14 @@ package transfer
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,7 +227,13 @@ func interleave(b *testing.B, n int, vs []variant) {
 // from pinned memory with 1 and 4 streams (the C reference: 20.4 and
 // 12.6 ms; bound about 10.6 ms), with 4 streams again from a Copier that
 // never polls (WaitSleep), and from Go memory with 4 streams.
-func BenchmarkPipeline(b *testing.B) {
+// The seed pipeline's shape: 16 chunks of 32 MiB.
+const pipeChunk, pipeChunks = 32 << 20, 16
+
+// pipelineFixture returns a Copier, the add_u8 Work of the seed pipeline
+// and two pinned buffers of pipeChunk*pipeChunks bytes known to the
+// Copier, all released when b ends.
+func pipelineFixture(b *testing.B) (*cuda.Context, *Copier, func(*cuda.Stream, Chunk) error, []*pinmem.Buffer) {
 	ctx := gpuCtx(b)
 	c := gpuCopier(b, ctx)
 	f := gpuKernel(b, ctx, kernels.KernelAdd)
@@ -229,22 +241,27 @@ func BenchmarkPipeline(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const chunk, chunks = 32 << 20, 16
-	n := chunk * chunks
 	var bufs []*pinmem.Buffer
 	for range 2 {
-		pb, err := pinmem.Alloc(n, 0, pinmem.WithDevice(ctx.Device()))
+		pb, err := pinmem.Alloc(pipeChunk*pipeChunks, 0, pinmem.WithDevice(ctx.Device()))
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { pb.Free() })
-		defer c.AddPinned(pb)()
+		remove := c.AddPinned(pb)
+		b.Cleanup(func() { remove(); pb.Free() })
 		bufs = append(bufs, pb)
 	}
-	heapIn, heapOut := touched(n), touched(n)
 	work := LaunchWork(f, cuda.D1(props.Multiprocessors*4), cuda.D1(256), func(ch Chunk) []any {
 		return []any{ch.Dev.Ptr(), uint64(ch.Len), uint8(1)}
 	})
+	return ctx, c, work, bufs
+}
+
+func BenchmarkPipeline(b *testing.B) {
+	ctx, c, work, bufs := pipelineFixture(b)
+	const chunk, chunks = pipeChunk, pipeChunks
+	n := chunk * chunks
+	heapIn, heapOut := touched(n), touched(n)
 	sleeper := gpuCopier(b, ctx, WithWait(WaitSleep))
 	for _, pb := range bufs {
 		defer sleeper.AddPinned(pb)()
@@ -304,4 +321,76 @@ func BenchmarkZeroCopy(b *testing.B) {
 		b.ReportMetric(float64(r.Explicit.Microseconds())/1000, fmt.Sprintf("explicit-ms/reuse%d", r.Reuse))
 		b.Log(r)
 	}
+}
+
+// BenchmarkPipelineVsC interleaves rounds of the Go pipeline (pinned, 4
+// streams, median wall time of 5 runs after a warm-up) with rounds of the
+// C reference (cref/overlap --no-spin --streams 4 --runs 5, its median; its
+// path in PINMEM_CREF_OVERLAP, the PTX in ../kernels), so that host noise
+// hits both alike. It reports both medians over the rounds and Go/C. Each
+// b.N iteration is a whole set of rounds: run it with -test.benchtime=1x.
+func BenchmarkPipelineVsC(b *testing.B) {
+	prog := os.Getenv("PINMEM_CREF_OVERLAP")
+	if prog == "" {
+		b.Skip("PINMEM_CREF_OVERLAP not set (the GPU suite's full tier sets it)")
+	}
+	_, c, work, bufs := pipelineFixture(b)
+	p, err := c.NewPipeline(PipelineConfig{ChunkSize: pipeChunk, Streams: 4, InFlight: pipeChunks, Work: work})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	in, out := bufs[0].Bytes(), bufs[1].Bytes()
+	goRound := func() (float64, error) {
+		var ms []float64
+		for i := -1; i < 5; i++ {
+			t0 := time.Now()
+			if _, err := p.Run(context.Background(), in, out); err != nil {
+				return 0, err
+			}
+			if i >= 0 {
+				ms = append(ms, float64(time.Since(t0).Microseconds())/1e3)
+			}
+		}
+		return median(ms), nil
+	}
+	cRound := func() (float64, error) {
+		cmd := exec.Command(filepath.Clean(prog), filepath.Join("..", "kernels", "pinmem.ptx"),
+			"--runs", "5", "--streams", "4", "--no-spin", "--no-baseline",
+			"--chunks", strconv.Itoa(pipeChunks), "--chunk-size", strconv.Itoa(pipeChunk))
+		outb, err := cmd.Output()
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", cmd, err)
+		}
+		for _, line := range strings.Split(string(outb), "\n") {
+			var rec struct {
+				Kind    string  `json:"kind"`
+				Streams int     `json:"streams"`
+				Median  float64 `json:"median"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Kind == "pinned" && rec.Streams == 4 && rec.Median > 0 {
+				return rec.Median, nil
+			}
+		}
+		return 0, fmt.Errorf("%s printed no pinned 4-stream result:\n%s", cmd, outb)
+	}
+	var goMs, cMs []float64
+	for range b.N {
+		for range 8 {
+			g, err := goRound()
+			if err != nil {
+				b.Fatal(err)
+			}
+			cm, err := cRound()
+			if err != nil {
+				b.Fatal(err)
+			}
+			goMs, cMs = append(goMs, g), append(cMs, cm)
+		}
+	}
+	b.ReportMetric(median(goMs), "go-ms/run")
+	b.ReportMetric(median(cMs), "c-ms/run")
+	b.ReportMetric(median(goMs)/median(cMs), "go/c")
+	b.ReportMetric((slices.Max(goMs)-slices.Min(goMs))/median(goMs)*100, "go-spread-%")
+	b.ReportMetric((slices.Max(cMs)-slices.Min(cMs))/median(cMs)*100, "c-spread-%")
 }
