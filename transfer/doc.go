@@ -19,7 +19,11 @@
 // it), and return an error matching ctx.Err(); a cancelled transfer never
 // reports success. Waiting never holds one OS thread per waiting goroutine:
 // a Copier has a single waiter goroutine that blocks in the driver on the
-// events it is asked about, and everyone else parks on channels.
+// events it is asked about, and everyone else parks on channels. The end
+// of a transfer is where the driver's wake-up latency would show, so by
+// default (WithWait(WaitHybrid)) a transfer sleeps until all but its last
+// piece has run and then polls the end; WaitPoll polls throughout (lowest
+// latency, one busy core) and WaitSleep never polls.
 //
 // Each transfer returns Stats: bytes, wall time, device time, the path
 // taken, and the CPU it cost (the copy goroutines' thread CPU time from
