@@ -259,8 +259,7 @@ func pipelineFixture(b *testing.B) (*cuda.Context, *Copier, func(*cuda.Stream, C
 
 func BenchmarkPipeline(b *testing.B) {
 	ctx, c, work, bufs := pipelineFixture(b)
-	const chunk, chunks = pipeChunk, pipeChunks
-	n := chunk * chunks
+	n := pipeChunk * pipeChunks
 	heapIn, heapOut := touched(n), touched(n)
 	sleeper := gpuCopier(b, ctx, WithWait(WaitSleep))
 	for _, pb := range bufs {
@@ -278,7 +277,7 @@ func BenchmarkPipeline(b *testing.B) {
 		{"gomem/streams4", c, 4, heapIn, heapOut},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			p, err := tc.c.NewPipeline(PipelineConfig{ChunkSize: chunk, Streams: tc.streams, InFlight: chunks, Work: work})
+			p, err := tc.c.NewPipeline(PipelineConfig{ChunkSize: pipeChunk, Streams: tc.streams, InFlight: pipeChunks, Work: work})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -89,7 +89,7 @@ const batchChunk = 16
 func (l *lib) Batch(ops []BatchOp) (int, error) {
 	done := 0
 	for done < len(ops) {
-		n, err := l.batchChunk(ops[done:min(len(ops), done+batchChunk)])
+		n, err := l.issueChunk(ops[done:min(len(ops), done+batchChunk)])
 		done += n
 		if err != nil {
 			return done, err
@@ -98,7 +98,8 @@ func (l *lib) Batch(ops []BatchOp) (int, error) {
 	return done, nil
 }
 
-func (l *lib) batchChunk(ops []BatchOp) (int, error) {
+// issueChunk issues at most batchChunk ops with one crossing.
+func (l *lib) issueChunk(ops []BatchOp) (int, error) {
 	var frames [batchChunk]cframe
 	for i, op := range ops {
 		f := &frames[i]
