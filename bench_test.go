@@ -84,6 +84,51 @@ func BenchmarkPin(b *testing.B) {
 	}
 }
 
+// BenchmarkPinOverlap measures when the registration of a pinmem mapping
+// should start: after every page is touched (start=1, pinmem's behaviour
+// before) or once a fraction of the pages has been claimed by the touching
+// goroutines, so that the driver's pinning runs beside the touching. The
+// variants are interleaved, each pin + free in turn, rotating which goes
+// first; it reports each variant's median pin time and its ratio to start=1.
+func BenchmarkPinOverlap(b *testing.B) {
+	newGPUEnv(b, 0)
+	prev := registerStartAt
+	b.Cleanup(func() { registerStartAt = prev })
+	starts := []float64{1, 0.5, 0.25, 0}
+	for _, sz := range benchSizes[2:] {
+		b.Run(sz.name, func(b *testing.B) {
+			if testing.Short() {
+				b.Skip("big sizes need -test.short=false")
+			}
+			pins := make([][]time.Duration, len(starts))
+			for i := 0; b.Loop(); i++ {
+				for j := range starts {
+					k := (i + j) % len(starts)
+					registerStartAt = starts[k]
+					t0 := time.Now()
+					buf, err := Alloc(sz.n, 0, WithMethod(MethodMmapRegister))
+					if err != nil {
+						b.Fatal(err)
+					}
+					pins[k] = append(pins[k], time.Since(t0))
+					if err := buf.Free(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(0, "ns/op")
+			base := medianDuration(pins[0])
+			for k, at := range starts {
+				m := medianDuration(pins[k])
+				b.ReportMetric(float64(m.Microseconds())/1e3, fmt.Sprintf("start%g-ms", at))
+				if k > 0 {
+					b.ReportMetric(float64(m)/float64(base), fmt.Sprintf("start%g/start1", at))
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkPinThreshold finds where MethodAuto should switch from
 // cuMemHostAlloc to mmap + register (AutoMmapThreshold): for each size it
 // pins and frees a buffer both ways, alternating which goes first, and

@@ -966,3 +966,49 @@ func TestFlagsString(t *testing.T) {
 		t.Error("strings")
 	}
 }
+
+// TestStartTouch checks the touching goroutines on a Go slice standing in
+// for a mapping: every page (small pages) or every 2 MiB unit plus each
+// small page of the tail (huge pages) gets its zero, ready is closed for
+// every start fraction, and nothing else is written.
+func TestStartTouch(t *testing.T) {
+	for _, tc := range []struct {
+		length  uintptr
+		threads int
+		huge    bool
+		startAt float64
+	}{
+		{3*hugePageSize + 5*pageSize, 4, true, 0},
+		{3*hugePageSize + 5*pageSize, 4, false, 0.5},
+		{40 << 20, 16, true, 0.25},
+		{40<<20 + pageSize, 3, true, 1},
+		{pageSize, 8, false, 1},
+		{pageSize, 1, true, 0},
+	} {
+		mem := make([]byte, tc.length)
+		for i := range mem {
+			mem[i] = 0xff
+		}
+		tr := startTouch(cudadrv.PtrOf(mem), tc.length, tc.threads, tc.huge, tc.startAt)
+		select {
+		case <-tr.ready:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%+v: ready never closed", tc)
+		}
+		tr.wg.Wait()
+		full := tc.length / hugePageSize * hugePageSize
+		for i := uintptr(0); i < tc.length; i++ {
+			want := byte(0xff)
+			switch {
+			case i%pageSize != 0:
+			case !tc.huge || i >= full:
+				want = 0
+			case i%hugePageSize == 0:
+				want = 0
+			}
+			if mem[i] != want {
+				t.Fatalf("%+v: byte %d is %#x, want %#x", tc, i, mem[i], want)
+			}
+		}
+	}
+}

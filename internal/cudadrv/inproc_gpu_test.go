@@ -1,0 +1,200 @@
+package cudadrv_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ebitengine/purego"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+// inprocBatch and inprocSamples time a round the way cref/callcost does:
+// a warm-up batch, then the median of inprocSamples batches of inprocBatch
+// calls, the stream synchronized before each batch.
+const (
+	inprocBatch   = 1000
+	inprocSamples = 5
+)
+
+// BenchmarkInProcessC locates the gap between issuing a 4 KiB async H2D
+// copy from Go and from C. In one process, on one locked thread, with one
+// context, stream and pair of buffers, rounds interleave:
+//
+//   - go: the raw binding's MemcpyHtoDAsync (pinmem's trampoline), one Go
+//     call per copy;
+//   - c-inproc: the same copies issued by a C loop (cref/loop.c, built by
+//     cref/build as libpinmemloop.so; path in PINMEM_CREF_LOOPLIB) that the
+//     Go code enters once per batch;
+//   - c-process: the separate cref/callcost program (PINMEM_CREF_CALLCOST),
+//     when set.
+//
+// go vs c-inproc is the cost of the Go calls themselves; c-inproc vs
+// c-process is the cost of the process they are made in (its threads, its
+// other allocations). cuCtxGetCurrent is measured the same way. Run it with
+// -test.benchtime=1x.
+func BenchmarkInProcessC(b *testing.B) {
+	d := testutil.RequireGPU(b)
+	lib := os.Getenv("PINMEM_CREF_LOOPLIB")
+	if lib == "" {
+		b.Skip("PINMEM_CREF_LOOPLIB (cref/build's libpinmemloop.so) not set")
+	}
+	h, err := purego.Dlopen(filepath.Clean(lib), purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		b.Fatalf("%s: %v", lib, err)
+	}
+	cu, err := purego.Dlopen(cudadrv.LibraryPath(), purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sym := func(h uintptr, name string) uintptr {
+		p, err := purego.Dlsym(h, name)
+		if err != nil {
+			b.Fatalf("%s: %v", name, err)
+		}
+		return p
+	}
+	loopHtoD, loopGetCur := sym(h, "pinmem_loop_htod_async"), sym(h, "pinmem_loop_ctx_get_current")
+	cuHtoD, cuGetCur := sym(cu, "cuMemcpyHtoDAsync_v2"), sym(cu, "cuCtxGetCurrent")
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	check := func(what string, err error) {
+		b.Helper()
+		if err != nil {
+			b.Fatalf("%s: %v", what, err)
+		}
+	}
+	dev, err := d.DeviceGet(0)
+	check("DeviceGet", err)
+	ctx, err := d.DevicePrimaryCtxRetain(dev)
+	check("DevicePrimaryCtxRetain", err)
+	defer func() { check("DevicePrimaryCtxRelease", d.DevicePrimaryCtxRelease(dev)) }()
+	check("CtxSetCurrent", d.CtxSetCurrent(ctx))
+	s, err := d.StreamCreate(cudadrv.StreamNonBlocking)
+	check("StreamCreate", err)
+	defer func() { check("StreamDestroy", d.StreamDestroy(s)) }()
+	const n = 4096
+	dp, err := d.MemAlloc(n)
+	check("MemAlloc", err)
+	defer func() { check("MemFree", d.MemFree(dp)) }()
+	src, err := d.MemHostAlloc(n, 0)
+	check("MemHostAlloc", err)
+	defer func() { check("MemFreeHost", d.MemFreeHost(src)) }()
+
+	// round times one kind of call: batch returns the ns of inprocBatch calls.
+	round := func(batch func() (int64, error)) float64 {
+		var v []float64
+		for i := -1; i < inprocSamples; i++ {
+			check("StreamSynchronize", d.StreamSynchronize(s))
+			ns, err := batch()
+			check("batch", err)
+			if i >= 0 {
+				v = append(v, float64(ns)/inprocBatch)
+			}
+		}
+		return median(v)
+	}
+	goBatch := map[string]func() (int64, error){
+		"asyncH2D4KiB": func() (int64, error) {
+			t := time.Now()
+			for range inprocBatch {
+				if err := d.MemcpyHtoDAsync(dp, src, n, s); err != nil {
+					return 0, err
+				}
+			}
+			return time.Since(t).Nanoseconds(), nil
+		},
+		"ctxGetCurrent": func() (int64, error) {
+			t := time.Now()
+			for range inprocBatch {
+				if _, err := d.CtxGetCurrent(); err != nil {
+					return 0, err
+				}
+			}
+			return time.Since(t).Nanoseconds(), nil
+		},
+	}
+	cBatch := map[string]func() (int64, error){
+		"asyncH2D4KiB": func() (int64, error) {
+			return loopResult(cudadrv.CCall(loopHtoD, cuHtoD, uintptr(dp), uintptr(src), n, uintptr(s), inprocBatch))
+		},
+		"ctxGetCurrent": func() (int64, error) {
+			return loopResult(cudadrv.CCall(loopGetCur, cuGetCur, inprocBatch))
+		},
+	}
+	cprog := os.Getenv("PINMEM_CREF_CALLCOST")
+	const rounds = 15
+	for _, name := range []string{"ctxGetCurrent", "asyncH2D4KiB"} {
+		b.Run(name, func(b *testing.B) {
+			var goNs, inNs, outNs []float64
+			for i := 0; i < b.N; i++ {
+				for range rounds {
+					goNs = append(goNs, round(goBatch[name]))
+					inNs = append(inNs, round(cBatch[name]))
+					if cprog != "" {
+						out, err := exec.Command(filepath.Clean(cprog), "--samples", strconv.Itoa(inprocSamples),
+							"--batch", strconv.Itoa(inprocBatch)).Output()
+						check("callcost", err)
+						outNs = append(outNs, callcostMedian(b, out, name))
+					}
+				}
+			}
+			b.ReportMetric(median(goNs), "go-ns/call")
+			b.ReportMetric(median(inNs), "c-inproc-ns/call")
+			b.ReportMetric(median(goNs)/median(inNs), "go/c-inproc")
+			if len(outNs) > 0 {
+				b.ReportMetric(median(outNs), "c-process-ns/call")
+				b.ReportMetric(median(inNs)/median(outNs), "c-inproc/c-process")
+			}
+		})
+	}
+}
+
+// loopResult turns a cref/loop.c result (ns, or minus a CUresult) into Go.
+func loopResult(r uintptr) (int64, error) {
+	v := int64(r)
+	if v < 0 {
+		return 0, &cudadrv.Error{Op: "pinmem_loop", Code: cudadrv.Result(-v)}
+	}
+	return v, nil
+}
+
+// callcostMedian picks the median cref/callcost printed for the kind that
+// matches case name out of its JSON lines.
+func callcostMedian(b *testing.B, out []byte, name string) float64 {
+	kind := map[string]string{"asyncH2D4KiB": "cuMemcpyHtoDAsync", "ctxGetCurrent": "cuCtxGetCurrent"}[name]
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.Contains(line, `"kind":"`+kind+`"`) {
+			continue
+		}
+		_, rest, ok := strings.Cut(line, `"median":`)
+		if !ok {
+			continue
+		}
+		end := strings.IndexAny(rest, ",}")
+		if end < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(rest[:end]), 64)
+		if err == nil {
+			return v
+		}
+	}
+	b.Fatalf("callcost printed no %s median:\n%s", kind, out)
+	return 0
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
