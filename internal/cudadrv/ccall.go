@@ -3,6 +3,7 @@
 package cudadrv
 
 import (
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -50,15 +51,26 @@ func UsePuregoCalls(on bool) (prev bool) { return usePurego.Swap(on) }
 // ccall calls the C function fn with args and returns its first return
 // register. Pointers among args must be kept alive by the caller (the
 // binding's call is //go:uintptrescapes).
+//
+// args does not escape: the variadic slice stays on the caller's stack, so
+// a call allocates nothing (purego.SyscallN's arguments escape; the purego
+// path copies them first).
 func ccall(fn uintptr, args ...uintptr) uintptr {
 	if len(args) > maxCArgs || usePurego.Load() {
-		r1, _, _ := purego.SyscallN(fn, args...)
-		return r1
+		return ccallPurego(fn, slices.Clone(args))
 	}
 	f := cframe{fn: fn}
 	copy(f.args[:], args)
 	runtime_cgocall(ccallTrampABI0, unsafe.Pointer(&f))
 	return f.r1
+}
+
+// ccallPurego is ccall through purego.SyscallN.
+//
+//go:noinline
+func ccallPurego(fn uintptr, args []uintptr) uintptr {
+	r1, _, _ := purego.SyscallN(fn, args...)
+	return r1
 }
 
 // cseq is what the sequence trampoline reads: cframes to call in order,

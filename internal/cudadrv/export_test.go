@@ -1,4 +1,4 @@
 package cudadrv
 
 // CCall exposes ccall to the package's external tests and benchmarks.
-var CCall = ccall
+func CCall(fn uintptr, args ...uintptr) uintptr { return ccall(fn, args...) }

@@ -2,6 +2,7 @@ package cudadrv
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -255,7 +256,7 @@ func (l *lib) DevicePrimaryCtxRetain(dev Device) (Context, error) {
 }
 
 func (l *lib) DevicePrimaryCtxRelease(dev Device) error {
-	return l.call(&l.s.primaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", uintptr(dev))
+	return l.callv(&l.s.primaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", uintptr(dev))
 }
 
 func (l *lib) CtxCreate(flags uint32, dev Device) (Context, error) {
@@ -269,11 +270,11 @@ func (l *lib) CtxCreate(flags uint32, dev Device) (Context, error) {
 }
 
 func (l *lib) CtxDestroy(ctx Context) error {
-	return l.call(&l.s.ctxDestroy, "cuCtxDestroy_v2", uintptr(ctx))
+	return l.callv(&l.s.ctxDestroy, "cuCtxDestroy_v2", uintptr(ctx))
 }
 
 func (l *lib) CtxSetCurrent(ctx Context) error {
-	return l.call(&l.s.ctxSetCurrent, "cuCtxSetCurrent", uintptr(ctx))
+	return l.callv(&l.s.ctxSetCurrent, "cuCtxSetCurrent", uintptr(ctx))
 }
 
 func (l *lib) CtxGetCurrent() (Context, error) {
@@ -283,7 +284,7 @@ func (l *lib) CtxGetCurrent() (Context, error) {
 }
 
 func (l *lib) CtxSynchronize() error {
-	return l.call(&l.s.ctxSynchronize, "cuCtxSynchronize")
+	return l.callv(&l.s.ctxSynchronize, "cuCtxSynchronize")
 }
 
 func (l *lib) MemGetInfo() (free, total uint64, err error) {
@@ -298,19 +299,19 @@ func (l *lib) StreamCreate(flags uint32) (Stream, error) {
 }
 
 func (l *lib) StreamDestroy(s Stream) error {
-	return l.call(&l.s.streamDestroy, "cuStreamDestroy_v2", uintptr(s))
+	return l.callv(&l.s.streamDestroy, "cuStreamDestroy_v2", uintptr(s))
 }
 
 func (l *lib) StreamSynchronize(s Stream) error {
-	return l.call(&l.s.streamSynchronize, "cuStreamSynchronize", uintptr(s))
+	return l.callv(&l.s.streamSynchronize, "cuStreamSynchronize", uintptr(s))
 }
 
 func (l *lib) StreamQuery(s Stream) error {
-	return l.call(&l.s.streamQuery, "cuStreamQuery", uintptr(s))
+	return l.callv(&l.s.streamQuery, "cuStreamQuery", uintptr(s))
 }
 
 func (l *lib) StreamWaitEvent(s Stream, e Event, flags uint32) error {
-	return l.call(&l.s.streamWaitEvent, "cuStreamWaitEvent", uintptr(s), uintptr(e), uintptr(flags))
+	return l.callv(&l.s.streamWaitEvent, "cuStreamWaitEvent", uintptr(s), uintptr(e), uintptr(flags))
 }
 
 func (l *lib) EventCreate(flags uint32) (Event, error) {
@@ -320,19 +321,19 @@ func (l *lib) EventCreate(flags uint32) (Event, error) {
 }
 
 func (l *lib) EventDestroy(e Event) error {
-	return l.call(&l.s.eventDestroy, "cuEventDestroy_v2", uintptr(e))
+	return l.callv(&l.s.eventDestroy, "cuEventDestroy_v2", uintptr(e))
 }
 
 func (l *lib) EventRecord(e Event, s Stream) error {
-	return l.call(&l.s.eventRecord, "cuEventRecord", uintptr(e), uintptr(s))
+	return l.callv(&l.s.eventRecord, "cuEventRecord", uintptr(e), uintptr(s))
 }
 
 func (l *lib) EventSynchronize(e Event) error {
-	return l.call(&l.s.eventSynchronize, "cuEventSynchronize", uintptr(e))
+	return l.callv(&l.s.eventSynchronize, "cuEventSynchronize", uintptr(e))
 }
 
 func (l *lib) EventQuery(e Event) error {
-	return l.call(&l.s.eventQuery, "cuEventQuery", uintptr(e))
+	return l.callv(&l.s.eventQuery, "cuEventQuery", uintptr(e))
 }
 
 func (l *lib) EventElapsedTime(start, end Event) (float32, error) {
@@ -352,43 +353,51 @@ func (l *lib) MemAlloc(size uint64) (DevicePtr, error) {
 }
 
 func (l *lib) MemFree(p DevicePtr) error {
-	return l.call(&l.s.memFree, "cuMemFree_v2", uintptr(p))
+	return l.callv(&l.s.memFree, "cuMemFree_v2", uintptr(p))
 }
 
 func (l *lib) MemsetD8(p DevicePtr, v byte, n uint64) error {
-	return l.call(&l.s.memsetD8, "cuMemsetD8_v2", uintptr(p), uintptr(v), uintptr(n))
+	return l.callv(&l.s.memsetD8, "cuMemsetD8_v2", uintptr(p), uintptr(v), uintptr(n))
 }
 
 func (l *lib) MemsetD8Async(p DevicePtr, v byte, n uint64, s Stream) error {
-	return l.call(&l.s.memsetD8Async, "cuMemsetD8Async", uintptr(p), uintptr(v), uintptr(n), uintptr(s))
+	return l.callv(&l.s.memsetD8Async, "cuMemsetD8Async", uintptr(p), uintptr(v), uintptr(n), uintptr(s))
 }
 
 func (l *lib) MemsetD32(p DevicePtr, v uint32, n uint64) error {
-	return l.call(&l.s.memsetD32, "cuMemsetD32_v2", uintptr(p), uintptr(v), uintptr(n))
+	return l.callv(&l.s.memsetD32, "cuMemsetD32_v2", uintptr(p), uintptr(v), uintptr(n))
 }
 
 func (l *lib) MemcpyHtoD(dst DevicePtr, src unsafe.Pointer, n uint64) error {
-	return l.call(&l.s.memcpyHtoD, "cuMemcpyHtoD_v2", uintptr(dst), uintptr(src), uintptr(n))
+	err := l.callv(&l.s.memcpyHtoD, "cuMemcpyHtoD_v2", uintptr(dst), uintptr(src), uintptr(n))
+	runtime.KeepAlive(src)
+	return err
 }
 
 func (l *lib) MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, n uint64) error {
-	return l.call(&l.s.memcpyDtoH, "cuMemcpyDtoH_v2", uintptr(dst), uintptr(src), uintptr(n))
+	err := l.callv(&l.s.memcpyDtoH, "cuMemcpyDtoH_v2", uintptr(dst), uintptr(src), uintptr(n))
+	runtime.KeepAlive(dst)
+	return err
 }
 
 func (l *lib) MemcpyDtoD(dst, src DevicePtr, n uint64) error {
-	return l.call(&l.s.memcpyDtoD, "cuMemcpyDtoD_v2", uintptr(dst), uintptr(src), uintptr(n))
+	return l.callv(&l.s.memcpyDtoD, "cuMemcpyDtoD_v2", uintptr(dst), uintptr(src), uintptr(n))
 }
 
 func (l *lib) MemcpyHtoDAsync(dst DevicePtr, src unsafe.Pointer, n uint64, s Stream) error {
-	return l.call(&l.s.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", uintptr(dst), uintptr(src), uintptr(n), uintptr(s))
+	err := l.callv(&l.s.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", uintptr(dst), uintptr(src), uintptr(n), uintptr(s))
+	runtime.KeepAlive(src)
+	return err
 }
 
 func (l *lib) MemcpyDtoHAsync(dst unsafe.Pointer, src DevicePtr, n uint64, s Stream) error {
-	return l.call(&l.s.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", uintptr(dst), uintptr(src), uintptr(n), uintptr(s))
+	err := l.callv(&l.s.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", uintptr(dst), uintptr(src), uintptr(n), uintptr(s))
+	runtime.KeepAlive(dst)
+	return err
 }
 
 func (l *lib) MemcpyDtoDAsync(dst, src DevicePtr, n uint64, s Stream) error {
-	return l.call(&l.s.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", uintptr(dst), uintptr(src), uintptr(n), uintptr(s))
+	return l.callv(&l.s.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", uintptr(dst), uintptr(src), uintptr(n), uintptr(s))
 }
 
 func (l *lib) MemHostAlloc(size uint64, flags uint32) (unsafe.Pointer, error) {
@@ -398,15 +407,21 @@ func (l *lib) MemHostAlloc(size uint64, flags uint32) (unsafe.Pointer, error) {
 }
 
 func (l *lib) MemFreeHost(p unsafe.Pointer) error {
-	return l.call(&l.s.memFreeHost, "cuMemFreeHost", uintptr(p))
+	err := l.callv(&l.s.memFreeHost, "cuMemFreeHost", uintptr(p))
+	runtime.KeepAlive(p)
+	return err
 }
 
 func (l *lib) MemHostRegister(p unsafe.Pointer, size uint64, flags uint32) error {
-	return l.call(&l.s.memHostRegister, "cuMemHostRegister_v2", uintptr(p), uintptr(size), uintptr(flags))
+	err := l.callv(&l.s.memHostRegister, "cuMemHostRegister_v2", uintptr(p), uintptr(size), uintptr(flags))
+	runtime.KeepAlive(p)
+	return err
 }
 
 func (l *lib) MemHostUnregister(p unsafe.Pointer) error {
-	return l.call(&l.s.memHostUnregister, "cuMemHostUnregister", uintptr(p))
+	err := l.callv(&l.s.memHostUnregister, "cuMemHostUnregister", uintptr(p))
+	runtime.KeepAlive(p)
+	return err
 }
 
 func (l *lib) MemHostGetDevicePointer(p unsafe.Pointer, flags uint32) (DevicePtr, error) {
@@ -439,7 +454,7 @@ func (l *lib) ModuleLoadData(image []byte) (Module, error) {
 }
 
 func (l *lib) ModuleUnload(m Module) error {
-	return l.call(&l.s.moduleUnload, "cuModuleUnload", uintptr(m))
+	return l.callv(&l.s.moduleUnload, "cuModuleUnload", uintptr(m))
 }
 
 func (l *lib) ModuleGetFunction(m Module, name string) (Function, error) {
@@ -450,21 +465,49 @@ func (l *lib) ModuleGetFunction(m Module, name string) (Function, error) {
 }
 
 func (l *lib) LaunchKernel(f Function, grid, block [3]uint32, sharedMem uint32, s Stream, params unsafe.Pointer) error {
-	err := l.call(&l.s.launchKernel, "cuLaunchKernel", uintptr(f),
+	err := l.callv(&l.s.launchKernel, "cuLaunchKernel", uintptr(f),
 		uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
 		uintptr(block[0]), uintptr(block[1]), uintptr(block[2]),
 		uintptr(sharedMem), uintptr(s), uintptr(params), 0)
+	runtime.KeepAlive(params)
 	return err
 }
 
+// callv invokes the driver function at *addr with arguments that are
+// values: handles, device addresses, sizes, and host addresses of memory
+// that is not on a goroutine stack (driver-allocated or registered memory,
+// or Go heap memory the method keeps alive with runtime.KeepAlive). Its
+// arguments stay on the caller's stack, so a call allocates nothing: this is
+// the path of the hot calls (async copies, event records, queries).
+// Out-parameters (the address of a Go variable) go through call.
+func (l *lib) callv(addr *uintptr, op string, args ...uintptr) error {
+	fn := *addr
+	if fn == 0 {
+		return l.missingSymbol(addr)
+	}
+	if r := Result(int32(ccall(fn, args...))); r != Success {
+		return l.errorOf(op, r)
+	}
+	return nil
+}
+
+// missingSymbol is the error of a call to a symbol the library lacks.
+func (l *lib) missingSymbol(addr *uintptr) error {
+	return &LoadError{Path: l.path, Symbol: l.missing[uintptr(unsafe.Pointer(addr))], Err: ErrNotSupported}
+}
+
 // call invokes the driver function at *addr and converts its CUresult. A
-// symbol the library lacks is a *LoadError, never a panic.
+// symbol the library lacks is a *LoadError, never a panic. It is
+// //go:uintptrescapes: an argument converted from a pointer to a Go variable
+// (an out-parameter) moves that variable to the heap, where it cannot move
+// while C writes to it; that costs an allocation per call, which callv
+// avoids for calls without out-parameters.
 //
 //go:uintptrescapes
 func (l *lib) call(addr *uintptr, op string, args ...uintptr) error {
 	fn := *addr
 	if fn == 0 {
-		return &LoadError{Path: l.path, Symbol: l.missing[uintptr(unsafe.Pointer(addr))], Err: ErrNotSupported}
+		return l.missingSymbol(addr)
 	}
 	r1 := ccall(fn, args...)
 	if r := Result(int32(r1)); r != Success {

@@ -226,3 +226,30 @@ func TestStubLibraryBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestStubLibraryNoAllocs checks that a hot driver call through the
+// trampoline allocates nothing on the Go heap: ccall's variadic arguments
+// must stay on the caller's stack (they escaped before, costing an
+// allocation per call).
+func TestStubLibraryNoAllocs(t *testing.T) {
+	d, err := cudadrv.Load(stubLibrary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := make([]byte, 4)
+	hp := unsafe.Pointer(&host[0])
+	if n := testing.AllocsPerRun(100, func() {
+		if err := d.MemcpyHtoDAsync(0x1000, hp, 4, 7); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("MemcpyHtoDAsync allocates %.1f times per call, want 0", n)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if err := d.EventRecord(5, 7); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("EventRecord allocates %.1f times per call, want 0", n)
+	}
+}
