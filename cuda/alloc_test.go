@@ -1,0 +1,70 @@
+package cuda_test
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+// hotNopDriver is the fake driver with the hot calls made free, so that
+// what is measured is the cuda package's own work.
+type hotNopDriver struct{ cudadrv.Driver }
+
+func (hotNopDriver) MemcpyHtoDAsync(cudadrv.DevicePtr, unsafe.Pointer, uint64, cudadrv.Stream) error {
+	return nil
+}
+
+func (hotNopDriver) MemcpyDtoHAsync(unsafe.Pointer, cudadrv.DevicePtr, uint64, cudadrv.Stream) error {
+	return nil
+}
+
+func (hotNopDriver) EventRecord(cudadrv.Event, cudadrv.Stream) error { return nil }
+
+// TestHotPathAllocs checks that issuing an async copy or recording an event
+// through the public package allocates nothing on the Go heap (the binding
+// below allocates nothing either: internal/cudadrv's TestStubLibraryNoAllocs).
+func TestHotPathAllocs(t *testing.T) {
+	fd := testutil.UseFake(t, fakedrv.Options{})
+	defer cudadrv.Swap(hotNopDriver{fd})()
+	dev, err := cuda.GetDevice(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := dev.PrimaryContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	ev, err := ctx.NewEvent(cuda.EventDisableTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	mem, err := ctx.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Free()
+	host := make([]byte, 4096)
+	for name, fn := range map[string]func() error{
+		"Stream.CopyHtoD": func() error { return s.CopyHtoD(mem.Ptr(), host) },
+		"Stream.CopyDtoH": func() error { return s.CopyDtoH(host, mem.Ptr()) },
+		"Event.Record":    func() error { return ev.Record(s) },
+	} {
+		if n := testing.AllocsPerRun(200, func() {
+			if err := fn(); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%s allocates %.1f times per call, want 0", name, n)
+		}
+	}
+}
