@@ -199,23 +199,13 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 	placed := placeMapping(t, p, length, o) // before any page is touched
 	var ph pinPhases
 	ph.mapped = time.Since(start)
-	startAt := registerStartAt
-	if flags&ReadOnly != 0 {
-		startAt = 1
-	}
-	tc := startTouch(p, length, o.threads, hugeOn, startAt)
-	if startAt >= 1 {
-		tc.wg.Wait()
-	} else {
-		<-tc.ready
-	}
+	touch(p, length, o.threads, hugeOn)
 	ph.touched = time.Since(start)
 	var chunks []chunk
 	err = t.do(func() (err error) {
 		chunks, err = registerChunks(t, p, length, flags)
 		return err
 	})
-	tc.wg.Wait() // the pages are in place; the touching goroutines are done or finishing
 	ph.registered = time.Since(start)
 	if err != nil {
 		_ = unmapAnon(p, length)
@@ -249,37 +239,17 @@ func driverErr(op, what string, err error, n, before, limit int64) error {
 	return fmt.Errorf("pinmem: %s of %s (%s): %w", op, fmtBytes(n), what, err)
 }
 
-// registerStartAt is the fraction of a mapping's 2 MiB units that the
-// touching goroutines must have claimed before the registration starts. At
-// 1 the registration waits for every page to be touched; below 1 it runs
-// beside the touching, a little behind its front: the driver's pinning walks
-// the range from the start, finds the pages there already faulted in, and
-// the time of the two steps overlaps. Registrations with ReadOnly always
-// wait for the whole touch (a read-only pin must not meet a page before the
-// write that gives the process its own copy). A variable for benchmarks.
-var registerStartAt = 1.0
-
 // touchUnit is the work one touching goroutine claims at a time: one huge
 // page, or 512 small ones.
 const touchUnit = hugePageSize
 
-// toucher faults in the pages of [p, p+length) by writing a zero to each,
-// spread over goroutines that claim touchUnit-sized units in address order,
-// so that the touched front moves from the start of the range to its end.
-// With huge pages one write per 2 MiB suffices; where the kernel fell back to
-// small pages after all, the untouched pages are faulted in by
-// cuMemHostRegister itself (slower, still correct).
-type toucher struct {
-	wg    sync.WaitGroup
-	next  atomic.Int64  // the next unit to claim
-	at    int64         // the unit whose claim closes ready
-	ready chan struct{} // closed once unit at is claimed
-}
-
-// startTouch starts touching and returns at once. ready is closed when a
-// fraction startAt (0..1) of the units has been claimed; at 1, when the
-// last one is.
-func startTouch(p cudadrv.HostPtr, length uintptr, threads int, huge bool, startAt float64) *toucher {
+// touch faults in the pages of [p, p+length) by writing a zero to each,
+// spread over goroutines that claim touchUnit-sized units in turn (so that
+// none idles while another still has a long share left), and returns when
+// every page is touched. With huge pages one write per 2 MiB suffices;
+// where the kernel fell back to small pages after all, the untouched pages
+// are faulted in by cuMemHostRegister itself (slower, still correct).
+func touch(p cudadrv.HostPtr, length uintptr, threads int, huge bool) {
 	step := pageSize
 	if huge {
 		step = hugePageSize
@@ -288,17 +258,14 @@ func startTouch(p cudadrv.HostPtr, length uintptr, threads int, huge bool, start
 	units := int64((length + touchUnit - 1) / touchUnit)
 	const minPer = 16 << 20 // below this per goroutine, spawning costs more than it saves
 	threads = max(1, min(threads, int(length/minPer)))
-	t := &toucher{ready: make(chan struct{})}
-	t.at = min(units-1, max(0, int64(startAt*float64(units))))
+	var next atomic.Int64 // the next unit to claim
+	var wg sync.WaitGroup
 	for range threads {
-		t.wg.Go(func() {
+		wg.Go(func() {
 			for {
-				u := t.next.Add(1) - 1
+				u := next.Add(1) - 1
 				if u >= units {
 					return
-				}
-				if u == t.at {
-					close(t.ready)
 				}
 				lo := uintptr(u) * touchUnit
 				hi := min(lo+touchUnit, length)
@@ -312,7 +279,7 @@ func startTouch(p cudadrv.HostPtr, length uintptr, threads int, huge bool, start
 			}
 		})
 	}
-	return t
+	wg.Wait()
 }
 
 // registerChunks registers [p, p+length) in chunks of at most regChunk

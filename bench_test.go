@@ -1,10 +1,15 @@
 package pinmem
 
 import (
+	"cmp"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/pinmem/pinmem/internal/testutil"
 )
 
 var benchSizes = []struct {
@@ -84,47 +89,64 @@ func BenchmarkPin(b *testing.B) {
 	}
 }
 
-// BenchmarkPinOverlap measures when the registration of a pinmem mapping
-// should start: after every page is touched (start=1, pinmem's behaviour
-// before) or once a fraction of the pages has been claimed by the touching
-// goroutines, so that the driver's pinning runs beside the touching. The
-// variants are interleaved, each pin + free in turn, rotating which goes
-// first; it reports each variant's median pin time and its ratio to start=1.
-func BenchmarkPinOverlap(b *testing.B) {
+// BenchmarkPinVsC interleaves pinmem's fast pinning (mmap + huge pages +
+// parallel touch + one cuMemHostRegister, MethodMmapRegister) with the same
+// method written in C (cref/bw --pin-cost --fast-only, one sample per round;
+// path in PINMEM_CREF_BW), at 1 GiB and 4 GiB, and reports the medians of
+// pin and free times and their ratios. The C program's phases (touch,
+// register) are reported too, so a slow host shows where its time went.
+// Run it with -test.benchtime=1x.
+func BenchmarkPinVsC(b *testing.B) {
 	newGPUEnv(b, 0)
-	prev := registerStartAt
-	b.Cleanup(func() { registerStartAt = prev })
-	starts := []float64{1, 0.5, 0.25, 0}
-	for _, sz := range benchSizes[2:] {
-		b.Run(sz.name, func(b *testing.B) {
-			if testing.Short() {
-				b.Skip("big sizes need -test.short=false")
-			}
-			pins := make([][]time.Duration, len(starts))
-			for i := 0; b.Loop(); i++ {
-				for j := range starts {
-					k := (i + j) % len(starts)
-					registerStartAt = starts[k]
+	cprog := os.Getenv("PINMEM_CREF_BW")
+	if cprog == "" {
+		b.Skip("PINMEM_CREF_BW (cref/build's bw) not set")
+	}
+	if testing.Short() {
+		b.Skip("pins 4 GiB; needs -test.short=false")
+	}
+	const rounds = 7
+	for _, n := range []int{1 << 30, 4 << 30} {
+		b.Run(fmt.Sprintf("%dGiB", n>>30), func(b *testing.B) {
+			var goPin, goFree, goTouch, goReg []float64
+			cs := map[string][]float64{}
+			for i := 0; i < b.N; i++ {
+				for range rounds {
 					t0 := time.Now()
-					buf, err := Alloc(sz.n, 0, WithMethod(MethodMmapRegister))
+					buf, err := Alloc(n, 0, WithMethod(MethodMmapRegister))
 					if err != nil {
 						b.Fatal(err)
 					}
-					pins[k] = append(pins[k], time.Since(t0))
+					t1 := time.Now()
+					ph := buf.s.phases
 					if err := buf.Free(); err != nil {
 						b.Fatal(err)
+					}
+					ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+					goPin = append(goPin, ms(t1.Sub(t0)))
+					goFree = append(goFree, ms(time.Since(t1)))
+					goTouch = append(goTouch, ms(ph.touched))
+					goReg = append(goReg, ms(ph.registered-ph.touched))
+					for _, rec := range testutil.RunCref(b, cprog, "--pin-cost", "--fast-only", "--samples", "1", strconv.Itoa(n)) {
+						cs[rec.Kind] = append(cs[rec.Kind], rec.Median)
 					}
 				}
 			}
 			b.ReportMetric(0, "ns/op")
-			base := medianDuration(pins[0])
-			for k, at := range starts {
-				m := medianDuration(pins[k])
-				b.ReportMetric(float64(m.Microseconds())/1e3, fmt.Sprintf("start%g-ms", at))
-				if k > 0 {
-					b.ReportMetric(float64(m)/float64(base), fmt.Sprintf("start%g/start1", at))
-				}
+			b.ReportMetric(median(goPin), "go-pin-ms")
+			b.ReportMetric(median(goFree), "go-free-ms")
+			b.ReportMetric(median(goTouch), "go-touch-ms")
+			b.ReportMetric(median(goReg), "go-register-ms")
+			if len(cs["fast-pin"]) == 0 {
+				b.Fatalf("%s printed no fast-pin result", cprog)
 			}
+			b.ReportMetric(median(cs["fast-pin"]), "c-pin-ms")
+			b.ReportMetric(median(cs["fast-unpin"]), "c-free-ms")
+			b.ReportMetric(median(cs["fast-pin-touch"]), "c-touch-ms")
+			b.ReportMetric(median(cs["fast-pin-register"]), "c-register-ms")
+			b.ReportMetric(median(goPin)/median(cs["fast-pin"]), "go/c-pin")
+			b.ReportMetric(median(goFree)/median(cs["fast-unpin"]), "go/c-free")
+			b.ReportMetric(slices.Max(goPin), "go-pin-max-ms")
 		})
 	}
 }
@@ -159,7 +181,7 @@ func BenchmarkPinThreshold(b *testing.B) {
 					times[k] = append(times[k], d)
 				}
 			}
-			h, m := medianDuration(times[0]), medianDuration(times[1])
+			h, m := median(times[0]), median(times[1])
 			b.ReportMetric(0, "ns/op")
 			b.ReportMetric(float64(h.Microseconds()), "hostalloc-us")
 			b.ReportMetric(float64(m.Microseconds()), "mmap-us")
@@ -170,12 +192,14 @@ func BenchmarkPinThreshold(b *testing.B) {
 	}
 }
 
-// medianDuration returns the median of d (upper one of an even count).
-func medianDuration(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
+// median returns the median of v (the upper one of an even count; zero
+// for none).
+func median[T cmp.Ordered](v []T) T {
+	var zero T
+	if len(v) == 0 {
+		return zero
 	}
-	s := slices.Clone(d)
+	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]
 }

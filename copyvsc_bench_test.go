@@ -1,12 +1,8 @@
 package pinmem_test
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"testing"
@@ -138,21 +134,8 @@ func BenchmarkCopyVsC(b *testing.B) {
 			for _, n := range copyVsCSizes {
 				args = append(args, strconv.Itoa(n))
 			}
-			out, err := exec.Command(cprog, args...).Output()
-			if err != nil {
-				b.Fatalf("%s: %v", cprog, err)
-			}
-			sc := bufio.NewScanner(bytes.NewReader(out))
-			for sc.Scan() {
-				var rec struct {
-					Kind   string  `json:"kind"`
-					Dir    string  `json:"dir"`
-					Size   int     `json:"size"`
-					Median float64 `json:"median"`
-				}
-				if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Median > 0 {
-					cS[key{rec.Kind, rec.Dir, rec.Size}] = append(cS[key{rec.Kind, rec.Dir, rec.Size}], rec.Median)
-				}
+			for _, rec := range testutil.RunCref(b, cprog, args...) {
+				cS[key{rec.Kind, rec.Dir, rec.Size}] = append(cS[key{rec.Kind, rec.Dir, rec.Size}], rec.Median)
 			}
 		}
 	}

@@ -967,35 +967,27 @@ func TestFlagsString(t *testing.T) {
 	}
 }
 
-// TestStartTouch checks the touching goroutines on a Go slice standing in
-// for a mapping: every page (small pages) or every 2 MiB unit plus each
-// small page of the tail (huge pages) gets its zero, ready is closed for
-// every start fraction, and nothing else is written.
-func TestStartTouch(t *testing.T) {
+// TestTouch checks the touching goroutines on a Go slice standing in for a
+// mapping: every page (small pages) or every 2 MiB unit plus each small page
+// of the tail (huge pages) gets its zero, and nothing else is written.
+func TestTouch(t *testing.T) {
 	for _, tc := range []struct {
 		length  uintptr
 		threads int
 		huge    bool
-		startAt float64
 	}{
-		{3*hugePageSize + 5*pageSize, 4, true, 0},
-		{3*hugePageSize + 5*pageSize, 4, false, 0.5},
-		{40 << 20, 16, true, 0.25},
-		{40<<20 + pageSize, 3, true, 1},
-		{pageSize, 8, false, 1},
-		{pageSize, 1, true, 0},
+		{3*hugePageSize + 5*pageSize, 4, true},
+		{3*hugePageSize + 5*pageSize, 4, false},
+		{40 << 20, 16, true},
+		{40<<20 + pageSize, 3, true},
+		{pageSize, 8, false},
+		{pageSize, 1, true},
 	} {
 		mem := make([]byte, tc.length)
 		for i := range mem {
 			mem[i] = 0xff
 		}
-		tr := startTouch(cudadrv.PtrOf(mem), tc.length, tc.threads, tc.huge, tc.startAt)
-		select {
-		case <-tr.ready:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%+v: ready never closed", tc)
-		}
-		tr.wg.Wait()
+		touch(cudadrv.PtrOf(mem), tc.length, tc.threads, tc.huge)
 		full := tc.length / hugePageSize * hugePageSize
 		for i := uintptr(0); i < tc.length; i++ {
 			want := byte(0xff)

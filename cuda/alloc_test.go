@@ -24,8 +24,9 @@ func (hotNopDriver) MemcpyDtoHAsync(unsafe.Pointer, cudadrv.DevicePtr, uint64, c
 
 func (hotNopDriver) EventRecord(cudadrv.Event, cudadrv.Stream) error { return nil }
 
-// TestHotPathAllocs checks that issuing an async copy or recording an event
-// through the public package allocates nothing on the Go heap (the binding
+// TestHotPathAllocs checks that issuing an async copy, recording an event
+// or issuing a reused Batch through the public package allocates nothing on
+// the Go heap (the binding
 // below allocates nothing either: internal/cudadrv's TestStubLibraryNoAllocs).
 func TestHotPathAllocs(t *testing.T) {
 	fd := testutil.UseFake(t, fakedrv.Options{})
@@ -54,10 +55,18 @@ func TestHotPathAllocs(t *testing.T) {
 	}
 	defer mem.Free()
 	host := make([]byte, 4096)
+	batch := ctx.NewBatch()
 	for name, fn := range map[string]func() error{
 		"Stream.CopyHtoD": func() error { return s.CopyHtoD(mem.Ptr(), host) },
 		"Stream.CopyDtoH": func() error { return s.CopyDtoH(host, mem.Ptr()) },
 		"Event.Record":    func() error { return ev.Record(s) },
+		"Batch of 8": func() error {
+			for range 8 {
+				batch.CopyHtoD(s, mem.Ptr(), host)
+			}
+			_, err := batch.Issue()
+			return err
+		},
 	} {
 		if n := testing.AllocsPerRun(200, func() {
 			if err := fn(); err != nil {

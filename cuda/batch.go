@@ -104,8 +104,9 @@ func (b *Batch) Record(e *Event, s *Stream) *Batch {
 // here, with nothing queued.
 func (b *Batch) Issue() (int, error) {
 	ops, keep, err := b.ops, b.keep, b.err
-	b.ops, b.keep, b.err = b.ops[:0], nil, nil
-	defer clear(ops)
+	b.ops, b.keep, b.err = b.ops[:0], b.keep[:0], nil
+	defer clear(ops) // the slices are reused: drop their references to host memory
+	defer clear(keep)
 	if err != nil {
 		return 0, err
 	}

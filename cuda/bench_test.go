@@ -1,11 +1,7 @@
 package cuda_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -13,6 +9,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/testutil"
 )
 
 // callBatch is how many calls one timed sample issues; the C reference
@@ -112,59 +109,76 @@ func BenchmarkCallCost(b *testing.B) {
 	}
 }
 
-// BenchmarkCallCostVsC interleaves rounds of the Go calls with rounds of
-// the C reference (the callcost program built from cref/ with nvcc; its
-// path in PINMEM_CREF_CALLCOST). A round is timed the same way on both
-// sides: a warm-up batch, then the median of five batches of 1000 calls.
-// It reports the medians over rounds and their ratio, and the median of
-// the same Go calls routed through purego.SyscallN instead of pinmem's
-// trampoline (purego-ns/call). Without the C program it reports the Go
-// medians only. Each b.N iteration is a whole set of rounds (seconds); run
-// it with -test.benchtime=1x.
+// BenchmarkCallCostVsC interleaves rounds of the Go calls with runs of the
+// C reference (the callcost program built from cref/ with nvcc; its path in
+// PINMEM_CREF_CALLCOST). Each round samples every case, Go through pinmem's
+// trampoline and through purego.SyscallN, then runs the C program once (it
+// measures both of its calls), so that every ratio compares samples taken
+// within the same second: the host's speed drifts by several percent from
+// one minute to the next, more than the differences measured. A sample is
+// timed the same way on both sides: a warm-up batch, then the median of
+// five batches of 1000 calls. It reports, per case, the medians over rounds
+// and Go/C. Without the C program it reports the Go medians only. Each b.N
+// iteration is a whole set of rounds (seconds); run it with
+// -test.benchtime=1x.
 func BenchmarkCallCostVsC(b *testing.B) {
 	cases, sync := callCostCases(b)
 	cprog := os.Getenv("PINMEM_CREF_CALLCOST")
-	const rounds = 15
-	for _, name := range []string{"ctxGetCurrent", "asyncH2D4KiB", "asyncH2D4KiB-batch8"} {
-		fn := cases[name]
-		b.Run(name, func(b *testing.B) {
-			var goNs, pgNs, cNs []float64
-			for i := 0; i < b.N; i++ {
-				for r := 0; r < rounds; r++ {
-					ns, err := roundGo(fn, sync)
-					if err != nil {
-						b.Fatal(err)
-					}
-					goNs = append(goNs, ns)
-					// The same calls through purego.SyscallN, for the
-					// trampoline's gain in the same run.
-					prev := cudadrv.UsePuregoCalls(true)
-					ns, err = roundGo(fn, sync)
-					cudadrv.UsePuregoCalls(prev)
-					if err != nil {
-						b.Fatal(err)
-					}
-					pgNs = append(pgNs, ns)
-					if cprog != "" {
-						c, err := sampleC(cprog)
-						if err != nil {
-							b.Fatal(err)
-						}
-						cNs = append(cNs, c[cKind[name]])
-					}
+	rounds := 21
+	if testing.Short() {
+		rounds = 5
+	}
+	names := []string{"ctxGetCurrent", "asyncH2D4KiB", "asyncH2D4KiB-batch8"}
+	goNs, pgNs, cNs := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+	for i := 0; i < b.N; i++ {
+		for r := range rounds {
+			for k := range names {
+				name := names[(r+k)%len(names)] // rotate which case goes first
+				ns, err := roundGo(cases[name], sync)
+				if err != nil {
+					b.Fatal(err)
+				}
+				goNs[name] = append(goNs[name], ns)
+				// The same calls through purego.SyscallN, for the
+				// trampoline's gain in the same round.
+				prev := cudadrv.UsePuregoCalls(true)
+				ns, err = roundGo(cases[name], sync)
+				cudadrv.UsePuregoCalls(prev)
+				if err != nil {
+					b.Fatal(err)
+				}
+				pgNs[name] = append(pgNs[name], ns)
+			}
+			if cprog != "" {
+				c := sampleC(b, cprog)
+				for _, name := range names {
+					cNs[name] = append(cNs[name], c[cKind[name]])
 				}
 			}
-			if err := sync(); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(median(goNs), "go-ns/call")
-			b.ReportMetric(median(pgNs), "purego-ns/call")
-			if len(cNs) > 0 {
-				b.ReportMetric(median(cNs), "c-ns/call")
-				b.ReportMetric(median(goNs)/median(cNs), "go/c")
-			}
-		})
+		}
 	}
+	if err := sync(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(0, "ns/op")
+	for _, name := range names {
+		b.ReportMetric(median(goNs[name]), name+"-go-ns")
+		b.ReportMetric(median(pgNs[name]), name+"-purego-ns")
+		if len(cNs[name]) > 0 {
+			b.ReportMetric(median(cNs[name]), name+"-c-ns")
+			b.ReportMetric(median(goNs[name])/median(cNs[name]), name+"-go/c")
+			b.ReportMetric(medianRatio(goNs[name], cNs[name]), name+"-go/c-per-round")
+		}
+	}
+}
+
+// medianRatio is the median over rounds of a[i]/b[i].
+func medianRatio(a, b []float64) float64 {
+	r := make([]float64, min(len(a), len(b)))
+	for i := range r {
+		r[i] = a[i] / b[i]
+	}
+	return median(r)
 }
 
 // cKind maps a case to the "kind" the C reference prints for it.
@@ -172,31 +186,12 @@ var cKind = map[string]string{"ctxGetCurrent": "cuCtxGetCurrent", "asyncH2D4KiB"
 
 // sampleC runs the C reference for a few samples and returns its median
 // ns per call for each kind it measured.
-func sampleC(prog string) (map[string]float64, error) {
-	cmd := exec.Command(filepath.Clean(prog), "--samples", strconv.Itoa(cSamples), "--batch", strconv.Itoa(callBatch))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
+func sampleC(b *testing.B, prog string) map[string]float64 {
 	res := map[string]float64{}
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		var rec struct {
-			Bench  string  `json:"bench"`
-			Kind   string  `json:"kind"`
-			Median float64 `json:"median"`
-		}
-		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Median > 0 {
-			res[rec.Kind] = rec.Median
-		}
+	for _, rec := range testutil.RunCref(b, prog, "--samples", strconv.Itoa(cSamples), "--batch", strconv.Itoa(callBatch)) {
+		res[rec.Kind] = rec.Median
 	}
-	if err := cmd.Wait(); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return res
 }
 
 func median(v []float64) float64 {

@@ -2,12 +2,10 @@ package cudadrv_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +29,7 @@ const (
 //
 //   - go: the raw binding's MemcpyHtoDAsync (pinmem's trampoline), one Go
 //     call per copy;
+//   - go-batch8: the same copies through RunBatch, 8 per crossing;
 //   - c-inproc: the same copies issued by a C loop (cref/loop.c, built by
 //     cref/build as libpinmemloop.so; path in PINMEM_CREF_LOOPLIB) that the
 //     Go code enters once per batch;
@@ -123,6 +122,19 @@ func BenchmarkInProcessC(b *testing.B) {
 			return time.Since(t).Nanoseconds(), nil
 		},
 	}
+	ops := make([]cudadrv.BatchOp, 8)
+	for i := range ops {
+		ops[i] = cudadrv.BatchOp{Kind: cudadrv.BatchCopyHtoD, Dev: dp, Host: src, N: n, Stream: s}
+	}
+	goBatch8 := func() (int64, error) {
+		t := time.Now()
+		for range inprocBatch / len(ops) {
+			if _, err := cudadrv.RunBatch(d, ops); err != nil {
+				return 0, err
+			}
+		}
+		return time.Since(t).Nanoseconds(), nil
+	}
 	cBatch := map[string]func() (int64, error){
 		"asyncH2D4KiB": func() (int64, error) {
 			return loopResult(cudadrv.CCall(loopHtoD, cuHtoD, uintptr(dp), uintptr(src), n, uintptr(s), inprocBatch))
@@ -135,22 +147,26 @@ func BenchmarkInProcessC(b *testing.B) {
 	const rounds = 15
 	for _, name := range []string{"ctxGetCurrent", "asyncH2D4KiB"} {
 		b.Run(name, func(b *testing.B) {
-			var goNs, inNs, outNs []float64
+			var goNs, b8Ns, inNs, outNs []float64
 			for i := 0; i < b.N; i++ {
 				for range rounds {
 					goNs = append(goNs, round(goBatch[name]))
+					if name == "asyncH2D4KiB" {
+						b8Ns = append(b8Ns, round(goBatch8))
+					}
 					inNs = append(inNs, round(cBatch[name]))
 					if cprog != "" {
-						out, err := exec.Command(filepath.Clean(cprog), "--samples", strconv.Itoa(inprocSamples),
-							"--batch", strconv.Itoa(inprocBatch)).Output()
-						check("callcost", err)
-						outNs = append(outNs, callcostMedian(b, out, name))
+						outNs = append(outNs, callcostMedian(b, cprog, name))
 					}
 				}
 			}
 			b.ReportMetric(median(goNs), "go-ns/call")
 			b.ReportMetric(median(inNs), "c-inproc-ns/call")
 			b.ReportMetric(median(goNs)/median(inNs), "go/c-inproc")
+			if len(b8Ns) > 0 {
+				b.ReportMetric(median(b8Ns), "go-batch8-ns/call")
+				b.ReportMetric(median(b8Ns)/median(inNs), "go-batch8/c-inproc")
+			}
 			if len(outNs) > 0 {
 				b.ReportMetric(median(outNs), "c-process-ns/call")
 				b.ReportMetric(median(inNs)/median(outNs), "c-inproc/c-process")
@@ -168,28 +184,16 @@ func loopResult(r uintptr) (int64, error) {
 	return v, nil
 }
 
-// callcostMedian picks the median cref/callcost printed for the kind that
-// matches case name out of its JSON lines.
-func callcostMedian(b *testing.B, out []byte, name string) float64 {
+// callcostMedian runs cref/callcost once and returns its median for the
+// kind that matches case name.
+func callcostMedian(b *testing.B, prog, name string) float64 {
 	kind := map[string]string{"asyncH2D4KiB": "cuMemcpyHtoDAsync", "ctxGetCurrent": "cuCtxGetCurrent"}[name]
-	for _, line := range strings.Split(string(out), "\n") {
-		if !strings.Contains(line, `"kind":"`+kind+`"`) {
-			continue
-		}
-		_, rest, ok := strings.Cut(line, `"median":`)
-		if !ok {
-			continue
-		}
-		end := strings.IndexAny(rest, ",}")
-		if end < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(rest[:end]), 64)
-		if err == nil {
-			return v
+	for _, rec := range testutil.RunCref(b, prog, "--samples", strconv.Itoa(inprocSamples), "--batch", strconv.Itoa(inprocBatch)) {
+		if rec.Kind == kind {
+			return rec.Median
 		}
 	}
-	b.Fatalf("callcost printed no %s median:\n%s", kind, out)
+	b.Fatalf("%s printed no %s median", prog, kind)
 	return 0
 }
 

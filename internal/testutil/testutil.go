@@ -6,11 +6,15 @@
 package testutil
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -234,4 +238,31 @@ func GPUContext(t testing.TB) *cuda.Context {
 		t.Fatal(err)
 	}
 	return ctx
+}
+
+// CrefRec is one JSON result line of a C reference program (cref/).
+type CrefRec struct {
+	Bench  string  `json:"bench"`
+	Kind   string  `json:"kind"`
+	Dir    string  `json:"dir"`
+	Size   int     `json:"size"`
+	Median float64 `json:"median"`
+}
+
+// RunCref runs a C reference program with args and returns the result lines
+// it printed (those with a median); a failure to run it fails tb.
+func RunCref(tb testing.TB, prog string, args ...string) []CrefRec {
+	tb.Helper()
+	out, err := exec.Command(filepath.Clean(prog), args...).Output()
+	if err != nil {
+		tb.Fatalf("%s %v: %v", prog, args, err)
+	}
+	var recs []CrefRec
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		var rec CrefRec
+		if json.Unmarshal(line, &rec) == nil && rec.Median > 0 {
+			recs = append(recs, rec)
+		}
+	}
+	return recs
 }
