@@ -239,9 +239,10 @@ func driverErr(op, what string, err error, n, before, limit int64) error {
 	return fmt.Errorf("pinmem: %s of %s (%s): %w", op, fmtBytes(n), what, err)
 }
 
-// touchUnit is the work one touching goroutine claims at a time: one huge
-// page, or 512 small ones.
-const touchUnit = hugePageSize
+// touchUnit is the work one touching goroutine claims at a time (a
+// multiple of hugePageSize); 0 gives each goroutine one contiguous share of
+// the range. A variable for benchmarks (BenchmarkPinVsC compares them).
+var touchUnit uintptr = 64 << 20
 
 // touch faults in the pages of [p, p+length) by writing a zero to each,
 // spread over goroutines that claim touchUnit-sized units in turn (so that
@@ -255,9 +256,13 @@ func touch(p cudadrv.HostPtr, length uintptr, threads int, huge bool) {
 		step = hugePageSize
 	}
 	mem := cudadrv.BytesAt(p, length)
-	units := int64((length + touchUnit - 1) / touchUnit)
 	const minPer = 16 << 20 // below this per goroutine, spawning costs more than it saves
 	threads = max(1, min(threads, int(length/minPer)))
+	unit := touchUnit
+	if unit == 0 {
+		unit = roundUp(length/uintptr(threads), hugePageSize)
+	}
+	units := int64((length + unit - 1) / unit)
 	var next atomic.Int64 // the next unit to claim
 	var wg sync.WaitGroup
 	for range threads {
@@ -267,14 +272,16 @@ func touch(p cudadrv.HostPtr, length uintptr, threads int, huge bool) {
 				if u >= units {
 					return
 				}
-				lo := uintptr(u) * touchUnit
-				hi := min(lo+touchUnit, length)
-				st := step
-				if hi-lo < touchUnit {
-					st = pageSize // the tail beyond the last full huge page is made of small pages
-				}
-				for i := lo; i < hi; i += st {
+				lo := uintptr(u) * unit
+				hi := min(lo+unit, length)
+				for i := lo; i < hi; i += step {
 					mem[i] = 0
+				}
+				if step > pageSize {
+					// The tail beyond the last full huge page is made of small pages.
+					for i := max(lo, hi/hugePageSize*hugePageSize); i < hi; i += pageSize {
+						mem[i] = 0
+					}
 				}
 			}
 		})

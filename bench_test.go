@@ -93,9 +93,11 @@ func BenchmarkPin(b *testing.B) {
 // parallel touch + one cuMemHostRegister, MethodMmapRegister) with the same
 // method written in C (cref/bw --pin-cost --fast-only, one sample per round;
 // path in PINMEM_CREF_BW), at 1 GiB and 4 GiB, and reports the medians of
-// pin and free times and their ratios. The C program's phases (touch,
-// register) are reported too, so a slow host shows where its time went.
-// Run it with -test.benchtime=1x.
+// pin and free times and their ratios. pinmem's side runs once per touch
+// claim size (touchUnit: 2 MiB, 64 MiB, and one contiguous share per
+// goroutine as the C program does), rotating their order; the phases (touch,
+// register) are reported for each and for C, so a slow host shows where its
+// time went. Run it with -test.benchtime=1x.
 func BenchmarkPinVsC(b *testing.B) {
 	newGPUEnv(b, 0)
 	cprog := os.Getenv("PINMEM_CREF_BW")
@@ -105,48 +107,60 @@ func BenchmarkPinVsC(b *testing.B) {
 	if testing.Short() {
 		b.Skip("pins 4 GiB; needs -test.short=false")
 	}
+	prev := touchUnit
+	b.Cleanup(func() { touchUnit = prev })
+	units := []struct {
+		name string
+		unit uintptr
+	}{{"unit2M", hugePageSize}, {"unit64M", 64 << 20}, {"share", 0}}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 	const rounds = 7
 	for _, n := range []int{1 << 30, 4 << 30} {
 		b.Run(fmt.Sprintf("%dGiB", n>>30), func(b *testing.B) {
-			var goPin, goFree, goTouch, goReg []float64
+			gs := map[string][]float64{}
 			cs := map[string][]float64{}
 			for i := 0; i < b.N; i++ {
-				for range rounds {
-					t0 := time.Now()
-					buf, err := Alloc(n, 0, WithMethod(MethodMmapRegister))
-					if err != nil {
-						b.Fatal(err)
+				for r := range rounds {
+					for k := range units {
+						u := units[(r+k)%len(units)]
+						touchUnit = u.unit
+						t0 := time.Now()
+						buf, err := Alloc(n, 0, WithMethod(MethodMmapRegister))
+						if err != nil {
+							b.Fatal(err)
+						}
+						t1 := time.Now()
+						ph := buf.s.phases
+						if err := buf.Free(); err != nil {
+							b.Fatal(err)
+						}
+						gs[u.name+"-pin"] = append(gs[u.name+"-pin"], ms(t1.Sub(t0)))
+						gs[u.name+"-free"] = append(gs[u.name+"-free"], ms(time.Since(t1)))
+						gs[u.name+"-touch"] = append(gs[u.name+"-touch"], ms(ph.touched))
+						gs[u.name+"-register"] = append(gs[u.name+"-register"], ms(ph.registered-ph.touched))
 					}
-					t1 := time.Now()
-					ph := buf.s.phases
-					if err := buf.Free(); err != nil {
-						b.Fatal(err)
-					}
-					ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
-					goPin = append(goPin, ms(t1.Sub(t0)))
-					goFree = append(goFree, ms(time.Since(t1)))
-					goTouch = append(goTouch, ms(ph.touched))
-					goReg = append(goReg, ms(ph.registered-ph.touched))
 					for _, rec := range testutil.RunCref(b, cprog, "--pin-cost", "--fast-only", "--samples", "1", strconv.Itoa(n)) {
 						cs[rec.Kind] = append(cs[rec.Kind], rec.Median)
 					}
 				}
 			}
-			b.ReportMetric(0, "ns/op")
-			b.ReportMetric(median(goPin), "go-pin-ms")
-			b.ReportMetric(median(goFree), "go-free-ms")
-			b.ReportMetric(median(goTouch), "go-touch-ms")
-			b.ReportMetric(median(goReg), "go-register-ms")
+			touchUnit = prev
 			if len(cs["fast-pin"]) == 0 {
 				b.Fatalf("%s printed no fast-pin result", cprog)
 			}
+			b.ReportMetric(0, "ns/op")
 			b.ReportMetric(median(cs["fast-pin"]), "c-pin-ms")
 			b.ReportMetric(median(cs["fast-unpin"]), "c-free-ms")
 			b.ReportMetric(median(cs["fast-pin-touch"]), "c-touch-ms")
 			b.ReportMetric(median(cs["fast-pin-register"]), "c-register-ms")
-			b.ReportMetric(median(goPin)/median(cs["fast-pin"]), "go/c-pin")
-			b.ReportMetric(median(goFree)/median(cs["fast-unpin"]), "go/c-free")
-			b.ReportMetric(slices.Max(goPin), "go-pin-max-ms")
+			for _, u := range units {
+				for _, ph := range []string{"pin", "free", "touch", "register"} {
+					b.ReportMetric(median(gs[u.name+"-"+ph]), u.name+"-"+ph+"-ms")
+				}
+				b.ReportMetric(slices.Max(gs[u.name+"-pin"]), u.name+"-pin-max-ms")
+				b.ReportMetric(median(gs[u.name+"-pin"])/median(cs["fast-pin"]), u.name+"-go/c-pin")
+				b.ReportMetric(median(gs[u.name+"-free"])/median(cs["fast-unpin"]), u.name+"-go/c-free")
+			}
 		})
 	}
 }

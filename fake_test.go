@@ -982,12 +982,19 @@ func TestTouch(t *testing.T) {
 		{40<<20 + pageSize, 3, true},
 		{pageSize, 8, false},
 		{pageSize, 1, true},
+		{9*hugePageSize + 3*pageSize, 5, true},
+		{9*hugePageSize + 3*pageSize, 2, false},
+		{70 << 20, 6, true},
 	} {
+		unit := []uintptr{0, hugePageSize, 64 << 20}[tc.threads%3] // every claim size is exercised
+		prev := touchUnit
+		touchUnit = unit
 		mem := make([]byte, tc.length)
 		for i := range mem {
 			mem[i] = 0xff
 		}
 		touch(cudadrv.PtrOf(mem), tc.length, tc.threads, tc.huge)
+		touchUnit = prev
 		full := tc.length / hugePageSize * hugePageSize
 		for i := uintptr(0); i < tc.length; i++ {
 			want := byte(0xff)
