@@ -39,6 +39,50 @@ long long pinmem_loop_htod_async(void* fn, unsigned long long dst, const void* s
     return now_ns() - t0;
 }
 
+/* pinmem_loop_htod_async_gap is pinmem_loop_htod_async with a busy wait of
+ * gap_ns after each call: it shows whether time spent between calls (as a
+ * Go caller spends in crossing into C) adds to the total one for one, or is
+ * partly absorbed by the driver. */
+long long pinmem_loop_htod_async_gap(void* fn, unsigned long long dst, const void* src, size_t n, void* stream,
+                                     long long count, long long gap_ns)
+{
+    htod_async_fn f = (htod_async_fn)fn;
+    long long t0 = now_ns();
+    for (long long i = 0; i < count; i++) {
+        int r = f(dst, src, n, stream);
+        if (r != 0) {
+            return -(long long)r;
+        }
+        long long until = now_ns() + gap_ns;
+        while (now_ns() < until) {
+        }
+    }
+    return now_ns() - t0;
+}
+
+/* pinmem_loop_htod_async_fence is pinmem_loop_htod_async with `fences`
+ * sequentially consistent atomic read-modify-writes (LOCK-prefixed on
+ * x86) after each call, as a Go caller's crossing into C executes in the
+ * scheduler (entersyscall/exitsyscall): it shows whether such barriers,
+ * which drain write-combining buffers, slow the driver's next call. */
+long long pinmem_loop_htod_async_fence(void* fn, unsigned long long dst, const void* src, size_t n, void* stream,
+                                       long long count, long long fences)
+{
+    htod_async_fn f = (htod_async_fn)fn;
+    static long long word;
+    long long t0 = now_ns();
+    for (long long i = 0; i < count; i++) {
+        int r = f(dst, src, n, stream);
+        if (r != 0) {
+            return -(long long)r;
+        }
+        for (long long j = 0; j < fences; j++) {
+            __atomic_fetch_add(&word, 1, __ATOMIC_SEQ_CST);
+        }
+    }
+    return now_ns() - t0;
+}
+
 long long pinmem_loop_ctx_get_current(void* fn, long long count)
 {
     ctx_get_current_fn f = (ctx_get_current_fn)fn;

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -149,12 +150,20 @@ func BenchmarkCallCostVsC(b *testing.B) {
 				}
 				pgNs[name] = append(pgNs[name], ns)
 			}
+			line := fmt.Sprintf("round %2d:", r)
 			if cprog != "" {
 				c := sampleC(b, cprog)
 				for _, name := range names {
 					cNs[name] = append(cNs[name], c[cKind[name]])
 				}
 			}
+			for _, name := range names {
+				line += fmt.Sprintf(" %s go %.0f purego %.0f", name, goNs[name][len(goNs[name])-1], pgNs[name][len(pgNs[name])-1])
+				if len(cNs[name]) > 0 {
+					line += fmt.Sprintf(" c %.0f", cNs[name][len(cNs[name])-1])
+				}
+			}
+			b.Log(line)
 		}
 	}
 	if err := sync(); err != nil {

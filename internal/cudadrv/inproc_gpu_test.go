@@ -1,6 +1,7 @@
 package cudadrv_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -33,8 +34,17 @@ const (
 //   - c-inproc: the same copies issued by a C loop (cref/loop.c, built by
 //     cref/build as libpinmemloop.so; path in PINMEM_CREF_LOOPLIB) that the
 //     Go code enters once per batch;
+//   - c-gapN: the C loop with a busy wait of N ns after each call, which
+//     shows how much of a gap between calls (what a Go caller spends
+//     crossing into C) the total absorbs;
+//   - c-fence4: the C loop with four atomic read-modify-writes (full
+//     barriers) after each call, about what the Go scheduler executes on a
+//     crossing;
 //   - c-process: the separate cref/callcost program (PINMEM_CREF_CALLCOST),
 //     when set.
+//
+// The series of a case rotate their order from round to round, and every
+// round is logged.
 //
 // go vs c-inproc is the cost of the Go calls themselves; c-inproc vs
 // c-process is the cost of the process they are made in (its threads, its
@@ -62,6 +72,7 @@ func BenchmarkInProcessC(b *testing.B) {
 		return p
 	}
 	loopHtoD, loopGetCur := sym(h, "pinmem_loop_htod_async"), sym(h, "pinmem_loop_ctx_get_current")
+	loopGap, loopFence := sym(h, "pinmem_loop_htod_async_gap"), sym(h, "pinmem_loop_htod_async_fence")
 	cuHtoD, cuGetCur := sym(cu, "cuMemcpyHtoDAsync_v2"), sym(cu, "cuCtxGetCurrent")
 
 	runtime.LockOSThread()
@@ -102,74 +113,91 @@ func BenchmarkInProcessC(b *testing.B) {
 		}
 		return median(v)
 	}
-	goBatch := map[string]func() (int64, error){
-		"asyncH2D4KiB": func() (int64, error) {
+	goLoop := func(call func() error) func() (int64, error) {
+		return func() (int64, error) {
 			t := time.Now()
 			for range inprocBatch {
-				if err := d.MemcpyHtoDAsync(dp, src, n, s); err != nil {
+				if err := call(); err != nil {
 					return 0, err
 				}
 			}
 			return time.Since(t).Nanoseconds(), nil
-		},
-		"ctxGetCurrent": func() (int64, error) {
-			t := time.Now()
-			for range inprocBatch {
-				if _, err := d.CtxGetCurrent(); err != nil {
-					return 0, err
-				}
-			}
-			return time.Since(t).Nanoseconds(), nil
-		},
+		}
 	}
 	ops := make([]cudadrv.BatchOp, 8)
 	for i := range ops {
 		ops[i] = cudadrv.BatchOp{Kind: cudadrv.BatchCopyHtoD, Dev: dp, Host: src, N: n, Stream: s}
 	}
-	goBatch8 := func() (int64, error) {
-		t := time.Now()
-		for range inprocBatch / len(ops) {
-			if _, err := cudadrv.RunBatch(d, ops); err != nil {
-				return 0, err
-			}
+	cGap := func(gap int) func() (int64, error) {
+		return func() (int64, error) {
+			return loopResult(cudadrv.CCall(loopGap, cuHtoD, uintptr(dp), uintptr(src), n, uintptr(s), inprocBatch, uintptr(gap)))
 		}
-		return time.Since(t).Nanoseconds(), nil
 	}
-	cBatch := map[string]func() (int64, error){
-		"asyncH2D4KiB": func() (int64, error) {
-			return loopResult(cudadrv.CCall(loopHtoD, cuHtoD, uintptr(dp), uintptr(src), n, uintptr(s), inprocBatch))
+	type series struct {
+		name string
+		run  func() (int64, error)
+	}
+	cases := map[string][]series{
+		"ctxGetCurrent": {
+			{"go", goLoop(func() error { _, err := d.CtxGetCurrent(); return err })},
+			{"c-inproc", func() (int64, error) { return loopResult(cudadrv.CCall(loopGetCur, cuGetCur, inprocBatch)) }},
 		},
-		"ctxGetCurrent": func() (int64, error) {
-			return loopResult(cudadrv.CCall(loopGetCur, cuGetCur, inprocBatch))
+		"asyncH2D4KiB": {
+			{"go", goLoop(func() error { return d.MemcpyHtoDAsync(dp, src, n, s) })},
+			{"go-batch8", func() (int64, error) {
+				t := time.Now()
+				for range inprocBatch / len(ops) {
+					if _, err := cudadrv.RunBatch(d, ops); err != nil {
+						return 0, err
+					}
+				}
+				return time.Since(t).Nanoseconds(), nil
+			}},
+			{"c-inproc", func() (int64, error) {
+				return loopResult(cudadrv.CCall(loopHtoD, cuHtoD, uintptr(dp), uintptr(src), n, uintptr(s), inprocBatch))
+			}},
+			{"c-gap0", cGap(0)},
+			{"c-gap100", cGap(100)},
+			{"c-gap200", cGap(200)},
+			{"c-fence4", func() (int64, error) {
+				return loopResult(cudadrv.CCall(loopFence, cuHtoD, uintptr(dp), uintptr(src), n, uintptr(s), inprocBatch, 4))
+			}},
 		},
 	}
 	cprog := os.Getenv("PINMEM_CREF_CALLCOST")
-	const rounds = 15
+	rounds := 21
+	if testing.Short() {
+		rounds = 5
+	}
 	for _, name := range []string{"ctxGetCurrent", "asyncH2D4KiB"} {
 		b.Run(name, func(b *testing.B) {
-			var goNs, b8Ns, inNs, outNs []float64
+			ser := cases[name]
+			got := map[string][]float64{}
 			for i := 0; i < b.N; i++ {
-				for range rounds {
-					goNs = append(goNs, round(goBatch[name]))
-					if name == "asyncH2D4KiB" {
-						b8Ns = append(b8Ns, round(goBatch8))
+				for r := range rounds {
+					line := fmt.Sprintf("round %2d:", r)
+					for k := range ser {
+						x := ser[(r+k)%len(ser)] // rotate which series goes first
+						v := round(x.run)
+						got[x.name] = append(got[x.name], v)
+						line += fmt.Sprintf(" %s %.0f", x.name, v)
 					}
-					inNs = append(inNs, round(cBatch[name]))
 					if cprog != "" {
-						outNs = append(outNs, callcostMedian(b, cprog, name))
+						v := callcostMedian(b, cprog, name)
+						got["c-process"] = append(got["c-process"], v)
+						line += fmt.Sprintf(" c-process %.0f", v)
 					}
+					b.Log(line)
 				}
 			}
-			b.ReportMetric(median(goNs), "go-ns/call")
-			b.ReportMetric(median(inNs), "c-inproc-ns/call")
-			b.ReportMetric(median(goNs)/median(inNs), "go/c-inproc")
-			if len(b8Ns) > 0 {
-				b.ReportMetric(median(b8Ns), "go-batch8-ns/call")
-				b.ReportMetric(median(b8Ns)/median(inNs), "go-batch8/c-inproc")
-			}
-			if len(outNs) > 0 {
-				b.ReportMetric(median(outNs), "c-process-ns/call")
-				b.ReportMetric(median(inNs)/median(outNs), "c-inproc/c-process")
+			in := median(got["c-inproc"])
+			for _, x := range append(ser, series{name: "c-process"}) {
+				if v := got[x.name]; len(v) > 0 {
+					b.ReportMetric(median(v), x.name+"-ns/call")
+					if x.name != "c-inproc" {
+						b.ReportMetric(median(v)/in, x.name+"/c-inproc")
+					}
+				}
 			}
 		})
 	}
