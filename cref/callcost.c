@@ -2,7 +2,11 @@
  * callcost.c: what a driver call costs from C, to compare with the same calls
  * made from Go through purego.
  *
- * usage: callcost [--samples N] [--batch B]
+ * usage: callcost [--samples N] [--batch B] [--cpu C]
+ *
+ * --cpu C binds the process to CPU C before anything else (sched_setaffinity),
+ * so that a Go benchmark can run its own calls and this program's on the same
+ * core.
  *
  * Two measurements, each N samples (default 101) of B calls (default 1000),
  * timed on the host with CLOCK_MONOTONIC and reported as ns per call:
@@ -19,6 +23,8 @@
  */
 #include "common.h"
 
+#include <sched.h>
+
 #define COPY_BYTES 4096
 
 int main(int argc, char** argv)
@@ -31,8 +37,17 @@ int main(int argc, char** argv)
         } else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
             batch = parse_int(argv[i], argv[i + 1]);
             i++;
+        } else if (strcmp(argv[i], "--cpu") == 0 && i + 1 < argc) {
+            int cpu = parse_int(argv[i], argv[i + 1]);
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(cpu, &set);
+            if (sched_setaffinity(0, sizeof set, &set) != 0) {
+                die("sched_setaffinity failed");
+            }
+            i++;
         } else {
-            fprintf(stderr, "usage: callcost [--samples N] [--batch B]\n");
+            fprintf(stderr, "usage: callcost [--samples N] [--batch B] [--cpu C]\n");
             return 2;
         }
     }

@@ -118,14 +118,17 @@ func BenchmarkCallCost(b *testing.B) {
 // within the same second: the host's speed drifts by several percent from
 // one minute to the next, more than the differences measured. A sample is
 // timed the same way on both sides: a warm-up batch, then the median of
-// five batches of 1000 calls. It reports, per case, the medians over rounds
-// and Go/C. Without the C program it reports the Go medians only. Each b.N
+// five batches of 1000 calls. The calling thread and the C program are bound
+// to the same CPU (testutil.BenchCPU). It reports, per case, the medians over
+// rounds and Go/C, the median of the per-round ratios, and the ratio of the
+// fastest rounds. Without the C program it reports the Go medians only. Each b.N
 // iteration is a whole set of rounds (seconds); run it with
 // -test.benchtime=1x.
 func BenchmarkCallCostVsC(b *testing.B) {
 	cases, sync := callCostCases(b)
 	cprog := os.Getenv("PINMEM_CREF_CALLCOST")
-	rounds := 21
+	cpu := testutil.BindThread(b, testutil.BenchCPU())
+	rounds := 31
 	if testing.Short() {
 		rounds = 5
 	}
@@ -152,7 +155,7 @@ func BenchmarkCallCostVsC(b *testing.B) {
 			}
 			line := fmt.Sprintf("round %2d:", r)
 			if cprog != "" {
-				c := sampleC(b, cprog)
+				c := sampleC(b, cprog, cpu)
 				for _, name := range names {
 					cNs[name] = append(cNs[name], c[cKind[name]])
 				}
@@ -163,14 +166,21 @@ func BenchmarkCallCostVsC(b *testing.B) {
 					line += fmt.Sprintf(" c %.0f", cNs[name][len(cNs[name])-1])
 				}
 			}
-			b.Log(line)
+			testutil.BenchLog("CallCostVsC %s", line)
 		}
 	}
 	if err := sync(); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(cpu), "cpu")
 	for _, name := range names {
+		if len(cNs[name]) > 0 {
+			// The host switches between a fast and a slow regime from one
+			// round to the next; the fastest round of each side compares
+			// the two in the fast one.
+			b.ReportMetric(slices.Min(goNs[name])/slices.Min(cNs[name]), name+"-go/c-best")
+		}
 		b.ReportMetric(median(goNs[name]), name+"-go-ns")
 		b.ReportMetric(median(pgNs[name]), name+"-purego-ns")
 		if len(cNs[name]) > 0 {
@@ -195,9 +205,13 @@ var cKind = map[string]string{"ctxGetCurrent": "cuCtxGetCurrent", "asyncH2D4KiB"
 
 // sampleC runs the C reference for a few samples and returns its median
 // ns per call for each kind it measured.
-func sampleC(b *testing.B, prog string) map[string]float64 {
+func sampleC(b *testing.B, prog string, cpu int) map[string]float64 {
 	res := map[string]float64{}
-	for _, rec := range testutil.RunCref(b, prog, "--samples", strconv.Itoa(cSamples), "--batch", strconv.Itoa(callBatch)) {
+	args := []string{"--samples", strconv.Itoa(cSamples), "--batch", strconv.Itoa(callBatch)}
+	if cpu > 0 {
+		args = append(args, "--cpu", strconv.Itoa(cpu))
+	}
+	for _, rec := range testutil.RunCref(b, prog, args...) {
 		res[rec.Kind] = rec.Median
 	}
 	return res

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"testing"
@@ -43,8 +42,9 @@ const (
 //   - c-process: the separate cref/callcost program (PINMEM_CREF_CALLCOST),
 //     when set.
 //
-// The series of a case rotate their order from round to round, and every
-// round is logged.
+// The series of a case rotate their order from round to round, every round
+// is printed (testutil.BenchLog), and the calling thread and the C program are bound to one CPU
+// (testutil.BenchCPU).
 //
 // go vs c-inproc is the cost of the Go calls themselves; c-inproc vs
 // c-process is the cost of the process they are made in (its threads, its
@@ -75,8 +75,7 @@ func BenchmarkInProcessC(b *testing.B) {
 	loopGap, loopFence := sym(h, "pinmem_loop_htod_async_gap"), sym(h, "pinmem_loop_htod_async_fence")
 	cuHtoD, cuGetCur := sym(cu, "cuMemcpyHtoDAsync_v2"), sym(cu, "cuCtxGetCurrent")
 
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	cpu := testutil.BindThread(b, testutil.BenchCPU())
 	check := func(what string, err error) {
 		b.Helper()
 		if err != nil {
@@ -183,14 +182,15 @@ func BenchmarkInProcessC(b *testing.B) {
 						line += fmt.Sprintf(" %s %.0f", x.name, v)
 					}
 					if cprog != "" {
-						v := callcostMedian(b, cprog, name)
+						v := callcostMedian(b, cprog, name, cpu)
 						got["c-process"] = append(got["c-process"], v)
 						line += fmt.Sprintf(" c-process %.0f", v)
 					}
-					b.Log(line)
+					testutil.BenchLog("%s %s", name, line)
 				}
 			}
 			in := median(got["c-inproc"])
+			b.ReportMetric(float64(cpu), "cpu")
 			for _, x := range append(ser, series{name: "c-process"}) {
 				if v := got[x.name]; len(v) > 0 {
 					b.ReportMetric(median(v), x.name+"-ns/call")
@@ -214,9 +214,13 @@ func loopResult(r uintptr) (int64, error) {
 
 // callcostMedian runs cref/callcost once and returns its median for the
 // kind that matches case name.
-func callcostMedian(b *testing.B, prog, name string) float64 {
+func callcostMedian(b *testing.B, prog, name string, cpu int) float64 {
 	kind := map[string]string{"asyncH2D4KiB": "cuMemcpyHtoDAsync", "ctxGetCurrent": "cuCtxGetCurrent"}[name]
-	for _, rec := range testutil.RunCref(b, prog, "--samples", strconv.Itoa(inprocSamples), "--batch", strconv.Itoa(inprocBatch)) {
+	args := []string{"--samples", strconv.Itoa(inprocSamples), "--batch", strconv.Itoa(inprocBatch)}
+	if cpu > 0 {
+		args = append(args, "--cpu", strconv.Itoa(cpu))
+	}
+	for _, rec := range testutil.RunCref(b, prog, args...) {
 		if rec.Kind == kind {
 			return rec.Median
 		}

@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -265,4 +267,28 @@ func RunCref(tb testing.TB, prog string, args ...string) []CrefRec {
 		}
 	}
 	return recs
+}
+
+// BenchCPU is the CPU that call-cost benchmarks bind their calling thread and
+// the C reference to (PINMEM_BENCH_CPU; default 2 on machines with at least
+// four CPUs, so that CPU 0's interrupts stay out of the way), or 0 for none.
+func BenchCPU() int {
+	if v := os.Getenv("PINMEM_BENCH_CPU"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 && n < runtime.NumCPU() {
+			return n
+		}
+		return 0
+	}
+	if runtime.NumCPU() >= 4 {
+		return 2
+	}
+	return 0
+}
+
+// BenchLog prints one line of a benchmark's detail (a round's samples) to
+// stdout, prefixed with "# ". testing keeps only the first 10 lines a
+// benchmark logs through b.Log; these are not cut, and tools that read
+// benchmark lines skip them.
+func BenchLog(format string, args ...any) {
+	fmt.Printf("# "+format+"\n", args...)
 }
