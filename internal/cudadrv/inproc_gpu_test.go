@@ -43,8 +43,8 @@ const (
 //     when set.
 //
 // The series of a case rotate their order from round to round, every round
-// is printed (testutil.BenchLog), and the calling thread and the C program are bound to one CPU
-// (testutil.BenchCPU).
+// is printed (testutil.BenchLog), and the calling thread and the C program
+// are bound to one CPU (testutil.BenchCPU).
 //
 // go vs c-inproc is the cost of the Go calls themselves; c-inproc vs
 // c-process is the cost of the process they are made in (its threads, its
