@@ -49,8 +49,8 @@ var usePurego atomic.Bool
 func UsePuregoCalls(on bool) (prev bool) { return usePurego.Swap(on) }
 
 // ccall calls the C function fn with args and returns its first return
-// register. Pointers among args must be kept alive by the caller (the
-// binding's call is //go:uintptrescapes).
+// register. No argument may be the address of a Go stack variable (use
+// ccallOut), and pointers among args must be kept alive by the caller.
 //
 // args does not escape: the variadic slice stays on the caller's stack, so
 // a call allocates nothing (purego.SyscallN's arguments escape; the purego
@@ -64,6 +64,18 @@ func ccall(fn uintptr, args ...uintptr) uintptr {
 	runtime_cgocall(ccallTrampABI0, unsafe.Pointer(&f))
 	return f.r1
 }
+
+// ccallOut is ccall for calls whose arguments include the address of a Go
+// variable (an out-parameter). Such a variable may live on the goroutine's
+// stack, and the stack may be copied elsewhere while the call is on its way
+// into C (when a function on the way grows it); the C side would then write
+// to the old copy. //go:uintptrescapes moves every variable whose address is
+// converted to uintptr in the call's arguments to the heap, which does not
+// move. Calls without out-parameters use ccall and allocate nothing.
+//
+//go:uintptrescapes
+//go:noinline
+func ccallOut(fn uintptr, args ...uintptr) uintptr { return ccall(fn, args...) }
 
 // ccallPurego is ccall through purego.SyscallN.
 //

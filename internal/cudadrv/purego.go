@@ -186,7 +186,7 @@ func (l *lib) ErrorName(r Result) string {
 		return ""
 	}
 	var p *byte
-	if r1 := ccall(l.s.getErrorName, uintptr(r), uintptr(unsafe.Pointer(&p))); r1 != 0 {
+	if r1 := ccallOut(l.s.getErrorName, uintptr(r), uintptr(unsafe.Pointer(&p))); r1 != 0 {
 		return ""
 	}
 	return cString(p)
@@ -197,7 +197,7 @@ func (l *lib) ErrorString(r Result) string {
 		return ""
 	}
 	var p *byte
-	if r1 := ccall(l.s.getErrorString, uintptr(r), uintptr(unsafe.Pointer(&p))); r1 != 0 {
+	if r1 := ccallOut(l.s.getErrorString, uintptr(r), uintptr(unsafe.Pointer(&p))); r1 != 0 {
 		return ""
 	}
 	return cString(p)

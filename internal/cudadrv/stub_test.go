@@ -2,6 +2,7 @@ package cudadrv_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -252,4 +253,46 @@ func TestStubLibraryNoAllocs(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("EventRecord allocates %.1f times per call, want 0", n)
 	}
+}
+
+// TestStubLibraryOutParamsSurviveStackGrowth calls the out-parameter paths
+// (cuGetErrorName, cuGetErrorString, cuDriverGetVersion) each first thing in
+// a fresh goroutine under every stack depth from shallow to past the first
+// stack growth, so that at some depth the goroutine's stack is copied while
+// the call is on its way into C. An out-parameter left on the old stack
+// comes back unset: the name empty (a bug the GPU suite caught under
+// compute-sanitizer).
+func TestStubLibraryOutParamsSurviveStackGrowth(t *testing.T) {
+	d, err := cudadrv.Load(stubLibrary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]func() string{
+		"ErrorName":   func() string { return d.ErrorName(1) },
+		"ErrorString": func() string { return d.ErrorString(1) },
+		"DriverGetVersion": func() string {
+			v, err := d.DriverGetVersion()
+			return fmt.Sprint(v, err)
+		},
+	}
+	want := map[string]string{"ErrorName": "CUDA_ERROR_INVALID_VALUE", "ErrorString": "invalid argument", "DriverGetVersion": "12080 <nil>"}
+	for name, call := range calls {
+		for depth := 0; depth < 1200; depth++ {
+			ch := make(chan string)
+			go func() { ch <- atDepth(depth, call) }()
+			if got := <-ch; got != want[name] {
+				t.Fatalf("%s under %d frames = %q, want %q", name, depth, got, want[name])
+			}
+		}
+	}
+}
+
+// atDepth calls f under depth small frames.
+//
+//go:noinline
+func atDepth(depth int, f func() string) string {
+	if depth == 0 {
+		return f()
+	}
+	return atDepth(depth-1, f)
 }
