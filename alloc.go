@@ -241,12 +241,11 @@ func driverErr(op, what string, err error, n, before, limit int64) error {
 
 // touchUnit is the work one touching goroutine claims at a time (a
 // multiple of hugePageSize); 0, the default, gives each goroutine one
-// contiguous share of the range. Contiguous shares make the registration
-// faster: on the H200 machine (docs/PERF.md, run 14) 4 GiB registered in
-// 83 ms after shares against 107 ms after 2 MiB or 64 MiB claims, in the
-// same rounds (each goroutine's pages come from the allocator in address
-// order, so the driver meets longer physically contiguous runs). A variable
-// for BenchmarkPinVsC, which compares them.
+// contiguous share of the range, as the C reference of the method does
+// (cref/bw --pin-cost). On the H200 machine the claim size made no steady
+// difference (docs/PERF.md runs 14 and 16: 4 GiB registered after shares in
+// 83, 107 and 105 ms against 107, 110 and 98 ms after 2 MiB claims, in the
+// same rounds). A variable for BenchmarkPinVsC, which compares them.
 var touchUnit uintptr
 
 // touch faults in the pages of [p, p+length) by writing a zero to each,
