@@ -255,6 +255,9 @@ var touchUnit uintptr
 // where the kernel fell back to small pages after all, the untouched pages
 // are faulted in by cuMemHostRegister itself (slower, still correct).
 func touch(p cudadrv.HostPtr, length uintptr, threads int, huge bool) {
+	if length == 0 {
+		return
+	}
 	step := pageSize
 	if huge {
 		step = hugePageSize

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"testing"
@@ -112,7 +113,9 @@ func BenchmarkPin(b *testing.B) {
 // claim size (touchUnit: 2 MiB, 64 MiB, and one contiguous share per
 // goroutine as the C program does), rotating their order; the phases (touch,
 // register) are reported for each and for C, so a slow host shows where its
-// time went. Run it with -test.benchtime=1x.
+// time went. Both sides touch with one thread per CPU and place nothing on
+// a NUMA node. pinmem's "touch" phase includes the mapping, as C's does.
+// Run it with -test.benchtime=1x.
 func BenchmarkPinVsC(b *testing.B) {
 	newGPUEnv(b, 0)
 	cprog := os.Getenv("PINMEM_CREF_BW")
@@ -129,6 +132,10 @@ func BenchmarkPinVsC(b *testing.B) {
 		unit uintptr
 	}{{"unit2M", hugePageSize}, {"unit64M", 64 << 20}, {"share", 0}}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+	// The same number of touching threads on both sides (pinmem's default),
+	// and no NUMA placement, which the C program does not do either
+	// (BenchmarkPin measures the defaults).
+	threads := runtime.NumCPU()
 	const rounds = 7
 	for _, n := range []int{1 << 30, 4 << 30} {
 		b.Run(fmt.Sprintf("%dGiB", n>>30), func(b *testing.B) {
@@ -140,7 +147,7 @@ func BenchmarkPinVsC(b *testing.B) {
 						u := units[(r+k)%len(units)]
 						touchUnit = u.unit
 						t0 := time.Now()
-						buf, err := Alloc(n, 0, WithMethod(MethodMmapRegister))
+						buf, err := Alloc(n, 0, WithMethod(MethodMmapRegister), WithThreads(threads), WithNUMANode(NUMANone))
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -154,7 +161,8 @@ func BenchmarkPinVsC(b *testing.B) {
 						gs[u.name+"-touch"] = append(gs[u.name+"-touch"], ms(ph.touched))
 						gs[u.name+"-register"] = append(gs[u.name+"-register"], ms(ph.registered-ph.touched))
 					}
-					for _, rec := range testutil.RunCref(b, cprog, "--pin-cost", "--fast-only", "--samples", "1", strconv.Itoa(n)) {
+					for _, rec := range testutil.RunCref(b, cprog, "--pin-cost", "--fast-only", "--threads", strconv.Itoa(threads),
+						"--samples", "1", strconv.Itoa(n)) {
 						cs[rec.Kind] = append(cs[rec.Kind], rec.Median)
 					}
 				}

@@ -985,6 +985,7 @@ func TestTouch(t *testing.T) {
 		{9*hugePageSize + 3*pageSize, 5, true},
 		{9*hugePageSize + 3*pageSize, 2, false},
 		{70 << 20, 6, true},
+		{0, 4, true},
 	} {
 		unit := []uintptr{0, hugePageSize, 64 << 20}[tc.threads%3] // every claim size is exercised
 		prev := touchUnit

@@ -4,7 +4,7 @@
  *
  * usage:
  *   bw [--samples N] [--kinds k1,k2,...] [--dirs h2d,d2h] [--min-ms MS] [size ...]
- *   bw --pin-cost [--fast-only] [--samples N] [size ...]
+ *   bw --pin-cost [--fast-only] [--threads T] [--samples N] [size ...]
  *
  * Kinds: pageable (malloc), pinned (cuMemHostAlloc 0), portable
  * (CU_MEMHOSTALLOC_PORTABLE), mapped (CU_MEMHOSTALLOC_DEVICEMAP),
@@ -26,8 +26,8 @@
  * 1M 64M 1G 4G by default, N samples (default 3); "dir" is "none",
  * "unit" is "ms". Then the fast pinning method pinmem uses, done in C:
  * a 2 MiB-aligned anonymous mapping with madvise(MADV_HUGEPAGE), its pages
- * touched by one thread per online CPU (at most 16; each takes an equal
- * share), then one cuMemHostRegister: "fast-pin" (all of it),
+ * touched by --threads threads (default one per online CPU, as pinmem; each
+ * takes an equal share of at least 16 MiB), then one cuMemHostRegister: "fast-pin" (all of it),
  * "fast-pin-touch" (map + touch), "fast-pin-register", and "fast-unpin"
  * (cuMemHostUnregister + munmap). --fast-only measures only the fast method.
  */
@@ -217,6 +217,10 @@ static void run_bw(int kind, size_t size, int dir, int samples, uint32_t seed)
 
 #define HUGE_PAGE (2ULL << 20)
 
+/* fast_threads is --threads: the touching threads of the fast method (0:
+ * one per online CPU, pinmem's default). */
+static int fast_threads = 0;
+
 typedef struct {
     char* p;
     size_t lo, hi, step;
@@ -232,9 +236,9 @@ static void* touch_share(void* arg)
 }
 
 /* fast_pin maps n bytes 2 MiB-aligned with huge pages advised, touches them
- * from up to 16 threads and registers them; it returns the mapping (base and
- * length to munmap in *map, *maplen) and the times at which the touch and the
- * registration ended, in ns from t0. */
+ * from fast_threads threads (at least 16 MiB each) and registers them; it
+ * returns the mapping (base and length to munmap in *map, *maplen) and the
+ * times at which the touch and the registration ended, in ns from t0. */
 static char* fast_pin(size_t n, double t0, double* touched, double* registered, void** map, size_t* maplen)
 {
     size_t len = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
@@ -246,10 +250,13 @@ static char* fast_pin(size_t n, double t0, double* touched, double* registered, 
     char* p = (char*)(((uintptr_t)raw + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
     size_t step = HUGE_PAGE;
     if (madvise(p, len, MADV_HUGEPAGE) != 0) {
-        step = 4096; /* no THP: touch every small page */
+        step = (size_t)sysconf(_SC_PAGESIZE); /* no THP: touch every small page */
     }
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = (int)(cpus < 1 ? 1 : cpus > 16 ? 16 : cpus);
+    int threads = fast_threads;
+    if (threads <= 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cpus < 1 ? 1 : (int)cpus;
+    }
     int most = (int)(len / (16 << 20)); /* at least 16 MiB per thread, as pinmem */
     if (most < 1) {
         most = 1;
@@ -258,8 +265,8 @@ static char* fast_pin(size_t n, double t0, double* touched, double* registered, 
         threads = most;
     }
     size_t per = (len / (size_t)threads + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-    pthread_t tid[16];
-    touch_arg_t args[16];
+    pthread_t* tid = xmalloc(sizeof(pthread_t) * (size_t)threads);
+    touch_arg_t* args = xmalloc(sizeof(touch_arg_t) * (size_t)threads);
     int started = 0;
     for (int i = 0; i < threads; i++) {
         size_t lo = (size_t)i * per;
@@ -275,6 +282,8 @@ static char* fast_pin(size_t n, double t0, double* touched, double* registered, 
     for (int i = 0; i < started; i++) {
         pthread_join(tid[i], NULL);
     }
+    free(tid);
+    free(args);
     *touched = now_ns() - t0;
     CK(cuMemHostRegister(p, len, 0));
     *registered = now_ns() - t0;
@@ -394,7 +403,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: bw [--samples N] [--kinds k1,k2] [--dirs h2d,d2h] [--min-ms MS] [size ...]\n"
-            "       bw --pin-cost [--fast-only] [--samples N] [size ...]\n"
+            "       bw --pin-cost [--fast-only] [--threads T] [--samples N] [size ...]\n"
             "kinds: pageable pinned portable mapped write-combined registered\n");
     exit(2);
 }
@@ -422,6 +431,8 @@ int main(int argc, char** argv)
             pin_cost = 1;
         } else if (strcmp(a, "--fast-only") == 0) {
             fast_only = 1;
+        } else if (strcmp(a, "--threads") == 0 && i + 1 < argc) {
+            fast_threads = parse_int(a, argv[++i]);
         } else if (a[0] == '-') {
             usage();
         } else {

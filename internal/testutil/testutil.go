@@ -257,7 +257,11 @@ func RunCref(tb testing.TB, prog string, args ...string) []CrefRec {
 	tb.Helper()
 	out, err := exec.Command(filepath.Clean(prog), args...).Output()
 	if err != nil {
-		tb.Fatalf("%s %v: %v", prog, args, err)
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		tb.Fatalf("%s %v: %v\n%s", prog, args, err, stderr)
 	}
 	var recs []CrefRec
 	for _, line := range bytes.Split(out, []byte("\n")) {
