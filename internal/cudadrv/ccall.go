@@ -34,10 +34,6 @@ type cframe struct {
 //go:noescape
 func runtime_cgocall(fn uintptr, arg unsafe.Pointer) int32
 
-// ccallTrampABI0 holds the address of the assembly trampoline that loads a
-// cframe into the C calling convention's registers and stack and calls fn.
-var ccallTrampABI0 uintptr
-
 // usePurego routes every call through purego.SyscallN instead, so that a
 // benchmark can compare the two paths in one run.
 var usePurego atomic.Bool
@@ -61,7 +57,8 @@ func ccall(fn uintptr, args ...uintptr) uintptr {
 	}
 	f := cframe{fn: fn}
 	copy(f.args[:], args)
-	runtime_cgocall(ccallTrampABI0, unsafe.Pointer(&f))
+	q := cseq{frames: &f, n: 1}
+	runtime_cgocall(ccallSeqTrampABI0, unsafe.Pointer(&q))
 	return f.r1
 }
 

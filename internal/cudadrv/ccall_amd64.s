@@ -2,48 +2,16 @@
 
 #include "textflag.h"
 
-// ccallTramp runs on the system stack (runtime.cgocall -> asmcgocall) with
-// DI pointing at a cframe: fn 0, args 8..96 (twelve words), r1 104. It
-// passes args 1-6 in DI, SI, DX, CX, R8, R9 and 7-12 on the stack, as the
-// System V AMD64 ABI wants, and stores RAX in r1.
-//
-// The frame is 64 bytes (a multiple of 16): with the return address and the
-// saved frame pointer the stack is 16-byte aligned at the CALL.
-GLOBL ·ccallTrampABI0(SB), NOPTR|RODATA, $8
-DATA ·ccallTrampABI0(SB)/8, $ccallTramp(SB)
-
-TEXT ccallTramp(SB), NOSPLIT, $64
-	MOVQ DI, 56(SP)   // keep the frame pointer across the call
-	MOVQ DI, R11
-	MOVQ 56(R11), R12 // args[6..11] -> stack
-	MOVQ R12, 0(SP)
-	MOVQ 64(R11), R12
-	MOVQ R12, 8(SP)
-	MOVQ 72(R11), R12
-	MOVQ R12, 16(SP)
-	MOVQ 80(R11), R12
-	MOVQ R12, 24(SP)
-	MOVQ 88(R11), R12
-	MOVQ R12, 32(SP)
-	MOVQ 96(R11), R12
-	MOVQ R12, 40(SP)
-	MOVQ 8(R11), DI   // args[0..5] -> registers
-	MOVQ 16(R11), SI
-	MOVQ 24(R11), DX
-	MOVQ 32(R11), CX
-	MOVQ 40(R11), R8
-	MOVQ 48(R11), R9
-	MOVQ 0(R11), R10
-	XORL AX, AX       // no vector registers used (matters only to varargs callees)
-	CALL R10
-	MOVQ 56(SP), R11
-	MOVQ AX, 104(R11)
-	RET
-
-// ccallSeqTramp runs a cseq (DI): for i in 0..n-1 it calls frames[i] as
-// ccallTramp does (112-byte frames) and stops after the first call whose
-// 32-bit result is not zero; it stores in done how many returned zero.
-// Frame: C stack arguments 0-47, current frame 56, i 64, cseq 72.
+// ccallSeqTramp runs on the system stack (runtime.cgocall -> asmcgocall)
+// with DI pointing at a cseq: frames 0, n 8, done 16. For i in 0..n-1 it
+// calls frames[i] (a cframe: fn 0, args 8..96, twelve words; r1 104),
+// passing args 1-6 in DI, SI, DX, CX, R8, R9 and 7-12 on the stack, as the
+// System V AMD64 ABI wants, and stores RAX in r1; it stops after the first
+// call whose 32-bit result is not zero and stores in done how many returned
+// zero. ccall is a cseq of one frame.
+// Frame: C stack arguments 0-47, current frame 56, i 64, cseq 72 (80 bytes:
+// with the return address and the saved frame pointer the stack is 16-byte
+// aligned at the CALL).
 GLOBL ·ccallSeqTrampABI0(SB), NOPTR|RODATA, $8
 DATA ·ccallSeqTrampABI0(SB)/8, $ccallSeqTramp(SB)
 

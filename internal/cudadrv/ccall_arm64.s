@@ -2,44 +2,14 @@
 
 #include "textflag.h"
 
-// ccallTramp runs on the system stack (runtime.cgocall -> asmcgocall) with
-// R0 pointing at a cframe: fn 0, args 8..96 (twelve words), r1 104. It
-// passes args 1-8 in R0-R7 and 9-12 on the stack, as AAPCS64 wants, and
-// stores R0 in r1. The 48 bytes it takes keep RSP 16-byte aligned.
-GLOBL ·ccallTrampABI0(SB), NOPTR|RODATA, $8
-DATA ·ccallTrampABI0(SB)/8, $ccallTramp(SB)
-
-TEXT ccallTramp(SB), NOSPLIT, $0
-	SUB  $48, RSP
-	MOVD R0, 32(RSP) // keep the frame pointer across the call
-	MOVD R0, R9
-	MOVD 72(R9), R10 // args[8..11] -> stack
-	MOVD R10, 0(RSP)
-	MOVD 80(R9), R10
-	MOVD R10, 8(RSP)
-	MOVD 88(R9), R10
-	MOVD R10, 16(RSP)
-	MOVD 96(R9), R10
-	MOVD R10, 24(RSP)
-	MOVD 8(R9), R0   // args[0..7] -> registers
-	MOVD 16(R9), R1
-	MOVD 24(R9), R2
-	MOVD 32(R9), R3
-	MOVD 40(R9), R4
-	MOVD 48(R9), R5
-	MOVD 56(R9), R6
-	MOVD 64(R9), R7
-	MOVD 0(R9), R10
-	BL   (R10)
-	MOVD 32(RSP), R9
-	MOVD R0, 104(R9)
-	ADD  $48, RSP
-	RET
-
-// ccallSeqTramp runs a cseq (R0): for i in 0..n-1 it calls frames[i] as
-// ccallTramp does (112-byte frames) and stops after the first call whose
-// 32-bit result is not zero; it stores in done how many returned zero.
-// Stack: C stack arguments 0-31, current frame 32, i 40, cseq 48.
+// ccallSeqTramp runs on the system stack (runtime.cgocall -> asmcgocall)
+// with R0 pointing at a cseq: frames 0, n 8, done 16. For i in 0..n-1 it
+// calls frames[i] (a cframe: fn 0, args 8..96, twelve words; r1 104),
+// passing args 1-8 in R0-R7 and 9-12 on the stack, as AAPCS64 wants, and
+// stores R0 in r1; it stops after the first call whose 32-bit result is not
+// zero and stores in done how many returned zero. ccall is a cseq of one
+// frame. Stack: C stack arguments 0-31, current frame 32, i 40, cseq 48
+// (64 bytes keep RSP 16-byte aligned).
 GLOBL ·ccallSeqTrampABI0(SB), NOPTR|RODATA, $8
 DATA ·ccallSeqTrampABI0(SB)/8, $ccallSeqTramp(SB)
 
