@@ -39,16 +39,7 @@ func TestHotPathAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := ctx.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	ev, err := ctx.NewEvent(cuda.EventDisableTiming)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Destroy()
+	s, ev := streamAndEvent(t, ctx)
 	mem, err := ctx.Alloc(4096)
 	if err != nil {
 		t.Fatal(err)

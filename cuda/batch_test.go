@@ -16,16 +16,7 @@ import (
 // were queued) and rejects bad arguments before calling the driver.
 func TestFakeBatch(t *testing.T) {
 	fd, ctx := fakeContext(t)
-	s, err := ctx.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	ev, err := ctx.NewEvent(cuda.EventDisableTiming)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Destroy()
+	s, ev := streamAndEvent(t, ctx)
 	dev, err := ctx.Alloc(3 << 10)
 	if err != nil {
 		t.Fatal(err)
@@ -144,16 +135,7 @@ func TestFakeBatch(t *testing.T) {
 // recorded per chunk) into a poisoned buffer, and checks every byte.
 func TestGPUBatchRoundTrip(t *testing.T) {
 	ctx := gpuContext(t)
-	s, err := ctx.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	ev, err := ctx.NewEvent(cuda.EventDisableTiming)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Destroy()
+	s, ev := streamAndEvent(t, ctx)
 	const chunk, chunks = 4099, 40
 	n := chunk * chunks
 	in := pinnedHost(t, ctx, n)
@@ -185,4 +167,29 @@ func TestGPUBatchRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.CheckBytes(t, in, out)
+}
+
+// streamAndEvent returns a non-blocking stream and an event without timing
+// in ctx, destroyed when t ends.
+func streamAndEvent(t *testing.T, ctx *cuda.Context) (*cuda.Stream, *cuda.Event) {
+	t.Helper()
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Destroy(); err != nil {
+			t.Error(err)
+		}
+	})
+	ev, err := ctx.NewEvent(cuda.EventDisableTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ev.Destroy(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s, ev
 }
