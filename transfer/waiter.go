@@ -44,21 +44,8 @@ func newWaiter() *waiter {
 // wait returns nil once ev has completed, the driver's error, or ctx.Err()
 // when ctx is done first (the event may then still be pending).
 func (w *waiter) wait(ctx context.Context, ev *cuda.Event) error {
-	for i := 0; ; i++ {
-		done, err := ev.Query()
-		if err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if i == querySpins {
-			break
-		}
-		runtime.Gosched()
+	if done, err := poll(ctx, ev, func(i int) bool { return i < querySpins }); done || err != nil {
+		return err
 	}
 	ch := make(chan error, 1)
 	select {
@@ -84,19 +71,26 @@ func (w *waiter) waitTail(ctx context.Context, ev *cuda.Event, spin time.Duratio
 		return w.wait(ctx, ev)
 	}
 	start := time.Now()
-	for {
+	if done, err := poll(ctx, ev, func(int) bool { return time.Since(start) <= spin }); done || err != nil {
+		return err
+	}
+	return w.wait(ctx, ev)
+}
+
+// poll queries ev, yielding the processor between queries, until it has
+// completed (true), the query fails or ctx is done (the error), or more(i)
+// reports false after the i-th query (counting from 0) found it pending.
+func poll(ctx context.Context, ev *cuda.Event, more func(i int) bool) (bool, error) {
+	for i := 0; ; i++ {
 		done, err := ev.Query()
-		if err != nil {
-			return err
-		}
-		if done {
-			return nil
+		if err != nil || done {
+			return done, err
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return false, err
 		}
-		if time.Since(start) > spin {
-			return w.wait(ctx, ev)
+		if !more(i) {
+			return false, nil
 		}
 		runtime.Gosched()
 	}
