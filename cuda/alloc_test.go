@@ -4,7 +4,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
@@ -31,14 +30,7 @@ func (hotNopDriver) EventRecord(cudadrv.Event, cudadrv.Stream) error { return ni
 func TestHotPathAllocs(t *testing.T) {
 	fd := testutil.UseFake(t, fakedrv.Options{})
 	defer cudadrv.Swap(hotNopDriver{fd})()
-	dev, err := cuda.GetDevice(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := dev.PrimaryContext()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := testutil.PrimaryContext(t)
 	s, ev := streamAndEvent(t, ctx)
 	mem, err := ctx.Alloc(4096)
 	if err != nil {

@@ -15,15 +15,7 @@ import (
 func fakeContext(t *testing.T) (*fakedrv.Driver, *cuda.Context) {
 	t.Helper()
 	fd := testutil.UseFake(t, fakedrv.Options{})
-	dev, err := cuda.GetDevice(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := dev.PrimaryContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fd, ctx
+	return fd, testutil.PrimaryContext(t)
 }
 
 // A failing driver call returns the typed error and leaves nothing tracked.

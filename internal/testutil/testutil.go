@@ -231,6 +231,13 @@ func FirstMismatch(a, b []byte) int {
 func GPUContext(t testing.TB) *cuda.Context {
 	t.Helper()
 	RequireGPU(t)
+	return PrimaryContext(t)
+}
+
+// PrimaryContext returns device 0's primary context through whatever driver
+// is installed (the real one or a fake); any failure fails t.
+func PrimaryContext(t testing.TB) *cuda.Context {
+	t.Helper()
 	dev, err := cuda.GetDevice(0)
 	if err != nil {
 		t.Fatal(err)
