@@ -63,18 +63,9 @@ func BenchmarkPin(b *testing.B) {
 					var pins, frees, maps, touches, regs []time.Duration
 					for b.Loop() {
 						for range reps {
-							t0 := time.Now()
-							buf, err := Alloc(sz.n, 0, append([]Option{WithMethod(m.m)}, m.opts...)...)
-							if err != nil {
-								b.Fatal(err)
-							}
-							t1 := time.Now()
-							ph := buf.s.phases
-							if err := buf.Free(); err != nil {
-								b.Fatal(err)
-							}
-							pins = append(pins, t1.Sub(t0))
-							frees = append(frees, time.Since(t1))
+							pin, free, ph := pinOnce(b, sz.n, append([]Option{WithMethod(m.m)}, m.opts...)...)
+							pins = append(pins, pin)
+							frees = append(frees, free)
 							maps = append(maps, ph.mapped)
 							touches = append(touches, ph.touched-ph.mapped)
 							regs = append(regs, ph.registered-ph.touched)
@@ -103,6 +94,23 @@ func BenchmarkPin(b *testing.B) {
 			}
 		})
 	}
+}
+
+// pinOnce pins n bytes with opts, frees them, and returns how long each
+// took and the phases of the pin.
+func pinOnce(b *testing.B, n int, opts ...Option) (pin, free time.Duration, ph pinPhases) {
+	b.Helper()
+	t0 := time.Now()
+	buf, err := Alloc(n, 0, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	t1 := time.Now()
+	ph = buf.s.phases
+	if err := buf.Free(); err != nil {
+		b.Fatal(err)
+	}
+	return t1.Sub(t0), time.Since(t1), ph
 }
 
 // BenchmarkPinVsC interleaves pinmem's fast pinning (mmap + huge pages +
@@ -146,18 +154,9 @@ func BenchmarkPinVsC(b *testing.B) {
 					for k := range units {
 						u := units[(r+k)%len(units)]
 						touchUnit = u.unit
-						t0 := time.Now()
-						buf, err := Alloc(n, 0, WithMethod(MethodMmapRegister), WithThreads(threads), WithNUMANode(NUMANone))
-						if err != nil {
-							b.Fatal(err)
-						}
-						t1 := time.Now()
-						ph := buf.s.phases
-						if err := buf.Free(); err != nil {
-							b.Fatal(err)
-						}
-						gs[u.name+"-pin"] = append(gs[u.name+"-pin"], ms(t1.Sub(t0)))
-						gs[u.name+"-free"] = append(gs[u.name+"-free"], ms(time.Since(t1)))
+						pin, free, ph := pinOnce(b, n, WithMethod(MethodMmapRegister), WithThreads(threads), WithNUMANode(NUMANone))
+						gs[u.name+"-pin"] = append(gs[u.name+"-pin"], ms(pin))
+						gs[u.name+"-free"] = append(gs[u.name+"-free"], ms(free))
 						gs[u.name+"-touch"] = append(gs[u.name+"-touch"], ms(ph.touched))
 						gs[u.name+"-register"] = append(gs[u.name+"-register"], ms(ph.registered-ph.touched))
 					}
@@ -195,15 +194,6 @@ func BenchmarkPinVsC(b *testing.B) {
 // hostalloc's (below 1: mmap-register is faster at that size).
 func BenchmarkPinThreshold(b *testing.B) {
 	newGPUEnv(b, 0)
-	once := func(m Method, n int) (time.Duration, error) {
-		t0 := time.Now()
-		buf, err := Alloc(n, 0, WithMethod(m))
-		if err != nil {
-			return 0, err
-		}
-		err = buf.Free()
-		return time.Since(t0), err
-	}
 	for _, n := range []int{4 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20} {
 		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
 			methods := []Method{MethodHostAlloc, MethodMmapRegister}
@@ -211,11 +201,8 @@ func BenchmarkPinThreshold(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				for j := range methods {
 					k := (i + j) % 2
-					d, err := once(methods[k], n)
-					if err != nil {
-						b.Fatal(err)
-					}
-					times[k] = append(times[k], d)
+					pin, free, _ := pinOnce(b, n, WithMethod(methods[k]))
+					times[k] = append(times[k], pin+free)
 				}
 			}
 			h, m := median(times[0]), median(times[1])
