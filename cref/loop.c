@@ -25,18 +25,30 @@ static long long now_ns(void)
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-long long pinmem_loop_htod_async(void* fn, unsigned long long dst, const void* src, size_t n, void* stream,
-                                 long long count)
+/* htod_loop issues count copies, each followed by `fences` sequentially
+ * consistent atomic read-modify-writes (none for the plain loop: inlined with
+ * a constant 0, the inner loop is gone). */
+static inline long long htod_loop(htod_async_fn f, unsigned long long dst, const void* src, size_t n, void* stream,
+                                  long long count, long long fences)
 {
-    htod_async_fn f = (htod_async_fn)fn;
+    static long long word;
     long long t0 = now_ns();
     for (long long i = 0; i < count; i++) {
         int r = f(dst, src, n, stream);
         if (r != 0) {
             return -(long long)r;
         }
+        for (long long j = 0; j < fences; j++) {
+            __atomic_fetch_add(&word, 1, __ATOMIC_SEQ_CST);
+        }
     }
     return now_ns() - t0;
+}
+
+long long pinmem_loop_htod_async(void* fn, unsigned long long dst, const void* src, size_t n, void* stream,
+                                 long long count)
+{
+    return htod_loop((htod_async_fn)fn, dst, src, n, stream, count, 0);
 }
 
 /* pinmem_loop_htod_async_gap is pinmem_loop_htod_async with a busy wait of
@@ -68,19 +80,7 @@ long long pinmem_loop_htod_async_gap(void* fn, unsigned long long dst, const voi
 long long pinmem_loop_htod_async_fence(void* fn, unsigned long long dst, const void* src, size_t n, void* stream,
                                        long long count, long long fences)
 {
-    htod_async_fn f = (htod_async_fn)fn;
-    static long long word;
-    long long t0 = now_ns();
-    for (long long i = 0; i < count; i++) {
-        int r = f(dst, src, n, stream);
-        if (r != 0) {
-            return -(long long)r;
-        }
-        for (long long j = 0; j < fences; j++) {
-            __atomic_fetch_add(&word, 1, __ATOMIC_SEQ_CST);
-        }
-    }
-    return now_ns() - t0;
+    return htod_loop((htod_async_fn)fn, dst, src, n, stream, count, fences);
 }
 
 long long pinmem_loop_ctx_get_current(void* fn, long long count)
