@@ -41,6 +41,30 @@ func TestFakeConformance(t *testing.T) {
 // minimalPTX is a module with no kernels; PTX ISA 8.0 (CUDA 12.0) loads on CUDA 12 and 13 drivers.
 const minimalPTX = "//\n// empty module for pinmem tests\n//\n.version 8.0\n.target sm_75\n.address_size 64\n"
 
+// primaryCurrent retains device 0's primary context and makes it current on
+// the calling (locked) thread; release gives the context back. Failures
+// fail tb.
+func primaryCurrent(tb testing.TB, d cudadrv.Driver) (ctx cudadrv.Context, release func()) {
+	tb.Helper()
+	dev, err := d.DeviceGet(0)
+	if err != nil {
+		tb.Fatalf("DeviceGet: %v", err)
+	}
+	if ctx, err = d.DevicePrimaryCtxRetain(dev); err != nil {
+		tb.Fatalf("DevicePrimaryCtxRetain: %v", err)
+	}
+	release = func() {
+		if err := d.DevicePrimaryCtxRelease(dev); err != nil {
+			tb.Errorf("DevicePrimaryCtxRelease: %v", err)
+		}
+	}
+	if err := d.CtxSetCurrent(ctx); err != nil {
+		release()
+		tb.Fatalf("CtxSetCurrent: %v", err)
+	}
+	return ctx, release
+}
+
 func conformance(t *testing.T, d cudadrv.Driver) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -64,16 +88,12 @@ func conformance(t *testing.T, d cudadrv.Driver) {
 			t.Errorf("%s: error has no name: %v", what, err)
 		}
 	}
-	dev, err := d.DeviceGet(0)
-	check("DeviceGet", err)
-	ctx, err := d.DevicePrimaryCtxRetain(dev)
-	check("DevicePrimaryCtxRetain", err)
-	defer func() { check("DevicePrimaryCtxRelease", d.DevicePrimaryCtxRelease(dev)) }()
-	check("CtxSetCurrent", d.CtxSetCurrent(ctx))
+	_, release := primaryCurrent(t, d)
+	defer release()
 
 	// Device memory misuse.
 	wantIs("MemFree(bogus)", d.MemFree(0xdead0000), nil)
-	_, err = d.MemAlloc(1 << 50)
+	_, err := d.MemAlloc(1 << 50)
 	wantIs("MemAlloc(1<<50)", err, cudadrv.ErrOutOfMemory)
 
 	// A round trip through device memory.

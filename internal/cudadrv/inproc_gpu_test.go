@@ -85,12 +85,8 @@ func BenchmarkInProcessC(b *testing.B) {
 			b.Fatalf("%s: %v", what, err)
 		}
 	}
-	dev, err := d.DeviceGet(0)
-	check("DeviceGet", err)
-	ctx, err := d.DevicePrimaryCtxRetain(dev)
-	check("DevicePrimaryCtxRetain", err)
-	defer func() { check("DevicePrimaryCtxRelease", d.DevicePrimaryCtxRelease(dev)) }()
-	check("CtxSetCurrent", d.CtxSetCurrent(ctx))
+	ctx, release := primaryCurrent(b, d)
+	defer release()
 	s, err := d.StreamCreate(cudadrv.StreamNonBlocking)
 	check("StreamCreate", err)
 	defer func() { check("StreamDestroy", d.StreamDestroy(s)) }()
