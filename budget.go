@@ -9,7 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/pinmem/pinmem/sysinfo"
+	"github.com/pinmem/pinmem/internal/sysinfo"
 )
 
 // EnvBudget names the environment variable that sets the default budget:

@@ -7,7 +7,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
-	"github.com/pinmem/pinmem/sysinfo"
+	"github.com/pinmem/pinmem/internal/sysinfo"
 )
 
 var errorsIs = errors.Is

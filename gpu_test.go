@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/kernels"
+	"github.com/pinmem/pinmem/internal/sysinfo"
 	"github.com/pinmem/pinmem/internal/testutil"
 	"github.com/pinmem/pinmem/internal/track"
-	"github.com/pinmem/pinmem/kernels"
-	"github.com/pinmem/pinmem/sysinfo"
 )
 
 // gpuEnv is a device, its primary context, a stream, two events and a

@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/pinmem/pinmem/sysinfo"
+	"github.com/pinmem/pinmem/internal/sysinfo"
 )
 
 // Usage is an amount of pinned memory: bytes and the buffers holding them.

@@ -14,7 +14,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/sysinfo"
+	"github.com/pinmem/pinmem/internal/sysinfo"
 )
 
 // numaFixture writes a sysfs tree with nodes (node -> cpulist) and PCI

@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/sysinfo"
 	"github.com/pinmem/pinmem/internal/testutil"
-	"github.com/pinmem/pinmem/sysinfo"
 )
 
 // TestGPUNUMAPlacement allocates a portable mapping for every device (placed

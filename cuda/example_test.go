@@ -6,7 +6,7 @@ import (
 	"log"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/kernels"
+	"github.com/pinmem/pinmem/internal/kernels"
 )
 
 // Copy data to the GPU and back, and run one of pinmem's kernels on it.

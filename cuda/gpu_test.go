@@ -10,8 +10,8 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/internal/testutil"
-	"github.com/pinmem/pinmem/kernels"
 )
 
 func gpuContext(t testing.TB) *cuda.Context { return testutil.GPUContext(t) }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/internal/testutil"
-	"github.com/pinmem/pinmem/kernels"
 )
 
 // spinHold holds a stream on the GPU with the spin_wait kernel, which

@@ -15,7 +15,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/kernels"
+	"github.com/pinmem/pinmem/internal/kernels"
 )
 
 // Benchmarks for the GPU machine. Each reports GB/s (10^9 bytes/s) and

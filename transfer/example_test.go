@@ -6,7 +6,7 @@ import (
 	"log"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/kernels"
+	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/transfer"
 )
 

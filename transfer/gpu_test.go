@@ -11,8 +11,8 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/internal/testutil"
-	"github.com/pinmem/pinmem/kernels"
 )
 
 func gpuCtx(t testing.TB) *cuda.Context { return testutil.GPUContext(t) }

@@ -12,8 +12,8 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/internal/testutil"
-	"github.com/pinmem/pinmem/kernels"
 )
 
 // addKernel registers a Go add_u8 with the fake and loads it.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/kernels"
+	"github.com/pinmem/pinmem/internal/kernels"
 )
 
 // MappedPointer returns the device address of a Mapped pinned buffer, the

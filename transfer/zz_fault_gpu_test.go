@@ -13,9 +13,9 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/internal/testutil"
 	"github.com/pinmem/pinmem/internal/track"
-	"github.com/pinmem/pinmem/kernels"
 )
 
 // envFaultChild marks the child process in which TestGPUZZKernelFault

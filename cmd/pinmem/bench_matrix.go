@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pinmem/pinmem/bench"
+	"github.com/pinmem/pinmem/internal/bench"
 )
 
 func init() {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pinmem/pinmem/bench"
+	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )

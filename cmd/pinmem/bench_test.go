@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pinmem/pinmem/bench"
+	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )

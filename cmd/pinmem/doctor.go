@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/pinmem/pinmem/diag"
+	"github.com/pinmem/pinmem/internal/diag"
 )
 
 func newDoctor() *cobra.Command {

@@ -23,7 +23,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/kernels"
+	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/transfer"
 )
 

@@ -16,12 +16,12 @@ const module = "github.com/pinmem/pinmem"
 // is the root package pinmem). Data flows one way, from higher layers to
 // lower ones: a package may import only packages of a lower rank.
 var layer = map[string]int{
-	"internal/cudadrv": 0, "internal/track": 0, "sysinfo": 0, "kernels": 0,
+	"internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0,
 	"internal/cudadrv/fakedrv": 1, "cuda": 1,
 	"internal/testutil": 2, "": 2,
 	"prom": 3, "pool": 3,
-	"transfer": 4,
-	"bench":    5, "diag": 5,
+	"transfer":       4,
+	"internal/bench": 5, "internal/diag": 5,
 	"cmd/pinmem": 6,
 }
 

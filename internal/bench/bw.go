@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/kernels"
+	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/transfer"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/kernels"
+	"github.com/pinmem/pinmem/internal/kernels"
 )
 
 // lateDMADriver wraps the fake driver to model what the fake does not: a

@@ -8,8 +8,8 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/internal/testutil"
-	"github.com/pinmem/pinmem/kernels"
 )
 
 // TestOpenWithoutDriver: on a machine without a GPU, Open fails with the

@@ -6,7 +6,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/kernels"
+	"github.com/pinmem/pinmem/internal/kernels"
 )
 
 // Pipeline variants of the overlap bench.

@@ -5,7 +5,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/kernels"
+	"github.com/pinmem/pinmem/internal/kernels"
 )
 
 // vecAdd re-measures the seed's vector-add scenario end to end with the

@@ -11,8 +11,8 @@ import (
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/sysinfo"
 	"github.com/pinmem/pinmem/internal/testutil"
-	"github.com/pinmem/pinmem/sysinfo"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }

@@ -19,8 +19,8 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
-	"github.com/pinmem/pinmem/kernels"
-	"github.com/pinmem/pinmem/sysinfo"
+	"github.com/pinmem/pinmem/internal/kernels"
+	"github.com/pinmem/pinmem/internal/sysinfo"
 )
 
 // Report is everything doctor prints.
