@@ -11,6 +11,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/track"
 )
 
@@ -152,7 +153,7 @@ func allocHost(t target, size int, flags Flags) (*Buffer, error) {
 		return nil, err
 	}
 	start := time.Now()
-	var p cudadrv.HostPtr
+	var p hostptr.Ptr
 	err = t.do(func() (err error) {
 		p, err = t.drv.MemHostAlloc(uint64(size), flags.hostAllocFlags())
 		if err == nil {
@@ -254,7 +255,7 @@ var touchUnit uintptr
 // touched. With huge pages one write per 2 MiB suffices;
 // where the kernel fell back to small pages after all, the untouched pages
 // are faulted in by cuMemHostRegister itself (slower, still correct).
-func touch(p cudadrv.HostPtr, length uintptr, threads int, huge bool) {
+func touch(p hostptr.Ptr, length uintptr, threads int, huge bool) {
 	if length == 0 {
 		return
 	}
@@ -262,7 +263,7 @@ func touch(p cudadrv.HostPtr, length uintptr, threads int, huge bool) {
 	if huge {
 		step = hugePageSize
 	}
-	mem := cudadrv.BytesAt(p, length)
+	mem := hostptr.BytesAt(p, length)
 	const minPer = 16 << 20 // below this per goroutine, spawning costs more than it saves
 	threads = max(1, min(threads, int(length/minPer)))
 	unit := touchUnit
@@ -305,7 +306,7 @@ func touch(p cudadrv.HostPtr, length uintptr, threads int, huge bool) {
 // one contiguous device range (true where the device uses the host pointer
 // for registered memory); where they do not, the range is registered again
 // in one call.
-func registerChunks(t target, p cudadrv.HostPtr, length uintptr, flags Flags) ([]chunk, error) {
+func registerChunks(t target, p hostptr.Ptr, length uintptr, flags Flags) ([]chunk, error) {
 	rf := flags.registerFlags()
 	var chunks []chunk
 	fail := func(err error) ([]chunk, error) {
@@ -316,7 +317,7 @@ func registerChunks(t target, p cudadrv.HostPtr, length uintptr, flags Flags) ([
 	}
 	step := regChunk
 	for off := uintptr(0); off < length; {
-		c := chunk{p: cudadrv.Offset(p, off), n: min(step, length-off)}
+		c := chunk{p: hostptr.Offset(p, off), n: min(step, length-off)}
 		err := t.drv.MemHostRegister(c.p, uint64(c.n), rf)
 		if err != nil && c.n > regSplitAbove && regSplitChunk < c.n &&
 			(errors.Is(err, ErrInvalidValue) || errors.Is(err, ErrOutOfMemory)) {
@@ -324,7 +325,7 @@ func registerChunks(t target, p cudadrv.HostPtr, length uintptr, flags Flags) ([
 			first := fmt.Errorf("chunk at offset %d of %d bytes (%s in one call): %w", off, length, fmtBytes(int64(c.n)), err)
 			step = regSplitChunk
 			for end := off + c.n; off < end; off += step {
-				pc := chunk{p: cudadrv.Offset(p, off), n: min(step, end-off)}
+				pc := chunk{p: hostptr.Offset(p, off), n: min(step, end-off)}
 				if err := t.drv.MemHostRegister(pc.p, uint64(pc.n), rf); err != nil {
 					return fail(errors.Join(first, fmt.Errorf("retried as pieces of %s: piece at offset %d: %w", fmtBytes(int64(step)), off, err)))
 				}
@@ -409,7 +410,7 @@ func register(mem []byte, flags Flags, o options) (*Buffer, error) {
 	if flags&WriteCombined != 0 {
 		return nil, fmt.Errorf("pinmem: Register with WriteCombined: write-combined memory only comes from cuMemHostAlloc: %w", ErrInvalidValue)
 	}
-	p := cudadrv.PtrOf(mem)
+	p := hostptr.PtrOf(mem)
 	lo := uintptr(p) &^ (pageSize - 1)
 	hi := roundUp(uintptr(p)+uintptr(len(mem)), pageSize)
 	if err := regInsert(lo, hi); err != nil {
@@ -423,7 +424,7 @@ func register(mem []byte, flags Flags, o options) (*Buffer, error) {
 	return b, nil
 }
 
-func registerClaimed(mem []byte, p cudadrv.HostPtr, lo uintptr, flags Flags, o options) (*Buffer, error) {
+func registerClaimed(mem []byte, p hostptr.Ptr, lo uintptr, flags Flags, o options) (*Buffer, error) {
 	t, err := resolve(o)
 	if err != nil {
 		return nil, err

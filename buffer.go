@@ -11,12 +11,13 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/track"
 )
 
 // chunk is one cuMemHostRegister call's range.
 type chunk struct {
-	p cudadrv.HostPtr
+	p hostptr.Ptr
 	n uintptr
 }
 
@@ -26,7 +27,7 @@ type chunk struct {
 type bufState struct {
 	freed  atomic.Bool
 	t      target
-	ptr    cudadrv.HostPtr
+	ptr    hostptr.Ptr
 	size   int
 	pinned int64 // bytes handed to the driver (ledger and budget)
 	kind   Kind
@@ -84,7 +85,7 @@ func (s *bufState) bytes() []byte {
 	if s.mem != nil {
 		return s.mem
 	}
-	return cudadrv.BytesAt(s.ptr, uintptr(s.size))
+	return hostptr.BytesAt(s.ptr, uintptr(s.size))
 }
 
 // Segments returns the buffer's memory split at the boundaries of its
@@ -359,7 +360,7 @@ func View[T any](b *Buffer) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
-	size, align := cudadrv.SizeAlign[T]()
+	size, align := hostptr.SizeAlign[T]()
 	typ := reflect.TypeFor[T]()
 	if size == 0 {
 		return nil, fmt.Errorf("pinmem: View as zero-size type %v: %w", typ, ErrInvalidValue)
@@ -374,7 +375,7 @@ func View[T any](b *Buffer) ([]T, error) {
 	if uintptr(p)%align != 0 {
 		return nil, fmt.Errorf("pinmem: View as %v: address %#x is not %d-byte aligned: %w", typ, uintptr(p), align, ErrInvalidValue)
 	}
-	return cudadrv.SliceAt[T](p, uintptr(s.size)/size), nil
+	return hostptr.SliceAt[T](p, uintptr(s.size)/size), nil
 }
 
 // hasPointers reports whether values of t contain pointers the garbage collector must see.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/testutil"
 	"github.com/pinmem/pinmem/internal/track"
 )
@@ -994,7 +995,7 @@ func TestTouch(t *testing.T) {
 		for i := range mem {
 			mem[i] = 0xff
 		}
-		touch(cudadrv.PtrOf(mem), tc.length, tc.threads, tc.huge)
+		touch(hostptr.PtrOf(mem), tc.length, tc.threads, tc.huge)
 		touchUnit = prev
 		full := tc.length / hugePageSize * hugePageSize
 		for i := uintptr(0); i < tc.length; i++ {

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
 // mmapSupported reports whether pinmem can map and register memory itself.
@@ -20,7 +20,7 @@ const mmapSupported = true
 // huge it asks for huge pages (MADV_HUGEPAGE) and reports whether the
 // kernel accepted; without, it asks for none (MADV_NOHUGEPAGE), which
 // matters where THP mode is "always".
-func mapAnon(length uintptr, huge bool) (p cudadrv.HostPtr, hugeOn bool, err error) {
+func mapAnon(length uintptr, huge bool) (p hostptr.Ptr, hugeOn bool, err error) {
 	align := uintptr(0)
 	if length >= hugePageSize {
 		align = hugePageSize
@@ -34,12 +34,12 @@ func mapAnon(length uintptr, huge bool) (p cudadrv.HostPtr, hugeOn bool, err err
 	p = raw
 	if align > 0 {
 		head := (align - uintptr(raw)%align) % align
-		p = cudadrv.Offset(raw, head)
+		p = hostptr.Offset(raw, head)
 		if head > 0 {
 			_ = unix.MunmapPtr(raw, head)
 		}
 		if tail := align - head; tail > 0 {
-			_ = unix.MunmapPtr(cudadrv.Offset(p, length), tail)
+			_ = unix.MunmapPtr(hostptr.Offset(p, length), tail)
 		}
 	}
 	if align > 0 {
@@ -48,7 +48,7 @@ func mapAnon(length uintptr, huge bool) (p cudadrv.HostPtr, hugeOn bool, err err
 			advice = unix.MADV_HUGEPAGE
 		}
 		// madvise fails (EINVAL) on kernels without THP: fall back to small pages.
-		hugeOn = unix.Madvise(cudadrv.BytesAt(p, length), advice) == nil && huge
+		hugeOn = unix.Madvise(hostptr.BytesAt(p, length), advice) == nil && huge
 	}
 	return p, hugeOn, nil
 }
@@ -57,7 +57,7 @@ func mapAnon(length uintptr, huge bool) (p cudadrv.HostPtr, hugeOn bool, err err
 var liveMappings atomic.Int64
 
 // unmapAnon unmaps what mapAnon mapped.
-func unmapAnon(p cudadrv.HostPtr, length uintptr) error {
+func unmapAnon(p hostptr.Ptr, length uintptr) error {
 	if err := unix.MunmapPtr(p, length); err != nil {
 		return fmt.Errorf("munmap of %d bytes at %#x: %w", length, uintptr(p), err)
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
 var liveMappings atomic.Int64
@@ -14,10 +14,10 @@ var liveMappings atomic.Int64
 // mmapSupported reports whether pinmem can map and register memory itself.
 const mmapSupported = false
 
-func mapAnon(length uintptr, huge bool) (cudadrv.HostPtr, bool, error) {
+func mapAnon(length uintptr, huge bool) (hostptr.Ptr, bool, error) {
 	return nil, false, fmt.Errorf("pinmem: mapping memory for registration is implemented only on Linux: %w", ErrNotSupported)
 }
 
-func unmapAnon(p cudadrv.HostPtr, length uintptr) error { return nil }
+func unmapAnon(p hostptr.Ptr, length uintptr) error { return nil }
 
 func isENOMEM(err error) bool { return false }

@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/sysinfo"
 )
 
@@ -213,7 +213,7 @@ var firstTouchFunc = firstTouch
 
 // placeMapping places a fresh, untouched mapping for the target device as
 // o asks. It never fails: what could not be done is in the result's Note.
-func placeMapping(t target, p cudadrv.HostPtr, length uintptr, o options) *Placement {
+func placeMapping(t target, p hostptr.Ptr, length uintptr, o options) *Placement {
 	req := o.numa.requested()
 	pl := &Placement{Node: -1, Requested: req, Method: PlaceNone}
 	node := req

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
 // Memory policies of mbind(2) (linux/mempolicy.h; golang.org/x/sys/unix
@@ -21,7 +21,7 @@ const (
 
 // mbind sets the memory policy of [p, p+length) to node, preferred or
 // strict. It must run before the pages are touched: it moves nothing.
-func mbind(p cudadrv.HostPtr, length uintptr, node int, strict bool) error {
+func mbind(p hostptr.Ptr, length uintptr, node int, strict bool) error {
 	if node < 0 || node >= 4096 {
 		return fmt.Errorf("mbind: node %d out of range", node)
 	}
@@ -34,7 +34,7 @@ func mbind(p cudadrv.HostPtr, length uintptr, node int, strict bool) error {
 	// maxnode is the number of bits in the mask plus one (the kernel
 	// counts one less, as numactl passes it).
 	_, _, errno := unix.Syscall6(unix.SYS_MBIND, uintptr(p), length, mode,
-		cudadrv.AddrOfWords(mask), uintptr(len(mask)*64+1), 0)
+		hostptr.AddrOfWords(mask), uintptr(len(mask)*64+1), 0)
 	runtime.KeepAlive(mask)
 	if errno != 0 {
 		return fmt.Errorf("mbind(%#x, %d, node %d): %w", uintptr(p), length, node, errno)
@@ -47,14 +47,14 @@ func mbind(p cudadrv.HostPtr, length uintptr, node int, strict bool) error {
 // is set to cpus, so that the kernel's first-touch policy allocates the
 // pages on their node. Each thread's affinity is restored before it is
 // unlocked.
-func firstTouch(p cudadrv.HostPtr, length uintptr, cpus []int, threads int) error {
+func firstTouch(p hostptr.Ptr, length uintptr, cpus []int, threads int) error {
 	var set unix.CPUSet
 	for _, c := range cpus {
 		set.Set(c)
 	}
 	threads = max(1, min(threads, len(cpus), int(length/(16<<20))+1))
 	per := roundUp(roundUp(length, uintptr(threads))/uintptr(threads), pageSize)
-	mem := cudadrv.BytesAt(p, length)
+	mem := hostptr.BytesAt(p, length)
 	var wg sync.WaitGroup
 	errs := make([]error, threads)
 	for i := range threads {

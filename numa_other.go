@@ -6,15 +6,15 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
 // mbind is Linux-only; elsewhere pinmem does not map memory itself.
-func mbind(cudadrv.HostPtr, uintptr, int, bool) error {
+func mbind(hostptr.Ptr, uintptr, int, bool) error {
 	return fmt.Errorf("mbind on %s: %w", runtime.GOOS, ErrNotSupported)
 }
 
 // firstTouch is Linux-only (CPU affinity).
-func firstTouch(cudadrv.HostPtr, uintptr, []int, int) error {
+func firstTouch(hostptr.Ptr, uintptr, []int, int) error {
 	return fmt.Errorf("CPU affinity on %s: %w", runtime.GOOS, ErrNotSupported)
 }

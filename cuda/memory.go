@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/track"
 )
 
@@ -136,7 +137,7 @@ func (b *DeviceBuffer) Memset(v byte) error {
 	return b.ctx.Memset(b.ptr, v, b.size)
 }
 
-func hostPtr(p []byte) cudadrv.HostPtr { return cudadrv.PtrOf(p) }
+func hostPtr(p []byte) hostptr.Ptr { return hostptr.PtrOf(p) }
 
 // CopyHtoD copies src to device address dst and returns when the data is
 // in place. src may be any Go memory. (The driver's synchronous copy from

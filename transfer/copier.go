@@ -8,7 +8,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
 // Copier moves data between host memory and the device memory of one CUDA
@@ -317,7 +317,7 @@ type op struct {
 // span is a pinned sub-range [lo, hi) of a host slice, as offsets.
 type span struct{ lo, hi int }
 
-func addr(b []byte) uintptr { return cudadrv.AddrOf(b) }
+func addr(b []byte) uintptr { return hostptr.AddrOf(b) }
 
 // pinnedSpans returns the parts of host known to be pinned, sorted, and a
 // function that releases the registration cache's hold on them.

@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/pinmem/pinmem"
-	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
 // RegCache is a Copier's registration cache: it pins large Go slices in
@@ -148,7 +148,7 @@ func freeAll(bufs []*pinmem.Buffer) error {
 // sliceAt returns the n bytes at address lo, which lie inside the memory
 // of base (a slice starting at baseLo) or of the entries' buffers.
 func sliceAt(base []byte, baseLo, lo uintptr, n int) []byte {
-	return cudadrv.BytesAt(cudadrv.Offset(cudadrv.PtrOf(base), lo-baseLo), uintptr(n))
+	return hostptr.BytesAt(hostptr.Offset(hostptr.PtrOf(base), lo-baseLo), uintptr(n))
 }
 
 // acquire returns the parts of p the cache has (or now gets) registered,

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
 // Elem is the set of element types a typed copy accepts: fixed-size
@@ -19,7 +19,7 @@ func AsBytes[T Elem](s []T) []byte {
 	if len(s) == 0 {
 		return nil
 	}
-	return cudadrv.AsBytes(s)
+	return hostptr.AsBytes(s)
 }
 
 // HtoDSlice copies the elements of src into the device buffer dst.
