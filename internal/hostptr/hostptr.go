@@ -46,4 +46,3 @@ func AsBytes[T any](s []T) []byte {
 	size, _ := SizeAlign[T]()
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), uintptr(len(s))*size)
 }
-
