@@ -61,3 +61,19 @@ func TestConcurrent(t *testing.T) {
 		t.Error("Kind.String")
 	}
 }
+
+func TestDroppedCounts(t *testing.T) {
+	before := DroppedCounts()["testowner"]
+	Dropped("testowner", "size", 1)
+	Dropped("testowner")
+	if got := DroppedCounts()["testowner"] - before; got != 2 {
+		t.Fatalf("DroppedCounts[testowner] rose by %d, want 2", got)
+	}
+	found := false
+	for _, k := range DroppedKinds() {
+		found = found || k == "testowner"
+	}
+	if !found {
+		t.Fatalf("DroppedKinds() = %v, want testowner among them", DroppedKinds())
+	}
+}
