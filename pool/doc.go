@@ -37,8 +37,8 @@
 //     *pinmem.BudgetError.
 //   - Stats counts hits, misses, bytes in use, cached and pending, peak
 //     pinned and requested bytes, bytes wasted by rounding, outstanding
-//     events and time spent in the driver; it is published with expvar as
-//     "pinmem.pool.<name>".
+//     events and time spent in the driver. The pool publishes nothing by itself:
+//     package prom exports Stats to Prometheus.
 //
 // The hit path of Get and of a Put without streams takes one mutex and
 // makes no driver call; no lock is ever held across a driver call.

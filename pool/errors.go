@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/pinmem/pinmem/cuda"
 )
 
 var (
@@ -55,3 +57,19 @@ func (e *OutstandingError) Error() string {
 
 // Is matches ErrOutstanding.
 func (e *OutstandingError) Is(target error) bool { return target == ErrOutstanding }
+
+// OptionError is returned by New for an option it refuses. It matches
+// cuda.ErrInvalidValue.
+type OptionError struct {
+	Option string // the option's name, e.g. "WithPrewarm"
+	Value  string // its arguments as given, e.g. "0, 1"
+	Reason string // why New refused them
+}
+
+// Error names the option, its arguments and the reason.
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("pool: %s(%s): %s", e.Option, e.Value, e.Reason)
+}
+
+// Is matches cuda.ErrInvalidValue.
+func (e *OptionError) Is(target error) bool { return target == cuda.ErrInvalidValue }

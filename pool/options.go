@@ -7,76 +7,101 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// Option configures a Pool in New.
-type Option func(*config) error
+// Option configures a Pool in New. Options only record their values; New
+// checks them and returns an *OptionError for the first one it refuses.
+type Option func(*config)
 
 type config struct {
 	name         string
+	nameSet      bool
 	flags        pinmem.Flags
 	device       *cuda.Device
+	deviceSet    bool
 	method       pinmem.Method
 	prewarmSize  int
 	prewarmBytes int64
+	prewarmSet   bool
 	maxCached    int64 // < 0: no cap
 	retainOnMiss bool
 	stacks       bool
 }
 
-// WithName names the pool in its errors and in expvar, where its Stats
-// appear as "pinmem.pool.<name>". Two open pools cannot share a name. The
-// default is "pool<N>", N counting pools made by New.
-func WithName(name string) Option {
-	return func(c *config) error {
-		if name == "" {
-			return fmt.Errorf("pool: empty name: %w", pinmem.ErrInvalidValue)
-		}
-		c.name = name
-		return nil
+// knownFlags are the pinmem flags a pool may pin memory with.
+const knownFlags = pinmem.Portable | pinmem.Mapped | pinmem.WriteCombined | pinmem.ReadOnly
+
+// check validates the options as New sees them.
+func (c *config) check() error {
+	switch {
+	case c.nameSet && c.name == "":
+		return &OptionError{Option: "WithName", Value: fmt.Sprintf("%q", c.name), Reason: "the name is empty"}
+	case c.flags&^knownFlags != 0:
+		return &OptionError{Option: "WithFlags", Value: fmt.Sprintf("%#x", uint32(c.flags)), Reason: fmt.Sprintf("unknown flag bits %#x", uint32(c.flags&^knownFlags))}
+	case c.deviceSet && c.device == nil:
+		return &OptionError{Option: "WithDevice", Value: "nil", Reason: "the device is nil"}
+	case c.method > pinmem.MethodMmapRegister:
+		return &OptionError{Option: "WithMethod", Value: fmt.Sprint(uint8(c.method)), Reason: "unknown method"}
+	case c.prewarmSet && (c.prewarmSize <= 0 || c.prewarmSize > MaxSize):
+		return &OptionError{Option: "WithPrewarm", Value: fmt.Sprintf("%d, %d", c.prewarmSize, c.prewarmBytes),
+			Reason: fmt.Sprintf("block size outside [1, %d]", int64(MaxSize))}
+	case c.prewarmSet && c.prewarmBytes < 0:
+		return &OptionError{Option: "WithPrewarm", Value: fmt.Sprintf("%d, %d", c.prewarmSize, c.prewarmBytes), Reason: "negative total"}
+	case c.prewarmSet && c.maxCached >= 0 && c.prewarmBytes > c.maxCached:
+		return &OptionError{Option: "WithPrewarm", Value: fmt.Sprintf("%d, %d", c.prewarmSize, c.prewarmBytes),
+			Reason: fmt.Sprintf("the total exceeds WithMaxCached(%d)", c.maxCached)}
 	}
+	return nil
 }
 
-// WithFlags sets the pinmem flags (Portable, Mapped, WriteCombined) of all
-// memory the pool pins. Blocks of a Mapped pool have device pointers.
+// WithName sets the pool's name, a label in its errors, Stats and logs.
+// Names need not be unique. The default is "pool<N>", N counting the pools
+// made by New. New refuses an empty name.
+func WithName(name string) Option {
+	return func(c *config) { c.name, c.nameSet = name, true }
+}
+
+// WithFlags sets the pinmem flags (Portable, Mapped, WriteCombined,
+// ReadOnly) of all memory the pool pins. Blocks of a Mapped pool have
+// device pointers. New refuses unknown flag bits; combinations pinmem
+// cannot serve fail on the first Get that pins (or in New with
+// WithPrewarm).
 func WithFlags(f pinmem.Flags) Option {
-	return func(c *config) error { c.flags = f; return nil }
+	return func(c *config) { c.flags = f }
 }
 
 // WithDevice sets the device the pool's memory is pinned for (passed to
-// pinmem.Alloc as pinmem.WithDevice).
+// pinmem.Alloc as pinmem.WithDevice). The default is device 0; New
+// refuses a nil device.
 func WithDevice(d *cuda.Device) Option {
-	return func(c *config) error { c.device = d; return nil }
+	return func(c *config) { c.device, c.deviceSet = d, true }
 }
 
 // WithMethod sets how the pool pins memory; the default, MethodAuto,
 // lets pinmem choose (mmap + cuMemHostRegister for large allocations).
+// New refuses an unknown method.
 func WithMethod(m pinmem.Method) Option {
-	return func(c *config) error { c.method = m; return nil }
+	return func(c *config) { c.method = m }
 }
 
 // WithPrewarm pins total bytes in blocks sized for Get(blockSize) when the
 // pool is created, and caches them, so that the first Gets of that size
 // hit. Prewarmed blocks are ordinary idle blocks: they count against
-// WithMaxCached and may be released by Trim, a miss or the budget.
+// WithMaxCached and may be released by Trim, a miss or the budget. New
+// refuses a blockSize outside [1, MaxSize], a negative total and a total
+// above WithMaxCached.
 func WithPrewarm(blockSize int, total int64) Option {
-	return func(c *config) error {
-		if blockSize <= 0 || blockSize > MaxSize || total < 0 {
-			return fmt.Errorf("pool: prewarm %d bytes in blocks of %d: %w", total, blockSize, pinmem.ErrInvalidValue)
-		}
-		c.prewarmSize, c.prewarmBytes = blockSize, total
-		return nil
-	}
+	return func(c *config) { c.prewarmSize, c.prewarmBytes, c.prewarmSet = blockSize, total, true }
 }
 
 // WithMaxCached caps the bytes of idle blocks the pool keeps: when a Put
 // takes the idle bytes above max, the least recently released blocks leave
-// the cache at once and are unpinned at the next miss, Trim, Reclaim or
-// Close (unpinning may synchronize the device, which a Put never does;
-// see Stats.DeferredBytes). A negative max, the default, sets no cap (the footprint is
-// still bounded, see RetainOnMiss). Idle blocks inside a slab that still
-// has blocks in use count as cached but cannot be released until the
-// whole slab is idle.
+// the cache at once and are unpinned at the next miss, Trim, budget
+// reclaim or Close (unpinning may synchronize the device, which a Put
+// never does; see Stats.DeferredBytes). A negative max, the default, sets
+// no cap (the footprint is still bounded, see WithRetainOnMiss). Idle
+// blocks inside a slab that still has blocks in use count as cached but
+// cannot be released until the whole slab is idle.
 func WithMaxCached(max int64) Option {
-	return func(c *config) error { c.maxCached = max; return nil }
+	return func(c *config) { c.maxCached = max }
 }
 
 // WithRetainOnMiss(true) makes a miss pin new memory without first
@@ -90,12 +115,12 @@ func WithMaxCached(max int64) Option {
 // of sizes drifts. Retaining keeps more blocks cached for later hits, up
 // to WithMaxCached.
 func WithRetainOnMiss(retain bool) Option {
-	return func(c *config) error { c.retainOnMiss = retain; return nil }
+	return func(c *config) { c.retainOnMiss = retain }
 }
 
 // WithStacks(true) records the caller's stack on every Get, so that the
 // error Close returns says where each block still out was taken. It costs
-// a few microseconds per Get.
+// a stack walk per Get.
 func WithStacks(on bool) Option {
-	return func(c *config) error { c.stacks = on; return nil }
+	return func(c *config) { c.stacks = on }
 }

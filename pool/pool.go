@@ -134,8 +134,9 @@ func (b *Block) DevicePtr() (cuda.DevicePtr, error) {
 // the budget error. It also registers itself as a pinmem.Reclaimer, so
 // the budget can ask it for idle memory on behalf of other allocations.
 //
-// A Pool is safe for concurrent use. Its Stats are published with expvar
-// as "pinmem.pool.<name>" while it is open.
+// A Pool is safe for concurrent use. It publishes nothing by itself: read
+// Stats, or export them with github.com/pinmem/pinmem/prom or
+// github.com/pinmem/pinmem/expvars.
 type Pool struct {
 	name         string
 	flags        pinmem.Flags
@@ -179,15 +180,16 @@ var poolSeq atomic.Uint64
 func New(opts ...Option) (*Pool, error) {
 	cfg := config{method: pinmem.MethodAuto, maxCached: -1}
 	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
+		if o == nil {
+			return nil, &OptionError{Option: "Option", Value: "nil", Reason: "a nil option"}
 		}
+		o(&cfg)
 	}
-	if cfg.name == "" {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if !cfg.nameSet {
 		cfg.name = fmt.Sprintf("pool%d", poolSeq.Add(1))
-	}
-	if cfg.maxCached >= 0 && cfg.prewarmBytes > cfg.maxCached {
-		return nil, fmt.Errorf("pool %s: prewarm of %d bytes exceeds the cache cap of %d: %w", cfg.name, cfg.prewarmBytes, cfg.maxCached, pinmem.ErrInvalidValue)
 	}
 	p := &Pool{
 		name:         cfg.name,
@@ -204,9 +206,6 @@ func New(opts ...Option) (*Pool, error) {
 	}
 	p.st.Name = p.name
 	p.out.next, p.out.prev = &p.out, &p.out
-	if err := register(p); err != nil {
-		return nil, err
-	}
 	p.removeReclaimer = pinmem.AddReclaimer(p)
 	if cfg.prewarmBytes > 0 {
 		if err := p.prewarm(cfg.prewarmSize, cfg.prewarmBytes); err != nil {
@@ -252,7 +251,7 @@ func (p *Pool) Flags() pinmem.Flags { return p.flags }
 
 // Get returns a pinned block of at least size bytes (Len() == size). Its
 // contents are whatever the block held before. It fails with an error
-// matching pinmem.ErrInvalidValue for a size outside [1, MaxSize],
+// matching cuda.ErrInvalidValue for a size outside [1, MaxSize],
 // ErrClosed after Close, pinmem.ErrBudget (a *pinmem.BudgetError) when the
 // pinned budget does not allow the memory even after the pool released
 // its idle blocks, or the driver's error. A hit makes no driver call
@@ -260,7 +259,7 @@ func (p *Pool) Flags() pinmem.Flags { return p.flags }
 // first), which may wait for all work queued on the device.
 func (p *Pool) Get(size int) (*Block, error) {
 	if size <= 0 || size > MaxSize {
-		return nil, fmt.Errorf("pool %s: Get(%d): size outside [1, %d]: %w", p.name, size, MaxSize, pinmem.ErrInvalidValue)
+		return nil, fmt.Errorf("pool %s: Get(%d): size outside [1, %d]: %w", p.name, size, MaxSize, cuda.ErrInvalidValue)
 	}
 	ci, csize := hugeClass, roundUp(size, pageSize)
 	if size <= HugeThreshold {
@@ -499,7 +498,7 @@ func (p *Pool) alloc(n int) (*pinmem.Buffer, error) {
 	p.driverNS.Add(int64(time.Since(t)))
 	if err == nil && len(buf.Bytes()) < n {
 		_ = p.freeBufs([]*pinmem.Buffer{buf})
-		return nil, fmt.Errorf("pool %s: pinmem.Alloc(%d) returned %d bytes: %w", p.name, n, len(buf.Bytes()), pinmem.ErrInvalidValue)
+		return nil, fmt.Errorf("pool %s: pinmem.Alloc(%d) returned %d bytes: %w", p.name, n, len(buf.Bytes()), cuda.ErrInvalidValue)
 	}
 	return buf, err
 }
@@ -602,15 +601,15 @@ func (p *Pool) pin(b *Block, ci, size, csize int) error {
 // until Close and the error is returned.
 //
 // Putting a block twice fails with an error matching pinmem.ErrFreed; a
-// block of another pool or a nil stream with pinmem.ErrInvalidValue.
+// block of another pool or a nil stream with cuda.ErrInvalidValue.
 // After Close, Put unpins the block (waiting for its streams first).
 func (p *Pool) Put(b *Block, streams ...*cuda.Stream) error {
 	if b == nil || b.p != p {
-		return fmt.Errorf("pool %s: Put of a block from another pool (or nil): %w", p.name, pinmem.ErrInvalidValue)
+		return fmt.Errorf("pool %s: Put of a block from another pool (or nil): %w", p.name, cuda.ErrInvalidValue)
 	}
 	for i, s := range streams {
 		if s == nil {
-			return fmt.Errorf("pool %s: Put of block %d: stream %d is nil: %w", p.name, b.id, i, pinmem.ErrInvalidValue)
+			return fmt.Errorf("pool %s: Put of block %d: stream %d is nil: %w", p.name, b.id, i, cuda.ErrInvalidValue)
 		}
 	}
 	if !b.state.CompareAndSwap(stateOut, stateReturned) {
@@ -925,7 +924,7 @@ func (p *Pool) Reclaim(want int64) (freed int64) {
 
 // Close unpins all idle memory, waits for the stream work of blocks Put
 // with streams and unpins them, destroys the pool's events, and withdraws
-// the pool from pinmem's reclaimers and from expvar. Blocks still out stay
+// the pool from pinmem's reclaimers. Blocks still out stay
 // valid and pinned until they are Put, which then unpins them; Close
 // reports them in an *OutstandingError (matching ErrOutstanding). A second
 // Close returns an error matching ErrClosed.
@@ -973,7 +972,6 @@ func (p *Pool) Close() error {
 	}
 	p.mu.Unlock()
 
-	unregister(p)
 	p.removeReclaimer()
 	errs := []error{p.freeBufs(bufs), p.destroyEvents(evs)}
 	for _, e := range entries {

@@ -1,14 +1,14 @@
 package pool
 
 import (
-	"encoding/json"
 	"errors"
-	"expvar"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 )
 
@@ -252,12 +252,6 @@ func TestPrewarm(t *testing.T) {
 	for _, b := range bs {
 		mustPut(t, p, b)
 	}
-	if _, err := New(WithPrewarm(1<<20, 8<<20), WithMaxCached(1<<20)); !errors.Is(err, pinmem.ErrInvalidValue) {
-		t.Errorf("prewarm over the cap: %v", err)
-	}
-	if _, err := New(WithPrewarm(0, 1)); !errors.Is(err, pinmem.ErrInvalidValue) {
-		t.Errorf("prewarm of 0-byte blocks: %v", err)
-	}
 }
 
 func TestBudget(t *testing.T) {
@@ -352,11 +346,6 @@ func TestCloseReportsOutstanding(t *testing.T) {
 	if s := p.Stats(); s.PinnedBytes != 0 || s.Slabs != 0 {
 		t.Errorf("after the last Put: %v", s)
 	}
-	// The name is free again.
-	q := newPool(t, WithName("leaky"))
-	if err := q.Close(); err != nil {
-		t.Errorf("clean Close: %v", err)
-	}
 }
 
 func TestPutMisuse(t *testing.T) {
@@ -364,13 +353,13 @@ func TestPutMisuse(t *testing.T) {
 	p := newPool(t)
 	q := newPool(t)
 	b := mustGet(t, p, 64)
-	if err := q.Put(b); !errors.Is(err, pinmem.ErrInvalidValue) {
+	if err := q.Put(b); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("Put into another pool: %v", err)
 	}
-	if err := p.Put(nil); !errors.Is(err, pinmem.ErrInvalidValue) {
+	if err := p.Put(nil); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("Put(nil): %v", err)
 	}
-	if err := p.Put(b, nil); !errors.Is(err, pinmem.ErrInvalidValue) {
+	if err := p.Put(b, nil); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("Put with a nil stream: %v", err)
 	}
 	mustPut(t, p, b) // still out after the refused Puts
@@ -381,18 +370,10 @@ func TestPutMisuse(t *testing.T) {
 		t.Errorf("DevicePtr after Put: %v", err)
 	}
 	for _, n := range []int{0, -5, MaxSize + 1} {
-		if _, err := p.Get(n); !errors.Is(err, pinmem.ErrInvalidValue) {
+		if _, err := p.Get(n); !errors.Is(err, cuda.ErrInvalidValue) {
 			t.Errorf("Get(%d): %v", n, err)
 		}
 	}
-	if _, err := New(WithName("")); !errors.Is(err, pinmem.ErrInvalidValue) {
-		t.Errorf("empty name: %v", err)
-	}
-	r := newPool(t, WithName("dup"))
-	if _, err := New(WithName("dup")); !errors.Is(err, pinmem.ErrInvalidValue) {
-		t.Errorf("duplicate name: %v", err)
-	}
-	_ = r
 	if s := p.Stats(); s.Puts != 1 || s.InUseBlocks != 0 {
 		t.Errorf("%v", s)
 	}
@@ -474,7 +455,7 @@ func TestFaultsLeaveNothingPinned(t *testing.T) {
 	}
 }
 
-func TestStatsAndExpvar(t *testing.T) {
+func TestStats(t *testing.T) {
 	useFake(t)
 	p := newPool(t, WithName("stats-x"))
 	b := mustGet(t, p, 1500)
@@ -485,26 +466,60 @@ func TestStatsAndExpvar(t *testing.T) {
 			t.Errorf("String() = %q lacks %q", str, want)
 		}
 	}
-	v := expvar.Get(ExpvarPrefix + "stats-x")
-	if v == nil {
-		t.Fatal("not published")
-	}
-	var got Stats
-	if err := json.Unmarshal([]byte(v.String()), &got); err != nil {
-		t.Fatalf("%v: %s", err, v.String())
-	}
-	if got.Name != "stats-x" || got.Gets != 1 || got.InUseBytes != 1536 || got.RequestedBytes != 1500 || got.PinnedBytes == 0 {
-		t.Errorf("expvar: %s", v.String())
+	if s.Name != "stats-x" || s.Gets != 1 || s.InUseBytes != 1536 || s.RequestedBytes != 1500 || s.PinnedBytes == 0 {
+		t.Errorf("stats: %+v", s)
 	}
 	mustPut(t, p, b)
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if v.String() != "null" {
-		t.Errorf("a closed pool's expvar reads %s", v.String())
-	}
 	if (Stats{}).HitRate() != 0 || (Stats{Gets: 4, Hits: 1}).HitRate() != 0.25 {
 		t.Error("HitRate")
+	}
+}
+
+// TestNamesNeedNotBeUnique: two open pools may share a name (the name is
+// a label; nothing is published under it).
+func TestNamesNeedNotBeUnique(t *testing.T) {
+	useFake(t)
+	a := newPool(t, WithName("dup"))
+	b := newPool(t, WithName("dup"))
+	mustPut(t, a, mustGet(t, a, 100))
+	mustPut(t, b, mustGet(t, b, 100))
+	if a.Name() != "dup" || b.Name() != "dup" {
+		t.Errorf("names %q, %q", a.Name(), b.Name())
+	}
+}
+
+// TestOptionErrors: New refuses bad options with an *OptionError naming
+// the option and its value, matching cuda.ErrInvalidValue.
+func TestOptionErrors(t *testing.T) {
+	useFake(t)
+	cases := []struct {
+		opts        []Option
+		option, arg string
+	}{
+		{[]Option{WithName("")}, "WithName", `""`},
+		{[]Option{WithFlags(1 << 9)}, "WithFlags", "0x200"},
+		{[]Option{WithDevice(nil)}, "WithDevice", "nil"},
+		{[]Option{WithMethod(pinmem.Method(77))}, "WithMethod", "77"},
+		{[]Option{WithPrewarm(0, 1)}, "WithPrewarm", "0, 1"},
+		{[]Option{WithPrewarm(MaxSize+1, 1)}, "WithPrewarm", fmt.Sprintf("%d, 1", MaxSize+1)},
+		{[]Option{WithPrewarm(4096, -1)}, "WithPrewarm", "4096, -1"},
+		{[]Option{WithPrewarm(1<<20, 8<<20), WithMaxCached(1 << 20)}, "WithPrewarm", fmt.Sprintf("%d, %d", 1<<20, 8<<20)},
+		{[]Option{WithMaxCached(1 << 20), WithPrewarm(1<<20, 8<<20)}, "WithPrewarm", fmt.Sprintf("%d, %d", 1<<20, 8<<20)},
+		{[]Option{nil}, "Option", "nil"},
+	}
+	for _, tc := range cases {
+		p, err := New(tc.opts...)
+		var oe *OptionError
+		if p != nil || !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &oe) || oe.Option != tc.option || oe.Value != tc.arg {
+			t.Errorf("%s(%s): pool %v, error %v (%#v)", tc.option, tc.arg, p, err, oe)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, tc.option+"("+tc.arg+")") {
+			t.Errorf("message %q does not name %s(%s)", msg, tc.option, tc.arg)
+		}
+	}
+	if n := pinmem.Stats().Pinned.Buffers; n != 0 {
+		t.Errorf("%d buffers pinned after refused options", n)
 	}
 }
 

@@ -1,18 +1,25 @@
-// Package prom exports pinmem's ledger of pinned host memory to Prometheus.
-// It lives apart from package pinmem so that the core does not depend on
-// the Prometheus client.
+// Package prom exports pinmem's figures to Prometheus: the process's
+// ledger of pinned host memory (NewCollector) and the counters of a
+// pool.Pool (NewPoolCollector). It lives apart from package pinmem so that
+// the core does not depend on the Prometheus client. Nothing is registered
+// on import:
 //
 //	prometheus.MustRegister(prom.NewCollector())
+//	prometheus.MustRegister(prom.NewPoolCollector(p))
+//
+// Every metric name starts with "pinmem_". The collectors read the figures
+// at each scrape and hold no state of their own.
 package prom
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/pool"
 )
 
-// Collector is a prometheus.Collector reading pinmem.Stats at each scrape.
-type Collector struct {
+// ledgerCollector reads pinmem.Stats at each scrape.
+type ledgerCollector struct {
 	stats func() pinmem.LedgerStats
 
 	pinnedBytes, pinnedBuffers *prometheus.Desc
@@ -24,17 +31,18 @@ type Collector struct {
 	flagBytes                  *prometheus.Desc
 }
 
-var _ prometheus.Collector = (*Collector)(nil)
+// NewCollector returns a collector of the process's pinmem ledger
+// (pinmem.Stats): pinned bytes and buffers by kind and by flags, the peak,
+// the budget, and counters of pins, frees, failures, budget rejections,
+// dropped buffers and time spent pinning and unpinning. The process has
+// one ledger, so register one such collector per registry.
+func NewCollector() prometheus.Collector { return newLedgerCollector(pinmem.Stats) }
 
-// NewCollector returns a collector of the process's pinmem ledger. Metric
-// names start with "pinmem_".
-func NewCollector() *Collector { return newCollector(pinmem.Stats) }
-
-func newCollector(stats func() pinmem.LedgerStats) *Collector {
+func newLedgerCollector(stats func() pinmem.LedgerStats) *ledgerCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("pinmem_"+name, help, labels, nil)
 	}
-	return &Collector{
+	return &ledgerCollector{
 		stats:         stats,
 		pinnedBytes:   d("pinned_bytes", "Host memory pinned by pinmem now, by kind (hostalloc, mmap-registered, go-registered).", "kind"),
 		pinnedBuffers: d("pinned_buffers", "Pinned buffers live now, by kind.", "kind"),
@@ -53,16 +61,14 @@ func newCollector(stats func() pinmem.LedgerStats) *Collector {
 	}
 }
 
-// Describe sends the descriptors of every metric.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.pinnedBytes, c.pinnedBuffers, c.flagBytes, c.peak, c.budget, c.reserved,
 		c.allocs, c.frees, c.allocBytes, c.failures, c.rejections, c.dropped, c.pinSeconds, c.unpinSeconds} {
 		ch <- d
 	}
 }
 
-// Collect sends the current values.
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.stats()
 	g := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
@@ -89,4 +95,66 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctr(c.dropped, float64(s.Dropped))
 	ctr(c.pinSeconds, s.PinTime.Seconds())
 	ctr(c.unpinSeconds, s.UnpinTime.Seconds())
+}
+
+// poolMetric is one figure of pool.Stats.
+type poolMetric struct {
+	desc  *prometheus.Desc
+	kind  prometheus.ValueType
+	value func(pool.Stats) float64
+}
+
+// poolCollector reads a pool's Stats at each scrape.
+type poolCollector struct {
+	stats   func() pool.Stats
+	metrics []poolMetric
+}
+
+// NewPoolCollector returns a collector of p's Stats, labelled
+// pool="<p.Name()>": blocks and bytes in use, cached, pending and pinned,
+// gets, hits, misses, puts, evictions, budget errors and time spent in the
+// driver. Pool names need not be unique, but a registry refuses a second
+// collector of the same name (Register returns a
+// prometheus.AlreadyRegisteredError): give pools registered together
+// distinct names with pool.WithName. A collector of a closed pool reports
+// the figures it had at Close.
+func NewPoolCollector(p *pool.Pool) prometheus.Collector {
+	return newPoolCollector(p.Name(), p.Stats)
+}
+
+func newPoolCollector(name string, stats func() pool.Stats) *poolCollector {
+	labels := prometheus.Labels{"pool": name}
+	m := func(metric, help string, kind prometheus.ValueType, value func(pool.Stats) float64) poolMetric {
+		return poolMetric{prometheus.NewDesc("pinmem_pool_"+metric, help, nil, labels), kind, value}
+	}
+	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
+	return &poolCollector{stats: stats, metrics: []poolMetric{
+		m("gets_total", "Successful Get calls.", counter, func(s pool.Stats) float64 { return float64(s.Gets) }),
+		m("hits_total", "Gets served from the cache.", counter, func(s pool.Stats) float64 { return float64(s.Hits) }),
+		m("misses_total", "Gets that pinned new memory.", counter, func(s pool.Stats) float64 { return float64(s.Misses) }),
+		m("puts_total", "Blocks given back with Put.", counter, func(s pool.Stats) float64 { return float64(s.Puts) }),
+		m("evictions_total", "Idle blocks or slabs taken out of the cache to be unpinned.", counter, func(s pool.Stats) float64 { return float64(s.Evictions) }),
+		m("budget_errors_total", "Gets that failed on the pinned memory budget.", counter, func(s pool.Stats) float64 { return float64(s.BudgetErrors) }),
+		m("driver_seconds_total", "Time spent pinning, unpinning and in event calls.", counter, func(s pool.Stats) float64 { return s.DriverTime.Seconds() }),
+		m("in_use_blocks", "Blocks taken by Get and not yet Put.", gauge, func(s pool.Stats) float64 { return float64(s.InUseBlocks) }),
+		m("in_use_bytes", "Capacity of the blocks in use.", gauge, func(s pool.Stats) float64 { return float64(s.InUseBytes) }),
+		m("requested_bytes", "Bytes requested by the Gets of the blocks in use.", gauge, func(s pool.Stats) float64 { return float64(s.RequestedBytes) }),
+		m("cached_bytes", "Capacity of the idle blocks ready for reuse.", gauge, func(s pool.Stats) float64 { return float64(s.CachedBytes) }),
+		m("pending_bytes", "Capacity of the blocks Put with stream work not yet seen to finish.", gauge, func(s pool.Stats) float64 { return float64(s.PendingBytes) }),
+		m("pinned_bytes", "Host memory the pool holds pinned.", gauge, func(s pool.Stats) float64 { return float64(s.PinnedBytes) }),
+		m("pinned_peak_bytes", "Highest pinned total of the pool.", gauge, func(s pool.Stats) float64 { return float64(s.PeakPinnedBytes) }),
+	}}
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range c.metrics {
+		ch <- m.desc
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	for _, m := range c.metrics {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(s))
+	}
 }

@@ -1,6 +1,7 @@
 package prom
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	itest "github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/pool"
 )
 
 func TestMain(m *testing.M) { itest.Main(m) }
@@ -31,7 +34,7 @@ func TestCollector(t *testing.T) {
 		UnpinTime:        250 * time.Millisecond,
 		Budget:           1 << 30,
 	}
-	c := newCollector(func() pinmem.LedgerStats { return s })
+	c := newLedgerCollector(func() pinmem.LedgerStats { return s })
 	want := `
 # HELP pinmem_pinned_bytes Host memory pinned by pinmem now, by kind (hostalloc, mmap-registered, go-registered).
 # TYPE pinmem_pinned_bytes gauge
@@ -74,6 +77,75 @@ pinmem_unpin_seconds_total 0.25
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(NewCollector()); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPoolCollector(t *testing.T) {
+	itest.UseFake(t, fakedrv.Options{})
+	p, err := pool.New(pool.WithName("staging"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	b, err := p.Get(1500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewPoolCollector(p)
+	want := `
+# HELP pinmem_pool_gets_total Successful Get calls.
+# TYPE pinmem_pool_gets_total counter
+pinmem_pool_gets_total{pool="staging"} 1
+# HELP pinmem_pool_misses_total Gets that pinned new memory.
+# TYPE pinmem_pool_misses_total counter
+pinmem_pool_misses_total{pool="staging"} 1
+# HELP pinmem_pool_in_use_bytes Capacity of the blocks in use.
+# TYPE pinmem_pool_in_use_bytes gauge
+pinmem_pool_in_use_bytes{pool="staging"} 1536
+# HELP pinmem_pool_requested_bytes Bytes requested by the Gets of the blocks in use.
+# TYPE pinmem_pool_requested_bytes gauge
+pinmem_pool_requested_bytes{pool="staging"} 1500
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"pinmem_pool_gets_total", "pinmem_pool_misses_total", "pinmem_pool_in_use_bytes", "pinmem_pool_requested_bytes"); err != nil {
+		t.Error(err)
+	}
+	if err := p.Put(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP pinmem_pool_puts_total Blocks given back with Put.
+# TYPE pinmem_pool_puts_total counter
+pinmem_pool_puts_total{pool="staging"} 1
+`), "pinmem_pool_puts_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(c); n != 14 {
+		t.Errorf("%d pool metrics, want 14", n)
+	}
+	if _, err := testutil.CollectAndLint(c); err != nil {
+		t.Error(err)
+	}
+	// Pools registered together need distinct names; the registry says so.
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	q, err := pool.New(pool.WithName("staging"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	var are prometheus.AlreadyRegisteredError
+	if err := reg.Register(NewPoolCollector(q)); !errors.As(err, &are) {
+		t.Errorf("second collector of the same name: %v", err)
 	}
 	if _, err := reg.Gather(); err != nil {
 		t.Fatal(err)
