@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"testing"
 
 	"github.com/pinmem/pinmem"
@@ -23,7 +24,7 @@ func BenchmarkGetPut1MiB(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() {
-			if err := p.Close(); err != nil {
+			if err := p.Close(context.Background()); err != nil {
 				b.Error(err)
 			}
 		})

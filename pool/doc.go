@@ -2,15 +2,25 @@
 // stream-ordered reuse, bounded rounding waste, a cap on idle memory and
 // respect for pinmem's global budget.
 //
-// Pinning is expensive (cuMemHostAlloc costs about 1.2 ms for 1 MiB and
-// 0.6 s for 1 GiB), so programs that need pinned buffers per request reuse
-// them. A Pool hands out Blocks with Get and takes them back with Put:
+// Pinning is expensive (milliseconds for a megabyte, most of a second for
+// a gigabyte, and it may wait for the device), so programs that need
+// pinned buffers per request reuse them. A Pool hands out Blocks with Get
+// and takes them back with Put:
 //
 //	p, err := pool.New(pool.WithName("staging"))
-//	b, err := p.Get(3 << 20)          // 3 MiB, pinned
+//	if err != nil {
+//		return err
+//	}
+//	defer p.Close(ctx)
+//	b, err := p.Get(3 << 20) // 3 MiB, pinned
+//	if err != nil {
+//		return err
+//	}
 //	copy(b.Bytes(), data)
-//	dev.WriteAsync(stream, 0, b.Bytes())
-//	p.Put(b, stream)                   // reused only once the copy has run
+//	if err := dst.WriteAsync(stream, 0, b.Bytes()); err != nil {
+//		return errors.Join(err, p.Put(b))
+//	}
+//	return p.Put(b, stream) // reused only once the copy has run
 //
 // What it does differently from PyTorch's caching host allocator and
 // CuPy's PinnedMemoryPool:
@@ -32,7 +42,7 @@
 //     other sizes on a miss that would exceed it (unless WithRetainOnMiss);
 //     WithMaxCached caps idle bytes, Trim releases them, Close releases
 //     everything and reports blocks still out, and pinmem's budget can
-//     reclaim idle memory (the pool is a pinmem.Reclaimer). When pinning fails on the budget, the pool
+//     reclaim idle memory (the pool registers with pinmem.AddReclaimer). When pinning fails on the budget, the pool
 //     releases its idle memory and retries before returning the
 //     *pinmem.BudgetError.
 //   - Stats counts hits, misses, bytes in use, cached and pending, peak
@@ -54,12 +64,12 @@
 // WithRetainOnMiss and the budget), so a miss may block the calling thread
 // until every kernel and copy queued on the device has finished, including
 // work on other streams that waits for the host (a kernel polling a host
-// flag then deadlocks until it times out). Trim, Reclaim and Close unpin
+// flag then deadlocks until it times out). Trim, the budget's reclaim and Close unpin
 // and may synchronize too. The hit paths never synchronize: a Get hit and
 // a Put make no pinning or unpinning driver call (an ordered Put records
 // events, which never waits; only if recording fails does it synchronize
 // that one stream), and idle memory that a Put takes over WithMaxCached
-// leaves the cache at once but is unpinned at the next miss, Trim, Reclaim
+// leaves the cache at once but is unpinned at the next miss, Trim, budget reclaim
 // or Close (Stats.DeferredBytes). Code that must not stall while the device
 // is busy should warm the pool first (WithPrewarm, or Get and Put the
 // sizes it needs) so that its Gets hit.

@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"context"
 	"fmt"
 	"log"
 
@@ -16,7 +17,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer func() {
-		if err := p.Close(); err != nil {
+		if err := p.Close(context.Background()); err != nil {
 			log.Print(err) // lists blocks never Put
 		}
 	}()

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -45,7 +46,7 @@ func newPool(t *testing.T, opts ...Option) *Pool {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := p.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		if err := p.Close(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
 			t.Errorf("Close: %v", err)
 		}
 	})

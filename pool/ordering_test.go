@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"sync"
@@ -115,7 +116,7 @@ func TestStreamOrderedReuseFake(t *testing.T) {
 		t.Run(map[bool]string{true: "ordered", false: "unordered"}[ordered], func(t *testing.T) {
 			d := useFake(t)
 			p := newPool(t)
-			p.unordered = !ordered
+			p.s.unordered = !ordered
 			ctx, s := newStream(t)
 			hold := func() {
 				if err := d.HoldStream(fakeStream(s)); err != nil {
@@ -297,7 +298,7 @@ func TestCloseWaitsForStreamWork(t *testing.T) {
 		_ = d.ReleaseStream(fakeStream(s))
 	})
 	start := time.Now()
-	err = p.Close()
+	err = p.Close(context.Background())
 	if !errors.Is(err, ErrOutstanding) {
 		t.Errorf("Close: %v", err)
 	}
@@ -346,7 +347,7 @@ func TestConcurrentStress(t *testing.T) {
 			default:
 			}
 			_ = p.Stats().String()
-			_ = p.Reclaim(1 << 20)
+			_ = p.s.Reclaim(1 << 20)
 			if _, err := p.Trim(); err != nil {
 				t.Error(err)
 			}

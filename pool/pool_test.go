@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -260,7 +261,7 @@ func TestBudget(t *testing.T) {
 	p := newPool(t, WithRetainOnMiss(true))
 	// The pool's own retry: withdraw it from pinmem's reclaimers so that
 	// only the pool's budget path can free its idle memory.
-	p.removeReclaimer()
+	p.s.removeReclaimer()
 	a := mustGet(t, p, 6<<20)
 	mustPut(t, p, a)
 	b := mustGet(t, p, 5<<20) // 6 idle + 5 > 10: release idle, retry
@@ -300,7 +301,7 @@ func TestReclaimer(t *testing.T) {
 		t.Errorf("idle pool after the budget's request: %v", s)
 	}
 	mustPut(t, busy, b)
-	if got := idle.Reclaim(1); got != 0 && idle.Stats().PinnedBytes != 0 {
+	if got := idle.s.Reclaim(1); got != 0 && idle.Stats().PinnedBytes != 0 {
 		t.Errorf("Reclaim(1) freed %d", got)
 	}
 }
@@ -315,7 +316,7 @@ func TestCloseReportsOutstanding(t *testing.T) {
 	b := mustGet(t, p, 3<<20)
 	c := mustGet(t, p, 5000)
 	mustPut(t, p, c)
-	err = p.Close()
+	err = p.Close(context.Background())
 	var oe *OutstandingError
 	if !errors.Is(err, ErrOutstanding) || !errors.As(err, &oe) {
 		t.Fatalf("Close with blocks out: %v", err)
@@ -338,7 +339,7 @@ func TestCloseReportsOutstanding(t *testing.T) {
 	if _, err := p.Trim(); !errors.Is(err, ErrClosed) {
 		t.Errorf("Trim after Close: %v", err)
 	}
-	if err := p.Close(); !errors.Is(err, ErrClosed) {
+	if err := p.Close(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("second Close: %v", err)
 	}
 	mustPut(t, p, a)
@@ -532,11 +533,11 @@ func TestNoLockAcrossDriverCalls(t *testing.T) {
 	var calls, held atomic.Int64
 	d.SetHook(func(op string) cudadrv.Result {
 		calls.Add(1)
-		if !p.mu.TryLock() {
+		if !p.s.mu.TryLock() {
 			held.Add(1)
 			t.Errorf("%s called with the pool's lock held", op)
 		} else {
-			p.mu.Unlock()
+			p.s.mu.Unlock()
 		}
 		return cudadrv.Success
 	})
@@ -555,12 +556,12 @@ func TestNoLockAcrossDriverCalls(t *testing.T) {
 	for _, n := range []int{10, 5000, 1 << 20} {
 		mustPut(t, p, mustGet(t, p, n), s)
 	}
-	_ = p.Reclaim(1 << 20)
+	_ = p.s.Reclaim(1 << 20)
 	if _, err := p.Trim(); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, mustGet(t, p, 1<<20), s)
-	if err := p.Close(); err != nil {
+	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	d.SetHook(nil)

@@ -8,7 +8,7 @@ import (
 // Stats is a snapshot of a pool's counters. Byte counts of blocks are
 // capacities (rounded sizes) unless the name says requested.
 type Stats struct {
-	Name string
+	Name string // the pool's name (WithName)
 
 	Gets        uint64 // successful Get calls
 	Hits        uint64 // Gets served from the cache
@@ -33,15 +33,15 @@ type Stats struct {
 
 	Pins      uint64 // pinmem allocations made
 	Unpins    uint64 // pinmem allocations freed
-	Evictions uint64 // idle blocks or slabs taken out of the cache to be unpinned (cap, miss, Trim, budget, Reclaim)
+	Evictions uint64 // idle blocks or slabs taken out of the cache to be unpinned (cap, miss, Trim, budget)
 	// Idle memory evicted by the cap on the hit path, whose unpinning (which
-	// may synchronize the device) waits for the next miss, Trim, Reclaim or
+	// may synchronize the device) waits for the next miss, Trim, budget reclaim or
 	// Close; still counted in PinnedBytes.
 	DeferredUnpins int64
 	DeferredBytes  int64
 	BudgetRetries  uint64 // Gets that hit the pinned budget and retried after releasing idle memory
 	BudgetErrors   uint64 // Gets that failed on the budget after that
-	Reclaimed      int64  // bytes released at the budget's request (Reclaim)
+	Reclaimed      int64  // bytes released at the budget's request (pinmem.AddReclaimer)
 
 	EventsOutstanding int64  // events recorded by Put whose completion has not been seen
 	EventsCreated     uint64 // events created (they are reused)

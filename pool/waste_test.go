@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -77,7 +78,7 @@ func runPoolSeq(tb testing.TB, ops []wasteOp, slots int) Stats {
 		}
 	}
 	st := p.Stats()
-	if err := p.Close(); err != nil {
+	if err := p.Close(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
 	return st

@@ -1,6 +1,7 @@
 package prom
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -90,7 +91,7 @@ func TestPoolCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := p.Close(); err != nil {
+		if err := p.Close(context.Background()); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -142,7 +143,7 @@ pinmem_pool_puts_total{pool="staging"} 1
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer q.Close()
+	defer q.Close(context.Background())
 	var are prometheus.AlreadyRegisteredError
 	if err := reg.Register(NewPoolCollector(q)); !errors.As(err, &are) {
 		t.Errorf("second collector of the same name: %v", err)

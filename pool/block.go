@@ -1,0 +1,92 @@
+package pool
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// Block is pinned memory taken from a Pool with Get. Give it back with
+// Put; after Put, Bytes and Segments return nil and the memory must no
+// longer be touched (by the host, or by device work queued after the Put).
+type Block struct {
+	p          *state
+	c          *chunk
+	n          int
+	id         uint64
+	state      atomic.Uint32
+	prev, next *Block
+	stack      string
+}
+
+// Bytes returns the block's memory: Len() bytes, with capacity Cap(). It
+// returns nil once the block has been Put. A block over 4 GiB may span
+// several registrations, which one driver copy must not cross: copy such
+// a block segment by segment (see Segments).
+func (b *Block) Bytes() []byte {
+	if b.state.Load() != stateOut {
+		return nil
+	}
+	return b.c.mem[:b.n]
+}
+
+// Segments returns the block's memory (Len() bytes) split at the
+// boundaries of the registrations it spans, in order: concatenated they
+// are Bytes. Blocks up to 4 GiB are one segment; larger blocks pinned by
+// registering memory in chunks (pinmem.Buffer.Segments) have one segment
+// per chunk. Each segment's capacity ends at its end. It returns nil once
+// the block has been Put.
+func (b *Block) Segments() [][]byte {
+	if b.state.Load() != stateOut {
+		return nil
+	}
+	mem := b.c.mem[:b.n]
+	if b.c.buf == nil {
+		return [][]byte{mem[:len(mem):len(mem)]}
+	}
+	var segs [][]byte
+	for _, seg := range b.c.buf.Segments() {
+		if len(mem) == 0 {
+			break
+		}
+		n := min(len(seg), len(mem))
+		segs = append(segs, mem[:n:n])
+		mem = mem[n:]
+	}
+	return segs
+}
+
+// Len returns the size requested from Get.
+func (b *Block) Len() int { return b.n }
+
+// Cap returns the block's capacity: its size class, at least Len().
+func (b *Block) Cap() int { return b.c.size }
+
+// ID returns the block's sequence number in its pool, as Close's
+// OutstandingError reports it.
+func (b *Block) ID() uint64 { return b.id }
+
+// DevicePtr returns the device address of the block's memory, for kernels
+// that read or write it directly (zero-copy). The pool must have been
+// created WithFlags(pinmem.Mapped) (or the platform must map all pinned
+// memory); otherwise the error is pinmem's (matching pinmem.ErrNotMapped).
+// After Put it fails with an error matching pinmem.ErrFreed.
+func (b *Block) DevicePtr() (cuda.DevicePtr, error) {
+	if b.state.Load() != stateOut {
+		return 0, fmt.Errorf("pool %s: block %d already returned: %w", b.p.name, b.id, pinmem.ErrFreed)
+	}
+	c := b.c
+	if c.buf != nil {
+		return c.buf.DevicePtr()
+	}
+	if c.slab.hasDptr {
+		return c.slab.dptr.Add(c.off), nil
+	}
+	dp, err := c.slab.buf.DevicePtr()
+	if err != nil {
+		return 0, err
+	}
+	return dp.Add(c.off), nil
+}
