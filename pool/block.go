@@ -26,7 +26,7 @@ type Block struct {
 // several registrations, which one driver copy must not cross: copy such
 // a block segment by segment (see Segments).
 func (b *Block) Bytes() []byte {
-	if b.state.Load() != stateOut {
+	if !b.out() {
 		return nil
 	}
 	return b.c.mem[:b.n]
@@ -39,7 +39,7 @@ func (b *Block) Bytes() []byte {
 // per chunk. Each segment's capacity ends at its end. It returns nil once
 // the block has been Put.
 func (b *Block) Segments() [][]byte {
-	if b.state.Load() != stateOut {
+	if !b.out() {
 		return nil
 	}
 	mem := b.c.mem[:b.n]
@@ -58,22 +58,44 @@ func (b *Block) Segments() [][]byte {
 	return segs
 }
 
-// Len returns the size requested from Get.
-func (b *Block) Len() int { return b.n }
+// Len returns the size requested from Get (0 for a nil Block).
+func (b *Block) Len() int {
+	if b == nil {
+		return 0
+	}
+	return b.n
+}
 
 // Cap returns the block's capacity: its size class, at least Len().
-func (b *Block) Cap() int { return b.c.size }
+func (b *Block) Cap() int {
+	if b == nil || b.c == nil {
+		return 0
+	}
+	return b.c.size
+}
 
 // ID returns the block's sequence number in its pool, as Close's
 // OutstandingError reports it.
-func (b *Block) ID() uint64 { return b.id }
+func (b *Block) ID() uint64 {
+	if b == nil {
+		return 0
+	}
+	return b.id
+}
+
+// out reports whether b is a block from Get that has not been Put.
+func (b *Block) out() bool { return b != nil && b.c != nil && b.state.Load() == stateOut }
 
 // DevicePtr returns the device address of the block's memory, for kernels
 // that read or write it directly (zero-copy). The pool must have been
 // created WithFlags(pinmem.Mapped) (or the platform must map all pinned
 // memory); otherwise the error is pinmem's (matching pinmem.ErrNotMapped).
-// After Put it fails with an error matching pinmem.ErrFreed.
+// After Put it fails with an error matching pinmem.ErrFreed, and for a nil
+// Block with cuda.ErrInvalidValue.
 func (b *Block) DevicePtr() (cuda.DevicePtr, error) {
+	if b == nil || b.p == nil || b.c == nil {
+		return 0, fmt.Errorf("pool: DevicePtr of a nil Block (or one not from Get): %w", cuda.ErrInvalidValue)
+	}
 	if b.state.Load() != stateOut {
 		return 0, fmt.Errorf("pool %s: block %d already returned: %w", b.p.name, b.id, pinmem.ErrFreed)
 	}

@@ -18,8 +18,14 @@ import (
 // no event is left alive.
 func useFake(t *testing.T) *fakedrv.Driver {
 	t.Helper()
+	return useFakeOpts(t, fakedrv.Options{})
+}
+
+// useFakeOpts is useFake with a fake driver configured by opts.
+func useFakeOpts(t *testing.T, opts fakedrv.Options) *fakedrv.Driver {
+	t.Helper()
 	base := pinmem.Stats()
-	d := testutil.UseFake(t, fakedrv.Options{})
+	d := testutil.UseFake(t, opts)
 	t.Cleanup(func() {
 		pinmem.SetBudget(0)
 		s := pinmem.Stats()

@@ -71,18 +71,29 @@ func New(opts ...Option) (*Pool, error) {
 	s.removeReclaimer = pinmem.AddReclaimer(s)
 	if cfg.prewarmSet && cfg.prewarmBytes > 0 {
 		if err := s.prewarm(cfg.prewarmSize, cfg.prewarmBytes); err != nil {
-			_ = s.close()
+			_ = s.close(context.Background())
 			return nil, err
 		}
 	}
 	return &Pool{s: s}, nil
 }
 
-// Name returns the pool's name (see WithName).
-func (p *Pool) Name() string { return p.s.name }
+// Name returns the pool's name (see WithName); "" for a nil Pool.
+func (p *Pool) Name() string {
+	if p == nil || p.s == nil {
+		return ""
+	}
+	return p.s.name
+}
 
-// Flags returns the pinmem flags of the pool's memory (see WithFlags).
-func (p *Pool) Flags() pinmem.Flags { return p.s.flags }
+// Flags returns the pinmem flags of the pool's memory (see WithFlags); 0
+// for a nil Pool.
+func (p *Pool) Flags() pinmem.Flags {
+	if p == nil || p.s == nil {
+		return 0
+	}
+	return p.s.flags
+}
 
 // Get returns a pinned block of at least size bytes (Len() == size). Its
 // contents are whatever the block held before. It fails with an error
@@ -93,7 +104,12 @@ func (p *Pool) Flags() pinmem.Flags { return p.s.flags }
 // come back: over the budget it fails at once. A hit makes no driver call
 // other than cuEventQuery; a miss pins memory (and may unpin idle memory
 // first), which may wait for all work queued on the device.
-func (p *Pool) Get(size int) (*Block, error) { return p.s.get(size) }
+func (p *Pool) Get(size int) (*Block, error) {
+	if p == nil || p.s == nil {
+		return nil, errNilPool("Get")
+	}
+	return p.s.get(size)
+}
 
 // Put gives b back to the pool. With no streams the block is idle at once
 // and Put makes no driver call (idle memory over WithMaxCached is unpinned
@@ -109,13 +125,23 @@ func (p *Pool) Get(size int) (*Block, error) { return p.s.get(size) }
 // nil block, a block of another pool or a nil stream with
 // cuda.ErrInvalidValue. After Close, Put unpins the block (waiting for its
 // streams first).
-func (p *Pool) Put(b *Block, streams ...*cuda.Stream) error { return p.s.put(b, streams...) }
+func (p *Pool) Put(b *Block, streams ...*cuda.Stream) error {
+	if p == nil || p.s == nil {
+		return errNilPool("Put")
+	}
+	return p.s.put(b, streams...)
+}
 
 // Trim unpins every idle block (and slab whose blocks are all idle) now,
 // after checking which stream-ordered blocks have become idle, and
 // destroys the pool's spare events. It returns the bytes unpinned. It
 // fails with an error matching ErrClosed after Close.
-func (p *Pool) Trim() (freed int64, err error) { return p.s.trim() }
+func (p *Pool) Trim() (freed int64, err error) {
+	if p == nil || p.s == nil {
+		return 0, errNilPool("Trim")
+	}
+	return p.s.trim()
+}
 
 // Close unpins all idle memory, waits for the stream work of blocks Put
 // with streams and unpins them, destroys the pool's events, and withdraws
@@ -124,11 +150,25 @@ func (p *Pool) Trim() (freed int64, err error) { return p.s.trim() }
 // an *OutstandingError (matching ErrOutstanding). A second Close returns
 // an error matching ErrClosed.
 func (p *Pool) Close(ctx context.Context) error {
+	if p == nil || p.s == nil {
+		return errNilPool("Close")
+	}
 	if ctx == nil {
 		return fmt.Errorf("pool %s: Close with a nil context: %w", p.s.name, cuda.ErrInvalidValue)
 	}
-	return p.s.close()
+	return p.s.close(ctx)
 }
 
-// Stats returns a snapshot of the pool's counters.
-func (p *Pool) Stats() Stats { return p.s.stats() }
+// Stats returns a snapshot of the pool's counters; zero for a nil Pool.
+func (p *Pool) Stats() Stats {
+	if p == nil || p.s == nil {
+		return Stats{}
+	}
+	return p.s.stats()
+}
+
+// errNilPool is the error of a method called on a nil Pool or one not
+// made by New.
+func errNilPool(method string) error {
+	return fmt.Errorf("pool: %s on a nil Pool (or one not made by New): %w", method, cuda.ErrInvalidValue)
+}

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -772,7 +773,7 @@ func (p *state) Reclaim(want int64) (freed int64) {
 	return freed
 }
 
-func (p *state) close() error {
+func (p *state) close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()

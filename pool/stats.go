@@ -42,6 +42,11 @@ type Stats struct {
 	BudgetRetries  uint64 // Gets that hit the pinned budget and retried after releasing idle memory
 	BudgetErrors   uint64 // Gets that failed on the budget after that
 	Reclaimed      int64  // bytes released at the budget's request (pinmem.AddReclaimer)
+	// Unpinning calls that failed, and the bytes whose release failed and
+	// that the driver still holds: they stay in PinnedBytes and are
+	// retried by the next miss, Trim, budget reclaim and Close.
+	ReleaseErrors   uint64
+	UnreleasedBytes int64
 
 	EventsOutstanding int64  // events recorded by Put whose completion has not been seen
 	EventsCreated     uint64 // events created (they are reused)
