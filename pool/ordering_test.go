@@ -270,7 +270,8 @@ func TestQueryFailureKeepsBlockPending(t *testing.T) {
 }
 
 // TestCloseWaitsForStreamWork: Close unpins a pending block only after
-// its stream work has run, and a Put after Close waits for its streams.
+// its stream work has run, and a block Put after Close with stream work is
+// unpinned once that work has run.
 func TestCloseWaitsForStreamWork(t *testing.T) {
 	d := useFake(t)
 	p, err := New()
@@ -309,12 +310,16 @@ func TestCloseWaitsForStreamWork(t *testing.T) {
 	if errs := d.AsyncErrors(); len(errs) != 0 {
 		t.Errorf("a copy ran from unpinned memory: %v", errs)
 	}
-	// Put after Close, with stream work: waits, then unpins.
+	// Put after Close, with stream work: unpinned once it has run (Put
+	// polls without waiting; Close waits).
 	if err := dbuf.WriteAsync(s, 0, out.Bytes()[:1<<20]); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, out, s)
 	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
 		t.Fatal(err)
 	}
 	if st := p.Stats(); st.PinnedBytes != 0 || st.EventsOutstanding != 0 || st.PendingBlocks != 0 {

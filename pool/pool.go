@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/pinmem/pinmem"
@@ -28,8 +29,17 @@ import (
 //
 // A Pool is safe for concurrent use. It publishes nothing by itself: read
 // Stats, or export them with package prom.
+//
+// A Pool that becomes unreachable without Close is reported as dropped
+// (counted in pinmem's dropped owners and logged through pinmem's logger)
+// and the garbage collector's cleanup releases what nobody can still use:
+// idle memory, spare events, and blocks whose stream work has finished.
+// Blocks still out, whose memory a slice from Bytes may still reference,
+// and blocks whose stream work has not been seen finished stay pinned for
+// the life of the process. Close pools.
 type Pool struct {
-	s *state
+	s       *state
+	cleanup runtime.Cleanup
 }
 
 var poolSeq atomic.Uint64
@@ -75,8 +85,15 @@ func New(opts ...Option) (*Pool, error) {
 			return nil, err
 		}
 	}
-	return &Pool{s: s}, nil
+	p := &Pool{s: s}
+	p.cleanup = runtime.AddCleanup(p, collect, s)
+	return p, nil
 }
+
+// collect runs when a Pool has become unreachable. Unless a Close released
+// everything (which stops the cleanup), it reports a pool dropped without
+// Close and releases, off the cleanup goroutine, what is safe to release.
+func collect(s *state) { go s.collect() }
 
 // Name returns the pool's name (see WithName); "" for a nil Pool.
 func (p *Pool) Name() string {
@@ -123,8 +140,9 @@ func (p *Pool) Get(size int) (*Block, error) {
 //
 // Putting a block twice fails with an error matching pinmem.ErrFreed; a
 // nil block, a block of another pool or a nil stream with
-// cuda.ErrInvalidValue. After Close, Put unpins the block (waiting for its
-// streams first).
+// cuda.ErrInvalidValue. After Close, Put unpins the block, or, with
+// streams, as soon as a later Put or Close sees their work finished: Put
+// never waits.
 func (p *Pool) Put(b *Block, streams ...*cuda.Stream) error {
 	if p == nil || p.s == nil {
 		return errNilPool("Put")
@@ -143,12 +161,26 @@ func (p *Pool) Trim() (freed int64, err error) {
 	return p.s.trim()
 }
 
-// Close unpins all idle memory, waits for the stream work of blocks Put
-// with streams and unpins them, destroys the pool's events, and withdraws
-// the pool from pinmem's reclaimers. Blocks still out stay valid and
-// pinned until they are Put, which then unpins them; Close reports them in
-// an *OutstandingError (matching ErrOutstanding). A second Close returns
-// an error matching ErrClosed.
+// Close closes the pool: Get and Trim fail with ErrClosed from then on.
+// It unpins all idle memory, destroys the pool's spare events, withdraws
+// the pool from pinmem's reclaimers, and waits, by polling their events,
+// for the stream work of blocks Put with streams, unpinning each block once
+// its work has run. Blocks still out stay valid and pinned until they are
+// Put, which then unpins them; Close reports them in an *OutstandingError
+// (matching ErrOutstanding).
+//
+// The wait is bounded by ctx: when ctx is done first, Close returns an
+// error matching ctx.Err() (context.DeadlineExceeded for an expired
+// deadline). The pool is closed all the same; the blocks whose work has
+// not run stay pinned, each unpinned when a later Put or Close sees its
+// work finished, and a later Close waits for them again. An event that
+// cannot be queried (a broken context) counts as finished and its error is
+// returned. Once Close has released everything, a further Close returns
+// an error matching ErrClosed. A failed unpinning keeps the memory counted
+// (Stats.UnreleasedBytes) and a later Close retries it.
+//
+// Close returns an error matching cuda.ErrInvalidValue, and does nothing,
+// for a nil ctx.
 func (p *Pool) Close(ctx context.Context) error {
 	if p == nil || p.s == nil {
 		return errNilPool("Close")
@@ -156,7 +188,13 @@ func (p *Pool) Close(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("pool %s: Close with a nil context: %w", p.s.name, cuda.ErrInvalidValue)
 	}
-	return p.s.close(ctx)
+	err := p.s.close(ctx)
+	if p.s.done() {
+		p.cleanup.Stop()
+	}
+	// The cleanup must not take p for dropped while Close runs.
+	runtime.KeepAlive(p)
+	return err
 }
 
 // Stats returns a snapshot of the pool's counters; zero for a nil Pool.

@@ -94,11 +94,19 @@ type state struct {
 	// unpinning may synchronize the device, so it waits for the next
 	// call allowed to (a miss, Trim, Reclaim, Close). Still pinned.
 	deferred []*pinmem.Buffer
-	out      Block // sentinel of the list of blocks out
-	nextID   uint64
-	seq      uint64
-	evFree   map[*cuda.Context][]*cuda.Event
-	st       Stats
+	// closePending holds the blocks a closed pool waits for: Put with
+	// stream work not yet seen finished. polling counts the polls of the
+	// open pool still holding blocks taken from pending.
+	closePending []*pendingEntry
+	polling      int
+	// unreleased holds buffers whose release failed while the driver kept
+	// their memory: still in PinnedBytes, retried with the deferred ones.
+	unreleased []*pinmem.Buffer
+	out        Block // sentinel of the list of blocks out
+	nextID     uint64
+	seq        uint64
+	evFree     map[*cuda.Context][]*cuda.Event
+	st         Stats
 }
 
 func (p *state) prewarm(size int, total int64) error {
@@ -251,20 +259,11 @@ func (p *state) releaseLocked(c *chunk) {
 	p.st.CachedBytes += int64(c.size)
 }
 
-// evictLocked removes idle memory, least recently released first, until at
-// least want bytes are unpinned (all of it when want < 0), and returns the
-// buffers to free once the lock is dropped.
+// evictLocked takes idle memory out of the cache, least recently released
+// first, until at least want bytes are taken (all of it when want < 0),
+// and returns the buffers for release to unpin once the lock is dropped.
+// The memory counts as pinned until release has unpinned it.
 func (p *state) evictLocked(want int64) (bufs []*pinmem.Buffer, freed int64) {
-	bufs, freed = p.evictIdleLocked(want)
-	p.st.PinnedBytes -= freed
-	p.st.Unpins += uint64(len(bufs))
-	return bufs, freed
-}
-
-// evictIdleLocked takes idle memory out of the cache, least recently
-// released first, until at least want bytes are taken (all of it when
-// want < 0); the memory still counts as pinned.
-func (p *state) evictIdleLocked(want int64) (bufs []*pinmem.Buffer, freed int64) {
 	for want < 0 || freed < want {
 		const (
 			none = iota
@@ -328,35 +327,75 @@ func (p *state) capLocked() {
 	if p.maxCached < 0 || p.st.CachedBytes <= p.maxCached {
 		return
 	}
-	bufs, n := p.evictIdleLocked(p.st.CachedBytes - p.maxCached)
+	bufs, n := p.evictLocked(p.st.CachedBytes - p.maxCached)
 	p.deferred = append(p.deferred, bufs...)
 	p.st.DeferredUnpins += int64(len(bufs))
 	p.st.DeferredBytes += n
 }
 
-// takeDeferredLocked hands the buffers whose unpinning was deferred to the
-// caller, which frees them once the lock is dropped, and returns their bytes.
-func (p *state) takeDeferredLocked() ([]*pinmem.Buffer, int64) {
-	bufs, n := p.deferred, p.st.DeferredBytes
-	p.deferred = nil
-	p.st.PinnedBytes -= n
-	p.st.Unpins += uint64(len(bufs))
+// takeDeferredLocked hands the caller, which releases them once the lock
+// is dropped, the buffers whose unpinning was deferred and those whose
+// release failed before (retried here).
+func (p *state) takeDeferredLocked() []*pinmem.Buffer {
+	bufs := append(p.deferred, p.unreleased...)
+	p.deferred, p.unreleased = nil, nil
 	p.st.DeferredUnpins, p.st.DeferredBytes = 0, 0
-	return bufs, n
+	p.st.UnreleasedBytes = 0
+	return bufs
 }
 
-// freeBufs unpins buffers; the caller must not hold p.mu.
-func (p *state) freeBufs(bufs []*pinmem.Buffer) error {
-	var errs []error
-	for _, b := range bufs {
-		t := time.Now()
-		err := b.Free()
-		p.driverNS.Add(int64(time.Since(t)))
-		if err != nil {
-			errs = append(errs, err)
-		}
+// releaseErr is release for callers that need only its error.
+func (p *state) releaseErr(bufs []*pinmem.Buffer, counted bool) error {
+	_, err := p.release(bufs, counted)
+	return err
+}
+
+// release unpins bufs; the caller must not hold p.mu. counted says whether
+// the buffers are in PinnedBytes (they are unless a miss failed before
+// handing out their memory). The books follow what the driver still
+// holds: a buffer unpinned leaves PinnedBytes; one whose release failed
+// and that still holds its memory stays in (or joins) PinnedBytes and is
+// kept in unreleased, retried by the next miss, Trim, budget reclaim and
+// Close. It returns the bytes unpinned.
+func (p *state) release(bufs []*pinmem.Buffer, counted bool) (freed int64, err error) {
+	if len(bufs) == 0 {
+		return 0, nil
 	}
-	return errors.Join(errs...)
+	var errs []error
+	var kept []*pinmem.Buffer
+	var keptBytes int64
+	var unpins uint64
+	for _, b := range bufs {
+		n := int64(b.Len())
+		t := time.Now()
+		ferr := b.Free()
+		p.driverNS.Add(int64(time.Since(t)))
+		if ferr != nil {
+			errs = append(errs, ferr)
+			if b.Len() != 0 {
+				kept = append(kept, b)
+				keptBytes += n
+				continue
+			}
+		}
+		// Unpinned, or its release failed and pinmem let the memory go:
+		// either way the pool holds it no longer.
+		freed += n
+		unpins++
+	}
+	p.mu.Lock()
+	if counted {
+		p.st.PinnedBytes -= freed
+	} else {
+		p.st.PinnedBytes += keptBytes
+		p.st.PeakPinnedBytes = max(p.st.PeakPinnedBytes, p.st.PinnedBytes)
+	}
+	p.st.Unpins += unpins
+	p.st.ReleaseErrors += uint64(len(errs))
+	p.unreleased = append(p.unreleased, kept...)
+	p.st.UnreleasedBytes += keptBytes
+	p.mu.Unlock()
+	return freed, errors.Join(errs...)
 }
 
 func (p *state) alloc(n int) (*pinmem.Buffer, error) {
@@ -368,7 +407,7 @@ func (p *state) alloc(n int) (*pinmem.Buffer, error) {
 	buf, err := pinmem.Alloc(n, p.flags, opts...)
 	p.driverNS.Add(int64(time.Since(t)))
 	if err == nil && len(buf.Bytes()) < n {
-		_ = p.freeBufs([]*pinmem.Buffer{buf})
+		_, _ = p.release([]*pinmem.Buffer{buf}, false)
 		return nil, fmt.Errorf("pool %s: pinmem.Alloc(%d) returned %d bytes: %w", p.name, n, len(buf.Bytes()), cuda.ErrInvalidValue)
 	}
 	return buf, err
@@ -385,7 +424,7 @@ func (p *state) pin(b *Block, ci, size, csize int) error {
 	// A miss may synchronize the device anyway (pinning can), so this is
 	// where the unpinning deferred by the hit path happens.
 	p.mu.Lock()
-	victims, _ := p.takeDeferredLocked()
+	victims := p.takeDeferredLocked()
 	if !p.retainOnMiss {
 		// Keep the footprint within the peak of the bytes in use: pin more
 		// than that only when no idle memory is left to release.
@@ -396,18 +435,18 @@ func (p *state) pin(b *Block, ci, size, csize int) error {
 		}
 	}
 	p.mu.Unlock()
-	_ = p.freeBufs(victims)
+	_, _ = p.release(victims, true)
 	buf, err := p.alloc(nbytes)
 	if err != nil && errors.Is(err, pinmem.ErrBudget) {
 		// Over budget: give back everything idle here, then try once more.
 		p.pollAll()
 		p.mu.Lock()
 		p.st.BudgetRetries++
-		victims, _ := p.takeDeferredLocked()
+		victims := p.takeDeferredLocked()
 		more, _ := p.evictLocked(-1)
 		victims = append(victims, more...)
 		p.mu.Unlock()
-		_ = p.freeBufs(victims)
+		_, _ = p.release(victims, true)
 		buf, err = p.alloc(nbytes)
 		if err != nil && errors.Is(err, pinmem.ErrBudget) {
 			p.mu.Lock()
@@ -427,7 +466,7 @@ func (p *state) pin(b *Block, ci, size, csize int) error {
 			dp, err := buf.DevicePtr()
 			p.driverNS.Add(int64(time.Since(t)))
 			if err != nil {
-				return errors.Join(fmt.Errorf("pool %s: device pointer of a new %d-byte slab: %w", p.name, nbytes, err), p.freeBufs([]*pinmem.Buffer{buf}))
+				return errors.Join(fmt.Errorf("pool %s: device pointer of a new %d-byte slab: %w", p.name, nbytes, err), p.releaseErr([]*pinmem.Buffer{buf}, false))
 			}
 			s.dptr, s.hasDptr = dp, true
 		}
@@ -444,7 +483,7 @@ func (p *state) pin(b *Block, ci, size, csize int) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return errors.Join(fmt.Errorf("pool %s: Get(%d): %w", p.name, size, ErrClosed), p.freeBufs([]*pinmem.Buffer{buf}))
+		return errors.Join(fmt.Errorf("pool %s: Get(%d): %w", p.name, size, ErrClosed), p.releaseErr([]*pinmem.Buffer{buf}, false))
 	}
 	p.st.Pins++
 	p.st.PinnedBytes += int64(nbytes)
@@ -490,11 +529,26 @@ func (p *state) put(b *Block, streams ...*cuda.Stream) error {
 		}
 		p.mu.Unlock()
 		p.retireEvents(evs)
-		return errors.Join(fmt.Errorf("pool %s: Put of block %d: %w", p.name, b.id, recErr), p.freeBufs(bufs))
+		return errors.Join(fmt.Errorf("pool %s: Put of block %d: %w", p.name, b.id, recErr), p.releaseErr(bufs, true))
 	}
 	if p.closed {
+		// No wait after Close either: a block with stream work joins the
+		// blocks Close waits for; it is unpinned as soon as a later Put or
+		// Close sees its work finished.
+		var bufs []*pinmem.Buffer
+		if len(evs) > 0 {
+			p.closePending = append(p.closePending, &pendingEntry{c: c, evs: evs})
+			p.st.OrderedPuts++
+			p.st.PendingBlocks++
+			p.st.PendingBytes += int64(c.size)
+			p.st.EventsOutstanding += int64(len(evs))
+		} else {
+			bufs = p.dropAfterCloseLocked(c)
+		}
 		p.mu.Unlock()
-		return p.returnAfterClose(c, evs)
+		err := p.releaseErr(bufs, true)
+		_, _ = p.pollClosed()
+		return err
 	}
 	if len(evs) > 0 {
 		p.pending[c.class] = append(p.pending[c.class], &pendingEntry{c: c, evs: evs})
@@ -619,6 +673,7 @@ func (p *state) poll(ci, limit int, skipNewest bool) {
 	}
 	batch := slices.Clone(l[:n])
 	p.pending[ci] = slices.Delete(l, 0, n)
+	p.polling++
 	p.mu.Unlock()
 
 	var queryErrs uint64
@@ -638,12 +693,12 @@ func (p *state) poll(ci, limit int, skipNewest bool) {
 	}
 
 	p.mu.Lock()
+	p.polling--
 	p.st.EventErrors += queryErrs
 	if p.closed {
+		// Closed meanwhile: Close waits for these blocks with the others.
+		p.closePending = append(p.closePending, batch...)
 		p.mu.Unlock()
-		for _, e := range batch {
-			_ = p.finishAfterClose(e)
-		}
 		return
 	}
 	var keep []*pendingEntry
@@ -681,42 +736,92 @@ func (p *state) pollAll() {
 	}
 }
 
-// finishAfterClose waits for a pending block's remaining events, destroys
-// them and unpins the block.
-func (p *state) finishAfterClose(e *pendingEntry) error {
-	rest := e.evs[e.retired:]
+// pollClosed checks the blocks of a closed pool that wait for stream
+// work, without waiting, and unpins those whose work has finished. An
+// event that cannot be queried (a broken context, whose work will not run)
+// counts as finished, and its error is returned. left is the number of
+// blocks still waiting, including those a poll of the open pool holds.
+func (p *state) pollClosed() (left int, err error) {
 	p.mu.Lock()
-	p.st.EventsOutstanding -= int64(len(rest))
-	p.st.PendingBlocks--
-	p.st.PendingBytes -= int64(e.c.size)
+	batch := p.closePending
+	p.closePending = nil
+	p.polling++
 	p.mu.Unlock()
-	e.retired = len(e.evs)
-	return p.returnAfterClose(e.c, rest)
+	var errs []error
+	var keep, done []*pendingEntry
+	for _, e := range batch {
+		failed := false
+		for e.next < len(e.evs) {
+			t := time.Now()
+			ok, qerr := e.evs[e.next].ev.Query()
+			p.driverNS.Add(int64(time.Since(t)))
+			if qerr != nil {
+				errs = append(errs, fmt.Errorf("pool %s: event of block on close: %w", p.name, qerr))
+				failed = true
+				break
+			}
+			if !ok {
+				break
+			}
+			e.next++
+		}
+		if failed || e.next == len(e.evs) {
+			done = append(done, e)
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	var evs []evRec
+	var bufs []*pinmem.Buffer
+	p.mu.Lock()
+	p.polling--
+	p.st.EventErrors += uint64(len(errs))
+	p.closePending = append(keep, p.closePending...)
+	for _, e := range done {
+		rest := e.evs[e.retired:]
+		e.retired = len(e.evs)
+		evs = append(evs, rest...)
+		p.st.EventsOutstanding -= int64(len(rest))
+		p.st.PendingBlocks--
+		p.st.PendingBytes -= int64(e.c.size)
+		bufs = append(bufs, p.dropAfterCloseLocked(e.c)...)
+	}
+	left = len(p.closePending) + p.polling
+	p.mu.Unlock()
+	errs = append(errs, p.destroyEvents(evs), p.releaseErr(bufs, true))
+	return left, errors.Join(errs...)
 }
 
-// returnAfterClose waits for evs, destroys them, and unpins c (a slab once all its blocks are back).
-func (p *state) returnAfterClose(c *chunk, evs []evRec) error {
+// drainClosed polls the blocks a closed pool waits for until none is left
+// or ctx is done; the wait between polls grows from microseconds to a few
+// milliseconds, so a block is seen finished soon after its work ran.
+func (p *state) drainClosed(ctx context.Context) error {
 	var errs []error
-	for _, r := range evs {
-		t := time.Now()
-		err := r.ev.Synchronize()
-		p.driverNS.Add(int64(time.Since(t)))
+	wait := 20 * time.Microsecond
+	for {
+		left, err := p.pollClosed()
 		if err != nil {
 			errs = append(errs, err)
 		}
+		if left == 0 {
+			return errors.Join(errs...)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(append(errs, fmt.Errorf("pool %s: Close: %d block(s) still used by stream work stay pinned (Close again to wait for them): %w", p.name, left, ctx.Err()))...)
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Millisecond)
 	}
-	errs = append(errs, p.destroyEvents(evs))
-	p.mu.Lock()
-	bufs := p.dropAfterCloseLocked(c)
-	p.mu.Unlock()
-	errs = append(errs, p.freeBufs(bufs))
-	return errors.Join(errs...)
 }
 
+// dropAfterCloseLocked takes back a block of a closed pool and returns the
+// buffer to release: its own, or its slab's once every block of the slab
+// is back.
 func (p *state) dropAfterCloseLocked(c *chunk) []*pinmem.Buffer {
 	if c.buf != nil {
-		p.st.PinnedBytes -= int64(c.size)
-		p.st.Unpins++
 		return []*pinmem.Buffer{c.buf}
 	}
 	s := c.slab
@@ -726,9 +831,19 @@ func (p *state) dropAfterCloseLocked(c *chunk) []*pinmem.Buffer {
 	}
 	delete(p.slabs, s)
 	p.st.Slabs--
-	p.st.PinnedBytes -= int64(s.bytes)
-	p.st.Unpins++
 	return []*pinmem.Buffer{s.buf}
+}
+
+// spareEventsLocked takes the pool's idle events for destroyEvents.
+func (p *state) spareEventsLocked() []evRec {
+	var evs []evRec
+	for ctx, l := range p.evFree {
+		for _, ev := range l {
+			evs = append(evs, evRec{ev, ctx})
+		}
+	}
+	clear(p.evFree)
+	return evs
 }
 
 func (p *state) trim() (freed int64, err error) {
@@ -738,20 +853,20 @@ func (p *state) trim() (freed int64, err error) {
 		p.mu.Unlock()
 		return 0, fmt.Errorf("pool %s: Trim: %w", p.name, ErrClosed)
 	}
-	bufs, freed := p.takeDeferredLocked()
-	more, n := p.evictLocked(-1)
-	bufs, freed = append(bufs, more...), freed+n
-	var evs []evRec
-	for ctx, l := range p.evFree {
-		for _, ev := range l {
-			evs = append(evs, evRec{ev, ctx})
-		}
-	}
-	clear(p.evFree)
+	bufs := p.takeDeferredLocked()
+	more, _ := p.evictLocked(-1)
+	bufs = append(bufs, more...)
+	evs := p.spareEventsLocked()
 	p.mu.Unlock()
-	return freed, errors.Join(p.freeBufs(bufs), p.destroyEvents(evs))
+	freed, err = p.release(bufs, true)
+	return freed, errors.Join(err, p.destroyEvents(evs))
 }
 
+// Reclaim unpins idle memory, least recently released first, until at
+// least want bytes are freed or nothing idle is left, and returns the
+// bytes freed. It makes the state a pinmem.Reclaimer: pinmem's budget
+// calls it when an allocation anywhere in the process would exceed the
+// budget.
 func (p *state) Reclaim(want int64) (freed int64) {
 	if want <= 0 {
 		return 0
@@ -762,68 +877,99 @@ func (p *state) Reclaim(want int64) (freed int64) {
 		p.mu.Unlock()
 		return 0
 	}
-	bufs, freed := p.takeDeferredLocked()
-	if freed < want {
-		more, n := p.evictLocked(want - freed)
-		bufs, freed = append(bufs, more...), freed+n
+	bufs := p.takeDeferredLocked()
+	var taken int64
+	for _, b := range bufs {
+		taken += int64(b.Len())
 	}
+	if taken < want {
+		more, _ := p.evictLocked(want - taken)
+		bufs = append(bufs, more...)
+	}
+	p.mu.Unlock()
+	freed, _ = p.release(bufs, true)
+	p.mu.Lock()
 	p.st.Reclaimed += freed
 	p.mu.Unlock()
-	_ = p.freeBufs(bufs)
 	return freed
 }
 
+// close closes the pool (the first call) and waits, bounded by ctx, for
+// the blocks still used by stream work; a later call after one that
+// expired waits again for what is left, and retries releases that
+// failed. Once nothing is left it returns ErrClosed.
 func (p *state) close(ctx context.Context) error {
 	p.mu.Lock()
-	if p.closed {
+	first := !p.closed
+	if !first && len(p.closePending) == 0 && p.polling == 0 && len(p.unreleased) == 0 {
 		p.mu.Unlock()
 		return fmt.Errorf("pool %s: Close: %w", p.name, ErrClosed)
 	}
-	p.closed = true
-	var entries []*pendingEntry
-	for ci, l := range p.pending {
-		entries = append(entries, l...)
-		p.pending[ci] = nil
-	}
 	var bufs []*pinmem.Buffer
-	for _, c := range p.quarantine {
-		bufs = append(bufs, p.dropAfterCloseLocked(c)...)
-	}
-	p.quarantine = nil
-	deferred, _ := p.takeDeferredLocked()
-	bufs = append(bufs, deferred...)
-	evicted, _ := p.evictLocked(-1)
-	bufs = append(bufs, evicted...)
-	// What is left idle lives in slabs with blocks still out: those
-	// blocks count as returned already.
-	for ci := range p.idle {
-		p.idle[ci] = nil
-	}
-	p.st.CachedBlocks, p.st.CachedBytes = 0, 0
 	var evs []evRec
-	for ctx, l := range p.evFree {
-		for _, ev := range l {
-			evs = append(evs, evRec{ev, ctx})
-		}
-	}
-	p.evFree = map[*cuda.Context][]*cuda.Event{}
 	var outErr error
-	if p.out.next != &p.out {
-		oe := &OutstandingError{Pool: p.name}
-		for b := p.out.next; b != &p.out; b = b.next {
-			oe.Blocks = append(oe.Blocks, Outstanding{ID: b.id, Size: b.n, Cap: b.c.size, Stack: b.stack})
+	if first {
+		p.closed = true
+		for ci, l := range p.pending {
+			p.closePending = append(p.closePending, l...)
+			p.pending[ci] = nil
 		}
-		outErr = oe
+		for _, c := range p.quarantine {
+			bufs = append(bufs, p.dropAfterCloseLocked(c)...)
+		}
+		p.quarantine = nil
+		bufs = append(bufs, p.takeDeferredLocked()...)
+		evicted, _ := p.evictLocked(-1)
+		bufs = append(bufs, evicted...)
+		// What is left idle lives in slabs with blocks still out: those
+		// blocks count as returned already.
+		for ci := range p.idle {
+			p.idle[ci] = nil
+		}
+		p.st.CachedBlocks, p.st.CachedBytes = 0, 0
+		evs = p.spareEventsLocked()
+		if p.out.next != &p.out {
+			oe := &OutstandingError{Pool: p.name}
+			for b := p.out.next; b != &p.out; b = b.next {
+				oe.Blocks = append(oe.Blocks, Outstanding{ID: b.id, Size: b.n, Cap: b.c.size, Stack: b.stack})
+			}
+			outErr = oe
+		}
+	} else {
+		bufs = p.takeDeferredLocked()
 	}
 	p.mu.Unlock()
 
-	p.removeReclaimer()
-	errs := []error{p.freeBufs(bufs), p.destroyEvents(evs)}
-	for _, e := range entries {
-		errs = append(errs, p.finishAfterClose(e))
+	if first {
+		p.removeReclaimer()
 	}
-	errs = append(errs, outErr)
+	errs := []error{p.releaseErr(bufs, true), p.destroyEvents(evs), p.drainClosed(ctx), outErr}
 	return errors.Join(errs...)
+}
+
+// done reports whether the pool is closed with nothing left to wait for
+// or to retry (blocks still out are the user's).
+func (p *state) done() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed && len(p.closePending) == 0 && p.polling == 0 && len(p.unreleased) == 0
+}
+
+// collect releases what a pool dropped without Close holds and no one can
+// use any more: idle memory, spare events, blocks whose stream work has
+// finished. Blocks still out (their memory may still be referenced
+// through Bytes) and blocks whose stream work has not been seen finished
+// stay pinned. A pool that was closed is not reported.
+func (p *state) collect() {
+	p.mu.Lock()
+	closed, out, pending := p.closed, p.st.InUseBlocks, p.st.PendingBlocks
+	p.mu.Unlock()
+	if !closed {
+		track.Dropped("pool", "pool", p.name, "blocks_out", out, "blocks_pending", pending)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // poll once: no one waits for a dropped pool
+	_ = p.close(ctx)
 }
 
 func (p *state) stats() Stats {
