@@ -46,16 +46,25 @@ func (b *Block) Segments() [][]byte {
 	if b.c.buf == nil {
 		return [][]byte{mem[:len(mem):len(mem)]}
 	}
-	var segs [][]byte
-	for _, seg := range b.c.buf.Segments() {
+	return splitAt(mem, b.c.buf.Segments())
+}
+
+// splitAt splits mem, which starts where segs start, at the segments'
+// boundaries; the last piece ends at the end of mem.
+func splitAt(mem []byte, segs [][]byte) [][]byte {
+	var out [][]byte
+	for _, seg := range segs {
 		if len(mem) == 0 {
 			break
 		}
 		n := min(len(seg), len(mem))
-		segs = append(segs, mem[:n:n])
+		out = append(out, mem[:n:n])
 		mem = mem[n:]
 	}
-	return segs
+	if len(mem) > 0 { // segments shorter than mem: cannot happen for a live buffer
+		out = append(out, mem[:len(mem):len(mem)])
+	}
+	return out
 }
 
 // Len returns the size requested from Get (0 for a nil Block).

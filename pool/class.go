@@ -1,6 +1,10 @@
 package pool
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/pinmem/pinmem"
+)
 
 // Size classes.
 //
@@ -11,21 +15,23 @@ import "math/bits"
 // Every block is aligned to at least 16 bytes (to its step size for larger
 // classes, 4096 bytes from 32 KiB up).
 //
-// Classes up to SlabMax are carved from slabs pinned for many blocks at
-// once; classes above it are pinned one block per allocation. Requests
-// above HugeThreshold are not rounded to a class at all: each is pinned on
+// Classes up to 256 KiB are carved from slabs pinned for many blocks at
+// once; larger classes are pinned one block per allocation. Requests above
+// HugeThreshold are not rounded to a class at all: each is pinned on
 // its own at its size rounded up to a page, and a cached huge block is
 // reused only for a request it exceeds by at most 1/8.
 const (
 	// Align is the smallest alignment of every block's memory.
 	Align = 16
-	// SlabMax is the largest class carved from slabs.
-	SlabMax = 256 << 10
-	// HugeThreshold: requests larger than this are pinned individually at
-	// their page-rounded size, without a size class.
+
+	// HugeThreshold is the largest request rounded to a size class; larger
+	// ones are pinned individually at their page-rounded size.
 	HugeThreshold = 32 << 20
-	// MaxSize is the largest request Get accepts.
-	MaxSize = 1 << 46
+
+	// slabMax is the largest class carved from slabs.
+	slabMax = 256 << 10
+	// maxSize is the largest request Get accepts: pinmem's.
+	maxSize = pinmem.MaxSize
 
 	smallMax    = 128
 	smallSteps  = smallMax / Align // classes 0..7: 16..128
@@ -38,7 +44,7 @@ const (
 
 var (
 	numClasses   = classOf(HugeThreshold) + 1
-	lastSlabCls  = classOf(SlabMax)
+	lastSlabCls  = classOf(slabMax)
 	hugeClass    = numClasses // index of the huge "class" in per-class arrays
 	classesTotal = numClasses + 1
 )
@@ -81,7 +87,7 @@ func roundUp(n, to int) int { return (n + to - 1) / to * to }
 // smaller than its capacity. It returns 0 for sizes Get rejects.
 func RoundedSize(size int) int {
 	switch {
-	case size <= 0 || size > MaxSize:
+	case size <= 0 || size > maxSize:
 		return 0
 	case size > HugeThreshold:
 		return roundUp(size, pageSize)

@@ -37,7 +37,7 @@ func TestSizeClassWasteSweep(t *testing.T) {
 	for ci := 0; ci < numClasses; ci++ {
 		c := classSize(ci)
 		for _, n := range []int{c - 1, c, c + 1} {
-			if n >= 1 && n <= MaxSize {
+			if n >= 1 && n <= maxSize {
 				checkClass(t, n)
 			}
 		}
@@ -59,7 +59,7 @@ func TestSizeClassWasteSweep(t *testing.T) {
 	if numClasses != 152 || classSize(numClasses-1) != HugeThreshold {
 		t.Errorf("numClasses %d, last class %d", numClasses, classSize(numClasses-1))
 	}
-	for _, n := range []int{0, -1, MaxSize + 1} {
+	for _, n := range []int{0, -1, maxSize + 1} {
 		if RoundedSize(n) != 0 {
 			t.Errorf("RoundedSize(%d) = %d, want 0", n, RoundedSize(n))
 		}

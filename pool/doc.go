@@ -11,7 +11,7 @@
 //	if err != nil {
 //		return err
 //	}
-//	defer p.Close(ctx)
+//	defer func() { err = errors.Join(err, p.Close(ctx)) }()
 //	b, err := p.Get(3 << 20) // 3 MiB, pinned
 //	if err != nil {
 //		return err
@@ -28,7 +28,7 @@
 //   - Size classes split each power of two into 8 steps, so rounding
 //     wastes less than 12.5% of a request instead of up to 100%; a Get may
 //     also take an idle block of a larger class when that still wastes at
-//     most 1/8. Small classes (up to SlabMax) are carved from shared slabs;
+//     most 1/8. Small classes (up to 256 KiB) are carved from shared slabs;
 //     requests above HugeThreshold are pinned on their own at their
 //     page-rounded size (a 4 GB request pins 4 GB, not 8), with
 //     pinmem.MethodAuto's fast mmap + register path.
@@ -42,16 +42,37 @@
 //     other sizes on a miss that would exceed it (unless WithRetainOnMiss);
 //     WithMaxCached caps idle bytes, Trim releases them, Close releases
 //     everything and reports blocks still out, and pinmem's budget can
-//     reclaim idle memory (the pool registers with pinmem.AddReclaimer). When pinning fails on the budget, the pool
-//     releases its idle memory and retries before returning the
-//     *pinmem.BudgetError.
+//     reclaim idle memory (the pool registers with pinmem.AddReclaimer).
+//     When pinning fails on the budget, the pool releases its idle memory
+//     and retries once before returning the *pinmem.BudgetError; Get never
+//     waits for memory to come back.
 //   - Stats counts hits, misses, bytes in use, cached and pending, peak
 //     pinned and requested bytes, bytes wasted by rounding, outstanding
-//     events and time spent in the driver. The pool publishes nothing by itself:
-//     package prom exports Stats to Prometheus.
+//     events, failed releases and time spent in the driver. The pool
+//     publishes nothing by itself: package prom exports Stats to
+//     Prometheus.
 //
 // The hit path of Get and of a Put without streams takes one mutex and
 // makes no driver call; no lock is ever held across a driver call.
+//
+// # Blocks over 4 GiB
+//
+// A block larger than one registration (pinned with cuMemHostRegister in
+// chunks of at most 4 GiB) spans several registrations, and one driver
+// copy must not cross from one into the next: copy such a block segment by
+// segment with Block.Segments.
+//
+// # Close, failures and dropped pools
+//
+// Close takes a context that bounds its wait for the stream work of
+// blocks Put with streams; when it expires the pool is closed but those
+// blocks stay pinned until a later Put or Close sees their work finished.
+// A failed unpinning keeps the memory in the pool's books (the driver still
+// holds it) and is retried by the next miss, Trim, budget reclaim or Close.
+// A Pool dropped without Close is reported through pinmem's logger and
+// counted as a dropped pool; its cleanup releases idle memory and blocks
+// whose work has finished, and leaves blocks still out, or still used by
+// stream work, pinned.
 //
 // # Implicit synchronization
 //
@@ -64,13 +85,13 @@
 // WithRetainOnMiss and the budget), so a miss may block the calling thread
 // until every kernel and copy queued on the device has finished, including
 // work on other streams that waits for the host (a kernel polling a host
-// flag then deadlocks until it times out). Trim, the budget's reclaim and Close unpin
-// and may synchronize too. The hit paths never synchronize: a Get hit and
-// a Put make no pinning or unpinning driver call (an ordered Put records
-// events, which never waits; only if recording fails does it synchronize
-// that one stream), and idle memory that a Put takes over WithMaxCached
-// leaves the cache at once but is unpinned at the next miss, Trim, budget reclaim
-// or Close (Stats.DeferredBytes). Code that must not stall while the device
-// is busy should warm the pool first (WithPrewarm, or Get and Put the
-// sizes it needs) so that its Gets hit.
+// flag then deadlocks until it times out). Trim, the budget's reclaim and
+// Close unpin and may synchronize too. The hit paths never synchronize: a
+// Get hit and a Put make no pinning or unpinning driver call (an ordered
+// Put records events, which never waits; only if recording fails does it
+// synchronize that one stream), and idle memory that a Put takes over
+// WithMaxCached leaves the cache at once but is unpinned at the next miss,
+// Trim, budget reclaim or Close (Stats.DeferredBytes). Code that must not
+// stall while the device is busy should warm the pool first (WithPrewarm,
+// or Get and Put the sizes it needs) so that its Gets hit.
 package pool

@@ -9,7 +9,8 @@ import (
 )
 
 var (
-	// ErrClosed is returned by Get and Trim on a closed pool.
+	// ErrClosed is returned by Get and Trim on a closed pool, and by Close
+	// once the pool has released everything.
 	ErrClosed = errors.New("pool: closed")
 	// ErrOutstanding matches the *OutstandingError Close returns when
 	// blocks were still out.
@@ -28,8 +29,8 @@ type Outstanding struct {
 // been Put. Their memory stays pinned and valid until they are Put, which
 // then unpins it.
 type OutstandingError struct {
-	Pool   string
-	Blocks []Outstanding
+	Pool   string        // the pool's name
+	Blocks []Outstanding // the blocks still out, in the order they were taken
 }
 
 // Error lists the blocks (the first 16) with their sizes and, when

@@ -40,9 +40,9 @@ func (c *config) check() error {
 		return &OptionError{Option: "WithDevice", Value: "nil", Reason: "the device is nil"}
 	case c.method > pinmem.MethodMmapRegister:
 		return &OptionError{Option: "WithMethod", Value: fmt.Sprint(uint8(c.method)), Reason: "unknown method"}
-	case c.prewarmSet && (c.prewarmSize <= 0 || c.prewarmSize > MaxSize):
+	case c.prewarmSet && (c.prewarmSize <= 0 || c.prewarmSize > maxSize):
 		return &OptionError{Option: "WithPrewarm", Value: fmt.Sprintf("%d, %d", c.prewarmSize, c.prewarmBytes),
-			Reason: fmt.Sprintf("block size outside [1, %d]", int64(MaxSize))}
+			Reason: fmt.Sprintf("block size outside [1, %d]", int64(maxSize))}
 	case c.prewarmSet && c.prewarmBytes < 0:
 		return &OptionError{Option: "WithPrewarm", Value: fmt.Sprintf("%d, %d", c.prewarmSize, c.prewarmBytes), Reason: "negative total"}
 	case c.prewarmSet && c.maxCached >= 0 && c.prewarmBytes > c.maxCached:
@@ -86,7 +86,7 @@ func WithMethod(m pinmem.Method) Option {
 // pool is created, and caches them, so that the first Gets of that size
 // hit. Prewarmed blocks are ordinary idle blocks: they count against
 // WithMaxCached and may be released by Trim, a miss or the budget. New
-// refuses a blockSize outside [1, MaxSize], a negative total and a total
+// refuses a blockSize outside [1, pinmem.MaxSize], a negative total and a total
 // above WithMaxCached.
 func WithPrewarm(blockSize int, total int64) Option {
 	return func(c *config) { c.prewarmSize, c.prewarmBytes, c.prewarmSet = blockSize, total, true }

@@ -114,7 +114,7 @@ func (p *Pool) Flags() pinmem.Flags {
 
 // Get returns a pinned block of at least size bytes (Len() == size). Its
 // contents are whatever the block held before. It fails with an error
-// matching cuda.ErrInvalidValue for a size outside [1, MaxSize],
+// matching cuda.ErrInvalidValue for a size outside [1, pinmem.MaxSize],
 // ErrClosed after Close, pinmem.ErrBudget (a *pinmem.BudgetError) when the
 // pinned budget does not allow the memory even after the pool released
 // its idle blocks, or the driver's error. Get never waits for memory to
@@ -135,8 +135,9 @@ func (p *Pool) Get(size int) (*Block, error) {
 // asynchronous work queued on them (copies, kernels): Put records an event
 // on each stream and does not wait; the block is reused only after those
 // events have completed. A stream whose event cannot be recorded is
-// synchronized instead; if that fails too, the block is kept out of use
-// until Close and the error is returned.
+// synchronized instead (the one wait Put can make, on a driver failure);
+// if that fails too, the block is kept out of use until Close and the
+// error is returned.
 //
 // Putting a block twice fails with an error matching pinmem.ErrFreed; a
 // nil block, a block of another pool or a nil stream with

@@ -370,7 +370,7 @@ func TestPutMisuse(t *testing.T) {
 	if _, err := b.DevicePtr(); !errors.Is(err, pinmem.ErrFreed) {
 		t.Errorf("DevicePtr after Put: %v", err)
 	}
-	for _, n := range []int{0, -5, MaxSize + 1} {
+	for _, n := range []int{0, -5, maxSize + 1} {
 		if _, err := p.Get(n); !errors.Is(err, cuda.ErrInvalidValue) {
 			t.Errorf("Get(%d): %v", n, err)
 		}
@@ -502,7 +502,7 @@ func TestOptionErrors(t *testing.T) {
 		{[]Option{WithDevice(nil)}, "WithDevice", "nil"},
 		{[]Option{WithMethod(pinmem.Method(77))}, "WithMethod", "77"},
 		{[]Option{WithPrewarm(0, 1)}, "WithPrewarm", "0, 1"},
-		{[]Option{WithPrewarm(MaxSize+1, 1)}, "WithPrewarm", fmt.Sprintf("%d, 1", MaxSize+1)},
+		{[]Option{WithPrewarm(maxSize+1, 1)}, "WithPrewarm", fmt.Sprintf("%d, 1", maxSize+1)},
 		{[]Option{WithPrewarm(4096, -1)}, "WithPrewarm", "4096, -1"},
 		{[]Option{WithPrewarm(1<<20, 8<<20), WithMaxCached(1 << 20)}, "WithPrewarm", fmt.Sprintf("%d, %d", 1<<20, 8<<20)},
 		{[]Option{WithMaxCached(1 << 20), WithPrewarm(1<<20, 8<<20)}, "WithPrewarm", fmt.Sprintf("%d, %d", 1<<20, 8<<20)},
@@ -590,4 +590,39 @@ func TestNextClassReuse(t *testing.T) {
 	}
 	mustPut(t, p, b)
 	mustPut(t, p, c)
+}
+
+// TestSegments: a block's segments concatenate to its Bytes, each ending
+// at its own end; a block over several registrations is split at their
+// boundaries, up to its length.
+func TestSegments(t *testing.T) {
+	useFake(t)
+	p := newPool(t)
+	for _, n := range []int{100, 1 << 20, HugeThreshold + 1} {
+		b := mustGet(t, p, n)
+		segs := b.Segments()
+		if len(segs) != 1 || !sameMem(segs[0], b.Bytes()) || len(segs[0]) != n || cap(segs[0]) != n {
+			t.Errorf("Get(%d): %d segments (len %d, cap %d)", n, len(segs), len(segs[0]), cap(segs[0]))
+		}
+		mustPut(t, p, b)
+		if b.Segments() != nil {
+			t.Errorf("Get(%d): Segments after Put", n)
+		}
+	}
+	// Registrations of 4, 4 and 2 units; blocks of every length.
+	mem := make([]byte, 10)
+	regs := [][]byte{mem[0:4:4], mem[4:8:8], mem[8:10:10]}
+	for n := 1; n <= 10; n++ {
+		got := splitAt(mem[:n], regs)
+		total := 0
+		for i, g := range got {
+			if &g[0] != &mem[total] || cap(g) != len(g) || (i < len(got)-1 && len(g) != len(regs[i])) {
+				t.Errorf("n=%d: piece %d at %d, len %d, cap %d", n, i, total, len(g), cap(g))
+			}
+			total += len(g)
+		}
+		if want := (n + 3) / 4; total != n || len(got) != want {
+			t.Errorf("n=%d: %d pieces of %d bytes, want %d pieces", n, len(got), total, want)
+		}
+	}
 }

@@ -137,8 +137,8 @@ func (p *state) prewarm(size int, total int64) error {
 }
 
 func (p *state) get(size int) (*Block, error) {
-	if size <= 0 || size > MaxSize {
-		return nil, fmt.Errorf("pool %s: Get(%d): size outside [1, %d]: %w", p.name, size, MaxSize, cuda.ErrInvalidValue)
+	if size <= 0 || size > maxSize {
+		return nil, fmt.Errorf("pool %s: Get(%d): size outside [1, %d]: %w", p.name, size, maxSize, cuda.ErrInvalidValue)
 	}
 	ci, csize := hugeClass, roundUp(size, pageSize)
 	if size <= HugeThreshold {

@@ -112,12 +112,12 @@ type poolCollector struct {
 
 // NewPoolCollector returns a collector of p's Stats, labelled
 // pool="<p.Name()>": blocks and bytes in use, cached, pending and pinned,
-// gets, hits, misses, puts, evictions, budget errors and time spent in the
-// driver. Pool names need not be unique, but a registry refuses a second
+// gets, hits, misses, puts, evictions, budget and release errors and time
+// spent in the driver. Pool names need not be unique, but a registry refuses a second
 // collector of the same name (Register returns a
 // prometheus.AlreadyRegisteredError): give pools registered together
-// distinct names with pool.WithName. A collector of a closed pool reports
-// the figures it had at Close.
+// distinct names with pool.WithName. Stats stay readable after Close, so
+// the collector of a closed pool keeps reporting its last figures.
 func NewPoolCollector(p *pool.Pool) prometheus.Collector {
 	return newPoolCollector(p.Name(), p.Stats)
 }
@@ -135,6 +135,7 @@ func newPoolCollector(name string, stats func() pool.Stats) *poolCollector {
 		m("puts_total", "Blocks given back with Put.", counter, func(s pool.Stats) float64 { return float64(s.Puts) }),
 		m("evictions_total", "Idle blocks or slabs taken out of the cache to be unpinned.", counter, func(s pool.Stats) float64 { return float64(s.Evictions) }),
 		m("budget_errors_total", "Gets that failed on the pinned memory budget.", counter, func(s pool.Stats) float64 { return float64(s.BudgetErrors) }),
+		m("release_errors_total", "Unpinning calls that failed; the memory stays counted as pinned until a retry succeeds.", counter, func(s pool.Stats) float64 { return float64(s.ReleaseErrors) }),
 		m("driver_seconds_total", "Time spent pinning, unpinning and in event calls.", counter, func(s pool.Stats) float64 { return s.DriverTime.Seconds() }),
 		m("in_use_blocks", "Blocks taken by Get and not yet Put.", gauge, func(s pool.Stats) float64 { return float64(s.InUseBlocks) }),
 		m("in_use_bytes", "Capacity of the blocks in use.", gauge, func(s pool.Stats) float64 { return float64(s.InUseBytes) }),

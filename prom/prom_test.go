@@ -128,8 +128,8 @@ pinmem_pool_puts_total{pool="staging"} 1
 `), "pinmem_pool_puts_total"); err != nil {
 		t.Error(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 14 {
-		t.Errorf("%d pool metrics, want 14", n)
+	if n := testutil.CollectAndCount(c); n != 15 {
+		t.Errorf("%d pool metrics, want 15", n)
 	}
 	if _, err := testutil.CollectAndLint(c); err != nil {
 		t.Error(err)
