@@ -19,15 +19,15 @@ var layer = map[string]int{
 	"internal/hostptr": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0,
 	"internal/cudadrv/fakedrv": 1, "cuda": 1,
 	"internal/testutil": 2, "": 2,
-	"prom": 3, "pool": 3,
-	"transfer":       4,
+	"pool":     3,
+	"transfer": 4, "prom": 4,
 	"internal/bench": 5, "internal/diag": 5,
 	"cmd/pinmem": 6,
 }
 
 // TestLayering is pinmem's depguard: only internal/cudadrv (and its fake)
 // may import unsafe or purego, and no package imports one above it
-// (cmd -> bench/diag -> transfer -> pool/prom -> pinmem -> cuda ->
+// (cmd -> bench/diag -> transfer/prom -> pool -> pinmem -> cuda ->
 // internal/cudadrv). Test files are exempt (tests may use the raw binding).
 func TestLayering(t *testing.T) {
 	root, err := filepath.Abs("../..")
