@@ -16,7 +16,7 @@ import (
 )
 
 // MaxSize is the largest buffer Alloc and Register accept (256 TiB); larger
-// requests are refused with ErrInvalidValue before any driver call.
+// requests are refused with cuda.ErrInvalidValue before any driver call.
 const MaxSize = 1 << 48
 
 // hugePageSize is the transparent huge page size pinmem aligns its mappings to.
@@ -51,10 +51,10 @@ func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
 // Errors, all before any driver call unless said otherwise: a size <= 0 or
 // above MaxSize, unknown flags, or flags that contradict each other or the
 // method (ReadOnly with MethodHostAlloc, WriteCombined with
-// MethodMmapRegister or ReadOnly) match ErrInvalidValue; flags or a method
+// MethodMmapRegister or ReadOnly) match cuda.ErrInvalidValue; flags or a method
 // the device cannot serve (Mapped without CanMapHostMemory, ReadOnly or
 // MethodMmapRegister without host registration support) match
-// ErrNotSupported; a request over the budget is a *BudgetError; an
+// cuda.ErrNotSupported; a request over the budget is a *BudgetError; an
 // allocation failure of the driver or the host is an *OutOfMemoryError.
 func Alloc(size int, flags Flags, opts ...Option) (*Buffer, error) {
 	b, err := alloc(size, flags, buildOptions(opts))
@@ -67,20 +67,20 @@ func Alloc(size int, flags Flags, opts ...Option) (*Buffer, error) {
 
 func checkSize(op string, size int) error {
 	if size <= 0 || size > MaxSize {
-		return fmt.Errorf("pinmem: %s of %d bytes (want 1..%d): %w", op, size, int64(MaxSize), ErrInvalidValue)
+		return fmt.Errorf("pinmem: %s of %d bytes (want 1..%d): %w", op, size, int64(MaxSize), cuda.ErrInvalidValue)
 	}
 	return nil
 }
 
 func checkDeviceFlags(t target, flags Flags, register bool) error {
 	if flags&Mapped != 0 && !t.caps.canMap {
-		return fmt.Errorf("pinmem: %v cannot map host memory (CanMapHostMemory=0), so Mapped is impossible: %w", t.dev, ErrNotSupported)
+		return fmt.Errorf("pinmem: %v cannot map host memory (CanMapHostMemory=0), so Mapped is impossible: %w", t.dev, cuda.ErrNotSupported)
 	}
 	if register && !t.caps.hostRegister {
-		return fmt.Errorf("pinmem: %v does not support registering host memory (HostRegisterSupported=0; integrated GPUs: use Alloc, which uses cuMemHostAlloc there): %w", t.dev, ErrNotSupported)
+		return fmt.Errorf("pinmem: %v does not support registering host memory (HostRegisterSupported=0; integrated GPUs: use Alloc, which uses cuMemHostAlloc there): %w", t.dev, cuda.ErrNotSupported)
 	}
 	if flags&ReadOnly != 0 && !t.caps.readOnlyReg {
-		return fmt.Errorf("pinmem: %v does not support read-only registration (ReadOnlyHostRegisterSupported=0): %w", t.dev, ErrNotSupported)
+		return fmt.Errorf("pinmem: %v does not support read-only registration (ReadOnlyHostRegisterSupported=0): %w", t.dev, cuda.ErrNotSupported)
 	}
 	return nil
 }
@@ -90,26 +90,26 @@ func alloc(size int, flags Flags, o options) (*Buffer, error) {
 		return nil, err
 	}
 	if flags&^allFlags != 0 {
-		return nil, fmt.Errorf("pinmem: Alloc with unknown flags %#x: %w", uint32(flags&^allFlags), ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: Alloc with unknown flags %#x: %w", uint32(flags&^allFlags), cuda.ErrInvalidValue)
 	}
 	if flags&WriteCombined != 0 && flags&ReadOnly != 0 {
-		return nil, fmt.Errorf("pinmem: Alloc with %s: write-combined memory comes from cuMemHostAlloc, read-only from registration: %w", flags, ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: Alloc with %s: write-combined memory comes from cuMemHostAlloc, read-only from registration: %w", flags, cuda.ErrInvalidValue)
 	}
 	switch o.method {
 	case MethodAuto:
 	case MethodHostAlloc:
 		if flags&ReadOnly != 0 {
-			return nil, fmt.Errorf("pinmem: Alloc with ReadOnly and MethodHostAlloc: ReadOnly is a registration flag: %w", ErrInvalidValue)
+			return nil, fmt.Errorf("pinmem: Alloc with ReadOnly and MethodHostAlloc: ReadOnly is a registration flag: %w", cuda.ErrInvalidValue)
 		}
 	case MethodMmapRegister:
 		if flags&WriteCombined != 0 {
-			return nil, fmt.Errorf("pinmem: Alloc with WriteCombined and MethodMmapRegister: write-combined memory only comes from cuMemHostAlloc: %w", ErrInvalidValue)
+			return nil, fmt.Errorf("pinmem: Alloc with WriteCombined and MethodMmapRegister: write-combined memory only comes from cuMemHostAlloc: %w", cuda.ErrInvalidValue)
 		}
 		if !mmapSupported {
-			return nil, fmt.Errorf("pinmem: MethodMmapRegister on %s: %w", runtime.GOOS, ErrNotSupported)
+			return nil, fmt.Errorf("pinmem: MethodMmapRegister on %s: %w", runtime.GOOS, cuda.ErrNotSupported)
 		}
 	default:
-		return nil, fmt.Errorf("pinmem: unknown method %v: %w", o.method, ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: unknown method %v: %w", o.method, cuda.ErrInvalidValue)
 	}
 	t, err := resolve(o)
 	if err != nil {
@@ -138,7 +138,7 @@ func alloc(size int, flags Flags, o options) (*Buffer, error) {
 		return nil, err
 	}
 	if method == MethodMmapRegister && !mmapSupported {
-		return nil, fmt.Errorf("pinmem: ReadOnly needs registration, implemented only on Linux: %w", ErrNotSupported)
+		return nil, fmt.Errorf("pinmem: ReadOnly needs registration, implemented only on Linux: %w", cuda.ErrNotSupported)
 	}
 	if method == MethodHostAlloc {
 		return allocHost(t, size, flags)
@@ -234,7 +234,7 @@ type pinPhases struct{ mapped, touched, registered time.Duration }
 // driverErr wraps a failed pin: out-of-memory failures become an
 // *OutOfMemoryError with the budget figures.
 func driverErr(op, what string, err error, n, before, limit int64) error {
-	if errors.Is(err, ErrOutOfMemory) {
+	if errors.Is(err, cuda.ErrOutOfMemory) {
 		return &OutOfMemoryError{Op: op, Requested: n, Pinned: before, Limit: limit, Err: err}
 	}
 	return fmt.Errorf("pinmem: %s of %s (%s): %w", op, fmtBytes(n), what, err)
@@ -320,7 +320,7 @@ func registerChunks(t target, p hostptr.Ptr, length uintptr, flags Flags) ([]chu
 		c := chunk{p: hostptr.Offset(p, off), n: min(step, length-off)}
 		err := t.drv.MemHostRegister(c.p, uint64(c.n), rf)
 		if err != nil && c.n > regSplitAbove && regSplitChunk < c.n &&
-			(errors.Is(err, ErrInvalidValue) || errors.Is(err, ErrOutOfMemory)) {
+			(errors.Is(err, cuda.ErrInvalidValue) || errors.Is(err, cuda.ErrOutOfMemory)) {
 			// Perhaps a cap on a single pin: go on in smaller pieces.
 			first := fmt.Errorf("chunk at offset %d of %d bytes (%s in one call): %w", off, length, fmtBytes(int64(c.n)), err)
 			step = regSplitChunk
@@ -386,11 +386,11 @@ func unregisterChunks(t target, chunks []chunk) error {
 // range that overlaps a buffer pinmem pinned (compared at page granularity)
 // is an *OverlapError, and the driver's own CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
 // (memory registered by other code) is returned as it is; both match
-// ErrAlreadyRegistered.
+// cuda.ErrAlreadyRegistered.
 //
 // Flags may be Portable, Mapped and ReadOnly; WriteCombined is refused with
-// ErrInvalidValue. An empty mem is ErrInvalidValue; a device that cannot
-// register host memory gives ErrNotSupported. The budget applies as for Alloc.
+// cuda.ErrInvalidValue. An empty mem is cuda.ErrInvalidValue; a device that cannot
+// register host memory gives cuda.ErrNotSupported. The budget applies as for Alloc.
 func Register(mem []byte, flags Flags, opts ...Option) (*Buffer, error) {
 	b, err := register(mem, flags, buildOptions(opts))
 	if err != nil {
@@ -405,10 +405,10 @@ func register(mem []byte, flags Flags, o options) (*Buffer, error) {
 		return nil, err
 	}
 	if flags&^allFlags != 0 {
-		return nil, fmt.Errorf("pinmem: Register with unknown flags %#x: %w", uint32(flags&^allFlags), ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: Register with unknown flags %#x: %w", uint32(flags&^allFlags), cuda.ErrInvalidValue)
 	}
 	if flags&WriteCombined != 0 {
-		return nil, fmt.Errorf("pinmem: Register with WriteCombined: write-combined memory only comes from cuMemHostAlloc: %w", ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: Register with WriteCombined: write-combined memory only comes from cuMemHostAlloc: %w", cuda.ErrInvalidValue)
 	}
 	p := hostptr.PtrOf(mem)
 	lo := uintptr(p) &^ (pageSize - 1)

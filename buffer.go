@@ -58,7 +58,7 @@ type Buffer struct {
 
 func (b *Buffer) live() (*bufState, error) {
 	if b == nil || b.s == nil {
-		return nil, fmt.Errorf("pinmem: nil buffer: %w", ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: nil buffer: %w", cuda.ErrInvalidValue)
 	}
 	if b.s.freed.Load() {
 		return nil, fmt.Errorf("pinmem: %s buffer at %#x (%d bytes): %w", b.s.kind, uintptr(b.s.ptr), b.s.size, ErrFreed)
@@ -102,7 +102,7 @@ func (s *bufState) bytes() []byte {
 // and refuses an asynchronous copy whose host range crosses from one into
 // the next. Measured on an H200 with driver 580 (CUDA 13.0): such a
 // cuMemcpyHtoDAsync fails with CUDA_ERROR_INVALID_VALUE, which package cuda
-// returns as a *cuda.Error matching ErrInvalidValue, and nothing is copied
+// returns as a *cuda.Error matching cuda.ErrInvalidValue, and nothing is copied
 // (the stream stays usable); do not rely on either direction working. Copies within one
 // segment run at full pinned speed, so a caller copying a whole buffer
 // issues one copy per segment (at the matching device offsets), and one
@@ -226,7 +226,7 @@ func (b *Buffer) DevicePtr() (cuda.DevicePtr, error) {
 // driver reports an error, which is returned.
 func (b *Buffer) Free() error {
 	if b == nil || b.s == nil {
-		return fmt.Errorf("pinmem: Free of a nil buffer: %w", ErrInvalidValue)
+		return fmt.Errorf("pinmem: Free of a nil buffer: %w", cuda.ErrInvalidValue)
 	}
 	s := b.s
 	if !s.freed.CompareAndSwap(false, true) {
@@ -354,7 +354,7 @@ func newBuffer(s *bufState) *Buffer {
 // View returns the buffer's memory as a slice of T. T must hold no Go
 // pointers (the garbage collector does not scan pinned memory), and the
 // buffer's length and address must fit T's size and alignment; otherwise
-// the error matches ErrInvalidValue. After Free it matches ErrFreed.
+// the error matches cuda.ErrInvalidValue. After Free it matches ErrFreed.
 func View[T any](b *Buffer) ([]T, error) {
 	s, err := b.live()
 	if err != nil {
@@ -363,17 +363,17 @@ func View[T any](b *Buffer) ([]T, error) {
 	size, align := hostptr.SizeAlign[T]()
 	typ := reflect.TypeFor[T]()
 	if size == 0 {
-		return nil, fmt.Errorf("pinmem: View as zero-size type %v: %w", typ, ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: View as zero-size type %v: %w", typ, cuda.ErrInvalidValue)
 	}
 	if hasPointers(typ) {
-		return nil, fmt.Errorf("pinmem: View as %v, which holds Go pointers: %w", typ, ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: View as %v, which holds Go pointers: %w", typ, cuda.ErrInvalidValue)
 	}
 	p := s.ptr
 	if uintptr(s.size)%size != 0 {
-		return nil, fmt.Errorf("pinmem: View as %v: buffer of %d bytes is not a multiple of %d: %w", typ, s.size, size, ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: View as %v: buffer of %d bytes is not a multiple of %d: %w", typ, s.size, size, cuda.ErrInvalidValue)
 	}
 	if uintptr(p)%align != 0 {
-		return nil, fmt.Errorf("pinmem: View as %v: address %#x is not %d-byte aligned: %w", typ, uintptr(p), align, ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: View as %v: address %#x is not %d-byte aligned: %w", typ, uintptr(p), align, cuda.ErrInvalidValue)
 	}
 	return hostptr.SliceAt[T](p, uintptr(s.size)/size), nil
 }

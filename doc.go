@@ -33,7 +33,7 @@
 // registered buffer up to 4 GiB is therefore one registration (unless the
 // kernel caps a single pin); a larger one is several, and the driver treats each as its own pinned range: an
 // asynchronous copy whose host range crosses from one registration into the
-// next fails (CUDA_ERROR_INVALID_VALUE, matching [ErrInvalidValue], measured
+// next fails (CUDA_ERROR_INVALID_VALUE, matching [cuda.ErrInvalidValue], measured
 // with driver 580). [Buffer.Segments] returns the registered ranges in
 // order; copy a large buffer one segment at a time. cuMemHostAlloc buffers
 // are always one segment.
@@ -70,5 +70,5 @@
 // device's primary context current. On integrated GPUs (Jetson, Tegra),
 // which share physical memory with the host, MethodAuto prefers mapped
 // cuMemHostAlloc memory; devices that cannot register host memory refuse
-// Register and MethodMmapRegister with an error matching [ErrNotSupported].
+// Register and MethodMmapRegister with an error matching [cuda.ErrNotSupported].
 package pinmem

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/hostptr"
@@ -245,7 +246,7 @@ func TestRegisterFailsMidChunk(t *testing.T) {
 			}
 			var oom *OutOfMemoryError
 			if code == cudadrv.ErrorOutOfMemory {
-				if !errors.As(err, &oom) || !errors.Is(err, ErrOutOfMemory) || oom.Requested != 8<<20 || oom.Limit != Budget() {
+				if !errors.As(err, &oom) || !errors.Is(err, cuda.ErrOutOfMemory) || oom.Requested != 8<<20 || oom.Limit != Budget() {
 					t.Errorf("want *OutOfMemoryError with figures, got %#v", err)
 				}
 			} else if errors.As(err, &oom) {
@@ -338,11 +339,11 @@ func TestRegisterSplitsOnCap(t *testing.T) {
 		{name: "second chunk refused", chunk: 4 << 20, size: 10 << 20, faults: map[int]cudadrv.Result{2: cudadrv.ErrorInvalidValue},
 			calls: 8, wantSegs: []int{4 * mib, mib, mib, mib, mib, mib, mib}},
 		{name: "not permitted", chunk: 4 << 20, size: 10 << 20, faults: map[int]cudadrv.Result{1: cudadrv.ErrorNotPermitted},
-			wantErr: ErrNotSupported, calls: 1},
+			wantErr: cuda.ErrNotSupported, calls: 1},
 		{name: "piece refused", chunk: 4 << 20, size: 10 << 20, faults: map[int]cudadrv.Result{1: cudadrv.ErrorInvalidValue, 4: cudadrv.ErrorOutOfMemory},
-			wantErr: ErrOutOfMemory, calls: 4, unregs: 2},
+			wantErr: cuda.ErrOutOfMemory, calls: 4, unregs: 2},
 		{name: "small chunk", chunk: 2 << 20, size: 10 << 20, faults: map[int]cudadrv.Result{2: cudadrv.ErrorInvalidValue},
-			wantErr: ErrInvalidValue, calls: 2, unregs: 1},
+			wantErr: cuda.ErrInvalidValue, calls: 2, unregs: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := useFake(t, fakedrv.Options{})
@@ -406,29 +407,29 @@ func TestBadInput(t *testing.T) {
 		call func() error
 		want error
 	}{
-		{"size 0", func() error { _, err := Alloc(0, 0); return err }, ErrInvalidValue},
-		{"negative size", func() error { _, err := Alloc(-1, 0); return err }, ErrInvalidValue},
-		{"absurd size", func() error { _, err := Alloc(1<<49, 0); return err }, ErrInvalidValue},
+		{"size 0", func() error { _, err := Alloc(0, 0); return err }, cuda.ErrInvalidValue},
+		{"negative size", func() error { _, err := Alloc(-1, 0); return err }, cuda.ErrInvalidValue},
+		{"absurd size", func() error { _, err := Alloc(1<<49, 0); return err }, cuda.ErrInvalidValue},
 		{"over budget", func() error { _, err := Alloc(32<<20, 0); return err }, ErrBudget},
-		{"unknown flags", func() error { _, err := Alloc(4096, 1<<9); return err }, ErrInvalidValue},
-		{"write-combined read-only", func() error { _, err := Alloc(4096, WriteCombined|ReadOnly); return err }, ErrInvalidValue},
-		{"read-only hostalloc", func() error { _, err := Alloc(4096, ReadOnly, WithMethod(MethodHostAlloc)); return err }, ErrInvalidValue},
+		{"unknown flags", func() error { _, err := Alloc(4096, 1<<9); return err }, cuda.ErrInvalidValue},
+		{"write-combined read-only", func() error { _, err := Alloc(4096, WriteCombined|ReadOnly); return err }, cuda.ErrInvalidValue},
+		{"read-only hostalloc", func() error { _, err := Alloc(4096, ReadOnly, WithMethod(MethodHostAlloc)); return err }, cuda.ErrInvalidValue},
 		{"write-combined mmap", func() error {
 			_, err := Alloc(4096, WriteCombined, WithMethod(MethodMmapRegister))
 			return err
-		}, ErrInvalidValue},
-		{"unknown method", func() error { _, err := Alloc(4096, 0, WithMethod(9)); return err }, ErrInvalidValue},
-		{"register empty", func() error { _, err := Register(nil, 0); return err }, ErrInvalidValue},
-		{"register write-combined", func() error { _, err := Register(make([]byte, 4096), WriteCombined); return err }, ErrInvalidValue},
-		{"register twice", func() error { _, err := Register(mem, 0); return err }, ErrAlreadyRegistered},
-		{"register overlapping", func() error { _, err := Register(mem[4096:8192], 0); return err }, ErrAlreadyRegistered},
-		{"register pinned memory", func() error { _, err := Register(good.Bytes()[100:200], 0); return err }, ErrAlreadyRegistered},
+		}, cuda.ErrInvalidValue},
+		{"unknown method", func() error { _, err := Alloc(4096, 0, WithMethod(9)); return err }, cuda.ErrInvalidValue},
+		{"register empty", func() error { _, err := Register(nil, 0); return err }, cuda.ErrInvalidValue},
+		{"register write-combined", func() error { _, err := Register(make([]byte, 4096), WriteCombined); return err }, cuda.ErrInvalidValue},
+		{"register twice", func() error { _, err := Register(mem, 0); return err }, cuda.ErrAlreadyRegistered},
+		{"register overlapping", func() error { _, err := Register(mem[4096:8192], 0); return err }, cuda.ErrAlreadyRegistered},
+		{"register pinned memory", func() error { _, err := Register(good.Bytes()[100:200], 0); return err }, cuda.ErrAlreadyRegistered},
 		{"device pointer of unmapped", func() error { _, err := good.DevicePtr(); return err }, ErrNotMapped},
 		{"double free", freed.Free, ErrFreed},
 		{"device pointer after free", func() error { _, err := freed.DevicePtr(); return err }, ErrFreed},
 		{"view after free", func() error { _, err := View[uint32](freed); return err }, ErrFreed},
 		{"query after free", func() error { _, err := QueryPointer(freed, nil); return err }, ErrFreed},
-		{"free nil", (*Buffer)(nil).Free, ErrInvalidValue},
+		{"free nil", (*Buffer)(nil).Free, cuda.ErrInvalidValue},
 	} {
 		err := tc.call()
 		if !errors.Is(err, tc.want) {
@@ -453,20 +454,20 @@ func TestDeviceContradictions(t *testing.T) {
 	}
 	t.Run("no mapping", func(t *testing.T) {
 		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrCanMapHostMemory: 0}))
-		if _, err := Alloc(4096, Mapped); !errors.Is(err, ErrNotSupported) {
+		if _, err := Alloc(4096, Mapped); !errors.Is(err, cuda.ErrNotSupported) {
 			t.Errorf("Mapped: %v", err)
 		}
-		if _, err := Register(make([]byte, 8192), Mapped); !errors.Is(err, ErrNotSupported) {
+		if _, err := Register(make([]byte, 8192), Mapped); !errors.Is(err, cuda.ErrNotSupported) {
 			t.Errorf("Register Mapped: %v", err)
 		}
 	})
 	t.Run("no registration", func(t *testing.T) {
 		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrHostRegisterSupported: 0}))
 		_, err := Register(make([]byte, 8192), 0)
-		if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "HostRegisterSupported=0") {
+		if !errors.Is(err, cuda.ErrNotSupported) || !strings.Contains(err.Error(), "HostRegisterSupported=0") {
 			t.Errorf("Register: %v", err)
 		}
-		if _, err := Alloc(8<<20, 0, WithMethod(MethodMmapRegister)); !errors.Is(err, ErrNotSupported) {
+		if _, err := Alloc(8<<20, 0, WithMethod(MethodMmapRegister)); !errors.Is(err, cuda.ErrNotSupported) {
 			t.Errorf("MethodMmapRegister: %v", err)
 		}
 		b, err := Alloc(8<<20, 0)
@@ -480,7 +481,7 @@ func TestDeviceContradictions(t *testing.T) {
 	})
 	t.Run("no read-only", func(t *testing.T) {
 		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrReadOnlyHostRegisterSupported: 0}))
-		if _, err := Alloc(8<<20, ReadOnly); !errors.Is(err, ErrNotSupported) {
+		if _, err := Alloc(8<<20, ReadOnly); !errors.Is(err, cuda.ErrNotSupported) {
 			t.Errorf("ReadOnly: %v", err)
 		}
 	})
@@ -527,13 +528,13 @@ func TestRegisterGoSlice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := View[uint64](b); !errors.Is(err, ErrInvalidValue) {
+	if _, err := View[uint64](b); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("View of a misaligned slice: %v", err)
 	}
 	mustFree(t, b)
 }
 
-// Memory registered by other code is the driver's 712, still ErrAlreadyRegistered.
+// Memory registered by other code is the driver's 712, still cuda.ErrAlreadyRegistered.
 func TestRegisterDriverAlreadyRegistered(t *testing.T) {
 	d := useFake(t, fakedrv.Options{})
 	mem := make([]byte, 64<<10)
@@ -546,7 +547,7 @@ func TestRegisterDriverAlreadyRegistered(t *testing.T) {
 	defer d.MemHostUnregister(unsafe.Pointer(&mem[0]))
 	_, err := Register(mem, 0)
 	var de *cudadrv.Error
-	if !errors.Is(err, ErrAlreadyRegistered) || !errors.As(err, &de) || de.Code != cudadrv.ErrorHostMemoryAlreadyRegistered {
+	if !errors.Is(err, cuda.ErrAlreadyRegistered) || !errors.As(err, &de) || de.Code != cudadrv.ErrorHostMemoryAlreadyRegistered {
 		t.Errorf("got %v, want the driver's 712", err)
 	}
 }
@@ -648,7 +649,7 @@ func TestDriverOutOfMemory(t *testing.T) {
 	SetBudget(1 << 30)
 	_, err := Alloc(2<<20, 0, WithMethod(MethodHostAlloc))
 	var oom *OutOfMemoryError
-	if !errors.As(err, &oom) || !errors.Is(err, ErrOutOfMemory) || errors.Is(err, ErrBudget) {
+	if !errors.As(err, &oom) || !errors.Is(err, cuda.ErrOutOfMemory) || errors.Is(err, ErrBudget) {
 		t.Fatalf("got %v", err)
 	}
 	if oom.Requested != 2<<20 || oom.Limit != 1<<30 || oom.Op != "cuMemHostAlloc" {
@@ -718,8 +719,8 @@ func TestParseBudget(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", "0", "-5", "abc", "5X", "0%", "101%", "-1%", "%", "1e30", "NaN", "0.1"} {
-		if got, err := ParseBudget(in, phys); !errors.Is(err, ErrInvalidValue) {
-			t.Errorf("ParseBudget(%q) = %d, %v; want ErrInvalidValue", in, got, err)
+		if got, err := ParseBudget(in, phys); !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("ParseBudget(%q) = %d, %v; want cuda.ErrInvalidValue", in, got, err)
 		}
 	}
 }
@@ -747,7 +748,7 @@ func TestDefaultBudget(t *testing.T) {
 	if got, err := defaultBudget(""); err != nil || got != 1<<63-1 {
 		t.Errorf("without physical memory: %d, %v", got, err)
 	}
-	if _, err := defaultBudget("10%"); !errors.Is(err, ErrInvalidValue) {
+	if _, err := defaultBudget("10%"); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("percentage without physical memory: %v", err)
 	}
 }
@@ -765,7 +766,7 @@ func TestSetBudgetEnv(t *testing.T) {
 	}
 	t.Setenv(EnvBudget, "nonsense")
 	SetBudget(-1)
-	if _, err := Alloc(4096, 0); !errors.Is(err, ErrInvalidValue) || !strings.Contains(err.Error(), EnvBudget) {
+	if _, err := Alloc(4096, 0); !errors.Is(err, cuda.ErrInvalidValue) || !strings.Contains(err.Error(), EnvBudget) {
 		t.Errorf("with a malformed %s: %v", EnvBudget, err)
 	}
 	t.Setenv(EnvBudget, "")
@@ -922,16 +923,16 @@ func TestView(t *testing.T) {
 	if v, err := View[pair](b); err != nil || len(v) != 256 {
 		t.Errorf("View[pair]: %d %v", len(v), err)
 	}
-	if _, err := View[[3]byte](b); !errors.Is(err, ErrInvalidValue) {
+	if _, err := View[[3]byte](b); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("size that does not divide: %v", err)
 	}
-	if _, err := View[*int](b); !errors.Is(err, ErrInvalidValue) {
+	if _, err := View[*int](b); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("pointer type: %v", err)
 	}
-	if _, err := View[struct{ S string }](b); !errors.Is(err, ErrInvalidValue) {
+	if _, err := View[struct{ S string }](b); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("string field: %v", err)
 	}
-	if _, err := View[struct{}](b); !errors.Is(err, ErrInvalidValue) {
+	if _, err := View[struct{}](b); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("zero size: %v", err)
 	}
 }
@@ -960,7 +961,7 @@ func TestFlagsString(t *testing.T) {
 			t.Errorf("ParseFlags(%q) = %v, %v", f.String(), g, err)
 		}
 	}
-	if _, err := ParseFlags("pinned"); !errors.Is(err, ErrInvalidValue) {
+	if _, err := ParseFlags("pinned"); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Error(err)
 	}
 	if Flags(1<<6).String() != "0x40" || Kind(9).String() != "kind(9)" || MethodMmapRegister.String() != "mmap-register" {

@@ -70,7 +70,7 @@ outer:
 				continue outer
 			}
 		}
-		return 0, fmt.Errorf("pinmem: unknown flag %q in %q: %w", p, s, ErrInvalidValue)
+		return 0, fmt.Errorf("pinmem: unknown flag %q in %q: %w", p, s, cuda.ErrInvalidValue)
 	}
 	return f, nil
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
 )
 
 // ExpvarPrefix starts the expvar name of every pool's Stats.
@@ -25,11 +25,11 @@ func register(p *Pool) error {
 	defer regMu.Unlock()
 	name := p.name
 	if registry[name] != nil {
-		return fmt.Errorf("pool: name %q is used by an open pool: %w", name, pinmem.ErrInvalidValue)
+		return fmt.Errorf("pool: name %q is used by an open pool: %w", name, cuda.ErrInvalidValue)
 	}
 	if !published[name] {
 		if expvar.Get(ExpvarPrefix+name) != nil {
-			return fmt.Errorf("pool: expvar %q is already published by other code: %w", ExpvarPrefix+name, pinmem.ErrInvalidValue)
+			return fmt.Errorf("pool: expvar %q is already published by other code: %w", ExpvarPrefix+name, cuda.ErrInvalidValue)
 		}
 		expvar.Publish(ExpvarPrefix+name, expvar.Func(func() any {
 			regMu.Lock()

@@ -28,7 +28,7 @@ type config struct {
 func WithName(name string) Option {
 	return func(c *config) error {
 		if name == "" {
-			return fmt.Errorf("pool: empty name: %w", pinmem.ErrInvalidValue)
+			return fmt.Errorf("pool: empty name: %w", cuda.ErrInvalidValue)
 		}
 		c.name = name
 		return nil
@@ -60,7 +60,7 @@ func WithMethod(m pinmem.Method) Option {
 func WithPrewarm(blockSize int, total int64) Option {
 	return func(c *config) error {
 		if blockSize <= 0 || blockSize > MaxSize || total < 0 {
-			return fmt.Errorf("pool: prewarm %d bytes in blocks of %d: %w", total, blockSize, pinmem.ErrInvalidValue)
+			return fmt.Errorf("pool: prewarm %d bytes in blocks of %d: %w", total, blockSize, cuda.ErrInvalidValue)
 		}
 		c.prewarmSize, c.prewarmBytes = blockSize, total
 		return nil

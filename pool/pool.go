@@ -187,7 +187,7 @@ func New(opts ...Option) (*Pool, error) {
 		cfg.name = fmt.Sprintf("pool%d", poolSeq.Add(1))
 	}
 	if cfg.maxCached >= 0 && cfg.prewarmBytes > cfg.maxCached {
-		return nil, fmt.Errorf("pool %s: prewarm of %d bytes exceeds the cache cap of %d: %w", cfg.name, cfg.prewarmBytes, cfg.maxCached, pinmem.ErrInvalidValue)
+		return nil, fmt.Errorf("pool %s: prewarm of %d bytes exceeds the cache cap of %d: %w", cfg.name, cfg.prewarmBytes, cfg.maxCached, cuda.ErrInvalidValue)
 	}
 	p := &Pool{
 		name:         cfg.name,
@@ -252,7 +252,7 @@ func (p *Pool) Flags() pinmem.Flags { return p.flags }
 
 // Get returns a pinned block of at least size bytes (Len() == size). Its
 // contents are whatever the block held before. It fails with an error
-// matching pinmem.ErrInvalidValue for a size outside [1, MaxSize],
+// matching cuda.ErrInvalidValue for a size outside [1, MaxSize],
 // ErrClosed after Close, pinmem.ErrBudget (a *pinmem.BudgetError) when the
 // pinned budget does not allow the memory even after the pool released
 // its idle blocks, or the driver's error. A hit makes no driver call
@@ -260,7 +260,7 @@ func (p *Pool) Flags() pinmem.Flags { return p.flags }
 // first), which may wait for all work queued on the device.
 func (p *Pool) Get(size int) (*Block, error) {
 	if size <= 0 || size > MaxSize {
-		return nil, fmt.Errorf("pool %s: Get(%d): size outside [1, %d]: %w", p.name, size, MaxSize, pinmem.ErrInvalidValue)
+		return nil, fmt.Errorf("pool %s: Get(%d): size outside [1, %d]: %w", p.name, size, MaxSize, cuda.ErrInvalidValue)
 	}
 	ci, csize := hugeClass, roundUp(size, pageSize)
 	if size <= HugeThreshold {
@@ -499,7 +499,7 @@ func (p *Pool) alloc(n int) (*pinmem.Buffer, error) {
 	p.driverNS.Add(int64(time.Since(t)))
 	if err == nil && len(buf.Bytes()) < n {
 		_ = p.freeBufs([]*pinmem.Buffer{buf})
-		return nil, fmt.Errorf("pool %s: pinmem.Alloc(%d) returned %d bytes: %w", p.name, n, len(buf.Bytes()), pinmem.ErrInvalidValue)
+		return nil, fmt.Errorf("pool %s: pinmem.Alloc(%d) returned %d bytes: %w", p.name, n, len(buf.Bytes()), cuda.ErrInvalidValue)
 	}
 	return buf, err
 }
@@ -602,15 +602,15 @@ func (p *Pool) pin(b *Block, ci, size, csize int) error {
 // until Close and the error is returned.
 //
 // Putting a block twice fails with an error matching pinmem.ErrFreed; a
-// block of another pool or a nil stream with pinmem.ErrInvalidValue.
+// block of another pool or a nil stream with cuda.ErrInvalidValue.
 // After Close, Put unpins the block (waiting for its streams first).
 func (p *Pool) Put(b *Block, streams ...*cuda.Stream) error {
 	if b == nil || b.p != p {
-		return fmt.Errorf("pool %s: Put of a block from another pool (or nil): %w", p.name, pinmem.ErrInvalidValue)
+		return fmt.Errorf("pool %s: Put of a block from another pool (or nil): %w", p.name, cuda.ErrInvalidValue)
 	}
 	for i, s := range streams {
 		if s == nil {
-			return fmt.Errorf("pool %s: Put of block %d: stream %d is nil: %w", p.name, b.id, i, pinmem.ErrInvalidValue)
+			return fmt.Errorf("pool %s: Put of block %d: stream %d is nil: %w", p.name, b.id, i, cuda.ErrInvalidValue)
 		}
 	}
 	if !b.state.CompareAndSwap(stateOut, stateReturned) {

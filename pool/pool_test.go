@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 )
 
@@ -252,10 +253,10 @@ func TestPrewarm(t *testing.T) {
 	for _, b := range bs {
 		mustPut(t, p, b)
 	}
-	if _, err := New(WithPrewarm(1<<20, 8<<20), WithMaxCached(1<<20)); !errors.Is(err, pinmem.ErrInvalidValue) {
+	if _, err := New(WithPrewarm(1<<20, 8<<20), WithMaxCached(1<<20)); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("prewarm over the cap: %v", err)
 	}
-	if _, err := New(WithPrewarm(0, 1)); !errors.Is(err, pinmem.ErrInvalidValue) {
+	if _, err := New(WithPrewarm(0, 1)); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("prewarm of 0-byte blocks: %v", err)
 	}
 }
@@ -364,13 +365,13 @@ func TestPutMisuse(t *testing.T) {
 	p := newPool(t)
 	q := newPool(t)
 	b := mustGet(t, p, 64)
-	if err := q.Put(b); !errors.Is(err, pinmem.ErrInvalidValue) {
+	if err := q.Put(b); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("Put into another pool: %v", err)
 	}
-	if err := p.Put(nil); !errors.Is(err, pinmem.ErrInvalidValue) {
+	if err := p.Put(nil); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("Put(nil): %v", err)
 	}
-	if err := p.Put(b, nil); !errors.Is(err, pinmem.ErrInvalidValue) {
+	if err := p.Put(b, nil); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("Put with a nil stream: %v", err)
 	}
 	mustPut(t, p, b) // still out after the refused Puts
@@ -381,15 +382,15 @@ func TestPutMisuse(t *testing.T) {
 		t.Errorf("DevicePtr after Put: %v", err)
 	}
 	for _, n := range []int{0, -5, MaxSize + 1} {
-		if _, err := p.Get(n); !errors.Is(err, pinmem.ErrInvalidValue) {
+		if _, err := p.Get(n); !errors.Is(err, cuda.ErrInvalidValue) {
 			t.Errorf("Get(%d): %v", n, err)
 		}
 	}
-	if _, err := New(WithName("")); !errors.Is(err, pinmem.ErrInvalidValue) {
+	if _, err := New(WithName("")); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("empty name: %v", err)
 	}
 	r := newPool(t, WithName("dup"))
-	if _, err := New(WithName("dup")); !errors.Is(err, pinmem.ErrInvalidValue) {
+	if _, err := New(WithName("dup")); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("duplicate name: %v", err)
 	}
 	_ = r
