@@ -60,9 +60,11 @@
 // kernel module, not through mlock(2). Memory from cuMemHostAlloc shows up
 // as Shmem/RssShmem, and registered memory shows up nowhere except as a
 // lower MemAvailable. So pinmem keeps an exact ledger of what it pinned:
-// [Stats] returns it, [HostStats] puts it beside the host's own figures, and
-// it is published with expvar under the name "pinmem". Package
-// github.com/pinmem/pinmem/prom exports it to Prometheus.
+// [Stats] returns it, [HostStats] puts it beside the host's own figures.
+// Importing pinmem publishes nothing: package
+// github.com/pinmem/pinmem/expvars publishes the ledger with expvar on
+// request, and package github.com/pinmem/pinmem/prom exports it to
+// Prometheus.
 //
 // # Devices
 //

@@ -1,9 +1,7 @@
 package pinmem
 
 import (
-	"encoding/json"
 	"errors"
-	"expvar"
 	"fmt"
 	"runtime"
 	"strings"
@@ -825,16 +823,6 @@ func TestLedger(t *testing.T) {
 		}
 	}
 	t.Logf("\n%s", table)
-	var pub struct {
-		Pinned Usage            `json:"pinned"`
-		ByKind map[string]Usage `json:"by_kind"`
-	}
-	if err := json.Unmarshal([]byte(expvar.Get("pinmem").String()), &pub); err != nil {
-		t.Fatal(err)
-	}
-	if pub.Pinned != s.Pinned || pub.ByKind["mmap-registered"] != s.ByKind[KindMmapRegistered] {
-		t.Errorf("expvar: %+v", pub)
-	}
 	for _, x := range []*Buffer{a, b, c} {
 		mustFree(t, x)
 	}

@@ -1,7 +1,6 @@
 package pinmem
 
 import (
-	"expvar"
 	"fmt"
 	"sort"
 	"strings"
@@ -223,10 +222,4 @@ func (r HostReport) String() string {
 	}
 	w.Flush()
 	return b.String()
-}
-
-func init() {
-	if expvar.Get("pinmem") == nil {
-		expvar.Publish("pinmem", expvar.Func(func() any { return Stats() }))
-	}
 }

@@ -20,7 +20,7 @@ var layer = map[string]int{
 	"internal/cudadrv/fakedrv": 1, "cuda": 1,
 	"internal/testutil": 2, "": 2,
 	"prom": 3, "pool": 3,
-	"transfer":       4,
+	"transfer": 4, "expvars": 4,
 	"internal/bench": 5, "internal/diag": 5,
 	"cmd/pinmem": 6,
 }
