@@ -2,7 +2,7 @@ package pinmem
 
 import (
 	"fmt"
-	"log"
+	"log/slog"
 	"reflect"
 	"runtime"
 	"sync"
@@ -272,35 +272,22 @@ func (s *bufState) release() error {
 	return err
 }
 
-// Logger receives pinmem's reports of buffers dropped without Free.
-type Logger func(format string, args ...any)
-
-var logger atomic.Pointer[Logger]
-
-// SetLogger sets the function that reports buffers dropped without Free
-// and returns the previous one. nil restores the default, log.Printf.
-func SetLogger(l Logger) (prev Logger) {
-	var p *Logger
-	if l != nil {
-		p = &l
-	}
-	if old := logger.Swap(p); old != nil {
-		return *old
-	}
-	return log.Printf
-}
-
-func logf(format string, args ...any) {
-	if l := logger.Load(); l != nil {
-		(*l)(format, args...)
-		return
-	}
-	log.Printf(format, args...)
-}
+// SetLogger sets the process-wide logger through which pinmem reports, at
+// warning level, a Buffer that became unreachable without Free and an
+// owner of driver resources (a transfer.Copier, Pipeline or Multi, a
+// pool.Pool) that became unreachable without Close, and returns the
+// previous logger. The default is nil: reports are silent. Silent or not,
+// every such drop is counted in Stats (LedgerStats.Dropped and
+// LedgerStats.DroppedOwners).
+func SetLogger(l *slog.Logger) (prev *slog.Logger) { return track.SetLogger(l) }
 
 var (
 	droppedMu sync.Mutex
-	dropped   []*bufState // kept reachable: their memory is still pinned
+	// dropped keeps the state of every buffer dropped without Free
+	// reachable: its memory is still pinned, and a registered Go slice's
+	// runtime.Pinner must not become unreachable while it pins (the garbage
+	// collector aborts the process on a leaked pinned pointer).
+	dropped []*bufState
 )
 
 // onDrop runs when a Buffer became unreachable. It never frees: the GPU
@@ -312,20 +299,23 @@ func onDrop(s *bufState) {
 	droppedMu.Lock()
 	dropped = append(dropped, s)
 	droppedMu.Unlock()
-	defer ledgerDropped()
-	where := ""
+	ledgerDropped()
+	l := track.Logger()
+	if l == nil {
+		return
+	}
 	tk := track.HostAlloc
 	if s.kind != KindHostAlloc {
 		tk = track.Registration
 	}
+	attrs := []any{"kind", s.kind.String(), "addr", fmt.Sprintf("%#x", uintptr(s.ptr)), "bytes", s.size, "flags", s.flags.String()}
 	for _, o := range track.Live() {
 		if o.Kind == tk && o.ID == uint64(uintptr(s.ptr)) && o.Stack != "" {
-			where = "\nallocated at:\n" + o.Stack
+			attrs = append(attrs, "allocated_at", o.Stack)
 			break
 		}
 	}
-	logf("pinmem: %s buffer at %#x (%d bytes, flags %s) became unreachable without Free; it stays pinned%s",
-		s.kind, uintptr(s.ptr), s.size, s.flags, where)
+	l.Warn("pinmem: buffer became unreachable without Free; it stays pinned", attrs...)
 }
 
 // freeDropped releases every buffer dropped without Free (for tests).

@@ -1,8 +1,10 @@
 package pinmem
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -839,13 +841,8 @@ func TestLedger(t *testing.T) {
 
 func TestDroppedBuffer(t *testing.T) {
 	useFake(t, fakedrv.Options{})
-	var mu sync.Mutex
-	var logs []string
-	prev := SetLogger(func(format string, args ...any) {
-		mu.Lock()
-		logs = append(logs, fmt.Sprintf(format, args...))
-		mu.Unlock()
-	})
+	var out syncBuffer
+	prev := SetLogger(slog.New(slog.NewTextHandler(&out, nil)))
 	defer SetLogger(prev)
 	before := Stats().Dropped
 	func() {
@@ -866,11 +863,11 @@ func TestDroppedBuffer(t *testing.T) {
 	if Stats().Pinned.Bytes == 0 {
 		t.Error("a dropped buffer must stay pinned")
 	}
-	mu.Lock()
-	if len(logs) != 1 || !strings.Contains(logs[0], "without Free") || !strings.Contains(logs[0], "allocated at") {
+	logs := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(logs) != 1 || !strings.Contains(logs[0], "level=WARN") || !strings.Contains(logs[0], "without Free") ||
+		!strings.Contains(logs[0], "allocated_at=") || !strings.Contains(logs[0], "bytes=4096") {
 		t.Errorf("logs: %q", logs)
 	}
-	mu.Unlock()
 	if err := freeDropped(); err != nil {
 		t.Fatal(err)
 	}
@@ -886,6 +883,45 @@ func TestDroppedBuffer(t *testing.T) {
 	runtime.GC()
 	if Stats().Dropped != before+1 {
 		t.Error("a freed buffer was counted as dropped")
+	}
+	if n := len(strings.Split(strings.TrimSpace(out.String()), "\n")); n != 1 {
+		t.Errorf("%d reports, want 1", n)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the cleanup goroutine's writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestDroppedOwners checks that owners counted by package track appear in
+// Stats, and that the default logger is silent.
+func TestDroppedOwners(t *testing.T) {
+	if l := SetLogger(nil); l != nil {
+		SetLogger(l)
+		t.Fatalf("default logger %v, want nil (silent)", l)
+	}
+	before := Stats().DroppedOwners["copier"]
+	track.Dropped("copier")
+	s := Stats()
+	if got := s.DroppedOwners["copier"]; got != before+1 {
+		t.Errorf("DroppedOwners[copier] = %d, want %d", got, before+1)
+	}
+	if !strings.Contains(s.String(), "dropped without Close: copier") {
+		t.Errorf("table lacks the dropped owners:\n%s", s)
 	}
 }
 

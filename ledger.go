@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem/internal/sysinfo"
+	"github.com/pinmem/pinmem/internal/track"
 )
 
 // Usage is an amount of pinned memory: bytes and the buffers holding them.
@@ -43,6 +44,11 @@ type LedgerStats struct {
 	// Dropped counts buffers that became unreachable without Free. Their
 	// memory stays pinned and counted in Pinned.
 	Dropped int64 `json:"dropped"`
+	// DroppedOwners counts, by kind ("copier", "pipeline", "multi",
+	// "pool"), owners of driver resources that became unreachable without
+	// Close (their resources were released by the garbage collector). Only
+	// kinds with a drop are present.
+	DroppedOwners map[string]int64 `json:"dropped_owners,omitempty"`
 	// PinTime is the total time spent pinning (successful calls), and
 	// LastPinTime that of the latest one.
 	PinTime     time.Duration `json:"pin_ns"`
@@ -144,6 +150,9 @@ func Stats() LedgerStats {
 	l.mu.Unlock()
 	s.Budget = Budget()
 	s.Reserved = reserved.Load()
+	if owners := track.DroppedCounts(); len(owners) > 0 {
+		s.DroppedOwners = owners
+	}
 	return s
 }
 
@@ -170,6 +179,18 @@ func (s LedgerStats) String() string {
 	fmt.Fprintf(&b, "peak %s; budget %s (reserved %s)\n", fmtBytes(s.PeakBytes), fmtBytes(s.Budget), fmtBytes(s.Reserved))
 	fmt.Fprintf(&b, "allocs %d (%s), frees %d, failures %d, budget rejections %d, dropped without Free %d\n",
 		s.Allocs, fmtBytes(s.AllocBytes), s.Frees, s.Failures, s.BudgetRejections, s.Dropped)
+	if len(s.DroppedOwners) > 0 {
+		kinds := make([]string, 0, len(s.DroppedOwners))
+		for k := range s.DroppedOwners {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		b.WriteString("dropped without Close:")
+		for _, k := range kinds {
+			fmt.Fprintf(&b, " %s %d", k, s.DroppedOwners[k])
+		}
+		b.WriteString("\n")
+	}
 	fmt.Fprintf(&b, "time pinning %v (last %v), unpinning %v (last %v)\n", s.PinTime, s.LastPinTime, s.UnpinTime, s.LastUnpinTime)
 	return b.String()
 }
