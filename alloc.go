@@ -48,8 +48,9 @@ func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
 // memory is zeroed for pinmem's own mappings; cuMemHostAlloc memory is as
 // the driver returns it (normally zeroed pages, not guaranteed).
 //
-// Errors, all before any driver call unless said otherwise: a size <= 0 or
-// above MaxSize, unknown flags, or flags that contradict each other or the
+// Errors, all before any driver call unless said otherwise: an option with
+// a bad value (the error names it), a size <= 0 or above MaxSize, unknown
+// flags, or flags that contradict each other or the
 // method (ReadOnly with MethodHostAlloc, WriteCombined with
 // MethodMmapRegister or ReadOnly) match cuda.ErrInvalidValue; flags or a method
 // the device cannot serve (Mapped without CanMapHostMemory, ReadOnly or
@@ -57,7 +58,11 @@ func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
 // cuda.ErrNotSupported; a request over the budget is a *BudgetError; an
 // allocation failure of the driver or the host is an *OutOfMemoryError.
 func Alloc(size int, flags Flags, opts ...Option) (*Buffer, error) {
-	b, err := alloc(size, flags, buildOptions(opts))
+	o, err := buildOptions(opts)
+	var b *Buffer
+	if err == nil {
+		b, err = alloc(size, flags, o)
+	}
 	if err != nil {
 		ledgerFailed()
 		return nil, err
@@ -108,8 +113,6 @@ func alloc(size int, flags Flags, o options) (*Buffer, error) {
 		if !mmapSupported {
 			return nil, fmt.Errorf("pinmem: MethodMmapRegister on %s: %w", runtime.GOOS, cuda.ErrNotSupported)
 		}
-	default:
-		return nil, fmt.Errorf("pinmem: unknown method %v: %w", o.method, cuda.ErrInvalidValue)
 	}
 	t, err := resolve(o)
 	if err != nil {
@@ -390,9 +393,14 @@ func unregisterChunks(t target, chunks []chunk) error {
 //
 // Flags may be Portable, Mapped and ReadOnly; WriteCombined is refused with
 // cuda.ErrInvalidValue. An empty mem is cuda.ErrInvalidValue; a device that cannot
-// register host memory gives cuda.ErrNotSupported. The budget applies as for Alloc.
+// register host memory gives cuda.ErrNotSupported. Options are checked and the
+// budget applies as for Alloc.
 func Register(mem []byte, flags Flags, opts ...Option) (*Buffer, error) {
-	b, err := register(mem, flags, buildOptions(opts))
+	o, err := buildOptions(opts)
+	var b *Buffer
+	if err == nil {
+		b, err = register(mem, flags, o)
+	}
 	if err != nil {
 		ledgerFailed()
 		return nil, err
@@ -454,66 +462,4 @@ func registerClaimed(mem []byte, p hostptr.Ptr, lo uintptr, flags Flags, o optio
 		chunks: chunks, mem: mem, pinner: pinner, regLo: lo}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
-}
-
-// PointerInfo is what the driver reports about a buffer's memory, read in
-// one context: cuMemHostGetFlags and the pointer attributes. Fields the
-// driver would not report are zero, with the error in Errors.
-type PointerInfo struct {
-	HostFlags     uint32 // cuMemHostGetFlags: CU_MEMHOSTALLOC_* bits
-	MemoryType    int    // CU_POINTER_ATTRIBUTE_MEMORY_TYPE (1 host, 2 device, 4 unified)
-	Context       uintptr
-	DevicePointer uint64
-	HostPointer   uint64
-	DeviceOrdinal int
-	RangeStart    uint64
-	RangeSize     uint64
-	Mapped        bool
-	// Errors holds, by name ("HostFlags", "MemoryType", ...), each query the driver refused.
-	Errors map[string]error
-}
-
-// QueryPointer asks the driver about b's memory with ctx current (nil: the
-// buffer's device's primary context). It exists to show what the driver
-// thinks of Portable and Mapped memory from other contexts.
-func QueryPointer(b *Buffer, ctx *cuda.Context) (PointerInfo, error) {
-	s, err := b.live()
-	if err != nil {
-		return PointerInfo{}, err
-	}
-	h := s.t.ctx
-	if ctx != nil {
-		h = cudadrv.Context(ctx.Handle())
-	}
-	info := PointerInfo{Errors: map[string]error{}}
-	err = cudadrv.With(s.t.drv, h, func() error {
-		var err error
-		if info.HostFlags, err = s.t.drv.MemHostGetFlags(s.ptr); err != nil {
-			info.Errors["HostFlags"] = err
-		}
-		attrs := []struct {
-			name string
-			a    cudadrv.PointerAttribute
-			set  func(uint64)
-		}{
-			{"MemoryType", cudadrv.PointerAttrMemoryType, func(v uint64) { info.MemoryType = int(v) }},
-			{"Context", cudadrv.PointerAttrContext, func(v uint64) { info.Context = uintptr(v) }},
-			{"DevicePointer", cudadrv.PointerAttrDevicePointer, func(v uint64) { info.DevicePointer = v }},
-			{"HostPointer", cudadrv.PointerAttrHostPointer, func(v uint64) { info.HostPointer = v }},
-			{"DeviceOrdinal", cudadrv.PointerAttrDeviceOrdinal, func(v uint64) { info.DeviceOrdinal = int(int32(v)) }},
-			{"RangeStart", cudadrv.PointerAttrRangeStart, func(v uint64) { info.RangeStart = v }},
-			{"RangeSize", cudadrv.PointerAttrRangeSize, func(v uint64) { info.RangeSize = v }},
-			{"Mapped", cudadrv.PointerAttrMapped, func(v uint64) { info.Mapped = v != 0 }},
-		}
-		for _, a := range attrs {
-			v, err := s.t.drv.PointerGetAttribute(a.a, cudadrv.DevicePtr(uintptr(s.ptr)))
-			if err != nil {
-				info.Errors[a.name] = err
-				continue
-			}
-			a.set(v)
-		}
-		return nil
-	})
-	return info, err
 }

@@ -60,7 +60,7 @@
 // kernel module, not through mlock(2). Memory from cuMemHostAlloc shows up
 // as Shmem/RssShmem, and registered memory shows up nowhere except as a
 // lower MemAvailable. So pinmem keeps an exact ledger of what it pinned:
-// [Stats] returns it, [HostStats] puts it beside the host's own figures.
+// [Stats] returns it.
 // Importing pinmem publishes nothing: package
 // github.com/pinmem/pinmem/expvars publishes the ledger with expvar on
 // request, and package github.com/pinmem/pinmem/prom exports it to

@@ -8,7 +8,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/pinmem/pinmem/internal/sysinfo"
 	"github.com/pinmem/pinmem/internal/track"
 )
 
@@ -192,55 +191,5 @@ func (s LedgerStats) String() string {
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "time pinning %v (last %v), unpinning %v (last %v)\n", s.PinTime, s.LastPinTime, s.UnpinTime, s.LastUnpinTime)
-	return b.String()
-}
-
-// HostReport is the ledger beside what the host itself reports.
-type HostReport struct {
-	// Ledger is what pinmem pinned.
-	Ledger LedgerStats `json:"ledger"`
-	// Host is the sysinfo snapshot taken at the same time: MemTotal,
-	// MemAvailable, Shmem, Mlocked, RssShmem, VmLck, RLIMIT_MEMLOCK, the
-	// cgroup limit and more.
-	Host sysinfo.Info `json:"host"`
-}
-
-// HostStats returns the ledger and a sysinfo snapshot side by side.
-func HostStats() HostReport {
-	return HostReport{Ledger: Stats(), Host: sysinfo.Snapshot()}
-}
-
-// String formats the ledger and the host figures that matter for pinned memory.
-func (r HostReport) String() string {
-	var b strings.Builder
-	b.WriteString(r.Ledger.String())
-	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	row := func(name string, v uint64, known bool, note string) {
-		if known {
-			fmt.Fprintf(w, "%s\t%d\t%s\n", name, v, note)
-		} else {
-			fmt.Fprintf(w, "%s\tunknown\t%s\n", name, note)
-		}
-	}
-	fmt.Fprintf(w, "host\tbytes\t\n")
-	m, p := r.Host.Memory, r.Host.Process
-	row("PhysicalMemory", r.Host.PhysicalMemory, r.Host.PhysicalMemory > 0, "min(MemTotal, cgroup limit): the budget's base")
-	if m != nil {
-		row("MemTotal", m.MemTotal, true, "")
-		row("MemAvailable", m.MemAvailable, true, "drops for every kind of pinned memory")
-		row("Shmem", m.Shmem, true, "includes cuMemHostAlloc memory")
-		row("Mlocked", m.Mlocked, true, "does NOT include CUDA pinned memory")
-	}
-	if p != nil {
-		row("RssShmem", p.RssShmem, true, "includes this process's cuMemHostAlloc memory")
-		row("VmLck", p.VmLck, true, "does NOT include CUDA pinned memory")
-	}
-	if r.Host.Memlock != nil {
-		fmt.Fprintf(w, "RLIMIT_MEMLOCK\t%v\t%s\n", r.Host.Memlock.Soft, "does not bound CUDA pinned memory")
-	}
-	if r.Host.Cgroup != nil {
-		fmt.Fprintf(w, "cgroup limit\t%v\t%s\n", r.Host.Cgroup.Limit, "pinned memory is charged here")
-	}
-	w.Flush()
 	return b.String()
 }

@@ -60,9 +60,9 @@ func (n numaOptions) requested() int {
 
 // WithNUMANode places pinmem's own mappings on NUMA node n (a node number,
 // NUMAAuto or NUMANone). It has no effect on cuMemHostAlloc memory, whose
-// placement the driver decides, nor on Register. A node the host does not
-// have is not an error: the buffer is allocated unplaced and
-// Buffer.Placement says why.
+// placement the driver decides, nor on Register. A negative n other than
+// NUMAAuto and NUMANone is an error of Alloc; a node the host does not have
+// is not: the buffer is allocated unplaced and Buffer.Placement says why.
 func WithNUMANode(n int) Option {
 	return func(o *options) { o.numa.node, o.numa.set = n, true }
 }
@@ -193,9 +193,6 @@ func placeMapping(t target, p hostptr.Ptr, length uintptr, o options) *Placement
 			return pl
 		}
 		node = plan.Node
-	case req < 0:
-		pl.Note = fmt.Sprintf("invalid NUMA node %d", req)
-		return pl
 	default:
 		nodes, _ := numaReader.NUMANodes()
 		if len(nodes) > 0 && !slices.ContainsFunc(nodes, func(n sysinfo.NUMANode) bool { return n.ID == node }) {
