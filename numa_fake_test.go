@@ -208,8 +208,9 @@ func TestFakeNUMAFallbacks(t *testing.T) {
 	if pl := alloc(WithNUMANode(NUMANone)); pl.Node != -1 || !strings.Contains(pl.Note, "turned off") {
 		t.Fatalf("NUMANone: %+v", pl)
 	}
-	if pl := alloc(WithNUMANode(-9)); pl.Node != -1 || !strings.Contains(pl.Note, "invalid") {
-		t.Fatalf("bad node: %+v", pl)
+	// A negative node that is neither NUMAAuto nor NUMANone is a bad option.
+	if _, err := Alloc(8<<20, 0, WithDevice(dev), WithMethod(MethodMmapRegister), WithNUMANode(-9)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Fatalf("bad node: %v", err)
 	}
 	// cuMemHostAlloc memory is never placed.
 	b, err := Alloc(4096, Portable, WithDevice(dev))
