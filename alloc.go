@@ -26,8 +26,8 @@ const hugePageSize = 2 << 20
 // pinning hundreds of GB stalls other processes' CUDA calls. It is 4 GiB so
 // that buffers up to 4 GiB are one registration (one segment, see
 // Buffer.Segments: a driver copy must not span two registrations) and are
-// pinned by one call (ANCHORS.md: 4 GiB in one call takes 80-175 ms, and
-// splitting it over threads does not speed it up). A variable for tests.
+// pinned by one call: splitting a registration over threads does not make
+// it faster. A variable so that tests can use small chunks.
 var regChunk uintptr = 4 << 30
 
 // Some kernels cap a single pin at 2 GB. A chunk larger than regSplitAbove
@@ -201,16 +201,17 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 		return nil, fmt.Errorf("pinmem: %w", err)
 	}
 	placed := placeMapping(t, p, length, o) // before any page is touched
-	var ph pinPhases
-	ph.mapped = time.Since(start)
+	mapped := time.Since(start)
 	touch(p, length, o.threads, hugeOn)
-	ph.touched = time.Since(start)
+	touched := time.Since(start)
 	var chunks []chunk
 	err = t.do(func() (err error) {
 		chunks, err = registerChunks(t, p, length, flags)
 		return err
 	})
-	ph.registered = time.Since(start)
+	if h := pinPhasesHook; h != nil && err == nil {
+		h(mapped, touched, time.Since(start))
+	}
 	if err != nil {
 		_ = unmapAnon(p, length)
 		unreserve(n)
@@ -224,15 +225,15 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 		return nil, err
 	}
 	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindMmapRegistered, flags: flags,
-		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo, numa: placed, phases: ph}
+		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo, numa: placed}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
 }
 
-// pinPhases are the times, from the start of allocMmap, at which the
-// mapping (and NUMA placement) was done, its pages were touched, and it was
-// registered. BenchmarkPin reports them.
-type pinPhases struct{ mapped, touched, registered time.Duration }
+// pinPhasesHook, nil except in benchmarks, receives the times from the
+// start of a successful allocMmap at which the mapping (and NUMA placement)
+// was done, its pages were touched, and it was registered.
+var pinPhasesHook func(mapped, touched, registered time.Duration)
 
 // driverErr wraps a failed pin: out-of-memory failures become an
 // *OutOfMemoryError with the budget figures.
@@ -243,21 +244,13 @@ func driverErr(op, what string, err error, n, before, limit int64) error {
 	return fmt.Errorf("pinmem: %s of %s (%s): %w", op, fmtBytes(n), what, err)
 }
 
-// touchUnit is the work one touching goroutine claims at a time (a
-// multiple of hugePageSize); 0, the default, gives each goroutine one
-// contiguous share of the range, as the C reference of the method does
-// (cref/bw --pin-cost). On the H200 machine the claim size made no steady
-// difference (docs/PERF.md runs 14 and 16: 4 GiB registered after shares in
-// 83, 107 and 105 ms against 107, 110 and 98 ms after 2 MiB claims, in the
-// same rounds). A variable for BenchmarkPinVsC, which compares them.
-var touchUnit uintptr
-
 // touch faults in the pages of [p, p+length) by writing a zero to each,
-// spread over goroutines that take touchUnit-sized units in turn (by
-// default one contiguous share each), and returns when every page is
-// touched. With huge pages one write per 2 MiB suffices;
-// where the kernel fell back to small pages after all, the untouched pages
-// are faulted in by cuMemHostRegister itself (slower, still correct).
+// spread over up to threads goroutines that each take one contiguous share
+// of the range (as the C reference of the method does; claiming smaller
+// units in turn made no steady difference), and returns when every page is
+// touched. With huge pages one write per 2 MiB suffices; where the kernel
+// fell back to small pages after all, the untouched pages are faulted in
+// by cuMemHostRegister itself (slower, still correct).
 func touch(p hostptr.Ptr, length uintptr, threads int, huge bool) {
 	if length == 0 {
 		return
@@ -269,10 +262,7 @@ func touch(p hostptr.Ptr, length uintptr, threads int, huge bool) {
 	mem := hostptr.BytesAt(p, length)
 	const minPer = 16 << 20 // below this per goroutine, spawning costs more than it saves
 	threads = max(1, min(threads, int(length/minPer)))
-	unit := touchUnit
-	if unit == 0 {
-		unit = roundUp(length/uintptr(threads), hugePageSize)
-	}
+	unit := roundUp(length/uintptr(threads), hugePageSize)
 	units := int64((length + unit - 1) / unit)
 	var next atomic.Int64 // the next unit to claim
 	var wg sync.WaitGroup

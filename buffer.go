@@ -34,7 +34,6 @@ type bufState struct {
 	flags  Flags
 	huge   bool       // huge pages were requested and accepted (mmap only)
 	numa   *Placement // NUMA placement of pinmem's own mapping; nil: none attempted (numa.go)
-	phases pinPhases  // KindMmapRegistered: where the pinning time went
 
 	mapLen uintptr // KindMmapRegistered: the mapping's length
 	chunks []chunk // registered kinds: the registrations
@@ -316,23 +315,6 @@ func onDrop(s *bufState) {
 		}
 	}
 	l.Warn("pinmem: buffer became unreachable without Free; it stays pinned", attrs...)
-}
-
-// freeDropped releases every buffer dropped without Free (for tests).
-func freeDropped() error {
-	droppedMu.Lock()
-	ds := dropped
-	dropped = nil
-	droppedMu.Unlock()
-	var first error
-	for _, s := range ds {
-		if s.freed.CompareAndSwap(false, true) {
-			if err := s.release(); err != nil && first == nil {
-				first = err
-			}
-		}
-	}
-	return first
 }
 
 func newBuffer(s *bufState) *Buffer {

@@ -62,10 +62,3 @@ func regRemove(lo uintptr) {
 		r.ranges = append(r.ranges[:i], r.ranges[i+1:]...)
 	}
 }
-
-// regCount returns the number of claimed ranges (for tests).
-func regCount() int {
-	registry.mu.Lock()
-	defer registry.mu.Unlock()
-	return len(registry.ranges)
-}
