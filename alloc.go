@@ -175,7 +175,8 @@ func allocHost(t target, size int, flags Flags) (*Buffer, error) {
 		unreserve(n)
 		return nil, err
 	}
-	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindHostAlloc, flags: flags, regLo: lo}
+	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindHostAlloc, flags: flags,
+		regLo: lo, regHi: lo + roundUp(uintptr(size), pageSize)}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
 }
@@ -225,7 +226,7 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 		return nil, err
 	}
 	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindMmapRegistered, flags: flags,
-		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo, numa: placed}
+		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo, regHi: lo + length, numa: placed}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
 }
@@ -414,15 +415,27 @@ func register(mem []byte, flags Flags, o options) (*Buffer, error) {
 	if err := regInsert(lo, hi); err != nil {
 		return nil, err
 	}
-	b, err := registerClaimed(mem, p, lo, flags, o)
+	b, err := registerClaimed(mem, p, lo, hi, flags, o)
 	if err != nil {
+		if h := registerFailedHook; h != nil {
+			h()
+		}
 		regRemove(lo)
+		// mem must stay alive until its claim is withdrawn: were it
+		// collected before, the allocator could hand its address to another
+		// slice, whose Register would then fail with a spurious
+		// OverlapError.
+		runtime.KeepAlive(mem)
 		return nil, err
 	}
 	return b, nil
 }
 
-func registerClaimed(mem []byte, p hostptr.Ptr, lo uintptr, flags Flags, o options) (*Buffer, error) {
+// registerFailedHook, nil except in tests, runs when Register failed with
+// its range still claimed.
+var registerFailedHook func()
+
+func registerClaimed(mem []byte, p hostptr.Ptr, lo, hi uintptr, flags Flags, o options) (*Buffer, error) {
 	t, err := resolve(o)
 	if err != nil {
 		return nil, err
@@ -449,7 +462,7 @@ func registerClaimed(mem []byte, p hostptr.Ptr, lo uintptr, flags Flags, o optio
 		return nil, driverErr("cuMemHostRegister", fmt.Sprintf("flags %s, Go slice at %#x", flags, uintptr(p)), err, n, before, limit)
 	}
 	s := &bufState{t: t, ptr: p, size: len(mem), pinned: n, kind: KindGoRegistered, flags: flags,
-		chunks: chunks, mem: mem, pinner: pinner, regLo: lo}
+		chunks: chunks, mem: mem, pinner: pinner, regLo: lo, regHi: hi}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
 }

@@ -173,8 +173,12 @@ var (
 type reclaimerEntry struct{ r Reclaimer }
 
 // AddReclaimer registers r to be asked for memory when a request would
-// exceed the budget. The returned function removes it again.
+// exceed the budget. The returned function removes it again. A nil r is
+// not registered (its remove does nothing).
 func AddReclaimer(r Reclaimer) (remove func()) {
+	if r == nil {
+		return func() {}
+	}
 	e := &reclaimerEntry{r}
 	reclaimMu.Lock()
 	reclaimers[e] = struct{}{}

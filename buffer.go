@@ -1,10 +1,12 @@
 package pinmem
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +27,17 @@ type chunk struct {
 // Buffer so that the drop cleanup, which receives it, does not keep the
 // Buffer reachable.
 type bufState struct {
-	freed  atomic.Bool
+	// freed is set by the first Free: from then on the memory must not be
+	// used, and the buffer's methods fail with ErrFreed. The memory is
+	// released when released is set (under relMu), which a failed Free
+	// leaves unset, so that Free can be retried.
+	freed    atomic.Bool
+	relMu    sync.Mutex
+	released bool
+	held     []chunk // registered kinds: the registrations the driver still holds (nil: all of chunks)
+	heldInit bool
+	unpinned int64 // bytes of pinned already credited to the ledger and the budget
+
 	t      target
 	ptr    hostptr.Ptr
 	size   int
@@ -39,7 +51,8 @@ type bufState struct {
 	chunks []chunk // registered kinds: the registrations
 	mem    []byte  // KindGoRegistered: the caller's slice
 	pinner *runtime.Pinner
-	regLo  uintptr // key of the registry range; 0 if none
+	regLo  uintptr // the registry range [regLo, regHi); regLo 0 if none
+	regHi  uintptr
 
 	dpMu sync.Mutex
 	dp   cuda.DevicePtr
@@ -219,56 +232,123 @@ func (b *Buffer) DevicePtr() (cuda.DevicePtr, error) {
 // Free releases the memory: cuMemFreeHost, or cuMemHostUnregister of each
 // registered chunk followed by munmap (pinmem's mappings) or by unpinning
 // the Go slice (Register; the slice itself is never freed). It must be
-// called exactly once, after every use of the memory (asynchronous copies
-// and kernels included) has finished; a second call returns an error
-// matching ErrFreed. The ledger and the budget are updated even when the
-// driver reports an error, which is returned.
+// called after every use of the memory (asynchronous copies and kernels
+// included) has finished; from the first call on, the buffer's other
+// methods fail with ErrFreed.
+//
+// When the driver or munmap fails, Free returns the error and the buffer
+// stays allocated as far as the driver still holds it: the ledger and the
+// budget keep counting what is still pinned (registrations that were
+// released are credited), a registered Go slice stays pinned, and calling
+// Free again retries what is left. A buffer dropped after a failed Free is
+// reported and counted as dropped, like one never freed. Once Free has
+// succeeded, a further call returns an error matching ErrFreed.
 func (b *Buffer) Free() error {
 	if b == nil || b.s == nil {
 		return fmt.Errorf("pinmem: Free of a nil buffer: %w", cuda.ErrInvalidValue)
 	}
 	s := b.s
-	if !s.freed.CompareAndSwap(false, true) {
+	s.freed.Store(true)
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
+	if s.released {
 		return fmt.Errorf("pinmem: Free of %s buffer at %#x (%d bytes) again: %w", s.kind, uintptr(s.ptr), s.size, ErrFreed)
 	}
+	if err := s.release(); err != nil {
+		return err
+	}
 	b.cleanup.Stop()
-	return s.release()
+	return nil
 }
 
-// release unpins and accounts; the caller has set freed.
+// release releases what the driver and the kernel still hold of the
+// buffer and accounts for it. The caller holds relMu and has checked that
+// released is unset. Nothing is credited before the driver call that
+// releases it has succeeded; on failure what is still held stays counted
+// and a later call retries it.
 func (s *bufState) release() error {
 	start := time.Now()
 	// Forget the range first: once the driver or munmap releases it, the
-	// address may be handed out again at once, to another goroutine.
+	// address may be handed out again at once, to another goroutine. It is
+	// claimed again if the release fails (the driver still holds it, so no
+	// one else can have been given it).
 	if s.regLo != 0 {
 		regRemove(s.regLo)
 	}
 	var err error
 	switch s.kind {
 	case KindHostAlloc:
-		err = s.t.do(func() error {
-			track.Remove(track.HostAlloc, uint64(uintptr(s.ptr)))
-			return s.t.drv.MemFreeHost(s.ptr)
-		})
+		err = s.t.do(func() error { return s.t.drv.MemFreeHost(s.ptr) })
 		if err != nil {
 			err = fmt.Errorf("pinmem: cuMemFreeHost of %#x: %w", uintptr(s.ptr), err)
+			break
 		}
-	case KindMmapRegistered:
-		err = s.t.do(func() error { return unregisterChunks(s.t, s.chunks) })
-		if err == nil {
-			// Unmapping memory the driver still pins would leave pinned pages
-			// without an owner; on an unregister error the mapping is kept.
+		track.Remove(track.HostAlloc, uint64(uintptr(s.ptr)))
+		s.credit(s.pinned - s.unpinned)
+	case KindMmapRegistered, KindGoRegistered:
+		if err = s.unregister(); err != nil {
+			break
+		}
+		if s.kind == KindMmapRegistered {
+			// Only now: unmapping memory the driver still pins would leave
+			// pinned pages without an owner.
 			err = unmapAnon(s.ptr, s.mapLen)
-		}
-	case KindGoRegistered:
-		err = s.t.do(func() error { return unregisterChunks(s.t, s.chunks) })
-		if err == nil {
+		} else {
+			// The driver no longer holds the slice: it may move and be freed.
 			s.pinner.Unpin()
 		}
 	}
-	ledgerRemove(s.kind, s.flags, s.pinned, time.Since(start))
-	unreserve(s.pinned)
-	return err
+	if err != nil {
+		if s.regLo != 0 {
+			_ = regInsert(s.regLo, s.regHi)
+		}
+		return err
+	}
+	s.released = true
+	ledgerReleased(s.kind, s.flags, time.Since(start))
+	return nil
+}
+
+// unregister unregisters the registrations still held, in reverse order,
+// crediting each one that the driver released, and returns the errors
+// joined. The ones that failed stay held for a retry.
+func (s *bufState) unregister() error {
+	if !s.heldInit {
+		s.held, s.heldInit = slices.Clone(s.chunks), true
+	}
+	var errs []error
+	err := s.t.do(func() error {
+		for i := len(s.held) - 1; i >= 0; i-- {
+			c := s.held[i]
+			if err := s.t.drv.MemHostUnregister(c.p); err != nil {
+				errs = append(errs, fmt.Errorf("pinmem: cuMemHostUnregister of %#x: %w", uintptr(c.p), err))
+				continue
+			}
+			track.Remove(track.Registration, uint64(uintptr(c.p)))
+			s.held = slices.Delete(s.held, i, i+1)
+			s.credit(int64(c.n))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(s.held) == 0 {
+		// Whatever was pinned beyond the chunks (none today) is released too.
+		s.credit(s.pinned - s.unpinned)
+	}
+	return errors.Join(errs...)
+}
+
+// credit gives n released bytes back to the ledger and the budget.
+func (s *bufState) credit(n int64) {
+	n = min(n, s.pinned-s.unpinned)
+	if n <= 0 {
+		return
+	}
+	s.unpinned += n
+	ledgerUnpinned(s.kind, s.flags, n)
+	unreserve(n)
 }
 
 // SetLogger sets the process-wide logger through which pinmem reports, at
@@ -292,7 +372,10 @@ var (
 // onDrop runs when a Buffer became unreachable. It never frees: the GPU
 // may still be using the memory.
 func onDrop(s *bufState) {
-	if s.freed.Load() {
+	s.relMu.Lock()
+	released := s.released
+	s.relMu.Unlock()
+	if released {
 		return
 	}
 	droppedMu.Lock()

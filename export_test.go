@@ -17,11 +17,14 @@ func freeDropped() error {
 	droppedMu.Unlock()
 	var first error
 	for _, s := range ds {
-		if s.freed.CompareAndSwap(false, true) {
+		s.freed.Store(true)
+		s.relMu.Lock()
+		if !s.released {
 			if err := s.release(); err != nil && first == nil {
 				first = err
 			}
 		}
+		s.relMu.Unlock()
 	}
 	return first
 }

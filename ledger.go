@@ -96,12 +96,21 @@ func ledgerAdd(k Kind, f Flags, n int64, d time.Duration) {
 	l.mu.Unlock()
 }
 
-func ledgerRemove(k Kind, f Flags, n int64, d time.Duration) {
+// ledgerUnpinned credits n bytes of a buffer that the driver released.
+func ledgerUnpinned(k Kind, f Flags, n int64) {
 	l := &ledger
 	l.mu.Lock()
 	l.byKind[k].Bytes -= n
-	l.byKind[k].Buffers--
 	l.byFlags[f&allFlags].Bytes -= n
+	l.mu.Unlock()
+}
+
+// ledgerReleased counts a buffer whose release has completed (its bytes
+// were credited by ledgerUnpinned).
+func ledgerReleased(k Kind, f Flags, d time.Duration) {
+	l := &ledger
+	l.mu.Lock()
+	l.byKind[k].Buffers--
 	l.byFlags[f&allFlags].Buffers--
 	l.frees++
 	l.unpin += d
