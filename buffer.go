@@ -62,7 +62,8 @@ type bufState struct {
 // Buffer is pinned host memory: from cuMemHostAlloc, from pinmem's own
 // mapping registered with cuMemHostRegister, or a caller's Go slice
 // registered in place. Its methods are safe for concurrent use; Free must be
-// called exactly once, after all use (including asynchronous copies) ended.
+// called after all use (including asynchronous copies) ended, and called
+// again if it failed.
 type Buffer struct {
 	s       *bufState
 	cleanup runtime.Cleanup
@@ -112,10 +113,10 @@ func (s *bufState) bytes() []byte {
 // One driver copy (cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, ...) must not span
 // two segments: the driver treats each registration as its own pinned range
 // and refuses an asynchronous copy whose host range crosses from one into
-// the next. Measured on an H200 with driver 580 (CUDA 13.0): such a
-// cuMemcpyHtoDAsync fails with CUDA_ERROR_INVALID_VALUE, which package cuda
-// returns as a *cuda.Error matching cuda.ErrInvalidValue, and nothing is copied
-// (the stream stays usable); do not rely on either direction working. Copies within one
+// the next. With driver 580 (CUDA 13.0) such a cuMemcpyHtoDAsync fails with
+// CUDA_ERROR_INVALID_VALUE, which package cuda returns as a *cuda.Error
+// matching cuda.ErrInvalidValue, and nothing is copied (the stream stays
+// usable); do not rely on either direction working. Copies within one
 // segment run at full pinned speed, so a caller copying a whole buffer
 // issues one copy per segment (at the matching device offsets), and one
 // that copies arbitrary ranges splits them at segment boundaries.

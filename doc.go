@@ -20,10 +20,12 @@
 // Go slice in place (it is kept alive and unmovable with runtime.Pinner
 // while registered).
 //
-// Every buffer must be released with [Buffer.Free], exactly once. A buffer
-// that becomes unreachable without Free is reported (see [SetLogger]) and
-// counted in [LedgerStats].Dropped, but never freed behind the caller's back:
-// its memory may still be in use by the GPU.
+// Every buffer must be released with [Buffer.Free]; a Free that failed (the
+// driver refused to release the memory) leaves the buffer counted as
+// pinned and may be retried. A buffer that becomes unreachable without
+// Free is counted in [LedgerStats].Dropped and reported through the logger
+// set with [SetLogger] (silent by default), but never freed behind the
+// caller's back: its memory may still be in use by the GPU.
 //
 // # Segments: one copy must not span two registrations
 //
@@ -33,7 +35,7 @@
 // registered buffer up to 4 GiB is therefore one registration (unless the
 // kernel caps a single pin); a larger one is several, and the driver treats each as its own pinned range: an
 // asynchronous copy whose host range crosses from one registration into the
-// next fails (CUDA_ERROR_INVALID_VALUE, matching [cuda.ErrInvalidValue], measured
+// next fails (CUDA_ERROR_INVALID_VALUE, matching [cuda.ErrInvalidValue],
 // with driver 580). [Buffer.Segments] returns the registered ranges in
 // order; copy a large buffer one segment at a time. cuMemHostAlloc buffers
 // are always one segment.

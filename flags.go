@@ -161,12 +161,10 @@ func (m Method) String() string {
 }
 
 // AutoMmapThreshold is the size from which MethodAuto maps and registers
-// memory itself instead of calling cuMemHostAlloc. Measured on an H200
-// (BenchmarkPinThreshold, pin + free, medians of interleaved samples,
-// docs/PERF.md runs 9 and 10): mmap + register took 0.15x the time of
-// cuMemHostAlloc at 4 KiB, 0.25x at 256 KiB, 0.30x at 4 MiB and 0.23x at
-// 32 MiB (cuMemHostAlloc has a fixed cost of about 1.3 ms). It stops at
-// 256 KiB anyway: below that every buffer would be a mapping (a VMA) and a
+// memory itself instead of calling cuMemHostAlloc. Mapping and registering
+// is faster than cuMemHostAlloc at every size (cuMemHostAlloc has a fixed
+// cost of about a millisecond; BenchmarkPinThreshold compares the two), but
+// below this size every buffer would be a mapping (a VMA) and a
 // registration of its own, and small buffers belong in a pool's slabs.
 // Mappings under 2 MiB are rounded to the page, not to a huge page.
 const AutoMmapThreshold = 256 << 10
