@@ -24,9 +24,9 @@ const (
 	allFlags = Portable | Mapped | WriteCombined | ReadOnly
 )
 
-// NumFlagCombinations is the number of distinct Flags values (every
-// combination of the four flags), the size of LedgerStats.ByFlags' domain.
-const NumFlagCombinations = int(allFlags) + 1
+// numFlagCombinations is the number of distinct Flags values (every
+// combination of the four flags).
+const numFlagCombinations = int(allFlags) + 1
 
 var flagNames = []struct {
 	f    Flags

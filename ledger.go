@@ -64,7 +64,7 @@ type LedgerStats struct {
 var ledger struct {
 	mu         sync.Mutex
 	byKind     [numKinds]Usage
-	byFlags    [NumFlagCombinations]Usage
+	byFlags    [numFlagCombinations]Usage
 	peak       int64
 	allocs     int64
 	frees      int64
