@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -213,16 +214,26 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 	if h := pinPhasesHook; h != nil && err == nil {
 		h(mapped, touched, time.Since(start))
 	}
-	if err != nil {
+	// undo releases a mapping whose pin failed; what the driver still holds
+	// (left) keeps the mapping mapped and counted.
+	undo := func(left []chunk) {
+		if len(left) > 0 {
+			keepOrphan(&bufState{t: t, ptr: p, size: size, kind: KindMmapRegistered, flags: flags,
+				huge: hugeOn, mapLen: length, chunks: left, numa: placed}, n)
+			return
+		}
 		_ = unmapAnon(p, length)
 		unreserve(n)
+	}
+	if err != nil {
+		undo(chunks)
 		return nil, driverErr("cuMemHostRegister", fmt.Sprintf("flags %s, mmap", flags), err, n, before, limit)
 	}
 	lo := uintptr(p)
 	if err := regInsert(lo, lo+length); err != nil {
-		_ = t.do(func() error { return unregisterChunks(t, chunks) })
-		_ = unmapAnon(p, length)
-		unreserve(n)
+		var left []chunk
+		_ = t.do(func() (uerr error) { left, uerr = unregisterChunks(t, chunks); return nil })
+		undo(left)
 		return nil, err
 	}
 	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindMmapRegistered, flags: flags,
@@ -296,7 +307,8 @@ func touch(p hostptr.Ptr, length uintptr, threads int, huge bool) {
 // CUDA_ERROR_INVALID_VALUE or CUDA_ERROR_OUT_OF_MEMORY (a kernel that caps a
 // single pin) is retried as pieces of regSplitChunk bytes, as is every
 // later chunk of the range. It runs with the context current. On failure it
-// unregisters what it registered. For Mapped memory the chunks must map to
+// unregisters what it registered and returns the chunks whose
+// unregistration failed too (the driver still holds them). For Mapped memory the chunks must map to
 // one contiguous device range (true where the device uses the host pointer
 // for registered memory); where they do not, the range is registered again
 // in one call.
@@ -304,10 +316,8 @@ func registerChunks(t target, p hostptr.Ptr, length uintptr, flags Flags) ([]chu
 	rf := flags.registerFlags()
 	var chunks []chunk
 	fail := func(err error) ([]chunk, error) {
-		if uerr := unregisterChunks(t, chunks); uerr != nil {
-			return nil, errors.Join(err, uerr)
-		}
-		return nil, err
+		left, uerr := unregisterChunks(t, chunks)
+		return left, errors.Join(err, uerr)
 	}
 	step := regChunk
 	for off := uintptr(0); off < length; {
@@ -348,8 +358,8 @@ func registerChunks(t target, p hostptr.Ptr, length uintptr, flags Flags) ([]chu
 	if err == nil && contiguous {
 		return chunks, nil
 	}
-	if uerr := unregisterChunks(t, chunks); uerr != nil {
-		return nil, uerr
+	if left, uerr := unregisterChunks(t, chunks); uerr != nil {
+		return left, uerr
 	}
 	if err := t.drv.MemHostRegister(p, uint64(length), rf); err != nil {
 		return nil, fmt.Errorf("mapped range of %d bytes in one call: %w", length, err)
@@ -359,18 +369,46 @@ func registerChunks(t target, p hostptr.Ptr, length uintptr, flags Flags) ([]chu
 }
 
 // unregisterChunks unregisters every chunk, in reverse order, and returns
-// the errors joined. It runs with the context current.
-func unregisterChunks(t target, chunks []chunk) error {
+// the chunks the driver refused to unregister (it still holds them) and the
+// errors joined. It runs with the context current.
+func unregisterChunks(t target, chunks []chunk) (left []chunk, err error) {
 	var errs []error
 	for i := len(chunks) - 1; i >= 0; i-- {
 		c := chunks[i]
 		if err := t.drv.MemHostUnregister(c.p); err != nil {
 			errs = append(errs, fmt.Errorf("pinmem: cuMemHostUnregister of %#x: %w", uintptr(c.p), err))
+			left = append(left, c)
 			continue
 		}
 		track.Remove(track.Registration, uint64(uintptr(c.p)))
 	}
-	return errors.Join(errs...)
+	slices.Reverse(left)
+	return left, errors.Join(errs...)
+}
+
+// keepOrphan keeps what a failed pin could not undo: registrations the
+// driver still holds (s.chunks) because their cleanup unregistration failed
+// too. The state stays reachable (with a Go slice's runtime.Pinner, which
+// must not be unpinned while the driver holds the slice) and is accounted
+// for as a buffer dropped without Free: the ledger and the budget count
+// what the driver holds, of the reserved bytes given.
+func keepOrphan(s *bufState, reserved int64) {
+	var held int64
+	for _, c := range s.chunks {
+		held += int64(c.n)
+	}
+	s.pinned = min(held, reserved)
+	s.freed.Store(true)
+	unreserve(reserved - s.pinned)
+	ledgerOrphan(s.kind, s.flags, s.pinned)
+	droppedMu.Lock()
+	dropped = append(dropped, s)
+	droppedMu.Unlock()
+	ledgerDropped()
+	if l := track.Logger(); l != nil {
+		l.Warn("pinmem: a failed pin could not be undone; its registrations stay pinned",
+			"kind", s.kind.String(), "addr", fmt.Sprintf("%#x", uintptr(s.ptr)), "bytes", s.pinned)
+	}
 }
 
 // Register page-locks mem in place with cuMemHostRegister (in chunks of at
@@ -457,8 +495,14 @@ func registerClaimed(mem []byte, p hostptr.Ptr, lo, hi uintptr, flags Flags, o o
 		return err
 	})
 	if err != nil {
-		pinner.Unpin()
-		unreserve(n)
+		if len(chunks) > 0 {
+			// The driver still holds part of the slice: it stays pinned.
+			keepOrphan(&bufState{t: t, ptr: p, size: len(mem), kind: KindGoRegistered, flags: flags,
+				chunks: chunks, mem: mem, pinner: pinner}, n)
+		} else {
+			pinner.Unpin()
+			unreserve(n)
+		}
 		return nil, driverErr("cuMemHostRegister", fmt.Sprintf("flags %s, Go slice at %#x", flags, uintptr(p)), err, n, before, limit)
 	}
 	s := &bufState{t: t, ptr: p, size: len(mem), pinned: n, kind: KindGoRegistered, flags: flags,

@@ -96,6 +96,18 @@ func ledgerAdd(k Kind, f Flags, n int64, d time.Duration) {
 	l.mu.Unlock()
 }
 
+// ledgerOrphan counts n bytes still pinned by the driver after a failed
+// pin could not be undone (see keepOrphan), as one buffer.
+func ledgerOrphan(k Kind, f Flags, n int64) {
+	l := &ledger
+	l.mu.Lock()
+	l.byKind[k].Bytes += n
+	l.byKind[k].Buffers++
+	l.byFlags[f&allFlags].Bytes += n
+	l.byFlags[f&allFlags].Buffers++
+	l.mu.Unlock()
+}
+
 // ledgerUnpinned credits n bytes of a buffer that the driver released.
 func ledgerUnpinned(k Kind, f Flags, n int64) {
 	l := &ledger

@@ -2,7 +2,9 @@ package pinmem
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -229,5 +231,55 @@ func TestNilBuffer(t *testing.T) {
 	// Within the budget alone, over it with what is held: the reclaimers are asked.
 	if _, err := Alloc(8192, 0); !errors.Is(err, ErrBudget) {
 		t.Errorf("Alloc over the budget with a nil reclaimer registered: %v", err)
+	}
+}
+
+// TestPinUndoFails fails a registration part-way and then the cleanup
+// unregistration of one chunk: the driver still holds that chunk, so the
+// slice must stay pinned (its Pinner reachable), a mapping must stay
+// mapped, and the books must count what the driver holds, as a dropped
+// buffer, until it is released.
+func TestPinUndoFails(t *testing.T) {
+	for _, kind := range []Kind{KindGoRegistered, KindMmapRegistered} {
+		t.Run(kind.String(), func(t *testing.T) {
+			d := useFake(t, fakedrv.Options{})
+			setChunk(t, 1<<20)
+			base := Stats()
+			maps := liveMappings.Load()
+			if err := d.FailOn("cuMemHostRegister_v2", 3, cudadrv.ErrorOutOfMemory); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.FailOn("cuMemHostUnregister", 1, cudadrv.ErrorUnknown); err != nil {
+				t.Fatal(err)
+			}
+			func() {
+				var err error
+				if kind == KindGoRegistered {
+					_, err = Register(make([]byte, 3<<20), 0)
+				} else {
+					_, err = Alloc(3<<20, 0, WithMethod(MethodMmapRegister))
+				}
+				if !errors.Is(err, cuda.ErrOutOfMemory) || !strings.Contains(fmt.Sprint(err), "cuMemHostUnregister") {
+					t.Fatalf("pin with a failing undo: %v", err)
+				}
+			}()
+			if c := d.Live(); c.Registrations != 1 || c.RegisteredBytes != 1<<20 {
+				t.Fatalf("driver holds %+v, want one chunk", c)
+			}
+			checkBooks(t, d, base, 1, 0)
+			if got := Stats().Dropped; got != base.Dropped+1 {
+				t.Errorf("dropped %d, want %d", got, base.Dropped+1)
+			}
+			if kind == KindMmapRegistered && liveMappings.Load() != maps+1 {
+				t.Error("a mapping the driver still pins was unmapped")
+			}
+			for range 3 {
+				runtime.GC()
+			}
+			if err := freeDropped(); err != nil {
+				t.Fatal(err)
+			}
+			checkBooks(t, d, base, 0, 0)
+		})
 	}
 }
