@@ -232,9 +232,9 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 	lo := uintptr(p)
 	if err := regInsert(lo, lo+length); err != nil {
 		var left []chunk
-		_ = t.do(func() (uerr error) { left, uerr = unregisterChunks(t, chunks); return nil })
+		uerr := t.do(func() (err error) { left, err = unregisterChunks(t, chunks); return err })
 		undo(left)
-		return nil, err
+		return nil, errors.Join(err, uerr)
 	}
 	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindMmapRegistered, flags: flags,
 		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo, regHi: lo + length, numa: placed}
