@@ -40,8 +40,10 @@ type LedgerStats struct {
 	Failures int64 `json:"failures"`
 	// BudgetRejections counts requests refused because of the budget.
 	BudgetRejections int64 `json:"budget_rejections"`
-	// Dropped counts buffers that became unreachable without Free. Their
-	// memory stays pinned and counted in Pinned.
+	// Dropped counts buffers that became unreachable without a successful
+	// Free, and pins that failed and could not be undone (the driver
+	// refused to unregister part of them). Their memory stays pinned and
+	// counted in Pinned.
 	Dropped int64 `json:"dropped"`
 	// DroppedOwners counts, by kind ("copier", "pipeline", "multi",
 	// "pool"), owners of driver resources that became unreachable without
