@@ -1,6 +1,7 @@
 package expvars
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"expvar"
@@ -82,7 +83,9 @@ func TestPublishPool(t *testing.T) {
 	if want := p.Stats(); got.Gets != want.Gets || got.Gets != 1 {
 		t.Errorf("published gets %d, pool %d", got.Gets, want.Gets)
 	}
-	p.Put(blk)
+	if err := p.Put(blk); err != nil {
+		t.Fatal(err)
+	}
 	closePool(t, p)
 	p = nil
 
@@ -97,9 +100,20 @@ func TestPublishPool(t *testing.T) {
 	}
 }
 
+// closePool closes p whether Close takes a context or not (package pool's
+// Close is gaining one).
 func closePool(t *testing.T, p *pool.Pool) {
 	t.Helper()
-	if err := p.Close(); err != nil {
+	var err error
+	switch c := any(p).(type) {
+	case interface{ Close(context.Context) error }:
+		err = c.Close(context.Background())
+	case interface{ Close() error }:
+		err = c.Close()
+	default:
+		t.Fatal("pool.Pool has no Close")
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 }
