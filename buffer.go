@@ -150,14 +150,22 @@ func (b *Buffer) Len() int {
 	return s.size
 }
 
-// Pinned returns the bytes the buffer holds page-locked, as counted by the
-// ledger and the budget: Len rounded up to whole pages for pinmem's own
-// mappings, Len otherwise.
+// Pinned returns the bytes the buffer holds page-locked now, as counted by
+// the ledger and the budget: Len rounded up to whole pages for pinmem's own
+// mappings, Len otherwise; 0 once Free has released the memory. After a
+// Free that failed it is what the driver still holds (non-zero: Free must
+// be retried).
 func (b *Buffer) Pinned() int64 {
 	if b == nil || b.s == nil {
 		return 0
 	}
-	return b.s.pinned
+	s := b.s
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
+	if s.released {
+		return 0
+	}
+	return s.pinned - s.unpinned
 }
 
 // Flags returns the flags in effect. They may include more than were asked

@@ -65,6 +65,9 @@ func TestFreeUnregisterFailsGoSlice(t *testing.T) {
 		t.Fatalf("driver holds %+v, want one chunk of 1 MiB", c)
 	}
 	checkBooks(t, d, base, 1, 1)
+	if got := b.Pinned(); got != 1<<20 {
+		t.Errorf("Pinned after a failed Free: %d, want the 1 MiB the driver holds", got)
+	}
 	if _, err := Register(mem[1<<20:], 0); !errors.Is(err, cuda.ErrAlreadyRegistered) {
 		t.Errorf("Register of a range still held after a failed Free: %v, want ErrAlreadyRegistered", err)
 	}
@@ -78,6 +81,9 @@ func TestFreeUnregisterFailsGoSlice(t *testing.T) {
 		t.Fatalf("Free again: %v", err)
 	}
 	checkBooks(t, d, base, 0, 0)
+	if got := b.Pinned(); got != 0 {
+		t.Errorf("Pinned after Free: %d", got)
+	}
 	if err := b.Free(); !errors.Is(err, ErrFreed) {
 		t.Errorf("third Free: %v, want ErrFreed", err)
 	}
@@ -150,6 +156,9 @@ func TestFreeFailureKeepsBooks(t *testing.T) {
 				t.Fatalf("Free: %v", err)
 			}
 			checkBooks(t, d, base, 1, 1)
+			if got := b.Pinned(); got != 1<<20 {
+				t.Errorf("Pinned after a failed Free: %d", got)
+			}
 			if tc.method == MethodMmapRegister && liveMappings.Load() != maps+1 {
 				t.Error("a mapping the driver still pins was unmapped")
 			}
