@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +17,7 @@ import (
 )
 
 // MaxSize is the largest buffer Alloc and Register accept (256 TiB); larger
-// requests are refused with ErrInvalidValue before any driver call.
+// requests are refused with cuda.ErrInvalidValue before any driver call.
 const MaxSize = 1 << 48
 
 // hugePageSize is the transparent huge page size pinmem aligns its mappings to.
@@ -26,8 +27,8 @@ const hugePageSize = 2 << 20
 // pinning hundreds of GB stalls other processes' CUDA calls. It is 4 GiB so
 // that buffers up to 4 GiB are one registration (one segment, see
 // Buffer.Segments: a driver copy must not span two registrations) and are
-// pinned by one call (ANCHORS.md: 4 GiB in one call takes 80-175 ms, and
-// splitting it over threads does not speed it up). A variable for tests.
+// pinned by one call: splitting a registration over threads does not make
+// it faster. A variable so that tests can use small chunks.
 var regChunk uintptr = 4 << 30
 
 // Some kernels cap a single pin at 2 GB. A chunk larger than regSplitAbove
@@ -48,16 +49,21 @@ func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
 // memory is zeroed for pinmem's own mappings; cuMemHostAlloc memory is as
 // the driver returns it (normally zeroed pages, not guaranteed).
 //
-// Errors, all before any driver call unless said otherwise: a size <= 0 or
-// above MaxSize, unknown flags, or flags that contradict each other or the
+// Errors, all before any driver call unless said otherwise: an option with
+// a bad value (the error names it), a size <= 0 or above MaxSize, unknown
+// flags, or flags that contradict each other or the
 // method (ReadOnly with MethodHostAlloc, WriteCombined with
-// MethodMmapRegister or ReadOnly) match ErrInvalidValue; flags or a method
+// MethodMmapRegister or ReadOnly) match cuda.ErrInvalidValue; flags or a method
 // the device cannot serve (Mapped without CanMapHostMemory, ReadOnly or
 // MethodMmapRegister without host registration support) match
-// ErrNotSupported; a request over the budget is a *BudgetError; an
+// cuda.ErrNotSupported; a request over the budget is a *BudgetError; an
 // allocation failure of the driver or the host is an *OutOfMemoryError.
 func Alloc(size int, flags Flags, opts ...Option) (*Buffer, error) {
-	b, err := alloc(size, flags, buildOptions(opts))
+	o, err := buildOptions(opts)
+	var b *Buffer
+	if err == nil {
+		b, err = alloc(size, flags, o)
+	}
 	if err != nil {
 		ledgerFailed()
 		return nil, err
@@ -67,20 +73,20 @@ func Alloc(size int, flags Flags, opts ...Option) (*Buffer, error) {
 
 func checkSize(op string, size int) error {
 	if size <= 0 || size > MaxSize {
-		return fmt.Errorf("pinmem: %s of %d bytes (want 1..%d): %w", op, size, int64(MaxSize), ErrInvalidValue)
+		return fmt.Errorf("pinmem: %s of %d bytes (want 1..%d): %w", op, size, int64(MaxSize), cuda.ErrInvalidValue)
 	}
 	return nil
 }
 
 func checkDeviceFlags(t target, flags Flags, register bool) error {
 	if flags&Mapped != 0 && !t.caps.canMap {
-		return fmt.Errorf("pinmem: %v cannot map host memory (CanMapHostMemory=0), so Mapped is impossible: %w", t.dev, ErrNotSupported)
+		return fmt.Errorf("pinmem: %v cannot map host memory (CanMapHostMemory=0), so Mapped is impossible: %w", t.dev, cuda.ErrNotSupported)
 	}
 	if register && !t.caps.hostRegister {
-		return fmt.Errorf("pinmem: %v does not support registering host memory (HostRegisterSupported=0; integrated GPUs: use Alloc, which uses cuMemHostAlloc there): %w", t.dev, ErrNotSupported)
+		return fmt.Errorf("pinmem: %v does not support registering host memory (HostRegisterSupported=0; integrated GPUs: use Alloc, which uses cuMemHostAlloc there): %w", t.dev, cuda.ErrNotSupported)
 	}
 	if flags&ReadOnly != 0 && !t.caps.readOnlyReg {
-		return fmt.Errorf("pinmem: %v does not support read-only registration (ReadOnlyHostRegisterSupported=0): %w", t.dev, ErrNotSupported)
+		return fmt.Errorf("pinmem: %v does not support read-only registration (ReadOnlyHostRegisterSupported=0): %w", t.dev, cuda.ErrNotSupported)
 	}
 	return nil
 }
@@ -90,26 +96,24 @@ func alloc(size int, flags Flags, o options) (*Buffer, error) {
 		return nil, err
 	}
 	if flags&^allFlags != 0 {
-		return nil, fmt.Errorf("pinmem: Alloc with unknown flags %#x: %w", uint32(flags&^allFlags), ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: Alloc with unknown flags %#x: %w", uint32(flags&^allFlags), cuda.ErrInvalidValue)
 	}
 	if flags&WriteCombined != 0 && flags&ReadOnly != 0 {
-		return nil, fmt.Errorf("pinmem: Alloc with %s: write-combined memory comes from cuMemHostAlloc, read-only from registration: %w", flags, ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: Alloc with %s: write-combined memory comes from cuMemHostAlloc, read-only from registration: %w", flags, cuda.ErrInvalidValue)
 	}
 	switch o.method {
 	case MethodAuto:
 	case MethodHostAlloc:
 		if flags&ReadOnly != 0 {
-			return nil, fmt.Errorf("pinmem: Alloc with ReadOnly and MethodHostAlloc: ReadOnly is a registration flag: %w", ErrInvalidValue)
+			return nil, fmt.Errorf("pinmem: Alloc with ReadOnly and MethodHostAlloc: ReadOnly is a registration flag: %w", cuda.ErrInvalidValue)
 		}
 	case MethodMmapRegister:
 		if flags&WriteCombined != 0 {
-			return nil, fmt.Errorf("pinmem: Alloc with WriteCombined and MethodMmapRegister: write-combined memory only comes from cuMemHostAlloc: %w", ErrInvalidValue)
+			return nil, fmt.Errorf("pinmem: Alloc with WriteCombined and MethodMmapRegister: write-combined memory only comes from cuMemHostAlloc: %w", cuda.ErrInvalidValue)
 		}
 		if !mmapSupported {
-			return nil, fmt.Errorf("pinmem: MethodMmapRegister on %s: %w", runtime.GOOS, ErrNotSupported)
+			return nil, fmt.Errorf("pinmem: MethodMmapRegister on %s: %w", runtime.GOOS, cuda.ErrNotSupported)
 		}
-	default:
-		return nil, fmt.Errorf("pinmem: unknown method %v: %w", o.method, ErrInvalidValue)
 	}
 	t, err := resolve(o)
 	if err != nil {
@@ -138,7 +142,7 @@ func alloc(size int, flags Flags, o options) (*Buffer, error) {
 		return nil, err
 	}
 	if method == MethodMmapRegister && !mmapSupported {
-		return nil, fmt.Errorf("pinmem: ReadOnly needs registration, implemented only on Linux: %w", ErrNotSupported)
+		return nil, fmt.Errorf("pinmem: ReadOnly needs registration, implemented only on Linux: %w", cuda.ErrNotSupported)
 	}
 	if method == MethodHostAlloc {
 		return allocHost(t, size, flags)
@@ -172,7 +176,8 @@ func allocHost(t target, size int, flags Flags) (*Buffer, error) {
 		unreserve(n)
 		return nil, err
 	}
-	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindHostAlloc, flags: flags, regLo: lo}
+	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindHostAlloc, flags: flags,
+		regLo: lo, regHi: lo + roundUp(uintptr(size), pageSize)}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
 }
@@ -198,63 +203,66 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 		return nil, fmt.Errorf("pinmem: %w", err)
 	}
 	placed := placeMapping(t, p, length, o) // before any page is touched
-	var ph pinPhases
-	ph.mapped = time.Since(start)
+	mapped := time.Since(start)
 	touch(p, length, o.threads, hugeOn)
-	ph.touched = time.Since(start)
+	touched := time.Since(start)
 	var chunks []chunk
 	err = t.do(func() (err error) {
 		chunks, err = registerChunks(t, p, length, flags)
 		return err
 	})
-	ph.registered = time.Since(start)
-	if err != nil {
+	if h := pinPhasesHook; h != nil && err == nil {
+		h(mapped, touched, time.Since(start))
+	}
+	// undo releases a mapping whose pin failed; what the driver still holds
+	// (left) keeps the mapping mapped and counted.
+	undo := func(left []chunk) {
+		if len(left) > 0 {
+			keepOrphan(&bufState{t: t, ptr: p, size: size, kind: KindMmapRegistered, flags: flags,
+				huge: hugeOn, mapLen: length, chunks: left, numa: placed}, n)
+			return
+		}
 		_ = unmapAnon(p, length)
 		unreserve(n)
+	}
+	if err != nil {
+		undo(chunks)
 		return nil, driverErr("cuMemHostRegister", fmt.Sprintf("flags %s, mmap", flags), err, n, before, limit)
 	}
 	lo := uintptr(p)
 	if err := regInsert(lo, lo+length); err != nil {
-		_ = t.do(func() error { return unregisterChunks(t, chunks) })
-		_ = unmapAnon(p, length)
-		unreserve(n)
-		return nil, err
+		var left []chunk
+		uerr := t.do(func() (err error) { left, err = unregisterChunks(t, chunks); return err })
+		undo(left)
+		return nil, errors.Join(err, uerr)
 	}
 	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindMmapRegistered, flags: flags,
-		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo, numa: placed, phases: ph}
+		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo, regHi: lo + length, numa: placed}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
 }
 
-// pinPhases are the times, from the start of allocMmap, at which the
-// mapping (and NUMA placement) was done, its pages were touched, and it was
-// registered. BenchmarkPin reports them.
-type pinPhases struct{ mapped, touched, registered time.Duration }
+// pinPhasesHook, nil except in benchmarks, receives the times from the
+// start of a successful allocMmap at which the mapping (and NUMA placement)
+// was done, its pages were touched, and it was registered.
+var pinPhasesHook func(mapped, touched, registered time.Duration)
 
 // driverErr wraps a failed pin: out-of-memory failures become an
 // *OutOfMemoryError with the budget figures.
 func driverErr(op, what string, err error, n, before, limit int64) error {
-	if errors.Is(err, ErrOutOfMemory) {
+	if errors.Is(err, cuda.ErrOutOfMemory) {
 		return &OutOfMemoryError{Op: op, Requested: n, Pinned: before, Limit: limit, Err: err}
 	}
 	return fmt.Errorf("pinmem: %s of %s (%s): %w", op, fmtBytes(n), what, err)
 }
 
-// touchUnit is the work one touching goroutine claims at a time (a
-// multiple of hugePageSize); 0, the default, gives each goroutine one
-// contiguous share of the range, as the C reference of the method does
-// (cref/bw --pin-cost). On the H200 machine the claim size made no steady
-// difference (docs/PERF.md runs 14 and 16: 4 GiB registered after shares in
-// 83, 107 and 105 ms against 107, 110 and 98 ms after 2 MiB claims, in the
-// same rounds). A variable for BenchmarkPinVsC, which compares them.
-var touchUnit uintptr
-
 // touch faults in the pages of [p, p+length) by writing a zero to each,
-// spread over goroutines that take touchUnit-sized units in turn (by
-// default one contiguous share each), and returns when every page is
-// touched. With huge pages one write per 2 MiB suffices;
-// where the kernel fell back to small pages after all, the untouched pages
-// are faulted in by cuMemHostRegister itself (slower, still correct).
+// spread over up to threads goroutines that each take one contiguous share
+// of the range (as the C reference of the method does; claiming smaller
+// units in turn made no steady difference), and returns when every page is
+// touched. With huge pages one write per 2 MiB suffices; where the kernel
+// fell back to small pages after all, the untouched pages are faulted in
+// by cuMemHostRegister itself (slower, still correct).
 func touch(p hostptr.Ptr, length uintptr, threads int, huge bool) {
 	if length == 0 {
 		return
@@ -266,10 +274,7 @@ func touch(p hostptr.Ptr, length uintptr, threads int, huge bool) {
 	mem := hostptr.BytesAt(p, length)
 	const minPer = 16 << 20 // below this per goroutine, spawning costs more than it saves
 	threads = max(1, min(threads, int(length/minPer)))
-	unit := touchUnit
-	if unit == 0 {
-		unit = roundUp(length/uintptr(threads), hugePageSize)
-	}
+	unit := roundUp(length/uintptr(threads), hugePageSize)
 	units := int64((length + unit - 1) / unit)
 	var next atomic.Int64 // the next unit to claim
 	var wg sync.WaitGroup
@@ -302,7 +307,8 @@ func touch(p hostptr.Ptr, length uintptr, threads int, huge bool) {
 // CUDA_ERROR_INVALID_VALUE or CUDA_ERROR_OUT_OF_MEMORY (a kernel that caps a
 // single pin) is retried as pieces of regSplitChunk bytes, as is every
 // later chunk of the range. It runs with the context current. On failure it
-// unregisters what it registered. For Mapped memory the chunks must map to
+// unregisters what it registered and returns the chunks whose
+// unregistration failed too (the driver still holds them). For Mapped memory the chunks must map to
 // one contiguous device range (true where the device uses the host pointer
 // for registered memory); where they do not, the range is registered again
 // in one call.
@@ -310,17 +316,15 @@ func registerChunks(t target, p hostptr.Ptr, length uintptr, flags Flags) ([]chu
 	rf := flags.registerFlags()
 	var chunks []chunk
 	fail := func(err error) ([]chunk, error) {
-		if uerr := unregisterChunks(t, chunks); uerr != nil {
-			return nil, errors.Join(err, uerr)
-		}
-		return nil, err
+		left, uerr := unregisterChunks(t, chunks)
+		return left, errors.Join(err, uerr)
 	}
 	step := regChunk
 	for off := uintptr(0); off < length; {
 		c := chunk{p: hostptr.Offset(p, off), n: min(step, length-off)}
 		err := t.drv.MemHostRegister(c.p, uint64(c.n), rf)
 		if err != nil && c.n > regSplitAbove && regSplitChunk < c.n &&
-			(errors.Is(err, ErrInvalidValue) || errors.Is(err, ErrOutOfMemory)) {
+			(errors.Is(err, cuda.ErrInvalidValue) || errors.Is(err, cuda.ErrOutOfMemory)) {
 			// Perhaps a cap on a single pin: go on in smaller pieces.
 			first := fmt.Errorf("chunk at offset %d of %d bytes (%s in one call): %w", off, length, fmtBytes(int64(c.n)), err)
 			step = regSplitChunk
@@ -354,8 +358,8 @@ func registerChunks(t target, p hostptr.Ptr, length uintptr, flags Flags) ([]chu
 	if err == nil && contiguous {
 		return chunks, nil
 	}
-	if uerr := unregisterChunks(t, chunks); uerr != nil {
-		return nil, uerr
+	if left, uerr := unregisterChunks(t, chunks); uerr != nil {
+		return left, uerr
 	}
 	if err := t.drv.MemHostRegister(p, uint64(length), rf); err != nil {
 		return nil, fmt.Errorf("mapped range of %d bytes in one call: %w", length, err)
@@ -365,18 +369,46 @@ func registerChunks(t target, p hostptr.Ptr, length uintptr, flags Flags) ([]chu
 }
 
 // unregisterChunks unregisters every chunk, in reverse order, and returns
-// the errors joined. It runs with the context current.
-func unregisterChunks(t target, chunks []chunk) error {
+// the chunks the driver refused to unregister (it still holds them) and the
+// errors joined. It runs with the context current.
+func unregisterChunks(t target, chunks []chunk) (left []chunk, err error) {
 	var errs []error
 	for i := len(chunks) - 1; i >= 0; i-- {
 		c := chunks[i]
 		if err := t.drv.MemHostUnregister(c.p); err != nil {
 			errs = append(errs, fmt.Errorf("pinmem: cuMemHostUnregister of %#x: %w", uintptr(c.p), err))
+			left = append(left, c)
 			continue
 		}
 		track.Remove(track.Registration, uint64(uintptr(c.p)))
 	}
-	return errors.Join(errs...)
+	slices.Reverse(left)
+	return left, errors.Join(errs...)
+}
+
+// keepOrphan keeps what a failed pin could not undo: registrations the
+// driver still holds (s.chunks) because their cleanup unregistration failed
+// too. The state stays reachable (with a Go slice's runtime.Pinner, which
+// must not be unpinned while the driver holds the slice) and is accounted
+// for as a buffer dropped without Free: the ledger and the budget count
+// what the driver holds, of the reserved bytes given.
+func keepOrphan(s *bufState, reserved int64) {
+	var held int64
+	for _, c := range s.chunks {
+		held += int64(c.n)
+	}
+	s.pinned = min(held, reserved)
+	s.freed.Store(true)
+	unreserve(reserved - s.pinned)
+	ledgerOrphan(s.kind, s.flags, s.pinned)
+	droppedMu.Lock()
+	dropped = append(dropped, s)
+	droppedMu.Unlock()
+	ledgerDropped()
+	if l := track.Logger(); l != nil {
+		l.Warn("pinmem: a failed pin could not be undone; its registrations stay pinned",
+			"kind", s.kind.String(), "addr", fmt.Sprintf("%#x", uintptr(s.ptr)), "bytes", s.pinned)
+	}
 }
 
 // Register page-locks mem in place with cuMemHostRegister (in chunks of at
@@ -386,13 +418,18 @@ func unregisterChunks(t target, chunks []chunk) error {
 // range that overlaps a buffer pinmem pinned (compared at page granularity)
 // is an *OverlapError, and the driver's own CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
 // (memory registered by other code) is returned as it is; both match
-// ErrAlreadyRegistered.
+// cuda.ErrAlreadyRegistered.
 //
 // Flags may be Portable, Mapped and ReadOnly; WriteCombined is refused with
-// ErrInvalidValue. An empty mem is ErrInvalidValue; a device that cannot
-// register host memory gives ErrNotSupported. The budget applies as for Alloc.
+// cuda.ErrInvalidValue. An empty mem is cuda.ErrInvalidValue; a device that cannot
+// register host memory gives cuda.ErrNotSupported. Options are checked and the
+// budget applies as for Alloc.
 func Register(mem []byte, flags Flags, opts ...Option) (*Buffer, error) {
-	b, err := register(mem, flags, buildOptions(opts))
+	o, err := buildOptions(opts)
+	var b *Buffer
+	if err == nil {
+		b, err = register(mem, flags, o)
+	}
 	if err != nil {
 		ledgerFailed()
 		return nil, err
@@ -405,10 +442,10 @@ func register(mem []byte, flags Flags, o options) (*Buffer, error) {
 		return nil, err
 	}
 	if flags&^allFlags != 0 {
-		return nil, fmt.Errorf("pinmem: Register with unknown flags %#x: %w", uint32(flags&^allFlags), ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: Register with unknown flags %#x: %w", uint32(flags&^allFlags), cuda.ErrInvalidValue)
 	}
 	if flags&WriteCombined != 0 {
-		return nil, fmt.Errorf("pinmem: Register with WriteCombined: write-combined memory only comes from cuMemHostAlloc: %w", ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: Register with WriteCombined: write-combined memory only comes from cuMemHostAlloc: %w", cuda.ErrInvalidValue)
 	}
 	p := hostptr.PtrOf(mem)
 	lo := uintptr(p) &^ (pageSize - 1)
@@ -416,15 +453,27 @@ func register(mem []byte, flags Flags, o options) (*Buffer, error) {
 	if err := regInsert(lo, hi); err != nil {
 		return nil, err
 	}
-	b, err := registerClaimed(mem, p, lo, flags, o)
+	b, err := registerClaimed(mem, p, lo, hi, flags, o)
 	if err != nil {
+		if h := registerFailedHook; h != nil {
+			h()
+		}
 		regRemove(lo)
+		// mem must stay alive until its claim is withdrawn: were it
+		// collected before, the allocator could hand its address to another
+		// slice, whose Register would then fail with a spurious
+		// OverlapError.
+		runtime.KeepAlive(mem)
 		return nil, err
 	}
 	return b, nil
 }
 
-func registerClaimed(mem []byte, p hostptr.Ptr, lo uintptr, flags Flags, o options) (*Buffer, error) {
+// registerFailedHook, nil except in tests, runs when Register failed with
+// its range still claimed.
+var registerFailedHook func()
+
+func registerClaimed(mem []byte, p hostptr.Ptr, lo, hi uintptr, flags Flags, o options) (*Buffer, error) {
 	t, err := resolve(o)
 	if err != nil {
 		return nil, err
@@ -446,74 +495,18 @@ func registerClaimed(mem []byte, p hostptr.Ptr, lo uintptr, flags Flags, o optio
 		return err
 	})
 	if err != nil {
-		pinner.Unpin()
-		unreserve(n)
+		if len(chunks) > 0 {
+			// The driver still holds part of the slice: it stays pinned.
+			keepOrphan(&bufState{t: t, ptr: p, size: len(mem), kind: KindGoRegistered, flags: flags,
+				chunks: chunks, mem: mem, pinner: pinner}, n)
+		} else {
+			pinner.Unpin()
+			unreserve(n)
+		}
 		return nil, driverErr("cuMemHostRegister", fmt.Sprintf("flags %s, Go slice at %#x", flags, uintptr(p)), err, n, before, limit)
 	}
 	s := &bufState{t: t, ptr: p, size: len(mem), pinned: n, kind: KindGoRegistered, flags: flags,
-		chunks: chunks, mem: mem, pinner: pinner, regLo: lo}
+		chunks: chunks, mem: mem, pinner: pinner, regLo: lo, regHi: hi}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
-}
-
-// PointerInfo is what the driver reports about a buffer's memory, read in
-// one context: cuMemHostGetFlags and the pointer attributes. Fields the
-// driver would not report are zero, with the error in Errors.
-type PointerInfo struct {
-	HostFlags     uint32 // cuMemHostGetFlags: CU_MEMHOSTALLOC_* bits
-	MemoryType    int    // CU_POINTER_ATTRIBUTE_MEMORY_TYPE (1 host, 2 device, 4 unified)
-	Context       uintptr
-	DevicePointer uint64
-	HostPointer   uint64
-	DeviceOrdinal int
-	RangeStart    uint64
-	RangeSize     uint64
-	Mapped        bool
-	// Errors holds, by name ("HostFlags", "MemoryType", ...), each query the driver refused.
-	Errors map[string]error
-}
-
-// QueryPointer asks the driver about b's memory with ctx current (nil: the
-// buffer's device's primary context). It exists to show what the driver
-// thinks of Portable and Mapped memory from other contexts.
-func QueryPointer(b *Buffer, ctx *cuda.Context) (PointerInfo, error) {
-	s, err := b.live()
-	if err != nil {
-		return PointerInfo{}, err
-	}
-	h := s.t.ctx
-	if ctx != nil {
-		h = cudadrv.Context(ctx.Handle())
-	}
-	info := PointerInfo{Errors: map[string]error{}}
-	err = cudadrv.With(s.t.drv, h, func() error {
-		var err error
-		if info.HostFlags, err = s.t.drv.MemHostGetFlags(s.ptr); err != nil {
-			info.Errors["HostFlags"] = err
-		}
-		attrs := []struct {
-			name string
-			a    cudadrv.PointerAttribute
-			set  func(uint64)
-		}{
-			{"MemoryType", cudadrv.PointerAttrMemoryType, func(v uint64) { info.MemoryType = int(v) }},
-			{"Context", cudadrv.PointerAttrContext, func(v uint64) { info.Context = uintptr(v) }},
-			{"DevicePointer", cudadrv.PointerAttrDevicePointer, func(v uint64) { info.DevicePointer = v }},
-			{"HostPointer", cudadrv.PointerAttrHostPointer, func(v uint64) { info.HostPointer = v }},
-			{"DeviceOrdinal", cudadrv.PointerAttrDeviceOrdinal, func(v uint64) { info.DeviceOrdinal = int(int32(v)) }},
-			{"RangeStart", cudadrv.PointerAttrRangeStart, func(v uint64) { info.RangeStart = v }},
-			{"RangeSize", cudadrv.PointerAttrRangeSize, func(v uint64) { info.RangeSize = v }},
-			{"Mapped", cudadrv.PointerAttrMapped, func(v uint64) { info.Mapped = v != 0 }},
-		}
-		for _, a := range attrs {
-			v, err := s.t.drv.PointerGetAttribute(a.a, cudadrv.DevicePtr(uintptr(s.ptr)))
-			if err != nil {
-				info.Errors[a.name] = err
-				continue
-			}
-			a.set(v)
-		}
-		return nil
-	})
-	return info, err
 }

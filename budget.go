@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/sysinfo"
 )
 
@@ -57,7 +58,7 @@ func Budget() int64 {
 	return b
 }
 
-// budget returns the limit, or an error matching ErrInvalidValue when
+// budget returns the limit, or an error matching cuda.ErrInvalidValue when
 // PINMEM_BUDGET is malformed (then the limit returned is the built-in default).
 func budget() (int64, error) {
 	budgetMu.Lock()
@@ -90,7 +91,7 @@ func defaultBudget(env string) (int64, error) {
 		return half, fmt.Errorf("pinmem: %s: %w", EnvBudget, err)
 	}
 	if strings.HasSuffix(strings.TrimSpace(env), "%") && (physErr != nil || phys == 0) {
-		return half, fmt.Errorf("pinmem: %s=%q is a percentage but physical memory is unknown (%v): %w", EnvBudget, env, physErr, ErrInvalidValue)
+		return half, fmt.Errorf("pinmem: %s=%q is a percentage but physical memory is unknown (%v): %w", EnvBudget, env, physErr, cuda.ErrInvalidValue)
 	}
 	return n, nil
 }
@@ -102,16 +103,16 @@ func defaultBudget(env string) (int64, error) {
 func ParseBudget(s string, physical uint64) (int64, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
-		return 0, fmt.Errorf("empty budget: %w", ErrInvalidValue)
+		return 0, fmt.Errorf("empty budget: %w", cuda.ErrInvalidValue)
 	}
 	if p, ok := strings.CutSuffix(t, "%"); ok {
 		f, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
 		if err != nil || math.IsNaN(f) || f <= 0 || f > 100 {
-			return 0, fmt.Errorf("budget %q: percentage must be in (0,100]: %w", s, ErrInvalidValue)
+			return 0, fmt.Errorf("budget %q: percentage must be in (0,100]: %w", s, cuda.ErrInvalidValue)
 		}
 		n := int64(f / 100 * float64(physical))
 		if n <= 0 {
-			return 0, fmt.Errorf("budget %q of %d bytes of physical memory is zero: %w", s, physical, ErrInvalidValue)
+			return 0, fmt.Errorf("budget %q of %d bytes of physical memory is zero: %w", s, physical, cuda.ErrInvalidValue)
 		}
 		return n, nil
 	}
@@ -137,20 +138,20 @@ func ParseBudget(s string, physical uint64) (int64, error) {
 		n = float64(i)
 		if mult == 1 {
 			if i <= 0 {
-				return 0, fmt.Errorf("budget %q must be positive: %w", s, ErrInvalidValue)
+				return 0, fmt.Errorf("budget %q must be positive: %w", s, cuda.ErrInvalidValue)
 			}
 			return i, nil
 		}
 	} else {
 		f, err := strconv.ParseFloat(u, 64)
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return 0, fmt.Errorf("budget %q: want bytes with an optional K/M/G/T/Ki/Mi/Gi/Ti suffix or a percentage: %w", s, ErrInvalidValue)
+			return 0, fmt.Errorf("budget %q: want bytes with an optional K/M/G/T/Ki/Mi/Gi/Ti suffix or a percentage: %w", s, cuda.ErrInvalidValue)
 		}
 		n = f
 	}
 	v := n * mult
 	if v < 1 || v >= math.MaxInt64 {
-		return 0, fmt.Errorf("budget %q out of range: %w", s, ErrInvalidValue)
+		return 0, fmt.Errorf("budget %q out of range: %w", s, cuda.ErrInvalidValue)
 	}
 	return int64(v), nil
 }
@@ -172,8 +173,12 @@ var (
 type reclaimerEntry struct{ r Reclaimer }
 
 // AddReclaimer registers r to be asked for memory when a request would
-// exceed the budget. The returned function removes it again.
+// exceed the budget. The returned function removes it again. A nil r is
+// not registered (its remove does nothing).
 func AddReclaimer(r Reclaimer) (remove func()) {
+	if r == nil {
+		return func() {}
+	}
 	e := &reclaimerEntry{r}
 	reclaimMu.Lock()
 	reclaimers[e] = struct{}{}

@@ -1,10 +1,12 @@
 package pinmem
 
 import (
+	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +27,17 @@ type chunk struct {
 // Buffer so that the drop cleanup, which receives it, does not keep the
 // Buffer reachable.
 type bufState struct {
-	freed  atomic.Bool
+	// freed is set by the first Free: from then on the memory must not be
+	// used, and the buffer's methods fail with ErrFreed. The memory is
+	// released when released is set (under relMu), which a failed Free
+	// leaves unset, so that Free can be retried.
+	freed    atomic.Bool
+	relMu    sync.Mutex
+	released bool
+	held     []chunk // registered kinds: the registrations the driver still holds (nil: all of chunks)
+	heldInit bool
+	unpinned int64 // bytes of pinned already credited to the ledger and the budget
+
 	t      target
 	ptr    hostptr.Ptr
 	size   int
@@ -34,13 +46,13 @@ type bufState struct {
 	flags  Flags
 	huge   bool       // huge pages were requested and accepted (mmap only)
 	numa   *Placement // NUMA placement of pinmem's own mapping; nil: none attempted (numa.go)
-	phases pinPhases  // KindMmapRegistered: where the pinning time went
 
 	mapLen uintptr // KindMmapRegistered: the mapping's length
 	chunks []chunk // registered kinds: the registrations
 	mem    []byte  // KindGoRegistered: the caller's slice
 	pinner *runtime.Pinner
-	regLo  uintptr // key of the registry range; 0 if none
+	regLo  uintptr // the registry range [regLo, regHi); regLo 0 if none
+	regHi  uintptr
 
 	dpMu sync.Mutex
 	dp   cuda.DevicePtr
@@ -50,7 +62,8 @@ type bufState struct {
 // Buffer is pinned host memory: from cuMemHostAlloc, from pinmem's own
 // mapping registered with cuMemHostRegister, or a caller's Go slice
 // registered in place. Its methods are safe for concurrent use; Free must be
-// called exactly once, after all use (including asynchronous copies) ended.
+// called after all use (including asynchronous copies) ended, and called
+// again if it failed.
 type Buffer struct {
 	s       *bufState
 	cleanup runtime.Cleanup
@@ -58,7 +71,7 @@ type Buffer struct {
 
 func (b *Buffer) live() (*bufState, error) {
 	if b == nil || b.s == nil {
-		return nil, fmt.Errorf("pinmem: nil buffer: %w", ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: nil buffer: %w", cuda.ErrInvalidValue)
 	}
 	if b.s.freed.Load() {
 		return nil, fmt.Errorf("pinmem: %s buffer at %#x (%d bytes): %w", b.s.kind, uintptr(b.s.ptr), b.s.size, ErrFreed)
@@ -100,10 +113,10 @@ func (s *bufState) bytes() []byte {
 // One driver copy (cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, ...) must not span
 // two segments: the driver treats each registration as its own pinned range
 // and refuses an asynchronous copy whose host range crosses from one into
-// the next. Measured on an H200 with driver 580 (CUDA 13.0): such a
-// cuMemcpyHtoDAsync fails with CUDA_ERROR_INVALID_VALUE, which package cuda
-// returns as a *cuda.Error matching ErrInvalidValue, and nothing is copied
-// (the stream stays usable); do not rely on either direction working. Copies within one
+// the next. With driver 580 (CUDA 13.0) such a cuMemcpyHtoDAsync fails with
+// CUDA_ERROR_INVALID_VALUE, which package cuda returns as a *cuda.Error
+// matching cuda.ErrInvalidValue, and nothing is copied (the stream stays
+// usable); do not rely on either direction working. Copies within one
 // segment run at full pinned speed, so a caller copying a whole buffer
 // issues one copy per segment (at the matching device offsets), and one
 // that copies arbitrary ranges splits them at segment boundaries.
@@ -137,14 +150,22 @@ func (b *Buffer) Len() int {
 	return s.size
 }
 
-// Pinned returns the bytes the buffer holds page-locked, as counted by the
-// ledger and the budget: Len rounded up to whole pages for pinmem's own
-// mappings, Len otherwise.
+// Pinned returns the bytes the buffer holds page-locked now, as counted by
+// the ledger and the budget: Len rounded up to whole pages for pinmem's own
+// mappings, Len otherwise; 0 once Free has released the memory. After a
+// Free that failed it is what the driver still holds (non-zero: Free must
+// be retried).
 func (b *Buffer) Pinned() int64 {
 	if b == nil || b.s == nil {
 		return 0
 	}
-	return b.s.pinned
+	s := b.s
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
+	if s.released {
+		return 0
+	}
+	return s.pinned - s.unpinned
 }
 
 // Flags returns the flags in effect. They may include more than were asked
@@ -220,129 +241,172 @@ func (b *Buffer) DevicePtr() (cuda.DevicePtr, error) {
 // Free releases the memory: cuMemFreeHost, or cuMemHostUnregister of each
 // registered chunk followed by munmap (pinmem's mappings) or by unpinning
 // the Go slice (Register; the slice itself is never freed). It must be
-// called exactly once, after every use of the memory (asynchronous copies
-// and kernels included) has finished; a second call returns an error
-// matching ErrFreed. The ledger and the budget are updated even when the
-// driver reports an error, which is returned.
+// called after every use of the memory (asynchronous copies and kernels
+// included) has finished; from the first call on, the buffer's other
+// methods fail with ErrFreed.
+//
+// When the driver or munmap fails, Free returns the error and the buffer
+// stays allocated as far as the driver still holds it: the ledger and the
+// budget keep counting what is still pinned (registrations that were
+// released are credited), a registered Go slice stays pinned, and calling
+// Free again retries what is left. A buffer dropped after a failed Free is
+// reported and counted as dropped, like one never freed. Once Free has
+// succeeded, a further call returns an error matching ErrFreed.
 func (b *Buffer) Free() error {
 	if b == nil || b.s == nil {
-		return fmt.Errorf("pinmem: Free of a nil buffer: %w", ErrInvalidValue)
+		return fmt.Errorf("pinmem: Free of a nil buffer: %w", cuda.ErrInvalidValue)
 	}
 	s := b.s
-	if !s.freed.CompareAndSwap(false, true) {
+	s.freed.Store(true)
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
+	if s.released {
 		return fmt.Errorf("pinmem: Free of %s buffer at %#x (%d bytes) again: %w", s.kind, uintptr(s.ptr), s.size, ErrFreed)
 	}
+	if err := s.release(); err != nil {
+		return err
+	}
 	b.cleanup.Stop()
-	return s.release()
+	return nil
 }
 
-// release unpins and accounts; the caller has set freed.
+// release releases what the driver and the kernel still hold of the
+// buffer and accounts for it. The caller holds relMu and has checked that
+// released is unset. Nothing is credited before the driver call that
+// releases it has succeeded; on failure what is still held stays counted
+// and a later call retries it.
 func (s *bufState) release() error {
 	start := time.Now()
 	// Forget the range first: once the driver or munmap releases it, the
-	// address may be handed out again at once, to another goroutine.
+	// address may be handed out again at once, to another goroutine. It is
+	// claimed again if the release fails (the driver still holds it, so no
+	// one else can have been given it).
 	if s.regLo != 0 {
 		regRemove(s.regLo)
 	}
 	var err error
 	switch s.kind {
 	case KindHostAlloc:
-		err = s.t.do(func() error {
-			track.Remove(track.HostAlloc, uint64(uintptr(s.ptr)))
-			return s.t.drv.MemFreeHost(s.ptr)
-		})
+		err = s.t.do(func() error { return s.t.drv.MemFreeHost(s.ptr) })
 		if err != nil {
 			err = fmt.Errorf("pinmem: cuMemFreeHost of %#x: %w", uintptr(s.ptr), err)
+			break
 		}
-	case KindMmapRegistered:
-		err = s.t.do(func() error { return unregisterChunks(s.t, s.chunks) })
-		if err == nil {
-			// Unmapping memory the driver still pins would leave pinned pages
-			// without an owner; on an unregister error the mapping is kept.
+		track.Remove(track.HostAlloc, uint64(uintptr(s.ptr)))
+		s.credit(s.pinned - s.unpinned)
+	case KindMmapRegistered, KindGoRegistered:
+		if err = s.unregister(); err != nil {
+			break
+		}
+		if s.kind == KindMmapRegistered {
+			// Only now: unmapping memory the driver still pins would leave
+			// pinned pages without an owner.
 			err = unmapAnon(s.ptr, s.mapLen)
-		}
-	case KindGoRegistered:
-		err = s.t.do(func() error { return unregisterChunks(s.t, s.chunks) })
-		if err == nil {
+		} else {
+			// The driver no longer holds the slice: it may move and be freed.
 			s.pinner.Unpin()
 		}
 	}
-	ledgerRemove(s.kind, s.flags, s.pinned, time.Since(start))
-	unreserve(s.pinned)
-	return err
+	if err != nil {
+		if s.regLo != 0 {
+			_ = regInsert(s.regLo, s.regHi)
+		}
+		return err
+	}
+	s.released = true
+	ledgerReleased(s.kind, s.flags, time.Since(start))
+	return nil
 }
 
-// Logger receives pinmem's reports of buffers dropped without Free.
-type Logger func(format string, args ...any)
-
-var logger atomic.Pointer[Logger]
-
-// SetLogger sets the function that reports buffers dropped without Free
-// and returns the previous one. nil restores the default, log.Printf.
-func SetLogger(l Logger) (prev Logger) {
-	var p *Logger
-	if l != nil {
-		p = &l
+// unregister unregisters the registrations still held, in reverse order,
+// crediting each one that the driver released, and returns the errors
+// joined. The ones that failed stay held for a retry.
+func (s *bufState) unregister() error {
+	if !s.heldInit {
+		s.held, s.heldInit = slices.Clone(s.chunks), true
 	}
-	if old := logger.Swap(p); old != nil {
-		return *old
+	var errs []error
+	err := s.t.do(func() error {
+		for i := len(s.held) - 1; i >= 0; i-- {
+			c := s.held[i]
+			if err := s.t.drv.MemHostUnregister(c.p); err != nil {
+				errs = append(errs, fmt.Errorf("pinmem: cuMemHostUnregister of %#x: %w", uintptr(c.p), err))
+				continue
+			}
+			track.Remove(track.Registration, uint64(uintptr(c.p)))
+			s.held = slices.Delete(s.held, i, i+1)
+			s.credit(int64(c.n))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	return log.Printf
+	if len(s.held) == 0 {
+		// Whatever was pinned beyond the chunks (none today) is released too.
+		s.credit(s.pinned - s.unpinned)
+	}
+	return errors.Join(errs...)
 }
 
-func logf(format string, args ...any) {
-	if l := logger.Load(); l != nil {
-		(*l)(format, args...)
+// credit gives n released bytes back to the ledger and the budget.
+func (s *bufState) credit(n int64) {
+	n = min(n, s.pinned-s.unpinned)
+	if n <= 0 {
 		return
 	}
-	log.Printf(format, args...)
+	s.unpinned += n
+	ledgerUnpinned(s.kind, s.flags, n)
+	unreserve(n)
 }
+
+// SetLogger sets the process-wide logger through which pinmem reports, at
+// warning level, a Buffer that became unreachable without Free and an
+// owner of driver resources (a transfer.Copier, Pipeline or Multi, a
+// pool.Pool) that became unreachable without Close, and returns the
+// previous logger. The default is nil: reports are silent. Silent or not,
+// every such drop is counted in Stats (LedgerStats.Dropped and
+// LedgerStats.DroppedOwners).
+func SetLogger(l *slog.Logger) (prev *slog.Logger) { return track.SetLogger(l) }
 
 var (
 	droppedMu sync.Mutex
-	dropped   []*bufState // kept reachable: their memory is still pinned
+	// dropped keeps the state of every buffer dropped without Free
+	// reachable: its memory is still pinned, and a registered Go slice's
+	// runtime.Pinner must not become unreachable while it pins (the garbage
+	// collector aborts the process on a leaked pinned pointer).
+	dropped []*bufState
 )
 
 // onDrop runs when a Buffer became unreachable. It never frees: the GPU
 // may still be using the memory.
 func onDrop(s *bufState) {
-	if s.freed.Load() {
+	s.relMu.Lock()
+	released := s.released
+	s.relMu.Unlock()
+	if released {
 		return
 	}
 	droppedMu.Lock()
 	dropped = append(dropped, s)
 	droppedMu.Unlock()
-	defer ledgerDropped()
-	where := ""
+	ledgerDropped()
+	l := track.Logger()
+	if l == nil {
+		return
+	}
 	tk := track.HostAlloc
 	if s.kind != KindHostAlloc {
 		tk = track.Registration
 	}
+	attrs := []any{"kind", s.kind.String(), "addr", fmt.Sprintf("%#x", uintptr(s.ptr)), "bytes", s.size, "flags", s.flags.String()}
 	for _, o := range track.Live() {
 		if o.Kind == tk && o.ID == uint64(uintptr(s.ptr)) && o.Stack != "" {
-			where = "\nallocated at:\n" + o.Stack
+			attrs = append(attrs, "allocated_at", o.Stack)
 			break
 		}
 	}
-	logf("pinmem: %s buffer at %#x (%d bytes, flags %s) became unreachable without Free; it stays pinned%s",
-		s.kind, uintptr(s.ptr), s.size, s.flags, where)
-}
-
-// freeDropped releases every buffer dropped without Free (for tests).
-func freeDropped() error {
-	droppedMu.Lock()
-	ds := dropped
-	dropped = nil
-	droppedMu.Unlock()
-	var first error
-	for _, s := range ds {
-		if s.freed.CompareAndSwap(false, true) {
-			if err := s.release(); err != nil && first == nil {
-				first = err
-			}
-		}
-	}
-	return first
+	l.Warn("pinmem: buffer became unreachable without Free; it stays pinned", attrs...)
 }
 
 func newBuffer(s *bufState) *Buffer {
@@ -354,7 +418,7 @@ func newBuffer(s *bufState) *Buffer {
 // View returns the buffer's memory as a slice of T. T must hold no Go
 // pointers (the garbage collector does not scan pinned memory), and the
 // buffer's length and address must fit T's size and alignment; otherwise
-// the error matches ErrInvalidValue. After Free it matches ErrFreed.
+// the error matches cuda.ErrInvalidValue. After Free it matches ErrFreed.
 func View[T any](b *Buffer) ([]T, error) {
 	s, err := b.live()
 	if err != nil {
@@ -363,17 +427,17 @@ func View[T any](b *Buffer) ([]T, error) {
 	size, align := hostptr.SizeAlign[T]()
 	typ := reflect.TypeFor[T]()
 	if size == 0 {
-		return nil, fmt.Errorf("pinmem: View as zero-size type %v: %w", typ, ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: View as zero-size type %v: %w", typ, cuda.ErrInvalidValue)
 	}
 	if hasPointers(typ) {
-		return nil, fmt.Errorf("pinmem: View as %v, which holds Go pointers: %w", typ, ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: View as %v, which holds Go pointers: %w", typ, cuda.ErrInvalidValue)
 	}
 	p := s.ptr
 	if uintptr(s.size)%size != 0 {
-		return nil, fmt.Errorf("pinmem: View as %v: buffer of %d bytes is not a multiple of %d: %w", typ, s.size, size, ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: View as %v: buffer of %d bytes is not a multiple of %d: %w", typ, s.size, size, cuda.ErrInvalidValue)
 	}
 	if uintptr(p)%align != 0 {
-		return nil, fmt.Errorf("pinmem: View as %v: address %#x is not %d-byte aligned: %w", typ, uintptr(p), align, ErrInvalidValue)
+		return nil, fmt.Errorf("pinmem: View as %v: address %#x is not %d-byte aligned: %w", typ, uintptr(p), align, cuda.ErrInvalidValue)
 	}
 	return hostptr.SliceAt[T](p, uintptr(s.size)/size), nil
 }

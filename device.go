@@ -1,7 +1,6 @@
 package pinmem
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
@@ -10,16 +9,12 @@ import (
 	"github.com/pinmem/pinmem/internal/sysinfo"
 )
 
-var errorsIs = errors.Is
-
 // caps are the device attributes that decide how host memory is pinned.
 type caps struct {
-	integrated    bool // shares memory with the host (Jetson/Tegra)
-	canMap        bool // CanMapHostMemory
-	hostRegister  bool // HostRegisterSupported
-	readOnlyReg   bool // ReadOnlyHostRegisterSupported
-	unified       bool // UnifiedAddressing
-	hostPtrForReg bool // CanUseHostPointerForRegisteredMem
+	integrated   bool // shares memory with the host (Jetson/Tegra)
+	canMap       bool // CanMapHostMemory
+	hostRegister bool // HostRegisterSupported
+	readOnlyReg  bool // ReadOnlyHostRegisterSupported
 }
 
 // target is where memory is pinned: a device, the driver, its primary context.
@@ -30,30 +25,22 @@ type target struct {
 	caps caps
 }
 
-var capsCache sync.Map // *cuda.Device -> caps
-
-func deviceCaps(dev *cuda.Device) caps {
-	if c, ok := capsCache.Load(dev); ok {
-		return c.(caps)
+// deviceCaps reads dev's capabilities from its properties. Package cuda
+// reads the attributes, applies the one fallback policy for attributes an
+// older driver lacks and caches the result; a read that failed is an error
+// here, never a guess: a guess cached after a transient failure would
+// refuse Mapped or Register for good.
+func deviceCaps(dev *cuda.Device) (caps, error) {
+	p, err := dev.Properties()
+	if err != nil {
+		return caps{}, fmt.Errorf("pinmem: properties of %v: %w", dev, err)
 	}
-	attr := func(a cudadrv.DeviceAttribute, dflt bool) bool {
-		v, err := dev.Attribute(a)
-		if err != nil {
-			return dflt // an attribute an older driver does not know
-		}
-		return v != 0
-	}
-	c := caps{
-		integrated:    attr(cudadrv.AttrIntegrated, false),
-		canMap:        attr(cudadrv.AttrCanMapHostMemory, false),
-		unified:       attr(cudadrv.AttrUnifiedAddressing, false),
-		readOnlyReg:   attr(cudadrv.AttrReadOnlyHostRegisterSupported, false),
-		hostPtrForReg: attr(cudadrv.AttrCanUseHostPointerForRegMem, false),
-	}
-	// HostRegisterSupported is CUDA 9.2+; before it, only integrated devices lacked it.
-	c.hostRegister = attr(cudadrv.AttrHostRegisterSupported, !c.integrated)
-	capsCache.Store(dev, c)
-	return c
+	return caps{
+		integrated:   p.Integrated,
+		canMap:       p.CanMapHostMemory,
+		hostRegister: p.HostRegisterSupported,
+		readOnlyReg:  p.ReadOnlyHostRegisterSupported,
+	}, nil
 }
 
 // resolve finds the driver, the device (default 0) and its primary context.
@@ -72,7 +59,11 @@ func resolve(o options) (target, error) {
 	if err != nil {
 		return target{}, fmt.Errorf("pinmem: primary context of %v: %w", dev, err)
 	}
-	return target{dev: dev, drv: drv, ctx: cudadrv.Context(ctx.Handle()), caps: deviceCaps(dev)}, nil
+	c, err := deviceCaps(dev)
+	if err != nil {
+		return target{}, err
+	}
+	return target{dev: dev, drv: drv, ctx: cudadrv.Context(ctx.Handle()), caps: c}, nil
 }
 
 // do runs fn on a locked OS thread with the target's primary context current.

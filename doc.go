@@ -20,10 +20,12 @@
 // Go slice in place (it is kept alive and unmovable with runtime.Pinner
 // while registered).
 //
-// Every buffer must be released with [Buffer.Free], exactly once. A buffer
-// that becomes unreachable without Free is reported (see [SetLogger]) and
-// counted in [LedgerStats].Dropped, but never freed behind the caller's back:
-// its memory may still be in use by the GPU.
+// Every buffer must be released with [Buffer.Free]; a Free that failed (the
+// driver refused to release the memory) leaves the buffer counted as
+// pinned and may be retried. A buffer that becomes unreachable without
+// Free is counted in [LedgerStats].Dropped and reported through the logger
+// set with [SetLogger] (silent by default), but never freed behind the
+// caller's back: its memory may still be in use by the GPU.
 //
 // # Segments: one copy must not span two registrations
 //
@@ -33,7 +35,7 @@
 // registered buffer up to 4 GiB is therefore one registration (unless the
 // kernel caps a single pin); a larger one is several, and the driver treats each as its own pinned range: an
 // asynchronous copy whose host range crosses from one registration into the
-// next fails (CUDA_ERROR_INVALID_VALUE, matching [ErrInvalidValue], measured
+// next fails (CUDA_ERROR_INVALID_VALUE, matching [cuda.ErrInvalidValue],
 // with driver 580). [Buffer.Segments] returns the registered ranges in
 // order; copy a large buffer one segment at a time. cuMemHostAlloc buffers
 // are always one segment.
@@ -60,9 +62,11 @@
 // kernel module, not through mlock(2). Memory from cuMemHostAlloc shows up
 // as Shmem/RssShmem, and registered memory shows up nowhere except as a
 // lower MemAvailable. So pinmem keeps an exact ledger of what it pinned:
-// [Stats] returns it, [HostStats] puts it beside the host's own figures, and
-// it is published with expvar under the name "pinmem". Package
-// github.com/pinmem/pinmem/prom exports it to Prometheus.
+// [Stats] returns it.
+// Importing pinmem publishes nothing: package
+// github.com/pinmem/pinmem/expvars publishes the ledger with expvar on
+// request, and package github.com/pinmem/pinmem/prom exports it to
+// Prometheus.
 //
 // # Devices
 //
@@ -70,5 +74,5 @@
 // device's primary context current. On integrated GPUs (Jetson, Tegra),
 // which share physical memory with the host, MethodAuto prefers mapped
 // cuMemHostAlloc memory; devices that cannot register host memory refuse
-// Register and MethodMmapRegister with an error matching [ErrNotSupported].
+// Register and MethodMmapRegister with an error matching [cuda.ErrNotSupported].
 package pinmem

@@ -19,22 +19,6 @@ var (
 	ErrNotMapped = errors.New("pinmem: buffer not mapped into the device address space")
 )
 
-// Sentinel errors of package cuda, re-exported so that callers of pinmem
-// need not import it to match them.
-var (
-	ErrNoDriver          = cuda.ErrNoDriver          // no NVIDIA driver library, or it failed to initialise
-	ErrNoDevice          = cuda.ErrNoDevice          // the driver reports no usable GPU
-	ErrNotSupported      = cuda.ErrNotSupported      // the driver, device or OS lacks the feature
-	ErrOutOfMemory       = cuda.ErrOutOfMemory       // the driver or the host could not provide the memory
-	ErrInvalidValue      = cuda.ErrInvalidValue      // an argument was rejected
-	ErrNotReady          = cuda.ErrNotReady          // asynchronous work has not finished
-	ErrAlreadyRegistered = cuda.ErrAlreadyRegistered // the host range is already page-locked
-	ErrNotRegistered     = cuda.ErrNotRegistered     // the host range is not page-locked
-	ErrInvalidHandle     = cuda.ErrInvalidHandle     // an object is invalid or destroyed
-	ErrKernelImage       = cuda.ErrKernelImage       // a PTX/cubin module cannot be loaded
-	ErrLaunchFailed      = cuda.ErrLaunchFailed      // a kernel faulted or could not launch
-)
-
 // BudgetError is returned when a request would take the pinned total over
 // the budget (after the reclaimers were asked for memory). It matches
 // ErrBudget.
@@ -56,7 +40,7 @@ func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
 // OutOfMemoryError is returned when the driver or the host failed to
 // provide pinned memory that was within the budget (the driver's
 // CUDA_ERROR_OUT_OF_MEMORY, mmap's ENOMEM, a container limit). It matches
-// ErrOutOfMemory and carries the same figures as a BudgetError; Err is the
+// cuda.ErrOutOfMemory and carries the same figures as a BudgetError; Err is the
 // underlying error.
 type OutOfMemoryError struct {
 	Op        string // what failed, e.g. "cuMemHostAlloc" or "mmap"
@@ -72,8 +56,8 @@ func (e *OutOfMemoryError) Error() string {
 		e.Op, fmtBytes(e.Requested), fmtBytes(e.Pinned), fmtBytes(e.Limit), e.Err)
 }
 
-// Is reports whether target is ErrOutOfMemory.
-func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemory }
+// Is reports whether target is cuda.ErrOutOfMemory.
+func (e *OutOfMemoryError) Is(target error) bool { return target == cuda.ErrOutOfMemory }
 
 // Unwrap returns the underlying error.
 func (e *OutOfMemoryError) Unwrap() error { return e.Err }

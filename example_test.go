@@ -10,10 +10,10 @@ import (
 )
 
 // Pin a buffer, copy it to the device and back, and free it. Without a
-// driver or a GPU, Alloc fails with an error matching ErrNoDriver or ErrNoDevice.
+// driver or a GPU, Alloc fails with an error matching cuda.ErrNoDriver or cuda.ErrNoDevice.
 func ExampleAlloc() {
 	buf, err := pinmem.Alloc(64<<20, pinmem.Portable)
-	if errors.Is(err, pinmem.ErrNoDriver) || errors.Is(err, pinmem.ErrNoDevice) {
+	if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
 		fmt.Println("no GPU here:", err)
 		return
 	}

@@ -1,10 +1,10 @@
 package pinmem
 
 import (
-	"encoding/json"
+	"bytes"
 	"errors"
-	"expvar"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/hostptr"
@@ -245,7 +246,7 @@ func TestRegisterFailsMidChunk(t *testing.T) {
 			}
 			var oom *OutOfMemoryError
 			if code == cudadrv.ErrorOutOfMemory {
-				if !errors.As(err, &oom) || !errors.Is(err, ErrOutOfMemory) || oom.Requested != 8<<20 || oom.Limit != Budget() {
+				if !errors.As(err, &oom) || !errors.Is(err, cuda.ErrOutOfMemory) || oom.Requested != 8<<20 || oom.Limit != Budget() {
 					t.Errorf("want *OutOfMemoryError with figures, got %#v", err)
 				}
 			} else if errors.As(err, &oom) {
@@ -338,11 +339,11 @@ func TestRegisterSplitsOnCap(t *testing.T) {
 		{name: "second chunk refused", chunk: 4 << 20, size: 10 << 20, faults: map[int]cudadrv.Result{2: cudadrv.ErrorInvalidValue},
 			calls: 8, wantSegs: []int{4 * mib, mib, mib, mib, mib, mib, mib}},
 		{name: "not permitted", chunk: 4 << 20, size: 10 << 20, faults: map[int]cudadrv.Result{1: cudadrv.ErrorNotPermitted},
-			wantErr: ErrNotSupported, calls: 1},
+			wantErr: cuda.ErrNotSupported, calls: 1},
 		{name: "piece refused", chunk: 4 << 20, size: 10 << 20, faults: map[int]cudadrv.Result{1: cudadrv.ErrorInvalidValue, 4: cudadrv.ErrorOutOfMemory},
-			wantErr: ErrOutOfMemory, calls: 4, unregs: 2},
+			wantErr: cuda.ErrOutOfMemory, calls: 4, unregs: 2},
 		{name: "small chunk", chunk: 2 << 20, size: 10 << 20, faults: map[int]cudadrv.Result{2: cudadrv.ErrorInvalidValue},
-			wantErr: ErrInvalidValue, calls: 2, unregs: 1},
+			wantErr: cuda.ErrInvalidValue, calls: 2, unregs: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := useFake(t, fakedrv.Options{})
@@ -406,29 +407,29 @@ func TestBadInput(t *testing.T) {
 		call func() error
 		want error
 	}{
-		{"size 0", func() error { _, err := Alloc(0, 0); return err }, ErrInvalidValue},
-		{"negative size", func() error { _, err := Alloc(-1, 0); return err }, ErrInvalidValue},
-		{"absurd size", func() error { _, err := Alloc(1<<49, 0); return err }, ErrInvalidValue},
+		{"size 0", func() error { _, err := Alloc(0, 0); return err }, cuda.ErrInvalidValue},
+		{"negative size", func() error { _, err := Alloc(-1, 0); return err }, cuda.ErrInvalidValue},
+		{"absurd size", func() error { _, err := Alloc(1<<49, 0); return err }, cuda.ErrInvalidValue},
 		{"over budget", func() error { _, err := Alloc(32<<20, 0); return err }, ErrBudget},
-		{"unknown flags", func() error { _, err := Alloc(4096, 1<<9); return err }, ErrInvalidValue},
-		{"write-combined read-only", func() error { _, err := Alloc(4096, WriteCombined|ReadOnly); return err }, ErrInvalidValue},
-		{"read-only hostalloc", func() error { _, err := Alloc(4096, ReadOnly, WithMethod(MethodHostAlloc)); return err }, ErrInvalidValue},
+		{"unknown flags", func() error { _, err := Alloc(4096, 1<<9); return err }, cuda.ErrInvalidValue},
+		{"write-combined read-only", func() error { _, err := Alloc(4096, WriteCombined|ReadOnly); return err }, cuda.ErrInvalidValue},
+		{"read-only hostalloc", func() error { _, err := Alloc(4096, ReadOnly, WithMethod(MethodHostAlloc)); return err }, cuda.ErrInvalidValue},
 		{"write-combined mmap", func() error {
 			_, err := Alloc(4096, WriteCombined, WithMethod(MethodMmapRegister))
 			return err
-		}, ErrInvalidValue},
-		{"unknown method", func() error { _, err := Alloc(4096, 0, WithMethod(9)); return err }, ErrInvalidValue},
-		{"register empty", func() error { _, err := Register(nil, 0); return err }, ErrInvalidValue},
-		{"register write-combined", func() error { _, err := Register(make([]byte, 4096), WriteCombined); return err }, ErrInvalidValue},
-		{"register twice", func() error { _, err := Register(mem, 0); return err }, ErrAlreadyRegistered},
-		{"register overlapping", func() error { _, err := Register(mem[4096:8192], 0); return err }, ErrAlreadyRegistered},
-		{"register pinned memory", func() error { _, err := Register(good.Bytes()[100:200], 0); return err }, ErrAlreadyRegistered},
+		}, cuda.ErrInvalidValue},
+		{"unknown method", func() error { _, err := Alloc(4096, 0, WithMethod(9)); return err }, cuda.ErrInvalidValue},
+		{"register empty", func() error { _, err := Register(nil, 0); return err }, cuda.ErrInvalidValue},
+		{"register write-combined", func() error { _, err := Register(make([]byte, 4096), WriteCombined); return err }, cuda.ErrInvalidValue},
+		{"register twice", func() error { _, err := Register(mem, 0); return err }, cuda.ErrAlreadyRegistered},
+		{"register overlapping", func() error { _, err := Register(mem[4096:8192], 0); return err }, cuda.ErrAlreadyRegistered},
+		{"register pinned memory", func() error { _, err := Register(good.Bytes()[100:200], 0); return err }, cuda.ErrAlreadyRegistered},
 		{"device pointer of unmapped", func() error { _, err := good.DevicePtr(); return err }, ErrNotMapped},
 		{"double free", freed.Free, ErrFreed},
 		{"device pointer after free", func() error { _, err := freed.DevicePtr(); return err }, ErrFreed},
 		{"view after free", func() error { _, err := View[uint32](freed); return err }, ErrFreed},
-		{"query after free", func() error { _, err := QueryPointer(freed, nil); return err }, ErrFreed},
-		{"free nil", (*Buffer)(nil).Free, ErrInvalidValue},
+		{"query after free", func() error { _, err := queryPointer(freed, nil); return err }, ErrFreed},
+		{"free nil", (*Buffer)(nil).Free, cuda.ErrInvalidValue},
 	} {
 		err := tc.call()
 		if !errors.Is(err, tc.want) {
@@ -437,11 +438,36 @@ func TestBadInput(t *testing.T) {
 			t.Logf("%s: %v", tc.name, err)
 		}
 	}
+	for _, tc := range []struct {
+		option string
+		call   func() error
+	}{
+		{"WithThreads(-1)", func() error { _, err := Alloc(8<<20, 0, WithThreads(-1)); return err }},
+		{"WithThreads(0)", func() error { _, err := Alloc(4096, 0, WithThreads(0)); return err }},
+		{"WithThreads(-1)", func() error { _, err := Register(make([]byte, 4096), 0, WithThreads(-1)); return err }},
+		{"WithNUMANode(-7)", func() error { _, err := Alloc(8<<20, 0, WithNUMANode(-7)); return err }},
+		{"WithDevice(nil)", func() error { _, err := Alloc(4096, 0, WithDevice(nil)); return err }},
+		{"WithMethod(method(9))", func() error { _, err := Alloc(4096, 0, WithMethod(9)); return err }},
+		{"WithMethod(method(9))", func() error { _, err := Register(make([]byte, 4096), 0, WithMethod(9)); return err }},
+	} {
+		err := tc.call()
+		if !errors.Is(err, cuda.ErrInvalidValue) || !strings.Contains(fmt.Sprint(err), tc.option) {
+			t.Errorf("%s: got %v, want ErrInvalidValue naming the option", tc.option, err)
+		}
+	}
 	if got := pinCalls(d); got != calls {
 		t.Errorf("bad input reached the driver: %d pin calls, want %d", got, calls)
 	}
 	if freed.Bytes() != nil || freed.Len() != 0 {
 		t.Error("freed buffer still has bytes")
+	}
+	for _, ok := range []Option{WithThreads(1), WithNUMANode(NUMANone), WithNUMANode(NUMAAuto), WithNUMANode(3), nil} {
+		b, err := Alloc(4096, 0, ok)
+		if err != nil {
+			t.Errorf("a valid option: %v", err)
+			continue
+		}
+		mustFree(t, b)
 	}
 	mustFree(t, reg)
 	mustFree(t, good)
@@ -453,20 +479,20 @@ func TestDeviceContradictions(t *testing.T) {
 	}
 	t.Run("no mapping", func(t *testing.T) {
 		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrCanMapHostMemory: 0}))
-		if _, err := Alloc(4096, Mapped); !errors.Is(err, ErrNotSupported) {
+		if _, err := Alloc(4096, Mapped); !errors.Is(err, cuda.ErrNotSupported) {
 			t.Errorf("Mapped: %v", err)
 		}
-		if _, err := Register(make([]byte, 8192), Mapped); !errors.Is(err, ErrNotSupported) {
+		if _, err := Register(make([]byte, 8192), Mapped); !errors.Is(err, cuda.ErrNotSupported) {
 			t.Errorf("Register Mapped: %v", err)
 		}
 	})
 	t.Run("no registration", func(t *testing.T) {
 		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrHostRegisterSupported: 0}))
 		_, err := Register(make([]byte, 8192), 0)
-		if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "HostRegisterSupported=0") {
+		if !errors.Is(err, cuda.ErrNotSupported) || !strings.Contains(err.Error(), "HostRegisterSupported=0") {
 			t.Errorf("Register: %v", err)
 		}
-		if _, err := Alloc(8<<20, 0, WithMethod(MethodMmapRegister)); !errors.Is(err, ErrNotSupported) {
+		if _, err := Alloc(8<<20, 0, WithMethod(MethodMmapRegister)); !errors.Is(err, cuda.ErrNotSupported) {
 			t.Errorf("MethodMmapRegister: %v", err)
 		}
 		b, err := Alloc(8<<20, 0)
@@ -480,7 +506,7 @@ func TestDeviceContradictions(t *testing.T) {
 	})
 	t.Run("no read-only", func(t *testing.T) {
 		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrReadOnlyHostRegisterSupported: 0}))
-		if _, err := Alloc(8<<20, ReadOnly); !errors.Is(err, ErrNotSupported) {
+		if _, err := Alloc(8<<20, ReadOnly); !errors.Is(err, cuda.ErrNotSupported) {
 			t.Errorf("ReadOnly: %v", err)
 		}
 	})
@@ -527,13 +553,13 @@ func TestRegisterGoSlice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := View[uint64](b); !errors.Is(err, ErrInvalidValue) {
+	if _, err := View[uint64](b); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("View of a misaligned slice: %v", err)
 	}
 	mustFree(t, b)
 }
 
-// Memory registered by other code is the driver's 712, still ErrAlreadyRegistered.
+// Memory registered by other code is the driver's 712, still cuda.ErrAlreadyRegistered.
 func TestRegisterDriverAlreadyRegistered(t *testing.T) {
 	d := useFake(t, fakedrv.Options{})
 	mem := make([]byte, 64<<10)
@@ -546,7 +572,7 @@ func TestRegisterDriverAlreadyRegistered(t *testing.T) {
 	defer d.MemHostUnregister(unsafe.Pointer(&mem[0]))
 	_, err := Register(mem, 0)
 	var de *cudadrv.Error
-	if !errors.Is(err, ErrAlreadyRegistered) || !errors.As(err, &de) || de.Code != cudadrv.ErrorHostMemoryAlreadyRegistered {
+	if !errors.Is(err, cuda.ErrAlreadyRegistered) || !errors.As(err, &de) || de.Code != cudadrv.ErrorHostMemoryAlreadyRegistered {
 		t.Errorf("got %v, want the driver's 712", err)
 	}
 }
@@ -648,7 +674,7 @@ func TestDriverOutOfMemory(t *testing.T) {
 	SetBudget(1 << 30)
 	_, err := Alloc(2<<20, 0, WithMethod(MethodHostAlloc))
 	var oom *OutOfMemoryError
-	if !errors.As(err, &oom) || !errors.Is(err, ErrOutOfMemory) || errors.Is(err, ErrBudget) {
+	if !errors.As(err, &oom) || !errors.Is(err, cuda.ErrOutOfMemory) || errors.Is(err, ErrBudget) {
 		t.Fatalf("got %v", err)
 	}
 	if oom.Requested != 2<<20 || oom.Limit != 1<<30 || oom.Op != "cuMemHostAlloc" {
@@ -718,8 +744,8 @@ func TestParseBudget(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", "0", "-5", "abc", "5X", "0%", "101%", "-1%", "%", "1e30", "NaN", "0.1"} {
-		if got, err := ParseBudget(in, phys); !errors.Is(err, ErrInvalidValue) {
-			t.Errorf("ParseBudget(%q) = %d, %v; want ErrInvalidValue", in, got, err)
+		if got, err := ParseBudget(in, phys); !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("ParseBudget(%q) = %d, %v; want cuda.ErrInvalidValue", in, got, err)
 		}
 	}
 }
@@ -747,7 +773,7 @@ func TestDefaultBudget(t *testing.T) {
 	if got, err := defaultBudget(""); err != nil || got != 1<<63-1 {
 		t.Errorf("without physical memory: %d, %v", got, err)
 	}
-	if _, err := defaultBudget("10%"); !errors.Is(err, ErrInvalidValue) {
+	if _, err := defaultBudget("10%"); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("percentage without physical memory: %v", err)
 	}
 }
@@ -765,7 +791,7 @@ func TestSetBudgetEnv(t *testing.T) {
 	}
 	t.Setenv(EnvBudget, "nonsense")
 	SetBudget(-1)
-	if _, err := Alloc(4096, 0); !errors.Is(err, ErrInvalidValue) || !strings.Contains(err.Error(), EnvBudget) {
+	if _, err := Alloc(4096, 0); !errors.Is(err, cuda.ErrInvalidValue) || !strings.Contains(err.Error(), EnvBudget) {
 		t.Errorf("with a malformed %s: %v", EnvBudget, err)
 	}
 	t.Setenv(EnvBudget, "")
@@ -824,16 +850,6 @@ func TestLedger(t *testing.T) {
 		}
 	}
 	t.Logf("\n%s", table)
-	var pub struct {
-		Pinned Usage            `json:"pinned"`
-		ByKind map[string]Usage `json:"by_kind"`
-	}
-	if err := json.Unmarshal([]byte(expvar.Get("pinmem").String()), &pub); err != nil {
-		t.Fatal(err)
-	}
-	if pub.Pinned != s.Pinned || pub.ByKind["mmap-registered"] != s.ByKind[KindMmapRegistered] {
-		t.Errorf("expvar: %+v", pub)
-	}
 	for _, x := range []*Buffer{a, b, c} {
 		mustFree(t, x)
 	}
@@ -841,22 +857,12 @@ func TestLedger(t *testing.T) {
 	if e.Frees != base.Frees+3 || e.UnpinTime <= base.UnpinTime || e.PeakBytes < s.Pinned.Bytes {
 		t.Errorf("after frees: %+v", e)
 	}
-	rep := HostStats()
-	t.Logf("\n%s", rep)
-	if !strings.Contains(rep.String(), "Mlocked") && rep.Host.Memory != nil {
-		t.Error("host report lacks Mlocked")
-	}
 }
 
 func TestDroppedBuffer(t *testing.T) {
 	useFake(t, fakedrv.Options{})
-	var mu sync.Mutex
-	var logs []string
-	prev := SetLogger(func(format string, args ...any) {
-		mu.Lock()
-		logs = append(logs, fmt.Sprintf(format, args...))
-		mu.Unlock()
-	})
+	var out syncBuffer
+	prev := SetLogger(slog.New(slog.NewTextHandler(&out, nil)))
 	defer SetLogger(prev)
 	before := Stats().Dropped
 	func() {
@@ -877,11 +883,11 @@ func TestDroppedBuffer(t *testing.T) {
 	if Stats().Pinned.Bytes == 0 {
 		t.Error("a dropped buffer must stay pinned")
 	}
-	mu.Lock()
-	if len(logs) != 1 || !strings.Contains(logs[0], "without Free") || !strings.Contains(logs[0], "allocated at") {
+	logs := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(logs) != 1 || !strings.Contains(logs[0], "level=WARN") || !strings.Contains(logs[0], "without Free") ||
+		!strings.Contains(logs[0], "allocated_at=") || !strings.Contains(logs[0], "bytes=4096") {
 		t.Errorf("logs: %q", logs)
 	}
-	mu.Unlock()
 	if err := freeDropped(); err != nil {
 		t.Fatal(err)
 	}
@@ -897,6 +903,45 @@ func TestDroppedBuffer(t *testing.T) {
 	runtime.GC()
 	if Stats().Dropped != before+1 {
 		t.Error("a freed buffer was counted as dropped")
+	}
+	if n := len(strings.Split(strings.TrimSpace(out.String()), "\n")); n != 1 {
+		t.Errorf("%d reports, want 1", n)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the cleanup goroutine's writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestDroppedOwners checks that owners counted by package track appear in
+// Stats, and that the default logger is silent.
+func TestDroppedOwners(t *testing.T) {
+	if l := SetLogger(nil); l != nil {
+		SetLogger(l)
+		t.Fatalf("default logger %v, want nil (silent)", l)
+	}
+	before := Stats().DroppedOwners["copier"]
+	track.Dropped("copier")
+	s := Stats()
+	if got := s.DroppedOwners["copier"]; got != before+1 {
+		t.Errorf("DroppedOwners[copier] = %d, want %d", got, before+1)
+	}
+	if !strings.Contains(s.String(), "dropped without Close: copier") {
+		t.Errorf("table lacks the dropped owners:\n%s", s)
 	}
 }
 
@@ -922,16 +967,16 @@ func TestView(t *testing.T) {
 	if v, err := View[pair](b); err != nil || len(v) != 256 {
 		t.Errorf("View[pair]: %d %v", len(v), err)
 	}
-	if _, err := View[[3]byte](b); !errors.Is(err, ErrInvalidValue) {
+	if _, err := View[[3]byte](b); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("size that does not divide: %v", err)
 	}
-	if _, err := View[*int](b); !errors.Is(err, ErrInvalidValue) {
+	if _, err := View[*int](b); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("pointer type: %v", err)
 	}
-	if _, err := View[struct{ S string }](b); !errors.Is(err, ErrInvalidValue) {
+	if _, err := View[struct{ S string }](b); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("string field: %v", err)
 	}
-	if _, err := View[struct{}](b); !errors.Is(err, ErrInvalidValue) {
+	if _, err := View[struct{}](b); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("zero size: %v", err)
 	}
 }
@@ -943,7 +988,7 @@ func TestQueryPointerFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mustFree(t, b)
-	info, err := QueryPointer(b, nil)
+	info, err := queryPointer(b, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -960,7 +1005,7 @@ func TestFlagsString(t *testing.T) {
 			t.Errorf("ParseFlags(%q) = %v, %v", f.String(), g, err)
 		}
 	}
-	if _, err := ParseFlags("pinned"); !errors.Is(err, ErrInvalidValue) {
+	if _, err := ParseFlags("pinned"); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Error(err)
 	}
 	if Flags(1<<6).String() != "0x40" || Kind(9).String() != "kind(9)" || MethodMmapRegister.String() != "mmap-register" {
@@ -988,15 +1033,11 @@ func TestTouch(t *testing.T) {
 		{70 << 20, 6, true},
 		{0, 4, true},
 	} {
-		unit := []uintptr{0, hugePageSize, 64 << 20}[tc.threads%3] // every claim size is exercised
-		prev := touchUnit
-		touchUnit = unit
 		mem := make([]byte, tc.length)
 		for i := range mem {
 			mem[i] = 0xff
 		}
 		touch(hostptr.PtrOf(mem), tc.length, tc.threads, tc.huge)
-		touchUnit = prev
 		full := tc.length / hugePageSize * hugePageSize
 		for i := uintptr(0); i < tc.length; i++ {
 			want := byte(0xff)

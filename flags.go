@@ -24,9 +24,9 @@ const (
 	allFlags = Portable | Mapped | WriteCombined | ReadOnly
 )
 
-// NumFlagCombinations is the number of distinct Flags values (every
-// combination of the four flags), the size of LedgerStats.ByFlags' domain.
-const NumFlagCombinations = int(allFlags) + 1
+// numFlagCombinations is the number of distinct Flags values (every
+// combination of the four flags).
+const numFlagCombinations = int(allFlags) + 1
 
 var flagNames = []struct {
 	f    Flags
@@ -70,7 +70,7 @@ outer:
 				continue outer
 			}
 		}
-		return 0, fmt.Errorf("pinmem: unknown flag %q in %q: %w", p, s, ErrInvalidValue)
+		return 0, fmt.Errorf("pinmem: unknown flag %q in %q: %w", p, s, cuda.ErrInvalidValue)
 	}
 	return f, nil
 }
@@ -161,34 +161,37 @@ func (m Method) String() string {
 }
 
 // AutoMmapThreshold is the size from which MethodAuto maps and registers
-// memory itself instead of calling cuMemHostAlloc. Measured on an H200
-// (BenchmarkPinThreshold, pin + free, medians of interleaved samples,
-// docs/PERF.md runs 9 and 10): mmap + register took 0.15x the time of
-// cuMemHostAlloc at 4 KiB, 0.25x at 256 KiB, 0.30x at 4 MiB and 0.23x at
-// 32 MiB (cuMemHostAlloc has a fixed cost of about 1.3 ms). It stops at
-// 256 KiB anyway: below that every buffer would be a mapping (a VMA) and a
+// memory itself instead of calling cuMemHostAlloc. Mapping and registering
+// is faster than cuMemHostAlloc at every size (cuMemHostAlloc has a fixed
+// cost of about a millisecond; BenchmarkPinThreshold compares the two), but
+// below this size every buffer would be a mapping (a VMA) and a
 // registration of its own, and small buffers belong in a pool's slabs.
 // Mappings under 2 MiB are rounded to the page, not to a huge page.
 const AutoMmapThreshold = 256 << 10
 
-// options are Alloc's and Register's settings.
+// options are Alloc's and Register's settings, as the options set them;
+// validate checks them.
 type options struct {
 	dev     *cuda.Device
+	devSet  bool // WithDevice was given
 	method  Method
 	huge    *bool
-	threads int
+	threads int // 0: not given (runtime.NumCPU())
+	thrSet  bool
 	numa    numaOptions // NUMA placement of pinmem's own mappings (numa.go)
 }
 
-// Option sets an option of Alloc or Register.
+// Option sets an option of Alloc or Register. Options only record their
+// values: Alloc and Register check them and return an error matching
+// cuda.ErrInvalidValue that names the option with a bad value.
 type Option func(*options)
 
 // WithDevice pins the memory for device d (its primary context). The
-// default is device 0.
-func WithDevice(d *cuda.Device) Option { return func(o *options) { o.dev = d } }
+// default is device 0; a nil d is an error.
+func WithDevice(d *cuda.Device) Option { return func(o *options) { o.dev, o.devSet = d, true } }
 
-// WithMethod chooses how Alloc obtains the memory (default MethodAuto).
-// Register ignores it.
+// WithMethod chooses how Alloc obtains the memory (default MethodAuto); a
+// Method other than the constants is an error. Register ignores it.
 func WithMethod(m Method) Option { return func(o *options) { o.method = m } }
 
 // WithHugePages turns transparent huge pages for pinmem's own mappings on
@@ -198,18 +201,44 @@ func WithMethod(m Method) Option { return func(o *options) { o.method = m } }
 func WithHugePages(on bool) Option { return func(o *options) { o.huge = &on } }
 
 // WithThreads sets how many goroutines fault in the pages of a mapping
-// before it is registered. The default is runtime.NumCPU().
-func WithThreads(n int) Option { return func(o *options) { o.threads = n } }
+// before it is registered: at least 1. The default is runtime.NumCPU().
+func WithThreads(n int) Option { return func(o *options) { o.threads, o.thrSet = n, true } }
 
-func buildOptions(opts []Option) options {
+// maxThreads bounds WithThreads: more goroutines than this only cost.
+const maxThreads = 1 << 16
+
+// buildOptions applies opts and validates the result.
+func buildOptions(opts []Option) (options, error) {
 	var o options
 	for _, fn := range opts {
 		if fn != nil {
 			fn(&o)
 		}
 	}
-	if o.threads <= 0 {
+	if err := o.validate(); err != nil {
+		return options{}, err
+	}
+	if !o.thrSet {
 		o.threads = runtime.NumCPU()
 	}
-	return o
+	return o, nil
+}
+
+func (o *options) validate() error {
+	bad := func(opt string, v any, why string) error {
+		return fmt.Errorf("pinmem: option %s(%v): %s: %w", opt, v, why, cuda.ErrInvalidValue)
+	}
+	if o.devSet && o.dev == nil {
+		return bad("WithDevice", "nil", "no device")
+	}
+	if o.method > MethodMmapRegister {
+		return bad("WithMethod", o.method, "unknown method")
+	}
+	if o.thrSet && (o.threads < 1 || o.threads > maxThreads) {
+		return bad("WithThreads", o.threads, fmt.Sprintf("want 1..%d goroutines", maxThreads))
+	}
+	if o.numa.set && o.numa.node < 0 && o.numa.node != NUMAAuto && o.numa.node != NUMANone {
+		return bad("WithNUMANode", o.numa.node, "want a node number, NUMAAuto or NUMANone")
+	}
+	return nil
 }

@@ -118,7 +118,7 @@ func TestGPUFlagRoundTrip(t *testing.T) {
 			}
 			t.Run(fmt.Sprintf("%s/%s", m, f), func(t *testing.T) {
 				b, err := Alloc(size, f, WithMethod(m))
-				if errors.Is(err, ErrNotSupported) {
+				if errors.Is(err, cuda.ErrNotSupported) {
 					testutil.SkipFeature(t, err.Error())
 				}
 				must(t, err)
@@ -253,7 +253,7 @@ func TestGPURegisteredSpeed(t *testing.T) {
 // A buffer registered in several chunks (the chunk size forced down to 32
 // MiB) is copied per segment at pinned speed; one copy whose host range
 // spans two segments is refused by the driver with a typed error
-// (CUDA_ERROR_INVALID_VALUE, matching ErrInvalidValue, on driver 580), and
+// (CUDA_ERROR_INVALID_VALUE, matching cuda.ErrInvalidValue, on driver 580), and
 // the stream still works afterwards. This is the contract Buffer.Segments
 // documents.
 func TestGPUCopySpanningChunks(t *testing.T) {
@@ -348,8 +348,8 @@ func TestGPUCopySpanningChunks(t *testing.T) {
 			t.Logf("%s copy spanning two segments: accepted by this driver", dir)
 		case err == nil:
 			t.Errorf("%s copy spanning two segments succeeded: this driver accepts it (driver 580 refuses it); Buffer.Segments' doc must say so", dir)
-		case !errors.Is(err, ErrInvalidValue) || !errors.As(err, &ce):
-			t.Errorf("%s copy spanning two segments: %v (%T), want a *cuda.Error matching ErrInvalidValue", dir, err, err)
+		case !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &ce):
+			t.Errorf("%s copy spanning two segments: %v (%T), want a *cuda.Error matching cuda.ErrInvalidValue", dir, err, err)
 		default:
 			t.Logf("%s copy spanning two segments: %v (code %d)", dir, err, int32(ce.Code))
 		}
@@ -418,15 +418,15 @@ func TestGPUBadInput(t *testing.T) {
 		call func() error
 		want error
 	}{
-		{"size 0", func() error { _, err := Alloc(0, 0); return err }, ErrInvalidValue},
-		{"negative", func() error { _, err := Alloc(-4096, 0); return err }, ErrInvalidValue},
-		{"absurd", func() error { _, err := Alloc(1<<50, 0); return err }, ErrInvalidValue},
+		{"size 0", func() error { _, err := Alloc(0, 0); return err }, cuda.ErrInvalidValue},
+		{"negative", func() error { _, err := Alloc(-4096, 0); return err }, cuda.ErrInvalidValue},
+		{"absurd", func() error { _, err := Alloc(1<<50, 0); return err }, cuda.ErrInvalidValue},
 		{"over budget", func() error { _, err := Alloc(128<<20, 0); return err }, ErrBudget},
-		{"contradicting flags", func() error { _, err := Alloc(4096, WriteCombined|ReadOnly); return err }, ErrInvalidValue},
+		{"contradicting flags", func() error { _, err := Alloc(4096, WriteCombined|ReadOnly); return err }, cuda.ErrInvalidValue},
 		{"unmapped device pointer", func() error { _, err := b.DevicePtr(); return err }, ErrNotMapped},
 		{"double free", f.Free, ErrFreed},
-		{"register twice", func() error { _, err := Register(mem, 0); return err }, ErrAlreadyRegistered},
-		{"register overlapping", func() error { _, err := Register(mem[1<<20:], Portable); return err }, ErrAlreadyRegistered},
+		{"register twice", func() error { _, err := Register(mem, 0); return err }, cuda.ErrAlreadyRegistered},
+		{"register overlapping", func() error { _, err := Register(mem[1<<20:], Portable); return err }, cuda.ErrAlreadyRegistered},
 		{"use after free", func() error { _, err := View[byte](f); return err }, ErrFreed},
 	}
 	if !g.props.ReadOnlyHostRegisterSupported {
@@ -434,14 +434,14 @@ func TestGPUBadInput(t *testing.T) {
 			name string
 			call func() error
 			want error
-		}{"read-only unsupported", func() error { _, err := Alloc(8<<20, ReadOnly); return err }, ErrNotSupported})
+		}{"read-only unsupported", func() error { _, err := Alloc(8<<20, ReadOnly); return err }, cuda.ErrNotSupported})
 	}
 	if !g.props.CanMapHostMemory {
 		cases = append(cases, struct {
 			name string
 			call func() error
 			want error
-		}{"mapped unsupported", func() error { _, err := Alloc(4096, Mapped); return err }, ErrNotSupported})
+		}{"mapped unsupported", func() error { _, err := Alloc(4096, Mapped); return err }, cuda.ErrNotSupported})
 	}
 	for _, c := range cases {
 		if err := c.call(); !errors.Is(err, c.want) {
@@ -498,8 +498,8 @@ func TestGPUPortable(t *testing.T) {
 				must(t, d2.ReadAsync(s2, 0, b.Bytes()))
 				must(t, s2.Synchronize())
 				testutil.CheckBytes(t, data, b.Bytes())
-				in1, err1 := QueryPointer(b, g.ctx)
-				in2, err2 := QueryPointer(b, ctx2)
+				in1, err1 := queryPointer(b, g.ctx)
+				in2, err2 := queryPointer(b, ctx2)
 				t.Logf("H2D from the second context: %.1f GB/s", gbps(size, h2d))
 				t.Logf("primary context: %+v (%v)", in1, err1)
 				t.Logf("second context:  %+v (%v)", in2, err2)

@@ -1,7 +1,6 @@
 package pinmem
 
 import (
-	"expvar"
 	"fmt"
 	"sort"
 	"strings"
@@ -9,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/pinmem/pinmem/internal/sysinfo"
+	"github.com/pinmem/pinmem/internal/track"
 )
 
 // Usage is an amount of pinned memory: bytes and the buffers holding them.
@@ -41,9 +40,16 @@ type LedgerStats struct {
 	Failures int64 `json:"failures"`
 	// BudgetRejections counts requests refused because of the budget.
 	BudgetRejections int64 `json:"budget_rejections"`
-	// Dropped counts buffers that became unreachable without Free. Their
-	// memory stays pinned and counted in Pinned.
+	// Dropped counts buffers that became unreachable without a successful
+	// Free, and pins that failed and could not be undone (the driver
+	// refused to unregister part of them). Their memory stays pinned and
+	// counted in Pinned.
 	Dropped int64 `json:"dropped"`
+	// DroppedOwners counts, by kind ("copier", "pipeline", "multi",
+	// "pool"), owners of driver resources that became unreachable without
+	// Close (their resources were released by the garbage collector). Only
+	// kinds with a drop are present.
+	DroppedOwners map[string]int64 `json:"dropped_owners,omitempty"`
 	// PinTime is the total time spent pinning (successful calls), and
 	// LastPinTime that of the latest one.
 	PinTime     time.Duration `json:"pin_ns"`
@@ -60,7 +66,7 @@ type LedgerStats struct {
 var ledger struct {
 	mu         sync.Mutex
 	byKind     [numKinds]Usage
-	byFlags    [NumFlagCombinations]Usage
+	byFlags    [numFlagCombinations]Usage
 	peak       int64
 	allocs     int64
 	frees      int64
@@ -92,12 +98,33 @@ func ledgerAdd(k Kind, f Flags, n int64, d time.Duration) {
 	l.mu.Unlock()
 }
 
-func ledgerRemove(k Kind, f Flags, n int64, d time.Duration) {
+// ledgerOrphan counts n bytes still pinned by the driver after a failed
+// pin could not be undone (see keepOrphan), as one buffer.
+func ledgerOrphan(k Kind, f Flags, n int64) {
+	l := &ledger
+	l.mu.Lock()
+	l.byKind[k].Bytes += n
+	l.byKind[k].Buffers++
+	l.byFlags[f&allFlags].Bytes += n
+	l.byFlags[f&allFlags].Buffers++
+	l.mu.Unlock()
+}
+
+// ledgerUnpinned credits n bytes of a buffer that the driver released.
+func ledgerUnpinned(k Kind, f Flags, n int64) {
 	l := &ledger
 	l.mu.Lock()
 	l.byKind[k].Bytes -= n
-	l.byKind[k].Buffers--
 	l.byFlags[f&allFlags].Bytes -= n
+	l.mu.Unlock()
+}
+
+// ledgerReleased counts a buffer whose release has completed (its bytes
+// were credited by ledgerUnpinned).
+func ledgerReleased(k Kind, f Flags, d time.Duration) {
+	l := &ledger
+	l.mu.Lock()
+	l.byKind[k].Buffers--
 	l.byFlags[f&allFlags].Buffers--
 	l.frees++
 	l.unpin += d
@@ -145,6 +172,9 @@ func Stats() LedgerStats {
 	l.mu.Unlock()
 	s.Budget = Budget()
 	s.Reserved = reserved.Load()
+	if owners := track.DroppedCounts(); len(owners) > 0 {
+		s.DroppedOwners = owners
+	}
 	return s
 }
 
@@ -171,62 +201,18 @@ func (s LedgerStats) String() string {
 	fmt.Fprintf(&b, "peak %s; budget %s (reserved %s)\n", fmtBytes(s.PeakBytes), fmtBytes(s.Budget), fmtBytes(s.Reserved))
 	fmt.Fprintf(&b, "allocs %d (%s), frees %d, failures %d, budget rejections %d, dropped without Free %d\n",
 		s.Allocs, fmtBytes(s.AllocBytes), s.Frees, s.Failures, s.BudgetRejections, s.Dropped)
+	if len(s.DroppedOwners) > 0 {
+		kinds := make([]string, 0, len(s.DroppedOwners))
+		for k := range s.DroppedOwners {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		b.WriteString("dropped without Close:")
+		for _, k := range kinds {
+			fmt.Fprintf(&b, " %s %d", k, s.DroppedOwners[k])
+		}
+		b.WriteString("\n")
+	}
 	fmt.Fprintf(&b, "time pinning %v (last %v), unpinning %v (last %v)\n", s.PinTime, s.LastPinTime, s.UnpinTime, s.LastUnpinTime)
 	return b.String()
-}
-
-// HostReport is the ledger beside what the host itself reports.
-type HostReport struct {
-	// Ledger is what pinmem pinned.
-	Ledger LedgerStats `json:"ledger"`
-	// Host is the sysinfo snapshot taken at the same time: MemTotal,
-	// MemAvailable, Shmem, Mlocked, RssShmem, VmLck, RLIMIT_MEMLOCK, the
-	// cgroup limit and more.
-	Host sysinfo.Info `json:"host"`
-}
-
-// HostStats returns the ledger and a sysinfo snapshot side by side.
-func HostStats() HostReport {
-	return HostReport{Ledger: Stats(), Host: sysinfo.Snapshot()}
-}
-
-// String formats the ledger and the host figures that matter for pinned memory.
-func (r HostReport) String() string {
-	var b strings.Builder
-	b.WriteString(r.Ledger.String())
-	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	row := func(name string, v uint64, known bool, note string) {
-		if known {
-			fmt.Fprintf(w, "%s\t%d\t%s\n", name, v, note)
-		} else {
-			fmt.Fprintf(w, "%s\tunknown\t%s\n", name, note)
-		}
-	}
-	fmt.Fprintf(w, "host\tbytes\t\n")
-	m, p := r.Host.Memory, r.Host.Process
-	row("PhysicalMemory", r.Host.PhysicalMemory, r.Host.PhysicalMemory > 0, "min(MemTotal, cgroup limit): the budget's base")
-	if m != nil {
-		row("MemTotal", m.MemTotal, true, "")
-		row("MemAvailable", m.MemAvailable, true, "drops for every kind of pinned memory")
-		row("Shmem", m.Shmem, true, "includes cuMemHostAlloc memory")
-		row("Mlocked", m.Mlocked, true, "does NOT include CUDA pinned memory")
-	}
-	if p != nil {
-		row("RssShmem", p.RssShmem, true, "includes this process's cuMemHostAlloc memory")
-		row("VmLck", p.VmLck, true, "does NOT include CUDA pinned memory")
-	}
-	if r.Host.Memlock != nil {
-		fmt.Fprintf(w, "RLIMIT_MEMLOCK\t%v\t%s\n", r.Host.Memlock.Soft, "does not bound CUDA pinned memory")
-	}
-	if r.Host.Cgroup != nil {
-		fmt.Fprintf(w, "cgroup limit\t%v\t%s\n", r.Host.Cgroup.Limit, "pinned memory is charged here")
-	}
-	w.Flush()
-	return b.String()
-}
-
-func init() {
-	if expvar.Get("pinmem") == nil {
-		expvar.Publish("pinmem", expvar.Func(func() any { return Stats() }))
-	}
 }

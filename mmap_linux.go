@@ -3,6 +3,7 @@
 package pinmem
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -66,4 +67,4 @@ func unmapAnon(p hostptr.Ptr, length uintptr) error {
 }
 
 // isENOMEM reports whether err is the system's out-of-memory error.
-func isENOMEM(err error) bool { return errorsIs(err, unix.ENOMEM) }
+func isENOMEM(err error) bool { return errors.Is(err, unix.ENOMEM) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
@@ -15,7 +16,7 @@ var liveMappings atomic.Int64
 const mmapSupported = false
 
 func mapAnon(length uintptr, huge bool) (hostptr.Ptr, bool, error) {
-	return nil, false, fmt.Errorf("pinmem: mapping memory for registration is implemented only on Linux: %w", ErrNotSupported)
+	return nil, false, fmt.Errorf("pinmem: mapping memory for registration is implemented only on Linux: %w", cuda.ErrNotSupported)
 }
 
 func unmapAnon(p hostptr.Ptr, length uintptr) error { return nil }

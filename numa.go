@@ -7,6 +7,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/numaplan"
 	"github.com/pinmem/pinmem/internal/sysinfo"
 )
 
@@ -59,9 +60,9 @@ func (n numaOptions) requested() int {
 
 // WithNUMANode places pinmem's own mappings on NUMA node n (a node number,
 // NUMAAuto or NUMANone). It has no effect on cuMemHostAlloc memory, whose
-// placement the driver decides, nor on Register. A node the host does not
-// have is not an error: the buffer is allocated unplaced and
-// Buffer.Placement says why.
+// placement the driver decides, nor on Register. A negative n other than
+// NUMAAuto and NUMANone is an error of Alloc; a node the host does not have
+// is not: the buffer is allocated unplaced and Buffer.Placement says why.
 func WithNUMANode(n int) Option {
 	return func(o *options) { o.numa.node, o.numa.set = n, true }
 }
@@ -122,74 +123,38 @@ func (b *Buffer) Placement() Placement {
 	return Placement{Node: -1, Requested: NUMANone, Method: PlaceNone, Note: note}
 }
 
-// NUMANode returns the NUMA node the buffer's memory was bound to, or -1
-// when it was not placed (see Placement).
-func (b *Buffer) NUMANode() int { return b.Placement().Node }
-
-// NUMAPlan is what pinmem knows about a device's NUMA locality and where it
-// places staging memory for it.
-type NUMAPlan struct {
-	// HostNodes are the host's online NUMA nodes (nil when unknown).
-	HostNodes []int `json:"host_nodes"`
-	// SysfsNode is the device's node from sysfs, -1 when unknown.
-	SysfsNode int `json:"sysfs_node"`
-	// DriverNode is the driver's HOST_NUMA_ID of the device, -1 when unknown.
-	DriverNode int `json:"driver_node"`
-	// Node is where pinmem places memory for the device by default (NUMAAuto),
-	// -1 for no placement.
-	Node int `json:"node"`
-	// Reason says how Node was chosen, or why there is none.
-	Reason string `json:"reason"`
-}
-
 // numaReader is where NUMA facts are read (tests point it at fixtures).
 var numaReader = sysinfo.Reader{}
 
-var numaPlans sync.Map // *cuda.Device -> NUMAPlan (for numaReader at the time)
+var numaPlans sync.Map // *cuda.Device -> numaplan.Plan (for numaReader at the time)
 
-// PlanNUMA returns the NUMA facts of dev read through r (sysinfo.Reader{}
-// for the live system) and the node pinmem's automatic placement chooses
-// for it: the sysfs node, else the driver's host NUMA id, and none on a
-// host with fewer than two nodes.
-func PlanNUMA(dev *cuda.Device, r sysinfo.Reader) NUMAPlan {
-	p := NUMAPlan{SysfsNode: -1, DriverNode: -1, Node: -1}
-	if nodes, _ := r.NUMANodes(); len(nodes) > 0 {
-		for _, n := range nodes {
-			p.HostNodes = append(p.HostNodes, n.ID)
-		}
-	}
+// planNUMA returns the NUMA facts of dev read through r and the node the
+// automatic placement chooses for it. ok is false when the device's
+// properties could not be read (the plan then has no driver node and must
+// not be cached).
+func planNUMA(dev *cuda.Device, r sysinfo.Reader) (p numaplan.Plan, ok bool) {
+	busID, driverNode := "", -1
 	if dev != nil {
-		if props, err := dev.Properties(); err == nil {
-			p.DriverNode = props.HostNUMAID
-			if props.PCIBusID != "" {
-				if l, err := r.PCIeLink(props.PCIBusID); err == nil || l.NUMANode >= 0 {
-					p.SysfsNode = l.NUMANode
-				}
-			}
+		props, err := dev.Properties()
+		if err != nil {
+			return numaplan.For(r, "", -1), false
 		}
+		busID, driverNode = props.PCIBusID, props.HostNUMAID
 	}
-	switch {
-	case len(p.HostNodes) == 0:
-		p.Reason = "NUMA topology unknown (no " + sysinfo.NodeOnlinePath + ")"
-	case len(p.HostNodes) == 1:
-		p.Reason = "host has one NUMA node: no placement needed"
-	case p.SysfsNode >= 0 && slices.Contains(p.HostNodes, p.SysfsNode):
-		p.Node, p.Reason = p.SysfsNode, "device's NUMA node from sysfs"
-	case p.DriverNode >= 0 && slices.Contains(p.HostNodes, p.DriverNode):
-		p.Node, p.Reason = p.DriverNode, "device's host NUMA id from the driver"
-	default:
-		p.Reason = "device's NUMA node unknown (sysfs numa_node -1, no driver host NUMA id)"
-	}
-	return p
+	return numaplan.For(r, busID, driverNode), true
 }
 
-// planFor returns (and caches) the plan of dev from numaReader.
-func planFor(dev *cuda.Device) NUMAPlan {
+// planFor returns (and caches) the plan of dev from numaReader. A plan made
+// without the device's properties (a failed read) is not cached, so that
+// a transient failure does not decide placement for good.
+func planFor(dev *cuda.Device) numaplan.Plan {
 	if p, ok := numaPlans.Load(dev); ok {
-		return p.(NUMAPlan)
+		return p.(numaplan.Plan)
 	}
-	p := PlanNUMA(dev, numaReader)
-	numaPlans.Store(dev, p)
+	p, ok := planNUMA(dev, numaReader)
+	if ok {
+		numaPlans.Store(dev, p)
+	}
 	return p
 }
 
@@ -228,9 +193,6 @@ func placeMapping(t target, p hostptr.Ptr, length uintptr, o options) *Placement
 			return pl
 		}
 		node = plan.Node
-	case req < 0:
-		pl.Note = fmt.Sprintf("invalid NUMA node %d", req)
-		return pl
 	default:
 		nodes, _ := numaReader.NUMANodes()
 		if len(nodes) > 0 && !slices.ContainsFunc(nodes, func(n sysinfo.NUMANode) bool { return n.ID == node }) {

@@ -125,7 +125,7 @@ func TestFakeNUMAAutoPlacesPerDevice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan := PlanNUMA(dev, r)
+		plan, _ := planNUMA(dev, r)
 		if plan.Node != want || plan.SysfsNode != want || len(plan.HostNodes) != 2 {
 			t.Fatalf("device %d: plan %+v, want node %d", ord, plan, want)
 		}
@@ -134,7 +134,7 @@ func TestFakeNUMAAutoPlacesPerDevice(t *testing.T) {
 			t.Fatal(err)
 		}
 		pl := b.Placement()
-		if b.NUMANode() != want || pl.Method != PlaceMbindPref || pl.Requested != NUMAAuto {
+		if pl.Node != want || pl.Method != PlaceMbindPref || pl.Requested != NUMAAuto {
 			t.Errorf("device %d: placement %+v, want node %d by mbind", ord, pl, want)
 		}
 		if m := b.Bytes(); m[0] != 0 || m[len(m)-1] != 0 {
@@ -208,8 +208,9 @@ func TestFakeNUMAFallbacks(t *testing.T) {
 	if pl := alloc(WithNUMANode(NUMANone)); pl.Node != -1 || !strings.Contains(pl.Note, "turned off") {
 		t.Fatalf("NUMANone: %+v", pl)
 	}
-	if pl := alloc(WithNUMANode(-9)); pl.Node != -1 || !strings.Contains(pl.Note, "invalid") {
-		t.Fatalf("bad node: %+v", pl)
+	// A negative node that is neither NUMAAuto nor NUMANone is a bad option.
+	if _, err := Alloc(8<<20, 0, WithDevice(dev), WithMethod(MethodMmapRegister), WithNUMANode(-9)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Fatalf("bad node: %v", err)
 	}
 	// cuMemHostAlloc memory is never placed.
 	b, err := Alloc(4096, Portable, WithDevice(dev))
@@ -217,11 +218,11 @@ func TestFakeNUMAFallbacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Free()
-	if pl := b.Placement(); b.NUMANode() != -1 || pl.Method != PlaceNone || !strings.Contains(pl.Note, "cuMemHostAlloc") {
+	if pl := b.Placement(); pl.Node != -1 || pl.Method != PlaceNone || !strings.Contains(pl.Note, "cuMemHostAlloc") {
 		t.Fatalf("hostalloc placement %+v", pl)
 	}
 	var nilBuf *Buffer
-	if nilBuf.NUMANode() != -1 {
+	if nilBuf.Placement().Node != -1 {
 		t.Fatal("nil buffer has a node")
 	}
 }
@@ -240,17 +241,17 @@ func TestFakeNUMAOneNodeAndDriverID(t *testing.T) {
 	calls := useNUMA(t, r)
 	d0, _ := cuda.GetDevice(0)
 	d1, _ := cuda.GetDevice(1)
-	if p := PlanNUMA(d0, r); p.Node != 1 || p.DriverNode != 1 || p.SysfsNode != -1 || !strings.Contains(p.Reason, "driver") {
+	if p, _ := planNUMA(d0, r); p.Node != 1 || p.DriverNode != 1 || p.SysfsNode != -1 || !strings.Contains(p.Reason, "driver") {
 		t.Fatalf("plan from the driver's id: %+v", p)
 	}
-	if p := PlanNUMA(d1, r); p.Node != -1 || !strings.Contains(p.Reason, "unknown") {
+	if p, _ := planNUMA(d1, r); p.Node != -1 || !strings.Contains(p.Reason, "unknown") {
 		t.Fatalf("plan without any id: %+v", p)
 	}
 	b, err := Alloc(8<<20, 0, WithDevice(d0), WithMethod(MethodMmapRegister))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.NUMANode() != 1 {
+	if b.Placement().Node != 1 {
 		t.Errorf("placement %+v, want node 1", b.Placement())
 	}
 	b.Free()
@@ -270,7 +271,7 @@ func TestFakeNUMAOneNodeAndDriverID(t *testing.T) {
 		t.Fatal("mbind called on a one-node host")
 	}
 	// No NUMA information at all.
-	if p := PlanNUMA(d0, sysinfo.Reader{Root: t.TempDir()}); p.Node != -1 || !strings.Contains(p.Reason, "unknown") {
+	if p, _ := planNUMA(d0, sysinfo.Reader{Root: t.TempDir()}); p.Node != -1 || !strings.Contains(p.Reason, "unknown") {
 		t.Fatalf("no topology: %+v", p)
 	}
 }

@@ -21,7 +21,7 @@ func TestGPUNUMAPlacement(t *testing.T) {
 	}
 	const n = 64 << 20
 	for _, dev := range devs {
-		plan := PlanNUMA(dev, sysinfo.Reader{})
+		plan, _ := planNUMA(dev, sysinfo.Reader{})
 		t.Logf("%v: plan %+v", dev, plan)
 		b, err := Alloc(n, Portable, WithDevice(dev), WithMethod(MethodMmapRegister))
 		testutil.SkipIfNotSupported(t, err)

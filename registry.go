@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+
+	"github.com/pinmem/pinmem/cuda"
 )
 
 // OverlapError is returned when a range to be pinned overlaps memory
 // pinmem has already pinned (compared at page granularity, as the driver
-// pins whole pages). It matches ErrAlreadyRegistered.
+// pins whole pages). It matches cuda.ErrAlreadyRegistered.
 type OverlapError struct {
 	Start, End           uintptr // the requested range [Start, End), rounded out to pages
 	OtherStart, OtherEnd uintptr // the pinned range it overlaps, rounded out to pages
@@ -24,8 +26,8 @@ func (e *OverlapError) Error() string {
 		e.Start, e.End, e.OtherStart, e.OtherEnd, same)
 }
 
-// Is reports whether target is ErrAlreadyRegistered.
-func (e *OverlapError) Is(target error) bool { return target == ErrAlreadyRegistered }
+// Is reports whether target is cuda.ErrAlreadyRegistered.
+func (e *OverlapError) Is(target error) bool { return target == cuda.ErrAlreadyRegistered }
 
 type hostRange struct{ lo, hi uintptr }
 
@@ -59,11 +61,4 @@ func regRemove(lo uintptr) {
 	if i < len(r.ranges) && r.ranges[i].lo == lo {
 		r.ranges = append(r.ranges[:i], r.ranges[i+1:]...)
 	}
-}
-
-// regCount returns the number of claimed ranges (for tests).
-func regCount() int {
-	registry.mu.Lock()
-	defer registry.mu.Unlock()
-	return len(registry.ranges)
 }

@@ -366,15 +366,18 @@ func (p *state) release(bufs []*pinmem.Buffer, counted bool) (freed int64, err e
 	var keptBytes int64
 	var unpins uint64
 	for _, b := range bufs {
-		n := int64(b.Len())
+		// Pinned, not Len: after a failed Free, Len is 0 while the driver
+		// still holds Pinned bytes.
+		n := int64(b.Pinned())
 		t := time.Now()
 		ferr := b.Free()
 		p.driverNS.Add(int64(time.Since(t)))
 		if ferr != nil {
 			errs = append(errs, ferr)
-			if b.Len() != 0 {
+			if held := int64(b.Pinned()); held != 0 {
 				kept = append(kept, b)
-				keptBytes += n
+				keptBytes += held
+				freed += n - held
 				continue
 			}
 		}
@@ -486,7 +489,7 @@ func (p *state) pin(b *Block, ci, size, csize int) error {
 		return errors.Join(fmt.Errorf("pool %s: Get(%d): %w", p.name, size, ErrClosed), p.releaseErr([]*pinmem.Buffer{buf}, false))
 	}
 	p.st.Pins++
-	p.st.PinnedBytes += int64(nbytes)
+	p.st.PinnedBytes += buf.Pinned() // what the ledger counts; release subtracts the same
 	p.st.PeakPinnedBytes = max(p.st.PeakPinnedBytes, p.st.PinnedBytes)
 	if s != nil {
 		p.slabs[s] = struct{}{}

@@ -53,7 +53,7 @@ func main() {
 			m, b.Pinned(), pin, b.HugePages(), bytes.Equal(want, b.Bytes()))
 		bufs = append(bufs, b)
 	}
-	fmt.Println(pinmem.HostStats())
+	fmt.Print(pinmem.Stats())
 	for _, b := range bufs {
 		if err := b.Free(); err != nil {
 			log.Fatal(err)

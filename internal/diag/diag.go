@@ -3,7 +3,7 @@
 // properties that matter for host memory, and whether pinmem's kernels
 // load. For each GPU it reports its NUMA node as sysfs and the driver see
 // it, and the node pinmem places the device's staging memory on (see
-// pinmem.PlanNUMA). It backs the `pinmem doctor` command and works on machines with no
+// internal/numaplan). It backs the `pinmem doctor` command and works on machines with no
 // GPU at all.
 package diag
 
@@ -16,10 +16,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/kernels"
+	"github.com/pinmem/pinmem/internal/numaplan"
 	"github.com/pinmem/pinmem/internal/sysinfo"
 )
 
@@ -138,7 +138,7 @@ func collectDevice(d *cuda.Device) Device {
 		out.Error = err.Error()
 		return out
 	}
-	plan := pinmem.PlanNUMA(d, reader)
+	plan := numaplan.For(reader, p.PCIBusID, p.HostNUMAID)
 	out.StagingNUMANode, out.StagingPlacement = plan.Node, plan.Reason
 	out.SysfsNUMANode = plan.SysfsNode
 	if l, err := reader.PCIeLink(p.PCIBusID); err == nil || l.CurrentWidth > 0 {
