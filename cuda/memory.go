@@ -15,13 +15,22 @@ type DevicePtr uint64
 // Add returns p advanced by off bytes.
 func (p DevicePtr) Add(off int) DevicePtr { return p + DevicePtr(off) }
 
-// DeviceBuffer is a block of device memory.
+// DeviceBuffer is a block of device memory, or a view of part of one
+// (Slice). A view shares its parent's state: once the parent is freed,
+// every view of it reports so (Err) and refuses copies.
 type DeviceBuffer struct {
 	ctx      *Context
 	ptr      DevicePtr
 	size     int
 	borrowed bool
-	freed    atomic.Bool
+	alloc    *allocation // shared by a buffer and all its views
+}
+
+// allocation is the state of one device allocation, shared by the buffer
+// that owns it and every view sliced from it.
+type allocation struct {
+	base  DevicePtr
+	freed atomic.Bool
 }
 
 // Alloc allocates size bytes of device memory in c. The caller must Free it.
@@ -38,13 +47,13 @@ func (c *Context) Alloc(size int) (*DeviceBuffer, error) {
 		return nil, fmt.Errorf("cuda: device allocation of %d bytes: %w", size, err)
 	}
 	track.Add(track.DeviceMemory, uint64(p), int64(size))
-	return &DeviceBuffer{ctx: c, ptr: DevicePtr(p), size: size}, nil
+	return &DeviceBuffer{ctx: c, ptr: DevicePtr(p), size: size, alloc: &allocation{base: DevicePtr(p)}}, nil
 }
 
 // WrapDevicePtr borrows size bytes of device memory at ptr allocated by
 // other code. pinmem never frees it.
 func WrapDevicePtr(c *Context, ptr DevicePtr, size int) *DeviceBuffer {
-	return &DeviceBuffer{ctx: c, ptr: ptr, size: size, borrowed: true}
+	return &DeviceBuffer{ctx: c, ptr: ptr, size: size, borrowed: true, alloc: &allocation{base: ptr}}
 }
 
 // Ptr returns the buffer's device address.
@@ -59,17 +68,38 @@ func (b *DeviceBuffer) Context() *Context { return b.ctx }
 // Borrowed reports whether the memory belongs to other code.
 func (b *DeviceBuffer) Borrowed() bool { return b.borrowed }
 
-// Slice returns a borrowed view of n bytes at off. The view is invalid once b is freed.
+// Slice returns a borrowed view of n bytes at off. The view shares b's
+// state: once b (or the buffer b is a view of) is freed, the view's Err
+// reports it and its copies are refused.
 func (b *DeviceBuffer) Slice(off, n int) (*DeviceBuffer, error) {
 	if err := b.check(off, n); err != nil {
 		return nil, err
 	}
-	return &DeviceBuffer{ctx: b.ctx, ptr: b.ptr.Add(off), size: n, borrowed: true}, nil
+	return &DeviceBuffer{ctx: b.ctx, ptr: b.ptr.Add(off), size: n, borrowed: true, alloc: b.alloc}, nil
+}
+
+// Err reports whether b may be used: nil for live memory; an error matching
+// ErrInvalidHandle when b was freed or is a view (Slice) of a buffer that
+// was freed, since the driver may by then have given the address to another
+// allocation; an error matching ErrInvalidValue for a nil or zero
+// DeviceBuffer. Code that copies through raw addresses (Ptr) checks Err
+// first.
+func (b *DeviceBuffer) Err() error {
+	if b == nil || b.alloc == nil || b.ctx == nil {
+		return fmt.Errorf("cuda: nil device buffer: %w", ErrInvalidValue)
+	}
+	if b.alloc.freed.Load() {
+		if b.borrowed {
+			return fmt.Errorf("cuda: device buffer %#x is a view of %#x, already freed: %w", uint64(b.ptr), uint64(b.alloc.base), ErrInvalidHandle)
+		}
+		return fmt.Errorf("cuda: device buffer %#x already freed: %w", uint64(b.ptr), ErrInvalidHandle)
+	}
+	return nil
 }
 
 func (b *DeviceBuffer) check(off, n int) error {
-	if b.freed.Load() {
-		return fmt.Errorf("cuda: device buffer %#x already freed: %w", uint64(b.ptr), ErrInvalidHandle)
+	if err := b.Err(); err != nil {
+		return err
 	}
 	if off < 0 || n < 0 || off > b.size || n > b.size-off {
 		return fmt.Errorf("cuda: range [%d,+%d) outside device buffer of %d bytes: %w", off, n, b.size, ErrInvalidValue)
@@ -80,10 +110,13 @@ func (b *DeviceBuffer) check(off, n int) error {
 // Free releases the memory. A second Free returns an error matching
 // ErrInvalidHandle; freeing a borrowed buffer is refused.
 func (b *DeviceBuffer) Free() error {
+	if err := b.Err(); b == nil || b.alloc == nil || b.ctx == nil {
+		return err
+	}
 	if b.borrowed {
 		return fmt.Errorf("cuda: device buffer %#x is borrowed: %w", uint64(b.ptr), ErrInvalidValue)
 	}
-	if !b.freed.CompareAndSwap(false, true) {
+	if !b.alloc.freed.CompareAndSwap(false, true) {
 		return fmt.Errorf("cuda: device buffer %#x already freed: %w", uint64(b.ptr), ErrInvalidHandle)
 	}
 	defer cudadrv.Exit()
