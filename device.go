@@ -36,7 +36,7 @@ func deviceCaps(dev *cuda.Device) caps {
 	if c, ok := capsCache.Load(dev); ok {
 		return c.(caps)
 	}
-	attr := func(a cudadrv.DeviceAttribute, dflt bool) bool {
+	attr := func(a cuda.Attribute, dflt bool) bool {
 		v, err := dev.Attribute(a)
 		if err != nil {
 			return dflt // an attribute an older driver does not know
@@ -44,14 +44,14 @@ func deviceCaps(dev *cuda.Device) caps {
 		return v != 0
 	}
 	c := caps{
-		integrated:    attr(cudadrv.AttrIntegrated, false),
-		canMap:        attr(cudadrv.AttrCanMapHostMemory, false),
-		unified:       attr(cudadrv.AttrUnifiedAddressing, false),
-		readOnlyReg:   attr(cudadrv.AttrReadOnlyHostRegisterSupported, false),
-		hostPtrForReg: attr(cudadrv.AttrCanUseHostPointerForRegMem, false),
+		integrated:    attr(cuda.AttrIntegrated, false),
+		canMap:        attr(cuda.AttrCanMapHostMemory, false),
+		unified:       attr(cuda.AttrUnifiedAddressing, false),
+		readOnlyReg:   attr(cuda.AttrReadOnlyHostRegisterSupported, false),
+		hostPtrForReg: attr(cuda.AttrCanUseHostPointerForRegisteredMem, false),
 	}
 	// HostRegisterSupported is CUDA 9.2+; before it, only integrated devices lacked it.
-	c.hostRegister = attr(cudadrv.AttrHostRegisterSupported, !c.integrated)
+	c.hostRegister = attr(cuda.AttrHostRegisterSupported, !c.integrated)
 	capsCache.Store(dev, c)
 	return c
 }

@@ -108,11 +108,47 @@ func (d *Device) Handle() int32 { return int32(d.dev) }
 // Name returns the device's marketing name, e.g. "NVIDIA H200".
 func (d *Device) Name() (string, error) { return d.drv.DeviceGetName(d.dev) }
 
-// Attribute is a CUdevice_attribute.
-type Attribute = cudadrv.DeviceAttribute
+// Attribute is a CUdevice_attribute: one integer property of a device.
+// The constants below are those pinmem reads; any other value of cuda.h
+// may be passed to Device.Attribute as well.
+type Attribute int32
+
+// Device attributes, with the values of cuda.h.
+const (
+	AttrMaxThreadsPerBlock                     Attribute = 1
+	AttrClockRate                              Attribute = 13 // kHz
+	AttrMultiprocessorCount                    Attribute = 16
+	AttrIntegrated                             Attribute = 18 // shares memory with the host
+	AttrCanMapHostMemory                       Attribute = 19 // mapped (zero-copy) host memory works
+	AttrComputeMode                            Attribute = 20
+	AttrPCIBusID                               Attribute = 33
+	AttrPCIDeviceID                            Attribute = 34
+	AttrMemoryClockRate                        Attribute = 36 // kHz
+	AttrGlobalMemoryBusWidth                   Attribute = 37 // bits
+	AttrAsyncEngineCount                       Attribute = 40 // copy engines
+	AttrUnifiedAddressing                      Attribute = 41
+	AttrPCIDomainID                            Attribute = 50
+	AttrComputeCapabilityMajor                 Attribute = 75
+	AttrComputeCapabilityMinor                 Attribute = 76
+	AttrManagedMemory                          Attribute = 83
+	AttrPageableMemoryAccess                   Attribute = 88
+	AttrConcurrentManagedAccess                Attribute = 89
+	AttrCanUseHostPointerForRegisteredMem      Attribute = 91
+	AttrHostRegisterSupported                  Attribute = 99
+	AttrPageableMemoryAccessUsesHostPageTables Attribute = 100
+	AttrReadOnlyHostRegisterSupported          Attribute = 113
+	AttrNUMAConfig                             Attribute = 130
+	AttrNUMAID                                 Attribute = 131
+	AttrHostNUMAID                             Attribute = 134
+)
 
 // Attribute returns one raw device attribute.
-func (d *Device) Attribute(a Attribute) (int, error) { return d.drv.DeviceGetAttribute(a, d.dev) }
+func (d *Device) Attribute(a Attribute) (int, error) {
+	if d == nil {
+		return 0, errNilDevice
+	}
+	return d.drv.DeviceGetAttribute(cudadrv.DeviceAttribute(a), d.dev)
+}
 
 // PrimaryContext returns the device's primary context, retained once for
 // the life of the process (as the CUDA runtime does), so it is shared with
@@ -173,13 +209,13 @@ func (d *Device) Properties() (Properties, error) {
 		a Attribute
 		v *int
 	}{
-		{cudadrv.AttrComputeCapabilityMajor, &p.ComputeMajor},
-		{cudadrv.AttrComputeCapabilityMinor, &p.ComputeMinor},
-		{cudadrv.AttrMultiprocessorCount, &p.Multiprocessors},
-		{cudadrv.AttrAsyncEngineCount, &p.AsyncEngines},
-		{cudadrv.AttrClockRate, &p.ClockRateKHz},
-		{cudadrv.AttrMemoryClockRate, &p.MemoryClockKHz},
-		{cudadrv.AttrGlobalMemoryBusWidth, &p.MemoryBusWidth},
+		{AttrComputeCapabilityMajor, &p.ComputeMajor},
+		{AttrComputeCapabilityMinor, &p.ComputeMinor},
+		{AttrMultiprocessorCount, &p.Multiprocessors},
+		{AttrAsyncEngineCount, &p.AsyncEngines},
+		{AttrClockRate, &p.ClockRateKHz},
+		{AttrMemoryClockRate, &p.MemoryClockKHz},
+		{AttrGlobalMemoryBusWidth, &p.MemoryBusWidth},
 	}
 	for _, a := range ints {
 		if *a.v, err = d.Attribute(a.a); err != nil {
@@ -190,15 +226,15 @@ func (d *Device) Properties() (Properties, error) {
 		a Attribute
 		v *bool
 	}{
-		{cudadrv.AttrCanMapHostMemory, &p.CanMapHostMemory},
-		{cudadrv.AttrIntegrated, &p.Integrated},
-		{cudadrv.AttrUnifiedAddressing, &p.UnifiedAddressing},
-		{cudadrv.AttrHostRegisterSupported, &p.HostRegisterSupported},
-		{cudadrv.AttrReadOnlyHostRegisterSupported, &p.ReadOnlyHostRegisterSupported},
-		{cudadrv.AttrPageableMemoryAccess, &p.PageableMemoryAccess},
-		{cudadrv.AttrPageableMemoryAccessUsesHostPageTables, &p.PageableUsesHostPageTables},
-		{cudadrv.AttrCanUseHostPointerForRegMem, &p.CanUseHostPointerForRegMem},
-		{cudadrv.AttrConcurrentManagedAccess, &p.ConcurrentManagedAccess},
+		{AttrCanMapHostMemory, &p.CanMapHostMemory},
+		{AttrIntegrated, &p.Integrated},
+		{AttrUnifiedAddressing, &p.UnifiedAddressing},
+		{AttrHostRegisterSupported, &p.HostRegisterSupported},
+		{AttrReadOnlyHostRegisterSupported, &p.ReadOnlyHostRegisterSupported},
+		{AttrPageableMemoryAccess, &p.PageableMemoryAccess},
+		{AttrPageableMemoryAccessUsesHostPageTables, &p.PageableUsesHostPageTables},
+		{AttrCanUseHostPointerForRegisteredMem, &p.CanUseHostPointerForRegMem},
+		{AttrConcurrentManagedAccess, &p.ConcurrentManagedAccess},
 	}
 	for _, a := range bools {
 		v, err := d.Attribute(a.a)
@@ -208,15 +244,18 @@ func (d *Device) Properties() (Properties, error) {
 		*a.v = v != 0
 	}
 	// NUMA attributes are CUDA 12.2+; an older driver rejects them, which is not an error here.
-	if cfg, err := d.Attribute(cudadrv.AttrNUMAConfig); err == nil && cfg != 0 {
-		if id, err := d.Attribute(cudadrv.AttrNUMAID); err == nil {
+	if cfg, err := d.Attribute(AttrNUMAConfig); err == nil && cfg != 0 {
+		if id, err := d.Attribute(AttrNUMAID); err == nil {
 			p.NUMAID = id
 		}
 	}
-	if id, err := d.Attribute(cudadrv.AttrHostNUMAID); err == nil {
+	if id, err := d.Attribute(AttrHostNUMAID); err == nil {
 		p.HostNUMAID = id
 	}
 	return p, nil
 }
+
+// errNilDevice is the error of a method called on a nil *Device.
+var errNilDevice = fmt.Errorf("cuda: nil device: %w", ErrInvalidValue)
 
 func (d *Device) String() string { return fmt.Sprintf("cuda device %d", d.ordinal) }

@@ -72,7 +72,7 @@ func ExampleError() {
 	var de *cuda.Error
 	switch {
 	case errors.As(err, &de):
-		fmt.Println(de.Op, de.Code, de.Name, de.Detail)
+		fmt.Println(de.Op, de.Code, de.Name, de.Message)
 	case errors.Is(err, cuda.ErrNoDriver):
 		fmt.Println("no NVIDIA driver")
 	}

@@ -43,7 +43,7 @@ func TestFakeFailuresAreTypedAndReleaseNothing(t *testing.T) {
 			t.Errorf("%s failing with %d: got %v, want %v", c.op, c.code, err, c.want)
 		}
 		var de *cuda.Error
-		if !errors.As(err, &de) || de.Op != c.op || de.Code != c.code || de.Name == "" {
+		if !errors.As(err, &de) || de.Op != c.op || de.Code != cuda.Result(c.code) || de.Name == "" {
 			t.Errorf("%s: error %v does not carry op, code and name", c.op, err)
 		}
 		if after := len(track.Live()); after != before {
