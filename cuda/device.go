@@ -1,8 +1,10 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
 )
@@ -46,9 +48,9 @@ type Device struct {
 	ordinal int
 	dev     cudadrv.Device
 
-	ctxOnce sync.Once
-	ctx     *Context
-	ctxErr  error
+	ctxMu sync.Mutex              // serialises retaining the primary context
+	ctx   atomic.Pointer[Context] // the primary context once retained
+	props atomic.Pointer[Properties]
 }
 
 // GetDevice returns the device with the given ordinal (0-based).
@@ -99,14 +101,30 @@ func Devices() ([]*Device, error) {
 	return out, nil
 }
 
-// Ordinal returns the device's index among the process's CUDA devices.
-func (d *Device) Ordinal() int { return d.ordinal }
+// Ordinal returns the device's index among the process's CUDA devices (-1
+// for a nil Device).
+func (d *Device) Ordinal() int {
+	if d == nil {
+		return -1
+	}
+	return d.ordinal
+}
 
-// Handle returns the raw CUdevice.
-func (d *Device) Handle() int32 { return int32(d.dev) }
+// Handle returns the raw CUdevice (-1 for a nil Device).
+func (d *Device) Handle() int32 {
+	if d == nil {
+		return -1
+	}
+	return int32(d.dev)
+}
 
 // Name returns the device's marketing name, e.g. "NVIDIA H200".
-func (d *Device) Name() (string, error) { return d.drv.DeviceGetName(d.dev) }
+func (d *Device) Name() (string, error) {
+	if d == nil {
+		return "", errNilDevice
+	}
+	return d.drv.DeviceGetName(d.dev)
+}
 
 // Attribute is a CUdevice_attribute: one integer property of a device.
 // The constants below are those pinmem reads; any other value of cuda.h
@@ -152,17 +170,27 @@ func (d *Device) Attribute(a Attribute) (int, error) {
 
 // PrimaryContext returns the device's primary context, retained once for
 // the life of the process (as the CUDA runtime does), so it is shared with
-// any runtime-API code in the same process.
+// any runtime-API code in the same process. A failed retain is not
+// remembered: the next call tries again.
 func (d *Device) PrimaryContext() (*Context, error) {
-	d.ctxOnce.Do(func() {
-		h, err := d.drv.DevicePrimaryCtxRetain(d.dev)
-		if err != nil {
-			d.ctxErr = err
-			return
-		}
-		d.ctx = &Context{drv: d.drv, h: h, dev: d, kind: ctxPrimary}
-	})
-	return d.ctx, d.ctxErr
+	if d == nil {
+		return nil, errNilDevice
+	}
+	if c := d.ctx.Load(); c != nil {
+		return c, nil
+	}
+	d.ctxMu.Lock()
+	defer d.ctxMu.Unlock()
+	if c := d.ctx.Load(); c != nil {
+		return c, nil
+	}
+	h, err := d.drv.DevicePrimaryCtxRetain(d.dev)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: retaining the primary context of %v: %w", d, err)
+	}
+	c := &Context{drv: d.drv, h: h, dev: d, kind: ctxPrimary}
+	d.ctx.Store(c)
+	return c, nil
 }
 
 // Properties are the attributes of a device that matter for host memory
@@ -191,9 +219,33 @@ type Properties struct {
 	HostNUMAID                    int // the host NUMA node nearest to the device, or -1
 }
 
-// Properties reads the device's properties. Attributes that an older
-// driver does not know are left at their zero value (NUMA ids at -1).
+// Properties returns the device's properties, read from the driver on the
+// first successful call and cached for the life of the process (they do
+// not change while it runs).
+//
+// Fallback policy: every attribute that the CUDA versions pinmem supports
+// define must be read; if any read fails, Properties returns that error,
+// caches nothing, and the next call reads again, so a transient failure
+// never becomes a permanent wrong answer. The NUMA attributes alone are
+// newer (CUDA 12.2): a driver that rejects them as an invalid value does not
+// know them, and NUMAID and HostNUMAID are then -1.
 func (d *Device) Properties() (Properties, error) {
+	if d == nil {
+		return Properties{Ordinal: -1, NUMAID: -1, HostNUMAID: -1}, errNilDevice
+	}
+	if p := d.props.Load(); p != nil {
+		return *p, nil
+	}
+	p, err := d.readProperties()
+	if err != nil {
+		return p, fmt.Errorf("cuda: properties of %v: %w", d, err)
+	}
+	d.props.Store(&p)
+	return p, nil
+}
+
+// readProperties reads every property from the driver.
+func (d *Device) readProperties() (Properties, error) {
 	p := Properties{Ordinal: d.ordinal, NUMAID: -1, HostNUMAID: -1}
 	var err error
 	if p.Name, err = d.Name(); err != nil {
@@ -243,19 +295,40 @@ func (d *Device) Properties() (Properties, error) {
 		}
 		*a.v = v != 0
 	}
-	// NUMA attributes are CUDA 12.2+; an older driver rejects them, which is not an error here.
-	if cfg, err := d.Attribute(AttrNUMAConfig); err == nil && cfg != 0 {
-		if id, err := d.Attribute(AttrNUMAID); err == nil {
-			p.NUMAID = id
+	// NUMA attributes are CUDA 12.2+; an older driver rejects them as an
+	// invalid value, which leaves the ids at -1. Any other failure fails.
+	cfg, err := d.optionalAttribute(AttrNUMAConfig)
+	if err != nil {
+		return p, err
+	}
+	if cfg > 0 {
+		if p.NUMAID, err = d.optionalAttribute(AttrNUMAID); err != nil {
+			return p, err
 		}
 	}
-	if id, err := d.Attribute(AttrHostNUMAID); err == nil {
-		p.HostNUMAID = id
+	if p.HostNUMAID, err = d.optionalAttribute(AttrHostNUMAID); err != nil {
+		return p, err
 	}
 	return p, nil
+}
+
+// optionalAttribute reads an attribute that an older driver may not know:
+// -1 when the driver rejects it as an invalid value.
+func (d *Device) optionalAttribute(a Attribute) (int, error) {
+	v, err := d.Attribute(a)
+	if errors.Is(err, ErrInvalidValue) {
+		return -1, nil
+	}
+	return v, err
 }
 
 // errNilDevice is the error of a method called on a nil *Device.
 var errNilDevice = fmt.Errorf("cuda: nil device: %w", ErrInvalidValue)
 
-func (d *Device) String() string { return fmt.Sprintf("cuda device %d", d.ordinal) }
+// String names the device, e.g. "cuda device 0".
+func (d *Device) String() string {
+	if d == nil {
+		return "cuda device <nil>"
+	}
+	return fmt.Sprintf("cuda device %d", d.ordinal)
+}

@@ -57,7 +57,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	out := make([]byte, buf.Size())
-	if err := buf.ReadAsync(s, 0, out); err != nil {
+	if err := s.CopyDtoH(out, buf.Ptr()); err != nil {
 		log.Fatal(err)
 	}
 	if err := s.Synchronize(); err != nil {

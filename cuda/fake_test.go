@@ -70,14 +70,15 @@ func TestFakeAsyncFailureAndDestroyOrder(t *testing.T) {
 	}
 	fd.ClearFaults()
 	// A rejection for the wrong current context is retried once, with the
-	// stream's context made current, and then succeeds.
+	// stream's context made current, and then succeeds; the context that was
+	// current before is put back (two switches).
 	before := fd.Calls("cuCtxSetCurrent")
 	must(t, fd.FailOn("cuMemcpyHtoDAsync_v2", 1, cudadrv.ErrorInvalidContext))
 	if err := s.CopyHtoD(b.Ptr(), make([]byte, 16)); err != nil {
 		t.Errorf("async copy after a wrong-context rejection = %v, want success", err)
 	}
-	if got := fd.Calls("cuCtxSetCurrent") - before; got != 1 {
-		t.Errorf("%d cuCtxSetCurrent calls for the retry, want 1", got)
+	if got := fd.Calls("cuCtxSetCurrent") - before; got != 2 {
+		t.Errorf("%d cuCtxSetCurrent calls for the retry, want 2", got)
 	}
 	// The fast path makes no context switch at all.
 	before = fd.Calls("cuCtxSetCurrent")

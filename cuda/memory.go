@@ -38,8 +38,9 @@ func (c *Context) Alloc(size int) (*DeviceBuffer, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("cuda: device allocation of %d bytes: %w", size, ErrInvalidValue)
 	}
-	defer cudadrv.Exit()
-	if err := c.enter(); err != nil {
+	sc, err := c.enter()
+	defer sc.Exit()
+	if err != nil {
 		return nil, err
 	}
 	p, err := c.drv.MemAlloc(uint64(size))
@@ -56,17 +57,32 @@ func WrapDevicePtr(c *Context, ptr DevicePtr, size int) *DeviceBuffer {
 	return &DeviceBuffer{ctx: c, ptr: ptr, size: size, borrowed: true, alloc: &allocation{base: ptr}}
 }
 
-// Ptr returns the buffer's device address.
-func (b *DeviceBuffer) Ptr() DevicePtr { return b.ptr }
+// Ptr returns the buffer's device address (0 for a nil DeviceBuffer).
+func (b *DeviceBuffer) Ptr() DevicePtr {
+	if b == nil {
+		return 0
+	}
+	return b.ptr
+}
 
-// Size returns the buffer's size in bytes.
-func (b *DeviceBuffer) Size() int { return b.size }
+// Size returns the buffer's size in bytes (0 for a nil DeviceBuffer).
+func (b *DeviceBuffer) Size() int {
+	if b == nil {
+		return 0
+	}
+	return b.size
+}
 
 // Context returns the buffer's context.
-func (b *DeviceBuffer) Context() *Context { return b.ctx }
+func (b *DeviceBuffer) Context() *Context {
+	if b == nil {
+		return nil
+	}
+	return b.ctx
+}
 
 // Borrowed reports whether the memory belongs to other code.
-func (b *DeviceBuffer) Borrowed() bool { return b.borrowed }
+func (b *DeviceBuffer) Borrowed() bool { return b != nil && b.borrowed }
 
 // Slice returns a borrowed view of n bytes at off. The view shares b's
 // state: once b (or the buffer b is a view of) is freed, the view's Err
@@ -119,129 +135,79 @@ func (b *DeviceBuffer) Free() error {
 	if !b.alloc.freed.CompareAndSwap(false, true) {
 		return fmt.Errorf("cuda: device buffer %#x already freed: %w", uint64(b.ptr), ErrInvalidHandle)
 	}
-	defer cudadrv.Exit()
-	if err := b.ctx.enter(); err != nil {
+	sc, err := b.ctx.enter()
+	defer sc.Exit()
+	if err != nil {
 		return err
 	}
 	track.Remove(track.DeviceMemory, uint64(b.ptr))
 	return b.ctx.drv.MemFree(cudadrv.DevicePtr(b.ptr))
 }
 
-// Write copies src into the buffer at off, synchronously.
+// Write copies src into the buffer at off and returns when the data is in
+// place. src may be any Go memory. (The driver's synchronous copy from
+// pageable memory returns once the data is staged, before the last DMA has
+// landed, and work on non-blocking streams is not ordered after it; Write
+// waits for the legacy default stream so that "done" means done.) The
+// stream-ordered form is Stream.CopyHtoD.
 func (b *DeviceBuffer) Write(off int, src []byte) error {
 	if err := b.check(off, len(src)); err != nil {
 		return err
 	}
-	return b.ctx.CopyHtoD(b.ptr.Add(off), src)
+	if len(src) == 0 {
+		return nil
+	}
+	sc, err := b.ctx.enter()
+	defer sc.Exit()
+	if err != nil {
+		return err
+	}
+	if err := b.ctx.drv.MemcpyHtoD(cudadrv.DevicePtr(b.ptr.Add(off)), hostPtr(src), uint64(len(src))); err != nil {
+		return err
+	}
+	return b.ctx.drv.StreamSynchronize(0)
 }
 
-// Read copies len(dst) bytes at off out of the buffer, synchronously.
+// Read copies len(dst) bytes at off out of the buffer and returns when they
+// are in dst. The stream-ordered form is Stream.CopyDtoH.
 func (b *DeviceBuffer) Read(off int, dst []byte) error {
 	if err := b.check(off, len(dst)); err != nil {
 		return err
 	}
-	return b.ctx.CopyDtoH(dst, b.ptr.Add(off))
-}
-
-// WriteAsync queues a copy of src into the buffer at off on s. src must
-// stay alive and unchanged until s reaches the copy; it runs at full speed
-// only when src is pinned (package pinmem).
-func (b *DeviceBuffer) WriteAsync(s *Stream, off int, src []byte) error {
-	if err := b.check(off, len(src)); err != nil {
-		return err
-	}
-	return s.CopyHtoD(b.ptr.Add(off), src)
-}
-
-// ReadAsync queues a copy of len(dst) bytes at off into dst on s. dst must
-// stay alive and must not be read until s reaches the copy.
-func (b *DeviceBuffer) ReadAsync(s *Stream, off int, dst []byte) error {
-	if err := b.check(off, len(dst)); err != nil {
-		return err
-	}
-	return s.CopyDtoH(dst, b.ptr.Add(off))
-}
-
-// Memset sets every byte of the buffer to v, synchronously.
-func (b *DeviceBuffer) Memset(v byte) error {
-	if err := b.check(0, b.size); err != nil {
-		return err
-	}
-	return b.ctx.Memset(b.ptr, v, b.size)
-}
-
-func hostPtr(p []byte) hostptr.Ptr { return hostptr.PtrOf(p) }
-
-// CopyHtoD copies src to device address dst and returns when the data is
-// in place. src may be any Go memory. (The driver's synchronous copy from
-// pageable memory returns once the data is staged, before the last DMA has
-// landed, and work on non-blocking streams is not ordered after it; pinmem
-// waits for the legacy default stream so that "done" means done.)
-func (c *Context) CopyHtoD(dst DevicePtr, src []byte) error {
-	if len(src) == 0 {
-		return nil
-	}
-	defer cudadrv.Exit()
-	if err := c.enter(); err != nil {
-		return err
-	}
-	if err := c.drv.MemcpyHtoD(cudadrv.DevicePtr(dst), hostPtr(src), uint64(len(src))); err != nil {
-		return err
-	}
-	return c.drv.StreamSynchronize(0)
-}
-
-// CopyDtoH copies len(dst) bytes from device address src into dst and returns when it is done.
-func (c *Context) CopyDtoH(dst []byte, src DevicePtr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	defer cudadrv.Exit()
-	if err := c.enter(); err != nil {
+	sc, err := b.ctx.enter()
+	defer sc.Exit()
+	if err != nil {
 		return err
 	}
-	return c.drv.MemcpyDtoH(hostPtr(dst), cudadrv.DevicePtr(src), uint64(len(dst)))
+	return b.ctx.drv.MemcpyDtoH(hostPtr(dst), cudadrv.DevicePtr(b.ptr.Add(off)), uint64(len(dst)))
 }
 
-// CopyDtoD copies n bytes between device addresses and returns when it is
-// done (the driver's synchronous device-to-device copy does not wait; pinmem
-// waits for the legacy default stream).
-func (c *Context) CopyDtoD(dst, src DevicePtr, n int) error {
-	if n < 0 {
-		return fmt.Errorf("cuda: copy of %d bytes: %w", n, ErrInvalidValue)
+// Memset sets every byte of the buffer to v and returns when it is done
+// (cuMemsetD8 itself is asynchronous for device memory; Memset waits for
+// the legacy default stream). Slice selects part of a buffer; the
+// stream-ordered form is Stream.Memset.
+func (b *DeviceBuffer) Memset(v byte) error {
+	if err := b.check(0, b.Size()); err != nil {
+		return err
 	}
-	if n == 0 {
+	if b.size == 0 {
 		return nil
 	}
-	defer cudadrv.Exit()
-	if err := c.enter(); err != nil {
+	sc, err := b.ctx.enter()
+	defer sc.Exit()
+	if err != nil {
 		return err
 	}
-	if err := c.drv.MemcpyDtoD(cudadrv.DevicePtr(dst), cudadrv.DevicePtr(src), uint64(n)); err != nil {
+	if err := b.ctx.drv.MemsetD8(cudadrv.DevicePtr(b.ptr), v, uint64(b.size)); err != nil {
 		return err
 	}
-	return c.drv.StreamSynchronize(0)
+	return b.ctx.drv.StreamSynchronize(0)
 }
 
-// Memset sets n bytes at dst to v and returns when it is done (cuMemsetD8
-// itself is asynchronous for device memory; pinmem waits for the legacy
-// default stream).
-func (c *Context) Memset(dst DevicePtr, v byte, n int) error {
-	if n < 0 {
-		return fmt.Errorf("cuda: memset of %d bytes: %w", n, ErrInvalidValue)
-	}
-	if n == 0 {
-		return nil
-	}
-	defer cudadrv.Exit()
-	if err := c.enter(); err != nil {
-		return err
-	}
-	if err := c.drv.MemsetD8(cudadrv.DevicePtr(dst), v, uint64(n)); err != nil {
-		return err
-	}
-	return c.drv.StreamSynchronize(0)
-}
+func hostPtr(p []byte) hostptr.Ptr { return hostptr.PtrOf(p) }
 
 // CopyHtoD queues a copy of src to device address dst. src must stay alive
 // and unchanged until the stream reaches the copy; the copy is truly
