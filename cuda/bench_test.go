@@ -144,11 +144,15 @@ func BenchmarkCallCostVsC(b *testing.B) {
 				goNs[name] = append(goNs[name], ns)
 				// The same calls through purego.SyscallN, for the
 				// trampoline's gain in the same round.
-				prev := cudadrv.UsePuregoCalls(true)
-				ns, err = roundGo(cases[name], sync)
-				cudadrv.UsePuregoCalls(prev)
-				if err != nil {
-					b.Fatal(err)
+				// Only with -tags pinmem_purego; otherwise the column is 0.
+				ns = 0
+				if cudadrv.PuregoSwitch {
+					prev := cudadrv.UsePuregoCalls(true)
+					ns, err = roundGo(cases[name], sync)
+					cudadrv.UsePuregoCalls(prev)
+					if err != nil {
+						b.Fatal(err)
+					}
 				}
 				pgNs[name] = append(pgNs[name], ns)
 			}

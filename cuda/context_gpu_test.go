@@ -136,6 +136,9 @@ func BenchmarkIssueBreakdown(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
+			if c.purego && !cudadrv.PuregoSwitch {
+				b.Skip("the purego call path exists only with -tags pinmem_purego")
+			}
 			prev := cudadrv.UsePuregoCalls(c.purego)
 			defer cudadrv.UsePuregoCalls(prev)
 			if c.thread != "" {
