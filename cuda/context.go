@@ -157,7 +157,8 @@ func (c *Context) MemInfo() (free, total uint64, err error) {
 
 // Destroy destroys a context made by NewContext. Destroying a primary or
 // borrowed context is refused with ErrInvalidValue; a second Destroy
-// returns an error matching ErrInvalidHandle.
+// returns an error matching ErrInvalidHandle. When the driver fails to release it,
+// it stays usable and the call may be repeated.
 func (c *Context) Destroy() error {
 	if err := c.alive(); c == nil || c.drv == nil {
 		return err
@@ -168,6 +169,34 @@ func (c *Context) Destroy() error {
 	if !c.destroyed.CompareAndSwap(false, true) {
 		return c.alive()
 	}
+	if err := c.drv.CtxDestroy(c.h); err != nil {
+		// The driver still holds the context: it stays usable, and
+		// Destroy may be called again.
+		c.destroyed.Store(false)
+		return err
+	}
 	track.Remove(track.Context, uint64(c.h))
-	return c.drv.CtxDestroy(c.h)
+	return nil
+}
+
+// release runs call, the driver call that releases an object of ctx whose
+// flag (freed, destroyed, unloaded) the caller has just set, so that
+// concurrent users already see it gone. The books follow the driver: when
+// call fails the driver still holds the object, so the flag is cleared, the
+// object stays tracked and the release may be retried; when ctx itself was
+// destroyed the driver released the object with it, so it is untracked and
+// the flag stays set.
+func release(ctx *Context, flag *atomic.Bool, kind track.Kind, id uint64, call func() error) error {
+	sc, err := ctx.enter()
+	defer sc.Exit()
+	if err == nil {
+		err = call()
+	}
+	switch {
+	case err == nil, ctx.destroyed.Load():
+		track.Remove(kind, id)
+	default:
+		flag.Store(false)
+	}
+	return err
 }

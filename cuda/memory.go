@@ -124,7 +124,9 @@ func (b *DeviceBuffer) check(off, n int) error {
 }
 
 // Free releases the memory. A second Free returns an error matching
-// ErrInvalidHandle; freeing a borrowed buffer is refused.
+// ErrInvalidHandle; freeing a borrowed buffer or a view is refused with
+// ErrInvalidValue. When the driver fails to free it, the buffer stays
+// allocated and usable, and Free may be called again.
 func (b *DeviceBuffer) Free() error {
 	if err := b.Err(); b == nil || b.alloc == nil || b.ctx == nil {
 		return err
@@ -135,13 +137,9 @@ func (b *DeviceBuffer) Free() error {
 	if !b.alloc.freed.CompareAndSwap(false, true) {
 		return fmt.Errorf("cuda: device buffer %#x already freed: %w", uint64(b.ptr), ErrInvalidHandle)
 	}
-	sc, err := b.ctx.enter()
-	defer sc.Exit()
-	if err != nil {
-		return err
-	}
-	track.Remove(track.DeviceMemory, uint64(b.ptr))
-	return b.ctx.drv.MemFree(cudadrv.DevicePtr(b.ptr))
+	return release(b.ctx, &b.alloc.freed, track.DeviceMemory, uint64(b.ptr), func() error {
+		return b.ctx.drv.MemFree(cudadrv.DevicePtr(b.ptr))
+	})
 }
 
 // Write copies src into the buffer at off and returns when the data is in

@@ -73,7 +73,8 @@ func (m *Module) Function(name string) (*Function, error) {
 }
 
 // Unload unloads the module. Its functions become invalid. A second
-// Unload returns an error matching ErrInvalidHandle.
+// Unload returns an error matching ErrInvalidHandle. When the driver fails to release it,
+// it stays usable and the call may be repeated.
 func (m *Module) Unload() error {
 	if m == nil {
 		return m.usable()
@@ -81,13 +82,7 @@ func (m *Module) Unload() error {
 	if !m.unloaded.CompareAndSwap(false, true) {
 		return fmt.Errorf("cuda: module %#x already unloaded: %w", uintptr(m.h), ErrInvalidHandle)
 	}
-	sc, err := m.ctx.enter()
-	defer sc.Exit()
-	if err != nil {
-		return err
-	}
-	track.Remove(track.Module, uint64(m.h))
-	return m.ctx.drv.ModuleUnload(m.h)
+	return release(m.ctx, &m.unloaded, track.Module, uint64(m.h), func() error { return m.ctx.drv.ModuleUnload(m.h) })
 }
 
 // Function is a kernel in a loaded module.

@@ -3,12 +3,15 @@ package cuda_test
 import (
 	"errors"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/track"
 	"golang.org/x/sys/unix"
 )
 
@@ -251,4 +254,60 @@ func TestNilReceiversAndArguments(t *testing.T) {
 	_, _, _ = nf.Name(), nd.Ordinal(), nd.String()
 	_, _, _ = nB.Len(), nc.Device(), ns.Context()
 	_, _, _, _ = nb.Ptr(), nb.Size(), nb.Context(), nb.Borrowed()
+}
+
+// A release the driver refuses leaves the object held, tracked and usable,
+// and the release can be retried: the books equal what the driver holds.
+func TestFailedReleaseCanBeRetried(t *testing.T) {
+	fd, ctx := fakeContext(t)
+	b, err := ctx.Alloc(4096)
+	must(t, err)
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	must(t, err)
+	ev, err := ctx.NewEvent(cuda.EventDefault)
+	must(t, err)
+	mod, err := ctx.LoadModule(kernels.PTX())
+	must(t, err)
+	own, err := cuda.NewContext(ctx.Device(), 0)
+	must(t, err)
+	before := len(track.Live())
+	for _, c := range []struct {
+		op      string
+		release func() error
+		use     func() error
+	}{
+		{"cuMemFree_v2", b.Free, func() error { return b.Write(0, []byte{1}) }},
+		{"cuStreamDestroy_v2", s.Destroy, s.Synchronize},
+		{"cuEventDestroy_v2", ev.Destroy, func() error { return ev.Record(s) }},
+		{"cuModuleUnload", mod.Unload, func() error {
+			// The fake registers no kernels: any answer but "unloaded" will do.
+			if _, err := mod.Function(kernels.KernelFill); err != nil && strings.Contains(err.Error(), "already unloaded") {
+				return err
+			}
+			return nil
+		}},
+		{"cuCtxDestroy_v2", own.Destroy, own.Synchronize},
+	} {
+		must(t, fd.FailOn(c.op, 1, cudadrv.ErrorUnknown))
+		if err := c.release(); err == nil {
+			t.Errorf("%s failing: release succeeded", c.op)
+		}
+		if n := len(track.Live()); n != before {
+			t.Errorf("%s failing: %d objects tracked, want %d (the driver still holds it)", c.op, n, before)
+		}
+		if err := c.use(); err != nil {
+			t.Errorf("%s failing: the object is no longer usable: %v", c.op, err)
+		}
+	}
+	fd.ClearFaults()
+	for _, f := range []func() error{b.Free, ev.Destroy, s.Destroy, mod.Unload, own.Destroy} {
+		must(t, f())
+		before--
+	}
+	if n := len(track.Live()); n != before {
+		t.Errorf("after the retries %d objects tracked, want %d", n, before)
+	}
+	if n := fd.Live(); n.DeviceAllocs != 0 || n.Streams != 0 || n.Events != 0 {
+		t.Errorf("the fake still holds %+v", n)
+	}
 }

@@ -138,7 +138,8 @@ func (s *Stream) WaitEvent(e *Event) error {
 
 // Destroy releases the stream. Work already queued still completes.
 // Destroying a borrowed stream is refused; a second Destroy returns an
-// error matching ErrInvalidHandle.
+// error matching ErrInvalidHandle. When the driver fails to release it,
+// it stays usable and the call may be repeated.
 func (s *Stream) Destroy() error {
 	if s == nil {
 		return s.usable()
@@ -149,13 +150,7 @@ func (s *Stream) Destroy() error {
 	if !s.destroyed.CompareAndSwap(false, true) {
 		return fmt.Errorf("cuda: stream %#x already destroyed: %w", uintptr(s.h), ErrInvalidHandle)
 	}
-	sc, err := s.ctx.enter()
-	defer sc.Exit()
-	if err != nil {
-		return err
-	}
-	track.Remove(track.Stream, uint64(s.h))
-	return s.ctx.drv.StreamDestroy(s.h)
+	return release(s.ctx, &s.destroyed, track.Stream, uint64(s.h), func() error { return s.ctx.drv.StreamDestroy(s.h) })
 }
 
 func doneOrErr(err error) (bool, error) {
@@ -283,7 +278,9 @@ func (e *Event) Elapsed(start *Event) (time.Duration, error) {
 	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
 }
 
-// Destroy releases the event. A second Destroy returns an error matching ErrInvalidHandle.
+// Destroy releases the event. A second Destroy returns an error matching
+// ErrInvalidHandle. When the driver fails to release it,
+// it stays usable and the call may be repeated.
 func (e *Event) Destroy() error {
 	if e == nil {
 		return e.usable()
@@ -294,11 +291,5 @@ func (e *Event) Destroy() error {
 	if !e.destroyed.CompareAndSwap(false, true) {
 		return fmt.Errorf("cuda: event %#x already destroyed: %w", uintptr(e.h), ErrInvalidHandle)
 	}
-	sc, err := e.ctx.enter()
-	defer sc.Exit()
-	if err != nil {
-		return err
-	}
-	track.Remove(track.Event, uint64(e.h))
-	return e.ctx.drv.EventDestroy(e.h)
+	return release(e.ctx, &e.destroyed, track.Event, uint64(e.h), func() error { return e.ctx.drv.EventDestroy(e.h) })
 }
