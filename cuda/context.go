@@ -33,11 +33,11 @@ type ContextFlags uint32
 
 // Context flags.
 const (
-	SchedAuto         ContextFlags = ContextFlags(cudadrv.CtxSchedAuto)
-	SchedSpin         ContextFlags = ContextFlags(cudadrv.CtxSchedSpin)
-	SchedYield        ContextFlags = ContextFlags(cudadrv.CtxSchedYield)
-	SchedBlockingSync ContextFlags = ContextFlags(cudadrv.CtxSchedBlockingSync)
-	MapHost           ContextFlags = ContextFlags(cudadrv.CtxMapHost)
+	SchedAuto         ContextFlags = 0x0
+	SchedSpin         ContextFlags = 0x1
+	SchedYield        ContextFlags = 0x2
+	SchedBlockingSync ContextFlags = 0x4
+	MapHost           ContextFlags = 0x8
 )
 
 // NewContext creates a new context on dev, owned by the caller, who must

@@ -132,3 +132,23 @@ func TestPublicConstantsMatchDriver(t *testing.T) {
 		}
 	}
 }
+
+// The flag constants carry the driver's values.
+func TestFlagConstantsMatchDriver(t *testing.T) {
+	for pub, drv := range map[uint32]uint32{
+		uint32(cuda.SchedAuto): cudadrv.CtxSchedAuto, uint32(cuda.SchedSpin): cudadrv.CtxSchedSpin,
+		uint32(cuda.SchedYield): cudadrv.CtxSchedYield, uint32(cuda.SchedBlockingSync): cudadrv.CtxSchedBlockingSync,
+		uint32(cuda.MapHost): cudadrv.CtxMapHost,
+	} {
+		if pub != drv {
+			t.Errorf("context flag %#x is %#x in the driver", pub, drv)
+		}
+	}
+	if uint32(cuda.StreamBlocking) != cudadrv.StreamDefault || uint32(cuda.StreamNonBlocking) != cudadrv.StreamNonBlocking {
+		t.Error("stream flags differ from the driver's")
+	}
+	if uint32(cuda.EventDefault) != cudadrv.EventDefault || uint32(cuda.EventBlockingSync) != cudadrv.EventBlockingSync ||
+		uint32(cuda.EventDisableTiming) != cudadrv.EventDisableTiming {
+		t.Error("event flags differ from the driver's")
+	}
+}

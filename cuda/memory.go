@@ -207,9 +207,16 @@ func (b *DeviceBuffer) Memset(v byte) error {
 
 func hostPtr(p []byte) hostptr.Ptr { return hostptr.PtrOf(p) }
 
+// The stream-ordered copies take raw device addresses, so that a copy can
+// start anywhere in an allocation; the driver checks only that an address
+// lies in some allocation of the context. Code that derives them from a
+// DeviceBuffer checks its Err and the range first (the synchronous
+// DeviceBuffer methods do both).
+
 // CopyHtoD queues a copy of src to device address dst. src must stay alive
 // and unchanged until the stream reaches the copy; the copy is truly
-// asynchronous, and runs at full speed, only when src is pinned.
+// asynchronous, and runs at full speed, only when src is pinned. The
+// synchronous form is DeviceBuffer.Write.
 func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
 		return nil
@@ -220,7 +227,8 @@ func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
 }
 
 // CopyDtoH queues a copy of len(dst) bytes from device address src into
-// dst. dst must stay alive and must not be read until the stream reaches the copy.
+// dst. dst must stay alive and must not be read until the stream reaches
+// the copy. The synchronous form is DeviceBuffer.Read.
 func (s *Stream) CopyDtoH(dst []byte, src DevicePtr) error {
 	if len(dst) == 0 {
 		return nil
@@ -230,7 +238,8 @@ func (s *Stream) CopyDtoH(dst []byte, src DevicePtr) error {
 	})
 }
 
-// CopyDtoD queues a copy of n bytes between device addresses.
+// CopyDtoD queues a copy of n bytes between device addresses (there is no
+// synchronous form: queue it and Synchronize the stream).
 func (s *Stream) CopyDtoD(dst, src DevicePtr, n int) error {
 	if n < 0 {
 		return fmt.Errorf("cuda: copy of %d bytes: %w", n, ErrInvalidValue)
@@ -243,7 +252,8 @@ func (s *Stream) CopyDtoD(dst, src DevicePtr, n int) error {
 	})
 }
 
-// Memset queues setting n bytes at dst to v.
+// Memset queues setting n bytes at dst to v. The synchronous form is
+// DeviceBuffer.Memset.
 func (s *Stream) Memset(dst DevicePtr, v byte, n int) error {
 	if n < 0 {
 		return fmt.Errorf("cuda: memset of %d bytes: %w", n, ErrInvalidValue)

@@ -15,9 +15,9 @@ type StreamFlags uint32
 // Stream flags.
 const (
 	// StreamBlocking streams synchronise with the legacy default stream.
-	StreamBlocking StreamFlags = StreamFlags(cudadrv.StreamDefault)
+	StreamBlocking StreamFlags = 0x0
 	// StreamNonBlocking streams run concurrently with the legacy default stream.
-	StreamNonBlocking StreamFlags = StreamFlags(cudadrv.StreamNonBlocking)
+	StreamNonBlocking StreamFlags = 0x1
 )
 
 // Stream is a CUDA stream: an ordered queue of device work.
@@ -169,11 +169,11 @@ type EventFlags uint32
 // Event flags.
 const (
 	// EventDefault events record time; waiting on them spins or yields as the context's scheduling policy says.
-	EventDefault EventFlags = EventFlags(cudadrv.EventDefault)
+	EventDefault EventFlags = 0x0
 	// EventBlockingSync events put a waiting thread to sleep instead of spinning.
-	EventBlockingSync EventFlags = EventFlags(cudadrv.EventBlockingSync)
+	EventBlockingSync EventFlags = 0x1
 	// EventDisableTiming events record no time, which makes them cheaper for pure ordering.
-	EventDisableTiming EventFlags = EventFlags(cudadrv.EventDisableTiming)
+	EventDisableTiming EventFlags = 0x2
 )
 
 // Event marks a point in a stream.
