@@ -9,6 +9,14 @@
 // objects created by other code (TensorRT, ONNX Runtime, cgo) can be
 // wrapped as borrowed: pinmem uses them and never frees them.
 //
+// The driver library is loaded on first use: libcuda.so.1 through the
+// dynamic loader's search path, or the file that the environment variable
+// PINMEM_LIBCUDA names. That must be a regular file (anything else is
+// refused with a *LoadError), and the variable is ignored in a setuid,
+// setgid or otherwise privileged process (the kernel's AT_SECURE). A load
+// that does not finish (a broken driver whose cuInit never returns) makes
+// callers wait at most two minutes for an error matching ErrNoDriver.
+//
 // Pinning host memory is deliberately absent here: it belongs to the
 // pinmem package, which accounts for every pinned byte.
 //
