@@ -223,12 +223,14 @@ type Properties struct {
 // first successful call and cached for the life of the process (they do
 // not change while it runs).
 //
-// Fallback policy: every attribute that the CUDA versions pinmem supports
-// define must be read; if any read fails, Properties returns that error,
+// Fallback policy: an attribute that the installed driver's CUDA version
+// defines must be read; if any read fails, Properties returns that error,
 // caches nothing, and the next call reads again, so a transient failure
-// never becomes a permanent wrong answer. The NUMA attributes alone are
-// newer (CUDA 12.2): a driver that rejects them as an invalid value does not
-// know them, and NUMAID and HostNUMAID are then -1.
+// never becomes a permanent wrong answer. An attribute newer than the
+// driver is not asked for and keeps its zero value:
+// ReadOnlyHostRegisterSupported before CUDA 11.1. The NUMA attributes
+// (CUDA 12.2 and later) are placement hints: a driver that rejects them as
+// an invalid value does not know them, and NUMAID and HostNUMAID are -1.
 func (d *Device) Properties() (Properties, error) {
 	if d == nil {
 		return Properties{Ordinal: -1, NUMAID: -1, HostNUMAID: -1}, errNilDevice
@@ -288,7 +290,14 @@ func (d *Device) readProperties() (Properties, error) {
 		{AttrCanUseHostPointerForRegisteredMem, &p.CanUseHostPointerForRegMem},
 		{AttrConcurrentManagedAccess, &p.ConcurrentManagedAccess},
 	}
+	version, err := d.drv.DriverGetVersion()
+	if err != nil {
+		return p, err
+	}
 	for _, a := range bools {
+		if a.a == AttrReadOnlyHostRegisterSupported && version < 11010 {
+			continue // CUDA 11.1 introduced it
+		}
 		v, err := d.Attribute(a.a)
 		if err != nil {
 			return p, err

@@ -311,3 +311,24 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 		t.Errorf("the fake still holds %+v", n)
 	}
 }
+
+// An attribute newer than the driver is not asked for; one the driver's
+// version defines must be read.
+func TestPropertiesAttributeNewerThanDriver(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{DriverVersion: 11000})
+	dev, err := cuda.GetDevice(0)
+	must(t, err)
+	// The fake answers 1 for it whatever its version; a real 11.0 driver
+	// would reject it, and Properties must not fail for that.
+	if v, err := dev.Attribute(cuda.AttrReadOnlyHostRegisterSupported); err != nil || v != 1 {
+		t.Fatalf("fake attribute = %d, %v", v, err)
+	}
+	p, err := dev.Properties()
+	must(t, err)
+	if p.ReadOnlyHostRegisterSupported {
+		t.Error("CUDA 11.0 reported read-only registration, an 11.1 attribute")
+	}
+	if !p.HostRegisterSupported {
+		t.Error("HostRegisterSupported lost")
+	}
+}
