@@ -33,8 +33,8 @@ func ExampleAlloc() {
 	defer s.Destroy()
 
 	copy(buf.Bytes(), "hello, GPU")
-	_ = d.WriteAsync(s, 0, buf.Bytes()) // asynchronous: the source is pinned
-	_ = d.ReadAsync(s, 0, buf.Bytes())
+	_ = s.CopyHtoD(d.Ptr(), buf.Bytes()) // asynchronous: the source is pinned
+	_ = s.CopyDtoH(buf.Bytes(), d.Ptr())
 	_ = s.Synchronize()
 	fmt.Println(pinmem.Stats())
 }
@@ -105,7 +105,7 @@ func ExampleBuffer_Segments() {
 	defer s.Destroy()
 	off := 0
 	for _, seg := range buf.Segments() {
-		if err := d.WriteAsync(s, off, seg); err != nil {
+		if err := s.CopyHtoD(d.Ptr().Add(off), seg); err != nil {
 			log.Fatal(err)
 		}
 		off += len(seg)

@@ -10,9 +10,9 @@ import (
 // Batch collects asynchronous copies and event records, on any streams of
 // one context, and issues them in order with one crossing from Go into the
 // driver per 16 operations instead of one per operation. Each crossing
-// costs about 120 ns on top of the driver's own work (Go's runtime.cgocall,
-// which cgo pays too); a batch pays it once. Use it where a loop issues
-// many small operations (a copy and an event per chunk, say).
+// has a fixed cost on top of the driver's own work (Go's runtime.cgocall,
+// which cgo pays too); a batch pays it once per 16 operations. Use it where
+// a loop issues many small operations (a copy and an event per chunk, say).
 //
 // A Batch is not safe for concurrent use. The host memory of its copies
 // must be pinned and must stay alive until the copies have run, as with
@@ -28,13 +28,18 @@ type Batch struct {
 // NewBatch returns an empty batch for streams and events of c.
 func (c *Context) NewBatch() *Batch { return &Batch{ctx: c} }
 
-// Len returns how many operations are waiting for Issue.
-func (b *Batch) Len() int { return len(b.ops) }
+// Len returns how many operations are waiting for Issue (0 for a nil Batch).
+func (b *Batch) Len() int {
+	if b == nil {
+		return 0
+	}
+	return len(b.ops)
+}
 
 // add appends op after checking that s (and e, when not nil) are usable
 // here. The first problem is kept and returned by Issue.
 func (b *Batch) add(s *Stream, e *Event, op cudadrv.BatchOp) *Batch {
-	if b.err != nil {
+	if b == nil || b.err != nil {
 		return b
 	}
 	switch {
@@ -58,7 +63,7 @@ func (b *Batch) add(s *Stream, e *Event, op cudadrv.BatchOp) *Batch {
 // CopyHtoD adds an asynchronous copy of src to device address dst on s.
 // An empty src adds nothing.
 func (b *Batch) CopyHtoD(s *Stream, dst DevicePtr, src []byte) *Batch {
-	if len(src) == 0 {
+	if b == nil || len(src) == 0 {
 		return b
 	}
 	b.keep = append(b.keep, src)
@@ -68,7 +73,7 @@ func (b *Batch) CopyHtoD(s *Stream, dst DevicePtr, src []byte) *Batch {
 // CopyDtoH adds an asynchronous copy of len(dst) bytes from device address
 // src into dst on s. An empty dst adds nothing.
 func (b *Batch) CopyDtoH(s *Stream, dst []byte, src DevicePtr) *Batch {
-	if len(dst) == 0 {
+	if b == nil || len(dst) == 0 {
 		return b
 	}
 	b.keep = append(b.keep, dst)
@@ -77,6 +82,9 @@ func (b *Batch) CopyDtoH(s *Stream, dst []byte, src DevicePtr) *Batch {
 
 // CopyDtoD adds an asynchronous copy of n bytes between device addresses on s.
 func (b *Batch) CopyDtoD(s *Stream, dst, src DevicePtr, n int) *Batch {
+	if b == nil {
+		return b
+	}
 	if n < 0 && b.err == nil {
 		b.err = fmt.Errorf("cuda: batch operation %d: copy of %d bytes: %w", len(b.ops), n, ErrInvalidValue)
 	}
@@ -88,6 +96,9 @@ func (b *Batch) CopyDtoD(s *Stream, dst, src DevicePtr, n int) *Batch {
 
 // Record adds recording e on s.
 func (b *Batch) Record(e *Event, s *Stream) *Batch {
+	if b == nil {
+		return b
+	}
 	if e == nil {
 		if b.err == nil {
 			b.err = fmt.Errorf("cuda: batch operation %d: nil event: %w", len(b.ops), ErrInvalidValue)
@@ -101,8 +112,12 @@ func (b *Batch) Record(e *Event, s *Stream) *Batch {
 // returns how many were queued: all of them with a nil error; otherwise
 // those before the one that failed (which, and everything after it, was
 // not queued). An invalid argument given to an earlier method is returned
-// here, with nothing queued.
+// here, with nothing queued. Issue on a nil Batch returns an error
+// matching ErrInvalidValue; the adding methods on a nil Batch do nothing.
 func (b *Batch) Issue() (int, error) {
+	if b == nil {
+		return 0, fmt.Errorf("cuda: nil batch: %w", ErrInvalidValue)
+	}
 	ops, keep, err := b.ops, b.keep, b.err
 	b.ops, b.keep, b.err = b.ops[:0], b.keep[:0], nil
 	defer clear(ops) // the slices are reused: drop their references to host memory

@@ -68,11 +68,19 @@ func TestGPUStreamWorkUnderAnyCurrentContext(t *testing.T) {
 		if bad := kernels.VerifyPattern(w, seed, 0); bad >= 0 {
 			t.Errorf("%s: kernel output wrong at word %d", cur.name, bad)
 		}
-		// Which context is current afterwards: the fast path leaves the
-		// thread's context alone; a rejected call switched it to s's.
+		// Synchronous copies enter ctx and leave.
+		must(t, d.Write(0, in))
+		testutil.Poison(out)
+		must(t, d.Read(0, out))
+		testutil.CheckBytes(t, in, out)
+		// The caller's context is current afterwards: the fast path leaves
+		// the thread's context alone, and entering ctx (a rejected call's
+		// retry, a synchronous copy) puts the previous one back.
 		c, err := drv.CtxGetCurrent()
 		must(t, err)
-		t.Logf("with %s current before the calls, current after: %#x (primary %#x, other %#x)", cur.name, uintptr(c), ctx.Handle(), other.Handle())
+		if c != cur.h {
+			t.Errorf("with %s current before the calls, %#x is current after (primary %#x, other %#x)", cur.name, uintptr(c), ctx.Handle(), other.Handle())
+		}
 	}
 }
 
@@ -136,6 +144,9 @@ func BenchmarkIssueBreakdown(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
+			if c.purego && !cudadrv.PuregoSwitch {
+				b.Skip("the purego call path exists only with -tags pinmem_purego")
+			}
 			prev := cudadrv.UsePuregoCalls(c.purego)
 			defer cudadrv.UsePuregoCalls(prev)
 			if c.thread != "" {

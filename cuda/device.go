@@ -1,8 +1,10 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
 )
@@ -46,9 +48,9 @@ type Device struct {
 	ordinal int
 	dev     cudadrv.Device
 
-	ctxOnce sync.Once
-	ctx     *Context
-	ctxErr  error
+	ctxMu sync.Mutex              // serialises retaining the primary context
+	ctx   atomic.Pointer[Context] // the primary context once retained
+	props atomic.Pointer[Properties]
 }
 
 // GetDevice returns the device with the given ordinal (0-based).
@@ -99,34 +101,96 @@ func Devices() ([]*Device, error) {
 	return out, nil
 }
 
-// Ordinal returns the device's index among the process's CUDA devices.
-func (d *Device) Ordinal() int { return d.ordinal }
+// Ordinal returns the device's index among the process's CUDA devices (-1
+// for a nil Device).
+func (d *Device) Ordinal() int {
+	if d == nil {
+		return -1
+	}
+	return d.ordinal
+}
 
-// Handle returns the raw CUdevice.
-func (d *Device) Handle() int32 { return int32(d.dev) }
+// Handle returns the raw CUdevice (-1 for a nil Device).
+func (d *Device) Handle() int32 {
+	if d == nil {
+		return -1
+	}
+	return int32(d.dev)
+}
 
 // Name returns the device's marketing name, e.g. "NVIDIA H200".
-func (d *Device) Name() (string, error) { return d.drv.DeviceGetName(d.dev) }
+func (d *Device) Name() (string, error) {
+	if d == nil {
+		return "", errNilDevice
+	}
+	return d.drv.DeviceGetName(d.dev)
+}
 
-// Attribute is a CUdevice_attribute.
-type Attribute = cudadrv.DeviceAttribute
+// Attribute is a CUdevice_attribute: one integer property of a device.
+// The constants below are those pinmem reads; any other value of cuda.h
+// may be passed to Device.Attribute as well.
+type Attribute int32
+
+// Device attributes, with the values of cuda.h.
+const (
+	AttrMaxThreadsPerBlock                     Attribute = 1
+	AttrClockRate                              Attribute = 13 // kHz
+	AttrMultiprocessorCount                    Attribute = 16
+	AttrIntegrated                             Attribute = 18 // shares memory with the host
+	AttrCanMapHostMemory                       Attribute = 19 // mapped (zero-copy) host memory works
+	AttrComputeMode                            Attribute = 20
+	AttrPCIBusID                               Attribute = 33
+	AttrPCIDeviceID                            Attribute = 34
+	AttrMemoryClockRate                        Attribute = 36 // kHz
+	AttrGlobalMemoryBusWidth                   Attribute = 37 // bits
+	AttrAsyncEngineCount                       Attribute = 40 // copy engines
+	AttrUnifiedAddressing                      Attribute = 41
+	AttrPCIDomainID                            Attribute = 50
+	AttrComputeCapabilityMajor                 Attribute = 75
+	AttrComputeCapabilityMinor                 Attribute = 76
+	AttrManagedMemory                          Attribute = 83
+	AttrPageableMemoryAccess                   Attribute = 88
+	AttrConcurrentManagedAccess                Attribute = 89
+	AttrCanUseHostPointerForRegisteredMem      Attribute = 91
+	AttrHostRegisterSupported                  Attribute = 99
+	AttrPageableMemoryAccessUsesHostPageTables Attribute = 100
+	AttrReadOnlyHostRegisterSupported          Attribute = 113
+	AttrNUMAConfig                             Attribute = 130
+	AttrNUMAID                                 Attribute = 131
+	AttrHostNUMAID                             Attribute = 134
+)
 
 // Attribute returns one raw device attribute.
-func (d *Device) Attribute(a Attribute) (int, error) { return d.drv.DeviceGetAttribute(a, d.dev) }
+func (d *Device) Attribute(a Attribute) (int, error) {
+	if d == nil {
+		return 0, errNilDevice
+	}
+	return d.drv.DeviceGetAttribute(cudadrv.DeviceAttribute(a), d.dev)
+}
 
 // PrimaryContext returns the device's primary context, retained once for
 // the life of the process (as the CUDA runtime does), so it is shared with
-// any runtime-API code in the same process.
+// any runtime-API code in the same process. A failed retain is not
+// remembered: the next call tries again.
 func (d *Device) PrimaryContext() (*Context, error) {
-	d.ctxOnce.Do(func() {
-		h, err := d.drv.DevicePrimaryCtxRetain(d.dev)
-		if err != nil {
-			d.ctxErr = err
-			return
-		}
-		d.ctx = &Context{drv: d.drv, h: h, dev: d, kind: ctxPrimary}
-	})
-	return d.ctx, d.ctxErr
+	if d == nil {
+		return nil, errNilDevice
+	}
+	if c := d.ctx.Load(); c != nil {
+		return c, nil
+	}
+	d.ctxMu.Lock()
+	defer d.ctxMu.Unlock()
+	if c := d.ctx.Load(); c != nil {
+		return c, nil
+	}
+	h, err := d.drv.DevicePrimaryCtxRetain(d.dev)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: retaining the primary context of %v: %w", d, err)
+	}
+	c := &Context{drv: d.drv, h: h, dev: d, kind: ctxPrimary}
+	d.ctx.Store(c)
+	return c, nil
 }
 
 // Properties are the attributes of a device that matter for host memory
@@ -155,9 +219,35 @@ type Properties struct {
 	HostNUMAID                    int // the host NUMA node nearest to the device, or -1
 }
 
-// Properties reads the device's properties. Attributes that an older
-// driver does not know are left at their zero value (NUMA ids at -1).
+// Properties returns the device's properties, read from the driver on the
+// first successful call and cached for the life of the process (they do
+// not change while it runs).
+//
+// Fallback policy: an attribute that the installed driver's CUDA version
+// defines must be read; if any read fails, Properties returns that error,
+// caches nothing, and the next call reads again, so a transient failure
+// never becomes a permanent wrong answer. An attribute newer than the
+// driver is not asked for and keeps its zero value:
+// ReadOnlyHostRegisterSupported before CUDA 11.1. The NUMA attributes
+// (CUDA 12.2 and later) are placement hints: a driver that rejects them as
+// an invalid value does not know them, and NUMAID and HostNUMAID are -1.
 func (d *Device) Properties() (Properties, error) {
+	if d == nil {
+		return Properties{Ordinal: -1, NUMAID: -1, HostNUMAID: -1}, errNilDevice
+	}
+	if p := d.props.Load(); p != nil {
+		return *p, nil
+	}
+	p, err := d.readProperties()
+	if err != nil {
+		return p, fmt.Errorf("cuda: properties of %v: %w", d, err)
+	}
+	d.props.Store(&p)
+	return p, nil
+}
+
+// readProperties reads every property from the driver.
+func (d *Device) readProperties() (Properties, error) {
 	p := Properties{Ordinal: d.ordinal, NUMAID: -1, HostNUMAID: -1}
 	var err error
 	if p.Name, err = d.Name(); err != nil {
@@ -173,13 +263,13 @@ func (d *Device) Properties() (Properties, error) {
 		a Attribute
 		v *int
 	}{
-		{cudadrv.AttrComputeCapabilityMajor, &p.ComputeMajor},
-		{cudadrv.AttrComputeCapabilityMinor, &p.ComputeMinor},
-		{cudadrv.AttrMultiprocessorCount, &p.Multiprocessors},
-		{cudadrv.AttrAsyncEngineCount, &p.AsyncEngines},
-		{cudadrv.AttrClockRate, &p.ClockRateKHz},
-		{cudadrv.AttrMemoryClockRate, &p.MemoryClockKHz},
-		{cudadrv.AttrGlobalMemoryBusWidth, &p.MemoryBusWidth},
+		{AttrComputeCapabilityMajor, &p.ComputeMajor},
+		{AttrComputeCapabilityMinor, &p.ComputeMinor},
+		{AttrMultiprocessorCount, &p.Multiprocessors},
+		{AttrAsyncEngineCount, &p.AsyncEngines},
+		{AttrClockRate, &p.ClockRateKHz},
+		{AttrMemoryClockRate, &p.MemoryClockKHz},
+		{AttrGlobalMemoryBusWidth, &p.MemoryBusWidth},
 	}
 	for _, a := range ints {
 		if *a.v, err = d.Attribute(a.a); err != nil {
@@ -190,33 +280,64 @@ func (d *Device) Properties() (Properties, error) {
 		a Attribute
 		v *bool
 	}{
-		{cudadrv.AttrCanMapHostMemory, &p.CanMapHostMemory},
-		{cudadrv.AttrIntegrated, &p.Integrated},
-		{cudadrv.AttrUnifiedAddressing, &p.UnifiedAddressing},
-		{cudadrv.AttrHostRegisterSupported, &p.HostRegisterSupported},
-		{cudadrv.AttrReadOnlyHostRegisterSupported, &p.ReadOnlyHostRegisterSupported},
-		{cudadrv.AttrPageableMemoryAccess, &p.PageableMemoryAccess},
-		{cudadrv.AttrPageableMemoryAccessUsesHostPageTables, &p.PageableUsesHostPageTables},
-		{cudadrv.AttrCanUseHostPointerForRegMem, &p.CanUseHostPointerForRegMem},
-		{cudadrv.AttrConcurrentManagedAccess, &p.ConcurrentManagedAccess},
+		{AttrCanMapHostMemory, &p.CanMapHostMemory},
+		{AttrIntegrated, &p.Integrated},
+		{AttrUnifiedAddressing, &p.UnifiedAddressing},
+		{AttrHostRegisterSupported, &p.HostRegisterSupported},
+		{AttrReadOnlyHostRegisterSupported, &p.ReadOnlyHostRegisterSupported},
+		{AttrPageableMemoryAccess, &p.PageableMemoryAccess},
+		{AttrPageableMemoryAccessUsesHostPageTables, &p.PageableUsesHostPageTables},
+		{AttrCanUseHostPointerForRegisteredMem, &p.CanUseHostPointerForRegMem},
+		{AttrConcurrentManagedAccess, &p.ConcurrentManagedAccess},
+	}
+	version, err := d.drv.DriverGetVersion()
+	if err != nil {
+		return p, err
 	}
 	for _, a := range bools {
+		if a.a == AttrReadOnlyHostRegisterSupported && version < 11010 {
+			continue // CUDA 11.1 introduced it
+		}
 		v, err := d.Attribute(a.a)
 		if err != nil {
 			return p, err
 		}
 		*a.v = v != 0
 	}
-	// NUMA attributes are CUDA 12.2+; an older driver rejects them, which is not an error here.
-	if cfg, err := d.Attribute(cudadrv.AttrNUMAConfig); err == nil && cfg != 0 {
-		if id, err := d.Attribute(cudadrv.AttrNUMAID); err == nil {
-			p.NUMAID = id
+	// NUMA attributes are CUDA 12.2+; an older driver rejects them as an
+	// invalid value, which leaves the ids at -1. Any other failure fails.
+	cfg, err := d.optionalAttribute(AttrNUMAConfig)
+	if err != nil {
+		return p, err
+	}
+	if cfg > 0 {
+		if p.NUMAID, err = d.optionalAttribute(AttrNUMAID); err != nil {
+			return p, err
 		}
 	}
-	if id, err := d.Attribute(cudadrv.AttrHostNUMAID); err == nil {
-		p.HostNUMAID = id
+	if p.HostNUMAID, err = d.optionalAttribute(AttrHostNUMAID); err != nil {
+		return p, err
 	}
 	return p, nil
 }
 
-func (d *Device) String() string { return fmt.Sprintf("cuda device %d", d.ordinal) }
+// optionalAttribute reads an attribute that an older driver may not know:
+// -1 when the driver rejects it as an invalid value.
+func (d *Device) optionalAttribute(a Attribute) (int, error) {
+	v, err := d.Attribute(a)
+	if errors.Is(err, ErrInvalidValue) {
+		return -1, nil
+	}
+	return v, err
+}
+
+// errNilDevice is the error of a method called on a nil *Device.
+var errNilDevice = fmt.Errorf("cuda: nil device: %w", ErrInvalidValue)
+
+// String names the device, e.g. "cuda device 0".
+func (d *Device) String() string {
+	if d == nil {
+		return "cuda device <nil>"
+	}
+	return fmt.Sprintf("cuda device %d", d.ordinal)
+}

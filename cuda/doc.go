@@ -9,33 +9,20 @@
 // objects created by other code (TensorRT, ONNX Runtime, cgo) can be
 // wrapped as borrowed: pinmem uses them and never frees them.
 //
+// The driver library is loaded on first use: libcuda.so.1 through the
+// dynamic loader's search path, or the file that the environment variable
+// PINMEM_LIBCUDA names. That must be a regular file (anything else is
+// refused with a *LoadError), and the variable is ignored in a setuid,
+// setgid or otherwise privileged process (the kernel's AT_SECURE). A load
+// that does not finish (a broken driver whose cuInit never returns) makes
+// callers wait at most two minutes for an error matching ErrNoDriver.
+//
 // Pinning host memory is deliberately absent here: it belongs to the
 // pinmem package, which accounts for every pinned byte.
 //
-// Errors from the driver are *Error values carrying the driver function,
-// the numeric CUresult and the driver's own name and text; they match the
-// sentinels below through errors.Is. Success is always a nil error.
+// A failed driver call is an *Error (get it with errors.As) carrying the
+// driver function, the CUresult and the driver's own name and text; every
+// error matches the sentinels (ErrOutOfMemory ...) through errors.Is.
+// Success is always a nil error. Methods on nil objects and nil arguments
+// return an error matching ErrInvalidValue; they never panic.
 package cuda
-
-import "github.com/pinmem/pinmem/internal/cudadrv"
-
-// Error is a failed driver call: Op, Code, Name and Detail as the driver reported them.
-type Error = cudadrv.Error
-
-// LoadError says why the driver library or one of its symbols could not be loaded.
-type LoadError = cudadrv.LoadError
-
-// Sentinel errors, matched with errors.Is.
-var (
-	ErrNoDriver          = cudadrv.ErrNoDriver          // no NVIDIA driver library, or it failed to initialise
-	ErrNoDevice          = cudadrv.ErrNoDevice          // the driver reports no usable GPU
-	ErrNotSupported      = cudadrv.ErrNotSupported      // the driver or device lacks the feature
-	ErrOutOfMemory       = cudadrv.ErrOutOfMemory       // memory could not be provided
-	ErrInvalidValue      = cudadrv.ErrInvalidValue      // an argument was rejected
-	ErrNotReady          = cudadrv.ErrNotReady          // asynchronous work has not finished
-	ErrAlreadyRegistered = cudadrv.ErrAlreadyRegistered // host range already page-locked
-	ErrNotRegistered     = cudadrv.ErrNotRegistered     // host range not page-locked
-	ErrInvalidHandle     = cudadrv.ErrInvalidHandle     // object invalid, destroyed or freed
-	ErrKernelImage       = cudadrv.ErrKernelImage       // a PTX/cubin module cannot be loaded
-	ErrLaunchFailed      = cudadrv.ErrLaunchFailed      // a kernel faulted or could not launch
-)

@@ -57,7 +57,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	out := make([]byte, buf.Size())
-	if err := buf.ReadAsync(s, 0, out); err != nil {
+	if err := s.CopyDtoH(out, buf.Ptr()); err != nil {
 		log.Fatal(err)
 	}
 	if err := s.Synchronize(); err != nil {
@@ -72,7 +72,7 @@ func ExampleError() {
 	var de *cuda.Error
 	switch {
 	case errors.As(err, &de):
-		fmt.Println(de.Op, de.Code, de.Name, de.Detail)
+		fmt.Println(de.Op, de.Code, de.Name, de.Message)
 	case errors.Is(err, cuda.ErrNoDriver):
 		fmt.Println("no NVIDIA driver")
 	}

@@ -43,7 +43,7 @@ func TestFakeFailuresAreTypedAndReleaseNothing(t *testing.T) {
 			t.Errorf("%s failing with %d: got %v, want %v", c.op, c.code, err, c.want)
 		}
 		var de *cuda.Error
-		if !errors.As(err, &de) || de.Op != c.op || de.Code != c.code || de.Name == "" {
+		if !errors.As(err, &de) || de.Op != c.op || de.Code != cuda.Result(c.code) || de.Name == "" {
 			t.Errorf("%s: error %v does not carry op, code and name", c.op, err)
 		}
 		if after := len(track.Live()); after != before {
@@ -70,14 +70,15 @@ func TestFakeAsyncFailureAndDestroyOrder(t *testing.T) {
 	}
 	fd.ClearFaults()
 	// A rejection for the wrong current context is retried once, with the
-	// stream's context made current, and then succeeds.
+	// stream's context made current, and then succeeds; the context that was
+	// current before is put back (two switches).
 	before := fd.Calls("cuCtxSetCurrent")
 	must(t, fd.FailOn("cuMemcpyHtoDAsync_v2", 1, cudadrv.ErrorInvalidContext))
 	if err := s.CopyHtoD(b.Ptr(), make([]byte, 16)); err != nil {
 		t.Errorf("async copy after a wrong-context rejection = %v, want success", err)
 	}
-	if got := fd.Calls("cuCtxSetCurrent") - before; got != 1 {
-		t.Errorf("%d cuCtxSetCurrent calls for the retry, want 1", got)
+	if got := fd.Calls("cuCtxSetCurrent") - before; got != 2 {
+		t.Errorf("%d cuCtxSetCurrent calls for the retry, want 2", got)
 	}
 	// The fast path makes no context switch at all.
 	before = fd.Calls("cuCtxSetCurrent")

@@ -173,7 +173,8 @@ func TestGPUCopiesRandomData(t *testing.T) {
 		must(t, a.Memset(0x5A))
 		must(t, b.Memset(0xA5))
 		must(t, a.Write(0, src))
-		must(t, ctx.CopyDtoD(b.Ptr(), a.Ptr(), n))
+		must(t, s.CopyDtoD(b.Ptr(), a.Ptr(), n))
+		must(t, s.Synchronize())
 		got := make([]byte, n)
 		testutil.Poison(got)
 		must(t, b.Read(0, got))
@@ -187,9 +188,9 @@ func TestGPUCopiesRandomData(t *testing.T) {
 		hout := pinnedHost(t, ctx, part)
 		testutil.Poison(hout)
 		must(t, s.Memset(b.Ptr(), 0xEE, n))
-		must(t, b.WriteAsync(s, off, hin))
+		must(t, s.CopyHtoD(b.Ptr().Add(off), hin))
 		must(t, s.CopyDtoD(a.Ptr(), b.Ptr(), n))
-		must(t, a.ReadAsync(s, off, hout))
+		must(t, s.CopyDtoH(hout, a.Ptr().Add(off)))
 		must(t, s.Synchronize())
 		testutil.CheckBytes(t, src[off:], hout)
 		// The bytes before off were set by the async memset.
@@ -270,7 +271,7 @@ func TestGPUMisuseIsTyped(t *testing.T) {
 		t.Errorf("Alloc(0) = %v, want ErrInvalidValue", err)
 	}
 	// An address that is no allocation: the driver must reject it, typed.
-	err := ctx.CopyHtoD(cuda.DevicePtr(0x10), []byte{1, 2, 3})
+	err := cuda.WrapDevicePtr(ctx, 0x10, 3).Write(0, []byte{1, 2, 3})
 	var de *cuda.Error
 	if !errors.As(err, &de) || !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("copy to a bogus device address = %v, want a *cuda.Error matching ErrInvalidValue", err)

@@ -21,8 +21,9 @@ type Module struct {
 // example PTX newer than the driver) gives an error matching
 // ErrKernelImage; nothing else in pinmem depends on kernels loading.
 func (c *Context) LoadModule(image []byte) (*Module, error) {
-	defer cudadrv.Exit()
-	if err := c.enter(); err != nil {
+	sc, err := c.enter()
+	defer sc.Exit()
+	if err != nil {
 		return nil, err
 	}
 	h, err := c.drv.ModuleLoadData(image)
@@ -34,16 +35,34 @@ func (c *Context) LoadModule(image []byte) (*Module, error) {
 	return &Module{ctx: c, h: h}, nil
 }
 
-// Handle returns the raw CUmodule.
-func (m *Module) Handle() uintptr { return uintptr(m.h) }
+// Handle returns the raw CUmodule (0 for a nil Module).
+func (m *Module) Handle() uintptr {
+	if m == nil {
+		return 0
+	}
+	return uintptr(m.h)
+}
+
+// usable returns nil for a loaded module, an error matching ErrInvalidValue
+// for a nil one and ErrInvalidHandle for an unloaded one.
+func (m *Module) usable() error {
+	if m == nil {
+		return fmt.Errorf("cuda: nil module: %w", ErrInvalidValue)
+	}
+	if m.unloaded.Load() {
+		return fmt.Errorf("cuda: module %#x already unloaded: %w", uintptr(m.h), ErrInvalidHandle)
+	}
+	return nil
+}
 
 // Function looks up a kernel by its (extern "C") name.
 func (m *Module) Function(name string) (*Function, error) {
-	if m.unloaded.Load() {
-		return nil, fmt.Errorf("cuda: module %#x already unloaded: %w", uintptr(m.h), ErrInvalidHandle)
+	if err := m.usable(); err != nil {
+		return nil, err
 	}
-	defer cudadrv.Exit()
-	if err := m.ctx.enter(); err != nil {
+	sc, err := m.ctx.enter()
+	defer sc.Exit()
+	if err != nil {
 		return nil, err
 	}
 	f, err := m.ctx.drv.ModuleGetFunction(m.h, name)
@@ -54,17 +73,16 @@ func (m *Module) Function(name string) (*Function, error) {
 }
 
 // Unload unloads the module. Its functions become invalid. A second
-// Unload returns an error matching ErrInvalidHandle.
+// Unload returns an error matching ErrInvalidHandle. When the driver fails to release it,
+// it stays usable and the call may be repeated.
 func (m *Module) Unload() error {
+	if m == nil {
+		return m.usable()
+	}
 	if !m.unloaded.CompareAndSwap(false, true) {
 		return fmt.Errorf("cuda: module %#x already unloaded: %w", uintptr(m.h), ErrInvalidHandle)
 	}
-	defer cudadrv.Exit()
-	if err := m.ctx.enter(); err != nil {
-		return err
-	}
-	track.Remove(track.Module, uint64(m.h))
-	return m.ctx.drv.ModuleUnload(m.h)
+	return release(m.ctx, &m.unloaded, track.Module, uint64(m.h), func() error { return m.ctx.drv.ModuleUnload(m.h) })
 }
 
 // Function is a kernel in a loaded module.
@@ -74,11 +92,21 @@ type Function struct {
 	name string
 }
 
-// Handle returns the raw CUfunction.
-func (f *Function) Handle() uintptr { return uintptr(f.h) }
+// Handle returns the raw CUfunction (0 for a nil Function).
+func (f *Function) Handle() uintptr {
+	if f == nil {
+		return 0
+	}
+	return uintptr(f.h)
+}
 
-// Name returns the kernel's name.
-func (f *Function) Name() string { return f.name }
+// Name returns the kernel's name ("" for a nil Function).
+func (f *Function) Name() string {
+	if f == nil {
+		return ""
+	}
+	return f.name
+}
 
 // Dim3 is a grid or block shape.
 type Dim3 struct{ X, Y, Z uint32 }
@@ -96,6 +124,12 @@ const maxKernelArgs = 64
 // the driver requires; it is released when the call returns (the driver
 // copies the arguments at launch).
 func (f *Function) Launch(s *Stream, grid, block Dim3, sharedMem uint32, args ...any) error {
+	if f == nil {
+		return fmt.Errorf("cuda: launch of a nil function: %w", ErrInvalidValue)
+	}
+	if err := s.usable(); err != nil {
+		return fmt.Errorf("cuda: launching %q: %w", f.name, err)
+	}
 	if len(args) > maxKernelArgs {
 		return fmt.Errorf("cuda: kernel %q: %d arguments, at most %d: %w", f.name, len(args), maxKernelArgs, ErrInvalidValue)
 	}

@@ -15,9 +15,9 @@ type StreamFlags uint32
 // Stream flags.
 const (
 	// StreamBlocking streams synchronise with the legacy default stream.
-	StreamBlocking StreamFlags = StreamFlags(cudadrv.StreamDefault)
+	StreamBlocking StreamFlags = 0x0
 	// StreamNonBlocking streams run concurrently with the legacy default stream.
-	StreamNonBlocking StreamFlags = StreamFlags(cudadrv.StreamNonBlocking)
+	StreamNonBlocking StreamFlags = 0x1
 )
 
 // Stream is a CUDA stream: an ordered queue of device work.
@@ -30,8 +30,9 @@ type Stream struct {
 
 // NewStream creates a stream in c. The caller must Destroy it.
 func (c *Context) NewStream(flags StreamFlags) (*Stream, error) {
-	defer cudadrv.Exit()
-	if err := c.enter(); err != nil {
+	sc, err := c.enter()
+	defer sc.Exit()
+	if err != nil {
 		return nil, err
 	}
 	h, err := c.drv.StreamCreate(uint32(flags))
@@ -44,35 +45,60 @@ func (c *Context) NewStream(flags StreamFlags) (*Stream, error) {
 
 // WrapStream borrows a CUstream created by other code. pinmem never destroys it.
 // A zero handle is the context's legacy default stream.
+// With a nil c, every method of the Stream returns an error matching
+// ErrInvalidValue.
 func WrapStream(c *Context, handle uintptr) *Stream {
 	return &Stream{ctx: c, h: cudadrv.Stream(handle), borrowed: true}
 }
 
-// Handle returns the raw CUstream.
-func (s *Stream) Handle() uintptr { return uintptr(s.h) }
+// Handle returns the raw CUstream (0 for a nil Stream).
+func (s *Stream) Handle() uintptr {
+	if s == nil {
+		return 0
+	}
+	return uintptr(s.h)
+}
 
 // Context returns the stream's context.
-func (s *Stream) Context() *Context { return s.ctx }
+func (s *Stream) Context() *Context {
+	if s == nil {
+		return nil
+	}
+	return s.ctx
+}
+
+// usable returns nil for a stream that may be used, an error matching
+// ErrInvalidValue for a nil one (or one of a nil context) and
+// ErrInvalidHandle for a destroyed one.
+func (s *Stream) usable() error {
+	if s == nil {
+		return fmt.Errorf("cuda: nil stream: %w", ErrInvalidValue)
+	}
+	if s.destroyed.Load() {
+		return fmt.Errorf("cuda: stream %#x already destroyed: %w", uintptr(s.h), ErrInvalidHandle)
+	}
+	return s.ctx.alive()
+}
 
 // call runs f, a driver call that names s (or an event of s's context)
 // explicitly. The driver takes such work's context from the stream, so when
 // no context, or s's own, is current on the calling OS thread, f needs no
-// cuCtxSetCurrent (a driver call, about 0.2 µs through purego) and no
-// thread lock. When another context is current the driver validates against
+// cuCtxSetCurrent (a driver call of its own) and no thread lock. When another context is current the driver validates against
 // it and rejects the call; f is then run again with s's context made current
 // on a locked thread. The legacy default stream (handle 0) has no context of
 // its own and always takes the slow path.
 func (s *Stream) call(f func() error) error {
-	if s.destroyed.Load() {
-		return fmt.Errorf("cuda: stream %#x already destroyed: %w", uintptr(s.h), ErrInvalidHandle)
+	if err := s.usable(); err != nil {
+		return err
 	}
-	if s.h != 0 && !s.ctx.destroyed.Load() {
+	if s.h != 0 {
 		if err := f(); !retryInContext(err) {
 			return err
 		}
 	}
-	defer cudadrv.Exit()
-	if err := s.ctx.enter(); err != nil {
+	sc, err := s.ctx.enter()
+	defer sc.Exit()
+	if err != nil {
 		return err
 	}
 	return f()
@@ -104,25 +130,27 @@ func (s *Stream) Query() (bool, error) {
 
 // WaitEvent makes all later work on s wait until e has completed.
 func (s *Stream) WaitEvent(e *Event) error {
+	if err := e.usable(); err != nil {
+		return err
+	}
 	return s.call(func() error { return s.ctx.drv.StreamWaitEvent(s.h, e.h, 0) })
 }
 
 // Destroy releases the stream. Work already queued still completes.
 // Destroying a borrowed stream is refused; a second Destroy returns an
-// error matching ErrInvalidHandle.
+// error matching ErrInvalidHandle. When the driver fails to release it,
+// it stays usable and the call may be repeated.
 func (s *Stream) Destroy() error {
+	if s == nil {
+		return s.usable()
+	}
 	if s.borrowed {
 		return fmt.Errorf("cuda: stream %#x is borrowed: %w", uintptr(s.h), ErrInvalidValue)
 	}
 	if !s.destroyed.CompareAndSwap(false, true) {
 		return fmt.Errorf("cuda: stream %#x already destroyed: %w", uintptr(s.h), ErrInvalidHandle)
 	}
-	defer cudadrv.Exit()
-	if err := s.ctx.enter(); err != nil {
-		return err
-	}
-	track.Remove(track.Stream, uint64(s.h))
-	return s.ctx.drv.StreamDestroy(s.h)
+	return release(s.ctx, &s.destroyed, track.Stream, uint64(s.h), func() error { return s.ctx.drv.StreamDestroy(s.h) })
 }
 
 func doneOrErr(err error) (bool, error) {
@@ -141,11 +169,11 @@ type EventFlags uint32
 // Event flags.
 const (
 	// EventDefault events record time; waiting on them spins or yields as the context's scheduling policy says.
-	EventDefault EventFlags = EventFlags(cudadrv.EventDefault)
+	EventDefault EventFlags = 0x0
 	// EventBlockingSync events put a waiting thread to sleep instead of spinning.
-	EventBlockingSync EventFlags = EventFlags(cudadrv.EventBlockingSync)
+	EventBlockingSync EventFlags = 0x1
 	// EventDisableTiming events record no time, which makes them cheaper for pure ordering.
-	EventDisableTiming EventFlags = EventFlags(cudadrv.EventDisableTiming)
+	EventDisableTiming EventFlags = 0x2
 )
 
 // Event marks a point in a stream.
@@ -158,8 +186,9 @@ type Event struct {
 
 // NewEvent creates an event in c. The caller must Destroy it.
 func (c *Context) NewEvent(flags EventFlags) (*Event, error) {
-	defer cudadrv.Exit()
-	if err := c.enter(); err != nil {
+	sc, err := c.enter()
+	defer sc.Exit()
+	if err != nil {
 		return nil, err
 	}
 	h, err := c.drv.EventCreate(uint32(flags))
@@ -171,27 +200,44 @@ func (c *Context) NewEvent(flags EventFlags) (*Event, error) {
 }
 
 // WrapEvent borrows a CUevent created by other code. pinmem never destroys it.
+// With a nil c, every method of the Event returns an error matching
+// ErrInvalidValue.
 func WrapEvent(c *Context, handle uintptr) *Event {
 	return &Event{ctx: c, h: cudadrv.Event(handle), borrowed: true}
 }
 
-// Handle returns the raw CUevent.
-func (e *Event) Handle() uintptr { return uintptr(e.h) }
+// Handle returns the raw CUevent (0 for a nil Event).
+func (e *Event) Handle() uintptr {
+	if e == nil {
+		return 0
+	}
+	return uintptr(e.h)
+}
+
+// usable is Stream.usable for an event.
+func (e *Event) usable() error {
+	if e == nil {
+		return fmt.Errorf("cuda: nil event: %w", ErrInvalidValue)
+	}
+	if e.destroyed.Load() {
+		return fmt.Errorf("cuda: event %#x already destroyed: %w", uintptr(e.h), ErrInvalidHandle)
+	}
+	return e.ctx.alive()
+}
 
 // call runs f, a driver call naming e, as Stream.call does: without a
 // context switch first, and again with e's context current only if the
 // driver rejects it.
 func (e *Event) call(f func() error) error {
-	if e.destroyed.Load() {
-		return fmt.Errorf("cuda: event %#x already destroyed: %w", uintptr(e.h), ErrInvalidHandle)
+	if err := e.usable(); err != nil {
+		return err
 	}
-	if !e.ctx.destroyed.Load() {
-		if err := f(); !retryInContext(err) {
-			return err
-		}
+	if err := f(); !retryInContext(err) {
+		return err
 	}
-	defer cudadrv.Exit()
-	if err := e.ctx.enter(); err != nil {
+	sc, err := e.ctx.enter()
+	defer sc.Exit()
+	if err != nil {
 		return err
 	}
 	return f()
@@ -199,8 +245,8 @@ func (e *Event) call(f func() error) error {
 
 // Record captures the work queued on s so far; the event completes when that work has.
 func (e *Event) Record(s *Stream) error {
-	if e.destroyed.Load() {
-		return fmt.Errorf("cuda: event %#x already destroyed: %w", uintptr(e.h), ErrInvalidHandle)
+	if err := e.usable(); err != nil {
+		return err
 	}
 	return s.call(func() error { return e.ctx.drv.EventRecord(e.h, s.h) })
 }
@@ -217,6 +263,9 @@ func (e *Event) Query() (bool, error) {
 
 // Elapsed returns the device time between start and e (both recorded and completed).
 func (e *Event) Elapsed(start *Event) (time.Duration, error) {
+	if err := start.usable(); err != nil {
+		return 0, err
+	}
 	var ms float32
 	err := e.call(func() error {
 		var err error
@@ -229,18 +278,18 @@ func (e *Event) Elapsed(start *Event) (time.Duration, error) {
 	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
 }
 
-// Destroy releases the event. A second Destroy returns an error matching ErrInvalidHandle.
+// Destroy releases the event. A second Destroy returns an error matching
+// ErrInvalidHandle. When the driver fails to release it,
+// it stays usable and the call may be repeated.
 func (e *Event) Destroy() error {
+	if e == nil {
+		return e.usable()
+	}
 	if e.borrowed {
 		return fmt.Errorf("cuda: event %#x is borrowed: %w", uintptr(e.h), ErrInvalidValue)
 	}
 	if !e.destroyed.CompareAndSwap(false, true) {
 		return fmt.Errorf("cuda: event %#x already destroyed: %w", uintptr(e.h), ErrInvalidHandle)
 	}
-	defer cudadrv.Exit()
-	if err := e.ctx.enter(); err != nil {
-		return err
-	}
-	track.Remove(track.Event, uint64(e.h))
-	return e.ctx.drv.EventDestroy(e.h)
+	return release(e.ctx, &e.destroyed, track.Event, uint64(e.h), func() error { return e.ctx.drv.EventDestroy(e.h) })
 }

@@ -74,13 +74,13 @@ func BenchmarkGoHeap(b *testing.B) {
 			measure(b, n, func() error { _, err := c.HtoD(bg, d, h); return err })
 		})
 		b.Run("H2D/"+name+"/pageable", func(b *testing.B) {
-			measure(b, n, func() error { return ctx.CopyHtoD(d.Ptr(), h) })
+			measure(b, n, func() error { return d.Write(0, h) })
 		})
 		b.Run("D2H/"+name+"/copier", func(b *testing.B) {
 			measure(b, n, func() error { _, err := c.DtoH(bg, h, d); return err })
 		})
 		b.Run("D2H/"+name+"/pageable", func(b *testing.B) {
-			measure(b, n, func() error { return ctx.CopyDtoH(h, d.Ptr()) })
+			measure(b, n, func() error { return d.Read(0, h) })
 		})
 	}
 }

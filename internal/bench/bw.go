@@ -233,18 +233,18 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 	grid, block := s.grid()
 	const seed = 0x5eed
 	p := bwPlan{hold: kind != KindPageable}
-	h2dLane := func(h *hostMem, dev *cuda.DeviceBuffer, exp []byte, out cuda.DevicePtr) (lane, func() error, func(int) error) {
+	h2dLane := func(h *hostMem, dev *cuda.DeviceBuffer, exp []byte, out *cuda.DeviceBuffer) (lane, func() error, func(int) error) {
 		if kind == KindMapped {
 			op := func(st *cuda.Stream, _ int) error {
-				return s.fns[kernels.KernelReadSum].Launch(st, grid, block, 0, h.dptr, uint64(n/4), out)
+				return s.fns[kernels.KernelReadSum].Launch(st, grid, block, 0, h.dptr, uint64(n/4), out.Ptr())
 			}
 			prep := func() error {
 				copy(h.b[:n], exp[:n])
-				return s.Ctx.Memset(out, 0, 8)
+				return memsetPrefix(out, 0, 8)
 			}
 			ver := func(reps int) error {
 				var got [8]byte
-				if err := s.Ctx.CopyDtoH(got[:], out); err != nil {
+				if err := out.Read(0, got[:]); err != nil {
 					return err
 				}
 				want := uint64(reps) * sumWords(exp[:n])
@@ -258,10 +258,10 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 		op := func(st *cuda.Stream, _ int) error { return st.CopyHtoD(dev.Ptr(), h.b[:n]) }
 		prep := func() error {
 			copy(h.b[:n], exp[:n])
-			return s.Ctx.Memset(dev.Ptr(), poisonDevice, n)
+			return memsetPrefix(dev, poisonDevice, n)
 		}
 		ver := func(int) error {
-			if err := s.Ctx.CopyDtoH(w.scratch[:n], dev.Ptr()); err != nil {
+			if err := dev.Read(0, w.scratch[:n]); err != nil {
 				return err
 			}
 			if i := firstDiff(w.scratch[:n], exp[:n]); i >= 0 {
@@ -290,7 +290,7 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 		op := func(st *cuda.Stream, _ int) error { return st.CopyDtoH(h.b[:n], dev.Ptr()) }
 		prep := func() error {
 			poison(h.b[:n], poisonHost)
-			return s.Ctx.CopyHtoD(dev.Ptr(), exp[:n])
+			return dev.Write(0, exp[:n])
 		}
 		ver := func(int) error {
 			if i := firstDiff(h.b[:n], exp[:n]); i >= 0 {
@@ -311,13 +311,13 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 	}
 	switch dir {
 	case DirH2D:
-		l, pr, v := h2dLane(hA, w.devA, w.expA, w.outA.Ptr())
+		l, pr, v := h2dLane(hA, w.devA, w.expA, w.outA)
 		add(l, w.stA, pr, v)
 	case DirD2H:
 		l, pr, v := d2hLane(hA, w.devA, w.expA)
 		add(l, w.stA, pr, v)
 	case DirBidir:
-		l, pr, v := h2dLane(hA, w.devA, w.expA, w.outA.Ptr())
+		l, pr, v := h2dLane(hA, w.devA, w.expA, w.outA)
 		add(l, w.stA, pr, v)
 		l, pr, v = d2hLane(hB, w.devB, w.expB)
 		add(l, w.stB, pr, v)

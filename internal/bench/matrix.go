@@ -267,14 +267,14 @@ func (d *matrixDev) setup(n int) error {
 	d.expA = randomBytes(n, uint64(10+d.s.Dev.Ordinal()))
 	d.expB = randomBytes(n, uint64(20+d.s.Dev.Ordinal()))
 	copy(d.hA.Bytes(), d.expA)
-	return d.s.Ctx.CopyHtoD(d.devB.Ptr(), d.expB)
+	return d.devB.Write(0, d.expB)
 }
 
 // repoison poisons the destinations of both directions, so that the next
 // verification sees only what the next copies wrote.
 func (d *matrixDev) repoison(n int) error {
 	poison(d.hB.Bytes()[:n], poisonHost)
-	return d.s.Ctx.Memset(d.devA.Ptr(), poisonDevice, n)
+	return memsetPrefix(d.devA, poisonDevice, n)
 }
 
 func (d *matrixDev) close() {
@@ -322,7 +322,7 @@ func (d *matrixDev) sample(dir string, n, reps int) (float64, timing, error) {
 func (d *matrixDev) verify(dir string, n int) error {
 	if dir != DirD2H {
 		got := make([]byte, n)
-		if err := d.s.Ctx.CopyDtoH(got, d.devA.Ptr()); err != nil {
+		if err := d.devA.Read(0, got); err != nil {
 			return err
 		}
 		if i := firstDiff(got, d.expA[:n]); i >= 0 {

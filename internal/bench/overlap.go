@@ -139,7 +139,7 @@ func (s *Session) Overlap(cfg OverlapConfig) ([]Result, error) {
 			start := time.Now()
 			for c := range cfg.Chunks {
 				off := c * cs
-				if err := s.Ctx.CopyHtoD(dev.Ptr().Add(off), hin[off:off+cs]); err != nil {
+				if err := dev.Write(off, hin[off:off+cs]); err != nil {
 					return out, err
 				}
 				// On the legacy stream, after the H2D's DMA; the
@@ -147,7 +147,7 @@ func (s *Session) Overlap(cfg OverlapConfig) ([]Result, error) {
 				if err := kernel(legacy, off); err != nil {
 					return out, err
 				}
-				if err := s.Ctx.CopyDtoH(hout[off:off+cs], dev.Ptr().Add(off)); err != nil {
+				if err := dev.Read(off, hout[off:off+cs]); err != nil {
 					return out, err
 				}
 			}

@@ -283,9 +283,9 @@ func TestLateDMAModel(t *testing.T) {
 		{"legacy stream", cuda.WrapStream(s.Ctx, 0), true},
 	} {
 		got := make([]byte, n)
-		err := firstErr(s.Ctx.CopyHtoD(dev.Ptr(), in),
+		err := firstErr(dev.Write(0, in),
 			s.fns[kernels.KernelAdd].Launch(c.st, grid, block, 0, dev.Ptr(), uint64(n), uint8(pipelineDelta)),
-			c.st.Synchronize(), s.Ctx.CopyDtoH(got, dev.Ptr()))
+			c.st.Synchronize(), dev.Read(0, got))
 		if err != nil {
 			t.Fatal(err)
 		}

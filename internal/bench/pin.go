@@ -202,11 +202,11 @@ func roundTrip(ctx *cuda.Context, b []byte, probe *cuda.DeviceBuffer) error {
 	for _, off := range []int{0, len(b) - n} {
 		want := randomBytes(n, uint64(off)+7)
 		copy(b[off:off+n], want)
-		if err := ctx.CopyHtoD(probe.Ptr(), b[off:off+n]); err != nil {
+		if err := probe.Write(0, b[off:off+n]); err != nil {
 			return err
 		}
 		poison(b[off:off+n], poisonHost)
-		if err := ctx.CopyDtoH(b[off:off+n], probe.Ptr()); err != nil {
+		if err := probe.Read(0, b[off:off+n]); err != nil {
 			return err
 		}
 		if i := firstDiff(b[off:off+n], want); i >= 0 {

@@ -62,7 +62,7 @@ func (s *Session) vecAdd(n, samples int) ([]Result, error) {
 			if async {
 				err = firstErr(st.CopyHtoD(da.Ptr(), ha), st.CopyHtoD(db.Ptr(), hb), kernel(st), st.CopyDtoH(hc, da.Ptr()), st.Synchronize())
 			} else {
-				err = firstErr(s.Ctx.CopyHtoD(da.Ptr(), ha), s.Ctx.CopyHtoD(db.Ptr(), hb), kernel(legacy), s.Ctx.CopyDtoH(hc, da.Ptr()))
+				err = firstErr(da.Write(0, ha), db.Write(0, hb), kernel(legacy), da.Read(0, hc))
 			}
 			d := time.Since(start)
 			if err != nil {

@@ -111,11 +111,11 @@ func (s *Session) ZeroCopy(cfg ZeroCopyConfig) ([]Result, error) {
 			var notes []string
 			for i := range cfg.Samples + 1 {
 				if i == 1 {
-					if err := s.Ctx.Memset(acc.Ptr(), 0, 8); err != nil {
+					if err := memsetPrefix(acc, 0, 8); err != nil {
 						return out, err
 					}
 					if v == VariantExplicit {
-						if err := s.Ctx.Memset(dev.Ptr(), poisonDevice, n); err != nil {
+						if err := memsetPrefix(dev, poisonDevice, n); err != nil {
 							return out, err
 						}
 					}
@@ -130,7 +130,7 @@ func (s *Session) ZeroCopy(cfg ZeroCopyConfig) ([]Result, error) {
 				}
 				if i == 1 {
 					var got [8]byte
-					if err := s.Ctx.CopyDtoH(got[:], acc.Ptr()); err != nil {
+					if err := acc.Read(0, got[:]); err != nil {
 						return out, err
 					}
 					if g, want := binary.LittleEndian.Uint64(got[:]), uint64(reuse)*sum; g != want {

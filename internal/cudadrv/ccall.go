@@ -4,20 +4,18 @@ package cudadrv
 
 import (
 	"slices"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
 )
 
-// The driver's hot calls (an async copy, an event record, a stream query)
-// cost about 2 us inside libcuda; purego.SyscallN adds its own marshalling
-// (a pooled 42-word frame, two 32-word copies and a defer) on top of the
-// runtime's cgocall. ccall passes at most maxCArgs integer arguments in a
-// 14-word frame on the caller's stack and enters C through the same
-// runtime.cgocall (so the scheduler sees a syscall, exactly as with purego):
-// measured here at 27 ns per call against purego's 72 ns (labs from libc,
-// CPU-only). The frame layout is fixed by ccall_amd64.s / ccall_arm64.s.
+// purego.SyscallN adds its own marshalling (a pooled 42-word frame, two
+// 32-word copies and a defer) on top of the runtime's cgocall, on every
+// driver call. ccall passes at most maxCArgs integer arguments in a 14-word
+// frame on the caller's stack and enters C through the same runtime.cgocall
+// (so the scheduler sees a syscall, exactly as with purego), which makes a
+// call cheaper and allocation-free. The frame layout is fixed by
+// ccall_amd64.s / ccall_arm64.s.
 
 // maxCArgs is the most integer arguments ccall passes (cuLaunchKernel has 11).
 const maxCArgs = 12
@@ -34,16 +32,6 @@ type cframe struct {
 //go:noescape
 func runtime_cgocall(fn uintptr, arg unsafe.Pointer) int32
 
-// usePurego routes every call through purego.SyscallN instead, so that a
-// benchmark can compare the two paths in one run.
-var usePurego atomic.Bool
-
-// UsePuregoCalls makes every later driver call go through purego.SyscallN
-// (true) or pinmem's own trampoline (false, the default), and returns the
-// previous setting. Both reach C through runtime.cgocall; the switch exists
-// so benchmarks can measure the trampoline against purego side by side.
-func UsePuregoCalls(on bool) (prev bool) { return usePurego.Swap(on) }
-
 // ccall calls the C function fn with args and returns its first return
 // register. No argument may be the address of a Go stack variable (use
 // ccallOut), and pointers among args must be kept alive by the caller.
@@ -52,7 +40,7 @@ func UsePuregoCalls(on bool) (prev bool) { return usePurego.Swap(on) }
 // a call allocates nothing (purego.SyscallN's arguments escape; the purego
 // path copies them first).
 func ccall(fn uintptr, args ...uintptr) uintptr {
-	if len(args) > maxCArgs || usePurego.Load() {
+	if len(args) > maxCArgs || viaPurego() {
 		return ccallPurego(fn, slices.Clone(args))
 	}
 	f := cframe{fn: fn}
@@ -89,7 +77,7 @@ func ccallSeq(frames []cframe) (int, Result) {
 	if len(frames) == 0 {
 		return 0, Success
 	}
-	if usePurego.Load() {
+	if viaPurego() {
 		return ccallSeqSlow(frames)
 	}
 	q := cseq{frames: &frames[0], n: len(frames)}

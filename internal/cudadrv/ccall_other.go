@@ -4,6 +4,9 @@ package cudadrv
 
 import "github.com/ebitengine/purego"
 
+// PuregoSwitch is false here: there is no trampoline to switch from.
+const PuregoSwitch = false
+
 // UsePuregoCalls reports true and changes nothing here: on this platform
 // every driver call goes through purego.SyscallN.
 func UsePuregoCalls(bool) (prev bool) { return true }

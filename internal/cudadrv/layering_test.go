@@ -25,10 +25,24 @@ var layer = map[string]int{
 	"cmd/pinmem": 6,
 }
 
+// bindingImporters are the only packages that may import internal/cudadrv,
+// the raw driver binding, each with the reason it may. Every other package
+// reaches the driver through package cuda, even where the layer ranks
+// would allow the import: a new edge into the binding needs an entry here,
+// and an entry whose package no longer imports the binding must go.
+var bindingImporters = map[string]string{
+	"cuda":                     "the public face of the driver: devices, contexts, streams, device memory, modules",
+	"internal/cudadrv/fakedrv": "implements the binding's Driver interface for CPU tests",
+	"":                         "the host-memory face of the driver beside cuda: cuMemHostAlloc/Register, mapped pointers, pointer attributes, with the ledger that accounts for them",
+	"internal/diag":            "doctor reports which driver library is loaded and the variable that chooses it",
+	"internal/testutil":        "tests install the fake driver and detect the real one",
+}
+
 // TestLayering is pinmem's depguard: only internal/cudadrv (and its fake)
-// may import unsafe or purego, and no package imports one above it
-// (cmd -> bench/diag -> transfer/prom -> pool -> pinmem -> cuda ->
-// internal/cudadrv). Test files are exempt (tests may use the raw binding).
+// and internal/hostptr may import unsafe or purego, no package imports one
+// above it (cmd -> bench/diag -> transfer/prom -> pool -> pinmem -> cuda ->
+// internal/cudadrv), and only the packages in bindingImporters import the
+// binding itself. Test files are exempt (tests may use the raw binding).
 func TestLayering(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -36,6 +50,7 @@ func TestLayering(t *testing.T) {
 	}
 	fset := token.NewFileSet()
 	checked := 0
+	binding := map[string]bool{} // packages seen importing internal/cudadrv
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -72,6 +87,12 @@ func TestLayering(t *testing.T) {
 				continue
 			}
 			target := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
+			if target == "internal/cudadrv" {
+				binding[pkg] = true
+				if _, ok := bindingImporters[pkg]; !ok {
+					t.Errorf("%s imports %s: package %q is not in bindingImporters; reach the driver through package cuda, or add it there with the reason", path, p, pkg)
+				}
+			}
 			theirs, known := layer[target]
 			if !ranked || !known {
 				t.Errorf("%s imports %s: package %q or %q has no layer in TestLayering", path, p, pkg, target)
@@ -85,6 +106,11 @@ func TestLayering(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for pkg := range bindingImporters {
+		if !binding[pkg] {
+			t.Errorf("bindingImporters lists %q, which no longer imports internal/cudadrv: remove the entry", pkg)
+		}
 	}
 	if checked < 50 {
 		t.Fatalf("checked only %d files under %s: the walk is broken", checked, root)

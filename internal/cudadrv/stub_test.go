@@ -53,6 +53,9 @@ func TestStubLibraryBinding(t *testing.T) {
 			name = "purego"
 		}
 		t.Run(name, func(t *testing.T) {
+			if viaPurego && !cudadrv.PuregoSwitch {
+				t.Skip("the purego call path exists only with -tags pinmem_purego")
+			}
 			prev := cudadrv.UsePuregoCalls(viaPurego)
 			defer cudadrv.UsePuregoCalls(prev)
 			testStubBinding(t, path)
@@ -182,6 +185,9 @@ func TestStubLibraryBatch(t *testing.T) {
 	hp := unsafe.Pointer(&host[0])
 	for _, viaPurego := range []bool{false, true} {
 		t.Run(map[bool]string{false: "trampoline", true: "purego"}[viaPurego], func(t *testing.T) {
+			if viaPurego && !cudadrv.PuregoSwitch {
+				t.Skip("the purego call path exists only with -tags pinmem_purego")
+			}
 			defer cudadrv.UsePuregoCalls(cudadrv.UsePuregoCalls(viaPurego))
 			take()
 			ops := []cudadrv.BatchOp{

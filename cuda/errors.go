@@ -1,0 +1,142 @@
+package cuda
+
+import "github.com/pinmem/pinmem/internal/cudadrv"
+
+// Sentinel errors, matched with errors.Is. Every error pinmem returns (from
+// this package, from pinmem, pool and transfer) matches at most one of them.
+var (
+	ErrNoDriver          = cudadrv.ErrNoDriver          // no NVIDIA driver library, or it failed to initialise
+	ErrNoDevice          = cudadrv.ErrNoDevice          // the driver reports no usable GPU
+	ErrNotSupported      = cudadrv.ErrNotSupported      // the driver or device lacks the feature
+	ErrOutOfMemory       = cudadrv.ErrOutOfMemory       // memory could not be provided
+	ErrInvalidValue      = cudadrv.ErrInvalidValue      // an argument was rejected (nil objects included)
+	ErrNotReady          = cudadrv.ErrNotReady          // asynchronous work has not finished
+	ErrAlreadyRegistered = cudadrv.ErrAlreadyRegistered // host range already page-locked
+	ErrNotRegistered     = cudadrv.ErrNotRegistered     // host range not page-locked
+	ErrInvalidHandle     = cudadrv.ErrInvalidHandle     // object invalid, destroyed or freed
+	ErrKernelImage       = cudadrv.ErrKernelImage       // a PTX/cubin module cannot be loaded
+	ErrLaunchFailed      = cudadrv.ErrLaunchFailed      // a kernel faulted or could not launch
+)
+
+// Result is a CUresult, the status code of a driver call, with the values
+// of cuda.h. Codes without a constant here are still reported as they are.
+type Result int32
+
+// Driver status codes that pinmem handles or reports by name.
+const (
+	ResultSuccess                     Result = 0
+	ResultInvalidValue                Result = 1
+	ResultOutOfMemory                 Result = 2
+	ResultNotInitialized              Result = 3
+	ResultDeinitialized               Result = 4
+	ResultStubLibrary                 Result = 34
+	ResultNoDevice                    Result = 100
+	ResultInvalidDevice               Result = 101
+	ResultInvalidImage                Result = 200
+	ResultInvalidContext              Result = 201
+	ResultNoBinaryForGPU              Result = 209
+	ResultNotMapped                   Result = 211
+	ResultInvalidPTX                  Result = 218
+	ResultJITCompilerNotFound         Result = 221
+	ResultUnsupportedPTXVersion       Result = 222
+	ResultInvalidHandle               Result = 400
+	ResultNotFound                    Result = 500
+	ResultNotReady                    Result = 600
+	ResultIllegalAddress              Result = 700
+	ResultLaunchOutOfResources        Result = 701
+	ResultLaunchTimeout               Result = 702
+	ResultHostMemoryAlreadyRegistered Result = 712
+	ResultHostMemoryNotRegistered     Result = 713
+	ResultLaunchFailed                Result = 719
+	ResultNotPermitted                Result = 800
+	ResultNotSupported                Result = 801
+	ResultSystemDriverMismatch        Result = 803
+	ResultUnknown                     Result = 999
+)
+
+// Error is a failed driver call, as the driver reported it. It matches the
+// sentinel of its code (ResultOutOfMemory matches ErrOutOfMemory, and so on)
+// through errors.Is. Get one from any error pinmem returns with errors.As.
+type Error struct {
+	// Op is the driver function that failed, e.g. "cuMemAlloc_v2".
+	Op string
+	// Code is the CUresult it returned.
+	Code Result
+	// Name is the driver's name of Code (cuGetErrorName), e.g.
+	// "CUDA_ERROR_OUT_OF_MEMORY"; empty when the driver has none.
+	Name string
+	// Message is the driver's description of Code (cuGetErrorString).
+	Message string
+}
+
+// Error formats the failure as "op: NAME (code): message".
+func (e *Error) Error() string {
+	return (&cudadrv.Error{Op: e.Op, Code: cudadrv.Result(e.Code), Name: e.Name, Detail: e.Message}).Error()
+}
+
+// Is reports whether target is the sentinel of e's code.
+func (e *Error) Is(target error) bool {
+	s := cudadrv.Sentinel(cudadrv.Result(e.Code))
+	return s != nil && s == target
+}
+
+// LoadError says why the driver library, or one of its symbols, could not
+// be loaded. It matches ErrNoDriver, or ErrNotSupported when only a symbol
+// is missing (a driver older than pinmem needs for that call).
+type LoadError struct {
+	// Path is the library that was tried.
+	Path string
+	// Symbol is the missing driver symbol; empty when the library itself failed.
+	Symbol string
+	// Err is the loader's (or cuInit's) error.
+	Err error
+}
+
+// Error describes the failure.
+func (e *LoadError) Error() string {
+	return (&cudadrv.LoadError{Path: e.Path, Symbol: e.Symbol, Err: e.Err}).Error()
+}
+
+// Is matches ErrNotSupported for a missing symbol and ErrNoDriver otherwise.
+func (e *LoadError) Is(target error) bool {
+	return (&cudadrv.LoadError{Path: e.Path, Symbol: e.Symbol, Err: e.Err}).Is(target)
+}
+
+// Unwrap returns the loader's error.
+func (e *LoadError) Unwrap() error { return e.Err }
+
+// The binding (internal/cudadrv) builds its failures as its own types, and
+// so does the fake driver; pinmem's root package and the transfer package
+// call that binding directly as well as through this package. Rather than
+// convert at every one of those boundaries (and miss one), the binding's
+// error types answer errors.As for a *Error or *LoadError target through
+// the converter installed here: whichever package returned a driver
+// failure, errors.As(err, &cudaErr) finds it, with the same fields. The
+// converter is installed at init, before any code of this module can make
+// a driver call, and a program that does not link this package has no
+// *cuda.Error to ask for.
+func init() {
+	cudadrv.SetPublicErrors(asPublic)
+}
+
+// asPublic stores the public form of a binding error in target when target
+// is a **Error or **LoadError.
+func asPublic(err error, target any) bool {
+	switch t := target.(type) {
+	case **Error:
+		e, ok := err.(*cudadrv.Error)
+		if !ok {
+			return false
+		}
+		*t = &Error{Op: e.Op, Code: Result(e.Code), Name: e.Name, Message: e.Detail}
+		return true
+	case **LoadError:
+		e, ok := err.(*cudadrv.LoadError)
+		if !ok {
+			return false
+		}
+		*t = &LoadError{Path: e.Path, Symbol: e.Symbol, Err: e.Err}
+		return true
+	}
+	return false
+}
