@@ -60,7 +60,7 @@ func (o *outputFlags) open(cmd *cobra.Command) (*bench.Session, error) {
 	if !o.quiet {
 		progress = cmd.ErrOrStderr()
 	}
-	s, err := bench.Open(bench.Options{Device: o.device, Progress: progress})
+	s, err := bench.Open(cmd.Context(), o.device, bench.SessionConfig{Progress: progress})
 	if err != nil {
 		return nil, err
 	}
@@ -152,12 +152,15 @@ Subcommands: "bench pin" (cost of pinning), "bench overlap" (the pipeline),
 			if cfg.Dirs, err = bench.ParseDirs(dirs); err != nil {
 				return fmt.Errorf("--dir: %w", err)
 			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
 			s, err := o.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeSession(s, &err)
-			rs, runErr := s.Bandwidth(cfg)
+			rs, runErr := s.Bandwidth(cmd.Context(), cfg)
 			m := s.Meta("pinmem bench")
 			if plot != "" && len(rs) > 0 {
 				if perr := writePlot(plot, "pinmem bench: "+m.Device, rs); perr != nil {
@@ -221,12 +224,15 @@ Sizes the pinned-memory budget refuses are reported as skipped.`,
 			if cfg.Sizes, err = bench.ParseSizes(sizes); err != nil {
 				return fmt.Errorf("--sizes: %w", err)
 			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
 			s, err := o.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeSession(s, &err)
-			rs, runErr := s.Pin(cfg)
+			rs, runErr := s.Pin(cmd.Context(), cfg)
 			return o.emit(cmd, f, s.Meta("pinmem bench pin"), rs, runErr)
 		},
 	}
@@ -246,14 +252,14 @@ func newBenchOverlap() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "overlap",
-		Short: "Run the seed's pipeline (H2D -> kernel -> D2H per chunk) with and without overlap",
-		Long: `overlap runs the seed article's image pipeline: chunks copied to the GPU,
+		Short: "Run an image pipeline (H2D -> kernel -> D2H per chunk) with and without overlap",
+		Long: `overlap runs an image-processing style pipeline: chunks copied to the GPU,
 changed by a light kernel (add_u8) and copied back, three ways: pageable memory
 with synchronous copies; pinned memory on one stream; pinned memory on several
 streams round-robin. It reports ms and FPS (chunks per second), the bound that
-the measured bidirectional bandwidth sets, and the seed's vector-add scenario
-(pageable vs pinned, end to end). The ratio column is speed against
-pageable-sync.`,
+the measured bidirectional bandwidth sets, and a vector-add scenario (two
+vectors in, one out, pageable vs pinned, end to end). The ratio column is speed
+against pageable-sync.`,
 		Example: `  pinmem bench overlap
   pinmem bench overlap --chunks 32 --chunk-size 8MiB --streams 8`,
 		Args: cobra.NoArgs,
@@ -281,12 +287,15 @@ pageable-sync.`,
 					return fmt.Errorf("--vecadd-size: %w", err)
 				}
 			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
 			s, err := o.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeSession(s, &err)
-			rs, runErr := s.Overlap(cfg)
+			rs, runErr := s.Overlap(cmd.Context(), cfg)
 			return o.emit(cmd, f, s.Meta("pinmem bench overlap"), rs, runErr)
 		},
 	}
@@ -331,12 +340,15 @@ stops. Needs the kernels to load.`,
 			if cfg.Reuse, err = parseReuse(reuse); err != nil {
 				return fmt.Errorf("--reuse: %w", err)
 			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
 			s, err := o.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeSession(s, &err)
-			rs, runErr := s.ZeroCopy(cfg)
+			rs, runErr := s.ZeroCopy(cmd.Context(), cfg)
 			return o.emit(cmd, f, s.Meta("pinmem zerocopy"), rs, runErr)
 		},
 	}

@@ -62,7 +62,11 @@ With one GPU the two rows measure the same thing.`,
 			if !quiet {
 				progress = cmd.ErrOrStderr()
 			}
-			rs, m, runErr := bench.Matrix(bench.Options{Progress: progress}, cfg)
+			cfg.Session = bench.SessionConfig{Progress: progress}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			rs, m, runErr := bench.Matrix(cmd.Context(), cfg)
 			if len(rs) == 0 && runErr != nil {
 				return runErr
 			}

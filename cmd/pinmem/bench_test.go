@@ -37,7 +37,7 @@ func TestBenchBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"bench", "--sizes", "12Q"}, `--sizes: size "12Q": unknown suffix`},
+		{[]string{"bench", "--sizes", "12Q"}, `--sizes: size "12Q": unknown unit "Q"`},
 		{[]string{"bench", "--sizes", ""}, "--sizes: empty size list"},
 		{[]string{"bench", "--kinds", "pinned,foo"}, `--kinds: unknown kind "foo"`},
 		{[]string{"bench", "--dir", "sideways"}, `--dir: unknown direction "sideways"`},
@@ -48,7 +48,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"bench", "extra"}, `unknown command "extra"`},
 		{[]string{"bench", "pin", "--methods", "magic"}, `--methods: unknown pinning method "magic"`},
-		{[]string{"bench", "pin", "--sizes", "0"}, "--sizes: size \"0\" out of range"},
+		{[]string{"bench", "pin", "--sizes", "0"}, "--sizes: size \"0\" is zero"},
 		{[]string{"bench", "overlap", "--chunks", "0"}, "--chunks 0: must be from 1 to 4096"},
 		{[]string{"bench", "overlap", "--streams", "100"}, "--streams 100: must be from 1 to 64"},
 		{[]string{"bench", "overlap", "--chunk-size", "big"}, "--chunk-size: size \"big\": no number"},

@@ -8,9 +8,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -25,9 +28,18 @@ func main() {
 }
 
 func run(args []string) int {
+	// The first SIGINT or SIGTERM cancels the context: a measurement stops
+	// after its current sample and the results so far are written. Handling
+	// then goes back to the default, so a second signal ends the process.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	root := newRoot()
 	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
+	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "pinmem:", describe(err))
 		return 1
 	}

@@ -12,15 +12,17 @@ import (
 	"github.com/pinmem/pinmem/transfer"
 )
 
-// BandwidthConfig configures Session.Bandwidth.
+// BandwidthConfig configures Session.Bandwidth. Zero fields take their
+// defaults; out-of-range fields make Bandwidth fail with ErrInvalid.
 type BandwidthConfig struct {
-	Kinds   []string // host memory kinds (default: every kind)
-	Sizes   []int64  // bytes per copy (default DefaultSizes)
-	Dirs    []string // directions (default h2d, d2h, bidir)
-	Samples int      // timed samples per measurement (default 5)
-	Warmup  int      // untimed samples first (default 1)
+	Kinds   []string // host memory kinds (AllKinds; empty: every kind)
+	Sizes   []int64  // bytes per copy, 1 to MaxSize (empty: DefaultSizes)
+	Dirs    []string // directions (AllDirs; empty: every direction)
+	Samples int      // timed samples per measurement, up to MaxSamples (0: 5)
+	Warmup  int      // untimed samples first, up to 100 (0: 1; -1: none)
 	// MinBytes is the least a sample moves in each direction: small copies
-	// are repeated up to MaxReps times per sample (defaults 64 MiB, 64).
+	// are repeated up to MaxReps times per sample (0: 64 MiB and 64;
+	// MinBytes at most MaxSize, MaxReps at most 1<<20).
 	MinBytes int64
 	MaxReps  int
 }
@@ -28,30 +30,47 @@ type BandwidthConfig struct {
 // DefaultSizes are the bandwidth bench's default copy sizes.
 var DefaultSizes = []int64{64 << 10, 1 << 20, 16 << 20, 256 << 20}
 
-func (c *BandwidthConfig) defaults() {
-	if len(c.Kinds) == 0 {
-		c.Kinds = AllKinds()
+// Validate reports the first field of c that Bandwidth would refuse, as an
+// error matching ErrInvalid; c is not changed. Bandwidth validates its
+// configuration itself: calling Validate first finds the error before any
+// GPU work (the CLI checks its flags this way).
+func (c BandwidthConfig) Validate() error { return c.resolve() }
+
+// resolve fills in the defaults of c's zero fields and checks the others.
+func (c *BandwidthConfig) resolve() error {
+	if err := checkNames("BandwidthConfig.Kinds", &c.Kinds, AllKinds()); err != nil {
+		return err
 	}
-	if len(c.Sizes) == 0 {
-		c.Sizes = DefaultSizes
+	if err := checkSizes("BandwidthConfig.Sizes", &c.Sizes, DefaultSizes); err != nil {
+		return err
 	}
-	if len(c.Dirs) == 0 {
-		c.Dirs = AllDirs()
+	if err := checkNames("BandwidthConfig.Dirs", &c.Dirs, AllDirs()); err != nil {
+		return err
 	}
-	if c.Samples <= 0 {
-		c.Samples = 5
+	if err := checkSamples("BandwidthConfig.Samples", &c.Samples, 5); err != nil {
+		return err
 	}
-	if c.Warmup < 0 {
-		c.Warmup = 0
-	} else if c.Warmup == 0 {
+	switch {
+	case c.Warmup == 0:
 		c.Warmup = 1
+	case c.Warmup == -1:
+		c.Warmup = 0
+	case c.Warmup < -1 || c.Warmup > 100:
+		return invalid("BandwidthConfig.Warmup %d: want 1 to 100 (0: the default, 1; -1: none)", c.Warmup)
 	}
-	if c.MinBytes <= 0 {
+	switch {
+	case c.MinBytes == 0:
 		c.MinBytes = 64 << 20
+	case c.MinBytes < 0 || c.MinBytes > MaxSize:
+		return invalid("BandwidthConfig.MinBytes %d: want 1 to %d (0: the default, 64 MiB)", c.MinBytes, int64(MaxSize))
 	}
-	if c.MaxReps <= 0 {
+	switch {
+	case c.MaxReps == 0:
 		c.MaxReps = 64
+	case c.MaxReps < 0 || c.MaxReps > 1<<20:
+		return invalid("BandwidthConfig.MaxReps %d: want 1 to %d (0: the default, 64)", c.MaxReps, 1<<20)
 	}
+	return nil
 }
 
 // reps returns how many copies of size bytes one sample makes.
@@ -63,14 +82,19 @@ func (c *BandwidthConfig) reps(size int64) int {
 // Bandwidth measures copies between host memory of each kind and device
 // memory, for every size and direction. A kind that cannot be allocated or
 // measured gives skipped results with the reason; the error return is for
-// failures that end the run (device memory, the driver).
-func (s *Session) Bandwidth(cfg BandwidthConfig) ([]Result, error) {
-	cfg.defaults()
+// failures that end the run (device memory, the driver, ctx; see Session).
+func (s *Session) Bandwidth(ctx context.Context, cfg BandwidthConfig) ([]Result, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := cfg.resolve(); err != nil {
+		return nil, err
+	}
 	maxSize := int64(0)
 	for _, n := range cfg.Sizes {
 		maxSize = max(maxSize, n)
 	}
-	w := &bwWork{s: s, cfg: cfg, n: int(maxSize)}
+	w := &bwWork{s: s, ctx: ctx, cfg: cfg, n: int(maxSize)}
 	defer w.close()
 	if err := w.setup(); err != nil {
 		return nil, err
@@ -91,6 +115,7 @@ func (s *Session) Bandwidth(cfg BandwidthConfig) ([]Result, error) {
 // the bidirectional test), the expected data and a scratch buffer.
 type bwWork struct {
 	s          *Session
+	ctx        context.Context
 	cfg        BandwidthConfig
 	n          int
 	devA, devB *cuda.DeviceBuffer
@@ -201,6 +226,10 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 			}
 			if err != nil {
 				if isFatal(err) {
+					if r.Samples > 0 {
+						w.s.progress(r)
+						out = append(out, r)
+					}
 					return out, err
 				}
 				r = skipped("bw", kind, d, n, GBps, "error: "+err.Error())
@@ -212,10 +241,17 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 	return out, nil
 }
 
-// isFatal reports whether err leaves the context unusable (a kernel fault
-// or launch failure is sticky) or says the driver is gone.
+// isFatal reports whether err ends the run: the caller's context is done,
+// a kernel fault or launch failure left the CUDA context unusable (they are
+// sticky), or the driver is gone.
 func isFatal(err error) bool {
-	return errors.Is(err, cuda.ErrLaunchFailed) || errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice)
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, cuda.ErrLaunchFailed) || errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice)
+}
+
+// stoppedNote says that a measurement has fewer samples than asked for.
+func stoppedNote(done, want int) string {
+	return fmt.Sprintf("stopped after %d of %d samples", done, want)
 }
 
 // bwPlan is one measurement's work: lanes, preparation and verification.
@@ -364,6 +400,9 @@ func (w *bwWork) measure(kind string, hA, hB *hostMem, dir string, n int) (Resul
 		return r, err
 	}
 	for range w.cfg.Warmup {
+		if err := w.ctx.Err(); err != nil {
+			return r, err
+		}
 		if _, err := w.s.timeLanes(p.lanes, reps, p.hold); err != nil {
 			return r, err
 		}
@@ -374,7 +413,12 @@ func (w *bwWork) measure(kind string, hA, hB *hostMem, dir string, n int) (Resul
 	var total []float64
 	perLane := make([][]float64, len(p.lanes))
 	var notes []string
+	var stopErr error
 	for i := range w.cfg.Samples {
+		if stopErr = w.ctx.Err(); stopErr != nil {
+			notes = append(notes, stoppedNote(i, w.cfg.Samples))
+			break
+		}
 		t, err := w.s.timeLanes(p.lanes, reps, p.hold)
 		if err != nil {
 			return r, err
@@ -408,7 +452,7 @@ func (w *bwWork) measure(kind string, hA, hB *hostMem, dir string, n int) (Resul
 		notes = append(notes, fmt.Sprintf("%d copies per sample", reps))
 	}
 	r.Note = joinNotes(notes)
-	return r, nil
+	return r, stopErr
 }
 
 func joinNotes(notes []string) string {
@@ -429,7 +473,7 @@ func joinNotes(notes []string) string {
 func (w *bwWork) staged(st [2]*transfer.Copier, hA, hB *hostMem, dir string, n int) (Result, error) {
 	r := Result{Bench: "bw", Kind: KindStaged, Dir: dir, Size: int64(n), Unit: GBps, Timing: TimingWall}
 	reps := w.cfg.reps(int64(n))
-	ctx := context.Background()
+	ctx := w.ctx
 	devA, err := w.devA.Slice(0, n)
 	if err != nil {
 		return r, err
@@ -469,6 +513,9 @@ func (w *bwWork) staged(st [2]*transfer.Copier, hA, hB *hostMem, dir string, n i
 		return r, err
 	}
 	for range w.cfg.Warmup {
+		if err := ctx.Err(); err != nil {
+			return r, err
+		}
 		if _, err := sample(); err != nil {
 			return r, err
 		}
@@ -482,7 +529,12 @@ func (w *bwWork) staged(st [2]*transfer.Copier, hA, hB *hostMem, dir string, n i
 	}
 	var vals []float64
 	var notes []string
+	var stopErr error
 	for i := range w.cfg.Samples {
+		if stopErr = ctx.Err(); stopErr != nil {
+			notes = append(notes, stoppedNote(i, w.cfg.Samples))
+			break
+		}
 		d, err := sample()
 		if err != nil {
 			return r, err
@@ -499,5 +551,5 @@ func (w *bwWork) staged(st [2]*transfer.Copier, hA, hB *hostMem, dir string, n i
 	r.fill(vals)
 	notes = append(notes, fmt.Sprintf("Go slice staged through pinned buffers (transfer.Copier, %s stages x %d, %d goroutines)", FormatSize(int64(st[0].StageSize())), st[0].Depth(), st[0].Parallelism()))
 	r.Note = joinNotes(notes)
-	return r, nil
+	return r, stopErr
 }

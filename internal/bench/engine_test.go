@@ -18,7 +18,7 @@ func TestOpenWithoutDriver(t *testing.T) {
 	if _, err := cudadrv.Get(); err == nil {
 		t.Skip("a driver is present")
 	}
-	s, err := Open(Options{})
+	s, err := Open(t.Context(), 0, SessionConfig{})
 	if err == nil {
 		s.Close()
 		t.Fatal("Open succeeded without a driver")
@@ -35,7 +35,7 @@ func TestOpenWithoutDriver(t *testing.T) {
 // plain events and skip the mapped kind with the reason.
 func TestEngineOnFakeDriver(t *testing.T) {
 	testutil.UseFake(t, fakedrv.Options{})
-	s, err := Open(Options{})
+	s, err := Open(t.Context(), 0, SessionConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestEngineOnFakeDriver(t *testing.T) {
 	if s.KernelError() != nil && s.SpinError() == nil {
 		t.Error("no kernels but spin-wait claimed")
 	}
-	rs, err := s.Bandwidth(BandwidthConfig{Sizes: []int64{4096, 64 << 10}, Samples: 2, MinBytes: 128 << 10})
+	rs, err := s.Bandwidth(t.Context(), BandwidthConfig{Sizes: []int64{4096, 64 << 10}, Samples: 2, MinBytes: 128 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,12 +83,12 @@ func TestEngineOnFakeDriver(t *testing.T) {
 // kernels) and the zero-copy bench's skip without kernels.
 func TestPinOverlapZeroCopyOnFakeDriver(t *testing.T) {
 	testutil.UseFake(t, fakedrv.Options{})
-	s, err := Open(Options{})
+	s, err := Open(t.Context(), 0, SessionConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	rs, err := s.Pin(PinConfig{Sizes: []int64{1 << 20}, Samples: 2})
+	rs, err := s.Pin(t.Context(), PinConfig{Sizes: []int64{1 << 20}, Samples: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestPinOverlapZeroCopyOnFakeDriver(t *testing.T) {
 			t.Errorf("pin result %+v", r)
 		}
 	}
-	rs, err = s.Overlap(OverlapConfig{Chunks: 4, ChunkSize: 64 << 10, Streams: 2, Samples: 2, VecAddSize: 64 << 10})
+	rs, err = s.Overlap(t.Context(), OverlapConfig{Chunks: 4, ChunkSize: 64 << 10, Streams: 2, Samples: 2, VecAddSize: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestPinOverlapZeroCopyOnFakeDriver(t *testing.T) {
 		}
 	}
 	if s.KernelError() != nil {
-		rs, err = s.ZeroCopy(ZeroCopyConfig{Size: 64 << 10, Reuse: []int{1, 2}})
+		rs, err = s.ZeroCopy(t.Context(), ZeroCopyConfig{Size: 64 << 10, Reuse: []int{1, 2}})
 		if err != nil || len(rs) != 4 || !rs[0].Skipped {
 			t.Errorf("zero-copy without kernels: %v, %+v", err, rs)
 		}

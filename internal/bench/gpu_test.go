@@ -14,7 +14,7 @@ func gpuSession(t *testing.T) *Session {
 	t.Helper()
 	testutil.RequireGPU(t)
 	var progress bytes.Buffer
-	s, err := Open(Options{Progress: &progress})
+	s, err := Open(t.Context(), 0, SessionConfig{Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func checkResults(t *testing.T, rs []Result, want int) {
 
 func TestGPUBandwidthEveryKind(t *testing.T) {
 	s := gpuSession(t)
-	rs, err := s.Bandwidth(BandwidthConfig{Sizes: []int64{64 << 10, 1 << 20}, Samples: 2, MinBytes: 4 << 20})
+	rs, err := s.Bandwidth(t.Context(), BandwidthConfig{Sizes: []int64{64 << 10, 1 << 20}, Samples: 2, MinBytes: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestGPUBandwidthEveryKind(t *testing.T) {
 
 func TestGPUPinCost(t *testing.T) {
 	s := gpuSession(t)
-	rs, err := s.Pin(PinConfig{Sizes: []int64{1 << 20, 8 << 20}, Samples: 2})
+	rs, err := s.Pin(t.Context(), PinConfig{Sizes: []int64{1 << 20, 8 << 20}, Samples: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestGPUPinCost(t *testing.T) {
 
 func TestGPUOverlap(t *testing.T) {
 	s := gpuSession(t)
-	rs, err := s.Overlap(OverlapConfig{Chunks: 8, ChunkSize: 4 << 20, Streams: 4, Samples: 2, VecAddSize: 4 << 20})
+	rs, err := s.Overlap(t.Context(), OverlapConfig{Chunks: 8, ChunkSize: 4 << 20, Streams: 4, Samples: 2, VecAddSize: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestGPUOverlap(t *testing.T) {
 
 func TestGPUZeroCopy(t *testing.T) {
 	s := gpuSession(t)
-	rs, err := s.ZeroCopy(ZeroCopyConfig{Size: 4 << 20, Reuse: []int{1, 4}, Samples: 2})
+	rs, err := s.ZeroCopy(t.Context(), ZeroCopyConfig{Size: 4 << 20, Reuse: []int{1, 4}, Samples: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math/rand/v2"
 
 	"github.com/pinmem/pinmem"
@@ -48,7 +47,7 @@ func (s *Session) allocHost(kind string, n int) (*hostMem, error) {
 			}
 		}
 	default:
-		return nil, fmt.Errorf("bench: unknown kind %q", kind)
+		return nil, invalid("unknown kind %q", kind)
 	}
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,38 +16,52 @@ import (
 // once.
 const KindAll = "all"
 
-// MatrixConfig configures Matrix.
+// MatrixConfig configures Matrix. Zero fields take their defaults;
+// out-of-range fields make Matrix fail with ErrInvalid.
 type MatrixConfig struct {
-	Devices []int    // device ordinals (default: every device)
-	Size    int64    // bytes per copy (default 256 MiB)
-	Dirs    []string // directions (default h2d, d2h, bidir)
-	Samples int      // timed samples (default 5)
-	Reps    int      // copies per sample and lane (default 4)
+	Devices []int    // distinct device ordinals (empty: every device)
+	Size    int64    // bytes per copy, 1 to MaxSize (0: 256 MiB)
+	Dirs    []string // directions (AllDirs; empty: every direction)
+	Samples int      // timed samples, up to MaxSamples (0: 5)
+	Reps    int      // copies per sample and lane, up to 1000 (0: 4)
+	// Session configures each device's session.
+	Session SessionConfig
 }
 
-func (c *MatrixConfig) defaults() error {
-	if c.Size <= 0 {
+// Validate reports the first field of c that Matrix would refuse, as an
+// error matching ErrInvalid; c is not changed. Matrix validates its
+// configuration itself: calling Validate first finds the error before any
+// GPU work (the CLI checks its flags this way).
+func (c MatrixConfig) Validate() error { return c.resolve() }
+
+// resolve fills in the defaults of c's zero fields and checks the others.
+func (c *MatrixConfig) resolve() error {
+	switch {
+	case c.Size == 0:
 		c.Size = 256 << 20
+	case c.Size < 0 || c.Size > MaxSize:
+		return invalid("MatrixConfig.Size %d: want 1 to %d (0: the default, 256 MiB)", c.Size, int64(MaxSize))
 	}
-	if len(c.Dirs) == 0 {
-		c.Dirs = AllDirs()
+	if err := checkNames("MatrixConfig.Dirs", &c.Dirs, AllDirs()); err != nil {
+		return err
 	}
-	if c.Samples <= 0 {
-		c.Samples = 5
+	if err := checkSamples("MatrixConfig.Samples", &c.Samples, 5); err != nil {
+		return err
 	}
-	if c.Reps <= 0 {
+	switch {
+	case c.Reps == 0:
 		c.Reps = 4
+	case c.Reps < 0 || c.Reps > 1000:
+		return invalid("MatrixConfig.Reps %d: want 1 to 1000 (0: the default, 4)", c.Reps)
 	}
-	if len(c.Devices) == 0 {
-		n, err := cuda.DeviceCount()
-		if err != nil {
-			return err
+	seen := map[int]bool{}
+	for _, d := range c.Devices {
+		if d < 0 || seen[d] {
+			return invalid("MatrixConfig.Devices %v: want distinct ordinals from 0", c.Devices)
 		}
-		for i := range n {
-			c.Devices = append(c.Devices, i)
-		}
+		seen[d] = true
 	}
-	return nil
+	return c.Session.resolve()
 }
 
 // DeviceKind names a device's row of the matrix ("gpu0").
@@ -68,10 +83,27 @@ type matrixDev struct {
 // with every device copying at the same time, reported as the sum of the
 // devices' concurrent figures and compared, in its note, with the sum of
 // the per-device rows. It returns the results (Bench "matrix", Kind
-// "gpuN" or KindAll) and the metadata of the first device's session.
-func Matrix(opts Options, cfg MatrixConfig) ([]Result, Meta, error) {
-	if err := cfg.defaults(); err != nil {
+// "gpuN" or KindAll) and the metadata of the first device's session. ctx
+// is checked before each sample: when it ends, Matrix returns the rows
+// finished so far with ctx's error.
+func Matrix(ctx context.Context, cfg MatrixConfig) ([]Result, Meta, error) {
+	if ctx == nil {
+		return nil, Meta{}, invalid("nil context")
+	}
+	if err := cfg.resolve(); err != nil {
 		return nil, Meta{}, err
+	}
+	if len(cfg.Devices) == 0 {
+		n, err := cuda.DeviceCount()
+		if err != nil {
+			return nil, Meta{}, err
+		}
+		for i := range n {
+			cfg.Devices = append(cfg.Devices, i)
+		}
+		if n == 0 {
+			return nil, Meta{}, fmt.Errorf("bench: matrix: %w", cuda.ErrNoDevice)
+		}
 	}
 	var devs []*matrixDev
 	defer func() {
@@ -81,9 +113,7 @@ func Matrix(opts Options, cfg MatrixConfig) ([]Result, Meta, error) {
 	}()
 	n := int(cfg.Size)
 	for _, ord := range cfg.Devices {
-		o := opts
-		o.Device = ord
-		s, err := Open(o)
+		s, err := Open(ctx, ord, cfg.Session)
 		if err != nil {
 			return nil, Meta{}, fmt.Errorf("bench: device %d: %w", ord, err)
 		}
@@ -106,6 +136,9 @@ func Matrix(opts Options, cfg MatrixConfig) ([]Result, Meta, error) {
 			var vals []float64
 			err := d.repoison(n)
 			for i := 0; err == nil && i < cfg.Samples; i++ {
+				if err = ctx.Err(); err != nil {
+					break
+				}
 				var v float64
 				var t timing
 				if v, t, err = d.sample(dir, n, cfg.Reps); err != nil {
@@ -146,6 +179,9 @@ func Matrix(opts Options, cfg MatrixConfig) ([]Result, Meta, error) {
 			}
 		}
 		for range cfg.Samples {
+			if err := ctx.Err(); err != nil {
+				return out, m, err
+			}
 			var wg sync.WaitGroup
 			errc := make([]error, len(devs))
 			for i, d := range devs {

@@ -12,7 +12,7 @@ import (
 func TestGPUMatrix(t *testing.T) {
 	testutil.RequireGPU(t)
 	var progress bytes.Buffer
-	rs, m, err := Matrix(Options{Progress: &progress}, MatrixConfig{Size: 64 << 20, Samples: 3})
+	rs, m, err := Matrix(t.Context(), MatrixConfig{Size: 64 << 20, Samples: 3, Session: SessionConfig{Progress: &progress}})
 	if err != nil {
 		t.Fatal(err)
 	}

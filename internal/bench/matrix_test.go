@@ -12,7 +12,7 @@ import (
 
 func TestMatrixOnFourFakeDevices(t *testing.T) {
 	d := testutil.UseFake(t, fakedrv.Options{DeviceCount: 4})
-	rs, m, err := Matrix(Options{NoSpin: true}, MatrixConfig{Size: 256 << 10, Samples: 2, Reps: 1})
+	rs, m, err := Matrix(t.Context(), MatrixConfig{Size: 256 << 10, Samples: 2, Reps: 1, Session: SessionConfig{NoSpin: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestMatrixOnFourFakeDevices(t *testing.T) {
 
 func TestMatrixOneFakeDevice(t *testing.T) {
 	testutil.UseFake(t, fakedrv.Options{})
-	rs, _, err := Matrix(Options{NoSpin: true}, MatrixConfig{Size: 64 << 10, Samples: 1, Dirs: []string{DirH2D}})
+	rs, _, err := Matrix(t.Context(), MatrixConfig{Size: 64 << 10, Samples: 1, Dirs: []string{DirH2D}, Session: SessionConfig{NoSpin: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -24,46 +25,73 @@ func VariantPinnedN(n int) string {
 	return fmt.Sprintf("pinned-%dstreams", n)
 }
 
-// OverlapConfig configures Session.Overlap: the seed's image pipeline,
-// Chunks chunks of ChunkSize bytes, each copied to the device, changed by
-// a light kernel (add_u8) and copied back.
+// OverlapConfig configures Session.Overlap: an image-processing style
+// pipeline of Chunks chunks of ChunkSize bytes, each copied to the device,
+// changed by a light kernel (add_u8) and copied back. Zero fields take
+// their defaults; out-of-range fields make Overlap fail with ErrInvalid.
 type OverlapConfig struct {
-	Chunks    int   // default 16
-	ChunkSize int64 // default 32 MiB
-	Streams   int   // streams of the overlapped variant (default 4)
-	Samples   int   // default 5
-	// VecAddSize is the size of each vector in the vector-add scenario
-	// (default 64 MiB: two in, one out); negative skips it.
+	Chunks    int   // chunks (frames), up to 4096 (0: 16)
+	ChunkSize int64 // bytes per chunk (0: 32 MiB); Chunks*ChunkSize at most MaxSize
+	Streams   int   // streams of the overlapped variant, up to 64 (0: 4)
+	Samples   int   // timed samples per variant, up to MaxSamples (0: 5)
+	// VecAddSize is the size of each vector in the vector-add scenario, at
+	// most MaxSize (0: 64 MiB: two in, one out); -1 skips it.
 	VecAddSize int64
 }
 
-func (c *OverlapConfig) defaults() {
-	if c.Chunks <= 0 {
+// Validate reports the first field of c that Overlap would refuse, as an
+// error matching ErrInvalid; c is not changed. Overlap validates its
+// configuration itself: calling Validate first finds the error before any
+// GPU work (the CLI checks its flags this way).
+func (c OverlapConfig) Validate() error { return c.resolve() }
+
+// resolve fills in the defaults of c's zero fields and checks the others.
+func (c *OverlapConfig) resolve() error {
+	switch {
+	case c.Chunks == 0:
 		c.Chunks = 16
+	case c.Chunks < 0 || c.Chunks > 4096:
+		return invalid("OverlapConfig.Chunks %d: want 1 to 4096 (0: the default, 16)", c.Chunks)
 	}
-	if c.ChunkSize <= 0 {
+	switch {
+	case c.ChunkSize == 0:
 		c.ChunkSize = 32 << 20
+	case c.ChunkSize < 0 || c.ChunkSize > MaxSize/int64(c.Chunks):
+		return invalid("OverlapConfig.ChunkSize %d: want 1 to %d for %d chunks (0: the default, 32 MiB)", c.ChunkSize, MaxSize/int64(c.Chunks), c.Chunks)
 	}
-	if c.Streams <= 0 {
+	switch {
+	case c.Streams == 0:
 		c.Streams = 4
+	case c.Streams < 0 || c.Streams > 64:
+		return invalid("OverlapConfig.Streams %d: want 1 to 64 (0: the default, 4)", c.Streams)
 	}
-	if c.Samples <= 0 {
-		c.Samples = 5
+	if err := checkSamples("OverlapConfig.Samples", &c.Samples, 5); err != nil {
+		return err
 	}
-	if c.VecAddSize == 0 {
+	switch {
+	case c.VecAddSize == 0:
 		c.VecAddSize = 64 << 20
+	case c.VecAddSize < -1 || c.VecAddSize > MaxSize:
+		return invalid("OverlapConfig.VecAddSize %d: want 1 to %d, or -1 to skip (0: the default, 64 MiB)", c.VecAddSize, int64(MaxSize))
 	}
+	return nil
 }
 
 const pipelineDelta = 3
 
-// Overlap runs the seed's pipeline with pageable memory and synchronous
-// copies, with pinned memory on one stream, and with pinned memory on
-// several streams round-robin, reporting ms and FPS (chunks per second),
-// and the bound the measured bidirectional bandwidth sets; then the seed's
-// vector-add scenario.
-func (s *Session) Overlap(cfg OverlapConfig) ([]Result, error) {
-	cfg.defaults()
+// Overlap runs the pipeline with pageable memory and synchronous copies,
+// with pinned memory on one stream, and with pinned memory on several
+// streams round-robin, reporting ms and FPS (chunks per second), and the
+// bound the measured bidirectional bandwidth sets; then the vector-add
+// scenario (see VecAddSize). ctx is checked before each sample (see
+// Session).
+func (s *Session) Overlap(ctx context.Context, cfg OverlapConfig) ([]Result, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := cfg.resolve(); err != nil {
+		return nil, err
+	}
 	cs := int(cfg.ChunkSize)
 	total := cs * cfg.Chunks
 	var out []Result
@@ -76,7 +104,7 @@ func (s *Session) Overlap(cfg OverlapConfig) ([]Result, error) {
 
 	// The bound: each direction moves total bytes; with copies in both
 	// directions overlapped, each runs at the bidirectional per-direction rate.
-	bw, err := s.Bandwidth(BandwidthConfig{Kinds: []string{KindPinned}, Sizes: []int64{cfg.ChunkSize},
+	bw, err := s.Bandwidth(ctx, BandwidthConfig{Kinds: []string{KindPinned}, Sizes: []int64{cfg.ChunkSize},
 		Dirs: []string{DirBidir}, Samples: cfg.Samples, MinBytes: int64(total)})
 	if err != nil {
 		return bw, err
@@ -109,8 +137,8 @@ func (s *Session) Overlap(cfg OverlapConfig) ([]Result, error) {
 		}
 		defer streams[i].Destroy()
 	}
-	// The pageable variant is the seed's baseline: synchronous copies and
-	// the kernel all on the legacy default stream. The kernel must not run
+	// The pageable variant is the baseline: synchronous copies and the
+	// kernel all on the legacy default stream. The kernel must not run
 	// on one of the non-blocking streams above: cuMemcpyHtoD from pageable
 	// memory returns once the source is in the driver's staging buffers,
 	// before the last DMA to the device has landed, and only work on the
@@ -135,6 +163,9 @@ func (s *Session) Overlap(cfg OverlapConfig) ([]Result, error) {
 		r := Result{Bench: "overlap", Kind: VariantPageableSync, Dir: "pipeline", Size: int64(total), Unit: Ms, Timing: TimingWall}
 		var vals []float64
 		for i := range cfg.Samples + 1 { // the first run warms up
+			if err := ctx.Err(); err != nil {
+				return out, err
+			}
 			poison(hout, poisonHost)
 			start := time.Now()
 			for c := range cfg.Chunks {
@@ -203,6 +234,9 @@ func (s *Session) Overlap(cfg OverlapConfig) ([]Result, error) {
 		var vals []float64
 		tnote := ""
 		for i := range cfg.Samples + 1 {
+			if err := ctx.Err(); err != nil {
+				return out, err
+			}
 			poison(hout.Bytes(), poisonHost)
 			t, err := s.timeLanes(lanes, reps, true)
 			if err != nil {
@@ -224,7 +258,7 @@ func (s *Session) Overlap(cfg OverlapConfig) ([]Result, error) {
 		emit(r, fpsOf(r, cfg.Chunks))
 	}
 	if cfg.VecAddSize > 0 {
-		rs, err := s.vecAdd(int(cfg.VecAddSize), cfg.Samples)
+		rs, err := s.vecAdd(ctx, int(cfg.VecAddSize), cfg.Samples)
 		emit(rs...)
 		if err != nil {
 			return out, err

@@ -247,7 +247,7 @@ func TestLateDMAModel(t *testing.T) {
 		t.Skip("placeholder PTX: kernels do not load")
 	}
 	w := useLateDMAFake(t)
-	s, err := Open(Options{NoSpin: true})
+	s, err := Open(t.Context(), 0, SessionConfig{NoSpin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func TestOverlapOrderingWithLateDMA(t *testing.T) {
 		t.Skip("placeholder PTX: kernels do not load")
 	}
 	w := useLateDMAFake(t)
-	s, err := Open(Options{NoSpin: true})
+	s, err := Open(t.Context(), 0, SessionConfig{NoSpin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestOverlapOrderingWithLateDMA(t *testing.T) {
 	if s.KernelError() != nil {
 		t.Fatal(s.KernelError())
 	}
-	rs, err := s.Overlap(OverlapConfig{Chunks: 4, ChunkSize: 256 << 10, Streams: 2, Samples: 2, VecAddSize: 256 << 10})
+	rs, err := s.Overlap(t.Context(), OverlapConfig{Chunks: 4, ChunkSize: 256 << 10, Streams: 2, Samples: 2, VecAddSize: 256 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

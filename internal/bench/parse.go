@@ -2,7 +2,7 @@ package bench
 
 import (
 	"fmt"
-	"strconv"
+	"math/big"
 	"strings"
 )
 
@@ -81,12 +81,12 @@ func parseList(s, what string, aliases map[string]string, all []string) ([]strin
 		}
 		k, ok := aliases[p]
 		if !ok {
-			return nil, fmt.Errorf("unknown %s %q (want one of %s, or all)", what, p, strings.Join(all, ", "))
+			return nil, invalid("unknown %s %q (want one of %s, or all)", what, p, strings.Join(all, ", "))
 		}
 		seen[k] = true
 	}
 	if !nonEmpty {
-		return nil, fmt.Errorf("empty %s list", what)
+		return nil, invalid("empty %s list", what)
 	}
 	var out []string
 	for _, k := range all {
@@ -100,45 +100,63 @@ func parseList(s, what string, aliases map[string]string, all []string) ([]strin
 // MaxSize is the largest size ParseSize accepts: 1 TiB.
 const MaxSize = 1 << 40
 
+// sizeUnits are ParseSize's units, lower case: binary ones with or without
+// "i", decimal ones spelled with "B".
+var sizeUnits = map[string]int64{
+	"": 1, "b": 1,
+	"k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+	"g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
+	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+}
+
+const sizeUnitList = "B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000)"
+
 // ParseSize parses a byte count: a plain number of bytes, or a number with
 // a binary suffix (K, KiB, M, MiB, G, GiB, T, TiB: powers of 1024) or a
 // decimal one (KB, MB, GB, TB: powers of 1000), case-insensitive, e.g.
 // "64KiB", "16m", "1.5GiB". The result must be a whole number of bytes
-// from 1 to MaxSize.
+// from 1 to MaxSize; the arithmetic is exact ("1.1KB" is 1100 bytes).
+// Errors match ErrInvalid and say what is wrong.
 func ParseSize(s string) (int64, error) {
 	t := strings.TrimSpace(s)
-	if t == "" {
-		return 0, fmt.Errorf("empty size")
+	switch {
+	case t == "":
+		return 0, invalid("empty size")
+	case len(t) > 40:
+		return 0, invalid("size %.40q...: too long", t)
+	case t[0] == '-':
+		return 0, invalid("size %q is negative", s)
 	}
 	i := 0
 	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
 		i++
 	}
-	num, suf := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
-	if num == "" {
-		return 0, fmt.Errorf("size %q: no number", s)
+	num, unit := t[:i], strings.TrimSpace(t[i:])
+	mult, ok := sizeUnits[strings.ToLower(unit)]
+	switch {
+	case num == "":
+		return 0, invalid("size %q: no number (want e.g. 4096, 64KiB, 1.5GiB, 1GB)", s)
+	case !ok:
+		return 0, invalid("size %q: unknown unit %q (want %s)", s, unit, sizeUnitList)
 	}
-	mult := map[string]float64{
-		"": 1, "b": 1,
-		"k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
-		"g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
-		"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-	}[suf]
-	if mult == 0 {
-		return 0, fmt.Errorf("size %q: unknown suffix %q (use K/KiB, M/MiB, G/GiB, or KB/MB/GB)", s, t[i:])
+	whole, frac, _ := strings.Cut(num, ".")
+	if strings.Contains(frac, ".") || whole == "" && frac == "" {
+		return 0, invalid("size %q: bad number %q", s, num)
 	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil {
-		return 0, fmt.Errorf("size %q: bad number", s)
+	// v = whole.frac * mult, exactly: (whole*10^k + frac) * mult / 10^k.
+	scale := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(len(frac))), nil)
+	v, _ := new(big.Int).SetString(whole+frac, 10) // digits only: cannot fail
+	v.Mul(v, big.NewInt(mult))
+	q, r := new(big.Int).QuoRem(v, scale, new(big.Int))
+	switch {
+	case r.Sign() != 0:
+		return 0, invalid("size %q is not a whole number of bytes", s)
+	case q.Sign() == 0:
+		return 0, invalid("size %q is zero (want at least 1 byte)", s)
+	case q.Cmp(big.NewInt(MaxSize)) > 0:
+		return 0, invalid("size %q is too large (at most %s)", s, FormatSize(MaxSize))
 	}
-	v := f * mult
-	if v != float64(int64(v)) {
-		return 0, fmt.Errorf("size %q is not a whole number of bytes", s)
-	}
-	if v < 1 || v > MaxSize {
-		return 0, fmt.Errorf("size %q out of range (1 byte to 1 TiB)", s)
-	}
-	return int64(v), nil
+	return q.Int64(), nil
 }
 
 // ParseSizes parses a comma-separated list of sizes (see ParseSize),
@@ -160,7 +178,7 @@ func ParseSizes(s string) ([]int64, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("empty size list")
+		return nil, invalid("empty size list")
 	}
 	return out, nil
 }

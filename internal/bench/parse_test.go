@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"bytes"
+	"errors"
 	"math"
 	"reflect"
 	"strings"
@@ -13,6 +15,9 @@ func TestParseSize(t *testing.T) {
 		"64KiB": 64 << 10, "64k": 64 << 10, "64K": 64 << 10, "1MiB": 1 << 20, "16m": 16 << 20,
 		"1GiB": 1 << 30, "1.5GiB": 3 << 29, " 4g ": 4 << 30, "1000": 1000, "1000B": 1000,
 		"1MB": 1000000, "2GB": 2000000000, "1TiB": 1 << 40,
+		// exact decimal arithmetic: in float64, 1.005*1000 is 1004.9999999999999
+		"1.005KB": 1005, "1.1KB": 1100, "0.5KiB": 512, ".5K": 512, "2.": 2, "1.0KB": 1000,
+		"1000GB": 1e12, "00064KiB": 64 << 10,
 	}
 	for in, want := range good {
 		got, err := ParseSize(in)
@@ -20,9 +25,16 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "0", "-1", "abc", "12Q", "1.5", "0.1KiB", "2TiB", "KiB", "1..2M"} {
-		if got, err := ParseSize(in); err == nil {
-			t.Errorf("ParseSize(%q) = %d, want an error", in, got)
+	for in, want := range map[string]string{
+		"": "empty", "0": "zero", "0.0K": "zero", "-1": "negative", "-1GiB": "negative", "abc": "no number",
+		"12Q": `unknown unit "Q"`, "1EiB": "unknown unit", "1.5": "whole number", "0.1KiB": "whole number",
+		"2TiB": "too large", "1099511627777": "too large", "99999999999999999999": "too large",
+		"KiB": "no number", "1..2M": "bad number", ".": "bad number", "1.2.3": "bad number",
+		strings.Repeat("9", 41): "too long",
+	} {
+		got, err := ParseSize(in)
+		if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseSize(%q) = %d, %v; want an ErrInvalid error saying %q", in, got, err, want)
 		}
 	}
 }
@@ -168,8 +180,12 @@ func TestTouchAndHelpers(t *testing.T) {
 	if i := firstDiff(big, other); i != 150001 {
 		t.Errorf("firstDiff = %d, want 150001", i)
 	}
-	if string(randomBytes(64, 3)) != string(randomBytes(64, 3)) || string(randomBytes(64, 3)) == string(randomBytes(64, 4)) {
+	a, b3, b4 := randomBytes(64, 3), randomBytes(64, 3), randomBytes(64, 4)
+	if !bytes.Equal(a, b3) || bytes.Equal(a, b4) {
 		t.Error("randomBytes is not determined by its seed")
+	}
+	if zeros := bytes.Count(randomBytes(4096, 9), []byte{0}); zeros > 64 {
+		t.Errorf("randomBytes: %d zero bytes in 4096, want about 16", zeros)
 	}
 	if got := sumWords([]byte{1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}); got != 0x100000000 {
 		t.Errorf("sumWords = %#x", got)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -32,14 +33,34 @@ func AllPinMethods() []string {
 	return []string{PinHostAlloc, PinMmapRegister, PinGoRegister, PinMallocRegister}
 }
 
-// DefaultPinSizes are the pin bench's default sizes (ANCHORS.md's table).
+// DefaultPinSizes are the pin bench's default sizes: from a small buffer,
+// where the driver call's fixed cost dominates, to 4 GiB, where the cost per
+// page does.
 var DefaultPinSizes = []int64{1 << 20, 64 << 20, 1 << 30, 4 << 30}
 
-// PinConfig configures Session.Pin.
+// PinConfig configures Session.Pin. Zero fields take their defaults;
+// out-of-range fields make Pin fail with ErrInvalid.
 type PinConfig struct {
-	Methods []string // default AllPinMethods
-	Sizes   []int64  // default DefaultPinSizes
-	Samples int      // default 3
+	Methods []string // pinning methods (AllPinMethods; empty: every method)
+	Sizes   []int64  // bytes per buffer, 1 to MaxSize (empty: DefaultPinSizes)
+	Samples int      // timed samples per measurement, up to MaxSamples (0: 3)
+}
+
+// Validate reports the first field of c that Pin would refuse, as an
+// error matching ErrInvalid; c is not changed. Pin validates its
+// configuration itself: calling Validate first finds the error before any
+// GPU work (the CLI checks its flags this way).
+func (c PinConfig) Validate() error { return c.resolve() }
+
+// resolve fills in the defaults of c's zero fields and checks the others.
+func (c *PinConfig) resolve() error {
+	if err := checkNames("PinConfig.Methods", &c.Methods, AllPinMethods()); err != nil {
+		return err
+	}
+	if err := checkSizes("PinConfig.Sizes", &c.Sizes, DefaultPinSizes); err != nil {
+		return err
+	}
+	return checkSamples("PinConfig.Samples", &c.Samples, 3)
 }
 
 // ParsePinMethods parses a comma-separated list of pinning methods ("all"
@@ -56,16 +77,14 @@ func ParsePinMethods(s string) ([]string, error) {
 // Pin measures, with the wall clock, what it costs to pin and unpin host
 // memory with each method and size. Each sample's memory is checked with a
 // round trip through the device before it is released. Sizes the budget
-// or the host refuse give skipped results.
-func (s *Session) Pin(cfg PinConfig) ([]Result, error) {
-	if len(cfg.Methods) == 0 {
-		cfg.Methods = AllPinMethods()
+// or the host refuse give skipped results. ctx is checked before each
+// sample (see Session).
+func (s *Session) Pin(ctx context.Context, cfg PinConfig) ([]Result, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
 	}
-	if len(cfg.Sizes) == 0 {
-		cfg.Sizes = DefaultPinSizes
-	}
-	if cfg.Samples <= 0 {
-		cfg.Samples = 3
+	if err := cfg.resolve(); err != nil {
+		return nil, err
 	}
 	probe, err := s.Ctx.Alloc(1 << 20)
 	if err != nil {
@@ -75,7 +94,7 @@ func (s *Session) Pin(cfg PinConfig) ([]Result, error) {
 	var out []Result
 	for _, m := range cfg.Methods {
 		for _, n := range cfg.Sizes {
-			rs, err := s.pinOne(m, int(n), cfg.Samples, probe)
+			rs, err := s.pinOne(ctx, m, int(n), cfg.Samples, probe)
 			for _, r := range rs {
 				s.progress(r)
 			}
@@ -88,7 +107,10 @@ func (s *Session) Pin(cfg PinConfig) ([]Result, error) {
 	return out, nil
 }
 
-func (s *Session) pinOne(method string, n, samples int, probe *cuda.DeviceBuffer) ([]Result, error) {
+// pinOne measures one method and size. When ctx ends the run, the samples
+// taken so far are returned as results (none if there were none) with
+// ctx's error.
+func (s *Session) pinOne(ctx context.Context, method string, n, samples int, probe *cuda.DeviceBuffer) ([]Result, error) {
 	dev := pinmem.WithDevice(s.Dev)
 	ops := []string{OpPin, OpUnpin}
 	if method == PinGoRegister {
@@ -105,7 +127,15 @@ func (s *Session) pinOne(method string, n, samples int, probe *cuda.DeviceBuffer
 		return rs
 	}
 	threads := runtime.NumCPU()
+	var stopErr error
+	done := 0
 	for i := 0; i < samples; i++ {
+		if stopErr = ctx.Err(); stopErr != nil {
+			if i == 0 {
+				return nil, stopErr
+			}
+			break
+		}
 		var buf *pinmem.Buffer
 		var err error
 		var heap []byte
@@ -126,7 +156,7 @@ func (s *Session) pinOne(method string, n, samples int, probe *cuda.DeviceBuffer
 			touch(heap, threads)
 			buf, err = pinmem.Register(heap, 0, dev)
 		default:
-			return nil, fmt.Errorf("bench: unknown pinning method %q", method)
+			return nil, invalid("unknown pinning method %q", method)
 		}
 		pinT := time.Since(start)
 		if err != nil {
@@ -149,6 +179,7 @@ func (s *Session) pinOne(method string, n, samples int, probe *cuda.DeviceBuffer
 		if method == PinGoRegister || method == PinMallocRegister {
 			debug.FreeOSMemory() // the next sample gets fresh pages, as malloc would
 		}
+		done++
 	}
 	var rs []Result
 	for _, op := range ops {
@@ -165,9 +196,12 @@ func (s *Session) pinOne(method string, n, samples int, probe *cuda.DeviceBuffer
 		if verr != nil {
 			r.Note = joinNotes([]string{"VERIFY FAILED: " + verr.Error(), r.Note})
 		}
+		if stopErr != nil {
+			r.Note = joinNotes([]string{r.Note, stoppedNote(done, samples)})
+		}
 		rs = append(rs, r)
 	}
-	return rs, nil
+	return rs, stopErr
 }
 
 // touch writes one byte in every page of b, spread over the given number

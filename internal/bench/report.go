@@ -192,7 +192,7 @@ func ParseFormat(s string) (Format, error) {
 	case "csv":
 		return FormatCSV, nil
 	}
-	return "", fmt.Errorf("unknown format %q (want table, json or csv)", s)
+	return "", invalid("unknown format %q (want table, json or csv)", s)
 }
 
 // Write renders results in format f.

@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -12,29 +14,112 @@ import (
 	"github.com/pinmem/pinmem/internal/kernels"
 )
 
-// Options configure a Session.
-type Options struct {
-	// Device is the ordinal of the GPU to measure (default 0).
-	Device int
+// ErrInvalid is matched (errors.Is) by every error this package returns for
+// bad input: a nil context or session, a closed session, a configuration
+// field out of range, an unknown kind, direction or method, an unparsable
+// size or list. The message names the field and the value.
+var ErrInvalid = errors.New("bench: invalid argument")
+
+// invalidError is bad input: its message says what and why; it matches
+// ErrInvalid.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+// invalid returns an error matching ErrInvalid with the formatted message.
+func invalid(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}
+
+// MaxSamples bounds every configuration's Samples field.
+const MaxSamples = 1000
+
+// checkSamples validates a Samples field (0 means def).
+func checkSamples(field string, n *int, def int) error {
+	switch {
+	case *n == 0:
+		*n = def
+	case *n < 0 || *n > MaxSamples:
+		return invalid("%s %d: want 1 to %d (0: the default, %d)", field, *n, MaxSamples, def)
+	}
+	return nil
+}
+
+// checkSizes validates a list of sizes (empty means def).
+func checkSizes(field string, sizes *[]int64, def []int64) error {
+	if len(*sizes) == 0 {
+		*sizes = def
+		return nil
+	}
+	for _, n := range *sizes {
+		if n < 1 || n > MaxSize {
+			return invalid("%s: size %d: want 1 byte to %s", field, n, FormatSize(MaxSize))
+		}
+	}
+	return nil
+}
+
+// checkNames validates a list of names against the known ones, in any
+// order (empty means all).
+func checkNames(field string, names *[]string, all []string) error {
+	if len(*names) == 0 {
+		*names = all
+		return nil
+	}
+	for _, n := range *names {
+		if !contains(all, n) {
+			return invalid("%s: unknown %q (want one of %s)", field, n, strings.Join(all, ", "))
+		}
+	}
+	return nil
+}
+
+// SessionConfig configures Open. The zero value is the default.
+type SessionConfig struct {
 	// Progress, when not nil, receives one line per finished measurement
 	// (the CLI passes stderr unless --quiet).
 	Progress io.Writer
-	// SpinTimeout bounds how long spin_wait holds a stream (default 10 s);
-	// a hold that times out is reported in the result's note.
+	// SpinTimeout bounds how long spin_wait holds a stream (0: 10 s; at
+	// most 10 minutes); a hold that times out is reported in the result's
+	// note.
 	SpinTimeout time.Duration
 	// NoSpin times copies with plain events even when the kernels load.
 	NoSpin bool
 }
 
+// Validate reports the first field of c that Open would refuse, as an
+// error matching ErrInvalid; c is not changed. Open validates its
+// configuration itself: calling Validate first finds the error before any
+// GPU work (the CLI checks its flags this way).
+func (c SessionConfig) Validate() error { return c.resolve() }
+
+// resolve fills in the defaults of c's zero fields and checks the others.
+func (c *SessionConfig) resolve() error {
+	switch {
+	case c.SpinTimeout == 0:
+		c.SpinTimeout = 10 * time.Second
+	case c.SpinTimeout < 0 || c.SpinTimeout > 10*time.Minute:
+		return invalid("SessionConfig.SpinTimeout %v: want more than 0 and at most 10m (0: the default, 10s)", c.SpinTimeout)
+	}
+	return nil
+}
+
 // Session is an open GPU with what the benches need: its primary context,
 // the loaded kernels (when they load) and the mapped flag spin_wait polls.
 // A Session is not safe for concurrent use; Close releases everything.
+//
+// Every measurement takes a context: when it is canceled or its deadline
+// passes, the measurement stops after the sample in progress and returns
+// the results finished so far with an error matching ctx.Err(). A sample
+// waits for the GPU work it queued, so a hung GPU is not interrupted.
 type Session struct {
 	Dev   *cuda.Device
 	Ctx   *cuda.Context
 	Props cuda.Properties
 
-	opts    Options
+	cfg     SessionConfig
+	closed  bool
 	mod     *cuda.Module
 	fns     map[string]*cuda.Function
 	kernErr error // why the kernels are unavailable (nil when they load)
@@ -45,6 +130,19 @@ type Session struct {
 	spinErr   error // why spin-wait timing is unavailable
 }
 
+// check validates a measurement's receiver and context.
+func (s *Session) check(ctx context.Context) error {
+	switch {
+	case s == nil:
+		return invalid("nil *Session")
+	case ctx == nil:
+		return invalid("nil context")
+	case s.closed:
+		return invalid("session is closed")
+	}
+	return ctx.Err()
+}
+
 // flag layout in the mapped flag buffer, in 32-bit words.
 const (
 	flagWord   = 0
@@ -52,20 +150,30 @@ const (
 	flagBufLen = 4096
 )
 
-// Open opens device opts.Device and prepares the kernels and the spin-wait
-// flag. Without a driver or device the error matches cuda.ErrNoDriver or
-// cuda.ErrNoDevice. Kernels that cannot load are not an error: the session
-// falls back to plain event timing and the kernel benches are skipped
-// (KernelError says why).
-func Open(opts Options) (*Session, error) {
-	if opts.SpinTimeout <= 0 {
-		opts.SpinTimeout = 10 * time.Second
+// Open opens GPU device (an ordinal) and prepares the kernels and the
+// spin-wait flag. Without a driver or device the error matches
+// cuda.ErrNoDriver or cuda.ErrNoDevice; a nil ctx, a negative device or a
+// bad cfg field gives an error matching ErrInvalid. Kernels that cannot
+// load are not an error: the session falls back to plain event timing and
+// the kernel benches are skipped (KernelError says why).
+func Open(ctx context.Context, device int, cfg SessionConfig) (*Session, error) {
+	if ctx == nil {
+		return nil, invalid("nil context")
 	}
-	dev, err := cuda.GetDevice(opts.Device)
+	if device < 0 {
+		return nil, invalid("device %d: want an ordinal from 0", device)
+	}
+	if err := cfg.resolve(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	dev, err := cuda.GetDevice(device)
 	if err != nil {
 		return nil, err
 	}
-	ctx, err := dev.PrimaryContext()
+	cctx, err := dev.PrimaryContext()
 	if err != nil {
 		return nil, err
 	}
@@ -73,10 +181,10 @@ func Open(opts Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{Dev: dev, Ctx: ctx, Props: props, opts: opts, fns: map[string]*cuda.Function{}}
+	s := &Session{Dev: dev, Ctx: cctx, Props: props, cfg: cfg, fns: map[string]*cuda.Function{}}
 	s.loadKernels()
 	switch {
-	case opts.NoSpin:
+	case cfg.NoSpin:
 		s.spinErr = errors.New("spin-wait disabled")
 	case s.kernErr != nil:
 		s.spinErr = s.kernErr
@@ -121,8 +229,13 @@ func (s *Session) loadKernels() {
 	s.mod = mod
 }
 
-// Close frees the session's flag and unloads its kernels.
+// Close frees the session's flag and unloads its kernels. Later
+// measurements fail with ErrInvalid; a second Close returns nil.
 func (s *Session) Close() error {
+	if s == nil || s.closed {
+		return nil
+	}
+	s.closed = true
 	var errs []error
 	if s.flagBuf != nil {
 		errs = append(errs, s.flagBuf.Free())
@@ -161,14 +274,8 @@ func (s *Session) Meta(command string) Meta {
 }
 
 func (s *Session) progress(r Result) {
-	if s.opts.Progress != nil {
-		fmt.Fprintf(s.opts.Progress, "pinmem: %s\n", r)
-	}
-}
-
-func (s *Session) progressf(format string, args ...any) {
-	if s.opts.Progress != nil {
-		fmt.Fprintf(s.opts.Progress, "pinmem: "+format+"\n", args...)
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "pinmem: %s\n", r)
 	}
 }
 
@@ -227,7 +334,7 @@ func (s *Session) timeLanes(lanes []lane, reps int, hold bool) (timing, error) {
 		atomic.StoreUint32(&s.flagWords[flagWord], 0)
 		atomic.StoreUint32(&s.flagWords[statusWord], 0)
 		err := s.fns[kernels.KernelSpinWait].Launch(lanes[0].s, cuda.D1(1), cuda.D1(1), 0,
-			s.flagDev.Add(4*flagWord), uint64(s.opts.SpinTimeout.Nanoseconds()), s.flagDev.Add(4*statusWord))
+			s.flagDev.Add(4*flagWord), uint64(s.cfg.SpinTimeout.Nanoseconds()), s.flagDev.Add(4*statusWord))
 		if err != nil {
 			return t, err
 		}
@@ -235,7 +342,7 @@ func (s *Session) timeLanes(lanes []lane, reps int, hold bool) (timing, error) {
 	}
 	starts := make([]*cuda.Event, len(lanes))
 	ends := make([]*cuda.Event, len(lanes))
-	for i, l := range lanes {
+	for i := range lanes {
 		var err error
 		if starts[i], err = newEv(); err != nil {
 			return t, err
@@ -243,7 +350,6 @@ func (s *Session) timeLanes(lanes []lane, reps int, hold bool) (timing, error) {
 		if ends[i], err = newEv(); err != nil {
 			return t, err
 		}
-		_ = l
 	}
 	// Lane 0's start event is the gate the other lanes wait for.
 	if err := starts[0].Record(lanes[0].s); err != nil {
@@ -279,7 +385,7 @@ func (s *Session) timeLanes(lanes []lane, reps int, hold bool) (timing, error) {
 	if hold {
 		if st := atomic.LoadUint32(&s.flagWords[statusWord]); st != kernels.SpinReleased {
 			t.method = TimingEvents
-			t.note = fmt.Sprintf("spin-wait timed out after %v while queueing (status %d): queueing time included", s.opts.SpinTimeout, st)
+			t.note = fmt.Sprintf("spin-wait timed out after %v while queueing (status %d): queueing time included", s.cfg.SpinTimeout, st)
 		}
 	}
 	for i := range lanes {

@@ -54,7 +54,7 @@ func WriteSVG(w io.Writer, title string, results []Result) error {
 		}
 	}
 	if len(dirs) == 0 {
-		return fmt.Errorf("bench: nothing to plot (no bandwidth results)")
+		return invalid("nothing to plot (no bandwidth results)")
 	}
 	slices.Sort(sizes)
 	lo, hi := math.Log2(float64(sizes[0])), math.Log2(float64(sizes[len(sizes)-1]))

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 
@@ -18,28 +19,56 @@ const (
 // DefaultReuse are the zero-copy bench's default reuse factors.
 var DefaultReuse = []int{1, 2, 4, 8}
 
-// ZeroCopyConfig configures Session.ZeroCopy.
+// MaxReuse bounds ZeroCopyConfig.Reuse factors.
+const MaxReuse = 1000
+
+// ZeroCopyConfig configures Session.ZeroCopy. Zero fields take their
+// defaults; out-of-range fields make ZeroCopy fail with ErrInvalid.
 type ZeroCopyConfig struct {
-	Size    int64 // bytes of data (default 256 MiB; a multiple of 4)
-	Reuse   []int // how many times a kernel reads the data (default DefaultReuse)
-	Samples int   // default 5
+	Size    int64 // bytes of data, a multiple of 4 up to MaxSize (0: 256 MiB)
+	Reuse   []int // kernel passes over the data, 1 to MaxReuse each (empty: DefaultReuse)
+	Samples int   // timed samples per measurement, up to MaxSamples (0: 5)
+}
+
+// Validate reports the first field of c that ZeroCopy would refuse, as an
+// error matching ErrInvalid; c is not changed. ZeroCopy validates its
+// configuration itself: calling Validate first finds the error before any
+// GPU work (the CLI checks its flags this way).
+func (c ZeroCopyConfig) Validate() error { return c.resolve() }
+
+// resolve fills in the defaults of c's zero fields and checks the others.
+func (c *ZeroCopyConfig) resolve() error {
+	switch {
+	case c.Size == 0:
+		c.Size = 256 << 20
+	case c.Size < 0 || c.Size > MaxSize || c.Size%4 != 0:
+		return invalid("ZeroCopyConfig.Size %d: want a multiple of 4 bytes from 4 to %d (0: the default, 256 MiB)", c.Size, int64(MaxSize))
+	}
+	if len(c.Reuse) == 0 {
+		c.Reuse = DefaultReuse
+	}
+	for _, r := range c.Reuse {
+		if r < 1 || r > MaxReuse {
+			return invalid("ZeroCopyConfig.Reuse: factor %d: want 1 to %d", r, MaxReuse)
+		}
+	}
+	return checkSamples("ZeroCopyConfig.Samples", &c.Samples, 5)
 }
 
 // ZeroCopy compares reading data that lives in host memory through
 // zero-copy (read_sum_u32 over mapped memory, crossing PCIe on every pass)
 // with copying it to the device once and reading it there, for each reuse
-// factor: the seed's advice is that zero-copy pays for data read once.
+// factor: zero-copy pays for data read once, and loses once the data is
+// read often enough that one copy and fast device reads cost less.
 // Results are in ms (Dir "reuse=R"); both are timed with spin-wait and
-// events and verified against the host's sum.
-func (s *Session) ZeroCopy(cfg ZeroCopyConfig) ([]Result, error) {
-	if cfg.Size <= 0 {
-		cfg.Size = 256 << 20
+// events and verified against the host's sum. ctx is checked before each
+// sample (see Session).
+func (s *Session) ZeroCopy(ctx context.Context, cfg ZeroCopyConfig) ([]Result, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
 	}
-	if len(cfg.Reuse) == 0 {
-		cfg.Reuse = DefaultReuse
-	}
-	if cfg.Samples <= 0 {
-		cfg.Samples = 5
+	if err := cfg.resolve(); err != nil {
+		return nil, err
 	}
 	n := int(cfg.Size)
 	var out []Result
@@ -50,9 +79,6 @@ func (s *Session) ZeroCopy(cfg ZeroCopyConfig) ([]Result, error) {
 			}
 		}
 		return out
-	}
-	if n%4 != 0 {
-		return nil, fmt.Errorf("bench: zero-copy size %d is not a multiple of 4 bytes", n)
 	}
 	if s.kernErr != nil {
 		return skipAll("kernels unavailable: " + s.kernErr.Error()), nil
@@ -110,6 +136,9 @@ func (s *Session) ZeroCopy(cfg ZeroCopyConfig) ([]Result, error) {
 			var vals []float64
 			var notes []string
 			for i := range cfg.Samples + 1 {
+				if err := ctx.Err(); err != nil {
+					return out, err
+				}
 				if i == 1 {
 					if err := memsetPrefix(acc, 0, 8); err != nil {
 						return out, err

@@ -139,8 +139,12 @@ func TestChecksumGolden(t *testing.T) {
 	if got, want := Sum(w), uint64(2125761580318); got != want {
 		t.Errorf("Sum = %d, want %d", got, want)
 	}
-	if Checksum(w) != Checksum(w) {
-		t.Error("Checksum is not deterministic")
+	// The golden values depend on nothing but the words: a second fill
+	// gives the same words and the same sums.
+	w2 := make([]uint32, len(w))
+	FillPattern(w2, 7)
+	if !slices.Equal(w, w2) || Checksum(w2) != 2125761565092 {
+		t.Error("FillPattern or Checksum is not deterministic")
 	}
 	// Swapping two words keeps Sum but must change Checksum.
 	w[1], w[2] = w[2], w[1]
@@ -155,13 +159,17 @@ func TestChecksumGolden(t *testing.T) {
 	}
 }
 
-func TestChecksumWraps(t *testing.T) {
-	// 2^33 words of 0xFFFFFFFF would overflow; check modular arithmetic on a
-	// short slice against a direct computation instead.
+// TestChecksumXorsIndex: each word is XORed with its (32-bit) index before
+// it is added, and the sum does not stop at 32 bits.
+func TestChecksumXorsIndex(t *testing.T) {
 	w := []uint32{0xFFFFFFFF, 0xFFFFFFFF, 0, 3}
-	want := uint64(0xFFFFFFFF) + uint64(0xFFFFFFFF^1) + uint64(0^2) + uint64(3^3)
+	// 0xFFFFFFFF^0 + 0xFFFFFFFF^1 + 0^2 + 3^3
+	const want = 0xFFFFFFFF + 0xFFFFFFFE + 2 + 0
 	if got := Checksum(w); got != want {
-		t.Errorf("Checksum = %d, want %d", got, want)
+		t.Errorf("Checksum = %#x, want %#x", got, uint64(want))
+	}
+	if got := Sum(w); got != 0x2_0000_0001 { // 2*0xFFFFFFFF + 3
+		t.Errorf("Sum = %#x, want 0x200000001", got)
 	}
 }
 
