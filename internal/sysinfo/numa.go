@@ -100,42 +100,55 @@ func (r Reader) CPUs() (CPUs, error) {
 	return c, nil
 }
 
-// maxListEntries bounds ParseCPUList so a corrupt range cannot allocate
-// without limit.
-const maxListEntries = 1 << 20
+// MaxCPUIndex is the largest CPU or NUMA node number ParseCPUList accepts.
+// Linux allows at most 8192 CPUs (NR_CPUS) and 1024 nodes: a larger number
+// is a corrupt file, and the bound keeps a parsed list under 65537 entries
+// whatever the input.
+const MaxCPUIndex = 1 << 16
 
 // ParseCPUList parses a kernel list such as "0-3,8,10-11" (cpulist, node
-// online) into sorted numbers. An empty string is an empty list.
+// online) into sorted numbers. An empty string is an empty list. Entries
+// must be increasing and not overlap; a number above MaxCPUIndex gives an
+// error matching ErrRange, any other malformed list one matching ErrSyntax.
 func ParseCPUList(s string) ([]int, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return []int{}, nil
 	}
+	num := func(x, part string) (int, error) {
+		if x == "" || strings.TrimLeft(x, "0123456789") != "" {
+			return 0, fmt.Errorf("list %.64q: bad entry %.32q: %w", s, part, ErrSyntax)
+		}
+		n, err := strconv.Atoi(x)
+		if err != nil || n > MaxCPUIndex {
+			return 0, fmt.Errorf("list %.64q: entry %.32q above %d: %w", s, part, MaxCPUIndex, ErrRange)
+		}
+		return n, nil
+	}
 	var out []int
-	for _, part := range strings.Split(s, ",") {
+	next := 0 // the least number the next entry may start at
+	for part := range strings.SplitSeq(s, ",") {
 		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil || a < 0 {
-			return nil, fmt.Errorf("list %q: bad entry %q", s, part)
+		a, err := num(lo, part)
+		if err != nil {
+			return nil, err
 		}
 		b := a
 		if isRange {
-			b, err = strconv.Atoi(hi)
-			if err != nil || b < a {
-				return nil, fmt.Errorf("list %q: bad range %q", s, part)
+			if b, err = num(hi, part); err != nil {
+				return nil, err
+			}
+			if b < a {
+				return nil, fmt.Errorf("list %.64q: bad range %.32q: %w", s, part, ErrSyntax)
 			}
 		}
-		if len(out)+(b-a+1) > maxListEntries {
-			return nil, fmt.Errorf("list %q: more than %d entries", s, maxListEntries)
+		if a < next {
+			return nil, fmt.Errorf("list %.64q: entries not in increasing order at %.32q: %w", s, part, ErrSyntax)
 		}
 		for i := a; i <= b; i++ {
 			out = append(out, i)
 		}
-	}
-	for i := 1; i < len(out); i++ {
-		if out[i] <= out[i-1] {
-			return nil, fmt.Errorf("list %q: entries not in increasing order", s)
-		}
+		next = b + 1
 	}
 	return out, nil
 }

@@ -3,12 +3,23 @@ package sysinfo
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+)
+
+// Errors of malformed files match one of these (errors.Is), besides naming
+// the path and the value.
+var (
+	// ErrSyntax: the text is not in the file's format.
+	ErrSyntax = errors.New("sysinfo: malformed value")
+	// ErrRange: a number is outside what the file can hold (a CPU number
+	// above MaxCPUIndex, a kB figure whose bytes overflow 64 bits, ...).
+	ErrRange = errors.New("sysinfo: value out of range")
 )
 
 // Reader reads system facts from the files under Root. The zero value reads
@@ -100,7 +111,7 @@ func parseKeyValueFile(path string, data []byte) (map[string]uint64, error) {
 		switch {
 		case len(fields) == 2 && fields[1] == "kB":
 			if v > math.MaxUint64/1024 {
-				return nil, fmt.Errorf("sysinfo: %s: %s value %s kB overflows uint64 bytes", path, key, fields[0])
+				return nil, fmt.Errorf("sysinfo: %s: %s value %s kB overflows uint64 bytes: %w", path, key, fields[0], ErrRange)
 			}
 			v *= 1024
 		case len(fields) != 1:
