@@ -187,21 +187,32 @@ func (r Reader) readCgroupLimit(p string, v CgroupVersion) (lim Limit, ok bool, 
 	if err != nil {
 		return 0, false, fmt.Errorf("sysinfo: reading cgroup limit: %w", err)
 	}
-	if v == CgroupV2 && s == "max" {
-		return Unlimited, true, nil
+	lim, err = parseCgroupLimit(s, v)
+	if err != nil {
+		return 0, false, fmt.Errorf("sysinfo: %s: %w", r.path(p), err)
 	}
-	n, perr := strconv.ParseUint(s, 10, 64)
-	if perr != nil {
+	return lim, true, nil
+}
+
+// parseCgroupLimit parses the content of memory.max (v2: a byte count or
+// "max") or memory.limit_in_bytes (v1: a byte count, 2^62 and above or -1
+// meaning no limit).
+func parseCgroupLimit(s string, v CgroupVersion) (Limit, error) {
+	if v == CgroupV2 && s == "max" {
+		return Unlimited, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
 		// v1 prints -1 on some kernels for "no limit".
 		if v == CgroupV1 && s == "-1" {
-			return Unlimited, true, nil
+			return Unlimited, nil
 		}
-		return 0, false, fmt.Errorf("sysinfo: %s: cgroup limit %q is not a byte count or \"max\"", r.path(p), s)
+		return 0, fmt.Errorf("cgroup limit %.64q is not a byte count or \"max\": %w", s, ErrSyntax)
 	}
 	if v == CgroupV1 && n >= cgroupV1Unlimited {
-		return Unlimited, true, nil
+		return Unlimited, nil
 	}
-	return Limit(n), true, nil
+	return Limit(n), nil
 }
 
 // parseProcCgroup returns the v2 path ("0::/path") and the path of the v1
@@ -215,7 +226,7 @@ func parseProcCgroup(p string, data []byte) (v2, v1 string, err error) {
 		}
 		f := strings.SplitN(line, ":", 3)
 		if len(f) != 3 {
-			return "", "", fmt.Errorf("sysinfo: %s: malformed line %q (want id:controllers:path)", p, line)
+			return "", "", fmt.Errorf("sysinfo: %s: malformed line %.64q (want id:controllers:path): %w", p, line, ErrSyntax)
 		}
 		if f[0] == "0" && f[1] == "" {
 			v2 = f[2]
@@ -228,7 +239,7 @@ func parseProcCgroup(p string, data []byte) (v2, v1 string, err error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return "", "", fmt.Errorf("sysinfo: reading %s: %w", p, err)
+		return "", "", fmt.Errorf("sysinfo: reading %s: %w: %w", p, ErrSyntax, err)
 	}
 	return v2, v1, nil
 }
@@ -258,7 +269,7 @@ func findCgroupMount(p string, data []byte, v CgroupVersion) (mountPoint, root s
 		return unescapeMountinfo(pf[4]), unescapeMountinfo(pf[3]), true, nil
 	}
 	if err := sc.Err(); err != nil {
-		return "", "", false, fmt.Errorf("sysinfo: reading %s: %w", p, err)
+		return "", "", false, fmt.Errorf("sysinfo: reading %s: %w: %w", p, ErrSyntax, err)
 	}
 	return "", "", false, nil
 }

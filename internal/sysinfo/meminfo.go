@@ -73,17 +73,21 @@ const MeminfoPath = "/proc/meminfo"
 // Meminfo reads /proc/meminfo. It fails if the file cannot be read or has no
 // MemTotal line.
 func (r Reader) Meminfo() (*Meminfo, error) {
-	p := r.path(MeminfoPath)
 	data, err := r.readFile(MeminfoPath)
 	if err != nil {
 		return nil, fmt.Errorf("sysinfo: reading meminfo: %w", err)
 	}
+	return parseMeminfo(r.path(MeminfoPath), data)
+}
+
+// parseMeminfo parses the content of /proc/meminfo read from path p.
+func parseMeminfo(p string, data []byte) (*Meminfo, error) {
 	f, err := parseKeyValueFile(p, data)
 	if err != nil {
 		return nil, err
 	}
 	if _, ok := f["MemTotal"]; !ok {
-		return nil, fmt.Errorf("sysinfo: %s: no MemTotal line", p)
+		return nil, fmt.Errorf("sysinfo: %s: no MemTotal line: %w", p, ErrSyntax)
 	}
 	return &Meminfo{
 		MemTotal:       f["MemTotal"],

@@ -64,7 +64,7 @@ func (r Reader) NUMANodes() ([]NUMANode, error) {
 		} else if f, err := parseKeyValueFile(r.path(mp), data); err != nil {
 			errs = append(errs, err)
 		} else if total, ok := f["MemTotal"]; !ok {
-			errs = append(errs, fmt.Errorf("sysinfo: %s: no MemTotal line", r.path(mp)))
+			errs = append(errs, fmt.Errorf("sysinfo: %s: no MemTotal line: %w", r.path(mp), ErrSyntax))
 		} else {
 			n.MemTotal, n.MemFree, n.MemKnown = total, f["MemFree"], true
 		}

@@ -96,9 +96,15 @@ func PCIeBandwidth(gts float64, width int) float64 {
 	return gts * eff * float64(width) / 8
 }
 
+// MaxLinkSpeed is the fastest link speed ParseLinkSpeed accepts, in GT/s:
+// well above PCIe 7.0's 128 GT/s, far below a corrupt value.
+const MaxLinkSpeed = 1024
+
 // ParseLinkSpeed parses a sysfs link speed such as "32.0 GT/s PCIe",
 // "2.5 GT/s" or "8 GT/s" into GT/s. "Unknown" (any case, with or without
-// "speed") parses to 0 with no error.
+// "speed") parses to 0 with no error. A speed that is not a decimal number
+// of GT/s gives an error matching ErrSyntax; one above MaxLinkSpeed,
+// ErrRange.
 func ParseLinkSpeed(s string) (float64, error) {
 	s = strings.TrimSpace(s)
 	if strings.HasPrefix(strings.ToLower(s), "unknown") {
@@ -106,11 +112,32 @@ func ParseLinkSpeed(s string) (float64, error) {
 	}
 	f := strings.Fields(s)
 	if len(f) < 2 || f[1] != "GT/s" {
-		return 0, fmt.Errorf("link speed %q is not \"<n> GT/s\"", s)
+		return 0, fmt.Errorf("link speed %.64q is not \"<n> GT/s\": %w", s, ErrSyntax)
+	}
+	// Digits and one point only: ParseFloat alone would take "NaN", "Inf",
+	// "1e3" and "0x1p4".
+	if strings.Trim(f[0], "0123456789.") != "" || strings.Count(f[0], ".") > 1 {
+		return 0, fmt.Errorf("link speed %.64q has a bad number %.32q: %w", s, f[0], ErrSyntax)
 	}
 	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("link speed %q has a bad number %q", s, f[0])
+	if err != nil {
+		return 0, fmt.Errorf("link speed %.64q has a bad number %.32q: %w", s, f[0], ErrSyntax)
+	}
+	if v > MaxLinkSpeed {
+		return 0, fmt.Errorf("link speed %.64q above %d GT/s: %w", s, MaxLinkSpeed, ErrRange)
+	}
+	return v, nil
+}
+
+// parseSysfsInt parses a sysfs integer file's content that must lie in
+// [lo, hi] (link widths, numa_node).
+func parseSysfsInt(s string, lo, hi int) (int, error) {
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("%.64q is not an integer: %w", s, ErrSyntax)
+	}
+	if v < lo || v > hi {
+		return 0, fmt.Errorf("%d is not from %d to %d: %w", v, lo, hi, ErrRange)
 	}
 	return v, nil
 }
@@ -129,7 +156,7 @@ func NormalizePCIBusID(id string) (string, error) {
 	case 3:
 		dom, bus, devfn = parts[0], parts[1], parts[2]
 	default:
-		return "", fmt.Errorf("sysinfo: PCI bus id %q is not [domain:]bus:device.function", id)
+		return "", fmt.Errorf("sysinfo: PCI bus id %.64q is not [domain:]bus:device.function: %w", id, ErrSyntax)
 	}
 	dev, fn, ok := strings.Cut(devfn, ".")
 	d, err1 := strconv.ParseUint(dom, 16, 32)
@@ -137,7 +164,7 @@ func NormalizePCIBusID(id string) (string, error) {
 	v, err3 := strconv.ParseUint(dev, 16, 8)
 	f, err4 := strconv.ParseUint(fn, 16, 8)
 	if !ok || dom == "" || err1 != nil || err2 != nil || err3 != nil || err4 != nil || v > 0x1f || f > 7 {
-		return "", fmt.Errorf("sysinfo: PCI bus id %q is not [domain:]bus:device.function", id)
+		return "", fmt.Errorf("sysinfo: PCI bus id %.64q is not [domain:]bus:device.function: %w", id, ErrSyntax)
 	}
 	return fmt.Sprintf("%04x:%02x:%02x.%x", d, b, v, f), nil
 }
@@ -174,28 +201,27 @@ func (r Reader) PCIeLink(busID string) (PCIeLink, error) {
 		}
 		*dst = v
 	}
-	integer := func(name string, dst *int) {
+	integer := func(name string, dst *int, lo, hi int) {
 		p := path.Join(dir, name)
 		s, err := r.readString(p)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("sysinfo: PCI device %s: %w", id, err))
 			return
 		}
-		v, err := strconv.Atoi(s)
+		v, err := parseSysfsInt(s, lo, hi)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("sysinfo: %s: %q is not an integer", r.path(p), s))
+			errs = append(errs, fmt.Errorf("sysinfo: %s: %w", r.path(p), err))
 			return
 		}
 		*dst = v
 	}
+	// Widths: PCIe links have at most 32 lanes; 0 while a link is down.
+	// numa_node: -1 when unknown, at most MaxCPUIndex.
 	speed("current_link_speed", &l.CurrentSpeed)
-	integer("current_link_width", &l.CurrentWidth)
+	integer("current_link_width", &l.CurrentWidth, 0, 32)
 	speed("max_link_speed", &l.MaxSpeed)
-	integer("max_link_width", &l.MaxWidth)
-	integer("numa_node", &l.NUMANode)
-	if l.NUMANode < -1 {
-		l.NUMANode = -1
-	}
+	integer("max_link_width", &l.MaxWidth, 0, 32)
+	integer("numa_node", &l.NUMANode, -1, MaxCPUIndex)
 	return l, joinErrs(errs)
 }
 
@@ -227,7 +253,7 @@ func (r Reader) NVIDIAGPUs() ([]string, error) {
 		}
 		c, err := strconv.ParseUint(strings.TrimPrefix(class, "0x"), 16, 32)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("sysinfo: %s: class %q is not hex", r.path(path.Join(dir, "class")), class))
+			errs = append(errs, fmt.Errorf("sysinfo: %s: class %.64q is not hex: %w", r.path(path.Join(dir, "class")), class, ErrSyntax))
 			continue
 		}
 		if c>>16 == 0x03 { // display controller: VGA 0x0300, 3D 0x0302

@@ -47,17 +47,21 @@ const ProcStatusPath = "/proc/self/status"
 // ProcStatus reads /proc/self/status. It fails if the file cannot be read or
 // has no VmRSS line (kernel threads have none).
 func (r Reader) ProcStatus() (*ProcStatus, error) {
-	p := r.path(ProcStatusPath)
 	data, err := r.readFile(ProcStatusPath)
 	if err != nil {
 		return nil, fmt.Errorf("sysinfo: reading process status: %w", err)
 	}
+	return parseProcStatus(r.path(ProcStatusPath), data)
+}
+
+// parseProcStatus parses the content of /proc/self/status read from path p.
+func parseProcStatus(p string, data []byte) (*ProcStatus, error) {
 	f, err := parseKeyValueFile(p, data)
 	if err != nil {
 		return nil, err
 	}
 	if _, ok := f["VmRSS"]; !ok {
-		return nil, fmt.Errorf("sysinfo: %s: no VmRSS line", p)
+		return nil, fmt.Errorf("sysinfo: %s: no VmRSS line: %w", p, ErrSyntax)
 	}
 	return &ProcStatus{
 		VmRSS:    f["VmRSS"],

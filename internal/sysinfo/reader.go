@@ -120,7 +120,7 @@ func parseKeyValueFile(path string, data []byte) (map[string]uint64, error) {
 		out[key] = v
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("sysinfo: reading %s: %w", path, err)
+		return nil, fmt.Errorf("sysinfo: reading %s: %w: %w", path, ErrSyntax, err)
 	}
 	return out, nil
 }

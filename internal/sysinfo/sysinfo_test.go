@@ -207,11 +207,24 @@ func TestParseLinkSpeed(t *testing.T) {
 		{"fast", 0, false},
 		{"x GT/s", 0, false},
 		{"8.0 Gb/s", 0, false},
+		// ParseFloat alone accepted these: NaN and infinite speeds, and
+		// forms sysfs never prints.
+		{"NaN GT/s", 0, false},
+		{"Inf GT/s", 0, false},
+		{"-Inf GT/s", 0, false},
+		{"1e3 GT/s", 0, false},
+		{"0x10 GT/s", 0, false},
+		{"-1 GT/s", 0, false},
+		{"2048.0 GT/s PCIe", 0, false},
+		{"1.2.3 GT/s", 0, false},
 	}
 	for _, tc := range tests {
 		got, err := ParseLinkSpeed(tc.in)
 		if got != tc.want || (err == nil) != tc.ok {
 			t.Errorf("ParseLinkSpeed(%q) = %v, %v; want %v (ok %v)", tc.in, got, err, tc.want, tc.ok)
+		}
+		if err != nil && !errors.Is(err, ErrSyntax) && !errors.Is(err, ErrRange) {
+			t.Errorf("ParseLinkSpeed(%q) error %v is untyped", tc.in, err)
 		}
 	}
 }
@@ -341,8 +354,16 @@ func TestPCIeLink(t *testing.T) {
 			t.Errorf("PCIeLink(%q) gen = %d/%d, want %d/%d", tc.id, got.CurrentGen(), got.MaxGen(), tc.curGen, tc.maxGen)
 		}
 	}
-	if _, err := r.PCIeLink("nonsense"); err == nil {
-		t.Error("PCIeLink(nonsense): no error")
+	if _, err := r.PCIeLink("nonsense"); !errors.Is(err, ErrSyntax) {
+		t.Errorf("PCIeLink(nonsense): %v, want ErrSyntax", err)
+	}
+	// A negative width or a node number below -1 is a corrupt file, not a
+	// figure (numa_node -2 used to be read as -1 silently).
+	write(t, r.Root, "sys/bus/pci/devices/0000:1b:00.0/current_link_width", "-4\n")
+	write(t, r.Root, "sys/bus/pci/devices/0000:1b:00.0/numa_node", "-2\n")
+	l, err := r.PCIeLink("0000:1b:00.0")
+	if !errors.Is(err, ErrRange) || l.CurrentWidth != 0 || l.NUMANode != -1 || l.MaxWidth != 16 {
+		t.Errorf("corrupt width and node: %+v, %v; want width 0, node -1 and ErrRange", l, err)
 	}
 }
 

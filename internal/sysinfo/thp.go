@@ -54,7 +54,7 @@ func (r Reader) THP() (*THP, error) {
 	if s, err := r.readString(THPPMDSizePath); err != nil {
 		errs = append(errs, fmt.Errorf("sysinfo: reading huge page size: %w", err))
 	} else if n, err := strconv.ParseUint(s, 10, 64); err != nil {
-		errs = append(errs, fmt.Errorf("sysinfo: %s: huge page size %q is not a number", r.path(THPPMDSizePath), s))
+		errs = append(errs, fmt.Errorf("sysinfo: %s: huge page size %.64q is not a number: %w", r.path(THPPMDSizePath), s, ErrSyntax))
 	} else {
 		t.PMDSize = n
 	}
@@ -69,5 +69,5 @@ func bracketed(s string) (string, error) {
 			return w[1 : len(w)-1], nil
 		}
 	}
-	return "", fmt.Errorf("no [selected] mode in %q", s)
+	return "", fmt.Errorf("no [selected] mode in %.64q: %w", s, ErrSyntax)
 }
