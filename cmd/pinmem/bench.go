@@ -358,7 +358,8 @@ stops. Needs the kernels to load.`,
 	return c
 }
 
-// parseReuse parses a comma-separated list of reuse factors from 1 to 1000.
+// parseReuse parses a comma-separated list of reuse factors from 1 to
+// bench.MaxReuse.
 func parseReuse(s string) ([]int, error) {
 	var out []int
 	for _, p := range strings.Split(s, ",") {
@@ -367,8 +368,8 @@ func parseReuse(s string) ([]int, error) {
 			continue
 		}
 		n, err := strconv.Atoi(p)
-		if err != nil || n < 1 || n > 1000 {
-			return nil, fmt.Errorf("reuse factor %q: want a whole number from 1 to 1000", p)
+		if err != nil || n < 1 || n > bench.MaxReuse {
+			return nil, fmt.Errorf("reuse factor %q: want a whole number from 1 to %d", p, bench.MaxReuse)
 		}
 		out = append(out, n)
 	}
