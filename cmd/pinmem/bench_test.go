@@ -206,7 +206,7 @@ func checkCSV(out string, rows int) error {
 
 func TestMain(m *testing.M) { testutil.Main(m) }
 
-// TestCheckCSV: the zerocopy report the H200 printed is well-formed and
+// TestCheckCSV: a zerocopy report from a GPU run is well-formed and
 // complete; a skipped, unverified, short or ragged report is not.
 func TestCheckCSV(t *testing.T) {
 	const h200 = `bench,kind,dir,size_bytes,size,unit,median,min,max,samples,verified,timing,skipped,note

@@ -1,14 +1,14 @@
-// Command imagepipeline re-runs the seed article's image-processing
-// scenario: frames go to the GPU, a light kernel processes them (a
-// brightness shift, add_u8), and they come back.
+// Command imagepipeline runs an image-processing scenario: frames go to
+// the GPU, a light kernel processes them (a brightness shift, add_u8), and
+// they come back.
 //
 // It measures, side by side in one run:
 //   - naive: frames in ordinary Go memory, synchronous copies, one frame at a
-//     time (the article's 120 FPS starting point);
+//     time;
 //   - pipelined Go memory: transfer.Pipeline over several streams, staging the
 //     same Go frames through pinned buffers;
-//   - pipelined pinned: the frames live in pinned memory (the article's
-//     "mixed strategy" taken to its end: 210 FPS in the article).
+//   - pipelined pinned: the frames live in pinned memory, so no staging copy
+//     is left, only the overlapped transfers.
 //
 // Every output frame is checked (each byte = input + delta).
 package main

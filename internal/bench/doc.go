@@ -1,7 +1,7 @@
 // Package bench is pinmem's measurement engine: host<->device bandwidth for
 // every kind of host memory (pageable, pinned, portable, write-combined,
 // registered, mapped zero-copy, staged), the cost of pinning, overlapped
-// pipelines, zero-copy against explicit copies, and the seed article's
+// pipelines, zero-copy against explicit copies, and an end-to-end
 // vector-add scenario, with reports as aligned text, JSON, CSV and SVG.
 //
 // # Timing

@@ -238,10 +238,12 @@ func useLateDMAFake(t *testing.T) *lateDMADriver {
 	return w
 }
 
-// TestLateDMAModel checks that the model reproduces the failure seen on
-// an H200: a pageable synchronous H2D, add_u8 on a non-blocking stream,
-// a synchronous D2H gives back bytes without the delta; with the kernel on
-// the legacy stream the result is right.
+// TestLateDMAModel checks the model against the ordering rule it stands
+// for: a pageable synchronous H2D, add_u8 on a stream, a synchronous D2H
+// must give back every byte plus the delta. cuda.Context.CopyHtoD orders
+// the legacy stream after the driver returns, so even a kernel on a
+// non-blocking stream sees the whole copy; on the legacy stream it always
+// does.
 func TestLateDMAModel(t *testing.T) {
 	if kernels.IsPlaceholder() {
 		t.Skip("placeholder PTX: kernels do not load")
@@ -275,10 +277,6 @@ func TestLateDMAModel(t *testing.T) {
 		st   *cuda.Stream
 		ok   bool
 	}{
-		// cuda.Context.CopyHtoD now waits for the legacy stream after the
-		// driver's early return, so even a non-blocking stream sees the
-		// whole copy (before that fix this case came out wrong, as on the
-		// H200).
 		{"non-blocking stream", nb, true},
 		{"legacy stream", cuda.WrapStream(s.Ctx, 0), true},
 	} {
@@ -299,9 +297,9 @@ func TestLateDMAModel(t *testing.T) {
 }
 
 // TestOverlapOrderingWithLateDMA runs the overlap bench, kernels included,
-// on the late-DMA model: every variant must verify. The pageable-sync
-// variant failed here (and on the H200) while it launched add_u8 on a
-// non-blocking stream after the synchronous pageable H2D.
+// on the late-DMA model: every variant must verify, the pageable-sync one
+// included, whose kernel would read a partly copied chunk if it ran on a
+// stream not ordered after the synchronous pageable H2D.
 func TestOverlapOrderingWithLateDMA(t *testing.T) {
 	if kernels.IsPlaceholder() {
 		t.Skip("placeholder PTX: kernels do not load")

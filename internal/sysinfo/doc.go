@@ -11,7 +11,7 @@
 //
 // # Where CUDA pinned memory shows up (and where it does not)
 //
-// Measured with driver 580 on kernel 6.18: after cuMemHostAlloc of 2 GiB,
+// With the NVIDIA driver (580, on Linux 6.18): after cuMemHostAlloc of 2 GiB,
 // /proc/meminfo's Shmem and the process's RssShmem each grow by 2 GiB, while
 // Mlocked, Unevictable, VmLck and VmPin do not change at all. The driver pins
 // pages through its own kernel module, not through mlock(2), so the kernel's

@@ -358,7 +358,7 @@ func TestPCIeLink(t *testing.T) {
 		t.Errorf("PCIeLink(nonsense): %v, want ErrSyntax", err)
 	}
 	// A negative width or a node number below -1 is a corrupt file, not a
-	// figure (numa_node -2 used to be read as -1 silently).
+	// figure: ErrRange, and the field stays unknown.
 	write(t, r.Root, "sys/bus/pci/devices/0000:1b:00.0/current_link_width", "-4\n")
 	write(t, r.Root, "sys/bus/pci/devices/0000:1b:00.0/numa_node", "-2\n")
 	l, err := r.PCIeLink("0000:1b:00.0")
