@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
@@ -228,5 +232,43 @@ zerocopy,explicit,reuse=2,4194304,4MiB,ms,0.097104,0.096992,0.097216,2,true,spin
 		if err := checkCSV(out, 4); err == nil {
 			t.Errorf("%s report accepted", name)
 		}
+	}
+}
+
+// TestInterruptedRunWritesPartialResults: a canceled context (what SIGINT
+// does) stops the run after the current sample; the results so far are
+// written to --out and the error line says so.
+func TestInterruptedRunWritesPartialResults(t *testing.T) {
+	d := testutil.UseFake(t, fakedrv.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	syncs := 0
+	d.SetHook(func(op string) cudadrv.Result {
+		if op == "cuEventSynchronize" {
+			if syncs++; syncs == 3 {
+				cancel()
+			}
+		}
+		return cudadrv.Success
+	})
+	out := filepath.Join(t.TempDir(), "bw.json")
+	root := newRoot()
+	root.SetOut(io.Discard)
+	root.SetErr(io.Discard)
+	root.SetArgs([]string{"bench", "--kinds", "pinned", "--sizes", "64KiB", "--samples", "5", "--format", "json", "--out", out})
+	err := root.ExecuteContext(ctx)
+	if !errors.Is(err, context.Canceled) || !strings.HasPrefix(describe(err), "interrupted") {
+		t.Fatalf("error %v (%q), want context.Canceled", err, describe(err))
+	}
+	b, rerr := os.ReadFile(out)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 1 || rep.Results[0].Samples == 0 || rep.Results[0].Samples >= 5 || !strings.Contains(rep.Results[0].Note, "stopped after") {
+		t.Fatalf("partial report %+v", rep.Results)
 	}
 }

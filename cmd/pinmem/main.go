@@ -71,6 +71,8 @@ func describe(err error) string {
 		return "no NVIDIA driver found: this command needs a GPU (" + err.Error() + ")"
 	case errors.Is(err, cuda.ErrNoDevice):
 		return "no CUDA device found: this command needs a GPU (" + err.Error() + ")"
+	case errors.Is(err, context.Canceled):
+		return "interrupted: stopped after the current sample; the results measured so far were written"
 	}
 	return err.Error()
 }
