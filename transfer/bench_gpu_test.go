@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -120,7 +121,7 @@ func BenchmarkRegCache(b *testing.B) {
 // cuda package, the closest Go twin of the C reference), 256 MiB and 1 GiB,
 // each direction. Each round times four variants back to back in a
 // rotating order: the Copier as configured by default (WaitHybrid: sleeps
-// in the driver and polls the last TailBytes), the Copier with WaitSleep
+// in the driver and polls the last tailBytes), the Copier with WaitSleep
 // (sleeps to the end), with WaitPoll (polls the whole copy, as the driver's
 // spin scheduling does), and the bare stream copy. It reports the median GB/s of each
 // and the Copier's medians over the stream's.
@@ -227,10 +228,10 @@ func interleave(b *testing.B, n int, vs []variant) {
 // from pinned memory with 1 and 4 streams (the C reference: 20.4 and
 // 12.6 ms; bound about 10.6 ms), with 4 streams again from a Copier that
 // never polls (WaitSleep), and from Go memory with 4 streams.
-// The seed pipeline's shape: 16 chunks of 32 MiB.
+// The reference pipeline's shape: 16 chunks of 32 MiB.
 const pipeChunk, pipeChunks = 32 << 20, 16
 
-// pipelineFixture returns a Copier, the add_u8 Work of the seed pipeline
+// pipelineFixture returns a Copier, the add_u8 Work of the reference pipeline
 // and two pinned buffers of pipeChunk*pipeChunks bytes known to the
 // Copier, all released when b ends.
 func pipelineFixture(b *testing.B) (*cuda.Context, *Copier, func(*cuda.Stream, Chunk) error, []*pinmem.Buffer) {
@@ -277,11 +278,11 @@ func BenchmarkPipeline(b *testing.B) {
 		{"gomem/streams4", c, 4, heapIn, heapOut},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			p, err := tc.c.NewPipeline(PipelineConfig{ChunkSize: pipeChunk, Streams: tc.streams, InFlight: pipeChunks, Work: work})
+			p, err := newTestPipeline(tc.c, pipelineCfg{ChunkSize: pipeChunk, Streams: tc.streams, InFlight: pipeChunks, Work: work})
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer p.Close()
+			defer p.Close(context.Background())
 			run := func() error { _, err := p.Run(context.Background(), tc.in, tc.out); return err }
 			if err := run(); err != nil {
 				b.Fatal(err)
@@ -301,27 +302,6 @@ func BenchmarkPipeline(b *testing.B) {
 	}
 }
 
-// BenchmarkZeroCopy prints and reports the zero-copy vs explicit-copy table
-// for 256 MiB read 1, 2, 4 and 8 times.
-func BenchmarkZeroCopy(b *testing.B) {
-	ctx := gpuCtx(b)
-	if err := kernels.Check(); err != nil {
-		b.Fatal(err)
-	}
-	var rows []ZeroCopyRow
-	for range b.N {
-		var err error
-		if rows, err = CompareZeroCopy(context.Background(), ctx, 256<<20, []int{1, 2, 4, 8}, 3); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for _, r := range rows {
-		b.ReportMetric(float64(r.ZeroCopy.Microseconds())/1000, fmt.Sprintf("zc-ms/reuse%d", r.Reuse))
-		b.ReportMetric(float64(r.Explicit.Microseconds())/1000, fmt.Sprintf("explicit-ms/reuse%d", r.Reuse))
-		b.Log(r)
-	}
-}
-
 // BenchmarkPipelineVsC interleaves rounds of the Go pipeline (pinned, 4
 // streams, median wall time of 5 runs after a warm-up) with rounds of the
 // C reference (cref/overlap --no-spin --streams 4 --runs 5, its median; its
@@ -334,11 +314,11 @@ func BenchmarkPipelineVsC(b *testing.B) {
 		b.Skip("PINMEM_CREF_OVERLAP not set (the GPU suite's full tier sets it)")
 	}
 	_, c, work, bufs := pipelineFixture(b)
-	p, err := c.NewPipeline(PipelineConfig{ChunkSize: pipeChunk, Streams: 4, InFlight: pipeChunks, Work: work})
+	p, err := newTestPipeline(c, pipelineCfg{ChunkSize: pipeChunk, Streams: 4, InFlight: pipeChunks, Work: work})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer p.Close()
+	defer p.Close(context.Background())
 	in, out := bufs[0].Bytes(), bufs[1].Bytes()
 	goRound := func() (float64, error) {
 		var ms []float64
@@ -392,4 +372,16 @@ func BenchmarkPipelineVsC(b *testing.B) {
 	b.ReportMetric(median(goMs)/median(cMs), "go/c")
 	b.ReportMetric((slices.Max(goMs)-slices.Min(goMs))/median(goMs)*100, "go-spread-%")
 	b.ReportMetric((slices.Max(cMs)-slices.Min(cMs))/median(cMs)*100, "c-spread-%")
+}
+
+// median returns the median of v (the upper one of an even count; zero
+// when v is empty), leaving v as it is.
+func median[T cmp.Ordered](v []T) T {
+	if len(v) == 0 {
+		var zero T
+		return zero
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

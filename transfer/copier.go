@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/track"
 )
 
 // Copier moves data between host memory and the device memory of one CUDA
@@ -16,7 +19,18 @@ import (
 // copying pinned memory directly. Its methods are safe for concurrent use;
 // transfers through one Copier run one at a time, in the order they
 // acquire its ring (asynchronous transfers queue).
+//
+// A Copier dropped without Close is reported (track: "copier") and its
+// stream, events, staging memory and goroutines are released by the
+// garbage collector's cleanup; until then they stay allocated.
 type Copier struct {
+	*copier
+	cleanup runtime.Cleanup
+}
+
+// copier is a Copier's state; it never refers back to the Copier, so that
+// a dropped Copier becomes unreachable and its cleanup can release this.
+type copier struct {
 	cctx      *cuda.Context
 	o         options
 	stream    *cuda.Stream
@@ -28,12 +42,15 @@ type Copier struct {
 	done      *cuda.Event // end of a transfer (blocking sync, no timing)
 	near      *cuda.Event // all but the transfer's last piece (see waitLast)
 	nearSet   bool        // near is recorded for the transfer in progress
-	t0, t1    *cuda.Event // timing of a transfer
+	t0, t1    *cuda.Event // timing of a transfer (WithStats only)
 	ring      chan struct{}
 
 	mu     sync.Mutex
 	closed bool
-	active sync.WaitGroup
+	active int           // transfers, pipeline runs and abandoned drains in progress
+	idle   chan struct{} // closed when closed and active is 0
+	relMu  sync.Once
+	relErr error
 
 	pinMu  sync.RWMutex
 	pinned map[*pinmem.Buffer]struct{}
@@ -48,8 +65,9 @@ type stage struct {
 
 // New creates a Copier for the context c: its stream, events, staging
 // ring (depth x stage size of pinned memory, from pinmem.Alloc) and copy
-// goroutines. The caller must Close it.
-func New(c *cuda.Context, opts ...Option) (cp *Copier, err error) {
+// goroutines. An invalid option is reported here, naming it. The caller
+// must Close the Copier.
+func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 	if c == nil {
 		return nil, fmt.Errorf("transfer: nil context: %w", cuda.ErrInvalidValue)
 	}
@@ -57,7 +75,17 @@ func New(c *cuda.Context, opts ...Option) (cp *Copier, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cp = &Copier{cctx: c, o: o, ring: make(chan struct{}, 1), pinned: map[*pinmem.Buffer]struct{}{}}
+	s, err := newCopierState(c, o)
+	if err != nil {
+		return nil, err
+	}
+	cp := &Copier{copier: s}
+	cp.cleanup = runtime.AddCleanup(cp, func(s *copier) { s.dropped("copier") }, s)
+	return cp, nil
+}
+
+func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
+	cp = &copier{cctx: c, o: o, ring: make(chan struct{}, 1), idle: make(chan struct{}), pinned: map[*pinmem.Buffer]struct{}{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, cp.release())
@@ -78,11 +106,13 @@ func New(c *cuda.Context, opts ...Option) (cp *Copier, err error) {
 	if cp.near, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
 		return cp, err
 	}
-	if cp.t0, err = c.NewEvent(cuda.EventDefault); err != nil {
-		return cp, err
-	}
-	if cp.t1, err = c.NewEvent(cuda.EventDefault); err != nil {
-		return cp, err
+	if o.stats {
+		if cp.t0, err = c.NewEvent(cuda.EventDefault); err != nil {
+			return cp, err
+		}
+		if cp.t1, err = c.NewEvent(cuda.EventDefault); err != nil {
+			return cp, err
+		}
 	}
 	popts := append([]pinmem.Option{pinmem.WithDevice(c.Device())}, o.stageOpts...)
 	flags := o.stageFlags | pinmem.Portable
@@ -98,35 +128,77 @@ func New(c *cuda.Context, opts ...Option) (cp *Copier, err error) {
 		s.mem = s.buf.Bytes()
 	}
 	cp.w = newWaiter()
-	cp.pool = newCopyPool(o.parallelism, o.threadCPU)
+	cp.pool = newCopyPool(o.parallelism, o.stats)
 	if o.cacheOn {
 		cp.cache = newRegCache(o.cacheLimit, o.cacheMin, pinmem.WithDevice(c.Device()))
 	}
 	return cp, nil
 }
 
-// Context returns the Copier's CUDA context.
-func (c *Copier) Context() *cuda.Context { return c.cctx }
+// ok reports whether c may be used: not nil.
+func (c *Copier) ok() bool { return c != nil && c.copier != nil }
 
-// Stream returns the stream the Copier issues its copies on.
-func (c *Copier) Stream() *cuda.Stream { return c.stream }
+// Context returns the Copier's CUDA context (nil for a nil Copier).
+func (c *Copier) Context() *cuda.Context {
+	if !c.ok() {
+		return nil
+	}
+	return c.cctx
+}
+
+// Stream returns the stream the Copier issues its copies on (nil for a
+// nil Copier).
+func (c *Copier) Stream() *cuda.Stream {
+	if !c.ok() {
+		return nil
+	}
+	return c.stream
+}
 
 // StageSize returns the size of each staging buffer.
-func (c *Copier) StageSize() int { return c.o.stageSize }
+func (c *Copier) StageSize() int {
+	if !c.ok() {
+		return 0
+	}
+	return c.o.stageSize
+}
 
 // Depth returns the number of staging buffers.
-func (c *Copier) Depth() int { return c.o.depth }
+func (c *Copier) Depth() int {
+	if !c.ok() {
+		return 0
+	}
+	return c.o.depth
+}
 
 // Parallelism returns the number of goroutines a CPU copy is split over.
-func (c *Copier) Parallelism() int { return c.o.parallelism }
+func (c *Copier) Parallelism() int {
+	if !c.ok() {
+		return 0
+	}
+	return c.o.parallelism
+}
 
 // Cache returns the registration cache, or nil when it is off.
-func (c *Copier) Cache() *RegCache { return c.cache }
+func (c *Copier) Cache() *RegCache {
+	if !c.ok() {
+		return nil
+	}
+	return c.cache
+}
 
 // AddPinned tells the Copier that b is pinned: copies from or to any part
 // of b.Bytes() then go directly, without staging. The returned function
-// forgets b again; call it before freeing b.
+// forgets b again; call it before freeing b. A nil Copier or buffer is
+// ignored (the function does nothing).
 func (c *Copier) AddPinned(b *pinmem.Buffer) (remove func()) {
+	if !c.ok() || b == nil {
+		return func() {}
+	}
+	return c.addPinned(b)
+}
+
+func (c *copier) addPinned(b *pinmem.Buffer) (remove func()) {
 	c.pinMu.Lock()
 	c.pinned[b] = struct{}{}
 	c.pinMu.Unlock()
@@ -140,23 +212,77 @@ func (c *Copier) AddPinned(b *pinmem.Buffer) (remove func()) {
 	}
 }
 
-// Close waits for the transfers in progress, then releases the stream, the
+// Close stops the Copier: later calls return ErrClosed. It waits for the
+// transfers and pipeline runs in progress (and for copies that a transfer
+// left queued when its context ended), then releases the stream, the
 // events, the staging ring, the registration cache and the copy
-// goroutines. A second Close returns ErrClosed.
-func (c *Copier) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+// goroutines. The wait is bounded by ctx: when ctx ends first, Close
+// returns an error matching ctx.Err() and the Copier stays closed; its
+// resources are then released in the background as soon as the copies in
+// flight finish (never, if the device never finishes them). A second
+// Close returns ErrClosed.
+func (c *Copier) Close(ctx context.Context) error {
+	if !c.ok() {
+		return errNil("Copier")
+	}
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if !c.markClosed() {
 		return ErrClosed
 	}
-	c.closed = true
-	c.mu.Unlock()
-	c.active.Wait()
-	return c.release()
+	c.cleanup.Stop()
+	return c.closeWait(ctx, "Copier")
 }
 
-// release frees whatever New created.
-func (c *Copier) release() error {
+// markClosed closes c to new work; false if it already was.
+func (c *copier) markClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.closed = true
+	if c.active == 0 {
+		close(c.idle)
+	}
+	return true
+}
+
+// closeWait waits, bounded by ctx, for the work in progress to end and for
+// the release that follows it.
+func (c *copier) closeWait(ctx context.Context, what string) error {
+	done := make(chan error, 1)
+	go func() {
+		<-c.idle
+		done <- c.release()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("transfer: closing the %s: %w (it is closed; its resources are released once the copies in flight finish)", what, ctx.Err())
+	}
+}
+
+// dropped is the cleanup of a Copier that became unreachable without
+// Close: nothing can be in progress (every transfer and drain holds the
+// Copier), so everything is released.
+func (c *copier) dropped(kind string) {
+	if !c.markClosed() {
+		return
+	}
+	track.Dropped(kind, "stages", len(c.stages), "stage_size", c.o.stageSize)
+	go func() { <-c.idle; _ = c.release() }() // off the cleanup goroutine: release calls the driver
+}
+
+// release frees whatever newCopierState created, once.
+func (c *copier) release() error {
+	c.relMu.Do(func() { c.relErr = c.releaseOnce() })
+	return c.relErr
+}
+
+func (c *copier) releaseOnce() error {
 	var errs []error
 	if c.w != nil {
 		c.w.close()
@@ -165,7 +291,7 @@ func (c *Copier) release() error {
 		c.pool.close()
 	}
 	if c.cache != nil {
-		errs = append(errs, c.cache.Close())
+		errs = append(errs, c.cache.close())
 	}
 	if c.stream != nil && c.ownStream {
 		// Nothing is queued any more, but be exact: the stages must outlive their DMA.
@@ -190,19 +316,49 @@ func (c *Copier) release() error {
 	return errors.Join(errs...)
 }
 
-// begin registers a transfer in progress, or fails after Close.
-func (c *Copier) begin() error {
+// begin registers work in progress, or fails after Close.
+func (c *copier) begin() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return ErrClosed
 	}
-	c.active.Add(1)
+	c.active++
 	return nil
 }
 
+// end ends what begin (or hold) registered.
+func (c *copier) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.active--
+	if c.active == 0 && c.closed {
+		close(c.idle)
+	}
+}
+
+// hold registers one more piece of work for a caller that already holds
+// one (an abandoned drain taking over from its transfer), closed or not.
+func (c *copier) hold() {
+	c.mu.Lock()
+	c.active++
+	c.mu.Unlock()
+}
+
+// enter checks the receiver and the context of a blocking call and
+// registers it; the caller must call c.end() when enter returned nil.
+func (c *Copier) enter(ctx context.Context) error {
+	if !c.ok() {
+		return errNil("Copier")
+	}
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	return c.begin()
+}
+
 // acquire takes the ring and stream for one transfer.
-func (c *Copier) acquire(ctx context.Context) error {
+func (c *copier) acquire(ctx context.Context) error {
 	select {
 	case c.ring <- struct{}{}:
 		return nil
@@ -211,86 +367,143 @@ func (c *Copier) acquire(ctx context.Context) error {
 	}
 }
 
-func (c *Copier) releaseRing() { <-c.ring }
+func (c *copier) releaseRing() { <-c.ring }
+
+// abandon hands the copies a transfer left queued when its context ended
+// to a goroutine that waits for them (as long as the device takes) and
+// then runs release (the ring, the registration cache's holds). Until
+// then the Copier's ring stays taken: later transfers wait for it,
+// bounded by their own contexts, and Close waits for it too.
+func (c *copier) abandon(release ...func()) {
+	c.hold()
+	go func() {
+		defer c.end()
+		c.waitDrained(c.done)
+		_ = c.stream.Synchronize()
+		c.nearSet = false
+		for _, f := range release {
+			f()
+		}
+	}()
+}
+
+// waitDrained waits for ev with no bound, through the waiter.
+func (c *copier) waitDrained(ev *cuda.Event) { waitDrained(c.w, ev) }
+
+// waitDrained waits for ev with no bound, through w, retrying while the
+// driver gives up on work that has not completed.
+func waitDrained(w *waiter, ev *cuda.Event) {
+	for {
+		if w.wait(context.Background(), ev) == nil {
+			return
+		}
+		if done, err := ev.Query(); done || err != nil {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // ---- the public transfers ----
 
 // HtoD copies src into the device buffer dst (from offset 0; use
 // dst.Slice for another offset) and returns when the data is there. dst
-// must hold at least len(src) bytes, else a *SizeError.
+// must hold at least len(src) bytes, else a *SizeError; it must be alive
+// (an error matching cuda.ErrInvalidHandle otherwise) and on the Copier's
+// device (else ErrWrongDevice).
+//
+// ctx bounds the whole call. When it ends, HtoD stops issuing copies and
+// returns an error matching ctx.Err() without waiting for the copies
+// already queued (on a hung device they may never finish): the Copier
+// stays usable, but those copies keep its staging ring, so the next
+// transfer starts only after they ran (bounded by its own context), and a
+// pinned source copied directly may still be read until then.
 func (c *Copier) HtoD(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (Stats, error) {
-	if err := c.begin(); err != nil {
+	if err := c.enter(ctx); err != nil {
 		return Stats{Direction: HostToDevice}, err
 	}
-	defer c.active.Done()
+	defer c.end()
 	return c.htod(ctx, dst, src)
 }
 
 // DtoH copies len(dst) bytes from the start of the device buffer src into
 // dst and returns when they are there. src must hold at least len(dst)
-// bytes, else a *SizeError.
+// bytes, else a *SizeError; it is checked as HtoD checks its destination.
+// ctx bounds the call as it bounds HtoD; after an error matching
+// ctx.Err(), a pinned destination copied directly may still be written
+// until the copies already queued ran.
 func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (Stats, error) {
-	if err := c.begin(); err != nil {
+	if err := c.enter(ctx); err != nil {
 		return Stats{Direction: DeviceToHost}, err
 	}
-	defer c.active.Done()
+	defer c.end()
 	return c.dtoh(ctx, dst, src)
 }
 
-// HtoDAsync starts HtoD and returns at once. src must not be modified, nor
-// dst used, until the Transfer is done.
-func (c *Copier) HtoDAsync(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) *Transfer {
+// HtoDAsync starts HtoD and returns at once; the Op reports its result.
+// src must not be modified, nor dst used, until the Op is done. Errors,
+// including a nil context or Copier, are reported by the Op.
+func (c *Copier) HtoDAsync(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) *Op {
 	return c.async(ctx, HostToDevice, func(ctx context.Context) (Stats, error) { return c.htod(ctx, dst, src) })
 }
 
-// DtoHAsync starts DtoH and returns at once. dst must not be used until
-// the Transfer is done.
-func (c *Copier) DtoHAsync(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) *Transfer {
+// DtoHAsync starts DtoH and returns at once; the Op reports its result.
+// dst must not be used until the Op is done.
+func (c *Copier) DtoHAsync(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) *Op {
 	return c.async(ctx, DeviceToHost, func(ctx context.Context) (Stats, error) { return c.dtoh(ctx, dst, src) })
 }
 
-func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context) (Stats, error)) *Transfer {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	tctx, cancel := context.WithCancel(ctx)
-	t := &Transfer{cancel: cancel, done: make(chan struct{})}
-	if err := c.begin(); err != nil {
+func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context) (Stats, error)) *Op {
+	t := &Op{cancel: func() {}, done: make(chan struct{})}
+	if err := c.enter(ctx); err != nil {
 		t.finish(Stats{Direction: d}, err)
 		return t
 	}
+	tctx, cancel := context.WithCancel(ctx)
+	t.cancel = cancel
 	go func() {
-		defer c.active.Done()
+		defer c.end()
 		st, err := fn(tctx)
 		t.finish(st, err)
 	}()
 	return t
 }
 
-// Transfer is an asynchronous transfer in progress.
-type Transfer struct {
+// Op is an asynchronous transfer in progress.
+type Op struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	stats  Stats
 	err    error
 }
 
-func (t *Transfer) finish(s Stats, err error) {
+func (t *Op) finish(s Stats, err error) {
 	t.stats, t.err = s, err
 	t.cancel()
 	close(t.done)
 }
 
+// closedChan is returned by a nil Op's Done.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // Done returns a channel closed when the transfer has finished (the data
-// is in place, or it failed or was cancelled and its DMA has drained).
-func (t *Transfer) Done() <-chan struct{} { return t.done }
+// is in place, or it failed or was cancelled). A nil Op is done.
+func (t *Op) Done() <-chan struct{} {
+	if t == nil {
+		return closedChan
+	}
+	return t.done
+}
 
 // Wait waits until the transfer has finished and returns its result. When
 // ctx is done first, Wait returns ctx.Err() and the transfer goes on (use
 // Cancel to stop it).
-func (t *Transfer) Wait(ctx context.Context) (Stats, error) {
-	if ctx == nil {
-		ctx = context.Background()
+func (t *Op) Wait(ctx context.Context) (Stats, error) {
+	if t == nil {
+		return Stats{}, errNil("Op")
+	}
+	if err := checkCtx(ctx); err != nil {
+		return Stats{}, err
 	}
 	select {
 	case <-t.done:
@@ -300,15 +513,19 @@ func (t *Transfer) Wait(ctx context.Context) (Stats, error) {
 	}
 }
 
-// Cancel asks the transfer to stop: it stops issuing copies, waits for
-// those in flight and then finishes with an error matching
-// context.Canceled (unless it had already finished).
-func (t *Transfer) Cancel() { t.cancel() }
+// Cancel asks the transfer to stop: it stops issuing copies and finishes
+// with an error matching context.Canceled (unless it had already
+// finished). A nil Op is ignored.
+func (t *Op) Cancel() {
+	if t != nil {
+		t.cancel()
+	}
+}
 
 // ---- planning ----
 
-// op is one copy: direct (host memory pinned) or staged (at most one stage).
-type op struct {
+// piece is one copy: direct (host memory pinned) or staged (at most one stage).
+type piece struct {
 	host   []byte
 	dev    cuda.DevicePtr
 	direct bool
@@ -321,7 +538,7 @@ func addr(b []byte) uintptr { return hostptr.AddrOf(b) }
 
 // pinnedSpans returns the parts of host known to be pinned, sorted, and a
 // function that releases the registration cache's hold on them.
-func (c *Copier) pinnedSpans(host []byte) ([]span, func()) {
+func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 	if len(host) == 0 {
 		return nil, func() {}
 	}
@@ -398,14 +615,14 @@ func normalize(s []span) []span {
 
 // chunkSize is the staged piece size for n staged bytes: a stage, or less
 // when the transfer is small, so that at least about four pieces overlap.
-func (c *Copier) chunkSize(n int) int {
+func (c *copier) chunkSize(n int) int {
 	ch := (n/4 + 65535) &^ 65535
-	return max(min(ch, c.o.stageSize), min(MinChunk, c.o.stageSize))
+	return max(min(ch, c.o.stageSize), min(minChunk, c.o.stageSize))
 }
 
-// plan splits a copy between host and dev into ops.
-func (c *Copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) []op {
-	var ops []op
+// plan splits a copy between host and dev into pieces.
+func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) []piece {
+	var ops []piece
 	staged := len(host)
 	for _, s := range spans {
 		staged -= s.hi - s.lo
@@ -414,7 +631,7 @@ func (c *Copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 	stage := func(a, b int) {
 		for off := a; off < b; off += chunk {
 			end := min(off+chunk, b)
-			ops = append(ops, op{host: host[off:end], dev: dev.Add(off)})
+			ops = append(ops, piece{host: host[off:end], dev: dev.Add(off)})
 			st.StagedBytes += int64(end - off)
 			st.Stages++
 		}
@@ -422,18 +639,18 @@ func (c *Copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 	prev := 0
 	for _, s := range spans {
 		stage(prev, s.lo)
-		ops = append(ops, op{host: host[s.lo:s.hi], dev: dev.Add(s.lo), direct: true})
+		ops = append(ops, piece{host: host[s.lo:s.hi], dev: dev.Add(s.lo), direct: true})
 		st.DirectBytes += int64(s.hi - s.lo)
 		prev = s.hi
 	}
 	stage(prev, len(host))
 	// A long direct copy at the end goes in two pieces, so that waitLast
-	// sleeps through the first and polls only the last TailBytes.
-	if n := len(ops); c.o.wait == WaitHybrid && n > 0 && ops[n-1].direct && len(ops[n-1].host) >= 2*TailBytes {
+	// sleeps through the first and polls only the last tailBytes.
+	if n := len(ops); c.o.wait == WaitHybrid && n > 0 && ops[n-1].direct && len(ops[n-1].host) >= 2*tailBytes {
 		last := ops[n-1]
-		cut := len(last.host) - TailBytes
-		ops[n-1] = op{host: last.host[:cut], dev: last.dev, direct: true}
-		ops = append(ops, op{host: last.host[cut:], dev: last.dev.Add(cut), direct: true})
+		cut := len(last.host) - tailBytes
+		ops[n-1] = piece{host: last.host[:cut], dev: last.dev, direct: true}
+		ops = append(ops, piece{host: last.host[cut:], dev: last.dev.Add(cut), direct: true})
 	}
 	return ops
 }
@@ -441,7 +658,7 @@ func (c *Copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 // markNear records c.near before the last of n ops (index i) is queued,
 // when there is work before it: waitLast then sleeps until the rest has run
 // and polls only the last piece.
-func (c *Copier) markNear(i, n int) {
+func (c *copier) markNear(i, n int) {
 	if i == n-1 && n > 1 && c.o.wait == WaitHybrid {
 		c.nearSet = c.near.Record(c.stream) == nil
 	}
@@ -451,7 +668,7 @@ func (c *Copier) markNear(i, n int) {
 // the driver until c.near (when recorded) and then polling for at most the
 // tail spin, so that the driver's wake-up latency does not land on the
 // transfer's end.
-func (c *Copier) waitLast(ctx context.Context, ev *cuda.Event) error {
+func (c *copier) waitLast(ctx context.Context, ev *cuda.Event) error {
 	if c.nearSet {
 		c.nearSet = false
 		if err := c.w.wait(ctx, c.near); err != nil {
@@ -463,13 +680,10 @@ func (c *Copier) waitLast(ctx context.Context, ev *cuda.Event) error {
 
 // ---- execution ----
 
-func (c *Copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (Stats, error) {
+func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (Stats, error) {
 	st := Stats{Direction: HostToDevice, Bytes: int64(len(src))}
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	if dst == nil {
-		return st, fmt.Errorf("transfer: nil device buffer: %w", cuda.ErrInvalidValue)
+	if err := checkBuf(dst, c.cctx.Device(), "destination device buffer"); err != nil {
+		return st, err
 	}
 	if len(src) > dst.Size() {
 		return st, &SizeError{Op: HostToDevice.String(), Need: len(src), Have: dst.Size()}
@@ -477,13 +691,10 @@ func (c *Copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (
 	return c.run(ctx, &st, src, dst.Ptr())
 }
 
-func (c *Copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (Stats, error) {
+func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (Stats, error) {
 	st := Stats{Direction: DeviceToHost, Bytes: int64(len(dst))}
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	if src == nil {
-		return st, fmt.Errorf("transfer: nil device buffer: %w", cuda.ErrInvalidValue)
+	if err := checkBuf(src, c.cctx.Device(), "source device buffer"); err != nil {
+		return st, err
 	}
 	if len(dst) > src.Size() {
 		return st, &SizeError{Op: DeviceToHost.String(), Need: len(dst), Have: src.Size()}
@@ -492,27 +703,26 @@ func (c *Copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 }
 
 // run plans and executes one copy in st.Direction.
-func (c *Copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.DevicePtr) (Stats, error) {
+func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.DevicePtr) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return *st, err
 	}
 	if len(host) == 0 {
 		return *st, nil
 	}
-	m := startMeter()
+	m := startMeter(c.o.stats)
 	if err := c.acquire(ctx); err != nil {
 		return *st, err
 	}
-	defer c.releaseRing()
 	spans, release := c.pinnedSpans(host)
-	defer release()
 	ops := c.plan(host, dev, spans, st)
-	var err error
+	var first error
 	if st.Direction == HostToDevice {
-		err = c.execHtoD(ctx, ops, st)
+		first = c.execHtoD(ctx, ops, st)
 	} else {
-		err = c.execDtoH(ctx, ops, st)
+		first = c.execDtoH(ctx, ops, st)
 	}
+	err := c.finish(ctx, first, st, release)
 	m.stop(st)
 	if err != nil {
 		return *st, fmt.Errorf("transfer: %s copy of %d bytes: %w", st.Direction, len(host), err)
@@ -521,10 +731,10 @@ func (c *Copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.Devic
 }
 
 // stageAt returns ring stage k (mod depth).
-func (c *Copier) stageAt(k int) *stage { return c.stages[k%len(c.stages)] }
+func (c *copier) stageAt(k int) *stage { return c.stages[k%len(c.stages)] }
 
 // reuse waits until stage s's last queued copy has run, if it has one.
-func (c *Copier) reuse(ctx context.Context, s *stage) error {
+func (c *copier) reuse(ctx context.Context, s *stage) error {
 	if !s.used {
 		return nil
 	}
@@ -534,7 +744,7 @@ func (c *Copier) reuse(ctx context.Context, s *stage) error {
 // queued takes the result of queueing a copy into or out of stage s on
 // c.stream and, if it was queued, records s's event behind it, so that s is
 // reused only after that copy has run.
-func (c *Copier) queued(s *stage, err error) error {
+func (c *copier) queued(s *stage, err error) error {
 	if err != nil {
 		return err
 	}
@@ -545,8 +755,16 @@ func (c *Copier) queued(s *stage, err error) error {
 	return nil
 }
 
-func (c *Copier) execHtoD(ctx context.Context, ops []op, st *Stats) error {
-	first := c.t0.Record(c.stream)
+// startTimer records the transfer's first timing event (WithStats only).
+func (c *copier) startTimer() error {
+	if c.t0 == nil {
+		return nil
+	}
+	return c.t0.Record(c.stream)
+}
+
+func (c *copier) execHtoD(ctx context.Context, ops []piece, st *Stats) error {
+	first := c.startTimer()
 	k := 0
 	for i, o := range ops {
 		if first != nil {
@@ -574,13 +792,13 @@ func (c *Copier) execHtoD(ctx context.Context, ops []op, st *Stats) error {
 			break
 		}
 	}
-	return c.drain(first, st)
+	return first
 }
 
-func (c *Copier) execDtoH(ctx context.Context, ops []op, st *Stats) error {
-	first := c.t0.Record(c.stream)
+func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
+	first := c.startTimer()
 	type pending struct {
-		o op
+		o piece
 		s *stage
 	}
 	var q []pending
@@ -624,32 +842,43 @@ func (c *Copier) execDtoH(ctx context.Context, ops []op, st *Stats) error {
 		}
 		st.CopyCPU += c.pool.copy(h.o.host, h.s.mem[:len(h.o.host)])
 	}
-	return c.drain(first, st)
+	return first
 }
 
-// drain waits for everything the transfer queued, whatever happened, so
-// that no stage or destination is still in use by the copy engine when the
-// transfer returns, and reports the first error: the one that stopped the
-// transfer, else an asynchronous one.
-func (c *Copier) drain(first error, st *Stats) error {
+// finish ends a transfer that holds the ring: it waits, bounded by ctx,
+// for everything the transfer queued, so that no stage or destination is
+// still in use by the copy engine when the transfer returns, then releases
+// the ring and runs release. When ctx ends first, the wait and the
+// releases go on in the background (abandon) and the transfer returns at
+// once. It reports the first error: the one that stopped the transfer,
+// else an asynchronous one, else ctx's.
+func (c *copier) finish(ctx context.Context, first error, st *Stats, release func()) error {
+	timed := c.t1 != nil && first == nil && c.t1.Record(c.stream) == nil
 	errs := []error{first}
-	timed := c.t1.Record(c.stream) == nil
-	defer func() { c.nearSet = false }()
 	if err := c.done.Record(c.stream); err != nil {
-		// Without an event to wait on, synchronize the stream (one blocked thread, rarely).
-		errs = append(errs, err)
-	} else if err := c.waitLast(context.Background(), c.done); err != nil {
+		// Without an event to wait on, synchronize the stream (rare: the
+		// context is already broken).
+		errs = append(errs, err, c.stream.Synchronize())
+	} else if err := c.waitLast(ctx, c.done); err != nil {
+		if ctx.Err() != nil {
+			c.abandon(release, c.releaseRing)
+			if first != nil {
+				return first
+			}
+			return err
+		}
 		errs = append(errs, err)
 	}
+	c.nearSet = false
 	// Collect asynchronous errors of the copies; everything is done, so this does not block.
-	if err := c.stream.Synchronize(); err != nil {
-		errs = append(errs, err)
-	}
-	if timed && first == nil {
+	errs = append(errs, c.stream.Synchronize())
+	if timed {
 		if d, err := c.t1.Elapsed(c.t0); err == nil {
 			st.Device = d
 		}
 	}
+	release()
+	c.releaseRing()
 	for _, e := range errs {
 		if e != nil {
 			return e

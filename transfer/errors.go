@@ -1,14 +1,21 @@
 package transfer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// ErrClosed is returned by a Copier or Pipeline used after Close.
+// ErrClosed is returned by a Copier, Pipeline or Multi used after Close
+// (and by a Pipeline whose Copier was closed).
 var ErrClosed = errors.New("transfer: closed")
+
+// ErrWrongDevice is returned when a device buffer belongs to another
+// device than the one the call copies with: a Copier's context's device,
+// or, for a Multi, the device of the context at the buffer's index.
+var ErrWrongDevice = errors.New("transfer: device buffer on another device")
 
 // SizeError says that host and device memory of a copy disagree in size:
 // the device buffer (or the host destination) is too small. It matches
@@ -43,3 +50,40 @@ func (e *ChunkError) Error() string {
 
 // Unwrap returns the cause.
 func (e *ChunkError) Unwrap() error { return e.Err }
+
+// errNil is the error of a method called on a nil receiver.
+func errNil(what string) error {
+	return fmt.Errorf("transfer: nil %s: %w", what, cuda.ErrInvalidValue)
+}
+
+// checkCtx refuses a nil context.
+func checkCtx(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("transfer: nil context.Context: %w", cuda.ErrInvalidValue)
+	}
+	return nil
+}
+
+// deviceBufErr reports whether b may be used: nil when it is alive, an
+// error matching cuda.ErrInvalidHandle when it was freed.
+func deviceBufErr(b *cuda.DeviceBuffer) error {
+	_, err := b.Slice(0, 0) // Slice checks that b was not freed
+	return err
+}
+
+// checkBuf checks a device buffer a copy is about to use: not nil, not
+// freed, and on device dev (when the buffer knows its context).
+func checkBuf(b *cuda.DeviceBuffer, dev *cuda.Device, what string) error {
+	if b == nil {
+		return fmt.Errorf("transfer: nil %s: %w", what, cuda.ErrInvalidValue)
+	}
+	if err := deviceBufErr(b); err != nil {
+		return fmt.Errorf("transfer: %s: %w", what, err)
+	}
+	if bc := b.Context(); bc != nil && dev != nil {
+		if bd := bc.Device(); bd != nil && bd.Ordinal() != dev.Ordinal() {
+			return fmt.Errorf("transfer: %s on device %d, copying with device %d: %w", what, bd.Ordinal(), dev.Ordinal(), ErrWrongDevice)
+		}
+	}
+	return nil
+}

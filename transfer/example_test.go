@@ -21,11 +21,13 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := transfer.New(ctx) // 3 x 32 MiB pinned stages, up to 12 copy goroutines
+	// 3 x 32 MiB pinned stages, up to 12 copy goroutines; WithStats(true)
+	// measures the CPU time a copy costs.
+	c, err := transfer.New(ctx, transfer.WithStats(true))
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
+	defer c.Close(context.Background())
 
 	data := make([]byte, 256<<20) // ordinary Go memory
 	d, err := ctx.Alloc(len(data))
@@ -51,22 +53,22 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	p, err := c.NewPipeline(transfer.PipelineConfig{
-		ChunkSize: 32 << 20,
-		Streams:   4,
-		Ordered:   true,
-		Work: transfer.LaunchWork(add, cuda.D1(528), cuda.D1(256), func(ch transfer.Chunk) []any {
+	p, err := c.NewPipeline(
+		transfer.WithChunkSize(32<<20),
+		transfer.WithStreamCount(4),
+		transfer.WithOrdered(true),
+		transfer.WithWork(transfer.LaunchWork(add, cuda.D1(528), cuda.D1(256), func(ch transfer.Chunk) []any {
 			return []any{ch.Dev.Ptr(), uint64(ch.Len), uint8(1)}
-		}),
-		Done: func(ch transfer.Chunk) error {
+		})),
+		transfer.WithDone(func(ch transfer.Chunk) error {
 			// ch.Out holds chunk ch.Index's result.
 			return nil
-		},
-	})
+		}),
+	)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer p.Close()
+	defer p.Close(context.Background())
 	if _, err := p.Run(context.Background(), data, data); err != nil {
 		log.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -58,7 +59,9 @@ func (e fakeEnv) copier(t *testing.T, opts ...Option) *Copier {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := c.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Close(ctx); err != nil && !errors.Is(err, ErrClosed) {
 			t.Errorf("Close: %v", err)
 		}
 	})
@@ -167,7 +170,7 @@ func TestFakeOptionsRejected(t *testing.T) {
 	for _, o := range []Option{WithStageSize(0), WithDepth(0), WithParallelism(0), WithStageFlags(pinmem.WriteCombined), WithRegistrationCache(-1)} {
 		if c, err := New(e.ctx, o); !errors.Is(err, cuda.ErrInvalidValue) {
 			if c != nil {
-				c.Close()
+				c.Close(context.Background())
 			}
 			t.Errorf("New with a bad option: %v", err)
 		}
@@ -189,7 +192,7 @@ func TestFakeNewFailureReleases(t *testing.T) {
 			c, err := New(e.ctx, smallRing()...)
 			e.d.ClearFaults()
 			if err == nil {
-				if err := c.Close(); err != nil {
+				if err := c.Close(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 				continue
@@ -211,19 +214,19 @@ func TestFakeClosed(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t, smallRing()...)
 	dev := e.devbuf(t, 10)
-	if err := c.Close(); err != nil {
+	if err := c.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Close(); !errors.Is(err, ErrClosed) {
+	if err := c.Close(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("second Close: %v", err)
 	}
 	if _, err := c.HtoD(context.Background(), dev, []byte{1}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("HtoD after Close: %v", err)
 	}
-	if _, err := c.DtoHAsync(context.Background(), []byte{1}, dev).Wait(nil); !errors.Is(err, ErrClosed) {
+	if _, err := c.DtoHAsync(context.Background(), []byte{1}, dev).Wait(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("DtoHAsync after Close: %v", err)
 	}
-	if _, err := c.NewPipeline(PipelineConfig{}); !errors.Is(err, ErrClosed) {
+	if _, err := newTestPipeline(c, pipelineCfg{}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("NewPipeline after Close: %v", err)
 	}
 }
@@ -242,11 +245,22 @@ func waitPending(t *testing.T, d *fakedrv.Driver, s *cuda.Stream, n int) {
 
 // TestFakeRingOrdering holds the copy stream: the Copier must fill exactly
 // depth stages (one copy and one event record each, after the timing
-// record) and then wait for the first stage's event before reusing it.
+// record with WithStats) and then wait for the first stage's event before
+// reusing it. Without WithStats there is no timing record at all.
 func TestFakeRingOrdering(t *testing.T) {
+	for _, stats := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stats=%v", stats), func(t *testing.T) { testRingOrdering(t, stats) })
+	}
+}
+
+func testRingOrdering(t *testing.T, stats bool) {
 	e := useFake(t, fakedrv.Options{})
 	const stage, depth = 64 << 10, 3
-	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2))
+	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithStats(stats))
+	timing := 0
+	if stats {
+		timing = 1
+	}
 	n := 10*stage + 123
 	dev := e.devbuf(t, n)
 	src := testutil.RandomBytes(n, 1)
@@ -265,10 +279,10 @@ func TestFakeRingOrdering(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := c.HtoDAsync(context.Background(), dev, src)
-	waitPending(t, e.d, c.Stream(), 1+2*depth)
+	waitPending(t, e.d, c.Stream(), timing+2*depth)
 	time.Sleep(50 * time.Millisecond)
-	if p := e.d.Pending(sh); p != 1+2*depth {
-		t.Fatalf("with the stream held, %d operations queued, want %d (the ring must wait for stage 0)", p, 1+2*depth)
+	if p := e.d.Pending(sh); p != timing+2*depth {
+		t.Fatalf("with the stream held, %d operations queued, want %d (the ring must wait for stage 0)", p, timing+2*depth)
 	}
 	select {
 	case <-tr.Done():
@@ -289,16 +303,23 @@ func TestFakeRingOrdering(t *testing.T) {
 	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
 	mu.Lock()
 	defer mu.Unlock()
-	// timing record, then (copy, record) per stage, with the "near" record
-	// before the last copy, then the end records.
-	want := []string{"cuEventRecord"}
+	// timing record (WithStats), then (copy, record) per stage, with the
+	// "near" record before the last copy, then the end records (timing
+	// with WithStats, done).
+	want := []string{}
+	if stats {
+		want = append(want, "cuEventRecord")
+	}
 	for i := range 11 {
 		if i == 10 {
 			want = append(want, "cuEventRecord")
 		}
 		want = append(want, "cuMemcpyHtoDAsync_v2", "cuEventRecord")
 	}
-	want = append(want, "cuEventRecord", "cuEventRecord")
+	want = append(want, "cuEventRecord")
+	if stats {
+		want = append(want, "cuEventRecord")
+	}
 	got := slices.DeleteFunc(slices.Clone(ops), func(s string) bool { return s == "cuEventSynchronize" })
 	if !slices.Equal(got, want) {
 		t.Fatalf("driver calls:\n got %v\nwant %v", got, want)
@@ -306,8 +327,9 @@ func TestFakeRingOrdering(t *testing.T) {
 }
 
 // TestFakeCancelHalfway cancels transfers whose stream is held: they must
-// not finish before their DMA drained, must report the cancellation (never
-// success), must leave later device memory untouched, and leak nothing.
+// return at once, report the cancellation (never success), leave later
+// device memory untouched, leak nothing, and the Copier's next transfer
+// must wait for the abandoned copies before reusing the stages.
 func TestFakeCancelHalfway(t *testing.T) {
 	for _, dir := range []Direction{HostToDevice, DeviceToHost} {
 		t.Run(dir.String(), func(t *testing.T) {
@@ -332,26 +354,41 @@ func TestFakeCancelHalfway(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			var tr *Transfer
+			var tr *Op
 			if dir == HostToDevice {
 				tr = c.HtoDAsync(ctx, dev, src)
 			} else {
 				tr = c.DtoHAsync(ctx, host, dev)
 			}
-			waitPending(t, e.d, c.Stream(), 1+2*depth)
+			waitPending(t, e.d, c.Stream(), 2*depth)
 			cancel()
 			select {
 			case <-tr.Done():
-				t.Fatal("cancelled transfer finished before its in-flight DMA")
-			case <-time.After(50 * time.Millisecond):
-			}
-			if err := e.d.ReleaseStream(sh); err != nil {
-				t.Fatal(err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("cancelled transfer did not return while its stream was held")
 			}
 			_, err := tr.Wait(context.Background())
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled transfer: %v, want context.Canceled", err)
 			}
+			// The next transfer waits for the abandoned copies (bounded
+			// by its context) ...
+			short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancelShort()
+			if _, err := c.HtoD(short, dev, src[:10]); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("transfer while the abandoned copies are held: %v, want context.DeadlineExceeded", err)
+			}
+			if err := e.d.ReleaseStream(sh); err != nil {
+				t.Fatal(err)
+			}
+			// ... and runs once they drained: acquire the ring to know.
+			if _, err := c.HtoD(context.Background(), dev, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.acquire(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			c.releaseRing()
 			got := host
 			if dir == HostToDevice {
 				got = e.deviceBytes(t, dev)
@@ -387,13 +424,13 @@ func TestFakeCancelBeforeStart(t *testing.T) {
 	}
 	tr := c.DtoHAsync(ctx, make([]byte, 100), dev)
 	<-tr.Done()
-	if _, err := tr.Wait(nil); !errors.Is(err, context.Canceled) {
+	if _, err := tr.Wait(context.Background()); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
 	// Transfer.Cancel works the same.
 	tr = c.HtoDAsync(context.Background(), dev, make([]byte, 100))
 	tr.Cancel()
-	if _, err := tr.Wait(nil); err != nil && !errors.Is(err, context.Canceled) {
+	if _, err := tr.Wait(context.Background()); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
 }
@@ -490,10 +527,10 @@ func TestFakePinnedDirect(t *testing.T) {
 
 // TestFakeDirectTail: a long direct copy goes in two pieces with the
 // "near" event between them, so that the transfer sleeps through the first
-// and polls only the last TailBytes; WaitSleep and WaitPoll queue one copy.
+// and polls only the last tailBytes; WaitSleep and WaitPoll queue one copy.
 func TestFakeDirectTail(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
-	n := 2*TailBytes + 4097
+	n := 2*tailBytes + 4097
 	buf, err := pinmem.Alloc(n, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -505,9 +542,9 @@ func TestFakeDirectTail(t *testing.T) {
 		mode WaitMode
 		want []string
 	}{
-		{"hybrid", WaitHybrid, []string{"cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventRecord"}},
-		{"sleep", WaitSleep, []string{"cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventRecord"}},
-		{"poll", WaitPoll, []string{"cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventRecord"}},
+		{"hybrid", WaitHybrid, []string{"cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuMemcpyHtoDAsync_v2", "cuEventRecord"}},
+		{"sleep", WaitSleep, []string{"cuMemcpyHtoDAsync_v2", "cuEventRecord"}},
+		{"poll", WaitPoll, []string{"cuMemcpyHtoDAsync_v2", "cuEventRecord"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := e.copier(t, append(smallRing(), WithWait(tc.mode))...)
@@ -534,7 +571,8 @@ func TestFakeDirectTail(t *testing.T) {
 			testutil.CheckBytes(t, buf.Bytes(), e.deviceBytes(t, dev))
 			mu.Lock()
 			defer mu.Unlock()
-			// t0, [first piece, near, then] the last piece, t1, done
+			// [first piece, near, then] the last piece, done (no timing
+			// events without WithStats)
 			if !slices.Equal(ops, tc.want) {
 				t.Fatalf("driver calls:\n got %v\nwant %v", ops, tc.want)
 			}
@@ -560,11 +598,11 @@ func TestFakeTyped(t *testing.T) {
 		src[i] = float64(i) * 1.5
 	}
 	dev := e.devbuf(t, len(src)*8)
-	if _, err := HtoDSlice(context.Background(), c, dev, src); err != nil {
+	if _, err := c.HtoD(context.Background(), dev, AsBytes(src)); err != nil {
 		t.Fatal(err)
 	}
 	dst := make([]float64, len(src))
-	if _, err := DtoHSliceAsync(context.Background(), c, dst, dev).Wait(nil); err != nil {
+	if _, err := c.DtoHAsync(context.Background(), AsBytes(dst), dev).Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(src, dst) {
@@ -581,7 +619,7 @@ func TestFakeConcurrent(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t, smallRing()...)
 	const k, n = 8, 200<<10 + 3
-	var trs []*Transfer
+	var trs []*Op
 	var srcs, outs [][]byte
 	var devs []*cuda.DeviceBuffer
 	for i := range k {
@@ -622,7 +660,7 @@ func TestFakeWaitContext(t *testing.T) {
 		t.Fatalf("Wait with a short context: %v", err)
 	}
 	e.d.ReleaseStream(sh)
-	if _, err := tr.Wait(nil); err != nil {
+	if _, err := tr.Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
@@ -667,7 +705,7 @@ func TestFakeReaderWriter(t *testing.T) {
 	for _, n := range []int{0, 1, 64 << 10, 5*64<<10 + 999} {
 		dev := e.devbuf(t, max(n, 1)+100)
 		src := testutil.RandomBytes(n, uint64(n))
-		st, err := c.ReadFrom(context.Background(), dev, iotest.HalfReader(bytes.NewReader(src)))
+		st, err := c.HtoDFrom(context.Background(), dev, iotest.HalfReader(bytes.NewReader(src)))
 		if err != nil || st.Bytes != int64(n) {
 			t.Fatalf("ReadFrom %d bytes: %+v, %v", n, st, err)
 		}
@@ -677,7 +715,7 @@ func TestFakeReaderWriter(t *testing.T) {
 			continue
 		}
 		var out bytes.Buffer
-		st, err = c.WriteTo(context.Background(), &out, view)
+		st, err = c.DtoHTo(context.Background(), &out, view)
 		if err != nil || st.Bytes != int64(n) {
 			t.Fatalf("WriteTo %d bytes: %+v, %v", n, st, err)
 		}
@@ -687,24 +725,24 @@ func TestFakeReaderWriter(t *testing.T) {
 	dev := e.devbuf(t, 100_000)
 	src := testutil.RandomBytes(300_000, 9)
 	r := bytes.NewReader(src)
-	if st, err := c.ReadFrom(context.Background(), dev, r); err != nil || st.Bytes != 100_000 || r.Len() != 200_000 {
+	if st, err := c.HtoDFrom(context.Background(), dev, r); err != nil || st.Bytes != 100_000 || r.Len() != 200_000 {
 		t.Fatalf("ReadFrom a long reader: %+v, %v, %d left", st, err, r.Len())
 	}
 	testutil.CheckBytes(t, src[:100_000], e.deviceBytes(t, dev))
 	// Read errors stop the transfer.
 	boom := errors.New("boom")
-	if _, err := c.ReadFrom(context.Background(), dev, &errReader{bytes.NewReader(src), 70_000, boom}); !errors.Is(err, boom) {
+	if _, err := c.HtoDFrom(context.Background(), dev, &errReader{bytes.NewReader(src), 70_000, boom}); !errors.Is(err, boom) {
 		t.Fatalf("ReadFrom with a failing reader: %v", err)
 	}
 	// Write errors and short writes stop it too.
 	w := &limitWriter{left: 70_000}
-	if st, err := c.WriteTo(context.Background(), w, dev); err == nil || st.Bytes != 70_000 {
+	if st, err := c.DtoHTo(context.Background(), w, dev); err == nil || st.Bytes != 70_000 {
 		t.Fatalf("WriteTo with a failing writer: %+v, %v", st, err)
 	}
 	// Cancelled.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := c.WriteTo(ctx, io.Discard, dev); !errors.Is(err, context.Canceled) {
+	if _, err := c.DtoHTo(ctx, io.Discard, dev); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
 }

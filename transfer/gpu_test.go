@@ -24,7 +24,7 @@ func gpuCopier(t testing.TB, ctx *cuda.Context, opts ...Option) *Copier {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := c.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		if err := c.Close(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
 			t.Errorf("Close: %v", err)
 		}
 	})
@@ -132,7 +132,7 @@ func TestGPUReaderWriter(t *testing.T) {
 	if err := dev.Memset(testutil.PoisonByte); err != nil {
 		t.Fatal(err)
 	}
-	st, err := c.ReadFrom(context.Background(), dev, bytes.NewReader(src))
+	st, err := c.HtoDFrom(context.Background(), dev, bytes.NewReader(src))
 	if err != nil || st.Bytes != int64(n) {
 		t.Fatalf("ReadFrom: %+v, %v", st, err)
 	}
@@ -146,7 +146,7 @@ func TestGPUReaderWriter(t *testing.T) {
 	}
 	view, _ := dev.Slice(0, n)
 	var out bytes.Buffer
-	if st, err = c.WriteTo(context.Background(), &out, view); err != nil || st.Bytes != int64(n) {
+	if st, err = c.DtoHTo(context.Background(), &out, view); err != nil || st.Bytes != int64(n) {
 		t.Fatalf("WriteTo: %+v, %v", st, err)
 	}
 	testutil.CheckBytes(t, src, out.Bytes())
@@ -197,7 +197,7 @@ func TestGPUCancelHalfway(t *testing.T) {
 		}
 		cctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		st, err := c.ReadFrom(cctx, dev, &cancelReader{r: bytes.NewReader(src), limit: 3 * c.StageSize(), cancel: cancel})
+		st, err := c.HtoDFrom(cctx, dev, &cancelReader{r: bytes.NewReader(src), limit: 3 * c.StageSize(), cancel: cancel})
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("ReadFrom cancelled half-way: %+v, %v", st, err)
 		}
@@ -221,7 +221,7 @@ func TestGPUCancelHalfway(t *testing.T) {
 				t.Fatal(err)
 			}
 			cctx, cancel := context.WithCancel(context.Background())
-			var tr *Transfer
+			var tr *Op
 			if dir == HostToDevice {
 				tr = c.HtoDAsync(cctx, dev, src)
 			} else {
@@ -319,14 +319,14 @@ func TestGPUPipeline(t *testing.T) {
 					// Go memory: pin the stages up front, or the Run's
 					// figure includes pinning InFlight x 32 MiB (as the
 					// first GPU run's 7-9 GB/s did).
-					p, err := c.NewPipeline(PipelineConfig{ChunkSize: chunk, Streams: streams, Ordered: ordered, PinStages: !pinned,
+					p, err := newTestPipeline(c, pipelineCfg{ChunkSize: chunk, Streams: streams, Ordered: ordered, PinStages: !pinned,
 						Work: LaunchWork(f, cuda.D1(132*4), cuda.D1(256), func(ch Chunk) []any {
 							return []any{ch.Dev.Ptr(), uint64(ch.Len), uint8(delta)}
 						})})
 					if err != nil {
 						t.Fatal(err)
 					}
-					defer p.Close()
+					defer p.Close(context.Background())
 					in, out := src, make([]byte, n)
 					if pinned {
 						in, out = pinIn.Bytes(), pinOut.Bytes()
@@ -354,7 +354,7 @@ func TestGPUPipelineLaunchError(t *testing.T) {
 	ctx := gpuCtx(t)
 	c := gpuCopier(t, ctx)
 	f := gpuKernel(t, ctx, kernels.KernelAdd)
-	p, err := c.NewPipeline(PipelineConfig{ChunkSize: 1 << 20, Streams: 2,
+	p, err := newTestPipeline(c, pipelineCfg{ChunkSize: 1 << 20, Streams: 2,
 		Work: func(s *cuda.Stream, ch Chunk) error {
 			block := 256
 			if ch.Index == 3 {
@@ -365,7 +365,7 @@ func TestGPUPipelineLaunchError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	defer p.Close(context.Background())
 	in := testutil.RandomBytes(10<<20, 14)
 	_, err = p.Run(context.Background(), in, make([]byte, len(in)))
 	var ce *ChunkError
@@ -398,14 +398,8 @@ func TestGPUZeroCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Free()
-	if _, err := MappedPointer(plain); !errors.Is(err, pinmem.ErrNotMapped) {
-		t.Fatalf("MappedPointer of an unmapped buffer: %v", err)
-	}
-	rows, err := CompareZeroCopy(context.Background(), ctx, 64<<20, []int{1, 2, 4, 8}, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rows {
-		t.Log(r)
+	err = c.RunMapped(context.Background(), nil, plain, func(*cuda.Stream, cuda.DevicePtr, int) error { return nil })
+	if !errors.Is(err, pinmem.ErrNotMapped) {
+		t.Fatalf("RunMapped on an unmapped buffer: %v", err)
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/track"
 )
 
 // Multi moves data between host memory and several devices (or several
@@ -19,7 +21,17 @@ import (
 // placed on the device's NUMA node); Broadcast stages through one shared
 // ring of portable pinned buffers, which every context can copy from. Its
 // methods are safe for concurrent use; Broadcasts run one at a time.
+//
+// A Multi dropped without Close is reported (track: "multi") and its
+// Copiers, streams, events, staging memory and goroutines are released by
+// the garbage collector's cleanup; until then they stay allocated.
 type Multi struct {
+	*multi
+	cleanup runtime.Cleanup
+}
+
+// multi is a Multi's state; it never refers back to the Multi.
+type multi struct {
 	devs   []*multiDev
 	stages []*multiStage
 	pool   *copyPool
@@ -28,7 +40,10 @@ type Multi struct {
 
 	mu     sync.Mutex
 	closed bool
-	active sync.WaitGroup
+	active int           // calls and abandoned drains in progress
+	idle   chan struct{} // closed when closed and active is 0
+	relMu  sync.Once
+	relErr error
 
 	pinMu  sync.RWMutex
 	pinned map[*pinmem.Buffer]struct{}
@@ -80,7 +95,7 @@ func (s MultiStats) GBps() float64 {
 // WithParallelism is the total number of CPU copy goroutines, shared out
 // between the devices' Copiers. WithStream is refused: each device needs
 // its own stream. The caller must Close the Multi.
-func NewMulti(ctxs []*cuda.Context, opts ...Option) (m *Multi, err error) {
+func NewMulti(ctxs []*cuda.Context, opts ...Option) (*Multi, error) {
 	if len(ctxs) == 0 {
 		return nil, fmt.Errorf("transfer: NewMulti without contexts: %w", cuda.ErrInvalidValue)
 	}
@@ -96,15 +111,25 @@ func NewMulti(ctxs []*cuda.Context, opts ...Option) (m *Multi, err error) {
 	if o.stream != nil {
 		return nil, fmt.Errorf("transfer: NewMulti with WithStream: each device needs its own stream: %w", cuda.ErrInvalidValue)
 	}
-	m = &Multi{o: o, ring: make(chan struct{}, 1), pinned: map[*pinmem.Buffer]struct{}{}}
+	s, err := newMultiState(ctxs, o)
+	if err != nil {
+		return nil, err
+	}
+	m := &Multi{multi: s}
+	m.cleanup = runtime.AddCleanup(m, func(s *multi) { s.dropped() }, s)
+	return m, nil
+}
+
+func newMultiState(ctxs []*cuda.Context, o options) (m *multi, err error) {
+	m = &multi{o: o, ring: make(chan struct{}, 1), idle: make(chan struct{}), pinned: map[*pinmem.Buffer]struct{}{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, m.release())
 			m = nil
 		}
 	}()
-	per := max(1, o.parallelism/len(ctxs))
-	copts := append(append([]Option(nil), opts...), WithParallelism(per))
+	co := o
+	co.parallelism = max(1, o.parallelism/len(ctxs))
 	for i, c := range ctxs {
 		d := &multiDev{ctx: c}
 		m.devs = append(m.devs, d)
@@ -115,9 +140,12 @@ func NewMulti(ctxs []*cuda.Context, opts ...Option) (m *Multi, err error) {
 			return m, err
 		}
 		d.w = newWaiter()
-		if d.cp, err = New(c, copts...); err != nil {
+		// The Copiers belong to the Multi: no cleanup of their own.
+		cs, err := newCopierState(c, co)
+		if err != nil {
 			return m, fmt.Errorf("transfer: copier of device %d: %w", i, err)
 		}
+		d.cp = &Copier{copier: cs}
 	}
 	// The shared ring is pinned portable in the first context, so that
 	// every context's copy engine can read it.
@@ -137,29 +165,44 @@ func NewMulti(ctxs []*cuda.Context, opts ...Option) (m *Multi, err error) {
 			s.evs = append(s.evs, ev)
 		}
 	}
-	m.pool = newCopyPool(o.parallelism, o.threadCPU)
+	m.pool = newCopyPool(o.parallelism, o.stats)
 	return m, nil
 }
 
-// Devices returns the number of contexts the Multi serves.
-func (m *Multi) Devices() int { return len(m.devs) }
+func (m *Multi) ok() bool { return m != nil && m.multi != nil }
 
-// Copier returns the Copier of context i, for single-device transfers.
-// It belongs to the Multi: do not Close it.
-func (m *Multi) Copier(i int) *Copier { return m.devs[i].cp }
+// Devices returns the number of contexts the Multi serves.
+func (m *Multi) Devices() int {
+	if !m.ok() {
+		return 0
+	}
+	return len(m.devs)
+}
+
+// Copier returns the Copier of context i, for single-device transfers,
+// or nil when i is out of range. It belongs to the Multi: do not Close it.
+func (m *Multi) Copier(i int) *Copier {
+	if !m.ok() || i < 0 || i >= len(m.devs) {
+		return nil
+	}
+	return m.devs[i].cp
+}
 
 // AddPinned tells the Multi (and every device's Copier) that b is pinned:
 // b must be Portable to be copied directly to or from every context.
 // Broadcasting a source that lies entirely inside b then copies it
 // directly to every device, without staging. The returned function forgets
-// b again; call it before freeing b.
+// b again; call it before freeing b. A nil Multi or buffer is ignored.
 func (m *Multi) AddPinned(b *pinmem.Buffer) (remove func()) {
+	if !m.ok() || b == nil {
+		return func() {}
+	}
 	m.pinMu.Lock()
 	m.pinned[b] = struct{}{}
 	m.pinMu.Unlock()
 	rms := make([]func(), len(m.devs))
 	for i, d := range m.devs {
-		rms[i] = d.cp.AddPinned(b)
+		rms[i] = d.cp.addPinned(b)
 	}
 	var once sync.Once
 	return func() {
@@ -174,21 +217,65 @@ func (m *Multi) AddPinned(b *pinmem.Buffer) (remove func()) {
 	}
 }
 
-// Close waits for the transfers in progress and releases everything the
-// Multi created. A second Close returns ErrClosed.
-func (m *Multi) Close() error {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
+// Close stops the Multi (later calls return ErrClosed), waits for the
+// calls in progress and for copies they left queued, and releases
+// everything the Multi created, its Copiers included. The wait is bounded
+// by ctx as Copier.Close's is: when ctx ends first, Close returns an error
+// matching ctx.Err(), the Multi stays closed, and its resources are
+// released in the background once the copies in flight finish. A second
+// Close returns ErrClosed.
+func (m *Multi) Close(ctx context.Context) error {
+	if !m.ok() {
+		return errNil("Multi")
+	}
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if !m.markClosed() {
 		return ErrClosed
 	}
-	m.closed = true
-	m.mu.Unlock()
-	m.active.Wait()
-	return m.release()
+	m.cleanup.Stop()
+	done := make(chan error, 1)
+	go func() {
+		<-m.idle
+		done <- m.release()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("transfer: closing the Multi: %w (it is closed; its resources are released once the copies in flight finish)", ctx.Err())
+	}
 }
 
-func (m *Multi) release() error {
+func (m *multi) markClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.closed = true
+	if m.active == 0 {
+		close(m.idle)
+	}
+	return true
+}
+
+// dropped is the cleanup of a Multi that became unreachable without Close.
+func (m *multi) dropped() {
+	if !m.markClosed() {
+		return
+	}
+	track.Dropped("multi", "devices", len(m.devs))
+	go func() { <-m.idle; _ = m.release() }()
+}
+
+func (m *multi) release() error {
+	m.relMu.Do(func() { m.relErr = m.releaseOnce() })
+	return m.relErr
+}
+
+func (m *multi) releaseOnce() error {
 	var errs []error
 	if m.pool != nil {
 		m.pool.close()
@@ -211,7 +298,9 @@ func (m *Multi) release() error {
 			d.w.close()
 		}
 		if d.cp != nil {
-			errs = append(errs, d.cp.Close())
+			d.cp.markClosed()
+			<-d.cp.idle
+			errs = append(errs, d.cp.release())
 		}
 		if d.done != nil {
 			errs = append(errs, d.done.Destroy())
@@ -223,19 +312,54 @@ func (m *Multi) release() error {
 	return errors.Join(errs...)
 }
 
-func (m *Multi) begin() error {
+func (m *multi) begin() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return ErrClosed
 	}
-	m.active.Add(1)
+	m.active++
+	return nil
+}
+
+func (m *multi) end() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.active--
+	if m.active == 0 && m.closed {
+		close(m.idle)
+	}
+}
+
+// enter checks the receiver and the context of a blocking call and
+// registers it; the caller must call m.end() when enter returned nil.
+func (m *Multi) enter(ctx context.Context) error {
+	if !m.ok() {
+		return errNil("Multi")
+	}
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	return m.begin()
+}
+
+// checkBufs checks one device buffer per context, each on its context's
+// device.
+func (m *multi) checkBufs(op string, bufs []*cuda.DeviceBuffer) error {
+	if len(bufs) != len(m.devs) {
+		return fmt.Errorf("transfer: %s with %d device buffers for %d devices: %w", op, len(bufs), len(m.devs), cuda.ErrInvalidValue)
+	}
+	for i, b := range bufs {
+		if err := checkBuf(b, m.devs[i].ctx.Device(), fmt.Sprintf("%s device buffer %d", op, i)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // isPinned reports whether host lies entirely inside a buffer made known
 // with AddPinned.
-func (m *Multi) isPinned(host []byte) bool {
+func (m *multi) isPinned(host []byte) bool {
 	lo := addr(host)
 	hi := lo + uintptr(len(host))
 	m.pinMu.RLock()
@@ -262,21 +386,16 @@ func (m *Multi) isPinned(host []byte) bool {
 // every device and returns an error matching ctx.Err(); the device buffers
 // then hold partial data.
 func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte) (MultiStats, error) {
-	st := MultiStats{Direction: HostToDevice, Devices: len(m.devs), Bytes: int64(len(src))}
-	if err := m.begin(); err != nil {
+	st := MultiStats{Direction: HostToDevice, Bytes: int64(len(src))}
+	if err := m.enter(ctx); err != nil {
 		return st, err
 	}
-	defer m.active.Done()
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	if len(dsts) != len(m.devs) {
-		return st, fmt.Errorf("transfer: Broadcast to %d buffers with %d devices: %w", len(dsts), len(m.devs), cuda.ErrInvalidValue)
+	defer m.end()
+	st.Devices = len(m.devs)
+	if err := m.checkBufs("broadcast", dsts); err != nil {
+		return st, err
 	}
 	for i, d := range dsts {
-		if d == nil {
-			return st, fmt.Errorf("transfer: Broadcast: device buffer %d is nil: %w", i, cuda.ErrInvalidValue)
-		}
 		if len(src) > d.Size() {
 			return st, &SizeError{Op: fmt.Sprintf("broadcast to device %d", i), Need: len(src), Have: d.Size()}
 		}
@@ -293,7 +412,6 @@ func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []
 	case <-ctx.Done():
 		return st, ctx.Err()
 	}
-	defer func() { <-m.ring }()
 	var first error
 	if m.isPinned(src) {
 		for i, d := range m.devs {
@@ -306,7 +424,7 @@ func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []
 		st.Staged = true
 		first = m.broadcastStaged(ctx, dsts, src, &st)
 	}
-	err := m.drainAll(first)
+	err := m.drainAll(ctx, first)
 	st.Wall = time.Since(start)
 	if err != nil {
 		return st, fmt.Errorf("transfer: broadcast of %d bytes to %d devices: %w", len(src), len(m.devs), err)
@@ -314,8 +432,8 @@ func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []
 	return st, nil
 }
 
-func (m *Multi) broadcastStaged(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte, st *MultiStats) error {
-	chunk := max(min((len(src)/4+65535)&^65535, m.o.stageSize), min(MinChunk, m.o.stageSize))
+func (m *multi) broadcastStaged(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte, st *MultiStats) error {
+	chunk := max(min((len(src)/4+65535)&^65535, m.o.stageSize), min(minChunk, m.o.stageSize))
 	k := 0
 	for off := 0; off < len(src); off += chunk {
 		if err := ctx.Err(); err != nil {
@@ -345,26 +463,67 @@ func (m *Multi) broadcastStaged(ctx context.Context, dsts []*cuda.DeviceBuffer, 
 	return nil
 }
 
-// drainAll waits for everything queued on every device's stream, whatever
-// happened, and returns first, else the first asynchronous error.
-func (m *Multi) drainAll(first error) error {
+// drainAll waits, bounded by ctx, for everything queued on every
+// device's stream, whatever happened, then releases the ring, and returns
+// first, else the first asynchronous error. When ctx ends first, the wait
+// and the release of the ring go on in the background (the next Broadcast
+// waits for them, bounded by its context) and drainAll returns at once.
+func (m *multi) drainAll(ctx context.Context, first error) error {
 	errs := []error{first}
+	recorded := make([]bool, len(m.devs))
 	for i, d := range m.devs {
 		if err := d.done.Record(d.stream); err != nil {
 			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
-		} else if err := d.w.wait(context.Background(), d.done); err != nil {
+			continue
+		}
+		recorded[i] = true
+	}
+	for i, d := range m.devs {
+		if !recorded[i] {
+			errs = append(errs, d.stream.Synchronize())
+			continue
+		}
+		if err := d.w.wait(ctx, d.done); err != nil {
+			if ctx.Err() != nil {
+				m.abandon(recorded)
+				if first != nil {
+					return first
+				}
+				return err
+			}
 			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
 		}
+	}
+	for i, d := range m.devs {
 		if err := d.stream.Synchronize(); err != nil {
 			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
 		}
 	}
+	<-m.ring
 	for _, e := range errs {
 		if e != nil {
 			return e
 		}
 	}
 	return nil
+}
+
+// abandon waits in the background for every device's done event (those
+// recorded), then releases the ring.
+func (m *multi) abandon(recorded []bool) {
+	m.mu.Lock()
+	m.active++
+	m.mu.Unlock()
+	go func() {
+		defer m.end()
+		for i, d := range m.devs {
+			if recorded[i] {
+				waitDrained(d.w, d.done)
+			}
+			_ = d.stream.Synchronize()
+		}
+		<-m.ring
+	}()
 }
 
 // Gather copies, from every device at once, len(dsts[i]) bytes at the start
@@ -375,7 +534,7 @@ func (m *Multi) drainAll(first error) error {
 // drained before Gather returns, with the first error; a device's error
 // names the device.
 func (m *Multi) Gather(ctx context.Context, dsts [][]byte, srcs []*cuda.DeviceBuffer) (MultiStats, error) {
-	return m.each(ctx, DeviceToHost, len(dsts), len(srcs), func(i int, ctx context.Context) *Transfer {
+	return m.each(ctx, DeviceToHost, len(dsts), srcs, func(i int, ctx context.Context) *Op {
 		return m.devs[i].cp.DtoHAsync(ctx, dsts[i], srcs[i])
 	}, func(i int) int64 { return int64(len(dsts[i])) })
 }
@@ -384,23 +543,24 @@ func (m *Multi) Gather(ctx context.Context, dsts [][]byte, srcs []*cuda.DeviceBu
 // (one pair per context, in NewMulti's order): different data to each
 // device, each through its own Copier. It is Gather's mirror.
 func (m *Multi) Scatter(ctx context.Context, dsts []*cuda.DeviceBuffer, srcs [][]byte) (MultiStats, error) {
-	return m.each(ctx, HostToDevice, len(srcs), len(dsts), func(i int, ctx context.Context) *Transfer {
+	return m.each(ctx, HostToDevice, len(srcs), dsts, func(i int, ctx context.Context) *Op {
 		return m.devs[i].cp.HtoDAsync(ctx, dsts[i], srcs[i])
 	}, func(i int) int64 { return int64(len(srcs[i])) })
 }
 
 // each runs one asynchronous transfer per device and waits for all.
-func (m *Multi) each(ctx context.Context, dir Direction, nHost, nDev int, start func(int, context.Context) *Transfer, size func(int) int64) (MultiStats, error) {
-	st := MultiStats{Direction: dir, Devices: len(m.devs)}
-	if err := m.begin(); err != nil {
+func (m *Multi) each(ctx context.Context, dir Direction, nHost int, devBufs []*cuda.DeviceBuffer, start func(int, context.Context) *Op, size func(int) int64) (MultiStats, error) {
+	st := MultiStats{Direction: dir}
+	if err := m.enter(ctx); err != nil {
 		return st, err
 	}
-	defer m.active.Done()
-	if ctx == nil {
-		ctx = context.Background()
+	defer m.end()
+	st.Devices = len(m.devs)
+	if nHost != len(m.devs) {
+		return st, fmt.Errorf("transfer: %s with %d host buffers for %d devices: %w", dir, nHost, len(m.devs), cuda.ErrInvalidValue)
 	}
-	if nHost != len(m.devs) || nDev != len(m.devs) {
-		return st, fmt.Errorf("transfer: %s with %d host and %d device buffers for %d devices: %w", dir, nHost, nDev, len(m.devs), cuda.ErrInvalidValue)
+	if err := m.checkBufs(dir.String(), devBufs); err != nil {
+		return st, err
 	}
 	for i := range m.devs {
 		st.Bytes = max(st.Bytes, size(i))
@@ -409,12 +569,13 @@ func (m *Multi) each(ctx context.Context, dir Direction, nHost, nDev int, start 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	t0 := time.Now()
-	ts := make([]*Transfer, len(m.devs))
+	ts := make([]*Op, len(m.devs))
 	for i := range m.devs {
 		ts[i] = start(i, ctx)
 	}
 	// Report the error that stopped the others, not the cancellation it
-	// caused in them; wait for every device whatever happens.
+	// caused in them. Each device's transfer is bounded by ctx (a child of
+	// the caller's), so waiting for all of them is bounded too.
 	var first, cancelled error
 	for i, t := range ts {
 		s, err := t.Wait(context.Background())

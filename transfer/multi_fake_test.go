@@ -57,7 +57,7 @@ func (e multiEnv) multi(t *testing.T, ctxs []*cuda.Context, opts ...Option) *Mul
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := m.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		if err := m.Close(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
 			t.Errorf("Close: %v", err)
 		}
 	})
@@ -227,8 +227,8 @@ func TestFakeMultiCancel(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Broadcast: %v", err)
 	}
-	if rel := <-released; end.Before(rel) {
-		t.Fatal("Broadcast returned before the held device's copies drained")
+	if rel := <-released; !end.Before(rel) {
+		t.Fatal("cancelled Broadcast waited for the held device instead of returning")
 	}
 	// Already cancelled: nothing starts.
 	if _, err := m.Broadcast(ctx, e.bufs, src); !errors.Is(err, context.Canceled) {
@@ -298,7 +298,7 @@ func TestFakeMultiErrors(t *testing.T) {
 	if st := e.d.Live(); st.PendingOps != 0 {
 		t.Errorf("%d operations still queued after a failed Broadcast", st.PendingOps)
 	}
-	if err := m.Close(); err != nil {
+	if err := m.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Broadcast(ctx, e.bufs, []byte{1}); !errors.Is(err, ErrClosed) {
@@ -307,7 +307,7 @@ func TestFakeMultiErrors(t *testing.T) {
 	if _, err := m.Gather(ctx, make([][]byte, 4), e.bufs); !errors.Is(err, ErrClosed) {
 		t.Errorf("Gather after Close: %v", err)
 	}
-	if err := m.Close(); !errors.Is(err, ErrClosed) {
+	if err := m.Close(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("second Close: %v", err)
 	}
 }
@@ -324,7 +324,7 @@ func TestFakeMultiNewFailureReleases(t *testing.T) {
 			m, err := NewMulti(e.ctxs, smallRing()...)
 			e.d.ClearFaults()
 			if err == nil {
-				if err := m.Close(); err != nil {
+				if err := m.Close(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 				continue

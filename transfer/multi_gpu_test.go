@@ -50,7 +50,7 @@ func TestGPUMultiBroadcastGather(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := m.Close(); err != nil {
+		if err := m.Close(context.Background()); err != nil {
 			t.Error(err)
 		}
 	}()

@@ -9,36 +9,41 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// Defaults, from the measurements in ANCHORS.md (see the package comment).
+// Copier defaults. They were chosen on a PCIe Gen5 x16 GPU with 16 CPU
+// cores; docs/PERF.md has the figures.
 const (
 	// DefaultStageSize is the size of one pinned staging buffer: 32 MiB.
-	// Pinned copies reach full PCIe speed from 16 MiB, and a staged copy
-	// was best with 16-64 MiB stages.
+	// Pinned copies reach full PCIe speed from about 16 MiB, and larger
+	// stages only delay the overlap of CPU copy and DMA.
 	DefaultStageSize = 32 << 20
 	// DefaultDepth is the number of staging buffers in the ring: the CPU
 	// fills one while the copy engine drains another, with one spare to
 	// absorb jitter.
 	DefaultDepth = 3
 	// DefaultParallelism is the most CPU copy goroutines a Copier uses by
-	// default: Go copy into pinned memory peaked at 12 goroutines
-	// (43.8 GB/s), 16 was slower (36.4 GB/s).
+	// default (capped by runtime.NumCPU): Go copies into pinned memory
+	// scale up to about this many goroutines and slow down beyond.
 	DefaultParallelism = 12
-	// MinPiece is the smallest share of a stage given to one copy
-	// goroutine; smaller copies use fewer goroutines.
-	MinPiece = 256 << 10
-	// MinChunk is the smallest piece a transfer is split into when it is
-	// smaller than a few stages, so that CPU copies and DMA still overlap.
-	MinChunk = 1 << 20
-	// TailSpin bounds how long a WaitHybrid transfer polls its last event
-	// before it sleeps in the driver after all.
-	TailSpin = 2 * time.Millisecond
-	// TailBytes is the size of the last piece of a long direct copy under
-	// WaitHybrid: the transfer sleeps in the driver until the rest has run
-	// and polls only while this piece runs (about 150 us at 55 GB/s).
-	TailBytes = 8 << 20
 	// DefaultRegistrationMin is the smallest page-aligned range the
 	// registration cache pins; below it registering costs more than it saves.
 	DefaultRegistrationMin = 1 << 20
+)
+
+// Tuning constants of the copy planner.
+const (
+	// minPiece is the smallest share of a stage given to one copy
+	// goroutine; smaller copies use fewer goroutines.
+	minPiece = 256 << 10
+	// minChunk is the smallest piece a transfer is split into when it is
+	// smaller than a few stages, so that CPU copies and DMA still overlap.
+	minChunk = 1 << 20
+	// tailSpin bounds how long a WaitHybrid transfer polls its last event
+	// before it sleeps in the driver after all.
+	tailSpin = 2 * time.Millisecond
+	// tailBytes is the size of the last piece of a long direct copy under
+	// WaitHybrid: the transfer sleeps in the driver until the rest has run
+	// and polls only while this piece runs (well under a millisecond).
+	tailBytes = 8 << 20
 )
 
 type options struct {
@@ -51,11 +56,12 @@ type options struct {
 	cacheMin    int
 	stageFlags  pinmem.Flags
 	stageOpts   []pinmem.Option
-	threadCPU   bool
+	stats       bool
 	wait        WaitMode
 }
 
-// Option configures a Copier.
+// Option configures a Copier or a Multi. Options only record their value;
+// New and NewMulti validate them and name the option at fault.
 type Option func(*options)
 
 // WaitMode is how a transfer waits for the copy engine to finish.
@@ -65,7 +71,7 @@ type WaitMode uint8
 const (
 	// WaitHybrid (the default) sleeps in the driver (a blocking-sync event:
 	// no CPU) until all but the transfer's last piece has run, then polls
-	// the end (at most TailSpin) so that the driver's wake-up latency does
+	// the end for a short while so that the driver's wake-up latency does
 	// not land on it.
 	WaitHybrid WaitMode = iota
 	// WaitSleep sleeps in the driver to the end: no CPU, but the driver
@@ -92,15 +98,15 @@ func (m WaitMode) String() string {
 }
 
 // WithWait sets how transfers wait for the copy engine (default
-// WaitHybrid). The figures behind the choice are in docs/PERF.md.
+// WaitHybrid).
 func WithWait(m WaitMode) Option { return func(o *options) { o.wait = m } }
 
 // WithStageSize sets the size of each pinned staging buffer (rounded up to
-// 4 KiB). Default DefaultStageSize.
+// 4 KiB; positive). Default DefaultStageSize.
 func WithStageSize(n int) Option { return func(o *options) { o.stageSize = n } }
 
-// WithDepth sets the number of staging buffers in the ring (at least 2 for
-// any overlap). Default DefaultDepth.
+// WithDepth sets the number of staging buffers in the ring (at least 1;
+// 2 or more for any overlap). Default DefaultDepth.
 func WithDepth(n int) Option { return func(o *options) { o.depth = n } }
 
 // WithParallelism sets the number of goroutines that copy between Go memory
@@ -110,21 +116,22 @@ func WithParallelism(n int) Option { return func(o *options) { o.parallelism = n
 
 // WithStream makes the Copier issue its copies on s (borrowed: the Copier
 // never destroys it) instead of a stream of its own, so that they are
-// ordered after work the caller queued on s.
+// ordered after work the caller queued on s. s must belong to the
+// Copier's context. NewMulti refuses it.
 func WithStream(s *cuda.Stream) Option { return func(o *options) { o.stream = s } }
 
 // WithRegistrationCache turns on the registration cache: Go slices of at
 // least DefaultRegistrationMin bytes are pinned in place on their first
 // copy and copied directly afterwards. limit bounds the bytes the cache
-// keeps registered (0: bounded only by pinmem's budget). Off by default:
-// registering costs about 50 ms per GiB and pays only for slices copied
-// more than once.
+// keeps registered (0: bounded only by pinmem's budget; not negative).
+// Off by default: registering a slice costs far more than copying it
+// once, and pays only for slices copied again and again.
 func WithRegistrationCache(limit int64) Option {
 	return func(o *options) { o.cacheOn, o.cacheLimit = true, limit }
 }
 
 // WithRegistrationMin sets the smallest page-aligned range the registration
-// cache pins. Default DefaultRegistrationMin.
+// cache pins (not negative). Default DefaultRegistrationMin.
 func WithRegistrationMin(n int) Option { return func(o *options) { o.cacheMin = n } }
 
 // WithStageFlags sets the pinmem flags and options the staging buffers are
@@ -135,39 +142,53 @@ func WithStageFlags(f pinmem.Flags, opts ...pinmem.Option) Option {
 	return func(o *options) { o.stageFlags, o.stageOpts = f, opts }
 }
 
-// WithThreadCPU turns measuring the copy goroutines' thread CPU time
-// (two getrusage calls per piece) on or off. Default on.
-func WithThreadCPU(on bool) Option { return func(o *options) { o.threadCPU = on } }
+// WithStats turns per-transfer measurement on or off (default off). On,
+// every transfer records two timing events around its copies (Stats.Device),
+// reads the process's CPU time before and after (Stats.ProcessCPU), and
+// the copy goroutines are locked to their OS threads and read their
+// thread CPU time around every piece (Stats.CopyCPU; wall time of the
+// pieces where thread CPU time is not available). Off, those fields are
+// zero and a transfer makes no driver call and no system call beyond its
+// copies; Bytes, StagedBytes, DirectBytes, Stages and Wall are always set.
+func WithStats(on bool) Option { return func(o *options) { o.stats = on } }
 
 func buildOptions(opts []Option) (options, error) {
 	o := options{
 		stageSize: DefaultStageSize,
 		depth:     DefaultDepth,
 		cacheMin:  DefaultRegistrationMin,
-		threadCPU: true,
 	}
 	o.parallelism = min(DefaultParallelism, runtime.NumCPU())
-	for _, f := range opts {
+	for i, f := range opts {
+		if f == nil {
+			return o, fmt.Errorf("transfer: option %d is nil: %w", i, cuda.ErrInvalidValue)
+		}
 		f(&o)
 	}
 	if o.stageSize <= 0 {
-		return o, fmt.Errorf("transfer: stage size %d: %w", o.stageSize, cuda.ErrInvalidValue)
+		return o, fmt.Errorf("transfer: WithStageSize(%d): the size must be positive: %w", o.stageSize, cuda.ErrInvalidValue)
+	}
+	if o.stageSize > 1<<40 {
+		return o, fmt.Errorf("transfer: WithStageSize(%d): more than 1 TiB: %w", o.stageSize, cuda.ErrInvalidValue)
 	}
 	o.stageSize = (o.stageSize + 4095) &^ 4095
-	if o.depth < 1 {
-		return o, fmt.Errorf("transfer: ring depth %d: %w", o.depth, cuda.ErrInvalidValue)
+	if o.depth < 1 || o.depth > 1024 {
+		return o, fmt.Errorf("transfer: WithDepth(%d): the depth must be 1 to 1024: %w", o.depth, cuda.ErrInvalidValue)
 	}
-	if o.parallelism < 1 {
-		return o, fmt.Errorf("transfer: parallelism %d: %w", o.parallelism, cuda.ErrInvalidValue)
+	if o.parallelism < 1 || o.parallelism > 4096 {
+		return o, fmt.Errorf("transfer: WithParallelism(%d): must be 1 to 4096: %w", o.parallelism, cuda.ErrInvalidValue)
 	}
 	if o.stageFlags&pinmem.WriteCombined != 0 {
-		return o, fmt.Errorf("transfer: write-combined staging buffers (device-to-host staging reads them with the CPU): %w", cuda.ErrInvalidValue)
+		return o, fmt.Errorf("transfer: WithStageFlags(%v): write-combined staging buffers are refused (device-to-host staging reads them with the CPU): %w", o.stageFlags, cuda.ErrInvalidValue)
 	}
 	if o.wait > WaitPoll {
-		return o, fmt.Errorf("transfer: %v: %w", o.wait, cuda.ErrInvalidValue)
+		return o, fmt.Errorf("transfer: WithWait(%v): unknown wait mode: %w", o.wait, cuda.ErrInvalidValue)
 	}
-	if o.cacheLimit < 0 || o.cacheMin < 0 {
-		return o, fmt.Errorf("transfer: registration cache limit %d, minimum %d: %w", o.cacheLimit, o.cacheMin, cuda.ErrInvalidValue)
+	if o.cacheLimit < 0 {
+		return o, fmt.Errorf("transfer: WithRegistrationCache(%d): the limit must not be negative: %w", o.cacheLimit, cuda.ErrInvalidValue)
+	}
+	if o.cacheMin < 0 {
+		return o, fmt.Errorf("transfer: WithRegistrationMin(%d): must not be negative: %w", o.cacheMin, cuda.ErrInvalidValue)
 	}
 	return o, nil
 }

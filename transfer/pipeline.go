@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/track"
 )
 
 // Pipeline defaults.
@@ -18,8 +20,7 @@ const (
 	DefaultChunkSize = 32 << 20
 	// DefaultStreams is a Pipeline's default stream count: 4 streams let
 	// one chunk's host-to-device copy, another's kernel and a third's
-	// device-to-host copy overlap (the C reference: 12.6 ms for 16 x 32 MiB
-	// with 4 streams, 20.4 ms with one).
+	// device-to-host copy overlap.
 	DefaultStreams = 4
 )
 
@@ -33,34 +34,57 @@ type Chunk struct {
 	Out    []byte             // the chunk's output (nil when Run has no output); valid in Done
 }
 
-// PipelineConfig configures a Pipeline. Zero fields take the defaults.
-type PipelineConfig struct {
-	ChunkSize int // bytes per chunk; default DefaultChunkSize
-	Streams   int // streams the chunks are spread over, round robin; default DefaultStreams
-	// InFlight bounds the chunks issued and not yet completed (default
-	// 2*Streams). Each holds ChunkSize bytes of device memory and, when the
-	// input or output is not pinned, ChunkSize bytes of pinned staging
-	// memory: this is the Pipeline's memory bound and its back-pressure.
-	InFlight int
-	// Ordered delivers Done callbacks in chunk order; otherwise each chunk
-	// is delivered as soon as it completes.
-	Ordered bool
-	// Work enqueues the device work for one chunk on s, after its
-	// host-to-device copy and before its device-to-host copy: typically one
-	// kernel launch on ch.Dev (see LaunchWork). It must not wait for the
-	// work. nil means no work (a plain round trip).
-	Work func(s *cuda.Stream, ch Chunk) error
-	// PinStages pins the staging buffers (ChunkSize bytes per chunk in
-	// flight) in NewPipeline. Otherwise the first Run with Go memory pins
-	// them, which costs that Run the time to pin InFlight*ChunkSize bytes
-	// (PipelineStats.Setup: tens of milliseconds for 8 x 32 MiB), as long as the
-	// transfer itself. Set it when the input or output will be Go memory.
-	PinStages bool
-	// Done is called, on Run's goroutine, when a chunk's output is in
-	// ch.Out (or its work finished, without output). An error stops the
-	// Pipeline.
-	Done func(ch Chunk) error
+// PipelineOption configures a Pipeline. Options only record their value;
+// NewPipeline validates them and names the option at fault.
+type PipelineOption func(*pipelineConfig)
+
+type pipelineConfig struct {
+	chunkSize int
+	streams   int
+	inFlight  int // 0: 2*streams
+	ordered   bool
+	work      func(s *cuda.Stream, ch Chunk) error
+	pinStages bool
+	done      func(ch Chunk) error
 }
+
+// WithChunkSize sets the bytes per chunk (positive). Default
+// DefaultChunkSize.
+func WithChunkSize(n int) PipelineOption { return func(c *pipelineConfig) { c.chunkSize = n } }
+
+// WithStreamCount sets the number of streams the chunks are spread over,
+// round robin (positive). Default DefaultStreams.
+func WithStreamCount(n int) PipelineOption { return func(c *pipelineConfig) { c.streams = n } }
+
+// WithInFlight bounds the chunks issued and not yet completed (positive;
+// default twice the stream count). Each holds a chunk of device memory
+// and, when the input or output is not pinned, a chunk of pinned staging
+// memory: this is the Pipeline's memory bound and its back-pressure.
+func WithInFlight(n int) PipelineOption { return func(c *pipelineConfig) { c.inFlight = n } }
+
+// WithOrdered delivers Done callbacks in chunk order (on) or each chunk
+// as soon as it completes (off, the default).
+func WithOrdered(on bool) PipelineOption { return func(c *pipelineConfig) { c.ordered = on } }
+
+// WithWork sets the device work for one chunk, enqueued on s after the
+// chunk's host-to-device copy and before its device-to-host copy:
+// typically one kernel launch on ch.Dev (see LaunchWork). It must not wait
+// for the work. Without it a Pipeline is a plain round trip.
+func WithWork(f func(s *cuda.Stream, ch Chunk) error) PipelineOption {
+	return func(c *pipelineConfig) { c.work = f }
+}
+
+// WithDone sets the function called, on Run's goroutine, when a chunk's
+// output is in ch.Out (or its work finished, without output). An error
+// stops the Pipeline.
+func WithDone(f func(ch Chunk) error) PipelineOption {
+	return func(c *pipelineConfig) { c.done = f }
+}
+
+// WithPinStages pins the staging buffers (a chunk per chunk in flight) in
+// NewPipeline (on) instead of in the first Run with Go memory, which then
+// pays the time to pin them (PipelineStats.Setup). Default off.
+func WithPinStages(on bool) PipelineOption { return func(c *pipelineConfig) { c.pinStages = on } }
 
 // PipelineStats describe one Run.
 type PipelineStats struct {
@@ -70,8 +94,8 @@ type PipelineStats struct {
 	StagedOut  bool          // the output went through pinned stages
 	Wall       time.Duration // includes Setup
 	Setup      time.Duration // time spent pinning the staging buffers (the first staged Run, without PinStages)
-	CopyCPU    time.Duration // CPU time of the stage-in/stage-out copies
-	ProcessCPU time.Duration // process CPU time during the run
+	CopyCPU    time.Duration // CPU time of the stage-in/stage-out copies (WithStats(true) on the Copier; zero otherwise)
+	ProcessCPU time.Duration // process CPU time during the run (WithStats(true) on the Copier; zero otherwise)
 }
 
 // GBps returns input bytes per second of wall time, in GB/s.
@@ -86,14 +110,28 @@ func (s PipelineStats) GBps() float64 {
 // sequences over several streams. Create it with Copier.NewPipeline; it
 // uses the Copier's context, copy goroutines and pinned-memory knowledge
 // (AddPinned, registration cache). One Run at a time.
+//
+// A Pipeline dropped without Close is reported (track: "pipeline") and its
+// streams, events, device memory and staging memory are released by the
+// garbage collector's cleanup; until then they stay allocated.
 type Pipeline struct {
-	c       *Copier
-	cfg     PipelineConfig
+	*pipeline
+	cleanup runtime.Cleanup
+}
+
+// pipeline is a Pipeline's state; it never refers back to the Pipeline.
+type pipeline struct {
+	c       *copier
+	cfg     pipelineConfig
 	streams []*cuda.Stream
 	slots   []*slot
 	w       *waiter
-	run     sync.Mutex
-	closed  bool
+	run     chan struct{} // one Run (or a Run's abandoned drain) at a time
+
+	mu     sync.Mutex
+	closed bool
+	relMu  sync.Once
+	relErr error
 }
 
 type slot struct {
@@ -104,58 +142,84 @@ type slot struct {
 	mem    []byte
 }
 
-// LaunchWork returns a Pipeline Work function that launches f on each
-// chunk with grid and block, and the arguments args returns for the chunk.
+// LaunchWork returns a Pipeline work function (WithWork) that launches f
+// on each chunk with grid and block, and the arguments args returns for
+// the chunk.
 func LaunchWork(f *cuda.Function, grid, block cuda.Dim3, args func(ch Chunk) []any) func(*cuda.Stream, Chunk) error {
 	return func(s *cuda.Stream, ch Chunk) error {
+		if f == nil || args == nil {
+			return fmt.Errorf("transfer: LaunchWork with a nil function or argument list: %w", cuda.ErrInvalidValue)
+		}
 		return f.Launch(s, grid, block, 0, args(ch)...)
 	}
 }
 
 // NewPipeline creates a Pipeline: its streams, events and per-slot device
-// memory. The caller must Close it (before closing the Copier).
-func (c *Copier) NewPipeline(cfg PipelineConfig) (p *Pipeline, err error) {
+// memory. An invalid option is reported here, naming it. The caller must
+// Close it; closing the Copier first makes the Pipeline's Run fail with
+// ErrClosed.
+func (c *Copier) NewPipeline(opts ...PipelineOption) (*Pipeline, error) {
+	if !c.ok() {
+		return nil, errNil("Copier")
+	}
 	if err := c.begin(); err != nil {
 		return nil, err
 	}
-	defer c.active.Done()
-	if cfg.ChunkSize == 0 {
-		cfg.ChunkSize = DefaultChunkSize
+	defer c.end()
+	cfg := pipelineConfig{chunkSize: DefaultChunkSize, streams: DefaultStreams}
+	for i, f := range opts {
+		if f == nil {
+			return nil, fmt.Errorf("transfer: pipeline option %d is nil: %w", i, cuda.ErrInvalidValue)
+		}
+		f(&cfg)
 	}
-	if cfg.Streams == 0 {
-		cfg.Streams = DefaultStreams
+	if cfg.chunkSize <= 0 {
+		return nil, fmt.Errorf("transfer: WithChunkSize(%d): the size must be positive: %w", cfg.chunkSize, cuda.ErrInvalidValue)
 	}
-	if cfg.InFlight == 0 {
-		cfg.InFlight = 2 * cfg.Streams
+	if cfg.streams <= 0 || cfg.streams > 1024 {
+		return nil, fmt.Errorf("transfer: WithStreamCount(%d): must be 1 to 1024: %w", cfg.streams, cuda.ErrInvalidValue)
 	}
-	if cfg.ChunkSize < 0 || cfg.Streams < 0 || cfg.InFlight < 0 {
-		return nil, fmt.Errorf("transfer: pipeline chunk %d, streams %d, in flight %d: %w", cfg.ChunkSize, cfg.Streams, cfg.InFlight, cuda.ErrInvalidValue)
+	if cfg.inFlight == 0 {
+		cfg.inFlight = 2 * cfg.streams
 	}
-	p = &Pipeline{c: c, cfg: cfg}
+	if cfg.inFlight < 0 || cfg.inFlight > 4096 {
+		return nil, fmt.Errorf("transfer: WithInFlight(%d): must be 1 to 4096: %w", cfg.inFlight, cuda.ErrInvalidValue)
+	}
+	s, err := newPipelineState(c.copier, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pipeline{pipeline: s}
+	p.cleanup = runtime.AddCleanup(p, func(s *pipeline) { s.dropped() }, s)
+	return p, nil
+}
+
+func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
+	p = &pipeline{c: c, cfg: cfg, run: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, p.release())
 			p = nil
 		}
 	}()
-	for i := 0; i < cfg.Streams; i++ {
+	for i := 0; i < cfg.streams; i++ {
 		s, err := c.cctx.NewStream(cuda.StreamNonBlocking)
 		if err != nil {
 			return p, fmt.Errorf("transfer: pipeline stream %d: %w", i, err)
 		}
 		p.streams = append(p.streams, s)
 	}
-	for i := 0; i < cfg.InFlight; i++ {
-		sl := &slot{stream: p.streams[i%cfg.Streams]}
+	for i := 0; i < cfg.inFlight; i++ {
+		sl := &slot{stream: p.streams[i%cfg.streams]}
 		p.slots = append(p.slots, sl)
 		if sl.ev, err = c.cctx.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
 			return p, err
 		}
-		if sl.dev, err = c.cctx.Alloc(cfg.ChunkSize); err != nil {
+		if sl.dev, err = c.cctx.Alloc(cfg.chunkSize); err != nil {
 			return p, fmt.Errorf("transfer: pipeline device memory for chunk slot %d: %w", i, err)
 		}
 	}
-	if cfg.PinStages {
+	if cfg.pinStages {
 		if err := p.stages(); err != nil {
 			return p, err
 		}
@@ -164,19 +228,72 @@ func (c *Copier) NewPipeline(cfg PipelineConfig) (p *Pipeline, err error) {
 	return p, nil
 }
 
-// Close releases the Pipeline's streams, events and memory. A second
-// Close returns ErrClosed.
-func (p *Pipeline) Close() error {
-	p.run.Lock()
-	defer p.run.Unlock()
-	if p.closed {
+// Close stops the Pipeline (later Runs return ErrClosed), waits for the
+// Run in progress and for the chunks it left in flight, and releases the
+// Pipeline's streams, events and memory. The wait is bounded by ctx: when
+// ctx ends first, Close returns an error matching ctx.Err(), the Pipeline
+// stays closed, and its resources are released in the background once
+// its chunks in flight finish. A second Close returns ErrClosed.
+func (p *Pipeline) Close(ctx context.Context) error {
+	if p == nil || p.pipeline == nil {
+		return errNil("Pipeline")
+	}
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if !p.markClosed() {
 		return ErrClosed
 	}
-	p.closed = true
-	return p.release()
+	p.cleanup.Stop()
+	done := make(chan error, 1)
+	go func() {
+		p.run <- struct{}{} // wait for the Run in progress; never given back
+		done <- p.release()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("transfer: closing the Pipeline: %w (it is closed; its resources are released once its chunks in flight finish)", ctx.Err())
+	}
 }
 
-func (p *Pipeline) release() error {
+func (p *pipeline) markClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.closed = true
+	return true
+}
+
+func (p *pipeline) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+// dropped is the cleanup of a Pipeline that became unreachable without
+// Close: no Run is in progress (a Run holds the Pipeline), but an
+// abandoned drain may be; release waits for it.
+func (p *pipeline) dropped() {
+	if !p.markClosed() {
+		return
+	}
+	track.Dropped("pipeline", "slots", len(p.slots), "chunk_size", p.cfg.chunkSize)
+	go func() {
+		p.run <- struct{}{}
+		_ = p.release()
+	}()
+}
+
+func (p *pipeline) release() error {
+	p.relMu.Do(func() { p.relErr = p.releaseOnce() })
+	return p.relErr
+}
+
+func (p *pipeline) releaseOnce() error {
 	var errs []error
 	if p.w != nil {
 		p.w.close()
@@ -202,7 +319,7 @@ func (p *Pipeline) release() error {
 }
 
 // staged reports whether every slot has its staging buffer.
-func (p *Pipeline) staged() bool {
+func (p *pipeline) staged() bool {
 	for _, sl := range p.slots {
 		if sl.stage == nil {
 			return false
@@ -212,12 +329,12 @@ func (p *Pipeline) staged() bool {
 }
 
 // stages allocates each slot's pinned staging buffer, once.
-func (p *Pipeline) stages() error {
+func (p *pipeline) stages() error {
 	for i, sl := range p.slots {
 		if sl.stage != nil {
 			continue
 		}
-		b, err := pinmem.Alloc(p.cfg.ChunkSize, pinmem.Portable, pinmem.WithDevice(p.c.cctx.Device()))
+		b, err := pinmem.Alloc(p.cfg.chunkSize, pinmem.Portable, pinmem.WithDevice(p.c.cctx.Device()))
 		if err != nil {
 			return fmt.Errorf("transfer: pipeline staging buffer for slot %d: %w", i, err)
 		}
@@ -227,47 +344,77 @@ func (p *Pipeline) stages() error {
 }
 
 type flight struct {
-	ch   Chunk
-	sl   *slot
-	done bool
+	ch Chunk
+	sl *slot
 }
 
-// Run processes in, chunk by chunk: host-to-device, Work, and, when out is
-// not nil, device-to-host into out (which must be at least as long as in;
-// it may be in itself). Pinned input or output (known to the Copier) is
-// copied directly; Go memory goes through one pinned stage per chunk in
-// flight. At most InFlight chunks are in flight; Done is called for each
-// completed chunk, in order when Ordered.
+// Run processes in, chunk by chunk: host-to-device, the work (WithWork),
+// and, when out is not nil, device-to-host into out (which must be at
+// least as long as in; it may be in itself). Pinned input or output (known
+// to the Copier) is copied directly; Go memory goes through one pinned
+// stage per chunk in flight. At most WithInFlight chunks are in flight;
+// the WithDone function is called for each completed chunk, in order with
+// WithOrdered(true).
 //
-// The first error (an enqueue, the Work function, a copy or kernel failing
-// asynchronously, a Done callback) or ctx's cancellation stops the issue of
-// new chunks; the chunks in flight are drained without further callbacks,
-// and Run returns the error (a *ChunkError when a chunk is to blame; one
-// matching ctx.Err() on cancellation). Run never reports success for work
-// that did not complete.
+// The first error (an enqueue, the work function, a copy or kernel
+// failing asynchronously, a Done callback) or the end of ctx stops the
+// issue of new chunks; the chunks in flight are drained without further
+// callbacks, and Run returns the error (a *ChunkError when a chunk is to
+// blame; one matching ctx.Err() when ctx ended). Run never reports success
+// for work that did not complete.
+//
+// ctx bounds the whole call, the drain included: when ctx ends while
+// chunks are still in flight (a hung or slow device), Run returns at once
+// and the chunks are drained in the background; the Pipeline stays
+// usable, and the next Run (or Close) waits for that drain, bounded by
+// its own context. in and out may be read and written by the copies in
+// flight until then.
 func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, error) {
 	var st PipelineStats
-	if ctx == nil {
-		ctx = context.Background()
+	if p == nil || p.pipeline == nil {
+		return st, errNil("Pipeline")
 	}
-	p.run.Lock()
-	defer p.run.Unlock()
-	if p.closed {
+	if err := checkCtx(ctx); err != nil {
+		return st, err
+	}
+	if p.isClosed() {
 		return st, ErrClosed
 	}
 	if out != nil && len(out) < len(in) {
 		return st, &SizeError{Op: "pipeline output", Need: len(in), Have: len(out)}
 	}
+	if err := p.c.begin(); err != nil {
+		return st, err
+	}
+	defer p.c.end()
+	select {
+	case p.run <- struct{}{}:
+	case <-ctx.Done():
+		return st, ctx.Err()
+	}
+	handedOff := false
+	var holds []func()
+	defer func() {
+		if !handedOff {
+			for _, h := range holds {
+				h()
+			}
+			<-p.run
+		}
+	}()
+	if p.isClosed() {
+		return st, ErrClosed
+	}
 	if err := ctx.Err(); err != nil {
 		return st, err
 	}
-	m := startMeter()
+	m := startMeter(p.c.o.stats)
 	inSpans, relIn := p.c.pinnedSpans(in)
-	defer relIn()
+	holds = append(holds, relIn)
 	st.StagedIn = len(in) > 0 && !covers(inSpans, len(in))
 	if out != nil {
 		outSpans, relOut := p.c.pinnedSpans(out[:len(in)])
-		defer relOut()
+		holds = append(holds, relOut)
 		st.StagedOut = len(in) > 0 && !covers(outSpans, len(in))
 	}
 	if (st.StagedIn || st.StagedOut) && !p.staged() {
@@ -277,15 +424,36 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 		}
 		st.Setup = time.Since(t0)
 	}
-	err := p.loop(ctx, in, out, &st)
+	pending, err := p.loop(ctx, in, out, &st)
 	st.Wall, st.ProcessCPU = m.elapsed()
+	if len(pending) > 0 {
+		// ctx ended with chunks in flight: drain them in the background.
+		handedOff = true
+		p.c.hold()
+		go func() {
+			defer p.c.end()
+			for _, f := range pending {
+				waitDrained(p.w, f.sl.ev)
+			}
+			for _, s := range p.streams {
+				_ = s.Synchronize()
+			}
+			for _, h := range holds {
+				h()
+			}
+			<-p.run
+		}()
+	}
 	return st, err
 }
 
 func covers(s []span, n int) bool { return len(s) == 1 && s[0].lo == 0 && s[0].hi == n }
 
-func (p *Pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) error {
-	cs := p.cfg.ChunkSize
+// loop issues and completes the chunks. It returns the chunks still in
+// flight when ctx ended during the drain (nil when everything drained),
+// and the first error.
+func (p *pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) ([]*flight, error) {
+	cs := p.cfg.chunkSize
 	n := (len(in) + cs - 1) / cs
 	free := append([]*slot(nil), p.slots...)
 	var pending []*flight
@@ -301,8 +469,8 @@ func (p *Pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) 
 			if st.StagedOut && f.ch.Out != nil {
 				st.CopyCPU += p.c.pool.copy(f.ch.Out, f.sl.mem[:f.ch.Len])
 			}
-			if p.cfg.Done != nil {
-				if err := p.cfg.Done(f.ch); err != nil {
+			if p.cfg.done != nil {
+				if err := p.cfg.done(f.ch); err != nil {
 					fail(&ChunkError{Chunk: f.ch.Index, Offset: f.ch.Offset, Stage: "callback", Err: err})
 				}
 			}
@@ -324,7 +492,7 @@ func (p *Pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) 
 				done = true
 			}
 			if !done {
-				if p.cfg.Ordered || stop != nil {
+				if p.cfg.ordered || stop != nil {
 					break
 				}
 				i++
@@ -364,21 +532,24 @@ func (p *Pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) 
 		if collect() {
 			continue
 		}
-		wctx := ctx
-		if stop != nil {
-			wctx = context.Background() // draining: wait for the DMA whatever happens
-		}
 		var err error
 		if next == n && len(pending) == 1 {
 			// The run's last chunk: wait as the Copier's WaitMode says
 			// (poll rather than wait for the driver to wake a sleeper).
-			err = p.w.waitEnd(wctx, pending[0].sl.ev, p.c.o.wait)
+			err = p.w.waitEnd(ctx, pending[0].sl.ev, p.c.o.wait)
 		} else {
-			err = p.w.wait(wctx, pending[0].sl.ev)
+			err = p.w.wait(ctx, pending[0].sl.ev)
 		}
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+				// ctx ended: stop here; the caller drains what is in flight.
 				fail(err)
+				if collect() && len(pending) > 0 {
+					continue
+				}
+				if len(pending) > 0 {
+					return pending, stop
+				}
 				continue
 			}
 			f := pending[0]
@@ -393,11 +564,11 @@ func (p *Pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) 
 			fail(fmt.Errorf("transfer: pipeline stream: %w", err))
 		}
 	}
-	return stop
+	return nil, stop
 }
 
 // issue queues one chunk on its slot's stream; it returns which step failed.
-func (p *Pipeline) issue(sl *slot, ch Chunk, st *PipelineStats) (string, error) {
+func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats) (string, error) {
 	s := sl.stream
 	src := ch.In
 	if st.StagedIn {
@@ -407,8 +578,8 @@ func (p *Pipeline) issue(sl *slot, ch Chunk, st *PipelineStats) (string, error) 
 	if err := s.CopyHtoD(ch.Dev.Ptr(), src); err != nil {
 		return "host-to-device", err
 	}
-	if p.cfg.Work != nil {
-		if err := p.cfg.Work(s, ch); err != nil {
+	if p.cfg.work != nil {
+		if err := p.cfg.work(s, ch); err != nil {
 			// Record anyway so that the drain waits for the copy already queued.
 			_ = sl.ev.Record(s)
 			return "work", err

@@ -45,14 +45,14 @@ func addWork(f *cuda.Function, delta uint8) func(*cuda.Stream, Chunk) error {
 	})
 }
 
-func (e fakeEnv) pipeline(t *testing.T, c *Copier, cfg PipelineConfig) *Pipeline {
+func (e fakeEnv) pipeline(t *testing.T, c *Copier, cfg pipelineCfg) *Pipeline {
 	t.Helper()
-	p, err := c.NewPipeline(cfg)
+	p, err := newTestPipeline(c, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := p.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		if err := p.Close(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
 			t.Errorf("pipeline Close: %v", err)
 		}
 	})
@@ -75,7 +75,7 @@ func TestFakePipeline(t *testing.T) {
 				c := e.copier(t, smallRing()...)
 				f := e.addKernel(t)
 				var got []int
-				p := e.pipeline(t, c, PipelineConfig{ChunkSize: chunk, Streams: 3, InFlight: 4, Ordered: ordered,
+				p := e.pipeline(t, c, pipelineCfg{ChunkSize: chunk, Streams: 3, InFlight: 4, Ordered: ordered,
 					Work: addWork(f, 3),
 					Done: func(ch Chunk) error {
 						got = append(got, ch.Index)
@@ -156,7 +156,7 @@ func TestFakePipelineBackPressure(t *testing.T) {
 	f := e.addKernel(t)
 	var issued atomic.Int32
 	work := addWork(f, 1)
-	p := e.pipeline(t, c, PipelineConfig{ChunkSize: 4096, Streams: 2, InFlight: 3, Work: func(s *cuda.Stream, ch Chunk) error {
+	p := e.pipeline(t, c, pipelineCfg{ChunkSize: 4096, Streams: 2, InFlight: 3, Work: func(s *cuda.Stream, ch Chunk) error {
 		issued.Add(1)
 		return work(s, ch)
 	}})
@@ -224,7 +224,7 @@ func TestFakePipelineErrors(t *testing.T) {
 				defer cancel()
 				var delivered []int
 				work := addWork(f, 1)
-				p := e.pipeline(t, c, PipelineConfig{ChunkSize: chunk, Streams: 2, InFlight: 4, Ordered: ordered,
+				p := e.pipeline(t, c, pipelineCfg{ChunkSize: chunk, Streams: 2, InFlight: 4, Ordered: ordered,
 					Work: func(s *cuda.Stream, ch Chunk) error {
 						if tc.work != nil {
 							if err := tc.work(ch.Index); err != nil {
@@ -286,19 +286,19 @@ func TestFakePipelineErrors(t *testing.T) {
 func TestFakePipelineBadArgs(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t, smallRing()...)
-	p := e.pipeline(t, c, PipelineConfig{ChunkSize: 4096, Streams: 1})
+	p := e.pipeline(t, c, pipelineCfg{ChunkSize: 4096, Streams: 1})
 	_, err := p.Run(context.Background(), make([]byte, 100), make([]byte, 99))
 	var se *SizeError
 	if !errors.As(err, &se) || !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Fatalf("Run with a short output: %v", err)
 	}
-	if _, err := c.NewPipeline(PipelineConfig{ChunkSize: -1}); !errors.Is(err, cuda.ErrInvalidValue) {
+	if _, err := newTestPipeline(c, pipelineCfg{ChunkSize: -1}); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Fatal(err)
 	}
 	if st, err := p.Run(context.Background(), nil, nil); err != nil || st.Chunks != 0 {
 		t.Fatal(st, err)
 	}
-	if err := p.Close(); err != nil {
+	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Run(context.Background(), []byte{1}, nil); !errors.Is(err, ErrClosed) {
@@ -307,7 +307,7 @@ func TestFakePipelineBadArgs(t *testing.T) {
 	// A failure half-way through NewPipeline releases what it made.
 	for nth := 1; nth <= 3; nth++ {
 		e.d.FailOn("cuMemAlloc_v2", nth, cudadrv.ErrorOutOfMemory)
-		p, err := c.NewPipeline(PipelineConfig{ChunkSize: 4096, Streams: 2})
+		p, err := newTestPipeline(c, pipelineCfg{ChunkSize: 4096, Streams: 2})
 		e.d.ClearFaults()
 		if !errors.Is(err, cuda.ErrOutOfMemory) || p != nil {
 			t.Fatalf("NewPipeline with a failing allocation: %v", err)
@@ -324,7 +324,7 @@ func TestFakePipelinePinStages(t *testing.T) {
 		e := useFake(t, fakedrv.Options{})
 		c := e.copier(t, smallRing()...)
 		before := pinmem.Stats().Pinned.Bytes
-		p := e.pipeline(t, c, PipelineConfig{ChunkSize: chunk, Streams: 2, InFlight: inFlight, PinStages: pinStages})
+		p := e.pipeline(t, c, pipelineCfg{ChunkSize: chunk, Streams: 2, InFlight: inFlight, PinStages: pinStages})
 		grew := pinmem.Stats().Pinned.Bytes - before
 		if want := map[bool]int64{true: inFlight * chunk, false: 0}[pinStages]; grew != want {
 			t.Fatalf("PinStages %v: NewPipeline pinned %d bytes, want %d", pinStages, grew, want)

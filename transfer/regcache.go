@@ -307,6 +307,9 @@ func (c *RegCache) release(h *regHold) {
 // at least want bytes were freed or none is idle, and returns the bytes
 // freed. pinmem calls it when its budget is short.
 func (c *RegCache) Reclaim(want int64) (freed int64) {
+	if c == nil {
+		return 0
+	}
 	var toFree []*pinmem.Buffer
 	c.mu.Lock()
 	for freed < want {
@@ -327,9 +330,10 @@ func (c *RegCache) Reclaim(want int64) (freed int64) {
 
 // Forget releases the registrations overlapping p: at once for idle ones,
 // after the copy using them for busy ones. Call it before p's memory is
-// reused for something else or unmapped. It returns the bytes released now.
+// reused for something else or unmapped. It returns the bytes released now
+// (0 for a nil cache).
 func (c *RegCache) Forget(p []byte) int64 {
-	if len(p) == 0 {
+	if c == nil || len(p) == 0 {
 		return 0
 	}
 	pl := addr(p) &^ (pageSize - 1)
@@ -355,8 +359,12 @@ func (c *RegCache) Forget(p []byte) int64 {
 	return freed
 }
 
-// Stats returns the cache's counters.
+// Stats returns the cache's counters (zero for a nil cache, as Copier.Cache
+// returns when the cache is off).
 func (c *RegCache) Stats() CacheStats {
+	if c == nil {
+		return CacheStats{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.stats
@@ -369,9 +377,9 @@ func (c *RegCache) Stats() CacheStats {
 	return s
 }
 
-// Close releases every registration and stops answering pinmem's budget.
+// close releases every registration and stops answering pinmem's budget.
 // The Copier closes its cache when it is closed.
-func (c *RegCache) Close() error {
+func (c *RegCache) close() error {
 	c.remove()
 	c.mu.Lock()
 	c.closed = true

@@ -174,7 +174,7 @@ func TestFakeRegCacheForeign(t *testing.T) {
 	if up.DirectBytes != 0 || c.Cache().Stats().Failures != 2 { // one try per copy
 		t.Fatalf("%+v %+v", up, c.Cache().Stats())
 	}
-	if err := c.Close(); err != nil {
+	if err := c.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.HtoD(context.Background(), nil, a); !errors.Is(err, ErrClosed) {

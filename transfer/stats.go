@@ -31,16 +31,18 @@ type Stats struct {
 	Stages      int           // staged chunks
 	Wall        time.Duration // from the call until the data was in place
 	// Device is the stream time between the transfer's first and last
-	// operation (0 when the driver could not time it).
+	// operation. It is measured only with WithStats(true) (zero
+	// otherwise, and when the driver could not time it).
 	Device time.Duration
 	// CopyCPU is the CPU time the copy goroutines spent moving bytes
 	// between Go memory and the stages (thread CPU time from
 	// getrusage(RUSAGE_THREAD); wall time of the pieces where that is not
-	// available).
+	// available). Measured only with WithStats(true); zero otherwise.
 	CopyCPU time.Duration
 	// ProcessCPU is the whole process's CPU time (getrusage(RUSAGE_SELF))
 	// during the transfer. It includes anything else the process did
 	// meanwhile, so it is exact only when the transfer ran alone.
+	// Measured only with WithStats(true); zero otherwise.
 	ProcessCPU time.Duration
 }
 
@@ -52,10 +54,12 @@ func (s Stats) GBps() float64 {
 	return float64(s.Bytes) / s.Wall.Seconds() / 1e9
 }
 
-// CPUPerGB returns the process CPU-seconds spent per GB moved.
+// CPUPerGB returns the process CPU-seconds spent per GB moved (zero
+// without WithStats(true)).
 func (s Stats) CPUPerGB() float64 { return perGB(s.ProcessCPU, s.Bytes) }
 
-// CopyCPUPerGB returns the copy goroutines' CPU-seconds per GB moved.
+// CopyCPUPerGB returns the copy goroutines' CPU-seconds per GB moved
+// (zero without WithStats(true)).
 func (s Stats) CopyCPUPerGB() float64 { return perGB(s.CopyCPU, s.Bytes) }
 
 func perGB(d time.Duration, n int64) float64 {
@@ -71,17 +75,30 @@ func (s Stats) String() string {
 		s.Direction, s.Bytes, s.StagedBytes, s.Stages, s.DirectBytes, s.Wall, s.GBps(), s.CPUPerGB(), s.CopyCPUPerGB())
 }
 
-// meter measures a transfer's wall and process CPU time.
+// meter measures a transfer's wall time and, when asked, its process
+// CPU time.
 type meter struct {
 	t0   time.Time
+	cpu  bool
 	cpu0 time.Duration
 }
 
-func startMeter() meter { return meter{time.Now(), processCPU()} }
+func startMeter(cpu bool) meter {
+	m := meter{t0: time.Now(), cpu: cpu}
+	if cpu {
+		m.cpu0 = processCPU()
+	}
+	return m
+}
 
 func (m meter) stop(s *Stats) { s.Wall, s.ProcessCPU = m.elapsed() }
 
-// elapsed returns the wall and process CPU time since the meter started.
+// elapsed returns the wall time and (when measured) the process CPU time
+// since the meter started.
 func (m meter) elapsed() (wall, cpu time.Duration) {
-	return time.Since(m.t0), processCPU() - m.cpu0
+	wall = time.Since(m.t0)
+	if m.cpu {
+		cpu = processCPU() - m.cpu0
+	}
+	return wall, cpu
 }

@@ -8,34 +8,34 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// ReadFrom reads r into the device buffer dst (from offset 0) until r
+// HtoDFrom reads r into the device buffer dst (from offset 0) until r
 // reports io.EOF or dst is full, reading straight into the pinned stages
 // (io.ReadFull on the stage's own bytes: no extra heap copy) while the copy
 // engine drains the previous stage. Stats.Bytes is the number of bytes
-// read and copied. When dst fills up, ReadFrom stops without reading
+// read and copied. When dst fills up, HtoDFrom stops without reading
 // further; the reader may have more. A read error other than io.EOF
-// stops the transfer and is returned after the copies in flight drained.
-func (c *Copier) ReadFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Reader) (Stats, error) {
+// stops the transfer and is returned. dst is checked and ctx bounds the
+// call as for HtoD; a Read in progress is not interrupted.
+func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Reader) (Stats, error) {
 	st := Stats{Direction: HostToDevice}
-	if err := c.begin(); err != nil {
+	if err := c.enter(ctx); err != nil {
 		return st, err
 	}
-	defer c.active.Done()
-	if ctx == nil {
-		ctx = context.Background()
+	defer c.end()
+	if err := checkBuf(dst, c.cctx.Device(), "destination device buffer"); err != nil {
+		return st, err
 	}
-	if dst == nil || r == nil {
-		return st, fmt.Errorf("transfer: ReadFrom with a nil device buffer or reader: %w", cuda.ErrInvalidValue)
+	if r == nil {
+		return st, fmt.Errorf("transfer: HtoDFrom a nil io.Reader: %w", cuda.ErrInvalidValue)
 	}
 	if err := ctx.Err(); err != nil {
 		return st, err
 	}
-	m := startMeter()
+	m := startMeter(c.o.stats)
 	if err := c.acquire(ctx); err != nil {
 		return st, err
 	}
-	defer c.releaseRing()
-	first := c.t0.Record(c.stream)
+	first := c.startTimer()
 	for k, off := 0, 0; first == nil && off < dst.Size(); k++ {
 		if err := ctx.Err(); err != nil {
 			first = err
@@ -65,7 +65,7 @@ func (c *Copier) ReadFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 			first = fmt.Errorf("reading: %w", rerr)
 		}
 	}
-	err := c.drain(first, &st)
+	err := c.finish(ctx, first, &st, func() {})
 	m.stop(&st)
 	if err != nil {
 		return st, fmt.Errorf("transfer: reading into device memory after %d bytes: %w", st.Bytes, err)
@@ -73,37 +73,37 @@ func (c *Copier) ReadFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 	return st, nil
 }
 
-// WriteTo writes the whole device buffer src to w, copying it out through
+// DtoHTo writes the whole device buffer src to w, copying it out through
 // the pinned stages with the DMA of later stages running ahead, and
 // handing w the stage's own bytes (no extra heap copy; as io.Writer
 // requires, w must not retain them). A write error stops the transfer; a
-// short write is io.ErrShortWrite.
-func (c *Copier) WriteTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer) (Stats, error) {
+// short write is io.ErrShortWrite. src is checked and ctx bounds the call
+// as for DtoH; a Write in progress is not interrupted.
+func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer) (Stats, error) {
 	st := Stats{Direction: DeviceToHost}
-	if err := c.begin(); err != nil {
+	if err := c.enter(ctx); err != nil {
 		return st, err
 	}
-	defer c.active.Done()
-	if ctx == nil {
-		ctx = context.Background()
+	defer c.end()
+	if err := checkBuf(src, c.cctx.Device(), "source device buffer"); err != nil {
+		return st, err
 	}
-	if src == nil || w == nil {
-		return st, fmt.Errorf("transfer: WriteTo with a nil device buffer or writer: %w", cuda.ErrInvalidValue)
+	if w == nil {
+		return st, fmt.Errorf("transfer: DtoHTo a nil io.Writer: %w", cuda.ErrInvalidValue)
 	}
 	if err := ctx.Err(); err != nil {
 		return st, err
 	}
-	m := startMeter()
+	m := startMeter(c.o.stats)
 	if err := c.acquire(ctx); err != nil {
 		return st, err
 	}
-	defer c.releaseRing()
 	type pending struct {
 		off, n int
 		s      *stage
 	}
 	var q []pending
-	first := c.t0.Record(c.stream)
+	first := c.startTimer()
 	size := src.Size()
 	next, k := 0, 0
 	for first == nil {
@@ -142,7 +142,7 @@ func (c *Copier) WriteTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffe
 			first = fmt.Errorf("writing: %w", werr)
 		}
 	}
-	err := c.drain(first, &st)
+	err := c.finish(ctx, first, &st, func() {})
 	m.stop(&st)
 	if err != nil {
 		return st, fmt.Errorf("transfer: writing device memory after %d bytes: %w", st.Bytes, err)

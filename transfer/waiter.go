@@ -97,7 +97,7 @@ func poll(ctx context.Context, ev *cuda.Event, more func(i int) bool) (bool, err
 }
 
 // waitEnd waits for the event that ends a transfer as mode says: WaitSleep
-// sleeps in the driver, WaitHybrid polls for at most TailSpin first,
+// sleeps in the driver, WaitHybrid polls for at most tailSpin first,
 // WaitPoll polls until the event completes or ctx is done.
 func (w *waiter) waitEnd(ctx context.Context, ev *cuda.Event, mode WaitMode) error {
 	switch mode {
@@ -106,7 +106,7 @@ func (w *waiter) waitEnd(ctx context.Context, ev *cuda.Event, mode WaitMode) err
 	case WaitPoll:
 		return w.waitTail(ctx, ev, pollForever)
 	}
-	return w.waitTail(ctx, ev, TailSpin)
+	return w.waitTail(ctx, ev, tailSpin)
 }
 
 // pollForever is WaitPoll's polling bound: in effect none.

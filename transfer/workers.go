@@ -14,7 +14,8 @@ type copyPool struct {
 	n      int // goroutines per copy, the caller included
 	tasks  chan copyTask
 	wg     sync.WaitGroup
-	thread bool // measure thread CPU time (workers are locked to their threads)
+	measure bool // measure the CPU time of the pieces (WithStats)
+	thread  bool // measure thread CPU time (workers are locked to their threads)
 	once   sync.Once
 }
 
@@ -28,8 +29,12 @@ type copyBatch struct {
 	cpu atomic.Int64 // nanoseconds of CPU (or wall time without thread CPU) spent copying
 }
 
-func newCopyPool(n int, thread bool) *copyPool {
-	p := &copyPool{n: n, tasks: make(chan copyTask, 4*n), thread: thread && haveThreadCPU}
+// newCopyPool starts n-1 workers (the caller of copy is the n-th). With
+// measure, pieces are timed: thread CPU time where available (the workers
+// and the caller are then locked to their OS threads), wall time
+// otherwise; without it, copies make no system call.
+func newCopyPool(n int, measure bool) *copyPool {
+	p := &copyPool{n: n, tasks: make(chan copyTask, 4*n), measure: measure, thread: measure && haveThreadCPU}
 	for i := 0; i < n-1; i++ {
 		p.wg.Add(1)
 		go p.worker()
@@ -45,14 +50,19 @@ func (p *copyPool) worker() {
 		runtime.LockOSThread()
 	}
 	for t := range p.tasks {
-		t.b.piece(t.dst, t.src, p.thread)
+		t.b.piece(t.dst, t.src, p)
 		t.b.wg.Done()
 	}
 }
 
-// piece copies src into dst and adds the CPU time it took to the batch.
-func (b *copyBatch) piece(dst, src []byte, thread bool) {
-	if thread {
+// piece copies src into dst and, when p measures, adds the CPU time it
+// took to the batch.
+func (b *copyBatch) piece(dst, src []byte, p *copyPool) {
+	if !p.measure {
+		copy(dst, src)
+		return
+	}
+	if p.thread {
 		t0 := threadCPU()
 		copy(dst, src)
 		b.cpu.Add(int64(threadCPU() - t0))
@@ -64,14 +74,15 @@ func (b *copyBatch) piece(dst, src []byte, thread bool) {
 }
 
 // copy copies src into dst (of the same length) using up to p.n goroutines
-// and returns the CPU time the copy took, summed over the goroutines.
+// and returns the CPU time the copy took, summed over the goroutines
+// (zero when the pool does not measure).
 func (p *copyPool) copy(dst, src []byte) time.Duration {
 	n := min(len(dst), len(src))
 	if n == 0 {
 		return 0
 	}
 	dst, src = dst[:n], src[:n]
-	pieces := min(p.n, n/MinPiece)
+	pieces := min(p.n, n/minPiece)
 	var b copyBatch
 	if pieces <= 1 {
 		p.callerPiece(&b, dst, src)
@@ -93,7 +104,7 @@ func (p *copyPool) callerPiece(b *copyBatch, dst, src []byte) {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
-	b.piece(dst, src, p.thread)
+	b.piece(dst, src, p)
 }
 
 // close stops the workers and waits for them to exit.

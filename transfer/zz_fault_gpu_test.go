@@ -109,9 +109,9 @@ func kernelFaultChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer c.Close(context.Background())
 	f := gpuKernel(t, ctx, kernels.KernelAdd)
-	p, err := c.NewPipeline(PipelineConfig{ChunkSize: 1 << 20, Streams: 2,
+	p, err := newTestPipeline(c, pipelineCfg{ChunkSize: 1 << 20, Streams: 2,
 		Work: func(s *cuda.Stream, ch Chunk) error {
 			ptr := ch.Dev.Ptr()
 			if ch.Index == 2 {
@@ -122,7 +122,7 @@ func kernelFaultChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	defer p.Close(context.Background())
 	in := testutil.RandomBytes(8<<20, 16)
 	st, err := p.Run(context.Background(), in, make([]byte, len(in)))
 	var ce *cuda.Error

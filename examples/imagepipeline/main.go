@@ -101,18 +101,18 @@ func run(frameBytes, frames, streams int) error {
 	if err != nil {
 		return err
 	}
-	defer cp.Close()
-	p, err := cp.NewPipeline(transfer.PipelineConfig{
-		ChunkSize: frameBytes,
-		Streams:   streams,
-		Work: transfer.LaunchWork(add, cuda.D1(1024), cuda.D1(256), func(ch transfer.Chunk) []any {
+	defer cp.Close(context.Background())
+	p, err := cp.NewPipeline(
+		transfer.WithChunkSize(frameBytes),
+		transfer.WithStreamCount(streams),
+		transfer.WithWork(transfer.LaunchWork(add, cuda.D1(1024), cuda.D1(256), func(ch transfer.Chunk) []any {
 			return []any{ch.Dev.Ptr(), uint64(ch.Len), uint8(delta)}
-		}),
-	})
+		})),
+	)
 	if err != nil {
 		return err
 	}
-	defer p.Close()
+	defer p.Close(context.Background())
 
 	clear(out)
 	goStats, err := p.Run(context.Background(), in, out)

@@ -194,7 +194,7 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 			if err != nil {
 				return skipAll("staged copier (transfer.New): " + err.Error()), nil
 			}
-			defer cp.Close()
+			defer cp.Close(context.Background())
 			stager[i] = cp
 		}
 	}
