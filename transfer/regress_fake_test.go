@@ -1,8 +1,12 @@
 package transfer
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +14,7 @@ import (
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/track"
 )
 
 // noPanic runs f and fails the test if it panics.
@@ -154,4 +159,277 @@ func TestRegressHungHtoD(t *testing.T) {
 		t.Fatalf("HtoD after the stream ran again: %v", err)
 	}
 	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
+}
+
+// within runs f and fails unless it returns an error matching
+// context.DeadlineExceeded within limit.
+func within(t *testing.T, what string, limit time.Duration, f func() error) {
+	t.Helper()
+	t0 := time.Now()
+	err := f()
+	if took := time.Since(t0); !errors.Is(err, context.DeadlineExceeded) || took > limit {
+		t.Errorf("%s on a hung device: %v after %v, want context.DeadlineExceeded within %v", what, err, took, limit)
+	}
+}
+
+func deadline200ms() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 200*time.Millisecond)
+}
+
+// waitReleased waits until the fake holds no stream, event, device or host
+// allocation beyond base (background releases finish after Close returns).
+func waitReleased(t *testing.T, d *fakedrv.Driver, base fakedrv.Counts) {
+	t.Helper()
+	end := time.Now().Add(10 * time.Second)
+	for {
+		l := d.Live()
+		if l.Streams == base.Streams && l.Events == base.Events && l.DeviceAllocs == base.DeviceAllocs && l.HostAllocs == base.HostAllocs && l.Registrations == base.Registrations {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("still live after 10 s: %+v, want %+v", l, base)
+		}
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRegressBoundedWaits: with every stream held (a hung GPU), each
+// blocking call returns within its deadline (plus slack for a loaded
+// machine) with an error matching context.DeadlineExceeded, the objects
+// work again once the device runs, and Close is bounded too.
+func TestRegressBoundedWaits(t *testing.T) {
+	const limit = 700 * time.Millisecond
+	e := useMultiFake(t, 2, 1<<20)
+	base := e.d.Live()
+	c, err := New(e.ctxs[0], smallRing()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.NewPipeline(WithChunkSize(64<<10), WithStreamCount(2), WithInFlight(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMulti(e.ctxs, smallRing()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := testutil.RandomBytes(1<<20, 11)
+	dst := make([]byte, 1<<20)
+	run := func(what string, f func(ctx context.Context) error) {
+		e.d.Pause()
+		ctx, cancel := deadline200ms()
+		within(t, what, limit, func() error { return f(ctx) })
+		cancel()
+		e.d.Resume()
+		if err := f(context.Background()); err != nil {
+			t.Errorf("%s after the device ran again: %v", what, err)
+		}
+	}
+	run("HtoD", func(ctx context.Context) error { _, err := c.HtoD(ctx, e.bufs[0], src); return err })
+	run("DtoH", func(ctx context.Context) error { _, err := c.DtoH(ctx, dst, e.bufs[0]); return err })
+	run("HtoDAsync", func(ctx context.Context) error {
+		_, err := c.HtoDAsync(ctx, e.bufs[0], src).Wait(context.Background())
+		return err
+	})
+	run("HtoDFrom", func(ctx context.Context) error {
+		_, err := c.HtoDFrom(ctx, e.bufs[0], bytes.NewReader(src))
+		return err
+	})
+	run("DtoHTo", func(ctx context.Context) error { _, err := c.DtoHTo(ctx, io.Discard, e.bufs[0]); return err })
+	run("Pipeline.Run", func(ctx context.Context) error { _, err := p.Run(ctx, src, dst); return err })
+	run("Broadcast", func(ctx context.Context) error { _, err := m.Broadcast(ctx, e.bufs, src); return err })
+	run("Gather", func(ctx context.Context) error {
+		_, err := m.Gather(ctx, [][]byte{dst, make([]byte, len(dst))}, e.bufs)
+		return err
+	})
+	run("Scatter", func(ctx context.Context) error { _, err := m.Scatter(ctx, e.bufs, [][]byte{src, src}); return err })
+
+	// Close is bounded: with copies left queued, Close(200 ms) returns in
+	// time, the objects are closed, and everything is released once the
+	// device runs again.
+	e.d.Pause()
+	for what, f := range map[string]func(ctx context.Context) error{
+		"HtoD":      func(ctx context.Context) error { _, err := c.HtoD(ctx, e.bufs[0], src); return err },
+		"Broadcast": func(ctx context.Context) error { _, err := m.Broadcast(ctx, e.bufs, src); return err },
+		"Run":       func(ctx context.Context) error { _, err := p.Run(ctx, src, dst); return err },
+	} {
+		within(t, what, limit, func() error { ctx, cancel := deadline200ms(); defer cancel(); return f(ctx) })
+	}
+	within(t, "Pipeline.Close", limit, func() error { ctx, cancel := deadline200ms(); defer cancel(); return p.Close(ctx) })
+	within(t, "Multi.Close", limit, func() error { ctx, cancel := deadline200ms(); defer cancel(); return m.Close(ctx) })
+	within(t, "Copier.Close", limit, func() error { ctx, cancel := deadline200ms(); defer cancel(); return c.Close(ctx) })
+	if _, err := c.HtoD(context.Background(), e.bufs[0], src); !errors.Is(err, ErrClosed) {
+		t.Errorf("HtoD after a timed-out Close: %v, want ErrClosed", err)
+	}
+	if _, err := p.Run(context.Background(), src, dst); !errors.Is(err, ErrClosed) {
+		t.Errorf("Run after a timed-out Close: %v, want ErrClosed", err)
+	}
+	if err := c.Close(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Close: %v, want ErrClosed", err)
+	}
+	e.d.Resume()
+	waitReleased(t, e.d, base)
+}
+
+// TestRegressCloseWaitsForRun: Copier.Close during a Pipeline.Run waits
+// for the Run (bounded), and the Run finishes cleanly.
+func TestRegressCloseWaitsForRun(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c, err := New(e.ctx, smallRing()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	p := e.pipeline(t, c, pipelineCfg{ChunkSize: 64 << 10, Streams: 1, InFlight: 1, Work: func(*cuda.Stream, Chunk) error {
+		once.Do(func() { close(started) })
+		<-release
+		return nil
+	}})
+	in := testutil.RandomBytes(256<<10, 5)
+	out := make([]byte, len(in))
+	runErr := make(chan error, 1)
+	go func() {
+		noPanic(t, "Run during Copier.Close", func() {
+			_, err := p.Run(context.Background(), in, out)
+			runErr <- err
+		})
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := c.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Copier.Close during a Run: %v, want it to wait for the Run (context.DeadlineExceeded)", err)
+	}
+	close(release)
+	if err := <-runErr; err != nil {
+		t.Errorf("Run that started before Copier.Close: %v", err)
+	}
+	if _, err := p.Run(context.Background(), in, out); !errors.Is(err, ErrClosed) {
+		t.Errorf("Run after Copier.Close: %v, want ErrClosed", err)
+	}
+	testutil.CheckBytes(t, in, out)
+}
+
+// TestRegressDroppedOwners: a Copier, Pipeline or Multi dropped without
+// Close is counted by track.Dropped and its driver objects released.
+func TestRegressDroppedOwners(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	base := e.d.Live()
+	before := track.DroppedCounts()
+	func() {
+		c, err := New(e.ctx, smallRing()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.NewPipeline(WithChunkSize(4096), WithStreamCount(1), WithPinStages(true)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.HtoD(context.Background(), e.devbuf(t, 4096), make([]byte, 4096)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NewMulti([]*cuda.Context{e.ctx}, smallRing()...); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	base.DeviceAllocs++ // the devbuf is freed by the test's cleanup
+	end := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		now := track.DroppedCounts()
+		done := true
+		for _, k := range []string{"copier", "pipeline", "multi"} {
+			if now[k] != before[k]+1 {
+				done = false
+			}
+		}
+		if done {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("dropped counts %v, before %v: want one more copier, pipeline and multi", now, before)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitReleased(t, e.d, base)
+}
+
+// TestRegressNilArgs: nil receivers, arguments and contexts across the
+// package return errors matching cuda.ErrInvalidValue, never panic.
+func TestRegressNilArgs(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	dev := e.devbuf(t, 4096)
+	c := e.copier(t, smallRing()...)
+	var nilCtx context.Context
+	bg := context.Background()
+	var nc *Copier
+	var np *Pipeline
+	var nm *Multi
+	var nop *Op
+	m, err := NewMulti([]*cuda.Context{e.ctx}, smallRing()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(bg)
+	p := e.pipeline(t, c, pipelineCfg{ChunkSize: 4096, Streams: 1})
+	cases := map[string]func() error{
+		"nil Copier HtoD":        func() error { _, err := nc.HtoD(bg, dev, []byte{1}); return err },
+		"nil Copier DtoH":        func() error { _, err := nc.DtoH(bg, []byte{1}, dev); return err },
+		"nil Copier HtoDFrom":    func() error { _, err := nc.HtoDFrom(bg, dev, bytes.NewReader(nil)); return err },
+		"nil Copier DtoHTo":      func() error { _, err := nc.DtoHTo(bg, io.Discard, dev); return err },
+		"nil Copier HtoDAsync":   func() error { _, err := nc.HtoDAsync(bg, dev, []byte{1}).Wait(bg); return err },
+		"nil Copier Close":       func() error { return nc.Close(bg) },
+		"nil Copier RunMapped":   func() error { return nc.RunMapped(bg, nil, nil, nil) },
+		"nil Copier pipeline":    func() error { _, err := nc.NewPipeline(); return err },
+		"nil Pipeline Run":       func() error { _, err := np.Run(bg, []byte{1}, nil); return err },
+		"nil Pipeline Close":     func() error { return np.Close(bg) },
+		"nil Multi Broadcast":    func() error { _, err := nm.Broadcast(bg, nil, []byte{1}); return err },
+		"nil Multi Gather":       func() error { _, err := nm.Gather(bg, nil, nil); return err },
+		"nil Multi Close":        func() error { return nm.Close(bg) },
+		"nil Op Wait":            func() error { _, err := nop.Wait(bg); return err },
+		"nil ctx HtoD":           func() error { _, err := c.HtoD(nilCtx, dev, []byte{1}); return err },
+		"nil ctx DtoH":           func() error { _, err := c.DtoH(nilCtx, []byte{1}, dev); return err },
+		"nil ctx HtoDAsync":      func() error { _, err := c.HtoDAsync(nilCtx, dev, []byte{1}).Wait(bg); return err },
+		"nil ctx Wait":           func() error { _, err := c.HtoDAsync(bg, dev, []byte{1}).Wait(nilCtx); return err },
+		"nil ctx HtoDFrom":       func() error { _, err := c.HtoDFrom(nilCtx, dev, bytes.NewReader(nil)); return err },
+		"nil ctx DtoHTo":         func() error { _, err := c.DtoHTo(nilCtx, io.Discard, dev); return err },
+		"nil ctx RunMapped":      func() error { return c.RunMapped(nilCtx, nil, nil, nil) },
+		"nil ctx Close":          func() error { return c.Close(nilCtx) },
+		"nil ctx Run":            func() error { _, err := p.Run(nilCtx, []byte{1}, nil); return err },
+		"nil ctx Pipeline.Close": func() error { return p.Close(nilCtx) },
+		"nil ctx Broadcast":      func() error { _, err := m.Broadcast(nilCtx, []*cuda.DeviceBuffer{dev}, []byte{1}); return err },
+		"nil ctx Gather":         func() error { _, err := m.Gather(nilCtx, [][]byte{{1}}, []*cuda.DeviceBuffer{dev}); return err },
+		"nil ctx Scatter":        func() error { _, err := m.Scatter(nilCtx, []*cuda.DeviceBuffer{dev}, [][]byte{{1}}); return err },
+		"nil ctx Multi.Close":    func() error { return m.Close(nilCtx) },
+		"nil reader":             func() error { _, err := c.HtoDFrom(bg, dev, nil); return err },
+		"nil writer":             func() error { _, err := c.DtoHTo(bg, nil, dev); return err },
+		"nil RunMapped buffer": func() error {
+			return c.RunMapped(bg, nil, nil, func(*cuda.Stream, cuda.DevicePtr, int) error { return nil })
+		},
+		"nil Broadcast buffer": func() error { _, err := m.Broadcast(bg, []*cuda.DeviceBuffer{nil}, []byte{1}); return err },
+		"nil Gather buffer":    func() error { _, err := m.Gather(bg, [][]byte{{1}}, []*cuda.DeviceBuffer{nil}); return err },
+		"nil Copier option":    func() error { _, err := New(e.ctx, nil); return err },
+		"nil pipeline option":  func() error { _, err := c.NewPipeline(nil); return err },
+	}
+	for name, f := range cases {
+		noPanic(t, name, func() {
+			if err := f(); !errors.Is(err, cuda.ErrInvalidValue) {
+				t.Errorf("%s: %v, want an error matching cuda.ErrInvalidValue", name, err)
+			}
+		})
+	}
+	noPanic(t, "nil accessors", func() {
+		if nc.Stream() != nil || nc.Context() != nil || nc.StageSize() != 0 || nc.Cache() != nil || nm.Devices() != 0 || nm.Copier(0) != nil || m.Copier(5) != nil {
+			t.Error("accessors of nil objects return non-zero values")
+		}
+		nc.AddPinned(nil)()
+		nm.AddPinned(nil)()
+		nop.Cancel()
+		<-nop.Done()
+		if c.Cache().Stats() != (CacheStats{}) || c.Cache().Forget([]byte{1}) != 0 || c.Cache().Reclaim(1) != 0 {
+			t.Error("a nil cache reports something")
+		}
+	})
 }

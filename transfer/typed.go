@@ -17,4 +17,3 @@ func AsBytes[T Elem](s []T) []byte {
 	}
 	return hostptr.AsBytes(s)
 }
-

@@ -11,12 +11,12 @@ import (
 // A copy is split into pieces; the calling goroutine copies the first piece
 // itself and the workers the rest.
 type copyPool struct {
-	n      int // goroutines per copy, the caller included
-	tasks  chan copyTask
-	wg     sync.WaitGroup
+	n       int // goroutines per copy, the caller included
+	tasks   chan copyTask
+	wg      sync.WaitGroup
 	measure bool // measure the CPU time of the pieces (WithStats)
 	thread  bool // measure thread CPU time (workers are locked to their threads)
-	once   sync.Once
+	once    sync.Once
 }
 
 type copyTask struct {
