@@ -305,7 +305,7 @@ func BenchmarkPipeline(b *testing.B) {
 // BenchmarkPipelineVsC interleaves rounds of the Go pipeline (pinned, 4
 // streams, median wall time of 5 runs after a warm-up) with rounds of the
 // C reference (cref/overlap --no-spin --streams 4 --runs 5, its median; its
-// path in PINMEM_CREF_OVERLAP, the PTX in ../kernels), so that host noise
+// path in PINMEM_CREF_OVERLAP, running the PTX of internal/kernels), so that host noise
 // hits both alike. It reports both medians over the rounds and Go/C. Each
 // b.N iteration is a whole set of rounds: run it with -test.benchtime=1x.
 func BenchmarkPipelineVsC(b *testing.B) {

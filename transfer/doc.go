@@ -12,28 +12,40 @@
 // or a range held by the registration cache) is copied directly, without
 // staging.
 //
-// Every transfer has a synchronous form and an asynchronous one returning a
-// *Transfer with Wait and Done. Transfers honour context cancellation: they
-// stop issuing work, wait for the DMA already in flight (a stage must not
-// be reused, nor a destination reported, while the copy engine still uses
-// it), and return an error matching ctx.Err(); a cancelled transfer never
-// reports success. Waiting never holds one OS thread per waiting goroutine:
-// a Copier has a single waiter goroutine that blocks in the driver on the
-// events it is asked about, and everyone else parks on channels. The end
-// of a transfer is where the driver's wake-up latency would show, so by
-// default (WithWait(WaitHybrid)) a transfer sleeps until all but its last
-// piece has run and then polls the end; WaitPoll polls throughout (lowest
-// latency, one busy core) and WaitSleep never polls.
+// There is one way to do each copy: HtoD and DtoH copy a byte slice and
+// return when the data is in place; HtoDAsync and DtoHAsync start the same
+// copies and return an *Op with Wait, Done and Cancel; HtoDFrom and DtoHTo
+// stream an io.Reader into device memory and device memory into an
+// io.Writer through the pinned stages, with no extra heap copy (they are
+// not io.ReaderFrom and io.WriterTo, whose signatures cannot name a device
+// buffer). AsBytes turns a slice of numbers into the bytes to copy.
 //
-// Each transfer returns Stats: bytes, wall time, device time, the path
-// taken, and the CPU it cost (the copy goroutines' thread CPU time from
-// getrusage(RUSAGE_THREAD), and the whole process's CPU time from
-// getrusage(RUSAGE_SELF)), as GB/s and CPU-seconds per GB.
+// Every blocking call takes a context.Context first (nil is refused with an
+// error matching cuda.ErrInvalidValue) and returns when it ends, within
+// the driver call in progress (a copy enqueue or an event query, which do
+// not wait for the device), with an error matching ctx.Err(); a cancelled
+// transfer never reports success. Copies already queued when the context
+// ends are not waited for (on a hung device they may never finish): the
+// Copier stays usable, but those copies keep its staging ring, so its next
+// transfer starts only after they ran, bounded by that transfer's own
+// context, and pinned memory copied directly may be accessed until then.
+// Close(ctx) of a Copier, Pipeline or Multi is bounded the same way.
 //
-// ReadFrom and WriteTo stream an io.Reader into device memory and device
-// memory into an io.Writer through the pinned stages, with no extra heap
-// copy: the reader fills the stage's own bytes (io.ReadFull), and the
-// writer is handed them.
+// Waiting never holds one OS thread per waiting goroutine: a Copier has a
+// single waiter goroutine that blocks in the driver on the events it is
+// asked about, and everyone else parks on channels. The end of a transfer
+// is where the driver's wake-up latency would show, so by default
+// (WithWait(WaitHybrid)) a transfer sleeps until all but its last piece has
+// run and then polls the end; WaitPoll polls throughout (lowest latency,
+// one busy core) and WaitSleep never polls.
+//
+// Each transfer returns Stats: bytes, the path taken and wall time.
+// WithStats(true) adds the device time (two timing events per transfer)
+// and the CPU it cost (the copy goroutines' thread CPU time from
+// getrusage(RUSAGE_THREAD), with those goroutines locked to their threads,
+// and the whole process's CPU time from getrusage(RUSAGE_SELF)); without
+// it those fields are zero and a small transfer costs no extra driver or
+// system call.
 //
 // The registration cache (WithRegistrationCache, off by default) pins large
 // slices in place with pinmem.Register the first time they are copied and
@@ -51,9 +63,19 @@
 // unordered completion callbacks, and cancellation and error propagation
 // that stop issuing and drain cleanly.
 //
-// The zero-copy helpers run a kernel directly on a Mapped pinmem.Buffer's
-// device pointer, and CompareZeroCopy measures when that wins over explicit
-// copies (data read once) and when it loses (data re-read).
+// RunMapped runs a kernel directly on a Mapped pinmem.Buffer's device
+// pointer (zero-copy): it wins when the kernel reads the data once, and
+// loses to an explicit copy when the data is read again and again.
+//
+// Device buffers are checked before any copy is queued: a freed buffer
+// gives an error matching cuda.ErrInvalidHandle, a buffer of another
+// device ErrWrongDevice.
+//
+// A Copier, Pipeline or Multi dropped without Close is counted and
+// reported (pinmem.Stats, the logger set with pinmem.SetLogger) when the
+// garbage collector finds it, and its resources are released then; until
+// that collection a dropped owner keeps its stream, events, pinned stages,
+// device memory and goroutines.
 //
 // # Several GPUs
 //
@@ -71,9 +93,10 @@
 // the first context's device's node. MultiStats.GBps is the aggregate
 // bandwidth over all devices.
 //
-// Defaults come from the project's measurements (ANCHORS.md, one H200 on
-// PCIe Gen5 x16, 16 cores): 32 MiB stages (16-64 MiB were best), 3 stages
-// (2-4 deep were best) and 12 CPU copy goroutines (Go copy into pinned
-// memory peaks at 12 goroutines, 43.8 GB/s; 16 is slower), capped by the
-// number of CPUs.
+// # Defaults
+//
+// 32 MiB stages, 3 of them, and up to 12 CPU copy goroutines (capped by
+// the number of CPUs): pinned copies reach full PCIe speed from about
+// 16 MiB, two or three stages in flight keep the copy engine busy, and Go
+// copies into pinned memory stop scaling at about a dozen goroutines.
 package transfer

@@ -317,8 +317,7 @@ func TestGPUPipeline(t *testing.T) {
 			for _, ordered := range []bool{true, false} {
 				t.Run(fmt.Sprintf("streams%d/pinned=%v/ordered=%v", streams, pinned, ordered), func(t *testing.T) {
 					// Go memory: pin the stages up front, or the Run's
-					// figure includes pinning InFlight x 32 MiB (as the
-					// first GPU run's 7-9 GB/s did).
+					// figure includes pinning InFlight x 32 MiB.
 					p, err := newTestPipeline(c, pipelineCfg{ChunkSize: chunk, Streams: streams, Ordered: ordered, PinStages: !pinned,
 						Work: LaunchWork(f, cuda.D1(132*4), cuda.D1(256), func(ch Chunk) []any {
 							return []any{ch.Dev.Ptr(), uint64(ch.Len), uint8(delta)}

@@ -9,8 +9,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// Copier defaults. They were chosen on a PCIe Gen5 x16 GPU with 16 CPU
-// cores; docs/PERF.md has the figures.
+// Copier defaults, chosen for a PCIe Gen5 x16 GPU on a 16-core host.
 const (
 	// DefaultStageSize is the size of one pinned staging buffer: 32 MiB.
 	// Pinned copies reach full PCIe speed from about 16 MiB, and larger
