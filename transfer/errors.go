@@ -65,11 +65,8 @@ func checkCtx(ctx context.Context) error {
 }
 
 // deviceBufErr reports whether b may be used: nil when it is alive, an
-// error matching cuda.ErrInvalidHandle when it was freed.
-func deviceBufErr(b *cuda.DeviceBuffer) error {
-	_, err := b.Slice(0, 0) // Slice checks that b was not freed
-	return err
-}
+// error matching cuda.ErrInvalidHandle when it or its parent was freed.
+func deviceBufErr(b *cuda.DeviceBuffer) error { return b.Err() }
 
 // checkBuf checks a device buffer a copy is about to use: not nil, not
 // freed, and on device dev (when the buffer knows its context).

@@ -67,6 +67,27 @@ func TestRegressFreedDeviceBuffer(t *testing.T) {
 	if _, err := c.DtoH(context.Background(), make([]byte, 100), b); !errors.Is(err, cuda.ErrInvalidHandle) {
 		t.Errorf("DtoH from a freed buffer: %v, want an error matching cuda.ErrInvalidHandle", err)
 	}
+	// A view of a freed buffer is refused too.
+	parent, err := e.ctx.Alloc(8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := parent.Slice(4096, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.HtoD(context.Background(), view, make([]byte, 100)); !errors.Is(err, cuda.ErrInvalidHandle) {
+		t.Errorf("HtoD into a view of a freed buffer: %v, want an error matching cuda.ErrInvalidHandle", err)
+	}
+	if _, err := c.HtoDFrom(context.Background(), view, bytes.NewReader(make([]byte, 100))); !errors.Is(err, cuda.ErrInvalidHandle) {
+		t.Errorf("HtoDFrom into a view of a freed buffer: %v", err)
+	}
+	if _, err := c.DtoHTo(context.Background(), io.Discard, view); !errors.Is(err, cuda.ErrInvalidHandle) {
+		t.Errorf("DtoHTo from a view of a freed buffer: %v", err)
+	}
 	if n := e.d.Calls("cuMemcpyHtoDAsync_v2") + e.d.Calls("cuMemcpyDtoHAsync_v2") - calls; n != 0 {
 		t.Errorf("%d copies queued on freed device memory", n)
 	}
@@ -80,19 +101,22 @@ func TestRegressWrongDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	if _, err := c.HtoD(context.Background(), e.bufs[1], make([]byte, 100)); err == nil {
-		t.Errorf("HtoD of a device-0 Copier into device-1 memory succeeded")
+	if _, err := c.HtoD(context.Background(), e.bufs[1], make([]byte, 100)); !errors.Is(err, ErrWrongDevice) {
+		t.Errorf("HtoD of a device-0 Copier into device-1 memory: %v, want ErrWrongDevice", err)
 	}
-	if _, err := c.DtoH(context.Background(), make([]byte, 100), e.bufs[1]); err == nil {
-		t.Errorf("DtoH of a device-0 Copier from device-1 memory succeeded")
+	if _, err := c.DtoH(context.Background(), make([]byte, 100), e.bufs[1]); !errors.Is(err, ErrWrongDevice) {
+		t.Errorf("DtoH of a device-0 Copier from device-1 memory: %v, want ErrWrongDevice", err)
 	}
 	m := e.multi(t, e.ctxs)
 	swapped := []*cuda.DeviceBuffer{e.bufs[1], e.bufs[0]}
-	if _, err := m.Broadcast(context.Background(), swapped, make([]byte, 100)); err == nil {
-		t.Errorf("Broadcast with buffers on the wrong devices succeeded")
+	if _, err := m.Broadcast(context.Background(), swapped, make([]byte, 100)); !errors.Is(err, ErrWrongDevice) {
+		t.Errorf("Broadcast with buffers on the wrong devices: %v, want ErrWrongDevice", err)
 	}
-	if _, err := m.Gather(context.Background(), [][]byte{make([]byte, 10), make([]byte, 10)}, swapped); err == nil {
-		t.Errorf("Gather with buffers on the wrong devices succeeded")
+	if _, err := m.Gather(context.Background(), [][]byte{make([]byte, 10), make([]byte, 10)}, swapped); !errors.Is(err, ErrWrongDevice) {
+		t.Errorf("Gather with buffers on the wrong devices: %v, want ErrWrongDevice", err)
+	}
+	if _, err := m.Scatter(context.Background(), swapped, [][]byte{make([]byte, 10), make([]byte, 10)}); !errors.Is(err, ErrWrongDevice) {
+		t.Errorf("Scatter with buffers on the wrong devices: %v, want ErrWrongDevice", err)
 	}
 }
 
@@ -311,6 +335,11 @@ func TestRegressCloseWaitsForRun(t *testing.T) {
 		t.Errorf("Run after Copier.Close: %v, want ErrClosed", err)
 	}
 	testutil.CheckBytes(t, in, out)
+	// The timed-out Close releases the Copier once the Run ended.
+	<-c.idle
+	if err := c.release(); err != nil {
+		t.Error(err)
+	}
 }
 
 // TestRegressDroppedOwners: a Copier, Pipeline or Multi dropped without

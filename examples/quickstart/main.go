@@ -58,7 +58,7 @@ func run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, cp.Close()) }()
+	defer func() { err = errors.Join(err, cp.Close(ctx)) }()
 
 	up, err := cp.HtoD(ctx, d, src)
 	if err != nil {
