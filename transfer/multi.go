@@ -74,7 +74,7 @@ type MultiStats struct {
 	Bytes     int64         // bytes per device
 	Wall      time.Duration // from the call to the last device finishing
 	Staged    bool          // the host side went through pinned stages
-	CopyCPU   time.Duration // CPU time spent copying between Go memory and stages
+	CopyCPU   time.Duration // CPU time spent copying between Go memory and stages (WithStats(true); zero otherwise)
 	// PerDevice holds each device's own Stats for Gather and Scatter (nil
 	// for Broadcast, whose copies share one staging ring).
 	PerDevice []Stats
