@@ -1,0 +1,274 @@
+package soak_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc64"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/sysinfo"
+	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/pool"
+	"github.com/pinmem/pinmem/transfer"
+)
+
+// EnvSoakSeconds sets the soak's duration; without it TestGPUSoak skips.
+const envSoakSeconds = "PINMEM_SOAK_SECONDS"
+
+var crcTable = crc64.MakeTable(crc64.ECMA)
+
+func rss(t *testing.T) uint64 {
+	s, err := sysinfo.Reader{}.ProcStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.VmRSS
+}
+
+// soakCounts are the soak's tallies, reported at the end.
+type soakCounts struct {
+	poolOps, copies, pipelines, canceled, copiedBytes atomic.Int64
+}
+
+// TestGPUSoak runs for PINMEM_SOAK_SECONDS: 64 goroutines Get and Put pool
+// blocks of random sizes, each tagging its block and checking the tag
+// survived (a block handed out twice would be caught); 8 goroutines copy
+// random sizes at random device offsets both ways through a shared
+// Copier and their own, checking every byte; 2 goroutines run Pipelines
+// over random inputs with random deadlines, checking every completed run
+// byte for byte and every interrupted one for a context error. At the end
+// everything is closed: the ledger and the host's Shmem and MemAvailable
+// are back to their baseline, and RSS is reported at start and end.
+func TestGPUSoak(t *testing.T) {
+	secs, _ := strconv.Atoi(os.Getenv(envSoakSeconds))
+	if secs <= 0 {
+		t.Skipf("set %s to run the soak", envSoakSeconds)
+	}
+	soak(t, testutil.GPUContext(t), secs)
+}
+
+// TestSoakOnFake runs the soak's logic for two seconds on the fake driver:
+// it proves the checks work, not that data moved on a GPU.
+func TestSoakOnFake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	testutil.UseFake(t, fakedrv.Options{})
+	soak(t, testutil.PrimaryContext(t), 2)
+}
+
+func soak(t *testing.T, gctx *cuda.Context, secs int) {
+	runtime.GC()
+	baseLedger := pinmem.Stats().Pinned.Bytes
+	baseMem := meminfo(t)
+	rssStart := rss(t)
+	deadline := time.Now().Add(time.Duration(secs) * time.Second)
+	var n soakCounts
+	errc := make(chan error, 128)
+	report := func(err error) {
+		select {
+		case errc <- err:
+		default:
+		}
+	}
+
+	p, err := pool.New(pool.WithName("soak"), pool.WithMaxCached(512<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := transfer.New(gctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			var streams []*cuda.Stream
+			for time.Now().Before(deadline) {
+				size := 1 + r.IntN(8<<20)
+				if r.IntN(4) == 0 {
+					size = 1 + r.IntN(64<<10)
+				}
+				b, err := p.Get(size)
+				if err != nil {
+					report(fmt.Errorf("pool Get(%d): %w", size, err))
+					return
+				}
+				mem := b.Bytes()[:size]
+				tag := byte(g + 1)
+				for i := 0; i < size; i += 512 {
+					mem[i] = tag
+				}
+				mem[size-1] = tag
+				runtime.Gosched()
+				for i := 0; i < size; i += 512 {
+					if mem[i] != tag {
+						report(fmt.Errorf("pool block of %d bytes: byte %d is %d, not this goroutine's tag %d: handed out twice", size, i, mem[i], tag))
+						return
+					}
+				}
+				if err := p.Put(b, streams...); err != nil {
+					report(fmt.Errorf("pool Put: %w", err))
+					return
+				}
+				n.poolOps.Add(1)
+			}
+		}()
+	}
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cp := shared
+			if g%2 == 1 {
+				own, err := transfer.New(gctx)
+				if err != nil {
+					report(err)
+					return
+				}
+				defer func() {
+					if err := own.Close(context.Background()); err != nil {
+						report(err)
+					}
+				}()
+				cp = own
+			}
+			const devSize = 96 << 20
+			dev, err := gctx.Alloc(devSize)
+			if err != nil {
+				report(err)
+				return
+			}
+			defer dev.Free()
+			r := rand.New(rand.NewPCG(uint64(g), 2))
+			src := make([]byte, 64<<20+4096)
+			dst := make([]byte, len(src))
+			for time.Now().Before(deadline) {
+				size := 1 + r.IntN(64<<20)
+				if r.IntN(3) == 0 {
+					size = 1 + r.IntN(256<<10)
+				}
+				hoff, doff := r.IntN(4096), r.IntN(devSize-size+1)
+				in := src[hoff : hoff+size]
+				for i := 0; i+8 <= size; i += 8 * 61 {
+					in[i] = byte(r.Uint32())
+				}
+				in[size-1] = byte(r.Uint32())
+				want := crc64.Checksum(in, crcTable)
+				view, err := dev.Slice(doff, size)
+				if err != nil {
+					report(err)
+					return
+				}
+				if _, err := cp.HtoD(context.Background(), view, in); err != nil {
+					report(fmt.Errorf("HtoD %d bytes: %w", size, err))
+					return
+				}
+				out := dst[hoff : hoff+size]
+				clear(out)
+				if _, err := cp.DtoH(context.Background(), out, view); err != nil {
+					report(fmt.Errorf("DtoH %d bytes: %w", size, err))
+					return
+				}
+				if got := crc64.Checksum(out, crcTable); got != want || !bytes.Equal(out, in) {
+					report(fmt.Errorf("round trip of %d bytes (host offset %d, device offset %d) corrupted at byte %d", size, hoff, doff, testutil.FirstMismatch(in, out)))
+					return
+				}
+				n.copies.Add(1)
+				n.copiedBytes.Add(2 * int64(size))
+			}
+		}()
+	}
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pl, err := shared.NewPipeline(transfer.WithChunkSize(4<<20), transfer.WithStreamCount(3), transfer.WithPinStages(true))
+			if err != nil {
+				report(err)
+				return
+			}
+			defer func() {
+				if err := pl.Close(context.Background()); err != nil {
+					report(err)
+				}
+			}()
+			r := rand.New(rand.NewPCG(uint64(g), 3))
+			for time.Now().Before(deadline) {
+				size := 1 + r.IntN(48<<20)
+				in := testutil.RandomBytes(size, r.Uint64())
+				out := make([]byte, size)
+				ctx, cancel := context.Background(), func() {}
+				limited := r.IntN(3) == 0
+				if limited {
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(1+r.IntN(20))*time.Millisecond)
+				}
+				_, err := pl.Run(ctx, in, out)
+				cancel()
+				switch {
+				case err == nil:
+					if !bytes.Equal(in, out) {
+						report(fmt.Errorf("pipeline of %d bytes corrupted at byte %d", size, testutil.FirstMismatch(in, out)))
+						return
+					}
+					n.pipelines.Add(1)
+				case limited && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+					n.canceled.Add(1)
+				default:
+					report(fmt.Errorf("pipeline of %d bytes: %w", size, err))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	rssEnd := rss(t)
+	if err := shared.Close(context.Background()); err != nil {
+		t.Error(err)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Error(err)
+	}
+	runtime.GC()
+	ledger := pinmem.Stats().Pinned.Bytes
+	var after *sysinfo.Meminfo
+	for i := 0; ; i++ {
+		after = meminfo(t)
+		if int64(after.Shmem)-int64(baseMem.Shmem) < 64<<20 || i == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("SOAK: %d s: %d pool Get/Put, %d checked round trips (%.1f GB moved), %d checked pipelines, %d pipelines stopped by their deadline",
+		secs, n.poolOps.Load(), n.copies.Load(), float64(n.copiedBytes.Load())/1e9, n.pipelines.Load(), n.canceled.Load())
+	t.Logf("SOAK: RSS start %d MiB, end %d MiB; ledger %d bytes after Close (baseline %d); Shmem %+d MiB, MemAvailable %+d MiB against the baseline",
+		rssStart>>20, rssEnd>>20, ledger, baseLedger, (int64(after.Shmem)-int64(baseMem.Shmem))>>20, (int64(after.MemAvailable)-int64(baseMem.MemAvailable))>>20)
+	if ledger != baseLedger {
+		t.Errorf("ledger %d bytes after Close, want the baseline %d", ledger, baseLedger)
+	}
+	if n.poolOps.Load() == 0 || n.copies.Load() == 0 || n.pipelines.Load() == 0 {
+		t.Error("a part of the soak did no work")
+	}
+	if d := int64(after.Shmem) - int64(baseMem.Shmem); d > 64<<20 {
+		t.Errorf("Shmem %d MiB above its baseline after Close", d>>20)
+	}
+}
