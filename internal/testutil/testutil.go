@@ -24,7 +24,6 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
-	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/track"
 )
 
@@ -149,20 +148,6 @@ func RequireGPU(t testing.TB) cudadrv.Driver {
 	if n == 0 {
 		noGPU("the driver reports no device")
 	}
-	return d
-}
-
-// UseFake installs a new fake driver as the process's driver (cudadrv.Get
-// returns it) until t ends. Tests that use it must not run in parallel
-// with tests that use another driver.
-func UseFake(t testing.TB, opts fakedrv.Options) *fakedrv.Driver {
-	t.Helper()
-	d := fakedrv.New(opts)
-	restore := cudadrv.Swap(d)
-	t.Cleanup(func() {
-		restore()
-		_ = d.Close()
-	})
 	return d
 }
 

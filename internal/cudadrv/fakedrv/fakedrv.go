@@ -34,10 +34,19 @@
 //     memory behave like the driver's: HtoD stages the source at call time,
 //     DtoH returns only once the copy ran.
 //   - Contexts: primary contexts with reference counts, CtxCreate and
-//     CtxDestroy. A context is current per OS thread in CUDA; the fake keeps
-//     a single "last set" context for the whole process and does not enforce
-//     that one is current. Memory calls use the device of that context (device
-//     0 when none is set).
+//     CtxDestroy. As in CUDA, a context is current per OS thread (keyed by
+//     the Linux thread id; elsewhere the process counts as one thread).
+//     Calls that work in "the current context" fail with
+//     CUDA_ERROR_INVALID_CONTEXT when none is current on the calling thread:
+//     cuCtxSynchronize, cuMemGetInfo, cuStreamCreate, cuEventCreate,
+//     cuMemAlloc, cuMemHostAlloc, cuMemHostRegister,
+//     cuMemHostGetDevicePointer, cuModuleLoadData, the synchronous copies and
+//     memsets, and any work on the legacy default stream (handles 0, 1, 2).
+//     Work on an explicit stream or event takes the context from its handle
+//     and needs none current, but fails with CUDA_ERROR_INVALID_CONTEXT when
+//     another context than the stream's is current. Frees, destroys,
+//     unregistrations and pointer queries need no context. Options.LaxContext
+//     turns the check off. Memory calls use the device of the current context.
 //   - Modules: ModuleLoadData accepts PTX-like text (beginning with "//" or
 //     ".version" after white space) and ELF images; ModuleGetFunction finds
 //     kernels registered with RegisterKernel, whose Go function runs in
@@ -128,6 +137,12 @@ type Options struct {
 	// before failing with CUDA_ERROR_LAUNCH_TIMEOUT; 0 means
 	// DefaultWaitTimeout, negative means wait forever.
 	WaitTimeout time.Duration
+	// LaxContext turns off the per-thread context check: a call that needs
+	// a context and finds none current on its thread uses the context set
+	// last on any thread (device 0 when none was), and explicit streams
+	// accept any current context. It exists for tests written before the
+	// check; code under test should not need it.
+	LaxContext bool
 }
 
 type device struct {
@@ -151,7 +166,9 @@ type Driver struct {
 	rules []*rule
 	hook  func(op string) cudadrv.Result
 
-	current  cudadrv.Context
+	lax      bool                               // Options.LaxContext
+	cur      map[int]cudadrv.Context            // the context current on each OS thread
+	lastSet  cudadrv.Context                    // the context set last on any thread, for lax
 	contexts map[cudadrv.Context]cudadrv.Device // created (non-primary) contexts
 	nextCtx  uintptr
 
@@ -192,6 +209,8 @@ func New(opts Options) *Driver {
 		version:        opts.DriverVersion,
 		timeout:        opts.WaitTimeout,
 		calls:          map[string]int{},
+		lax:            opts.LaxContext,
+		cur:            map[int]cudadrv.Context{},
 		contexts:       map[cudadrv.Context]cudadrv.Device{},
 		nextCtx:        0xc1000000,
 		hostAllocLimit: opts.HostAllocLimit,
@@ -708,8 +727,8 @@ func (d *Driver) DevicePrimaryCtxRelease(dev cudadrv.Device) error {
 		return errorWhy(op, cudadrv.ErrorInvalidContext, "primary context of device %d not retained", dev)
 	}
 	dv.primary--
-	if dv.primary == 0 && d.current == primaryHandle(dev) {
-		d.current = 0
+	if dv.primary == 0 {
+		d.uncurrent(primaryHandle(dev))
 	}
 	return nil
 }
@@ -741,7 +760,8 @@ func (d *Driver) CtxCreate(flags uint32, dev cudadrv.Device) (cudadrv.Context, e
 	d.nextCtx += 0x100
 	c := cudadrv.Context(d.nextCtx)
 	d.contexts[c] = dev
-	d.current = c
+	d.cur[threadID()] = c
+	d.lastSet = c
 	return c, nil
 }
 
@@ -758,14 +778,13 @@ func (d *Driver) CtxDestroy(ctx cudadrv.Context) error {
 		return errorWhy(op, cudadrv.ErrorInvalidContext, "context %#x not created by CtxCreate or already destroyed", uintptr(ctx))
 	}
 	delete(d.contexts, ctx)
-	if d.current == ctx {
-		d.current = 0
-	}
+	d.uncurrent(ctx)
 	return nil
 }
 
-// CtxSetCurrent is cuCtxSetCurrent. The fake keeps one current context for
-// the whole process (CUDA keeps one per OS thread). 0 unsets it.
+// CtxSetCurrent is cuCtxSetCurrent: ctx becomes current on the calling OS
+// thread (0 unsets it there). A goroutine that is not locked to its thread
+// (runtime.LockOSThread) may find it gone on its next call, as with CUDA.
 func (d *Driver) CtxSetCurrent(ctx cudadrv.Context) error {
 	const op = "cuCtxSetCurrent"
 	if _, err := d.begin(op); err != nil {
@@ -781,29 +800,70 @@ func (d *Driver) CtxSetCurrent(ctx cudadrv.Context) error {
 			}
 		}
 	}
-	d.current = ctx
+	if ctx == 0 {
+		delete(d.cur, threadID())
+	} else {
+		d.cur[threadID()] = ctx
+		d.lastSet = ctx
+	}
 	return nil
 }
 
-// CtxGetCurrent is cuCtxGetCurrent: the context last set (see CtxSetCurrent).
+// CtxGetCurrent is cuCtxGetCurrent: the context current on the calling OS
+// thread, 0 when none is.
 func (d *Driver) CtxGetCurrent() (cudadrv.Context, error) {
 	if _, err := d.begin("cuCtxGetCurrent"); err != nil {
 		return 0, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.current, nil
+	return d.cur[threadID()], nil
 }
 
-// curDevice returns the device of the current context, or device 0.
-func (d *Driver) curDevice() cudadrv.Device {
-	if dev, ok := d.contexts[d.current]; ok {
-		return dev
+// uncurrent makes a destroyed or released context current nowhere. d.mu must be held.
+func (d *Driver) uncurrent(ctx cudadrv.Context) {
+	for tid, c := range d.cur {
+		if c == ctx {
+			delete(d.cur, tid)
+		}
 	}
-	if dev := d.primaryDevice(d.current); dev >= 0 {
-		return dev
+	if d.lastSet == ctx {
+		d.lastSet = 0
 	}
-	return 0
+}
+
+// ctxDevice returns the device of a live context.
+func (d *Driver) ctxDevice(c cudadrv.Context) (cudadrv.Device, bool) {
+	if dev, ok := d.contexts[c]; ok {
+		return dev, true
+	}
+	if dev := d.primaryDevice(c); dev >= 0 && d.devs[dev].primary > 0 {
+		return dev, true
+	}
+	return 0, false
+}
+
+// needCtx returns the context current on the calling OS thread and its
+// device, for a call that works in the current context; without one it
+// fails with CUDA_ERROR_INVALID_CONTEXT (unless the driver is lax). d.mu
+// must be held.
+func (d *Driver) needCtx(op string) (cudadrv.Context, cudadrv.Device, error) {
+	c := d.cur[threadID()]
+	if d.lax {
+		if c == 0 {
+			c = d.lastSet
+		}
+		dev, _ := d.ctxDevice(c)
+		return c, dev, nil
+	}
+	if c == 0 {
+		return 0, 0, errorWhy(op, cudadrv.ErrorInvalidContext, "no context is current on the calling OS thread %d (make one current with cuCtxSetCurrent from a goroutine locked to its thread)", threadID())
+	}
+	dev, ok := d.ctxDevice(c)
+	if !ok {
+		return 0, 0, errorWhy(op, cudadrv.ErrorInvalidContext, "the current context %#x is destroyed or released", uintptr(c))
+	}
+	return c, dev, nil
 }
 
 // MemGetInfo is cuMemGetInfo_v2 for the current device: free is its
@@ -818,7 +878,11 @@ func (d *Driver) MemGetInfo() (free, total uint64, err error) {
 	if len(d.devs) == 0 {
 		return 0, 0, errorWhy(op, cudadrv.ErrorNoDevice, "no devices")
 	}
-	dv := d.devs[d.curDevice()]
+	_, dev, err := d.needCtx(op)
+	if err != nil {
+		return 0, 0, err
+	}
+	dv := d.devs[dev]
 	if dv.used < dv.limit {
 		free = dv.limit - dv.used
 	}
@@ -927,6 +991,9 @@ func (d *Driver) ModuleLoadData(image []byte) (cudadrv.Module, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if _, _, err := d.needCtx(op); err != nil {
+		return 0, err
+	}
 	d.nextMod += 0x10
 	m := &module{h: cudadrv.Module(d.nextMod)}
 	d.modules[m.h] = m
@@ -997,7 +1064,7 @@ func (d *Driver) LaunchKernel(f cudadrv.Function, grid, block [3]uint32, sharedM
 	if !ok {
 		return errorWhy(op, cudadrv.ErrorInvalidHandle, "function %#x unknown or its module unloaded", uintptr(f))
 	}
-	st, err := d.stream(op, s)
+	st, err := d.streamOf(op, s)
 	if err != nil {
 		return err
 	}

@@ -18,16 +18,46 @@ import (
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
+// newDrv returns a fake for t with device 0's primary context current on
+// the test's goroutine, which it locks to its OS thread (the fake, like
+// CUDA, keeps the current context per thread).
 func newDrv(t *testing.T, opts fakedrv.Options) *fakedrv.Driver {
 	t.Helper()
 	d := fakedrv.New(opts)
+	runtime.LockOSThread()
+	var primary bool
+	if n, _ := d.DeviceGetCount(); n > 0 {
+		c := must[cudadrv.Context](t)(d.DevicePrimaryCtxRetain(0))
+		ok(t, d.CtxSetCurrent(c))
+		primary = true
+	}
 	t.Cleanup(func() {
+		defer runtime.UnlockOSThread()
+		d.ClearFaults()
+		if primary {
+			ok(t, d.DevicePrimaryCtxRelease(0))
+		}
 		if err := d.Leaks(); err != nil {
 			t.Errorf("leaks at end of test: %v", err)
 		}
 		d.Close()
 	})
 	return d
+}
+
+// inCtx runs fn on the calling goroutine, locked to its thread, with device
+// 0's primary context of d current (the caller holds a reference to it).
+func inCtx(t *testing.T, d *fakedrv.Driver, fn func()) {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c := must[cudadrv.Context](t)(d.DevicePrimaryCtxRetain(0))
+	defer d.DevicePrimaryCtxRelease(0)
+	if err := d.CtxSetCurrent(c); err != nil {
+		t.Error(err)
+		return
+	}
+	fn()
 }
 
 func must[T any](t *testing.T) func(v T, err error) T {
@@ -705,7 +735,7 @@ func TestErrorNames(t *testing.T) {
 }
 
 func TestClose(t *testing.T) {
-	d := fakedrv.New(fakedrv.Options{})
+	d := fakedrv.New(fakedrv.Options{LaxContext: true})
 	p := must[unsafe.Pointer](t)(d.MemHostAlloc(10, 0))
 	_ = p
 	ok(t, d.Close())
@@ -722,40 +752,44 @@ func TestConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := d.StreamCreate(uint32(g % 2))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			h, _ := d.MemHostAlloc(256, 0)
-			x, _ := d.MemAlloc(256)
-			ev, _ := d.EventCreate(0)
-			want := testutil.RandomBytes(256, uint64(g))
-			for i := range 50 {
-				copy(unsafe.Slice((*byte)(h), 256), want)
-				if i%7 == 0 {
-					d.HoldStream(s)
-					go d.ReleaseStream(s)
-				}
-				d.MemcpyHtoDAsync(x, h, 256, s)
-				d.EventRecord(ev, s)
-				d.MemsetD8Async(x, byte(i), 1, s)
-				d.MemcpyDtoHAsync(h, x, 256, s)
-				if err := d.StreamSynchronize(s); err != nil {
-					t.Error(err)
-				}
-				d.EventQuery(ev)
-				got := unsafe.Slice((*byte)(h), 256)
-				if got[0] != byte(i) || testutil.FirstMismatch(want[1:], got[1:]) >= 0 {
-					t.Errorf("goroutine %d iteration %d: wrong data", g, i)
-					break
-				}
-			}
-			d.EventDestroy(ev)
-			d.MemFree(x)
-			d.MemFreeHost(h)
-			d.StreamDestroy(s)
+			inCtx(t, d, func() { hammer(t, d, g) })
 		}()
 	}
 	wg.Wait()
+}
+
+func hammer(t *testing.T, d *fakedrv.Driver, g int) {
+	s, err := d.StreamCreate(uint32(g % 2))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	h, _ := d.MemHostAlloc(256, 0)
+	x, _ := d.MemAlloc(256)
+	ev, _ := d.EventCreate(0)
+	want := testutil.RandomBytes(256, uint64(g))
+	for i := range 50 {
+		copy(unsafe.Slice((*byte)(h), 256), want)
+		if i%7 == 0 {
+			d.HoldStream(s)
+			go d.ReleaseStream(s)
+		}
+		d.MemcpyHtoDAsync(x, h, 256, s)
+		d.EventRecord(ev, s)
+		d.MemsetD8Async(x, byte(i), 1, s)
+		d.MemcpyDtoHAsync(h, x, 256, s)
+		if err := d.StreamSynchronize(s); err != nil {
+			t.Error(err)
+		}
+		d.EventQuery(ev)
+		got := unsafe.Slice((*byte)(h), 256)
+		if got[0] != byte(i) || testutil.FirstMismatch(want[1:], got[1:]) >= 0 {
+			t.Errorf("goroutine %d iteration %d: wrong data", g, i)
+			break
+		}
+	}
+	d.EventDestroy(ev)
+	d.MemFree(x)
+	d.MemFreeHost(h)
+	d.StreamDestroy(s)
 }

@@ -179,6 +179,10 @@ func (d *Driver) MemHostAlloc(size uint64, flags uint32) (unsafe.Pointer, error)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	_, dev, err := d.needCtx(op)
+	if err != nil {
+		return nil, err
+	}
 	if d.hostAllocLimit != 0 && d.hostAllocBytes+size > d.hostAllocLimit {
 		return nil, errorWhy(op, cudadrv.ErrorOutOfMemory, "%d bytes requested, %d of the limit %d in use", size, d.hostAllocBytes, d.hostAllocLimit)
 	}
@@ -186,7 +190,7 @@ func (d *Driver) MemHostAlloc(size uint64, flags uint32) (unsafe.Pointer, error)
 	if err != nil {
 		return nil, errorWhy(op, cudadrv.ErrorOutOfMemory, "mmap %d bytes: %v", size, err)
 	}
-	h := &hostRange{base: unsafe.Pointer(&mem[0]), size: size, flags: flags, alloc: true, mem: mem, dev: d.curDevice()}
+	h := &hostRange{base: unsafe.Pointer(&mem[0]), size: size, flags: flags, alloc: true, mem: mem, dev: dev}
 	d.insertHost(h)
 	d.hostAllocBytes += size
 	return h.base, nil
@@ -230,8 +234,12 @@ func (d *Driver) MemHostRegister(p unsafe.Pointer, size uint64, flags uint32) er
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	_, dev, err := d.needCtx(op)
+	if err != nil {
+		return err
+	}
 	if len(d.devs) > 0 {
-		dv := d.devs[d.curDevice()]
+		dv := d.devs[dev]
 		if dv.attrs[cudadrv.AttrHostRegisterSupported] == 0 {
 			return errorWhy(op, cudadrv.ErrorNotSupported, "device lacks host registration")
 		}
@@ -245,7 +253,7 @@ func (d *Driver) MemHostRegister(p unsafe.Pointer, size uint64, flags uint32) er
 	if d.regLimit != 0 && d.regBytes+size > d.regLimit {
 		return errorWhy(op, cudadrv.ErrorOutOfMemory, "%d bytes requested, %d of the limit %d registered", size, d.regBytes, d.regLimit)
 	}
-	d.insertHost(&hostRange{base: p, size: size, flags: flags, dev: d.curDevice()})
+	d.insertHost(&hostRange{base: p, size: size, flags: flags, dev: dev})
 	d.regBytes += size
 	return nil
 }
@@ -284,6 +292,9 @@ func (d *Driver) MemHostGetDevicePointer(p unsafe.Pointer, flags uint32) (cudadr
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if _, _, err := d.needCtx(op); err != nil {
+		return 0, err
+	}
 	h := d.findHost(uintptr(p))
 	if p == nil || h == nil || !h.mapped() {
 		return 0, errorWhy(op, cudadrv.ErrorInvalidValue, "%p is not in host memory pinned with the device-map flag", p)
@@ -378,7 +389,10 @@ func (d *Driver) MemAlloc(size uint64) (cudadrv.DevicePtr, error) {
 	if len(d.devs) == 0 {
 		return 0, errorWhy(op, cudadrv.ErrorNoDevice, "no devices")
 	}
-	dev := d.curDevice()
+	_, dev, err := d.needCtx(op)
+	if err != nil {
+		return 0, err
+	}
 	dv := d.devs[dev]
 	if size > dv.limit || dv.used+size > dv.limit {
 		return 0, errorWhy(op, cudadrv.ErrorOutOfMemory, "%d bytes requested, %d of %d in use on device %d", size, dv.used, dv.limit, dev)
@@ -497,7 +511,7 @@ func (d *Driver) memset(op string, p cudadrv.DevicePtr, v uint32, n, width uint6
 	if err != nil {
 		return err
 	}
-	st, err := d.stream(op, s)
+	st, err := d.streamOf(op, s)
 	if err != nil {
 		return err
 	}
@@ -539,7 +553,7 @@ func (d *Driver) memcpy(op string, kind copyKind, dstD, srcD cudadrv.DevicePtr, 
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st, err := d.stream(op, s)
+	st, err := d.streamOf(op, s)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ type task struct {
 
 type stream struct {
 	h         cudadrv.Stream
+	ctx       cudadrv.Context // the context the stream was created in; 0 for the legacy default stream
 	flags     uint32
 	queue     []*task
 	last      *task // last operation enqueued
@@ -48,6 +49,28 @@ func (d *Driver) stream(op string, h cudadrv.Stream) (*stream, error) {
 	s, ok := d.streams[h]
 	if !ok {
 		return nil, errorWhy(op, cudadrv.ErrorInvalidHandle, "stream %#x unknown or destroyed", uintptr(h))
+	}
+	return s, nil
+}
+
+// streamOf is stream for a driver call that queues work on h or waits for
+// it: the legacy default stream belongs to the context current on the
+// calling thread, so it needs one; an explicit stream carries its own
+// context and is refused only while another context is current. d.mu must
+// be held.
+func (d *Driver) streamOf(op string, h cudadrv.Stream) (*stream, error) {
+	s, err := d.stream(op, h)
+	if err != nil {
+		return nil, err
+	}
+	if s == d.def {
+		if _, _, err := d.needCtx(op); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	if c := d.cur[threadID()]; !d.lax && c != 0 && s.ctx != 0 && c != s.ctx {
+		return nil, errorWhy(op, cudadrv.ErrorInvalidContext, "stream %#x belongs to context %#x, but context %#x is current on the calling thread", uintptr(h), uintptr(s.ctx), uintptr(c))
 	}
 	return s, nil
 }
@@ -264,8 +287,12 @@ func (d *Driver) StreamCreate(flags uint32) (cudadrv.Stream, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	ctx, _, err := d.needCtx(op)
+	if err != nil {
+		return 0, err
+	}
 	d.nextStream += 0x10
-	s := &stream{h: cudadrv.Stream(d.nextStream), flags: flags}
+	s := &stream{h: cudadrv.Stream(d.nextStream), ctx: ctx, flags: flags}
 	d.streams[s.h] = s
 	d.active = append(d.active, s)
 	return s.h, nil
@@ -300,7 +327,7 @@ func (d *Driver) StreamSynchronize(s cudadrv.Stream) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st, err := d.stream(op, s)
+	st, err := d.streamOf(op, s)
 	if err != nil {
 		return err
 	}
@@ -320,7 +347,7 @@ func (d *Driver) StreamQuery(s cudadrv.Stream) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st, err := d.stream(op, s)
+	st, err := d.streamOf(op, s)
 	if err != nil {
 		return err
 	}
@@ -343,7 +370,7 @@ func (d *Driver) StreamWaitEvent(s cudadrv.Stream, e cudadrv.Event, flags uint32
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st, err := d.stream(op, s)
+	st, err := d.streamOf(op, s)
 	if err != nil {
 		return err
 	}
@@ -368,6 +395,9 @@ func (d *Driver) CtxSynchronize() error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if _, _, err := d.needCtx(op); err != nil {
+		return err
+	}
 	var lasts []*task
 	for _, s := range d.active {
 		if s.last != nil {
@@ -397,6 +427,9 @@ func (d *Driver) EventCreate(flags uint32) (cudadrv.Event, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if _, _, err := d.needCtx(op); err != nil {
+		return 0, err
+	}
 	d.nextEvent += 0x10
 	e := &event{h: cudadrv.Event(d.nextEvent), flags: flags}
 	d.events[e.h] = e
@@ -441,7 +474,7 @@ func (d *Driver) EventRecord(e cudadrv.Event, s cudadrv.Stream) error {
 	if err != nil {
 		return err
 	}
-	st, err := d.stream(op, s)
+	st, err := d.streamOf(op, s)
 	if err != nil {
 		return err
 	}
