@@ -758,6 +758,8 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
+// hammer is one goroutine of TestConcurrent: copies, memsets and events on
+// its own stream, checked after each round.
 func hammer(t *testing.T, d *fakedrv.Driver, g int) {
 	s, err := d.StreamCreate(uint32(g % 2))
 	if err != nil {
