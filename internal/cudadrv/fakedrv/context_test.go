@@ -163,3 +163,27 @@ func TestInstall(t *testing.T) {
 	}
 	restoreU()
 }
+
+// TestInstallProcessWide: any test may install over a process-wide fake
+// (owner ""), and a process-wide install is refused over a test's.
+func TestInstallProcessWide(t *testing.T) {
+	a, b := fakedrv.New(fakedrv.Options{}), fakedrv.New(fakedrv.Options{})
+	defer a.Close()
+	defer b.Close()
+	restoreA, err := fakedrv.Install(a, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	restoreB, err := fakedrv.Install(b, "T")
+	if err != nil {
+		t.Fatalf("a test's Install over the process-wide fake: %v", err)
+	}
+	if _, err := fakedrv.Install(a, ""); !errors.Is(err, fakedrv.ErrInstalled) {
+		t.Errorf("a process-wide Install over a test's: %v, want ErrInstalled", err)
+	}
+	restoreB()
+	if got, _ := cudadrv.Get(); got != a {
+		t.Errorf("Get returned %v, want the process-wide fake", got)
+	}
+	restoreA()
+}

@@ -24,7 +24,8 @@ var install struct {
 // function that puts back the driver that was there before. While a fake is
 // installed, only the same owner or one of its subtests (owner "T/sub" under
 // "T") may install another over it; anyone else gets an error matching
-// ErrInstalled. Restore nested installs in reverse order (t.Cleanup does);
+// ErrInstalled. The owner "" stands for the whole process (a TestMain): any
+// test may install over its fake. Restore nested installs in reverse order (t.Cleanup does);
 // restore may be called more than once, later calls do nothing.
 func Install(d *Driver, owner string) (restore func(), err error) {
 	if d == nil {
@@ -33,8 +34,8 @@ func Install(d *Driver, owner string) (restore func(), err error) {
 	install.mu.Lock()
 	defer install.mu.Unlock()
 	if n := len(install.owners); n > 0 {
-		if top := install.owners[n-1]; owner != top && !strings.HasPrefix(owner, top+"/") {
-			return nil, fmt.Errorf("fakedrv: %s cannot install a fake driver: %w by %s (tests that install one must not run in parallel)", owner, ErrInstalled, top)
+		if top := install.owners[n-1]; top != "" && owner != top && !strings.HasPrefix(owner, top+"/") {
+			return nil, fmt.Errorf("fakedrv: %s cannot install a fake driver: %w by %s (tests that install one must not run in parallel)", ownerName(owner), ErrInstalled, ownerName(top))
 		}
 	}
 	install.owners = append(install.owners, owner)
@@ -49,4 +50,11 @@ func Install(d *Driver, owner string) (restore func(), err error) {
 			install.owners = install.owners[:depth-1]
 		})
 	}, nil
+}
+
+func ownerName(owner string) string {
+	if owner == "" {
+		return "the process (TestMain)"
+	}
+	return owner
 }

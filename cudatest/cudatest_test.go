@@ -1,0 +1,574 @@
+package cudatest_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/cudatest"
+	"github.com/pinmem/pinmem/transfer"
+)
+
+func primary(t *testing.T) *cuda.Context {
+	t.Helper()
+	dev, err := cuda.GetDevice(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := dev.PrimaryContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) ^ seed
+	}
+	return b
+}
+
+// TestRoundTrip: pinned memory, device memory and a Copier work on the
+// fake, bytes included, and the calls are counted.
+func TestRoundTrip(t *testing.T) {
+	d := cudatest.Install(t)
+	ctx := primary(t)
+	c, err := transfer.New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dst, err := ctx.Alloc(3<<20 + 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Free()
+	in := pattern(dst.Size(), 1)
+	out := make([]byte, len(in))
+	if _, err := c.HtoD(context.Background(), dst, in); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DtoH(context.Background(), out, dst); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(in, out) {
+		t.Fatal("the round trip through the Copier changed the bytes")
+	}
+
+	buf, err := pinmem.Alloc(1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(buf.Bytes(), pattern(1<<20, 2))
+	if err := ctx.CopyHtoD(dst.Ptr(), buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]byte, 1<<20)
+	if err := ctx.CopyDtoH(back, dst.Ptr()); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(back, buf.Bytes()) {
+		t.Fatal("the copy from pinned memory changed the bytes")
+	}
+	if err := buf.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.Calls("cuMemAlloc_v2"); n != 1 {
+		t.Errorf("Calls(cuMemAlloc_v2) = %d, want 1", n)
+	}
+	if n := d.Calls("cuMemHostAlloc") + d.Calls("cuMemHostRegister_v2"); n < 1 {
+		t.Errorf("%d calls pinned memory, want at least 1", n)
+	}
+}
+
+// TestDeviceOptions: devices, their names, memory and attributes, and the
+// driver version are what the options say.
+func TestDeviceOptions(t *testing.T) {
+	cudatest.Install(t, cudatest.DriverVersion(12040),
+		cudatest.Device(cudatest.DeviceSpec{}),
+		cudatest.Device(cudatest.DeviceSpec{
+			Name:       "Fake Orin",
+			Memory:     8 << 30,
+			PCIBusID:   "0000:02:00.0",
+			Attributes: map[cuda.Attribute]int{18: 1, 19: 0},
+		}))
+	if v, err := cuda.DriverVersion(); err != nil || v != 12040 {
+		t.Errorf("DriverVersion = %d, %v; want 12040", v, err)
+	}
+	if n, err := cuda.DeviceCount(); err != nil || n != 2 {
+		t.Fatalf("DeviceCount = %d, %v; want 2", n, err)
+	}
+	dev, err := cuda.GetDevice(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := dev.Properties()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Name != "Fake Orin" || p.TotalMemory != 8<<30 || !p.Integrated || p.CanMapHostMemory || !strings.Contains(p.PCIBusID, "02:00.0") {
+		t.Errorf("device 1: %+v", p)
+	}
+	if p0, err := cuda.GetDevice(0); err != nil {
+		t.Fatal(err)
+	} else if props, _ := p0.Properties(); props.Integrated || !props.CanMapHostMemory || props.TotalMemory != 16<<30 {
+		t.Errorf("default device: %+v", props)
+	}
+	ctx, err := dev.PrimaryContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctx.Alloc(9 << 30); !errors.Is(err, cuda.ErrOutOfMemory) {
+		t.Errorf("allocating more than the device's memory: %v, want ErrOutOfMemory", err)
+	}
+}
+
+func TestNoDevice(t *testing.T) {
+	cudatest.Install(t, cudatest.Devices(0))
+	if _, err := cuda.GetDevice(0); !errors.Is(err, cuda.ErrNoDevice) {
+		t.Errorf("GetDevice with no device: %v, want ErrNoDevice", err)
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []cudatest.Option
+		want string
+	}{
+		{"negative count", []cudatest.Option{cudatest.Devices(-1)}, "Devices(-1)"},
+		{"count and specs", []cudatest.Option{cudatest.Devices(2), cudatest.Device(cudatest.DeviceSpec{})}, "cannot be combined"},
+		{"attribute", []cudatest.Option{cudatest.Device(cudatest.DeviceSpec{Attributes: map[cuda.Attribute]int{0: 1}})}, "attribute 0"},
+		{"version", []cudatest.Option{cudatest.DriverVersion(0)}, "DriverVersion(0)"},
+		{"timeout", []cudatest.Option{cudatest.WaitTimeout(0)}, "WaitTimeout(0s)"},
+		{"nil", []cudatest.Option{nil}, "nil Option"},
+	} {
+		d, err := cudatest.Start(tc.opts...)
+		if !errors.Is(err, cuda.ErrInvalidValue) || !strings.Contains(err.Error(), tc.want) || d != nil {
+			t.Errorf("%s: Start = %v, %v; want an ErrInvalidValue naming %q", tc.name, d, err, tc.want)
+			if d != nil {
+				d.Close()
+			}
+		}
+	}
+}
+
+// TestInstallRestores: a subtest's fake is used within the subtest only,
+// and the parent's comes back after it.
+func TestInstallRestores(t *testing.T) {
+	cudatest.Install(t, cudatest.Devices(3))
+	t.Run("nested", func(t *testing.T) {
+		cudatest.Install(t, cudatest.Devices(2))
+		if n, _ := cuda.DeviceCount(); n != 2 {
+			t.Errorf("DeviceCount in the subtest = %d, want 2", n)
+		}
+	})
+	if n, _ := cuda.DeviceCount(); n != 3 {
+		t.Errorf("DeviceCount after the subtest = %d, want the parent's 3", n)
+	}
+}
+
+// recorder is a testing.TB whose failures and cleanups the test inspects.
+type recorder struct {
+	testing.TB
+	name     string
+	mu       sync.Mutex
+	errs     []string
+	cleanups []func()
+}
+
+func (r *recorder) Name() string { return r.name }
+func (r *recorder) Helper()      {}
+func (r *recorder) Cleanup(f func()) {
+	r.mu.Lock()
+	r.cleanups = append(r.cleanups, f)
+	r.mu.Unlock()
+}
+func (r *recorder) Error(args ...any) { r.mu.Lock(); r.errs = append(r.errs, strings.TrimSpace(sprint(args))); r.mu.Unlock() }
+func (r *recorder) Fatal(args ...any) { r.Error(args...); runtime.Goexit() }
+
+func sprint(args []any) string {
+	var b strings.Builder
+	for _, a := range args {
+		if e, ok := a.(error); ok {
+			b.WriteString(e.Error())
+		} else if s, ok := a.(string); ok {
+			b.WriteString(s)
+		}
+		b.WriteString(" ")
+	}
+	return b.String()
+}
+
+// run calls f with r on its own goroutine (so that Fatal can end it) and
+// then r's cleanups, last first.
+func (r *recorder) run(f func(testing.TB)) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(r)
+	}()
+	<-done
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+}
+
+// TestConcurrentInstallRefused: while one test's fake is installed,
+// another test's Install fails that test and Start fails, both naming the
+// owner; the installed fake stays in place.
+func TestConcurrentInstallRefused(t *testing.T) {
+	cudatest.Install(t, cudatest.Devices(2))
+	other := &recorder{TB: t, name: "TestOther"}
+	other.run(func(tb testing.TB) { cudatest.Install(tb) })
+	if len(other.errs) != 1 || !strings.Contains(other.errs[0], "already installed by "+t.Name()) {
+		t.Errorf("another test's Install reported %q, want one error naming %s", other.errs, t.Name())
+	}
+	if d, err := cudatest.Start(); !errors.Is(err, cudatest.ErrInstalled) || d != nil {
+		t.Errorf("Start over a test's fake: %v, %v; want ErrInstalled", d, err)
+	}
+	if n, _ := cuda.DeviceCount(); n != 2 {
+		t.Errorf("DeviceCount = %d after the refused installs, want 2", n)
+	}
+}
+
+// TestStart: a fake from Start (as a TestMain would make) is used until
+// Close, tests may install over it, and Close reports leaks.
+func TestStart(t *testing.T) {
+	d, err := cudatest.Start(cudatest.Devices(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := cuda.DeviceCount(); n != 4 {
+		t.Errorf("DeviceCount = %d, want 4", n)
+	}
+	t.Run("over", func(t *testing.T) {
+		cudatest.Install(t, cudatest.Devices(1))
+		if n, _ := cuda.DeviceCount(); n != 1 {
+			t.Errorf("DeviceCount in a test over Start = %d, want 1", n)
+		}
+	})
+	buf, err := primary(t).Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.Close()
+	if !errors.Is(err, cudatest.ErrLeak) || !strings.Contains(err.Error(), "1 device allocation(s) (100 bytes)") {
+		t.Errorf("Close with a device allocation left: %v", err)
+	}
+	if again := d.Close(); again != err {
+		t.Errorf("second Close = %v, want the first one's %v", again, err)
+	}
+	if n, err := cuda.DeviceCount(); n == 4 {
+		t.Errorf("DeviceCount = %d, %v after Close: the fake is still installed", n, err)
+	}
+	_ = buf // the fake that held it is closed
+}
+
+// TestFailOn: Nth, Once and Always pick the calls, the error is the
+// driver's, and invalid rules are refused.
+func TestFailOn(t *testing.T) {
+	d := cudatest.Install(t)
+	ctx := primary(t)
+	alloc := func() error {
+		b, err := ctx.Alloc(256)
+		if err == nil {
+			err = b.Free()
+		}
+		return err
+	}
+	if err := d.FailOn("cuMemAlloc_v2", cudatest.Nth(2), 2); err != nil {
+		t.Fatal(err)
+	}
+	var got []bool
+	for range 4 {
+		got = append(got, errors.Is(alloc(), cuda.ErrOutOfMemory))
+	}
+	if want := []bool{false, true, false, false}; !equal(got, want) {
+		t.Errorf("Nth(2): allocations failed %v, want %v", got, want)
+	}
+
+	if err := d.FailOn("cuMemAlloc_v2", cudatest.Once(), 1); err != nil {
+		t.Fatal(err)
+	}
+	err := alloc()
+	var ce *cuda.Error
+	if !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &ce) || ce.Code != 1 || ce.Name != "CUDA_ERROR_INVALID_VALUE" {
+		t.Errorf("Once with code 1: %v, want a *cuda.Error CUDA_ERROR_INVALID_VALUE", err)
+	}
+	if err := alloc(); err != nil {
+		t.Errorf("after Once: %v", err)
+	}
+
+	if err := d.FailOn("cuMemAlloc_v2", cudatest.Always(), 2); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := alloc(); !errors.Is(err, cuda.ErrOutOfMemory) {
+			t.Errorf("Always, call %d: %v", i, err)
+		}
+	}
+	d.ClearFaults()
+	if err := alloc(); err != nil {
+		t.Errorf("after ClearFaults: %v", err)
+	}
+
+	for i, err := range []error{
+		d.FailOn("cuMemAlloc", cudatest.Once(), 2),
+		d.FailOn("cuMemAlloc_v2", cudatest.When{}, 2),
+		d.FailOn("cuMemAlloc_v2", cudatest.Nth(0), 2),
+		d.FailOn("cuMemAlloc_v2", cudatest.Once(), 0),
+	} {
+		if !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("invalid rule %d: %v, want ErrInvalidValue", i, err)
+		}
+	}
+	if err := alloc(); err != nil {
+		t.Errorf("a refused rule took effect: %v", err)
+	}
+	if n := d.Calls("cuMemAlloc_v2"); n != 11 {
+		t.Errorf("Calls(cuMemAlloc_v2) = %d, want 11 (failed calls count)", n)
+	}
+}
+
+func equal(a, b []bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestFailAsync: the call succeeds and the next synchronization reports
+// the fault; the copy's destination is untouched.
+func TestFailAsync(t *testing.T) {
+	d := cudatest.Install(t)
+	ctx := primary(t)
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	buf, err := ctx.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	if err := d.FailAsync("cuMemsetD8Async", cudatest.Once(), 719); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Memset(buf.Ptr(), 9, 64); err != nil {
+		t.Fatalf("the failing memset's call: %v, want success", err)
+	}
+	if err := s.Synchronize(); !errors.Is(err, cuda.ErrLaunchFailed) {
+		t.Errorf("Synchronize after the failed memset: %v, want ErrLaunchFailed", err)
+	}
+	got := make([]byte, 64)
+	if err := buf.Read(0, got); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(got, []byte{9}) {
+		t.Error("the failed memset wrote memory")
+	}
+}
+
+// TestHoldStream: held work waits, queries say not ready, and releasing
+// runs it.
+func TestHoldStream(t *testing.T) {
+	d := cudatest.Install(t)
+	ctx := primary(t)
+	s, err := ctx.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	buf, err := ctx.Alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	if err := d.HoldStream(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Memset(buf.Ptr(), 3, 16); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := s.Query(); done || err != nil {
+		t.Errorf("Query of a held stream = %v, %v; want not done", done, err)
+	}
+	if n := d.Live().PendingOps; n != 1 {
+		t.Errorf("PendingOps = %d, want 1", n)
+	}
+	if err := d.Leaks(); !errors.Is(err, cudatest.ErrLeak) || !strings.Contains(err.Error(), "queued operation") {
+		t.Errorf("Leaks with held work: %v", err)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		d.ReleaseStream(s)
+	}()
+	if err := s.Synchronize(); err != nil {
+		t.Fatalf("Synchronize released by another goroutine: %v", err)
+	}
+	got := make([]byte, 16)
+	if err := buf.Read(0, got); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{3}, 16)) {
+		t.Errorf("after release: %v, %v", got, err)
+	}
+	if err := d.HoldStream(nil); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("HoldStream(nil) = %v", err)
+	}
+	if err := d.HoldStream(cuda.WrapStream(ctx, 0xdead0)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("HoldStream of an unknown stream = %v", err)
+	}
+}
+
+// TestHoldAll: a Copier's transfer on a busy GPU waits until the work is
+// released; on a hung one it fails once WaitTimeout has passed.
+func TestHoldAll(t *testing.T) {
+	d := cudatest.Install(t, cudatest.WaitTimeout(100*time.Millisecond))
+	ctx := primary(t)
+	c, err := transfer.New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dst, err := ctx.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Free()
+	in := pattern(1<<20, 3)
+
+	d.HoldAll()
+	tr := c.HtoDAsync(context.Background(), dst, in)
+	select {
+	case <-tr.Done():
+		t.Fatal("a transfer finished while the GPU was held")
+	case <-time.After(30 * time.Millisecond):
+	}
+	d.ReleaseAll()
+	if _, err := tr.Wait(context.Background()); err != nil {
+		t.Fatalf("the transfer after ReleaseAll: %v", err)
+	}
+	out := make([]byte, len(in))
+	if _, err := c.DtoH(context.Background(), out, dst); err != nil || !bytes.Equal(in, out) {
+		t.Fatalf("round trip after the hold: %v", err)
+	}
+
+	d.HoldAll()
+	start := time.Now()
+	_, err = c.HtoD(context.Background(), dst, in)
+	var ce *cuda.Error
+	if !errors.As(err, &ce) || ce.Name != "CUDA_ERROR_LAUNCH_TIMEOUT" || time.Since(start) < 90*time.Millisecond {
+		t.Errorf("HtoD on a hung GPU: %v after %v, want CUDA_ERROR_LAUNCH_TIMEOUT after WaitTimeout", err, time.Since(start))
+	}
+	d.ReleaseAll()
+	if err := ctx.Synchronize(); err != nil {
+		t.Errorf("Synchronize after ReleaseAll: %v", err)
+	}
+}
+
+// TestLeaks: Leaks and the cleanup of Install report what is left, with
+// the code that made it; nothing is reported once it is released.
+func TestLeaks(t *testing.T) {
+	d := cudatest.Install(t, cudatest.SkipLeakCheck())
+	ctx := primary(t)
+	if err := d.Leaks(); err != nil {
+		t.Fatalf("Leaks before anything was made: %v", err)
+	}
+	s, err := ctx.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pinmem.Alloc(4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.Leaks()
+	for _, want := range []string{"1 stream(s)", "1 pinned allocation(s) (4096 bytes)", "TestLeaks"} {
+		if !errors.Is(err, cudatest.ErrLeak) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Leaks = %v; want ErrLeak mentioning %q", err, want)
+		}
+	}
+	rec := &recorder{TB: t, name: t.Name()}
+	d.CheckLeaks(rec)
+	if len(rec.errs) != 1 {
+		t.Errorf("CheckLeaks reported %d errors, want 1", len(rec.errs))
+	}
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Leaks(); err != nil {
+		t.Errorf("Leaks after releasing everything: %v", err)
+	}
+
+	// Install's cleanup fails the test that leaked.
+	t.Run("cleanup", func(t *testing.T) {
+		rec := &recorder{TB: t, name: t.Name()}
+		rec.run(func(tb testing.TB) {
+			cudatest.Install(tb)
+			if _, err := primary(t).Alloc(64); err != nil {
+				t.Error(err)
+			}
+		})
+		if len(rec.errs) != 1 || !strings.Contains(rec.errs[0], "1 device allocation(s) (64 bytes)") {
+			t.Errorf("the cleanup reported %q, want the leaked device allocation", rec.errs)
+		}
+	})
+}
+
+// TestContextPerThread: a context is current on the OS thread that
+// entered it, whatever other threads do, as in CUDA.
+func TestContextPerThread(t *testing.T) {
+	cudatest.Install(t)
+	ctx := primary(t)
+	other, err := cuda.NewContext(ctx.Device(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Destroy()
+	entered, switched := make(chan struct{}), make(chan struct{})
+	var got uintptr
+	done := make(chan error, 2)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := ctx.Do(func() error { return nil })
+		close(entered)
+		<-switched
+		if err == nil {
+			got, err = cuda.CurrentContextHandle()
+		}
+		done <- err
+	}()
+	go func() {
+		<-entered
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		done <- other.Do(func() error { return nil })
+		close(switched)
+	}()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got != ctx.Handle() {
+		t.Errorf("current context %#x after another thread entered %#x, want %#x (the one this thread entered)", got, other.Handle(), ctx.Handle())
+	}
+}

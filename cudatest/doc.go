@@ -1,0 +1,43 @@
+// Package cudatest runs code that uses pinmem on a machine without a GPU,
+// in the spirit of net/http/httptest: a test installs a fake CUDA driver,
+// written in plain Go, in place of libcuda, and everything built on pinmem
+// (pinmem.Alloc, pool, transfer.Copier and Pipeline, package cuda) runs
+// against it for the duration of the test.
+//
+//	func TestUpload(t *testing.T) {
+//		d := cudatest.Install(t)
+//		// ... code that uses pinmem, cuda and transfer ...
+//		d.FailOn("cuMemcpyHtoDAsync_v2", cudatest.Once(), 719)
+//		// ... check that the failure surfaces as cuda.ErrLaunchFailed ...
+//	} // the cleanup fails t if a stream, event, allocation or registration is left
+//
+// The fake models what the code above it can observe: devices with
+// configurable names, memory and attributes; pinned host memory that is real
+// memory (an anonymous mapping) and registered ranges tracked as the driver
+// tracks them; device memory backed by Go memory, so copies and memsets
+// move real bytes and a round trip can be checked byte for byte; streams
+// and events that run queued work in order, with the legacy default
+// stream's implicit synchronization; and a current context per OS thread,
+// as in CUDA. Calls that need a current context fail with
+// CUDA_ERROR_INVALID_CONTEXT (matching cuda.ErrInvalidHandle) when the
+// calling thread has none, so code that calls the driver from a goroutine
+// that did not enter a context fails here too. Asynchronous work that
+// touches memory freed or unregistered before it ran fails with
+// CUDA_ERROR_ILLEGAL_ADDRESS at the next synchronization.
+//
+// A test can make driver calls fail by name and count (FailOn, FailAsync),
+// hold streams so that queued work waits, as on a busy or hung GPU
+// (HoldStream, HoldAll), count calls (Calls), and check that every object
+// it created was released (Leaks, CheckLeaks; Install checks at cleanup).
+//
+// What it does not do: it has no timing model (copies take no time to
+// speak of), runs no real kernels, and says nothing about how fast, or even
+// whether, the code works on a GPU. A test that passes here proves the
+// logic and the error paths of the code above the driver, never a GPU
+// result; run the same tests on a machine with a GPU for that.
+//
+// The fake is process-wide, like the driver it replaces: tests that install
+// one must not run in parallel with each other (a second Install while one
+// is active fails the test, unless it comes from the same test or one of its
+// subtests, which nest).
+package cudatest
