@@ -193,7 +193,11 @@ func (r *recorder) Cleanup(f func()) {
 	r.cleanups = append(r.cleanups, f)
 	r.mu.Unlock()
 }
-func (r *recorder) Error(args ...any) { r.mu.Lock(); r.errs = append(r.errs, strings.TrimSpace(sprint(args))); r.mu.Unlock() }
+func (r *recorder) Error(args ...any) {
+	r.mu.Lock()
+	r.errs = append(r.errs, strings.TrimSpace(sprint(args)))
+	r.mu.Unlock()
+}
 func (r *recorder) Fatal(args ...any) { r.Error(args...); runtime.Goexit() }
 
 func sprint(args []any) string {
