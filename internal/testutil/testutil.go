@@ -119,7 +119,7 @@ func isFake(d cudadrv.Driver) bool {
 
 // RequireGPU returns the real driver with at least one device. Without
 // one it skips t, or fails it when PINMEM_REQUIRE_GPU=1; an unexpected
-// load error always fails. A fake driver installed with cudadrv.Swap does
+// load error always fails. A fake driver (UseFake, cudatest.Install) does
 // not count as a GPU.
 func RequireGPU(t testing.TB) cudadrv.Driver {
 	t.Helper()
