@@ -14,9 +14,9 @@ import (
 	"github.com/pinmem/pinmem/internal/track"
 )
 
-// ErrInstalled is returned by Start, and reported by Install, while a fake
-// driver installed by another test is active.
-var ErrInstalled = fakedrv.ErrInstalled
+// ErrInstalled is matched by the error Start returns, and Install reports,
+// while a fake driver installed by another test is active.
+var ErrInstalled = errors.New("cudatest: a fake CUDA driver is already installed")
 
 // ErrLeak is matched by the error Leaks and Close return when objects are
 // left.
@@ -84,6 +84,10 @@ func start(owner string, opts []Option) (*Driver, error) {
 	restore, err := fakedrv.Install(fake, owner)
 	if err != nil {
 		_ = fake.Close()
+		var ie *fakedrv.InstalledError
+		if errors.As(err, &ie) {
+			return nil, fmt.Errorf("%w by %s, so %s cannot install one (tests that install one must not run in parallel)", ErrInstalled, fakedrv.OwnerName(ie.By), fakedrv.OwnerName(ie.Owner))
+		}
 		return nil, fmt.Errorf("cudatest: %w", err)
 	}
 	return &Driver{fake: fake, restore: restore, before: before, leakCheck: !cfg.noLeaks}, nil

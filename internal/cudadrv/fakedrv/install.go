@@ -9,10 +9,24 @@ import (
 	"github.com/pinmem/pinmem/internal/cudadrv"
 )
 
-// ErrInstalled is returned by Install while another fake driver is
-// installed: the driver is process-wide, so tests that install one must not
-// run in parallel with each other.
+// ErrInstalled is matched by the error Install returns while another fake
+// driver is installed: the driver is process-wide, so tests that install
+// one must not run in parallel with each other.
 var ErrInstalled = errors.New("a fake CUDA driver is already installed")
+
+// InstalledError is the error Install returns when it refuses an install.
+// It matches ErrInstalled.
+type InstalledError struct {
+	Owner string // who asked to install ("" for the process)
+	By    string // who installed the fake that is installed ("" for the process)
+}
+
+func (e *InstalledError) Error() string {
+	return fmt.Sprintf("fakedrv: %s cannot install a fake driver: one is already installed by %s (tests that install one must not run in parallel)", OwnerName(e.Owner), OwnerName(e.By))
+}
+
+// Is reports whether target is ErrInstalled.
+func (e *InstalledError) Is(target error) bool { return target == ErrInstalled }
 
 var install struct {
 	mu     sync.Mutex
@@ -35,7 +49,7 @@ func Install(d *Driver, owner string) (restore func(), err error) {
 	defer install.mu.Unlock()
 	if n := len(install.owners); n > 0 {
 		if top := install.owners[n-1]; top != "" && owner != top && !strings.HasPrefix(owner, top+"/") {
-			return nil, fmt.Errorf("fakedrv: %s cannot install a fake driver: %w by %s (tests that install one must not run in parallel)", ownerName(owner), ErrInstalled, ownerName(top))
+			return nil, &InstalledError{Owner: owner, By: top}
 		}
 	}
 	install.owners = append(install.owners, owner)
@@ -52,7 +66,9 @@ func Install(d *Driver, owner string) (restore func(), err error) {
 	}, nil
 }
 
-func ownerName(owner string) string {
+// OwnerName is how messages name an owner of Install: the test's name, or
+// "the process (TestMain)" for "".
+func OwnerName(owner string) string {
 	if owner == "" {
 		return "the process (TestMain)"
 	}
