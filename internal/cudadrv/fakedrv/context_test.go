@@ -92,33 +92,6 @@ func TestContextPerThread(t *testing.T) {
 	ok(t, d.StreamDestroy(s))
 }
 
-// TestLaxContext: with LaxContext a thread without a current context uses
-// the one set last anywhere (device 0 when none was).
-func TestLaxContext(t *testing.T) {
-	d := fakedrv.New(fakedrv.Options{LaxContext: true, DeviceCount: 2})
-	defer d.Close()
-	var errs []error
-	var ord uint64
-	onThread(func() {
-		p, err := d.MemAlloc(16)
-		errs = append(errs, err, d.MemFree(p))
-		c, err := d.DevicePrimaryCtxRetain(1)
-		errs = append(errs, err, d.CtxSetCurrent(c))
-	})
-	onThread(func() {
-		p, err := d.MemAlloc(16)
-		errs = append(errs, err)
-		ord, err = d.PointerGetAttribute(cudadrv.PointerAttrDeviceOrdinal, p)
-		errs = append(errs, err, d.MemFree(p), d.DevicePrimaryCtxRelease(1))
-	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	if ord != 1 {
-		t.Errorf("lax allocation on device %d, want 1 (the context set last)", ord)
-	}
-}
-
 // TestInstall: one owner at a time, nesting within the owner's subtests,
 // and restore puts back the previous driver once.
 func TestInstall(t *testing.T) {

@@ -45,8 +45,8 @@
 //     Work on an explicit stream or event takes the context from its handle
 //     and needs none current, but fails with CUDA_ERROR_INVALID_CONTEXT when
 //     another context than the stream's is current. Frees, destroys,
-//     unregistrations and pointer queries need no context. Options.LaxContext
-//     turns the check off. Memory calls use the device of the current context.
+//     unregistrations and pointer queries need no context. Memory calls use
+//     the device of the current context.
 //   - Modules: ModuleLoadData accepts PTX-like text (beginning with "//" or
 //     ".version" after white space) and ELF images; ModuleGetFunction finds
 //     kernels registered with RegisterKernel, whose Go function runs in
@@ -137,12 +137,6 @@ type Options struct {
 	// before failing with CUDA_ERROR_LAUNCH_TIMEOUT; 0 means
 	// DefaultWaitTimeout, negative means wait forever.
 	WaitTimeout time.Duration
-	// LaxContext turns off the per-thread context check: a call that needs
-	// a context and finds none current on its thread uses the context set
-	// last on any thread (device 0 when none was), and explicit streams
-	// accept any current context. It exists for tests written before the
-	// check; code under test should not need it.
-	LaxContext bool
 }
 
 type device struct {
@@ -166,9 +160,7 @@ type Driver struct {
 	rules []*rule
 	hook  func(op string) cudadrv.Result
 
-	lax      bool                               // Options.LaxContext
 	cur      map[int]cudadrv.Context            // the context current on each OS thread
-	lastSet  cudadrv.Context                    // the context set last on any thread, for lax
 	contexts map[cudadrv.Context]cudadrv.Device // created (non-primary) contexts
 	nextCtx  uintptr
 
@@ -209,7 +201,6 @@ func New(opts Options) *Driver {
 		version:        opts.DriverVersion,
 		timeout:        opts.WaitTimeout,
 		calls:          map[string]int{},
-		lax:            opts.LaxContext,
 		cur:            map[int]cudadrv.Context{},
 		contexts:       map[cudadrv.Context]cudadrv.Device{},
 		nextCtx:        0xc1000000,
@@ -761,7 +752,6 @@ func (d *Driver) CtxCreate(flags uint32, dev cudadrv.Device) (cudadrv.Context, e
 	c := cudadrv.Context(d.nextCtx)
 	d.contexts[c] = dev
 	d.cur[threadID()] = c
-	d.lastSet = c
 	return c, nil
 }
 
@@ -804,7 +794,6 @@ func (d *Driver) CtxSetCurrent(ctx cudadrv.Context) error {
 		delete(d.cur, threadID())
 	} else {
 		d.cur[threadID()] = ctx
-		d.lastSet = ctx
 	}
 	return nil
 }
@@ -827,9 +816,6 @@ func (d *Driver) uncurrent(ctx cudadrv.Context) {
 			delete(d.cur, tid)
 		}
 	}
-	if d.lastSet == ctx {
-		d.lastSet = 0
-	}
 }
 
 // ctxDevice returns the device of a live context.
@@ -845,17 +831,9 @@ func (d *Driver) ctxDevice(c cudadrv.Context) (cudadrv.Device, bool) {
 
 // needCtx returns the context current on the calling OS thread and its
 // device, for a call that works in the current context; without one it
-// fails with CUDA_ERROR_INVALID_CONTEXT (unless the driver is lax). d.mu
-// must be held.
+// fails with CUDA_ERROR_INVALID_CONTEXT. d.mu must be held.
 func (d *Driver) needCtx(op string) (cudadrv.Context, cudadrv.Device, error) {
 	c := d.cur[threadID()]
-	if d.lax {
-		if c == 0 {
-			c = d.lastSet
-		}
-		dev, _ := d.ctxDevice(c)
-		return c, dev, nil
-	}
 	if c == 0 {
 		return 0, 0, errorWhy(op, cudadrv.ErrorInvalidContext, "no context is current on the calling OS thread %d (make one current with cuCtxSetCurrent from a goroutine locked to its thread)", threadID())
 	}

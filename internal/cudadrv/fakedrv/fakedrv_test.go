@@ -735,7 +735,10 @@ func TestErrorNames(t *testing.T) {
 }
 
 func TestClose(t *testing.T) {
-	d := fakedrv.New(fakedrv.Options{LaxContext: true})
+	d := fakedrv.New(fakedrv.Options{})
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ok(t, d.CtxSetCurrent(must[cudadrv.Context](t)(d.DevicePrimaryCtxRetain(0))))
 	p := must[unsafe.Pointer](t)(d.MemHostAlloc(10, 0))
 	_ = p
 	ok(t, d.Close())

@@ -69,7 +69,7 @@ func (d *Driver) streamOf(op string, h cudadrv.Stream) (*stream, error) {
 		}
 		return s, nil
 	}
-	if c := d.cur[threadID()]; !d.lax && c != 0 && s.ctx != 0 && c != s.ctx {
+	if c := d.cur[threadID()]; c != 0 && s.ctx != 0 && c != s.ctx {
 		return nil, errorWhy(op, cudadrv.ErrorInvalidContext, "stream %#x belongs to context %#x, but context %#x is current on the calling thread", uintptr(h), uintptr(s.ctx), uintptr(c))
 	}
 	return s, nil
