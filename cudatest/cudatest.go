@@ -66,7 +66,20 @@ func Install(t testing.TB, opts ...Option) *Driver {
 // testing.TB, such as a TestMain or an example; Close uninstalls it. Tests
 // may Install their own fakes over it. Start fails with an error matching
 // ErrInstalled while a test's fake is installed, and with one matching
-// cuda.ErrInvalidValue for an invalid option.
+// cuda.ErrInvalidValue for an invalid option. For a whole test binary:
+//
+//	func TestMain(m *testing.M) {
+//		d, err := cudatest.Start()
+//		if err != nil {
+//			log.Fatal(err)
+//		}
+//		code := m.Run()
+//		if err := d.Close(); err != nil { // leaks
+//			log.Print(err)
+//			code = 1
+//		}
+//		os.Exit(code)
+//	}
 func Start(opts ...Option) (*Driver, error) { return start("", opts) }
 
 func start(owner string, opts []Option) (*Driver, error) {
