@@ -27,12 +27,14 @@
 //
 // A test can make driver calls fail by name and count (FailOn, FailAsync),
 // hold streams so that queued work waits, as on a busy or hung GPU
-// (HoldStream, HoldAll), count calls (Calls), and check that every object
-// it created was released (Leaks, CheckLeaks; Install checks at cleanup).
+// (HoldStream, HoldAll), count calls (Calls), give a kernel a Go body
+// (RegisterKernel), and check that every object it created was released
+// (Leaks, CheckLeaks; Install checks at cleanup).
 //
 // What it does not do: it has no timing model (copies take no time to
-// speak of), runs no real kernels, and says nothing about how fast, or even
-// whether, the code works on a GPU. A test that passes here proves the
+// speak of), runs no device code (a kernel is the Go function registered
+// for its name), and says nothing about how fast, or even whether, the code
+// works on a GPU. A test that passes here proves the
 // logic and the error paths of the code above the driver, never a GPU
 // result; run the same tests on a machine with a GPU for that.
 //

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pinmem/pinmem/cuda"
@@ -59,5 +60,74 @@ func TestPoolAndPipeline(t *testing.T) {
 	var ce *cuda.Error
 	if !errors.As(err, &ce) || ce.Name != "CUDA_ERROR_ILLEGAL_ADDRESS" {
 		t.Errorf("Run with a faulting copy: %v, want CUDA_ERROR_ILLEGAL_ADDRESS", err)
+	}
+}
+
+// TestKernelInPipeline: a Pipeline whose Work launches a registered fake
+// kernel runs the kernel's Go body on every chunk, in stream order; an
+// error from the body fails the Run as a faulting kernel would.
+func TestKernelInPipeline(t *testing.T) {
+	d := cudatest.Install(t)
+	ctx := primary(t)
+	var fail atomic.Bool
+	err := d.RegisterKernel("invert", 2, func(k *cudatest.Kernel) error {
+		if fail.Load() {
+			return errors.New("boom")
+		}
+		mem, err := k.Mem(cuda.DevicePtr(k.Arg(0)), int(k.Arg(1)))
+		if err != nil {
+			return err
+		}
+		for i := range mem {
+			mem[i] = ^mem[i]
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := ctx.LoadModule([]byte("// fake PTX\n.version 8.0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mod.Unload()
+	fn, err := mod.Function("invert")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := transfer.New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pl, err := c.NewPipeline(transfer.PipelineConfig{
+		ChunkSize: 32 << 10,
+		Work: transfer.LaunchWork(fn, cuda.D1(1), cuda.D1(256), func(ch transfer.Chunk) []any {
+			return []any{ch.Dev.Ptr(), uint64(ch.Len)}
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	in := pattern(200<<10+9, 5)
+	out := make([]byte, len(in))
+	if _, err := pl.Run(context.Background(), in, out); err != nil {
+		t.Fatal(err)
+	}
+	for i := range in {
+		if out[i] != ^in[i] {
+			t.Fatalf("byte %d: %#x in, %#x out, want the kernel's inverse", i, in[i], out[i])
+		}
+	}
+	fail.Store(true)
+	if _, err := pl.Run(context.Background(), in, out); !errors.Is(err, cuda.ErrLaunchFailed) {
+		t.Errorf("Run with a failing kernel: %v, want ErrLaunchFailed", err)
+	}
+	if err := d.RegisterKernel("", 0, nil); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("RegisterKernel with no name: %v", err)
+	}
+	if err := d.RegisterKernel("k", 65, nil); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("RegisterKernel with 65 arguments: %v", err)
 	}
 }
