@@ -23,7 +23,7 @@ func TestPoolAndPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	defer p.Close(context.Background())
 	c, err := transfer.New(ctx)
 	if err != nil {
 		t.Fatal(err)
