@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
@@ -28,6 +29,7 @@ type Driver struct {
 	fake      *fakedrv.Driver
 	restore   func()
 	before    map[trackKey]bool // pinmem's tracked objects live at install
+	pinned    pinmem.Usage      // pinmem's ledger at install
 	leakCheck bool
 
 	closeOnce sync.Once
@@ -103,7 +105,7 @@ func start(owner string, opts []Option) (*Driver, error) {
 		}
 		return nil, fmt.Errorf("cudatest: %w", err)
 	}
-	return &Driver{fake: fake, restore: restore, before: before, leakCheck: !cfg.noLeaks}, nil
+	return &Driver{fake: fake, restore: restore, before: before, pinned: pinmem.Stats().Pinned, leakCheck: !cfg.noLeaks}, nil
 }
 
 // Close uninstalls the fake, putting back the driver that was there before
@@ -294,7 +296,8 @@ func (d *Driver) Live() Objects {
 
 // Leaks returns nil when nothing is left: no stream, event, module,
 // created context, device allocation, pinned allocation or registration is
-// live in the fake, no queued work is still waiting, and pinmem's own
+// live in the fake, no queued work is still waiting, pinmem's ledger
+// (pinmem.Stats().Pinned) is back where it was at install, and pinmem's own
 // record of the driver objects it made has none left from this driver.
 // Otherwise it returns an error matching ErrLeak that lists what is left
 // and, for pinmem's objects, the stack that created each. Primary contexts
@@ -321,6 +324,9 @@ func (d *Driver) Leaks() error {
 	add(c.PinnedAllocs, c.PinnedBytes, "pinned allocation(s)")
 	add(c.Registrations, c.RegisteredBytes, "registration(s)")
 	add(c.PendingOps, 0, "queued operation(s) that never ran")
+	if p := pinmem.Stats().Pinned; p != d.pinned {
+		parts = append(parts, fmt.Sprintf("pinmem's ledger counts %d bytes pinned in %d buffer(s), %d bytes in %d at install", p.Bytes, p.Buffers, d.pinned.Bytes, d.pinned.Buffers))
+	}
 	var b strings.Builder
 	for _, o := range track.Live() {
 		if d.before[trackKey{o.Kind, o.ID}] {

@@ -18,8 +18,8 @@ const module = "github.com/pinmem/pinmem"
 var layer = map[string]int{
 	"internal/hostptr": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0,
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
-	"internal/testutil": 2, "": 2, "cudatest": 2,
-	"pool":     3,
+	"internal/testutil": 2, "": 2,
+	"pool": 3, "cudatest": 3,
 	"transfer": 4, "prom": 4, "expvars": 4,
 	"internal/bench": 5, "internal/diag": 5,
 	"cmd/pinmem": 6,
