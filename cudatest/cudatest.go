@@ -150,7 +150,7 @@ func Always() When { return When{always: true, set: true} }
 // "cuStreamCreate", "cuMemcpyHtoDAsync_v2".
 func Ops() []string { return fakedrv.Ops() }
 
-func (d *Driver) fault(what, op string, when When, code result, async bool) error {
+func (d *Driver) fault(what, op string, when When, code cuda.Result, async bool) error {
 	if d == nil {
 		return invalid("%s of a nil Driver", what)
 	}
@@ -166,8 +166,8 @@ func (d *Driver) fault(what, op string, when When, code result, async bool) erro
 	case nth < 1:
 		return invalid("%s(%q, Nth(%d)): n must be at least 1", what, op, nth)
 	}
-	if code == 0 {
-		return invalid("%s(%q): code 0 is CUDA_SUCCESS, not a failure", what, op)
+	if code == cuda.ResultSuccess {
+		return invalid("%s(%q): cuda.ResultSuccess is not a failure", what, op)
 	}
 	if async {
 		return d.fake.FailAsync(op, nth, cudadrv.Result(code))
@@ -176,13 +176,14 @@ func (d *Driver) fault(what, op string, when When, code result, async bool) erro
 }
 
 // FailOn makes the calls of driver function op that when selects fail with
-// the CUDA error code (a CUresult, e.g. 2 for CUDA_ERROR_OUT_OF_MEMORY),
-// without effect, as the driver fails a call. The error pinmem then returns
-// matches the cuda sentinel of the code (cuda.ErrOutOfMemory for 2) and is
-// a *cuda.Error. Rules add up: each counts the calls of its op from the
-// moment it was made. FailOn returns an error matching cuda.ErrInvalidValue
-// for an op not in Ops, a zero When or code 0.
-func (d *Driver) FailOn(op string, when When, code result) error {
+// code, without effect, as the driver fails a call. The error pinmem then
+// returns is a *cuda.Error with that code and matches the code's cuda
+// sentinel (cuda.ResultOutOfMemory matches cuda.ErrOutOfMemory). Any
+// CUresult may be given, with or without a constant in package cuda. Rules
+// add up: each counts the calls of its op from the moment it was made.
+// FailOn returns an error matching cuda.ErrInvalidValue for an op not in
+// Ops, a zero When or cuda.ResultSuccess.
+func (d *Driver) FailOn(op string, when When, code cuda.Result) error {
 	return d.fault("FailOn", op, when, code, false)
 }
 
@@ -190,7 +191,7 @@ func (d *Driver) FailOn(op string, when When, code result) error {
 // on a stream): the call succeeds, and the work fails when it runs, so the
 // next synchronization of its stream or context reports code, as a GPU
 // reports a fault.
-func (d *Driver) FailAsync(op string, when When, code result) error {
+func (d *Driver) FailAsync(op string, when When, code cuda.Result) error {
 	return d.fault("FailAsync", op, when, code, true)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/cudatest"
+	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/transfer"
 )
 
@@ -69,11 +70,11 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(buf.Bytes(), pattern(1<<20, 2))
-	if err := ctx.CopyHtoD(dst.Ptr(), buf.Bytes()); err != nil {
+	if err := dst.Write(0, buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	back := make([]byte, 1<<20)
-	if err := ctx.CopyDtoH(back, dst.Ptr()); err != nil {
+	if err := dst.Read(0, back); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(back, buf.Bytes()) {
@@ -99,7 +100,7 @@ func TestDeviceOptions(t *testing.T) {
 			Name:       "Fake Orin",
 			Memory:     8 << 30,
 			PCIBusID:   "0000:02:00.0",
-			Attributes: map[cuda.Attribute]int{18: 1, 19: 0},
+			Attributes: map[cuda.Attribute]int{cuda.AttrIntegrated: 1, cuda.AttrCanMapHostMemory: 0},
 		}))
 	if v, err := cuda.DriverVersion(); err != nil || v != 12040 {
 		t.Errorf("DriverVersion = %d, %v; want 12040", v, err)
@@ -290,7 +291,7 @@ func TestFailOn(t *testing.T) {
 		}
 		return err
 	}
-	if err := d.FailOn("cuMemAlloc_v2", cudatest.Nth(2), 2); err != nil {
+	if err := d.FailOn("cuMemAlloc_v2", cudatest.Nth(2), cuda.ResultOutOfMemory); err != nil {
 		t.Fatal(err)
 	}
 	var got []bool
@@ -301,19 +302,19 @@ func TestFailOn(t *testing.T) {
 		t.Errorf("Nth(2): allocations failed %v, want %v", got, want)
 	}
 
-	if err := d.FailOn("cuMemAlloc_v2", cudatest.Once(), 1); err != nil {
+	if err := d.FailOn("cuMemAlloc_v2", cudatest.Once(), cuda.ResultInvalidValue); err != nil {
 		t.Fatal(err)
 	}
 	err := alloc()
 	var ce *cuda.Error
-	if !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &ce) || ce.Code != 1 || ce.Name != "CUDA_ERROR_INVALID_VALUE" {
+	if !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &ce) || ce.Code != cuda.ResultInvalidValue || ce.Name != "CUDA_ERROR_INVALID_VALUE" {
 		t.Errorf("Once with code 1: %v, want a *cuda.Error CUDA_ERROR_INVALID_VALUE", err)
 	}
 	if err := alloc(); err != nil {
 		t.Errorf("after Once: %v", err)
 	}
 
-	if err := d.FailOn("cuMemAlloc_v2", cudatest.Always(), 2); err != nil {
+	if err := d.FailOn("cuMemAlloc_v2", cudatest.Always(), cuda.ResultOutOfMemory); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
@@ -327,10 +328,10 @@ func TestFailOn(t *testing.T) {
 	}
 
 	for i, err := range []error{
-		d.FailOn("cuMemAlloc", cudatest.Once(), 2),
-		d.FailOn("cuMemAlloc_v2", cudatest.When{}, 2),
-		d.FailOn("cuMemAlloc_v2", cudatest.Nth(0), 2),
-		d.FailOn("cuMemAlloc_v2", cudatest.Once(), 0),
+		d.FailOn("cuMemAlloc", cudatest.Once(), cuda.ResultOutOfMemory),
+		d.FailOn("cuMemAlloc_v2", cudatest.When{}, cuda.ResultOutOfMemory),
+		d.FailOn("cuMemAlloc_v2", cudatest.Nth(0), cuda.ResultOutOfMemory),
+		d.FailOn("cuMemAlloc_v2", cudatest.Once(), cuda.ResultSuccess),
 	} {
 		if !errors.Is(err, cuda.ErrInvalidValue) {
 			t.Errorf("invalid rule %d: %v, want ErrInvalidValue", i, err)
@@ -371,7 +372,7 @@ func TestFailAsync(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer buf.Free()
-	if err := d.FailAsync("cuMemsetD8Async", cudatest.Once(), 719); err != nil {
+	if err := d.FailAsync("cuMemsetD8Async", cudatest.Once(), cuda.ResultLaunchFailed); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Memset(buf.Ptr(), 9, 64); err != nil {
@@ -537,7 +538,7 @@ func TestLeaks(t *testing.T) {
 }
 
 // TestContextPerThread: a context is current on the OS thread that
-// entered it, whatever other threads do, as in CUDA.
+// entered it, whatever other threads enter meanwhile, as in CUDA.
 func TestContextPerThread(t *testing.T) {
 	cudatest.Install(t)
 	ctx := primary(t)
@@ -546,26 +547,26 @@ func TestContextPerThread(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Destroy()
-	entered, switched := make(chan struct{}), make(chan struct{})
+	aIn, bIn, checked := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var got uintptr
 	done := make(chan error, 2)
 	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		err := ctx.Do(func() error { return nil })
-		close(entered)
-		<-switched
-		if err == nil {
-			got, err = cuda.CurrentContextHandle()
-		}
-		done <- err
+		done <- ctx.Do(func() error {
+			close(aIn)
+			<-bIn
+			var err error
+			got, err = currentContext()
+			close(checked)
+			return err
+		})
 	}()
 	go func() {
-		<-entered
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		done <- other.Do(func() error { return nil })
-		close(switched)
+		<-aIn
+		done <- other.Do(func() error {
+			close(bIn)
+			<-checked
+			return nil
+		})
 	}()
 	for range 2 {
 		if err := <-done; err != nil {
@@ -573,6 +574,18 @@ func TestContextPerThread(t *testing.T) {
 		}
 	}
 	if got != ctx.Handle() {
-		t.Errorf("current context %#x after another thread entered %#x, want %#x (the one this thread entered)", got, other.Handle(), ctx.Handle())
+		t.Errorf("current context %#x while another thread has %#x entered, want %#x (the one this thread entered)", got, other.Handle(), ctx.Handle())
 	}
+}
+
+// currentContext asks the installed driver which context is current on the
+// calling OS thread; pinmem's API has no such question, since every call
+// makes its own context current.
+func currentContext() (uintptr, error) {
+	d, err := cudadrv.Get()
+	if err != nil {
+		return 0, err
+	}
+	c, err := d.CtxGetCurrent()
+	return uintptr(c), err
 }

@@ -7,7 +7,7 @@
 //	func TestUpload(t *testing.T) {
 //		d := cudatest.Install(t)
 //		// ... code that uses pinmem, cuda and transfer ...
-//		d.FailOn("cuMemcpyHtoDAsync_v2", cudatest.Once(), 719)
+//		d.FailOn("cuMemcpyHtoDAsync_v2", cudatest.Once(), cuda.ResultLaunchFailed)
 //		// ... check that the failure surfaces as cuda.ErrLaunchFailed ...
 //	} // the cleanup fails t if a stream, event, allocation or registration is left
 //

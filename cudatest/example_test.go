@@ -29,7 +29,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	if err := d.FailOn("cuMemAlloc_v2", cudatest.Once(), 2); err != nil {
+	if err := d.FailOn("cuMemAlloc_v2", cudatest.Once(), cuda.ResultOutOfMemory); err != nil {
 		fmt.Println(err)
 		return
 	}

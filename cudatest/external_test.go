@@ -88,7 +88,7 @@ func TestRoundTripAndFault(t *testing.T) {
 	}
 
 	// The next host-to-device copy fails as a faulting GPU's would.
-	if err := d.FailOn("cuMemcpyHtoDAsync_v2", cudatest.Once(), 719); err != nil {
+	if err := d.FailOn("cuMemcpyHtoDAsync_v2", cudatest.Once(), cuda.ResultLaunchFailed); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.HtoD(context.Background(), buf, in)

@@ -39,10 +39,10 @@ type DeviceSpec struct {
 	// PCIBusID is the PCI address, e.g. "0000:18:00.0"; "" means one derived
 	// from the ordinal.
 	PCIBusID string
-	// Attributes override device attributes of the default device, by
-	// CUdevice_attribute number (for example 18, integrated, set to 1 for an
-	// integrated GPU; 19, can map host memory, set to 0 for a device without
-	// mapped pinned memory). Attributes the default device lacks read as 0.
+	// Attributes override attributes of the default device: for example
+	// cuda.AttrIntegrated: 1 for an integrated GPU, or
+	// cuda.AttrCanMapHostMemory: 0 for a device without mapped pinned memory.
+	// Attributes the default device lacks read as 0.
 	Attributes map[cuda.Attribute]int
 }
 

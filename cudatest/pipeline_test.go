@@ -53,7 +53,7 @@ func TestPoolAndPipeline(t *testing.T) {
 		t.Fatal("the Pipeline's round trip changed the bytes")
 	}
 
-	if err := d.FailAsync("cuMemcpyDtoHAsync_v2", cudatest.Nth(3), 700); err != nil {
+	if err := d.FailAsync("cuMemcpyDtoHAsync_v2", cudatest.Nth(3), cuda.ResultIllegalAddress); err != nil {
 		t.Fatal(err)
 	}
 	_, err = pl.Run(context.Background(), in.Bytes(), out.Bytes())

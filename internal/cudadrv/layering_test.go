@@ -36,6 +36,7 @@ var bindingImporters = map[string]string{
 	"":                         "the host-memory face of the driver beside cuda: cuMemHostAlloc/Register, mapped pointers, pointer attributes, with the ledger that accounts for them",
 	"internal/diag":            "doctor reports which driver library is loaded and the variable that chooses it",
 	"internal/testutil":        "tests install the fake driver and detect the real one",
+	"cudatest":                 "hands users' options, faults, stream holds and kernels to the fake driver, whose API speaks the binding's types (CUresult, attributes, handles)",
 }
 
 // TestLayering is pinmem's depguard: only internal/cudadrv (and its fake)

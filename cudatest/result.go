@@ -1,5 +1,0 @@
-package cudatest
-
-import "github.com/pinmem/pinmem/internal/cudadrv"
-
-type result = cudadrv.Result
