@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pinmem/pinmem"
@@ -33,6 +34,7 @@ type Driver struct {
 	leakCheck bool
 
 	closeOnce sync.Once
+	closed    atomic.Bool
 	closeErr  error
 }
 
@@ -57,6 +59,9 @@ func Install(t testing.TB, opts ...Option) *Driver {
 	}
 	t.Cleanup(func() {
 		t.Helper()
+		if d.closed.Load() {
+			return // the test closed it and had the leaks reported by Close
+		}
 		if err := d.Close(); err != nil && d.leakCheck {
 			t.Error(err)
 		}
@@ -112,13 +117,14 @@ func start(owner string, opts []Option) (*Driver, error) {
 // Install or Start, and releases the memory the fake holds. It returns what
 // Leaks returned just before. Calls to the fake after Close fail with
 // CUDA_ERROR_DEINITIALIZED. A second Close returns the first one's result.
-// Install closes the driver at cleanup; Close it earlier only to check the
-// leaks yourself.
+// Install closes the driver at cleanup and reports the leaks; a test that
+// calls Close itself gets them from Close instead.
 func (d *Driver) Close() error {
 	if d == nil {
 		return invalid("Close of a nil Driver")
 	}
 	d.closeOnce.Do(func() {
+		d.closed.Store(true)
 		d.closeErr = d.Leaks()
 		d.restore()
 		_ = d.fake.Close()
@@ -202,8 +208,8 @@ func (d *Driver) ClearFaults() {
 	}
 }
 
-// Calls returns how many times the driver function op was called since
-// Install, including calls that failed.
+// Calls returns how many times the driver function op was called since the
+// fake was installed, including calls that failed.
 func (d *Driver) Calls(op string) int {
 	if d == nil {
 		return 0

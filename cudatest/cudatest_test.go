@@ -535,6 +535,22 @@ func TestLeaks(t *testing.T) {
 			t.Errorf("the cleanup reported %q, want the leaked device allocation", rec.errs)
 		}
 	})
+	// A test that closes the fake itself gets the leaks from Close, and the
+	// cleanup does not report them again.
+	t.Run("closed", func(t *testing.T) {
+		rec := &recorder{TB: t, name: t.Name()}
+		var closeErr error
+		rec.run(func(tb testing.TB) {
+			d := cudatest.Install(tb)
+			if _, err := primary(t).Alloc(64); err != nil {
+				t.Error(err)
+			}
+			closeErr = d.Close()
+		})
+		if !errors.Is(closeErr, cudatest.ErrLeak) || len(rec.errs) != 0 {
+			t.Errorf("Close = %v and the cleanup reported %q; want the leak from Close only", closeErr, rec.errs)
+		}
+	})
 }
 
 // TestContextPerThread: a context is current on the OS thread that

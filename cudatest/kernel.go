@@ -19,19 +19,32 @@ type Kernel struct {
 }
 
 // NumArgs returns how many arguments the kernel takes.
-func (k *Kernel) NumArgs() int { return len(k.call.Args) }
+func (k *Kernel) NumArgs() int {
+	if k == nil || k.call == nil {
+		return 0
+	}
+	return len(k.call.Args)
+}
 
 // Arg returns argument i as cuda.Function.Launch passed it: the value in the
 // low bytes of an 8-byte little-endian slot (a cuda.DevicePtr, an integer,
 // the bits of a float, 0 or 1 for a bool), or 0 for an argument the kernel
 // does not take.
-func (k *Kernel) Arg(i int) uint64 { return k.call.Uint64(i) }
+func (k *Kernel) Arg(i int) uint64 {
+	if k == nil || k.call == nil {
+		return 0
+	}
+	return k.call.Uint64(i)
+}
 
 // Mem returns the n bytes of device memory (or mapped pinned memory) at p,
 // for the body to read and write. It fails with an error matching
 // cuda.ErrInvalidValue unless all n bytes are allocated. The slice is
 // valid only while the body runs.
 func (k *Kernel) Mem(p cuda.DevicePtr, n int) ([]byte, error) {
+	if k == nil || k.call == nil {
+		return nil, invalid("Mem of a nil Kernel")
+	}
 	if n < 0 {
 		return nil, invalid("Kernel.Mem(%#x, %d): negative size", uint64(p), n)
 	}
