@@ -30,6 +30,22 @@ func primary(t *testing.T) *cuda.Context {
 	return ctx
 }
 
+// newCopier returns a Copier on ctx that is closed, and its Close checked,
+// when t ends (before Install's leak check, which was registered earlier).
+func newCopier(t *testing.T, ctx *cuda.Context) *transfer.Copier {
+	t.Helper()
+	c, err := transfer.New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(context.Background()); err != nil {
+			t.Errorf("closing the Copier: %v", err)
+		}
+	})
+	return c
+}
+
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -43,11 +59,7 @@ func pattern(n int, seed byte) []byte {
 func TestRoundTrip(t *testing.T) {
 	d := cudatest.Install(t)
 	ctx := primary(t)
-	c, err := transfer.New(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCopier(t, ctx)
 	dst, err := ctx.Alloc(3<<20 + 5)
 	if err != nil {
 		t.Fatal(err)
@@ -440,15 +452,12 @@ func TestHoldStream(t *testing.T) {
 }
 
 // TestHoldAll: a Copier's transfer on a busy GPU waits until the work is
-// released; on a hung one it fails once WaitTimeout has passed.
+// released; on a hung one it gives up when its context ends, and a call
+// with no deadline fails once WaitTimeout has passed.
 func TestHoldAll(t *testing.T) {
 	d := cudatest.Install(t, cudatest.WaitTimeout(100*time.Millisecond))
 	ctx := primary(t)
-	c, err := transfer.New(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCopier(t, ctx)
 	dst, err := ctx.Alloc(1 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -473,7 +482,19 @@ func TestHoldAll(t *testing.T) {
 	}
 
 	d.HoldAll()
+	tctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
 	start := time.Now()
+	if _, err := c.HtoD(tctx, dst, in); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 90*time.Millisecond {
+		t.Errorf("HtoD with a 20ms context on a hung GPU: %v after %v, want context.DeadlineExceeded before WaitTimeout", err, time.Since(start))
+	}
+	d.ReleaseAll()
+	if _, err := c.HtoD(context.Background(), dst, in); err != nil {
+		t.Fatalf("HtoD once the GPU is released: %v", err)
+	}
+
+	d.HoldAll()
+	start = time.Now()
 	_, err = c.HtoD(context.Background(), dst, in)
 	var ce *cuda.Error
 	if !errors.As(err, &ce) || ce.Name != "CUDA_ERROR_LAUNCH_TIMEOUT" || time.Since(start) < 90*time.Millisecond {

@@ -50,7 +50,11 @@ func setup(t *testing.T) (*cuda.Context, *transfer.Copier, *cuda.DeviceBuffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() {
+		if err := c.Close(context.Background()); err != nil {
+			t.Errorf("closing the Copier: %v", err)
+		}
+	})
 	buf, err := ctx.Alloc(5<<20 + 77)
 	if err != nil {
 		t.Fatal(err)

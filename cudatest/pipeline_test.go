@@ -13,6 +13,22 @@ import (
 	"github.com/pinmem/pinmem/transfer"
 )
 
+// newPipeline returns a Pipeline of c that is closed, and its Close checked,
+// when t ends.
+func newPipeline(t *testing.T, c *transfer.Copier, opts ...transfer.PipelineOption) *transfer.Pipeline {
+	t.Helper()
+	pl, err := c.NewPipeline(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := pl.Close(context.Background()); err != nil {
+			t.Errorf("closing the Pipeline: %v", err)
+		}
+	})
+	return pl
+}
+
 // TestPoolAndPipeline: a pool's pinned blocks feed a Copier's Pipeline on
 // the fake; an asynchronous fault in one chunk's copy back stops the Run
 // with the driver's error; everything is released at the end.
@@ -23,17 +39,13 @@ func TestPoolAndPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close(context.Background())
-	c, err := transfer.New(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	pl, err := c.NewPipeline(transfer.PipelineConfig{ChunkSize: 64 << 10, Streams: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pl.Close()
+	t.Cleanup(func() {
+		if err := p.Close(context.Background()); err != nil {
+			t.Errorf("closing the pool: %v", err)
+		}
+	})
+	c := newCopier(t, ctx)
+	pl := newPipeline(t, c, transfer.WithChunkSize(64<<10), transfer.WithStreamCount(2))
 
 	in, err := p.Get(1<<20 + 100)
 	if err != nil {
@@ -95,21 +107,11 @@ func TestKernelInPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := transfer.New(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	pl, err := c.NewPipeline(transfer.PipelineConfig{
-		ChunkSize: 32 << 10,
-		Work: transfer.LaunchWork(fn, cuda.D1(1), cuda.D1(256), func(ch transfer.Chunk) []any {
+	c := newCopier(t, ctx)
+	pl := newPipeline(t, c, transfer.WithChunkSize(32<<10),
+		transfer.WithWork(transfer.LaunchWork(fn, cuda.D1(1), cuda.D1(256), func(ch transfer.Chunk) []any {
 			return []any{ch.Dev.Ptr(), uint64(ch.Len)}
-		}),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pl.Close()
+		})))
 	in := pattern(200<<10+9, 5)
 	out := make([]byte, len(in))
 	if _, err := pl.Run(context.Background(), in, out); err != nil {
