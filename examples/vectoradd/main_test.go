@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/pinmem/pinmem/examples/internal/extest"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+//go:embed kernel.cu
+var kernelSource []byte
+
+// full makes TestOnGPU run the example's default sizes and repetitions.
+var full = flag.Bool("full", false, "TestOnGPU: run the full sizes (16 MiB and 256 MiB, 10 runs)")
+
+// envCref names the C baseline binary (cref/bin/vectoradd) for TestOnGPU.
+const envCref = "PINMEM_CREF_VECTORADD"
+
+func TestMain(m *testing.M) { extest.Main(m, main) }
+
+func TestKernelPTX(t *testing.T) {
+	extest.Check(t, kernelSource, kernelPTX, "vector_add")
+}
+
+func TestFlags(t *testing.T) {
+	cfg, err := parseFlags(nil, io.Discard)
+	if err != nil || len(cfg.sizes) != 2 || cfg.sizes[0] != 16<<20 || cfg.sizes[1] != 256<<20 || cfg.reps != 10 {
+		t.Errorf("defaults = %+v, %v", cfg, err)
+	}
+	for _, bad := range [][]string{{"-sizes", "0"}, {"-sizes", "3"}, {"-sizes", "1MB"}, {"-reps", "0"}, {"extra"}} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("parseFlags(%q) accepted", bad)
+		}
+	}
+}
+
+// useFake installs the fake driver with vector_add as a Go function; wrong,
+// when true, makes it add one to element 5.
+func useFake(t *testing.T, wrong bool) {
+	d := testutil.UseFake(t, fakedrv.Options{})
+	d.RegisterKernel("vector_add", []int{8, 8, 8, 8}, func(k *fakedrv.KernelCall) error {
+		n := k.Uint64(3) * 4
+		a, err := k.Mem(k.Ptr(0), n)
+		if err != nil {
+			return err
+		}
+		b, err := k.Mem(k.Ptr(1), n)
+		if err != nil {
+			return err
+		}
+		c, err := k.Mem(k.Ptr(2), n)
+		if err != nil {
+			return err
+		}
+		for i := uint64(0); i < n; i += 4 {
+			s := math.Float32frombits(binary.LittleEndian.Uint32(a[i:])) + math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))
+			if wrong && i == 20 {
+				s++
+			}
+			binary.LittleEndian.PutUint32(c[i:], math.Float32bits(s))
+		}
+		return nil
+	})
+}
+
+// TestRunOnFakeDriver runs the example on the fake driver: every mode's
+// copies and kernel run, every element is checked, and the report names
+// the article's claim.
+func TestRunOnFakeDriver(t *testing.T) {
+	useFake(t, false)
+	var out strings.Builder
+	res, err := run(context.Background(), config{sizes: []int{64 << 10, 1 << 20}, reps: 2}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 6 {
+		t.Fatalf("%d rows, want 6 (2 sizes x 3 modes)", len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		if r.Total <= 0 || r.Transfer() > r.Total {
+			t.Errorf("row %+v: total %v, transfer %v", r, r.Total, r.Transfer())
+		}
+	}
+	for _, want := range []string{"article:  pinned memory about halves the transfer: 15.000 ms -> 8.000 ms", "measured: 1 MiB: pageable"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestWrongResultIsAnError checks that a kernel computing one element wrong
+// makes run fail, naming the element.
+func TestWrongResultIsAnError(t *testing.T) {
+	useFake(t, true)
+	_, err := run(context.Background(), config{sizes: []int{64 << 10}, reps: 1}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "c[5]") {
+		t.Fatalf("run with a wrong kernel = %v, want an error naming c[5]", err)
+	}
+}
+
+func TestWithoutGPU(t *testing.T) {
+	extest.CheckNoGPU(t, "vectoradd", "-sizes", "1MiB", "-reps", "1")
+}
+
+// TestOnGPU runs the example on the GPU (small sizes unless -full). With
+// PINMEM_CREF_VECTORADD naming the C baseline, it also runs that and fails
+// when the Go pageable transfer is more than 15% slower than C's.
+func TestOnGPU(t *testing.T) {
+	testutil.RequireGPU(t)
+	cfg := config{sizes: []int{16 << 20}, reps: 3}
+	if *full {
+		cfg = config{sizes: []int{16 << 20, 256 << 20}, reps: 10}
+	}
+	cfg.cref = os.Getenv(envCref)
+	var out strings.Builder
+	res, err := run(context.Background(), cfg, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 3*len(cfg.sizes) {
+		t.Fatalf("%d rows, want %d", len(res.Rows), 3*len(cfg.sizes))
+	}
+	if cfg.cref == "" {
+		t.Logf("%s not set: the C baseline was not run", envCref)
+		return
+	}
+	for _, c := range res.C {
+		if c.Kind != "pageable" {
+			continue
+		}
+		g := find(res.Rows, c.Size, "pageable")
+		if r := float64(g.Transfer()) / (c.TransferMS * 1e6); r > 1.15 {
+			t.Errorf("%s pageable: Go transfer %v is %.2fx C's %.3f ms (want within 15%%)", mib(c.Size), g.Transfer(), r, c.TransferMS)
+		}
+	}
+	if len(res.C) == 0 {
+		t.Error(errors.New("the C baseline gave no rows"))
+	}
+}
