@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// CRow is one result line of the C baseline (cref/imagepipeline.c): kind
+// "naive" or "pinned" (Median in frames per second, Streams streams), or
+// "bidir" (Median in GB/s of both directions' bytes).
+type CRow struct {
+	Bench    string  `json:"bench"`
+	Kind     string  `json:"kind"`
+	Width    int     `json:"width"`
+	Height   int     `json:"height"`
+	Streams  int     `json:"streams"`
+	Median   float64 `json:"median"`
+	Verified bool    `json:"verified"`
+}
+
+// compareWithC runs the C baseline on the same kernel.ptx, resolutions,
+// frames, ring and streams, prints its figures beside the Go ones and
+// returns them. The C program checks its output frames itself.
+func compareWithC(ctx context.Context, cfg config, res Result, w io.Writer) ([]CRow, error) {
+	dir, err := os.MkdirTemp("", "imagepipeline-ptx")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ptx := filepath.Join(dir, "kernel.ptx")
+	if err := os.WriteFile(ptx, kernelPTX, 0o644); err != nil {
+		return nil, err
+	}
+	dims := make([]string, len(cfg.res))
+	for i, r := range cfg.res {
+		dims[i] = fmt.Sprintf("%dx%d", r.Width, r.Height)
+	}
+	cmd := exec.CommandContext(ctx, cfg.cref, ptx, "--res", strings.Join(dims, ","),
+		"--frames", strconv.Itoa(cfg.frames), "--ring", strconv.Itoa(cfg.ring),
+		"--streams", strconv.Itoa(cfg.streams), "--reps", strconv.Itoa(cfg.reps))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("C baseline %s: %w: %s", cfg.cref, err, strings.TrimSpace(stderr.String()))
+	}
+	var crows []CRow
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		var r CRow
+		if json.Unmarshal(sc.Bytes(), &r) != nil || r.Bench != "imagepipeline" || r.Median <= 0 {
+			continue
+		}
+		if r.Kind != "bidir" && !r.Verified {
+			return nil, fmt.Errorf("C baseline: %s %dx%d: output not verified", r.Kind, r.Width, r.Height)
+		}
+		crows = append(crows, r)
+	}
+	if len(crows) == 0 {
+		return nil, errors.New("C baseline printed no result line")
+	}
+	fmt.Fprintf(w, "C baseline (%s, same kernel.ptx, same loops, this run):\n", filepath.Base(cfg.cref))
+	for _, r := range cfg.res {
+		c := findC(crows, r, "naive", 1)
+		g := res.row(r, ModeNaive)
+		fmt.Fprintf(w, "  %-6s naive: C %.1f FPS, Go %.1f FPS: Go/C %.2f\n", r.Name, c.Median, g.FPS, g.FPS/c.Median)
+		c = findC(crows, r, "pinned", cfg.streams)
+		g = res.row(r, ModePinnedN)
+		fmt.Fprintf(w, "  %-6s pinned, %d streams: C %.1f FPS, Go %.1f FPS: Go/C %.2f\n", r.Name, cfg.streams, c.Median, g.FPS, g.FPS/c.Median)
+		c = findC(crows, r, "bidir", 2)
+		fmt.Fprintf(w, "  %-6s both directions at once: C %.1f GB/s\n", r.Name, c.Median)
+	}
+	return crows, nil
+}
+
+// findC returns the C row of a resolution, kind and stream count.
+func findC(rows []CRow, r Resolution, kind string, streams int) CRow {
+	for _, c := range rows {
+		if c.Width == r.Width && c.Height == r.Height && c.Kind == kind && c.Streams == streams {
+			return c
+		}
+	}
+	return CRow{}
+}
