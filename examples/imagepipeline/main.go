@@ -287,7 +287,7 @@ type pipe struct {
 	refs          [sources][]byte // the CPU blur of each source frame
 	goIn, goOut   []byte          // the Go rings, ring frames each
 	pinIn, pinOut *pinmem.Buffer  // the pinned rings
-	naiveStream   *cuda.Stream // StreamBlocking, for the naive mode
+	naiveStream   *cuda.Stream    // StreamBlocking, for the naive mode
 	streams       []*cuda.Stream
 	devIn, devOut []*cuda.DeviceBuffer // one frame each, per stream
 	cleanup       []func() error

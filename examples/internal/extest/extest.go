@@ -1,5 +1,7 @@
-// Package kerneltest checks, in the examples' tests, that an example's
-// kernel.ptx is what nvcc made of the kernel.cu beside it.
+// Package extest holds what the examples' tests share: the check that an
+// example's kernel.ptx is what nvcc made of the kernel.cu beside it, and the
+// run of an example's main in a child process (to see what a user sees on a
+// machine without a GPU).
 //
 // scripts/compile-kernels writes each kernel.ptx with a first line
 //
@@ -8,7 +10,7 @@
 // followed by nvcc's output. Until it has run on a machine with nvcc, an
 // example keeps a placeholder kernel.ptx whose text says PLACEHOLDER and that
 // defines no kernel.
-package kerneltest
+package extest
 
 import (
 	"bytes"
@@ -16,6 +18,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/pinmem/pinmem/internal/testutil"
@@ -71,5 +78,87 @@ func Check(t testing.TB, source, ptx []byte, kernels ...string) {
 		t.Skip(err.Error())
 	default:
 		t.Fatal(err)
+	}
+}
+
+// envRunMain, set to 1, makes an example's test binary run the example's
+// main instead of its tests (see Main).
+const envRunMain = "PINMEM_EXAMPLE_RUN_MAIN"
+
+// Main runs an example's tests with testutil.Main, or, when the process was
+// started by RunMain, the example's main (with the arguments RunMain gave).
+// The GPU machine has test binaries and no go command, so this is how an
+// example runs there as a program. Use it as
+//
+//	func TestMain(m *testing.M) { extest.Main(m, main) }
+func Main(m *testing.M, mainFunc func()) {
+	if os.Getenv(envRunMain) == "1" {
+		mainFunc()
+		os.Exit(0)
+	}
+	testutil.Main(m)
+}
+
+// Result is what a run of an example's main printed and its exit status.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// RunMain runs the example's main in a child process (this test binary,
+// through Main) with args and extra environment variables, and returns
+// what it printed and its exit status.
+func RunMain(t testing.TB, env []string, args ...string) Result {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, args...)
+	cmd.Env = append(append(os.Environ(), envRunMain+"=1"), env...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	r := Result{Stdout: o.String(), Stderr: e.String()}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		r.Code = exit.ExitCode()
+	default:
+		t.Fatalf("running the example: %v", err)
+	}
+	return r
+}
+
+// CheckNoGPU runs the example's main with no driver to load (PINMEM_LIBCUDA
+// names a library that does not exist, so the result is the same on a GPU
+// machine) and fails t unless it exits non-zero with exactly one line on
+// stderr, starting with "name: this needs an NVIDIA GPU:", nothing on
+// stdout, and nothing that looks like a crash.
+func CheckNoGPU(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("pinmem loads the driver on Linux only")
+	}
+	missing := filepath.Join(t.TempDir(), "libcuda.so.1")
+	r := RunMain(t, []string{"PINMEM_LIBCUDA=" + missing}, args...)
+	if r.Code == 0 {
+		t.Errorf("exit status 0 without a driver; want non-zero")
+	}
+	if r.Stdout != "" {
+		t.Errorf("stdout = %q; want nothing", r.Stdout)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.Stderr, "\n"), "\n")
+	if !strings.HasSuffix(r.Stderr, "\n") || len(lines) != 1 {
+		t.Fatalf("stderr has %d lines; want exactly one:\n%s", len(lines), r.Stderr)
+	}
+	if want := name + ": this needs an NVIDIA GPU:"; !strings.HasPrefix(lines[0], want) {
+		t.Errorf("stderr %q does not start with %q", lines[0], want)
+	}
+	for _, bad := range []string{"panic", "goroutine", "runtime error"} {
+		if strings.Contains(lines[0], bad) {
+			t.Errorf("stderr %q contains %q", lines[0], bad)
+		}
 	}
 }

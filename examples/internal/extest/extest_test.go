@@ -1,4 +1,4 @@
-package kerneltest
+package extest
 
 import (
 	"crypto/sha256"
