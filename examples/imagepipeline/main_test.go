@@ -36,7 +36,7 @@ func TestFlags(t *testing.T) {
 	if cfg, err := parseFlags([]string{"-res", "64x32", "-ring", "6", "-streams", "3", "-frames", "12"}, io.Discard); err != nil || cfg.res[0] != (Resolution{"64x32", 64, 32}) {
 		t.Errorf("custom = %+v, %v", cfg, err)
 	}
-	for _, bad := range [][]string{{"-res", "8k"}, {"-res", "0x5"}, {"-ring", "6"}, {"-frames", "12"}, {"-streams", "0"}, {"-reps", "0"}, {"x"}} {
+	for _, bad := range [][]string{{"-res", "8k"}, {"-res", "0x5"}, {"-ring", "6"}, {"-frames", "4"}, {"-streams", "0"}, {"-reps", "0"}, {"x"}} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
 		}
@@ -88,7 +88,7 @@ func useFake(t *testing.T, wrong bool) {
 }
 
 func fakeConfig() config {
-	return config{res: []Resolution{{"16x8", 16, 8}, {"5x3", 5, 3}}, frames: 8, ring: 4, streams: 2, reps: 2}
+	return config{res: []Resolution{{"16x8", 16, 8}, {"5x3", 5, 3}}, frames: 10, ring: 4, streams: 2, reps: 2}
 }
 
 // TestRunOnFakeDriver runs every mode on the fake driver: the frames go
