@@ -273,8 +273,8 @@ int main(int argc, char** argv)
     if (ptx_path == NULL) {
         usage();
     }
-    if (nstreams > MAX_STREAMS || ring % nstreams != 0 || frames % ring != 0) {
-        die("want --streams <= 64, --ring a multiple of --streams, --frames a multiple of --ring");
+    if (nstreams > MAX_STREAMS || ring % nstreams != 0 || frames < ring) {
+        die("want --streams <= 64, --ring a multiple of --streams, --frames at least --ring");
     }
     unsigned int ws[MAX_RES], hs[MAX_RES];
     int nres = 0;
