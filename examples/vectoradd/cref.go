@@ -52,7 +52,7 @@ func compareWithC(ctx context.Context, cfg config, rows []Row, w io.Writer) ([]C
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("C baseline %s: %w: %s", cfg.cref, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("the C baseline %s: %w: %s", cfg.cref, err, strings.TrimSpace(stderr.String()))
 	}
 	var crows []CRow
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -62,12 +62,12 @@ func compareWithC(ctx context.Context, cfg config, rows []Row, w io.Writer) ([]C
 			continue // the info line, or not a result
 		}
 		if !r.Verified {
-			return nil, fmt.Errorf("C baseline: %s %d bytes: result not verified", r.Kind, r.Size)
+			return nil, fmt.Errorf("the C baseline: %s %d bytes: result not verified", r.Kind, r.Size)
 		}
 		crows = append(crows, r)
 	}
 	if len(crows) == 0 {
-		return nil, errors.New("C baseline printed no result line")
+		return nil, errors.New("the C baseline printed no result line")
 	}
 	fmt.Fprintf(w, "C baseline (%s, same kernel.ptx, same loop, this run):\n", filepath.Base(cfg.cref))
 	for _, c := range crows {
