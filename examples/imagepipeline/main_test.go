@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -167,5 +168,39 @@ func TestOnGPU(t *testing.T) {
 		if g.FPS < c.Median/1.15 {
 			t.Errorf("%s naive: Go %.1f FPS, C %.1f FPS: Go is more than 15%% slower", r.Name, g.FPS, c.Median)
 		}
+	}
+}
+
+// TestCompareWithC runs a stand-in for the C baseline (a script printing
+// its JSON lines) and checks that its rows are read and set beside Go's.
+func TestCompareWithC(t *testing.T) {
+	useFake(t, false)
+	script := filepath.Join(t.TempDir(), "imagepipeline")
+	lines := `{"bench":"imagepipeline","kind":"bidir","width":16,"height":8,"streams":2,"median":100}
+{"bench":"imagepipeline","kind":"naive","width":16,"height":8,"streams":1,"median":1000,"verified":true}
+{"bench":"imagepipeline","kind":"pinned","width":16,"height":8,"streams":2,"median":3000,"verified":true}`
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ntest -s \"$1\" || exit 9\ncat <<'EOF'\n"+lines+"\nEOF\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fakeConfig()
+	cfg.res, cfg.cref = cfg.res[:1], script
+	var out strings.Builder
+	res, err := run(context.Background(), cfg, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := findC(res.C, cfg.res[0], "pinned", 2); c.Median != 3000 {
+		t.Fatalf("C rows = %+v", res.C)
+	}
+	for _, want := range []string{"16x8   naive: C 1000.0 FPS, Go ", "16x8   pinned, 2 streams: C 3000.0 FPS", "both directions at once: C 100.0 GB/s"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'error: naive: output frame 0 byte 3 is 1, want 2' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(context.Background(), cfg, io.Discard); err == nil || !strings.Contains(err.Error(), "output frame 0 byte 3") {
+		t.Errorf("run with a failing baseline = %v", err)
 	}
 }

@@ -381,8 +381,11 @@ func ratio(a, b time.Duration) float64 {
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/1e6) }
 
 func mib(n int) string {
-	if n%(1<<20) == 0 {
+	switch {
+	case n%(1<<20) == 0:
 		return fmt.Sprintf("%d MiB", n>>20)
+	case n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d B", n)
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -146,5 +147,36 @@ func TestOnGPU(t *testing.T) {
 	}
 	if len(res.C) == 0 {
 		t.Error(errors.New("the C baseline gave no rows"))
+	}
+}
+
+// TestCompareWithC runs a stand-in for the C baseline (a script printing
+// its JSON lines) and checks that its rows are read and set beside Go's.
+func TestCompareWithC(t *testing.T) {
+	useFake(t, false)
+	script := filepath.Join(t.TempDir(), "vectoradd")
+	lines := `{"bench":"vectoradd","kind":"info","device":"x"}
+{"bench":"vectoradd","kind":"pageable","size":65536,"unit":"ms","median":2,"copy_in_ms":1,"kernel_ms":0.5,"copy_out_ms":0.5,"transfer_ms":1.5,"verified":true}
+{"bench":"vectoradd","kind":"pinned","size":65536,"unit":"ms","median":1,"transfer_ms":0.75,"verified":true}`
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ntest -s \"$1\" || exit 9\ncat <<'EOF'\n"+lines+"\nEOF\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	res, err := run(context.Background(), config{sizes: []int{64 << 10}, reps: 1, cref: script}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.C) != 2 || res.C[0].TransferMS != 1.5 || res.C[1].Kind != "pinned" {
+		t.Fatalf("C rows = %+v", res.C)
+	}
+	if !strings.Contains(out.String(), "pageable  C transfer 1.500 ms, Go ") {
+		t.Errorf("output lacks the C row:\n%s", out.String())
+	}
+	// A baseline that fails is an error that carries its stderr.
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'error: c[3] = 1, want 2' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(context.Background(), config{sizes: []int{64 << 10}, reps: 1, cref: script}, io.Discard); err == nil || !strings.Contains(err.Error(), "c[3] = 1, want 2") {
+		t.Errorf("run with a failing baseline = %v", err)
 	}
 }
