@@ -119,6 +119,9 @@ func TestWithoutGPU(t *testing.T) {
 func TestOnGPU(t *testing.T) {
 	testutil.RequireGPU(t)
 	cfg := config{sizes: []int{16 << 20}, reps: 3}
+	if testing.Short() { // the sanitizer tier
+		cfg = config{sizes: []int{1 << 20}, reps: 1}
+	}
 	if *full {
 		cfg = config{sizes: []int{16 << 20, 256 << 20}, reps: 10}
 	}

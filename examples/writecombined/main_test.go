@@ -88,6 +88,9 @@ func TestWithoutGPU(t *testing.T) {
 func TestOnGPU(t *testing.T) {
 	testutil.RequireGPU(t)
 	cfg := config{size: 16 << 20, readSize: 1 << 20, reps: 3}
+	if testing.Short() { // the sanitizer tier
+		cfg = config{size: 1 << 20, readSize: 64 << 10, reps: 1}
+	}
 	if *full {
 		cfg = config{size: 64 << 20, readSize: 4 << 20, reps: 10}
 	}

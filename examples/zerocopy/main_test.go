@@ -109,6 +109,9 @@ func TestWithoutGPU(t *testing.T) {
 func TestOnGPU(t *testing.T) {
 	testutil.RequireGPU(t)
 	cfg := config{batch: 32, passes: []int{1, 2, 4, 8}, reps: 3}
+	if testing.Short() { // the sanitizer tier
+		cfg = config{batch: 1, passes: []int{1, 2}, reps: 1}
+	}
 	if *full {
 		cfg.reps = 20
 	}
