@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
@@ -35,9 +38,16 @@ func cgroupCase(ctx context.Context, w io.Writer, limit int64) (o Outcome, err e
 		return o, nil
 	}
 	defer func() {
-		if rerr := os.Remove(dir); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("removing the cgroup %s: %w", dir, rerr))
+		// The kernel may take a moment to let go of an exited process's
+		// cgroup (EBUSY): try for a second.
+		var rerr error
+		for range 20 {
+			if rerr = os.Remove(dir); rerr == nil || errors.Is(rerr, fs.ErrNotExist) {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
+		err = errors.Join(err, fmt.Errorf("removing the cgroup %s: %w", dir, rerr))
 	}()
 	self, err := os.Executable()
 	if err != nil {
@@ -73,7 +83,13 @@ func cgroupCase(ctx context.Context, w io.Writer, limit int64) (o Outcome, err e
 
 // newCgroup makes a child cgroup of the process's own with memory.max set
 // to limit (and no swap), returning its directory, or the reason it cannot.
+// Only cgroup v2 is used: the process's cgroup is the "0::" line of
+// /proc/self/cgroup, below the mount point of the cgroup2 filesystem.
 func newCgroup(limit int64) (dir, why string) {
+	mount := cgroup2Mount()
+	if mount == "" {
+		return "", "no cgroup v2 filesystem is mounted"
+	}
 	self, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return "", "cannot read /proc/self/cgroup: " + err.Error()
@@ -85,18 +101,41 @@ func newCgroup(limit int64) (dir, why string) {
 		}
 	}
 	if path == "" {
-		return "", "no cgroup v2 (unified) hierarchy"
+		return "", "the process is in no cgroup v2"
 	}
-	dir = filepath.Join("/sys/fs/cgroup", path, fmt.Sprintf("pinmem-allocfail-%d", os.Getpid()))
+	parent := filepath.Join(mount, path)
+	ctl, err := os.ReadFile(filepath.Join(parent, "cgroup.subtree_control"))
+	if err != nil {
+		return "", "no cgroup v2 at " + parent
+	}
+	if !slices.Contains(strings.Fields(string(ctl)), "memory") {
+		return "", "the memory controller is not enabled for child cgroups of " + parent + " (cgroup.subtree_control)"
+	}
+	dir = filepath.Join(parent, fmt.Sprintf("pinmem-allocfail-%d", os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", "cannot create a cgroup: " + err.Error()
 	}
 	if err := os.WriteFile(filepath.Join(dir, "memory.max"), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
 		os.Remove(dir)
-		return "", "cannot set memory.max (is the memory controller enabled in " + filepath.Dir(dir) + "/cgroup.subtree_control?): " + err.Error()
+		return "", "cannot set memory.max: " + err.Error()
 	}
 	_ = os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0o644) // absent without swap accounting
 	return dir, ""
+}
+
+// cgroup2Mount returns where the cgroup2 filesystem is mounted, or "".
+func cgroup2Mount() string {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime 0 0"
+		if f := strings.Fields(line); len(f) >= 3 && f[2] == "cgroup2" {
+			return f[1]
+		}
+	}
+	return ""
 }
 
 // oomKills returns memory.events' oom_kill count of a cgroup.

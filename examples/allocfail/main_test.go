@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -94,17 +97,48 @@ func TestWithoutGPU(t *testing.T) {
 	extest.CheckNoGPU(t, "allocfail")
 }
 
-// TestOnGPU runs every case on the GPU, the cgroup one included (it reports
+var full = flag.Bool("full", false, "TestOnGPU: also run case 4 (a child pinning beyond a new cgroup's limit, where one can be made)")
+
+// TestOnGPU runs cases 1 to 3 on the GPU, and with -full case 4 (it reports
 // "not run" where no cgroup can be made).
 func TestOnGPU(t *testing.T) {
 	testutil.RequireGPU(t)
 	var out strings.Builder
-	res, err := run(context.Background(), config{cgroup: true, cgroupLimit: 64 << 20}, &out)
+	res, err := run(context.Background(), config{cgroup: *full, cgroupLimit: 64 << 20}, &out)
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 4 || !res[0].Ran || !res[1].Ran {
+	if want := 3 + map[bool]int{true: 1}[*full]; len(res) != want || !res[0].Ran || !res[1].Ran {
 		t.Errorf("outcomes %+v", res)
 	}
+}
+
+// TestCgroupCase runs case 4 where this machine lets a cgroup be created
+// (the child, this test binary, pins through whatever driver it finds, or
+// says it found none) and checks that the cgroup is gone afterwards.
+func TestCgroupCase(t *testing.T) {
+	var out strings.Builder
+	o, err := cgroupCase(context.Background(), &out, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Ran {
+		if o.Why == "" {
+			t.Fatal("case 4 neither ran nor said why")
+		}
+		t.Skip("no cgroup here: " + o.Why)
+	}
+	if o.Note == "" {
+		t.Errorf("case 4 ran and noted nothing:\n%s", out.String())
+	}
+	var left []string
+	for _, pat := range []string{"", "*/", "*/*/", "*/*/*/"} {
+		m, _ := filepath.Glob(filepath.Join(cgroup2Mount(), pat+fmt.Sprintf("pinmem-allocfail-%d", os.Getpid())))
+		left = append(left, m...)
+	}
+	if len(left) > 0 {
+		t.Errorf("the cgroup is still there: %v", left)
+	}
+	t.Log(o.Note)
 }
