@@ -230,7 +230,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (res Result, err error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		p := &pipe{cfg: cfg, res: r, gpu: gpu, blur: blur, grid: cuda.D1(8 * max(props.Multiprocessors, 1)), block: cuda.D1(256)}
+		p := &pipe{ctx: ctx, cfg: cfg, res: r, gpu: gpu, blur: blur, grid: cuda.D1(8 * max(props.Multiprocessors, 1)), block: cuda.D1(256)}
 		rows, bound, err := p.measure(ctx)
 		if cerr := p.close(); err == nil {
 			err = cerr
@@ -278,6 +278,7 @@ func modeName(mode string, streams int) string {
 
 // pipe holds the memory of one resolution's runs.
 type pipe struct {
+	ctx         context.Context // bounds the Copier's and the Pipeline's Close
 	cfg         config
 	res         Resolution
 	gpu         *cuda.Context
@@ -490,7 +491,7 @@ func (p *pipe) newPipeline() (*transfer.Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.cleanup = append(p.cleanup, cp.Close)
+	p.cleanup = append(p.cleanup, func() error { return cp.Close(p.ctx) })
 	var mu sync.Mutex
 	scratch := map[*cuda.Stream]*cuda.DeviceBuffer{}
 	p.cleanup = append(p.cleanup, func() error {
@@ -517,16 +518,16 @@ func (p *pipe) newPipeline() (*transfer.Pipeline, error) {
 		}
 		return s.CopyDtoD(ch.Dev.Ptr(), tmp.Ptr(), ch.Len)
 	}
-	pl, err := cp.NewPipeline(transfer.PipelineConfig{
-		ChunkSize: p.res.Bytes(),
-		Streams:   p.cfg.streams,
-		Work:      work,
-		PinStages: true, // pin the staging buffers now, not in the first Run
-	})
+	pl, err := cp.NewPipeline(
+		transfer.WithChunkSize(p.res.Bytes()),
+		transfer.WithStreamCount(p.cfg.streams),
+		transfer.WithWork(work),
+		transfer.WithPinStages(true), // pin the staging buffers now, not in the first Run
+	)
 	if err != nil {
 		return nil, err
 	}
-	p.cleanup = append(p.cleanup, pl.Close)
+	p.cleanup = append(p.cleanup, func() error { return pl.Close(p.ctx) })
 	return pl, nil
 }
 

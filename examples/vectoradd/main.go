@@ -200,7 +200,8 @@ func run(ctx context.Context, cfg config, w io.Writer) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	defer func() { err = errors.Join(err, cp.Close()) }()
+	// Close waits for the Copier's work, bounded by its context.
+	defer func() { err = errors.Join(err, cp.Close(ctx)) }()
 
 	fmt.Fprintf(w, "vectoradd: c = a + b on %s, float32 arrays, median of %d runs after a warm-up run\n", name, cfg.reps)
 	fmt.Fprintf(w, "%-9s %-28s %9s %9s %9s %9s %9s\n", "size", "host memory", "copy in", "kernel", "copy out", "transfer", "total")
