@@ -13,6 +13,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/cudatest"
 	"github.com/pinmem/pinmem/examples/internal/extest"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
@@ -41,7 +42,7 @@ func TestFlags(t *testing.T) {
 // memory by default): each fails the way it should, and the budget in force
 // before comes back.
 func TestRunOnFakeDriver(t *testing.T) {
-	testutil.UseFake(t, fakedrv.Options{})
+	cudatest.Install(t)
 	before := pinmem.Budget()
 	var out strings.Builder
 	res, err := run(context.Background(), config{cgroupLimit: 64 << 20}, &out)

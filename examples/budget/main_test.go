@@ -9,8 +9,8 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/cudatest"
 	"github.com/pinmem/pinmem/examples/internal/extest"
-	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
@@ -32,7 +32,7 @@ func TestFlags(t *testing.T) {
 // methods: two fit, the third is refused with the budget's figures, and the
 // budget in force before the run comes back.
 func TestRunOnFakeDriver(t *testing.T) {
-	testutil.UseFake(t, fakedrv.Options{})
+	cudatest.Install(t)
 	before := pinmem.Budget()
 	var out strings.Builder
 	rounds, err := run(context.Background(), config{budget: 10 << 20, chunk: 4 << 20}, &out)
@@ -60,10 +60,13 @@ func TestRunOnFakeDriver(t *testing.T) {
 // TestDriverRefusalIsAnError checks that a pin the driver refuses (not the
 // budget) ends the run with the driver's error.
 func TestDriverRefusalIsAnError(t *testing.T) {
-	testutil.UseFake(t, fakedrv.Options{HostAllocLimit: 6 << 20})
+	d := cudatest.Install(t)
+	if err := d.FailOn("cuMemHostAlloc", cudatest.Nth(2), cuda.ResultOutOfMemory); err != nil {
+		t.Fatal(err)
+	}
 	_, err := run(context.Background(), config{budget: 10 << 20, chunk: 4 << 20}, io.Discard)
 	if !errors.Is(err, cuda.ErrOutOfMemory) {
-		t.Fatalf("run with 6 MiB of host allocations = %v, want cuda.ErrOutOfMemory", err)
+		t.Fatalf("run with the second cuMemHostAlloc failing = %v, want cuda.ErrOutOfMemory", err)
 	}
 }
 

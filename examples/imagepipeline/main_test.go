@@ -10,8 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/cudatest"
 	"github.com/pinmem/pinmem/examples/internal/extest"
-	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
@@ -66,17 +67,18 @@ func TestBlurRef(t *testing.T) {
 	}
 }
 
-// useFake installs the fake driver with blur3x3_rgba as a Go function
-// (blurRef); wrong, when true, makes it change one byte of every frame.
+// useFake installs cudatest's fake driver with blur3x3_rgba as a Go
+// function (blurRef); wrong, when true, makes it change one byte of every
+// frame.
 func useFake(t *testing.T, wrong bool) {
-	d := testutil.UseFake(t, fakedrv.Options{})
-	d.RegisterKernel("blur3x3_rgba", []int{8, 8, 4, 4}, func(k *fakedrv.KernelCall) error {
-		w, h := int(k.Uint32(2)), int(k.Uint32(3))
-		in, err := k.Mem(k.Ptr(0), uint64(w*h*4))
+	d := cudatest.Install(t)
+	err := d.RegisterKernel("blur3x3_rgba", 4, func(k *cudatest.Kernel) error {
+		w, h := int(uint32(k.Arg(2))), int(uint32(k.Arg(3)))
+		in, err := k.Mem(cuda.DevicePtr(k.Arg(0)), w*h*4)
 		if err != nil {
 			return err
 		}
-		out, err := k.Mem(k.Ptr(1), uint64(w*h*4))
+		out, err := k.Mem(cuda.DevicePtr(k.Arg(1)), w*h*4)
 		if err != nil {
 			return err
 		}
@@ -86,6 +88,9 @@ func useFake(t *testing.T, wrong bool) {
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func fakeConfig() config {

@@ -13,8 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/cudatest"
 	"github.com/pinmem/pinmem/examples/internal/extest"
-	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
@@ -45,25 +46,26 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-// useFake installs the fake driver with vector_add as a Go function; wrong,
-// when true, makes it add one to element 5.
+// useFake installs cudatest's fake driver with vector_add as a Go function
+// (the way to test a program with its own kernel without a GPU); wrong, when
+// true, makes it add one to element 5.
 func useFake(t *testing.T, wrong bool) {
-	d := testutil.UseFake(t, fakedrv.Options{})
-	d.RegisterKernel("vector_add", []int{8, 8, 8, 8}, func(k *fakedrv.KernelCall) error {
-		n := k.Uint64(3) * 4
-		a, err := k.Mem(k.Ptr(0), n)
+	d := cudatest.Install(t)
+	err := d.RegisterKernel("vector_add", 4, func(k *cudatest.Kernel) error {
+		n := int(k.Arg(3)) * 4
+		a, err := k.Mem(cuda.DevicePtr(k.Arg(0)), n)
 		if err != nil {
 			return err
 		}
-		b, err := k.Mem(k.Ptr(1), n)
+		b, err := k.Mem(cuda.DevicePtr(k.Arg(1)), n)
 		if err != nil {
 			return err
 		}
-		c, err := k.Mem(k.Ptr(2), n)
+		c, err := k.Mem(cuda.DevicePtr(k.Arg(2)), n)
 		if err != nil {
 			return err
 		}
-		for i := uint64(0); i < n; i += 4 {
+		for i := 0; i < n; i += 4 {
 			s := math.Float32frombits(binary.LittleEndian.Uint32(a[i:])) + math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))
 			if wrong && i == 20 {
 				s++
@@ -72,6 +74,9 @@ func useFake(t *testing.T, wrong bool) {
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestRunOnFakeDriver runs the example on the fake driver: every mode's

@@ -2,15 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"strings"
 	"testing"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/cudatest"
 	"github.com/pinmem/pinmem/examples/internal/extest"
-	"github.com/pinmem/pinmem/internal/cudadrv"
-	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
@@ -33,7 +34,7 @@ func TestFlags(t *testing.T) {
 // TestRunOnFakeDriver runs both kinds on the fake driver and checks that
 // the second buffer really was write-combined.
 func TestRunOnFakeDriver(t *testing.T) {
-	d := testutil.UseFake(t, fakedrv.Options{})
+	d := cudatest.Install(t)
 	var out strings.Builder
 	res, err := run(context.Background(), config{size: 1 << 20, readSize: 64 << 10, reps: 2}, &out)
 	if err != nil {
@@ -60,12 +61,13 @@ func TestRunOnFakeDriver(t *testing.T) {
 // TestCopyFailureIsAnError checks that a failing copy ends the run with the
 // driver's error.
 func TestCopyFailureIsAnError(t *testing.T) {
-	d := testutil.UseFake(t, fakedrv.Options{})
-	if err := d.FailOn("cuMemcpyHtoD_v2", 1, cudadrv.ErrorUnknown); err != nil {
+	d := cudatest.Install(t)
+	if err := d.FailOn("cuMemcpyHtoD_v2", cudatest.Once(), cuda.ResultUnknown); err != nil {
 		t.Fatal(err)
 	}
 	_, err := run(context.Background(), config{size: 1 << 16, readSize: 1 << 10, reps: 1}, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "CUDA_ERROR_UNKNOWN") {
+	var cerr *cuda.Error
+	if !errors.As(err, &cerr) || cerr.Code != cuda.ResultUnknown {
 		t.Fatalf("run with a failing copy = %v", err)
 	}
 }

@@ -10,8 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/cudatest"
 	"github.com/pinmem/pinmem/examples/internal/extest"
-	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
@@ -38,31 +39,34 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-// useFake installs the fake driver with normalize_hwc as a Go function;
-// wrong, when true, makes it skip the last value.
-func useFake(t *testing.T, wrong bool) *fakedrv.Driver {
-	d := testutil.UseFake(t, fakedrv.Options{})
-	d.RegisterKernel("normalize_hwc", []int{8, 8, 8, 4}, func(k *fakedrv.KernelCall) error {
-		n := k.Uint64(2)
-		in, err := k.Mem(k.Ptr(0), 4*n)
+// useFake installs cudatest's fake driver with normalize_hwc as a Go
+// function (it reads the mapped host buffer through its device pointer, as
+// the kernel does); wrong, when true, makes it skip the last value.
+func useFake(t *testing.T, wrong bool) {
+	d := cudatest.Install(t)
+	err := d.RegisterKernel("normalize_hwc", 4, func(k *cudatest.Kernel) error {
+		n := int(k.Arg(2))
+		in, err := k.Mem(cuda.DevicePtr(k.Arg(0)), 4*n)
 		if err != nil {
 			return err
 		}
-		out, err := k.Mem(k.Ptr(1), 4*n)
+		out, err := k.Mem(cuda.DevicePtr(k.Arg(1)), 4*n)
 		if err != nil {
 			return err
 		}
 		if wrong {
 			n--
 		}
-		for i := uint64(0); i < n; i++ {
+		for i := 0; i < n; i++ {
 			x := math.Float32frombits(binary.LittleEndian.Uint32(in[4*i:]))
 			c := i % channels
 			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits((x-channelMean[c])/channelStd[c]))
 		}
 		return nil
 	})
-	return d
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestRunOnFakeDriver(t *testing.T) {
