@@ -86,7 +86,7 @@ func Check(t testing.TB, source, ptx []byte, kernels ...string) {
 const envRunMain = "PINMEM_EXAMPLE_RUN_MAIN"
 
 // Main runs an example's tests with testutil.Main, or, when the process was
-// started by RunMain, the example's main (with the arguments RunMain gave).
+// started by runMain (CheckNoGPU), the example's main (with the arguments RunMain gave).
 // The GPU machine has test binaries and no go command, so this is how an
 // example runs there as a program. Use it as
 //
@@ -99,16 +99,16 @@ func Main(m *testing.M, mainFunc func()) {
 	testutil.Main(m)
 }
 
-// Result is what a run of an example's main printed and its exit status.
-type Result struct {
+// result is what a run of an example's main printed and its exit status.
+type result struct {
 	Stdout, Stderr string
 	Code           int
 }
 
-// RunMain runs the example's main in a child process (this test binary,
+// runMain runs the example's main in a child process (this test binary,
 // through Main) with args and extra environment variables, and returns
 // what it printed and its exit status.
-func RunMain(t testing.TB, env []string, args ...string) Result {
+func runMain(t testing.TB, env []string, args ...string) result {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -119,7 +119,7 @@ func RunMain(t testing.TB, env []string, args ...string) Result {
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err = cmd.Run()
-	r := Result{Stdout: o.String(), Stderr: e.String()}
+	r := result{Stdout: o.String(), Stderr: e.String()}
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
@@ -142,7 +142,7 @@ func CheckNoGPU(t *testing.T, name string, args ...string) {
 		t.Skip("pinmem loads the driver on Linux only")
 	}
 	missing := filepath.Join(t.TempDir(), "libcuda.so.1")
-	r := RunMain(t, []string{"PINMEM_LIBCUDA=" + missing}, args...)
+	r := runMain(t, []string{"PINMEM_LIBCUDA=" + missing}, args...)
 	if r.Code == 0 {
 		t.Errorf("exit status 0 without a driver; want non-zero")
 	}
