@@ -86,7 +86,7 @@ func Check(t testing.TB, source, ptx []byte, kernels ...string) {
 const envRunMain = "PINMEM_EXAMPLE_RUN_MAIN"
 
 // Main runs an example's tests with testutil.Main, or, when the process was
-// started by runMain (CheckNoGPU), the example's main (with the arguments RunMain gave).
+// started by runMain (CheckNoGPU), the example's main (with the arguments it was given).
 // The GPU machine has test binaries and no go command, so this is how an
 // example runs there as a program. Use it as
 //
