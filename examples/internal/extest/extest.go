@@ -85,10 +85,14 @@ func Check(t testing.TB, source, ptx []byte, kernels ...string) {
 // main instead of its tests (see Main).
 const envRunMain = "PINMEM_EXAMPLE_RUN_MAIN"
 
-// Main runs an example's tests with testutil.Main, or, when the process was
-// started by runMain (CheckNoGPU), the example's main (with the arguments it was given).
-// The GPU machine has test binaries and no go command, so this is how an
-// example runs there as a program. Use it as
+// Main runs an example's tests with testutil.Main, or, when
+// PINMEM_EXAMPLE_RUN_MAIN=1 (set by CheckNoGPU, or by hand), the example's
+// main with the process's arguments. The GPU machine has test binaries and
+// no go command, so this is how an example runs there as a program:
+//
+//	PINMEM_EXAMPLE_RUN_MAIN=1 .gpu/bin/examples_vectoradd.test -sizes 16MiB
+//
+// Use it as
 //
 //	func TestMain(m *testing.M) { extest.Main(m, main) }
 func Main(m *testing.M, mainFunc func()) {
