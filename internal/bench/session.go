@@ -22,10 +22,14 @@ var ErrInvalid = errors.New("bench: invalid argument")
 
 // invalidError is bad input: its message says what and why; it matches
 // ErrInvalid.
-type invalidError struct{ msg string }
+type invalidError struct {
+	msg     string
+	wrapped error // the cause, when another package found it (units)
+}
 
 func (e *invalidError) Error() string        { return e.msg }
 func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+func (e *invalidError) Unwrap() error        { return e.wrapped }
 
 // invalid returns an error matching ErrInvalid with the formatted message.
 func invalid(format string, args ...any) error {
