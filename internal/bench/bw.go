@@ -429,7 +429,7 @@ func (w *bwWork) measure(kind string, hA, hB *hostMem, dir string, n int) (Resul
 		}
 		if i == 0 {
 			if err := p.verify(reps); err != nil {
-				notes = append(notes, "VERIFY FAILED: "+err.Error())
+				notes = append(notes, verifyFailedMark+": "+err.Error())
 			} else {
 				r.Verified = true
 			}
@@ -541,7 +541,7 @@ func (w *bwWork) staged(st [2]*transfer.Copier, hA, hB *hostMem, dir string, n i
 		}
 		if i == 0 {
 			if err := p.verify(reps); err != nil {
-				notes = append(notes, "VERIFY FAILED: "+err.Error())
+				notes = append(notes, verifyFailedMark+": "+err.Error())
 			} else {
 				r.Verified = true
 			}

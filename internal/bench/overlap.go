@@ -271,7 +271,7 @@ func verifyNote(ok bool) string {
 	if ok {
 		return ""
 	}
-	return "VERIFY FAILED: output differs from input + delta"
+	return verifyFailedMark + ": output differs from input + delta"
 }
 
 // fpsOf converts a pipeline time in ms into frames (chunks) per second.

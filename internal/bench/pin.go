@@ -194,7 +194,7 @@ func (s *Session) pinOne(ctx context.Context, method string, n, samples int, pro
 			r.Note = "cuMemHostRegister of touched memory"
 		}
 		if verr != nil {
-			r.Note = joinNotes([]string{"VERIFY FAILED: " + verr.Error(), r.Note})
+			r.Note = joinNotes([]string{verifyFailedMark + ": " + verr.Error(), r.Note})
 		}
 		if stopErr != nil {
 			r.Note = joinNotes([]string{r.Note, stoppedNote(done, samples)})

@@ -260,7 +260,8 @@ func (s *Session) SpinError() error { return s.spinErr }
 
 // Meta returns the report metadata for this session and command.
 func (s *Session) Meta(command string) Meta {
-	m := Meta{Command: command, Device: fmt.Sprintf("%s (device %d", s.Props.Name, s.Dev.Ordinal())}
+	m := Meta{Schema: SchemaVersion, Command: command, Device: fmt.Sprintf("%s (device %d", s.Props.Name, s.Dev.Ordinal()),
+		Host: HostFacts(), Devices: []DeviceInfo{deviceInfo(s.Props)}}
 	if s.Props.PCIBusID != "" {
 		m.Device += ", PCI " + s.Props.PCIBusID
 	}
