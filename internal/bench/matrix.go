@@ -34,6 +34,13 @@ type MatrixConfig struct {
 // GPU work (the CLI checks its flags this way).
 func (c MatrixConfig) Validate() error { return c.resolve() }
 
+// Resolved returns c with its defaults filled in, as the measurement uses
+// it (reports record it), or the error Validate gives.
+func (c MatrixConfig) Resolved() (MatrixConfig, error) {
+	err := c.resolve()
+	return c, err
+}
+
 // resolve fills in the defaults of c's zero fields and checks the others.
 func (c *MatrixConfig) resolve() error {
 	switch {

@@ -8,14 +8,14 @@ import (
 
 // Kind names of host memory, as the bandwidth bench and the CLI spell them.
 const (
-	KindPageable       = "pageable"        // Go heap []byte through the driver's pageable path
-	KindPinned         = "pinned"          // pinmem.Alloc, cuMemHostAlloc default flags
-	KindPortable       = "portable"        // cuMemHostAlloc with Portable
-	KindWriteCombined  = "write-combined"  // cuMemHostAlloc with WriteCombined
-	KindRegisteredMmap = "registered-mmap" // pinmem.Alloc with MethodMmapRegister
-	KindRegisteredGo   = "registered-go"   // pinmem.Register of a Go heap slice
-	KindMapped         = "mapped"          // zero-copy: a kernel reads/writes host memory through its device pointer
-	KindStaged         = "staged"          // Go heap slice copied through pinned stages (package transfer)
+	KindPageable      = "pageable"       // Go heap []byte through the driver's pageable path
+	KindPinned        = "pinned"         // pinmem.Alloc, cuMemHostAlloc default flags
+	KindPortable      = "portable"       // cuMemHostAlloc with Portable
+	KindWriteCombined = "write-combined" // cuMemHostAlloc with WriteCombined
+	KindMmapRegister  = "mmap-register"  // pinmem.Alloc with MethodMmapRegister
+	KindGoRegister    = "go-register"    // pinmem.Register of a Go heap slice
+	KindMapped        = "mapped"         // zero-copy: a kernel reads/writes host memory through its device pointer
+	KindStaged        = "staged"         // Go heap slice copied through pinned stages (package transfer)
 )
 
 // Directions of the bandwidth bench.
@@ -28,7 +28,7 @@ const (
 // AllKinds returns every host memory kind, in report order.
 func AllKinds() []string {
 	return []string{KindPageable, KindPinned, KindPortable, KindWriteCombined,
-		KindRegisteredMmap, KindRegisteredGo, KindMapped, KindStaged}
+		KindMmapRegister, KindGoRegister, KindMapped, KindStaged}
 }
 
 // AllDirs returns every direction, in report order.
@@ -39,8 +39,9 @@ var kindAliases = map[string]string{
 	"pinned": KindPinned, "default": KindPinned, "hostalloc": KindPinned,
 	"portable":       KindPortable,
 	"write-combined": KindWriteCombined, "writecombined": KindWriteCombined, "wc": KindWriteCombined,
-	"registered-mmap": KindRegisteredMmap, "mmap": KindRegisteredMmap, "mmap-register": KindRegisteredMmap,
-	"registered-go": KindRegisteredGo, "go": KindRegisteredGo, "register": KindRegisteredGo, "registered": KindRegisteredGo,
+	"mmap-register": KindMmapRegister, "mmap": KindMmapRegister, "registered-mmap": KindMmapRegister, "mmap-registered": KindMmapRegister,
+	"go-register": KindGoRegister, "go": KindGoRegister, "register": KindGoRegister, "registered": KindGoRegister,
+	"registered-go": KindGoRegister, "go-registered": KindGoRegister,
 	"mapped": KindMapped, "zerocopy": KindMapped, "zero-copy": KindMapped,
 	"staged": KindStaged,
 }

@@ -67,7 +67,7 @@ func TestFormatSize(t *testing.T) {
 
 func TestParseKinds(t *testing.T) {
 	got, err := ParseKinds("wc, pinned,PAGEABLE,zerocopy,go,mmap,pinned")
-	want := []string{KindPageable, KindPinned, KindWriteCombined, KindRegisteredMmap, KindRegisteredGo, KindMapped}
+	want := []string{KindPageable, KindPinned, KindWriteCombined, KindMmapRegister, KindGoRegister, KindMapped}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseKinds = %v, %v; want %v", got, err, want)
 	}

@@ -43,7 +43,7 @@ func fixtures() map[string]Report {
 	var bw []Result
 	sizes := []int64{64 << 10, 1 << 20, 16 << 20, 256 << 20}
 	peak := map[string]float64{KindPageable: 20, KindPinned: 55.3, KindPortable: 55.2, KindWriteCombined: 55.1,
-		KindRegisteredMmap: 55.25, KindRegisteredGo: 55.15, KindMapped: 50, KindStaged: 25}
+		KindMmapRegister: 55.25, KindGoRegister: 55.15, KindMapped: 50, KindStaged: 25}
 	for _, k := range AllKinds() {
 		for _, d := range AllDirs() {
 			for i, n := range sizes {
@@ -242,7 +242,7 @@ func TestWritePlotEveryMeasurement(t *testing.T) {
 func wantText(name string) []string {
 	switch name {
 	case "bw.json":
-		return []string{"GB/s", "log scale", "PCIe Gen5 x16 limit (63.00 GB/s)", "PCIe Gen5 x16 limit (126.0 GB/s)", "host to device", "registered-mmap", "256MiB"}
+		return []string{"GB/s", "log scale", "PCIe Gen5 x16 limit (63.00 GB/s)", "PCIe Gen5 x16 limit (126.0 GB/s)", "host to device", "mmap-register", "256MiB"}
 	case "pin.json":
 		return []string{"ms (log scale", "mmap-register", "malloc+register", "4GiB"}
 	case "overlap.json":

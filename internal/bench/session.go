@@ -82,8 +82,8 @@ func checkNames(field string, names *[]string, all []string) error {
 // SessionConfig configures Open. The zero value is the default.
 type SessionConfig struct {
 	// Progress, when not nil, receives one line per finished measurement
-	// (the CLI passes stderr unless --quiet).
-	Progress io.Writer
+	// (the CLI counts them for its progress bar). Reports leave it out.
+	Progress io.Writer `json:"-"`
 	// SpinTimeout bounds how long spin_wait holds a stream (0: 10 s; at
 	// most 10 minutes); a hold that times out is reported in the result's
 	// note.
