@@ -36,7 +36,12 @@ func newProgress(stderr io.Writer, quiet bool, total int, what string) *progress
 	if quiet || !isTerminal(stderr) {
 		return nil
 	}
-	p := mpb.New(mpb.WithOutput(stderr), mpb.WithWidth(40))
+	return newProgressAlways(stderr, total, what)
+}
+
+// newProgressAlways draws a bar on stderr whether or not it is a terminal.
+func newProgressAlways(stderr io.Writer, total int, what string) *progress {
+	p := mpb.New(mpb.WithOutput(stderr), mpb.WithWidth(40), mpb.WithAutoRefresh())
 	pr := &progress{p: p, total: int64(max(total, 1))}
 	pr.bar = p.AddBar(pr.total,
 		mpb.PrependDecorators(decor.Name(what+" ", decor.WCSyncSpaceR), decor.CountersNoUnit("%d/%d", decor.WCSyncWidth)),
@@ -57,9 +62,9 @@ func (p *progress) Write(b []byte) (int, error) {
 		}
 		p.last = p.last[i+1:]
 		p.n++
-		if p.n >= p.total {
-			// The estimate was short: grow it so the bar never claims done early.
-			p.total = p.n + 1
+		if p.n > p.total {
+			// The estimate was short: grow it with the count.
+			p.total = p.n
 			p.bar.SetTotal(p.total, false)
 		}
 		p.bar.Increment()

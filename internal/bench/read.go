@@ -105,7 +105,8 @@ func jsonError(data []byte, err error) string {
 		return err.Error()
 	}
 	line := 1 + bytes.Count(data[:off], []byte("\n"))
-	col := off - int64(bytes.LastIndexByte(data[:off], '\n'))
+	col := off - int64(bytes.LastIndexByte(data[:off], '\n')+1) // the offset is just past the bad byte
+	col = max(col, 1)
 	return fmt.Sprintf("line %d, column %d: %v", line, col, err)
 }
 
