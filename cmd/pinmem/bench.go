@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -435,5 +434,3 @@ func parseReuse(s string) ([]int, error) {
 	}
 	return out, nil
 }
-
-var _ io.Writer = (*progress)(nil)

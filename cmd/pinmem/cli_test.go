@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -476,6 +475,27 @@ func TestReportDocsResults(t *testing.T) {
 	}
 	for _, f := range files {
 		renderAll(t, f)
+		// A committed plot of the file must be what report draws from it.
+		committed := strings.TrimSuffix(f, ".json") + ".png"
+		old, err := os.ReadFile(committed)
+		if err != nil {
+			continue
+		}
+		fresh := filepath.Join(t.TempDir(), "fresh.png")
+		if _, stderr, code := cli(t, "report", f, "--format", "png", "-o", fresh); code != exitOK {
+			t.Fatalf("report %s: %s", f, stderr)
+		}
+		a, errA := png.DecodeConfig(bytes.NewReader(old))
+		nb, _ := os.ReadFile(fresh)
+		b, errB := png.DecodeConfig(bytes.NewReader(nb))
+		switch {
+		case errA != nil || errB != nil:
+			t.Errorf("%s: %v, %v", committed, errA, errB)
+		case a.Width != b.Width || a.Height != b.Height:
+			t.Errorf("%s is %dx%d; pinmem report draws %dx%d from %s: re-render it", committed, a.Width, a.Height, b.Width, b.Height, f)
+		case !bytes.Equal(old, nb):
+			t.Logf("%s differs in its pixels from a fresh rendering (same size): fonts or rasterization differ here", committed)
+		}
 	}
 	t.Logf("rendered %d result file(s) from docs/results", len(files))
 }
@@ -714,5 +734,4 @@ func TestParseThreshold(t *testing.T) {
 			t.Errorf("parseThreshold(%q) succeeded", in)
 		}
 	}
-	_ = strconv.Itoa
 }

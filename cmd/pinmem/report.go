@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"math"
 	"os"
 	"strconv"
@@ -292,6 +290,3 @@ func writeComparison(buf *bytes.Buffer, f bench.Format, files []string, reps []b
 	}
 	return nil
 }
-
-var _ = errors.New
-var _ fs.FileMode
