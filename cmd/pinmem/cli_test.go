@@ -145,6 +145,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"report", good, "--format", "gif"}, "", `--format "gif"`},
 		{[]string{"report", good, "--format", "png"}, "", "name a file with --out"},
 		{[]string{"report", good, "--out", dir}, "", "is a directory"},
+		{[]string{"report", good, "--baseline", "pinnned"}, "", `--baseline "pinnned": no result of that kind`},
 		{[]string{"compare", good}, "", "needs exactly 2 result files"},
 		{[]string{"compare", good, good, good}, "", "needs exactly 2 result files"},
 		{[]string{"compare", good, notJSON}, "", "not a pinmem report"},

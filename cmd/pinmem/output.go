@@ -125,7 +125,7 @@ func (o *output) register(c *cobra.Command, formats []string, withPlot bool) {
 	o.formats = formats
 	f := c.Flags()
 	f.StringVar(&o.format, "format", formats[0], "output format: "+strings.Join(formats, ", "))
-	f.StringVarP(&o.out, "out", "o", "", "write the report to this file (atomically) instead of standard output")
+	f.StringVarP(&o.out, "out", "o", "", "write the report to this file, atomically (- is standard output)")
 	_ = c.RegisterFlagCompletionFunc("format", fixedCompletion(formats...))
 	if withPlot {
 		f.StringVar(&o.plot, "plot", "", "also write a plot of the results to this file (.svg or .png)")

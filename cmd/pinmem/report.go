@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -89,6 +90,9 @@ are refused with one line saying where and why (exit status 2).`,
 			for _, r := range reps {
 				rs = append(rs, r.Results...)
 			}
+			if baseline != "" && !slices.ContainsFunc(rs, func(r bench.Result) bool { return r.Kind == baseline }) {
+				return usagef("--baseline %q: no result of that kind, method or variant in %s", baseline, strings.Join(args, ", "))
+			}
 			var buf bytes.Buffer
 			switch o.format {
 			case "svg", "png":
@@ -102,9 +106,6 @@ are refused with one line saying where and why (exit status 2).`,
 						buf.WriteString("\n")
 					}
 					fmt.Fprintf(&buf, "# %s\n", args[i])
-					if r.Meta.Partial {
-						buf.WriteString("# PARTIAL: the run was interrupted; not every configured measurement is present\n")
-					}
 					var err error
 					if r.Meta.Command == "pinmem bench matrix" && baseline == "" {
 						err = bench.WriteMatrix(&buf, r.Meta, r.Results)

@@ -78,6 +78,9 @@ func WriteTable(w io.Writer, m Meta, results []Result, opts TableOptions) error 
 	if m.Timing != "" {
 		fmt.Fprintf(&b, "# timing: %s\n", m.Timing)
 	}
+	if m.Partial {
+		b.WriteString("# PARTIAL: the run was interrupted or ended early; not every configured measurement is present\n")
+	}
 	head := []string{"BENCH", "KIND", "DIR", "SIZE", "MEDIAN", "MIN", "MAX", "UNIT", "N", "VERIFIED"}
 	right := []bool{false, false, false, true, true, true, true, false, true, false}
 	var ratios map[int]float64
