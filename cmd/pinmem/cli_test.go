@@ -736,3 +736,20 @@ func TestParseThreshold(t *testing.T) {
 		}
 	}
 }
+
+// TestErroredRunExits1: a run that fails part-way (device memory refused)
+// writes what it has, marked partial, and exits 1 with the reason.
+func TestErroredRunExits1(t *testing.T) {
+	d := testutil.UseFake(t, fakedrv.Options{})
+	if err := d.FailOn("cuMemAlloc_v2", 0, cudadrv.ErrorOutOfMemory); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "bw.json")
+	_, stderr, code := cli(t, "bench", "--kinds", "pinned", "--sizes", "64KiB", "--quiet", "--format", "json", "-o", out)
+	if code != exitProblem || !strings.Contains(stderr, "device buffer of 64KiB") || strings.Count(stderr, "\n") != 1 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if rep := readReport(t, out); !rep.Meta.Partial {
+		t.Errorf("report not marked partial: %+v", rep.Meta)
+	}
+}
