@@ -11,12 +11,13 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/sysinfo"
+	"github.com/pinmem/pinmem/internal/units"
 )
 
 // EnvBudget names the environment variable that sets the default budget:
-// bytes with an optional suffix (K, M, G, T are powers of 1000; Ki, Mi, Gi,
-// Ti powers of 1024; a trailing "B" is allowed), or a percentage of physical
-// memory such as "40%".
+// bytes with an optional suffix (K, KiB, M, MiB, G, GiB, T, TiB are powers of
+// 1024; KB, MB, GB, TB powers of 1000; see ParseBudget), or a percentage of
+// physical memory such as "40%".
 const EnvBudget = "PINMEM_BUDGET"
 
 var (
@@ -97,9 +98,11 @@ func defaultBudget(env string) (int64, error) {
 }
 
 // ParseBudget parses a budget as PINMEM_BUDGET gives it: a positive number
-// of bytes with an optional suffix (K, M, G, T = 10^3..10^12; Ki, Mi, Gi, Ti =
-// 2^10..2^40; optionally followed by "B"), or a percentage (0 < p <= 100,
-// fractions allowed) of physical, the physical memory in bytes.
+// of bytes in the project's one size syntax (package internal/units: K, Ki,
+// KiB, M, Mi, MiB, G, Gi, GiB, T, Ti, TiB are powers of 1024; KB, MB, GB, TB
+// powers of 1000; "1.5GiB" is allowed when whole), or a percentage
+// (0 < p <= 100, fractions allowed) of physical, the physical memory in
+// bytes. Errors match cuda.ErrInvalidValue and say what is wrong.
 func ParseBudget(s string, physical uint64) (int64, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
@@ -116,44 +119,11 @@ func ParseBudget(s string, physical uint64) (int64, error) {
 		}
 		return n, nil
 	}
-	u := strings.ToUpper(t)
-	u = strings.TrimSuffix(u, "B")
-	mult := float64(1)
-	suffixes := []struct {
-		s string
-		m float64
-	}{
-		{"KI", 1 << 10}, {"MI", 1 << 20}, {"GI", 1 << 30}, {"TI", 1 << 40},
-		{"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
+	n, err := units.ParseSize(t, 0)
+	if err != nil {
+		return 0, fmt.Errorf("budget: %w: %w", err, cuda.ErrInvalidValue)
 	}
-	for _, sf := range suffixes {
-		if rest, ok := strings.CutSuffix(u, sf.s); ok {
-			u, mult = rest, sf.m
-			break
-		}
-	}
-	u = strings.TrimSpace(u)
-	var n float64
-	if i, err := strconv.ParseInt(u, 10, 64); err == nil {
-		n = float64(i)
-		if mult == 1 {
-			if i <= 0 {
-				return 0, fmt.Errorf("budget %q must be positive: %w", s, cuda.ErrInvalidValue)
-			}
-			return i, nil
-		}
-	} else {
-		f, err := strconv.ParseFloat(u, 64)
-		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return 0, fmt.Errorf("budget %q: want bytes with an optional K/M/G/T/Ki/Mi/Gi/Ti suffix or a percentage: %w", s, cuda.ErrInvalidValue)
-		}
-		n = f
-	}
-	v := n * mult
-	if v < 1 || v >= math.MaxInt64 {
-		return 0, fmt.Errorf("budget %q out of range: %w", s, cuda.ErrInvalidValue)
-	}
-	return int64(v), nil
+	return n, nil
 }
 
 // Reclaimer is implemented by caches of pinned memory (pools, registration

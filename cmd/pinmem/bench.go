@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -18,88 +16,77 @@ func init() {
 	extraCommands = append(extraCommands, newBench, newZeroCopy)
 }
 
-// outputFlags are the flags every measuring command shares.
-type outputFlags struct {
-	device   int
-	samples  int
-	format   string
-	out      string
-	baseline string
-	quiet    bool
+// reportFormats are the formats of a measuring command's report.
+var reportFormats = []string{"table", "json", "csv"}
+
+// measureFlags are the flags every single-GPU measuring command shares.
+type measureFlags struct {
+	output
+	device    int
+	samples   int
+	baseline  string
+	quiet     bool
+	baselines func(string) (string, error) // checks --baseline, returns its canonical spelling
 }
 
-func (o *outputFlags) register(c *cobra.Command, defSamples int, defBaseline string) {
+func (o *measureFlags) register(c *cobra.Command, defSamples int, defBaseline string, baselines func(string) (string, error), choices []string) {
+	o.output.register(c, reportFormats, true)
+	o.baselines = baselines
 	f := c.Flags()
 	f.IntVar(&o.device, "device", 0, "GPU ordinal to measure")
 	f.IntVar(&o.samples, "samples", defSamples, "timed samples per measurement (median, min and max are reported)")
-	f.StringVar(&o.format, "format", "table", "output format: table, json or csv")
-	f.StringVar(&o.out, "out", "", "write the report to this file instead of standard output")
-	f.StringVar(&o.baseline, "baseline", defBaseline, "kind the table's ratio column compares with (empty: no ratio column)")
-	f.BoolVar(&o.quiet, "quiet", false, "no progress lines on standard error")
+	f.StringVar(&o.baseline, "baseline", defBaseline, "what the table's ratio column compares with: "+strings.Join(choices, ", ")+" (empty: no ratio column)")
+	f.BoolVar(&o.quiet, "quiet", false, "no progress bar or notes on standard error")
+	f.SetNormalizeFunc(aliasFlags)
+	_ = c.RegisterFlagCompletionFunc("baseline", fixedCompletion(choices...))
+	_ = c.RegisterFlagCompletionFunc("device", cobra.NoFileCompletions)
 }
 
-// check validates the shared flags before any GPU work.
-func (o *outputFlags) check() (bench.Format, error) {
+// check validates the shared flags, the output paths and PINMEM_BUDGET
+// before any GPU work.
+func (o *measureFlags) check() (bench.Format, error) {
 	if o.device < 0 {
-		return "", fmt.Errorf("--device %d: must be 0 or more", o.device)
+		return "", usagef("--device %d: must be 0 or more", o.device)
 	}
-	if o.samples < 1 || o.samples > 1000 {
-		return "", fmt.Errorf("--samples %d: must be from 1 to 1000", o.samples)
+	if o.samples < 1 || o.samples > bench.MaxSamples {
+		return "", usagef("--samples %d: must be from 1 to %d", o.samples, bench.MaxSamples)
 	}
-	f, err := bench.ParseFormat(o.format)
+	if o.baseline != "" {
+		b, err := o.baselines(o.baseline)
+		if err != nil {
+			return "", usagef("--baseline: %v", err)
+		}
+		o.baseline = b
+	}
+	f, err := o.output.check()
 	if err != nil {
-		return "", fmt.Errorf("--format: %w", err)
+		return "", err
 	}
-	return f, nil
+	return f, checkBudgetEnv()
 }
 
-// open opens the device with progress on stderr unless --quiet. Without
-// a driver or GPU the error is the cuda sentinel, which main describes.
-func (o *outputFlags) open(cmd *cobra.Command) (*bench.Session, error) {
-	var progress io.Writer
-	if !o.quiet {
-		progress = cmd.ErrOrStderr()
-	}
-	s, err := bench.Open(cmd.Context(), o.device, bench.SessionConfig{Progress: progress})
+// open opens the device, with a progress bar for about total results.
+// Without a driver or GPU the error is the cuda sentinel (exit status 3).
+func (o *measureFlags) open(cmd *cobra.Command, total int, what string) (*bench.Session, *progress, error) {
+	pr := newProgress(cmd.ErrOrStderr(), o.quiet, total, what)
+	s, err := bench.Open(cmd.Context(), o.device, bench.SessionConfig{Progress: pr.writer()})
 	if err != nil {
-		return nil, err
+		pr.done()
+		return nil, nil, err
 	}
 	if !o.quiet {
 		if kerr := s.KernelError(); kerr != nil {
-			fmt.Fprintf(progress, "pinmem: kernels unavailable, using plain event timing and skipping kernel benches: %v\n", kerr)
+			fmt.Fprintf(cmd.ErrOrStderr(), "pinmem: kernels unavailable, using plain event timing and skipping kernel benches: %v\n", kerr)
 		}
-		fmt.Fprintf(progress, "pinmem: measuring on %s\n", s.Meta("").Device)
 	}
-	return s, nil
+	return s, pr, nil
 }
 
-// emit writes the report to --out or stdout; runErr (a run that ended
-// early) is returned after the partial results are written.
-func (o *outputFlags) emit(cmd *cobra.Command, f bench.Format, m bench.Meta, rs []bench.Result, runErr error) error {
-	var buf bytes.Buffer
-	if err := bench.Write(&buf, f, m, rs, bench.TableOptions{Baseline: o.baseline}); err != nil {
-		return errors.Join(runErr, err)
-	}
-	if o.out == "" {
-		_, err := cmd.OutOrStdout().Write(buf.Bytes())
-		return errors.Join(runErr, err)
-	}
-	if err := os.WriteFile(o.out, buf.Bytes(), 0o644); err != nil {
-		return errors.Join(runErr, fmt.Errorf("writing the report: %w", err))
-	}
-	return runErr
-}
-
-// writePlot writes the SVG plot of the bandwidth results to path.
-func writePlot(path, title string, rs []bench.Result) error {
-	var buf bytes.Buffer
-	if err := bench.WriteSVG(&buf, title, rs); err != nil {
-		return err
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("writing the plot: %w", err)
-	}
-	return nil
+// meta is the report's provenance: the session's, the tool, the command
+// line and the configuration.
+func meta(m bench.Meta, cfg any) bench.Meta {
+	m.Tool, m.Argv, m.Config = toolInfo(), argv, cfg
+	return m
 }
 
 func closeSession(s *bench.Session, err *error) {
@@ -108,13 +95,26 @@ func closeSession(s *bench.Session, err *error) {
 	}
 }
 
+// oneOf returns a --baseline check against a parser of one name.
+func oneOf(parse func(string) ([]string, error)) func(string) (string, error) {
+	return func(s string) (string, error) {
+		l, err := parse(s)
+		if err != nil {
+			return "", err
+		}
+		if len(l) != 1 {
+			return "", fmt.Errorf("%q: want one name", s)
+		}
+		return l[0], nil
+	}
+}
+
 func newBench() *cobra.Command {
 	var (
-		o     outputFlags
+		o     measureFlags
 		kinds string
 		sizes string
 		dirs  string
-		plot  string
 	)
 	c := &cobra.Command{
 		Use:   "bench",
@@ -126,55 +126,55 @@ timed; a warm-up, then several samples (median, min, max); random data, poisoned
 destinations, every byte of a sample checked.
 
 Kinds: pageable (Go heap), pinned (cuMemHostAlloc), portable, write-combined,
-registered-mmap (mmap + cuMemHostRegister), registered-go (pinmem.Register of a
+mmap-register (mmap + cuMemHostRegister), go-register (pinmem.Register of a
 Go slice), mapped (zero-copy: a kernel reads/writes host memory), staged (Go
 slice through pinned stages, package transfer). Directions: h2d, d2h, bidir
 (both at once on two streams; the figure is the sum).
 
 Subcommands: "bench pin" (cost of pinning), "bench overlap" (the pipeline),
-"bench matrix" (every GPU alone and all at once, like nvbandwidth).`,
+"bench matrix" (every GPU alone and all at once, like nvbandwidth).
+
+` + exitHelp,
 		Example: `  pinmem bench
-  pinmem bench --kinds pageable,pinned,wc --sizes 1MiB,256MiB --dir h2d,d2h
-  pinmem bench --format json --out bw.json --plot bw.svg`,
-		Args: cobra.NoArgs,
+  pinmem bench --kinds pageable,pinned,wc --sizes 1MiB,256MiB --dirs h2d,d2h
+  pinmem bench --format json -o bw.json --plot bw.png`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			cfg := bench.BandwidthConfig{Samples: o.samples}
+			if cfg.Kinds, err = bench.ParseKinds(kinds); err != nil {
+				return usagef("--kinds: %v", err)
+			}
+			if cfg.Sizes, err = bench.ParseSizes(sizes); err != nil {
+				return usagef("--sizes: %v", err)
+			}
+			if cfg.Dirs, err = bench.ParseDirs(dirs); err != nil {
+				return usagef("--dirs: %v", err)
+			}
 			f, err := o.check()
 			if err != nil {
 				return err
 			}
-			cfg := bench.BandwidthConfig{Samples: o.samples}
-			if cfg.Kinds, err = bench.ParseKinds(kinds); err != nil {
-				return fmt.Errorf("--kinds: %w", err)
+			cfg.Samples = o.samples
+			if cfg, err = cfg.Resolved(); err != nil {
+				return usage(err)
 			}
-			if cfg.Sizes, err = bench.ParseSizes(sizes); err != nil {
-				return fmt.Errorf("--sizes: %w", err)
-			}
-			if cfg.Dirs, err = bench.ParseDirs(dirs); err != nil {
-				return fmt.Errorf("--dir: %w", err)
-			}
-			if err := cfg.Validate(); err != nil {
-				return err
-			}
-			s, err := o.open(cmd)
+			s, pr, err := o.open(cmd, len(cfg.Kinds)*len(cfg.Sizes)*len(cfg.Dirs), "bench")
 			if err != nil {
 				return err
 			}
 			defer closeSession(s, &err)
 			rs, runErr := s.Bandwidth(cmd.Context(), cfg)
-			m := s.Meta("pinmem bench")
-			if plot != "" && len(rs) > 0 {
-				if perr := writePlot(plot, "pinmem bench: "+m.Device, rs); perr != nil {
-					runErr = errors.Join(runErr, perr)
-				}
-			}
-			return o.emit(cmd, f, m, rs, runErr)
+			pr.done()
+			return o.emit(cmd, f, meta(s.Meta("pinmem bench"), cfg), rs, bench.TableOptions{Baseline: o.baseline}, runErr)
 		},
 	}
-	o.register(c, 5, bench.KindPinned)
+	o.register(c, 5, bench.KindPinned, oneOf(bench.ParseKinds), bench.AllKinds())
 	c.Flags().StringVar(&kinds, "kinds", "all", "host memory kinds, comma-separated: "+strings.Join(bench.AllKinds(), ",")+" (or all)")
 	c.Flags().StringVar(&sizes, "sizes", sizeList(bench.DefaultSizes), "copy sizes, comma-separated (64KiB, 16MiB, 1GiB, 1000000, ...)")
-	c.Flags().StringVar(&dirs, "dir", "h2d,d2h,bidir", "directions, comma-separated: h2d, d2h, bidir (or all)")
-	c.Flags().StringVar(&plot, "plot", "", "also write an SVG plot of bandwidth against size to this file")
+	c.Flags().StringVar(&dirs, "dirs", "h2d,d2h,bidir", "directions, comma-separated: h2d, d2h, bidir (or all); --dir is the same flag")
+	_ = c.RegisterFlagCompletionFunc("kinds", fixedCompletion(append(bench.AllKinds(), "all")...))
+	_ = c.RegisterFlagCompletionFunc("dirs", fixedCompletion(append(bench.AllDirs(), "all")...))
+	_ = c.RegisterFlagCompletionFunc("sizes", fixedCompletion("64KiB", "1MiB", "16MiB", "256MiB", "1GiB"))
 	c.AddCommand(newBenchPin(), newBenchOverlap())
 	for _, sub := range benchSubcommands {
 		c.AddCommand(sub())
@@ -195,7 +195,7 @@ func sizeList(sizes []int64) string {
 
 func newBenchPin() *cobra.Command {
 	var (
-		o       outputFlags
+		o       measureFlags
 		methods string
 		sizes   string
 	)
@@ -210,41 +210,61 @@ malloc+register (PyTorch-like: allocate, pre-fault on every core, register;
 all timed). The ratio column is speed against hostalloc (above 1 = faster).
 Sizes the pinned-memory budget refuses are reported as skipped.`,
 		Example: `  pinmem bench pin
-  pinmem bench pin --sizes 1MiB,64MiB --methods hostalloc,mmap`,
-		Args: cobra.NoArgs,
+  pinmem bench pin --sizes 1MiB,64MiB --methods hostalloc,mmap-register --plot pin.png`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			cfg := bench.PinConfig{}
+			if cfg.Methods, err = bench.ParsePinMethods(methods); err != nil {
+				return usagef("--methods: %v", err)
+			}
+			if cfg.Sizes, err = bench.ParseSizes(sizes); err != nil {
+				return usagef("--sizes: %v", err)
+			}
 			f, err := o.check()
 			if err != nil {
 				return err
 			}
-			cfg := bench.PinConfig{Samples: o.samples}
-			if cfg.Methods, err = bench.ParsePinMethods(methods); err != nil {
-				return fmt.Errorf("--methods: %w", err)
+			cfg.Samples = o.samples
+			if cfg, err = cfg.Resolved(); err != nil {
+				return usage(err)
 			}
-			if cfg.Sizes, err = bench.ParseSizes(sizes); err != nil {
-				return fmt.Errorf("--sizes: %w", err)
-			}
-			if err := cfg.Validate(); err != nil {
-				return err
-			}
-			s, err := o.open(cmd)
+			s, pr, err := o.open(cmd, len(cfg.Methods)*len(cfg.Sizes), "bench pin")
 			if err != nil {
 				return err
 			}
 			defer closeSession(s, &err)
 			rs, runErr := s.Pin(cmd.Context(), cfg)
-			return o.emit(cmd, f, s.Meta("pinmem bench pin"), rs, runErr)
+			pr.done()
+			return o.emit(cmd, f, meta(s.Meta("pinmem bench pin"), cfg), rs, bench.TableOptions{Baseline: o.baseline}, runErr)
 		},
 	}
-	o.register(c, 3, bench.PinHostAlloc)
+	o.register(c, 3, bench.PinHostAlloc, oneOf(bench.ParsePinMethods), bench.AllPinMethods())
 	c.Flags().StringVar(&methods, "methods", "all", "pinning methods, comma-separated: "+strings.Join(bench.AllPinMethods(), ",")+" (or all)")
 	c.Flags().StringVar(&sizes, "sizes", sizeList(bench.DefaultPinSizes), "buffer sizes, comma-separated")
+	_ = c.RegisterFlagCompletionFunc("methods", fixedCompletion(append(bench.AllPinMethods(), "all")...))
 	return c
+}
+
+var pinnedNStreams = regexp.MustCompile(`^pinned-([0-9]+)streams?$`)
+
+// overlapVariant checks an overlap --baseline.
+func overlapVariant(s string) (string, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	switch s {
+	case bench.VariantPageableSync, bench.VariantPinned1, bench.VariantBound:
+		return s, nil
+	}
+	if m := pinnedNStreams.FindStringSubmatch(s); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil && n >= 1 && n <= 64 {
+			return bench.VariantPinnedN(n), nil
+		}
+	}
+	return "", fmt.Errorf("unknown variant %q (want %s, %s, pinned-Nstreams or %s)", s, bench.VariantPageableSync, bench.VariantPinned1, bench.VariantBound)
 }
 
 func newBenchOverlap() *cobra.Command {
 	var (
-		o       outputFlags
+		o       measureFlags
 		chunks  int
 		chunk   string
 		streams int
@@ -261,45 +281,48 @@ the measured bidirectional bandwidth sets, and a vector-add scenario (two
 vectors in, one out, pageable vs pinned, end to end). The ratio column is speed
 against pageable-sync.`,
 		Example: `  pinmem bench overlap
-  pinmem bench overlap --chunks 32 --chunk-size 8MiB --streams 8`,
-		Args: cobra.NoArgs,
+  pinmem bench overlap --chunks 32 --chunk-size 8MiB --streams 8 --plot overlap.png`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
-			f, err := o.check()
-			if err != nil {
-				return err
-			}
 			if chunks < 1 || chunks > 4096 {
-				return fmt.Errorf("--chunks %d: must be from 1 to 4096", chunks)
+				return usagef("--chunks %d: must be from 1 to 4096", chunks)
 			}
 			if streams < 1 || streams > 64 {
-				return fmt.Errorf("--streams %d: must be from 1 to 64", streams)
+				return usagef("--streams %d: must be from 1 to 64", streams)
 			}
 			cs, err := bench.ParseSize(chunk)
 			if err != nil {
-				return fmt.Errorf("--chunk-size: %w", err)
+				return usagef("--chunk-size: %v", err)
 			}
-			cfg := bench.OverlapConfig{Chunks: chunks, ChunkSize: cs, Streams: streams, Samples: o.samples}
+			cfg := bench.OverlapConfig{Chunks: chunks, ChunkSize: cs, Streams: streams}
 			switch strings.TrimSpace(vecadd) {
 			case "0", "off", "none":
 				cfg.VecAddSize = -1
 			default:
 				if cfg.VecAddSize, err = bench.ParseSize(vecadd); err != nil {
-					return fmt.Errorf("--vecadd-size: %w", err)
+					return usagef("--vecadd-size: %v", err)
 				}
 			}
-			if err := cfg.Validate(); err != nil {
+			f, err := o.check()
+			if err != nil {
 				return err
 			}
-			s, err := o.open(cmd)
+			cfg.Samples = o.samples
+			if cfg, err = cfg.Resolved(); err != nil {
+				return usage(err)
+			}
+			s, pr, err := o.open(cmd, 12, "bench overlap")
 			if err != nil {
 				return err
 			}
 			defer closeSession(s, &err)
 			rs, runErr := s.Overlap(cmd.Context(), cfg)
-			return o.emit(cmd, f, s.Meta("pinmem bench overlap"), rs, runErr)
+			pr.done()
+			return o.emit(cmd, f, meta(s.Meta("pinmem bench overlap"), cfg), rs, bench.TableOptions{Baseline: o.baseline}, runErr)
 		},
 	}
-	o.register(c, 5, bench.VariantPageableSync)
+	o.register(c, 5, bench.VariantPageableSync, overlapVariant,
+		[]string{bench.VariantPageableSync, bench.VariantPinned1, bench.VariantPinnedN(4), bench.VariantBound})
 	c.Flags().IntVar(&chunks, "chunks", 16, "number of chunks (frames)")
 	c.Flags().StringVar(&chunk, "chunk-size", "32MiB", "bytes per chunk")
 	c.Flags().IntVar(&streams, "streams", 4, "streams of the overlapped pinned variant")
@@ -307,10 +330,21 @@ against pageable-sync.`,
 	return c
 }
 
+// zeroCopyVariant checks a zerocopy --baseline.
+func zeroCopyVariant(s string) (string, error) {
+	switch v := strings.ToLower(strings.TrimSpace(s)); v {
+	case bench.VariantZeroCopy, bench.VariantExplicit:
+		return v, nil
+	case "zerocopy", "mapped":
+		return bench.VariantZeroCopy, nil
+	}
+	return "", fmt.Errorf("unknown variant %q (want %s or %s)", s, bench.VariantZeroCopy, bench.VariantExplicit)
+}
+
 func newZeroCopy() *cobra.Command {
 	var (
-		o     outputFlags
-		size  string
+		o     measureFlags
+		sizes string
 		reuse string
 	)
 	c := &cobra.Command{
@@ -323,37 +357,59 @@ memory, then R passes there). Zero-copy wins for data read once; the ratio
 column (speed against explicit, above 1 = zero-copy faster) shows where that
 stops. Needs the kernels to load.`,
 		Example: `  pinmem zerocopy
-  pinmem zerocopy --size 64MiB --reuse 1,2,4,8,16`,
-		Args: cobra.NoArgs,
+  pinmem zerocopy --sizes 64MiB --reuse 1,2,4,8,16 --plot zerocopy.png`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			list, err := bench.ParseSizes(sizes)
+			if err != nil {
+				return usagef("--sizes: %v", err)
+			}
+			for _, n := range list {
+				if n%4 != 0 {
+					return usagef("--sizes %s: must be a multiple of 4 bytes", bench.FormatSize(n))
+				}
+			}
+			rf, err := parseReuse(reuse)
+			if err != nil {
+				return usagef("--reuse: %v", err)
+			}
 			f, err := o.check()
 			if err != nil {
 				return err
 			}
-			cfg := bench.ZeroCopyConfig{Samples: o.samples}
-			if cfg.Size, err = bench.ParseSize(size); err != nil {
-				return fmt.Errorf("--size: %w", err)
+			var cfgs []bench.ZeroCopyConfig
+			for _, n := range list {
+				cfg, err := bench.ZeroCopyConfig{Size: n, Reuse: rf, Samples: o.samples}.Resolved()
+				if err != nil {
+					return usage(err)
+				}
+				cfgs = append(cfgs, cfg)
 			}
-			if cfg.Size%4 != 0 {
-				return fmt.Errorf("--size %s: must be a multiple of 4 bytes", size)
-			}
-			if cfg.Reuse, err = parseReuse(reuse); err != nil {
-				return fmt.Errorf("--reuse: %w", err)
-			}
-			if err := cfg.Validate(); err != nil {
-				return err
-			}
-			s, err := o.open(cmd)
+			s, pr, err := o.open(cmd, 2*len(rf)*len(list), "zerocopy")
 			if err != nil {
 				return err
 			}
 			defer closeSession(s, &err)
-			rs, runErr := s.ZeroCopy(cmd.Context(), cfg)
-			return o.emit(cmd, f, s.Meta("pinmem zerocopy"), rs, runErr)
+			var rs []bench.Result
+			var runErr error
+			for _, cfg := range cfgs {
+				var part []bench.Result
+				part, runErr = s.ZeroCopy(cmd.Context(), cfg)
+				rs = append(rs, part...)
+				if runErr != nil {
+					break
+				}
+			}
+			pr.done()
+			var conf any = cfgs
+			if len(cfgs) == 1 {
+				conf = cfgs[0]
+			}
+			return o.emit(cmd, f, meta(s.Meta("pinmem zerocopy"), conf), rs, bench.TableOptions{Baseline: o.baseline}, runErr)
 		},
 	}
-	o.register(c, 5, bench.VariantExplicit)
-	c.Flags().StringVar(&size, "size", "256MiB", "bytes of data")
+	o.register(c, 5, bench.VariantExplicit, zeroCopyVariant, []string{bench.VariantExplicit, bench.VariantZeroCopy})
+	c.Flags().StringVar(&sizes, "sizes", "256MiB", "bytes of data, comma-separated (each a multiple of 4); --size is the same flag")
 	c.Flags().StringVar(&reuse, "reuse", "1,2,4,8", "reuse factors (kernel passes over the data), comma-separated")
 	return c
 }

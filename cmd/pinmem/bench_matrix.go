@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"strings"
 
@@ -20,12 +16,11 @@ func init() {
 
 func newBenchMatrix() *cobra.Command {
 	var (
+		o       output
 		devices string
-		size    string
+		sizes   string
 		dirs    string
 		samples int
-		format  string
-		out     string
 		quiet   bool
 	)
 	c := &cobra.Command{
@@ -38,63 +33,76 @@ row where every device copies at the same time, reported as the sum of the
 devices' concurrent figures and compared with the sum of the per-device rows.
 With one GPU the two rows measure the same thing.`,
 		Example: `  pinmem bench matrix
-  pinmem bench matrix --devices 0,1 --size 1GiB --format json`,
-		Args: cobra.NoArgs,
+  pinmem bench matrix --devices 0,1 --sizes 1GiB --format json -o matrix.json --plot matrix.png`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if samples < 1 || samples > 1000 {
-				return fmt.Errorf("--samples %d: must be from 1 to 1000", samples)
+			if samples < 1 || samples > bench.MaxSamples {
+				return usagef("--samples %d: must be from 1 to %d", samples, bench.MaxSamples)
 			}
-			f, err := bench.ParseFormat(format)
+			list, err := bench.ParseSizes(sizes)
 			if err != nil {
-				return fmt.Errorf("--format: %w", err)
+				return usagef("--sizes: %v", err)
 			}
-			cfg := bench.MatrixConfig{Samples: samples}
-			if cfg.Size, err = bench.ParseSize(size); err != nil {
-				return fmt.Errorf("--size: %w", err)
+			ds, err := bench.ParseDirs(dirs)
+			if err != nil {
+				return usagef("--dirs: %v", err)
 			}
-			if cfg.Dirs, err = bench.ParseDirs(dirs); err != nil {
-				return fmt.Errorf("--dir: %w", err)
+			devs, err := parseDevices(devices)
+			if err != nil {
+				return usagef("--devices: %v", err)
 			}
-			if cfg.Devices, err = parseDevices(devices); err != nil {
-				return fmt.Errorf("--devices: %w", err)
-			}
-			var progress io.Writer
-			if !quiet {
-				progress = cmd.ErrOrStderr()
-			}
-			cfg.Session = bench.SessionConfig{Progress: progress}
-			if err := cfg.Validate(); err != nil {
+			f, err := o.check()
+			if err != nil {
 				return err
 			}
-			rs, m, runErr := bench.Matrix(cmd.Context(), cfg)
+			if err := checkBudgetEnv(); err != nil {
+				return err
+			}
+			var cfgs []bench.MatrixConfig
+			for _, n := range list {
+				cfg, err := bench.MatrixConfig{Size: n, Dirs: ds, Devices: devs, Samples: samples}.Resolved()
+				if err != nil {
+					return usage(err)
+				}
+				cfgs = append(cfgs, cfg)
+			}
+			total := (max(len(devs), 1) + 1) * len(ds) * len(list)
+			pr := newProgress(cmd.ErrOrStderr(), quiet, total, "bench matrix")
+			var rs []bench.Result
+			var m bench.Meta
+			var runErr error
+			for i := range cfgs {
+				cfgs[i].Session.Progress = pr.writer()
+				part, pm, err := bench.Matrix(cmd.Context(), cfgs[i])
+				if i == 0 {
+					m = pm
+				}
+				rs, runErr = append(rs, part...), err
+				if err != nil {
+					break
+				}
+			}
+			pr.done()
 			if len(rs) == 0 && runErr != nil {
 				return runErr
 			}
-			var buf bytes.Buffer
-			if f == bench.FormatTable {
-				err = bench.WriteMatrix(&buf, m, rs)
-			} else {
-				err = bench.Write(&buf, f, m, rs, bench.TableOptions{})
+			var conf any = cfgs
+			if len(cfgs) == 1 {
+				conf = cfgs[0]
 			}
-			if err != nil {
-				return errors.Join(runErr, err)
-			}
-			if out == "" {
-				_, err = cmd.OutOrStdout().Write(buf.Bytes())
-			} else if err = os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
-				err = fmt.Errorf("writing the report: %w", err)
-			}
-			return errors.Join(runErr, err)
+			return o.emit(cmd, f, meta(m, conf), rs, bench.TableOptions{}, runErr)
 		},
 	}
+	o.register(c, reportFormats, true)
 	fl := c.Flags()
 	fl.StringVar(&devices, "devices", "all", "GPU ordinals, comma-separated (or all)")
-	fl.StringVar(&size, "size", "256MiB", "bytes per copy")
-	fl.StringVar(&dirs, "dir", "h2d,d2h,bidir", "directions, comma-separated: h2d, d2h, bidir (or all)")
+	fl.StringVar(&sizes, "sizes", "256MiB", "bytes per copy, comma-separated; --size is the same flag")
+	fl.StringVar(&dirs, "dirs", "h2d,d2h,bidir", "directions, comma-separated: h2d, d2h, bidir (or all); --dir is the same flag")
 	fl.IntVar(&samples, "samples", 5, "timed samples per measurement (median, min and max are reported)")
-	fl.StringVar(&format, "format", "table", "output format: table (the matrix), json or csv")
-	fl.StringVar(&out, "out", "", "write the report to this file instead of standard output")
-	fl.BoolVar(&quiet, "quiet", false, "no progress lines on standard error")
+	fl.BoolVar(&quiet, "quiet", false, "no progress bar on standard error")
+	fl.SetNormalizeFunc(aliasFlags)
+	_ = c.RegisterFlagCompletionFunc("dirs", fixedCompletion(append(bench.AllDirs(), "all")...))
+	_ = c.RegisterFlagCompletionFunc("devices", cobra.NoFileCompletions)
 	return c
 }
 

@@ -1,28 +1,59 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/pinmem/pinmem/internal/diag"
 )
 
 func newDoctor() *cobra.Command {
-	var asJSON bool
+	var (
+		o      output
+		strict bool
+	)
 	c := &cobra.Command{
 		Use:   "doctor",
 		Short: "Report the NVIDIA driver, each GPU and the host facts that matter for pinned memory",
 		Long: `doctor prints what pinmem can see: whether the NVIDIA driver was found (and why
-not), its version, and each GPU with the attributes that matter for host memory.
-It exits 0 on a machine with no GPU, saying that no driver was found.`,
-		Args: cobra.NoArgs,
+not), its version, each GPU with the attributes that matter for host memory,
+the host's memory, huge pages and NUMA layout. Then a verdict per check (ok,
+warning or problem, each with one line of advice), the pinned-memory budget in
+force and where it comes from, and which pinmem commands will work here.
+
+doctor exits 0 whenever it could report, also on a machine with no GPU; with
+--strict it exits 1 when a check found a problem.`,
+		Example: `  pinmem doctor
+  pinmem doctor --format json -o doctor.json
+  pinmem doctor --strict && pinmem bench`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r := diag.Collect()
-			if asJSON {
-				return r.WriteJSON(cmd.OutOrStdout())
+			f, err := o.check()
+			if err != nil {
+				return err
 			}
-			return r.WriteText(cmd.OutOrStdout())
+			r := diag.Collect()
+			var buf bytes.Buffer
+			if f == "json" {
+				err = r.WriteJSON(&buf)
+			} else {
+				err = r.WriteText(&buf)
+			}
+			if err != nil {
+				return err
+			}
+			if err := o.write(cmd, buf.Bytes()); err != nil {
+				return err
+			}
+			if n := r.Problems(); strict && n > 0 {
+				return &problemError{fmt.Sprintf("doctor --strict: %d check(s) found a problem", n)}
+			}
+			return nil
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of text")
+	o.register(c, []string{"table", "json"}, false)
+	c.Flags().BoolVar(&strict, "strict", false, "exit 1 when a check finds a problem")
 	return c
 }

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +50,36 @@ func FuzzFlagLists(f *testing.F) {
 			if err := (bench.ZeroCopyConfig{Reuse: reuse}).Validate(); err != nil {
 				t.Fatalf("parseReuse(%q) = %v, which ZeroCopyConfig refuses: %v", s, reuse, err)
 			}
+		}
+	})
+}
+
+// FuzzReportCommand: `pinmem report` on any file content either renders
+// it (status 0) or refuses it with one line on stderr and the usage status
+// 2, never a panic or another status.
+func FuzzReportCommand(f *testing.F) {
+	if b, err := os.ReadFile(fixture("bw.json")); err == nil {
+		f.Add(b)
+	}
+	for _, s := range []string{"", "{", "not json", `{"meta":{"schema_version":1},"results":[]}`, `{"meta":{"schema_version":2},"results":[]}`} {
+		f.Add([]byte(s))
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := filepath.Join(dir, "in.json")
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out, errb bytes.Buffer
+		code := execute(context.Background(), []string{"report", p, "--format", "csv"}, &out, &errb)
+		switch code {
+		case exitOK:
+		case exitUsage:
+			if strings.Count(errb.String(), "\n") != 1 {
+				t.Fatalf("stderr is not one line: %q", errb.String())
+			}
+		default:
+			t.Fatalf("exit status %d: %s", code, errb.String())
 		}
 	})
 }

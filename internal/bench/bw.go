@@ -36,6 +36,13 @@ var DefaultSizes = []int64{64 << 10, 1 << 20, 16 << 20, 256 << 20}
 // GPU work (the CLI checks its flags this way).
 func (c BandwidthConfig) Validate() error { return c.resolve() }
 
+// Resolved returns c with its defaults filled in, as the measurement uses
+// it (reports record it), or the error Validate gives.
+func (c BandwidthConfig) Resolved() (BandwidthConfig, error) {
+	err := c.resolve()
+	return c, err
+}
+
 // resolve fills in the defaults of c's zero fields and checks the others.
 func (c *BandwidthConfig) resolve() error {
 	if err := checkNames("BandwidthConfig.Kinds", &c.Kinds, AllKinds()); err != nil {
@@ -429,7 +436,7 @@ func (w *bwWork) measure(kind string, hA, hB *hostMem, dir string, n int) (Resul
 		}
 		if i == 0 {
 			if err := p.verify(reps); err != nil {
-				notes = append(notes, "VERIFY FAILED: "+err.Error())
+				notes = append(notes, verifyFailedMark+": "+err.Error())
 			} else {
 				r.Verified = true
 			}
@@ -541,7 +548,7 @@ func (w *bwWork) staged(st [2]*transfer.Copier, hA, hB *hostMem, dir string, n i
 		}
 		if i == 0 {
 			if err := p.verify(reps); err != nil {
-				notes = append(notes, "VERIFY FAILED: "+err.Error())
+				notes = append(notes, verifyFailedMark+": "+err.Error())
 			} else {
 				r.Verified = true
 			}

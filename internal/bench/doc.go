@@ -35,5 +35,5 @@
 // # Results
 //
 // Every bench returns a []Result; WriteTable, WriteJSON, WriteCSV and
-// WriteSVG render them. Units are GB/s (10^9 bytes per second), ms or FPS.
+// WritePlot render them. Units are GB/s (10^9 bytes per second), ms or FPS.
 package bench

@@ -1,7 +1,10 @@
 package bench
 
 import (
+	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,6 +121,45 @@ func FuzzParseLists(f *testing.F) {
 			}
 		} else if fm != FormatTable && fm != FormatJSON && fm != FormatCSV {
 			t.Fatalf("ParseFormat(%q) = %q", s, fm)
+		}
+	})
+}
+
+// FuzzReadReport: any input gives a report or an error matching
+// ErrInvalid in one line, never a panic; a report it accepts writes back to
+// JSON that reads back to the same results.
+func FuzzReadReport(f *testing.F) {
+	for _, name := range []string{"bw.json", "pin.json", "overlap.json", "zerocopy.json", "matrix.json"} {
+		if b, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
+			f.Add(b)
+		}
+	}
+	for _, s := range []string{"", "{}", "null", `{"meta":{"schema_version":1},"results":[]}`, `{"meta":{"schema_version":1},"results":[null]}`,
+		`{"meta":{"schema_version":1},"results":[{"bench":"bw","kind":"k","dir":"d","unit":"GB/s","median":1e309}]}`, "[", `{"meta":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rep, err := ReadReport(bytes.NewReader(data))
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error %q: not ErrInvalid or not one line", err)
+			}
+			return
+		}
+		var b bytes.Buffer
+		if err := WriteJSON(&b, rep.Meta, rep.Results); err != nil {
+			t.Fatalf("accepted report does not write back: %v", err)
+		}
+		back, err := ReadReport(&b)
+		if err != nil || len(back.Results) != len(rep.Results) {
+			t.Fatalf("round trip: %v", err)
+		}
+		for i := range back.Results {
+			want := rep.Results[i]
+			want.VerifyFailed = want.Failed() // WriteJSON marks failures
+			if back.Results[i] != want {
+				t.Fatalf("result %d: %+v, want %+v", i, back.Results[i], want)
+			}
 		}
 	})
 }

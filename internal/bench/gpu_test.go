@@ -73,7 +73,7 @@ func TestGPUBandwidthEveryKind(t *testing.T) {
 	if err := WriteTable(&tbl, s.Meta("test"), rs, TableOptions{Baseline: KindPinned}); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteSVG(&svg, "test", rs); err != nil {
+	if err := WritePlot(&svg, ImageSVG, s.Meta("test"), rs); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", tbl.String())

@@ -32,9 +32,9 @@ func (s *Session) allocHost(kind string, n int) (*hostMem, error) {
 		h.buf, err = pinmem.Alloc(n, pinmem.Portable, dev, hostAlloc)
 	case KindWriteCombined:
 		h.buf, err = pinmem.Alloc(n, pinmem.WriteCombined, dev, hostAlloc)
-	case KindRegisteredMmap:
+	case KindMmapRegister:
 		h.buf, err = pinmem.Alloc(n, 0, dev, pinmem.WithMethod(pinmem.MethodMmapRegister))
-	case KindRegisteredGo:
+	case KindGoRegister:
 		heap := make([]byte, n)
 		h.buf, err = pinmem.Register(heap, 0, dev)
 	case KindMapped:

@@ -34,6 +34,13 @@ type MatrixConfig struct {
 // GPU work (the CLI checks its flags this way).
 func (c MatrixConfig) Validate() error { return c.resolve() }
 
+// Resolved returns c with its defaults filled in, as the measurement uses
+// it (reports record it), or the error Validate gives.
+func (c MatrixConfig) Resolved() (MatrixConfig, error) {
+	err := c.resolve()
+	return c, err
+}
+
 // resolve fills in the defaults of c's zero fields and checks the others.
 func (c *MatrixConfig) resolve() error {
 	switch {
@@ -124,6 +131,9 @@ func Matrix(ctx context.Context, cfg MatrixConfig) ([]Result, Meta, error) {
 		}
 	}
 	m := devs[0].s.Meta("pinmem bench matrix")
+	for _, d := range devs[1:] {
+		m.Devices = append(m.Devices, deviceInfo(d.s.Props))
+	}
 	if len(devs) > 1 {
 		m.Device = fmt.Sprintf("%d devices: %s", len(devs), strings.Join(deviceNames(devs), "; "))
 	}
@@ -148,7 +158,7 @@ func Matrix(ctx context.Context, cfg MatrixConfig) ([]Result, Meta, error) {
 				vals = append(vals, v)
 				if i == 0 {
 					if verr := d.verify(dir, n); verr != nil {
-						r.Note = joinNotes([]string{r.Note, "VERIFY FAILED: " + verr.Error()})
+						r.Note = joinNotes([]string{r.Note, verifyFailedMark + ": " + verr.Error()})
 					} else {
 						r.Verified = true
 					}
@@ -213,7 +223,7 @@ func Matrix(ctx context.Context, cfg MatrixConfig) ([]Result, Meta, error) {
 			for _, d := range devs {
 				if err := d.verify(dir, n); err != nil {
 					allOK = false
-					r.Note = joinNotes([]string{"VERIFY FAILED: " + err.Error(), r.Note})
+					r.Note = joinNotes([]string{verifyFailedMark + ": " + err.Error(), r.Note})
 				}
 			}
 			r.Verified = allOK

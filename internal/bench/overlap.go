@@ -45,6 +45,13 @@ type OverlapConfig struct {
 // GPU work (the CLI checks its flags this way).
 func (c OverlapConfig) Validate() error { return c.resolve() }
 
+// Resolved returns c with its defaults filled in, as the measurement uses
+// it (reports record it), or the error Validate gives.
+func (c OverlapConfig) Resolved() (OverlapConfig, error) {
+	err := c.resolve()
+	return c, err
+}
+
 // resolve fills in the defaults of c's zero fields and checks the others.
 func (c *OverlapConfig) resolve() error {
 	switch {
@@ -271,7 +278,7 @@ func verifyNote(ok bool) string {
 	if ok {
 		return ""
 	}
-	return "VERIFY FAILED: output differs from input + delta"
+	return verifyFailedMark + ": output differs from input + delta"
 }
 
 // fpsOf converts a pipeline time in ms into frames (chunks) per second.

@@ -27,10 +27,10 @@ func TestParseSize(t *testing.T) {
 	}
 	for in, want := range map[string]string{
 		"": "empty", "0": "zero", "0.0K": "zero", "-1": "negative", "-1GiB": "negative", "abc": "no number",
-		"12Q": `unknown unit "Q"`, "1EiB": "unknown unit", "1.5": "whole number", "0.1KiB": "whole number",
+		"12Q": `unknown suffix "Q" (want B, K/Ki/KiB`, "1EiB": "too large (at most 1TiB)", "1.5": "whole number", "0.1KiB": "whole number",
 		"2TiB": "too large", "1099511627777": "too large", "99999999999999999999": "too large",
-		"KiB": "no number", "1..2M": "bad number", ".": "bad number", "1.2.3": "bad number",
-		strings.Repeat("9", 41): "too long",
+		"KiB": "no number", "1..2M": "malformed number", ".": "malformed number", "1.2.3": "malformed number",
+		strings.Repeat("9", 41): "too large", strings.Repeat("9", 65): "too long",
 	} {
 		got, err := ParseSize(in)
 		if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
@@ -67,7 +67,7 @@ func TestFormatSize(t *testing.T) {
 
 func TestParseKinds(t *testing.T) {
 	got, err := ParseKinds("wc, pinned,PAGEABLE,zerocopy,go,mmap,pinned")
-	want := []string{KindPageable, KindPinned, KindWriteCombined, KindRegisteredMmap, KindRegisteredGo, KindMapped}
+	want := []string{KindPageable, KindPinned, KindWriteCombined, KindMmapRegister, KindGoRegister, KindMapped}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseKinds = %v, %v; want %v", got, err, want)
 	}

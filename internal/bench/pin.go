@@ -52,6 +52,13 @@ type PinConfig struct {
 // GPU work (the CLI checks its flags this way).
 func (c PinConfig) Validate() error { return c.resolve() }
 
+// Resolved returns c with its defaults filled in, as the measurement uses
+// it (reports record it), or the error Validate gives.
+func (c PinConfig) Resolved() (PinConfig, error) {
+	err := c.resolve()
+	return c, err
+}
+
 // resolve fills in the defaults of c's zero fields and checks the others.
 func (c *PinConfig) resolve() error {
 	if err := checkNames("PinConfig.Methods", &c.Methods, AllPinMethods()); err != nil {
@@ -68,6 +75,7 @@ func (c *PinConfig) resolve() error {
 func ParsePinMethods(s string) ([]string, error) {
 	al := map[string]string{
 		"hostalloc": PinHostAlloc, "mmap-register": PinMmapRegister, "mmap": PinMmapRegister,
+		"mmap-registered": PinMmapRegister, "registered-mmap": PinMmapRegister, "go-registered": PinGoRegister,
 		"go-register": PinGoRegister, "register": PinGoRegister, "go": PinGoRegister,
 		"malloc+register": PinMallocRegister, "pytorch": PinMallocRegister, "malloc-register": PinMallocRegister,
 	}
@@ -194,7 +202,7 @@ func (s *Session) pinOne(ctx context.Context, method string, n, samples int, pro
 			r.Note = "cuMemHostRegister of touched memory"
 		}
 		if verr != nil {
-			r.Note = joinNotes([]string{"VERIFY FAILED: " + verr.Error(), r.Note})
+			r.Note = joinNotes([]string{verifyFailedMark + ": " + verr.Error(), r.Note})
 		}
 		if stopErr != nil {
 			r.Note = joinNotes([]string{r.Note, stoppedNote(done, samples)})

@@ -9,13 +9,21 @@ import (
 	"strings"
 )
 
-// Meta describes where and how results were measured, for report headers.
+// Meta describes where, how and by what results were measured: the
+// provenance every saved report carries (docs/results/SCHEMA.md).
 type Meta struct {
-	Command string `json:"command,omitempty"` // e.g. "pinmem bench"
-	Device  string `json:"device,omitempty"`  // e.g. "NVIDIA H200 (device 0, PCIe 0000:1a:00.0)"
-	Driver  string `json:"driver,omitempty"`  // e.g. "CUDA 13.0"
-	Timing  string `json:"timing,omitempty"`  // how copies were timed, and why if not with spin-wait
-	Time    string `json:"time,omitempty"`    // when the run started (RFC 3339)
+	Schema  int          `json:"schema_version"`    // SchemaVersion of the writer
+	Command string       `json:"command,omitempty"` // e.g. "pinmem bench"
+	Tool    Tool         `json:"tool"`              // the program and build that measured
+	Argv    []string     `json:"argv,omitempty"`    // the command line
+	Time    string       `json:"time,omitempty"`    // when the run started (RFC 3339)
+	Partial bool         `json:"partial"`           // the run was interrupted or ended early: not every configured measurement is present
+	Device  string       `json:"device,omitempty"`  // e.g. "NVIDIA H200 (device 0, PCI 0000:1a:00.0)"
+	Driver  string       `json:"driver,omitempty"`  // e.g. "CUDA 13.0"
+	Timing  string       `json:"timing,omitempty"`  // how copies were timed, and why if not with spin-wait
+	Host    Host         `json:"host"`              // the machine
+	Devices []DeviceInfo `json:"devices,omitempty"` // every GPU measured
+	Config  any          `json:"config,omitempty"`  // the measurement's configuration (a *Config struct, or a decoded object)
 }
 
 // Report is what the JSON output holds: the metadata and every result.
@@ -69,6 +77,9 @@ func WriteTable(w io.Writer, m Meta, results []Result, opts TableOptions) error 
 	}
 	if m.Timing != "" {
 		fmt.Fprintf(&b, "# timing: %s\n", m.Timing)
+	}
+	if m.Partial {
+		b.WriteString("# PARTIAL: the run was interrupted or ended early; not every configured measurement is present\n")
 	}
 	head := []string{"BENCH", "KIND", "DIR", "SIZE", "MEDIAN", "MIN", "MAX", "UNIT", "N", "VERIFIED"}
 	right := []bool{false, false, false, true, true, true, true, false, true, false}
@@ -144,6 +155,10 @@ func WriteJSON(w io.Writer, m Meta, results []Result) error {
 	if results == nil {
 		results = []Result{}
 	}
+	markFailures(results)
+	if m.Schema == 0 {
+		m.Schema = SchemaVersion
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(Report{Meta: m, Results: results})
@@ -195,8 +210,10 @@ func ParseFormat(s string) (Format, error) {
 	return "", invalid("unknown format %q (want table, json or csv)", s)
 }
 
-// Write renders results in format f.
+// Write renders results in format f. Results whose note reports a
+// verification failure get VerifyFailed set.
 func Write(w io.Writer, f Format, m Meta, results []Result, opts TableOptions) error {
+	markFailures(results)
 	switch f {
 	case FormatJSON:
 		return WriteJSON(w, m, results)

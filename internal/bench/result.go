@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -31,19 +32,42 @@ const (
 // variant), a direction (or operation), a size and the summary of its
 // samples.
 type Result struct {
-	Bench    string  `json:"bench"`          // "bw", "pin", "overlap", "vecadd", "zerocopy"
-	Kind     string  `json:"kind"`           // host memory kind, pinning method or pipeline variant
-	Dir      string  `json:"dir"`            // "h2d", "d2h", "bidir"; or the operation ("pin", "unpin", "reuse=4", ...)
-	Size     int64   `json:"size"`           // bytes per copy (bw), per buffer (pin) or in all (overlap, vecadd)
-	Unit     Unit    `json:"unit"`           // unit of Median, Min and Max
-	Median   float64 `json:"median"`         // median of the samples
-	Min      float64 `json:"min"`            // smallest sample
-	Max      float64 `json:"max"`            // largest sample
-	Samples  int     `json:"samples"`        // timed samples (0 when skipped)
-	Verified bool    `json:"verified"`       // every byte of at least one sample was checked and correct
-	Timing   string  `json:"timing"`         // TimingSpin, TimingEvents or TimingWall
-	Skipped  bool    `json:"skipped"`        // the measurement could not run; Note says why
-	Note     string  `json:"note,omitempty"` // anything the figures need to be read right
+	Bench    string  `json:"bench"`    // "bw", "pin", "overlap", "vecadd", "zerocopy"
+	Kind     string  `json:"kind"`     // host memory kind, pinning method or pipeline variant
+	Dir      string  `json:"dir"`      // "h2d", "d2h", "bidir"; or the operation ("pin", "unpin", "reuse=4", ...)
+	Size     int64   `json:"size"`     // bytes per copy (bw), per buffer (pin) or in all (overlap, vecadd)
+	Unit     Unit    `json:"unit"`     // unit of Median, Min and Max
+	Median   float64 `json:"median"`   // median of the samples
+	Min      float64 `json:"min"`      // smallest sample
+	Max      float64 `json:"max"`      // largest sample
+	Samples  int     `json:"samples"`  // timed samples (0 when skipped)
+	Verified bool    `json:"verified"` // every byte of at least one sample was checked and correct
+	Timing   string  `json:"timing"`   // TimingSpin, TimingEvents or TimingWall
+	Skipped  bool    `json:"skipped"`  // the measurement could not run; Note says why
+	// VerifyFailed is set when a sample's data came back wrong: the figures
+	// are not to be trusted and Note says what differed.
+	VerifyFailed bool   `json:"verify_failed"`
+	Note         string `json:"note,omitempty"` // anything the figures need to be read right
+}
+
+// verifyFailedMark starts the note of every result whose data came back
+// wrong.
+const verifyFailedMark = "VERIFY FAILED"
+
+// Failed reports whether r's data failed verification (VerifyFailed, or a
+// note that says so).
+func (r Result) Failed() bool {
+	return !r.Skipped && (r.VerifyFailed || strings.Contains(r.Note, verifyFailedMark))
+}
+
+// markFailures sets VerifyFailed on every result whose note reports a
+// verification failure, so that the JSON says it in a field.
+func markFailures(rs []Result) {
+	for i := range rs {
+		if rs[i].Failed() {
+			rs[i].VerifyFailed = true
+		}
+	}
 }
 
 // String returns a one-line summary, as progress lines print it.

@@ -22,10 +22,14 @@ var ErrInvalid = errors.New("bench: invalid argument")
 
 // invalidError is bad input: its message says what and why; it matches
 // ErrInvalid.
-type invalidError struct{ msg string }
+type invalidError struct {
+	msg     string
+	wrapped error // the cause, when another package found it (units)
+}
 
 func (e *invalidError) Error() string        { return e.msg }
 func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+func (e *invalidError) Unwrap() error        { return e.wrapped }
 
 // invalid returns an error matching ErrInvalid with the formatted message.
 func invalid(format string, args ...any) error {
@@ -78,8 +82,8 @@ func checkNames(field string, names *[]string, all []string) error {
 // SessionConfig configures Open. The zero value is the default.
 type SessionConfig struct {
 	// Progress, when not nil, receives one line per finished measurement
-	// (the CLI passes stderr unless --quiet).
-	Progress io.Writer
+	// (the CLI counts them for its progress bar). Reports leave it out.
+	Progress io.Writer `json:"-"`
 	// SpinTimeout bounds how long spin_wait holds a stream (0: 10 s; at
 	// most 10 minutes); a hold that times out is reported in the result's
 	// note.
@@ -256,7 +260,8 @@ func (s *Session) SpinError() error { return s.spinErr }
 
 // Meta returns the report metadata for this session and command.
 func (s *Session) Meta(command string) Meta {
-	m := Meta{Command: command, Device: fmt.Sprintf("%s (device %d", s.Props.Name, s.Dev.Ordinal())}
+	m := Meta{Schema: SchemaVersion, Command: command, Device: fmt.Sprintf("%s (device %d", s.Props.Name, s.Dev.Ordinal()),
+		Host: HostFacts(), Devices: []DeviceInfo{deviceInfo(s.Props)}}
 	if s.Props.PCIBusID != "" {
 		m.Device += ", PCI " + s.Props.PCIBusID
 	}

@@ -81,7 +81,7 @@ func (s *Session) vecAdd(ctx context.Context, n, samples int) ([]Result, error) 
 		}
 		r.fill(vals)
 		if !r.Verified {
-			r.Note = "VERIFY FAILED; " + r.Note
+			r.Note = verifyFailedMark + "; " + r.Note
 		}
 		return r, nil
 	}

@@ -36,6 +36,13 @@ type ZeroCopyConfig struct {
 // GPU work (the CLI checks its flags this way).
 func (c ZeroCopyConfig) Validate() error { return c.resolve() }
 
+// Resolved returns c with its defaults filled in, as the measurement uses
+// it (reports record it), or the error Validate gives.
+func (c ZeroCopyConfig) Resolved() (ZeroCopyConfig, error) {
+	err := c.resolve()
+	return c, err
+}
+
 // resolve fills in the defaults of c's zero fields and checks the others.
 func (c *ZeroCopyConfig) resolve() error {
 	switch {

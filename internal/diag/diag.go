@@ -35,19 +35,27 @@ type Report struct {
 	Devices       []Device `json:"devices"`
 	Host          Host     `json:"host"`
 	Notes         []string `json:"notes,omitempty"`
+	// Checks are the verdicts (ok, warning, problem) with advice; Budget is
+	// the pinned-memory budget in force; Commands say which pinmem
+	// commands will work here.
+	Checks   []Check   `json:"checks"`
+	Budget   Budget    `json:"budget"`
+	Commands []Command `json:"commands"`
 }
 
 // Host is what the host says about memory that matters for pinning.
 type Host struct {
-	MemTotal       uint64   `json:"mem_total"`
-	MemAvailable   uint64   `json:"mem_available"`
-	PhysicalMemory uint64   `json:"physical_memory"` // min(MemTotal, cgroup limit): the base of pinmem's default budget
-	CgroupLimit    string   `json:"cgroup_limit"`
-	MemlockLimit   string   `json:"memlock_limit"`
-	THP            string   `json:"transparent_hugepages"`
-	NUMANodes      int      `json:"numa_nodes"`
-	CPUs           int      `json:"cpus"`
-	Errors         []string `json:"errors,omitempty"`
+	MemTotal       uint64 `json:"mem_total"`
+	MemAvailable   uint64 `json:"mem_available"`
+	PhysicalMemory uint64 `json:"physical_memory"` // min(MemTotal, cgroup limit): the base of pinmem's default budget
+	CgroupLimit    string `json:"cgroup_limit"`
+	// CgroupLimitBytes is the cgroup memory limit in bytes, 0 when there is none or it is unknown.
+	CgroupLimitBytes uint64   `json:"cgroup_limit_bytes"`
+	MemlockLimit     string   `json:"memlock_limit"`
+	THP              string   `json:"transparent_hugepages"`
+	NUMANodes        int      `json:"numa_nodes"`
+	CPUs             int      `json:"cpus"`
+	Errors           []string `json:"errors,omitempty"`
 }
 
 // Device is one GPU in the report.
@@ -73,9 +81,15 @@ type Device struct {
 // reader is where diag reads sysfs (tests point it at fixtures).
 var reader = sysinfo.Reader{}
 
-// Collect gathers the report. It never fails: what cannot be read is
-// recorded in the report.
+// Collect gathers the report and its verdicts. It never fails: what
+// cannot be read is recorded in the report.
 func Collect() *Report {
+	r := collect()
+	r.evaluate()
+	return r
+}
+
+func collect() *Report {
 	r := &Report{
 		GoVersion:   runtime.Version(),
 		Platform:    runtime.GOOS + "/" + runtime.GOARCH,
@@ -117,6 +131,9 @@ func collectHost() Host {
 	}
 	if info.Cgroup != nil {
 		h.CgroupLimit = info.Cgroup.Limit.String()
+		if !info.Cgroup.Limit.IsUnlimited() {
+			h.CgroupLimitBytes = uint64(info.Cgroup.Limit)
+		}
 	}
 	if info.Memlock != nil {
 		h.MemlockLimit = info.Memlock.Soft.String()
@@ -203,7 +220,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "driver\tno NVIDIA driver found (%s)\n", r.DriverError)
 		fmt.Fprintf(tw, "\tpinmem can build and test here, but nothing can be pinned or copied to a GPU\n")
 		fmt.Fprintf(tw, "\tset %s to the path of libcuda.so.1 if the driver is installed in an unusual place\n", cudadrv.EnvLibrary)
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		r.writeChecks(w)
+		return nil
 	}
 	fmt.Fprintf(tw, "driver\t%s\n", r.Library)
 	if r.DriverVersion != 0 {
@@ -247,5 +268,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	if len(r.Notes) > 0 {
 		fmt.Fprintf(tw, "\nnotes\t%s\n", strings.Join(r.Notes, "\n\t"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	r.writeChecks(w)
+	return nil
 }

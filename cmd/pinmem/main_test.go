@@ -1,0 +1,9 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pinmem/pinmem/internal/bench"
+)
+
+// readReports reads result files (as `--format json` writes them). A file
+// that cannot be read or is not a valid report is a usage error naming it.
+func readReports(paths []string) ([]bench.Report, error) {
+	var out []bench.Report
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, usagef("%s: %v", p, unwrapPath(err))
+		}
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			_ = f.Close()
+			return nil, usagef("%s: is a directory (want a result file written with --format json)", p)
+		}
+		rep, err := bench.ReadReport(f)
+		_ = f.Close()
+		if err != nil {
+			return nil, usagef("%s: %v", p, err)
+		}
+		out = append(out, rep)
+	}
+	return out, nil
+}
+
+// reportArgs wants at least min result files.
+func reportArgs(min int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < min {
+			return usagef("%s needs %d result file(s) (got %d)", cmd.CommandPath(), min, len(args))
+		}
+		return nil
+	}
+}
+
+func jsonFiles(_ *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
+	return []string{"json"}, cobra.ShellCompDirectiveFilterFileExt
+}
+
+func newReport() *cobra.Command {
+	var (
+		o        output
+		baseline string
+	)
+	c := &cobra.Command{
+		Use:   "report FILE.json...",
+		Short: "Render saved results as a table, CSV, JSON, SVG or PNG (no GPU needed)",
+		Long: `report reads result files written with --format json by bench, bench pin,
+bench overlap, bench matrix or zerocopy, on this machine or another, and
+renders them: table, csv or json (one file's results after another's; json
+merges them into one report with the first file's metadata) or a plot, svg or
+png, of every measurement they hold (one panel per measurement and direction).
+A png needs --out. Nothing here needs a GPU. Files that are not valid reports
+are refused with one line saying where and why (exit status 2).`,
+		Example: `  pinmem report bw.json
+  pinmem report docs/results/bench.json --format png -o bench.png
+  pinmem report bw.json pin.json --format csv`,
+		Args:              reportArgs(1),
+		ValidArgsFunction: jsonFiles,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := o.check(); err != nil {
+				return err
+			}
+			if o.format == "png" && (o.out == "" || o.out == "-") {
+				return usagef("--format png writes binary data: name a file with --out")
+			}
+			reps, err := readReports(args)
+			if err != nil {
+				return err
+			}
+			m := reps[0].Meta
+			var rs []bench.Result
+			for _, r := range reps {
+				rs = append(rs, r.Results...)
+			}
+			if baseline != "" && !slices.ContainsFunc(rs, func(r bench.Result) bool { return r.Kind == baseline }) {
+				return usagef("--baseline %q: no result of that kind, method or variant in %s", baseline, strings.Join(args, ", "))
+			}
+			var buf bytes.Buffer
+			switch o.format {
+			case "svg", "png":
+				if err := bench.WritePlot(&buf, bench.ImageFormat(o.format), m, rs); err != nil {
+					return err
+				}
+				return o.write(cmd, buf.Bytes())
+			case "table":
+				for i, r := range reps {
+					if i > 0 {
+						buf.WriteString("\n")
+					}
+					fmt.Fprintf(&buf, "# %s\n", args[i])
+					var err error
+					if r.Meta.Command == "pinmem bench matrix" && baseline == "" {
+						err = bench.WriteMatrix(&buf, r.Meta, r.Results)
+					} else {
+						err = bench.WriteTable(&buf, r.Meta, r.Results, bench.TableOptions{Baseline: baseline})
+					}
+					if err != nil {
+						return err
+					}
+				}
+			default:
+				for _, r := range reps[1:] {
+					m.Partial = m.Partial || r.Meta.Partial
+				}
+				if err := bench.Write(&buf, bench.Format(o.format), m, rs, bench.TableOptions{}); err != nil {
+					return err
+				}
+			}
+			return o.write(cmd, buf.Bytes())
+		},
+	}
+	o.register(c, []string{"table", "json", "csv", "svg", "png"}, false)
+	c.Flags().StringVar(&baseline, "baseline", "", "kind, method or variant the table's ratio column compares with (empty: none)")
+	return c
+}
+
+func newCompare() *cobra.Command {
+	var (
+		o         output
+		threshold string
+	)
+	c := &cobra.Command{
+		Use:   "compare A.json B.json",
+		Short: "Compare two saved runs: each result of B as a ratio to A",
+		Long: `compare pairs the results of two result files (two machines, or before and
+after a change) that have the same bench, kind, direction, size and unit, and
+prints both medians and B's speed relative to A: above 1 means B is better
+(faster transfers, less time), whatever the unit. With --threshold, a result
+where B is worse than A by more than the threshold is a regression: compare
+lists them and exits with status 1.`,
+		Example: `  pinmem compare before.json after.json
+  pinmem compare a100.json h200.json --format csv
+  pinmem compare main.json branch.json --threshold 5%`,
+		Args:              func(cmd *cobra.Command, args []string) error { return exactFiles(cmd, args, 2) },
+		ValidArgsFunction: jsonFiles,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := o.check()
+			if err != nil {
+				return err
+			}
+			th, err := parseThreshold(threshold)
+			if err != nil {
+				return usagef("--threshold: %v", err)
+			}
+			reps, err := readReports(args)
+			if err != nil {
+				return err
+			}
+			cs, onlyA, onlyB := bench.Compare(reps[0].Results, reps[1].Results)
+			var regress []string
+			for _, c := range cs {
+				if th >= 0 && c.OK && c.Ratio < 1-th {
+					regress = append(regress, fmt.Sprintf("%s %s %s %s %.3fx", c.Bench, c.Kind, c.Dir, bench.FormatSize(c.Size), c.Ratio))
+				}
+			}
+			var buf bytes.Buffer
+			if err := writeComparison(&buf, f, args, reps, cs, onlyA, onlyB, th); err != nil {
+				return err
+			}
+			if err := o.write(cmd, buf.Bytes()); err != nil {
+				return err
+			}
+			switch {
+			case len(cs) == 0:
+				return &problemError{fmt.Sprintf("%s and %s have no result in common", args[0], args[1])}
+			case len(regress) > 0:
+				return &problemError{fmt.Sprintf("%d regression(s) beyond %s: %s", len(regress), threshold, strings.Join(regress, "; "))}
+			}
+			return nil
+		},
+	}
+	o.register(c, reportFormats, false)
+	c.Flags().StringVar(&threshold, "threshold", "", "a result of B worse than A by more than this (5% or 0.05) is a regression: exit status 1")
+	return c
+}
+
+func exactFiles(cmd *cobra.Command, args []string, n int) error {
+	if len(args) != n {
+		return usagef("%s needs exactly %d result files (got %d)", cmd.CommandPath(), n, len(args))
+	}
+	return nil
+}
+
+// parseThreshold parses "5%" or "0.05" into a fraction in [0, 1); ""
+// means no threshold (-1).
+func parseThreshold(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return -1, nil
+	}
+	pct := strings.HasSuffix(s, "%")
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%q: want a percentage such as 5%% or a fraction such as 0.05", s)
+	}
+	if pct {
+		v /= 100
+	}
+	if v < 0 || v >= 1 {
+		return 0, fmt.Errorf("%q: want at least 0%% and below 100%%", s)
+	}
+	return v, nil
+}
+
+// comparisonRow is one line of compare's JSON output.
+type comparisonRow struct {
+	Bench      string     `json:"bench"`
+	Kind       string     `json:"kind"`
+	Dir        string     `json:"dir"`
+	Size       int64      `json:"size"`
+	Unit       bench.Unit `json:"unit"`
+	A          float64    `json:"a"`
+	B          float64    `json:"b"`
+	Ratio      *float64   `json:"ratio"` // null when either side has no value
+	Regression bool       `json:"regression"`
+}
+
+func writeComparison(buf *bytes.Buffer, f bench.Format, files []string, reps []bench.Report, cs []bench.Comparison, onlyA, onlyB int, th float64) error {
+	rows := make([]comparisonRow, 0, len(cs))
+	for _, c := range cs {
+		r := comparisonRow{Bench: c.Bench, Kind: c.Kind, Dir: c.Dir, Size: c.Size, Unit: c.Unit, A: c.A, B: c.B}
+		if c.OK {
+			x := c.Ratio
+			r.Ratio = &x
+			r.Regression = th >= 0 && x < 1-th
+		}
+		rows = append(rows, r)
+	}
+	switch f {
+	case bench.FormatJSON:
+		enc := json.NewEncoder(buf)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			A, B         string
+			MetaA, MetaB bench.Meta
+			OnlyA, OnlyB int
+			Results      []comparisonRow
+		}{files[0], files[1], reps[0].Meta, reps[1].Meta, onlyA, onlyB, rows})
+	case bench.FormatCSV:
+		w := csv.NewWriter(buf)
+		_ = w.Write([]string{"bench", "kind", "dir", "size_bytes", "unit", "a", "b", "ratio", "regression"})
+		g := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+		for _, r := range rows {
+			ratio := ""
+			if r.Ratio != nil {
+				ratio = g(*r.Ratio)
+			}
+			_ = w.Write([]string{r.Bench, r.Kind, r.Dir, strconv.FormatInt(r.Size, 10), string(r.Unit), g(r.A), g(r.B), ratio, strconv.FormatBool(r.Regression)})
+		}
+		w.Flush()
+		return w.Error()
+	}
+	fmt.Fprintf(buf, "# A: %s (%s, %s)\n# B: %s (%s, %s)\n# B/A: above 1 means B is better\n",
+		files[0], reps[0].Meta.Command, reps[0].Meta.Device, files[1], reps[1].Meta.Command, reps[1].Meta.Device)
+	tw := tabwriter.NewWriter(buf, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "BENCH\tKIND\tDIR\tSIZE\tUNIT\tA\tB\tB/A\t")
+	for _, r := range rows {
+		ratio := "-"
+		if r.Ratio != nil {
+			ratio = strconv.FormatFloat(*r.Ratio, 'f', 3, 64) + "x"
+			if r.Regression {
+				ratio += " REGRESSION"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Bench, r.Kind, r.Dir, bench.FormatSize(r.Size), r.Unit,
+			strconv.FormatFloat(r.A, 'f', 2, 64), strconv.FormatFloat(r.B, 'f', 2, 64), ratio)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if onlyA > 0 || onlyB > 0 {
+		fmt.Fprintf(buf, "# %d result(s) only in A, %d only in B (not compared)\n", onlyA, onlyB)
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pinmem/pinmem/internal/bench"
+)
+
+// readBuildInfo is debug.ReadBuildInfo (a test hook).
+var readBuildInfo = debug.ReadBuildInfo
+
+// toolInfo describes this build from the module's build information: the
+// module version ("(devel)" for a build from a checkout), the VCS revision
+// and whether the tree was modified (when the build recorded them), and
+// the Go version.
+func toolInfo() bench.Tool {
+	t := bench.Tool{Name: "pinmem", Version: "(unknown)", GoVersion: runtime.Version()}
+	bi, ok := readBuildInfo()
+	if !ok {
+		return t
+	}
+	if bi.Main.Version != "" {
+		t.Version = bi.Main.Version
+	}
+	if bi.GoVersion != "" {
+		t.GoVersion = bi.GoVersion
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			t.Revision = s.Value
+		case "vcs.modified":
+			t.Modified = s.Value == "true"
+		}
+	}
+	return t
+}
+
+// versionLine is what --version and `pinmem version` print.
+func versionLine() string {
+	t := toolInfo()
+	s := "pinmem " + t.Version
+	if t.Revision != "" {
+		s += " (revision " + t.Revision
+		if t.Modified {
+			s += ", modified"
+		}
+		s += ")"
+	}
+	return s + fmt.Sprintf(", %s %s/%s", t.GoVersion, runtime.GOOS, runtime.GOARCH)
+}
+
+func newVersion() *cobra.Command {
+	var format string
+	c := &cobra.Command{
+		Use:   "version",
+		Short: "Print the version, VCS revision and Go version of this build",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch format {
+			case "table", "text":
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), versionLine())
+				return err
+			case "json":
+				b, err := json.MarshalIndent(toolInfo(), "", "  ")
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", b)
+				return err
+			}
+			return usagef("--format %q: want table or json", format)
+		},
+	}
+	c.Flags().StringVar(&format, "format", "table", "output format: table or json")
+	_ = c.RegisterFlagCompletionFunc("format", fixedCompletion("table", "json"))
+	return c
+}
