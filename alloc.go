@@ -218,7 +218,7 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 	// (left) keeps the mapping mapped and counted.
 	undo := func(left []chunk) {
 		if len(left) > 0 {
-			keepOrphan(&bufState{t: t, ptr: p, size: size, kind: KindMmapRegistered, flags: flags,
+			keepOrphan(&bufState{t: t, ptr: p, size: size, kind: KindMmapRegister, flags: flags,
 				huge: hugeOn, mapLen: length, chunks: left, numa: placed}, n)
 			return
 		}
@@ -236,7 +236,7 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 		undo(left)
 		return nil, errors.Join(err, uerr)
 	}
-	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindMmapRegistered, flags: flags,
+	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindMmapRegister, flags: flags,
 		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo, regHi: lo + length, numa: placed}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
@@ -497,7 +497,7 @@ func registerClaimed(mem []byte, p hostptr.Ptr, lo, hi uintptr, flags Flags, o o
 	if err != nil {
 		if len(chunks) > 0 {
 			// The driver still holds part of the slice: it stays pinned.
-			keepOrphan(&bufState{t: t, ptr: p, size: len(mem), kind: KindGoRegistered, flags: flags,
+			keepOrphan(&bufState{t: t, ptr: p, size: len(mem), kind: KindGoRegister, flags: flags,
 				chunks: chunks, mem: mem, pinner: pinner}, n)
 		} else {
 			pinner.Unpin()
@@ -505,7 +505,7 @@ func registerClaimed(mem []byte, p hostptr.Ptr, lo, hi uintptr, flags Flags, o o
 		}
 		return nil, driverErr("cuMemHostRegister", fmt.Sprintf("flags %s, Go slice at %#x", flags, uintptr(p)), err, n, before, limit)
 	}
-	s := &bufState{t: t, ptr: p, size: len(mem), pinned: n, kind: KindGoRegistered, flags: flags,
+	s := &bufState{t: t, ptr: p, size: len(mem), pinned: n, kind: KindGoRegister, flags: flags,
 		chunks: chunks, mem: mem, pinner: pinner, regLo: lo, regHi: hi}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil

@@ -247,11 +247,11 @@ func BenchmarkCopy(b *testing.B) {
 			x, err := Alloc(maxSize, WriteCombined, WithMethod(MethodHostAlloc))
 			return x, x.Bytes(), err
 		}},
-		{"mmap-registered", func() (*Buffer, []byte, error) {
+		{"mmap-register", func() (*Buffer, []byte, error) {
 			x, err := Alloc(maxSize, 0, WithMethod(MethodMmapRegister))
 			return x, x.Bytes(), err
 		}},
-		{"go-registered", func() (*Buffer, []byte, error) {
+		{"go-register", func() (*Buffer, []byte, error) {
 			mem := make([]byte, maxSize)
 			x, err := Register(mem, 0)
 			return x, mem, err

@@ -47,9 +47,9 @@ type bufState struct {
 	huge   bool       // huge pages were requested and accepted (mmap only)
 	numa   *Placement // NUMA placement of pinmem's own mapping; nil: none attempted (numa.go)
 
-	mapLen uintptr // KindMmapRegistered: the mapping's length
+	mapLen uintptr // KindMmapRegister: the mapping's length
 	chunks []chunk // registered kinds: the registrations
-	mem    []byte  // KindGoRegistered: the caller's slice
+	mem    []byte  // KindGoRegister: the caller's slice
 	pinner *runtime.Pinner
 	regLo  uintptr // the registry range [regLo, regHi); regLo 0 if none
 	regHi  uintptr
@@ -294,11 +294,11 @@ func (s *bufState) release() error {
 		}
 		track.Remove(track.HostAlloc, uint64(uintptr(s.ptr)))
 		s.credit(s.pinned - s.unpinned)
-	case KindMmapRegistered, KindGoRegistered:
+	case KindMmapRegister, KindGoRegister:
 		if err = s.unregister(); err != nil {
 			break
 		}
-		if s.kind == KindMmapRegistered {
+		if s.kind == KindMmapRegister {
 			// Only now: unmapping memory the driver still pins would leave
 			// pinned pages without an owner.
 			err = unmapAnon(s.ptr, s.mapLen)

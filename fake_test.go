@@ -165,7 +165,7 @@ func TestAllocMmapChunks(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := int64(roundUp(uintptr(size), pageSize))
-			if b.Kind() != KindMmapRegistered || b.Len() != size || b.Pinned() != want {
+			if b.Kind() != KindMmapRegister || b.Len() != size || b.Pinned() != want {
 				t.Errorf("got %v pinned %d", b, b.Pinned())
 			}
 			if c := d.Live(); c.Registrations != 6 || c.RegisteredBytes != uint64(want) {
@@ -205,10 +205,10 @@ func TestAutoMethod(t *testing.T) {
 	}{
 		{4096, 0, KindHostAlloc},
 		{AutoMmapThreshold - 1, Mapped, KindHostAlloc},
-		{AutoMmapThreshold, 0, KindMmapRegistered},
-		{AutoMmapThreshold, Portable | Mapped, KindMmapRegistered},
+		{AutoMmapThreshold, 0, KindMmapRegister},
+		{AutoMmapThreshold, Portable | Mapped, KindMmapRegister},
 		{64 << 20, WriteCombined, KindHostAlloc},
-		{4096, ReadOnly, KindMmapRegistered},
+		{4096, ReadOnly, KindMmapRegister},
 	} {
 		b, err := Alloc(tc.size, tc.flags)
 		if err != nil {
@@ -535,7 +535,7 @@ func TestRegisterGoSlice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Kind() != KindGoRegistered || &b.Bytes()[0] != &mem[0] || b.Len() != len(mem) {
+	if b.Kind() != KindGoRegister || &b.Bytes()[0] != &mem[0] || b.Len() != len(mem) {
 		t.Errorf("got %v", b)
 	}
 	if c := d.Live(); c.Registrations != 4 {
@@ -829,7 +829,7 @@ func TestLedger(t *testing.T) {
 	if got := s.Pinned.Buffers - base.Pinned.Buffers; got != 3 {
 		t.Errorf("buffers %d, want 3", got)
 	}
-	for k, want := range map[Kind]Usage{KindHostAlloc: {100_000, 1}, KindMmapRegistered: {3 << 20, 1}, KindGoRegistered: {50_000, 1}} {
+	for k, want := range map[Kind]Usage{KindHostAlloc: {100_000, 1}, KindMmapRegister: {3 << 20, 1}, KindGoRegister: {50_000, 1}} {
 		got := s.ByKind[k]
 		got.Bytes -= base.ByKind[k].Bytes
 		got.Buffers -= base.ByKind[k].Buffers
@@ -850,7 +850,7 @@ func TestLedger(t *testing.T) {
 		t.Errorf("pin time %v last %v reserved %d", s.PinTime, s.LastPinTime, s.Reserved)
 	}
 	table := s.String()
-	for _, w := range []string{"hostalloc", "mmap-registered", "go-registered", "flags portable", "flags mapped", "peak", "budget"} {
+	for _, w := range []string{"hostalloc", "mmap-register", "go-register", "flags portable", "flags mapped", "peak", "budget"} {
 		if !strings.Contains(table, w) {
 			t.Errorf("table lacks %q:\n%s", w, table)
 		}

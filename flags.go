@@ -108,18 +108,18 @@ type Kind uint8
 
 // Kinds of buffers.
 const (
-	KindHostAlloc      Kind = iota // cuMemHostAlloc
-	KindMmapRegistered             // pinmem's own mmap + cuMemHostRegister
-	KindGoRegistered               // the caller's Go slice + cuMemHostRegister
+	KindHostAlloc    Kind = iota // cuMemHostAlloc
+	KindMmapRegister             // pinmem's own mmap + cuMemHostRegister
+	KindGoRegister               // the caller's Go slice + cuMemHostRegister
 	numKinds
 )
 
 // NumKinds is the number of Kind values.
 const NumKinds = int(numKinds)
 
-var kindNames = [...]string{"hostalloc", "mmap-registered", "go-registered"}
+var kindNames = [...]string{"hostalloc", "mmap-register", "go-register"}
 
-// String returns "hostalloc", "mmap-registered" or "go-registered".
+// String returns "hostalloc", "mmap-register" or "go-register".
 func (k Kind) String() string {
 	if k < numKinds {
 		return kindNames[k]

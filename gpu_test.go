@@ -240,7 +240,7 @@ func TestGPURegisteredSpeed(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		mem  []byte
-	}{{"mmap-registered", mm.Bytes()}, {"go-registered", mem}} {
+	}{{"mmap-register", mm.Bytes()}, {"go-register", mem}} {
 		h, d := best(c.mem, true), best(c.mem, false)
 		t.Logf("%-18s H2D %.1f GB/s (%.2fx hostalloc, %.1fx pageable), D2H %.1f GB/s (%.2fx hostalloc, %.1fx pageable)",
 			c.name+":", h, h/ref[0], h/pageH2D, d, d/ref[1], d/pageD2H)

@@ -107,7 +107,7 @@ func (p Placement) String() string {
 }
 
 // Placement returns where the buffer's memory was placed. Only pinmem's own
-// mappings (KindMmapRegistered) are ever placed; other kinds report
+// mappings (KindMmapRegister) are ever placed; other kinds report
 // PlaceNone with the reason.
 func (b *Buffer) Placement() Placement {
 	if b == nil || b.s == nil {
@@ -117,7 +117,7 @@ func (b *Buffer) Placement() Placement {
 		return *b.s.numa
 	}
 	note := "cuMemHostAlloc memory: the driver places it, pinmem cannot"
-	if b.s.kind == KindGoRegistered {
+	if b.s.kind == KindGoRegister {
 		note = "registered Go memory: already placed by whoever touched it"
 	}
 	return Placement{Node: -1, Requested: NUMANone, Method: PlaceNone, Note: note}

@@ -249,7 +249,7 @@ func TestNilBuffer(t *testing.T) {
 // mapped, and the books must count what the driver holds, as a dropped
 // buffer, until it is released.
 func TestPinUndoFails(t *testing.T) {
-	for _, kind := range []Kind{KindGoRegistered, KindMmapRegistered} {
+	for _, kind := range []Kind{KindGoRegister, KindMmapRegister} {
 		t.Run(kind.String(), func(t *testing.T) {
 			d := useFake(t, fakedrv.Options{})
 			setChunk(t, 1<<20)
@@ -263,7 +263,7 @@ func TestPinUndoFails(t *testing.T) {
 			}
 			func() {
 				var err error
-				if kind == KindGoRegistered {
+				if kind == KindGoRegister {
 					_, err = Register(make([]byte, 3<<20), 0)
 				} else {
 					_, err = Alloc(3<<20, 0, WithMethod(MethodMmapRegister))
@@ -279,7 +279,7 @@ func TestPinUndoFails(t *testing.T) {
 			if got := Stats().Dropped; got != base.Dropped+1 {
 				t.Errorf("dropped %d, want %d", got, base.Dropped+1)
 			}
-			if kind == KindMmapRegistered && liveMappings.Load() != maps+1 {
+			if kind == KindMmapRegister && liveMappings.Load() != maps+1 {
 				t.Error("a mapping the driver still pins was unmapped")
 			}
 			for range 3 {

@@ -44,7 +44,7 @@ func newLedgerCollector(stats func() pinmem.LedgerStats) *ledgerCollector {
 	}
 	return &ledgerCollector{
 		stats:         stats,
-		pinnedBytes:   d("pinned_bytes", "Host memory pinned by pinmem now, by kind (hostalloc, mmap-registered, go-registered).", "kind"),
+		pinnedBytes:   d("pinned_bytes", "Host memory pinned by pinmem now, by kind (hostalloc, mmap-register, go-register).", "kind"),
 		pinnedBuffers: d("pinned_buffers", "Pinned buffers live now, by kind.", "kind"),
 		flagBytes:     d("pinned_bytes_by_flags", "Host memory pinned now, by the buffers' flags.", "flags"),
 		peak:          d("pinned_peak_bytes", "Highest pinned total seen."),

@@ -23,7 +23,7 @@ func TestCollector(t *testing.T) {
 		Pinned:    pinmem.Usage{Bytes: 300, Buffers: 3},
 		PeakBytes: 500,
 		ByKind: map[pinmem.Kind]pinmem.Usage{
-			pinmem.KindHostAlloc: {Bytes: 100, Buffers: 1}, pinmem.KindMmapRegistered: {Bytes: 200, Buffers: 2},
+			pinmem.KindHostAlloc: {Bytes: 100, Buffers: 1}, pinmem.KindMmapRegister: {Bytes: 200, Buffers: 2},
 		},
 		ByFlags:          map[pinmem.Flags]pinmem.Usage{pinmem.Portable | pinmem.Mapped: {Bytes: 300, Buffers: 3}},
 		Allocs:           7,
@@ -37,11 +37,11 @@ func TestCollector(t *testing.T) {
 	}
 	c := newLedgerCollector(func() pinmem.LedgerStats { return s })
 	want := `
-# HELP pinmem_pinned_bytes Host memory pinned by pinmem now, by kind (hostalloc, mmap-registered, go-registered).
+# HELP pinmem_pinned_bytes Host memory pinned by pinmem now, by kind (hostalloc, mmap-register, go-register).
 # TYPE pinmem_pinned_bytes gauge
-pinmem_pinned_bytes{kind="go-registered"} 0
+pinmem_pinned_bytes{kind="go-register"} 0
 pinmem_pinned_bytes{kind="hostalloc"} 100
-pinmem_pinned_bytes{kind="mmap-registered"} 200
+pinmem_pinned_bytes{kind="mmap-register"} 200
 # HELP pinmem_pinned_bytes_by_flags Host memory pinned now, by the buffers' flags.
 # TYPE pinmem_pinned_bytes_by_flags gauge
 pinmem_pinned_bytes_by_flags{flags="portable|mapped"} 300
