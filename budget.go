@@ -98,7 +98,7 @@ func defaultBudget(env string) (int64, error) {
 }
 
 // ParseBudget parses a budget as PINMEM_BUDGET gives it: a positive number
-// of bytes in the project's one size syntax (package internal/units: K, Ki,
+// of bytes in the size syntax of the pinmem command (K, Ki,
 // KiB, M, Mi, MiB, G, Gi, GiB, T, Ti, TiB are powers of 1024; KB, MB, GB, TB
 // powers of 1000; "1.5GiB" is allowed when whole), or a percentage
 // (0 < p <= 100, fractions allowed) of physical, the physical memory in

@@ -30,12 +30,20 @@ type BudgetError struct {
 
 // Error describes the failure with its figures.
 func (e *BudgetError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	return fmt.Sprintf("pinmem: pinning %s would exceed the budget: %s already pinned, limit %s (set PINMEM_BUDGET or pinmem.SetBudget)",
 		fmtBytes(e.Requested), fmtBytes(e.Pinned), fmtBytes(e.Limit))
 }
 
 // Is reports whether target is ErrBudget.
-func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
+func (e *BudgetError) Is(target error) bool {
+	if e == nil {
+		return false
+	}
+	return target == ErrBudget
+}
 
 // OutOfMemoryError is returned when the driver or the host failed to
 // provide pinned memory that was within the budget (the driver's
@@ -52,15 +60,28 @@ type OutOfMemoryError struct {
 
 // Error describes the failure with its figures.
 func (e *OutOfMemoryError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	return fmt.Sprintf("pinmem: %s of %s failed with %s already pinned (budget %s): %v",
 		e.Op, fmtBytes(e.Requested), fmtBytes(e.Pinned), fmtBytes(e.Limit), e.Err)
 }
 
 // Is reports whether target is cuda.ErrOutOfMemory.
-func (e *OutOfMemoryError) Is(target error) bool { return target == cuda.ErrOutOfMemory }
+func (e *OutOfMemoryError) Is(target error) bool {
+	if e == nil {
+		return false
+	}
+	return target == cuda.ErrOutOfMemory
+}
 
 // Unwrap returns the underlying error.
-func (e *OutOfMemoryError) Unwrap() error { return e.Err }
+func (e *OutOfMemoryError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // fmtBytes formats n bytes as "N bytes (X.Y GiB)".
 func fmtBytes(n int64) string {

@@ -461,7 +461,10 @@ func TestBadInput(t *testing.T) {
 	if freed.Bytes() != nil || freed.Len() != 0 {
 		t.Error("freed buffer still has bytes")
 	}
-	for _, ok := range []Option{WithThreads(1), WithNUMANode(NUMANone), WithNUMANode(NUMAAuto), WithNUMANode(3), nil} {
+	if _, err := Alloc(4096, 0, nil); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("a nil option: %v, want ErrInvalidValue", err)
+	}
+	for _, ok := range []Option{WithThreads(1), WithNUMANode(NUMANone), WithNUMANode(NUMAAuto), WithNUMANode(3)} {
 		b, err := Alloc(4096, 0, ok)
 		if err != nil {
 			t.Errorf("a valid option: %v", err)

@@ -54,7 +54,22 @@ func (f Flags) String() string {
 // MarshalText encodes the flags as String does (for JSON map keys).
 func (f Flags) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
 
-// ParseFlags parses the form String returns ("default", "portable|mapped", ...).
+// UnmarshalText parses the form MarshalText writes (see ParseFlags), so
+// that LedgerStats round-trips through JSON.
+func (f *Flags) UnmarshalText(b []byte) error {
+	v, err := ParseFlags(string(b))
+	if err != nil {
+		return err
+	}
+	*f = v
+	return nil
+}
+
+// ParseFlags parses the form String returns: "default" (or the empty
+// string) for no flag, otherwise flag names joined by "|" ("portable",
+// "mapped", "write-combined", ...), in any order. Names are matched
+// without regard to case and surrounding spaces; an empty name (as in
+// "mapped|") is an error.
 func ParseFlags(s string) (Flags, error) {
 	s = strings.TrimSpace(s)
 	if s == "" || s == "default" {
@@ -62,7 +77,7 @@ func ParseFlags(s string) (Flags, error) {
 	}
 	var f Flags
 outer:
-	for _, p := range strings.FieldsFunc(s, func(r rune) bool { return r == '|' || r == ',' || r == '+' }) {
+	for _, p := range strings.Split(s, "|") {
 		p = strings.ToLower(strings.TrimSpace(p))
 		for _, n := range flagNames {
 			if p == n.name {
@@ -129,6 +144,17 @@ func (k Kind) String() string {
 
 // MarshalText encodes the kind as String does (for JSON map keys).
 func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText parses the names String returns.
+func (k *Kind) UnmarshalText(b []byte) error {
+	for i, n := range kindNames {
+		if string(b) == n {
+			*k = Kind(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("pinmem: unknown kind %q (want hostalloc, mmap-register or go-register): %w", b, cuda.ErrInvalidValue)
+}
 
 // Method chooses how Alloc obtains pinned memory.
 type Method uint8
@@ -210,10 +236,11 @@ const maxThreads = 1 << 16
 // buildOptions applies opts and validates the result.
 func buildOptions(opts []Option) (options, error) {
 	var o options
-	for _, fn := range opts {
-		if fn != nil {
-			fn(&o)
+	for i, fn := range opts {
+		if fn == nil {
+			return options{}, fmt.Errorf("pinmem: option %d is nil: %w", i, cuda.ErrInvalidValue)
 		}
+		fn(&o)
 	}
 	if err := o.validate(); err != nil {
 		return options{}, err

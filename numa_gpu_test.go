@@ -62,7 +62,7 @@ func TestGPUNUMAPlacement(t *testing.T) {
 			}
 			back := make([]byte, n)
 			testutil.Poison(back)
-			if err := d.Read(0, back); err != nil {
+			if err := d.CopyToHost(0, back); err != nil {
 				t.Fatal(err)
 			}
 			testutil.CheckBytes(t, src, back)

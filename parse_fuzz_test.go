@@ -1,8 +1,11 @@
 package pinmem
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/pinmem/pinmem/cuda"
 )
 
 // FuzzParseBudget: any string gives a budget in (0, physical*...] or an
@@ -29,8 +32,18 @@ func FuzzParseFlags(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		fl, err := ParseFlags(s)
-		if err == nil && fl&^allFlags != 0 {
+		if err != nil {
+			if !errors.Is(err, cuda.ErrInvalidValue) {
+				t.Errorf("ParseFlags(%q): untyped error %v", s, err)
+			}
+			return
+		}
+		if fl&^allFlags != 0 {
 			t.Errorf("ParseFlags(%q) = %#x with unknown bits", s, uint32(fl))
+		}
+		// What String prints parses back to the same flags.
+		if back, err := ParseFlags(fl.String()); err != nil || back != fl {
+			t.Errorf("ParseFlags(%q) = %v, whose String %q parses to %v, %v", s, fl, fl.String(), back, err)
 		}
 	})
 }

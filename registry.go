@@ -18,6 +18,9 @@ type OverlapError struct {
 
 // Error describes the failure with its figures.
 func (e *OverlapError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	same := ""
 	if e.Start == e.OtherStart && e.End == e.OtherEnd {
 		same = " (the same memory registered twice)"
@@ -27,7 +30,12 @@ func (e *OverlapError) Error() string {
 }
 
 // Is reports whether target is cuda.ErrAlreadyRegistered.
-func (e *OverlapError) Is(target error) bool { return target == cuda.ErrAlreadyRegistered }
+func (e *OverlapError) Is(target error) bool {
+	if e == nil {
+		return false
+	}
+	return target == cuda.ErrAlreadyRegistered
+}
 
 type hostRange struct{ lo, hi uintptr }
 

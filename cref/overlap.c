@@ -1,5 +1,5 @@
 /*
- * overlap.c: the copy/compute pipeline of the seed article, through the CUDA
+ * overlap.c: the copy/compute pipeline (H2D -> kernel -> D2H per chunk), through the CUDA
  * driver API: C chunks (default 16) of S bytes (default 32 MiB), each
  * H2D -> add_u8 kernel -> D2H, issued round-robin over K streams.
  *
@@ -13,7 +13,7 @@
  *     releases it (the nvbandwidth way), so host issue time is not measured.
  *   kind "pageable-sync", streams 1: malloc'd host buffers, synchronous
  *     cuMemcpyHtoD / cuMemcpyDtoH and the kernel on the legacy stream, timed
- *     with the host clock (the seed's baseline).
+ *     with the host clock (the naive baseline).
  * Every run checks every output byte: out[i] == in[i] + delta (mod 256).
  *   {"bench":"overlap","kind":"pinned","size":33554432,"dir":"h2d+add+d2h","unit":"ms",
  *    "samples":5,"median":12.6,"min":12.5,"max":12.9,"chunks":16,"streams":4,

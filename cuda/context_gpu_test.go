@@ -69,9 +69,9 @@ func TestGPUStreamWorkUnderAnyCurrentContext(t *testing.T) {
 			t.Errorf("%s: kernel output wrong at word %d", cur.name, bad)
 		}
 		// Synchronous copies enter ctx and leave.
-		must(t, d.Write(0, in))
+		must(t, d.CopyFromHost(0, in))
 		testutil.Poison(out)
-		must(t, d.Read(0, out))
+		must(t, d.CopyToHost(0, out))
 		testutil.CheckBytes(t, in, out)
 		// The caller's context is current afterwards: the fast path leaves
 		// the thread's context alone, and entering ctx (a rejected call's

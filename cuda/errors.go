@@ -71,11 +71,17 @@ type Error struct {
 
 // Error formats the failure as "op: NAME (code): message".
 func (e *Error) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	return (&cudadrv.Error{Op: e.Op, Code: cudadrv.Result(e.Code), Name: e.Name, Detail: e.Message}).Error()
 }
 
 // Is reports whether target is the sentinel of e's code.
 func (e *Error) Is(target error) bool {
+	if e == nil {
+		return false
+	}
 	s := cudadrv.Sentinel(cudadrv.Result(e.Code))
 	return s != nil && s == target
 }
@@ -94,16 +100,27 @@ type LoadError struct {
 
 // Error describes the failure.
 func (e *LoadError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	return (&cudadrv.LoadError{Path: e.Path, Symbol: e.Symbol, Err: e.Err}).Error()
 }
 
 // Is matches ErrNotSupported for a missing symbol and ErrNoDriver otherwise.
 func (e *LoadError) Is(target error) bool {
+	if e == nil {
+		return false
+	}
 	return (&cudadrv.LoadError{Path: e.Path, Symbol: e.Symbol, Err: e.Err}).Is(target)
 }
 
 // Unwrap returns the loader's error.
-func (e *LoadError) Unwrap() error { return e.Err }
+func (e *LoadError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // The binding (internal/cudadrv) builds its failures as its own types, and
 // so does the fake driver; pinmem's root package and the transfer package

@@ -36,7 +36,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer buf.Free()
-	if err := buf.Write(0, make([]byte, 1<<20)); err != nil {
+	if err := buf.CopyFromHost(0, make([]byte, 1<<20)); err != nil {
 		log.Fatal(err)
 	}
 

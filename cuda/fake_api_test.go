@@ -120,7 +120,7 @@ func TestFakeLifecyclesAndBorrowed(t *testing.T) {
 		"use event after":      e.Record(bs),
 		"query event after":    func() error { _, err := e.Query(); return err }(),
 		"function after":       func() error { _, err := m.Function("x"); return err }(),
-		"write after free":     b.Write(0, []byte{1}),
+		"write after free":     b.CopyFromHost(0, []byte{1}),
 	} {
 		if !errors.Is(err, cuda.ErrInvalidHandle) {
 			t.Errorf("%s = %v, want ErrInvalidHandle", name, err)
@@ -170,11 +170,11 @@ func TestFakeCopiesAndBounds(t *testing.T) {
 	defer b.Free()
 	src := testutil.RandomBytes(n, 9)
 	must(t, a.Memset(0x11))
-	must(t, a.Write(100, src[:n-100]))
+	must(t, a.CopyFromHost(100, src[:n-100]))
 	must(t, s.CopyDtoD(b.Ptr(), a.Ptr(), n))
 	must(t, s.Synchronize())
 	got := make([]byte, n)
-	must(t, b.Read(0, got))
+	must(t, b.CopyToHost(0, got))
 	for i := 0; i < 100; i++ {
 		if got[i] != 0x11 {
 			t.Fatalf("byte %d = %#x, want the memset value", i, got[i])
@@ -198,8 +198,8 @@ func TestFakeCopiesAndBounds(t *testing.T) {
 	testutil.CheckBytes(t, want, out)
 
 	// Zero-length operations are no-ops; negative or out-of-range ones are typed errors.
-	must(t, a.Write(0, nil))
-	must(t, a.Read(0, nil))
+	must(t, a.CopyFromHost(0, nil))
+	must(t, a.CopyToHost(0, nil))
 	must(t, s.CopyHtoD(a.Ptr(), nil))
 	must(t, s.CopyDtoH(nil, a.Ptr()))
 	must(t, s.CopyDtoD(a.Ptr(), b.Ptr(), 0))
@@ -207,9 +207,9 @@ func TestFakeCopiesAndBounds(t *testing.T) {
 	for name, err := range map[string]error{
 		"s dtod -1":      s.CopyDtoD(a.Ptr(), b.Ptr(), -1),
 		"s memset -1":    s.Memset(a.Ptr(), 0, -1),
-		"read past end":  a.Read(n-1, make([]byte, 2)),
-		"write past end": a.Write(n, []byte{1}),
-		"read -1":        a.Read(-1, make([]byte, 1)),
+		"read past end":  a.CopyToHost(n-1, make([]byte, 2)),
+		"write past end": a.CopyFromHost(n, []byte{1}),
+		"read -1":        a.CopyToHost(-1, make([]byte, 1)),
 		"alloc -5":       func() error { _, err := ctx.Alloc(-5); return err }(),
 		"slice past end": func() error { _, err := a.Slice(n, 1); return err }(),
 	} {

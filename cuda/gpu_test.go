@@ -172,12 +172,12 @@ func TestGPUCopiesRandomData(t *testing.T) {
 		// Synchronous: pageable Go memory -> device -> device -> Go memory.
 		must(t, a.Memset(0x5A))
 		must(t, b.Memset(0xA5))
-		must(t, a.Write(0, src))
+		must(t, a.CopyFromHost(0, src))
 		must(t, s.CopyDtoD(b.Ptr(), a.Ptr(), n))
 		must(t, s.Synchronize())
 		got := make([]byte, n)
 		testutil.Poison(got)
-		must(t, b.Read(0, got))
+		must(t, b.CopyToHost(0, got))
 		testutil.CheckBytes(t, src, got)
 
 		// Asynchronous from pinned memory, at an odd offset.
@@ -195,7 +195,7 @@ func TestGPUCopiesRandomData(t *testing.T) {
 		testutil.CheckBytes(t, src[off:], hout)
 		// The bytes before off were set by the async memset.
 		head := make([]byte, off)
-		must(t, a.Read(0, head))
+		must(t, a.CopyToHost(0, head))
 		if !bytes.Equal(head, bytes.Repeat([]byte{0xEE}, off)) {
 			t.Errorf("size %d: async memset did not reach the first %d bytes", n, off)
 		}
@@ -242,7 +242,7 @@ func TestGPUKernels(t *testing.T) {
 	must(t, sum.Launch(s, cuda.D1(264), cuda.D1(256), 0, buf.Ptr(), uint64(words), out.Ptr()))
 	must(t, s.Synchronize())
 	host := make([]byte, words*4)
-	must(t, buf.Read(0, host))
+	must(t, buf.CopyToHost(0, host))
 	w := unsafe.Slice((*uint32)(unsafe.Pointer(&host[0])), words)
 	for i, v := range w {
 		if want := kernels.Pattern(seed, uint64(i)); v != want {
@@ -250,7 +250,7 @@ func TestGPUKernels(t *testing.T) {
 		}
 	}
 	var got [8]byte
-	must(t, out.Read(0, got[:]))
+	must(t, out.CopyToHost(0, got[:]))
 	if g, want := *(*uint64)(unsafe.Pointer(&got[0])), kernels.Checksum(w); g != want {
 		t.Errorf("device checksum %#x, host %#x", g, want)
 	}
@@ -271,7 +271,7 @@ func TestGPUMisuseIsTyped(t *testing.T) {
 		t.Errorf("Alloc(0) = %v, want ErrInvalidValue", err)
 	}
 	// An address that is no allocation: the driver must reject it, typed.
-	err := cuda.WrapDevicePtr(ctx, 0x10, 3).Write(0, []byte{1, 2, 3})
+	err := cuda.WrapDevicePtr(ctx, 0x10, 3).CopyFromHost(0, []byte{1, 2, 3})
 	var de *cuda.Error
 	if !errors.As(err, &de) || !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("copy to a bogus device address = %v, want a *cuda.Error matching ErrInvalidValue", err)
@@ -280,7 +280,7 @@ func TestGPUMisuseIsTyped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Write(4000, make([]byte, 100)); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := b.CopyFromHost(4000, make([]byte, 100)); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("write past the end = %v, want ErrInvalidValue", err)
 	}
 	if _, err := b.Slice(-1, 2); !errors.Is(err, cuda.ErrInvalidValue) {
@@ -295,7 +295,7 @@ func TestGPUMisuseIsTyped(t *testing.T) {
 	if err := b.Free(); !errors.Is(err, cuda.ErrInvalidHandle) {
 		t.Errorf("double Free = %v, want ErrInvalidHandle", err)
 	}
-	if err := b.Write(0, []byte{1}); !errors.Is(err, cuda.ErrInvalidHandle) {
+	if err := b.CopyFromHost(0, []byte{1}); !errors.Is(err, cuda.ErrInvalidHandle) {
 		t.Errorf("use after Free = %v, want ErrInvalidHandle", err)
 	}
 	if _, err := ctx.LoadModule([]byte("this is not PTX")); !errors.Is(err, cuda.ErrKernelImage) {
@@ -331,9 +331,9 @@ func TestGPUBorrowedAndSecondContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := testutil.RandomBytes(1<<20, 7)
-	must(t, buf.Write(0, data))
+	must(t, buf.CopyFromHost(0, data))
 	got := make([]byte, len(data))
-	must(t, buf.Read(0, got))
+	must(t, buf.CopyToHost(0, got))
 	testutil.CheckBytes(t, data, got)
 	must(t, buf.Free())
 	must(t, c2.Destroy())

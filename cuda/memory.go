@@ -142,13 +142,13 @@ func (b *DeviceBuffer) Free() error {
 	})
 }
 
-// Write copies src into the buffer at off and returns when the data is in
+// CopyFromHost copies src into the buffer at off and returns when the data is in
 // place. src may be any Go memory. (The driver's synchronous copy from
 // pageable memory returns once the data is staged, before the last DMA has
-// landed, and work on non-blocking streams is not ordered after it; Write
+// landed, and work on non-blocking streams is not ordered after it; CopyFromHost
 // waits for the legacy default stream so that "done" means done.) The
 // stream-ordered form is Stream.CopyHtoD.
-func (b *DeviceBuffer) Write(off int, src []byte) error {
+func (b *DeviceBuffer) CopyFromHost(off int, src []byte) error {
 	if err := b.check(off, len(src)); err != nil {
 		return err
 	}
@@ -166,9 +166,9 @@ func (b *DeviceBuffer) Write(off int, src []byte) error {
 	return b.ctx.drv.StreamSynchronize(0)
 }
 
-// Read copies len(dst) bytes at off out of the buffer and returns when they
+// CopyToHost copies len(dst) bytes at off out of the buffer and returns when they
 // are in dst. The stream-ordered form is Stream.CopyDtoH.
-func (b *DeviceBuffer) Read(off int, dst []byte) error {
+func (b *DeviceBuffer) CopyToHost(off int, dst []byte) error {
 	if err := b.check(off, len(dst)); err != nil {
 		return err
 	}
@@ -216,10 +216,10 @@ func hostPtr(p []byte) hostptr.Ptr { return hostptr.PtrOf(p) }
 // CopyHtoD queues a copy of src to device address dst. src must stay alive
 // and unchanged until the stream reaches the copy; the copy is truly
 // asynchronous, and runs at full speed, only when src is pinned. The
-// synchronous form is DeviceBuffer.Write.
+// synchronous form is DeviceBuffer.CopyFromHost.
 func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
-		return nil
+		return s.usable()
 	}
 	return s.call(func() error {
 		return s.ctx.drv.MemcpyHtoDAsync(cudadrv.DevicePtr(dst), hostPtr(src), uint64(len(src)), s.h)
@@ -228,10 +228,10 @@ func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
 
 // CopyDtoH queues a copy of len(dst) bytes from device address src into
 // dst. dst must stay alive and must not be read until the stream reaches
-// the copy. The synchronous form is DeviceBuffer.Read.
+// the copy. The synchronous form is DeviceBuffer.CopyToHost.
 func (s *Stream) CopyDtoH(dst []byte, src DevicePtr) error {
 	if len(dst) == 0 {
-		return nil
+		return s.usable()
 	}
 	return s.call(func() error {
 		return s.ctx.drv.MemcpyDtoHAsync(hostPtr(dst), cudadrv.DevicePtr(src), uint64(len(dst)), s.h)
@@ -245,7 +245,7 @@ func (s *Stream) CopyDtoD(dst, src DevicePtr, n int) error {
 		return fmt.Errorf("cuda: copy of %d bytes: %w", n, ErrInvalidValue)
 	}
 	if n == 0 {
-		return nil
+		return s.usable()
 	}
 	return s.call(func() error {
 		return s.ctx.drv.MemcpyDtoDAsync(cudadrv.DevicePtr(dst), cudadrv.DevicePtr(src), uint64(n), s.h)
@@ -259,7 +259,7 @@ func (s *Stream) Memset(dst DevicePtr, v byte, n int) error {
 		return fmt.Errorf("cuda: memset of %d bytes: %w", n, ErrInvalidValue)
 	}
 	if n == 0 {
-		return nil
+		return s.usable()
 	}
 	return s.call(func() error { return s.ctx.drv.MemsetD8Async(cudadrv.DevicePtr(dst), v, uint64(n), s.h) })
 }

@@ -46,7 +46,7 @@ type trackKey struct {
 // Install installs a fake driver configured by opts as the process's CUDA
 // driver: every pinmem package uses it until t ends. At cleanup, after the
 // cleanups registered later (Close of the objects the test made, say), it
-// fails t if objects are left (see Leaks; SkipLeakCheck turns that off) and
+// fails t if objects are left (see Leaks; WithoutLeakCheck turns that off) and
 // puts back the driver that was there before. An invalid option fails t, and
 // so does an Install while a fake installed by another test is active:
 // tests that install one must not run in parallel. A subtest may install

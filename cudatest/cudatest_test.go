@@ -82,11 +82,11 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(buf.Bytes(), pattern(1<<20, 2))
-	if err := dst.Write(0, buf.Bytes()); err != nil {
+	if err := dst.CopyFromHost(0, buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	back := make([]byte, 1<<20)
-	if err := dst.Read(0, back); err != nil {
+	if err := dst.CopyToHost(0, back); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(back, buf.Bytes()) {
@@ -106,14 +106,15 @@ func TestRoundTrip(t *testing.T) {
 // TestDeviceOptions: devices, their names, memory and attributes, and the
 // driver version are what the options say.
 func TestDeviceOptions(t *testing.T) {
-	cudatest.Install(t, cudatest.DriverVersion(12040),
-		cudatest.Device(cudatest.DeviceSpec{}),
-		cudatest.Device(cudatest.DeviceSpec{
+	cudatest.Install(t, cudatest.WithDriverVersion(12040),
+		cudatest.WithDevice(cudatest.DeviceSpec{}),
+		cudatest.WithDevice(cudatest.DeviceSpec{
 			Name:       "Fake Orin",
 			Memory:     8 << 30,
 			PCIBusID:   "0000:02:00.0",
 			Attributes: map[cuda.Attribute]int{cuda.AttrIntegrated: 1, cuda.AttrCanMapHostMemory: 0},
-		}))
+		}),
+	)
 	if v, err := cuda.DriverVersion(); err != nil || v != 12040 {
 		t.Errorf("DriverVersion = %d, %v; want 12040", v, err)
 	}
@@ -146,7 +147,7 @@ func TestDeviceOptions(t *testing.T) {
 }
 
 func TestNoDevice(t *testing.T) {
-	cudatest.Install(t, cudatest.Devices(0))
+	cudatest.Install(t, cudatest.WithDevices(0))
 	if _, err := cuda.GetDevice(0); !errors.Is(err, cuda.ErrNoDevice) {
 		t.Errorf("GetDevice with no device: %v, want ErrNoDevice", err)
 	}
@@ -158,11 +159,11 @@ func TestInvalidOptions(t *testing.T) {
 		opts []cudatest.Option
 		want string
 	}{
-		{"negative count", []cudatest.Option{cudatest.Devices(-1)}, "Devices(-1)"},
-		{"count and specs", []cudatest.Option{cudatest.Devices(2), cudatest.Device(cudatest.DeviceSpec{})}, "cannot be combined"},
-		{"attribute", []cudatest.Option{cudatest.Device(cudatest.DeviceSpec{Attributes: map[cuda.Attribute]int{0: 1}})}, "attribute 0"},
-		{"version", []cudatest.Option{cudatest.DriverVersion(0)}, "DriverVersion(0)"},
-		{"timeout", []cudatest.Option{cudatest.WaitTimeout(0)}, "WaitTimeout(0s)"},
+		{"negative count", []cudatest.Option{cudatest.WithDevices(-1)}, "Devices(-1)"},
+		{"count and specs", []cudatest.Option{cudatest.WithDevices(2), cudatest.WithDevice(cudatest.DeviceSpec{})}, "cannot be combined"},
+		{"attribute", []cudatest.Option{cudatest.WithDevice(cudatest.DeviceSpec{Attributes: map[cuda.Attribute]int{0: 1}})}, "attribute 0"},
+		{"version", []cudatest.Option{cudatest.WithDriverVersion(0)}, "DriverVersion(0)"},
+		{"timeout", []cudatest.Option{cudatest.WithWaitTimeout(0)}, "WaitTimeout(0s)"},
 		{"nil", []cudatest.Option{nil}, "nil Option"},
 	} {
 		d, err := cudatest.Start(tc.opts...)
@@ -178,9 +179,9 @@ func TestInvalidOptions(t *testing.T) {
 // TestInstallRestores: a subtest's fake is used within the subtest only,
 // and the parent's comes back after it.
 func TestInstallRestores(t *testing.T) {
-	cudatest.Install(t, cudatest.Devices(3))
+	cudatest.Install(t, cudatest.WithDevices(3))
 	t.Run("nested", func(t *testing.T) {
-		cudatest.Install(t, cudatest.Devices(2))
+		cudatest.Install(t, cudatest.WithDevices(2))
 		if n, _ := cuda.DeviceCount(); n != 2 {
 			t.Errorf("DeviceCount in the subtest = %d, want 2", n)
 		}
@@ -244,7 +245,7 @@ func (r *recorder) run(f func(testing.TB)) {
 // another test's Install fails that test and Start fails, both naming the
 // owner; the installed fake stays in place.
 func TestConcurrentInstallRefused(t *testing.T) {
-	cudatest.Install(t, cudatest.Devices(2))
+	cudatest.Install(t, cudatest.WithDevices(2))
 	other := &recorder{TB: t, name: "TestOther"}
 	other.run(func(tb testing.TB) { cudatest.Install(tb) })
 	if len(other.errs) != 1 || !strings.Contains(other.errs[0], "already installed by "+t.Name()) {
@@ -261,7 +262,7 @@ func TestConcurrentInstallRefused(t *testing.T) {
 // TestStart: a fake from Start (as a TestMain would make) is used until
 // Close, tests may install over it, and Close reports leaks.
 func TestStart(t *testing.T) {
-	d, err := cudatest.Start(cudatest.Devices(4))
+	d, err := cudatest.Start(cudatest.WithDevices(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +270,7 @@ func TestStart(t *testing.T) {
 		t.Errorf("DeviceCount = %d, want 4", n)
 	}
 	t.Run("over", func(t *testing.T) {
-		cudatest.Install(t, cudatest.Devices(1))
+		cudatest.Install(t, cudatest.WithDevices(1))
 		if n, _ := cuda.DeviceCount(); n != 1 {
 			t.Errorf("DeviceCount in a test over Start = %d, want 1", n)
 		}
@@ -394,7 +395,7 @@ func TestFailAsync(t *testing.T) {
 		t.Errorf("Synchronize after the failed memset: %v, want ErrLaunchFailed", err)
 	}
 	got := make([]byte, 64)
-	if err := buf.Read(0, got); err != nil {
+	if err := buf.CopyToHost(0, got); err != nil {
 		t.Fatal(err)
 	}
 	if bytes.Contains(got, []byte{9}) {
@@ -440,7 +441,7 @@ func TestHoldStream(t *testing.T) {
 		t.Fatalf("Synchronize released by another goroutine: %v", err)
 	}
 	got := make([]byte, 16)
-	if err := buf.Read(0, got); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{3}, 16)) {
+	if err := buf.CopyToHost(0, got); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{3}, 16)) {
 		t.Errorf("after release: %v, %v", got, err)
 	}
 	if err := d.HoldStream(nil); !errors.Is(err, cuda.ErrInvalidValue) {
@@ -455,7 +456,7 @@ func TestHoldStream(t *testing.T) {
 // released; on a hung one it gives up when its context ends, and a call
 // with no deadline fails once WaitTimeout has passed.
 func TestHoldAll(t *testing.T) {
-	d := cudatest.Install(t, cudatest.WaitTimeout(100*time.Millisecond))
+	d := cudatest.Install(t, cudatest.WithWaitTimeout(100*time.Millisecond))
 	ctx := primary(t)
 	c := newCopier(t, ctx)
 	dst, err := ctx.Alloc(1 << 20)
@@ -509,7 +510,7 @@ func TestHoldAll(t *testing.T) {
 // TestLeaks: Leaks and the cleanup of Install report what is left, with
 // the code that made it; nothing is reported once it is released.
 func TestLeaks(t *testing.T) {
-	d := cudatest.Install(t, cudatest.SkipLeakCheck())
+	d := cudatest.Install(t, cudatest.WithoutLeakCheck())
 	ctx := primary(t)
 	if err := d.Leaks(); err != nil {
 		t.Fatalf("Leaks before anything was made: %v", err)

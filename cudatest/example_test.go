@@ -11,7 +11,7 @@ import (
 // A fake with two devices, an injected out-of-memory failure, and the leak
 // check of Close. In a test, Install(t) does the same and checks at cleanup.
 func Example() {
-	d, err := cudatest.Start(cudatest.Devices(2))
+	d, err := cudatest.Start(cudatest.WithDevices(2))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -46,36 +46,36 @@ type DeviceSpec struct {
 	Attributes map[cuda.Attribute]int
 }
 
-// Devices makes n default devices (one without this option). Devices(0)
+// WithDevices makes n default devices (one without this option). WithDevices(0)
 // makes a driver that reports no device, as on a machine whose GPU is
-// missing or hidden. It cannot be combined with Device.
-func Devices(n int) Option {
+// missing or hidden. It cannot be combined with WithDevice.
+func WithDevices(n int) Option {
 	return func(c *config) { c.count, c.countSet = n, true }
 }
 
-// Device adds a device described by spec. With one or more Device options
+// WithDevice adds a device described by spec. With one or more WithDevice options
 // the fake has exactly those devices, in order.
-func Device(spec DeviceSpec) Option {
+func WithDevice(spec DeviceSpec) Option {
 	return func(c *config) { c.specs = append(c.specs, spec) }
 }
 
-// DriverVersion sets what cuda.DriverVersion reports, as major*1000 +
+// WithDriverVersion sets what cuda.DriverVersion reports, as major*1000 +
 // minor*10 (12040 for CUDA 12.4); the default is 13000.
-func DriverVersion(v int) Option {
+func WithDriverVersion(v int) Option {
 	return func(c *config) { c.version, c.versionSet = v, true }
 }
 
-// WaitTimeout bounds how long a synchronizing driver call blocks on work
+// WithWaitTimeout bounds how long a synchronizing driver call blocks on work
 // that a hold keeps from running (see Driver.HoldStream) before it fails
 // with CUDA_ERROR_LAUNCH_TIMEOUT, so that a test of a hung GPU ends instead
 // of hanging. The default is 20 seconds.
-func WaitTimeout(d time.Duration) Option {
+func WithWaitTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout, c.timeoutSet = d, true }
 }
 
-// SkipLeakCheck turns off the leak check Install runs at cleanup, for a
+// WithoutLeakCheck turns off the leak check Install runs at cleanup, for a
 // test that leaves objects behind on purpose. Leaks and CheckLeaks still work.
-func SkipLeakCheck() Option {
+func WithoutLeakCheck() Option {
 	return func(c *config) { c.noLeaks = true }
 }
 
@@ -98,11 +98,11 @@ func build(opts []Option) (config, fakedrv.Options, error) {
 	var fo fakedrv.Options
 	switch {
 	case c.countSet && len(c.specs) > 0:
-		return c, fo, invalid("Devices(%d) and Device cannot be combined", c.count)
+		return c, fo, invalid("WithDevices(%d) and WithDevice cannot be combined", c.count)
 	case c.countSet && c.count < 0:
-		return c, fo, invalid("Devices(%d): the count must not be negative", c.count)
+		return c, fo, invalid("WithDevices(%d): the count must not be negative", c.count)
 	case c.countSet && c.count > 64:
-		return c, fo, invalid("Devices(%d): at most 64 devices", c.count)
+		return c, fo, invalid("WithDevices(%d): at most 64 devices", c.count)
 	case c.countSet:
 		fo.Devices = make([]fakedrv.DeviceSpec, c.count)
 	}
@@ -110,7 +110,7 @@ func build(opts []Option) (config, fakedrv.Options, error) {
 		fs := fakedrv.DeviceSpec{Name: s.Name, TotalMem: s.Memory, PCIBusID: s.PCIBusID}
 		for a, v := range s.Attributes {
 			if a <= 0 || a > maxAttribute {
-				return c, fo, invalid("Device %d: attribute %d is not a CUdevice_attribute", i, a)
+				return c, fo, invalid("WithDevice #%d: attribute %d is not a CUdevice_attribute", i, a)
 			}
 			if fs.Attrs == nil {
 				fs.Attrs = map[cudadrv.DeviceAttribute]int{}
@@ -121,13 +121,13 @@ func build(opts []Option) (config, fakedrv.Options, error) {
 	}
 	if c.versionSet {
 		if c.version <= 0 {
-			return c, fo, invalid("DriverVersion(%d): the version must be positive", c.version)
+			return c, fo, invalid("WithDriverVersion(%d): the version must be positive", c.version)
 		}
 		fo.DriverVersion = c.version
 	}
 	if c.timeoutSet {
 		if c.timeout <= 0 {
-			return c, fo, invalid("WaitTimeout(%v): the timeout must be positive", c.timeout)
+			return c, fo, invalid("WithWaitTimeout(%v): the timeout must be positive", c.timeout)
 		}
 		fo.WaitTimeout = c.timeout
 	}

@@ -2,8 +2,9 @@
 // stream-ordered reuse, bounded rounding waste, a cap on idle memory and
 // respect for pinmem's global budget.
 //
-// Pinning is expensive (milliseconds for a megabyte, most of a second for
-// a gigabyte, and it may wait for the device), so programs that need
+// Pinning is expensive (about a millisecond for a megabyte through
+// cuMemHostAlloc, tens of milliseconds per gigabyte even on pinmem's mmap
+// path, and it may wait for the device), so programs that need
 // pinned buffers per request reuse them. A Pool hands out Blocks with Get
 // and takes them back with Put:
 //

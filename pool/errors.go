@@ -36,6 +36,9 @@ type OutstandingError struct {
 // Error lists the blocks (the first 16) with their sizes and, when
 // recorded, where they were taken.
 func (e *OutstandingError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	var b strings.Builder
 	var bytes int64
 	for _, o := range e.Blocks {
@@ -57,7 +60,12 @@ func (e *OutstandingError) Error() string {
 }
 
 // Is matches ErrOutstanding.
-func (e *OutstandingError) Is(target error) bool { return target == ErrOutstanding }
+func (e *OutstandingError) Is(target error) bool {
+	if e == nil {
+		return false
+	}
+	return target == ErrOutstanding
+}
 
 // OptionError is returned by New for an option it refuses. It matches
 // cuda.ErrInvalidValue.
@@ -69,8 +77,16 @@ type OptionError struct {
 
 // Error names the option, its arguments and the reason.
 func (e *OptionError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	return fmt.Sprintf("pool: %s(%s): %s", e.Option, e.Value, e.Reason)
 }
 
 // Is matches cuda.ErrInvalidValue.
-func (e *OptionError) Is(target error) bool { return target == cuda.ErrInvalidValue }
+func (e *OptionError) Is(target error) bool {
+	if e == nil {
+		return false
+	}
+	return target == cuda.ErrInvalidValue
+}

@@ -104,7 +104,7 @@ func WithMaxCached(max int64) Option {
 	return func(c *config) { c.maxCached = max }
 }
 
-// WithRetainOnMiss(true) makes a miss pin new memory without first
+// WithRetainOnMiss sets whether a miss may pin new memory without first
 // releasing idle blocks of other classes. By default the pool keeps its
 // footprint within the peak of the bytes it has had in use at once (block
 // capacities): a miss that would take the pinned bytes above that peak
@@ -118,7 +118,7 @@ func WithRetainOnMiss(retain bool) Option {
 	return func(c *config) { c.retainOnMiss = retain }
 }
 
-// WithStacks(true) records the caller's stack on every Get, so that the
+// WithStacks sets whether the caller's stack is recorded on every Get, so that the
 // error Close returns says where each block still out was taken. It costs
 // a stack walk per Get.
 func WithStacks(on bool) Option {

@@ -80,7 +80,7 @@ func orderingCase(t *testing.T, p *Pool, ctx *cuda.Context, s *cuda.Stream, size
 		t.Fatal(err)
 	}
 	got = make([]byte, size)
-	if err := dbuf.Read(0, got); err != nil {
+	if err := dbuf.CopyToHost(0, got); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, b2)

@@ -342,7 +342,7 @@ func TestFakeCancelHalfway(t *testing.T) {
 			host := make([]byte, n)
 			testutil.Poison(host)
 			if dir == DeviceToHost {
-				if err := dev.Write(0, src); err != nil {
+				if err := dev.CopyFromHost(0, src); err != nil {
 					t.Fatal(err)
 				}
 			} else if err := dev.Memset(testutil.PoisonByte); err != nil {

@@ -94,7 +94,7 @@ func TestGPUCopies(t *testing.T) {
 					t.Fatal(err)
 				}
 				got := make([]byte, n+64)
-				if err := view.Read(0, got); err != nil {
+				if err := view.CopyToHost(0, got); err != nil {
 					t.Fatal(err)
 				}
 				testutil.CheckBytes(t, src, got[:n])
@@ -137,7 +137,7 @@ func TestGPUReaderWriter(t *testing.T) {
 		t.Fatalf("ReadFrom: %+v, %v", st, err)
 	}
 	got := make([]byte, n+4096)
-	if err := dev.Read(0, got); err != nil {
+	if err := dev.CopyToHost(0, got); err != nil {
 		t.Fatal(err)
 	}
 	testutil.CheckBytes(t, src, got[:n])
@@ -202,7 +202,7 @@ func TestGPUCancelHalfway(t *testing.T) {
 			t.Fatalf("ReadFrom cancelled half-way: %+v, %v", st, err)
 		}
 		got := make([]byte, n)
-		if err := dev.Read(0, got); err != nil {
+		if err := dev.CopyToHost(0, got); err != nil {
 			t.Fatal(err)
 		}
 		if k := check(got); k >= n-1<<20 {
@@ -217,7 +217,7 @@ func TestGPUCancelHalfway(t *testing.T) {
 				if err := dev.Memset(testutil.PoisonByte); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := dev.Write(0, src); err != nil {
+			} else if err := dev.CopyFromHost(0, src); err != nil {
 				t.Fatal(err)
 			}
 			cctx, cancel := context.WithCancel(context.Background())
@@ -244,7 +244,7 @@ func TestGPUCancelHalfway(t *testing.T) {
 			got := host
 			if dir == HostToDevice {
 				got = make([]byte, n)
-				if err := dev.Read(0, got); err != nil {
+				if err := dev.CopyToHost(0, got); err != nil {
 					t.Fatal(err)
 				}
 			}

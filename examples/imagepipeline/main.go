@@ -427,13 +427,13 @@ func (p *pipe) measure(ctx context.Context) ([]Row, Bound, error) {
 }
 
 // naive is the article's starting point: one frame at a time, every copy
-// synchronous. DeviceBuffer.Write and Read return when the bytes are in
+// synchronous. DeviceBuffer.CopyFromHost and CopyToHost return when the bytes are in
 // place; from Go memory the driver copies them through its own pinned
 // buffer.
 func (p *pipe) naive(in, out []byte, frames int) error {
 	s, dIn, dOut := p.naiveStream, p.devIn[0], p.devOut[0]
 	for f := range frames {
-		if err := dIn.Write(0, p.frame(in, f)); err != nil {
+		if err := dIn.CopyFromHost(0, p.frame(in, f)); err != nil {
 			return err
 		}
 		if err := p.launch(s, dIn, dOut); err != nil {
@@ -442,7 +442,7 @@ func (p *pipe) naive(in, out []byte, frames int) error {
 		if err := s.Synchronize(); err != nil {
 			return err
 		}
-		if err := dOut.Read(0, p.frame(out, f)); err != nil {
+		if err := dOut.CopyToHost(0, p.frame(out, f)); err != nil {
 			return err
 		}
 	}

@@ -7,7 +7,7 @@
 // For each array size it runs the same loop three ways:
 //
 //   - pageable: the arrays are ordinary Go slices; every copy is a
-//     synchronous DeviceBuffer.Write or Read, so the driver stages the bytes
+//     synchronous DeviceBuffer.CopyFromHost or CopyToHost, so the driver stages the bytes
 //     through its own pinned buffer;
 //   - pinned: the arrays live in pinmem.Alloc buffers; the same synchronous
 //     copies then go straight to the copy engine (DMA);
@@ -287,17 +287,17 @@ func measure(ctx context.Context, gpu *cuda.Context, s *cuda.Stream, cp *transfe
 			_, err := cp.HtoD(ctx, d[1], transfer.AsBytes(b))
 			return err
 		}
-		if err := d[0].Write(0, transfer.AsBytes(a)); err != nil {
+		if err := d[0].CopyFromHost(0, transfer.AsBytes(a)); err != nil {
 			return err
 		}
-		return d[1].Write(0, transfer.AsBytes(b))
+		return d[1].CopyFromHost(0, transfer.AsBytes(b))
 	}
 	copyOut := func() error {
 		if mode == "copier" {
 			_, err := cp.DtoH(ctx, transfer.AsBytes(c), d[2])
 			return err
 		}
-		return d[2].Read(0, transfer.AsBytes(c))
+		return d[2].CopyToHost(0, transfer.AsBytes(c))
 	}
 	grid, block := cuda.D1(4*max(sms, 1)), cuda.D1(256)
 

@@ -287,7 +287,7 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 			}
 			ver := func(reps int) error {
 				var got [8]byte
-				if err := out.Read(0, got[:]); err != nil {
+				if err := out.CopyToHost(0, got[:]); err != nil {
 					return err
 				}
 				want := uint64(reps) * sumWords(exp[:n])
@@ -304,7 +304,7 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 			return memsetPrefix(dev, poisonDevice, n)
 		}
 		ver := func(int) error {
-			if err := dev.Read(0, w.scratch[:n]); err != nil {
+			if err := dev.CopyToHost(0, w.scratch[:n]); err != nil {
 				return err
 			}
 			if i := firstDiff(w.scratch[:n], exp[:n]); i >= 0 {
@@ -333,7 +333,7 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 		op := func(st *cuda.Stream, _ int) error { return st.CopyDtoH(h.b[:n], dev.Ptr()) }
 		prep := func() error {
 			poison(h.b[:n], poisonHost)
-			return dev.Write(0, exp[:n])
+			return dev.CopyFromHost(0, exp[:n])
 		}
 		ver := func(int) error {
 			if i := firstDiff(h.b[:n], exp[:n]); i >= 0 {

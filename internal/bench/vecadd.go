@@ -66,7 +66,7 @@ func (s *Session) vecAdd(ctx context.Context, n, samples int) ([]Result, error) 
 			if async {
 				err = firstErr(st.CopyHtoD(da.Ptr(), ha), st.CopyHtoD(db.Ptr(), hb), kernel(st), st.CopyDtoH(hc, da.Ptr()), st.Synchronize())
 			} else {
-				err = firstErr(da.Write(0, ha), db.Write(0, hb), kernel(legacy), da.Read(0, hc))
+				err = firstErr(da.CopyFromHost(0, ha), db.CopyFromHost(0, hb), kernel(legacy), da.CopyToHost(0, hc))
 			}
 			d := time.Since(start)
 			if err != nil {
