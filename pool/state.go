@@ -102,11 +102,14 @@ type state struct {
 	// unreleased holds buffers whose release failed while the driver kept
 	// their memory: still in PinnedBytes, retried with the deferred ones.
 	unreleased []*pinmem.Buffer
-	out        Block // sentinel of the list of blocks out
-	nextID     uint64
-	seq        uint64
-	evFree     map[*cuda.Context][]*cuda.Event
-	st         Stats
+	// undestroyed holds events whose destruction failed: the driver still
+	// holds them, so Trim and Close destroy them again.
+	undestroyed []evRec
+	out         Block // sentinel of the list of blocks out
+	nextID      uint64
+	seq         uint64
+	evFree      map[*cuda.Context][]*cuda.Event
+	st          Stats
 }
 
 func (p *state) prewarm(size int, total int64) error {
@@ -644,17 +647,41 @@ func (p *state) retireEvents(evs []evRec) {
 	p.destroyEvents(evs)
 }
 
+// destroyEvents destroys evs. An event whose destruction fails is still
+// held by the driver: it is kept in undestroyed and destroyed again by the
+// next Trim or Close. An error matching cuda.ErrInvalidHandle says the
+// event is gone already (released with its destroyed context, or by an
+// earlier attempt): there is nothing left to retry.
 func (p *state) destroyEvents(evs []evRec) error {
 	var errs []error
+	var kept []evRec
 	for _, r := range evs {
 		t := time.Now()
 		err := r.ev.Destroy()
 		p.driverNS.Add(int64(time.Since(t)))
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("pool %s: destroying an event: %w", p.name, err))
+			if !errors.Is(err, cuda.ErrInvalidHandle) {
+				kept = append(kept, r)
+			}
 		}
 	}
+	if len(kept) > 0 {
+		p.mu.Lock()
+		p.undestroyed = append(p.undestroyed, kept...)
+		p.st.UndestroyedEvents = int64(len(p.undestroyed))
+		p.mu.Unlock()
+	}
 	return errors.Join(errs...)
+}
+
+// takeUndestroyedLocked hands the caller the events whose destruction
+// failed before, to pass to destroyEvents again.
+func (p *state) takeUndestroyedLocked() []evRec {
+	evs := p.undestroyed
+	p.undestroyed = nil
+	p.st.UndestroyedEvents = 0
+	return evs
 }
 
 // poll checks up to limit (0: all) of the oldest pending blocks of class
@@ -859,7 +886,7 @@ func (p *state) trim() (freed int64, err error) {
 	bufs := p.takeDeferredLocked()
 	more, _ := p.evictLocked(-1)
 	bufs = append(bufs, more...)
-	evs := p.spareEventsLocked()
+	evs := append(p.takeUndestroyedLocked(), p.spareEventsLocked()...)
 	p.mu.Unlock()
 	freed, err = p.release(bufs, true)
 	return freed, errors.Join(err, p.destroyEvents(evs))
@@ -904,7 +931,7 @@ func (p *state) Reclaim(want int64) (freed int64) {
 func (p *state) close(ctx context.Context) error {
 	p.mu.Lock()
 	first := !p.closed
-	if !first && len(p.closePending) == 0 && p.polling == 0 && len(p.unreleased) == 0 {
+	if !first && p.doneLocked() {
 		p.mu.Unlock()
 		return fmt.Errorf("pool %s: Close: %w", p.name, ErrClosed)
 	}
@@ -930,7 +957,7 @@ func (p *state) close(ctx context.Context) error {
 			p.idle[ci] = nil
 		}
 		p.st.CachedBlocks, p.st.CachedBytes = 0, 0
-		evs = p.spareEventsLocked()
+		evs = append(p.takeUndestroyedLocked(), p.spareEventsLocked()...)
 		if p.out.next != &p.out {
 			oe := &OutstandingError{Pool: p.name}
 			for b := p.out.next; b != &p.out; b = b.next {
@@ -940,6 +967,7 @@ func (p *state) close(ctx context.Context) error {
 		}
 	} else {
 		bufs = p.takeDeferredLocked()
+		evs = p.takeUndestroyedLocked()
 	}
 	p.mu.Unlock()
 
@@ -955,7 +983,12 @@ func (p *state) close(ctx context.Context) error {
 func (p *state) done() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.closed && len(p.closePending) == 0 && p.polling == 0 && len(p.unreleased) == 0
+	return p.closed && p.doneLocked()
+}
+
+// doneLocked reports whether nothing is left to wait for or to retry.
+func (p *state) doneLocked() bool {
+	return len(p.closePending) == 0 && p.polling == 0 && len(p.unreleased) == 0 && len(p.undestroyed) == 0
 }
 
 // collect releases what a pool dropped without Close holds and no one can
