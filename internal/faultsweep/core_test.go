@@ -55,6 +55,15 @@ func poolOp(opts ...pool.Option) op {
 	return op{fmt.Sprintf("pool(%d options)", len(opts)), func(e *env) error {
 		p, err := pool.New(opts...)
 		if err != nil {
+			// A caller retries New: the retry releases what the failed
+			// New could not.
+			e.defer_(func() error {
+				p, err := pool.New(opts...)
+				if err != nil {
+					return err
+				}
+				return p.Close(context.Background())
+			})
 			return err
 		}
 		e.defer_(func() error { return p.Close(context.Background()) })

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -112,6 +113,13 @@ const runTimeout = 20 * time.Second
 // what happened; the faults are cleared before the cleanups run.
 func runOnce(t *testing.T, fd *fakedrv.Driver, ctx *cuda.Context, o op, h func(string) cudadrv.Result) result {
 	e := &env{t: t, fd: fd, ctx: ctx}
+	// The fake has one current context for all threads: a run whose
+	// restoring cuCtxSetCurrent failed leaves its context current, and the
+	// next run would skip a switch the trace has. Every run starts on a
+	// thread with no context current, as the first did.
+	if err := fd.CtxSetCurrent(0); err != nil {
+		t.Fatalf("clearing the current context: %v", err)
+	}
 	done := make(chan result, 1)
 	go func() {
 		var r result
@@ -181,6 +189,14 @@ func (b baseline) diff(now baseline) string {
 }
 
 // sweep is the test body shared by every group of operations.
+//
+// Each operation first runs once without faults, so that what is cached
+// for the life of the process (device properties, the primary context)
+// is cached before the trace; the trace is then the calls every later
+// run makes in the same order, until the fault. Each faulted run checks
+// that the call it failed is the one the trace names there: a mismatch
+// means the operation is not deterministic and the sweep would test
+// something other than what it reports.
 func sweep(t *testing.T, ops []op) {
 	fd := testutil.UseFake(t, fakedrv.Options{WaitTimeout: 2 * time.Second})
 	registerKernels(fd)
@@ -190,6 +206,9 @@ func sweep(t *testing.T, ops []op) {
 		t.Run(o.name, func(t *testing.T) {
 			ignore := goleak.IgnoreCurrent()
 			base := snapshot(fd)
+			if _, r := trace(t, fd, ctx, o); r.err != nil || r.panicked != nil || r.hung || r.cleanup != nil {
+				t.Fatalf("without faults (warm-up): err %v, panic %v, hung %v, cleanup %v", r.err, r.panicked, r.hung, r.cleanup)
+			}
 			calls, r := trace(t, fd, ctx, o)
 			if r.err != nil || r.panicked != nil || r.hung || r.cleanup != nil {
 				t.Fatalf("without faults: err %v, panic %v, hung %v, cleanup %v", r.err, r.panicked, r.hung, r.cleanup)
@@ -198,31 +217,50 @@ func sweep(t *testing.T, ops []op) {
 			if d := base.diff(snapshot(fd)); d != "[]" {
 				t.Fatalf("without faults the operation leaks: %s", d)
 			}
+			verbose := testing.Verbose() && os.Getenv("SWEEP_TRACE") != ""
+			if verbose {
+				for i, c := range calls {
+					t.Logf("call %d: %s", i+1, c)
+				}
+			}
 			nCalls += len(calls)
+			var failedRuns int // faulted runs whose operation returned an error
 			for i, name := range calls {
 				for _, sticky := range []bool{false, true} {
 					nRuns++
 					n := 0
+					var faulted string // the call failed first
 					var mu sync.Mutex
-					r := runOnce(t, fd, ctx, o, func(string) cudadrv.Result {
+					r := runOnce(t, fd, ctx, o, func(op string) cudadrv.Result {
 						mu.Lock()
 						defer mu.Unlock()
 						n++
+						if n == i+1 {
+							faulted = op
+						}
 						if n == i+1 || (sticky && n > i+1) {
 							return faultCode
 						}
 						return cudadrv.Success
 					})
 					what := fmt.Sprintf("call %d (%s) failing %s", i+1, name, map[bool]string{false: "once", true: "from then on"}[sticky])
+					if verbose {
+						t.Logf("%s: err %v; cleanup %v; live %+v", what, r.err, r.cleanup, fd.Live())
+					}
 					switch {
 					case r.hung:
 						t.Fatalf("%s: hung for %v", what, runTimeout)
+					case faulted != name:
+						t.Errorf("%s: the run failed %q there instead: the operation's calls are not deterministic", what, faulted)
 					case r.panicked != nil:
 						t.Errorf("%s: panic: %v", what, r.panicked)
 					case r.err != nil && !typed(r.err):
 						t.Errorf("%s: untyped error %T: %v", what, r.err, r.err)
 					case r.cleanup != nil:
 						t.Errorf("%s: releasing after the fault cleared failed: %v", what, r.cleanup)
+					}
+					if r.err != nil {
+						failedRuns++
 					}
 					settle(fd)
 					if d := base.diff(snapshot(fd)); d != "[]" {
@@ -231,6 +269,12 @@ func sweep(t *testing.T, ops []op) {
 						base = snapshot(fd)
 					}
 				}
+			}
+			// A sweep whose faults never reach the operation (a hook not
+			// wired, a trace of other calls) would pass without testing
+			// anything.
+			if len(calls) == 0 || failedRuns == 0 {
+				t.Errorf("%d driver calls traced, %d faulted runs returned an error: the faults did not reach the operation", len(calls), failedRuns)
 			}
 			if err := goleak.Find(ignore); err != nil {
 				t.Errorf("goroutines left after the sweep: %v", err)
