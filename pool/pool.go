@@ -216,9 +216,10 @@ func (p *Pool) Trim() (freed int64, err error) {
 // error matching ctx.Err() (context.DeadlineExceeded for an expired
 // deadline). The pool is closed all the same; the blocks whose work has
 // not run stay pinned, each unpinned when a later Put or Close sees its
-// work finished, and a later Close waits for them again. An event that
-// cannot be queried (a broken context) counts as finished and its error is
-// returned. A release the driver fails (unpinning memory, destroying an
+// work finished, and a later Close waits for them again. An event whose
+// query fails several times in a row (a broken context, whose work never
+// runs) counts as finished and its error is returned; a single failed
+// query does not. A release the driver fails (unpinning memory, destroying an
 // event) keeps what the driver still holds counted (Stats.UnreleasedBytes,
 // Stats.UndestroyedEvents) and returns the error; a later Close retries
 // those releases (and waits again for blocks whose work had not run)

@@ -120,3 +120,85 @@ func TestFailedPrewarmReleasedByNextNew(t *testing.T) {
 	}
 	_ = p
 }
+
+// TestCloseQueryFailureOnceKeepsBusyBlock: a query of a pending block's
+// event that fails once at Close must not count as finished: the block
+// stays pinned until its stream work has run, and that work never reads
+// unpinned memory.
+func TestCloseQueryFailureOnceKeepsBusyBlock(t *testing.T) {
+	d := useFake(t)
+	p := newPool(t, WithMethod(pinmem.MethodHostAlloc))
+	ctx, s := newStream(t)
+	dev, err := ctx.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free()
+	b := mustGet(t, p, 1<<20)
+	if err := d.HoldStream(fakeStream(s)); err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	defer func() {
+		if !released {
+			_ = d.ReleaseStream(fakeStream(s))
+		}
+	}()
+	if err := s.CopyHtoD(dev.Ptr(), b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, p, b, s)
+	if err := d.FailOn("cuEventQuery", 1, cudadrv.ErrorUnknown); err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.Close(done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close with the block's work held: %v, want context.Canceled", err)
+	}
+	if st := p.Stats(); st.PendingBlocks != 1 || d.Live().HostAllocs != 1 {
+		t.Fatalf("after one failed query the busy block was released: %v, driver %+v", st, d.Live())
+	}
+	if err := d.ReleaseStream(fakeStream(s)); err != nil {
+		t.Fatal(err)
+	}
+	released = true
+	if err := p.Close(context.Background()); err != nil {
+		t.Errorf("Close after the work ran: %v", err)
+	}
+	if errs := d.AsyncErrors(); len(errs) != 0 {
+		t.Errorf("queued work read released memory: %v", errs)
+	}
+}
+
+// TestCloseQueryFailingForGoodCountsAsFinished: an event whose query
+// keeps failing (a broken context) counts as finished at Close, which
+// returns the error and unpins the block instead of waiting forever.
+func TestCloseQueryFailingForGoodCountsAsFinished(t *testing.T) {
+	d := useFake(t)
+	p := newPool(t, WithMethod(pinmem.MethodHostAlloc))
+	ctx, s := newStream(t)
+	dev, err := ctx.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free()
+	b := mustGet(t, p, 1<<20)
+	if err := d.HoldStream(fakeStream(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CopyHtoD(dev.Ptr(), b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, p, b, s)
+	if err := d.FailOn("cuEventQuery", 0, cudadrv.ErrorIllegalAddress); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(context.Background()); !errors.Is(err, cudadrv.ErrLaunchFailed) {
+		t.Errorf("Close with every query failing: %v", err)
+	}
+	if st := p.Stats(); st.PendingBlocks != 0 || st.PinnedBytes != 0 {
+		t.Errorf("after Close: %v", st)
+	}
+	d.ClearFaults()
+}

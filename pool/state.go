@@ -768,8 +768,9 @@ func (p *state) pollAll() {
 
 // pollClosed checks the blocks of a closed pool that wait for stream
 // work, without waiting, and unpins those whose work has finished. An
-// event that cannot be queried (a broken context, whose work will not run)
-// counts as finished, and its error is returned. left is the number of
+// event whose queries keep failing (a broken context, whose work will not
+// run: see queryClosed) counts as finished, and its error is returned.
+// left is the number of
 // blocks still waiting, including those a poll of the open pool holds.
 func (p *state) pollClosed() (left int, err error) {
 	p.mu.Lock()
@@ -782,9 +783,7 @@ func (p *state) pollClosed() (left int, err error) {
 	for _, e := range batch {
 		failed := false
 		for e.next < len(e.evs) {
-			t := time.Now()
-			ok, qerr := e.evs[e.next].ev.Query()
-			p.driverNS.Add(int64(time.Since(t)))
+			ok, qerr := p.queryClosed(e.evs[e.next].ev)
 			if qerr != nil {
 				errs = append(errs, fmt.Errorf("pool %s: event of block on close: %w", p.name, qerr))
 				failed = true
@@ -805,7 +804,6 @@ func (p *state) pollClosed() (left int, err error) {
 	var bufs []*pinmem.Buffer
 	p.mu.Lock()
 	p.polling--
-	p.st.EventErrors += uint64(len(errs))
 	p.closePending = append(keep, p.closePending...)
 	for _, e := range done {
 		rest := e.evs[e.retired:]
@@ -820,6 +818,30 @@ func (p *state) pollClosed() (left int, err error) {
 	p.mu.Unlock()
 	errs = append(errs, p.destroyEvents(evs), p.releaseErr(bufs, true))
 	return left, errors.Join(errs...)
+}
+
+// queryAttempts is how many times pollClosed queries an event before it
+// takes a failure for a broken context.
+const queryAttempts = 3
+
+// queryClosed queries ev for pollClosed. A failure counts as finished
+// there (a broken context's work never runs), so it must be one that
+// lasts: the query is repeated, and only an event that fails every
+// attempt is reported with the last error. A failure that does not last
+// is counted in EventErrors and the event's answer stands.
+func (p *state) queryClosed(ev *cuda.Event) (done bool, err error) {
+	for range queryAttempts {
+		t := time.Now()
+		done, err = ev.Query()
+		p.driverNS.Add(int64(time.Since(t)))
+		if err == nil {
+			return done, nil
+		}
+		p.mu.Lock()
+		p.st.EventErrors++
+		p.mu.Unlock()
+	}
+	return false, err
 }
 
 // drainClosed polls the blocks a closed pool waits for until none is left
