@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -84,15 +83,22 @@ func typed(err error) bool {
 	return isClosed(err)
 }
 
-// baseline is the state an operation must leave behind.
+// baseline is the state an operation must leave behind. Besides the live
+// objects and the books it holds the fake's count of asynchronous errors
+// (queued work that touched released memory) and of asynchronous copies
+// from pageable memory (pinned memory used after its release): no run may
+// add to them.
 type baseline struct {
-	live    fakedrv.Counts
-	tracked int
-	pinned  int64
+	live      fakedrv.Counts
+	tracked   int
+	pinned    int64
+	asyncErrs int
+	pageable  int
 }
 
 func snapshot(fd *fakedrv.Driver) baseline {
-	return baseline{live: fd.Live(), tracked: len(track.Live()), pinned: pinmem.Stats().Pinned.Bytes}
+	return baseline{live: fd.Live(), tracked: len(track.Live()), pinned: pinmem.Stats().Pinned.Bytes,
+		asyncErrs: len(fd.AsyncErrors()), pageable: fd.PageableAsyncCopies()}
 }
 
 // faultCode is what an injected failure answers: an error no caller
@@ -165,16 +171,20 @@ func trace(t *testing.T, fd *fakedrv.Driver, ctx *cuda.Context, o op) ([]string,
 	return calls, r
 }
 
-func settle(fd *fakedrv.Driver) {
-	// Cleanups of dropped objects run after a GC; give them the chance to
-	// finish before the books are compared.
-	for range 3 {
+// settled returns the state once it equals base, or after the cleanups
+// of dropped objects (which run after a garbage collection) have had a
+// few chances to release what they hold.
+func settled(fd *fakedrv.Driver, base baseline) baseline {
+	now := snapshot(fd)
+	for i := 0; i < 4 && now != base; i++ {
 		runtime.GC()
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Duration(1<<i) * time.Millisecond)
+		now = snapshot(fd)
 	}
+	return now
 }
 
-func (b baseline) diff(now baseline) string {
+func (b baseline) diff(fd *fakedrv.Driver, now baseline) string {
 	var d []string
 	if now.live != b.live {
 		d = append(d, fmt.Sprintf("driver live %+v, was %+v", now.live, b.live))
@@ -184,6 +194,12 @@ func (b baseline) diff(now baseline) string {
 	}
 	if now.pinned != b.pinned {
 		d = append(d, fmt.Sprintf("ledger %d pinned bytes, was %d", now.pinned, b.pinned))
+	}
+	if now.asyncErrs != b.asyncErrs {
+		d = append(d, fmt.Sprintf("queued work failed: %v", fd.AsyncErrors()[b.asyncErrs:]))
+	}
+	if now.pageable != b.pageable {
+		d = append(d, fmt.Sprintf("%d asynchronous copies from pageable memory", now.pageable-b.pageable))
 	}
 	return fmt.Sprint(d)
 }
@@ -198,7 +214,7 @@ func (b baseline) diff(now baseline) string {
 // means the operation is not deterministic and the sweep would test
 // something other than what it reports.
 func sweep(t *testing.T, ops []op) {
-	fd := testutil.UseFake(t, fakedrv.Options{WaitTimeout: 2 * time.Second})
+	fd := testutil.UseFake(t, fakedrv.Options{WaitTimeout: 100 * time.Millisecond})
 	registerKernels(fd)
 	ctx := testutil.PrimaryContext(t)
 	var nCalls, nRuns int
@@ -213,8 +229,7 @@ func sweep(t *testing.T, ops []op) {
 			if r.err != nil || r.panicked != nil || r.hung || r.cleanup != nil {
 				t.Fatalf("without faults: err %v, panic %v, hung %v, cleanup %v", r.err, r.panicked, r.hung, r.cleanup)
 			}
-			settle(fd)
-			if d := base.diff(snapshot(fd)); d != "[]" {
+			if d := base.diff(fd, settled(fd, base)); d != "[]" {
 				t.Fatalf("without faults the operation leaks: %s", d)
 			}
 			verbose := testing.Verbose() && os.Getenv("SWEEP_TRACE") != ""
@@ -262,9 +277,8 @@ func sweep(t *testing.T, ops []op) {
 					if r.err != nil {
 						failedRuns++
 					}
-					settle(fd)
-					if d := base.diff(snapshot(fd)); d != "[]" {
-						t.Errorf("%s: not back to baseline: %s", what, d)
+					if now := settled(fd, base); now != base {
+						t.Errorf("%s: not back to baseline: %s", what, base.diff(fd, now))
 						// Start the next run from the state this one left.
 						base = snapshot(fd)
 					}
@@ -310,7 +324,16 @@ func TestZZTotals(t *testing.T) {
 }
 
 func registerKernels(fd *fakedrv.Driver) {
-	fd.RegisterKernel("sweep_noop", []int{8, 4}, nil)
+	// sweep_fill(ptr, v) sets the 16 bytes at ptr to v.
+	fd.RegisterKernel("sweep_fill", []int{8, 4}, func(k *fakedrv.KernelCall) error {
+		mem, err := k.Mem(k.Ptr(0), 16)
+		if err != nil {
+			return err
+		}
+		for i := range mem {
+			mem[i] = byte(k.Uint32(1))
+		}
+		return nil
+	})
 }
 
-var _ = slices.Contains[[]string]
