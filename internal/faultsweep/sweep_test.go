@@ -336,4 +336,3 @@ func registerKernels(fd *fakedrv.Driver) {
 		return nil
 	})
 }
-
