@@ -101,6 +101,17 @@ func snapshot(fd *fakedrv.Driver) baseline {
 		asyncErrs: len(fd.AsyncErrors()), pageable: fd.PageableAsyncCopies()}
 }
 
+// dropped returns how many buffers and owners were dropped without their
+// release so far.
+func dropped() int64 {
+	s := pinmem.Stats()
+	n := s.Dropped
+	for _, c := range s.DroppedOwners {
+		n += c
+	}
+	return n
+}
+
 // faultCode is what an injected failure answers: an error no caller
 // treats specially.
 const faultCode = cudadrv.ErrorUnknown
@@ -221,6 +232,7 @@ func sweep(t *testing.T, ops []op) {
 	for _, o := range ops {
 		t.Run(o.name, func(t *testing.T) {
 			ignore := goleak.IgnoreCurrent()
+			dropped0 := dropped()
 			base := snapshot(fd)
 			if _, r := trace(t, fd, ctx, o); r.err != nil || r.panicked != nil || r.hung || r.cleanup != nil {
 				t.Fatalf("without faults (warm-up): err %v, panic %v, hung %v, cleanup %v", r.err, r.panicked, r.hung, r.cleanup)
@@ -289,6 +301,15 @@ func sweep(t *testing.T, ops []op) {
 			// anything.
 			if len(calls) == 0 || failedRuns == 0 {
 				t.Errorf("%d driver calls traced, %d faulted runs returned an error: the faults did not reach the operation", len(calls), failedRuns)
+			}
+			t.Logf("%d driver calls, %d faulted runs, %d returned an error", len(calls), 2*len(calls), failedRuns)
+			// An object dropped without its release (a Buffer, a Pool) is
+			// counted once a garbage collection has run its cleanup.
+			runtime.GC()
+			time.Sleep(time.Millisecond)
+			runtime.GC()
+			if n := dropped() - dropped0; n != 0 {
+				t.Errorf("%d objects were dropped without their release (pinmem.Stats: %v)", n, pinmem.Stats())
 			}
 			if err := goleak.Find(ignore); err != nil {
 				t.Errorf("goroutines left after the sweep: %v", err)
