@@ -122,6 +122,9 @@ func TestSweepHostMemory(t *testing.T) {
 	ops = append(ops, allocOp("auto", 64<<10, 0, func(*env) []pinmem.Option { return nil }),
 		allocOp("device,threads", 4<<20, pinmem.Mapped, func(e *env) []pinmem.Option {
 			return []pinmem.Option{pinmem.WithMethod(pinmem.MethodMmapRegister), pinmem.WithDevice(e.ctx.Device()), pinmem.WithThreads(2)}
+		}),
+		allocOp("hugepages,numa", 4<<20, 0, func(e *env) []pinmem.Option {
+			return []pinmem.Option{pinmem.WithMethod(pinmem.MethodMmapRegister), pinmem.WithHugePages(true), pinmem.WithNUMANode(pinmem.NUMAAuto), pinmem.WithNUMABind(true)}
 		}))
 	for f := pinmem.Flags(0); f <= pinmem.Portable|pinmem.Mapped|pinmem.ReadOnly; f++ {
 		if f&pinmem.WriteCombined == 0 {
