@@ -15,7 +15,7 @@ import (
 // writes and reads them back through each of the buffer's views, and
 // frees them.
 func allocOp(name string, size int, flags pinmem.Flags, opts func(e *env) []pinmem.Option) op {
-	return op{fmt.Sprintf("Alloc(%d,%v,%s)", size, flags, name), func(e *env) error {
+	return op{name: fmt.Sprintf("Alloc(%d,%v,%s)", size, flags, name), run: func(e *env) error {
 		b, err := pinmem.Alloc(size, flags, opts(e)...)
 		if err != nil {
 			return err
@@ -55,7 +55,7 @@ func useBuffer(b *pinmem.Buffer, flags pinmem.Flags) error {
 
 // registerOp registers a Go slice with flags, uses it and unregisters it.
 func registerOp(size int, flags pinmem.Flags) op {
-	return op{fmt.Sprintf("Register(%d,%v)", size, flags), func(e *env) error {
+	return op{name: fmt.Sprintf("Register(%d,%v)", size, flags), run: func(e *env) error {
 		mem := make([]byte, size)
 		b, err := pinmem.Register(mem, flags)
 		if err != nil {
@@ -70,7 +70,7 @@ func registerOp(size int, flags pinmem.Flags) op {
 // it (before any driver call), and registers that range once the first
 // registration is gone.
 func registerOverlapOp() op {
-	return op{"Register overlapping", func(e *env) error {
+	return op{name: "Register overlapping", run: func(e *env) error {
 		mem := make([]byte, 256<<10)
 		b, err := pinmem.Register(mem, 0)
 		if err != nil {
@@ -138,7 +138,7 @@ func TestSweepHostMemory(t *testing.T) {
 // deviceMemOp covers device memory: allocation, synchronous and
 // stream-ordered copies, memsets, slices.
 func deviceMemOp() op {
-	return op{"device memory", func(e *env) error {
+	return op{name: "device memory", run: func(e *env) error {
 		d, err := e.ctx.Alloc(64 << 10)
 		if err != nil {
 			return err
@@ -191,7 +191,7 @@ func deviceMemOp() op {
 // streamEventOp covers streams and events: recording, waiting across
 // streams, queries, elapsed time.
 func streamEventOp() op {
-	return op{"streams and events", func(e *env) error {
+	return op{name: "streams and events", run: func(e *env) error {
 		host, err := pinmem.Alloc(64<<10, 0)
 		if err != nil {
 			return err
@@ -257,7 +257,7 @@ func streamEventOp() op {
 // batchOp issues copies both ways, a device copy and an event record as
 // one batch.
 func batchOp() op {
-	return op{"Batch", func(e *env) error {
+	return op{name: "Batch", run: func(e *env) error {
 		host, err := pinmem.Alloc(64<<10, 0)
 		if err != nil {
 			return err
@@ -301,7 +301,7 @@ func batchOp() op {
 // moduleOp loads a module, launches a kernel that writes device memory,
 // checks what it wrote and unloads the module.
 func moduleOp() op {
-	return op{"module and launch", func(e *env) error {
+	return op{name: "module and launch", run: func(e *env) error {
 		d, err := e.ctx.Alloc(4096)
 		if err != nil {
 			return err
@@ -340,7 +340,7 @@ func moduleOp() op {
 
 // contextOp creates a context of its own, works in it and destroys it.
 func contextOp() op {
-	return op{"context", func(e *env) error {
+	return op{name: "context", run: func(e *env) error {
 		dev := e.ctx.Device()
 		if _, err := dev.Attribute(cuda.AttrMaxThreadsPerBlock); err != nil {
 			return err

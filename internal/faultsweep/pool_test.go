@@ -36,7 +36,7 @@ func newPool(e *env, opts ...pool.Option) (*pool.Pool, error) {
 // poolOp runs a pool's life: New (with prewarm), hits and misses, a Put
 // ordered after a stream's work, Trim and Close.
 func poolOp(name string, opts ...pool.Option) op {
-	return op{"pool " + name, func(e *env) error {
+	return op{name: "pool " + name, run: func(e *env) error {
 		p, err := newPool(e, opts...)
 		if err != nil {
 			return err
@@ -81,7 +81,7 @@ func poolOp(name string, opts ...pool.Option) op {
 // poolCapOp makes the cap on cached bytes defer unpinning to the next
 // miss, and takes a huge block (pinned on its own).
 func poolCapOp() op {
-	return op{"pool cap and huge block", func(e *env) error {
+	return op{name: "pool cap and huge block", run: func(e *env) error {
 		p, err := newPool(e, pool.WithMaxCached(64<<10), pool.WithMethod(pinmem.MethodHostAlloc))
 		if err != nil {
 			return err
@@ -116,7 +116,7 @@ func poolCapOp() op {
 // of their blocks: a miss of one pool takes the other's idle memory
 // (pinmem's reclaimers), and a pool's own idle memory (its budget retry).
 func poolBudgetOp() op {
-	return op{"pool budget", func(e *env) error {
+	return op{name: "pool budget", run: func(e *env) error {
 		const blk = 1 << 20
 		prev := pinmem.SetBudget(pinmem.Stats().Pinned.Bytes + blk + blk/2)
 		e.defer_(func() error { pinmem.SetBudget(prev); return nil })
@@ -153,7 +153,7 @@ func poolBudgetOp() op {
 // The stream is held with the fake, which runs nothing queued on it until
 // it is released.
 func poolCloseOp() op {
-	return op{"pool Close with work pending", func(e *env) error {
+	return op{name: "pool Close with work pending", run: func(e *env) error {
 		p, err := newPool(e, pool.WithMethod(pinmem.MethodHostAlloc))
 		if err != nil {
 			return err

@@ -42,9 +42,18 @@ func (e *env) defer_(f func() error) { e.cleanups = append(e.cleanups, f) }
 
 // op is one public operation: its whole life (acquire, use, release), as
 // a careful caller writes it. It returns the first error it met.
+//
+// The calls of an operation made on one goroutine come in the same order
+// every run, so a fault is aimed at the i-th call and the sweep checks
+// that the call failed is the one the trace names there. An operation
+// that calls the driver from several goroutines at once (Multi's
+// per-device transfers) is concurrent: their calls interleave differently
+// from run to run, so a fault is aimed at the k-th call of the traced
+// name instead, and the sweep checks that the run made that call.
 type op struct {
-	name string
-	run  func(e *env) error
+	name       string
+	run        func(e *env) error
+	concurrent bool
 }
 
 // benign errors are what a release repeated after success may answer.
@@ -225,7 +234,9 @@ func (b baseline) diff(fd *fakedrv.Driver, now baseline) string {
 // means the operation is not deterministic and the sweep would test
 // something other than what it reports.
 func sweep(t *testing.T, ops []op) {
-	fd := testutil.UseFake(t, fakedrv.Options{WaitTimeout: 100 * time.Millisecond})
+	// Two devices, for Multi; device 1's primary context is retained by
+	// the first operation that uses it, for the life of the process.
+	fd := testutil.UseFake(t, fakedrv.Options{DeviceCount: 2, WaitTimeout: 100 * time.Millisecond})
 	registerKernels(fd)
 	ctx := testutil.PrimaryContext(t)
 	var nCalls, nRuns int
@@ -233,10 +244,12 @@ func sweep(t *testing.T, ops []op) {
 		t.Run(o.name, func(t *testing.T) {
 			ignore := goleak.IgnoreCurrent()
 			dropped0 := dropped()
-			base := snapshot(fd)
 			if _, r := trace(t, fd, ctx, o); r.err != nil || r.panicked != nil || r.hung || r.cleanup != nil {
 				t.Fatalf("without faults (warm-up): err %v, panic %v, hung %v, cleanup %v", r.err, r.panicked, r.hung, r.cleanup)
 			}
+			// What the warm-up cached for the life of the process (device
+			// properties, a primary context) is part of the baseline.
+			base := settled(fd, snapshot(fd))
 			calls, r := trace(t, fd, ctx, o)
 			if r.err != nil || r.panicked != nil || r.hung || r.cleanup != nil {
 				t.Fatalf("without faults: err %v, panic %v, hung %v, cleanup %v", r.err, r.panicked, r.hung, r.cleanup)
@@ -255,28 +268,57 @@ func sweep(t *testing.T, ops []op) {
 			for i, name := range calls {
 				for _, sticky := range []bool{false, true} {
 					nRuns++
-					n := 0
+					// The target: the i-th call, or, for a concurrent
+					// operation, the k-th call named name.
+					k := 0
+					for _, c := range calls[:i+1] {
+						if c == name {
+							k++
+						}
+					}
+					var r result
 					var faulted string // the call failed first
-					var mu sync.Mutex
-					r := runOnce(t, fd, ctx, o, func(op string) cudadrv.Result {
-						mu.Lock()
-						defer mu.Unlock()
-						n++
-						if n == i+1 {
-							faulted = op
+					for attempt := 0; attempt < 3; attempt++ {
+						n, named, hit := 0, 0, false
+						faulted = ""
+						var mu sync.Mutex
+						r = runOnce(t, fd, ctx, o, func(op string) cudadrv.Result {
+							mu.Lock()
+							defer mu.Unlock()
+							n++
+							if op == name {
+								named++
+							}
+							if !hit && ((!o.concurrent && n == i+1) || (o.concurrent && op == name && named == k)) {
+								hit, faulted = true, op
+								return faultCode
+							}
+							if sticky && hit {
+								return faultCode
+							}
+							return cudadrv.Success
+						})
+						if faulted == name || !o.concurrent || r.hung {
+							break
 						}
-						if n == i+1 || (sticky && n > i+1) {
-							return faultCode
+						// A concurrent operation's polls may make fewer calls
+						// of a name in one run: try again.
+						if now := settled(fd, base); now != base {
+							break
 						}
-						return cudadrv.Success
-					})
+					}
 					what := fmt.Sprintf("call %d (%s) failing %s", i+1, name, map[bool]string{false: "once", true: "from then on"}[sticky])
+					if o.concurrent {
+						what = fmt.Sprintf("call %d of %s (call %d in the trace) failing %s", k, name, i+1, map[bool]string{false: "once", true: "from then on"}[sticky])
+					}
 					if verbose {
 						t.Logf("%s: err %v; cleanup %v; live %+v", what, r.err, r.cleanup, fd.Live())
 					}
 					switch {
 					case r.hung:
 						t.Fatalf("%s: hung for %v", what, runTimeout)
+					case faulted != name && o.concurrent:
+						t.Errorf("%s: three runs in a row made fewer such calls", what)
 					case faulted != name:
 						t.Errorf("%s: the run failed %q there instead: the operation's calls are not deterministic", what, faulted)
 					case r.panicked != nil:
@@ -335,16 +377,18 @@ func (s *totals) add(ops, calls, runs int) {
 	s.mu.Unlock()
 }
 
-func TestZZTotals(t *testing.T) {
-	sweepTotals.mu.Lock()
-	defer sweepTotals.mu.Unlock()
-	if sweepTotals.ops == 0 {
-		t.Skip("no sweep ran (filtered out)")
-	}
-	t.Logf("FAULT SWEEP TOTAL: %d operations, %d driver calls, %d faulted runs", sweepTotals.ops, sweepTotals.calls, sweepTotals.runs)
-}
-
 func registerKernels(fd *fakedrv.Driver) {
+	// sweep_inc(ptr, n) adds one to each of the n bytes at ptr.
+	fd.RegisterKernel("sweep_inc", []int{8, 4}, func(k *fakedrv.KernelCall) error {
+		mem, err := k.Mem(k.Ptr(0), uint64(k.Uint32(1)))
+		if err != nil {
+			return err
+		}
+		for i := range mem {
+			mem[i]++
+		}
+		return nil
+	})
 	// sweep_fill(ptr, v) sets the 16 bytes at ptr to v.
 	fd.RegisterKernel("sweep_fill", []int{8, 4}, func(k *fakedrv.KernelCall) error {
 		mem, err := k.Mem(k.Ptr(0), 16)
