@@ -127,6 +127,7 @@ const faultCode = cudadrv.ErrorUnknown
 
 // result of one run of an operation.
 type result struct {
+	took     time.Duration
 	err      error
 	panicked any
 	cleanup  error
@@ -146,6 +147,7 @@ func runOnce(t *testing.T, fd *fakedrv.Driver, ctx *cuda.Context, o op, h func(s
 	if err := fd.CtxSetCurrent(0); err != nil {
 		t.Fatalf("clearing the current context: %v", err)
 	}
+	start := time.Now()
 	done := make(chan result, 1)
 	go func() {
 		var r result
@@ -175,6 +177,7 @@ func runOnce(t *testing.T, fd *fakedrv.Driver, ctx *cuda.Context, o op, h func(s
 		}
 	}
 	r.cleanup = errors.Join(errs...)
+	r.took = time.Since(start)
 	return r
 }
 
@@ -312,7 +315,7 @@ func sweep(t *testing.T, ops []op) {
 						what = fmt.Sprintf("call %d of %s (call %d in the trace) failing %s", k, name, i+1, map[bool]string{false: "once", true: "from then on"}[sticky])
 					}
 					if verbose {
-						t.Logf("%s: err %v; cleanup %v; live %+v", what, r.err, r.cleanup, fd.Live())
+						t.Logf("%s: took %v; err %v; cleanup %v; live %+v", what, r.took, r.err, r.cleanup, fd.Live())
 					}
 					switch {
 					case r.hung:

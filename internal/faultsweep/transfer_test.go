@@ -54,10 +54,10 @@ func devAlloc(e *env, c *cuda.Context, n int) (*cuda.DeviceBuffer, error) {
 	return d, nil
 }
 
-// copierOp runs a Copier's life: New, each form of copy both ways
-// (blocking, asynchronous, reader and writer), a direct copy of pinned
-// memory, and Close.
-func copierOp(name string, opts func(e *env) ([]transfer.Option, error)) op {
+// copierOp runs a Copier's life on size bytes: New, each form of copy
+// both ways (blocking, asynchronous, reader and writer), a direct copy of
+// pinned memory, and Close.
+func copierOp(name string, size int, opts func(e *env) ([]transfer.Option, error)) op {
 	return op{name: "Copier " + name, run: func(e *env) error {
 		bg := context.Background()
 		o, err := opts(e)
@@ -68,12 +68,12 @@ func copierOp(name string, opts func(e *env) ([]transfer.Option, error)) op {
 		if err != nil {
 			return err
 		}
-		d, err := devAlloc(e, e.ctx, xferSize)
+		d, err := devAlloc(e, e.ctx, size)
 		if err != nil {
 			return err
 		}
-		src := testutil.RandomBytes(xferSize, 3)
-		got := make([]byte, xferSize)
+		src := testutil.RandomBytes(size, 3)
+		got := make([]byte, size)
 		check := func(what string) error {
 			if !bytes.Equal(got, src) {
 				return fmt.Errorf("%s: the data came back different", what)
@@ -110,7 +110,7 @@ func copierOp(name string, opts func(e *env) ([]transfer.Option, error)) op {
 		if err := check("HtoDFrom, DtoHTo"); err != nil {
 			return err
 		}
-		pinned, err := pinmem.Alloc(xferSize, pinmem.Portable)
+		pinned, err := pinmem.Alloc(size, pinmem.Portable)
 		if err != nil {
 			return err
 		}
@@ -122,7 +122,7 @@ func copierOp(name string, opts func(e *env) ([]transfer.Option, error)) op {
 		if err != nil {
 			return err
 		}
-		if st.DirectBytes != xferSize {
+		if st.DirectBytes != int64(size) {
 			return fmt.Errorf("a pinned source was staged: %v", st)
 		}
 		if _, err := cp.DtoH(bg, got, d); err != nil {
@@ -326,11 +326,11 @@ func multiOp() op {
 
 func TestSweepTransfer(t *testing.T) {
 	sweep(t, []op{
-		copierOp("defaults", func(*env) ([]transfer.Option, error) { return smallRing(), nil }),
-		copierOp("stats, sleep", func(*env) ([]transfer.Option, error) {
+		copierOp("defaults", xferSize, func(*env) ([]transfer.Option, error) { return smallRing(), nil }),
+		copierOp("stats, sleep", stageSize+4096, func(*env) ([]transfer.Option, error) {
 			return smallRing(transfer.WithStats(true), transfer.WithWait(transfer.WaitSleep)), nil
 		}),
-		copierOp("borrowed stream, portable stages", func(e *env) ([]transfer.Option, error) {
+		copierOp("borrowed stream, portable stages", stageSize+4096, func(e *env) ([]transfer.Option, error) {
 			s, err := e.ctx.NewStream(cuda.StreamNonBlocking)
 			if err != nil {
 				return nil, err
