@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 
 	"github.com/pinmem/pinmem"
@@ -49,7 +50,14 @@ var poolSeq atomic.Uint64
 // byte cap and releases idle memory on misses (see WithRetainOnMiss). It
 // returns an *OptionError (matching cuda.ErrInvalidValue) for an option it
 // refuses, and the error of pinning for WithPrewarm.
+//
+// When prewarming fails, New unpins what it had pinned before returning
+// the error. If the driver fails that too, the memory stays counted as
+// pinned (pinmem.Stats) and every later New retries its release first, so
+// that a caller retrying New once the driver works again leaves nothing
+// behind.
 func New(opts ...Option) (*Pool, error) {
+	retryOrphans()
 	cfg := config{method: pinmem.MethodAuto, maxCached: -1}
 	for _, o := range opts {
 		if o == nil {
@@ -81,13 +89,44 @@ func New(opts ...Option) (*Pool, error) {
 	s.removeReclaimer = pinmem.AddReclaimer(s)
 	if cfg.prewarmSet && cfg.prewarmBytes > 0 {
 		if err := s.prewarm(cfg.prewarmSize, cfg.prewarmBytes); err != nil {
-			_ = s.close(context.Background())
+			if cerr := s.close(context.Background()); cerr != nil && !s.done() {
+				orphan(s)
+			}
 			return nil, err
 		}
 	}
 	p := &Pool{s: s}
 	p.cleanup = runtime.AddCleanup(p, collect, s)
 	return p, nil
+}
+
+// orphans are the states of pools New failed to make whose release of
+// prewarmed memory or events failed: the driver still holds what they
+// kept, and the next New retries it.
+var orphans struct {
+	sync.Mutex
+	states []*state
+}
+
+func orphan(s *state) {
+	orphans.Lock()
+	orphans.states = append(orphans.states, s)
+	orphans.Unlock()
+}
+
+// retryOrphans retries the releases of the orphans and forgets those that
+// have released everything.
+func retryOrphans() {
+	orphans.Lock()
+	states := orphans.states
+	orphans.states = nil
+	orphans.Unlock()
+	for _, s := range states {
+		// An orphan has no stream work to wait for: Close returns at once.
+		if _ = s.close(context.Background()); !s.done() {
+			orphan(s)
+		}
+	}
 }
 
 // collect runs when a Pool has become unreachable. Unless a Close released
@@ -154,7 +193,10 @@ func (p *Pool) Put(b *Block, streams ...*cuda.Stream) error {
 // Trim unpins every idle block (and slab whose blocks are all idle) now,
 // after checking which stream-ordered blocks have become idle, and
 // destroys the pool's spare events. It returns the bytes unpinned. It
-// fails with an error matching ErrClosed after Close.
+// retries the releases that failed before (Stats.UnreleasedBytes,
+// Stats.UndestroyedEvents); what the driver fails to release again stays
+// counted, and the error is returned. It fails with an error matching
+// ErrClosed after Close.
 func (p *Pool) Trim() (freed int64, err error) {
 	if p == nil || p.s == nil {
 		return 0, errNilPool("Trim")
@@ -174,11 +216,15 @@ func (p *Pool) Trim() (freed int64, err error) {
 // error matching ctx.Err() (context.DeadlineExceeded for an expired
 // deadline). The pool is closed all the same; the blocks whose work has
 // not run stay pinned, each unpinned when a later Put or Close sees its
-// work finished, and a later Close waits for them again. An event that
-// cannot be queried (a broken context) counts as finished and its error is
-// returned. Once Close has released everything, a further Close returns
-// an error matching ErrClosed. A failed unpinning keeps the memory counted
-// (Stats.UnreleasedBytes) and a later Close retries it.
+// work finished, and a later Close waits for them again. An event whose
+// query fails several times in a row (a broken context, whose work never
+// runs) counts as finished and its error is returned; a single failed
+// query does not. A release the driver fails (unpinning memory, destroying an
+// event) keeps what the driver still holds counted (Stats.UnreleasedBytes,
+// Stats.UndestroyedEvents) and returns the error; a later Close retries
+// those releases (and waits again for blocks whose work had not run)
+// rather than answering ErrClosed. Once Close has released everything, a
+// further Close returns an error matching ErrClosed.
 //
 // Close returns an error matching cuda.ErrInvalidValue, and does nothing,
 // for a nil ctx.

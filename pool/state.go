@@ -102,11 +102,14 @@ type state struct {
 	// unreleased holds buffers whose release failed while the driver kept
 	// their memory: still in PinnedBytes, retried with the deferred ones.
 	unreleased []*pinmem.Buffer
-	out        Block // sentinel of the list of blocks out
-	nextID     uint64
-	seq        uint64
-	evFree     map[*cuda.Context][]*cuda.Event
-	st         Stats
+	// undestroyed holds events whose destruction failed: the driver still
+	// holds them, so Trim and Close destroy them again.
+	undestroyed []evRec
+	out         Block // sentinel of the list of blocks out
+	nextID      uint64
+	seq         uint64
+	evFree      map[*cuda.Context][]*cuda.Event
+	st          Stats
 }
 
 func (p *state) prewarm(size int, total int64) error {
@@ -644,17 +647,41 @@ func (p *state) retireEvents(evs []evRec) {
 	p.destroyEvents(evs)
 }
 
+// destroyEvents destroys evs. An event whose destruction fails is still
+// held by the driver: it is kept in undestroyed and destroyed again by the
+// next Trim or Close. An error matching cuda.ErrInvalidHandle says the
+// event is gone already (released with its destroyed context, or by an
+// earlier attempt): there is nothing left to retry.
 func (p *state) destroyEvents(evs []evRec) error {
 	var errs []error
+	var kept []evRec
 	for _, r := range evs {
 		t := time.Now()
 		err := r.ev.Destroy()
 		p.driverNS.Add(int64(time.Since(t)))
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("pool %s: destroying an event: %w", p.name, err))
+			if !errors.Is(err, cuda.ErrInvalidHandle) {
+				kept = append(kept, r)
+			}
 		}
 	}
+	if len(kept) > 0 {
+		p.mu.Lock()
+		p.undestroyed = append(p.undestroyed, kept...)
+		p.st.UndestroyedEvents = int64(len(p.undestroyed))
+		p.mu.Unlock()
+	}
 	return errors.Join(errs...)
+}
+
+// takeUndestroyedLocked hands the caller the events whose destruction
+// failed before, to pass to destroyEvents again.
+func (p *state) takeUndestroyedLocked() []evRec {
+	evs := p.undestroyed
+	p.undestroyed = nil
+	p.st.UndestroyedEvents = 0
+	return evs
 }
 
 // poll checks up to limit (0: all) of the oldest pending blocks of class
@@ -741,8 +768,9 @@ func (p *state) pollAll() {
 
 // pollClosed checks the blocks of a closed pool that wait for stream
 // work, without waiting, and unpins those whose work has finished. An
-// event that cannot be queried (a broken context, whose work will not run)
-// counts as finished, and its error is returned. left is the number of
+// event whose queries keep failing (a broken context, whose work will not
+// run: see queryClosed) counts as finished, and its error is returned.
+// left is the number of
 // blocks still waiting, including those a poll of the open pool holds.
 func (p *state) pollClosed() (left int, err error) {
 	p.mu.Lock()
@@ -755,9 +783,7 @@ func (p *state) pollClosed() (left int, err error) {
 	for _, e := range batch {
 		failed := false
 		for e.next < len(e.evs) {
-			t := time.Now()
-			ok, qerr := e.evs[e.next].ev.Query()
-			p.driverNS.Add(int64(time.Since(t)))
+			ok, qerr := p.queryClosed(e.evs[e.next].ev)
 			if qerr != nil {
 				errs = append(errs, fmt.Errorf("pool %s: event of block on close: %w", p.name, qerr))
 				failed = true
@@ -778,7 +804,6 @@ func (p *state) pollClosed() (left int, err error) {
 	var bufs []*pinmem.Buffer
 	p.mu.Lock()
 	p.polling--
-	p.st.EventErrors += uint64(len(errs))
 	p.closePending = append(keep, p.closePending...)
 	for _, e := range done {
 		rest := e.evs[e.retired:]
@@ -793,6 +818,30 @@ func (p *state) pollClosed() (left int, err error) {
 	p.mu.Unlock()
 	errs = append(errs, p.destroyEvents(evs), p.releaseErr(bufs, true))
 	return left, errors.Join(errs...)
+}
+
+// queryAttempts is how many times pollClosed queries an event before it
+// takes a failure for a broken context.
+const queryAttempts = 3
+
+// queryClosed queries ev for pollClosed. A failure counts as finished
+// there (a broken context's work never runs), so it must be one that
+// lasts: the query is repeated, and only an event that fails every
+// attempt is reported with the last error. A failure that does not last
+// is counted in EventErrors and the event's answer stands.
+func (p *state) queryClosed(ev *cuda.Event) (done bool, err error) {
+	for range queryAttempts {
+		t := time.Now()
+		done, err = ev.Query()
+		p.driverNS.Add(int64(time.Since(t)))
+		if err == nil {
+			return done, nil
+		}
+		p.mu.Lock()
+		p.st.EventErrors++
+		p.mu.Unlock()
+	}
+	return false, err
 }
 
 // drainClosed polls the blocks a closed pool waits for until none is left
@@ -859,7 +908,7 @@ func (p *state) trim() (freed int64, err error) {
 	bufs := p.takeDeferredLocked()
 	more, _ := p.evictLocked(-1)
 	bufs = append(bufs, more...)
-	evs := p.spareEventsLocked()
+	evs := append(p.takeUndestroyedLocked(), p.spareEventsLocked()...)
 	p.mu.Unlock()
 	freed, err = p.release(bufs, true)
 	return freed, errors.Join(err, p.destroyEvents(evs))
@@ -904,7 +953,7 @@ func (p *state) Reclaim(want int64) (freed int64) {
 func (p *state) close(ctx context.Context) error {
 	p.mu.Lock()
 	first := !p.closed
-	if !first && len(p.closePending) == 0 && p.polling == 0 && len(p.unreleased) == 0 {
+	if !first && p.doneLocked() {
 		p.mu.Unlock()
 		return fmt.Errorf("pool %s: Close: %w", p.name, ErrClosed)
 	}
@@ -930,7 +979,7 @@ func (p *state) close(ctx context.Context) error {
 			p.idle[ci] = nil
 		}
 		p.st.CachedBlocks, p.st.CachedBytes = 0, 0
-		evs = p.spareEventsLocked()
+		evs = append(p.takeUndestroyedLocked(), p.spareEventsLocked()...)
 		if p.out.next != &p.out {
 			oe := &OutstandingError{Pool: p.name}
 			for b := p.out.next; b != &p.out; b = b.next {
@@ -940,6 +989,7 @@ func (p *state) close(ctx context.Context) error {
 		}
 	} else {
 		bufs = p.takeDeferredLocked()
+		evs = p.takeUndestroyedLocked()
 	}
 	p.mu.Unlock()
 
@@ -955,7 +1005,12 @@ func (p *state) close(ctx context.Context) error {
 func (p *state) done() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.closed && len(p.closePending) == 0 && p.polling == 0 && len(p.unreleased) == 0
+	return p.closed && p.doneLocked()
+}
+
+// doneLocked reports whether nothing is left to wait for or to retry.
+func (p *state) doneLocked() bool {
+	return len(p.closePending) == 0 && p.polling == 0 && len(p.unreleased) == 0 && len(p.undestroyed) == 0
 }
 
 // collect releases what a pool dropped without Close holds and no one can

@@ -51,6 +51,9 @@ type Stats struct {
 	EventsOutstanding int64  // events recorded by Put whose completion has not been seen
 	EventsCreated     uint64 // events created (they are reused)
 	EventErrors       uint64 // event record or query failures
+	// Events whose destruction failed: the driver still holds them, and
+	// the next Trim or Close destroys them again.
+	UndestroyedEvents int64
 
 	DriverTime time.Duration // time spent pinning, unpinning and in event calls
 }
@@ -68,14 +71,14 @@ func (s Stats) String() string {
 	return fmt.Sprintf("pool %s: gets %d (hits %d, %.1f%%; misses %d) puts %d (%d stream-ordered); "+
 		"in use %d blocks %s (requested %s, wasted %s); cached %d blocks %s; pending %d blocks %s; "+
 		"pinned %s in %d slab(s) and own blocks (peak %s; peak requested %s); pins %d unpins %d evictions %d (deferred %d, %s); "+
-		"budget retries %d errors %d reclaimed %s; release errors %d (unreleased %s); events outstanding %d created %d errors %d; driver %v",
+		"budget retries %d errors %d reclaimed %s; release errors %d (unreleased %s); events outstanding %d created %d errors %d undestroyed %d; driver %v",
 		s.Name, s.Gets, s.Hits, 100*s.HitRate(), s.Misses, s.Puts, s.OrderedPuts,
 		s.InUseBlocks, human(s.InUseBytes), human(s.RequestedBytes), human(s.WastedBytes),
 		s.CachedBlocks, human(s.CachedBytes), s.PendingBlocks, human(s.PendingBytes),
 		human(s.PinnedBytes), s.Slabs, human(s.PeakPinnedBytes), human(s.PeakRequestedBytes),
 		s.Pins, s.Unpins, s.Evictions, s.DeferredUnpins, human(s.DeferredBytes), s.BudgetRetries, s.BudgetErrors, human(s.Reclaimed),
 		s.ReleaseErrors, human(s.UnreleasedBytes),
-		s.EventsOutstanding, s.EventsCreated, s.EventErrors, s.DriverTime)
+		s.EventsOutstanding, s.EventsCreated, s.EventErrors, s.UndestroyedEvents, s.DriverTime)
 }
 
 func human(n int64) string {

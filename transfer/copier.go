@@ -49,8 +49,10 @@ type copier struct {
 	closed bool
 	active int           // transfers, pipeline runs and abandoned drains in progress
 	idle   chan struct{} // closed when closed and active is 0
-	relMu  sync.Once
-	relErr error
+	rel    releaser
+	// undestroyed holds events of single calls (RunMapped) whose
+	// destruction failed: the driver still holds them; release retries.
+	undestroyed []*cuda.Event
 
 	pinMu  sync.RWMutex
 	pinned map[*pinmem.Buffer]struct{}
@@ -68,6 +70,7 @@ type stage struct {
 // goroutines. An invalid option is reported here, naming it. The caller
 // must Close the Copier.
 func New(c *cuda.Context, opts ...Option) (*Copier, error) {
+	retryOrphans()
 	if c == nil {
 		return nil, fmt.Errorf("transfer: nil context: %w", cuda.ErrInvalidValue)
 	}
@@ -88,7 +91,9 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 	cp = &copier{cctx: c, o: o, ring: make(chan struct{}, 1), idle: make(chan struct{}), pinned: map[*pinmem.Buffer]struct{}{}}
 	defer func() {
 		if err != nil {
+			cp.markClosed()
 			err = errors.Join(err, cp.release())
+			orphan(cp)
 			cp = nil
 		}
 	}()
@@ -214,13 +219,16 @@ func (c *copier) addPinned(b *pinmem.Buffer) (remove func()) {
 
 // Close stops the Copier: later calls return ErrClosed. It waits for the
 // transfers and pipeline runs in progress (and for copies that a transfer
-// left queued when its context ended), then releases the stream, the
-// events, the staging ring, the registration cache and the copy
-// goroutines. The wait is bounded by ctx: when ctx ends first, Close
-// returns an error matching ctx.Err() and the Copier stays closed; its
-// resources are then released in the background as soon as the copies in
-// flight finish (never, if the device never finishes them). A second
-// Close returns ErrClosed.
+// left queued when its context ended), then releases the stream, the events,
+// the staging ring, the registration cache and the copy goroutines. The wait
+// is bounded by ctx: when ctx ends first, Close returns an error matching
+// ctx.Err() and the Copier stays closed; its resources are then released in
+// the background as soon as the copies in flight finish (never, if the
+// device never finishes them). A release the driver fails keeps the object
+// held (and counted by pinmem and cuda) and returns the error; a later Close
+// waits again for what an earlier one left (bounded by its own ctx) and
+// retries those releases. Once everything is released, a further Close
+// returns ErrClosed.
 func (c *Copier) Close(ctx context.Context) error {
 	if !c.ok() {
 		return errNil("Copier")
@@ -229,7 +237,12 @@ func (c *Copier) Close(ctx context.Context) error {
 		return err
 	}
 	if !c.markClosed() {
-		return ErrClosed
+		if c.rel.released() {
+			return ErrClosed
+		}
+		// An earlier Close ended before the release (ctx) or the driver
+		// failed part of it: wait again and retry what is left.
+		return c.closeWait(ctx, "Copier")
 	}
 	c.cleanup.Stop()
 	return c.closeWait(ctx, "Copier")
@@ -276,13 +289,28 @@ func (c *copier) dropped(kind string) {
 	go func() { <-c.idle; _ = c.release() }() // off the cleanup goroutine: release calls the driver
 }
 
-// release frees whatever newCopierState created, once.
-func (c *copier) release() error {
-	c.relMu.Do(func() { c.relErr = c.releaseOnce() })
-	return c.relErr
+// release frees whatever newCopierState created. What the driver fails
+// to release stays held (and counted) and a later call retries it; once
+// a call has released everything, further calls do nothing.
+func (c *copier) release() error { return c.rel.run(c.releaseStep) }
+
+// released reports whether release has released everything.
+func (c *copier) released() bool { return c.rel.released() }
+
+// destroyEvent destroys an event made for one call; when the driver fails
+// to, the event is kept for release to retry.
+func (c *copier) destroyEvent(ev *cuda.Event) error {
+	left := 0
+	err := destroyEvent(&ev, &left)
+	if left > 0 {
+		c.mu.Lock()
+		c.undestroyed = append(c.undestroyed, ev)
+		c.mu.Unlock()
+	}
+	return err
 }
 
-func (c *copier) releaseOnce() error {
+func (c *copier) releaseStep() (left int, err error) {
 	var errs []error
 	if c.w != nil {
 		c.w.close()
@@ -291,29 +319,34 @@ func (c *copier) releaseOnce() error {
 		c.pool.close()
 	}
 	if c.cache != nil {
-		errs = append(errs, c.cache.close())
+		n, err := c.cache.close()
+		left += n
+		errs = append(errs, err)
 	}
 	if c.stream != nil && c.ownStream {
 		// Nothing is queued any more, but be exact: the stages must outlive their DMA.
 		errs = append(errs, c.stream.Synchronize())
 	}
 	for _, s := range c.stages {
-		if s.buf != nil {
-			errs = append(errs, s.buf.Free())
-		}
-		if s.ev != nil {
-			errs = append(errs, s.ev.Destroy())
-		}
+		errs = append(errs, freeBuf(&s.buf, &left), destroyEvent(&s.ev, &left))
 	}
-	for _, e := range []*cuda.Event{c.done, c.near, c.t0, c.t1} {
-		if e != nil {
-			errs = append(errs, e.Destroy())
-		}
+	for _, e := range []**cuda.Event{&c.done, &c.near, &c.t0, &c.t1} {
+		errs = append(errs, destroyEvent(e, &left))
 	}
-	if c.stream != nil && c.ownStream {
-		errs = append(errs, c.stream.Destroy())
+	c.mu.Lock()
+	evs := c.undestroyed
+	c.undestroyed = nil
+	c.mu.Unlock()
+	for _, ev := range evs {
+		errs = append(errs, c.destroyEvent(ev))
 	}
-	return errors.Join(errs...)
+	c.mu.Lock()
+	left += len(c.undestroyed)
+	c.mu.Unlock()
+	if c.ownStream {
+		errs = append(errs, destroyStream(&c.stream, &left))
+	}
+	return left, errors.Join(errs...)
 }
 
 // begin registers work in progress, or fails after Close.

@@ -42,8 +42,7 @@ type multi struct {
 	closed bool
 	active int           // calls and abandoned drains in progress
 	idle   chan struct{} // closed when closed and active is 0
-	relMu  sync.Once
-	relErr error
+	rel    releaser
 
 	pinMu  sync.RWMutex
 	pinned map[*pinmem.Buffer]struct{}
@@ -96,6 +95,7 @@ func (s MultiStats) GBps() float64 {
 // between the devices' Copiers. WithStream is refused: each device needs
 // its own stream. The caller must Close the Multi.
 func NewMulti(ctxs []*cuda.Context, opts ...Option) (*Multi, error) {
+	retryOrphans()
 	if len(ctxs) == 0 {
 		return nil, fmt.Errorf("transfer: NewMulti without contexts: %w", cuda.ErrInvalidValue)
 	}
@@ -124,7 +124,9 @@ func newMultiState(ctxs []*cuda.Context, o options) (m *multi, err error) {
 	m = &multi{o: o, ring: make(chan struct{}, 1), idle: make(chan struct{}), pinned: map[*pinmem.Buffer]struct{}{}}
 	defer func() {
 		if err != nil {
+			m.markClosed()
 			err = errors.Join(err, m.release())
+			orphan(m)
 			m = nil
 		}
 	}()
@@ -217,13 +219,16 @@ func (m *Multi) AddPinned(b *pinmem.Buffer) (remove func()) {
 	}
 }
 
-// Close stops the Multi (later calls return ErrClosed), waits for the
-// calls in progress and for copies they left queued, and releases
-// everything the Multi created, its Copiers included. The wait is bounded
-// by ctx as Copier.Close's is: when ctx ends first, Close returns an error
-// matching ctx.Err(), the Multi stays closed, and its resources are
-// released in the background once the copies in flight finish. A second
-// Close returns ErrClosed.
+// Close stops the Multi (later calls return ErrClosed), waits for the calls
+// in progress and for copies they left queued, and releases everything the
+// Multi created, its Copiers included. The wait is bounded by ctx as
+// Copier.Close's is: when ctx ends first, Close returns an error matching
+// ctx.Err(), the Multi stays closed, and its resources are released in the
+// background once the copies in flight finish. A release the driver fails
+// keeps the object held (and counted by pinmem and cuda) and returns the
+// error; a later Close waits again for what an earlier one left (bounded by
+// its own ctx) and retries those releases. Once everything is released, a
+// further Close returns ErrClosed.
 func (m *Multi) Close(ctx context.Context) error {
 	if !m.ok() {
 		return errNil("Multi")
@@ -232,9 +237,14 @@ func (m *Multi) Close(ctx context.Context) error {
 		return err
 	}
 	if !m.markClosed() {
-		return ErrClosed
+		if m.rel.released() {
+			return ErrClosed
+		}
+		// An earlier Close ended before the release (ctx) or the driver
+		// failed part of it: wait again and retry what is left.
+	} else {
+		m.cleanup.Stop()
 	}
-	m.cleanup.Stop()
 	done := make(chan error, 1)
 	go func() {
 		<-m.idle
@@ -270,12 +280,15 @@ func (m *multi) dropped() {
 	go func() { <-m.idle; _ = m.release() }()
 }
 
-func (m *multi) release() error {
-	m.relMu.Do(func() { m.relErr = m.releaseOnce() })
-	return m.relErr
-}
+// release frees whatever newMultiState created. What the driver fails to
+// release stays held (and counted) and a later call retries it; once a
+// call has released everything, further calls do nothing.
+func (m *multi) release() error { return m.rel.run(m.releaseStep) }
 
-func (m *multi) releaseOnce() error {
+// released reports whether release has released everything.
+func (m *multi) released() bool { return m.rel.released() }
+
+func (m *multi) releaseStep() (left int, err error) {
 	var errs []error
 	if m.pool != nil {
 		m.pool.close()
@@ -286,11 +299,9 @@ func (m *multi) releaseOnce() error {
 		}
 	}
 	for _, s := range m.stages {
-		if s.buf != nil {
-			errs = append(errs, s.buf.Free())
-		}
-		for _, ev := range s.evs {
-			errs = append(errs, ev.Destroy())
+		errs = append(errs, freeBuf(&s.buf, &left))
+		for i := range s.evs {
+			errs = append(errs, destroyEvent(&s.evs[i], &left))
 		}
 	}
 	for _, d := range m.devs {
@@ -301,15 +312,13 @@ func (m *multi) releaseOnce() error {
 			d.cp.markClosed()
 			<-d.cp.idle
 			errs = append(errs, d.cp.release())
+			if !d.cp.released() {
+				left++
+			}
 		}
-		if d.done != nil {
-			errs = append(errs, d.done.Destroy())
-		}
-		if d.stream != nil {
-			errs = append(errs, d.stream.Destroy())
-		}
+		errs = append(errs, destroyEvent(&d.done, &left), destroyStream(&d.stream, &left))
 	}
-	return errors.Join(errs...)
+	return left, errors.Join(errs...)
 }
 
 func (m *multi) begin() error {

@@ -130,8 +130,12 @@ type pipeline struct {
 
 	mu     sync.Mutex
 	closed bool
-	relMu  sync.Once
-	relErr error
+	// stopped is closed once the closing Pipeline holds the run token
+	// (the Run in progress and its drain have ended); stop starts that
+	// wait once.
+	stopped chan struct{}
+	stop    sync.Once
+	rel     releaser
 }
 
 type slot struct {
@@ -159,6 +163,7 @@ func LaunchWork(f *cuda.Function, grid, block cuda.Dim3, args func(ch Chunk) []a
 // Close it; closing the Copier first makes the Pipeline's Run fail with
 // ErrClosed.
 func (c *Copier) NewPipeline(opts ...PipelineOption) (*Pipeline, error) {
+	retryOrphans()
 	if !c.ok() {
 		return nil, errNil("Copier")
 	}
@@ -195,10 +200,12 @@ func (c *Copier) NewPipeline(opts ...PipelineOption) (*Pipeline, error) {
 }
 
 func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
-	p = &pipeline{c: c, cfg: cfg, run: make(chan struct{}, 1)}
+	p = &pipeline{c: c, cfg: cfg, run: make(chan struct{}, 1), stopped: make(chan struct{})}
 	defer func() {
 		if err != nil {
+			p.markClosed()
 			err = errors.Join(err, p.release())
+			orphan(p)
 			p = nil
 		}
 	}()
@@ -228,12 +235,16 @@ func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
 	return p, nil
 }
 
-// Close stops the Pipeline (later Runs return ErrClosed), waits for the
-// Run in progress and for the chunks it left in flight, and releases the
+// Close stops the Pipeline (later Runs return ErrClosed), waits for the Run
+// in progress and for the chunks it left in flight, and releases the
 // Pipeline's streams, events and memory. The wait is bounded by ctx: when
 // ctx ends first, Close returns an error matching ctx.Err(), the Pipeline
-// stays closed, and its resources are released in the background once
-// its chunks in flight finish. A second Close returns ErrClosed.
+// stays closed, and its resources are released in the background once its
+// chunks in flight finish. A release the driver fails keeps the object held
+// (and counted by pinmem and cuda) and returns the error; a later Close
+// waits again for what an earlier one left (bounded by its own ctx) and
+// retries those releases. Once everything is released, a further Close
+// returns ErrClosed.
 func (p *Pipeline) Close(ctx context.Context) error {
 	if p == nil || p.pipeline == nil {
 		return errNil("Pipeline")
@@ -242,12 +253,17 @@ func (p *Pipeline) Close(ctx context.Context) error {
 		return err
 	}
 	if !p.markClosed() {
-		return ErrClosed
+		if p.rel.released() {
+			return ErrClosed
+		}
+		// An earlier Close ended before the release (ctx) or the driver
+		// failed part of it: wait again and retry what is left.
+	} else {
+		p.cleanup.Stop()
 	}
-	p.cleanup.Stop()
 	done := make(chan error, 1)
 	go func() {
-		p.run <- struct{}{} // wait for the Run in progress; never given back
+		<-p.waitStopped()
 		done <- p.release()
 	}()
 	select {
@@ -283,39 +299,49 @@ func (p *pipeline) dropped() {
 	}
 	track.Dropped("pipeline", "slots", len(p.slots), "chunk_size", p.cfg.chunkSize)
 	go func() {
-		p.run <- struct{}{}
+		<-p.waitStopped()
 		_ = p.release()
 	}()
 }
 
-func (p *pipeline) release() error {
-	p.relMu.Do(func() { p.relErr = p.releaseOnce() })
-	return p.relErr
+// waitStopped returns a channel closed once the closed Pipeline holds the
+// run token: no Run, and no drain a Run left, is in progress. The token is
+// never given back.
+func (p *pipeline) waitStopped() <-chan struct{} {
+	p.stop.Do(func() {
+		go func() {
+			p.run <- struct{}{}
+			close(p.stopped)
+		}()
+	})
+	return p.stopped
 }
 
-func (p *pipeline) releaseOnce() error {
+// release frees whatever newPipelineState created. What the driver fails
+// to release stays held (and counted) and a later call retries it; once
+// a call has released everything, further calls do nothing.
+func (p *pipeline) release() error { return p.rel.run(p.releaseStep) }
+
+// released reports whether release has released everything.
+func (p *pipeline) released() bool { return p.rel.released() }
+
+func (p *pipeline) releaseStep() (left int, err error) {
 	var errs []error
 	if p.w != nil {
 		p.w.close()
 	}
 	for _, s := range p.streams {
-		errs = append(errs, s.Synchronize())
+		if s != nil {
+			errs = append(errs, s.Synchronize())
+		}
 	}
 	for _, sl := range p.slots {
-		if sl.ev != nil {
-			errs = append(errs, sl.ev.Destroy())
-		}
-		if sl.dev != nil {
-			errs = append(errs, sl.dev.Free())
-		}
-		if sl.stage != nil {
-			errs = append(errs, sl.stage.Free())
-		}
+		errs = append(errs, destroyEvent(&sl.ev, &left), freeDev(&sl.dev, &left), freeBuf(&sl.stage, &left))
 	}
-	for _, s := range p.streams {
-		errs = append(errs, s.Destroy())
+	for i := range p.streams {
+		errs = append(errs, destroyStream(&p.streams[i], &left))
 	}
-	return errors.Join(errs...)
+	return left, errors.Join(errs...)
 }
 
 // staged reports whether every slot has its staging buffer.

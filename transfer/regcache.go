@@ -33,6 +33,9 @@ type RegCache struct {
 	closed  bool
 	remove  func()
 	stats   CacheStats
+	// unfreed holds registrations whose release failed: the driver still
+	// holds them; the next release of the cache retries them.
+	unfreed []*pinmem.Buffer
 }
 
 // CacheStats are a registration cache's counters.
@@ -135,12 +138,29 @@ func (c *RegCache) lru() *regEntry {
 	return v
 }
 
-func freeAll(bufs []*pinmem.Buffer) error {
+// freeAll frees bufs, and the registrations whose release failed before.
+// One the driver fails to release again is kept in unfreed, for the next
+// freeAll or close.
+func (c *RegCache) freeAll(bufs []*pinmem.Buffer) error {
+	c.mu.Lock()
+	bufs = append(bufs, c.unfreed...)
+	c.unfreed = nil
+	c.mu.Unlock()
 	var errs []error
+	var kept []*pinmem.Buffer
 	for _, b := range bufs {
-		if b != nil {
-			errs = append(errs, b.Free())
+		n := 0
+		if err := freeBuf(&b, &n); err != nil {
+			errs = append(errs, err)
 		}
+		if n > 0 {
+			kept = append(kept, b)
+		}
+	}
+	if len(kept) > 0 {
+		c.mu.Lock()
+		c.unfreed = append(c.unfreed, kept...)
+		c.mu.Unlock()
 	}
 	return errors.Join(errs...)
 }
@@ -246,7 +266,7 @@ func (c *RegCache) acquire(p []byte) ([]span, *regHold) {
 	}
 	c.mu.Unlock()
 
-	_ = freeAll(toFree)
+	_ = c.freeAll(toFree)
 	for _, jb := range jobs {
 		buf, err := pinmem.Register(jb.mem, pinmem.Portable, c.opts...)
 		c.mu.Lock()
@@ -256,7 +276,7 @@ func (c *RegCache) acquire(p []byte) ([]span, *regHold) {
 		} else if c.closed {
 			// Closed meanwhile: the entry is gone, so is its registration.
 			c.mu.Unlock()
-			_ = buf.Free()
+			_ = c.freeAll([]*pinmem.Buffer{buf})
 			continue
 		} else {
 			jb.e.buf = buf
@@ -300,7 +320,7 @@ func (c *RegCache) release(h *regHold) {
 		}
 	}
 	c.mu.Unlock()
-	_ = freeAll(toFree)
+	_ = c.freeAll(toFree)
 }
 
 // Reclaim releases idle registrations, least recently used first, until
@@ -324,7 +344,7 @@ func (c *RegCache) Reclaim(want int64) (freed int64) {
 	}
 	c.stats.Reclaimed += freed
 	c.mu.Unlock()
-	_ = freeAll(toFree)
+	_ = c.freeAll(toFree)
 	return freed
 }
 
@@ -355,7 +375,7 @@ func (c *RegCache) Forget(p []byte) int64 {
 		}
 	}
 	c.mu.Unlock()
-	_ = freeAll(toFree)
+	_ = c.freeAll(toFree)
 	return freed
 }
 
@@ -378,8 +398,10 @@ func (c *RegCache) Stats() CacheStats {
 }
 
 // close releases every registration and stops answering pinmem's budget.
-// The Copier closes its cache when it is closed.
-func (c *RegCache) close() error {
+// The Copier closes its cache when it is closed. A registration the
+// driver fails to release is kept and released by the next close; left
+// is how many are kept.
+func (c *RegCache) close() (left int, err error) {
 	c.remove()
 	c.mu.Lock()
 	c.closed = true
@@ -392,5 +414,9 @@ func (c *RegCache) close() error {
 	c.entries = nil
 	c.bytes = 0
 	c.mu.Unlock()
-	return freeAll(toFree)
+	err = c.freeAll(toFree)
+	c.mu.Lock()
+	left = len(c.unfreed)
+	c.mu.Unlock()
+	return left, err
 }

@@ -289,11 +289,17 @@ func TestRegressBoundedWaits(t *testing.T) {
 	if _, err := p.Run(context.Background(), src, dst); !errors.Is(err, ErrClosed) {
 		t.Errorf("Run after a timed-out Close: %v, want ErrClosed", err)
 	}
-	if err := c.Close(context.Background()); !errors.Is(err, ErrClosed) {
-		t.Errorf("second Close: %v, want ErrClosed", err)
-	}
+	// A second Close waits again for what the first left, bounded by its
+	// own context, and once everything is released it says ErrClosed.
+	within(t, "second Copier.Close", limit, func() error { ctx, cancel := deadline200ms(); defer cancel(); return c.Close(ctx) })
 	e.d.Resume()
 	waitReleased(t, e.d, base)
+	if err := c.Close(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
+		t.Errorf("Close once everything was released: %v, want nil or ErrClosed", err)
+	}
+	if err := c.Close(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("Close of a released Copier: %v, want ErrClosed", err)
+	}
 }
 
 // TestRegressCloseWaitsForRun: Copier.Close during a Pipeline.Run waits

@@ -53,7 +53,7 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 	}
 	werr := work(s, p, b.Len())
 	if err := ev.Record(s); err != nil {
-		err = errors.Join(werr, err, s.Synchronize(), ev.Destroy())
+		err = errors.Join(werr, err, s.Synchronize(), c.destroyEvent(ev))
 		release()
 		return err
 	}
@@ -63,14 +63,14 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 		go func() {
 			defer c.end()
 			c.waitDrained(ev)
-			_ = ev.Destroy()
+			_ = c.destroyEvent(ev)
 			release()
 		}()
 		return err
 	} else if err != nil {
 		werr = errors.Join(werr, err)
 	}
-	err = errors.Join(werr, s.Synchronize(), ev.Destroy())
+	err = errors.Join(werr, s.Synchronize(), c.destroyEvent(ev))
 	release()
 	return err
 }

@@ -1,0 +1,128 @@
+package transfer
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// The release helpers free what *p points to and clear it once the
+// driver no longer holds it, so that a release that failed can be
+// retried by calling them again: a failed release leaves the object in
+// place (the driver still holds it; pinmem and cuda keep counting it).
+// An error matching pinmem.ErrFreed or cuda.ErrInvalidHandle says the
+// object is gone already (freed before, or released with its destroyed
+// context): there is nothing left to retry. left counts the objects that
+// stay.
+
+func freeBuf(p **pinmem.Buffer, left *int) error {
+	if *p == nil {
+		return nil
+	}
+	err := (*p).Free()
+	return settle(err, errors.Is(err, pinmem.ErrFreed), func() { *p = nil }, left)
+}
+
+func destroyEvent(p **cuda.Event, left *int) error {
+	if *p == nil {
+		return nil
+	}
+	err := (*p).Destroy()
+	return settle(err, errors.Is(err, cuda.ErrInvalidHandle), func() { *p = nil }, left)
+}
+
+func destroyStream(p **cuda.Stream, left *int) error {
+	if *p == nil {
+		return nil
+	}
+	err := (*p).Destroy()
+	return settle(err, errors.Is(err, cuda.ErrInvalidHandle), func() { *p = nil }, left)
+}
+
+func freeDev(p **cuda.DeviceBuffer, left *int) error {
+	if *p == nil {
+		return nil
+	}
+	err := (*p).Free()
+	return settle(err, errors.Is(err, cuda.ErrInvalidHandle), func() { *p = nil }, left)
+}
+
+// settle clears the object (gone) when its release succeeded or it was
+// gone already, and counts it in left otherwise. It returns the release's
+// error in both failure cases.
+func settle(err error, gone bool, clearIt func(), left *int) error {
+	if err == nil || gone {
+		clearIt()
+		return err
+	}
+	*left++
+	return err
+}
+
+// releaser makes a state's release retryable: release runs step under a
+// lock until a pass leaves nothing behind, and reports whether that has
+// happened.
+type releaser struct {
+	mu   sync.Mutex
+	done bool
+}
+
+// run runs step unless an earlier pass released everything; step returns
+// the number of objects it could not release and its error.
+func (r *releaser) run(step func() (int, error)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return nil
+	}
+	left, err := step()
+	r.done = left == 0
+	return err
+}
+
+// released reports whether a pass released everything.
+func (r *releaser) released() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.done
+}
+
+// orphans are the states of Copiers, Pipelines and Multis whose
+// constructor failed and could not release everything it had created:
+// the driver still holds what they kept. Every constructor retries their
+// release first, so that a caller retrying the constructor once the
+// driver works again leaves nothing behind.
+var orphans struct {
+	sync.Mutex
+	states []orphanState
+}
+
+type orphanState interface {
+	release() error
+	released() bool
+}
+
+// orphan keeps s for a later retry when its release left something.
+func orphan(s orphanState) {
+	if s.released() {
+		return
+	}
+	orphans.Lock()
+	orphans.states = append(orphans.states, s)
+	orphans.Unlock()
+}
+
+// retryOrphans retries the release of every orphan and forgets those
+// that released everything.
+func retryOrphans() {
+	orphans.Lock()
+	states := orphans.states
+	orphans.states = nil
+	orphans.Unlock()
+	for _, s := range states {
+		_ = s.release()
+		orphan(s)
+	}
+}
