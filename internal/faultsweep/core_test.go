@@ -145,11 +145,11 @@ func deviceMemOp() op {
 		}
 		e.defer_(d.Free)
 		src := testutil.RandomBytes(64<<10, 1)
-		if err := d.Write(0, src); err != nil {
+		if err := d.CopyFromHost(0, src); err != nil {
 			return err
 		}
 		got := make([]byte, len(src))
-		if err := d.Read(0, got); err != nil {
+		if err := d.CopyToHost(0, got); err != nil {
 			return err
 		}
 		if !bytes.Equal(got, src) {
@@ -162,7 +162,7 @@ func deviceMemOp() op {
 		if err := sl.Memset(7); err != nil {
 			return err
 		}
-		if err := d.Read(4096, got[:1]); err != nil {
+		if err := d.CopyToHost(4096, got[:1]); err != nil {
 			return err
 		}
 		if got[0] != 7 {
@@ -328,7 +328,7 @@ func moduleOp() op {
 			return err
 		}
 		got := make([]byte, 16)
-		if err := d.Read(0, got); err != nil {
+		if err := d.CopyToHost(0, got); err != nil {
 			return err
 		}
 		if !bytes.Equal(got, bytes.Repeat([]byte{0x5a}, 16)) {
