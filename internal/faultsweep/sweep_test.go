@@ -268,6 +268,7 @@ func sweep(t *testing.T, ops []op) {
 			}
 			nCalls += len(calls)
 			var failedRuns int // faulted runs whose operation returned an error
+			var skipped int    // runs of a concurrent operation that did not reach a context switch
 			for i, name := range calls {
 				for _, sticky := range []bool{false, true} {
 					nRuns++
@@ -322,6 +323,11 @@ func sweep(t *testing.T, ops []op) {
 					switch {
 					case r.hung:
 						t.Fatalf("%s: hung for %v", what, runTimeout)
+					case faulted != name && o.concurrent && (name == "cuCtxGetCurrent" || name == "cuCtxSetCurrent"):
+						// The fake has one current context for all threads:
+						// how many switches goroutines running at once make
+						// depends on what the others left current.
+						skipped++
 					case faulted != name && o.concurrent:
 						t.Errorf("%s: three runs in a row made fewer such calls", what)
 					case faulted != name:
@@ -349,7 +355,7 @@ func sweep(t *testing.T, ops []op) {
 			if len(calls) == 0 || failedRuns == 0 {
 				t.Errorf("%d driver calls traced, %d faulted runs returned an error: the faults did not reach the operation", len(calls), failedRuns)
 			}
-			t.Logf("%d driver calls, %d faulted runs, %d returned an error", len(calls), 2*len(calls), failedRuns)
+			t.Logf("%d driver calls, %d faulted runs, %d returned an error, %d did not reach their context switch", len(calls), 2*len(calls), failedRuns, skipped)
 			// An object dropped without its release (a Buffer, a Pool) is
 			// counted once a garbage collection has run its cleanup.
 			runtime.GC()
