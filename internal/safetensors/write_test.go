@@ -18,8 +18,10 @@ import (
 func randomData(n int, seed uint64) (func(io.Writer) error, []byte) {
 	b := make([]byte, n)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	for i := range b {
-		b[i] = byte(rng.Uint32())
+	for i := 0; i < n; i += 8 {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], rng.Uint64())
+		copy(b[i:], w[:])
 	}
 	return func(w io.Writer) error {
 		for p := b; len(p) > 0; {
