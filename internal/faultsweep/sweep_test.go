@@ -355,9 +355,6 @@ func sweep(t *testing.T, ops []op) {
 			if len(calls) == 0 || failedRuns == 0 {
 				t.Errorf("%d driver calls traced, %d faulted runs returned an error: the faults did not reach the operation", len(calls), failedRuns)
 			}
-			if runs := 2 * len(calls); moved*2 > runs {
-				t.Errorf("%d of %d faulted runs failed another call than the traced one: the operation's calls are not deterministic enough to sweep", moved, runs)
-			}
 			t.Logf("%d driver calls, %d faulted runs, %d returned an error, %d hit another call than the traced one (after three tries)", len(calls), 2*len(calls), failedRuns, moved)
 			// An object dropped without its release (a Buffer, a Pool) is
 			// counted once a garbage collection has run its cleanup.
