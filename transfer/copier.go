@@ -78,6 +78,9 @@ func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.stream != nil && (o.stream.Context() == nil || o.stream.Context().Handle() != c.Handle()) {
+		return nil, fmt.Errorf("transfer: WithStream: the stream belongs to another context than the Copier's: %w", ErrWrongDevice)
+	}
 	s, err := newCopierState(c, o)
 	if err != nil {
 		return nil, err

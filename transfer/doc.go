@@ -88,7 +88,7 @@
 // Gather brings every device's data to host memory at once and Scatter
 // sends different data to each, each device through its own Copier, whose
 // staging memory pinmem places on that device's NUMA node on a multi-socket
-// host (pinmem.PlanNUMA). A source already pinned portable (AddPinned) is
+// host (see Buffer.Placement). A source already pinned portable (AddPinned) is
 // copied directly to every device. The shared Broadcast ring is placed on
 // the first context's device's node. MultiStats.GBps is the aggregate
 // bandwidth over all devices.

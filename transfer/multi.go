@@ -391,9 +391,10 @@ func (m *multi) isPinned(host []byte) bool {
 // slowest device to finish with a stage before it is refilled. A src lying
 // inside a buffer made known with AddPinned is copied directly.
 //
-// Cancellation stops issuing chunks, waits for the copies in flight on
-// every device and returns an error matching ctx.Err(); the device buffers
-// then hold partial data.
+// Cancellation stops issuing chunks and returns an error matching
+// ctx.Err() without waiting for the copies already queued (see the package
+// documentation); the device buffers then hold partial data, and the
+// Multi's next call waits for those copies.
 func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte) (MultiStats, error) {
 	st := MultiStats{Direction: HostToDevice, Bytes: int64(len(src))}
 	if err := m.enter(ctx); err != nil {
@@ -539,9 +540,10 @@ func (m *multi) abandon(recorded []bool) {
 // of srcs[i] into dsts[i] (one pair per context, in NewMulti's order), and
 // returns when all of them are in host memory. Each device copies through
 // its own Copier (its own stream, staging ring and waiter), so the devices
-// run concurrently. On an error or cancellation every device's transfer is
-// drained before Gather returns, with the first error; a device's error
-// names the device.
+// run concurrently. An error or the end of ctx stops every device's
+// transfer and Gather returns the first error without waiting for copies
+// already queued (see the package documentation); a device's error names
+// the device. The Multi's next call waits for those copies.
 func (m *Multi) Gather(ctx context.Context, dsts [][]byte, srcs []*cuda.DeviceBuffer) (MultiStats, error) {
 	return m.each(ctx, DeviceToHost, len(dsts), srcs, func(i int, ctx context.Context) *Op {
 		return m.devs[i].cp.DtoHAsync(ctx, dsts[i], srcs[i])

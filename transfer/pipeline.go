@@ -93,7 +93,7 @@ type PipelineStats struct {
 	StagedIn   bool          // the input went through pinned stages
 	StagedOut  bool          // the output went through pinned stages
 	Wall       time.Duration // includes Setup
-	Setup      time.Duration // time spent pinning the staging buffers (the first staged Run, without PinStages)
+	Setup      time.Duration // time spent pinning the staging buffers (the first staged Run, without WithPinStages)
 	CopyCPU    time.Duration // CPU time of the stage-in/stage-out copies (WithStats(true) on the Copier; zero otherwise)
 	ProcessCPU time.Duration // process CPU time during the run (WithStats(true) on the Copier; zero otherwise)
 }

@@ -468,3 +468,37 @@ func TestRegressNilArgs(t *testing.T) {
 		}
 	})
 }
+
+// A stream of another context given with WithStream is refused by New:
+// the Copier's copies would be queued where its device buffers are not.
+func TestRegressWithStreamOfAnotherContext(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{DeviceCount: 2})
+	ctxs := make([]*cuda.Context, 2)
+	for i := range ctxs {
+		dev, err := cuda.GetDevice(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ctxs[i], err = dev.PrimaryContext(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := ctxs[1].NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	if cp, err := New(ctxs[0], WithStream(s)); !errors.Is(err, ErrWrongDevice) {
+		if cp != nil {
+			_ = cp.Close(context.Background())
+		}
+		t.Fatalf("New with device 1's stream for device 0: %v, want ErrWrongDevice", err)
+	}
+	cp, err := New(ctxs[1], WithStream(s))
+	if err != nil {
+		t.Fatalf("New with the context's own stream: %v", err)
+	}
+	if err := cp.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
