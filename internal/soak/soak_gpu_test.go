@@ -76,6 +76,13 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 	rssStart := rss(t)
 	deadline := time.Now().Add(time.Duration(secs) * time.Second)
 	var n soakCounts
+	// Each part runs until the deadline and, on a slow host (the race
+	// detector on two cores), on until it has finished at least once, for at
+	// most a minute more.
+	more := func(done *atomic.Int64) bool {
+		now := time.Now()
+		return now.Before(deadline) || (done.Load() == 0 && now.Before(deadline.Add(time.Minute)))
+	}
 	errc := make(chan error, 128)
 	report := func(err error) {
 		select {
@@ -99,7 +106,7 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(g), 1))
 			var streams []*cuda.Stream
-			for time.Now().Before(deadline) {
+			for more(&n.poolOps) {
 				size := 1 + r.IntN(8<<20)
 				if r.IntN(4) == 0 {
 					size = 1 + r.IntN(64<<10)
@@ -158,7 +165,7 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 			r := rand.New(rand.NewPCG(uint64(g), 2))
 			src := make([]byte, 64<<20+4096)
 			dst := make([]byte, len(src))
-			for time.Now().Before(deadline) {
+			for more(&n.copies) {
 				size := 1 + r.IntN(64<<20)
 				if r.IntN(3) == 0 {
 					size = 1 + r.IntN(256<<10)
@@ -209,7 +216,7 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 				}
 			}()
 			r := rand.New(rand.NewPCG(uint64(g), 3))
-			for time.Now().Before(deadline) {
+			for more(&n.pipelines) {
 				size := 1 + r.IntN(48<<20)
 				in := testutil.RandomBytes(size, r.Uint64())
 				out := make([]byte, size)

@@ -35,6 +35,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -410,6 +411,8 @@ func benchLine(l string) bool {
 // then SIGKILL 10 s later) and returns the exit status: 124 when killed,
 // -1 when it could not be run.
 func runTest(cmd []string, dir, test2json, name string, limit time.Duration, w io.Writer) (int, result, error) {
+	// test2json's stderr and the event parser both write to w.
+	w = &lockedWriter{w: w}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return -1, result{}, err
@@ -595,4 +598,16 @@ func (s *suite) summary() int {
 		return 1
 	}
 	return 0
+}
+
+// lockedWriter serialises writes from several goroutines to one writer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
