@@ -22,58 +22,13 @@
  * directions' bytes).
  */
 #include "common.h"
+#include "ptx.h"
 
 #define MAX_STREAMS 64
 #define BLOCK 256
 
 static CUfunction fn_add, fn_spin;
 static int sms;
-
-static char* read_file(const char* path)
-{
-    FILE* f = fopen(path, "rb");
-    if (f == NULL) {
-        fprintf(stderr, "error: open %s: %s\n", path, strerror(errno));
-        exit(1);
-    }
-    if (fseek(f, 0, SEEK_END) != 0) {
-        die("fseek failed");
-    }
-    long n = ftell(f);
-    if (n < 0) {
-        die("ftell failed");
-    }
-    rewind(f);
-    char* buf = xmalloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        fprintf(stderr, "error: read %s failed\n", path);
-        exit(1);
-    }
-    buf[n] = '\0'; /* cuModuleLoadData wants a NUL-terminated PTX string */
-    fclose(f);
-    return buf;
-}
-
-static CUmodule load_module(const char* path)
-{
-    char* ptx = read_file(path);
-    if (strstr(ptx, ".entry") == NULL) {
-        fprintf(stderr, "error: %s holds no kernels (the placeholder?); generate it with scripts/compile-kernels\n",
-                path);
-        exit(1);
-    }
-    static char log[16384];
-    CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-    void* vals[2] = {log, (void*)(uintptr_t)sizeof log};
-    CUmodule mod;
-    CUresult r = cuModuleLoadDataEx(&mod, ptx, 2, opts, vals);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "JIT log: %s\n", log);
-        ck_fail(r, "cuModuleLoadDataEx(pinmem.ptx)", __FILE__, __LINE__);
-    }
-    free(ptx);
-    return mod;
-}
 
 static void launch_add(CUdeviceptr data, unsigned long long n, uint8_t delta, CUstream st)
 {
@@ -290,7 +245,7 @@ int main(int argc, char** argv)
     CUcontext ctx;
     CUdevice dev = open_device("overlap", &ctx);
     CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
-    CUmodule mod = load_module(ptx_path);
+    CUmodule mod = load_ptx(ptx_path);
     CK(cuModuleGetFunction(&fn_add, mod, "add_u8"));
     CK(cuModuleGetFunction(&fn_spin, mod, "spin_wait"));
 
