@@ -6,7 +6,7 @@
  *   bw [--samples N] [--kinds k1,k2,...] [--dirs h2d,d2h] [--min-ms MS] [size ...]
  *   bw --pin-cost [--fast-only] [--threads T] [--samples N] [size ...]
  *
- * Kinds: pageable (malloc), pinned (cuMemHostAlloc 0), portable
+ * Kinds: pageable (page-aligned posix_memalign), pinned (cuMemHostAlloc 0), portable
  * (CU_MEMHOSTALLOC_PORTABLE), mapped (CU_MEMHOSTALLOC_DEVICEMAP),
  * write-combined (CU_MEMHOSTALLOC_WRITECOMBINED), registered (page-aligned
  * malloc + cuMemHostRegister). Sizes take K/M/G suffixes (binary); default
@@ -54,7 +54,12 @@ static hostbuf_t host_alloc(int kind, size_t n)
     hostbuf_t b = {NULL, n, kind};
     switch (kind) {
     case K_PAGEABLE:
-        b.p = xmalloc(n);
+        /* Page-aligned, as the Go heap's large objects are, so that the
+         * driver's pageable path sees the same kind of memory from C and
+         * from Go (malloc's large blocks start 16 bytes into a page). */
+        if (posix_memalign(&b.p, 4096, n) != 0) {
+            die("posix_memalign failed");
+        }
         memset(b.p, 0, n);
         break;
     case K_PINNED:
