@@ -50,7 +50,10 @@ type soakCounts struct {
 // over random inputs with random deadlines, checking every completed run
 // byte for byte and every interrupted one for a context error. At the end
 // everything is closed: the ledger and the host's Shmem and MemAvailable
-// are back to their baseline, and RSS is reported at start and end.
+// are back to their baseline. RSS is sampled throughout: in a soak of 30 s
+// or more its peak in the second half may not exceed its peak in the first
+// half by more than 10% + 64 MiB (the working set is reached early; growth
+// after that is a leak).
 func TestGPUSoak(t *testing.T) {
 	secs, _ := strconv.Atoi(os.Getenv(envSoakSeconds))
 	if secs <= 0 {
@@ -59,14 +62,56 @@ func TestGPUSoak(t *testing.T) {
 	soak(t, testutil.GPUContext(t), secs)
 }
 
-// TestSoakOnFake runs the soak's logic for two seconds on the fake driver:
-// it proves the checks work, not that data moved on a GPU.
+// TestSoakOnFake runs the soak's logic on the fake driver, for two seconds
+// or PINMEM_SOAK_FAKE_SECONDS: it proves the checks work and that pinmem's
+// own bookkeeping does not grow (RSS), not that data moved on a GPU.
 func TestSoakOnFake(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
+	secs := 2
+	if v, err := strconv.Atoi(os.Getenv(envSoakFakeSeconds)); err == nil && v > 0 {
+		secs = v
+	}
 	testutil.UseFake(t, fakedrv.Options{})
-	soak(t, testutil.PrimaryContext(t), 2)
+	soak(t, testutil.PrimaryContext(t), secs)
+}
+
+// envSoakFakeSeconds sets TestSoakOnFake's duration (default 2 s).
+const envSoakFakeSeconds = "PINMEM_SOAK_FAKE_SECONDS"
+
+// rssSampler samples the process's RSS every period until stop is closed,
+// keeping the peak of the first and of the second half of the run.
+type rssSampler struct {
+	firstPeak, secondPeak uint64
+	done                  chan struct{}
+}
+
+func sampleRSS(t *testing.T, start time.Time, total time.Duration, stop <-chan struct{}) *rssSampler {
+	s := &rssSampler{done: make(chan struct{})}
+	period := max(total/40, 100*time.Millisecond)
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tick.C:
+				st, err := sysinfo.Reader{}.ProcStatus()
+				if err != nil {
+					continue
+				}
+				if now.Sub(start) < total/2 {
+					s.firstPeak = max(s.firstPeak, st.VmRSS)
+				} else {
+					s.secondPeak = max(s.secondPeak, st.VmRSS)
+				}
+			}
+		}
+	}()
+	return s
 }
 
 func soak(t *testing.T, gctx *cuda.Context, secs int) {
@@ -74,7 +119,10 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 	baseLedger := pinmem.Stats().Pinned.Bytes
 	baseMem := meminfo(t)
 	rssStart := rss(t)
-	deadline := time.Now().Add(time.Duration(secs) * time.Second)
+	began := time.Now()
+	deadline := began.Add(time.Duration(secs) * time.Second)
+	stopRSS := make(chan struct{})
+	rssPeaks := sampleRSS(t, began, time.Duration(secs)*time.Second, stopRSS)
 	var n soakCounts
 	// Each part runs until the deadline and, on a slow host (the race
 	// detector on two cores), on until it has finished at least once, for at
@@ -244,6 +292,8 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 		}()
 	}
 	wg.Wait()
+	close(stopRSS)
+	<-rssPeaks.done
 	close(errc)
 	for err := range errc {
 		t.Error(err)
@@ -269,6 +319,10 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 		secs, n.poolOps.Load(), n.copies.Load(), float64(n.copiedBytes.Load())/1e9, n.pipelines.Load(), n.canceled.Load())
 	t.Logf("SOAK: RSS start %d MiB, end %d MiB; ledger %d bytes after Close (baseline %d); Shmem %+d MiB, MemAvailable %+d MiB against the baseline",
 		rssStart>>20, rssEnd>>20, ledger, baseLedger, (int64(after.Shmem)-int64(baseMem.Shmem))>>20, (int64(after.MemAvailable)-int64(baseMem.MemAvailable))>>20)
+	t.Logf("SOAK: RSS peak %d MiB in the first half, %d MiB in the second", rssPeaks.firstPeak>>20, rssPeaks.secondPeak>>20)
+	if secs >= 30 && rssPeaks.secondPeak > rssPeaks.firstPeak+rssPeaks.firstPeak/10+64<<20 {
+		t.Errorf("RSS grew after the first half: peak %d MiB, then %d MiB", rssPeaks.firstPeak>>20, rssPeaks.secondPeak>>20)
+	}
 	if ledger != baseLedger {
 		t.Errorf("ledger %d bytes after Close, want the baseline %d", ledger, baseLedger)
 	}
