@@ -459,7 +459,7 @@ func (c *Copier) HtoD(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (
 		return Stats{Direction: HostToDevice}, err
 	}
 	defer c.end()
-	return c.htod(ctx, dst, src)
+	return c.htod(ctx, dst, src, byThreshold)
 }
 
 // DtoH copies len(dst) bytes from the start of the device buffer src into
@@ -473,20 +473,20 @@ func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 		return Stats{Direction: DeviceToHost}, err
 	}
 	defer c.end()
-	return c.dtoh(ctx, dst, src)
+	return c.dtoh(ctx, dst, src, byThreshold)
 }
 
 // HtoDAsync starts HtoD and returns at once; the Op reports its result.
 // src must not be modified, nor dst used, until the Op is done. Errors,
 // including a nil context or Copier, are reported by the Op.
 func (c *Copier) HtoDAsync(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) *Op {
-	return c.async(ctx, HostToDevice, func(ctx context.Context) (Stats, error) { return c.htod(ctx, dst, src) })
+	return c.async(ctx, HostToDevice, func(ctx context.Context) (Stats, error) { return c.htod(ctx, dst, src, byThreshold) })
 }
 
 // DtoHAsync starts DtoH and returns at once; the Op reports its result.
 // dst must not be used until the Op is done.
 func (c *Copier) DtoHAsync(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) *Op {
-	return c.async(ctx, DeviceToHost, func(ctx context.Context) (Stats, error) { return c.dtoh(ctx, dst, src) })
+	return c.async(ctx, DeviceToHost, func(ctx context.Context) (Stats, error) { return c.dtoh(ctx, dst, src, byThreshold) })
 }
 
 func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context) (Stats, error)) *Op {
@@ -560,11 +560,13 @@ func (t *Op) Cancel() {
 
 // ---- planning ----
 
-// piece is one copy: direct (host memory pinned) or staged (at most one stage).
+// piece is one copy: direct (host memory pinned), pageable (handed to the
+// driver's own pageable copy on the stream) or staged (at most one stage).
 type piece struct {
-	host   []byte
-	dev    cuda.DevicePtr
-	direct bool
+	host     []byte
+	dev      cuda.DevicePtr
+	direct   bool
+	pageable bool
 }
 
 // span is a pinned sub-range [lo, hi) of a host slice, as offsets.
@@ -572,31 +574,27 @@ type span struct{ lo, hi int }
 
 func addr(b []byte) uintptr { return hostptr.AddrOf(b) }
 
-// pinnedSpans returns the parts of host known to be pinned, sorted, and a
-// function that releases the registration cache's hold on them.
+// pinnedSpans returns the parts of host known to be pinned, sorted and
+// split at registration boundaries (one driver copy must not span two
+// registrations), and a function that releases the registration cache's
+// hold on them. Pinned memory is what AddPinned made known, what pinmem
+// pinned (pinmem.Lookup: Alloc, Register, pool blocks) and what the
+// registration cache holds or now registers.
 func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 	if len(host) == 0 {
 		return nil, func() {}
 	}
-	lo := addr(host)
-	hi := lo + uintptr(len(host))
 	var spans []span
+	var cuts []int
 	c.pinMu.RLock()
 	for b := range c.pinned {
-		m := b.Bytes()
-		if len(m) == 0 {
-			continue
-		}
-		bl := addr(m)
-		bh := bl + uintptr(len(m))
-		if bl < hi && lo < bh {
-			spans = append(spans, span{int(max(bl, lo) - lo), int(min(bh, hi) - lo)})
-		}
+		spans, cuts = regSpans(host, b, spans, cuts)
 	}
 	c.pinMu.RUnlock()
+	spans, cuts = lookupSpans(host, spans, cuts)
 	spans = normalize(spans)
 	if c.cache == nil {
-		return spans, func() {}
+		return splitAtCuts(spans, cuts), func() {}
 	}
 	// Ask the cache about the gaps.
 	var holds []*regHold
@@ -609,6 +607,7 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 		got, h := c.cache.acquire(host[a:b])
 		if h != nil {
 			holds = append(holds, h)
+			cuts = h.cuts(addr(host), cuts)
 		}
 		for _, s := range got {
 			out = append(out, span{s.lo + a, s.hi + a})
@@ -619,7 +618,7 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 		prev = s.hi
 	}
 	gap(prev, len(host))
-	spans = normalize(append(out, spans...))
+	spans = splitAtCuts(normalize(append(out, spans...)), cuts)
 	return spans, func() {
 		for _, h := range holds {
 			c.cache.release(h)
@@ -656,15 +655,23 @@ func (c *copier) chunkSize(n int) int {
 	return max(min(ch, c.o.stageSize), min(minChunk, c.o.stageSize))
 }
 
-// plan splits a copy between host and dev into pieces.
-func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) []piece {
+// plan splits a copy between host and dev into pieces: one direct copy per
+// pinned span, and the pageable rest either staged (chunks of at most a
+// stage) or, when it is below the threshold, handed to the driver as it is.
+func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats, how strategy) []piece {
 	var ops []piece
 	staged := len(host)
 	for _, s := range spans {
 		staged -= s.hi - s.lo
 	}
 	chunk := c.chunkSize(staged)
+	driver := staged > 0 && c.small(st.Direction, staged, how)
 	stage := func(a, b int) {
+		if driver && a < b {
+			ops = append(ops, piece{host: host[a:b], dev: dev.Add(a), pageable: true})
+			st.PageableBytes += int64(b - a)
+			return
+		}
 		for off := a; off < b; off += chunk {
 			end := min(off+chunk, b)
 			ops = append(ops, piece{host: host[off:end], dev: dev.Add(off)})
@@ -716,7 +723,7 @@ func (c *copier) waitLast(ctx context.Context, ev *cuda.Event) error {
 
 // ---- execution ----
 
-func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (Stats, error) {
+func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, how strategy) (Stats, error) {
 	st := Stats{Direction: HostToDevice, Bytes: int64(len(src))}
 	if err := checkBuf(dst, c.cctx.Device(), "destination device buffer"); err != nil {
 		return st, err
@@ -724,10 +731,13 @@ func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (
 	if len(src) > dst.Size() {
 		return st, &SizeError{Op: HostToDevice.String(), Need: len(src), Have: dst.Size()}
 	}
-	return c.run(ctx, &st, src, dst.Ptr())
+	if len(src) > 0 && c.small(HostToDevice, len(src), how) && !c.mayBePinned(src) {
+		return c.pageable(ctx, &st, func() error { return c.pageableHtoD(dst, src) })
+	}
+	return c.run(ctx, &st, src, dst.Ptr(), how)
 }
 
-func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (Stats, error) {
+func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, how strategy) (Stats, error) {
 	st := Stats{Direction: DeviceToHost, Bytes: int64(len(dst))}
 	if err := checkBuf(src, c.cctx.Device(), "source device buffer"); err != nil {
 		return st, err
@@ -735,11 +745,14 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 	if len(dst) > src.Size() {
 		return st, &SizeError{Op: DeviceToHost.String(), Need: len(dst), Have: src.Size()}
 	}
-	return c.run(ctx, &st, dst, src.Ptr())
+	if len(dst) > 0 && c.small(DeviceToHost, len(dst), how) && !c.mayBePinned(dst) {
+		return c.pageable(ctx, &st, func() error { return c.pageableDtoH(dst, src) })
+	}
+	return c.run(ctx, &st, dst, src.Ptr(), how)
 }
 
 // run plans and executes one copy in st.Direction.
-func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.DevicePtr) (Stats, error) {
+func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.DevicePtr, how strategy) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return *st, err
 	}
@@ -751,7 +764,7 @@ func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.Devic
 		return *st, err
 	}
 	spans, release := c.pinnedSpans(host)
-	ops := c.plan(host, dev, spans, st)
+	ops := c.plan(host, dev, spans, st, how)
 	var first error
 	if st.Direction == HostToDevice {
 		first = c.execHtoD(ctx, ops, st)
@@ -811,7 +824,7 @@ func (c *copier) execHtoD(ctx context.Context, ops []piece, st *Stats) error {
 			break
 		}
 		c.markNear(i, len(ops))
-		if o.direct {
+		if o.direct || o.pageable {
 			first = c.stream.CopyHtoD(o.dev, o.host)
 			continue
 		}
@@ -840,7 +853,7 @@ func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
 	var q []pending
 	next, k := 0, 0
 	for first == nil {
-		for next < len(ops) && (ops[next].direct || len(q) < len(c.stages)) {
+		for next < len(ops) && (ops[next].direct || ops[next].pageable || len(q) < len(c.stages)) {
 			if err := ctx.Err(); err != nil {
 				first = err
 				break
@@ -848,7 +861,7 @@ func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
 			o := ops[next]
 			c.markNear(next, len(ops))
 			next++
-			if o.direct {
+			if o.direct || o.pageable {
 				if err := c.stream.CopyDtoH(o.host, o.dev); err != nil {
 					first = err
 					break

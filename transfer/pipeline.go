@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -438,8 +439,10 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	inSpans, relIn := p.c.pinnedSpans(in)
 	holds = append(holds, relIn)
 	st.StagedIn = len(in) > 0 && !covers(inSpans, len(in))
+	var outSpans []span
 	if out != nil {
-		outSpans, relOut := p.c.pinnedSpans(out[:len(in)])
+		var relOut func()
+		outSpans, relOut = p.c.pinnedSpans(out[:len(in)])
 		holds = append(holds, relOut)
 		st.StagedOut = len(in) > 0 && !covers(outSpans, len(in))
 	}
@@ -450,7 +453,7 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 		}
 		st.Setup = time.Since(t0)
 	}
-	pending, err := p.loop(ctx, in, out, &st)
+	pending, err := p.loop(ctx, in, out, inSpans, outSpans, &st)
 	st.Wall, st.ProcessCPU = m.elapsed()
 	if len(pending) > 0 {
 		// ctx ended with chunks in flight: drain them in the background.
@@ -473,12 +476,45 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	return st, err
 }
 
-func covers(s []span, n int) bool { return len(s) == 1 && s[0].lo == 0 && s[0].hi == n }
+// covers reports whether the sorted, disjoint spans s cover [0, n).
+func covers(s []span, n int) bool {
+	at := 0
+	for _, x := range s {
+		if x.lo != at {
+			return false
+		}
+		at = x.hi
+	}
+	return at == n
+}
+
+// eachSpan calls f for the parts of [off, off+n) in the sorted spans s, as
+// offsets from off, in order, until f fails.
+func eachSpan(s []span, off, n int, f func(lo, hi int) error) error {
+	i, _ := slices.BinarySearchFunc(s, off, func(x span, t int) int {
+		if x.hi <= t {
+			return -1
+		}
+		if x.lo > t {
+			return 1
+		}
+		return 0
+	})
+	for ; i < len(s) && s[i].lo < off+n; i++ {
+		lo, hi := max(s[i].lo, off), min(s[i].hi, off+n)
+		if lo < hi {
+			if err := f(lo-off, hi-off); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // loop issues and completes the chunks. It returns the chunks still in
 // flight when ctx ended during the drain (nil when everything drained),
 // and the first error.
-func (p *pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) ([]*flight, error) {
+func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans []span, st *PipelineStats) ([]*flight, error) {
 	cs := p.cfg.chunkSize
 	n := (len(in) + cs - 1) / cs
 	free := append([]*slot(nil), p.slots...)
@@ -546,7 +582,7 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) 
 				ch.Out = out[off : off+l]
 			}
 			next++
-			stage, err := p.issue(sl, ch, st)
+			stage, err := p.issue(sl, ch, st, inSpans, outSpans)
 			pending = append(pending, &flight{ch: ch, sl: sl})
 			if err != nil {
 				fail(&ChunkError{Chunk: ch.Index, Offset: ch.Offset, Stage: stage, Err: err})
@@ -594,14 +630,22 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) 
 }
 
 // issue queues one chunk on its slot's stream; it returns which step failed.
-func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats) (string, error) {
+// A pinned input or output is copied directly, one copy per registration
+// the chunk overlaps (inSpans, outSpans: a copy must not span two).
+func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpans []span) (string, error) {
 	s := sl.stream
-	src := ch.In
+	var err error
 	if st.StagedIn {
 		st.CopyCPU += p.c.pool.copy(sl.mem[:ch.Len], ch.In)
-		src = sl.mem[:ch.Len]
+		err = s.CopyHtoD(ch.Dev.Ptr(), sl.mem[:ch.Len])
+	} else {
+		err = eachSpan(inSpans, ch.Offset, ch.Len, func(lo, hi int) error {
+			return s.CopyHtoD(ch.Dev.Ptr().Add(lo), ch.In[lo:hi])
+		})
 	}
-	if err := s.CopyHtoD(ch.Dev.Ptr(), src); err != nil {
+	if err != nil {
+		// Record anyway so that the drain waits for the copies already queued.
+		_ = sl.ev.Record(s)
 		return "host-to-device", err
 	}
 	if p.cfg.work != nil {
@@ -612,11 +656,14 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats) (string, error) 
 		}
 	}
 	if ch.Out != nil {
-		dst := ch.Out
 		if st.StagedOut {
-			dst = sl.mem[:ch.Len]
+			err = s.CopyDtoH(sl.mem[:ch.Len], ch.Dev.Ptr())
+		} else {
+			err = eachSpan(outSpans, ch.Offset, ch.Len, func(lo, hi int) error {
+				return s.CopyDtoH(ch.Out[lo:hi], ch.Dev.Ptr().Add(lo))
+			})
 		}
-		if err := s.CopyDtoH(dst, ch.Dev.Ptr()); err != nil {
+		if err != nil {
 			_ = sl.ev.Record(s)
 			return "device-to-host", err
 		}
