@@ -25,14 +25,14 @@ func (d Direction) String() string {
 // Stats describe one transfer.
 type Stats struct {
 	Direction   Direction
-	Bytes       int64         // bytes moved
-	StagedBytes int64         // of which through the pinned stages
-	DirectBytes int64         // of which directly from or to pinned memory
+	Bytes       int64 // bytes moved
+	StagedBytes int64 // of which through the pinned stages
+	DirectBytes int64 // of which directly from or to pinned memory
 	// PageableBytes are the bytes handed to the driver's own pageable copy
 	// (a transfer, or its pageable part, below the Copier's Thresholds).
 	PageableBytes int64
-	Stages      int           // staged chunks
-	Wall        time.Duration // from the call until the data was in place
+	Stages        int           // staged chunks
+	Wall          time.Duration // from the call until the data was in place
 	// Device is the stream time between the transfer's first and last
 	// operation. It is measured only with WithStats(true) (zero
 	// otherwise, and when the driver could not time it).
