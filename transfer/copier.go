@@ -591,7 +591,7 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 		spans, cuts = regSpans(host, b, spans, cuts)
 	}
 	c.pinMu.RUnlock()
-	spans, cuts = lookupSpans(host, spans, cuts)
+	spans, cuts = lookupSpansIf(host, spans, cuts, c.pinnedHere)
 	spans = normalize(spans)
 	if c.cache == nil {
 		return splitAtCuts(spans, cuts), func() {}
@@ -624,6 +624,17 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 			c.cache.release(h)
 		}
 	}
+}
+
+// pinnedHere reports whether b is pinned for the Copier's context:
+// Portable, or pinned by its device's primary context. Other memory is
+// pageable for this context (the driver would copy it as such).
+func (c *copier) pinnedHere(b *pinmem.Buffer) bool {
+	if b.Flags()&pinmem.Portable != 0 {
+		return true
+	}
+	d := b.Device()
+	return d == nil || d.Ordinal() == c.cctx.Device().Ordinal()
 }
 
 // normalize sorts spans and merges overlapping or touching ones.

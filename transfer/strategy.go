@@ -92,14 +92,14 @@ func regSpans(host []byte, b *pinmem.Buffer, spans []span, cuts []int) ([]span, 
 	return spans, cuts
 }
 
-// lookupSpans appends the parts of host that lie in buffers pinmem
-// pinned (pinmem.Lookup), except those of registration caches, and the
-// boundaries of their registrations.
-func lookupSpans(host []byte, spans []span, cuts []int) ([]span, []int) {
+// lookupSpansIf appends the parts of host that lie in buffers pinmem
+// pinned (pinmem.Lookup) and ok accepts (nil: all), except those of
+// registration caches, and the boundaries of their registrations.
+func lookupSpansIf(host []byte, spans []span, cuts []int, ok func(*pinmem.Buffer) bool) ([]span, []int) {
 	off := 0
 	for off < len(host) {
-		b, ok := pinmem.Lookup(host[off:])
-		if !ok {
+		b, found := pinmem.Lookup(host[off:])
+		if !found {
 			break
 		}
 		mem := b.Bytes()
@@ -107,7 +107,7 @@ func lookupSpans(host []byte, spans []span, cuts []int) ([]span, []int) {
 		if end <= off { // freed meanwhile
 			break
 		}
-		if _, cached := cacheBufs.Load(b); !cached {
+		if _, cached := cacheBufs.Load(b); !cached && (ok == nil || ok(b)) {
 			spans, cuts = regSpans(host, b, spans, cuts)
 		}
 		off = end
