@@ -3,6 +3,7 @@ package pinmem
 import (
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/hostptr"
@@ -75,6 +76,7 @@ func TestLookup(t *testing.T) {
 func TestLookupDropped(t *testing.T) {
 	useFake(t, fakedrv.Options{})
 	mem := make([]byte, 1<<20)
+	base := Stats().Dropped
 	func() {
 		b, err := Register(mem, 0)
 		if err != nil {
@@ -84,12 +86,16 @@ func TestLookupDropped(t *testing.T) {
 			t.Fatalf("live: %v %v", got, ok)
 		}
 	}()
-	for i := 0; i < 10; i++ {
+	// The drop is detected (Lookup does not keep the buffer reachable)...
+	deadline := time.Now().Add(5 * time.Second)
+	for Stats().Dropped == base && time.Now().Before(deadline) {
 		runtime.GC()
-		if _, ok := Lookup(mem); !ok {
-			break
-		}
+		time.Sleep(time.Millisecond)
 	}
+	if Stats().Dropped != base+1 {
+		t.Fatal("the dropped buffer was not detected")
+	}
+	// ...and the buffer, still pinned until freeDropped, is not returned.
 	if b, ok := Lookup(mem); ok {
 		t.Fatalf("dropped buffer returned: %v", b)
 	}

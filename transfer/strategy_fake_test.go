@@ -1,0 +1,303 @@
+package transfer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+// callDelta returns how many times each op was called while f ran.
+func callDelta(d *fakedrv.Driver, f func(), ops ...string) map[string]int {
+	before := d.CallCounts()
+	f()
+	after := d.CallCounts()
+	out := map[string]int{}
+	for _, op := range ops {
+		out[op] = after[op] - before[op]
+	}
+	return out
+}
+
+// TestFakeAdaptive: below the thresholds a pageable transfer is one
+// synchronous driver copy (no ring, no event, no stream copy); at and
+// above them it is staged; the data is right either way.
+func TestFakeAdaptive(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, WithStageSize(256<<10), WithThresholds(Thresholds{HtoD: 1 << 20, DtoH: 512 << 10}))
+	dev := e.devbuf(t, 2<<20)
+	ops := []string{"cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuEventRecord"}
+	for _, tc := range []struct {
+		n                  int
+		upDriver, dnDriver bool
+	}{
+		{1, true, true},
+		{64 << 10, true, true},
+		{512<<10 - 1, true, true},
+		{512 << 10, true, false},
+		{1<<20 - 1, true, false},
+		{1 << 20, false, false},
+		{2 << 20, false, false},
+	} {
+		src := testutil.RandomBytes(tc.n, uint64(tc.n))
+		var up, down Stats
+		var err error
+		calls := callDelta(e.d, func() { up, err = c.HtoD(context.Background(), dev, src) }, ops...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.CheckBytes(t, src, e.deviceBytes(t, dev)[:tc.n])
+		if tc.upDriver {
+			if up.PageableBytes != int64(tc.n) || up.StagedBytes != 0 || calls["cuMemcpyHtoD_v2"] != 1 || calls["cuMemcpyHtoDAsync_v2"] != 0 || calls["cuEventRecord"] != 0 {
+				t.Errorf("HtoD %d bytes: %v, calls %v; want one driver pageable copy", tc.n, up, calls)
+			}
+		} else if up.StagedBytes != int64(tc.n) || up.PageableBytes != 0 || calls["cuMemcpyHtoD_v2"] != 0 {
+			t.Errorf("HtoD %d bytes: %v, calls %v; want staged", tc.n, up, calls)
+		}
+		dst := make([]byte, tc.n)
+		testutil.Poison(dst)
+		calls = callDelta(e.d, func() { down, err = c.DtoH(context.Background(), dst, dev) }, ops...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.CheckBytes(t, src, dst)
+		if tc.dnDriver {
+			if down.PageableBytes != int64(tc.n) || calls["cuMemcpyDtoH_v2"] != 1 || calls["cuMemcpyDtoHAsync_v2"] != 0 || calls["cuEventRecord"] != 0 {
+				t.Errorf("DtoH %d bytes: %v, calls %v; want one driver pageable copy", tc.n, down, calls)
+			}
+		} else if down.StagedBytes != int64(tc.n) || calls["cuMemcpyDtoH_v2"] != 0 {
+			t.Errorf("DtoH %d bytes: %v, calls %v; want staged", tc.n, down, calls)
+		}
+	}
+}
+
+// TestFakeAdaptiveDefaults: a default Copier copies pageable memory below
+// 32 MiB with the driver and stages from 32 MiB; pinned memory goes
+// directly whatever its size.
+func TestFakeAdaptiveDefaults(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t)
+	if DefaultThresholds != (Thresholds{HtoD: 32 << 20, DtoH: 32 << 20}) {
+		t.Fatalf("DefaultThresholds %+v", DefaultThresholds)
+	}
+	dev := e.devbuf(t, 32<<20)
+	for _, n := range []int{4 << 10, 32<<20 - 1, 32 << 20} {
+		src := testutil.RandomBytes(n, 5)
+		up, err := c.HtoD(context.Background(), dev, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if driver := n < 32<<20; driver != (up.PageableBytes == int64(n)) || !driver && up.StagedBytes != int64(n) {
+			t.Errorf("%d bytes: %v", n, up)
+		}
+		testutil.CheckBytes(t, src, e.deviceBytes(t, dev)[:n])
+	}
+	b, err := pinmem.Alloc(4<<10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if st, err := c.HtoD(context.Background(), dev, b.Bytes()); err != nil || st.DirectBytes != 4<<10 {
+		t.Fatalf("small pinned: %v %v", st, err)
+	}
+}
+
+// TestFakeAdaptiveMixed: a slice partly pinned copies the pinned part
+// directly and hands the small pageable rest to the driver on the stream;
+// with a large rest the rest is staged.
+func TestFakeAdaptiveMixed(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	mem := make([]byte, 1<<20+3*int(pageSize))
+	base := int((pageSize - addr(mem)%pageSize) % pageSize)
+	lo, hi := base+int(pageSize), base+int(pageSize)+512<<10
+	b, err := pinmem.Register(mem[lo:hi], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	host := mem[100:]
+	dev := e.devbuf(t, len(host))
+	for _, tc := range []struct {
+		thr    int64
+		driver bool
+	}{{1 << 20, true}, {64 << 10, false}} {
+		c := e.copier(t, WithStageSize(64<<10), WithThresholds(Thresholds{HtoD: tc.thr, DtoH: tc.thr}))
+		copy(host, testutil.RandomBytes(len(host), uint64(tc.thr)))
+		want := append([]byte(nil), host...)
+		up, err := c.HtoD(context.Background(), dev, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.CheckBytes(t, want, e.deviceBytes(t, dev))
+		testutil.Poison(host)
+		down, err := c.DtoH(context.Background(), host, dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.CheckBytes(t, want, host)
+		rest := int64(len(host) - (hi - lo))
+		for _, st := range []Stats{up, down} {
+			if st.DirectBytes != int64(hi-lo) {
+				t.Errorf("threshold %d: %v, want %d direct", tc.thr, st, hi-lo)
+			}
+			if tc.driver && st.PageableBytes != rest || !tc.driver && st.StagedBytes != rest {
+				t.Errorf("threshold %d: %v, want the %d pageable bytes by the driver: %v", tc.thr, st, rest, tc.driver)
+			}
+		}
+	}
+}
+
+// TestFakeAdaptiveStream: with WithStream the driver's pageable copy is
+// queued on the caller's stream, behind the caller's work: a transfer
+// with the stream held waits, bounded by its context.
+func TestFakeAdaptiveStream(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	s, err := e.ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	c := e.copier(t, WithStream(s))
+	dev := e.devbuf(t, 64<<10)
+	src := testutil.RandomBytes(64<<10, 3)
+	calls := callDelta(e.d, func() {
+		if st, err := c.HtoD(context.Background(), dev, src); err != nil || st.PageableBytes != int64(len(src)) {
+			t.Fatalf("%v %v", st, err)
+		}
+	}, "cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2")
+	if calls["cuMemcpyHtoD_v2"] != 0 || calls["cuMemcpyHtoDAsync_v2"] != 1 {
+		t.Fatalf("calls %v, want one copy on the caller's stream", calls)
+	}
+	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
+}
+
+// TestFakeAdaptiveBounded: the driver's pageable copy cannot be
+// interrupted, yet a transfer on a hung device returns when its context
+// ends; Close waits for the copy left running; with context.Background
+// the copy runs on the caller's goroutine.
+func TestFakeAdaptiveBounded(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c, err := New(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := e.devbuf(t, 1<<20)
+	src := testutil.RandomBytes(1<<20, 4)
+	dst := make([]byte, 1<<20)
+	for _, tc := range []struct {
+		name string
+		f    func(ctx context.Context) (Stats, error)
+	}{
+		{"HtoD", func(ctx context.Context) (Stats, error) { return c.HtoD(ctx, dev, src) }},
+		{"DtoH", func(ctx context.Context) (Stats, error) { return c.DtoH(ctx, dst, dev) }},
+		{"HtoDAsync", func(ctx context.Context) (Stats, error) {
+			return c.HtoDAsync(ctx, dev, src).Wait(context.Background())
+		}},
+	} {
+		e.d.Pause()
+		ctx, cancel := deadline200ms()
+		within(t, tc.name, 700*time.Millisecond, func() error { _, err := tc.f(ctx); return err })
+		cancel()
+		closed := make(chan error, 1)
+		if tc.name == "DtoH" {
+			// Close waits for the copy left running (bounded by its context).
+			cctx, ccancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			if err := c.Close(cctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Close with a driver copy running: %v", err)
+			}
+			ccancel()
+			go func() { closed <- c.Close(context.Background()) }()
+		}
+		e.d.Resume()
+		if tc.name == "DtoH" {
+			if err := <-closed; err != nil {
+				t.Fatalf("Close after the device ran again: %v", err)
+			}
+			if c, err = New(e.ctx); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if st, err := tc.f(context.Background()); err != nil || st.PageableBytes != 1<<20 {
+			t.Errorf("%s after the device ran again: %v %v", tc.name, st, err)
+		}
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestThresholdsOption: negative thresholds are refused with an
+// *OptionError matching cuda.ErrInvalidValue; Thresholds round-trip
+// through JSON.
+func TestThresholdsOption(t *testing.T) {
+	for _, thr := range []Thresholds{{HtoD: -1}, {DtoH: -1}, {HtoD: math.MinInt64, DtoH: 5}} {
+		_, err := buildOptions([]Option{WithThresholds(thr)})
+		var oe *OptionError
+		if !errors.As(err, &oe) || oe.Option != "WithThresholds" || !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("WithThresholds(%+v): %v", thr, err)
+		}
+	}
+	for _, thr := range []Thresholds{{}, DefaultThresholds, {HtoD: math.MaxInt64, DtoH: 1}} {
+		o, err := buildOptions([]Option{WithThresholds(thr)})
+		if err != nil || o.thr != thr {
+			t.Errorf("WithThresholds(%+v): %+v %v", thr, o.thr, err)
+		}
+		j, err := json.Marshal(thr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Thresholds
+		if err := json.Unmarshal(j, &back); err != nil || back != thr {
+			t.Errorf("JSON %s: %+v %v", j, back, err)
+		}
+	}
+	if j, _ := json.Marshal(Thresholds{HtoD: 1, DtoH: 2}); string(j) != `{"htod_bytes":1,"dtoh_bytes":2}` {
+		t.Errorf("JSON %s", j)
+	}
+}
+
+// TestFakeCalibrate: Calibrate measures both strategies and returns
+// thresholds among the values it documents; a bad size or option is
+// refused; it leaves nothing behind (useFake checks).
+func TestFakeCalibrate(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	calls := callDelta(e.d, func() {
+		thr, err := Calibrate(context.Background(), e.ctx, 1<<20, WithStageSize(256<<10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []int64{thr.HtoD, thr.DtoH} {
+			if v != 0 && v != 2<<20 && v != 256<<10 && v != 1<<20 {
+				t.Errorf("threshold %d is not a measured size, 0 or 2*max", v)
+			}
+		}
+		c := e.copier(t, WithThresholds(thr))
+		_ = c
+	}, "cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoHAsync_v2")
+	for op, n := range calls {
+		if n == 0 {
+			t.Errorf("Calibrate never called %s: %v", op, calls)
+		}
+	}
+	for _, n := range []int{-1, 1000, 17 << 30} {
+		if _, err := Calibrate(context.Background(), e.ctx, n); !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("Calibrate(%d): %v", n, err)
+		}
+	}
+	if _, err := Calibrate(context.Background(), e.ctx, 0, WithThresholds(Thresholds{HtoD: -1})); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("Calibrate with a bad option: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Calibrate(ctx, e.ctx, 1<<20); !errors.Is(err, context.Canceled) {
+		t.Errorf("Calibrate with an ended context: %v", err)
+	}
+}
