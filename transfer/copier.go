@@ -15,10 +15,32 @@ import (
 )
 
 // Copier moves data between host memory and the device memory of one CUDA
-// context, staging pageable Go memory through a ring of pinned buffers and
-// copying pinned memory directly. Its methods are safe for concurrent use;
-// transfers through one Copier run one at a time, in the order they
-// acquire its ring (asynchronous transfers queue).
+// context, picking per transfer the fastest way to move each part of the
+// host memory:
+//
+//   - Memory pinned for the Copier's context is copied directly, with one
+//     driver copy per registration it spans (a driver copy must not span
+//     two: see pinmem.Buffer.Segments). Pinned memory is recognised
+//     wherever pinmem pinned it (pinmem.Alloc, pinmem.Register, pool
+//     blocks, any registration cache: pinmem.Lookup), in buffers made
+//     known with AddPinned, and in slices the registration cache holds.
+//   - Pageable memory (ordinary Go memory) of fewer bytes than the
+//     Copier's Thresholds (WithThresholds; DefaultThresholds, 32 MiB both
+//     ways) is handed to the driver's own pageable copy: one synchronous
+//     cuMemcpyHtoD or cuMemcpyDtoH on the Go slice, with no staging ring,
+//     no events, no copy goroutines and, without WithStats, no system call
+//     beyond it. Below about 32 MiB the driver's copy is faster than
+//     staging (its fixed cost is lower); above, its single bounce buffer
+//     caps it at a fraction of pinned speed. Calibrate measures the
+//     crossover on the host at hand.
+//   - Larger pageable memory is staged through the Copier's ring of
+//     pinned buffers: CPU goroutines fill one stage while the copy engine
+//     drains another.
+//
+// Its methods are safe for concurrent use. Transfers that use the ring
+// (staged or direct) run one at a time, in the order they acquire it
+// (asynchronous transfers queue); transfers left entirely to the driver's
+// pageable copy do not take the ring and run concurrently.
 //
 // A Copier dropped without Close is reported (track: "copier") and its
 // stream, events, staging memory and goroutines are released by the
@@ -196,9 +218,11 @@ func (c *Copier) Cache() *RegCache {
 }
 
 // AddPinned tells the Copier that b is pinned: copies from or to any part
-// of b.Bytes() then go directly, without staging. The returned function
-// forgets b again; call it before freeing b. A nil Copier or buffer is
-// ignored (the function does nothing).
+// of b.Bytes() then go directly, without staging. Buffers pinmem pinned
+// for the Copier's context (or Portable) are recognised without it; it
+// makes a buffer pinned for another device's context count as pinned
+// too. The returned function forgets b again; call it before freeing b. A
+// nil Copier or buffer is ignored (the function does nothing).
 func (c *Copier) AddPinned(b *pinmem.Buffer) (remove func()) {
 	if !c.ok() || b == nil {
 		return func() {}
@@ -453,7 +477,12 @@ func waitDrained(w *waiter, ev *cuda.Event) {
 // already queued (on a hung device they may never finish): the Copier
 // stays usable, but those copies keep its staging ring, so the next
 // transfer starts only after they ran (bounded by its own context), and a
-// pinned source copied directly may still be read until then.
+// pinned source copied directly may still be read until then. A transfer
+// handed to the driver's pageable copy (below the Thresholds) that ctx
+// interrupts leaves that copy running in the background (Close waits for
+// it); src may be read until it returns. With a context that cannot end
+// (ctx.Done() nil, as context.Background) the driver's copy runs on the
+// calling goroutine, the cheapest way.
 func (c *Copier) HtoD(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (Stats, error) {
 	if err := c.enter(ctx); err != nil {
 		return Stats{Direction: HostToDevice}, err

@@ -3,14 +3,18 @@
 //
 // A Copier belongs to one CUDA context. It owns a ring of pinned staging
 // buffers (allocated with pinmem.Alloc), one non-blocking stream and a
-// persistent set of CPU copy goroutines. Copying an ordinary (pageable) Go
-// slice to the device splits it into stages: while the copy engine drains
-// stage k-1 on the Copier's stream, the CPU goroutines fill stage k, each
-// stage guarded by its own event. Device-to-host runs the ring the other
-// way, with the DMA of later stages running ahead of the CPU copy-out.
-// Memory that is already pinned (a pinmem.Buffer made known with AddPinned,
-// or a range held by the registration cache) is copied directly, without
-// staging.
+// persistent set of CPU copy goroutines. Copying a large ordinary
+// (pageable) Go slice to the device splits it into stages: while the copy
+// engine drains stage k-1 on the Copier's stream, the CPU goroutines fill
+// stage k, each stage guarded by its own event. Device-to-host runs the
+// ring the other way, with the DMA of later stages running ahead of the
+// CPU copy-out. A pageable slice below the Copier's Thresholds (32 MiB by
+// default; Calibrate measures them) is handed to the driver's own
+// pageable copy instead, which is faster at those sizes. Memory that is
+// already pinned (anything pinmem pinned, found with pinmem.Lookup, a
+// pinmem.Buffer made known with AddPinned, or a range held by the
+// registration cache) is copied directly, without staging, one driver copy
+// per registration.
 //
 // There is one way to do each copy: HtoD and DtoH copy a byte slice and
 // return when the data is in place; HtoDAsync and DtoHAsync start the same
