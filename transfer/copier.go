@@ -83,6 +83,7 @@ type copier struct {
 type stage struct {
 	buf  *pinmem.Buffer
 	mem  []byte
+	cuts []int // registration boundaries in mem (segCuts)
 	ev   *cuda.Event
 	used bool // ev has been recorded
 }
@@ -155,7 +156,7 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 		if s.buf, err = pinmem.Alloc(o.stageSize, flags, popts...); err != nil {
 			return cp, fmt.Errorf("transfer: allocating staging buffer %d of %d bytes: %w", i, o.stageSize, err)
 		}
-		s.mem = s.buf.Bytes()
+		s.mem, s.cuts = s.buf.Bytes(), segCuts(s.buf)
 	}
 	cp.w = newWaiter()
 	cp.pool = newCopyPool(o.parallelism, o.stats)
@@ -844,6 +845,17 @@ func (c *copier) queued(s *stage, err error) error {
 	return nil
 }
 
+// htod queues the copy of the first n bytes of the stage to dev on st,
+// one copy per registration of the stage.
+func (s *stage) htod(st *cuda.Stream, dev cuda.DevicePtr, n int) error {
+	return eachPiece(s.cuts, n, func(lo, hi int) error { return st.CopyHtoD(dev.Add(lo), s.mem[lo:hi]) })
+}
+
+// dtoh queues the copy of n bytes at dev into the stage on st.
+func (s *stage) dtoh(st *cuda.Stream, dev cuda.DevicePtr, n int) error {
+	return eachPiece(s.cuts, n, func(lo, hi int) error { return st.CopyDtoH(s.mem[lo:hi], dev.Add(lo)) })
+}
+
 // startTimer records the transfer's first timing event (WithStats only).
 func (c *copier) startTimer() error {
 	if c.t0 == nil {
@@ -876,7 +888,7 @@ func (c *copier) execHtoD(ctx context.Context, ops []piece, st *Stats) error {
 		}
 		n := len(o.host)
 		st.CopyCPU += c.pool.copy(s.mem[:n], o.host)
-		if err := c.queued(s, c.stream.CopyHtoD(o.dev, s.mem[:n])); err != nil {
+		if err := c.queued(s, s.htod(c.stream, o.dev, n)); err != nil {
 			first = err
 			break
 		}
@@ -910,7 +922,7 @@ func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
 			}
 			s := c.stageAt(k)
 			k++
-			if err := c.queued(s, c.stream.CopyDtoH(s.mem[:len(o.host)], o.dev)); err != nil {
+			if err := c.queued(s, s.dtoh(c.stream, o.dev, len(o.host))); err != nil {
 				first = err
 				break
 			}

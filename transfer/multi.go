@@ -62,6 +62,7 @@ type multiDev struct {
 type multiStage struct {
 	buf  *pinmem.Buffer
 	mem  []byte
+	cuts []int // registration boundaries in mem (segCuts)
 	evs  []*cuda.Event
 	used bool
 }
@@ -158,7 +159,7 @@ func newMultiState(ctxs []*cuda.Context, o options) (m *multi, err error) {
 		if s.buf, err = pinmem.Alloc(o.stageSize, o.stageFlags|pinmem.Portable, popts...); err != nil {
 			return m, fmt.Errorf("transfer: shared staging buffer %d of %d bytes: %w", i, o.stageSize, err)
 		}
-		s.mem = s.buf.Bytes()
+		s.mem, s.cuts = s.buf.Bytes(), segCuts(s.buf)
 		for _, d := range m.devs {
 			ev, err := d.ctx.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming)
 			if err != nil {
@@ -470,7 +471,8 @@ func (m *multi) broadcastStaged(ctx context.Context, dsts []*cuda.DeviceBuffer, 
 		}
 		st.CopyCPU += m.pool.copy(s.mem[:n], src[off:off+n])
 		for i, d := range m.devs {
-			if err := d.stream.CopyHtoD(dsts[i].Ptr().Add(off), s.mem[:n]); err != nil {
+			dst := dsts[i].Ptr().Add(off)
+			if err := eachPiece(s.cuts, n, func(lo, hi int) error { return d.stream.CopyHtoD(dst.Add(lo), s.mem[lo:hi]) }); err != nil {
 				return fmt.Errorf("device %d: %w", i, err)
 			}
 			if err := s.evs[i].Record(d.stream); err != nil {

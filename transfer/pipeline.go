@@ -145,6 +145,7 @@ type slot struct {
 	ev     *cuda.Event
 	stage  *pinmem.Buffer // allocated on the first staged run
 	mem    []byte
+	cuts   []int // registration boundaries in mem (segCuts)
 }
 
 // LaunchWork returns a Pipeline work function (WithWork) that launches f
@@ -365,7 +366,7 @@ func (p *pipeline) stages() error {
 		if err != nil {
 			return fmt.Errorf("transfer: pipeline staging buffer for slot %d: %w", i, err)
 		}
-		sl.stage, sl.mem = b, b.Bytes()
+		sl.stage, sl.mem, sl.cuts = b, b.Bytes(), segCuts(b)
 	}
 	return nil
 }
@@ -637,7 +638,7 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	var err error
 	if st.StagedIn {
 		st.CopyCPU += p.c.pool.copy(sl.mem[:ch.Len], ch.In)
-		err = s.CopyHtoD(ch.Dev.Ptr(), sl.mem[:ch.Len])
+		err = eachPiece(sl.cuts, ch.Len, func(lo, hi int) error { return s.CopyHtoD(ch.Dev.Ptr().Add(lo), sl.mem[lo:hi]) })
 	} else {
 		err = eachSpan(inSpans, ch.Offset, ch.Len, func(lo, hi int) error {
 			return s.CopyHtoD(ch.Dev.Ptr().Add(lo), ch.In[lo:hi])
@@ -657,7 +658,7 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	}
 	if ch.Out != nil {
 		if st.StagedOut {
-			err = s.CopyDtoH(sl.mem[:ch.Len], ch.Dev.Ptr())
+			err = eachPiece(sl.cuts, ch.Len, func(lo, hi int) error { return s.CopyDtoH(sl.mem[lo:hi], ch.Dev.Ptr().Add(lo)) })
 		} else {
 			err = eachSpan(outSpans, ch.Offset, ch.Len, func(lo, hi int) error {
 				return s.CopyDtoH(ch.Out[lo:hi], ch.Dev.Ptr().Add(lo))

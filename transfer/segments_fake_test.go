@@ -1,8 +1,10 @@
 package transfer
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"testing"
 
 	"github.com/pinmem/pinmem"
@@ -211,4 +213,89 @@ func TestFakeSegmentsPipeline(t *testing.T) {
 		t.Fatalf("cached slice staged: %+v", st)
 	}
 	testutil.CheckBytes(t, want, host)
+}
+
+// TestFakeGPUSuiteLogic runs the bodies of TestGPUHugeBuffers,
+// BenchmarkCopierVsDriver and BenchmarkCopierConcurrent on the fake
+// driver at small sizes (registrations of segChunk bytes), so that the
+// GPU runs test what they claim to.
+func TestFakeGPUSuiteLogic(t *testing.T) {
+	smallSegments(t)
+	e := useFake(t, fakedrv.Options{})
+	t.Run("huge buffers", func(t *testing.T) {
+		testHugeBuffers(t, e.ctx, 1<<20+64<<10, e.addKernel(t), 100<<10, pool.WithMethod(pinmem.MethodMmapRegister))
+	})
+	// One iteration (-test.benchtime 1x, as the GPU runs use).
+	bt := flag.Lookup("test.benchtime")
+	old := bt.Value.String()
+	if err := bt.Value.Set("1x"); err != nil {
+		t.Fatal(err)
+	}
+	defer bt.Value.Set(old)
+	var failed bool
+	r := testing.Benchmark(func(b *testing.B) {
+		defer func() { failed = b.Failed() }()
+		benchCopierVsDriver(b, e.ctx, []int{4 << 10, 1 << 20})
+	})
+	if failed || r.N == 0 {
+		t.Fatalf("benchCopierVsDriver failed: %v", r)
+	}
+	for _, shared := range []bool{true, false} {
+		gbps, peak := runConcurrent(t, e.ctx, 1<<20, 4, shared, 1)
+		if gbps <= 0 || peak <= 0 {
+			t.Errorf("runConcurrent(shared %v): %v GB/s, peak %d pinned bytes", shared, gbps, peak)
+		}
+	}
+}
+
+// TestFakeSegmentsStages: staging buffers larger than a registration (as
+// stages over 4 GiB are) are filled and drained one registration at a
+// time, by the Copier's ring, HtoDFrom and DtoHTo, a Pipeline's stages
+// and Multi.Broadcast's shared ring.
+func TestFakeSegmentsStages(t *testing.T) {
+	smallSegments(t)
+	e := useMultiFake(t, 2, 3<<20)
+	opts := []Option{WithStageSize(1 << 20), WithThresholds(Thresholds{})}
+	c := e.copier(t, opts...)
+	if segs := len(c.stages[0].buf.Segments()); segs < 3 {
+		t.Fatalf("stages of %d registrations, want several", segs)
+	}
+	src := testutil.RandomBytes(3<<20-5, 21)
+	dev := e.bufs[0]
+	check := func(what string, want []byte) {
+		t.Helper()
+		testutil.CheckBytes(t, want, e.deviceBytes(t, dev)[:len(want)])
+	}
+	if st, err := c.HtoD(context.Background(), dev, src); err != nil || st.StagedBytes != int64(len(src)) {
+		t.Fatalf("HtoD: %v %v", st, err)
+	}
+	check("HtoD", src)
+	dst := make([]byte, len(src))
+	if _, err := c.DtoH(context.Background(), dst, dev); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, src, dst)
+	src2 := testutil.RandomBytes(len(src), 22)
+	if _, err := c.HtoDFrom(context.Background(), dev, bytes.NewReader(src2)); err != nil {
+		t.Fatal(err)
+	}
+	check("HtoDFrom", src2)
+	var w bytes.Buffer
+	if _, err := c.DtoHTo(context.Background(), &w, dev); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, src2, w.Bytes()[:len(src2)])
+	p := e.pipeline(t, c, pipelineCfg{ChunkSize: 1 << 20, Streams: 2})
+	out := make([]byte, len(src))
+	if st, err := p.Run(context.Background(), src, out); err != nil || !st.StagedIn || !st.StagedOut {
+		t.Fatalf("Pipeline: %+v %v", st, err)
+	}
+	testutil.CheckBytes(t, src, out)
+	m := e.multi(t, e.ctxs, opts...)
+	if st, err := m.Broadcast(context.Background(), e.bufs, src2[:2<<20+3]); err != nil || !st.Staged {
+		t.Fatalf("Broadcast: %+v %v", st, err)
+	}
+	for _, b := range e.bufs {
+		testutil.CheckBytes(t, src2[:2<<20+3], e.deviceBytes(t, b)[:2<<20+3])
+	}
 }

@@ -115,6 +115,37 @@ func lookupSpansIf(host []byte, spans []span, cuts []int, ok func(*pinmem.Buffer
 	return spans, cuts
 }
 
+// segCuts returns the offsets in b.Bytes() at which one registration of b
+// ends and the next begins (none for a buffer of one registration).
+// Staging buffers larger than a registration (over 4 GiB) are copied
+// piece by piece at these offsets.
+func segCuts(b *pinmem.Buffer) []int {
+	segs := b.Segments()
+	var cuts []int
+	off := 0
+	for _, s := range segs[:max(len(segs)-1, 0)] {
+		off += len(s)
+		cuts = append(cuts, off)
+	}
+	return cuts
+}
+
+// eachPiece calls f for the parts of [0, n) between the sorted cuts, in
+// order, until f fails.
+func eachPiece(cuts []int, n int, f func(lo, hi int) error) error {
+	lo := 0
+	for _, c := range cuts {
+		if c >= n {
+			break
+		}
+		if err := f(lo, c); err != nil {
+			return err
+		}
+		lo = c
+	}
+	return f(lo, n)
+}
+
 // splitAtCuts splits sorted, disjoint spans at the cut offsets inside them,
 // so that no span crosses a registration boundary.
 func splitAtCuts(spans []span, cuts []int) []span {
