@@ -57,8 +57,9 @@ type copier struct {
 	o         options
 	stream    *cuda.Stream
 	ownStream bool
-	stages    []*stage
-	pool      *copyPool
+	eng       *engine  // the staging engine shared with the context's other Copiers
+	member    bool     // this Copier still counts in eng
+	stages    []*stage // the stages borrowed from eng by the transfer holding the ring
 	w         *waiter
 	cache     *RegCache
 	done      *cuda.Event // end of a transfer (blocking sync, no timing)
@@ -145,21 +146,11 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 			return cp, err
 		}
 	}
-	popts := append([]pinmem.Option{pinmem.WithDevice(c.Device())}, o.stageOpts...)
-	flags := o.stageFlags | pinmem.Portable
-	for i := 0; i < o.depth; i++ {
-		s := &stage{}
-		cp.stages = append(cp.stages, s)
-		if s.ev, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
-			return cp, err
-		}
-		if s.buf, err = pinmem.Alloc(o.stageSize, flags, popts...); err != nil {
-			return cp, fmt.Errorf("transfer: allocating staging buffer %d of %d bytes: %w", i, o.stageSize, err)
-		}
-		s.mem, s.cuts = s.buf.Bytes(), segCuts(s.buf)
+	if cp.eng, err = joinEngine(c, o); err != nil {
+		return cp, err
 	}
+	cp.member = true
 	cp.w = newWaiter()
-	cp.pool = newCopyPool(o.parallelism, o.stats)
 	if o.cacheOn {
 		cp.cache = newRegCache(o.cacheLimit, o.cacheMin, pinmem.WithDevice(c.Device()))
 	}
@@ -313,7 +304,7 @@ func (c *copier) dropped(kind string) {
 	if !c.markClosed() {
 		return
 	}
-	track.Dropped(kind, "stages", len(c.stages), "stage_size", c.o.stageSize)
+	track.Dropped(kind, "stages", c.o.depth, "stage_size", c.o.stageSize)
 	go func() { <-c.idle; _ = c.release() }() // off the cleanup goroutine: release calls the driver
 }
 
@@ -343,9 +334,6 @@ func (c *copier) releaseStep() (left int, err error) {
 	if c.w != nil {
 		c.w.close()
 	}
-	if c.pool != nil {
-		c.pool.close()
-	}
 	if c.cache != nil {
 		n, err := c.cache.close()
 		left += n
@@ -355,8 +343,10 @@ func (c *copier) releaseStep() (left int, err error) {
 		// Nothing is queued any more, but be exact: the stages must outlive their DMA.
 		errs = append(errs, c.stream.Synchronize())
 	}
-	for _, s := range c.stages {
-		errs = append(errs, freeBuf(&s.buf, &left), destroyEvent(&s.ev, &left))
+	if c.eng != nil {
+		n, err := c.eng.leave(&c.member)
+		left += n
+		errs = append(errs, err)
 	}
 	for _, e := range []**cuda.Event{&c.done, &c.near, &c.t0, &c.t1} {
 		errs = append(errs, destroyEvent(e, &left))
@@ -428,7 +418,33 @@ func (c *copier) acquire(ctx context.Context) error {
 	}
 }
 
-func (c *copier) releaseRing() { <-c.ring }
+// releaseRing gives the borrowed stages back to the engine (everything
+// queued on them has run) and releases the ring.
+func (c *copier) releaseRing() {
+	if len(c.stages) > 0 {
+		c.eng.give(c.stages)
+		c.stages = nil
+	}
+	<-c.ring
+}
+
+// borrow takes up to want stages from the engine for the transfer holding
+// the ring (at least one), waiting for them bounded by ctx.
+func (c *copier) borrow(ctx context.Context, want int) error {
+	ss, err := c.eng.take(ctx, min(want, c.o.depth))
+	if err != nil {
+		return err
+	}
+	c.stages = ss
+	return nil
+}
+
+// cpuCopy copies src into dst with the engine's copy goroutines, split
+// over up to the Copier's parallelism, and returns the CPU time it took
+// (WithStats only).
+func (c *copier) cpuCopy(dst, src []byte) time.Duration {
+	return c.eng.pool.copyN(c.o.parallelism, dst, src)
+}
 
 // abandon hands the copies a transfer left queued when its context ended
 // to a goroutine that waits for them (as long as the device takes) and
@@ -806,6 +822,13 @@ func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.Devic
 	}
 	spans, release := c.pinnedSpans(host)
 	ops := c.plan(host, dev, spans, st, how)
+	if st.Stages > 0 {
+		if err := c.borrow(ctx, st.Stages); err != nil {
+			release()
+			c.releaseRing()
+			return *st, err
+		}
+	}
 	var first error
 	if st.Direction == HostToDevice {
 		first = c.execHtoD(ctx, ops, st)
@@ -887,7 +910,7 @@ func (c *copier) execHtoD(ctx context.Context, ops []piece, st *Stats) error {
 			break
 		}
 		n := len(o.host)
-		st.CopyCPU += c.pool.copy(s.mem[:n], o.host)
+		st.CopyCPU += c.cpuCopy(s.mem[:n], o.host)
 		if err := c.queued(s, s.htod(c.stream, o.dev, n)); err != nil {
 			first = err
 			break
@@ -941,7 +964,7 @@ func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
 			first = err
 			break
 		}
-		st.CopyCPU += c.pool.copy(h.o.host, h.s.mem[:len(h.o.host)])
+		st.CopyCPU += c.cpuCopy(h.o.host, h.s.mem[:len(h.o.host)])
 	}
 	return first
 }

@@ -530,7 +530,7 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 	complete := func(f *flight) {
 		if stop == nil {
 			if st.StagedOut && f.ch.Out != nil {
-				st.CopyCPU += p.c.pool.copy(f.ch.Out, f.sl.mem[:f.ch.Len])
+				st.CopyCPU += p.c.cpuCopy(f.ch.Out, f.sl.mem[:f.ch.Len])
 			}
 			if p.cfg.done != nil {
 				if err := p.cfg.done(f.ch); err != nil {
@@ -637,7 +637,7 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	s := sl.stream
 	var err error
 	if st.StagedIn {
-		st.CopyCPU += p.c.pool.copy(sl.mem[:ch.Len], ch.In)
+		st.CopyCPU += p.c.cpuCopy(sl.mem[:ch.Len], ch.In)
 		err = eachPiece(sl.cuts, ch.Len, func(lo, hi int) error { return s.CopyHtoD(ch.Dev.Ptr().Add(lo), sl.mem[lo:hi]) })
 	} else {
 		err = eachSpan(inSpans, ch.Offset, ch.Len, func(lo, hi int) error {

@@ -257,7 +257,7 @@ func TestFakeSegmentsStages(t *testing.T) {
 	e := useMultiFake(t, 2, 3<<20)
 	opts := []Option{WithStageSize(1 << 20), WithThresholds(Thresholds{})}
 	c := e.copier(t, opts...)
-	if segs := len(c.stages[0].buf.Segments()); segs < 3 {
+	if segs := len(c.eng.all[0].buf.Segments()); segs < 3 {
 		t.Fatalf("stages of %d registrations, want several", segs)
 	}
 	src := testutil.RandomBytes(3<<20-5, 21)

@@ -35,6 +35,10 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 	if err := c.acquire(ctx); err != nil {
 		return st, err
 	}
+	if err := c.borrow(ctx, c.o.depth); err != nil {
+		c.releaseRing()
+		return st, err
+	}
 	first := c.startTimer()
 	for k, off := 0, 0; first == nil && off < dst.Size(); k++ {
 		if err := ctx.Err(); err != nil {
@@ -96,6 +100,10 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 	}
 	m := startMeter(c.o.stats)
 	if err := c.acquire(ctx); err != nil {
+		return st, err
+	}
+	if err := c.borrow(ctx, c.o.depth); err != nil {
+		c.releaseRing()
 		return st, err
 	}
 	type pending struct {
