@@ -37,10 +37,23 @@ import (
 //     pinned buffers: CPU goroutines fill one stage while the copy engine
 //     drains another.
 //
-// Its methods are safe for concurrent use. Transfers that use the ring
-// (staged or direct) run one at a time, in the order they acquire it
-// (asynchronous transfers queue); transfers left entirely to the driver's
-// pageable copy do not take the ring and run concurrently.
+// Its methods are safe for concurrent use. Transfers that use the
+// Copier's stream (staged or direct) run one at a time, in the order they
+// acquire it (asynchronous transfers queue); transfers left entirely to
+// the driver's pageable copy do not take it and run concurrently.
+//
+// Every Copier of one context with the same stage size, stage flags and
+// WithStats setting shares one staging engine: its pinned stages and its
+// CPU copy goroutines. A staged transfer borrows up to Depth stages for
+// its duration, waiting first come, first served when they are all in
+// use; the engine holds one ring (Depth stages) for a single Copier and
+// two rings however many Copiers share it (two transfers in flight at
+// once, such as one each way), and copy goroutines for the largest
+// parallelism asked for, capped by the number of CPUs. So N Copiers
+// moving data at once neither multiply pinned memory nor oversubscribe
+// the cores; pinmem's budget bounds the engine as any other pinned
+// memory. A Copier with WithStageFlags pinmem options has an engine of
+// its own.
 //
 // A Copier dropped without Close is reported (track: "copier") and its
 // stream, events, staging memory and goroutines are released by the
@@ -89,10 +102,12 @@ type stage struct {
 	used bool // ev has been recorded
 }
 
-// New creates a Copier for the context c: its stream, events, staging
-// ring (depth x stage size of pinned memory, from pinmem.Alloc) and copy
-// goroutines. An invalid option is reported here, naming it. The caller
-// must Close the Copier.
+// New creates a Copier for the context c: its stream and events, and its
+// membership of the context's staging engine, which New creates or grows
+// (depth x stage size of pinned memory from pinmem.Alloc for the first
+// Copier, twice that once two or more share it; copy goroutines up to
+// the largest parallelism asked for). An invalid option is reported
+// here, naming it. The caller must Close the Copier.
 func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 	retryOrphans()
 	if c == nil {
@@ -185,7 +200,7 @@ func (c *Copier) StageSize() int {
 	return c.o.stageSize
 }
 
-// Depth returns the number of staging buffers.
+// Depth returns the number of staging buffers a transfer uses at most.
 func (c *Copier) Depth() int {
 	if !c.ok() {
 		return 0

@@ -15,9 +15,9 @@ const (
 	// Pinned copies reach full PCIe speed from about 16 MiB, and larger
 	// stages only delay the overlap of CPU copy and DMA.
 	DefaultStageSize = 32 << 20
-	// DefaultDepth is the number of staging buffers in the ring: the CPU
-	// fills one while the copy engine drains another, with one spare to
-	// absorb jitter.
+	// DefaultDepth is the number of staging buffers a transfer uses (its
+	// ring): the CPU fills one while the copy engine drains another, with
+	// one spare to absorb jitter.
 	DefaultDepth = 3
 	// DefaultParallelism is the most CPU copy goroutines a Copier uses by
 	// default (capped by runtime.NumCPU): Go copies into pinned memory
@@ -105,8 +105,10 @@ func WithWait(m WaitMode) Option { return func(o *options) { o.wait = m } }
 // 4 KiB; positive). Default DefaultStageSize.
 func WithStageSize(n int) Option { return func(o *options) { o.stageSize = n } }
 
-// WithDepth sets the number of staging buffers in the ring (at least 1;
-// 2 or more for any overlap). Default DefaultDepth.
+// WithDepth sets the number of staging buffers a transfer uses, its ring
+// (at least 1; 2 or more for any overlap), borrowed from the context's
+// staging engine, which holds one or two rings (see Copier). Default
+// DefaultDepth.
 func WithDepth(n int) Option { return func(o *options) { o.depth = n } }
 
 // WithParallelism sets the number of goroutines that copy between Go memory
