@@ -621,13 +621,11 @@ func (t *Op) Cancel() {
 
 // ---- planning ----
 
-// piece is one copy: direct (host memory pinned), pageable (handed to the
-// driver's own pageable copy on the stream) or staged (at most one stage).
+// piece is one copy: direct (host memory pinned) or staged (at most one stage).
 type piece struct {
-	host     []byte
-	dev      cuda.DevicePtr
-	direct   bool
-	pageable bool
+	host   []byte
+	dev    cuda.DevicePtr
+	direct bool
 }
 
 // span is a pinned sub-range [lo, hi) of a host slice, as offsets.
@@ -728,22 +726,18 @@ func (c *copier) chunkSize(n int) int {
 }
 
 // plan splits a copy between host and dev into pieces: one direct copy per
-// pinned span, and the pageable rest either staged (chunks of at most a
-// stage) or, when it is below the threshold, handed to the driver as it is.
-func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats, how strategy) []piece {
+// pinned span and the pageable rest staged, in chunks of at most a stage.
+// The pageable rest of a partly pinned transfer is staged whatever its
+// size: queued on the stream, the driver's copy of pageable memory would
+// wait for the device inside the driver call, beyond the reach of ctx.
+func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) []piece {
 	var ops []piece
 	staged := len(host)
 	for _, s := range spans {
 		staged -= s.hi - s.lo
 	}
 	chunk := c.chunkSize(staged)
-	driver := staged > 0 && c.small(st.Direction, staged, how)
 	stage := func(a, b int) {
-		if driver && a < b {
-			ops = append(ops, piece{host: host[a:b], dev: dev.Add(a), pageable: true})
-			st.PageableBytes += int64(b - a)
-			return
-		}
 		for off := a; off < b; off += chunk {
 			end := min(off+chunk, b)
 			ops = append(ops, piece{host: host[off:end], dev: dev.Add(off)})
@@ -806,7 +800,7 @@ func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, h
 	if len(src) > 0 && c.small(HostToDevice, len(src), how) && !c.mayBePinned(src) {
 		return c.pageable(ctx, &st, func() error { return c.pageableHtoD(dst, src) })
 	}
-	return c.run(ctx, &st, src, dst.Ptr(), how)
+	return c.run(ctx, &st, src, dst.Ptr())
 }
 
 func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, how strategy) (Stats, error) {
@@ -820,11 +814,11 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 	if len(dst) > 0 && c.small(DeviceToHost, len(dst), how) && !c.mayBePinned(dst) {
 		return c.pageable(ctx, &st, func() error { return c.pageableDtoH(dst, src) })
 	}
-	return c.run(ctx, &st, dst, src.Ptr(), how)
+	return c.run(ctx, &st, dst, src.Ptr())
 }
 
 // run plans and executes one copy in st.Direction.
-func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.DevicePtr, how strategy) (Stats, error) {
+func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.DevicePtr) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return *st, err
 	}
@@ -836,7 +830,7 @@ func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.Devic
 		return *st, err
 	}
 	spans, release := c.pinnedSpans(host)
-	ops := c.plan(host, dev, spans, st, how)
+	ops := c.plan(host, dev, spans, st)
 	if st.Stages > 0 {
 		if err := c.borrow(ctx, st.Stages); err != nil {
 			release()
@@ -914,7 +908,7 @@ func (c *copier) execHtoD(ctx context.Context, ops []piece, st *Stats) error {
 			break
 		}
 		c.markNear(i, len(ops))
-		if o.direct || o.pageable {
+		if o.direct {
 			first = c.stream.CopyHtoD(o.dev, o.host)
 			continue
 		}
@@ -943,7 +937,7 @@ func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
 	var q []pending
 	next, k := 0, 0
 	for first == nil {
-		for next < len(ops) && (ops[next].direct || ops[next].pageable || len(q) < len(c.stages)) {
+		for next < len(ops) && (ops[next].direct || len(q) < len(c.stages)) {
 			if err := ctx.Err(); err != nil {
 				first = err
 				break
@@ -951,7 +945,7 @@ func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
 			o := ops[next]
 			c.markNear(next, len(ops))
 			next++
-			if o.direct || o.pageable {
+			if o.direct {
 				if err := c.stream.CopyDtoH(o.host, o.dev); err != nil {
 					first = err
 					break

@@ -187,32 +187,29 @@ func (c *copier) mayBePinned(host []byte) bool {
 	return ok
 }
 
-// pageableHtoD copies src to dst with the driver's own pageable copy and
-// returns when the data is in dst. On the Copier's own stream it is the
-// synchronous cuMemcpyHtoD (followed by a synchronisation of the legacy
-// default stream, as DeviceBuffer.CopyFromHost does); on a stream given
-// with WithStream it is queued there, behind the caller's work, and the
-// stream is synchronised.
+// pageableHtoD copies src to dst with the driver's own pageable copy, the
+// synchronous cuMemcpyHtoD followed by a synchronisation of the legacy
+// default stream (DeviceBuffer.CopyFromHost), and returns when the data is
+// in dst. With a stream given by WithStream it first waits for that
+// stream, so that the copy is ordered after the caller's work there.
 func (c *copier) pageableHtoD(dst *cuda.DeviceBuffer, src []byte) error {
-	if c.ownStream {
-		return dst.CopyFromHost(0, src)
+	if !c.ownStream {
+		if err := c.stream.Synchronize(); err != nil {
+			return err
+		}
 	}
-	if err := c.stream.CopyHtoD(dst.Ptr(), src); err != nil {
-		return err
-	}
-	return c.stream.Synchronize()
+	return dst.CopyFromHost(0, src)
 }
 
 // pageableDtoH is pageableHtoD's other direction (cuMemcpyDtoH, which
 // returns when the data is in dst).
 func (c *copier) pageableDtoH(dst []byte, src *cuda.DeviceBuffer) error {
-	if c.ownStream {
-		return src.CopyToHost(0, dst)
+	if !c.ownStream {
+		if err := c.stream.Synchronize(); err != nil {
+			return err
+		}
 	}
-	if err := c.stream.CopyDtoH(dst, src.Ptr()); err != nil {
-		return err
-	}
-	return c.stream.Synchronize()
+	return src.CopyToHost(0, dst)
 }
 
 // strategy forces a transfer's handling of pageable memory (Calibrate).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
@@ -110,8 +111,9 @@ func TestFakeAdaptiveDefaults(t *testing.T) {
 }
 
 // TestFakeAdaptiveMixed: a slice partly pinned copies the pinned part
-// directly and hands the small pageable rest to the driver on the stream;
-// with a large rest the rest is staged.
+// directly and stages the pageable rest, however small (queued on the
+// stream, the driver's copy of pageable memory would wait for the device
+// beyond the reach of ctx): no asynchronous copy touches pageable memory.
 func TestFakeAdaptiveMixed(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	mem := make([]byte, 1<<20+3*int(pageSize))
@@ -124,39 +126,36 @@ func TestFakeAdaptiveMixed(t *testing.T) {
 	defer b.Free()
 	host := mem[100:]
 	dev := e.devbuf(t, len(host))
-	for _, tc := range []struct {
-		thr    int64
-		driver bool
-	}{{1 << 20, true}, {64 << 10, false}} {
-		c := e.copier(t, WithStageSize(64<<10), WithThresholds(Thresholds{HtoD: tc.thr, DtoH: tc.thr}))
-		copy(host, testutil.RandomBytes(len(host), uint64(tc.thr)))
-		want := append([]byte(nil), host...)
-		up, err := c.HtoD(context.Background(), dev, host)
-		if err != nil {
-			t.Fatal(err)
+	c := e.copier(t, WithStageSize(64<<10))
+	copy(host, testutil.RandomBytes(len(host), 8))
+	want := append([]byte(nil), host...)
+	pageable0 := e.d.PageableAsyncCopies()
+	up, err := c.HtoD(context.Background(), dev, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, want, e.deviceBytes(t, dev))
+	testutil.Poison(host)
+	down, err := c.DtoH(context.Background(), host, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, want, host)
+	rest := int64(len(host) - (hi - lo))
+	for _, st := range []Stats{up, down} {
+		if st.DirectBytes != int64(hi-lo) || st.StagedBytes != rest || st.PageableBytes != 0 {
+			t.Errorf("%v, want %d direct and %d staged", st, hi-lo, rest)
 		}
-		testutil.CheckBytes(t, want, e.deviceBytes(t, dev))
-		testutil.Poison(host)
-		down, err := c.DtoH(context.Background(), host, dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		testutil.CheckBytes(t, want, host)
-		rest := int64(len(host) - (hi - lo))
-		for _, st := range []Stats{up, down} {
-			if st.DirectBytes != int64(hi-lo) {
-				t.Errorf("threshold %d: %v, want %d direct", tc.thr, st, hi-lo)
-			}
-			if tc.driver && st.PageableBytes != rest || !tc.driver && st.StagedBytes != rest {
-				t.Errorf("threshold %d: %v, want the %d pageable bytes by the driver: %v", tc.thr, st, rest, tc.driver)
-			}
-		}
+	}
+	if n := e.d.PageableAsyncCopies() - pageable0; n != 0 {
+		t.Errorf("%d asynchronous copies from or to pageable memory", n)
 	}
 }
 
 // TestFakeAdaptiveStream: with WithStream the driver's pageable copy is
-// queued on the caller's stream, behind the caller's work: a transfer
-// with the stream held waits, bounded by its context.
+// ordered after the caller's work on that stream: with the stream held,
+// the transfer waits, bounded by its context, and runs once the stream
+// is released.
 func TestFakeAdaptiveStream(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	s, err := e.ctx.NewStream(cuda.StreamNonBlocking)
@@ -167,14 +166,32 @@ func TestFakeAdaptiveStream(t *testing.T) {
 	c := e.copier(t, WithStream(s))
 	dev := e.devbuf(t, 64<<10)
 	src := testutil.RandomBytes(64<<10, 3)
+	sh := cudadrv.Stream(s.Handle())
+	if err := e.d.HoldStream(sh); err != nil {
+		t.Fatal(err)
+	}
+	// The caller's work: a memset queued on the held stream.
+	if err := s.Memset(dev.Ptr(), 0, dev.Size()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := deadline200ms()
+	within(t, "HtoD behind the caller's held stream", 700*time.Millisecond, func() error {
+		_, err := c.HtoD(ctx, dev, src)
+		return err
+	})
+	cancel()
+	if err := e.d.ReleaseStream(sh); err != nil {
+		t.Fatal(err)
+	}
 	calls := callDelta(e.d, func() {
 		if st, err := c.HtoD(context.Background(), dev, src); err != nil || st.PageableBytes != int64(len(src)) {
 			t.Fatalf("%v %v", st, err)
 		}
-	}, "cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2")
-	if calls["cuMemcpyHtoD_v2"] != 0 || calls["cuMemcpyHtoDAsync_v2"] != 1 {
-		t.Fatalf("calls %v, want one copy on the caller's stream", calls)
+	}, "cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2", "cuStreamSynchronize")
+	if calls["cuMemcpyHtoD_v2"] != 1 || calls["cuMemcpyHtoDAsync_v2"] != 0 || calls["cuStreamSynchronize"] == 0 {
+		t.Fatalf("calls %v, want a wait for the caller's stream and one synchronous copy", calls)
 	}
+	// The memset ran first: the copy's bytes are what the device holds.
 	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
 }
 
