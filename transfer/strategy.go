@@ -13,7 +13,7 @@ import (
 // DefaultThreshold is the default size from which a Copier stages pageable
 // Go memory through its pinned ring, in both directions: 32 MiB. Measured
 // on an H200 (PCIe Gen5 x16), the driver's own pageable copy beats the
-// staged path at every size up to 16 MiB (by 2 to 4 times below 4 MiB,
+// staged path at every size up to 16 MiB (by 1.7 to 4 times below 4 MiB,
 // where the ring's per-transfer cost of events and copy goroutines
 // dominates) and loses from 64 MiB on (by 2 to 6 times: the driver stages
 // through a small bounce buffer with one thread).
