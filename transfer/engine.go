@@ -52,6 +52,7 @@ type engineKey struct {
 	stageSize int
 	flags     pinmem.Flags
 	stats     bool
+	pipeline  bool // the chunk stages of Pipelines (stageSize is the chunk size)
 }
 
 // stageWaiter is a transfer waiting for stages.
@@ -70,7 +71,19 @@ var engines struct {
 // made or grown for it: the stages it needs are allocated here, so that
 // New reports a failure.
 func joinEngine(c *cuda.Context, o options) (*engine, error) {
-	key := engineKey{ctx: c, stageSize: o.stageSize, flags: o.stageFlags, stats: o.stats}
+	return joinEngineKey(c, o, engineKey{ctx: c, stageSize: o.stageSize, flags: o.stageFlags, stats: o.stats})
+}
+
+// joinPipelineEngine returns the engine of the staging buffers of the
+// Pipelines of context c with chunks of chunk bytes and inFlight chunks in
+// flight: Pipelines share them as Copiers share theirs, one Run borrowing
+// up to inFlight stages.
+func joinPipelineEngine(c *cuda.Context, chunk, inFlight int) (*engine, error) {
+	o := options{stageSize: chunk, depth: inFlight, parallelism: 1}
+	return joinEngineKey(c, o, engineKey{ctx: c, stageSize: chunk, pipeline: true})
+}
+
+func joinEngineKey(c *cuda.Context, o options, key engineKey) (*engine, error) {
 	shared := len(o.stageOpts) == 0
 	engines.Lock()
 	defer engines.Unlock()
@@ -100,7 +113,7 @@ func joinEngine(c *cuda.Context, o options) (*engine, error) {
 		}
 		added = append(added, s)
 	}
-	if err != nil && len(e.all)+len(added) < depth {
+	if err != nil && len(e.all)+len(added) < o.depth {
 		// Not even one ring: give the new stages back and fail.
 		left := 0
 		var errs []error

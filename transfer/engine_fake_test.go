@@ -218,3 +218,60 @@ func TestFakeEngineFIFO(t *testing.T) {
 		t.Errorf("%d stages, %d idle after everything was given back", n, len(eng.idle))
 	}
 }
+
+// TestFakeEnginePipelines: Pipelines of one context with the same chunk
+// size share their staging buffers: four Pipelines running at once from
+// Go memory pin at most two sets of in-flight stages, and every byte
+// arrives.
+func TestFakeEnginePipelines(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	const chunk, inFlight, pipes = 64 << 10, 3, 4
+	c := e.copier(t, WithStageSize(64<<10), WithDepth(2))
+	base := pinmem.Stats().Pinned.Bytes
+	ps := make([]*Pipeline, pipes)
+	for i := range ps {
+		ps[i] = e.pipeline(t, c, pipelineCfg{ChunkSize: chunk, Streams: 2, InFlight: inFlight, PinStages: true})
+	}
+	if grew := pinmem.Stats().Pinned.Bytes - base; grew != 2*inFlight*chunk {
+		t.Fatalf("%d Pipelines pinned %d bytes, want %d (two sets of in-flight stages)", pipes, grew, 2*inFlight*chunk)
+	}
+	if ps[0].eng != ps[pipes-1].eng || ps[0].eng == c.eng {
+		t.Fatal("Pipelines do not share one engine of their own")
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, pipes)
+	for i, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := testutil.RandomBytes(7*chunk+5, uint64(i))
+			out := make([]byte, len(in))
+			for range 3 {
+				clear(out)
+				st, err := p.Run(context.Background(), in, out)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if !st.StagedIn || st.Chunks != 8 {
+					errs[i] = fmt.Errorf("pipeline %d: %+v", i, st)
+					return
+				}
+				if j := firstDiff(in, out); j >= 0 {
+					errs[i] = fmt.Errorf("pipeline %d: byte %d differs", i, j)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if grew := pinmem.Stats().Pinned.Bytes - base; grew != 2*inFlight*chunk {
+		t.Errorf("after the runs %d bytes pinned, want %d", grew, 2*inFlight*chunk)
+	}
+	if all, _ := ps[0].eng.stageCount(); all != 2*inFlight {
+		t.Errorf("engine holds %d stages", all)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/track"
 )
@@ -84,7 +83,9 @@ func WithDone(f func(ch Chunk) error) PipelineOption {
 
 // WithPinStages pins the staging buffers (a chunk per chunk in flight) in
 // NewPipeline (on) instead of in the first Run with Go memory, which then
-// pays the time to pin them (PipelineStats.Setup). Default off.
+// pays the time to pin them (PipelineStats.Setup). Default off. The
+// staging buffers are shared by the context's Pipelines with the same
+// chunk size (see Pipeline): only the first two pin any.
 func WithPinStages(on bool) PipelineOption { return func(c *pipelineConfig) { c.pinStages = on } }
 
 // PipelineStats describe one Run.
@@ -112,6 +113,13 @@ func (s PipelineStats) GBps() float64 {
 // uses the Copier's context, copy goroutines and pinned-memory knowledge
 // (AddPinned, registration cache). One Run at a time.
 //
+// The Pipelines of one context with the same chunk size share their
+// pinned staging buffers as Copiers share their stages: a Run from Go
+// memory borrows one per chunk in flight (WithInFlight) for its duration,
+// first come first served, and the set holds that many for one Pipeline
+// and twice that however many Pipelines share it. A Run that finds fewer
+// free keeps fewer chunks in flight.
+//
 // A Pipeline dropped without Close is reported (track: "pipeline") and its
 // streams, events, device memory and staging memory are released by the
 // garbage collector's cleanup; until then they stay allocated.
@@ -123,6 +131,8 @@ type Pipeline struct {
 // pipeline is a Pipeline's state; it never refers back to the Pipeline.
 type pipeline struct {
 	c       *copier
+	eng     *engine // the staging buffers shared with the context's Pipelines; nil until needed
+	member  bool    // this Pipeline still counts in eng
 	cfg     pipelineConfig
 	streams []*cuda.Stream
 	slots   []*slot
@@ -143,9 +153,8 @@ type slot struct {
 	stream *cuda.Stream
 	dev    *cuda.DeviceBuffer
 	ev     *cuda.Event
-	stage  *pinmem.Buffer // allocated on the first staged run
-	mem    []byte
-	cuts   []int // registration boundaries in mem (segCuts)
+	mem    []byte // the stage borrowed for the Run in progress (nil: none)
+	cuts   []int  // registration boundaries in mem (segCuts)
 }
 
 // LaunchWork returns a Pipeline work function (WithWork) that launches f
@@ -338,7 +347,12 @@ func (p *pipeline) releaseStep() (left int, err error) {
 		}
 	}
 	for _, sl := range p.slots {
-		errs = append(errs, destroyEvent(&sl.ev, &left), freeDev(&sl.dev, &left), freeBuf(&sl.stage, &left))
+		errs = append(errs, destroyEvent(&sl.ev, &left), freeDev(&sl.dev, &left))
+	}
+	if p.eng != nil {
+		n, err := p.eng.leave(&p.member)
+		left += n
+		errs = append(errs, err)
 	}
 	for i := range p.streams {
 		errs = append(errs, destroyStream(&p.streams[i], &left))
@@ -346,29 +360,40 @@ func (p *pipeline) releaseStep() (left int, err error) {
 	return left, errors.Join(errs...)
 }
 
-// staged reports whether every slot has its staging buffer.
-func (p *pipeline) staged() bool {
-	for _, sl := range p.slots {
-		if sl.stage == nil {
-			return false
-		}
+// staged reports whether the Pipeline has joined its staging engine.
+func (p *pipeline) staged() bool { return p.eng != nil }
+
+// stages joins the engine of the context's Pipeline staging buffers
+// (chunk-sized, pinned Portable), which allocates or grows them, once.
+func (p *pipeline) stages() error {
+	if p.eng != nil {
+		return nil
 	}
-	return true
+	eng, err := joinPipelineEngine(p.c.cctx, p.cfg.chunkSize, p.cfg.inFlight)
+	if err != nil {
+		return fmt.Errorf("transfer: pipeline staging buffers: %w", err)
+	}
+	p.eng, p.member = eng, true
+	return nil
 }
 
-// stages allocates each slot's pinned staging buffer, once.
-func (p *pipeline) stages() error {
-	for i, sl := range p.slots {
-		if sl.stage != nil {
-			continue
-		}
-		b, err := pinmem.Alloc(p.cfg.chunkSize, pinmem.Portable, pinmem.WithDevice(p.c.cctx.Device()))
-		if err != nil {
-			return fmt.Errorf("transfer: pipeline staging buffer for slot %d: %w", i, err)
-		}
-		sl.stage, sl.mem, sl.cuts = b, b.Bytes(), segCuts(b)
+// borrowStages lends up to one stage per slot from the engine to the Run
+// in progress, bounded by ctx, and returns how many slots got one and the
+// function that gives them back once the Run's copies have run.
+func (p *pipeline) borrowStages(ctx context.Context) (int, func(), error) {
+	got, err := p.eng.take(ctx, len(p.slots))
+	if err != nil {
+		return 0, nil, err
 	}
-	return nil
+	for i, s := range got {
+		p.slots[i].mem, p.slots[i].cuts = s.mem, s.cuts
+	}
+	return len(got), func() {
+		for _, sl := range p.slots[:len(got)] {
+			sl.mem, sl.cuts = nil, nil
+		}
+		p.eng.give(got)
+	}, nil
 }
 
 type flight struct {
@@ -454,7 +479,16 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 		}
 		st.Setup = time.Since(t0)
 	}
-	pending, err := p.loop(ctx, in, out, inSpans, outSpans, &st)
+	slots := len(p.slots)
+	if st.StagedIn || st.StagedOut {
+		n, give, err := p.borrowStages(ctx)
+		if err != nil {
+			return st, err
+		}
+		holds = append(holds, give)
+		slots = n
+	}
+	pending, err := p.loop(ctx, in, out, inSpans, outSpans, slots, &st)
 	st.Wall, st.ProcessCPU = m.elapsed()
 	if len(pending) > 0 {
 		// ctx ended with chunks in flight: drain them in the background.
@@ -515,10 +549,10 @@ func eachSpan(s []span, off, n int, f func(lo, hi int) error) error {
 // loop issues and completes the chunks. It returns the chunks still in
 // flight when ctx ended during the drain (nil when everything drained),
 // and the first error.
-func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans []span, st *PipelineStats) ([]*flight, error) {
+func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans []span, slots int, st *PipelineStats) ([]*flight, error) {
 	cs := p.cfg.chunkSize
 	n := (len(in) + cs - 1) / cs
-	free := append([]*slot(nil), p.slots...)
+	free := append([]*slot(nil), p.slots[:slots]...)
 	var pending []*flight
 	var stop error // first error; set: issue nothing more, deliver nothing more
 	next := 0
