@@ -196,8 +196,8 @@ func (ss *stageSet) released() bool { return ss.rel.released() }
 // take borrows up to want idle stages (at least one), waiting in FIFO
 // order behind earlier requests, bounded by ctx.
 func (e *engine) take(ctx context.Context, want int) ([]*stage, error) {
-	want = max(1, min(want, e.depth))
 	e.mu.Lock()
+	want = max(1, min(want, e.depth))
 	if len(e.waiters) == 0 && len(e.idle) > 0 {
 		got := e.grant(want)
 		e.mu.Unlock()

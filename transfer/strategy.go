@@ -183,8 +183,8 @@ func (c *copier) mayBePinned(host []byte) bool {
 	if n > 0 {
 		return true
 	}
-	_, ok := pinmem.Lookup(host)
-	return ok
+	b, ok := pinmem.Lookup(host)
+	return ok && c.pinnedHere(b)
 }
 
 // pageableHtoD copies src to dst with the driver's own pageable copy, the

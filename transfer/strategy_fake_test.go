@@ -330,3 +330,45 @@ func TestFakeCalibrate(t *testing.T) {
 		t.Errorf("Calibrate with an ended context: %v", err)
 	}
 }
+
+// TestFakeAdaptiveOtherDevice: memory pinmem pinned for another device's
+// context without Portable is pageable for this Copier (the driver would
+// copy it as such): small transfers of it go to the driver's copy, large
+// ones are staged; a Portable buffer is copied directly.
+func TestFakeAdaptiveOtherDevice(t *testing.T) {
+	e := useMultiFake(t, 2, 2<<20)
+	c, err := New(e.ctxs[1], WithStageSize(256<<10), WithThresholds(Thresholds{HtoD: 1 << 20, DtoH: 1 << 20}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	other, err := pinmem.Alloc(2<<20, 0, pinmem.WithDevice(e.ctxs[0].Device()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Free()
+	portable, err := pinmem.Alloc(2<<20, pinmem.Portable, pinmem.WithDevice(e.ctxs[0].Device()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer portable.Free()
+	for _, tc := range []struct {
+		name                     string
+		host                     []byte
+		pageable, staged, direct int
+	}{
+		{"other small", other.Bytes()[:64<<10], 64 << 10, 0, 0},
+		{"other large", other.Bytes(), 0, 2 << 20, 0},
+		{"portable small", portable.Bytes()[:64<<10], 0, 0, 64 << 10},
+	} {
+		copy(tc.host, testutil.RandomBytes(len(tc.host), 31))
+		st, err := c.HtoD(context.Background(), e.bufs[1], tc.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.PageableBytes != int64(tc.pageable) || st.StagedBytes != int64(tc.staged) || st.DirectBytes != int64(tc.direct) {
+			t.Errorf("%s: %v", tc.name, st)
+		}
+		testutil.CheckBytes(t, tc.host, e.deviceBytes(t, e.bufs[1])[:len(tc.host)])
+	}
+}
