@@ -302,7 +302,9 @@ func (c *copier) closeWait(ctx context.Context, what string) error {
 	done := make(chan error, 1)
 	go func() {
 		<-c.idle
-		done <- c.release()
+		err := c.release()
+		retryOrphans() // staging buffers a failed New could not release
+		done <- err
 	}()
 	select {
 	case err := <-done:

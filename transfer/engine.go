@@ -107,7 +107,7 @@ func joinEngineKey(c *cuda.Context, o options, key engineKey) (*engine, error) {
 	var err error
 	for len(e.all)+len(added) < target {
 		var s *stage
-		if s, err = newStage(c, o.stageSize, e.flags, e.popts); err != nil {
+		if s, err = newStage(c, o.stageSize, e.flags, e.popts, !key.pipeline); err != nil {
 			err = fmt.Errorf("transfer: allocating staging buffer %d of %d bytes: %w", len(e.all)+len(added), o.stageSize, err)
 			break
 		}
@@ -149,21 +149,25 @@ func joinEngineKey(c *cuda.Context, o options, key engineKey) (*engine, error) {
 	return e, nil
 }
 
-func newStage(c *cuda.Context, size int, flags pinmem.Flags, popts []pinmem.Option) (*stage, error) {
+// newStage allocates a stage and, for a Copier's stage (event), the event
+// that guards its reuse (a Pipeline's slots have events of their own).
+func newStage(c *cuda.Context, size int, flags pinmem.Flags, popts []pinmem.Option, event bool) (*stage, error) {
 	s := &stage{}
 	var err error
-	if s.ev, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
-		return nil, err
-	}
 	if s.buf, err = pinmem.Alloc(size, flags, popts...); err != nil {
-		left := 0
-		_ = destroyEvent(&s.ev, &left)
-		if left > 0 {
-			orphan(&stageSet{stages: []*stage{s}})
-		}
 		return nil, err
 	}
 	s.mem, s.cuts = s.buf.Bytes(), segCuts(s.buf)
+	if event {
+		if s.ev, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
+			left := 0
+			_ = freeBuf(&s.buf, &left)
+			if left > 0 {
+				orphan(&stageSet{stages: []*stage{s}})
+			}
+			return nil, err
+		}
+	}
 	return s, nil
 }
 

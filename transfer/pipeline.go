@@ -275,7 +275,11 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() {
 		<-p.waitStopped()
-		done <- p.release()
+		err := p.release()
+		// Staging buffers a failed Run could not release go too, now
+		// that the driver may work again.
+		retryOrphans()
+		done <- err
 	}()
 	select {
 	case err := <-done:
