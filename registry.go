@@ -46,7 +46,7 @@ type hostRange struct {
 }
 
 var registry struct {
-	mu     sync.Mutex
+	mu     sync.RWMutex // Lookup reads on every transfer, concurrently
 	ranges []hostRange // sorted by lo, disjoint
 }
 
@@ -101,8 +101,8 @@ func Lookup(p []byte) (b *Buffer, ok bool) {
 	lo := hostptr.AddrOf(p)
 	hi := lo + uintptr(len(p))
 	r := &registry
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	for i := sort.Search(len(r.ranges), func(i int) bool { return r.ranges[i].hi > lo }); i < len(r.ranges) && r.ranges[i].lo < hi; i++ {
 		s := r.ranges[i].s
 		if s == nil || s.freed.Load() {
