@@ -194,11 +194,11 @@ func sizeName(n int) string {
 // BenchmarkCopierConcurrent runs 1, 2, 4, 8 and 16 goroutines at once,
 // each moving its own 64 MiB (or 1 MiB) Go slice to the device and back
 // twice, through one shared Copier or one Copier each, and reports the
-// aggregate GB/s (both directions counted), the peak pinned bytes of the
-// process during the run over the bytes pinned before it (the Copiers'
-// staging included: one Copier each is created inside the measurement
-// window's accounting, not its timing), and fails unless every byte came
-// back. About 10 s:
+// aggregate GB/s (both directions counted) and the peak of the process's
+// pinned bytes over those pinned before the sub-benchmark (the Copiers'
+// staging included; their creation is not timed), and fails unless every
+// byte came back. The goroutines' directions interleave, so copies both
+// ways run at once. About 10 s:
 //
 //	.gpu/bin/transfer.test -test.run '^$' -test.bench 'CopierConcurrent' -test.benchtime 1x
 func BenchmarkCopierConcurrent(b *testing.B) {
