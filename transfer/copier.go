@@ -688,14 +688,22 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 }
 
 // pinnedHere reports whether b is pinned for the Copier's context:
-// Portable, or pinned by its device's primary context. Other memory is
-// pageable for this context (the driver would copy it as such).
+// Portable, or pinned by that context (pinmem pins in its device's
+// primary context). Other memory is pageable for this context: the driver
+// would copy it as such, and a queued copy of pageable memory waits for
+// the device inside the driver call, beyond the reach of ctx.
 func (c *copier) pinnedHere(b *pinmem.Buffer) bool {
 	if b.Flags()&pinmem.Portable != 0 {
 		return true
 	}
 	d := b.Device()
-	return d == nil || d.Ordinal() == c.cctx.Device().Ordinal()
+	if d == nil || d.Ordinal() != c.cctx.Device().Ordinal() {
+		return false
+	}
+	// The buffer's device has its primary context retained already (pinmem
+	// pinned in it): this reads it, it retains nothing.
+	pc, err := d.PrimaryContext()
+	return err == nil && pc.Handle() == c.cctx.Handle()
 }
 
 // normalize sorts spans and merges overlapping or touching ones.

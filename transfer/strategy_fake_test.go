@@ -372,3 +372,54 @@ func TestFakeAdaptiveOtherDevice(t *testing.T) {
 		testutil.CheckBytes(t, tc.host, e.deviceBytes(t, e.bufs[1])[:len(tc.host)])
 	}
 }
+
+// TestFakeAdaptiveSecondContext: a buffer pinmem pinned (in the primary
+// context) without Portable is pageable for a Copier on a second context
+// of the same device; a Portable one is pinned for it.
+func TestFakeAdaptiveSecondContext(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c2, err := cuda.NewContext(e.ctx.Device(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c2.Destroy(); err != nil {
+			t.Error(err)
+		}
+	}()
+	c, err := New(c2, WithStageSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	dev, err := c2.Alloc(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free()
+	for _, tc := range []struct {
+		flags  pinmem.Flags
+		direct bool
+	}{{0, false}, {pinmem.Portable, true}} {
+		b, err := pinmem.Alloc(64<<10, tc.flags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(b.Bytes(), testutil.RandomBytes(64<<10, 41))
+		st, err := c.HtoD(context.Background(), dev, b.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.direct != (st.DirectBytes == 64<<10) || !tc.direct && st.PageableBytes != 64<<10 {
+			t.Errorf("flags %v: %v", tc.flags, st)
+		}
+		got := make([]byte, 64<<10)
+		if err := dev.CopyToHost(0, got); err != nil {
+			t.Fatal(err)
+		}
+		testutil.CheckBytes(t, b.Bytes(), got)
+		if err := b.Free(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
