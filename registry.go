@@ -47,7 +47,7 @@ type hostRange struct {
 
 var registry struct {
 	mu     sync.RWMutex // Lookup reads on every transfer, concurrently
-	ranges []hostRange // sorted by lo, disjoint
+	ranges []hostRange  // sorted by lo, disjoint
 }
 
 // regInsert claims [lo, hi) or reports the range it overlaps.
