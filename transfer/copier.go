@@ -53,7 +53,11 @@ import (
 // moving data at once neither multiply pinned memory nor oversubscribe
 // the cores; pinmem's budget bounds the engine as any other pinned
 // memory. A Copier with WithStageFlags pinmem options has an engine of
-// its own.
+// its own. Goroutines that move data at the same time are best served by
+// a Copier each: that costs a stream and a few events, not pinned memory
+// or copy goroutines, and lets two staged transfers (one each way, on the
+// device's two copy engines) run at once, where one shared Copier runs
+// them one after the other.
 //
 // A Copier dropped without Close is reported (track: "copier") and its
 // stream, events, staging memory and goroutines are released by the
