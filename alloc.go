@@ -13,6 +13,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/testhook"
 	"github.com/pinmem/pinmem/internal/track"
 )
 
@@ -509,4 +510,12 @@ func registerClaimed(mem []byte, p hostptr.Ptr, lo, hi uintptr, flags Flags, o o
 		chunks: chunks, mem: mem, pinner: pinner, regLo: lo, regHi: hi}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
+}
+
+func init() {
+	testhook.SetRegChunk = func(n uintptr) func() {
+		old := regChunk
+		regChunk = n
+		return func() { regChunk = old }
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
@@ -53,6 +54,8 @@ type bufState struct {
 	pinner *runtime.Pinner
 	regLo  uintptr // the registry range [regLo, regHi); regLo 0 if none
 	regHi  uintptr
+
+	self weak.Pointer[Buffer] // the Buffer, for Lookup; nil once it is dropped
 
 	dpMu sync.Mutex
 	dp   cuda.DevicePtr
@@ -309,7 +312,7 @@ func (s *bufState) release() error {
 	}
 	if err != nil {
 		if s.regLo != 0 {
-			_ = regInsert(s.regLo, s.regHi)
+			_ = regInsertState(s.regLo, s.regHi, s)
 		}
 		return err
 	}
@@ -412,6 +415,10 @@ func onDrop(s *bufState) {
 func newBuffer(s *bufState) *Buffer {
 	b := &Buffer{s: s}
 	b.cleanup = runtime.AddCleanup(b, onDrop, s)
+	s.self = weak.Make(b)
+	if s.regLo != 0 {
+		regBind(s)
+	}
 	return b
 }
 

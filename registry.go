@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
 // OverlapError is returned when a range to be pinned overlaps memory
@@ -37,15 +38,23 @@ func (e *OverlapError) Is(target error) bool {
 	return target == cuda.ErrAlreadyRegistered
 }
 
-type hostRange struct{ lo, hi uintptr }
+// hostRange is one claimed range and the buffer pinned there (nil while
+// the range is claimed but the buffer is not made yet).
+type hostRange struct {
+	lo, hi uintptr
+	s      *bufState
+}
 
 var registry struct {
-	mu     sync.Mutex
-	ranges []hostRange // sorted by lo, disjoint
+	mu     sync.RWMutex // Lookup reads on every transfer, concurrently
+	ranges []hostRange  // sorted by lo, disjoint
 }
 
 // regInsert claims [lo, hi) or reports the range it overlaps.
-func regInsert(lo, hi uintptr) error {
+func regInsert(lo, hi uintptr) error { return regInsertState(lo, hi, nil) }
+
+// regInsertState claims [lo, hi) for s (nil: bound later by regBind).
+func regInsertState(lo, hi uintptr, s *bufState) error {
 	r := &registry
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -56,8 +65,60 @@ func regInsert(lo, hi uintptr) error {
 	}
 	r.ranges = append(r.ranges, hostRange{})
 	copy(r.ranges[i+1:], r.ranges[i:])
-	r.ranges[i] = hostRange{lo, hi}
+	r.ranges[i] = hostRange{lo, hi, s}
 	return nil
+}
+
+// regBind records s as the buffer pinned in the range claimed at s.regLo.
+func regBind(s *bufState) {
+	r := &registry
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := sort.Search(len(r.ranges), func(i int) bool { return r.ranges[i].lo >= s.regLo })
+	if i < len(r.ranges) && r.ranges[i].lo == s.regLo {
+		r.ranges[i].s = s
+	}
+}
+
+// Lookup returns the buffer pinmem pinned that holds the lowest-addressed
+// part of p, wherever the buffer came from (Alloc, Register, a pool's
+// arena, a registration cache), so that code handed an arbitrary slice
+// can copy the pinned part of it directly instead of staging it. ok is
+// false when no byte of p lies in a live buffer (an empty p, pageable
+// memory, a buffer already freed or dropped). The buffer may cover only
+// part of p, and p may overlap further buffers after it: look up the
+// rest of p past the end of the buffer's Bytes to find them. Split
+// copies at the buffer's Segments: one driver copy must not span two
+// registrations.
+//
+// The answer describes the moment of the call: the caller must make sure
+// the buffer is not freed while it uses it, as for any other use of its
+// memory.
+func Lookup(p []byte) (b *Buffer, ok bool) {
+	if len(p) == 0 {
+		return nil, false
+	}
+	lo := hostptr.AddrOf(p)
+	hi := lo + uintptr(len(p))
+	r := &registry
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for i := sort.Search(len(r.ranges), func(i int) bool { return r.ranges[i].hi > lo }); i < len(r.ranges) && r.ranges[i].lo < hi; i++ {
+		s := r.ranges[i].s
+		if s == nil || s.freed.Load() {
+			continue
+		}
+		// The claimed range is rounded out to pages; the buffer's own bytes
+		// may not reach p.
+		ml := uintptr(s.ptr)
+		if ml >= hi || ml+uintptr(s.size) <= lo {
+			continue
+		}
+		if b := s.self.Value(); b != nil {
+			return b, true
+		}
+	}
+	return nil, false
 }
 
 // regRemove releases the range starting at lo.

@@ -15,10 +15,49 @@ import (
 )
 
 // Copier moves data between host memory and the device memory of one CUDA
-// context, staging pageable Go memory through a ring of pinned buffers and
-// copying pinned memory directly. Its methods are safe for concurrent use;
-// transfers through one Copier run one at a time, in the order they
-// acquire its ring (asynchronous transfers queue).
+// context, picking per transfer the fastest way to move each part of the
+// host memory:
+//
+//   - Memory pinned for the Copier's context is copied directly, with one
+//     driver copy per registration it spans (a driver copy must not span
+//     two: see pinmem.Buffer.Segments). Pinned memory is recognised
+//     wherever pinmem pinned it (pinmem.Alloc, pinmem.Register, pool
+//     blocks, any registration cache: pinmem.Lookup), in buffers made
+//     known with AddPinned, and in slices the registration cache holds.
+//   - Pageable memory (ordinary Go memory) of fewer bytes than the
+//     Copier's Thresholds (WithThresholds; DefaultThresholds, 32 MiB both
+//     ways) is handed to the driver's own pageable copy: one synchronous
+//     cuMemcpyHtoD or cuMemcpyDtoH on the Go slice, with no staging ring,
+//     no events, no copy goroutines and, without WithStats, no system call
+//     beyond it. Below about 32 MiB the driver's copy is faster than
+//     staging (its fixed cost is lower); above, its single bounce buffer
+//     caps it at a fraction of pinned speed. Calibrate measures the
+//     crossover on the host at hand.
+//   - Larger pageable memory is staged through the Copier's ring of
+//     pinned buffers: CPU goroutines fill one stage while the copy engine
+//     drains another.
+//
+// Its methods are safe for concurrent use. Transfers that use the
+// Copier's stream (staged or direct) run one at a time, in the order they
+// acquire it (asynchronous transfers queue); transfers left entirely to
+// the driver's pageable copy do not take it and run concurrently.
+//
+// Every Copier of one context with the same stage size, stage flags and
+// WithStats setting shares one staging engine: its pinned stages and its
+// CPU copy goroutines. A staged transfer borrows up to Depth stages for
+// its duration, waiting first come, first served when they are all in
+// use; the engine holds one ring (Depth stages) for a single Copier and
+// two rings however many Copiers share it (two transfers in flight at
+// once, such as one each way), and copy goroutines for the largest
+// parallelism asked for, capped by the number of CPUs. So N Copiers
+// moving data at once neither multiply pinned memory nor oversubscribe
+// the cores; pinmem's budget bounds the engine as any other pinned
+// memory. A Copier with WithStageFlags pinmem options has an engine of
+// its own. Goroutines that move data at the same time are best served by
+// a Copier each: that costs a stream and a few events, not pinned memory
+// or copy goroutines, and lets two staged transfers (one each way, on the
+// device's two copy engines) run at once, where one shared Copier runs
+// them one after the other.
 //
 // A Copier dropped without Close is reported (track: "copier") and its
 // stream, events, staging memory and goroutines are released by the
@@ -35,8 +74,9 @@ type copier struct {
 	o         options
 	stream    *cuda.Stream
 	ownStream bool
-	stages    []*stage
-	pool      *copyPool
+	eng       *engine  // the staging engine shared with the context's other Copiers
+	member    bool     // this Copier still counts in eng
+	stages    []*stage // the stages borrowed from eng by the transfer holding the ring
 	w         *waiter
 	cache     *RegCache
 	done      *cuda.Event // end of a transfer (blocking sync, no timing)
@@ -61,14 +101,17 @@ type copier struct {
 type stage struct {
 	buf  *pinmem.Buffer
 	mem  []byte
+	cuts []int // registration boundaries in mem (segCuts)
 	ev   *cuda.Event
 	used bool // ev has been recorded
 }
 
-// New creates a Copier for the context c: its stream, events, staging
-// ring (depth x stage size of pinned memory, from pinmem.Alloc) and copy
-// goroutines. An invalid option is reported here, naming it. The caller
-// must Close the Copier.
+// New creates a Copier for the context c: its stream and events, and its
+// membership of the context's staging engine, which New creates or grows
+// (depth x stage size of pinned memory from pinmem.Alloc for the first
+// Copier, twice that once two or more share it; copy goroutines up to
+// the largest parallelism asked for). An invalid option is reported
+// here, naming it. The caller must Close the Copier.
 func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 	retryOrphans()
 	if c == nil {
@@ -122,21 +165,11 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 			return cp, err
 		}
 	}
-	popts := append([]pinmem.Option{pinmem.WithDevice(c.Device())}, o.stageOpts...)
-	flags := o.stageFlags | pinmem.Portable
-	for i := 0; i < o.depth; i++ {
-		s := &stage{}
-		cp.stages = append(cp.stages, s)
-		if s.ev, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
-			return cp, err
-		}
-		if s.buf, err = pinmem.Alloc(o.stageSize, flags, popts...); err != nil {
-			return cp, fmt.Errorf("transfer: allocating staging buffer %d of %d bytes: %w", i, o.stageSize, err)
-		}
-		s.mem = s.buf.Bytes()
+	if cp.eng, err = joinEngine(c, o); err != nil {
+		return cp, err
 	}
+	cp.member = true
 	cp.w = newWaiter()
-	cp.pool = newCopyPool(o.parallelism, o.stats)
 	if o.cacheOn {
 		cp.cache = newRegCache(o.cacheLimit, o.cacheMin, pinmem.WithDevice(c.Device()))
 	}
@@ -171,7 +204,7 @@ func (c *Copier) StageSize() int {
 	return c.o.stageSize
 }
 
-// Depth returns the number of staging buffers.
+// Depth returns the number of staging buffers a transfer uses at most.
 func (c *Copier) Depth() int {
 	if !c.ok() {
 		return 0
@@ -196,9 +229,11 @@ func (c *Copier) Cache() *RegCache {
 }
 
 // AddPinned tells the Copier that b is pinned: copies from or to any part
-// of b.Bytes() then go directly, without staging. The returned function
-// forgets b again; call it before freeing b. A nil Copier or buffer is
-// ignored (the function does nothing).
+// of b.Bytes() then go directly, without staging. Buffers pinmem pinned
+// for the Copier's context (or Portable) are recognised without it; it
+// makes a buffer pinned for another device's context count as pinned
+// too. The returned function forgets b again; call it before freeing b. A
+// nil Copier or buffer is ignored (the function does nothing).
 func (c *Copier) AddPinned(b *pinmem.Buffer) (remove func()) {
 	if !c.ok() || b == nil {
 		return func() {}
@@ -271,7 +306,9 @@ func (c *copier) closeWait(ctx context.Context, what string) error {
 	done := make(chan error, 1)
 	go func() {
 		<-c.idle
-		done <- c.release()
+		err := c.release()
+		retryOrphans() // staging buffers a failed New could not release
+		done <- err
 	}()
 	select {
 	case err := <-done:
@@ -288,7 +325,7 @@ func (c *copier) dropped(kind string) {
 	if !c.markClosed() {
 		return
 	}
-	track.Dropped(kind, "stages", len(c.stages), "stage_size", c.o.stageSize)
+	track.Dropped(kind, "stages", c.o.depth, "stage_size", c.o.stageSize)
 	go func() { <-c.idle; _ = c.release() }() // off the cleanup goroutine: release calls the driver
 }
 
@@ -318,9 +355,6 @@ func (c *copier) releaseStep() (left int, err error) {
 	if c.w != nil {
 		c.w.close()
 	}
-	if c.pool != nil {
-		c.pool.close()
-	}
 	if c.cache != nil {
 		n, err := c.cache.close()
 		left += n
@@ -330,8 +364,10 @@ func (c *copier) releaseStep() (left int, err error) {
 		// Nothing is queued any more, but be exact: the stages must outlive their DMA.
 		errs = append(errs, c.stream.Synchronize())
 	}
-	for _, s := range c.stages {
-		errs = append(errs, freeBuf(&s.buf, &left), destroyEvent(&s.ev, &left))
+	if c.eng != nil {
+		n, err := c.eng.leave(&c.member)
+		left += n
+		errs = append(errs, err)
 	}
 	for _, e := range []**cuda.Event{&c.done, &c.near, &c.t0, &c.t1} {
 		errs = append(errs, destroyEvent(e, &left))
@@ -403,7 +439,33 @@ func (c *copier) acquire(ctx context.Context) error {
 	}
 }
 
-func (c *copier) releaseRing() { <-c.ring }
+// releaseRing gives the borrowed stages back to the engine (everything
+// queued on them has run) and releases the ring.
+func (c *copier) releaseRing() {
+	if len(c.stages) > 0 {
+		c.eng.give(c.stages)
+		c.stages = nil
+	}
+	<-c.ring
+}
+
+// borrow takes up to want stages from the engine for the transfer holding
+// the ring (at least one), waiting for them bounded by ctx.
+func (c *copier) borrow(ctx context.Context, want int) error {
+	ss, err := c.eng.take(ctx, min(want, c.o.depth))
+	if err != nil {
+		return err
+	}
+	c.stages = ss
+	return nil
+}
+
+// cpuCopy copies src into dst with the engine's copy goroutines, split
+// over up to the Copier's parallelism, and returns the CPU time it took
+// (WithStats only).
+func (c *copier) cpuCopy(dst, src []byte) time.Duration {
+	return c.eng.pool.copyN(c.o.parallelism, dst, src)
+}
 
 // abandon hands the copies a transfer left queued when its context ended
 // to a goroutine that waits for them (as long as the device takes) and
@@ -453,13 +515,18 @@ func waitDrained(w *waiter, ev *cuda.Event) {
 // already queued (on a hung device they may never finish): the Copier
 // stays usable, but those copies keep its staging ring, so the next
 // transfer starts only after they ran (bounded by its own context), and a
-// pinned source copied directly may still be read until then.
+// pinned source copied directly may still be read until then. A transfer
+// handed to the driver's pageable copy (below the Thresholds) that ctx
+// interrupts leaves that copy running in the background (Close waits for
+// it); src may be read until it returns. With a context that cannot end
+// (ctx.Done() nil, as context.Background) the driver's copy runs on the
+// calling goroutine, the cheapest way.
 func (c *Copier) HtoD(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (Stats, error) {
 	if err := c.enter(ctx); err != nil {
 		return Stats{Direction: HostToDevice}, err
 	}
 	defer c.end()
-	return c.htod(ctx, dst, src)
+	return c.htod(ctx, dst, src, byThreshold)
 }
 
 // DtoH copies len(dst) bytes from the start of the device buffer src into
@@ -473,20 +540,20 @@ func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 		return Stats{Direction: DeviceToHost}, err
 	}
 	defer c.end()
-	return c.dtoh(ctx, dst, src)
+	return c.dtoh(ctx, dst, src, byThreshold)
 }
 
 // HtoDAsync starts HtoD and returns at once; the Op reports its result.
 // src must not be modified, nor dst used, until the Op is done. Errors,
 // including a nil context or Copier, are reported by the Op.
 func (c *Copier) HtoDAsync(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) *Op {
-	return c.async(ctx, HostToDevice, func(ctx context.Context) (Stats, error) { return c.htod(ctx, dst, src) })
+	return c.async(ctx, HostToDevice, func(ctx context.Context) (Stats, error) { return c.htod(ctx, dst, src, byThreshold) })
 }
 
 // DtoHAsync starts DtoH and returns at once; the Op reports its result.
 // dst must not be used until the Op is done.
 func (c *Copier) DtoHAsync(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) *Op {
-	return c.async(ctx, DeviceToHost, func(ctx context.Context) (Stats, error) { return c.dtoh(ctx, dst, src) })
+	return c.async(ctx, DeviceToHost, func(ctx context.Context) (Stats, error) { return c.dtoh(ctx, dst, src, byThreshold) })
 }
 
 func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context) (Stats, error)) *Op {
@@ -572,31 +639,27 @@ type span struct{ lo, hi int }
 
 func addr(b []byte) uintptr { return hostptr.AddrOf(b) }
 
-// pinnedSpans returns the parts of host known to be pinned, sorted, and a
-// function that releases the registration cache's hold on them.
+// pinnedSpans returns the parts of host known to be pinned, sorted and
+// split at registration boundaries (one driver copy must not span two
+// registrations), and a function that releases the registration cache's
+// hold on them. Pinned memory is what AddPinned made known, what pinmem
+// pinned (pinmem.Lookup: Alloc, Register, pool blocks) and what the
+// registration cache holds or now registers.
 func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 	if len(host) == 0 {
 		return nil, func() {}
 	}
-	lo := addr(host)
-	hi := lo + uintptr(len(host))
 	var spans []span
+	var cuts []int
 	c.pinMu.RLock()
 	for b := range c.pinned {
-		m := b.Bytes()
-		if len(m) == 0 {
-			continue
-		}
-		bl := addr(m)
-		bh := bl + uintptr(len(m))
-		if bl < hi && lo < bh {
-			spans = append(spans, span{int(max(bl, lo) - lo), int(min(bh, hi) - lo)})
-		}
+		spans, cuts = regSpans(host, b, spans, cuts)
 	}
 	c.pinMu.RUnlock()
+	spans, cuts = lookupSpansIf(host, spans, cuts, c.pinnedHere)
 	spans = normalize(spans)
 	if c.cache == nil {
-		return spans, func() {}
+		return splitAtCuts(spans, cuts), func() {}
 	}
 	// Ask the cache about the gaps.
 	var holds []*regHold
@@ -609,6 +672,7 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 		got, h := c.cache.acquire(host[a:b])
 		if h != nil {
 			holds = append(holds, h)
+			cuts = h.cuts(addr(host), cuts)
 		}
 		for _, s := range got {
 			out = append(out, span{s.lo + a, s.hi + a})
@@ -619,12 +683,31 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 		prev = s.hi
 	}
 	gap(prev, len(host))
-	spans = normalize(append(out, spans...))
+	spans = splitAtCuts(normalize(append(out, spans...)), cuts)
 	return spans, func() {
 		for _, h := range holds {
 			c.cache.release(h)
 		}
 	}
+}
+
+// pinnedHere reports whether b is pinned for the Copier's context:
+// Portable, or pinned by that context (pinmem pins in its device's
+// primary context). Other memory is pageable for this context: the driver
+// would copy it as such, and a queued copy of pageable memory waits for
+// the device inside the driver call, beyond the reach of ctx.
+func (c *copier) pinnedHere(b *pinmem.Buffer) bool {
+	if b.Flags()&pinmem.Portable != 0 {
+		return true
+	}
+	d := b.Device()
+	if d == nil || d.Ordinal() != c.cctx.Device().Ordinal() {
+		return false
+	}
+	// The buffer's device has its primary context retained already (pinmem
+	// pinned in it): this reads it, it retains nothing.
+	pc, err := d.PrimaryContext()
+	return err == nil && pc.Handle() == c.cctx.Handle()
 }
 
 // normalize sorts spans and merges overlapping or touching ones.
@@ -656,7 +739,11 @@ func (c *copier) chunkSize(n int) int {
 	return max(min(ch, c.o.stageSize), min(minChunk, c.o.stageSize))
 }
 
-// plan splits a copy between host and dev into pieces.
+// plan splits a copy between host and dev into pieces: one direct copy per
+// pinned span and the pageable rest staged, in chunks of at most a stage.
+// The pageable rest of a partly pinned transfer is staged whatever its
+// size: queued on the stream, the driver's copy of pageable memory would
+// wait for the device inside the driver call, beyond the reach of ctx.
 func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) []piece {
 	var ops []piece
 	staged := len(host)
@@ -716,7 +803,7 @@ func (c *copier) waitLast(ctx context.Context, ev *cuda.Event) error {
 
 // ---- execution ----
 
-func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (Stats, error) {
+func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, how strategy) (Stats, error) {
 	st := Stats{Direction: HostToDevice, Bytes: int64(len(src))}
 	if err := checkBuf(dst, c.cctx.Device(), "destination device buffer"); err != nil {
 		return st, err
@@ -724,16 +811,22 @@ func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (
 	if len(src) > dst.Size() {
 		return st, &SizeError{Op: HostToDevice.String(), Need: len(src), Have: dst.Size()}
 	}
+	if len(src) > 0 && c.small(HostToDevice, len(src), how) && !c.mayBePinned(src) {
+		return c.pageable(ctx, &st, func() error { return c.pageableHtoD(dst, src) })
+	}
 	return c.run(ctx, &st, src, dst.Ptr())
 }
 
-func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (Stats, error) {
+func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, how strategy) (Stats, error) {
 	st := Stats{Direction: DeviceToHost, Bytes: int64(len(dst))}
 	if err := checkBuf(src, c.cctx.Device(), "source device buffer"); err != nil {
 		return st, err
 	}
 	if len(dst) > src.Size() {
 		return st, &SizeError{Op: DeviceToHost.String(), Need: len(dst), Have: src.Size()}
+	}
+	if len(dst) > 0 && c.small(DeviceToHost, len(dst), how) && !c.mayBePinned(dst) {
+		return c.pageable(ctx, &st, func() error { return c.pageableDtoH(dst, src) })
 	}
 	return c.run(ctx, &st, dst, src.Ptr())
 }
@@ -752,6 +845,13 @@ func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.Devic
 	}
 	spans, release := c.pinnedSpans(host)
 	ops := c.plan(host, dev, spans, st)
+	if st.Stages > 0 {
+		if err := c.borrow(ctx, st.Stages); err != nil {
+			release()
+			c.releaseRing()
+			return *st, err
+		}
+	}
 	var first error
 	if st.Direction == HostToDevice {
 		first = c.execHtoD(ctx, ops, st)
@@ -791,6 +891,17 @@ func (c *copier) queued(s *stage, err error) error {
 	return nil
 }
 
+// htod queues the copy of the first n bytes of the stage to dev on st,
+// one copy per registration of the stage.
+func (s *stage) htod(st *cuda.Stream, dev cuda.DevicePtr, n int) error {
+	return eachPiece(s.cuts, n, func(lo, hi int) error { return st.CopyHtoD(dev.Add(lo), s.mem[lo:hi]) })
+}
+
+// dtoh queues the copy of n bytes at dev into the stage on st.
+func (s *stage) dtoh(st *cuda.Stream, dev cuda.DevicePtr, n int) error {
+	return eachPiece(s.cuts, n, func(lo, hi int) error { return st.CopyDtoH(s.mem[lo:hi], dev.Add(lo)) })
+}
+
 // startTimer records the transfer's first timing event (WithStats only).
 func (c *copier) startTimer() error {
 	if c.t0 == nil {
@@ -822,8 +933,8 @@ func (c *copier) execHtoD(ctx context.Context, ops []piece, st *Stats) error {
 			break
 		}
 		n := len(o.host)
-		st.CopyCPU += c.pool.copy(s.mem[:n], o.host)
-		if err := c.queued(s, c.stream.CopyHtoD(o.dev, s.mem[:n])); err != nil {
+		st.CopyCPU += c.cpuCopy(s.mem[:n], o.host)
+		if err := c.queued(s, s.htod(c.stream, o.dev, n)); err != nil {
 			first = err
 			break
 		}
@@ -857,7 +968,7 @@ func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
 			}
 			s := c.stageAt(k)
 			k++
-			if err := c.queued(s, c.stream.CopyDtoH(s.mem[:len(o.host)], o.dev)); err != nil {
+			if err := c.queued(s, s.dtoh(c.stream, o.dev, len(o.host))); err != nil {
 				first = err
 				break
 			}
@@ -876,7 +987,7 @@ func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
 			first = err
 			break
 		}
-		st.CopyCPU += c.pool.copy(h.o.host, h.s.mem[:len(h.o.host)])
+		st.CopyCPU += c.cpuCopy(h.o.host, h.s.mem[:len(h.o.host)])
 	}
 	return first
 }

@@ -1,16 +1,23 @@
 // Package transfer moves data between Go memory and CUDA devices at close
 // to pinned-memory speed, and overlaps copies with device work.
 //
-// A Copier belongs to one CUDA context. It owns a ring of pinned staging
-// buffers (allocated with pinmem.Alloc), one non-blocking stream and a
-// persistent set of CPU copy goroutines. Copying an ordinary (pageable) Go
-// slice to the device splits it into stages: while the copy engine drains
-// stage k-1 on the Copier's stream, the CPU goroutines fill stage k, each
-// stage guarded by its own event. Device-to-host runs the ring the other
-// way, with the DMA of later stages running ahead of the CPU copy-out.
-// Memory that is already pinned (a pinmem.Buffer made known with AddPinned,
-// or a range held by the registration cache) is copied directly, without
-// staging.
+// A Copier belongs to one CUDA context. It owns one non-blocking stream
+// and shares with the context's other Copiers a staging engine: pinned
+// staging buffers (allocated with pinmem.Alloc) that each transfer
+// borrows as its ring, first come first served, and one persistent set
+// of CPU copy goroutines; many Copiers moving data at once hold at most
+// two rings of pinned memory and one set of copy goroutines. Copying a
+// large ordinary (pageable) Go slice to the device splits it into stages:
+// while the copy engine drains stage k-1 on the Copier's stream, the CPU
+// goroutines fill stage k, each stage guarded by its own event. Device-to-host runs the
+// ring the other way, with the DMA of later stages running ahead of the
+// CPU copy-out. A pageable slice below the Copier's Thresholds (32 MiB by
+// default; Calibrate measures them) is handed to the driver's own
+// pageable copy instead, which is faster at those sizes. Memory that is
+// already pinned (anything pinmem pinned, found with pinmem.Lookup, a
+// pinmem.Buffer made known with AddPinned, or a range held by the
+// registration cache) is copied directly, without staging, one driver copy
+// per registration.
 //
 // There is one way to do each copy: HtoD and DtoH copy a byte slice and
 // return when the data is in place; HtoDAsync and DtoHAsync start the same
@@ -95,8 +102,10 @@
 //
 // # Defaults
 //
-// 32 MiB stages, 3 of them, and up to 12 CPU copy goroutines (capped by
-// the number of CPUs): pinned copies reach full PCIe speed from about
-// 16 MiB, two or three stages in flight keep the copy engine busy, and Go
-// copies into pinned memory stop scaling at about a dozen goroutines.
+// 32 MiB stages, 3 per transfer, up to 12 CPU copy goroutines (capped by
+// the number of CPUs), and the driver's pageable copy below 32 MiB:
+// pinned copies reach full PCIe speed from about 16 MiB, two or three
+// stages in flight keep the copy engine busy, Go copies into pinned
+// memory stop scaling at about a dozen goroutines, and below 32 MiB the
+// driver's own pageable copy beats staging (on an H200, PCIe Gen5 x16).
 package transfer

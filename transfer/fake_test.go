@@ -92,8 +92,10 @@ func (e fakeEnv) deviceBytes(t *testing.T, b *cuda.DeviceBuffer) []byte {
 	return m
 }
 
+// smallRing is a ring of three 64 KiB stages that stages every pageable
+// byte (thresholds 0), so that small test transfers exercise the ring.
 func smallRing() []Option {
-	return []Option{WithStageSize(64 << 10), WithDepth(3), WithParallelism(4)}
+	return []Option{WithStageSize(64 << 10), WithDepth(3), WithParallelism(4), WithThresholds(Thresholds{})}
 }
 
 func TestFakeRoundTrip(t *testing.T) {
@@ -256,7 +258,7 @@ func TestFakeRingOrdering(t *testing.T) {
 func testRingOrdering(t *testing.T, stats bool) {
 	e := useFake(t, fakedrv.Options{})
 	const stage, depth = 64 << 10, 3
-	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithStats(stats))
+	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithStats(stats), WithThresholds(Thresholds{}))
 	timing := 0
 	if stats {
 		timing = 1
@@ -335,7 +337,7 @@ func TestFakeCancelHalfway(t *testing.T) {
 		t.Run(dir.String(), func(t *testing.T) {
 			e := useFake(t, fakedrv.Options{})
 			const stage, depth = 64 << 10, 3
-			c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(3))
+			c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(3), WithThresholds(Thresholds{}))
 			n := 10 * stage
 			dev := e.devbuf(t, n)
 			src := testutil.RandomBytes(n, 2)
@@ -519,9 +521,10 @@ func TestFakePinnedDirect(t *testing.T) {
 		t.Fatalf("DtoH to pinned memory: %+v, %v", st, err)
 	}
 	testutil.CheckBytes(t, out, buf.Bytes())
+	// pinmem's own buffers are recognised without AddPinned.
 	remove()
-	if st, _ = c.HtoD(context.Background(), dev, buf.Bytes()); st.DirectBytes != 0 {
-		t.Fatalf("forgotten pinned buffer still copied directly: %+v", st)
+	if st, _ = c.HtoD(context.Background(), dev, buf.Bytes()); st.DirectBytes != int64(n) {
+		t.Fatalf("pinmem buffer not copied directly without AddPinned: %+v", st)
 	}
 }
 

@@ -62,6 +62,7 @@ type multiDev struct {
 type multiStage struct {
 	buf  *pinmem.Buffer
 	mem  []byte
+	cuts []int // registration boundaries in mem (segCuts)
 	evs  []*cuda.Event
 	used bool
 }
@@ -158,7 +159,7 @@ func newMultiState(ctxs []*cuda.Context, o options) (m *multi, err error) {
 		if s.buf, err = pinmem.Alloc(o.stageSize, o.stageFlags|pinmem.Portable, popts...); err != nil {
 			return m, fmt.Errorf("transfer: shared staging buffer %d of %d bytes: %w", i, o.stageSize, err)
 		}
-		s.mem = s.buf.Bytes()
+		s.mem, s.cuts = s.buf.Bytes(), segCuts(s.buf)
 		for _, d := range m.devs {
 			ev, err := d.ctx.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming)
 			if err != nil {
@@ -193,7 +194,9 @@ func (m *Multi) Copier(i int) *Copier {
 // AddPinned tells the Multi (and every device's Copier) that b is pinned:
 // b must be Portable to be copied directly to or from every context.
 // Broadcasting a source that lies entirely inside b then copies it
-// directly to every device, without staging. The returned function forgets
+// directly to every device, without staging. Portable buffers pinmem
+// pinned (pinmem.Alloc, pinmem.Register, pool blocks) are recognised
+// without it (pinmem.Lookup). The returned function forgets
 // b again; call it before freeing b. A nil Multi or buffer is ignored.
 func (m *Multi) AddPinned(b *pinmem.Buffer) (remove func()) {
 	if !m.ok() || b == nil {
@@ -366,20 +369,22 @@ func (m *multi) checkBufs(op string, bufs []*cuda.DeviceBuffer) error {
 	return nil
 }
 
-// isPinned reports whether host lies entirely inside a buffer made known
-// with AddPinned.
-func (m *multi) isPinned(host []byte) bool {
-	lo := addr(host)
-	hi := lo + uintptr(len(host))
+// directSpans returns host's registrations, in order, when host is pinned
+// for every context: it lies in buffers made known with AddPinned, or in
+// Portable buffers pinmem pinned (with a single context, any buffer
+// pinmem pinned). ok is false when part of host is not.
+func (m *multi) directSpans(host []byte) (spans []span, ok bool) {
+	var cuts []int
 	m.pinMu.RLock()
-	defer m.pinMu.RUnlock()
 	for b := range m.pinned {
-		mem := b.Bytes()
-		if len(mem) > 0 && addr(mem) <= lo && hi <= addr(mem)+uintptr(len(mem)) {
-			return true
-		}
+		spans, cuts = regSpans(host, b, spans, cuts)
 	}
-	return false
+	m.pinMu.RUnlock()
+	spans, cuts = lookupSpansIf(host, spans, cuts, func(b *pinmem.Buffer) bool {
+		return len(m.devs) == 1 || b.Flags()&pinmem.Portable != 0
+	})
+	spans = splitAtCuts(normalize(spans), cuts)
+	return spans, covers(spans, len(host))
 }
 
 // Broadcast copies src to the start of every device buffer dsts[i] (one per
@@ -388,8 +393,9 @@ func (m *multi) isPinned(host []byte) bool {
 // ring; each chunk is then queued on every device's own stream, so the
 // copies to different devices run concurrently and in step: a device never
 // waits for another device's copy, only, when the ring is full, for the
-// slowest device to finish with a stage before it is refilled. A src lying
-// inside a buffer made known with AddPinned is copied directly.
+// slowest device to finish with a stage before it is refilled. A src
+// pinned for every context (see AddPinned) is copied directly, one copy
+// per registration it spans.
 //
 // Cancellation stops issuing chunks and returns an error matching
 // ctx.Err() without waiting for the copies already queued (see the package
@@ -423,11 +429,15 @@ func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []
 		return st, ctx.Err()
 	}
 	var first error
-	if m.isPinned(src) {
+	if spans, ok := m.directSpans(src); ok {
+		// One copy per registration: a copy must not span two.
+	devices:
 		for i, d := range m.devs {
-			if err := d.stream.CopyHtoD(dsts[i].Ptr(), src); err != nil {
-				first = fmt.Errorf("device %d: %w", i, err)
-				break
+			for _, sp := range spans {
+				if err := d.stream.CopyHtoD(dsts[i].Ptr().Add(sp.lo), src[sp.lo:sp.hi]); err != nil {
+					first = fmt.Errorf("device %d: %w", i, err)
+					break devices
+				}
 			}
 		}
 	} else {
@@ -461,7 +471,8 @@ func (m *multi) broadcastStaged(ctx context.Context, dsts []*cuda.DeviceBuffer, 
 		}
 		st.CopyCPU += m.pool.copy(s.mem[:n], src[off:off+n])
 		for i, d := range m.devs {
-			if err := d.stream.CopyHtoD(dsts[i].Ptr().Add(off), s.mem[:n]); err != nil {
+			dst := dsts[i].Ptr().Add(off)
+			if err := eachPiece(s.cuts, n, func(lo, hi int) error { return d.stream.CopyHtoD(dst.Add(lo), s.mem[lo:hi]) }); err != nil {
 				return fmt.Errorf("device %d: %w", i, err)
 			}
 			if err := s.evs[i].Record(d.stream); err != nil {

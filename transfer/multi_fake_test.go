@@ -195,9 +195,23 @@ func TestFakeMultiPinnedAndSecondContext(t *testing.T) {
 	for _, b := range bufs {
 		testutil.CheckBytes(t, src, e.deviceBytes(t, b))
 	}
+	// A Portable pinmem buffer is recognised without AddPinned; one that
+	// is not Portable is pinned for its own context only and is staged.
 	remove()
-	if st, err := m.Broadcast(context.Background(), bufs, src[:1000]); err != nil || !st.Staged {
+	if st, err := m.Broadcast(context.Background(), bufs, src[:1000]); err != nil || st.Staged {
 		t.Fatalf("after remove: %+v, %v", st, err)
+	}
+	np, err := pinmem.Alloc(n, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer np.Free()
+	copy(np.Bytes(), src)
+	if st, err := m.Broadcast(context.Background(), bufs, np.Bytes()); err != nil || !st.Staged {
+		t.Fatalf("not portable: %+v, %v", st, err)
+	}
+	for _, b := range bufs {
+		testutil.CheckBytes(t, src, e.deviceBytes(t, b))
 	}
 }
 

@@ -15,9 +15,9 @@ const (
 	// Pinned copies reach full PCIe speed from about 16 MiB, and larger
 	// stages only delay the overlap of CPU copy and DMA.
 	DefaultStageSize = 32 << 20
-	// DefaultDepth is the number of staging buffers in the ring: the CPU
-	// fills one while the copy engine drains another, with one spare to
-	// absorb jitter.
+	// DefaultDepth is the number of staging buffers a transfer uses (its
+	// ring): the CPU fills one while the copy engine drains another, with
+	// one spare to absorb jitter.
 	DefaultDepth = 3
 	// DefaultParallelism is the most CPU copy goroutines a Copier uses by
 	// default (capped by runtime.NumCPU): Go copies into pinned memory
@@ -57,6 +57,7 @@ type options struct {
 	stageOpts   []pinmem.Option
 	stats       bool
 	wait        WaitMode
+	thr         Thresholds
 }
 
 // Option configures a Copier or a Multi. Options only record their value;
@@ -104,8 +105,10 @@ func WithWait(m WaitMode) Option { return func(o *options) { o.wait = m } }
 // 4 KiB; positive). Default DefaultStageSize.
 func WithStageSize(n int) Option { return func(o *options) { o.stageSize = n } }
 
-// WithDepth sets the number of staging buffers in the ring (at least 1;
-// 2 or more for any overlap). Default DefaultDepth.
+// WithDepth sets the number of staging buffers a transfer uses, its ring
+// (at least 1; 2 or more for any overlap), borrowed from the context's
+// staging engine, which holds one or two rings (see Copier). Default
+// DefaultDepth.
 func WithDepth(n int) Option { return func(o *options) { o.depth = n } }
 
 // WithParallelism sets the number of goroutines that copy between Go memory
@@ -115,8 +118,9 @@ func WithParallelism(n int) Option { return func(o *options) { o.parallelism = n
 
 // WithStream makes the Copier issue its copies on s (borrowed: the Copier
 // never destroys it) instead of a stream of its own, so that they are
-// ordered after work the caller queued on s. s must belong to the
-// Copier's context. NewMulti refuses it.
+// ordered after work the caller queued on s; a transfer handed to the
+// driver's pageable copy (below the Thresholds) first waits for s. s must
+// belong to the Copier's context. NewMulti refuses it.
 func WithStream(s *cuda.Stream) Option { return func(o *options) { o.stream = s } }
 
 // WithRegistrationCache turns on the registration cache: Go slices of at
@@ -156,6 +160,7 @@ func buildOptions(opts []Option) (options, error) {
 		stageSize: DefaultStageSize,
 		depth:     DefaultDepth,
 		cacheMin:  DefaultRegistrationMin,
+		thr:       DefaultThresholds,
 	}
 	o.parallelism = min(DefaultParallelism, runtime.NumCPU())
 	for i, f := range opts {
@@ -185,6 +190,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if o.cacheLimit < 0 {
 		return o, fmt.Errorf("transfer: WithRegistrationCache(%d): the limit must not be negative: %w", o.cacheLimit, cuda.ErrInvalidValue)
+	}
+	if o.thr.HtoD < 0 || o.thr.DtoH < 0 {
+		return o, &OptionError{Option: "WithThresholds", Value: fmt.Sprintf("%+v", o.thr), Reason: "a threshold must not be negative"}
 	}
 	if o.cacheMin < 0 {
 		return o, fmt.Errorf("transfer: WithRegistrationMin(%d): must not be negative: %w", o.cacheMin, cuda.ErrInvalidValue)

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/track"
 )
@@ -83,7 +83,9 @@ func WithDone(f func(ch Chunk) error) PipelineOption {
 
 // WithPinStages pins the staging buffers (a chunk per chunk in flight) in
 // NewPipeline (on) instead of in the first Run with Go memory, which then
-// pays the time to pin them (PipelineStats.Setup). Default off.
+// pays the time to pin them (PipelineStats.Setup). Default off. The
+// staging buffers are shared by the context's Pipelines with the same
+// chunk size (see Pipeline): only the first two pin any.
 func WithPinStages(on bool) PipelineOption { return func(c *pipelineConfig) { c.pinStages = on } }
 
 // PipelineStats describe one Run.
@@ -111,6 +113,13 @@ func (s PipelineStats) GBps() float64 {
 // uses the Copier's context, copy goroutines and pinned-memory knowledge
 // (AddPinned, registration cache). One Run at a time.
 //
+// The Pipelines of one context with the same chunk size share their
+// pinned staging buffers as Copiers share their stages: a Run from Go
+// memory borrows one per chunk in flight (WithInFlight) for its duration,
+// first come first served, and the set holds that many for one Pipeline
+// and twice that however many Pipelines share it. A Run that finds fewer
+// free keeps fewer chunks in flight.
+//
 // A Pipeline dropped without Close is reported (track: "pipeline") and its
 // streams, events, device memory and staging memory are released by the
 // garbage collector's cleanup; until then they stay allocated.
@@ -122,6 +131,8 @@ type Pipeline struct {
 // pipeline is a Pipeline's state; it never refers back to the Pipeline.
 type pipeline struct {
 	c       *copier
+	eng     *engine // the staging buffers shared with the context's Pipelines; nil until needed
+	member  bool    // this Pipeline still counts in eng
 	cfg     pipelineConfig
 	streams []*cuda.Stream
 	slots   []*slot
@@ -142,8 +153,8 @@ type slot struct {
 	stream *cuda.Stream
 	dev    *cuda.DeviceBuffer
 	ev     *cuda.Event
-	stage  *pinmem.Buffer // allocated on the first staged run
-	mem    []byte
+	mem    []byte // the stage borrowed for the Run in progress (nil: none)
+	cuts   []int  // registration boundaries in mem (segCuts)
 }
 
 // LaunchWork returns a Pipeline work function (WithWork) that launches f
@@ -264,7 +275,11 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() {
 		<-p.waitStopped()
-		done <- p.release()
+		err := p.release()
+		// Staging buffers a failed Run could not release go too, now
+		// that the driver may work again.
+		retryOrphans()
+		done <- err
 	}()
 	select {
 	case err := <-done:
@@ -336,7 +351,12 @@ func (p *pipeline) releaseStep() (left int, err error) {
 		}
 	}
 	for _, sl := range p.slots {
-		errs = append(errs, destroyEvent(&sl.ev, &left), freeDev(&sl.dev, &left), freeBuf(&sl.stage, &left))
+		errs = append(errs, destroyEvent(&sl.ev, &left), freeDev(&sl.dev, &left))
+	}
+	if p.eng != nil {
+		n, err := p.eng.leave(&p.member)
+		left += n
+		errs = append(errs, err)
 	}
 	for i := range p.streams {
 		errs = append(errs, destroyStream(&p.streams[i], &left))
@@ -344,29 +364,40 @@ func (p *pipeline) releaseStep() (left int, err error) {
 	return left, errors.Join(errs...)
 }
 
-// staged reports whether every slot has its staging buffer.
-func (p *pipeline) staged() bool {
-	for _, sl := range p.slots {
-		if sl.stage == nil {
-			return false
-		}
+// staged reports whether the Pipeline has joined its staging engine.
+func (p *pipeline) staged() bool { return p.eng != nil }
+
+// stages joins the engine of the context's Pipeline staging buffers
+// (chunk-sized, pinned Portable), which allocates or grows them, once.
+func (p *pipeline) stages() error {
+	if p.eng != nil {
+		return nil
 	}
-	return true
+	eng, err := joinPipelineEngine(p.c.cctx, p.cfg.chunkSize, p.cfg.inFlight)
+	if err != nil {
+		return fmt.Errorf("transfer: pipeline staging buffers: %w", err)
+	}
+	p.eng, p.member = eng, true
+	return nil
 }
 
-// stages allocates each slot's pinned staging buffer, once.
-func (p *pipeline) stages() error {
-	for i, sl := range p.slots {
-		if sl.stage != nil {
-			continue
-		}
-		b, err := pinmem.Alloc(p.cfg.chunkSize, pinmem.Portable, pinmem.WithDevice(p.c.cctx.Device()))
-		if err != nil {
-			return fmt.Errorf("transfer: pipeline staging buffer for slot %d: %w", i, err)
-		}
-		sl.stage, sl.mem = b, b.Bytes()
+// borrowStages lends up to one stage per slot from the engine to the Run
+// in progress, bounded by ctx, and returns how many slots got one and the
+// function that gives them back once the Run's copies have run.
+func (p *pipeline) borrowStages(ctx context.Context) (int, func(), error) {
+	got, err := p.eng.take(ctx, len(p.slots))
+	if err != nil {
+		return 0, nil, err
 	}
-	return nil
+	for i, s := range got {
+		p.slots[i].mem, p.slots[i].cuts = s.mem, s.cuts
+	}
+	return len(got), func() {
+		for _, sl := range p.slots[:len(got)] {
+			sl.mem, sl.cuts = nil, nil
+		}
+		p.eng.give(got)
+	}, nil
 }
 
 type flight struct {
@@ -438,8 +469,10 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	inSpans, relIn := p.c.pinnedSpans(in)
 	holds = append(holds, relIn)
 	st.StagedIn = len(in) > 0 && !covers(inSpans, len(in))
+	var outSpans []span
 	if out != nil {
-		outSpans, relOut := p.c.pinnedSpans(out[:len(in)])
+		var relOut func()
+		outSpans, relOut = p.c.pinnedSpans(out[:len(in)])
 		holds = append(holds, relOut)
 		st.StagedOut = len(in) > 0 && !covers(outSpans, len(in))
 	}
@@ -450,7 +483,16 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 		}
 		st.Setup = time.Since(t0)
 	}
-	pending, err := p.loop(ctx, in, out, &st)
+	slots := len(p.slots)
+	if st.StagedIn || st.StagedOut {
+		n, give, err := p.borrowStages(ctx)
+		if err != nil {
+			return st, err
+		}
+		holds = append(holds, give)
+		slots = n
+	}
+	pending, err := p.loop(ctx, in, out, inSpans, outSpans, slots, &st)
 	st.Wall, st.ProcessCPU = m.elapsed()
 	if len(pending) > 0 {
 		// ctx ended with chunks in flight: drain them in the background.
@@ -473,15 +515,48 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	return st, err
 }
 
-func covers(s []span, n int) bool { return len(s) == 1 && s[0].lo == 0 && s[0].hi == n }
+// covers reports whether the sorted, disjoint spans s cover [0, n).
+func covers(s []span, n int) bool {
+	at := 0
+	for _, x := range s {
+		if x.lo != at {
+			return false
+		}
+		at = x.hi
+	}
+	return at == n
+}
+
+// eachSpan calls f for the parts of [off, off+n) in the sorted spans s, as
+// offsets from off, in order, until f fails.
+func eachSpan(s []span, off, n int, f func(lo, hi int) error) error {
+	i, _ := slices.BinarySearchFunc(s, off, func(x span, t int) int {
+		if x.hi <= t {
+			return -1
+		}
+		if x.lo > t {
+			return 1
+		}
+		return 0
+	})
+	for ; i < len(s) && s[i].lo < off+n; i++ {
+		lo, hi := max(s[i].lo, off), min(s[i].hi, off+n)
+		if lo < hi {
+			if err := f(lo-off, hi-off); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // loop issues and completes the chunks. It returns the chunks still in
 // flight when ctx ended during the drain (nil when everything drained),
 // and the first error.
-func (p *pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) ([]*flight, error) {
+func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans []span, slots int, st *PipelineStats) ([]*flight, error) {
 	cs := p.cfg.chunkSize
 	n := (len(in) + cs - 1) / cs
-	free := append([]*slot(nil), p.slots...)
+	free := append([]*slot(nil), p.slots[:slots]...)
 	var pending []*flight
 	var stop error // first error; set: issue nothing more, deliver nothing more
 	next := 0
@@ -493,7 +568,7 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) 
 	complete := func(f *flight) {
 		if stop == nil {
 			if st.StagedOut && f.ch.Out != nil {
-				st.CopyCPU += p.c.pool.copy(f.ch.Out, f.sl.mem[:f.ch.Len])
+				st.CopyCPU += p.c.cpuCopy(f.ch.Out, f.sl.mem[:f.ch.Len])
 			}
 			if p.cfg.done != nil {
 				if err := p.cfg.done(f.ch); err != nil {
@@ -546,7 +621,7 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) 
 				ch.Out = out[off : off+l]
 			}
 			next++
-			stage, err := p.issue(sl, ch, st)
+			stage, err := p.issue(sl, ch, st, inSpans, outSpans)
 			pending = append(pending, &flight{ch: ch, sl: sl})
 			if err != nil {
 				fail(&ChunkError{Chunk: ch.Index, Offset: ch.Offset, Stage: stage, Err: err})
@@ -594,14 +669,22 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, st *PipelineStats) 
 }
 
 // issue queues one chunk on its slot's stream; it returns which step failed.
-func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats) (string, error) {
+// A pinned input or output is copied directly, one copy per registration
+// the chunk overlaps (inSpans, outSpans: a copy must not span two).
+func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpans []span) (string, error) {
 	s := sl.stream
-	src := ch.In
+	var err error
 	if st.StagedIn {
-		st.CopyCPU += p.c.pool.copy(sl.mem[:ch.Len], ch.In)
-		src = sl.mem[:ch.Len]
+		st.CopyCPU += p.c.cpuCopy(sl.mem[:ch.Len], ch.In)
+		err = eachPiece(sl.cuts, ch.Len, func(lo, hi int) error { return s.CopyHtoD(ch.Dev.Ptr().Add(lo), sl.mem[lo:hi]) })
+	} else {
+		err = eachSpan(inSpans, ch.Offset, ch.Len, func(lo, hi int) error {
+			return s.CopyHtoD(ch.Dev.Ptr().Add(lo), ch.In[lo:hi])
+		})
 	}
-	if err := s.CopyHtoD(ch.Dev.Ptr(), src); err != nil {
+	if err != nil {
+		// Record anyway so that the drain waits for the copies already queued.
+		_ = sl.ev.Record(s)
 		return "host-to-device", err
 	}
 	if p.cfg.work != nil {
@@ -612,11 +695,14 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats) (string, error) 
 		}
 	}
 	if ch.Out != nil {
-		dst := ch.Out
 		if st.StagedOut {
-			dst = sl.mem[:ch.Len]
+			err = eachPiece(sl.cuts, ch.Len, func(lo, hi int) error { return s.CopyDtoH(sl.mem[lo:hi], ch.Dev.Ptr().Add(lo)) })
+		} else {
+			err = eachSpan(outSpans, ch.Offset, ch.Len, func(lo, hi int) error {
+				return s.CopyDtoH(ch.Out[lo:hi], ch.Dev.Ptr().Add(lo))
+			})
 		}
-		if err := s.CopyDtoH(dst, ch.Dev.Ptr()); err != nil {
+		if err != nil {
 			_ = sl.ev.Record(s)
 			return "device-to-host", err
 		}

@@ -150,11 +150,14 @@ func (c *RegCache) freeAll(bufs []*pinmem.Buffer) error {
 	var kept []*pinmem.Buffer
 	for _, b := range bufs {
 		n := 0
+		kb := b
 		if err := freeBuf(&b, &n); err != nil {
 			errs = append(errs, err)
 		}
 		if n > 0 {
 			kept = append(kept, b)
+		} else {
+			cacheBufs.Delete(kb)
 		}
 	}
 	if len(kept) > 0 {
@@ -280,6 +283,7 @@ func (c *RegCache) acquire(p []byte) ([]span, *regHold) {
 			continue
 		} else {
 			jb.e.buf = buf
+			cacheBufs.Store(buf, struct{}{})
 			jb.e.pending = false
 			c.stats.Registrations++
 			h.entries = append(h.entries, jb.e)
@@ -304,6 +308,21 @@ func (h *regHold) spans(pl, ph uintptr) []span {
 		}
 	}
 	return normalize(out)
+}
+
+// cuts appends the boundaries of the held entries' registrations, as
+// offsets from base.
+func (h *regHold) cuts(base uintptr, cuts []int) []int {
+	for _, e := range h.entries {
+		if e.buf == nil {
+			continue
+		}
+		for _, seg := range e.buf.Segments() {
+			a := int(addr(seg)) - int(base)
+			cuts = append(cuts, a, a+len(seg))
+		}
+	}
+	return cuts
 }
 
 // release ends a transfer's hold.

@@ -35,6 +35,10 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 	if err := c.acquire(ctx); err != nil {
 		return st, err
 	}
+	if err := c.borrow(ctx, c.o.depth); err != nil {
+		c.releaseRing()
+		return st, err
+	}
 	first := c.startTimer()
 	for k, off := 0, 0; first == nil && off < dst.Size(); k++ {
 		if err := ctx.Err(); err != nil {
@@ -49,7 +53,7 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 		want := min(len(s.mem), dst.Size()-off)
 		n, rerr := io.ReadFull(r, s.mem[:want])
 		if n > 0 {
-			if err := c.queued(s, c.stream.CopyHtoD(dst.Ptr().Add(off), s.mem[:n])); err != nil {
+			if err := c.queued(s, s.htod(c.stream, dst.Ptr().Add(off), n)); err != nil {
 				first = err
 				break
 			}
@@ -98,6 +102,10 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 	if err := c.acquire(ctx); err != nil {
 		return st, err
 	}
+	if err := c.borrow(ctx, c.o.depth); err != nil {
+		c.releaseRing()
+		return st, err
+	}
 	type pending struct {
 		off, n int
 		s      *stage
@@ -115,7 +123,7 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 			s := c.stageAt(k)
 			k++
 			n := min(len(s.mem), size-next)
-			if err := c.queued(s, c.stream.CopyDtoH(s.mem[:n], src.Ptr().Add(next))); err != nil {
+			if err := c.queued(s, s.dtoh(c.stream, src.Ptr().Add(next), n)); err != nil {
 				first = err
 				break
 			}

@@ -11,7 +11,10 @@ import (
 // A copy is split into pieces; the calling goroutine copies the first piece
 // itself and the workers the rest.
 type copyPool struct {
-	n       int // goroutines per copy, the caller included
+	n       int // goroutines per copy, the caller included (copy; copyN takes its own)
+	mu      sync.Mutex
+	workers int
+	closed  bool
 	tasks   chan copyTask
 	wg      sync.WaitGroup
 	measure bool // measure the CPU time of the pieces (WithStats)
@@ -34,12 +37,19 @@ type copyBatch struct {
 // and the caller are then locked to their OS threads), wall time
 // otherwise; without it, copies make no system call.
 func newCopyPool(n int, measure bool) *copyPool {
-	p := &copyPool{n: n, tasks: make(chan copyTask, 4*n), measure: measure, thread: measure && haveThreadCPU}
-	for i := 0; i < n-1; i++ {
+	p := &copyPool{n: n, tasks: make(chan copyTask, 4*max(n, runtime.NumCPU())), measure: measure, thread: measure && haveThreadCPU}
+	p.grow(n - 1)
+	return p
+}
+
+// grow starts workers until there are at least n.
+func (p *copyPool) grow(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for ; !p.closed && p.workers < n; p.workers++ {
 		p.wg.Add(1)
 		go p.worker()
 	}
-	return p
 }
 
 func (p *copyPool) worker() {
@@ -76,13 +86,17 @@ func (b *copyBatch) piece(dst, src []byte, p *copyPool) {
 // copy copies src into dst (of the same length) using up to p.n goroutines
 // and returns the CPU time the copy took, summed over the goroutines
 // (zero when the pool does not measure).
-func (p *copyPool) copy(dst, src []byte) time.Duration {
+func (p *copyPool) copy(dst, src []byte) time.Duration { return p.copyN(p.n, dst, src) }
+
+// copyN is copy split over up to parts goroutines (the caller included);
+// the pieces queue for the pool's workers, however many there are.
+func (p *copyPool) copyN(parts int, dst, src []byte) time.Duration {
 	n := min(len(dst), len(src))
 	if n == 0 {
 		return 0
 	}
 	dst, src = dst[:n], src[:n]
-	pieces := min(p.n, n/minPiece)
+	pieces := min(parts, n/minPiece)
 	var b copyBatch
 	if pieces <= 1 {
 		p.callerPiece(&b, dst, src)
@@ -110,6 +124,9 @@ func (p *copyPool) callerPiece(b *copyBatch, dst, src []byte) {
 // close stops the workers and waits for them to exit.
 func (p *copyPool) close() {
 	p.once.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
 		close(p.tasks)
 		p.wg.Wait()
 	})

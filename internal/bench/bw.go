@@ -197,7 +197,10 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 	var stager [2]*transfer.Copier
 	if kind == KindStaged {
 		for i := range stager {
-			cp, err := transfer.New(w.s.Ctx)
+			// Thresholds 0: every size staged, as the kind says (by
+			// default a Copier leaves small transfers to the driver's
+			// pageable copy, which the pageable kind measures).
+			cp, err := transfer.New(w.s.Ctx, transfer.WithThresholds(transfer.Thresholds{}))
 			if err != nil {
 				return skipAll("staged copier (transfer.New): " + err.Error()), nil
 			}

@@ -1,0 +1,308 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// engine is the staging engine of one device context: the pinned stages
+// and the CPU copy goroutines that every Copier of that context with the
+// same stage size, stage flags and statistics setting shares. A transfer
+// borrows up to its Copier's depth of stages for its duration, waiting in
+// FIFO order when none is idle, so that N concurrent transfers neither
+// multiply pinned memory nor oversubscribe the cores: the engine holds
+// depth stages while one Copier uses it and twice that (two transfers in
+// flight at once, typically one each way, on the two copy engines) while
+// two or more do, however many Copiers there are; its copy goroutines are
+// the largest parallelism asked for, capped by the number of CPUs.
+//
+// A Copier with WithStageFlags options (pinmem options cannot be
+// compared) has an engine of its own, sized like a shared one.
+type engine struct {
+	key    engineKey
+	shared bool
+	cctx   *cuda.Context
+	flags  pinmem.Flags
+	popts  []pinmem.Option
+
+	mu      sync.Mutex
+	refs    int
+	depth   int      // the largest depth of the members
+	par     int      // the largest parallelism of the members
+	all     []*stage // every stage, idle or borrowed
+	idle    []*stage
+	waiters []*stageWaiter // FIFO
+	peak    int            // most stages borrowed at once (tests)
+	pool    *copyPool
+	closed  bool
+	rel     releaser
+}
+
+// engineKey identifies a shared engine. The context is keyed by its
+// *cuda.Context (a device's primary context is one per driver; a wrapped
+// or created context has engines of its own).
+type engineKey struct {
+	ctx       *cuda.Context
+	stageSize int
+	flags     pinmem.Flags
+	stats     bool
+	pipeline  bool // the chunk stages of Pipelines (stageSize is the chunk size)
+}
+
+// stageWaiter is a transfer waiting for stages.
+type stageWaiter struct {
+	want  int
+	got   []*stage
+	ready chan struct{}
+}
+
+var engines struct {
+	sync.Mutex
+	m map[engineKey]*engine
+}
+
+// joinEngine returns the engine for a Copier of context c with options o,
+// made or grown for it: the stages it needs are allocated here, so that
+// New reports a failure.
+func joinEngine(c *cuda.Context, o options) (*engine, error) {
+	return joinEngineKey(c, o, engineKey{ctx: c, stageSize: o.stageSize, flags: o.stageFlags, stats: o.stats})
+}
+
+// joinPipelineEngine returns the engine of the staging buffers of the
+// Pipelines of context c with chunks of chunk bytes and inFlight chunks in
+// flight: Pipelines share them as Copiers share theirs, one Run borrowing
+// up to inFlight stages.
+func joinPipelineEngine(c *cuda.Context, chunk, inFlight int) (*engine, error) {
+	o := options{stageSize: chunk, depth: inFlight, parallelism: 1}
+	return joinEngineKey(c, o, engineKey{ctx: c, stageSize: chunk, pipeline: true})
+}
+
+func joinEngineKey(c *cuda.Context, o options, key engineKey) (*engine, error) {
+	shared := len(o.stageOpts) == 0
+	engines.Lock()
+	defer engines.Unlock()
+	var e *engine
+	if shared {
+		e = engines.m[key]
+	}
+	fresh := e == nil
+	if fresh {
+		e = &engine{key: key, shared: shared, cctx: c, flags: o.stageFlags | pinmem.Portable,
+			popts: append([]pinmem.Option{pinmem.WithDevice(c.Device())}, o.stageOpts...)}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	depth, par := max(e.depth, o.depth), max(e.par, o.parallelism)
+	target := depth
+	if e.refs+1 >= 2 {
+		target = 2 * depth
+	}
+	var added []*stage
+	var err error
+	for len(e.all)+len(added) < target {
+		var s *stage
+		if s, err = newStage(c, o.stageSize, e.flags, e.popts, !key.pipeline); err != nil {
+			err = fmt.Errorf("transfer: allocating staging buffer %d of %d bytes: %w", len(e.all)+len(added), o.stageSize, err)
+			break
+		}
+		added = append(added, s)
+	}
+	if err != nil && len(e.all)+len(added) < o.depth {
+		// Not even one ring: give the new stages back and fail.
+		left := 0
+		var errs []error
+		for _, s := range added {
+			errs = append(errs, s.free(&left))
+		}
+		if left > 0 {
+			orphan(&stageSet{stages: added})
+		}
+		return nil, errors.Join(append([]error{err}, errs...)...)
+	}
+	// Short of the doubled set (the budget, say): run with what there is.
+	e.all = append(e.all, added...)
+	e.idle = append(e.idle, added...)
+	e.depth, e.par = depth, par
+	workers := 0
+	if par > 1 {
+		workers = max(1, min(par, runtime.NumCPU())-1)
+	}
+	if e.pool == nil {
+		e.pool = newCopyPool(workers+1, o.stats)
+	} else {
+		e.pool.grow(workers)
+	}
+	e.refs++
+	e.serve()
+	if fresh && shared {
+		if engines.m == nil {
+			engines.m = map[engineKey]*engine{}
+		}
+		engines.m[key] = e
+	}
+	return e, nil
+}
+
+// newStage allocates a stage and, for a Copier's stage (event), the event
+// that guards its reuse (a Pipeline's slots have events of their own).
+func newStage(c *cuda.Context, size int, flags pinmem.Flags, popts []pinmem.Option, event bool) (*stage, error) {
+	s := &stage{}
+	var err error
+	if s.buf, err = pinmem.Alloc(size, flags, popts...); err != nil {
+		return nil, err
+	}
+	s.mem, s.cuts = s.buf.Bytes(), segCuts(s.buf)
+	if event {
+		if s.ev, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
+			left := 0
+			_ = freeBuf(&s.buf, &left)
+			if left > 0 {
+				orphan(&stageSet{stages: []*stage{s}})
+			}
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// free releases the stage's buffer and event, counting in left what the
+// driver still holds.
+func (s *stage) free(left *int) error {
+	return errors.Join(freeBuf(&s.buf, left), destroyEvent(&s.ev, left))
+}
+
+// stageSet is stages to release, kept as an orphan when the driver fails
+// to release some of them.
+type stageSet struct {
+	rel    releaser
+	stages []*stage
+}
+
+func (ss *stageSet) release() error {
+	return ss.rel.run(func() (int, error) {
+		left := 0
+		var errs []error
+		for _, s := range ss.stages {
+			errs = append(errs, s.free(&left))
+		}
+		return left, errors.Join(errs...)
+	})
+}
+
+func (ss *stageSet) released() bool { return ss.rel.released() }
+
+// take borrows up to want idle stages (at least one), waiting in FIFO
+// order behind earlier requests, bounded by ctx.
+func (e *engine) take(ctx context.Context, want int) ([]*stage, error) {
+	e.mu.Lock()
+	want = max(1, min(want, e.depth))
+	if len(e.waiters) == 0 && len(e.idle) > 0 {
+		got := e.grant(want)
+		e.mu.Unlock()
+		return got, nil
+	}
+	w := &stageWaiter{want: want, ready: make(chan struct{})}
+	e.waiters = append(e.waiters, w)
+	e.mu.Unlock()
+	select {
+	case <-w.ready:
+		return w.got, nil
+	case <-ctx.Done():
+	}
+	e.mu.Lock()
+	for i, x := range e.waiters {
+		if x == w {
+			e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)
+			e.mu.Unlock()
+			return nil, ctx.Err()
+		}
+	}
+	e.mu.Unlock()
+	// Granted meanwhile: give the stages back.
+	<-w.ready
+	e.give(w.got)
+	return nil, ctx.Err()
+}
+
+// grant takes up to want idle stages. e.mu held.
+func (e *engine) grant(want int) []*stage {
+	n := min(want, len(e.idle))
+	got := append([]*stage(nil), e.idle[len(e.idle)-n:]...)
+	e.idle = e.idle[:len(e.idle)-n]
+	e.peak = max(e.peak, len(e.all)-len(e.idle))
+	return got
+}
+
+// serve hands idle stages to the waiters, first come first served. e.mu held.
+func (e *engine) serve() {
+	for len(e.waiters) > 0 && len(e.idle) > 0 {
+		w := e.waiters[0]
+		e.waiters = e.waiters[1:]
+		w.got = e.grant(w.want)
+		close(w.ready)
+	}
+}
+
+// give returns borrowed stages; everything queued on them has run.
+func (e *engine) give(ss []*stage) {
+	if len(ss) == 0 {
+		return
+	}
+	e.mu.Lock()
+	e.idle = append(e.idle, ss...)
+	e.serve()
+	e.mu.Unlock()
+}
+
+// leave ends a Copier's membership: the last member releases the stages
+// and the copy goroutines. It returns what the driver failed to release
+// (retried by the next call of the last member's release).
+func (e *engine) leave(member *bool) (left int, err error) {
+	e.mu.Lock()
+	if *member {
+		*member = false
+		e.refs--
+		if e.refs == 0 {
+			e.closed = true
+		}
+	}
+	last := e.closed
+	e.mu.Unlock()
+	if !last {
+		return 0, nil
+	}
+	if e.shared {
+		engines.Lock()
+		if engines.m[e.key] == e {
+			delete(engines.m, e.key)
+		}
+		engines.Unlock()
+	}
+	err = e.rel.run(func() (int, error) {
+		e.pool.close()
+		n := 0
+		var errs []error
+		for _, s := range e.all {
+			errs = append(errs, s.free(&n))
+		}
+		return n, errors.Join(errs...)
+	})
+	if !e.rel.released() {
+		left = 1
+	}
+	return left, err
+}
+
+// stageCount returns the stages the engine holds and the most borrowed at
+// once so far.
+func (e *engine) stageCount() (all, peak int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.all), e.peak
+}

@@ -1,0 +1,277 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+// TestFakeEngineBounds: 16 Copiers of one context moving data at once
+// share one engine: the pinned memory stays at two rings (not 16), the
+// copy goroutines are shared (one waiter per Copier, no copy goroutines
+// of its own), and every byte arrives.
+func TestFakeEngineBounds(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	const stage, depth, par, copiers, n = 64 << 10, 3, 4, 16, 1 << 20
+	opts := []Option{WithStageSize(stage), WithDepth(depth), WithParallelism(par), WithThresholds(Thresholds{})}
+	base := pinmem.Stats().Pinned.Bytes
+	g0 := runtime.NumGoroutine()
+	cps := make([]*Copier, copiers)
+	for i := range cps {
+		cps[i] = e.copier(t, opts...)
+	}
+	if grew := runtime.NumGoroutine() - g0; grew > copiers+par {
+		t.Errorf("%d Copiers started %d goroutines, want at most %d (a waiter each and one set of copy goroutines)", copiers, grew, copiers+par)
+	}
+	eng := cps[0].eng
+	for _, c := range cps {
+		if c.eng != eng {
+			t.Fatal("Copiers of one context with the same stages do not share an engine")
+		}
+	}
+	if all, _ := eng.stageCount(); all != 2*depth {
+		t.Fatalf("engine holds %d stages, want %d", all, 2*depth)
+	}
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		for {
+			if p := pinmem.Stats().Pinned.Bytes - base; p > peak.Load() {
+				peak.Store(p)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, copiers)
+	for i, c := range cps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dev := e.devbuf(t, n)
+			src := testutil.RandomBytes(n, uint64(i))
+			dst := make([]byte, n)
+			for range 4 {
+				if _, err := c.HtoD(context.Background(), dev, src); err != nil {
+					errs[i] = err
+					return
+				}
+				clear(dst)
+				if _, err := c.DtoH(context.Background(), dst, dev); err != nil {
+					errs[i] = err
+					return
+				}
+				if j := firstDiff(src, dst); j >= 0 {
+					errs[i] = fmt.Errorf("copier %d: byte %d differs", i, j)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	sampler.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if limit := int64(2 * depth * stage); peak.Load() > limit {
+		t.Errorf("peak pinned %d bytes with %d Copiers, want at most %d (two rings)", peak.Load(), copiers, limit)
+	}
+	if _, most := eng.stageCount(); most < depth+1 {
+		t.Errorf("at most %d stages were borrowed at once: the transfers never ran side by side", most)
+	}
+	// Copiers leave one by one; the last one releases the stages (useFake
+	// checks that nothing is left).
+	for i, c := range cps {
+		if err := c.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if i < copiers-1 {
+			if all, _ := eng.stageCount(); all != 2*depth {
+				t.Fatalf("after %d Closes the engine holds %d stages", i+1, all)
+			}
+		}
+	}
+	if p := pinmem.Stats().Pinned.Bytes; p != base {
+		t.Errorf("%d bytes pinned after every Copier closed, %d before", p, base)
+	}
+}
+
+// TestFakeEngineSeparate: Copiers with other stage sizes, stats settings
+// or contexts have engines of their own; one Copier alone holds one ring.
+func TestFakeEngineSeparate(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	base := pinmem.Stats().Pinned.Bytes
+	a := e.copier(t, WithStageSize(64<<10), WithDepth(2))
+	if p := pinmem.Stats().Pinned.Bytes - base; p != 2*64<<10 {
+		t.Errorf("one Copier pinned %d bytes, want its ring, %d", p, 2*64<<10)
+	}
+	b := e.copier(t, WithStageSize(128<<10), WithDepth(2))
+	c := e.copier(t, WithStageSize(64<<10), WithDepth(2), WithStats(true))
+	d := e.copier(t, WithStageSize(64<<10), WithDepth(2), WithStageFlags(0, pinmem.WithDevice(e.ctx.Device())))
+	for _, x := range []*Copier{b, c, d} {
+		if x.eng == a.eng {
+			t.Errorf("engine shared across different stage configurations")
+		}
+	}
+	a2 := e.copier(t, WithStageSize(64<<10), WithDepth(2))
+	if a2.eng != a.eng {
+		t.Error("same configuration, separate engines")
+	}
+}
+
+// TestFakeEngineFIFO: stages go to waiting transfers first come, first
+// served, at most their depth each; a waiter whose context ends leaves
+// the queue without losing stages.
+func TestFakeEngineFIFO(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, WithStageSize(64<<10), WithDepth(2))
+	e.copier(t, WithStageSize(64<<10), WithDepth(2)) // two members: four stages
+	eng := c.eng
+	all, err := eng.take(context.Background(), 2)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("take: %d %v", len(all), err)
+	}
+	more, err := eng.take(context.Background(), 5)
+	if err != nil || len(more) != 2 {
+		t.Fatalf("take beyond the depth: %d %v", len(more), err)
+	}
+	all = append(all, more...)
+	queued := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			eng.mu.Lock()
+			q := len(eng.waiters)
+			eng.mu.Unlock()
+			if q == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d waiters, want %d", q, n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	order := make(chan int, 4)
+	got := make([][]*stage, 4)
+	var wg sync.WaitGroup
+	cctx, cancel := context.WithCancel(context.Background())
+	for i := range 4 {
+		ctx := context.Background()
+		if i == 1 {
+			ctx = cctx
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ss, err := eng.take(ctx, 2)
+			if i == 1 {
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("cancelled waiter: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got[i] = ss
+			order <- i
+		}()
+		queued(i + 1)
+	}
+	cancel()
+	queued(3)
+	for _, s := range all {
+		eng.give([]*stage{s})
+		time.Sleep(5 * time.Millisecond)
+	}
+	wg.Wait()
+	close(order)
+	var seq []int
+	for i := range order {
+		seq = append(seq, i)
+	}
+	if fmt.Sprint(seq) != "[0 2 3]" {
+		t.Errorf("served in order %v, want [0 2 3]", seq)
+	}
+	for _, i := range seq {
+		eng.give(got[i])
+	}
+	if n, _ := eng.stageCount(); n != 4 || len(eng.idle) != 4 {
+		t.Errorf("%d stages, %d idle after everything was given back", n, len(eng.idle))
+	}
+}
+
+// TestFakeEnginePipelines: Pipelines of one context with the same chunk
+// size share their staging buffers: four Pipelines running at once from
+// Go memory pin at most two sets of in-flight stages, and every byte
+// arrives.
+func TestFakeEnginePipelines(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	const chunk, inFlight, pipes = 64 << 10, 3, 4
+	c := e.copier(t, WithStageSize(64<<10), WithDepth(2))
+	base := pinmem.Stats().Pinned.Bytes
+	ps := make([]*Pipeline, pipes)
+	for i := range ps {
+		ps[i] = e.pipeline(t, c, pipelineCfg{ChunkSize: chunk, Streams: 2, InFlight: inFlight, PinStages: true})
+	}
+	if grew := pinmem.Stats().Pinned.Bytes - base; grew != 2*inFlight*chunk {
+		t.Fatalf("%d Pipelines pinned %d bytes, want %d (two sets of in-flight stages)", pipes, grew, 2*inFlight*chunk)
+	}
+	if ps[0].eng != ps[pipes-1].eng || ps[0].eng == c.eng {
+		t.Fatal("Pipelines do not share one engine of their own")
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, pipes)
+	for i, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := testutil.RandomBytes(7*chunk+5, uint64(i))
+			out := make([]byte, len(in))
+			for range 3 {
+				clear(out)
+				st, err := p.Run(context.Background(), in, out)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if !st.StagedIn || st.Chunks != 8 {
+					errs[i] = fmt.Errorf("pipeline %d: %+v", i, st)
+					return
+				}
+				if j := firstDiff(in, out); j >= 0 {
+					errs[i] = fmt.Errorf("pipeline %d: byte %d differs", i, j)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if grew := pinmem.Stats().Pinned.Bytes - base; grew != 2*inFlight*chunk {
+		t.Errorf("after the runs %d bytes pinned, want %d", grew, 2*inFlight*chunk)
+	}
+	if all, _ := ps[0].eng.stageCount(); all != 2*inFlight {
+		t.Errorf("engine holds %d stages", all)
+	}
+}

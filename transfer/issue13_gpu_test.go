@@ -1,0 +1,508 @@
+package transfer
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/kernels"
+	"github.com/pinmem/pinmem/pool"
+)
+
+// GPU benchmarks and tests of the size-adaptive Copier, concurrent
+// transfers and buffers over 4 GiB. Built by scripts/gpu-suite build into
+// .gpu/bin/transfer.test; the commands are in each doc comment.
+
+// EnvBench4G set to 1 adds 4 GiB transfers to BenchmarkCopierVsDriver.
+const EnvBench4G = "PINMEM_BENCH_4G"
+
+// sideBySide runs every variant once per round (rounds rounds, after one
+// warm-up round), rotating which goes first, and reports and returns each
+// variant's median GB/s for n bytes.
+func sideBySide(b *testing.B, n, rounds int, vs []variant) []float64 {
+	b.Helper()
+	for _, v := range vs {
+		if err := v.fn(); err != nil {
+			b.Fatalf("%s: %v", v.name, err)
+		}
+	}
+	gbps := make([][]float64, len(vs))
+	for i := range rounds {
+		for j := range vs {
+			k := (i + j) % len(vs)
+			t0 := time.Now()
+			if err := vs[k].fn(); err != nil {
+				b.Fatalf("%s: %v", vs[k].name, err)
+			}
+			gbps[k] = append(gbps[k], float64(n)/time.Since(t0).Seconds()/1e9)
+		}
+	}
+	meds := make([]float64, len(vs))
+	for k, v := range vs {
+		meds[k] = median(gbps[k])
+		b.ReportMetric(meds[k], v.name+"-GB/s")
+	}
+	return meds
+}
+
+// roundsFor is the number of interleaved samples for n bytes: about 1 GiB
+// moved per variant, between 3 and 25 samples.
+func roundsFor(n int) int { return max(3, min(25, (1<<30)/n)) }
+
+// BenchmarkCopierVsDriver compares, side by side with interleaved samples,
+// the Copier (default options: the driver's copy below 32 MiB, staging
+// above) moving a Go heap slice with the driver's own pageable copy of
+// the same slice (DeviceBuffer.CopyFromHost/CopyToHost), the Copier with
+// a context that can end (copier-ctx: the driver's copy runs on a
+// goroutine of its own) and the forced staged path, at 4 KiB to 1 GiB
+// (4 GiB with PINMEM_BENCH_4G=1), both directions. It reports the medians
+// (GB/s), copier/driver, copier-ctx/driver, staged/driver, and the host
+// bound: the smaller of a parallel Go copy between the heap and pinned
+// memory (12 goroutines, as the Copier's) and the pinned DMA rate of the
+// same size (a stream copy from or to pinned memory). The thresholds are
+// right when copier/driver is at least about 1 everywhere and copier
+// approaches hostbound at large sizes. Under 20 s (under 45 s with 4
+// GiB):
+//
+//	.gpu/bin/transfer.test -test.run '^$' -test.bench 'CopierVsDriver' -test.benchtime 1x
+func BenchmarkCopierVsDriver(b *testing.B) {
+	ctx := gpuCtx(b)
+	sizes := []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30}
+	if os.Getenv(EnvBench4G) == "1" {
+		sizes = append(sizes, 4<<30)
+	}
+	benchCopierVsDriver(b, ctx, sizes)
+}
+
+func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
+	c := gpuCopier(b, ctx)
+	staged := gpuCopier(b, ctx, WithThresholds(Thresholds{}))
+	maxN := sizes[len(sizes)-1]
+	heap := touched(maxN)
+	dev := gpuAlloc(b, ctx, maxN)
+	pinned, err := pinmem.Alloc(maxN, 0, pinmem.WithDevice(ctx.Device()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pinned.Free() })
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Destroy() })
+	cpu := newCopyPool(min(DefaultParallelism, runtime.NumCPU()), false)
+	b.Cleanup(cpu.close)
+	bg := context.Background()
+	// A context that can end, as a service's request has: the driver's
+	// copy then runs on a goroutine of its own (see Copier.HtoD).
+	cctx, cancel := context.WithCancel(bg)
+	b.Cleanup(cancel)
+	for _, n := range sizes {
+		h := heap[:n]
+		p := pinned.Bytes()[:n]
+		d, _ := dev.Slice(0, n)
+		name := sizeName(n)
+		b.Run("H2D/"+name, func(b *testing.B) {
+			b.SetBytes(int64(n))
+			m := sideBySide(b, n, roundsFor(n)*b.N, []variant{
+				{"copier", func() error { _, err := c.HtoD(bg, d, h); return err }},
+				{"copier-ctx", func() error { _, err := c.HtoD(cctx, d, h); return err }},
+				{"driver", func() error { return d.CopyFromHost(0, h) }},
+				{"staged", func() error { _, err := staged.HtoD(bg, d, h); return err }},
+				{"memcpy", func() error { cpu.copy(p, h); return nil }},
+				{"dma", func() error { return streamCopies(s, d.Ptr(), pinned, n, true) }},
+			})
+			reportBound(b, m)
+		})
+		b.Run("D2H/"+name, func(b *testing.B) {
+			b.SetBytes(int64(n))
+			m := sideBySide(b, n, roundsFor(n)*b.N, []variant{
+				{"copier", func() error { _, err := c.DtoH(bg, h, d); return err }},
+				{"copier-ctx", func() error { _, err := c.DtoH(cctx, h, d); return err }},
+				{"driver", func() error { return d.CopyToHost(0, h) }},
+				{"staged", func() error { _, err := staged.DtoH(bg, h, d); return err }},
+				{"memcpy", func() error { cpu.copy(h, p); return nil }},
+				{"dma", func() error { return streamCopies(s, d.Ptr(), pinned, n, false) }},
+			})
+			reportBound(b, m)
+		})
+	}
+}
+
+// reportBound reports copier/driver, copier-ctx/driver, staged/driver
+// and the host bound min(memcpy, dma) from sideBySide's medians (copier,
+// copier-ctx, driver, staged, memcpy, dma).
+func reportBound(b *testing.B, m []float64) {
+	copier, copierCtx, driver, staged, memcpy, dma := m[0], m[1], m[2], m[3], m[4], m[5]
+	if driver > 0 {
+		b.ReportMetric(copier/driver, "copier/driver")
+		b.ReportMetric(copierCtx/driver, "copier-ctx/driver")
+		b.ReportMetric(staged/driver, "staged/driver")
+	}
+	bound := min(memcpy, dma)
+	b.ReportMetric(bound, "hostbound-GB/s")
+	if bound > 0 {
+		b.ReportMetric(copier/bound, "copier/hostbound")
+	}
+}
+
+// streamCopies copies the first n bytes of buf to or from dev on s, one
+// copy per registration, and waits.
+func streamCopies(s *cuda.Stream, dev cuda.DevicePtr, buf *pinmem.Buffer, n int, htod bool) error {
+	off := 0
+	for _, seg := range buf.Segments() {
+		if off >= n {
+			break
+		}
+		seg = seg[:min(len(seg), n-off)]
+		var err error
+		if htod {
+			err = s.CopyHtoD(dev.Add(off), seg)
+		} else {
+			err = s.CopyDtoH(seg, dev.Add(off))
+		}
+		if err != nil {
+			return err
+		}
+		off += len(seg)
+	}
+	return s.Synchronize()
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20:
+		return fmt.Sprintf("%dMiB", n>>20)
+	}
+	return fmt.Sprintf("%dKiB", n>>10)
+}
+
+// BenchmarkCopierConcurrent runs 1, 2, 4, 8 and 16 goroutines at once,
+// each moving its own 64 MiB (or 1 MiB) Go slice to the device and back
+// twice, through one shared Copier or one Copier each, and reports the
+// aggregate GB/s (both directions counted) and the peak of the process's
+// pinned bytes over those pinned before the sub-benchmark (the Copiers'
+// staging included; their creation is not timed), and fails unless every
+// byte came back. The goroutines' directions interleave, so copies both
+// ways run at once. About 10 s:
+//
+//	.gpu/bin/transfer.test -test.run '^$' -test.bench 'CopierConcurrent' -test.benchtime 1x
+func BenchmarkCopierConcurrent(b *testing.B) {
+	ctx := gpuCtx(b)
+	for _, n := range []int{64 << 20, 1 << 20} {
+		for _, g := range []int{1, 2, 4, 8, 16} {
+			for _, mode := range []string{"shared", "each"} {
+				b.Run(fmt.Sprintf("%s/g=%d/%s", sizeName(n), g, mode), func(b *testing.B) {
+					benchConcurrent(b, ctx, n, g, mode == "shared")
+				})
+			}
+		}
+	}
+}
+
+func benchConcurrent(b *testing.B, ctx *cuda.Context, n, g int, shared bool) {
+	b.SetBytes(int64(2 * concurrentRounds * g * n))
+	gbps, peak := runConcurrent(b, ctx, n, g, shared, b.N)
+	b.ReportMetric(gbps, "aggregate-GB/s")
+	b.ReportMetric(float64(peak)/(1<<20), "peak-pinned-MiB")
+}
+
+// concurrentRounds is how many round trips each goroutine of
+// runConcurrent makes per iteration.
+const concurrentRounds = 2
+
+// runConcurrent runs iters times g goroutines that each copy their own n
+// bytes to the device and back concurrentRounds times, through one shared
+// Copier or one each, checks every byte, and returns the aggregate GB/s
+// and the peak of the bytes pinned over those pinned before (the
+// Copiers' staging included).
+func runConcurrent(tb testing.TB, ctx *cuda.Context, n, g int, shared bool, iters int) (gbps float64, peak int64) {
+	base := pinmem.Stats().Pinned.Bytes
+	var peakA atomic.Int64
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		t := time.NewTicker(500 * time.Microsecond)
+		defer t.Stop()
+		for {
+			if p := pinmem.Stats().Pinned.Bytes - base; p > peakA.Load() {
+				peakA.Store(p)
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	defer func() { close(stop); sampler.Wait() }()
+	cps := make([]*Copier, g)
+	for i := range cps {
+		if shared && i > 0 {
+			cps[i] = cps[0]
+			continue
+		}
+		cps[i] = gpuCopier(tb, ctx)
+	}
+	srcs := make([][]byte, g)
+	dsts := make([][]byte, g)
+	devs := make([]*cuda.DeviceBuffer, g)
+	for i := range srcs {
+		srcs[i] = touched(n)
+		for k := 0; k < n; k += 4096 {
+			srcs[i][k] = byte(i + 1) // differs per goroutine
+		}
+		dsts[i] = make([]byte, n)
+		devs[i] = gpuAlloc(tb, ctx, n)
+	}
+	if b, ok := tb.(*testing.B); ok {
+		b.ResetTimer()
+	}
+	t0 := time.Now()
+	for range iters {
+		var wg sync.WaitGroup
+		errs := make([]error, g)
+		for i := range g {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				bg := context.Background()
+				for range concurrentRounds {
+					if _, err := cps[i].HtoD(bg, devs[i], srcs[i]); err != nil {
+						errs[i] = err
+						return
+					}
+					clear(dsts[i])
+					if _, err := cps[i].DtoH(bg, dsts[i], devs[i]); err != nil {
+						errs[i] = err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			tb.Fatal(err)
+		}
+		for i := range g {
+			if j := firstDiff(srcs[i], dsts[i]); j >= 0 {
+				tb.Fatalf("goroutine %d: byte %d differs after the round trip", i, j)
+			}
+		}
+	}
+	wall := time.Since(t0)
+	if b, ok := tb.(*testing.B); ok {
+		b.StopTimer()
+	}
+	return float64(2*concurrentRounds*g*n*iters) / wall.Seconds() / 1e9, peakA.Load()
+}
+
+// firstDiff returns the first index where a and b differ, or -1.
+func firstDiff(a, b []byte) int {
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	const step = 1 << 20
+	for off := 0; off < len(a); off += step {
+		end := min(off+step, len(a))
+		if string(a[off:end]) != string(b[off:end]) {
+			for i := off; i < end; i++ {
+				if a[i] != b[i] {
+					return i
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// hugeSize is the buffer size of TestGPUHugeBuffers: more than one 4 GiB
+// registration.
+const hugeSize = 4<<30 + 64<<20
+
+// memAvailable returns /proc/meminfo's MemAvailable in bytes (0 if unknown).
+func memAvailable() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// fillPattern writes a position-dependent pattern (plus delta in every
+// byte) into p in parallel; checkPattern finds the first byte that
+// differs from it, or -1. The pattern never repeats at segment or chunk
+// boundaries, so a piece copied to the wrong offset is caught.
+func fillPattern(p []byte, seed uint64, delta byte) { patternOp(p, seed, delta, false) }
+
+func checkPattern(p []byte, seed uint64, delta byte) int { return patternOp(p, seed, delta, true) }
+
+func patternOp(p []byte, seed uint64, delta byte, check bool) int {
+	const piece = 64 << 20
+	add := uint64(delta) * 0x0101010101010101
+	var first atomic.Int64
+	first.Store(-1)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.NumCPU())
+	for off := 0; off < len(p); off += piece {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			end := min(off+piece, len(p))
+			words := unsafe.Slice((*uint64)(unsafe.Pointer(&p[off])), (end-off)/8)
+			for i := range words {
+				k := uint64(off/8 + i)
+				v := (k*0x9E3779B97F4A7C15 ^ seed) &^ 0x8080808080808080 // no byte carries into the next under +delta
+				v += add
+				if !check {
+					words[i] = v
+				} else if words[i] != v {
+					for j := 0; j < 8; j++ {
+						if byte(words[i]>>(8*j)) != byte(v>>(8*j)) {
+							at := int64(off + 8*i + j)
+							for {
+								old := first.Load()
+								if old >= 0 && old <= at || first.CompareAndSwap(old, at) {
+									break
+								}
+							}
+							return
+						}
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(first.Load())
+}
+
+// TestGPUHugeBuffers copies 4 GiB + 64 MiB of pinned memory (two
+// registrations) both ways, from a pinmem.Alloc buffer (recognised
+// without AddPinned, and with it), a Go slice in the registration cache
+// and a pool block, through the Copier and through a Pipeline (whose work
+// adds 1 to every byte), and checks every byte. It skips unless the host
+// has about 10 GiB available (one case at a time). About 30 s on an H200
+// host:
+//
+//	PINMEM_REQUIRE_GPU=1 .gpu/bin/transfer.test -test.run 'GPUHugeBuffers' -test.v
+func TestGPUHugeBuffers(t *testing.T) {
+	ctx := gpuCtx(t)
+	if testing.Short() {
+		t.Skip("-short: 4 GiB buffers")
+	}
+	if avail := memAvailable(); avail < 2*hugeSize+2<<30 {
+		t.Skipf("%d bytes of host memory available, the test needs about %d", avail, 2*hugeSize+2<<30)
+	}
+	if b := pinmem.Budget(); b > 0 && b < hugeSize+1<<30 {
+		t.Skipf("pinmem budget %d bytes, the test pins %d", b, hugeSize+1<<30)
+	}
+	testHugeBuffers(t, ctx, hugeSize, gpuKernel(t, ctx, kernels.KernelAdd), 48<<20)
+}
+
+// testHugeBuffers is TestGPUHugeBuffers for buffers of size bytes, with f
+// the add_u8 kernel and Pipeline chunks of chunk bytes.
+func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function, chunk int, poolOpts ...pool.Option) {
+	dev := gpuAlloc(t, ctx, size)
+	run := func(t *testing.T, c *Copier, host []byte, wantSegs bool) {
+		t.Helper()
+		bg := context.Background()
+		fillPattern(host, 1, 0)
+		st, err := c.HtoD(bg, dev, host)
+		if err != nil {
+			t.Fatalf("HtoD: %v", err)
+		}
+		if st.DirectBytes < int64(len(host))-int64(2*pageSize) {
+			t.Errorf("HtoD not direct: %v", st)
+		}
+		fillPattern(host, 2, 0) // anything but the data on the device
+		if st, err = c.DtoH(bg, host, dev); err != nil {
+			t.Fatalf("DtoH: %v", err)
+		}
+		if i := checkPattern(host, 1, 0); i >= 0 {
+			t.Fatalf("after the round trip through the Copier, byte %d differs (%v)", i, st)
+		}
+		p, err := c.NewPipeline(WithChunkSize(chunk), WithStreamCount(4), WithInFlight(6),
+			WithWork(func(s *cuda.Stream, ch Chunk) error {
+				return f.Launch(s, cuda.D1(132*4), cuda.D1(256), 0, ch.Dev.Ptr(), uint64(ch.Len), uint8(1))
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close(bg)
+		pst, err := p.Run(bg, host, host)
+		if err != nil {
+			t.Fatalf("Pipeline: %v", err)
+		}
+		if wantSegs && (pst.StagedIn || pst.StagedOut) {
+			t.Errorf("Pipeline staged pinned memory: %+v", pst)
+		}
+		if i := checkPattern(host, 1, 1); i >= 0 {
+			t.Fatalf("after the Pipeline, byte %d differs", i)
+		}
+	}
+	t.Run("Alloc", func(t *testing.T) {
+		b, err := pinmem.Alloc(size, 0, pinmem.WithDevice(ctx.Device()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Free()
+		if n := len(b.Segments()); n < 2 {
+			t.Fatalf("%d segments: the buffer does not test a copy across registrations", n)
+		}
+		run(t, gpuCopier(t, ctx), b.Bytes(), true)
+		c := gpuCopier(t, ctx)
+		defer c.AddPinned(b)()
+		run(t, c, b.Bytes(), true)
+	})
+	t.Run("RegCache", func(t *testing.T) {
+		host := make([]byte, size)
+		c := gpuCopier(t, ctx, WithRegistrationCache(0))
+		run(t, c, host, true)
+		if cs := c.Cache().Stats(); cs.Bytes < int64(size)-int64(2*pageSize) {
+			t.Errorf("cache %+v", cs)
+		}
+		c.Cache().Forget(host)
+	})
+	t.Run("pool", func(t *testing.T) {
+		pl, err := pool.New(append([]pool.Option{pool.WithDevice(ctx.Device())}, poolOpts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pl.Close(context.Background())
+		blk, err := pl.Get(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pl.Put(blk)
+		if n := len(blk.Segments()); n < 2 {
+			t.Fatalf("%d segments", n)
+		}
+		run(t, gpuCopier(t, ctx), blk.Bytes(), true)
+	})
+}

@@ -1,0 +1,425 @@
+package transfer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+// callDelta returns how many times each op was called while f ran.
+func callDelta(d *fakedrv.Driver, f func(), ops ...string) map[string]int {
+	before := d.CallCounts()
+	f()
+	after := d.CallCounts()
+	out := map[string]int{}
+	for _, op := range ops {
+		out[op] = after[op] - before[op]
+	}
+	return out
+}
+
+// TestFakeAdaptive: below the thresholds a pageable transfer is one
+// synchronous driver copy (no ring, no event, no stream copy); at and
+// above them it is staged; the data is right either way.
+func TestFakeAdaptive(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, WithStageSize(256<<10), WithThresholds(Thresholds{HtoD: 1 << 20, DtoH: 512 << 10}))
+	dev := e.devbuf(t, 2<<20)
+	ops := []string{"cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuEventRecord"}
+	for _, tc := range []struct {
+		n                  int
+		upDriver, dnDriver bool
+	}{
+		{1, true, true},
+		{64 << 10, true, true},
+		{512<<10 - 1, true, true},
+		{512 << 10, true, false},
+		{1<<20 - 1, true, false},
+		{1 << 20, false, false},
+		{2 << 20, false, false},
+	} {
+		src := testutil.RandomBytes(tc.n, uint64(tc.n))
+		var up, down Stats
+		var err error
+		calls := callDelta(e.d, func() { up, err = c.HtoD(context.Background(), dev, src) }, ops...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.CheckBytes(t, src, e.deviceBytes(t, dev)[:tc.n])
+		if tc.upDriver {
+			if up.PageableBytes != int64(tc.n) || up.StagedBytes != 0 || calls["cuMemcpyHtoD_v2"] != 1 || calls["cuMemcpyHtoDAsync_v2"] != 0 || calls["cuEventRecord"] != 0 {
+				t.Errorf("HtoD %d bytes: %v, calls %v; want one driver pageable copy", tc.n, up, calls)
+			}
+		} else if up.StagedBytes != int64(tc.n) || up.PageableBytes != 0 || calls["cuMemcpyHtoD_v2"] != 0 {
+			t.Errorf("HtoD %d bytes: %v, calls %v; want staged", tc.n, up, calls)
+		}
+		dst := make([]byte, tc.n)
+		testutil.Poison(dst)
+		calls = callDelta(e.d, func() { down, err = c.DtoH(context.Background(), dst, dev) }, ops...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.CheckBytes(t, src, dst)
+		if tc.dnDriver {
+			if down.PageableBytes != int64(tc.n) || calls["cuMemcpyDtoH_v2"] != 1 || calls["cuMemcpyDtoHAsync_v2"] != 0 || calls["cuEventRecord"] != 0 {
+				t.Errorf("DtoH %d bytes: %v, calls %v; want one driver pageable copy", tc.n, down, calls)
+			}
+		} else if down.StagedBytes != int64(tc.n) || calls["cuMemcpyDtoH_v2"] != 0 {
+			t.Errorf("DtoH %d bytes: %v, calls %v; want staged", tc.n, down, calls)
+		}
+	}
+}
+
+// TestFakeAdaptiveDefaults: a default Copier copies pageable memory below
+// 32 MiB with the driver and stages from 32 MiB; pinned memory goes
+// directly whatever its size.
+func TestFakeAdaptiveDefaults(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t)
+	if DefaultThresholds != (Thresholds{HtoD: 32 << 20, DtoH: 32 << 20}) {
+		t.Fatalf("DefaultThresholds %+v", DefaultThresholds)
+	}
+	dev := e.devbuf(t, 32<<20)
+	for _, n := range []int{4 << 10, 32<<20 - 1, 32 << 20} {
+		src := testutil.RandomBytes(n, 5)
+		up, err := c.HtoD(context.Background(), dev, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if driver := n < 32<<20; driver != (up.PageableBytes == int64(n)) || !driver && up.StagedBytes != int64(n) {
+			t.Errorf("%d bytes: %v", n, up)
+		}
+		testutil.CheckBytes(t, src, e.deviceBytes(t, dev)[:n])
+	}
+	b, err := pinmem.Alloc(4<<10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if st, err := c.HtoD(context.Background(), dev, b.Bytes()); err != nil || st.DirectBytes != 4<<10 {
+		t.Fatalf("small pinned: %v %v", st, err)
+	}
+}
+
+// TestFakeAdaptiveMixed: a slice partly pinned copies the pinned part
+// directly and stages the pageable rest, however small (queued on the
+// stream, the driver's copy of pageable memory would wait for the device
+// beyond the reach of ctx): no asynchronous copy touches pageable memory.
+func TestFakeAdaptiveMixed(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	mem := make([]byte, 1<<20+3*int(pageSize))
+	base := int((pageSize - addr(mem)%pageSize) % pageSize)
+	lo, hi := base+int(pageSize), base+int(pageSize)+512<<10
+	b, err := pinmem.Register(mem[lo:hi], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	host := mem[100:]
+	dev := e.devbuf(t, len(host))
+	c := e.copier(t, WithStageSize(64<<10))
+	copy(host, testutil.RandomBytes(len(host), 8))
+	want := append([]byte(nil), host...)
+	pageable0 := e.d.PageableAsyncCopies()
+	up, err := c.HtoD(context.Background(), dev, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, want, e.deviceBytes(t, dev))
+	testutil.Poison(host)
+	down, err := c.DtoH(context.Background(), host, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, want, host)
+	rest := int64(len(host) - (hi - lo))
+	for _, st := range []Stats{up, down} {
+		if st.DirectBytes != int64(hi-lo) || st.StagedBytes != rest || st.PageableBytes != 0 {
+			t.Errorf("%v, want %d direct and %d staged", st, hi-lo, rest)
+		}
+	}
+	if n := e.d.PageableAsyncCopies() - pageable0; n != 0 {
+		t.Errorf("%d asynchronous copies from or to pageable memory", n)
+	}
+}
+
+// TestFakeAdaptiveStream: with WithStream the driver's pageable copy is
+// ordered after the caller's work on that stream: with the stream held,
+// the transfer waits, bounded by its context, and runs once the stream
+// is released.
+func TestFakeAdaptiveStream(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	s, err := e.ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	c := e.copier(t, WithStream(s))
+	dev := e.devbuf(t, 64<<10)
+	src := testutil.RandomBytes(64<<10, 3)
+	sh := cudadrv.Stream(s.Handle())
+	if err := e.d.HoldStream(sh); err != nil {
+		t.Fatal(err)
+	}
+	// The caller's work: a memset queued on the held stream.
+	if err := s.Memset(dev.Ptr(), 0, dev.Size()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := deadline200ms()
+	within(t, "HtoD behind the caller's held stream", 700*time.Millisecond, func() error {
+		_, err := c.HtoD(ctx, dev, src)
+		return err
+	})
+	cancel()
+	if err := e.d.ReleaseStream(sh); err != nil {
+		t.Fatal(err)
+	}
+	// The interrupted copy finishes in the background; wait for it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		active := c.active
+		c.mu.Unlock()
+		if active == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the interrupted driver copy never finished")
+		}
+	}
+	calls := callDelta(e.d, func() {
+		if st, err := c.HtoD(context.Background(), dev, src); err != nil || st.PageableBytes != int64(len(src)) {
+			t.Fatalf("%v %v", st, err)
+		}
+	}, "cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2", "cuStreamSynchronize")
+	if calls["cuMemcpyHtoD_v2"] != 1 || calls["cuMemcpyHtoDAsync_v2"] != 0 || calls["cuStreamSynchronize"] == 0 {
+		t.Fatalf("calls %v, want a wait for the caller's stream and one synchronous copy", calls)
+	}
+	// The memset ran first: the copy's bytes are what the device holds.
+	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
+}
+
+// TestFakeAdaptiveBounded: the driver's pageable copy cannot be
+// interrupted, yet a transfer on a hung device returns when its context
+// ends; Close waits for the copy left running; with context.Background
+// the copy runs on the caller's goroutine.
+func TestFakeAdaptiveBounded(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c, err := New(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := e.devbuf(t, 1<<20)
+	src := testutil.RandomBytes(1<<20, 4)
+	dst := make([]byte, 1<<20)
+	for _, tc := range []struct {
+		name string
+		f    func(ctx context.Context) (Stats, error)
+	}{
+		{"HtoD", func(ctx context.Context) (Stats, error) { return c.HtoD(ctx, dev, src) }},
+		{"DtoH", func(ctx context.Context) (Stats, error) { return c.DtoH(ctx, dst, dev) }},
+		{"HtoDAsync", func(ctx context.Context) (Stats, error) {
+			return c.HtoDAsync(ctx, dev, src).Wait(context.Background())
+		}},
+	} {
+		e.d.Pause()
+		ctx, cancel := deadline200ms()
+		within(t, tc.name, 700*time.Millisecond, func() error { _, err := tc.f(ctx); return err })
+		cancel()
+		closed := make(chan error, 1)
+		if tc.name == "DtoH" {
+			// Close waits for the copy left running (bounded by its context).
+			cctx, ccancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			if err := c.Close(cctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Close with a driver copy running: %v", err)
+			}
+			ccancel()
+			go func() { closed <- c.Close(context.Background()) }()
+		}
+		e.d.Resume()
+		if tc.name == "DtoH" {
+			if err := <-closed; err != nil {
+				t.Fatalf("Close after the device ran again: %v", err)
+			}
+			if c, err = New(e.ctx); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if st, err := tc.f(context.Background()); err != nil || st.PageableBytes != 1<<20 {
+			t.Errorf("%s after the device ran again: %v %v", tc.name, st, err)
+		}
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestThresholdsOption: negative thresholds are refused with an
+// *OptionError matching cuda.ErrInvalidValue; Thresholds round-trip
+// through JSON.
+func TestThresholdsOption(t *testing.T) {
+	for _, thr := range []Thresholds{{HtoD: -1}, {DtoH: -1}, {HtoD: math.MinInt64, DtoH: 5}} {
+		_, err := buildOptions([]Option{WithThresholds(thr)})
+		var oe *OptionError
+		if !errors.As(err, &oe) || oe.Option != "WithThresholds" || !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("WithThresholds(%+v): %v", thr, err)
+		}
+	}
+	for _, thr := range []Thresholds{{}, DefaultThresholds, {HtoD: math.MaxInt64, DtoH: 1}} {
+		o, err := buildOptions([]Option{WithThresholds(thr)})
+		if err != nil || o.thr != thr {
+			t.Errorf("WithThresholds(%+v): %+v %v", thr, o.thr, err)
+		}
+		j, err := json.Marshal(thr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Thresholds
+		if err := json.Unmarshal(j, &back); err != nil || back != thr {
+			t.Errorf("JSON %s: %+v %v", j, back, err)
+		}
+	}
+	if j, _ := json.Marshal(Thresholds{HtoD: 1, DtoH: 2}); string(j) != `{"htod_bytes":1,"dtoh_bytes":2}` {
+		t.Errorf("JSON %s", j)
+	}
+}
+
+// TestFakeCalibrate: Calibrate measures both strategies and returns
+// thresholds among the values it documents; a bad size or option is
+// refused; it leaves nothing behind (useFake checks).
+func TestFakeCalibrate(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	calls := callDelta(e.d, func() {
+		thr, err := Calibrate(context.Background(), e.ctx, 1<<20, WithStageSize(256<<10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []int64{thr.HtoD, thr.DtoH} {
+			if v != 0 && v != 2<<20 && v != 256<<10 && v != 1<<20 {
+				t.Errorf("threshold %d is not a measured size, 0 or 2*max", v)
+			}
+		}
+		c := e.copier(t, WithThresholds(thr))
+		_ = c
+	}, "cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoHAsync_v2")
+	for op, n := range calls {
+		if n == 0 {
+			t.Errorf("Calibrate never called %s: %v", op, calls)
+		}
+	}
+	for _, n := range []int{-1, 1000, 17 << 30} {
+		if _, err := Calibrate(context.Background(), e.ctx, n); !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("Calibrate(%d): %v", n, err)
+		}
+	}
+	if _, err := Calibrate(context.Background(), e.ctx, 0, WithThresholds(Thresholds{HtoD: -1})); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("Calibrate with a bad option: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Calibrate(ctx, e.ctx, 1<<20); !errors.Is(err, context.Canceled) {
+		t.Errorf("Calibrate with an ended context: %v", err)
+	}
+}
+
+// TestFakeAdaptiveOtherDevice: memory pinmem pinned for another device's
+// context without Portable is pageable for this Copier (the driver would
+// copy it as such): small transfers of it go to the driver's copy, large
+// ones are staged; a Portable buffer is copied directly.
+func TestFakeAdaptiveOtherDevice(t *testing.T) {
+	e := useMultiFake(t, 2, 2<<20)
+	c, err := New(e.ctxs[1], WithStageSize(256<<10), WithThresholds(Thresholds{HtoD: 1 << 20, DtoH: 1 << 20}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	other, err := pinmem.Alloc(2<<20, 0, pinmem.WithDevice(e.ctxs[0].Device()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Free()
+	portable, err := pinmem.Alloc(2<<20, pinmem.Portable, pinmem.WithDevice(e.ctxs[0].Device()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer portable.Free()
+	for _, tc := range []struct {
+		name                     string
+		host                     []byte
+		pageable, staged, direct int
+	}{
+		{"other small", other.Bytes()[:64<<10], 64 << 10, 0, 0},
+		{"other large", other.Bytes(), 0, 2 << 20, 0},
+		{"portable small", portable.Bytes()[:64<<10], 0, 0, 64 << 10},
+	} {
+		copy(tc.host, testutil.RandomBytes(len(tc.host), 31))
+		st, err := c.HtoD(context.Background(), e.bufs[1], tc.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.PageableBytes != int64(tc.pageable) || st.StagedBytes != int64(tc.staged) || st.DirectBytes != int64(tc.direct) {
+			t.Errorf("%s: %v", tc.name, st)
+		}
+		testutil.CheckBytes(t, tc.host, e.deviceBytes(t, e.bufs[1])[:len(tc.host)])
+	}
+}
+
+// TestFakeAdaptiveSecondContext: a buffer pinmem pinned (in the primary
+// context) without Portable is pageable for a Copier on a second context
+// of the same device; a Portable one is pinned for it.
+func TestFakeAdaptiveSecondContext(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c2, err := cuda.NewContext(e.ctx.Device(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c2.Destroy(); err != nil {
+			t.Error(err)
+		}
+	}()
+	c, err := New(c2, WithStageSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	dev, err := c2.Alloc(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free()
+	for _, tc := range []struct {
+		flags  pinmem.Flags
+		direct bool
+	}{{0, false}, {pinmem.Portable, true}} {
+		b, err := pinmem.Alloc(64<<10, tc.flags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(b.Bytes(), testutil.RandomBytes(64<<10, 41))
+		st, err := c.HtoD(context.Background(), dev, b.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.direct != (st.DirectBytes == 64<<10) || !tc.direct && st.PageableBytes != 64<<10 {
+			t.Errorf("flags %v: %v", tc.flags, st)
+		}
+		got := make([]byte, 64<<10)
+		if err := dev.CopyToHost(0, got); err != nil {
+			t.Fatal(err)
+		}
+		testutil.CheckBytes(t, b.Bytes(), got)
+		if err := b.Free(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
