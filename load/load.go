@@ -272,7 +272,7 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stat
 		case !l.aligned:
 			st.Fallback = "the pinned stages are not aligned for direct I/O"
 		default:
-			if direct, err = openDirect(path); err != nil {
+			if direct, err = openDirectFile(path); err != nil {
 				st.Fallback = "O_DIRECT refused: " + err.Error()
 				direct = nil
 			} else {
@@ -309,6 +309,13 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stat
 			r.fail(err)
 		}
 	}
+	// Asynchronous faults of the copies are reported by the streams, not
+	// by the events.
+	for _, s := range l.streams {
+		if err := s.Synchronize(); err != nil {
+			r.fail(fmt.Errorf("load: a copy to the device failed: %w", err))
+		}
+	}
 	st.Bytes = r.done
 	st.ReadBytes = r.readBytes.Load()
 	if fb := r.fallback.Load(); fb != nil {
@@ -318,8 +325,11 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stat
 	if r.err != nil {
 		return st, r.err
 	}
-	if err := ctx.Err(); err != nil { // canceled after the last read: the data is in place, but say so
-		return st, err
+	if st.Bytes < total { // the readers stopped early: ctx was canceled
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		return st, fmt.Errorf("load: %d of %d bytes delivered", st.Bytes, total)
 	}
 	return st, nil
 }
@@ -330,6 +340,10 @@ func (l *Loader) report(done, total int64) {
 		l.cfg.progress(done, total)
 	}
 }
+
+// openDirectFile opens a file for direct reads; tests replace it to
+// simulate a file system that refuses O_DIRECT.
+var openDirectFile = openDirect
 
 // run is the state of one load.
 type run struct {

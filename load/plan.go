@@ -98,7 +98,9 @@ func checkRanges(rs []Range, ctx uintptr) (total, end int64, err error) {
 }
 
 // plan splits the ranges into reads of at most stage bytes whose offsets
-// and lengths are multiples of align (1 for buffered reads), in file order.
+// and lengths are multiples of align (1 for buffered reads), in the order
+// of the ranges' offsets (ranges that overlap in the file may make a read
+// begin before the one issued just before it).
 // Neighbouring ranges share reads: a read spans a hole of up to maxGap
 // bytes to the next range when the read has room left.
 func plan(rs []Range, stage int, align int64) []read {
@@ -125,7 +127,7 @@ func plan(rs []Range, stage int, align int64) []read {
 		r := rs[i]
 		pos, end := r.Offset, r.Offset+r.Length
 		for pos < end {
-			if cur == nil || pos >= cur.off+int64(stage) || pos > cur.off+int64(cur.need)+maxGap {
+			if cur == nil || pos < cur.off || pos >= cur.off+int64(stage) || pos > cur.off+int64(cur.need)+maxGap {
 				reads = append(reads, read{off: down(pos)})
 				cur = &reads[len(reads)-1]
 			}
