@@ -126,6 +126,14 @@ func New(ctx *cuda.Context, opts ...Option) (_ *Loader, err error) {
 	return l, nil
 }
 
+// Context returns the context whose device memory the Loader fills.
+func (l *Loader) Context() *cuda.Context {
+	if l == nil {
+		return nil
+	}
+	return l.ctx
+}
+
 // PinnedBytes returns the bytes of pinned memory the Loader's stages hold.
 func (l *Loader) PinnedBytes() int64 {
 	if l == nil {
