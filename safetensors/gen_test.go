@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -17,11 +18,14 @@ func tensorBytes(w io.Writer, i int, n int64) error {
 	buf := make([]byte, min(n, 1<<20))
 	for n > 0 {
 		k := min(n, int64(len(buf)))
-		for j := int64(0); j < k; j += 8 {
-			v := r.Uint64()
-			for b := j; b < min(j+8, k); b++ {
-				buf[b] = byte(v >> (8 * (b - j)))
-			}
+		j := int64(0)
+		for ; j+8 <= k; j += 8 {
+			binary.LittleEndian.PutUint64(buf[j:], r.Uint64())
+		}
+		if j < k {
+			var tail [8]byte
+			binary.LittleEndian.PutUint64(tail[:], r.Uint64())
+			copy(buf[j:k], tail[:])
 		}
 		if _, err := w.Write(buf[:k]); err != nil {
 			return err
