@@ -82,18 +82,12 @@ func (s Stats) GBps() float64 {
 // *pinmem.BudgetError) and creates the streams and events. On any error
 // whatever it had created is released again.
 func New(ctx *cuda.Context, opts ...Option) (_ *Loader, err error) {
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
 	if ctx == nil {
 		return nil, fmt.Errorf("load: nil context: %w", cuda.ErrInvalidValue)
-	}
-	cfg := defaults()
-	for i, o := range opts {
-		if o == nil {
-			return nil, &OptionError{Option: fmt.Sprintf("option %d", i), Value: "nil", Reason: "the option is nil"}
-		}
-		o(&cfg)
-	}
-	if err := cfg.check(); err != nil {
-		return nil, err
 	}
 	l := &Loader{ctx: ctx, cfg: cfg, free: make(chan *stage, cfg.stages), aligned: true}
 	defer func() {
@@ -132,6 +126,26 @@ func (l *Loader) Context() *cuda.Context {
 		return nil
 	}
 	return l.ctx
+}
+
+// CheckOptions returns the *OptionError New would return for opts, or nil,
+// without creating anything: a command line can check its flags before it
+// opens a GPU.
+func CheckOptions(opts ...Option) error {
+	_, err := buildConfig(opts)
+	return err
+}
+
+// buildConfig applies opts to the defaults and checks the result.
+func buildConfig(opts []Option) (config, error) {
+	cfg := defaults()
+	for i, o := range opts {
+		if o == nil {
+			return cfg, &OptionError{Option: fmt.Sprintf("option %d", i), Value: "nil", Reason: "the option is nil"}
+		}
+		o(&cfg)
+	}
+	return cfg, cfg.check()
 }
 
 // PinnedBytes returns the bytes of pinned memory the Loader's stages hold.
