@@ -17,9 +17,11 @@ import (
 	"github.com/pinmem/pinmem/load"
 )
 
-// EnvGPUBytes sets the size of the GPU test's file (bytes; default 1 GiB,
-// use 4294967296 or more for the full-size check), and EnvGPUDir the
-// directory it is written to (default a temporary directory).
+// envGPUBytes sets the size of the GPU test's file (bytes; default 1 GiB,
+// use 4294967296 or more for the full-size check), and envGPUDir the
+// directory it is written to and kept in (default a temporary directory,
+// removed at the end), so that scripts/torch-load.py and `pinmem bench
+// load` can read the same file afterwards.
 const (
 	envGPUBytes = "PINMEM_SAFETENSORS_BYTES"
 	envGPUDir   = "PINMEM_SAFETENSORS_DIR"
@@ -92,9 +94,6 @@ func TestGPULoadModel(t *testing.T) {
 	}
 	start := time.Now()
 	path, h, seed := writeModel(t, dir, total, 4096)
-	if os.Getenv(envGPUDir) != "" {
-		t.Cleanup(func() { _ = os.Remove(path) })
-	}
 	size := h.DataEnd
 	t.Logf("wrote %s: %d tensors, %d bytes in %v", path, len(h.Tensors), size, time.Since(start))
 
