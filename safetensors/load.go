@@ -43,7 +43,9 @@ type Destination func(t Tensor) (*cuda.DeviceBuffer, error)
 // is too small, freed, of another context or overlapping another tensor's
 // is a *load.RangeError (load.ErrRange); a file that shrinks while it is
 // read is a *load.ShortFileError (load.ErrShortFile). The header is
-// returned with the load's statistics whenever it could be parsed.
+// returned with the load's statistics whenever it could be parsed. The
+// buffers dst returns stay the caller's, to free whether the load
+// succeeded or not.
 func Load(ctx context.Context, l *load.Loader, path string, dst Destination) (*Header, load.Stats, error) {
 	if l == nil || dst == nil {
 		return nil, load.Stats{Resident: -1}, fmt.Errorf("%w: nil Loader or Destination", ErrInvalid)
