@@ -450,3 +450,34 @@ func TestFakeConcurrentLoads(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestFakePinnedMemoryIsBounded checks that a Loader pins its stages in New
+// and nothing more while it loads, and nothing after Close.
+func TestFakePinnedMemoryIsBounded(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	path, _ := tempFile(t, 3<<20, 11)
+	before := pinmem.Stats().Pinned.Bytes
+	var peak int64
+	l, err := New(e.ctx, WithStageSize(64<<10), WithStages(5), WithReaders(3), WithProgress(func(int64, int64) {
+		peak = max(peak, pinmem.Stats().Pinned.Bytes)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pinmem.Stats().Pinned.Bytes - before; got != l.PinnedBytes() || got != 5*64<<10 {
+		t.Errorf("New pinned %d bytes, PinnedBytes %d, want 5 x 64 KiB", got, l.PinnedBytes())
+	}
+	dst := e.devbuf(t, 3<<20)
+	if _, err := l.LoadFile(context.Background(), path, dst); err != nil {
+		t.Fatal(err)
+	}
+	if peak-before != l.PinnedBytes() {
+		t.Errorf("pinned %d bytes during the load, want the stages' %d", peak-before, l.PinnedBytes())
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := pinmem.Stats().Pinned.Bytes; got != before {
+		t.Errorf("%d bytes pinned after Close, %d before New", got, before)
+	}
+}

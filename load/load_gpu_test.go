@@ -148,3 +148,25 @@ func BenchmarkGPULoadFile(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGPUReadFileCopy is the naive way, for comparison: os.ReadFile
+// into Go memory, then one synchronous copy from that pageable memory.
+func BenchmarkGPUReadFileCopy(b *testing.B) {
+	ctx := testutil.GPUContext(b)
+	n := gpuFileBytes(b)
+	path := filepath.Join(b.TempDir(), "weights.bin")
+	if err := os.WriteFile(path, testutil.RandomBytes(n, 44), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	dst := gpuAlloc(b, ctx, n)
+	b.SetBytes(int64(n))
+	for b.Loop() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := dst.CopyFromHost(0, data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

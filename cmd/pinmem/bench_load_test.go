@@ -97,3 +97,30 @@ func TestBenchLoadBadCommandLines(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUBenchLoad runs the command on the GPU with a 256 MiB file: every
+// warm result measured, the loader's data verified.
+func TestGPUBenchLoad(t *testing.T) {
+	testutil.RequireGPU(t)
+	path := filepath.Join(t.TempDir(), "model.bin")
+	if err := os.WriteFile(path, testutil.RandomBytes(256<<20, 10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, line, code := cli(t, "bench", "load", path, "--samples", "3", "--quiet", "--format", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, line)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		t.Log(r.String())
+		if r.Dir == "warm" && (r.Skipped || r.Median <= 0 || r.Failed()) {
+			t.Errorf("warm result %s", r)
+		}
+		if r.Kind == loadKindLoader && r.Dir == "warm" && !r.Verified {
+			t.Errorf("loader not verified: %s", r)
+		}
+	}
+}
