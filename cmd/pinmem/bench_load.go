@@ -137,7 +137,7 @@ the host, against the same of the device memory copied back.
 			if err := checkBudgetEnv(); err != nil {
 				return err
 			}
-			pr := newProgress(cmd.ErrOrStderr(), quiet, 12, "bench load")
+			pr := newProgress(cmd.ErrOrStderr(), quiet, 10, "bench load") // 5 measurements, 2 results each
 			s, err := bench.Open(cmd.Context(), device, bench.SessionConfig{Progress: pr.writer(), NoSpin: true})
 			if err != nil {
 				pr.done()
@@ -480,6 +480,10 @@ func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, o
 			}
 		}
 		return rs, nil
+	}
+	// One loader's stages pinned at a time.
+	if err := warmLoader.Close(); err != nil {
+		return rs, err
 	}
 	coldOpts := append(append([]load.Option{}, opts...), load.WithMode(load.ModeAuto))
 	coldLoader, err := load.New(gpu, coldOpts...)
