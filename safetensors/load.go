@@ -32,6 +32,13 @@ func ReadHeader(path string) (*Header, error) {
 // is read; an error ends the load before any read.
 type Destination func(t Tensor) (*cuda.DeviceBuffer, error)
 
+// Into returns a Destination that loads the tensors named in bufs into
+// their buffers and leaves every other tensor out. A name of bufs that the
+// file does not have is not an error (check Header.Lookup for that).
+func Into(bufs map[string]*cuda.DeviceBuffer) Destination {
+	return func(t Tensor) (*cuda.DeviceBuffer, error) { return bufs[t.Name], nil }
+}
+
 // Load parses the header of the safetensors file at path and loads every
 // tensor for which dst returns a buffer into that buffer, with l (see
 // load.Loader.Load): tensors that are neighbours in the file are read

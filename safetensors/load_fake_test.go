@@ -232,3 +232,28 @@ func TestFakeLoadAllEmpty(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestFakeLoadInto loads two tensors named in a map, one of them into a
+// view of a larger buffer, and nothing else.
+func TestFakeLoadInto(t *testing.T) {
+	e := useFake(t)
+	path, h, seed := writeModel(t, t.TempDir(), 512<<10, 64)
+	a, _ := h.Lookup("layers.0.weight")
+	b, _ := h.Lookup("embed.ids")
+	big, err := e.ctx.Alloc(int(a.Size()+b.Size()) + 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Free()
+	va, _ := big.Slice(0, int(a.Size()))
+	vb, _ := big.Slice(int(a.Size())+512, int(b.Size()))
+	_, st, err := Load(context.Background(), e.l, path, Into(map[string]*cuda.DeviceBuffer{a.Name: va, b.Name: vb, "not in the file": big}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Bytes != a.Size()+b.Size() {
+		t.Errorf("loaded %d bytes, want %d", st.Bytes, a.Size()+b.Size())
+	}
+	testutil.CheckBytes(t, tensorData(seed[a.Name], a.Size()), e.bytes(t, va))
+	testutil.CheckBytes(t, tensorData(seed[b.Name], b.Size()), e.bytes(t, vb))
+}
