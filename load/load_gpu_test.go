@@ -22,6 +22,9 @@ func gpuFileBytes(t testing.TB) int {
 		}
 		return n
 	}
+	if testing.Short() { // the sanitizer tier
+		return 32 << 20
+	}
 	return 256 << 20
 }
 

@@ -75,12 +75,16 @@ func checkTensor(t *testing.T, tn Tensor, seed int, view *cuda.DeviceBuffer, hos
 }
 
 // TestGPULoadModel writes a safetensors file of random tensors of several
-// dtypes and shapes (PINMEM_SAFETENSORS_BYTES, default 1 GiB), loads it
+// dtypes and shapes (PINMEM_SAFETENSORS_BYTES, default 1 GiB, 64 MiB with
+// -test.short), loads it
 // cold (pages dropped) and warm into one allocation, then into one
 // allocation per tensor, and checks every tensor byte for byte each time.
 func TestGPULoadModel(t *testing.T) {
 	ctx := testutil.GPUContext(t)
 	total := int64(1 << 30)
+	if testing.Short() { // the sanitizer tier
+		total = 64 << 20
+	}
 	if v := os.Getenv(envGPUBytes); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 {
