@@ -13,7 +13,7 @@ import (
 )
 
 // gpuFileBytes is the size of the GPU tests' file: PINMEM_LOAD_BYTES, or
-// 256 MiB.
+// 256 MiB (32 MiB with -test.short).
 func gpuFileBytes(t testing.TB) int {
 	if v := os.Getenv("PINMEM_LOAD_BYTES"); v != "" {
 		n, err := strconv.Atoi(v)
