@@ -68,8 +68,8 @@ func (r *Result) check() error {
 	switch {
 	case r.Bench == "" || r.Kind == "" || r.Dir == "":
 		return errors.New("bench, kind and dir must not be empty")
-	case r.Unit != GBps && r.Unit != Ms && r.Unit != FPS:
-		return fmt.Errorf("unknown unit %q (want %s, %s or %s)", r.Unit, GBps, Ms, FPS)
+	case r.Unit != GBps && r.Unit != Ms && r.Unit != FPS && r.Unit != CPUsPerGB:
+		return fmt.Errorf("unknown unit %q (want %s, %s, %s or %s)", r.Unit, GBps, Ms, FPS, CPUsPerGB)
 	case r.Size < 0 || r.Samples < 0:
 		return errors.New("negative size or samples")
 	}

@@ -16,10 +16,13 @@ const (
 	GBps Unit = "GB/s" // 10^9 bytes per second; higher is better
 	Ms   Unit = "ms"   // milliseconds; lower is better
 	FPS  Unit = "FPS"  // frames (pipeline chunks) per second; higher is better
+	// CPUsPerGB is CPU seconds (user and system, the whole process) spent
+	// per 10^9 bytes moved; lower is better.
+	CPUsPerGB Unit = "CPU-s/GB"
 )
 
 // HigherIsBetter reports whether a larger value of u is a better result.
-func (u Unit) HigherIsBetter() bool { return u != Ms }
+func (u Unit) HigherIsBetter() bool { return u != Ms && u != CPUsPerGB }
 
 // Timing methods recorded in Result.Timing.
 const (

@@ -16,10 +16,11 @@ const module = "github.com/pinmem/pinmem"
 // is the root package pinmem). Data flows one way, from higher layers to
 // lower ones: a package may import only packages of a lower rank.
 var layer = map[string]int{
-	"internal/hostptr": -1, "internal/testhook": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0, "internal/units": 0, "internal/safetensors": 0,
+	"internal/hostptr": -1, "internal/testhook": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0, "internal/units": 0,
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
 	"internal/testutil": 2, "": 2,
 	"pool": 3, "cudatest": 3,
+	"load": 3, "safetensors": 4, // the weight loader and the safetensors reader on top of it
 	"transfer": 4, "prom": 4, "expvars": 4,
 	"internal/bench": 5, "internal/diag": 5,
 	"cmd/pinmem": 6,

@@ -40,6 +40,17 @@
 // The tiling rule is the reference implementation's: it lets a loader
 // read the whole data region as one range and place each tensor at its
 // offset, knowing every byte belongs to exactly one tensor.
+//
+// # Loading to the GPU
+//
+// LoadAll reads every tensor of a file into one device allocation, each at
+// its offset in the data region (Tensors.Tensor returns a view of one);
+// Load puts each tensor into a buffer that a callback chooses, or leaves
+// it out. Both read with a load.Loader (package
+// github.com/pinmem/pinmem/load): parallel reads into pinned stages,
+// asynchronous copies, direct I/O for files that are not in the page
+// cache. The header is parsed and checked before anything is allocated
+// or read, so a malformed file costs no device memory.
 package safetensors
 
 import (

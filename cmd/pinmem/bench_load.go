@@ -1,0 +1,511 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/bench"
+	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/units"
+	"github.com/pinmem/pinmem/load"
+)
+
+func init() {
+	benchSubcommands = append(benchSubcommands, newBenchLoad)
+}
+
+// Kinds of the load bench's results.
+const (
+	loadKindLoader   = "loader"        // package load: file to device memory
+	loadKindParallel = "read-parallel" // N goroutines pread into Go memory
+	loadKindDirect   = "read-direct"   // sequential O_DIRECT reads, several in flight
+	loadKindBuffered = "read-buffered" // sequential buffered reads, one at a time
+)
+
+// loadBenchConfig is the load bench's configuration, as the report's
+// metadata records it.
+type loadBenchConfig struct {
+	File       string `json:"file"`
+	Size       int64  `json:"size"`
+	Samples    int    `json:"samples"`
+	Mode       string `json:"mode"`
+	Readers    int    `json:"readers"`
+	Stages     int    `json:"stages"`
+	StageSize  int    `json:"stage_size"`
+	Streams    int    `json:"streams"`
+	Depth      int    `json:"direct_depth"`
+	DropCaches bool   `json:"drop_caches"`
+}
+
+func newBenchLoad() *cobra.Command {
+	var (
+		o         output
+		cfg       loadBenchConfig
+		mode      string
+		stageSize string
+		device    int
+		quiet     bool
+	)
+	c := &cobra.Command{
+		Use:   "load FILE",
+		Short: "File to GPU: the weight loader against plain reads of the same file",
+		Long: `load measures package load reading FILE into device memory (GB/s and CPU
+seconds per GB of the whole process), beside the rate at which the same run
+reads FILE from the page cache into Go memory with as many goroutines as the
+loader has readers (no GPU): the ratio column shows how close the loader
+comes to the page cache.
+
+With --drop-caches (as root) it also measures a cold FILE, dropping the page
+cache (echo 3 > /proc/sys/vm/drop_caches) before every cold sample: the
+loader, sequential O_DIRECT reads with --depth requests in flight, and
+sequential buffered reads (one request at a time, the kernel's read-ahead).
+Without it the cold rows are listed as skipped.
+
+The loader's data is verified: CRC-32C of every 64 MiB of the file, read on
+the host, against the same of the device memory copied back.
+
+` + exitHelp,
+		Example: `  pinmem bench load model.safetensors
+  sudo pinmem bench load --drop-caches --samples 3 /nvme/model.safetensors --format json -o load.json`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("want one FILE, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
+			cfg.File = args[0]
+			if cfg.Samples < 1 || cfg.Samples > bench.MaxSamples {
+				return usagef("--samples %d: must be from 1 to %d", cfg.Samples, bench.MaxSamples)
+			}
+			if device < 0 {
+				return usagef("--device %d: must be 0 or more", device)
+			}
+			m, err := load.ParseMode(mode)
+			if err != nil {
+				return usagef("--mode %q: want auto, direct or buffered", mode)
+			}
+			cfg.Mode = m.String()
+			n, err := units.ParseSize(stageSize, load.MaxStageSize)
+			if err != nil {
+				return usagef("--stage-size: %v", err)
+			}
+			cfg.StageSize = int(n)
+			if cfg.Depth < 1 || cfg.Depth > 256 {
+				return usagef("--depth %d: must be from 1 to 256", cfg.Depth)
+			}
+			opts := []load.Option{load.WithMode(m), load.WithStageSize(cfg.StageSize), load.WithReaders(cfg.Readers), load.WithStreams(cfg.Streams)}
+			if cfg.Stages > 0 {
+				opts = append(opts, load.WithStages(cfg.Stages))
+			} else {
+				cfg.Stages = 2 * cfg.Readers
+			}
+			if err := load.CheckOptions(opts...); err != nil {
+				return usage(err)
+			}
+			fi, err := os.Stat(cfg.File)
+			switch {
+			case err != nil:
+				return usagef("%s: %v", cfg.File, unwrapPath(err))
+			case !fi.Mode().IsRegular():
+				return usagef("%s: not a regular file", cfg.File)
+			case fi.Size() == 0:
+				return usagef("%s: the file is empty", cfg.File)
+			case int64(int(fi.Size())) != fi.Size():
+				return usagef("%s: too large for this platform", cfg.File)
+			}
+			cfg.Size = fi.Size()
+			if cfg.DropCaches && os.Geteuid() != 0 {
+				return usagef("--drop-caches needs root (it writes /proc/sys/vm/drop_caches)")
+			}
+			f, err := o.check()
+			if err != nil {
+				return err
+			}
+			if err := checkBudgetEnv(); err != nil {
+				return err
+			}
+			pr := newProgress(cmd.ErrOrStderr(), quiet, 10, "bench load") // 5 measurements, 2 results each
+			s, err := bench.Open(cmd.Context(), device, bench.SessionConfig{Progress: pr.writer(), NoSpin: true})
+			if err != nil {
+				pr.done()
+				return err
+			}
+			defer closeSession(s, &err)
+			rs, runErr := runLoadBench(cmd.Context(), s.Ctx, cfg, opts, pr.writer())
+			pr.done()
+			mt := meta(s.Meta("pinmem bench load"), cfg)
+			mt.Timing = "host wall clock around each whole load or read of the file; CPU time from getrusage(RUSAGE_SELF)"
+			return o.emit(cmd, f, mt, rs, bench.TableOptions{Baseline: loadKindParallel}, runErr)
+		},
+	}
+	o.register(c, reportFormats, false)
+	fl := c.Flags()
+	fl.IntVar(&device, "device", 0, "GPU ordinal to load to")
+	fl.IntVar(&cfg.Samples, "samples", 3, "timed samples per measurement (median, min and max are reported)")
+	fl.StringVar(&mode, "mode", "auto", "the loader's read mode for the warm file: auto, direct or buffered (cold loads use auto)")
+	fl.IntVar(&cfg.Readers, "readers", min(load.DefaultReaders, runtime.NumCPU()), "loader reader goroutines, and goroutines of the parallel page-cache read")
+	fl.IntVar(&cfg.Stages, "stages", 0, "pinned stages of the loader (0: twice --readers)")
+	fl.StringVar(&stageSize, "stage-size", "16MiB", "bytes per stage and per read request")
+	fl.IntVar(&cfg.Streams, "streams", load.DefaultStreams, "CUDA streams of the loader")
+	fl.IntVar(&cfg.Depth, "depth", 8, "O_DIRECT requests in flight in the cold sequential read")
+	fl.BoolVar(&cfg.DropCaches, "drop-caches", false, "measure the cold file too, dropping the page cache before each cold sample (root only)")
+	fl.BoolVar(&quiet, "quiet", false, "no progress bar on standard error")
+	_ = c.RegisterFlagCompletionFunc("mode", fixedCompletion("auto", "direct", "buffered"))
+	return c
+}
+
+// cpuTime returns the process's user plus system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// loadSample is one timed run: its wall time and the process CPU time.
+type loadSample struct {
+	wall, cpu time.Duration
+}
+
+// measure runs fn samples times (after before, untimed, when not nil) and
+// returns the GB/s and CPU-s/GB results of kind and dir. A failing fn ends
+// the measurement with the results skipped and the error noted.
+func measure(ctx context.Context, kind, dir string, size int64, samples int, before func() error, fn func(i int) error, note string) ([]bench.Result, error) {
+	rate := bench.Result{Bench: "load", Kind: kind, Dir: dir, Size: size, Unit: bench.GBps, Timing: bench.TimingWall, Note: note}
+	cpu := rate
+	cpu.Unit = bench.CPUsPerGB
+	var rates, cpus []float64
+	for i := range samples {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if before != nil {
+			if err := before(); err != nil {
+				return skippedPair(rate, cpu, err), nil
+			}
+		}
+		c0, t0 := cpuTime(), time.Now()
+		err := fn(i)
+		s := loadSample{time.Since(t0), cpuTime() - c0}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return skippedPair(rate, cpu, err), nil
+		}
+		rates = append(rates, bench.Rate(size, s.wall))
+		cpus = append(cpus, s.cpu.Seconds()/(float64(size)/1e9))
+	}
+	fill := func(r *bench.Result, v []float64) {
+		sum := bench.Summarize(v)
+		r.Median, r.Min, r.Max, r.Samples = sum.Median, sum.Min, sum.Max, sum.N
+	}
+	fill(&rate, rates)
+	fill(&cpu, cpus)
+	return []bench.Result{rate, cpu}, nil
+}
+
+func skippedPair(rate, cpu bench.Result, err error) []bench.Result {
+	for _, r := range []*bench.Result{&rate, &cpu} {
+		r.Skipped, r.Note, r.VerifyFailed = true, "error: "+err.Error(), false
+	}
+	return []bench.Result{rate, cpu}
+}
+
+// verifyError says that the device data differs from the file.
+type verifyError struct{ msg string }
+
+func (e *verifyError) Error() string { return e.msg }
+
+// crcChunk is the span each checksum covers.
+const crcChunk = 64 << 20
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// fileCRCs returns the CRC-32C of every crcChunk bytes of the file, read
+// by several goroutines (which also brings the file into the page cache).
+func fileCRCs(path string, size int64, workers int) ([]uint32, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n := int((size + crcChunk - 1) / crcChunk)
+	crcs := make([]uint32, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, crcChunk)
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				off := i * crcChunk
+				k := int(min(crcChunk, size-off))
+				if _, err := f.ReadAt(buf[:k], off); err != nil {
+					errs[w] = err
+					return
+				}
+				crcs[i] = crc32.Checksum(buf[:k], castagnoli)
+			}
+		}()
+	}
+	wg.Wait()
+	return crcs, errors.Join(errs...)
+}
+
+// checkDevice copies dst back in crcChunk pieces and checks each against want.
+func checkDevice(dst *cuda.DeviceBuffer, size int64, want []uint32) error {
+	buf := make([]byte, min(crcChunk, size))
+	for i, w := range want {
+		off := int64(i) * crcChunk
+		k := int(min(crcChunk, size-off))
+		if err := dst.CopyToHost(int(off), buf[:k]); err != nil {
+			return err
+		}
+		if got := crc32.Checksum(buf[:k], castagnoli); got != w {
+			return &verifyError{fmt.Sprintf("bytes [%d, %d) on the device have CRC-32C %#08x, the file %#08x", off, off+int64(k), got, w)}
+		}
+	}
+	return nil
+}
+
+// parallelRead reads the whole file with workers goroutines, each taking
+// the next chunk of the file into its own Go buffer.
+func parallelRead(path string, size int64, workers, chunk int) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, chunk)
+			for {
+				off := (next.Add(1) - 1) * int64(chunk)
+				if off >= size {
+					return
+				}
+				k := int(min(int64(chunk), size-off))
+				if _, err := f.ReadAt(buf[:k], off); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// directRead reads the file in order with O_DIRECT, depth requests of
+// chunk bytes in flight (each goroutine takes the next offset), into
+// aligned Go memory.
+func directRead(path string, size int64, depth, chunk int) error {
+	f, err := openDirectFile(path)
+	if err != nil {
+		return fmt.Errorf("O_DIRECT: %w", err)
+	}
+	defer f.Close()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, depth)
+	for w := range depth {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			raw := make([]byte, chunk+load.Align)
+			skip := int((load.Align - hostptr.AddrOf(raw)%load.Align) % load.Align)
+			buf := raw[skip : skip+chunk]
+			for {
+				off := (next.Add(1) - 1) * int64(chunk)
+				if off >= size {
+					return
+				}
+				if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+					errs[w] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// bufferedRead reads the file in order, one request of chunk bytes at a
+// time.
+func bufferedRead(path string, chunk int) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, chunk)
+	for {
+		_, err := f.Read(buf)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// runLoadBench runs every measurement of the load bench.
+func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, opts []load.Option, progress io.Writer) ([]bench.Result, error) {
+	var rs []bench.Result
+	add := func(part []bench.Result) {
+		for _, r := range part {
+			rs = append(rs, r)
+			if progress != nil {
+				fmt.Fprintf(progress, "pinmem: %s\n", r)
+			}
+		}
+	}
+	crcs, err := fileCRCs(cfg.File, cfg.Size, cfg.Readers)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", cfg.File, err)
+	}
+	dst, err := gpu.Alloc(int(cfg.Size))
+	if err != nil {
+		return nil, fmt.Errorf("allocating %d bytes of device memory: %w", cfg.Size, err)
+	}
+	defer func() { _ = dst.Free() }()
+
+	warmLoader, err := load.New(gpu, opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = warmLoader.Close() }()
+	var last load.Stats
+	// timedLoad returns a timed sample of l, and the check of the device
+	// data that follows the samples (untimed).
+	timedLoad := func(l *load.Loader) (func(int) error, func() error) {
+		return func(i int) error {
+				st, err := l.LoadFile(ctx, cfg.File, dst)
+				last = st
+				return err
+			}, func() error {
+				return checkDevice(dst, cfg.Size, crcs)
+			}
+	}
+	note := func() string {
+		n := fmt.Sprintf("mode %s", last.Mode)
+		if last.Resident >= 0 {
+			n += fmt.Sprintf(", %.0f%% resident", 100*last.Resident)
+		}
+		if last.Fallback != "" {
+			n += ", fell back: " + last.Fallback
+		}
+		return n
+	}
+	withVerify := func(part []bench.Result, verify func() error) []bench.Result {
+		if len(part) == 0 || part[0].Skipped || part[0].Failed() {
+			return part
+		}
+		err := verify()
+		for i := range part {
+			switch {
+			case err == nil:
+				part[i].Verified = true
+			default:
+				part[i].VerifyFailed, part[i].Note = true, "VERIFY FAILED: "+err.Error()
+			}
+			if err == nil {
+				part[i].Note = note()
+			}
+		}
+		return part
+	}
+
+	part, err := measure(ctx, loadKindParallel, "warm", cfg.Size, cfg.Samples, nil, func(int) error {
+		return parallelRead(cfg.File, cfg.Size, cfg.Readers, cfg.StageSize)
+	}, fmt.Sprintf("%d goroutines, %s requests, into Go memory", cfg.Readers, bench.FormatSize(int64(cfg.StageSize))))
+	if err != nil {
+		return rs, err
+	}
+	add(part)
+
+	fn, verify := timedLoad(warmLoader)
+	if err := dst.Memset(0); err != nil {
+		return rs, err
+	}
+	part, err = measure(ctx, loadKindLoader, "warm", cfg.Size, cfg.Samples, nil, fn, "")
+	if err != nil {
+		return rs, err
+	}
+	add(withVerify(part, verify))
+
+	coldNote := "needs --drop-caches, as root"
+	cold := []struct {
+		kind string
+		fn   func(int) error
+		note string
+	}{
+		{loadKindDirect, func(int) error { return directRead(cfg.File, cfg.Size, cfg.Depth, cfg.StageSize) },
+			fmt.Sprintf("O_DIRECT, %d requests of %s in flight", cfg.Depth, bench.FormatSize(int64(cfg.StageSize)))},
+		{loadKindBuffered, func(int) error { return bufferedRead(cfg.File, cfg.StageSize) },
+			fmt.Sprintf("one request of %s at a time", bench.FormatSize(int64(cfg.StageSize)))},
+	}
+	if !cfg.DropCaches {
+		for _, k := range append([]string{loadKindLoader}, loadKindDirect, loadKindBuffered) {
+			for _, u := range []bench.Unit{bench.GBps, bench.CPUsPerGB} {
+				add([]bench.Result{{Bench: "load", Kind: k, Dir: "cold", Size: cfg.Size, Unit: u, Timing: bench.TimingWall, Skipped: true, Note: coldNote}})
+			}
+		}
+		return rs, nil
+	}
+	// One loader's stages pinned at a time.
+	if err := warmLoader.Close(); err != nil {
+		return rs, err
+	}
+	coldOpts := append(append([]load.Option{}, opts...), load.WithMode(load.ModeAuto))
+	coldLoader, err := load.New(gpu, coldOpts...)
+	if err != nil {
+		return rs, err
+	}
+	defer func() { _ = coldLoader.Close() }()
+	fn, verify = timedLoad(coldLoader)
+	if err := dst.Memset(0); err != nil {
+		return rs, err
+	}
+	part, err = measure(ctx, loadKindLoader, "cold", cfg.Size, cfg.Samples, dropCaches, fn, "")
+	if err != nil {
+		return rs, err
+	}
+	add(withVerify(part, verify))
+	for _, k := range cold {
+		part, err := measure(ctx, k.kind, "cold", cfg.Size, cfg.Samples, dropCaches, k.fn, k.note)
+		if err != nil {
+			return rs, err
+		}
+		add(part)
+	}
+	return rs, nil
+}

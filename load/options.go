@@ -1,0 +1,167 @@
+package load
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// Loader defaults, chosen for a PCIe Gen5 x16 GPU fed from NVMe or the page
+// cache of a 16-core host.
+const (
+	// DefaultStageSize is the size of one pinned stage: 16 MiB. One pread
+	// of that size reaches full NVMe and memcpy speed, and one copy of it
+	// reaches full PCIe speed.
+	DefaultStageSize = 16 << 20
+	// DefaultReaders is the most goroutines that read the file at once by
+	// default (capped by runtime.NumCPU): enough requests in flight for an
+	// NVMe drive, and enough memcpy threads to outrun PCIe from the page
+	// cache.
+	DefaultReaders = 8
+	// DefaultStreams is the number of CUDA streams the copies are spread
+	// over.
+	DefaultStreams = 2
+	// MaxStageSize is the largest stage WithStageSize accepts (1 GiB), so
+	// that a stage is always one pinned registration (see
+	// pinmem.Buffer.Segments).
+	MaxStageSize = 1 << 30
+	// Align is the alignment of direct I/O: file offsets, lengths and
+	// memory addresses of O_DIRECT reads are multiples of it. 4096 covers
+	// every logical block size of common disks.
+	Align = 4096
+	// DefaultWarmThreshold is the share of sampled pages that must be in
+	// the page cache for ModeAuto to read through it (see WithWarmThreshold).
+	DefaultWarmThreshold = 0.5
+)
+
+// Mode is how a Loader reads files.
+type Mode uint8
+
+// Read modes.
+const (
+	// ModeAuto samples the page cache (mincore on up to 64 windows of the
+	// ranges to be read) and reads through it (ModeBuffered) when at least
+	// the warm threshold of the sampled pages are cached, with direct I/O
+	// (ModeDirect) otherwise. Where residency cannot be sampled (not
+	// Linux, or mmap refused) it reads buffered.
+	ModeAuto Mode = iota
+	// ModeDirect reads with O_DIRECT into aligned pinned stages: the data
+	// goes from the disk to pinned memory by DMA, without a page-cache copy
+	// and without filling the page cache. Where the file system refuses
+	// O_DIRECT (tmpfs, some FUSE and network file systems) or a read with
+	// it, the load falls back to buffered reads and Stats.Fallback says why.
+	ModeDirect
+	// ModeBuffered reads through the page cache with ordinary pread.
+	ModeBuffered
+)
+
+// String returns "auto", "direct" or "buffered".
+func (m Mode) String() string {
+	switch m {
+	case ModeAuto:
+		return "auto"
+	case ModeDirect:
+		return "direct"
+	case ModeBuffered:
+		return "buffered"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// ParseMode parses the names String returns.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range []Mode{ModeAuto, ModeDirect, ModeBuffered} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, &OptionError{Option: "Mode", Value: fmt.Sprintf("%q", s), Reason: "want auto, direct or buffered"}
+}
+
+// Progress is called as data lands in device memory with the bytes
+// delivered so far and in all (the sum of the ranges' lengths). Calls of one
+// load never overlap and done never decreases; the last call has done ==
+// total unless the load failed. It runs on a loader goroutine: it must
+// return quickly and must not call the Loader.
+type Progress func(done, total int64)
+
+// Option configures a Loader in New. Options only record their values; New
+// checks them and returns an *OptionError for the first one it refuses.
+type Option func(*config)
+
+type config struct {
+	stageSize int
+	stages    int
+	stagesSet bool
+	readers   int
+	streams   int
+	mode      Mode
+	warm      float64
+	progress  Progress
+}
+
+func defaults() config {
+	return config{
+		stageSize: DefaultStageSize,
+		readers:   min(DefaultReaders, runtime.NumCPU()),
+		streams:   DefaultStreams,
+		warm:      DefaultWarmThreshold,
+	}
+}
+
+// check validates the options as New sees them and fills in the defaults
+// that depend on others.
+func (c *config) check() error {
+	switch {
+	case c.stageSize < Align || c.stageSize > MaxStageSize || c.stageSize%Align != 0:
+		return &OptionError{Option: "WithStageSize", Value: fmt.Sprint(c.stageSize), Reason: fmt.Sprintf("want a multiple of %d from %d to %d", Align, Align, MaxStageSize)}
+	case c.readers < 1 || c.readers > 256:
+		return &OptionError{Option: "WithReaders", Value: fmt.Sprint(c.readers), Reason: "want 1 to 256"}
+	case c.stagesSet && (c.stages < 1 || c.stages > 1024):
+		return &OptionError{Option: "WithStages", Value: fmt.Sprint(c.stages), Reason: "want 1 to 1024"}
+	case c.streams < 1 || c.streams > 64:
+		return &OptionError{Option: "WithStreams", Value: fmt.Sprint(c.streams), Reason: "want 1 to 64"}
+	case c.mode > ModeBuffered:
+		return &OptionError{Option: "WithMode", Value: fmt.Sprint(uint8(c.mode)), Reason: "unknown mode"}
+	case !(c.warm >= 0 && c.warm <= 1): // NaN fails too
+		return &OptionError{Option: "WithWarmThreshold", Value: fmt.Sprint(c.warm), Reason: "want a fraction from 0 to 1"}
+	}
+	if !c.stagesSet {
+		c.stages = 2 * c.readers
+	}
+	if int64(c.stages)*int64(c.stageSize) > 64<<30 {
+		return &OptionError{Option: "WithStages", Value: fmt.Sprint(c.stages), Reason: fmt.Sprintf("%d stages of %d bytes exceed 64 GiB of pinned memory", c.stages, c.stageSize)}
+	}
+	return nil
+}
+
+// WithStageSize sets the size of each pinned stage: a multiple of Align
+// from Align to MaxStageSize. Default DefaultStageSize. One pread fills at
+// most one stage and one copy drains it.
+func WithStageSize(n int) Option { return func(c *config) { c.stageSize = n } }
+
+// WithStages sets how many pinned stages the Loader holds (1 to 1024): its
+// pinned memory is stages times the stage size, allocated by New and
+// charged to pinmem's budget until Close. Default twice the readers, so
+// that every reader has a stage to fill while another's copy runs.
+func WithStages(n int) Option { return func(c *config) { c.stages, c.stagesSet = n, true } }
+
+// WithReaders sets how many goroutines read the file in parallel (1 to
+// 256). Default DefaultReaders, at most runtime.NumCPU().
+func WithReaders(n int) Option { return func(c *config) { c.readers = n } }
+
+// WithStreams sets how many CUDA streams the host-to-device copies are
+// spread over (1 to 64). Default DefaultStreams.
+func WithStreams(n int) Option { return func(c *config) { c.streams = n } }
+
+// WithMode sets how files are read (default ModeAuto).
+func WithMode(m Mode) Option { return func(c *config) { c.mode = m } }
+
+// WithWarmThreshold sets the share of sampled pages (0 to 1) that must be
+// in the page cache for ModeAuto to read buffered. 0 always reads buffered
+// and 1 reads buffered only when every sampled page is cached. Default
+// DefaultWarmThreshold.
+func WithWarmThreshold(f float64) Option { return func(c *config) { c.warm = f } }
+
+// WithProgress sets a function called as data lands on the device (see
+// Progress). nil, the default, reports nothing.
+func WithProgress(p Progress) Option { return func(c *config) { c.progress = p } }

@@ -1,0 +1,9 @@
+package safetensors
+
+import (
+	"testing"
+
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
