@@ -337,11 +337,13 @@ func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOpti
 	}
 
 	var stagedOut []stagedBlock
+	issued := false // whether the copies were handed to the driver
 	err = s.ctx.Do(func() error {
 		var err error
 		if stagedOut, err = s.pinnedOrStaged(dir, blocks, sc, &o, &rep); err != nil {
 			return err
 		}
+		issued = true
 		if strategy == BlockDriverBatch {
 			err = s.issueDriverBatch(bc, dir, blocks, sc, &o, &rep)
 		} else {
@@ -360,6 +362,9 @@ func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOpti
 		return err
 	})
 	runtime.KeepAlive(blocks)
+	if !issued {
+		return BlockReport{}, err
+	}
 	rep.Strategy = strategy
 	return rep, err
 }
@@ -458,8 +463,11 @@ func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScra
 		if lo >= known.lo && hi <= known.hi {
 			return true
 		}
+		asked := false
 		if !noRange {
-			if start, ok := attr(cudadrv.PointerAttrRangeStart, lo); ok {
+			start, ok := attr(cudadrv.PointerAttrRangeStart, lo)
+			asked = !ok
+			if ok {
 				if size, ok := attr(cudadrv.PointerAttrRangeSize, lo); ok && start <= lo && start+size >= hi && isHost(lo) {
 					*known = span{start, start + size, 0}
 					return true
@@ -467,7 +475,7 @@ func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScra
 			}
 		}
 		ok := isHost(lo) && isHost(hi-1)
-		noRange = noRange || ok
+		noRange = noRange || (ok && asked)
 		return ok
 	}
 	var known span

@@ -1,0 +1,455 @@
+package cuda_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+// blockEnv is a device buffer and two pinned host buffers of nblk blocks
+// of bs bytes, with block lists that scatter the blocks on both sides.
+type blockEnv struct {
+	fd       *fakedrv.Driver
+	ctx      *cuda.Context
+	s        *cuda.Stream
+	dev      *cuda.DeviceBuffer
+	src, dst *pinmem.Buffer
+	bs, nblk int
+	// devOf[i] is the device slot of host block i (a permutation), so
+	// the copies are scattered on the device side; host blocks are taken
+	// in a shuffled order too.
+	devOf, order []int
+}
+
+func newBlockEnv(t *testing.T, opts fakedrv.Options, bs, nblk int) *blockEnv {
+	t.Helper()
+	fd := testutil.UseFake(t, opts)
+	ctx := testutil.PrimaryContext(t)
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	dev, err := ctx.Alloc(bs * nblk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Free() })
+	src, err := pinmem.Alloc(bs*nblk, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Free() })
+	dst, err := pinmem.Alloc(bs*nblk, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dst.Free() })
+	copy(src.Bytes(), testutil.RandomBytes(bs*nblk, uint64(bs)))
+	r := rand.New(rand.NewPCG(1, 2))
+	return &blockEnv{fd: fd, ctx: ctx, s: s, dev: dev, src: src, dst: dst, bs: bs, nblk: nblk,
+		devOf: r.Perm(nblk), order: r.Perm(nblk)}
+}
+
+// list returns the block list between host buffer h and the device.
+func (e *blockEnv) list(h []byte) []cuda.BlockCopy {
+	l := make([]cuda.BlockCopy, 0, e.nblk)
+	for _, i := range e.order {
+		l = append(l, cuda.BlockCopy{Host: h[i*e.bs : (i+1)*e.bs], Dev: e.dev, Off: e.devOf[i] * e.bs})
+	}
+	return l
+}
+
+// checkDevice fails t unless device slot devOf[i] holds host block i of want.
+func (e *blockEnv) checkDevice(t *testing.T, want []byte) {
+	t.Helper()
+	got := make([]byte, e.dev.Size())
+	if err := e.dev.CopyToHost(0, got); err != nil {
+		t.Fatal(err)
+	}
+	for i := range e.nblk {
+		d := e.devOf[i]
+		if !bytes.Equal(got[d*e.bs:(d+1)*e.bs], want[i*e.bs:(i+1)*e.bs]) {
+			t.Fatalf("device slot %d does not hold host block %d", d, i)
+		}
+	}
+}
+
+func (e *blockEnv) copyCalls() int {
+	return e.fd.Calls("cuMemcpyHtoDAsync_v2") + e.fd.Calls("cuMemcpyDtoHAsync_v2") +
+		e.fd.Calls("cuMemcpyBatchAsync") + e.fd.Calls("cuMemcpyBatchAsync_v2")
+}
+
+// TestFakeCopyBlocksRoundTrip pages scattered blocks in and out with each
+// strategy on drivers with either batch-copy form and without one, and
+// checks every byte, the strategy chosen, and the driver calls made.
+func TestFakeCopyBlocksRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		version  int
+		strategy cuda.BlockStrategy
+		want     cuda.BlockStrategy
+		op       string // the copy call expected
+	}{
+		{13000, cuda.BlockAuto, cuda.BlockDriverBatch, "cuMemcpyBatchAsync_v2"},
+		{13000, cuda.BlockDriverBatch, cuda.BlockDriverBatch, "cuMemcpyBatchAsync_v2"},
+		{13000, cuda.BlockPerCopy, cuda.BlockPerCopy, ""},
+		{12080, cuda.BlockAuto, cuda.BlockDriverBatch, "cuMemcpyBatchAsync"},
+		{12040, cuda.BlockAuto, cuda.BlockPerCopy, ""},
+	} {
+		t.Run(fmt.Sprintf("%d/%v", c.version, c.strategy), func(t *testing.T) {
+			e := newBlockEnv(t, fakedrv.Options{DriverVersion: c.version}, 4096, 64)
+			for _, dir := range []cuda.Direction{cuda.HostToDevice, cuda.DeviceToHost} {
+				h := e.src.Bytes()
+				if dir == cuda.DeviceToHost {
+					h = e.dst.Bytes()
+					testutil.Poison(h)
+				}
+				before := e.copyCalls()
+				batchBefore := e.fd.Calls(c.op)
+				rep, err := e.s.CopyBlocks(dir, e.list(h), cuda.WithBlockStrategy(c.strategy))
+				if err != nil {
+					t.Fatalf("%v: %v", dir, err)
+				}
+				if err := e.s.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+				if rep.Strategy != c.want || rep.Blocks != e.nblk || rep.Bytes != int64(e.nblk*e.bs) {
+					t.Fatalf("%v: report %+v, want %v for %d blocks", dir, rep, c.want, e.nblk)
+				}
+				calls := e.copyCalls() - before
+				if c.want == cuda.BlockDriverBatch {
+					if calls != 1 || rep.Calls != 1 || e.fd.Calls(c.op)-batchBefore != 1 {
+						t.Fatalf("%v: %d copy calls (report %d, %s %d), want one %s", dir, calls, rep.Calls, c.op, e.fd.Calls(c.op)-batchBefore, c.op)
+					}
+				} else if calls != e.nblk || rep.Calls != e.nblk {
+					t.Fatalf("%v: %d copy calls (report %d), want one per block (%d)", dir, calls, rep.Calls, e.nblk)
+				}
+			}
+			e.checkDevice(t, e.src.Bytes())
+			testutil.CheckBytes(t, e.src.Bytes(), e.dst.Bytes())
+		})
+	}
+}
+
+// TestFakeCopyBlocksAutoBySize: BlockAuto takes the driver's batch up to
+// the batch limit (mean block size) and one copy per block above it.
+func TestFakeCopyBlocksAutoBySize(t *testing.T) {
+	e := newBlockEnv(t, fakedrv.Options{}, 4096, 8)
+	for _, c := range []struct {
+		max  int
+		want cuda.BlockStrategy
+	}{{4096, cuda.BlockDriverBatch}, {4095, cuda.BlockPerCopy}, {0, cuda.BlockPerCopy}} {
+		rep, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockBatchMax(c.max))
+		if err != nil || rep.Strategy != c.want {
+			t.Errorf("batch max %d: %v, %v; want %v", c.max, rep.Strategy, err, c.want)
+		}
+	}
+	if cuda.DefaultBlockBatchMax < 256<<10 {
+		t.Errorf("DefaultBlockBatchMax = %d: the 16-256 KiB KV blocks would not take the batch", cuda.DefaultBlockBatchMax)
+	}
+	// The legacy default stream cannot take the driver's batch.
+	legacy := cuda.WrapStream(e.ctx, 0)
+	err := e.ctx.Do(func() error {
+		rep, err := legacy.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()))
+		if err == nil && rep.Strategy != cuda.BlockPerCopy {
+			return fmt.Errorf("auto on the legacy stream chose %v", rep.Strategy)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := legacy.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockStrategy(cuda.BlockDriverBatch)); !errors.Is(err, cuda.ErrInvalidValue) {
+			return fmt.Errorf("driver batch on the legacy stream = %v, want ErrInvalidValue", err)
+		}
+		return legacy.Synchronize()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.checkDevice(t, e.src.Bytes())
+}
+
+// TestFakeCopyBlocksRefused: every bad list is refused with its typed
+// error, before any copy is queued: the driver sees no copy call and no
+// byte changes on either side.
+func TestFakeCopyBlocksRefused(t *testing.T) {
+	e := newBlockEnv(t, fakedrv.Options{DeviceCount: 2}, 4096, 16)
+	bs := e.bs
+	other, err := cuda.GetDevice(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, err := other.PrimaryContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	odev, err := octx.Alloc(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer odev.Free()
+	freed, err := e.ctx.Alloc(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := freed.Free(); err != nil {
+		t.Fatal(err)
+	}
+	unpinned := make([]byte, 3*bs)
+	h := e.src.Bytes()
+	ok := func(i int) cuda.BlockCopy { return cuda.BlockCopy{Host: h[i*bs : (i+1)*bs], Dev: e.dev, Off: i * bs} }
+	cases := []struct {
+		name   string
+		dir    cuda.Direction
+		blocks []cuda.BlockCopy
+		reason error
+		index  int
+	}{
+		{"device blocks overlap", cuda.HostToDevice, []cuda.BlockCopy{ok(0), ok(1), {Host: h[2*bs : 3*bs], Dev: e.dev, Off: bs / 2}}, cuda.ErrBlockOverlap, 2},
+		{"same device block twice", cuda.HostToDevice, []cuda.BlockCopy{ok(3), ok(4), {Host: h[5*bs : 6*bs], Dev: e.dev, Off: 3 * bs}}, cuda.ErrBlockOverlap, 2},
+		{"host blocks overlap", cuda.DeviceToHost, []cuda.BlockCopy{ok(0), {Host: h[bs/2 : bs/2+bs], Dev: e.dev, Off: 5 * bs}}, cuda.ErrBlockOverlap, 1},
+		{"past the buffer's end", cuda.HostToDevice, []cuda.BlockCopy{ok(0), {Host: h[bs : 2*bs], Dev: e.dev, Off: e.dev.Size() - bs + 1}}, cuda.ErrBlockRange, 1},
+		{"negative offset", cuda.DeviceToHost, []cuda.BlockCopy{{Host: h[:bs], Dev: e.dev, Off: -1}}, cuda.ErrBlockRange, 0},
+		{"unpinned host block", cuda.HostToDevice, []cuda.BlockCopy{ok(0), ok(1), {Host: unpinned[:bs], Dev: e.dev, Off: 7 * bs}}, cuda.ErrHostNotPinned, 2},
+		{"unpinned host destination", cuda.DeviceToHost, []cuda.BlockCopy{{Host: unpinned[bs : 2*bs], Dev: e.dev, Off: 0}, ok(1)}, cuda.ErrHostNotPinned, 0},
+		{"block straddles the pinned end", cuda.HostToDevice, []cuda.BlockCopy{{Host: straddle(t, bs), Dev: e.dev, Off: 0}}, cuda.ErrHostNotPinned, 0},
+		{"device block of another device", cuda.HostToDevice, []cuda.BlockCopy{ok(0), {Host: h[bs : 2*bs], Dev: odev, Off: 0}}, cuda.ErrBlockContext, 1},
+		{"freed device buffer", cuda.DeviceToHost, []cuda.BlockCopy{ok(0), {Host: h[bs : 2*bs], Dev: freed, Off: 0}}, cuda.ErrInvalidHandle, 1},
+		{"nil device buffer", cuda.HostToDevice, []cuda.BlockCopy{{Host: h[:bs]}}, cuda.ErrInvalidValue, 0},
+	}
+	devBefore := make([]byte, e.dev.Size())
+	if err := e.dev.CopyToHost(0, devBefore); err != nil {
+		t.Fatal(err)
+	}
+	hostBefore := bytes.Clone(h)
+	for _, strategy := range []cuda.BlockStrategy{cuda.BlockAuto, cuda.BlockDriverBatch, cuda.BlockPerCopy} {
+		for _, c := range cases {
+			before := e.copyCalls()
+			rep, err := e.s.CopyBlocks(c.dir, c.blocks, cuda.WithBlockStrategy(strategy))
+			if !errors.Is(err, c.reason) {
+				t.Errorf("%v %s: %v, want %v", strategy, c.name, err, c.reason)
+				continue
+			}
+			if !errors.Is(c.reason, cuda.ErrInvalidHandle) && !errors.Is(err, cuda.ErrInvalidValue) {
+				t.Errorf("%v %s: %v does not match ErrInvalidValue", strategy, c.name, err)
+			}
+			var be *cuda.BlockError
+			if errors.As(err, &be) && be.Index != c.index {
+				t.Errorf("%v %s: BlockError names block %d, want %d (%v)", strategy, c.name, be.Index, c.index, err)
+			} else if !errors.As(err, &be) && c.reason != cuda.ErrInvalidValue {
+				t.Errorf("%v %s: %v is not a *BlockError", strategy, c.name, err)
+			}
+			if n := e.copyCalls() - before; n != 0 || rep.Blocks != 0 {
+				t.Errorf("%v %s: %d copy calls, %d blocks reported after a refusal", strategy, c.name, n, rep.Blocks)
+			}
+		}
+	}
+	if err := e.s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	devAfter := make([]byte, e.dev.Size())
+	if err := e.dev.CopyToHost(0, devAfter); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, devBefore, devAfter)
+	testutil.CheckBytes(t, hostBefore, h)
+
+	// Bad arguments of the call itself.
+	if _, err := e.s.CopyBlocks(0, e.list(h)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("direction 0: %v", err)
+	}
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(h), cuda.WithBlockStrategy(9)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("strategy 9: %v", err)
+	}
+	oev, err := octx.NewEvent(cuda.EventDisableTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oev.Destroy()
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(h), cuda.WithBlockEvent(oev)); !errors.Is(err, cuda.ErrBlockContext) {
+		t.Errorf("event of another context: %v", err)
+	}
+	var nilStream *cuda.Stream
+	if _, err := nilStream.CopyBlocks(cuda.HostToDevice, e.list(h)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("nil stream: %v", err)
+	}
+	// An empty list (or only empty blocks) queues nothing and succeeds.
+	if rep, err := e.s.CopyBlocks(cuda.HostToDevice, []cuda.BlockCopy{{Dev: e.dev}}); err != nil || rep.Blocks != 0 {
+		t.Errorf("empty blocks: %+v, %v", rep, err)
+	}
+}
+
+// straddle returns a block of n bytes whose first half is the end of a
+// pinned buffer and whose second half is not pinned: a Go slice with a
+// registered prefix. The buffer is released when the test ends.
+func straddle(t *testing.T, n int) []byte {
+	t.Helper()
+	mem := make([]byte, 1<<20)
+	// Register the page-aligned part up to the middle of mem.
+	reg, err := pinmem.Register(mem[:1<<19], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Free() })
+	b := reg.Bytes()
+	end := len(b)
+	return mem[end-n/2 : end-n/2+n]
+}
+
+// TestFakeCopyBlocksStaging: unpinned host blocks go through a pinned
+// staging buffer when one is given, in both directions; a staging buffer
+// too small or not pinned is refused before anything is queued.
+func TestFakeCopyBlocksStaging(t *testing.T) {
+	e := newBlockEnv(t, fakedrv.Options{}, 4096, 16)
+	bs := e.bs
+	pageable := testutil.RandomBytes(4*bs, 99)
+	staging, err := pinmem.Alloc(4*bs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer staging.Free()
+	h := e.src.Bytes()
+	// Blocks 0-3 from pageable memory, 4-7 pinned, all to device slots 8-15.
+	var list []cuda.BlockCopy
+	for i := range 4 {
+		list = append(list, cuda.BlockCopy{Host: pageable[i*bs : (i+1)*bs], Dev: e.dev, Off: (8 + i) * bs})
+		list = append(list, cuda.BlockCopy{Host: h[(4+i)*bs : (5+i)*bs], Dev: e.dev, Off: (12 + i) * bs})
+	}
+	for _, strategy := range []cuda.BlockStrategy{cuda.BlockDriverBatch, cuda.BlockPerCopy} {
+		rep, err := e.s.CopyBlocks(cuda.HostToDevice, list, cuda.WithBlockStaging(staging.Bytes()), cuda.WithBlockStrategy(strategy))
+		if err != nil || rep.Staged != 4 || rep.Blocks != 8 {
+			t.Fatalf("%v: staged HtoD: %+v, %v", strategy, rep, err)
+		}
+		if err := e.s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 8*bs)
+		if err := e.dev.CopyToHost(8*bs, got); err != nil {
+			t.Fatal(err)
+		}
+		testutil.CheckBytes(t, pageable, got[:4*bs])
+		testutil.CheckBytes(t, h[4*bs:8*bs], got[4*bs:])
+
+		// Back out into fresh pageable memory: CopyBlocks returns with the bytes in place.
+		out := make([]byte, 4*bs)
+		testutil.Poison(out)
+		back := []cuda.BlockCopy{}
+		for i := range 4 {
+			back = append(back, cuda.BlockCopy{Host: out[i*bs : (i+1)*bs], Dev: e.dev, Off: (8 + i) * bs})
+		}
+		rep, err = e.s.CopyBlocks(cuda.DeviceToHost, back, cuda.WithBlockStaging(staging.Bytes()), cuda.WithBlockStrategy(strategy))
+		if err != nil || rep.Staged != 4 {
+			t.Fatalf("%v: staged DtoH: %+v, %v", strategy, rep, err)
+		}
+		testutil.CheckBytes(t, pageable, out)
+	}
+	before := e.copyCalls()
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, list, cuda.WithBlockStaging(staging.Bytes()[:3*bs])); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("staging too small: %v", err)
+	}
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, list, cuda.WithBlockStaging(make([]byte, 4*bs))); !errors.Is(err, cuda.ErrHostNotPinned) {
+		t.Errorf("unpinned staging: %v", err)
+	}
+	if n := e.copyCalls() - before; n != 0 {
+		t.Errorf("%d copy calls after refusals", n)
+	}
+}
+
+// TestFakeCopyBlocksFaults: driver failures come back typed. The batch
+// queues nothing; the per-copy strategy reports how many blocks it queued
+// before the failing one; an asynchronous fault surfaces at Synchronize.
+func TestFakeCopyBlocksFaults(t *testing.T) {
+	e := newBlockEnv(t, fakedrv.Options{}, 4096, 16)
+	l := e.list(e.src.Bytes())
+
+	must(t, e.fd.FailOn("cuMemcpyBatchAsync_v2", 1, cudadrv.ErrorOutOfMemory))
+	rep, err := e.s.CopyBlocks(cuda.HostToDevice, l)
+	var ce *cuda.Error
+	if !errors.Is(err, cuda.ErrOutOfMemory) || !errors.As(err, &ce) || ce.Op != "cuMemcpyBatchAsync_v2" || rep.Blocks != 0 {
+		t.Errorf("failing batch: %+v, %v", rep, err)
+	}
+
+	must(t, e.fd.FailOn("cuMemcpyHtoDAsync_v2", 5, cudadrv.ErrorOutOfMemory))
+	rep, err = e.s.CopyBlocks(cuda.HostToDevice, l, cuda.WithBlockStrategy(cuda.BlockPerCopy))
+	if !errors.Is(err, cuda.ErrOutOfMemory) || rep.Blocks != 4 || rep.Bytes != int64(4*e.bs) {
+		t.Errorf("per-copy failing at the fifth block: %+v, %v; want 4 queued", rep, err)
+	}
+
+	// A fault the batch's copies meet when they run, reported by Synchronize.
+	if err := e.s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	must(t, e.fd.FailAsync("cuMemcpyBatchAsync_v2", 1, cudadrv.ErrorIllegalAddress))
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, l); err != nil {
+		t.Fatalf("queuing a batch that faults later: %v", err)
+	}
+	if err := e.s.Synchronize(); !errors.Is(err, cuda.ErrLaunchFailed) {
+		t.Errorf("Synchronize after an asynchronous fault = %v, want ErrLaunchFailed", err)
+	}
+}
+
+// TestFakeCopyBlocksNoBatchDriver: on a driver older than 12.8 an explicit
+// driver batch is ErrNotSupported, and nothing is queued.
+func TestFakeCopyBlocksNoBatchDriver(t *testing.T) {
+	e := newBlockEnv(t, fakedrv.Options{DriverVersion: 12040}, 4096, 4)
+	rep, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockStrategy(cuda.BlockDriverBatch))
+	if !errors.Is(err, cuda.ErrNotSupported) || rep.Blocks != 0 {
+		t.Errorf("driver batch on 12.4: %+v, %v; want ErrNotSupported", rep, err)
+	}
+}
+
+// TestFakeCopyBlocksOneCompletion: the copies are queued, not run, while
+// the stream is held; the event of WithBlockEvent completes only when all
+// of them have run.
+func TestFakeCopyBlocksOneCompletion(t *testing.T) {
+	e := newBlockEnv(t, fakedrv.Options{}, 4096, 32)
+	ev, err := e.ctx.NewEvent(cuda.EventDisableTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	for _, strategy := range []cuda.BlockStrategy{cuda.BlockDriverBatch, cuda.BlockPerCopy} {
+		if err := e.dev.Memset(0); err != nil {
+			t.Fatal(err)
+		}
+		must(t, e.fd.HoldStream(cudadrv.Stream(e.s.Handle())))
+		if _, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockStrategy(strategy), cuda.WithBlockEvent(ev)); err != nil {
+			t.Fatal(err)
+		}
+		if done, err := ev.Query(); err != nil || done {
+			t.Fatalf("%v: event done=%v (%v) while the stream is held", strategy, done, err)
+		}
+		got := make([]byte, e.bs)
+		if err := e.dev.CopyToHost(e.devOf[0]*e.bs, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, make([]byte, e.bs)) {
+			t.Fatalf("%v: a block landed while the stream was held", strategy)
+		}
+		must(t, e.fd.ReleaseStream(cudadrv.Stream(e.s.Handle())))
+		if err := ev.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		e.checkDevice(t, e.src.Bytes())
+	}
+}
+
+// TestFakeCopyBlocksPinnedQueries: blocks carved from one pinned buffer
+// cost a bounded number of pointer queries, not a few per block.
+func TestFakeCopyBlocksPinnedQueries(t *testing.T) {
+	e := newBlockEnv(t, fakedrv.Options{}, 4096, 256)
+	before := e.fd.Calls("cuPointerGetAttribute")
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.fd.Calls("cuPointerGetAttribute") - before; n > 3 {
+		t.Errorf("%d pointer queries for 256 blocks of one pinned buffer, want at most 3", n)
+	}
+}
