@@ -450,8 +450,15 @@ func cmpSpan(a, b span) int {
 // DtoH: returned, to be copied out after the stream is done).
 func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScratch, o *blockOptions, rep *BlockReport) ([]stagedBlock, error) {
 	drv := s.ctx.drv
+	// The driver answers CUDA_ERROR_INVALID_VALUE for an address it does
+	// not know (pageable memory): that is "not pinned". Any other failure
+	// is the driver's own, and is returned as it is.
+	var qerr error
 	attr := func(a cudadrv.PointerAttribute, p uint64) (uint64, bool) {
 		v, err := drv.PointerGetAttribute(a, cudadrv.DevicePtr(p))
+		if err != nil && !errors.Is(err, ErrInvalidValue) && qerr == nil {
+			qerr = err
+		}
 		return v, err == nil
 	}
 	isHost := func(p uint64) bool {
@@ -485,6 +492,9 @@ func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScra
 		if pinned(h.lo, h.hi, &known) {
 			continue
 		}
+		if qerr != nil {
+			return nil, fmt.Errorf("cuda: asking the driver whether host block %d is pinned: %w", h.i, qerr)
+		}
 		if o.staging == nil {
 			return nil, &BlockError{Index: h.i, Other: -1, Reason: ErrHostNotPinned,
 				Detail: fmt.Sprintf("%d bytes at %#x", h.hi-h.lo, h.lo)}
@@ -500,6 +510,9 @@ func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScra
 	}
 	lo := uint64(hostptr.AddrOf(o.staging))
 	if !pinned(lo, lo+uint64(need), &known) {
+		if qerr != nil {
+			return nil, fmt.Errorf("cuda: asking the driver whether the staging buffer is pinned: %w", qerr)
+		}
 		return nil, &BlockError{Index: -1, Other: -1, Reason: ErrHostNotPinned, Detail: "the staging buffer"}
 	}
 	var out []stagedBlock
