@@ -219,7 +219,7 @@ func TestFakeCopyBlocksRefused(t *testing.T) {
 		{"negative offset", cuda.DeviceToHost, []cuda.BlockCopy{{Host: h[:bs], Dev: e.dev, Off: -1}}, cuda.ErrBlockRange, 0},
 		{"unpinned host block", cuda.HostToDevice, []cuda.BlockCopy{ok(0), ok(1), {Host: unpinned[:bs], Dev: e.dev, Off: 7 * bs}}, cuda.ErrHostNotPinned, 2},
 		{"unpinned host destination", cuda.DeviceToHost, []cuda.BlockCopy{{Host: unpinned[bs : 2*bs], Dev: e.dev, Off: 0}, ok(1)}, cuda.ErrHostNotPinned, 0},
-		{"block straddles the pinned end", cuda.HostToDevice, []cuda.BlockCopy{{Host: straddle(t, bs), Dev: e.dev, Off: 0}}, cuda.ErrHostNotPinned, 0},
+		{"block straddles the pinned end", cuda.HostToDevice, []cuda.BlockCopy{{Host: straddle(t, 4*bs), Dev: e.dev, Off: 0}}, cuda.ErrHostNotPinned, 0},
 		{"device block of another device", cuda.HostToDevice, []cuda.BlockCopy{ok(0), {Host: h[bs : 2*bs], Dev: odev, Off: 0}}, cuda.ErrBlockContext, 1},
 		{"freed device buffer", cuda.DeviceToHost, []cuda.BlockCopy{ok(0), {Host: h[bs : 2*bs], Dev: freed, Off: 0}}, cuda.ErrInvalidHandle, 1},
 		{"nil device buffer", cuda.HostToDevice, []cuda.BlockCopy{{Host: h[:bs]}}, cuda.ErrInvalidValue, 0},
