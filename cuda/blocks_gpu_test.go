@@ -103,13 +103,17 @@ func (g *gpuBlocks) verifyDtoH(tb testing.TB, bs int, contiguous bool) {
 	}
 }
 
-// TestGPUCopyBlocks pages 4096 scattered 16 KiB blocks in and out with
+// TestGPUCopyBlocks pages 4096 (-test.short: 256) scattered 16 KiB blocks in and out with
 // each strategy and checks every block; then checks the host-side rules
 // on the real driver: blocks of memory registered with pinmem.Register
 // are accepted, pageable ones refused (or staged when asked), and the
 // driver's batch is the one of its version.
 func TestGPUCopyBlocks(t *testing.T) {
-	const nblk, bs = 4096, 16 << 10
+	const bs = 16 << 10
+	nblk := 4096
+	if testing.Short() { // the sanitizer tier
+		nblk = 256
+	}
 	g := newGPUBlocks(t, nblk, bs)
 	drv, err := cudadrv.Get()
 	if err != nil {
@@ -137,7 +141,7 @@ func TestGPUCopyBlocks(t *testing.T) {
 				t.Fatal(err)
 			}
 			must(t, g.s.Synchronize())
-			if rep.Blocks != nblk || rep.Bytes != nblk*bs {
+			if rep.Blocks != nblk || rep.Bytes != int64(nblk*bs) {
 				t.Fatalf("report %+v", rep)
 			}
 			t.Logf("%v: queued by %v in %d driver calls", st, rep.Strategy, rep.Calls)
