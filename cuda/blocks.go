@@ -76,9 +76,15 @@ const (
 	// BlockPerCopy queues one cuMemcpyHtoDAsync/DtoHAsync per block, 16
 	// per crossing from Go into C (as Batch).
 	BlockPerCopy
+	// BlockKernelCopy uploads the list as a table and launches pinmem's
+	// gather/scatter kernel, which copies the blocks with the SMs over
+	// mapped host memory (WithBlockKernel; host blocks must be mapped).
+	// BlockAuto never picks it by itself: it is chosen with
+	// WithBlockKernel, until measurements say for which sizes it wins.
+	BlockKernelCopy
 )
 
-// String returns the strategy's name: "auto", "driver-batch" or "per-copy".
+// String returns the strategy's name: "auto", "driver-batch", "per-copy" or "kernel".
 func (s BlockStrategy) String() string {
 	switch s {
 	case BlockAuto:
@@ -87,6 +93,8 @@ func (s BlockStrategy) String() string {
 		return "driver-batch"
 	case BlockPerCopy:
 		return "per-copy"
+	case BlockKernelCopy:
+		return "kernel"
 	}
 	return fmt.Sprintf("BlockStrategy(%d)", uint8(s))
 }
@@ -114,13 +122,17 @@ var (
 	// ErrHostNotPinned: a host block is not (wholly) pinned host memory.
 	ErrHostNotPinned = errors.New("host block is not pinned memory")
 	// ErrBlockContext: a device block belongs to another context (or
-	// device) than the stream, or the event to record does.
+	// device) than the stream, or the event to record (or the block
+	// kernel) does.
 	ErrBlockContext = errors.New("block of another context than the stream")
+	// ErrHostNotMapped: the kernel strategy was asked for, and a host
+	// block is pinned but not mapped into the device's address space.
+	ErrHostNotMapped = errors.New("host block is not mapped into the device's address space")
 )
 
 // BlockError is a block list CopyBlocks refused before queuing any copy.
 // It matches its Reason (ErrBlockOverlap, ErrBlockRange, ErrHostNotPinned,
-// ErrBlockContext) and ErrInvalidValue through errors.Is; a freed device
+// ErrHostNotMapped, ErrBlockContext) and ErrInvalidValue through errors.Is; a freed device
 // buffer is reported with Reason matching ErrInvalidHandle instead.
 type BlockError struct {
 	// Index is the block at fault.
@@ -174,7 +186,8 @@ type BlockReport struct {
 	// Bytes is how many bytes they hold.
 	Bytes int64
 	// Calls is how many driver calls queued them: 1 for the driver's
-	// batch, one per block for the per-copy strategy.
+	// batch, one per block for the per-copy strategy, the table upload and
+	// the launch (and a wait for the kernel's previous use) for the kernel.
 	Calls int
 	// Staged is how many blocks went through the staging buffer (WithBlockStaging).
 	Staged int
@@ -189,6 +202,7 @@ type blockOptions struct {
 	overlap  bool
 	event    *Event
 	staging  []byte
+	kernel   *BlockKernel
 }
 
 // WithBlockStrategy chooses the strategy instead of BlockAuto.
@@ -219,6 +233,13 @@ func WithBlockEvent(e *Event) BlockOption {
 	return func(o *blockOptions) { o.event = e }
 }
 
+// WithBlockKernel gives CopyBlocks the kernel strategy's state and, with
+// BlockAuto, picks that strategy (BlockKernelCopy); k must belong to the
+// stream's context and hold at least as many blocks as the list.
+func WithBlockKernel(k *BlockKernel) BlockOption {
+	return func(o *blockOptions) { o.kernel = k }
+}
+
 // WithBlockStaging lets CopyBlocks take host blocks that are not pinned:
 // they go through buf, which must be pinned and at least as large as
 // those blocks together. For HostToDevice their bytes are copied into buf
@@ -246,6 +267,7 @@ type blockScratch struct {
 	dst, host  []span
 	ops        []cudadrv.BatchOp
 	staged     map[int][]byte // block index -> its part of the staging buffer
+	hostDev    []uint64       // block index -> device address of its host memory (kernel strategy)
 }
 
 // hostOf returns the host memory block i is copied from or to: its own,
@@ -293,8 +315,19 @@ func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOpti
 	if dir != HostToDevice && dir != DeviceToHost {
 		return BlockReport{}, fmt.Errorf("cuda: CopyBlocks direction %v: %w", dir, ErrInvalidValue)
 	}
-	if o.strategy > BlockPerCopy {
+	if o.strategy > BlockKernelCopy {
 		return BlockReport{}, fmt.Errorf("cuda: CopyBlocks strategy %v: %w", o.strategy, ErrInvalidValue)
+	}
+	if o.kernel != nil && o.strategy == BlockAuto {
+		o.strategy = BlockKernelCopy
+	}
+	if o.strategy == BlockKernelCopy {
+		if o.kernel == nil {
+			return BlockReport{}, fmt.Errorf("cuda: the kernel strategy needs WithBlockKernel: %w", ErrInvalidValue)
+		}
+		if o.kernel.ctx != s.ctx {
+			return BlockReport{}, &BlockError{Index: -1, Other: -1, Reason: ErrBlockContext, Detail: "the block kernel"}
+		}
 	}
 	if o.event != nil {
 		if err := o.event.usable(); err != nil {
@@ -344,9 +377,15 @@ func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOpti
 			return err
 		}
 		issued = true
-		if strategy == BlockDriverBatch {
+		switch strategy {
+		case BlockDriverBatch:
 			err = s.issueDriverBatch(bc, dir, blocks, sc, &o, &rep)
-		} else {
+		case BlockKernelCopy:
+			err = s.issueKernel(o.kernel, dir, blocks, sc.hostDev, &rep)
+			if err != nil {
+				rep.Blocks, rep.Bytes = 0, 0 // nothing ran, or the launch that failed carried them all
+			}
+		default:
 			err = s.issuePerCopy(dir, blocks, sc, &rep)
 		}
 		if err == nil && o.event != nil {
@@ -439,61 +478,113 @@ func cmpSpan(a, b span) int {
 	return a.i - b.i
 }
 
-// pinnedOrStaged checks, with s's context current, that every host block
-// is pinned: walking the blocks in address order, it asks the driver for
-// the pinned range (allocation or registration) holding a block that the
-// last range found does not cover, so blocks carved from one buffer cost
-// two queries in all. Where the driver reports no range it checks the
-// memory type of the block's first and last byte. Blocks that are not
-// pinned are refused, or staged with WithBlockStaging: their host side is
-// swapped for part of the staging buffer in sc.host (HtoD: filled now;
-// DtoH: returned, to be copied out after the stream is done).
-func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScratch, o *blockOptions, rep *BlockReport) ([]stagedBlock, error) {
-	drv := s.ctx.drv
-	// The driver answers CUDA_ERROR_INVALID_VALUE for an address it does
-	// not know (pageable memory): that is "not pinned". Any other failure
-	// is the driver's own, and is returned as it is.
-	var qerr error
-	attr := func(a cudadrv.PointerAttribute, p uint64) (uint64, bool) {
-		v, err := drv.PointerGetAttribute(a, cudadrv.DevicePtr(p))
-		if err != nil && !errors.Is(err, ErrInvalidValue) && qerr == nil {
-			qerr = err
-		}
-		return v, err == nil
+// hostCheck asks the driver about host memory, remembering the last
+// pinned range it found so that blocks carved from one buffer cost a few
+// queries in all.
+type hostCheck struct {
+	drv     cudadrv.Driver
+	qerr    error // the first failure other than "unknown address"
+	noRange bool  // the driver knows pinned blocks but reports no range: stop asking
+	known   span  // the last pinned range found
+	dev     uint64
+	mapped  bool // known's device address is dev
+	asked   bool // whether known's device address was asked for
+}
+
+// attr reads a pointer attribute. The driver answers
+// CUDA_ERROR_INVALID_VALUE for an address it does not know (pageable
+// memory): that is a plain false. Any other failure is kept in qerr.
+func (c *hostCheck) attr(a cudadrv.PointerAttribute, p uint64) (uint64, bool) {
+	v, err := c.drv.PointerGetAttribute(a, cudadrv.DevicePtr(p))
+	if err != nil && !errors.Is(err, ErrInvalidValue) && c.qerr == nil {
+		c.qerr = err
 	}
-	isHost := func(p uint64) bool {
-		t, ok := attr(cudadrv.PointerAttrMemoryType, p)
-		return ok && t == cudadrv.MemoryTypeHost
+	return v, err == nil
+}
+
+func (c *hostCheck) isHost(p uint64) bool {
+	t, ok := c.attr(cudadrv.PointerAttrMemoryType, p)
+	return ok && t == cudadrv.MemoryTypeHost
+}
+
+// pinned reports whether [lo, hi) is pinned host memory: inside the last
+// range found, or inside the range the driver reports for lo (then
+// remembered), or, where the driver reports no range, with its first and
+// last byte pinned.
+func (c *hostCheck) pinned(lo, hi uint64) bool {
+	if lo >= c.known.lo && hi <= c.known.hi {
+		return true
 	}
-	noRange := false // the driver reported a pinned block but no range for it: stop asking
-	pinned := func(lo, hi uint64, known *span) bool {
-		if lo >= known.lo && hi <= known.hi {
-			return true
-		}
-		asked := false
-		if !noRange {
-			start, ok := attr(cudadrv.PointerAttrRangeStart, lo)
-			asked = !ok
-			if ok {
-				if size, ok := attr(cudadrv.PointerAttrRangeSize, lo); ok && start <= lo && start+size >= hi && isHost(lo) {
-					*known = span{start, start + size, 0}
-					return true
-				}
+	failed := false
+	if !c.noRange {
+		start, ok := c.attr(cudadrv.PointerAttrRangeStart, lo)
+		failed = !ok
+		if ok {
+			if size, ok := c.attr(cudadrv.PointerAttrRangeSize, lo); ok && start <= lo && start+size >= hi && c.isHost(lo) {
+				c.known, c.asked = span{start, start + size, 0}, false
+				return true
 			}
 		}
-		ok := isHost(lo) && isHost(hi-1)
-		noRange = noRange || (ok && asked)
-		return ok
 	}
-	var known span
+	ok := c.isHost(lo) && c.isHost(hi-1)
+	c.noRange = c.noRange || (ok && failed)
+	return ok
+}
+
+// devAddr returns the device address of pinned host address p, or false
+// when the memory is not mapped: from the remembered range's mapping when
+// p lies in it, else asked for p alone.
+func (c *hostCheck) devAddr(p uint64) (uint64, bool) {
+	if p >= c.known.lo && p < c.known.hi {
+		if !c.asked {
+			c.dev, c.mapped = c.attr(cudadrv.PointerAttrDevicePointer, c.known.lo)
+			c.asked = true
+		}
+		if c.mapped {
+			return c.dev + (p - c.known.lo), true
+		}
+		return 0, false
+	}
+	return c.attr(cudadrv.PointerAttrDevicePointer, p)
+}
+
+// pinnedOrStaged checks, with s's context current, that every host block
+// is pinned (hostCheck), and for the kernel strategy mapped, with its
+// device address in sc.hostDev. Blocks that are not pinned are refused,
+// or staged with WithBlockStaging: their host side becomes part of the
+// staging buffer (sc.staged; HtoD: filled now; DtoH: returned, to be
+// copied out after the stream is done).
+func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScratch, o *blockOptions, rep *BlockReport) ([]stagedBlock, error) {
+	c := &hostCheck{drv: s.ctx.drv}
+	kernel := o.strategy == BlockKernelCopy
+	if kernel {
+		sc.hostDev = slices.Grow(sc.hostDev[:0], len(blocks))[:len(blocks)]
+	}
+	mapped := func(i int, lo, hi uint64) error {
+		if !kernel {
+			return nil
+		}
+		d, ok := c.devAddr(lo)
+		if !ok {
+			if c.qerr != nil {
+				return fmt.Errorf("cuda: asking the driver for the device address of host block %d: %w", i, c.qerr)
+			}
+			return &BlockError{Index: i, Other: -1, Reason: ErrHostNotMapped, Detail: fmt.Sprintf("%d bytes at %#x (allocate it with pinmem.Mapped)", hi-lo, lo)}
+		}
+		sc.hostDev[i] = d
+		return nil
+	}
 	var staged []int // indexes into sc.host
 	need := 0
 	for k, h := range sc.host {
-		if pinned(h.lo, h.hi, &known) {
+		if c.pinned(h.lo, h.hi) {
+			if err := mapped(h.i, h.lo, h.hi); err != nil {
+				return nil, err
+			}
 			continue
 		}
-		if qerr != nil {
-			return nil, fmt.Errorf("cuda: asking the driver whether host block %d is pinned: %w", h.i, qerr)
+		if c.qerr != nil {
+			return nil, fmt.Errorf("cuda: asking the driver whether host block %d is pinned: %w", h.i, c.qerr)
 		}
 		if o.staging == nil {
 			return nil, &BlockError{Index: h.i, Other: -1, Reason: ErrHostNotPinned,
@@ -509,16 +600,16 @@ func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScra
 		return nil, fmt.Errorf("cuda: %d unpinned host blocks need %d bytes of staging, the staging buffer has %d: %w", len(staged), need, len(o.staging), ErrInvalidValue)
 	}
 	lo := uint64(hostptr.AddrOf(o.staging))
-	if !pinned(lo, lo+uint64(need), &known) {
-		if qerr != nil {
-			return nil, fmt.Errorf("cuda: asking the driver whether the staging buffer is pinned: %w", qerr)
+	if !c.pinned(lo, lo+uint64(need)) {
+		if c.qerr != nil {
+			return nil, fmt.Errorf("cuda: asking the driver whether the staging buffer is pinned: %w", c.qerr)
 		}
 		return nil, &BlockError{Index: -1, Other: -1, Reason: ErrHostNotPinned, Detail: "the staging buffer"}
 	}
 	var out []stagedBlock
 	off := 0
 	for _, k := range staged {
-		h := &sc.host[k]
+		h := sc.host[k]
 		b := blocks[h.i].Host
 		part := o.staging[off : off+len(b)]
 		if dir == HostToDevice {
@@ -530,6 +621,10 @@ func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScra
 			sc.staged = make(map[int][]byte, len(staged))
 		}
 		sc.staged[h.i] = part
+		a := uint64(hostptr.AddrOf(part))
+		if err := mapped(h.i, a, a+uint64(len(part))); err != nil {
+			return nil, err
+		}
 		off += len(b)
 	}
 	rep.Staged = len(staged)

@@ -453,3 +453,184 @@ func TestFakeCopyBlocksPinnedQueries(t *testing.T) {
 		t.Errorf("%d pointer queries for 256 blocks of one pinned buffer, want at most 3", n)
 	}
 }
+
+// mappedBlockEnv is newBlockEnv with Mapped host buffers, for the kernel strategy.
+func mappedBlockEnv(t *testing.T, bs, nblk int) *blockEnv {
+	t.Helper()
+	e := newBlockEnv(t, fakedrv.Options{}, bs, nblk)
+	for _, p := range []**pinmem.Buffer{&e.src, &e.dst} {
+		b, err := pinmem.Alloc(bs*nblk, pinmem.Mapped)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Free() })
+		copy(b.Bytes(), (*p).Bytes())
+		*p = b
+	}
+	return e
+}
+
+// TestFakeCopyBlocksKernel: the kernel strategy moves every block both
+// ways with one table upload and one launch per list, including blocks
+// whose size or addresses are not multiples of 16 (the byte path).
+func TestFakeCopyBlocksKernel(t *testing.T) {
+	e := mappedBlockEnv(t, 4096, 64)
+	k, err := e.ctx.NewBlockKernel(e.nblk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	launches := e.fd.Calls("cuLaunchKernel")
+	rep, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockKernel(k))
+	if err != nil || rep.Strategy != cuda.BlockKernelCopy || rep.Blocks != e.nblk || rep.Calls != 2 {
+		t.Fatalf("kernel HtoD: %+v, %v", rep, err)
+	}
+	testutil.Poison(e.dst.Bytes())
+	rep, err = e.s.CopyBlocks(cuda.DeviceToHost, e.list(e.dst.Bytes()), cuda.WithBlockKernel(k), cuda.WithBlockStrategy(cuda.BlockKernelCopy))
+	if err != nil || rep.Calls != 3 { // the second use waits for the first's kernel
+		t.Fatalf("kernel DtoH: %+v, %v", rep, err)
+	}
+	must(t, e.s.Synchronize())
+	e.checkDevice(t, e.src.Bytes())
+	testutil.CheckBytes(t, e.src.Bytes(), e.dst.Bytes())
+	if n := e.fd.Calls("cuLaunchKernel") - launches; n != 2 {
+		t.Errorf("%d launches for two lists, want 2", n)
+	}
+	if n := e.fd.Calls("cuMemcpyHtoDAsync_v2") + e.fd.Calls("cuMemcpyBatchAsync_v2"); n != 2 {
+		t.Errorf("%d copy calls (want the two table uploads)", n)
+	}
+
+	// Odd sizes and offsets: 13-byte blocks at odd places.
+	src := e.src.Bytes()
+	odd := []cuda.BlockCopy{{Host: src[1:14], Dev: e.dev, Off: 3}, {Host: src[100:113], Dev: e.dev, Off: 1000}}
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, odd, cuda.WithBlockKernel(k)); err != nil {
+		t.Fatal(err)
+	}
+	must(t, e.s.Synchronize())
+	got := make([]byte, 13)
+	must(t, e.dev.CopyToHost(1000, got))
+	testutil.CheckBytes(t, src[100:113], got)
+}
+
+// TestFakeCopyBlocksKernelRefused: the kernel strategy's own refusals,
+// before anything is queued.
+func TestFakeCopyBlocksKernelRefused(t *testing.T) {
+	e := newBlockEnv(t, fakedrv.Options{DeviceCount: 2}, 4096, 8) // flags-0 buffers: not mapped on the fake
+	k, err := e.ctx.NewBlockKernel(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	before := e.copyCalls() + e.fd.Calls("cuLaunchKernel")
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes())[:4], cuda.WithBlockKernel(k)); !errors.Is(err, cuda.ErrHostNotMapped) || !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("unmapped host blocks: %v, want ErrHostNotMapped", err)
+	}
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockStrategy(cuda.BlockKernelCopy)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("kernel strategy without a kernel: %v", err)
+	}
+	other, err := cuda.GetDevice(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, err := other.PrimaryContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok2, err := octx.NewBlockKernel(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok2.Close()
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockKernel(ok2)); !errors.Is(err, cuda.ErrBlockContext) {
+		t.Errorf("kernel of another context: %v", err)
+	}
+	if n := e.copyCalls() + e.fd.Calls("cuLaunchKernel") - before; n != 0 {
+		t.Errorf("%d driver copies or launches after refusals", n)
+	}
+	// Mapped, but more blocks than the kernel's table holds.
+	m, err := pinmem.Alloc(8*4096, pinmem.Mapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(m.Bytes()), cuda.WithBlockKernel(k)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("8 blocks for a kernel of 4: %v", err)
+	}
+	if _, err := cuda.WrapStream(e.ctx, 0).CopyBlocks(cuda.HostToDevice, nil, cuda.WithBlockKernel(nil), cuda.WithBlockStrategy(cuda.BlockKernelCopy)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("nil kernel: %v", err)
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Close(); !errors.Is(err, cuda.ErrInvalidHandle) {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(m.Bytes())[:2], cuda.WithBlockKernel(k)); !errors.Is(err, cuda.ErrInvalidHandle) {
+		t.Errorf("closed kernel: %v", err)
+	}
+	if _, err := e.ctx.NewBlockKernel(0); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("NewBlockKernel(0): %v", err)
+	}
+}
+
+// TestFakeCopyBlocksKernelTableReuse: one kernel used on two streams: the
+// second list's table upload waits for the first list's kernel, so the
+// first kernel, held back, still copies its own blocks.
+func TestFakeCopyBlocksKernelTableReuse(t *testing.T) {
+	e := mappedBlockEnv(t, 4096, 16)
+	s2, err := e.ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Destroy()
+	k, err := e.ctx.NewBlockKernel(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := e.src.Bytes()
+	l := e.list(h)
+	first, second := l[:8], l[8:]
+	must(t, e.fd.HoldStream(cudadrv.Stream(e.s.Handle())))
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, first, cuda.WithBlockKernel(k)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.CopyBlocks(cuda.HostToDevice, second, cuda.WithBlockKernel(k)); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.fd.Pending(cudadrv.Stream(s2.Handle())); n == 0 {
+		t.Errorf("the second list ran while the first kernel was held")
+	}
+	must(t, e.fd.ReleaseStream(cudadrv.Stream(e.s.Handle())))
+	must(t, s2.Synchronize())
+	must(t, e.s.Synchronize())
+	e.checkDevice(t, h)
+	// Close waits for the last launch.
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFakeCopyBlocksKernelFaults: a failing upload or launch is typed and
+// reports nothing queued.
+func TestFakeCopyBlocksKernelFaults(t *testing.T) {
+	e := mappedBlockEnv(t, 4096, 8)
+	k, err := e.ctx.NewBlockKernel(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	for _, op := range []string{"cuMemcpyHtoDAsync_v2", "cuLaunchKernel"} {
+		must(t, e.fd.FailOn(op, 1, cudadrv.ErrorOutOfMemory))
+		rep, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockKernel(k))
+		var ce *cuda.Error
+		if !errors.Is(err, cuda.ErrOutOfMemory) || !errors.As(err, &ce) || ce.Op != op || rep.Blocks != 0 {
+			t.Errorf("%s failing: %+v, %v", op, rep, err)
+		}
+	}
+	must(t, e.s.Synchronize())
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockKernel(k)); err != nil {
+		t.Fatalf("after the faults: %v", err)
+	}
+	must(t, e.s.Synchronize())
+	e.checkDevice(t, e.src.Bytes())
+}

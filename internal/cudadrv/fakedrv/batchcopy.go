@@ -1,6 +1,9 @@
 package fakedrv
 
-import "github.com/pinmem/pinmem/internal/cudadrv"
+import (
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/kernels"
+)
 
 var _ cudadrv.BatchCopier = (*Driver)(nil)
 
@@ -122,3 +125,15 @@ func (d *Driver) resolveUnified(op string, p cudadrv.DevicePtr, n uint64, dev cu
 	}
 	return region{host: h, off: off}, nil
 }
+
+// blockCopyKernel is kernels.KernelBlockCopy(descs ptr, count u32), built
+// into every fake: it reads the descriptors and the blocks through device
+// addresses (device memory or mapped host memory), as the kernel does.
+var blockCopyKernel = &kernel{name: kernels.KernelBlockCopy, argSizes: []int{8, 4}, fn: func(k *KernelCall) error {
+	count := int(k.Uint32(1))
+	descs, err := k.Mem(k.Ptr(0), uint64(count*kernels.BlockDescSize))
+	if err != nil {
+		return err
+	}
+	return kernels.BlockCopyTwin(descs, count, func(a, n uint64) ([]byte, error) { return k.Mem(cudadrv.DevicePtr(a), n) })
+}}
