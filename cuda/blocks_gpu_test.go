@@ -44,7 +44,9 @@ func newGPUBlocks(tb testing.TB, nblk, maxBS int) *gpuBlocks {
 	tb.Cleanup(func() { dev.Free() })
 	var bufs [2][]byte
 	for i := range bufs {
-		b, err := pinmem.Alloc(nblk*maxBS, 0)
+		// Mapped: the kernel strategy reads and writes them through their
+		// device addresses; the copy engines do not care.
+		b, err := pinmem.Alloc(nblk*maxBS, pinmem.Mapped)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -127,13 +129,25 @@ func TestGPUCopyBlocks(t *testing.T) {
 	if got, want := cudadrv.BatchCopySymbolOf(drv), cudadrv.BatchCopySymbol(v); got != want {
 		t.Errorf("the binding calls %q, a %d driver's cuda.h names %q", got, v, want)
 	}
-	strategies := []cuda.BlockStrategy{cuda.BlockAuto, cuda.BlockDriverBatch, cuda.BlockPerCopy}
+	k, err := g.ctx.NewBlockKernel(nblk)
+	if err != nil {
+		t.Fatalf("loading the block kernel (hand-written PTX): %v", err)
+	}
+	defer func() { must(t, k.Close()) }()
+	strategies := []cuda.BlockStrategy{cuda.BlockAuto, cuda.BlockDriverBatch, cuda.BlockPerCopy, cuda.BlockKernelCopy}
+	opt := func(st cuda.BlockStrategy) []cuda.BlockOption {
+		o := []cuda.BlockOption{cuda.WithBlockStrategy(st)}
+		if st == cuda.BlockKernelCopy {
+			o = append(o, cuda.WithBlockKernel(k))
+		}
+		return o
+	}
 	for _, st := range strategies {
 		t.Run(st.String(), func(t *testing.T) {
 			if err := g.dev.Memset(0); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := g.s.CopyBlocks(cuda.HostToDevice, g.list(g.src, bs), cuda.WithBlockStrategy(st))
+			rep, err := g.s.CopyBlocks(cuda.HostToDevice, g.list(g.src, bs), opt(st)...)
 			if st == cuda.BlockDriverBatch && errors.Is(err, cuda.ErrNotSupported) {
 				testutil.SkipFeature(t, "driver without cuMemcpyBatchAsync: "+err.Error())
 			}
@@ -154,13 +168,39 @@ func TestGPUCopyBlocks(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ev.Destroy()
-			if _, err := g.s.CopyBlocks(cuda.DeviceToHost, g.list(g.dst, bs), cuda.WithBlockStrategy(st), cuda.WithBlockEvent(ev)); err != nil {
+			if _, err := g.s.CopyBlocks(cuda.DeviceToHost, g.list(g.dst, bs), append(opt(st), cuda.WithBlockEvent(ev))...); err != nil {
 				t.Fatal(err)
 			}
 			must(t, ev.Synchronize())
 			g.verifyDtoH(t, bs, false)
 		})
 	}
+
+	t.Run("kernel odd blocks", func(t *testing.T) {
+		// The kernel's byte path: sizes and addresses not multiples of 16.
+		odd := []cuda.BlockCopy{{Host: g.src[1:14], Dev: g.dev, Off: 3}, {Host: g.src[100:1123], Dev: g.dev, Off: 5000}, {Host: g.src[4096 : 4096+777], Dev: g.dev, Off: 9001}}
+		must(t, g.dev.Memset(0))
+		if _, err := g.s.CopyBlocks(cuda.HostToDevice, odd, cuda.WithBlockKernel(k)); err != nil {
+			t.Fatal(err)
+		}
+		must(t, g.s.Synchronize())
+		for _, b := range odd {
+			got := make([]byte, len(b.Host))
+			must(t, g.dev.CopyToHost(b.Off, got))
+			testutil.CheckBytes(t, b.Host, got)
+		}
+		back := make([]cuda.BlockCopy, len(odd))
+		for i, b := range odd {
+			back[i] = cuda.BlockCopy{Host: g.dst[7+2000*i : 7+2000*i+len(b.Host)], Dev: g.dev, Off: b.Off}
+		}
+		if _, err := g.s.CopyBlocks(cuda.DeviceToHost, back, cuda.WithBlockKernel(k)); err != nil {
+			t.Fatal(err)
+		}
+		must(t, g.s.Synchronize())
+		for i, b := range odd {
+			testutil.CheckBytes(t, b.Host, back[i].Host)
+		}
+	})
 
 	t.Run("host rules", func(t *testing.T) {
 		// Go memory registered with pinmem: accepted (the driver's pointer
@@ -220,9 +260,9 @@ var blockBenchSizes = []int{16 << 10, 64 << 10, 256 << 10}
 // of the same bytes, all on one stream and interleaved within each
 // iteration. Metrics per size and direction: GB/s (1e9 bytes/s, from the
 // first call to the end of the stream's synchronisation) of each
-// strategy ("batch-GB/s", "percopy-GB/s", "contig-GB/s"), each strategy's
+// strategy ("batch-GB/s", "percopy-GB/s", "kernel-GB/s", "contig-GB/s"), each strategy's
 // share of the contiguous rate, and the CPU time to queue the list
-// ("batch-issue-us", "percopy-issue-us"). The first iteration verifies
+// ("batch-issue-us", ...). The first iteration verifies
 // every block of every strategy. With PINMEM_CREF_BLOCKS naming
 // cref/blocks (built by cref/build), the C program runs in the same
 // benchmark and its one-copy-per-block loop and batch are reported
@@ -245,7 +285,12 @@ func BenchmarkGPUBlocks(b *testing.B) {
 		strategy cuda.BlockStrategy
 		contig   bool
 	}
-	runs := []run{{"batch", cuda.BlockDriverBatch, false}, {"percopy", cuda.BlockPerCopy, false}, {"contig", 0, true}}
+	runs := []run{{"batch", cuda.BlockDriverBatch, false}, {"percopy", cuda.BlockPerCopy, false}, {"kernel", cuda.BlockKernelCopy, false}, {"contig", 0, true}}
+	k, err := g.ctx.NewBlockKernel(nblk)
+	if err != nil {
+		b.Fatalf("loading the block kernel (hand-written PTX): %v", err)
+	}
+	b.Cleanup(func() { k.Close() })
 	for _, bs := range blockBenchSizes {
 		for _, dir := range []cuda.Direction{cuda.HostToDevice, cuda.DeviceToHost} {
 			b.Run(fmt.Sprintf("%dKiB/%v", bs>>10, dir), func(b *testing.B) {
@@ -277,7 +322,7 @@ func BenchmarkGPUBlocks(b *testing.B) {
 						case r.contig:
 							err = g.s.CopyDtoH(host[:n], g.dev.Ptr())
 						default:
-							_, err = g.s.CopyBlocks(dir, list, cuda.WithBlockStrategy(r.strategy))
+							_, err = g.s.CopyBlocks(dir, list, cuda.WithBlockStrategy(r.strategy), cuda.WithBlockKernel(k))
 						}
 						t1 := time.Now()
 						if errors.Is(err, cuda.ErrNotSupported) {

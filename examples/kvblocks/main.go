@@ -7,7 +7,7 @@
 // machine without an NVIDIA driver or GPU it prints one line saying so and
 // exits with status 1.
 //
-//	kvblocks [-blocks 4096] [-kib 16] [-strategy auto|driver-batch|per-copy]
+//	kvblocks [-blocks 4096] [-kib 16] [-strategy auto|driver-batch|per-copy|kernel]
 package main
 
 import (
@@ -35,7 +35,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	n := fs.Int("blocks", 4096, "number of KV blocks")
 	kib := fs.Int("kib", 16, "block size in KiB")
-	strategy := fs.String("strategy", "auto", "auto, driver-batch or per-copy")
+	strategy := fs.String("strategy", "auto", "auto, driver-batch, per-copy or kernel")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -53,6 +53,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		cfg.strategy = cuda.BlockDriverBatch
 	case "per-copy":
 		cfg.strategy = cuda.BlockPerCopy
+	case "kernel":
+		cfg.strategy = cuda.BlockKernelCopy
 	default:
 		return config{}, fmt.Errorf("unknown -strategy %q", *strategy)
 	}
@@ -99,8 +101,9 @@ func run(_ context.Context, cfg config, w io.Writer) (res result, err error) {
 	}
 	defer func() { err = errors.Join(err, kv.Free()) }()
 	// The host pool the blocks are paged out to: pinned, so the copy
-	// engines reach it by DMA and CopyBlocks accepts it.
-	pool, err := pinmem.Alloc(size, 0)
+	// engines reach it by DMA and CopyBlocks accepts it; mapped, so the
+	// kernel strategy can reach it too.
+	pool, err := pinmem.Alloc(size, pinmem.Mapped)
 	if err != nil {
 		return res, err
 	}
@@ -142,6 +145,14 @@ func run(_ context.Context, cfg config, w io.Writer) (res result, err error) {
 		in[b] = cuda.BlockCopy{Host: h, Dev: kv, Off: devSlot[b] * bs}
 	}
 	opts := []cuda.BlockOption{cuda.WithBlockStrategy(cfg.strategy), cuda.WithBlockEvent(done)}
+	if cfg.strategy == cuda.BlockKernelCopy {
+		k, kerr := gpu.NewBlockKernel(n)
+		if kerr != nil {
+			return res, kerr
+		}
+		defer func() { err = errors.Join(err, k.Close()) }()
+		opts = append(opts, cuda.WithBlockKernel(k))
+	}
 	page := func(dir cuda.Direction, l []cuda.BlockCopy) (float64, cuda.BlockStrategy, error) {
 		t0 := time.Now()
 		rep, err := s.CopyBlocks(dir, l, opts...)

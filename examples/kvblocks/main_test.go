@@ -23,7 +23,10 @@ func TestFlags(t *testing.T) {
 	if cfg, err := parseFlags([]string{"-strategy", "per-copy", "-kib", "64"}, io.Discard); err != nil || cfg.strategy != cuda.BlockPerCopy || cfg.blockSize != 64<<10 {
 		t.Errorf("-strategy per-copy -kib 64 = %+v, %v", cfg, err)
 	}
-	for _, bad := range [][]string{{"-blocks", "0"}, {"-kib", "-1"}, {"-strategy", "kernel"}, {"x"}} {
+	if cfg, err := parseFlags([]string{"-strategy", "kernel"}, io.Discard); err != nil || cfg.strategy != cuda.BlockKernelCopy {
+		t.Errorf("-strategy kernel = %+v, %v", cfg, err)
+	}
+	for _, bad := range [][]string{{"-blocks", "0"}, {"-kib", "-1"}, {"-strategy", "dma"}, {"x"}} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
 		}
@@ -33,7 +36,7 @@ func TestFlags(t *testing.T) {
 // TestRunOnFakeDriver pages 4096 blocks out and in on the fake driver with
 // each strategy: every byte is checked by run.
 func TestRunOnFakeDriver(t *testing.T) {
-	for _, s := range []cuda.BlockStrategy{cuda.BlockAuto, cuda.BlockDriverBatch, cuda.BlockPerCopy} {
+	for _, s := range []cuda.BlockStrategy{cuda.BlockAuto, cuda.BlockDriverBatch, cuda.BlockPerCopy, cuda.BlockKernelCopy} {
 		t.Run(s.String(), func(t *testing.T) {
 			cudatest.Install(t)
 			var out strings.Builder
@@ -71,7 +74,7 @@ func TestWithoutGPU(t *testing.T) {
 // the GPU; run checks every byte.
 func TestOnGPU(t *testing.T) {
 	testutil.RequireGPU(t)
-	for _, s := range []cuda.BlockStrategy{cuda.BlockAuto, cuda.BlockDriverBatch, cuda.BlockPerCopy} {
+	for _, s := range []cuda.BlockStrategy{cuda.BlockAuto, cuda.BlockDriverBatch, cuda.BlockPerCopy, cuda.BlockKernelCopy} {
 		var out strings.Builder
 		if _, err := run(context.Background(), config{blocks: 4096, blockSize: 16 << 10, strategy: s}, &out); err != nil {
 			t.Fatalf("%v: %v", s, err)
