@@ -18,7 +18,9 @@ import (
 // the bus; Stream.CopyBlocks hands the whole list to the driver in one
 // call where the driver has cuMemcpyBatchAsync (CUDA 12.8+), and
 // otherwise issues one copy per block with one crossing into C per 16
-// blocks (as Batch does).
+// blocks (as Batch does). A third strategy, asked for with a BlockKernel,
+// uploads the list as a table and launches one gather/scatter kernel
+// that moves the blocks over mapped host memory with the SMs.
 //
 // It lives in package cuda, beside Stream and DeviceBuffer, because that
 // is the only public package that may reach the driver binding (the batch
@@ -293,15 +295,20 @@ var scratchPool = sync.Pool{New: func() any { return new(blockScratch) }}
 // lies outside its buffer (ErrBlockRange), belongs to another context
 // than s (ErrBlockContext; with freed buffers matching ErrInvalidHandle),
 // a host block is not pinned (ErrHostNotPinned; the driver's pointer
-// attributes decide, one query per contiguous pinned range), or two
+// attributes decide, a few queries per pinned range the blocks lie in)
+// or, for the kernel strategy, not mapped (ErrHostNotMapped), or two
 // destination blocks overlap (ErrBlockOverlap). Host blocks must stay
-// alive and untouched until the copies have run.
+// alive and untouched until the copies have run. WithBlockStaging takes
+// unpinned host blocks through a pinned buffer instead of refusing them.
 //
-// When the driver fails the per-copy strategy part way, the blocks before
-// the failing one are queued (BlockReport.Blocks says how many) and the
-// error is returned; the driver's batch queues all or nothing. BlockAuto
-// falls back to the per-copy strategy when the driver lacks the batch
-// copy. It is safe to call from several goroutines.
+// The strategy is BlockAuto's choice (see DefaultBlockBatchMax) unless
+// WithBlockStrategy or WithBlockKernel says otherwise; BlockReport says
+// which ran. When the driver fails the per-copy strategy part way, the
+// blocks before the failing one are queued (BlockReport.Blocks says how
+// many) and the error is returned; the driver's batch and the kernel
+// queue all or nothing. BlockAuto falls back to the per-copy strategy
+// when the driver lacks the batch copy. It is safe to call from several
+// goroutines.
 func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOption) (BlockReport, error) {
 	o := blockOptions{batchMax: DefaultBlockBatchMax}
 	for _, f := range opts {
