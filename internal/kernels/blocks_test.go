@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -90,4 +93,44 @@ func TestBlockCopyTwin(t *testing.T) {
 	}); err == nil {
 		t.Errorf("twin accepted a block past the memory's end")
 	}
+}
+
+// TestBlockPTXAssembles runs ptxas (PTXAS, or ptxas on PATH or in
+// $CUDA_HOME/bin) on the hand-written PTX for sm_70 and sm_90, where one
+// is found; without one it skips.
+func TestBlockPTXAssembles(t *testing.T) {
+	ptxas := os.Getenv("PTXAS")
+	if ptxas == "" {
+		if p, err := exec.LookPath("ptxas"); err == nil {
+			ptxas = p
+		}
+	}
+	if ptxas == "" {
+		home := os.Getenv("CUDA_HOME")
+		if home == "" {
+			home = "/usr/local/cuda"
+		}
+		if p := filepath.Join(home, "bin", "ptxas"); fileExists(p) {
+			ptxas = p
+		}
+	}
+	if ptxas == "" {
+		t.Skip("no ptxas (set PTXAS or CUDA_HOME)")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "blocks.ptx")
+	if err := os.WriteFile(src, blockPTX, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, arch := range []string{"sm_70", "sm_90"} {
+		out, err := exec.Command(ptxas, "-arch="+arch, "-o", filepath.Join(dir, arch+".cubin"), src).CombinedOutput()
+		if err != nil {
+			t.Errorf("ptxas -arch=%s blocks.ptx: %v\n%s", arch, err, out)
+		}
+	}
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }
