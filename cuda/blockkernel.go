@@ -7,35 +7,49 @@ import (
 	"sync"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/kernels"
+	"github.com/pinmem/pinmem/internal/track"
 )
 
 // BlockKernel is the state of CopyBlocks' kernel strategy: pinmem's
-// gather/scatter kernel loaded in a context, and a device table of up to
-// Cap block descriptors. With it one CopyBlocks is one small upload of
-// the table and one kernel launch, whatever the number of blocks; the
-// kernel reads and writes the host blocks over PCIe through their device
-// addresses, so they must be mapped into the device's address space
-// (pinmem.Mapped memory; on a host with unified addressing the driver
-// maps all cuMemHostAlloc memory) and the copies use SMs, not the copy
-// engines. The kernel is hand-written PTX (internal/kernels/blocks.ptx).
+// gather/scatter kernel loaded in a context, and two tables of up to Cap
+// block descriptors each in pinned, mapped host memory. With it one
+// CopyBlocks is one kernel launch, whatever the number of blocks: the
+// kernel reads the table and reads and writes the host blocks over PCIe
+// through their device addresses, so the host blocks must be mapped into
+// the device's address space (pinmem.Mapped memory; on a host with
+// unified addressing the driver maps all cuMemHostAlloc memory), and the
+// copies run on the SMs, not on the copy engines. The kernel is
+// hand-written PTX (internal/kernels/blocks.ptx).
 //
-// A BlockKernel may serve any stream of its context, one CopyBlocks at a
-// time (calls are serialised): each call's table upload waits, on the
-// device, for the previous call's kernel to have read the table. Close it
-// when done.
+// The tables are used in turn; before CopyBlocks rewrites one it waits,
+// on the CPU, for the kernel that last read it (two calls back) to have
+// finished, which is rarely a wait at all. A BlockKernel may serve any
+// stream of its context, one CopyBlocks at a time (calls are
+// serialised). Its tables, 2 x 24 x Cap bytes, are pinned by the driver
+// outside pinmem's budget. Close it when done.
 type BlockKernel struct {
-	ctx   *Context
-	mod   *Module
-	fn    *Function
-	table *DeviceBuffer
-	fence *Event // recorded after each launch
-	cap   int
+	ctx *Context
+	mod *Module
+	fn  *Function
+	cap int
 
-	mu     sync.Mutex
-	used   bool   // fence was recorded
-	desc   []byte // the table's host image, staged by the driver at each upload
-	closed bool
+	mu      sync.Mutex
+	slots   [2]blockSlot
+	next    int
+	closing bool // Close began: launches are refused
+	closed  bool // Close released everything
+}
+
+// blockSlot is one descriptor table: pinned, mapped host memory, its
+// device address, and the event recorded after the launch that read it.
+type blockSlot struct {
+	host  hostptr.Ptr
+	table []byte
+	dev   DevicePtr
+	done  *Event
+	used  bool // done was recorded
 }
 
 // blockKernelThreads is the CTA width of the kernel strategy: 256 threads
@@ -46,20 +60,26 @@ const blockKernelThreads = 256
 // the blocks beyond it.
 const blockKernelMaxGrid = 1 << 16
 
-// NewBlockKernel loads the block-copy kernel into c with a table for up to
+// NewBlockKernel loads the block-copy kernel into c with tables for up to
 // maxBlocks blocks per CopyBlocks. A driver that cannot load the PTX (ISA
-// 7.0) gives an error matching ErrKernelImage.
+// 7.0) gives an error matching ErrKernelImage; a device that cannot map
+// host memory, one matching ErrNotSupported or the driver's refusal.
 func (c *Context) NewBlockKernel(maxBlocks int) (k *BlockKernel, err error) {
-	if maxBlocks <= 0 {
+	if maxBlocks <= 0 || maxBlocks > 1<<26 {
 		return nil, fmt.Errorf("cuda: block kernel for %d blocks: %w", maxBlocks, ErrInvalidValue)
 	}
 	if err := c.alive(); err != nil {
 		return nil, err
 	}
-	k = &BlockKernel{ctx: c, cap: maxBlocks, desc: make([]byte, maxBlocks*kernels.BlockDescSize)}
+	retryKernelOrphans()
+	k = &BlockKernel{ctx: c, cap: maxBlocks}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, k.release())
+			if rerr := k.release(); rerr != nil {
+				// What could not be released is retried by the next NewBlockKernel.
+				err = errors.Join(err, rerr)
+				kernelOrphans.add(k)
+			}
 			k = nil
 		}
 	}()
@@ -69,11 +89,31 @@ func (c *Context) NewBlockKernel(maxBlocks int) (k *BlockKernel, err error) {
 	if k.fn, err = k.mod.Function(kernels.KernelBlockCopy); err != nil {
 		return k, err
 	}
-	if k.table, err = c.Alloc(len(k.desc)); err != nil {
-		return k, err
+	size := maxBlocks * kernels.BlockDescSize
+	for i := range k.slots {
+		sl := &k.slots[i]
+		if sl.done, err = c.NewEvent(EventBlockingSync | EventDisableTiming); err != nil {
+			return k, err
+		}
+		err = c.Do(func() error {
+			p, err := c.drv.MemHostAlloc(uint64(size), cudadrv.MemHostAllocDeviceMap)
+			if err != nil {
+				return fmt.Errorf("cuda: block kernel table of %d bytes: %w", size, err)
+			}
+			sl.host, sl.table = p, hostptr.BytesAt(p, uintptr(size))
+			track.Add(track.HostAlloc, uint64(hostptr.AddrOf(sl.table)), int64(size))
+			d, err := c.drv.MemHostGetDevicePointer(p, 0)
+			if err != nil {
+				return fmt.Errorf("cuda: device address of the block kernel's table: %w", err)
+			}
+			sl.dev = DevicePtr(d)
+			return nil
+		})
+		if err != nil {
+			return k, err
+		}
 	}
-	k.fence, err = c.NewEvent(EventDisableTiming)
-	return k, err
+	return k, nil
 }
 
 // Cap returns the most blocks one CopyBlocks can give the kernel.
@@ -84,8 +124,10 @@ func (k *BlockKernel) Cap() int {
 	return k.cap
 }
 
-// Close waits for the last launch to finish and releases the kernel and
-// its table. A second Close returns an error matching ErrInvalidHandle.
+// Close waits for the last launches to finish and releases the kernel and
+// its tables. A second Close returns an error matching ErrInvalidHandle;
+// when waiting or releasing fails, Close may be retried for what is left
+// (the kernel takes no more work either way).
 func (k *BlockKernel) Close() error {
 	if k == nil {
 		return fmt.Errorf("cuda: nil block kernel: %w", ErrInvalidValue)
@@ -95,43 +137,112 @@ func (k *BlockKernel) Close() error {
 	if k.closed {
 		return fmt.Errorf("cuda: block kernel already closed: %w", ErrInvalidHandle)
 	}
-	if k.used {
-		if err := k.fence.Synchronize(); err != nil {
-			return err // still in use as far as we know: keep it, Close may be retried
+	for i := range k.slots {
+		if sl := &k.slots[i]; sl.used && sl.done != nil {
+			if err := sl.done.Synchronize(); err != nil {
+				return err // a launch may still read the table: keep it
+			}
 		}
 	}
+	k.closing = true // no more launches, even when the release fails
+	if err := k.release(); err != nil {
+		return err // what is left is released by the next Close
+	}
 	k.closed = true
-	return k.release()
+	return nil
 }
 
-// release frees what was made, in reverse order.
+// release frees what was made and forgets each part it freed, so that a
+// failed release can be repeated for the rest. A table the driver fails
+// to free stays tracked (and is reported as a leak) rather than reused.
 func (k *BlockKernel) release() error {
 	var errs []error
-	if k.fence != nil {
-		errs = append(errs, k.fence.Destroy())
-	}
-	if k.table != nil {
-		errs = append(errs, k.table.Free())
+	for i := range k.slots {
+		sl := &k.slots[i]
+		if sl.host != nil {
+			host, addr := sl.host, uint64(hostptr.AddrOf(sl.table))
+			err := k.ctx.Do(func() error { return k.ctx.drv.MemFreeHost(host) })
+			if err == nil || k.ctx.destroyed.Load() {
+				track.Remove(track.HostAlloc, addr)
+				sl.host, sl.table = nil, nil
+			}
+			errs = append(errs, err)
+		}
+		if sl.done != nil {
+			err := sl.done.Destroy()
+			if err == nil || errors.Is(err, ErrInvalidHandle) {
+				sl.done, err = nil, nil
+			}
+			errs = append(errs, err)
+		}
 	}
 	if k.mod != nil {
-		errs = append(errs, k.mod.Unload())
+		err := k.mod.Unload()
+		if err == nil || errors.Is(err, ErrInvalidHandle) {
+			k.mod, err = nil, nil
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// issueKernel queues the blocks on s as one table upload and one launch;
-// hostDev[i] is the device address of block i's host memory. It runs with
-// s's context current.
-func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, hostDev []uint64, rep *BlockReport) error {
+// kernelOrphans are block kernels whose construction failed and whose
+// release failed too (a driver failing every call, say): the next
+// NewBlockKernel retries their release, as transfer.New does for its own.
+var kernelOrphans orphanKernels
+
+type orphanKernels struct {
+	mu sync.Mutex
+	ks []*BlockKernel
+}
+
+func (o *orphanKernels) add(k *BlockKernel) {
+	o.mu.Lock()
+	o.ks = append(o.ks, k)
+	o.mu.Unlock()
+}
+
+// retryKernelOrphans retries every orphan's release, keeping those that
+// still hold something.
+func retryKernelOrphans() {
+	kernelOrphans.mu.Lock()
+	ks := kernelOrphans.ks
+	kernelOrphans.ks = nil
+	kernelOrphans.mu.Unlock()
+	for _, k := range ks {
+		if k.release() != nil {
+			kernelOrphans.add(k)
+		}
+	}
+}
+
+// issueKernel queues the blocks on s as one launch reading the next
+// table; hostDev[i] is the device address of block i's host memory. It
+// runs with s's context current. When it fails before the launch is
+// queued, rep says no block was.
+func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, hostDev []uint64, rep *BlockReport) (err error) {
+	launched := false
+	defer func() {
+		if !launched {
+			rep.Blocks, rep.Bytes = 0, 0
+		}
+	}()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.closed {
+	if k.closing {
 		return fmt.Errorf("cuda: block kernel already closed: %w", ErrInvalidHandle)
 	}
 	if rep.Blocks > k.cap {
 		return fmt.Errorf("cuda: %d blocks for a block kernel of %d: %w", rep.Blocks, k.cap, ErrInvalidValue)
 	}
-	drv := s.ctx.drv
+	sl := &k.slots[k.next]
+	if sl.used {
+		// The kernel that read this table two calls back must be done.
+		if err := s.ctx.drv.EventSynchronize(sl.done.h); err != nil {
+			return err
+		}
+		sl.used = false
+	}
 	n := 0
 	for i, b := range blocks {
 		if len(b.Host) == 0 {
@@ -141,30 +252,22 @@ func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, 
 		if dir == DeviceToHost {
 			d, h = h, d
 		}
-		e := k.desc[n*kernels.BlockDescSize:]
+		e := sl.table[n*kernels.BlockDescSize:]
 		binary.LittleEndian.PutUint64(e, d)     // dst
 		binary.LittleEndian.PutUint64(e[8:], h) // src
 		binary.LittleEndian.PutUint64(e[16:], uint64(len(b.Host)))
 		n++
 	}
-	rep.Calls = 0
-	if k.used {
-		// The previous kernel, on whatever stream, must have read the table.
-		if err := drv.StreamWaitEvent(s.h, k.fence.h, 0); err != nil {
-			return err
-		}
-		rep.Calls++
-	}
-	// The driver stages a pageable source before the call returns, so
-	// k.desc may be rewritten by the next call.
-	if err := drv.MemcpyHtoDAsync(cudadrv.DevicePtr(k.table.ptr), hostPtr(k.desc[:n*kernels.BlockDescSize]), uint64(n*kernels.BlockDescSize), s.h); err != nil {
+	if err := k.fn.Launch(s, D1(min(n, blockKernelMaxGrid)), D1(blockKernelThreads), 0, sl.dev, uint32(n)); err != nil {
 		return err
 	}
-	rep.Calls++
-	if err := k.fn.Launch(s, D1(min(n, blockKernelMaxGrid)), D1(blockKernelThreads), 0, k.table.ptr, uint32(n)); err != nil {
-		return err
+	launched, rep.Calls = true, 1
+	k.next ^= 1
+	sl.used = true // until recorded, the event says "done" too early: record it before anyone waits
+	if err := s.ctx.drv.EventRecord(sl.done.h, s.h); err != nil {
+		// The launch is queued but unfenced: wait for it here, so that the
+		// table is not rewritten under it.
+		return errors.Join(err, s.ctx.drv.StreamSynchronize(s.h))
 	}
-	rep.Calls++
-	k.used = true // the fence is stale until recorded: Close and the next call wait on it
-	return drv.EventRecord(k.fence.h, s.h)
+	return nil
 }

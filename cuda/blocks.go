@@ -188,8 +188,8 @@ type BlockReport struct {
 	// Bytes is how many bytes they hold.
 	Bytes int64
 	// Calls is how many driver calls queued them: 1 for the driver's
-	// batch, one per block for the per-copy strategy, the table upload and
-	// the launch (and a wait for the kernel's previous use) for the kernel.
+	// batch, one per block for the per-copy strategy, the launch for the
+	// kernel.
 	Calls int
 	// Staged is how many blocks went through the staging buffer (WithBlockStaging).
 	Staged int
@@ -389,9 +389,6 @@ func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOpti
 			err = s.issueDriverBatch(bc, dir, blocks, sc, &o, &rep)
 		case BlockKernelCopy:
 			err = s.issueKernel(o.kernel, dir, blocks, sc.hostDev, &rep)
-			if err != nil {
-				rep.Blocks, rep.Bytes = 0, 0 // nothing ran, or the launch that failed carried them all
-			}
 		default:
 			err = s.issuePerCopy(dir, blocks, sc, &rep)
 		}
@@ -584,14 +581,15 @@ func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScra
 	var staged []int // indexes into sc.host
 	need := 0
 	for k, h := range sc.host {
-		if c.pinned(h.lo, h.hi) {
+		ok := c.pinned(h.lo, h.hi)
+		if c.qerr != nil {
+			return nil, fmt.Errorf("cuda: asking the driver whether host block %d is pinned: %w", h.i, c.qerr)
+		}
+		if ok {
 			if err := mapped(h.i, h.lo, h.hi); err != nil {
 				return nil, err
 			}
 			continue
-		}
-		if c.qerr != nil {
-			return nil, fmt.Errorf("cuda: asking the driver whether host block %d is pinned: %w", h.i, c.qerr)
 		}
 		if o.staging == nil {
 			return nil, &BlockError{Index: h.i, Other: -1, Reason: ErrHostNotPinned,
@@ -607,10 +605,11 @@ func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScra
 		return nil, fmt.Errorf("cuda: %d unpinned host blocks need %d bytes of staging, the staging buffer has %d: %w", len(staged), need, len(o.staging), ErrInvalidValue)
 	}
 	lo := uint64(hostptr.AddrOf(o.staging))
-	if !c.pinned(lo, lo+uint64(need)) {
-		if c.qerr != nil {
-			return nil, fmt.Errorf("cuda: asking the driver whether the staging buffer is pinned: %w", c.qerr)
-		}
+	ok := c.pinned(lo, lo+uint64(need))
+	if c.qerr != nil {
+		return nil, fmt.Errorf("cuda: asking the driver whether the staging buffer is pinned: %w", c.qerr)
+	}
+	if !ok {
 		return nil, &BlockError{Index: -1, Other: -1, Reason: ErrHostNotPinned, Detail: "the staging buffer"}
 	}
 	var out []stagedBlock

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
@@ -482,12 +484,12 @@ func TestFakeCopyBlocksKernel(t *testing.T) {
 	defer k.Close()
 	launches := e.fd.Calls("cuLaunchKernel")
 	rep, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockKernel(k))
-	if err != nil || rep.Strategy != cuda.BlockKernelCopy || rep.Blocks != e.nblk || rep.Calls != 2 {
+	if err != nil || rep.Strategy != cuda.BlockKernelCopy || rep.Blocks != e.nblk || rep.Calls != 1 {
 		t.Fatalf("kernel HtoD: %+v, %v", rep, err)
 	}
 	testutil.Poison(e.dst.Bytes())
 	rep, err = e.s.CopyBlocks(cuda.DeviceToHost, e.list(e.dst.Bytes()), cuda.WithBlockKernel(k), cuda.WithBlockStrategy(cuda.BlockKernelCopy))
-	if err != nil || rep.Calls != 3 { // the second use waits for the first's kernel
+	if err != nil || rep.Calls != 1 || rep.Blocks != e.nblk {
 		t.Fatalf("kernel DtoH: %+v, %v", rep, err)
 	}
 	must(t, e.s.Synchronize())
@@ -496,8 +498,8 @@ func TestFakeCopyBlocksKernel(t *testing.T) {
 	if n := e.fd.Calls("cuLaunchKernel") - launches; n != 2 {
 		t.Errorf("%d launches for two lists, want 2", n)
 	}
-	if n := e.fd.Calls("cuMemcpyHtoDAsync_v2") + e.fd.Calls("cuMemcpyBatchAsync_v2"); n != 2 {
-		t.Errorf("%d copy calls (want the two table uploads)", n)
+	if n := e.copyCalls(); n != 0 {
+		t.Errorf("%d driver copies beside the kernel (the table is read in place)", n)
 	}
 
 	// Odd sizes and offsets: 13-byte blocks at odd places.
@@ -573,38 +575,48 @@ func TestFakeCopyBlocksKernelRefused(t *testing.T) {
 	}
 }
 
-// TestFakeCopyBlocksKernelTableReuse: one kernel used on two streams: the
-// second list's table upload waits for the first list's kernel, so the
-// first kernel, held back, still copies its own blocks.
+// TestFakeCopyBlocksKernelTableReuse: the kernel's two tables are used
+// in turn; the third list, which reuses the first list's table, waits
+// for the first list's kernel (held back on its stream) before it
+// rewrites the table, so every list copies its own blocks.
 func TestFakeCopyBlocksKernelTableReuse(t *testing.T) {
-	e := mappedBlockEnv(t, 4096, 16)
+	e := mappedBlockEnv(t, 4096, 24)
 	s2, err := e.ctx.NewStream(cuda.StreamNonBlocking)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s2.Destroy()
-	k, err := e.ctx.NewBlockKernel(16)
+	k, err := e.ctx.NewBlockKernel(8)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := e.src.Bytes()
 	l := e.list(h)
-	first, second := l[:8], l[8:]
 	must(t, e.fd.HoldStream(cudadrv.Stream(e.s.Handle())))
-	if _, err := e.s.CopyBlocks(cuda.HostToDevice, first, cuda.WithBlockKernel(k)); err != nil {
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, l[:8], cuda.WithBlockKernel(k)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s2.CopyBlocks(cuda.HostToDevice, second, cuda.WithBlockKernel(k)); err != nil {
+	if _, err := s2.CopyBlocks(cuda.HostToDevice, l[8:16], cuda.WithBlockKernel(k)); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.fd.Pending(cudadrv.Stream(s2.Handle())); n == 0 {
-		t.Errorf("the second list ran while the first kernel was held")
+	var released atomic.Bool
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		released.Store(true)
+		if err := e.fd.ReleaseStream(cudadrv.Stream(e.s.Handle())); err != nil {
+			t.Error(err)
+		}
+	}()
+	if _, err := s2.CopyBlocks(cuda.HostToDevice, l[16:], cuda.WithBlockKernel(k)); err != nil {
+		t.Fatal(err)
 	}
-	must(t, e.fd.ReleaseStream(cudadrv.Stream(e.s.Handle())))
+	if !released.Load() {
+		t.Errorf("the third list rewrote the first list's table while its kernel was held")
+	}
 	must(t, s2.Synchronize())
 	must(t, e.s.Synchronize())
 	e.checkDevice(t, h)
-	// Close waits for the last launch.
+	// Close waits for the last launches.
 	if err := k.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -619,13 +631,17 @@ func TestFakeCopyBlocksKernelFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Close()
-	for _, op := range []string{"cuMemcpyHtoDAsync_v2", "cuLaunchKernel"} {
-		must(t, e.fd.FailOn(op, 1, cudadrv.ErrorOutOfMemory))
+	for _, c := range []struct {
+		op     string
+		blocks int // queued anyway
+	}{{"cuLaunchKernel", 0}, {"cuEventRecord", 8}, {"cuPointerGetAttribute", 0}} {
+		must(t, e.fd.FailOn(c.op, 1, cudadrv.ErrorOutOfMemory))
 		rep, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockKernel(k))
 		var ce *cuda.Error
-		if !errors.Is(err, cuda.ErrOutOfMemory) || !errors.As(err, &ce) || ce.Op != op || rep.Blocks != 0 {
-			t.Errorf("%s failing: %+v, %v", op, rep, err)
+		if !errors.Is(err, cuda.ErrOutOfMemory) || !errors.As(err, &ce) || ce.Op != c.op || rep.Blocks != c.blocks {
+			t.Errorf("%s failing: %+v, %v; want %d blocks queued", c.op, rep, err, c.blocks)
 		}
+		e.fd.ClearFaults()
 	}
 	must(t, e.s.Synchronize())
 	if _, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockKernel(k)); err != nil {

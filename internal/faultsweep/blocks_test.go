@@ -22,7 +22,11 @@ func blocksOp(s cuda.BlockStrategy, staged bool) op {
 	}
 	return op{name: name, run: func(e *env) error {
 		const bs, n = 4 << 10, 32
-		host, err := pinmem.Alloc(2*bs*n, 0)
+		var flags pinmem.Flags
+		if s == cuda.BlockKernelCopy {
+			flags = pinmem.Mapped // the kernel reaches host memory through its device address
+		}
+		host, err := pinmem.Alloc(2*bs*n, flags)
 		if err != nil {
 			return err
 		}
@@ -56,6 +60,23 @@ func blocksOp(s cuda.BlockStrategy, staged bool) op {
 			return l
 		}
 		opts := []cuda.BlockOption{cuda.WithBlockStrategy(s), cuda.WithBlockEvent(ev)}
+		var k *cuda.BlockKernel
+		if s == cuda.BlockKernelCopy {
+			if k, err = e.ctx.NewBlockKernel(n); err != nil {
+				// As a caller would, the cleanups retry: the retry releases
+				// what the failed construction could not.
+				e.defer_(func() error {
+					k, err := e.ctx.NewBlockKernel(n)
+					if err != nil {
+						return err
+					}
+					return k.Close()
+				})
+				return err
+			}
+			e.defer_(k.Close)
+			opts = append(opts, cuda.WithBlockKernel(k))
+		}
 		if staged {
 			opts = append(opts, cuda.WithBlockStaging(host.Bytes()))
 		}
@@ -73,7 +94,11 @@ func blocksOp(s cuda.BlockStrategy, staged bool) op {
 		if !bytes.Equal(src, back) {
 			return errors.New("block round trip lost data")
 		}
-		return errors.Join(st.Synchronize(), ev.Destroy(), st.Destroy(), d.Free(), host.Free())
+		var kerr error
+		if k != nil {
+			kerr = k.Close()
+		}
+		return errors.Join(st.Synchronize(), kerr, ev.Destroy(), st.Destroy(), d.Free(), host.Free())
 	}}
 }
 
@@ -82,6 +107,7 @@ func TestSweepBlocks(t *testing.T) {
 		blocksOp(cuda.BlockAuto, false),
 		blocksOp(cuda.BlockDriverBatch, false),
 		blocksOp(cuda.BlockPerCopy, false),
+		blocksOp(cuda.BlockKernelCopy, false),
 		blocksOp(cuda.BlockAuto, true),
 	})
 }
