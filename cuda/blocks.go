@@ -19,8 +19,9 @@ import (
 // call where the driver has cuMemcpyBatchAsync (CUDA 12.8+), and
 // otherwise issues one copy per block with one crossing into C per 16
 // blocks (as Batch does). A third strategy, asked for with a BlockKernel,
-// uploads the list as a table and launches one gather/scatter kernel
-// that moves the blocks over mapped host memory with the SMs.
+// writes the list into a pinned, mapped table and launches one
+// gather/scatter kernel that moves the blocks over mapped host memory
+// with the SMs.
 //
 // It lives in package cuda, beside Stream and DeviceBuffer, because that
 // is the only public package that may reach the driver binding (the batch
@@ -78,7 +79,7 @@ const (
 	// BlockPerCopy queues one cuMemcpyHtoDAsync/DtoHAsync per block, 16
 	// per crossing from Go into C (as Batch).
 	BlockPerCopy
-	// BlockKernelCopy uploads the list as a table and launches pinmem's
+	X
 	// gather/scatter kernel, which copies the blocks with the SMs over
 	// mapped host memory (WithBlockKernel; host blocks must be mapped).
 	// BlockAuto never picks it by itself: it is chosen with
