@@ -498,10 +498,13 @@ type hostCheck struct {
 
 // attr reads a pointer attribute. The driver answers
 // CUDA_ERROR_INVALID_VALUE for an address it does not know (pageable
-// memory): that is a plain false. Any other failure is kept in qerr.
+// memory): that is a plain false. Any other failure of the queries that
+// decide (memory type, device pointer) is kept in qerr; the range
+// queries only save work, so their failures count as "no range".
 func (c *hostCheck) attr(a cudadrv.PointerAttribute, p uint64) (uint64, bool) {
 	v, err := c.drv.PointerGetAttribute(a, cudadrv.DevicePtr(p))
-	if err != nil && !errors.Is(err, ErrInvalidValue) && c.qerr == nil {
+	decides := a == cudadrv.PointerAttrMemoryType || a == cudadrv.PointerAttrDevicePointer
+	if err != nil && decides && !errors.Is(err, ErrInvalidValue) && c.qerr == nil {
 		c.qerr = err
 	}
 	return v, err == nil

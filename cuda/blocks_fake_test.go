@@ -633,16 +633,30 @@ func TestFakeCopyBlocksKernelFaults(t *testing.T) {
 	defer k.Close()
 	for _, c := range []struct {
 		op     string
+		nth    int
 		blocks int // queued anyway
-	}{{"cuLaunchKernel", 0}, {"cuEventRecord", 8}, {"cuPointerGetAttribute", 0}} {
-		must(t, e.fd.FailOn(c.op, 1, cudadrv.ErrorOutOfMemory))
+	}{
+		{"cuLaunchKernel", 1, 0},
+		{"cuEventRecord", 1, 8},
+		// The pointer queries: range start, range size, memory type,
+		// device pointer. The third decides: its failure is the error.
+		{"cuPointerGetAttribute", 3, 0},
+		{"cuPointerGetAttribute", 4, 0},
+	} {
+		must(t, e.fd.FailOn(c.op, c.nth, cudadrv.ErrorOutOfMemory))
 		rep, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockKernel(k))
 		var ce *cuda.Error
 		if !errors.Is(err, cuda.ErrOutOfMemory) || !errors.As(err, &ce) || ce.Op != c.op || rep.Blocks != c.blocks {
-			t.Errorf("%s failing: %+v, %v; want %d blocks queued", c.op, rep, err, c.blocks)
+			t.Errorf("%s failing (call %d): %+v, %v; want %d blocks queued", c.op, c.nth, rep, err, c.blocks)
 		}
 		e.fd.ClearFaults()
 	}
+	// A failing range query only costs more queries: the list still goes.
+	must(t, e.fd.FailOn("cuPointerGetAttribute", 1, cudadrv.ErrorNotSupported))
+	if rep, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockKernel(k)); err != nil || rep.Blocks != 8 {
+		t.Errorf("with a failing range query: %+v, %v", rep, err)
+	}
+	e.fd.ClearFaults()
 	must(t, e.s.Synchronize())
 	if _, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockKernel(k)); err != nil {
 		t.Fatalf("after the faults: %v", err)
