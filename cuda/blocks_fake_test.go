@@ -664,3 +664,45 @@ func TestFakeCopyBlocksKernelFaults(t *testing.T) {
 	must(t, e.s.Synchronize())
 	e.checkDevice(t, e.src.Bytes())
 }
+
+// TestFakeCopyBlocksKernelStaging: with the kernel, pageable blocks go
+// through a staging buffer that must itself be mapped.
+func TestFakeCopyBlocksKernelStaging(t *testing.T) {
+	e := mappedBlockEnv(t, 4096, 8)
+	k, err := e.ctx.NewBlockKernel(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	pageable := testutil.RandomBytes(4*e.bs, 7)
+	var l []cuda.BlockCopy
+	for i := range 4 {
+		l = append(l, cuda.BlockCopy{Host: pageable[i*e.bs : (i+1)*e.bs], Dev: e.dev, Off: (7 - i) * e.bs})
+	}
+	unmapped, err := pinmem.Alloc(4*e.bs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmapped.Free()
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, l, cuda.WithBlockKernel(k), cuda.WithBlockStaging(unmapped.Bytes())); !errors.Is(err, cuda.ErrHostNotMapped) {
+		t.Errorf("unmapped staging with the kernel: %v, want ErrHostNotMapped", err)
+	}
+	rep, err := e.s.CopyBlocks(cuda.HostToDevice, l, cuda.WithBlockKernel(k), cuda.WithBlockStaging(e.dst.Bytes()))
+	if err != nil || rep.Staged != 4 || rep.Strategy != cuda.BlockKernelCopy {
+		t.Fatalf("mapped staging with the kernel: %+v, %v", rep, err)
+	}
+	must(t, e.s.Synchronize())
+	for i := range 4 {
+		got := make([]byte, e.bs)
+		must(t, e.dev.CopyToHost((7-i)*e.bs, got))
+		testutil.CheckBytes(t, pageable[i*e.bs:(i+1)*e.bs], got)
+	}
+	out := make([]byte, 4*e.bs)
+	for i := range l {
+		l[i].Host = out[i*e.bs : (i+1)*e.bs]
+	}
+	if _, err := e.s.CopyBlocks(cuda.DeviceToHost, l, cuda.WithBlockKernel(k), cuda.WithBlockStaging(e.dst.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, pageable, out)
+}
