@@ -129,11 +129,16 @@ func TestGPUCopyBlocks(t *testing.T) {
 	if got, want := cudadrv.BatchCopySymbolOf(drv), cudadrv.BatchCopySymbol(v); got != want {
 		t.Errorf("the binding calls %q, a %d driver's cuda.h names %q", got, v, want)
 	}
-	k, err := g.ctx.NewBlockKernel(nblk)
-	if err != nil {
-		t.Fatalf("loading the block kernel (hand-written PTX): %v", err)
+	// A kernel that does not load fails the kernel's subtests only.
+	k, kerr := g.ctx.NewBlockKernel(nblk)
+	if kerr == nil {
+		defer func() { must(t, k.Close()) }()
 	}
-	defer func() { must(t, k.Close()) }()
+	needKernel := func(t *testing.T) {
+		if kerr != nil {
+			t.Fatalf("loading the block kernel (hand-written PTX): %v", kerr)
+		}
+	}
 	strategies := []cuda.BlockStrategy{cuda.BlockAuto, cuda.BlockDriverBatch, cuda.BlockPerCopy, cuda.BlockKernelCopy}
 	opt := func(st cuda.BlockStrategy) []cuda.BlockOption {
 		o := []cuda.BlockOption{cuda.WithBlockStrategy(st)}
@@ -144,6 +149,9 @@ func TestGPUCopyBlocks(t *testing.T) {
 	}
 	for _, st := range strategies {
 		t.Run(st.String(), func(t *testing.T) {
+			if st == cuda.BlockKernelCopy {
+				needKernel(t)
+			}
 			if err := g.dev.Memset(0); err != nil {
 				t.Fatal(err)
 			}
@@ -177,6 +185,7 @@ func TestGPUCopyBlocks(t *testing.T) {
 	}
 
 	t.Run("kernel odd blocks", func(t *testing.T) {
+		needKernel(t)
 		// The kernel's byte path: sizes and addresses not multiples of 16.
 		odd := []cuda.BlockCopy{{Host: g.src[1:14], Dev: g.dev, Off: 3}, {Host: g.src[100:1123], Dev: g.dev, Off: 5000}, {Host: g.src[4096 : 4096+777], Dev: g.dev, Off: 9001}}
 		must(t, g.dev.Memset(0))
@@ -288,9 +297,12 @@ func BenchmarkGPUBlocks(b *testing.B) {
 	runs := []run{{"batch", cuda.BlockDriverBatch, false}, {"percopy", cuda.BlockPerCopy, false}, {"kernel", cuda.BlockKernelCopy, false}, {"contig", 0, true}}
 	k, err := g.ctx.NewBlockKernel(nblk)
 	if err != nil {
-		b.Fatalf("loading the block kernel (hand-written PTX): %v", err)
+		// The other strategies are still measured; the failure is reported.
+		b.Errorf("loading the block kernel (hand-written PTX): %v", err)
+		runs = slices.DeleteFunc(runs, func(r run) bool { return r.strategy == cuda.BlockKernelCopy })
+	} else {
+		b.Cleanup(func() { k.Close() })
 	}
-	b.Cleanup(func() { k.Close() })
 	for _, bs := range blockBenchSizes {
 		for _, dir := range []cuda.Direction{cuda.HostToDevice, cuda.DeviceToHost} {
 			b.Run(fmt.Sprintf("%dKiB/%v", bs>>10, dir), func(b *testing.B) {
@@ -322,7 +334,11 @@ func BenchmarkGPUBlocks(b *testing.B) {
 						case r.contig:
 							err = g.s.CopyDtoH(host[:n], g.dev.Ptr())
 						default:
-							_, err = g.s.CopyBlocks(dir, list, cuda.WithBlockStrategy(r.strategy), cuda.WithBlockKernel(k))
+							opts := []cuda.BlockOption{cuda.WithBlockStrategy(r.strategy)}
+							if r.strategy == cuda.BlockKernelCopy {
+								opts = append(opts, cuda.WithBlockKernel(k))
+							}
+							_, err = g.s.CopyBlocks(dir, list, opts...)
 						}
 						t1 := time.Now()
 						if errors.Is(err, cuda.ErrNotSupported) {
