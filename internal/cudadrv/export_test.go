@@ -41,3 +41,18 @@ func MissingSymbols(d Driver) []string {
 	}
 	return out
 }
+
+// ForceBatchCopyV1 makes the real binding d call the 12.8 form of the
+// batch copy (cuMemcpyBatchAsync, with failIdx) even on a CUDA 13 driver
+// that exports both, so the GPU suite checks that ABI too. It reports
+// false, changing nothing, for a driver without that symbol or not the
+// real binding; restore puts the choice made at Load back.
+func ForceBatchCopyV1(d Driver) (restore func(), ok bool) {
+	l, isLib := d.(*lib)
+	if !isLib || l.s.memcpyBatchV1 == 0 {
+		return func() {}, false
+	}
+	prev := l.batchV2
+	l.batchV2 = false
+	return func() { l.batchV2 = prev }, true
+}

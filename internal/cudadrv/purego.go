@@ -25,6 +25,10 @@ type symbols struct {
 	// Newer entry points that cuda.h maps the plain names to on CUDA 13;
 	// used when present, with the older ABI-stable symbol as the fallback.
 	ctxCreateV4, eventElapsedV2 uintptr
+
+	// The batch copy (CUDA 12.8+): one of the two forms is called, chosen
+	// at Load by the driver's version (bindBatchCopy).
+	memcpyBatchV1, memcpyBatchV2 uintptr
 }
 
 // symbolTable lists every symbol pinmem binds, with where its address goes.
@@ -105,11 +109,28 @@ func (s *symbols) optional() []struct {
 	}
 }
 
+// versioned lists symbols of which a driver has the one its version
+// needs: they are in SymbolNames (the fake implements them, faults are
+// injected by their names) but not in MissingSymbols' check, since no
+// driver needs both.
+func (s *symbols) versioned() []struct {
+	name string
+	addr *uintptr
+} {
+	return []struct {
+		name string
+		addr *uintptr
+	}{
+		{SymMemcpyBatchAsyncV1, &s.memcpyBatchV1},
+		{SymMemcpyBatchAsyncV2, &s.memcpyBatchV2},
+	}
+}
+
 // SymbolNames lists every driver symbol pinmem binds. The GPU suite checks
 // each against the real library.
 func SymbolNames() []string {
 	var s symbols
-	t := s.table()
+	t := append(s.table(), s.versioned()...)
 	names := make([]string, len(t))
 	for i, e := range t {
 		names[i] = e.name
@@ -123,6 +144,7 @@ type lib struct {
 	handle  uintptr
 	s       symbols
 	missing map[uintptr]string // address of a zero symbol field -> its name
+	batchV2 bool               // MemcpyBatchAsync calls cuMemcpyBatchAsync_v2
 }
 
 // Load opens the driver library at path, binds every symbol and calls
@@ -144,7 +166,7 @@ func Load(path string) (Driver, error) {
 		}
 		*e.addr = a
 	}
-	for _, e := range l.s.optional() {
+	for _, e := range append(l.s.optional(), l.s.versioned()...) {
 		if a, err := purego.Dlsym(h, e.name); err == nil {
 			*e.addr = a
 		}
@@ -163,6 +185,7 @@ func Load(path string) (Driver, error) {
 		}
 		return nil, &LoadError{Path: path, Err: err}
 	}
+	l.bindBatchCopy()
 	return l, nil
 }
 

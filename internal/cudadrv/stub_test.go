@@ -302,3 +302,105 @@ func atDepth(depth int, f func() string) string {
 	}
 	return atDepth(depth-1, f)
 }
+
+// TestStubLibraryBatchCopy loads the stub as a 12.4, a 12.8 and a 13.0
+// driver and checks that the binding calls the batch-copy form the
+// version's cuda.h names (cuMemcpyBatchAsync with failIdx on 12.8,
+// cuMemcpyBatchAsync_v2 without it on 13.0, none on 12.4), that the
+// arrays and the CUmemcpyAttributes layout arrive as C reads them (the
+// stub logs every field), and that a rejected copy comes back typed, with
+// its index where the 12.8 form reports one.
+func TestStubLibraryBatchCopy(t *testing.T) {
+	path := stubLibrary(t)
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	takeLog, err := purego.Dlsym(h, "stub_take_log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func() []uint64 {
+		out := make([]uint64, 64)
+		n, _, _ := purego.SyscallN(takeLog, uintptr(unsafe.Pointer(&out[0])))
+		return out[:n]
+	}
+	for _, c := range []struct {
+		version string
+		sym     string
+		form    uint64
+	}{
+		{"12040", "", 0},
+		{"12080", cudadrv.SymMemcpyBatchAsyncV1, 1},
+		{"12090", cudadrv.SymMemcpyBatchAsyncV1, 1},
+		{"13000", cudadrv.SymMemcpyBatchAsyncV2, 2},
+		{"13010", cudadrv.SymMemcpyBatchAsyncV2, 2},
+	} {
+		t.Run(c.version, func(t *testing.T) {
+			t.Setenv("PINMEM_STUB_VERSION", c.version)
+			d, err := cudadrv.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cudadrv.BatchCopySymbolOf(d); got != c.sym {
+				t.Fatalf("BatchCopySymbolOf = %q, want %q", got, c.sym)
+			}
+			bc, ok := d.(cudadrv.BatchCopier)
+			if !ok {
+				t.Fatal("the binding does not implement BatchCopier")
+			}
+			take()
+			dsts := []cudadrv.DevicePtr{0x1000, 0x2000, 0x3000}
+			srcs := []cudadrv.DevicePtr{0x10, 0x20, 0x30}
+			sizes := []uint64{4, 8, 9}
+			attrs := []cudadrv.MemcpyAttributes{
+				{SrcAccessOrder: cudadrv.MemcpySrcAccessOrderStream, SrcLocType: 2, SrcLocID: 3, DstLocType: 4, DstLocID: 5, Flags: 1},
+				{SrcAccessOrder: cudadrv.MemcpySrcAccessOrderAny, SrcLocType: 6, SrcLocID: 7, DstLocType: 8, DstLocID: 9},
+			}
+			idxs := []uint64{0, 2}
+			fail, err := bc.MemcpyBatchAsync(dsts, srcs, sizes, attrs, idxs, 7)
+			if c.sym == "" {
+				var le *cudadrv.LoadError
+				if !errors.As(err, &le) || !errors.Is(err, cudadrv.ErrNotSupported) || le.Symbol != cudadrv.SymMemcpyBatchAsyncV1 {
+					t.Fatalf("batch copy on a 12.4 driver = %v, want a *LoadError for %s matching ErrNotSupported", err, cudadrv.SymMemcpyBatchAsyncV1)
+				}
+				if got := take(); len(got) != 0 {
+					t.Fatalf("the stub was called: %v", got)
+				}
+				return
+			}
+			if err != nil || fail != -1 {
+				t.Fatalf("MemcpyBatchAsync = %d, %v", fail, err)
+			}
+			want := []uint64{
+				1*1000000 + 1*100000 + 2*10000 + 3*1000 + 4*100 + 5*10 + c.form, 0,
+				3*1000000 + 0 + 6*10000 + 7*1000 + 8*100 + 9*10 + c.form, 2,
+				0x1000 + 0x10 + 4, 0x2000 + 0x20 + 8, 0x3000 + 0x30 + 9,
+			}
+			if got := take(); !slices.Equal(got, want) {
+				t.Fatalf("the stub saw %v, want %v", got, want)
+			}
+			// A rejected copy: typed, named after the form called; the 12.8 form says which.
+			sizes[1] = 13
+			fail, err = bc.MemcpyBatchAsync(dsts, srcs, sizes, attrs, idxs, 7)
+			var de *cudadrv.Error
+			if !errors.As(err, &de) || de.Op != c.sym || !errors.Is(err, cudadrv.ErrInvalidValue) {
+				t.Fatalf("a rejected batch = %v, want %s's INVALID_VALUE", err, c.sym)
+			}
+			wantFail := -1
+			if c.form == 1 {
+				wantFail = 1
+			}
+			if fail != wantFail {
+				t.Errorf("failIdx = %d, want %d", fail, wantFail)
+			}
+			// Mismatched arrays never reach C.
+			if _, err := bc.MemcpyBatchAsync(dsts, srcs[:2], sizes, attrs, idxs, 7); !errors.Is(err, cudadrv.ErrInvalidValue) {
+				t.Errorf("mismatched arrays = %v, want ErrInvalidValue", err)
+			}
+			if got := take(); len(got) != 0 {
+				t.Fatalf("the stub logged %v for rejected batches", got)
+			}
+		})
+	}
+}

@@ -240,7 +240,8 @@ func (s *suite) prebuildCref() {
 	}
 	for env, prog := range map[string]string{"PINMEM_CREF_BW": "bw", "PINMEM_CREF_CALLCOST": "callcost",
 		"PINMEM_CREF_OVERLAP": "overlap", "PINMEM_CREF_LOOPLIB": "libpinmemloop.so",
-		"PINMEM_CREF_VECTORADD": "vectoradd", "PINMEM_CREF_IMAGEPIPELINE": "imagepipeline"} {
+		"PINMEM_CREF_VECTORADD": "vectoradd", "PINMEM_CREF_IMAGEPIPELINE": "imagepipeline",
+		"PINMEM_CREF_BLOCKS": "blocks"} {
 		os.Setenv(env, filepath.Join(dir, prog))
 	}
 }

@@ -50,7 +50,8 @@
 //   - Modules: ModuleLoadData accepts PTX-like text (beginning with "//" or
 //     ".version" after white space) and ELF images; ModuleGetFunction finds
 //     kernels registered with RegisterKernel, whose Go function runs in
-//     stream order when launched.
+//     stream order when launched, and pinmem's own block-copy kernel
+//     (kernels.KernelBlockCopy), built in.
 //   - Fault injection (FailOn, FailAsync, SetHook) by driver symbol name, as
 //     the real binding names them (e.g. "cuMemAlloc_v2"), and call and live
 //     object counters.
@@ -68,6 +69,7 @@ import (
 	"unsafe"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/kernels"
 )
 
 // DriverVersion is what DriverGetVersion reports unless Options say otherwise.
@@ -211,7 +213,7 @@ func New(opts Options) *Driver {
 		nextStream:     0x5000_0000,
 		events:         map[cudadrv.Event]*event{},
 		nextEvent:      0xe000_0000,
-		kernels:        map[string]*kernel{},
+		kernels:        map[string]*kernel{kernels.KernelBlockCopy: blockCopyKernel},
 		modules:        map[cudadrv.Module]*module{},
 		funcs:          map[cudadrv.Function]*function{},
 		nextMod:        0x3000_0000,

@@ -21,7 +21,14 @@ CUresult cuInit(unsigned int flags)
     return 0;
 }
 
-CUresult cuDriverGetVersion(int* v) { *v = 12080; return 0; }
+/* PINMEM_STUB_VERSION overrides the version (the batch-copy tests load
+ * the stub as a 12.8 and as a 13.0 driver). */
+CUresult cuDriverGetVersion(int* v)
+{
+    const char* s = getenv("PINMEM_STUB_VERSION");
+    *v = s ? atoi(s) : 12080;
+    return 0;
+}
 
 CUresult cuGetErrorName(CUresult r, const char** s)
 {
@@ -107,4 +114,58 @@ int stub_take_log(unsigned long long* out)
     memcpy(out, stub_log, sizeof(unsigned long long) * (size_t)n);
     stub_log_n = 0;
     return n;
+}
+
+/* Batch copy, both forms. Each copy logs dst + src + size; each attribute
+ * logs srcAccessOrder*1000000 + flags*100000 + srcLocHint.type*10000 +
+ * srcLocHint.id*1000 + dstLocHint.type*100 + dstLocHint.id*10 + form (1 or
+ * 2) and its index, so the test checks the struct layout field by field.
+ * A copy of 13 bytes fails the batch (CUDA_ERROR_INVALID_VALUE) before
+ * anything is logged; the 12.8 form reports its index in failIdx. */
+typedef struct { int type; int id; } CUmemLocation;
+typedef struct {
+    int srcAccessOrder;
+    CUmemLocation srcLocHint;
+    CUmemLocation dstLocHint;
+    unsigned int flags;
+} CUmemcpyAttributes;
+
+static CUresult stub_batch(int form, unsigned long long* dsts, unsigned long long* srcs, size_t* sizes, size_t count,
+                           CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs, size_t* failIdx, void* stream)
+{
+    if (sizeof(CUmemcpyAttributes) != 24 || stream == NULL || count == 0 || numAttrs == 0 || attrsIdxs[0] != 0) return 1;
+    for (size_t i = 0; i < count; i++) {
+        if (sizes[i] == 13) {
+            if (failIdx) *failIdx = i;
+            return 1;
+        }
+    }
+    for (size_t k = 0; k < numAttrs; k++) {
+        const CUmemcpyAttributes* a = &attrs[k];
+        unsigned long long v = (unsigned long long)a->srcAccessOrder * 1000000 + (unsigned long long)a->flags * 100000 +
+                               (unsigned long long)a->srcLocHint.type * 10000 + (unsigned long long)a->srcLocHint.id * 1000 +
+                               (unsigned long long)a->dstLocHint.type * 100 + (unsigned long long)a->dstLocHint.id * 10 + (unsigned long long)form;
+        if (stub_log_n < 63) {
+            stub_log[stub_log_n++] = v;
+            stub_log[stub_log_n++] = attrsIdxs[k];
+        }
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (stub_log_n < 64) stub_log[stub_log_n++] = dsts[i] + srcs[i] + sizes[i];
+    }
+    return 0;
+}
+
+CUresult cuMemcpyBatchAsync(unsigned long long* dsts, unsigned long long* srcs, size_t* sizes, size_t count,
+                            CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs, size_t* failIdx, void* stream)
+{
+    if (failIdx == NULL) return 1;
+    *failIdx = (size_t)-1;
+    return stub_batch(1, dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, stream);
+}
+
+CUresult cuMemcpyBatchAsync_v2(unsigned long long* dsts, unsigned long long* srcs, size_t* sizes, size_t count,
+                               CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs, void* stream)
+{
+    return stub_batch(2, dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, NULL, stream);
 }

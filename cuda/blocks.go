@@ -1,0 +1,709 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
+)
+
+// Block copies: many small copies between host and device memory queued
+// as one unit on a stream, for an inference server that pages a KV cache
+// in and out block by block. Queuing one driver copy per block costs
+// about 1.3-2 us of CPU per block, while a 16 KiB block takes 0.3 us on
+// the bus; Stream.CopyBlocks hands the whole list to the driver in one
+// call where the driver has cuMemcpyBatchAsync (CUDA 12.8+), and
+// otherwise issues one copy per block with one crossing into C per 16
+// blocks (as Batch does). A third strategy, asked for with a BlockKernel,
+// writes the list into a pinned, mapped table and launches one
+// gather/scatter kernel that moves the blocks over mapped host memory
+// with the SMs.
+//
+// It lives in package cuda, beside Stream and DeviceBuffer, because that
+// is the only public package that may reach the driver binding (the batch
+// entry point, pointer attributes), and because the checks it makes are
+// of objects this package owns: device buffers (freed, range, context)
+// and streams. Host memory is checked through the driver's pointer
+// attributes, so memory pinned by pinmem (Alloc, Register, pool blocks)
+// and by other libraries is accepted alike, and any other is refused.
+
+// Direction says which way a block copy moves data.
+type Direction uint8
+
+// Directions of a block copy.
+const (
+	// HostToDevice copies each host block into its device block (page in).
+	HostToDevice Direction = iota + 1
+	// DeviceToHost copies each device block into its host block (page out).
+	DeviceToHost
+)
+
+// String returns "HtoD" or "DtoH".
+func (d Direction) String() string {
+	switch d {
+	case HostToDevice:
+		return "HtoD"
+	case DeviceToHost:
+		return "DtoH"
+	}
+	return fmt.Sprintf("Direction(%d)", uint8(d))
+}
+
+// BlockCopy is one block of a block copy: the len(Host) bytes of pinned
+// host memory at Host and as many bytes at offset Off of the device
+// buffer Dev. A block with an empty Host copies nothing.
+type BlockCopy struct {
+	Host []byte
+	Dev  *DeviceBuffer
+	Off  int
+}
+
+// BlockStrategy is how CopyBlocks hands the copies to the driver.
+type BlockStrategy uint8
+
+// Strategies of CopyBlocks.
+const (
+	// BlockAuto picks BlockDriverBatch when the driver has it, the stream
+	// is not the legacy default stream and the mean block is at most the
+	// batch limit (DefaultBlockBatchMax, or WithBlockBatchMax); otherwise
+	// BlockPerCopy.
+	BlockAuto BlockStrategy = iota
+	// BlockDriverBatch queues all blocks with one cuMemcpyBatchAsync call
+	// (cuMemcpyBatchAsync_v2 on CUDA 13). A driver older than 12.8 answers
+	// an error matching ErrNotSupported.
+	BlockDriverBatch
+	// BlockPerCopy queues one cuMemcpyHtoDAsync/DtoHAsync per block, 16
+	// per crossing from Go into C (as Batch).
+	BlockPerCopy
+	X
+	// gather/scatter kernel, which copies the blocks with the SMs over
+	// mapped host memory (WithBlockKernel; host blocks must be mapped).
+	// BlockAuto never picks it by itself: it is chosen with
+	// WithBlockKernel, until measurements say for which sizes it wins.
+	BlockKernelCopy
+)
+
+// String returns the strategy's name: "auto", "driver-batch", "per-copy" or "kernel".
+func (s BlockStrategy) String() string {
+	switch s {
+	case BlockAuto:
+		return "auto"
+	case BlockDriverBatch:
+		return "driver-batch"
+	case BlockPerCopy:
+		return "per-copy"
+	case BlockKernelCopy:
+		return "kernel"
+	}
+	return fmt.Sprintf("BlockStrategy(%d)", uint8(s))
+}
+
+// DefaultBlockBatchMax is the largest mean block size, in bytes, for
+// which BlockAuto uses the driver's batch copy. Below it the per-call
+// cost of one copy per block (1.3-2 us on an H200 host) is a large share
+// of a block's bus time (a 16 KiB block takes 0.3 us, a 256 KiB one about
+// 5 us), and one call for all blocks wins. From 1 MiB on (20 us of bus
+// time per block) the call cost is under a tenth of the transfer and the
+// per-copy path, which every driver has and which lets the copy engines
+// start on the first block while later ones are still being queued, is
+// as fast. The value is a default to be confirmed by measurement
+// (BenchmarkGPUBlocks); WithBlockBatchMax overrides it.
+const DefaultBlockBatchMax = 1 << 20
+
+// Errors of the checks CopyBlocks makes before it queues anything. Each
+// comes inside a *BlockError, which also matches ErrInvalidValue.
+var (
+	// ErrBlockOverlap: two destination blocks share bytes (the copies of
+	// one batch run in no particular order, so the result would be undefined).
+	ErrBlockOverlap = errors.New("destination blocks overlap")
+	// ErrBlockRange: a device block runs past the end of its buffer, or has a negative offset.
+	ErrBlockRange = errors.New("block outside its device buffer")
+	// ErrHostNotPinned: a host block is not (wholly) pinned host memory.
+	ErrHostNotPinned = errors.New("host block is not pinned memory")
+	// ErrBlockContext: a device block belongs to another context (or
+	// device) than the stream, or the event to record (or the block
+	// kernel) does.
+	ErrBlockContext = errors.New("block of another context than the stream")
+	// ErrHostNotMapped: the kernel strategy was asked for, and a host
+	// block is pinned but not mapped into the device's address space.
+	ErrHostNotMapped = errors.New("host block is not mapped into the device's address space")
+)
+
+// BlockError is a block list CopyBlocks refused before queuing any copy.
+// It matches its Reason (ErrBlockOverlap, ErrBlockRange, ErrHostNotPinned,
+// ErrHostNotMapped, ErrBlockContext) and ErrInvalidValue through errors.Is; a freed device
+// buffer is reported with Reason matching ErrInvalidHandle instead.
+type BlockError struct {
+	// Index is the block at fault.
+	Index int
+	// Other is the block Index overlaps (ErrBlockOverlap), else -1.
+	Other int
+	// Reason is one of the sentinels above, or the device buffer's Err.
+	Reason error
+	// Detail gives the addresses and sizes.
+	Detail string
+}
+
+// Error describes the refusal.
+func (e *BlockError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
+	s := fmt.Sprintf("cuda: block %d", e.Index)
+	if e.Other >= 0 {
+		s += fmt.Sprintf(" (and block %d)", e.Other)
+	}
+	s += ": " + e.Reason.Error()
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Is matches ErrInvalidValue for the refusals of the checks.
+func (e *BlockError) Is(target error) bool {
+	if e == nil {
+		return false
+	}
+	return target == ErrInvalidValue && !errors.Is(e.Reason, ErrInvalidHandle)
+}
+
+// Unwrap returns Reason.
+func (e *BlockError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Reason
+}
+
+// BlockReport says how CopyBlocks queued a block list.
+type BlockReport struct {
+	// Strategy is the one that queued the copies (never BlockAuto).
+	Strategy BlockStrategy
+	// Blocks is how many blocks were queued (empty ones not counted).
+	Blocks int
+	// Bytes is how many bytes they hold.
+	Bytes int64
+	// Calls is how many driver calls queued them: 1 for the driver's
+	// batch, one per block for the per-copy strategy, the launch for the
+	// kernel.
+	Calls int
+	// Staged is how many blocks went through the staging buffer (WithBlockStaging).
+	Staged int
+}
+
+// BlockOption configures one CopyBlocks call.
+type BlockOption func(*blockOptions)
+
+type blockOptions struct {
+	strategy BlockStrategy
+	batchMax int
+	overlap  bool
+	event    *Event
+	staging  []byte
+	kernel   *BlockKernel
+}
+
+// WithBlockStrategy chooses the strategy instead of BlockAuto.
+func WithBlockStrategy(s BlockStrategy) BlockOption {
+	return func(o *blockOptions) { o.strategy = s }
+}
+
+// WithBlockBatchMax sets the largest mean block size for which BlockAuto
+// picks the driver's batch copy (default DefaultBlockBatchMax; 0 or
+// less: never).
+func WithBlockBatchMax(n int) BlockOption {
+	return func(o *blockOptions) { o.batchMax = n }
+}
+
+// WithBlockOverlapCompute sets CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE
+// on the driver's batch copy: a hint that the copies should run beside
+// kernels (on copy engines) rather than as fast as possible. The
+// per-copy strategy ignores it.
+func WithBlockOverlapCompute(on bool) BlockOption {
+	return func(o *blockOptions) { o.overlap = on }
+}
+
+// WithBlockEvent records e on the stream after the last copy, so that
+// the whole list has one completion to wait on (e.Synchronize, or
+// Stream.WaitEvent on another stream). e must belong to the stream's
+// context.
+func WithBlockEvent(e *Event) BlockOption {
+	return func(o *blockOptions) { o.event = e }
+}
+
+// WithBlockKernel gives CopyBlocks the kernel strategy's state and, with
+// BlockAuto, picks that strategy (BlockKernelCopy); k must belong to the
+// stream's context and hold at least as many blocks as the list.
+func WithBlockKernel(k *BlockKernel) BlockOption {
+	return func(o *blockOptions) { o.kernel = k }
+}
+
+// WithBlockStaging lets CopyBlocks take host blocks that are not pinned:
+// they go through buf, which must be pinned and at least as large as
+// those blocks together. For HostToDevice their bytes are copied into buf
+// before the copies are queued, and buf must not be changed until the
+// stream has run them; for DeviceToHost the copies land in buf and
+// CopyBlocks waits for the stream and copies them out before it returns,
+// so it returns only when the whole list is done. Without this option
+// such blocks are refused with ErrHostNotPinned.
+func WithBlockStaging(buf []byte) BlockOption {
+	return func(o *blockOptions) { o.staging = buf }
+}
+
+// span is a block's host or device address range, with the block's index.
+type span struct {
+	lo, hi uint64
+	i      int
+}
+
+// blockScratch holds the arrays of one CopyBlocks call; they are pooled,
+// since a list of thousands of blocks would otherwise allocate hundreds of
+// KiB per call.
+type blockScratch struct {
+	dsts, srcs []cudadrv.DevicePtr
+	sizes      []uint64
+	dst, host  []span
+	ops        []cudadrv.BatchOp
+	staged     map[int][]byte // block index -> its part of the staging buffer
+	hostDev    []uint64       // block index -> device address of its host memory (kernel strategy)
+}
+
+// hostOf returns the host memory block i is copied from or to: its own,
+// or its part of the staging buffer.
+func (sc *blockScratch) hostOf(blocks []BlockCopy, i int) []byte {
+	if p, ok := sc.staged[i]; ok {
+		return p
+	}
+	return blocks[i].Host
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(blockScratch) }}
+
+// CopyBlocks queues the copies of blocks in direction dir on s, as one
+// unit: they complete when the stream passes the end of the list (record
+// an event there with WithBlockEvent, or Synchronize). The copies of the
+// list run in no particular order among themselves; the list as a whole
+// is ordered after the work queued on s before it and before the work
+// queued after it.
+//
+// Before queuing anything CopyBlocks checks every block and refuses the
+// list with a *BlockError (matching ErrInvalidValue) when a device block
+// lies outside its buffer (ErrBlockRange), belongs to another context
+// than s (ErrBlockContext; with freed buffers matching ErrInvalidHandle),
+// a host block is not pinned (ErrHostNotPinned; the driver's pointer
+// attributes decide, a few queries per pinned range the blocks lie in)
+// or, for the kernel strategy, not mapped (ErrHostNotMapped), or two
+// destination blocks overlap (ErrBlockOverlap). Host blocks must stay
+// alive and untouched until the copies have run. WithBlockStaging takes
+// unpinned host blocks through a pinned buffer instead of refusing them.
+//
+// The strategy is BlockAuto's choice (see DefaultBlockBatchMax) unless
+// WithBlockStrategy or WithBlockKernel says otherwise; BlockReport says
+// which ran. When the driver fails the per-copy strategy part way, the
+// blocks before the failing one are queued (BlockReport.Blocks says how
+// many) and the error is returned; the driver's batch and the kernel
+// queue all or nothing. BlockAuto falls back to the per-copy strategy
+// when the driver lacks the batch copy. It is safe to call from several
+// goroutines.
+func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOption) (BlockReport, error) {
+	o := blockOptions{batchMax: DefaultBlockBatchMax}
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	if err := s.usable(); err != nil {
+		return BlockReport{}, err
+	}
+	if dir != HostToDevice && dir != DeviceToHost {
+		return BlockReport{}, fmt.Errorf("cuda: CopyBlocks direction %v: %w", dir, ErrInvalidValue)
+	}
+	if o.strategy > BlockKernelCopy {
+		return BlockReport{}, fmt.Errorf("cuda: CopyBlocks strategy %v: %w", o.strategy, ErrInvalidValue)
+	}
+	if o.kernel != nil && o.strategy == BlockAuto {
+		o.strategy = BlockKernelCopy
+	}
+	if o.strategy == BlockKernelCopy {
+		if o.kernel == nil {
+			return BlockReport{}, fmt.Errorf("cuda: the kernel strategy needs WithBlockKernel: %w", ErrInvalidValue)
+		}
+		if o.kernel.ctx != s.ctx {
+			return BlockReport{}, &BlockError{Index: -1, Other: -1, Reason: ErrBlockContext, Detail: "the block kernel"}
+		}
+	}
+	if o.event != nil {
+		if err := o.event.usable(); err != nil {
+			return BlockReport{}, err
+		}
+		if o.event.ctx != s.ctx {
+			return BlockReport{}, &BlockError{Index: -1, Other: -1, Reason: ErrBlockContext, Detail: "the event to record"}
+		}
+	}
+	sc := scratchPool.Get().(*blockScratch)
+	defer func() {
+		clear(sc.ops) // drop references to host memory before pooling
+		sc.staged = nil
+		scratchPool.Put(sc)
+	}()
+	rep, err := s.checkBlocks(dir, blocks, sc)
+	if err != nil {
+		return BlockReport{}, err
+	}
+	if rep.Blocks == 0 {
+		if o.event != nil {
+			return rep, o.event.Record(s)
+		}
+		return rep, nil
+	}
+
+	strategy := o.strategy
+	bc, hasBatch := s.ctx.drv.(cudadrv.BatchCopier)
+	if strategy == BlockAuto {
+		strategy = BlockPerCopy
+		if hasBatch && s.h != 0 && cudadrv.BatchCopySymbolOf(s.ctx.drv) != "" && o.batchMax > 0 && rep.Bytes/int64(rep.Blocks) <= int64(o.batchMax) {
+			strategy = BlockDriverBatch
+		}
+	}
+	if strategy == BlockDriverBatch && s.h == 0 {
+		return BlockReport{}, fmt.Errorf("cuda: the driver's batch copy does not take the legacy default stream: %w", ErrInvalidValue)
+	}
+	if strategy == BlockDriverBatch && !hasBatch {
+		return BlockReport{}, fmt.Errorf("cuda: the driver has no batch copy: %w", ErrNotSupported)
+	}
+
+	var stagedOut []stagedBlock
+	issued := false // whether the copies were handed to the driver
+	err = s.ctx.Do(func() error {
+		var err error
+		if stagedOut, err = s.pinnedOrStaged(dir, blocks, sc, &o, &rep); err != nil {
+			return err
+		}
+		issued = true
+		switch strategy {
+		case BlockDriverBatch:
+			err = s.issueDriverBatch(bc, dir, blocks, sc, &o, &rep)
+		case BlockKernelCopy:
+			err = s.issueKernel(o.kernel, dir, blocks, sc.hostDev, &rep)
+		default:
+			err = s.issuePerCopy(dir, blocks, sc, &rep)
+		}
+		if err == nil && o.event != nil {
+			err = s.ctx.drv.EventRecord(o.event.h, s.h)
+		}
+		if err == nil && len(stagedOut) > 0 {
+			if err = s.ctx.drv.StreamSynchronize(s.h); err == nil {
+				for _, b := range stagedOut {
+					copy(b.dst, b.from)
+				}
+			}
+		}
+		return err
+	})
+	runtime.KeepAlive(blocks)
+	if !issued {
+		return BlockReport{}, err
+	}
+	rep.Strategy = strategy
+	return rep, err
+}
+
+// stagedBlock is a DeviceToHost block that landed in the staging buffer
+// (from) and is copied to its host block (dst) once the stream is done.
+type stagedBlock struct{ dst, from []byte }
+
+// checkBlocks checks the device side and the overlaps of the
+// destinations, fills sc.dst and sc.host, and counts the blocks and bytes.
+func (s *Stream) checkBlocks(dir Direction, blocks []BlockCopy, sc *blockScratch) (BlockReport, error) {
+	var rep BlockReport
+	sc.dst, sc.host = sc.dst[:0], sc.host[:0]
+	for i, b := range blocks {
+		n := len(b.Host)
+		if n == 0 {
+			continue
+		}
+		if err := b.Dev.Err(); err != nil {
+			return rep, &BlockError{Index: i, Other: -1, Reason: err}
+		}
+		if b.Dev.ctx != s.ctx {
+			return rep, &BlockError{Index: i, Other: -1, Reason: ErrBlockContext,
+				Detail: fmt.Sprintf("device buffer %#x is of context %#x, the stream's is %#x", uint64(b.Dev.ptr), b.Dev.ctx.Handle(), s.ctx.Handle())}
+		}
+		if b.Off < 0 || b.Off > b.Dev.size || n > b.Dev.size-b.Off {
+			return rep, &BlockError{Index: i, Other: -1, Reason: ErrBlockRange,
+				Detail: fmt.Sprintf("[%d,+%d) of a device buffer of %d bytes", b.Off, n, b.Dev.size)}
+		}
+		d := uint64(b.Dev.ptr) + uint64(b.Off)
+		h := uint64(hostptr.AddrOf(b.Host))
+		sc.host = append(sc.host, span{h, h + uint64(n), i})
+		if dir == HostToDevice {
+			sc.dst = append(sc.dst, span{d, d + uint64(n), i})
+		}
+		rep.Blocks++
+		rep.Bytes += int64(n)
+	}
+	sortSpans(sc.host)
+	dst := sc.dst
+	if dir == DeviceToHost {
+		dst = sc.host
+	} else {
+		sortSpans(dst)
+	}
+	for k := 1; k < len(dst); k++ {
+		if dst[k].lo < dst[k-1].hi {
+			a, b := dst[k-1], dst[k]
+			return rep, &BlockError{Index: max(a.i, b.i), Other: min(a.i, b.i), Reason: ErrBlockOverlap,
+				Detail: fmt.Sprintf("[%#x,%#x) and [%#x,%#x)", a.lo, a.hi, b.lo, b.hi)}
+		}
+	}
+	return rep, nil
+}
+
+// sortSpans sorts by address; lists that are already in order (the
+// common case: blocks taken in order from one buffer) cost one pass.
+func sortSpans(sp []span) {
+	if slices.IsSortedFunc(sp, cmpSpan) {
+		return
+	}
+	slices.SortFunc(sp, cmpSpan)
+}
+
+func cmpSpan(a, b span) int {
+	switch {
+	case a.lo < b.lo:
+		return -1
+	case a.lo > b.lo:
+		return 1
+	}
+	return a.i - b.i
+}
+
+// hostCheck asks the driver about host memory, remembering the last
+// pinned range it found so that blocks carved from one buffer cost a few
+// queries in all.
+type hostCheck struct {
+	drv     cudadrv.Driver
+	qerr    error // the first failure other than "unknown address"
+	noRange bool  // the driver knows pinned blocks but reports no range: stop asking
+	known   span  // the last pinned range found
+	dev     uint64
+	mapped  bool // known's device address is dev
+	asked   bool // whether known's device address was asked for
+}
+
+// attr reads a pointer attribute. The driver answers
+// CUDA_ERROR_INVALID_VALUE for an address it does not know (pageable
+// memory): that is a plain false. Any other failure of the queries that
+// decide (memory type, device pointer) is kept in qerr; the range
+// queries only save work, so their failures count as "no range".
+func (c *hostCheck) attr(a cudadrv.PointerAttribute, p uint64) (uint64, bool) {
+	v, err := c.drv.PointerGetAttribute(a, cudadrv.DevicePtr(p))
+	decides := a == cudadrv.PointerAttrMemoryType || a == cudadrv.PointerAttrDevicePointer
+	if err != nil && decides && !errors.Is(err, ErrInvalidValue) && c.qerr == nil {
+		c.qerr = err
+	}
+	return v, err == nil
+}
+
+func (c *hostCheck) isHost(p uint64) bool {
+	t, ok := c.attr(cudadrv.PointerAttrMemoryType, p)
+	return ok && t == cudadrv.MemoryTypeHost
+}
+
+// pinned reports whether [lo, hi) is pinned host memory: inside the last
+// range found, or inside the range the driver reports for lo (then
+// remembered), or, where the driver reports no range, with its first and
+// last byte pinned.
+func (c *hostCheck) pinned(lo, hi uint64) bool {
+	if lo >= c.known.lo && hi <= c.known.hi {
+		return true
+	}
+	failed := false
+	if !c.noRange {
+		start, ok := c.attr(cudadrv.PointerAttrRangeStart, lo)
+		failed = !ok
+		if ok {
+			if size, ok := c.attr(cudadrv.PointerAttrRangeSize, lo); ok && start <= lo && start+size >= hi && c.isHost(lo) {
+				c.known, c.asked = span{start, start + size, 0}, false
+				return true
+			}
+		}
+	}
+	ok := c.isHost(lo) && c.isHost(hi-1)
+	c.noRange = c.noRange || (ok && failed)
+	return ok
+}
+
+// devAddr returns the device address of pinned host address p, or false
+// when the memory is not mapped: from the remembered range's mapping when
+// p lies in it, else asked for p alone.
+func (c *hostCheck) devAddr(p uint64) (uint64, bool) {
+	if p >= c.known.lo && p < c.known.hi {
+		if !c.asked {
+			c.dev, c.mapped = c.attr(cudadrv.PointerAttrDevicePointer, c.known.lo)
+			c.asked = true
+		}
+		if c.mapped {
+			return c.dev + (p - c.known.lo), true
+		}
+		return 0, false
+	}
+	return c.attr(cudadrv.PointerAttrDevicePointer, p)
+}
+
+// pinnedOrStaged checks, with s's context current, that every host block
+// is pinned (hostCheck), and for the kernel strategy mapped, with its
+// device address in sc.hostDev. Blocks that are not pinned are refused,
+// or staged with WithBlockStaging: their host side becomes part of the
+// staging buffer (sc.staged; HtoD: filled now; DtoH: returned, to be
+// copied out after the stream is done).
+func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScratch, o *blockOptions, rep *BlockReport) ([]stagedBlock, error) {
+	c := &hostCheck{drv: s.ctx.drv}
+	kernel := o.strategy == BlockKernelCopy
+	if kernel {
+		sc.hostDev = slices.Grow(sc.hostDev[:0], len(blocks))[:len(blocks)]
+	}
+	mapped := func(i int, lo, hi uint64) error {
+		if !kernel {
+			return nil
+		}
+		d, ok := c.devAddr(lo)
+		if !ok {
+			if c.qerr != nil {
+				return fmt.Errorf("cuda: asking the driver for the device address of host block %d: %w", i, c.qerr)
+			}
+			return &BlockError{Index: i, Other: -1, Reason: ErrHostNotMapped, Detail: fmt.Sprintf("%d bytes at %#x (allocate it with pinmem.Mapped)", hi-lo, lo)}
+		}
+		sc.hostDev[i] = d
+		return nil
+	}
+	var staged []int // indexes into sc.host
+	need := 0
+	for k, h := range sc.host {
+		ok := c.pinned(h.lo, h.hi)
+		if c.qerr != nil {
+			return nil, fmt.Errorf("cuda: asking the driver whether host block %d is pinned: %w", h.i, c.qerr)
+		}
+		if ok {
+			if err := mapped(h.i, h.lo, h.hi); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if o.staging == nil {
+			return nil, &BlockError{Index: h.i, Other: -1, Reason: ErrHostNotPinned,
+				Detail: fmt.Sprintf("%d bytes at %#x", h.hi-h.lo, h.lo)}
+		}
+		staged = append(staged, k)
+		need += int(h.hi - h.lo)
+	}
+	if len(staged) == 0 {
+		return nil, nil
+	}
+	if need > len(o.staging) {
+		return nil, fmt.Errorf("cuda: %d unpinned host blocks need %d bytes of staging, the staging buffer has %d: %w", len(staged), need, len(o.staging), ErrInvalidValue)
+	}
+	lo := uint64(hostptr.AddrOf(o.staging))
+	ok := c.pinned(lo, lo+uint64(need))
+	if c.qerr != nil {
+		return nil, fmt.Errorf("cuda: asking the driver whether the staging buffer is pinned: %w", c.qerr)
+	}
+	if !ok {
+		return nil, &BlockError{Index: -1, Other: -1, Reason: ErrHostNotPinned, Detail: "the staging buffer"}
+	}
+	var out []stagedBlock
+	off := 0
+	for _, k := range staged {
+		h := sc.host[k]
+		b := blocks[h.i].Host
+		part := o.staging[off : off+len(b)]
+		if dir == HostToDevice {
+			copy(part, b)
+		} else {
+			out = append(out, stagedBlock{dst: b, from: part})
+		}
+		if sc.staged == nil {
+			sc.staged = make(map[int][]byte, len(staged))
+		}
+		sc.staged[h.i] = part
+		a := uint64(hostptr.AddrOf(part))
+		if err := mapped(h.i, a, a+uint64(len(part))); err != nil {
+			return nil, err
+		}
+		off += len(b)
+	}
+	rep.Staged = len(staged)
+	return out, nil
+}
+
+// issueDriverBatch queues the blocks with one cuMemcpyBatchAsync.
+func (s *Stream) issueDriverBatch(bc cudadrv.BatchCopier, dir Direction, blocks []BlockCopy, sc *blockScratch, o *blockOptions, rep *BlockReport) error {
+	sc.dsts, sc.srcs, sc.sizes = sc.dsts[:0], sc.srcs[:0], sc.sizes[:0]
+	index := make([]int, 0, rep.Blocks) // batch position -> block index
+	for i, b := range blocks {
+		if len(b.Host) == 0 {
+			continue
+		}
+		d := cudadrv.DevicePtr(uint64(b.Dev.ptr) + uint64(b.Off))
+		h := cudadrv.DevicePtr(hostptr.AddrOf(sc.hostOf(blocks, i)))
+		if dir == HostToDevice {
+			sc.dsts, sc.srcs = append(sc.dsts, d), append(sc.srcs, h)
+		} else {
+			sc.dsts, sc.srcs = append(sc.dsts, h), append(sc.srcs, d)
+		}
+		sc.sizes = append(sc.sizes, uint64(len(b.Host)))
+		index = append(index, i)
+	}
+	attr := cudadrv.MemcpyAttributes{SrcAccessOrder: cudadrv.MemcpySrcAccessOrderStream}
+	if o.overlap {
+		attr.Flags = cudadrv.MemcpyFlagPreferOverlapWithCompute
+	}
+	fail, err := bc.MemcpyBatchAsync(sc.dsts, sc.srcs, sc.sizes, []cudadrv.MemcpyAttributes{attr}, []uint64{0}, s.h)
+	rep.Calls = 1
+	if err != nil {
+		n := rep.Blocks
+		rep.Blocks, rep.Bytes = 0, 0
+		if fail >= 0 && fail < len(index) {
+			return fmt.Errorf("cuda: batch copy of %d blocks, at block %d: %w", n, index[fail], err)
+		}
+		return fmt.Errorf("cuda: batch copy of %d blocks: %w", n, err)
+	}
+	return nil
+}
+
+// issuePerCopy queues one driver copy per block, 16 per crossing into C.
+func (s *Stream) issuePerCopy(dir Direction, blocks []BlockCopy, sc *blockScratch, rep *BlockReport) error {
+	sc.ops = sc.ops[:0]
+	sizes := make([]int64, 0, rep.Blocks)
+	for i, b := range blocks {
+		if len(b.Host) == 0 {
+			continue
+		}
+		p := hostptr.PtrOf(sc.hostOf(blocks, i))
+		op := cudadrv.BatchOp{Kind: cudadrv.BatchCopyHtoD, Dev: cudadrv.DevicePtr(uint64(b.Dev.ptr) + uint64(b.Off)), Host: p, N: uint64(len(b.Host)), Stream: s.h}
+		if dir == DeviceToHost {
+			op.Kind = cudadrv.BatchCopyDtoH
+		}
+		sc.ops = append(sc.ops, op)
+		sizes = append(sizes, int64(len(b.Host)))
+	}
+	n, err := cudadrv.RunBatch(s.ctx.drv, sc.ops)
+	rep.Calls = n
+	if err != nil {
+		rep.Calls++
+	}
+	rep.Blocks = n
+	rep.Bytes = 0
+	for _, v := range sizes[:n] {
+		rep.Bytes += v
+	}
+	if err != nil {
+		return fmt.Errorf("cuda: block copy %d of %d: %w", n, len(sc.ops), err)
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/cudatest"
+	"github.com/pinmem/pinmem/examples/internal/extest"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+func TestMain(m *testing.M) { extest.Main(m, main) }
+
+func TestFlags(t *testing.T) {
+	cfg, err := parseFlags(nil, io.Discard)
+	if err != nil || cfg.blocks != 4096 || cfg.blockSize != 16<<10 || cfg.strategy != cuda.BlockAuto {
+		t.Errorf("defaults = %+v, %v", cfg, err)
+	}
+	if cfg, err := parseFlags([]string{"-strategy", "per-copy", "-kib", "64"}, io.Discard); err != nil || cfg.strategy != cuda.BlockPerCopy || cfg.blockSize != 64<<10 {
+		t.Errorf("-strategy per-copy -kib 64 = %+v, %v", cfg, err)
+	}
+	if cfg, err := parseFlags([]string{"-strategy", "kernel"}, io.Discard); err != nil || cfg.strategy != cuda.BlockKernelCopy {
+		t.Errorf("-strategy kernel = %+v, %v", cfg, err)
+	}
+	for _, bad := range [][]string{{"-blocks", "0"}, {"-kib", "-1"}, {"-strategy", "dma"}, {"x"}} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("parseFlags(%q) accepted", bad)
+		}
+	}
+}
+
+// TestRunOnFakeDriver pages 4096 blocks out and in on the fake driver with
+// each strategy: every byte is checked by run.
+func TestRunOnFakeDriver(t *testing.T) {
+	for _, s := range []cuda.BlockStrategy{cuda.BlockAuto, cuda.BlockDriverBatch, cuda.BlockPerCopy, cuda.BlockKernelCopy} {
+		t.Run(s.String(), func(t *testing.T) {
+			cudatest.Install(t)
+			var out strings.Builder
+			res, err := run(context.Background(), config{blocks: 4096, blockSize: 1 << 10, strategy: s}, &out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[cuda.BlockStrategy]cuda.BlockStrategy{cuda.BlockAuto: cuda.BlockDriverBatch}[s]; want != 0 && res.strategy != want {
+				t.Errorf("auto chose %v, want %v", res.strategy, want)
+			}
+			if !strings.HasSuffix(out.String(), "every byte checked\n") {
+				t.Errorf("output %q", out.String())
+			}
+		})
+	}
+}
+
+// TestRunReportsDriverFailure: a failing copy comes back as run's error.
+func TestRunReportsDriverFailure(t *testing.T) {
+	d := cudatest.Install(t)
+	if err := d.FailOn("cuMemcpyBatchAsync_v2", cudatest.Once(), cuda.ResultOutOfMemory); err != nil {
+		t.Fatal(err)
+	}
+	_, err := run(context.Background(), config{blocks: 64, blockSize: 1 << 10}, io.Discard)
+	if !errors.Is(err, cuda.ErrOutOfMemory) || !strings.Contains(err.Error(), "paging out") {
+		t.Fatalf("run with a failing batch copy = %v", err)
+	}
+}
+
+func TestWithoutGPU(t *testing.T) {
+	extest.CheckNoGPU(t, "kvblocks", "-blocks", "16")
+}
+
+// TestOnGPU pages 4096 blocks of 16 KiB out and in with each strategy on
+// the GPU; run checks every byte.
+func TestOnGPU(t *testing.T) {
+	testutil.RequireGPU(t)
+	for _, s := range []cuda.BlockStrategy{cuda.BlockAuto, cuda.BlockDriverBatch, cuda.BlockPerCopy, cuda.BlockKernelCopy} {
+		var out strings.Builder
+		if _, err := run(context.Background(), config{blocks: 4096, blockSize: 16 << 10, strategy: s}, &out); err != nil {
+			t.Fatalf("%v: %v", s, err)
+		}
+		t.Log(strings.TrimSpace(out.String()))
+	}
+}

@@ -1,0 +1,136 @@
+package kernels
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestBlockPTXShape checks what can be checked of the hand-written PTX
+// without ptxas: the header directives, the entry point with its
+// parameters, balanced braces, every register used is declared within
+// its range, every branch target is a label, and the image is
+// NUL-terminated. The GPU suite loads and runs it (cuda's kernel-strategy tests).
+func TestBlockPTXShape(t *testing.T) {
+	text := string(blockPTX)
+	for _, want := range []string{".version 7.0\n", ".target sm_70\n", ".address_size 64\n"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("blocks.ptx lacks %q", want)
+		}
+	}
+	if !blockPTXHasEntry() {
+		t.Errorf("blocks.ptx does not define %s(.u64 descs, .u32 count)", KernelBlockCopy)
+	}
+	if strings.Count(text, "{") != strings.Count(text, "}") {
+		t.Errorf("unbalanced braces")
+	}
+	decl := map[string]int{}
+	for _, m := range regexp.MustCompile(`\.reg \.\w+\s+%(\w+)<(\d+)>;`).FindAllStringSubmatch(text, -1) {
+		var n int
+		fmt.Sscan(m[2], &n)
+		decl[m[1]] = n
+	}
+	body := text[strings.Index(text, "{\n\t.reg"):]
+	for _, m := range regexp.MustCompile(`%([a-z]+)(\d+)\b`).FindAllStringSubmatch(body, -1) {
+		var i int
+		fmt.Sscan(m[2], &i)
+		if n, ok := decl[m[1]]; !ok || i >= n {
+			t.Errorf("register %%%s%s not declared (declared: %v)", m[1], m[2], decl)
+		}
+	}
+	labels := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^([A-Z]+):$`).FindAllStringSubmatch(text, -1) {
+		labels[m[1]] = true
+	}
+	for _, m := range regexp.MustCompile(`bra\s+([A-Z]+);`).FindAllStringSubmatch(text, -1) {
+		if !labels[m[1]] {
+			t.Errorf("branch to undefined label %s", m[1])
+		}
+	}
+	if img := BlockCopyImage(); img[len(img)-1] != 0 || bytes.IndexByte(img[:len(img)-1], 0) >= 0 {
+		t.Errorf("image is not one NUL-terminated string")
+	}
+}
+
+// TestBlockCopyTwin checks the Go twin on a small memory.
+func TestBlockCopyTwin(t *testing.T) {
+	mem := make([]byte, 256)
+	for i := range 64 {
+		mem[i] = byte(i + 1)
+	}
+	descs := make([]byte, 2*BlockDescSize)
+	put := func(b int, dst, src, n uint64) {
+		binary.LittleEndian.PutUint64(descs[b*BlockDescSize:], dst)
+		binary.LittleEndian.PutUint64(descs[b*BlockDescSize+8:], src)
+		binary.LittleEndian.PutUint64(descs[b*BlockDescSize+16:], n)
+	}
+	put(0, 128, 0, 16)
+	put(1, 200, 17, 5)
+	err := BlockCopyTwin(descs, 2, func(a, n uint64) ([]byte, error) {
+		if a+n > uint64(len(mem)) {
+			return nil, fmt.Errorf("%d bytes at %d outside", n, a)
+		}
+		return mem[a : a+n], nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(mem[128:144], mem[0:16]) || !bytes.Equal(mem[200:205], mem[17:22]) {
+		t.Errorf("twin copied wrong bytes")
+	}
+	put(1, 250, 0, 16)
+	if err := BlockCopyTwin(descs, 2, func(a, n uint64) ([]byte, error) {
+		if a+n > uint64(len(mem)) {
+			return nil, fmt.Errorf("%d bytes at %d outside", n, a)
+		}
+		return mem[a : a+n], nil
+	}); err == nil {
+		t.Errorf("twin accepted a block past the memory's end")
+	}
+}
+
+// TestBlockPTXAssembles runs ptxas (PTXAS, or ptxas on PATH or in
+// $CUDA_HOME/bin) on the hand-written PTX for sm_70 and sm_90, where one
+// is found; without one it skips.
+func TestBlockPTXAssembles(t *testing.T) {
+	ptxas := os.Getenv("PTXAS")
+	if ptxas == "" {
+		if p, err := exec.LookPath("ptxas"); err == nil {
+			ptxas = p
+		}
+	}
+	if ptxas == "" {
+		home := os.Getenv("CUDA_HOME")
+		if home == "" {
+			home = "/usr/local/cuda"
+		}
+		if p := filepath.Join(home, "bin", "ptxas"); fileExists(p) {
+			ptxas = p
+		}
+	}
+	if ptxas == "" {
+		t.Skip("no ptxas (set PTXAS or CUDA_HOME)")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "blocks.ptx")
+	if err := os.WriteFile(src, blockPTX, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, arch := range []string{"sm_70", "sm_90"} {
+		out, err := exec.Command(ptxas, "-arch="+arch, "-o", filepath.Join(dir, arch+".cubin"), src).CombinedOutput()
+		if err != nil {
+			t.Errorf("ptxas -arch=%s blocks.ptx: %v\n%s", arch, err, out)
+		}
+	}
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
