@@ -312,10 +312,11 @@ var scratchPool = sync.Pool{New: func() any { return new(blockScratch) }}
 // goroutines.
 func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOption) (BlockReport, error) {
 	o := blockOptions{batchMax: DefaultBlockBatchMax}
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
+	for i, f := range opts {
+		if f == nil {
+			return BlockReport{}, fmt.Errorf("cuda: CopyBlocks option %d is nil: %w", i, ErrInvalidValue)
 		}
+		f(&o)
 	}
 	if err := s.usable(); err != nil {
 		return BlockReport{}, err

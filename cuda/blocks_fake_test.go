@@ -706,3 +706,17 @@ func TestFakeCopyBlocksKernelStaging(t *testing.T) {
 	}
 	testutil.CheckBytes(t, pageable, out)
 }
+
+// TestFakeCopyBlocksNilOption: a nil option is refused before anything is
+// queued, as every other options list in pinmem refuses one.
+func TestFakeCopyBlocksNilOption(t *testing.T) {
+	e := newBlockEnv(t, fakedrv.Options{}, 4096, 8)
+	before := e.copyCalls()
+	_, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockBatchMax(1<<20), nil)
+	if !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Fatalf("nil option: %v, want ErrInvalidValue", err)
+	}
+	if n := e.copyCalls() - before; n != 0 {
+		t.Fatalf("%d copy calls after a refused list, want 0", n)
+	}
+}
