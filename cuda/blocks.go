@@ -79,8 +79,7 @@ const (
 	// BlockPerCopy queues one cuMemcpyHtoDAsync/DtoHAsync per block, 16
 	// per crossing from Go into C (as Batch).
 	BlockPerCopy
-	X
-	// gather/scatter kernel, which copies the blocks with the SMs over
+	// BlockKernelCopy launches pinmem's gather/scatter kernel, which copies the blocks with the SMs over
 	// mapped host memory (WithBlockKernel; host blocks must be mapped).
 	// BlockAuto never picks it by itself: it is chosen with
 	// WithBlockKernel, until measurements say for which sizes it wins.

@@ -91,6 +91,9 @@ func joinEngineKey(c *cuda.Context, o options, key engineKey) (*engine, error) {
 	if shared {
 		e = engines.m[key]
 	}
+	if e != nil && e.isClosed() {
+		e = nil // left by its last member; never joined again
+	}
 	fresh := e == nil
 	if fresh {
 		e = &engine{key: key, shared: shared, cctx: c, flags: o.stageFlags | pinmem.Portable,
@@ -264,6 +267,13 @@ func (e *engine) give(ss []*stage) {
 // and the copy goroutines. It returns what the driver failed to release
 // (retried by the next call of the last member's release).
 func (e *engine) leave(member *bool) (left int, err error) {
+	// The registry's lock is taken first, as joinEngineKey takes it: the
+	// last member's leaving and the engine's removal from the registry are
+	// one step, so no new Copier can join an engine whose stages are about
+	// to be freed.
+	if e.shared {
+		engines.Lock()
+	}
 	e.mu.Lock()
 	if *member {
 		*member = false
@@ -273,16 +283,15 @@ func (e *engine) leave(member *bool) (left int, err error) {
 		}
 	}
 	last := e.closed
+	if last && e.shared && engines.m[e.key] == e {
+		delete(engines.m, e.key)
+	}
 	e.mu.Unlock()
+	if e.shared {
+		engines.Unlock()
+	}
 	if !last {
 		return 0, nil
-	}
-	if e.shared {
-		engines.Lock()
-		if engines.m[e.key] == e {
-			delete(engines.m, e.key)
-		}
-		engines.Unlock()
 	}
 	err = e.rel.run(func() (int, error) {
 		e.pool.close()
@@ -297,6 +306,13 @@ func (e *engine) leave(member *bool) (left int, err error) {
 		left = 1
 	}
 	return left, err
+}
+
+// isClosed reports whether the engine's last member has left.
+func (e *engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
 }
 
 // stageCount returns the stages the engine holds and the most borrowed at
