@@ -109,8 +109,8 @@ func (s BlockStrategy) String() string {
 // time per block) the call cost is under a tenth of the transfer and the
 // per-copy path, which every driver has and which lets the copy engines
 // start on the first block while later ones are still being queued, is
-// as fast. The value is a default to be confirmed by measurement
-// (BenchmarkGPUBlocks); WithBlockBatchMax overrides it.
+// as fast. BenchmarkGPUBlocks measures the strategies on a machine;
+// WithBlockBatchMax overrides the default.
 const DefaultBlockBatchMax = 1 << 20
 
 // Errors of the checks CopyBlocks makes before it queues anything. Each

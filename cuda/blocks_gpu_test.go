@@ -341,10 +341,7 @@ func BenchmarkGPUBlocks(b *testing.B) {
 							_, err = g.s.CopyBlocks(dir, list, opts...)
 						}
 						t1 := time.Now()
-						if errors.Is(err, cuda.ErrNotSupported) {
-							b.Skipf("%s: %v", r.name, err)
-						}
-						must(b, err)
+						testutil.SkipIfNotSupported(b, err)
 						must(b, g.s.Synchronize())
 						t2 := time.Now()
 						gbps[r.name] = append(gbps[r.name], float64(n)/float64(t2.Sub(t0).Nanoseconds()))

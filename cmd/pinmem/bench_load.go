@@ -239,38 +239,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // fileCRCs returns the CRC-32C of every crcChunk bytes of the file, read
 // by several goroutines (which also brings the file into the page cache).
 func fileCRCs(path string, size int64, workers int) ([]uint32, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	n := int((size + crcChunk - 1) / crcChunk)
-	crcs := make([]uint32, n)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]byte, crcChunk)
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				off := i * crcChunk
-				k := int(min(crcChunk, size-off))
-				if _, err := f.ReadAt(buf[:k], off); err != nil {
-					errs[w] = err
-					return
-				}
-				crcs[i] = crc32.Checksum(buf[:k], castagnoli)
-			}
-		}()
-	}
-	wg.Wait()
-	return crcs, errors.Join(errs...)
+	crcs := make([]uint32, (size+crcChunk-1)/crcChunk)
+	err := readChunks(path, size, workers, crcChunk, func(i int64, b []byte) {
+		crcs[i] = crc32.Checksum(b, castagnoli)
+	})
+	return crcs, err
 }
 
 // checkDevice copies dst back in crcChunk pieces and checks each against want.
@@ -292,6 +265,13 @@ func checkDevice(dst *cuda.DeviceBuffer, size int64, want []uint32) error {
 // parallelRead reads the whole file with workers goroutines, each taking
 // the next chunk of the file into its own Go buffer.
 func parallelRead(path string, size int64, workers, chunk int) error {
+	return readChunks(path, size, workers, chunk, nil)
+}
+
+// readChunks reads the file in chunk-byte pieces with workers goroutines,
+// each taking the next piece into its own buffer and handing it, with its
+// index, to use (when not nil) before reading the next.
+func readChunks(path string, size int64, workers, chunk int, use func(i int64, b []byte)) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -306,7 +286,8 @@ func parallelRead(path string, size int64, workers, chunk int) error {
 			defer wg.Done()
 			buf := make([]byte, chunk)
 			for {
-				off := (next.Add(1) - 1) * int64(chunk)
+				i := next.Add(1) - 1
+				off := i * int64(chunk)
 				if off >= size {
 					return
 				}
@@ -314,6 +295,9 @@ func parallelRead(path string, size int64, workers, chunk int) error {
 				if _, err := f.ReadAt(buf[:k], off); err != nil {
 					errs[w] = err
 					return
+				}
+				if use != nil {
+					use(i, buf[:k])
 				}
 			}
 		}()
