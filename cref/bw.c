@@ -3,10 +3,15 @@
  * kind of host memory, and (with --pin-cost) the cost of pinning.
  *
  * usage:
- *   bw [--samples N] [--kinds k1,k2,...] [--dirs h2d,d2h] [--min-ms MS] [size ...]
+ *   bw [--samples N] [--kinds k1,k2,...] [--dirs h2d,d2h] [--min-ms MS]
+ *      [--pageable memalign|thp|nothp] [size ...]
  *   bw --pin-cost [--fast-only] [--threads T] [--samples N] [size ...]
  *
- * Kinds: pageable (page-aligned posix_memalign), pinned (cuMemHostAlloc 0), portable
+ * Kinds: pageable (page-aligned posix_memalign by default; --pageable thp or
+ * nothp: a 2 MiB-aligned anonymous mapping advised MADV_HUGEPAGE or
+ * MADV_NOHUGEPAGE, to compare with Go heap memory, which lives in 64
+ * MiB-aligned anonymous mappings and gets huge pages when the system's THP
+ * setting gives them), pinned (cuMemHostAlloc 0), portable
  * (CU_MEMHOSTALLOC_PORTABLE), mapped (CU_MEMHOSTALLOC_DEVICEMAP),
  * write-combined (CU_MEMHOSTALLOC_WRITECOMBINED), registered (page-aligned
  * malloc + cuMemHostRegister). Sizes take K/M/G suffixes (binary); default
@@ -47,13 +52,32 @@ typedef struct {
     void* p;
     size_t n;
     int kind;
+    void* map; /* the mapping of --pageable thp|nothp memory, else NULL */
+    size_t maplen;
 } hostbuf_t;
+
+/* pageable_mode is --pageable: 0 memalign, 1 thp, 2 nothp. */
+static int pageable_mode = 0;
 
 static hostbuf_t host_alloc(int kind, size_t n)
 {
-    hostbuf_t b = {NULL, n, kind};
+    hostbuf_t b = {NULL, n, kind, NULL, 0};
     switch (kind) {
     case K_PAGEABLE:
+        if (pageable_mode != 0) {
+            const size_t huge = 2u << 20;
+            b.maplen = (n + huge - 1) / huge * huge + huge;
+            b.map = mmap(NULL, b.maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (b.map == MAP_FAILED) {
+                die("mmap failed");
+            }
+            b.p = (void*)(((uintptr_t)b.map + huge - 1) / huge * huge);
+            if (madvise(b.p, b.maplen - huge, pageable_mode == 1 ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) != 0) {
+                die("madvise failed");
+            }
+            memset(b.p, 0, n);
+            break;
+        }
         /* Page-aligned, as the Go heap's large objects are, so that the
          * driver's pageable path sees the same kind of memory from C and
          * from Go (malloc's large blocks start 16 bytes into a page). */
@@ -101,7 +125,12 @@ static void host_free(hostbuf_t* b)
 {
     switch (b->kind) {
     case K_PAGEABLE:
-        free(b->p);
+        if (b->map != NULL) {
+            munmap(b->map, b->maplen);
+            b->map = NULL;
+        } else {
+            free(b->p);
+        }
         break;
     case K_REGISTERED:
         CK(cuMemHostUnregister(b->p));
@@ -407,7 +436,8 @@ static int parse_list(const char* arg, const char* const* names, int count, int*
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: bw [--samples N] [--kinds k1,k2] [--dirs h2d,d2h] [--min-ms MS] [size ...]\n"
+            "usage: bw [--samples N] [--kinds k1,k2] [--dirs h2d,d2h] [--min-ms MS]\n"
+            "          [--pageable memalign|thp|nothp] [size ...]\n"
             "       bw --pin-cost [--fast-only] [--threads T] [--samples N] [size ...]\n"
             "kinds: pageable pinned portable mapped write-combined registered\n");
     exit(2);
@@ -432,6 +462,17 @@ int main(int argc, char** argv)
             any_dir = parse_list(argv[++i], dir_names, 2, dirs);
         } else if (strcmp(a, "--min-ms") == 0 && i + 1 < argc) {
             min_ms = (double)parse_int(a, argv[++i]);
+        } else if (strcmp(a, "--pageable") == 0 && i + 1 < argc) {
+            const char* m = argv[++i];
+            if (strcmp(m, "memalign") == 0) {
+                pageable_mode = 0;
+            } else if (strcmp(m, "thp") == 0) {
+                pageable_mode = 1;
+            } else if (strcmp(m, "nothp") == 0) {
+                pageable_mode = 2;
+            } else {
+                usage();
+            }
         } else if (strcmp(a, "--pin-cost") == 0) {
             pin_cost = 1;
         } else if (strcmp(a, "--fast-only") == 0) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +31,13 @@ const EnvBench4G = "PINMEM_BENCH_4G"
 
 // sideBySide runs every variant once per round (rounds rounds, after one
 // warm-up round), rotating which goes first, and reports and returns each
-// variant's median GB/s for n bytes.
+// variant's median GB/s for n bytes, with its process CPU-seconds per GB
+// (getrusage around the sample). Each sample is one untimed call (so that
+// no variant inherits the state its predecessor left: a GPU idle since the
+// last copy, caches another goroutine dirtied) followed by repsFor(n) timed
+// calls back to back, so that a sample of a small size lasts long enough
+// for the clock to resolve it and the per-call cost is averaged, as
+// nvbandwidth and cref/bw time batches of copies.
 func sideBySide(b *testing.B, n, rounds int, vs []variant) []float64 {
 	b.Helper()
 	for _, v := range vs {
@@ -38,31 +45,49 @@ func sideBySide(b *testing.B, n, rounds int, vs []variant) []float64 {
 			b.Fatalf("%s: %v", v.name, err)
 		}
 	}
+	reps := repsFor(n)
 	gbps := make([][]float64, len(vs))
+	cpu := make([][]float64, len(vs))
 	for i := range rounds {
 		for j := range vs {
 			k := (i + j) % len(vs)
-			t0 := time.Now()
 			if err := vs[k].fn(); err != nil {
 				b.Fatalf("%s: %v", vs[k].name, err)
 			}
-			gbps[k] = append(gbps[k], float64(n)/time.Since(t0).Seconds()/1e9)
+			c0 := processCPU()
+			t0 := time.Now()
+			for range reps {
+				if err := vs[k].fn(); err != nil {
+					b.Fatalf("%s: %v", vs[k].name, err)
+				}
+			}
+			el := time.Since(t0).Seconds()
+			gb := float64(n) * float64(reps) / 1e9
+			gbps[k] = append(gbps[k], gb/el)
+			cpu[k] = append(cpu[k], (processCPU()-c0).Seconds()/gb)
 		}
 	}
 	meds := make([]float64, len(vs))
 	for k, v := range vs {
 		meds[k] = median(gbps[k])
 		b.ReportMetric(meds[k], v.name+"-GB/s")
+		b.ReportMetric(slices.Min(gbps[k]), v.name+"-min-GB/s")
+		b.ReportMetric(slices.Max(gbps[k]), v.name+"-max-GB/s")
+		b.ReportMetric(median(cpu[k]), v.name+"-CPU-s/GB")
 	}
 	return meds
 }
 
+// repsFor is the number of back-to-back calls in one sample of n bytes:
+// at least 8 MiB moved per sample, one call from 8 MiB up.
+func repsFor(n int) int { return max(1, (8<<20)/n) }
+
 // roundsFor is the number of interleaved samples for n bytes: about 1 GiB
-// moved per variant, between 3 and 25 samples.
-func roundsFor(n int) int { return max(3, min(25, (1<<30)/n)) }
+// moved per variant, between 5 and 25 samples.
+func roundsFor(n int) int { return max(5, min(25, (1<<30)/n)) }
 
 // BenchmarkCopierVsDriver compares, side by side with interleaved samples,
-// the Copier (default options: the driver's copy below 32 MiB, staging
+// the Copier (default options: the driver's copy below DefaultThresholds, staging
 // above) moving a Go heap slice with the driver's own pageable copy of
 // the same slice (DeviceBuffer.CopyFromHost/CopyToHost), the Copier with
 // a context that can end (copier-ctx: the driver's copy runs on a
@@ -505,4 +530,42 @@ func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function
 		}
 		run(t, gpuCopier(t, ctx), blk.Bytes(), true)
 	})
+}
+
+// BenchmarkChunkPieces compares, side by side, staged transfers of 64 MiB
+// and 256 MiB from a Go slice cut into at least 2, 4, 8 and 16 pieces
+// (chunkPieces), beside the host bound (as BenchmarkCopierVsDriver's), to
+// choose the default. Under 30 s:
+//
+//	.gpu/bin/transfer.test -test.run '^$' -test.bench 'ChunkPieces' -test.benchtime 1x
+func BenchmarkChunkPieces(b *testing.B) {
+	ctx := gpuCtx(b)
+	staged := gpuCopier(b, ctx, WithThresholds(Thresholds{}))
+	const maxN = 256 << 20
+	heap := touched(maxN)
+	dev := gpuAlloc(b, ctx, maxN)
+	defer func(old int) { chunkPieces = old }(chunkPieces)
+	for _, n := range []int{64 << 20, 256 << 20} {
+		h := heap[:n]
+		d, _ := dev.Slice(0, n)
+		for _, dir := range []string{"H2D", "D2H"} {
+			b.Run(dir+"/"+sizeName(n), func(b *testing.B) {
+				b.SetBytes(int64(n))
+				var vs []variant
+				for _, k := range []int{2, 4, 8, 16} {
+					vs = append(vs, variant{fmt.Sprintf("pieces%d", k), func() error {
+						chunkPieces = k
+						var err error
+						if dir == "H2D" {
+							_, err = staged.HtoD(context.Background(), d, h)
+						} else {
+							_, err = staged.DtoH(context.Background(), h, d)
+						}
+						return err
+					}})
+				}
+				sideBySide(b, n, roundsFor(n)*b.N, vs)
+			})
+		}
+	}
 }

@@ -25,12 +25,13 @@ import (
 //     blocks, any registration cache: pinmem.Lookup), in buffers made
 //     known with AddPinned, and in slices the registration cache holds.
 //   - Pageable memory (ordinary Go memory) of fewer bytes than the
-//     Copier's Thresholds (WithThresholds; DefaultThresholds, 32 MiB both
-//     ways) is handed to the driver's own pageable copy: one synchronous
-//     cuMemcpyHtoD or cuMemcpyDtoH on the Go slice, with no staging ring,
-//     no events, no copy goroutines and, without WithStats, no system call
-//     beyond it. Below about 32 MiB the driver's copy is faster than
-//     staging (its fixed cost is lower); above, its single bounce buffer
+//     Copier's Thresholds (WithThresholds; DefaultThresholds, 16 MiB
+//     host-to-device and 32 MiB device-to-host) is handed to the driver's
+//     own pageable copy: one synchronous cuMemcpyHtoD or cuMemcpyDtoH on
+//     the Go slice, with no staging ring, no events, no copy goroutines
+//     and, without WithStats, no system call beyond it. Below those sizes
+//     the driver's copy is as fast as staging or faster (its fixed cost
+//     is lower); above, its single bounce buffer
 //     caps it at a fraction of pinned speed. Calibrate measures the
 //     crossover on the host at hand.
 //   - Larger pageable memory is staged through the Copier's ring of
@@ -732,10 +733,18 @@ func normalize(s []span) []span {
 	return out
 }
 
+// chunkPieces is how many pieces, at least, a staged transfer smaller
+// than chunkPieces stages is cut into, so that the CPU's copy of one piece
+// overlaps the DMA of another; the first piece's CPU copy (host to device)
+// or DMA (device to host) is not overlapped, so more pieces cost less of
+// it, and each piece costs a fork and join of the copy goroutines and an
+// event. A variable so that a GPU benchmark can compare settings.
+var chunkPieces = 4
+
 // chunkSize is the staged piece size for n staged bytes: a stage, or less
-// when the transfer is small, so that at least about four pieces overlap.
+// when the transfer is small, so that at least chunkPieces pieces overlap.
 func (c *copier) chunkSize(n int) int {
-	ch := (n/4 + 65535) &^ 65535
+	ch := (n/chunkPieces + 65535) &^ 65535
 	return max(min(ch, c.o.stageSize), min(minChunk, c.o.stageSize))
 }
 

@@ -80,25 +80,34 @@ func TestFakeAdaptive(t *testing.T) {
 }
 
 // TestFakeAdaptiveDefaults: a default Copier copies pageable memory below
-// 32 MiB with the driver and stages from 32 MiB; pinned memory goes
-// directly whatever its size.
+// 16 MiB host-to-device and 32 MiB device-to-host with the driver and
+// stages from there; pinned memory goes directly whatever its size.
 func TestFakeAdaptiveDefaults(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t)
-	if DefaultThresholds != (Thresholds{HtoD: 32 << 20, DtoH: 32 << 20}) {
+	if DefaultThresholds != (Thresholds{HtoD: 16 << 20, DtoH: 32 << 20}) {
 		t.Fatalf("DefaultThresholds %+v", DefaultThresholds)
 	}
 	dev := e.devbuf(t, 32<<20)
-	for _, n := range []int{4 << 10, 32<<20 - 1, 32 << 20} {
+	for _, n := range []int{4 << 10, 16<<20 - 1, 16 << 20, 32<<20 - 1, 32 << 20} {
 		src := testutil.RandomBytes(n, 5)
 		up, err := c.HtoD(context.Background(), dev, src)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if driver := n < 32<<20; driver != (up.PageableBytes == int64(n)) || !driver && up.StagedBytes != int64(n) {
+		if driver := n < 16<<20; driver != (up.PageableBytes == int64(n)) || !driver && up.StagedBytes != int64(n) {
 			t.Errorf("%d bytes: %v", n, up)
 		}
 		testutil.CheckBytes(t, src, e.deviceBytes(t, dev)[:n])
+		back := make([]byte, n)
+		down, err := c.DtoH(context.Background(), back, dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if driver := n < 32<<20; driver != (down.PageableBytes == int64(n)) || !driver && down.StagedBytes != int64(n) {
+			t.Errorf("%d bytes back: %v", n, down)
+		}
+		testutil.CheckBytes(t, src, back)
 	}
 	b, err := pinmem.Alloc(4<<10, 0)
 	if err != nil {
