@@ -532,37 +532,41 @@ func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function
 	})
 }
 
-// BenchmarkChunkPieces compares, side by side, staged transfers of 64 MiB
-// and 256 MiB from a Go slice cut into at least 2, 4, 8 and 16 pieces
-// (chunkPieces), beside the host bound (as BenchmarkCopierVsDriver's), to
-// choose the default. Under 30 s:
+// BenchmarkStagingKnobs compares, side by side, staged transfers of 16,
+// 64 and 256 MiB from a Go slice cut into at least 4 or 8 pieces
+// (chunkPieces) with the copy goroutines spinning 0, 50 or 200 us for the
+// next piece before they park (spinWait), to choose the defaults. Under
+// 30 s:
 //
-//	.gpu/bin/transfer.test -test.run '^$' -test.bench 'ChunkPieces' -test.benchtime 1x
-func BenchmarkChunkPieces(b *testing.B) {
+//	.gpu/bin/transfer.test -test.run '^$' -test.bench 'StagingKnobs' -test.benchtime 1x
+func BenchmarkStagingKnobs(b *testing.B) {
 	ctx := gpuCtx(b)
 	staged := gpuCopier(b, ctx, WithThresholds(Thresholds{}))
 	const maxN = 256 << 20
 	heap := touched(maxN)
 	dev := gpuAlloc(b, ctx, maxN)
-	defer func(old int) { chunkPieces = old }(chunkPieces)
-	for _, n := range []int{64 << 20, 256 << 20} {
+	defer func(p int, s int64) { chunkPieces = p; spinWait.Store(s) }(chunkPieces, spinWait.Load())
+	for _, n := range []int{16 << 20, 64 << 20, 256 << 20} {
 		h := heap[:n]
 		d, _ := dev.Slice(0, n)
 		for _, dir := range []string{"H2D", "D2H"} {
 			b.Run(dir+"/"+sizeName(n), func(b *testing.B) {
 				b.SetBytes(int64(n))
 				var vs []variant
-				for _, k := range []int{2, 4, 8, 16} {
-					vs = append(vs, variant{fmt.Sprintf("pieces%d", k), func() error {
-						chunkPieces = k
-						var err error
-						if dir == "H2D" {
-							_, err = staged.HtoD(context.Background(), d, h)
-						} else {
-							_, err = staged.DtoH(context.Background(), h, d)
-						}
-						return err
-					}})
+				for _, k := range []int{4, 8} {
+					for _, spin := range []time.Duration{0, 50 * time.Microsecond, 200 * time.Microsecond} {
+						vs = append(vs, variant{fmt.Sprintf("p%d-spin%dus", k, spin.Microseconds()), func() error {
+							chunkPieces = k
+							spinWait.Store(int64(spin))
+							var err error
+							if dir == "H2D" {
+								_, err = staged.HtoD(context.Background(), d, h)
+							} else {
+								_, err = staged.DtoH(context.Background(), h, d)
+							}
+							return err
+						}})
+					}
 				}
 				sideBySide(b, n, roundsFor(n)*b.N, vs)
 			})

@@ -28,9 +28,25 @@ type copyTask struct {
 }
 
 type copyBatch struct {
-	wg  sync.WaitGroup
-	cpu atomic.Int64 // nanoseconds of CPU (or wall time without thread CPU) spent copying
+	wg   sync.WaitGroup
+	left atomic.Int32 // pieces queued and not yet copied
+	cpu  atomic.Int64 // nanoseconds of CPU (or wall time without thread CPU) spent copying
 }
+
+// spinWait is how long a copy worker that finished a piece looks for the
+// next one before it parks, and how long the caller of a copy waits for
+// the workers' pieces by polling before it parks. A staged transfer hands
+// its copy goroutines a batch of pieces per stage, a few tens of
+// microseconds apart; a parked goroutine's OS thread sleeps, and waking
+// a dozen sleeping threads (on a virtual machine, their halted virtual
+// CPUs) costs tens of microseconds per batch, which a short spin avoids.
+// The spin ends at once when there is work; its cost is at most this
+// much CPU per worker after the last batch of a transfer. 0 parks at
+// once. Nanoseconds, atomic so that a GPU benchmark can compare settings
+// while the workers run.
+var spinWait atomic.Int64
+
+func init() { spinWait.Store(int64(50 * time.Microsecond)) }
 
 // newCopyPool starts n-1 workers (the caller of copy is the n-th). With
 // measure, pieces are timed: thread CPU time where available (the workers
@@ -59,10 +75,38 @@ func (p *copyPool) worker() {
 		// alone. The goroutine exits when the pool closes, ending the thread.
 		runtime.LockOSThread()
 	}
-	for t := range p.tasks {
+	for {
+		t, ok := p.next()
+		if !ok {
+			return
+		}
 		t.b.piece(t.dst, t.src, p)
+		t.b.left.Add(-1)
 		t.b.wg.Done()
 	}
+}
+
+// next returns the next task, looking for one for up to spinWait before
+// blocking; ok is false once the pool is closed and drained.
+func (p *copyPool) next() (t copyTask, ok bool) {
+	if spin := time.Duration(spinWait.Load()); spin > 0 {
+		var start time.Time
+		for i := 0; ; i++ {
+			select {
+			case t, ok = <-p.tasks:
+				return t, ok
+			default:
+			}
+			if i == 0 {
+				start = time.Now()
+			} else if i%64 == 0 && time.Since(start) > spin {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	t, ok = <-p.tasks
+	return t, ok
 }
 
 // piece copies src into dst and, when p measures, adds the CPU time it
@@ -106,9 +150,19 @@ func (p *copyPool) copyN(parts int, dst, src []byte) time.Duration {
 	for off := size; off < n; off += size {
 		end := min(off+size, n)
 		b.wg.Add(1)
+		b.left.Add(1)
 		p.tasks <- copyTask{dst[off:end], src[off:end], &b}
 	}
 	p.callerPiece(&b, dst[:size], src[:size])
+	if spin := time.Duration(spinWait.Load()); spin > 0 && b.left.Load() > 0 {
+		start := time.Now()
+		for i := 1; b.left.Load() > 0; i++ {
+			if i%64 == 0 && time.Since(start) > spin {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
 	b.wg.Wait()
 	return time.Duration(b.cpu.Load())
 }
