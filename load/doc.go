@@ -41,7 +41,9 @@
 // Options are checked by New (an *OptionError matching
 // cuda.ErrInvalidValue); invalid ranges are a *RangeError (ErrRange) and a
 // file shorter than the ranges a *ShortFileError (ErrShortFile), both
-// before anything is read. A canceled context stops new reads at once;
+// before anything is read. Loads on one Loader run one at a time; one that
+// waits for its turn returns its context's error if the context ends
+// first. A canceled context stops new reads at once;
 // Load then waits for the copies already queued, at most the stages'
 // memory, because a stage cannot be reused or freed while the copy engine
 // still reads it. No error path leaves pinned memory behind: New releases

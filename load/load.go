@@ -28,7 +28,8 @@ type stage struct {
 // Loader reads files into device memory through pinned stages. Create one
 // with New and Close it when done: it holds its stages' pinned memory,
 // streams and events from New to Close. Its methods are safe for
-// concurrent use; loads run one at a time, each using every stage.
+// concurrent use; loads run one at a time, each using every stage, and a
+// Load waiting for its turn gives up when its context ends.
 type Loader struct {
 	ctx     *cuda.Context
 	cfg     config
@@ -37,8 +38,11 @@ type Loader struct {
 	stages  []*stage
 	aligned bool // every stage's address is a multiple of Align (direct I/O possible)
 
-	mu     sync.Mutex // one load at a time; guards closed
-	closed bool
+	// turn holds a token while a load or Close runs: one at a time. It is a
+	// channel rather than a mutex so that a Load can stop waiting for its
+	// turn when its context ends.
+	turn   chan struct{}
+	closed bool // guarded by turn
 }
 
 // Stats describes one load.
@@ -89,7 +93,7 @@ func New(ctx *cuda.Context, opts ...Option) (_ *Loader, err error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("load: nil context: %w", cuda.ErrInvalidValue)
 	}
-	l := &Loader{ctx: ctx, cfg: cfg, free: make(chan *stage, cfg.stages), aligned: true}
+	l := &Loader{ctx: ctx, cfg: cfg, free: make(chan *stage, cfg.stages), aligned: true, turn: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, l.release())
@@ -163,8 +167,11 @@ func (l *Loader) Close() error {
 	if l == nil {
 		return fmt.Errorf("load: Close of a nil Loader: %w", cuda.ErrInvalidValue)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	if l.turn == nil {
+		return fmt.Errorf("load: Close of a Loader not made by New: %w", cuda.ErrInvalidValue)
+	}
+	l.turn <- struct{}{}
+	defer func() { <-l.turn }()
 	if l.closed {
 		return ErrClosed
 	}
@@ -231,7 +238,9 @@ func (l *Loader) LoadFile(ctx context.Context, path string, dst *cuda.DeviceBuff
 // finished, so that no stage is reused or freed under a running copy: the
 // wait after cancellation is bounded by draining at most PinnedBytes
 // bytes. The returned error is then ctx's error or the first failure, and
-// the destinations hold a part of the data.
+// the destinations hold a part of the data. A Load that waits for another
+// load on the Loader to end returns ctx's error, having read nothing, if
+// ctx ends first.
 func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stats, err error) {
 	start := time.Now()
 	st.Resident = -1
@@ -241,8 +250,15 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stat
 	if ctx == nil {
 		return st, fmt.Errorf("load: nil context.Context: %w", cuda.ErrInvalidValue)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	if l.turn == nil {
+		return st, fmt.Errorf("load: Load on a Loader not made by New: %w", cuda.ErrInvalidValue)
+	}
+	select {
+	case l.turn <- struct{}{}:
+	case <-ctx.Done():
+		return st, ctx.Err()
+	}
+	defer func() { <-l.turn }()
 	if l.closed {
 		return st, ErrClosed
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
@@ -480,4 +481,54 @@ func TestFakePinnedMemoryIsBounded(t *testing.T) {
 	if got := pinmem.Stats().Pinned.Bytes; got != before {
 		t.Errorf("%d bytes pinned after Close, %d before New", got, before)
 	}
+}
+
+// TestFakeWaitingLoadCanceled: a Load waiting for another load on the same
+// Loader to end gives up with its context's error when the context ends,
+// instead of waiting for the other load however long it takes.
+func TestFakeWaitingLoadCanceled(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	path, data := tempFile(t, 1<<20, 12)
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	// The first load stops in its first progress report after data landed
+	// until release is closed.
+	l := e.loader(t, WithMode(ModeBuffered), WithProgress(func(done, _ int64) {
+		if done > 0 {
+			once.Do(func() { close(started); <-release })
+		}
+	}))
+	dst := e.devbuf(t, len(data))
+	first := make(chan error, 1)
+	go func() {
+		_, err := l.LoadFile(context.Background(), path, dst)
+		first <- err
+	}()
+	<-started
+	other := e.devbuf(t, len(data))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	second := make(chan error, 1)
+	go func() {
+		_, err := l.LoadFile(ctx, path, other)
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("waiting load whose context ended: %v, want context.DeadlineExceeded", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("a waiting Load did not return 5 s after its context ended")
+		close(release)
+		<-second
+		release = nil
+	}
+	if release != nil {
+		close(release)
+	}
+	if err := <-first; err != nil {
+		t.Errorf("the first load: %v", err)
+	}
+	testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
 }
