@@ -313,8 +313,15 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stat
 			if direct, err = openDirectFile(path); err != nil {
 				st.Fallback = "O_DIRECT refused: " + err.Error()
 				direct = nil
-			} else {
-				defer direct.Close()
+				break
+			}
+			defer direct.Close()
+			// The path is opened a second time: by now it may name another
+			// file (replaced, or a symbolic link changed), whose data must
+			// not be read into ranges checked against f.
+			if dfi, err := direct.Stat(); err != nil || !os.SameFile(fi, dfi) {
+				st.Fallback = "the path names another file than the one opened first"
+				direct = nil
 			}
 		}
 		if direct == nil {

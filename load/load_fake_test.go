@@ -532,3 +532,26 @@ func TestFakeWaitingLoadCanceled(t *testing.T) {
 	}
 	testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
 }
+
+// TestFakeDirectOpenFindsAnotherFile replaces the file between the load's
+// buffered open and its direct open (simulated by the hook, which opens
+// another file): the load must read the file it checked the ranges
+// against, not whatever the path names by then.
+func TestFakeDirectOpenFindsAnotherFile(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	path, data := tempFile(t, 300000, 13)
+	replacement, _ := tempFile(t, 300000, 14)
+	prev := openDirectFile
+	openDirectFile = func(string) (*os.File, error) { return prev(replacement) }
+	defer func() { openDirectFile = prev }()
+	l := e.loader(t, WithMode(ModeDirect))
+	dst := e.devbuf(t, len(data))
+	st, err := l.LoadFile(context.Background(), path, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode != ModeBuffered || st.Fallback == "" {
+		t.Errorf("stats %+v, want a buffered load that says why", st)
+	}
+	testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
+}
