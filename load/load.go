@@ -214,11 +214,10 @@ func (l *Loader) release() error {
 // hold at least the file's size. A file larger than dst is an error
 // matching ErrRange before anything is read.
 func (l *Loader) LoadFile(ctx context.Context, path string, dst *cuda.DeviceBuffer) (Stats, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return Stats{Resident: -1}, fmt.Errorf("load: %w", err)
-	}
-	return l.Load(ctx, path, []Range{{Offset: 0, Length: fi.Size(), Dst: dst}})
+	// The file's size is taken from the file the load opens, not from a
+	// stat of the path before: by the open the path may name another
+	// file, of which a stat-sized prefix would be loaded as if whole.
+	return l.load(ctx, path, nil, dst, true)
 }
 
 // Load reads the ranges of the file at path into their destinations and
@@ -241,7 +240,13 @@ func (l *Loader) LoadFile(ctx context.Context, path string, dst *cuda.DeviceBuff
 // the destinations hold a part of the data. A Load that waits for another
 // load on the Loader to end returns ctx's error, having read nothing, if
 // ctx ends first.
-func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stats, err error) {
+func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, error) {
+	return l.load(ctx, path, ranges, nil, false)
+}
+
+// load is Load, or LoadFile when whole is set: then the one range is the
+// whole file that load opens, into wholeDst.
+func (l *Loader) load(ctx context.Context, path string, ranges []Range, wholeDst *cuda.DeviceBuffer, whole bool) (st Stats, err error) {
 	start := time.Now()
 	st.Resident = -1
 	if l == nil {
@@ -262,9 +267,11 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stat
 	if l.closed {
 		return st, ErrClosed
 	}
-	total, end, err := checkRanges(ranges, l.ctx.Handle())
-	if err != nil {
-		return st, err
+	var total, end int64
+	if !whole {
+		if total, end, err = checkRanges(ranges, l.ctx.Handle()); err != nil {
+			return st, err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return st, err
@@ -277,6 +284,12 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stat
 	fi, err := f.Stat()
 	if err != nil {
 		return st, fmt.Errorf("load: %w", err)
+	}
+	if whole {
+		ranges = []Range{{Offset: 0, Length: fi.Size(), Dst: wholeDst}}
+		if total, end, err = checkRanges(ranges, l.ctx.Handle()); err != nil {
+			return st, err
+		}
 	}
 	if end > fi.Size() {
 		return st, &ShortFileError{Path: path, Need: end, Size: fi.Size()}

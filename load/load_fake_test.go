@@ -555,3 +555,62 @@ func TestFakeDirectOpenFindsAnotherFile(t *testing.T) {
 	}
 	testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
 }
+
+// TestFakeLoadFileWhileReplaced loads a path whose symbolic link another
+// goroutine keeps switching between a small and a large file: every
+// LoadFile that succeeds must have loaded one of the two files whole (not a
+// prefix of the large one sized by the small one's stat).
+func TestFakeLoadFileWhileReplaced(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	dir := t.TempDir()
+	small, smallData := tempFile(t, 100<<10, 15)
+	large, largeData := tempFile(t, 200<<10, 16)
+	link := filepath.Join(dir, "current")
+	if err := os.Symlink(small, link); err != nil {
+		t.Skipf("symbolic links: %v", err)
+	}
+	stop := make(chan struct{})
+	var flips sync.WaitGroup
+	flips.Go(func() {
+		tmp := filepath.Join(dir, "next")
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			target := small
+			if i%2 == 1 {
+				target = large
+			}
+			_ = os.Remove(tmp)
+			if err := os.Symlink(target, tmp); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := os.Rename(tmp, link); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	defer func() { close(stop); flips.Wait() }()
+	l := e.loader(t, WithMode(ModeBuffered))
+	dst := e.devbuf(t, len(largeData))
+	for i := range 300 {
+		st, err := l.LoadFile(context.Background(), link, dst)
+		if err != nil {
+			if !errors.Is(err, ErrShortFile) && !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("load %d: %v", i, err)
+			}
+			continue
+		}
+		want := smallData
+		if st.Bytes == int64(len(largeData)) {
+			want = largeData
+		}
+		if off := testutil.FirstMismatch(want, e.deviceBytes(t, dst, int(st.Bytes))); off >= 0 || st.Bytes != int64(len(want)) {
+			t.Fatalf("load %d delivered %d bytes that are not one whole file (first difference at %d)", i, st.Bytes, off)
+		}
+	}
+}
