@@ -37,15 +37,15 @@ func TestResidency(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		warm, ok := residency(f, 0, int64(n))
+		warm, ok := residency(f, []extent{{0, int64(n)}})
 		if !ok || warm < 0.9 {
 			t.Fatalf("%d bytes just written: residency %v, %v; want at least 0.9", n, warm, ok)
 		}
-		if frac, ok := residency(f, 100, 100); !ok || frac != 1 {
+		if frac, ok := residency(f, nil); !ok || frac != 1 {
 			t.Errorf("empty span: %v, %v", frac, ok)
 		}
 		dropCache(t, path)
-		cold, ok := residency(f, 0, int64(n))
+		cold, ok := residency(f, []extent{{0, int64(n)}})
 		if !ok {
 			t.Fatal("residency failed after fadvise")
 		}
@@ -75,7 +75,7 @@ func TestFakeAutoChoosesByCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	frac, _ := residency(f, 0, int64(len(data)))
+	frac, _ := residency(f, []extent{{0, int64(len(data))}})
 	f.Close()
 	if frac >= DefaultWarmThreshold {
 		t.Skipf("the kernel kept %.0f%% of the pages after FADV_DONTNEED", 100*frac)
@@ -92,4 +92,41 @@ func TestFakeAutoChoosesByCache(t *testing.T) {
 	}
 	t.Logf("cold load: %+v", st)
 	testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
+}
+
+// TestFakeAutoSamplesOnlyTheRanges loads the first and last 4 MiB of a
+// 72 MiB file whose middle alone was dropped from the page cache: every
+// byte to be read is cached, so ModeAuto must find them resident and read
+// buffered, whatever the pages between the ranges hold.
+func TestFakeAutoSamplesOnlyTheRanges(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	const n, part = 72 << 20, 4 << 20
+	path, data := tempFile(t, n, 17)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), part, n-2*part, unix.FADV_DONTNEED); err != nil {
+		t.Skipf("fadvise DONTNEED: %v", err)
+	}
+	hole, _ := residency(f, []extent{{part, n - part}})
+	ends, _ := residency(f, []extent{{0, part}, {n - part, n}})
+	if hole > 0.5 || ends < 0.9 {
+		t.Skipf("after FADV_DONTNEED of the middle: %.0f%% of it and %.0f%% of the ends cached", 100*hole, 100*ends)
+	}
+	l := e.loader(t, WithMode(ModeAuto))
+	head, tail := e.devbuf(t, part), e.devbuf(t, part)
+	st, err := l.Load(context.Background(), path, []Range{{Offset: 0, Length: part, Dst: head}, {Offset: n - part, Length: part, Dst: tail}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Resident < 0.9 || st.Mode != ModeBuffered {
+		t.Errorf("ranges entirely in the page cache: %+v, want a buffered load with Resident near 1", st)
+	}
+	testutil.CheckBytes(t, data[:part], e.deviceBytes(t, head, part))
+	testutil.CheckBytes(t, data[n-part:], e.deviceBytes(t, tail, part))
 }

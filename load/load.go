@@ -303,14 +303,8 @@ func (l *Loader) load(ctx context.Context, path string, ranges []Range, wholeDst
 
 	st.Mode = l.cfg.mode
 	if st.Mode == ModeAuto {
-		lo := end
-		for _, r := range ranges {
-			if r.Length > 0 {
-				lo = min(lo, r.Offset)
-			}
-		}
 		st.Mode = ModeBuffered
-		if frac, ok := residency(f, lo, end); ok {
+		if frac, ok := residency(f, extents(ranges)); ok {
 			st.Resident = frac
 			if frac < l.cfg.warm {
 				st.Mode = ModeDirect
