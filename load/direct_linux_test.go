@@ -4,6 +4,7 @@ package load
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 
@@ -129,4 +130,49 @@ func TestFakeAutoSamplesOnlyTheRanges(t *testing.T) {
 	}
 	testutil.CheckBytes(t, data[:part], e.deviceBytes(t, head, part))
 	testutil.CheckBytes(t, data[n-part:], e.deviceBytes(t, tail, part))
+}
+
+// TestFakeDirectTailOnStrictKernel emulates kernels (ext4 before Linux
+// 5.5, RHEL 8's 4.18 among them) whose direct read at an unaligned offset
+// fails with EINVAL even at the end of the file. os.File.ReadAt, asked for
+// an aligned length that runs past an unaligned end of file, issues such a
+// read after the short one. A direct load of a file whose size is not a
+// multiple of Align must still read directly to the end, without a
+// fallback, and deliver every byte.
+func TestFakeDirectTailOnStrictKernel(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	prev := directReadAt
+	directReadAt = func(f *os.File, b []byte, off int64) (int, error) {
+		fi, err := f.Stat()
+		if err != nil {
+			return 0, err
+		}
+		n, err := f.ReadAt(b, off)
+		if size := fi.Size(); off+int64(len(b)) > size && size%Align != 0 && off+int64(n) == size {
+			// ReadAt's next pread, at the unaligned end of the file.
+			return n, &os.PathError{Op: "read", Path: f.Name(), Err: unix.EINVAL}
+		}
+		return n, err
+	}
+	defer func() { directReadAt = prev }()
+	for _, n := range []int{5000, 64<<10 + 1, 300000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			path, data := tempFile(t, n, uint64(n))
+			if f, err := openDirect(path); err != nil {
+				t.Skipf("O_DIRECT refused here: %v", err)
+			} else {
+				f.Close()
+			}
+			l := e.loader(t, WithMode(ModeDirect))
+			dst := e.devbuf(t, n)
+			st, err := l.LoadFile(context.Background(), path, dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode != ModeDirect || st.Fallback != "" {
+				t.Errorf("stats %+v, want a direct load without fallback", st)
+			}
+			testutil.CheckBytes(t, data, e.deviceBytes(t, dst, n))
+		})
+	}
 }

@@ -31,7 +31,10 @@
 // ranges and reads buffered when at least half of the sampled pages are
 // resident (WithWarmThreshold), directly otherwise. Direct reads use
 // offsets and lengths rounded out to Align (4096) bytes, so a read may
-// take up to 4 KiB more on either side of a range. Where O_DIRECT is
+// take up to 4 KiB more on either side of a range; the file's last
+// partial block, when its size is not a multiple of Align, is read
+// through the page cache (some kernels refuse a direct read at the
+// unaligned end of a file). Where O_DIRECT is
 // refused (tmpfs, FUSE, some network file systems: EINVAL or EOPNOTSUPP at
 // open or at a read) the load falls back to buffered reads and
 // Stats.Fallback says why; outside Linux every load is buffered.

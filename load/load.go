@@ -342,7 +342,7 @@ func (l *Loader) load(ctx context.Context, path string, ranges []Range, wholeDst
 	reads := plan(ranges, l.cfg.stageSize, align)
 	st.Reads = len(reads)
 
-	r := &run{l: l, path: path, buffered: f, direct: direct, reads: reads, total: total}
+	r := &run{l: l, path: path, buffered: f, direct: direct, size: fi.Size(), reads: reads, total: total}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
 	l.report(0, total)
@@ -397,12 +397,17 @@ func (l *Loader) report(done, total int64) {
 // simulate a file system that refuses O_DIRECT.
 var openDirectFile = openDirect
 
+// directReadAt reads from a file opened for direct reads; tests replace it
+// to simulate kernels that refuse some direct reads.
+var directReadAt = (*os.File).ReadAt
+
 // run is the state of one load.
 type run struct {
 	l        *Loader
 	path     string
 	buffered *os.File
 	direct   *os.File // nil for buffered loads
+	size     int64    // the file's size when it was opened
 	reads    []read
 	total    int64
 
@@ -519,9 +524,24 @@ func (r *run) fill(s *stage, rd *read) error {
 // pread fills buf from offset off and returns how many bytes it read: all
 // of buf, or fewer at the end of the file. Direct reads that the file
 // system refuses switch this read and every later one to buffered reads.
+//
+// A direct read stops at the last multiple of Align in the file, and the
+// rest of buf, the file's last partial block, is read buffered: asked for
+// an aligned length past an unaligned end of file, os.File.ReadAt follows
+// the short read with a read at the unaligned end, which kernels whose
+// direct I/O checks alignment before the file's size (ext4 before Linux
+// 5.5) refuse with EINVAL.
 func (r *run) pread(buf []byte, off int64) (int, error) {
 	if r.direct != nil && r.fallback.Load() == nil {
-		n, err := readFull(r.direct, buf, off, Align)
+		dn := len(buf)
+		if end := r.size / Align * Align; off+int64(dn) > end {
+			dn = int(max(0, end-off))
+		}
+		n, err := readFull(r.direct, buf[:dn], off, Align)
+		if err == nil && n == dn && dn < len(buf) {
+			m, err := readFull(r.buffered, buf[dn:], off+int64(dn), 1)
+			return n + m, r.wrap(err, len(buf), off)
+		}
 		if err == nil || !isDirectRefusal(err) {
 			return n, r.wrap(err, len(buf), off)
 		}
@@ -539,14 +559,18 @@ func (r *run) wrap(err error, n int, off int64) error {
 	return fmt.Errorf("load: reading %d bytes at offset %d of %s: %w", n, off, r.path, err)
 }
 
-// readFull preads into buf until it is full or the file ends. For direct
-// reads (align > 1) a read that ends off the alignment is the end of the
-// file: the next offset could not be read directly, and there is nothing
-// after it.
+// readFull reads into buf until it is full or the file ends (os.File's
+// ReadAt itself reads on after a short read). Direct reads (align > 1) go
+// through directReadAt, and one that returns a count off the alignment is
+// taken as the end of the file: no direct read could continue from there.
 func readFull(f *os.File, buf []byte, off int64, align int) (int, error) {
 	got := 0
 	for got < len(buf) {
-		n, err := f.ReadAt(buf[got:], off+int64(got))
+		readAt := f.ReadAt
+		if align > 1 {
+			readAt = func(b []byte, off int64) (int, error) { return directReadAt(f, b, off) }
+		}
+		n, err := readAt(buf[got:], off+int64(got))
 		got += n
 		if errors.Is(err, io.EOF) {
 			return got, nil
