@@ -126,8 +126,8 @@ func LoadAll(ctx context.Context, l *load.Loader, path string) (*Tensors, error)
 }
 
 // Tensor returns the tensor named name and a view of its bytes in Buffer
-// (nil for a tensor of no bytes), or false when the file has no such
-// tensor.
+// (nil for a tensor of no bytes, and once Buffer was freed), or false when
+// the file has no such tensor.
 func (ts *Tensors) Tensor(name string) (Tensor, *cuda.DeviceBuffer, bool) {
 	if ts == nil {
 		return Tensor{}, nil, false
@@ -139,9 +139,11 @@ func (ts *Tensors) Tensor(name string) (Tensor, *cuda.DeviceBuffer, bool) {
 	if t.Size() == 0 || ts.Buffer == nil {
 		return t, nil, true
 	}
+	// Slice fails only for a freed Buffer (the header tiles it): the file
+	// still has the tensor, but there is no memory to view.
 	v, err := ts.Buffer.Slice(int(t.Begin-ts.Header.DataStart), int(t.Size()))
-	if err != nil { // cannot happen for a header that tiles the buffer
-		return t, nil, false
+	if err != nil {
+		return t, nil, true
 	}
 	return t, v, true
 }

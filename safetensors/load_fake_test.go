@@ -257,3 +257,24 @@ func TestFakeLoadInto(t *testing.T) {
 	testutil.CheckBytes(t, tensorData(seed[a.Name], a.Size()), e.bytes(t, va))
 	testutil.CheckBytes(t, tensorData(seed[b.Name], b.Size()), e.bytes(t, vb))
 }
+
+// TestFakeTensorAfterFree: once the buffer is freed, Tensor still reports
+// the file's tensors (the header is unchanged) but hands out no view of
+// the freed memory.
+func TestFakeTensorAfterFree(t *testing.T) {
+	e := useFake(t)
+	path, h, _ := writeModel(t, t.TempDir(), 64<<10, 64)
+	ts, err := LoadAll(context.Background(), e.l, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Free(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range h.Tensors {
+		got, view, ok := ts.Tensor(want.Name)
+		if !ok || got.Name != want.Name || view != nil {
+			t.Errorf("after Free, Tensor(%q) = %+v, %v, %v; want the tensor, no view, true", want.Name, got, view, ok)
+		}
+	}
+}
