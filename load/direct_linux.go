@@ -29,37 +29,48 @@ const (
 	sampleWindow  = 1 << 20
 )
 
-// residency returns the share of sampled pages of [lo, hi) of f that are in
-// the page cache (mincore on up to sampleWindows windows spread evenly over
-// the span), and false when it cannot tell (mmap or mincore refused).
-func residency(f *os.File, lo, hi int64) (float64, bool) {
-	if hi <= lo {
+// residency returns the share of sampled pages of the extents ext of f
+// (sorted, disjoint) that are in the page cache, and false when it cannot
+// tell (mmap or mincore refused). It samples up to sampleWindows windows of
+// at most sampleWindow bytes spread evenly over the extents' bytes taken
+// end to end, so that the bytes between the extents, which the load does
+// not read, do not count; a window ends where its extent ends.
+func residency(f *os.File, ext []extent) (float64, bool) {
+	var length int64
+	for _, e := range ext {
+		length += e.hi - e.lo
+	}
+	if length <= 0 {
 		return 1, true
 	}
 	page := int64(os.Getpagesize())
-	lo = lo / page * page
-	span := hi - lo
 	windows := int64(sampleWindows)
-	if span <= windows*sampleWindow {
-		windows = 1
-	}
-	win := min(span, int64(sampleWindow))
-	if windows == 1 {
-		win = span
-	}
+	// Short extents are covered by windows side by side; longer ones are
+	// sampled by windows of sampleWindow bytes spread evenly.
+	win := min(int64(sampleWindow), (length+windows-1)/windows)
+	windows = min(windows, (length+win-1)/win)
 	var resident, total int64
-	for w := int64(0); w < windows; w++ {
-		off := lo
+	k, before := 0, int64(0) // the extent holding the window, and the bytes of the extents before it
+	for w := range windows {
+		// The window's start among the extents' bytes: w/(windows-1) of
+		// the way to length-win, computed without overflow.
+		var v int64
 		if windows > 1 {
-			off += (span - win) * w / (windows - 1)
+			d := windows - 1
+			v = (length-win)/d*w + (length-win)%d*w/d
 		}
-		off = off / page * page
-		n := min(win, hi-off)
-		m, err := unix.Mmap(int(f.Fd()), off, int(n), unix.PROT_READ, unix.MAP_SHARED)
+		for v >= before+ext[k].hi-ext[k].lo {
+			before += ext[k].hi - ext[k].lo
+			k++
+		}
+		lo := ext[k].lo + v - before
+		hi := min(lo+win, ext[k].hi)
+		lo = lo / page * page
+		m, err := unix.Mmap(int(f.Fd()), lo, int(hi-lo), unix.PROT_READ, unix.MAP_SHARED)
 		if err != nil {
 			return 0, false
 		}
-		vec := make([]byte, (n+page-1)/page)
+		vec := make([]byte, (hi-lo+page-1)/page)
 		err = mincore(m, vec)
 		_ = unix.Munmap(m)
 		if err != nil {

@@ -4,6 +4,7 @@ package load
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 
@@ -37,15 +38,15 @@ func TestResidency(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		warm, ok := residency(f, 0, int64(n))
+		warm, ok := residency(f, []extent{{0, int64(n)}})
 		if !ok || warm < 0.9 {
 			t.Fatalf("%d bytes just written: residency %v, %v; want at least 0.9", n, warm, ok)
 		}
-		if frac, ok := residency(f, 100, 100); !ok || frac != 1 {
+		if frac, ok := residency(f, nil); !ok || frac != 1 {
 			t.Errorf("empty span: %v, %v", frac, ok)
 		}
 		dropCache(t, path)
-		cold, ok := residency(f, 0, int64(n))
+		cold, ok := residency(f, []extent{{0, int64(n)}})
 		if !ok {
 			t.Fatal("residency failed after fadvise")
 		}
@@ -75,7 +76,7 @@ func TestFakeAutoChoosesByCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	frac, _ := residency(f, 0, int64(len(data)))
+	frac, _ := residency(f, []extent{{0, int64(len(data))}})
 	f.Close()
 	if frac >= DefaultWarmThreshold {
 		t.Skipf("the kernel kept %.0f%% of the pages after FADV_DONTNEED", 100*frac)
@@ -92,4 +93,86 @@ func TestFakeAutoChoosesByCache(t *testing.T) {
 	}
 	t.Logf("cold load: %+v", st)
 	testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
+}
+
+// TestFakeAutoSamplesOnlyTheRanges loads the first and last 4 MiB of a
+// 72 MiB file whose middle alone was dropped from the page cache: every
+// byte to be read is cached, so ModeAuto must find them resident and read
+// buffered, whatever the pages between the ranges hold.
+func TestFakeAutoSamplesOnlyTheRanges(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	const n, part = 72 << 20, 4 << 20
+	path, data := tempFile(t, n, 17)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), part, n-2*part, unix.FADV_DONTNEED); err != nil {
+		t.Skipf("fadvise DONTNEED: %v", err)
+	}
+	hole, _ := residency(f, []extent{{part, n - part}})
+	ends, _ := residency(f, []extent{{0, part}, {n - part, n}})
+	if hole > 0.5 || ends < 0.9 {
+		t.Skipf("after FADV_DONTNEED of the middle: %.0f%% of it and %.0f%% of the ends cached", 100*hole, 100*ends)
+	}
+	l := e.loader(t, WithMode(ModeAuto))
+	head, tail := e.devbuf(t, part), e.devbuf(t, part)
+	st, err := l.Load(context.Background(), path, []Range{{Offset: 0, Length: part, Dst: head}, {Offset: n - part, Length: part, Dst: tail}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Resident < 0.9 || st.Mode != ModeBuffered {
+		t.Errorf("ranges entirely in the page cache: %+v, want a buffered load with Resident near 1", st)
+	}
+	testutil.CheckBytes(t, data[:part], e.deviceBytes(t, head, part))
+	testutil.CheckBytes(t, data[n-part:], e.deviceBytes(t, tail, part))
+}
+
+// TestFakeDirectTailOnStrictKernel emulates kernels (ext4 before Linux
+// 5.5, RHEL 8's 4.18 among them) whose direct read at an unaligned offset
+// fails with EINVAL even at the end of the file. os.File.ReadAt, asked for
+// an aligned length that runs past an unaligned end of file, issues such a
+// read after the short one. A direct load of a file whose size is not a
+// multiple of Align must still read directly to the end, without a
+// fallback, and deliver every byte.
+func TestFakeDirectTailOnStrictKernel(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	prev := directReadAt
+	directReadAt = func(f *os.File, b []byte, off int64) (int, error) {
+		fi, err := f.Stat()
+		if err != nil {
+			return 0, err
+		}
+		n, err := f.ReadAt(b, off)
+		if size := fi.Size(); off+int64(len(b)) > size && size%Align != 0 && off+int64(n) == size {
+			// ReadAt's next pread, at the unaligned end of the file.
+			return n, &os.PathError{Op: "read", Path: f.Name(), Err: unix.EINVAL}
+		}
+		return n, err
+	}
+	defer func() { directReadAt = prev }()
+	for _, n := range []int{5000, 64<<10 + 1, 300000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			path, data := tempFile(t, n, uint64(n))
+			if f, err := openDirect(path); err != nil {
+				t.Skipf("O_DIRECT refused here: %v", err)
+			} else {
+				f.Close()
+			}
+			l := e.loader(t, WithMode(ModeDirect))
+			dst := e.devbuf(t, n)
+			st, err := l.LoadFile(context.Background(), path, dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode != ModeDirect || st.Fallback != "" {
+				t.Errorf("stats %+v, want a direct load without fallback", st)
+			}
+			testutil.CheckBytes(t, data, e.deviceBytes(t, dst, n))
+		})
+	}
 }

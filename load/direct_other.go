@@ -15,4 +15,4 @@ func openDirect(string) (*os.File, error) { return nil, errNoDirect }
 func isDirectRefusal(err error) bool { return errors.Is(err, errNoDirect) }
 
 // residency cannot be sampled outside Linux.
-func residency(*os.File, int64, int64) (float64, bool) { return 0, false }
+func residency(*os.File, []extent) (float64, bool) { return 0, false }

@@ -31,7 +31,10 @@
 // ranges and reads buffered when at least half of the sampled pages are
 // resident (WithWarmThreshold), directly otherwise. Direct reads use
 // offsets and lengths rounded out to Align (4096) bytes, so a read may
-// take up to 4 KiB more on either side of a range. Where O_DIRECT is
+// take up to 4 KiB more on either side of a range; the file's last
+// partial block, when its size is not a multiple of Align, is read
+// through the page cache (some kernels refuse a direct read at the
+// unaligned end of a file). Where O_DIRECT is
 // refused (tmpfs, FUSE, some network file systems: EINVAL or EOPNOTSUPP at
 // open or at a read) the load falls back to buffered reads and
 // Stats.Fallback says why; outside Linux every load is buffered.
@@ -41,7 +44,9 @@
 // Options are checked by New (an *OptionError matching
 // cuda.ErrInvalidValue); invalid ranges are a *RangeError (ErrRange) and a
 // file shorter than the ranges a *ShortFileError (ErrShortFile), both
-// before anything is read. A canceled context stops new reads at once;
+// before anything is read. Loads on one Loader run one at a time; one that
+// waits for its turn returns its context's error if the context ends
+// first. A canceled context stops new reads at once;
 // Load then waits for the copies already queued, at most the stages'
 // memory, because a stage cannot be reused or freed while the copy engine
 // still reads it. No error path leaves pinned memory behind: New releases

@@ -28,7 +28,8 @@ type stage struct {
 // Loader reads files into device memory through pinned stages. Create one
 // with New and Close it when done: it holds its stages' pinned memory,
 // streams and events from New to Close. Its methods are safe for
-// concurrent use; loads run one at a time, each using every stage.
+// concurrent use; loads run one at a time, each using every stage, and a
+// Load waiting for its turn gives up when its context ends.
 type Loader struct {
 	ctx     *cuda.Context
 	cfg     config
@@ -37,8 +38,11 @@ type Loader struct {
 	stages  []*stage
 	aligned bool // every stage's address is a multiple of Align (direct I/O possible)
 
-	mu     sync.Mutex // one load at a time; guards closed
-	closed bool
+	// turn holds a token while a load or Close runs: one at a time. It is a
+	// channel rather than a mutex so that a Load can stop waiting for its
+	// turn when its context ends.
+	turn   chan struct{}
+	closed bool // guarded by turn
 }
 
 // Stats describes one load.
@@ -89,7 +93,7 @@ func New(ctx *cuda.Context, opts ...Option) (_ *Loader, err error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("load: nil context: %w", cuda.ErrInvalidValue)
 	}
-	l := &Loader{ctx: ctx, cfg: cfg, free: make(chan *stage, cfg.stages), aligned: true}
+	l := &Loader{ctx: ctx, cfg: cfg, free: make(chan *stage, cfg.stages), aligned: true, turn: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, l.release())
@@ -163,8 +167,11 @@ func (l *Loader) Close() error {
 	if l == nil {
 		return fmt.Errorf("load: Close of a nil Loader: %w", cuda.ErrInvalidValue)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	if l.turn == nil {
+		return fmt.Errorf("load: Close of a Loader not made by New: %w", cuda.ErrInvalidValue)
+	}
+	l.turn <- struct{}{}
+	defer func() { <-l.turn }()
 	if l.closed {
 		return ErrClosed
 	}
@@ -207,11 +214,10 @@ func (l *Loader) release() error {
 // hold at least the file's size. A file larger than dst is an error
 // matching ErrRange before anything is read.
 func (l *Loader) LoadFile(ctx context.Context, path string, dst *cuda.DeviceBuffer) (Stats, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return Stats{Resident: -1}, fmt.Errorf("load: %w", err)
-	}
-	return l.Load(ctx, path, []Range{{Offset: 0, Length: fi.Size(), Dst: dst}})
+	// The file's size is taken from the file the load opens, not from a
+	// stat of the path before: by the open the path may name another
+	// file, of which a stat-sized prefix would be loaded as if whole.
+	return l.load(ctx, path, nil, dst, true)
 }
 
 // Load reads the ranges of the file at path into their destinations and
@@ -231,8 +237,16 @@ func (l *Loader) LoadFile(ctx context.Context, path string, dst *cuda.DeviceBuff
 // finished, so that no stage is reused or freed under a running copy: the
 // wait after cancellation is bounded by draining at most PinnedBytes
 // bytes. The returned error is then ctx's error or the first failure, and
-// the destinations hold a part of the data.
-func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stats, err error) {
+// the destinations hold a part of the data. A Load that waits for another
+// load on the Loader to end returns ctx's error, having read nothing, if
+// ctx ends first.
+func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, error) {
+	return l.load(ctx, path, ranges, nil, false)
+}
+
+// load is Load, or LoadFile when whole is set: then the one range is the
+// whole file that load opens, into wholeDst.
+func (l *Loader) load(ctx context.Context, path string, ranges []Range, wholeDst *cuda.DeviceBuffer, whole bool) (st Stats, err error) {
 	start := time.Now()
 	st.Resident = -1
 	if l == nil {
@@ -241,14 +255,23 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stat
 	if ctx == nil {
 		return st, fmt.Errorf("load: nil context.Context: %w", cuda.ErrInvalidValue)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	if l.turn == nil {
+		return st, fmt.Errorf("load: Load on a Loader not made by New: %w", cuda.ErrInvalidValue)
+	}
+	select {
+	case l.turn <- struct{}{}:
+	case <-ctx.Done():
+		return st, ctx.Err()
+	}
+	defer func() { <-l.turn }()
 	if l.closed {
 		return st, ErrClosed
 	}
-	total, end, err := checkRanges(ranges, l.ctx.Handle())
-	if err != nil {
-		return st, err
+	var total, end int64
+	if !whole {
+		if total, end, err = checkRanges(ranges, l.ctx.Handle()); err != nil {
+			return st, err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return st, err
@@ -262,6 +285,12 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stat
 	if err != nil {
 		return st, fmt.Errorf("load: %w", err)
 	}
+	if whole {
+		ranges = []Range{{Offset: 0, Length: fi.Size(), Dst: wholeDst}}
+		if total, end, err = checkRanges(ranges, l.ctx.Handle()); err != nil {
+			return st, err
+		}
+	}
 	if end > fi.Size() {
 		return st, &ShortFileError{Path: path, Need: end, Size: fi.Size()}
 	}
@@ -274,14 +303,8 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stat
 
 	st.Mode = l.cfg.mode
 	if st.Mode == ModeAuto {
-		lo := end
-		for _, r := range ranges {
-			if r.Length > 0 {
-				lo = min(lo, r.Offset)
-			}
-		}
 		st.Mode = ModeBuffered
-		if frac, ok := residency(f, lo, end); ok {
+		if frac, ok := residency(f, extents(ranges)); ok {
 			st.Resident = frac
 			if frac < l.cfg.warm {
 				st.Mode = ModeDirect
@@ -297,8 +320,15 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stat
 			if direct, err = openDirectFile(path); err != nil {
 				st.Fallback = "O_DIRECT refused: " + err.Error()
 				direct = nil
-			} else {
-				defer direct.Close()
+				break
+			}
+			defer direct.Close()
+			// The path is opened a second time: by now it may name another
+			// file (replaced, or a symbolic link changed), whose data must
+			// not be read into ranges checked against f.
+			if dfi, err := direct.Stat(); err != nil || !os.SameFile(fi, dfi) {
+				st.Fallback = "the path names another file than the one opened first"
+				direct = nil
 			}
 		}
 		if direct == nil {
@@ -312,7 +342,7 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (st Stat
 	reads := plan(ranges, l.cfg.stageSize, align)
 	st.Reads = len(reads)
 
-	r := &run{l: l, path: path, buffered: f, direct: direct, reads: reads, total: total}
+	r := &run{l: l, path: path, buffered: f, direct: direct, size: fi.Size(), reads: reads, total: total}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
 	l.report(0, total)
@@ -367,12 +397,17 @@ func (l *Loader) report(done, total int64) {
 // simulate a file system that refuses O_DIRECT.
 var openDirectFile = openDirect
 
+// directReadAt reads from a file opened for direct reads; tests replace it
+// to simulate kernels that refuse some direct reads.
+var directReadAt = (*os.File).ReadAt
+
 // run is the state of one load.
 type run struct {
 	l        *Loader
 	path     string
 	buffered *os.File
 	direct   *os.File // nil for buffered loads
+	size     int64    // the file's size when it was opened
 	reads    []read
 	total    int64
 
@@ -489,9 +524,24 @@ func (r *run) fill(s *stage, rd *read) error {
 // pread fills buf from offset off and returns how many bytes it read: all
 // of buf, or fewer at the end of the file. Direct reads that the file
 // system refuses switch this read and every later one to buffered reads.
+//
+// A direct read stops at the last multiple of Align in the file, and the
+// rest of buf, the file's last partial block, is read buffered: asked for
+// an aligned length past an unaligned end of file, os.File.ReadAt follows
+// the short read with a read at the unaligned end, which kernels whose
+// direct I/O checks alignment before the file's size (ext4 before Linux
+// 5.5) refuse with EINVAL.
 func (r *run) pread(buf []byte, off int64) (int, error) {
 	if r.direct != nil && r.fallback.Load() == nil {
-		n, err := readFull(r.direct, buf, off, Align)
+		dn := len(buf)
+		if end := r.size / Align * Align; off+int64(dn) > end {
+			dn = int(max(0, end-off))
+		}
+		n, err := readFull(r.direct, buf[:dn], off, Align)
+		if err == nil && n == dn && dn < len(buf) {
+			m, err := readFull(r.buffered, buf[dn:], off+int64(dn), 1)
+			return n + m, r.wrap(err, len(buf), off)
+		}
 		if err == nil || !isDirectRefusal(err) {
 			return n, r.wrap(err, len(buf), off)
 		}
@@ -509,14 +559,18 @@ func (r *run) wrap(err error, n int, off int64) error {
 	return fmt.Errorf("load: reading %d bytes at offset %d of %s: %w", n, off, r.path, err)
 }
 
-// readFull preads into buf until it is full or the file ends. For direct
-// reads (align > 1) a read that ends off the alignment is the end of the
-// file: the next offset could not be read directly, and there is nothing
-// after it.
+// readFull reads into buf until it is full or the file ends (os.File's
+// ReadAt itself reads on after a short read). Direct reads (align > 1) go
+// through directReadAt, and one that returns a count off the alignment is
+// taken as the end of the file: no direct read could continue from there.
 func readFull(f *os.File, buf []byte, off int64, align int) (int, error) {
 	got := 0
 	for got < len(buf) {
-		n, err := f.ReadAt(buf[got:], off+int64(got))
+		readAt := f.ReadAt
+		if align > 1 {
+			readAt = func(b []byte, off int64) (int, error) { return directReadAt(f, b, off) }
+		}
+		n, err := readAt(buf[got:], off+int64(got))
 		got += n
 		if errors.Is(err, io.EOF) {
 			return got, nil

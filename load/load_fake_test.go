@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
@@ -479,5 +480,137 @@ func TestFakePinnedMemoryIsBounded(t *testing.T) {
 	}
 	if got := pinmem.Stats().Pinned.Bytes; got != before {
 		t.Errorf("%d bytes pinned after Close, %d before New", got, before)
+	}
+}
+
+// TestFakeWaitingLoadCanceled: a Load waiting for another load on the same
+// Loader to end gives up with its context's error when the context ends,
+// instead of waiting for the other load however long it takes.
+func TestFakeWaitingLoadCanceled(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	path, data := tempFile(t, 1<<20, 12)
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	// The first load stops in its first progress report after data landed
+	// until release is closed.
+	l := e.loader(t, WithMode(ModeBuffered), WithProgress(func(done, _ int64) {
+		if done > 0 {
+			once.Do(func() { close(started); <-release })
+		}
+	}))
+	dst := e.devbuf(t, len(data))
+	first := make(chan error, 1)
+	go func() {
+		_, err := l.LoadFile(context.Background(), path, dst)
+		first <- err
+	}()
+	<-started
+	other := e.devbuf(t, len(data))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	second := make(chan error, 1)
+	go func() {
+		_, err := l.LoadFile(ctx, path, other)
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("waiting load whose context ended: %v, want context.DeadlineExceeded", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("a waiting Load did not return 5 s after its context ended")
+		close(release)
+		<-second
+		release = nil
+	}
+	if release != nil {
+		close(release)
+	}
+	if err := <-first; err != nil {
+		t.Errorf("the first load: %v", err)
+	}
+	testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
+}
+
+// TestFakeDirectOpenFindsAnotherFile replaces the file between the load's
+// buffered open and its direct open (simulated by the hook, which opens
+// another file): the load must read the file it checked the ranges
+// against, not whatever the path names by then.
+func TestFakeDirectOpenFindsAnotherFile(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	path, data := tempFile(t, 300000, 13)
+	replacement, _ := tempFile(t, 300000, 14)
+	prev := openDirectFile
+	openDirectFile = func(string) (*os.File, error) { return prev(replacement) }
+	defer func() { openDirectFile = prev }()
+	l := e.loader(t, WithMode(ModeDirect))
+	dst := e.devbuf(t, len(data))
+	st, err := l.LoadFile(context.Background(), path, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode != ModeBuffered || st.Fallback == "" {
+		t.Errorf("stats %+v, want a buffered load that says why", st)
+	}
+	testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
+}
+
+// TestFakeLoadFileWhileReplaced loads a path whose symbolic link another
+// goroutine keeps switching between a small and a large file: every
+// LoadFile that succeeds must have loaded one of the two files whole (not a
+// prefix of the large one sized by the small one's stat).
+func TestFakeLoadFileWhileReplaced(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	dir := t.TempDir()
+	small, smallData := tempFile(t, 100<<10, 15)
+	large, largeData := tempFile(t, 200<<10, 16)
+	link := filepath.Join(dir, "current")
+	if err := os.Symlink(small, link); err != nil {
+		t.Skipf("symbolic links: %v", err)
+	}
+	stop := make(chan struct{})
+	var flips sync.WaitGroup
+	flips.Go(func() {
+		tmp := filepath.Join(dir, "next")
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			target := small
+			if i%2 == 1 {
+				target = large
+			}
+			_ = os.Remove(tmp)
+			if err := os.Symlink(target, tmp); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := os.Rename(tmp, link); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	defer func() { close(stop); flips.Wait() }()
+	l := e.loader(t, WithMode(ModeBuffered))
+	dst := e.devbuf(t, len(largeData))
+	for i := range 300 {
+		st, err := l.LoadFile(context.Background(), link, dst)
+		if err != nil {
+			if !errors.Is(err, ErrShortFile) && !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("load %d: %v", i, err)
+			}
+			continue
+		}
+		want := smallData
+		if st.Bytes == int64(len(largeData)) {
+			want = largeData
+		}
+		if off := testutil.FirstMismatch(want, e.deviceBytes(t, dst, int(st.Bytes))); off >= 0 || st.Bytes != int64(len(want)) {
+			t.Fatalf("load %d delivered %d bytes that are not one whole file (first difference at %d)", i, st.Bytes, off)
+		}
 	}
 }

@@ -36,6 +36,38 @@ type read struct {
 	pieces []piece
 }
 
+// extent is a byte interval [lo, hi) of a file.
+type extent struct{ lo, hi int64 }
+
+// extents returns the bytes of the file that the ranges cover, as sorted,
+// disjoint extents (ranges that overlap or touch are merged).
+func extents(rs []Range) []extent {
+	var ext []extent
+	for _, r := range rs {
+		if r.Length > 0 {
+			ext = append(ext, extent{r.Offset, r.Offset + r.Length})
+		}
+	}
+	slices.SortFunc(ext, func(a, b extent) int {
+		switch {
+		case a.lo < b.lo:
+			return -1
+		case a.lo > b.lo:
+			return 1
+		}
+		return 0
+	})
+	out := ext[:0]
+	for _, e := range ext {
+		if n := len(out); n > 0 && e.lo <= out[n-1].hi {
+			out[n-1].hi = max(out[n-1].hi, e.hi)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
 // maxGap is the largest hole between two ranges that one read spans rather
 // than issuing two: reading 1 MiB more costs less than another request.
 const maxGap = 1 << 20

@@ -3,6 +3,7 @@ package load
 import (
 	"bytes"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/pinmem/pinmem/cuda"
@@ -107,5 +108,26 @@ func TestPlanSharesReads(t *testing.T) {
 	rs = []Range{{0, 10, d(1<<30, 10)}, {10 + 2*maxGap, 10, d(2<<30, 10)}}
 	if reads := plan(rs, 8*maxGap, 1); len(reads) != 2 {
 		t.Errorf("a hole of 2*maxGap was read through: %d reads", len(reads))
+	}
+}
+
+// TestExtents: the bytes ranges cover, merged where ranges overlap or
+// touch, without empty ranges.
+func TestExtents(t *testing.T) {
+	rs := []Range{
+		{Offset: 500, Length: 100},
+		{Offset: 0, Length: 10},
+		{Offset: 5, Length: 0},
+		{Offset: 550, Length: 10}, // inside the first
+		{Offset: 10, Length: 5},   // touches the second
+		{Offset: 600, Length: 1},  // touches the first
+		{Offset: 1000, Length: 1},
+	}
+	want := []extent{{0, 15}, {500, 601}, {1000, 1001}}
+	if got := extents(rs); !slices.Equal(got, want) {
+		t.Errorf("extents = %v, want %v", got, want)
+	}
+	if got := extents([]Range{{Offset: 7, Length: 0}}); len(got) != 0 {
+		t.Errorf("extents of an empty range = %v", got)
 	}
 }

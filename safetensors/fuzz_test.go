@@ -124,6 +124,9 @@ func FuzzParse(f *testing.F) {
 			if !errors.Is(err, ErrFormat) || !errors.As(err, &fe) {
 				t.Fatalf("error %v is not a *FormatError", err)
 			}
+			if fe.Offset < -1 || fe.Offset > int64(len(b)) {
+				t.Fatalf("error %v: offset %d outside the %d-byte file", err, fe.Offset, len(b))
+			}
 			return
 		}
 		checkHeader(t, h, b)

@@ -13,16 +13,55 @@ import (
 // ReadHeader opens the file at path and parses its header (see Parse); it
 // reads only the header.
 func ReadHeader(path string) (*Header, error) {
+	h, f, _, err := openHeader(path)
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	return h, nil
+}
+
+// openHeader opens the file at path and parses its header, and returns the
+// open file for the load to read the data of that same file.
+func openHeader(path string) (*Header, *os.File, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
+		return nil, nil, "", fmt.Errorf("safetensors: %w", err)
 	}
-	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
+		f.Close()
+		return nil, nil, "", fmt.Errorf("safetensors: %w", err)
 	}
-	return Parse(f, fi.Size())
+	h, err := Parse(f, fi.Size())
+	if err != nil {
+		f.Close()
+		return nil, nil, "", err
+	}
+	return h, f, openedPath(f, fi, path), nil
+}
+
+// openedPath returns a path that names the file f is open on for as long
+// as f stays open: /proc/self/fd/N on Linux. The load opens its file by
+// path; given path itself, it would read whatever file path names by then
+// (a file renamed over it, a symbolic link switched to another model),
+// with the offsets of the header parsed from f. Where there is no such
+// name (no /proc), path itself is returned.
+func openedPath(f *os.File, fi os.FileInfo, path string) string {
+	p := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
+	if pfi, err := os.Stat(p); err == nil && os.SameFile(fi, pfi) {
+		return p
+	}
+	return path
+}
+
+// loadErr wraps an error of the load of path, read through lp, naming path
+// (also in a *load.ShortFileError) rather than lp.
+func loadErr(path, lp string, err error) error {
+	if se, ok := errors.AsType[*load.ShortFileError](err); ok && se.Path == lp {
+		se.Path = path
+	}
+	return fmt.Errorf("safetensors: loading %s: %w", path, err)
 }
 
 // Destination chooses where tensor t goes: a device buffer (or a
@@ -43,7 +82,9 @@ func Into(bufs map[string]*cuda.DeviceBuffer) Destination {
 // tensor for which dst returns a buffer into that buffer, with l (see
 // load.Loader.Load): tensors that are neighbours in the file are read
 // together, and the whole data region is read at storage or page-cache
-// speed whatever the number of tensors.
+// speed whatever the number of tensors. On Linux the data is read from
+// the very file whose header was parsed (through /proc/self/fd), even if
+// path is replaced or its symbolic link switched meanwhile.
 //
 // A malformed or truncated file is an error matching ErrFormat before any
 // read (never a panic or an out-of-bounds read); a buffer dst returns that
@@ -57,10 +98,11 @@ func Load(ctx context.Context, l *load.Loader, path string, dst Destination) (*H
 	if l == nil || dst == nil {
 		return nil, load.Stats{Resident: -1}, fmt.Errorf("%w: nil Loader or Destination", ErrInvalid)
 	}
-	h, err := ReadHeader(path)
+	h, f, lp, err := openHeader(path)
 	if err != nil {
 		return nil, load.Stats{Resident: -1}, err
 	}
+	defer f.Close() // open while the load reads the file through lp
 	ranges := make([]load.Range, 0, len(h.Tensors))
 	for _, t := range h.Tensors {
 		b, err := dst(t)
@@ -72,9 +114,9 @@ func Load(ctx context.Context, l *load.Loader, path string, dst Destination) (*H
 		}
 		ranges = append(ranges, load.Range{Offset: t.Begin, Length: t.Size(), Dst: b})
 	}
-	st, err := l.Load(ctx, path, ranges)
+	st, err := l.Load(ctx, lp, ranges)
 	if err != nil {
-		return h, st, fmt.Errorf("safetensors: loading %s: %w", path, err)
+		return h, st, loadErr(path, lp, err)
 	}
 	return h, st, nil
 }
@@ -94,7 +136,8 @@ type Tensors struct {
 // LoadAll loads every tensor of the safetensors file at path into one new
 // allocation of the Loader's context, laid out as the file's data region
 // (so tensors keep the file's alignment; writers pad the header so that
-// the region starts 8-byte aligned). The data region is read as one range.
+// the region starts 8-byte aligned). The data region is read as one range,
+// from the file whose header was parsed, as for Load.
 // The caller frees the memory with Tensors.Free. Errors are those of Load,
 // and a failed allocation (an error matching cuda.ErrOutOfMemory); on any
 // error nothing stays allocated.
@@ -102,10 +145,11 @@ func LoadAll(ctx context.Context, l *load.Loader, path string) (*Tensors, error)
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil Loader", ErrInvalid)
 	}
-	h, err := ReadHeader(path)
+	h, f, lp, err := openHeader(path)
 	if err != nil {
 		return nil, err
 	}
+	defer f.Close() // open while the load reads the file through lp
 	ts := &Tensors{Header: h, Stats: load.Stats{Resident: -1}}
 	n := h.DataEnd - h.DataStart
 	if n == 0 {
@@ -117,17 +161,16 @@ func LoadAll(ctx context.Context, l *load.Loader, path string) (*Tensors, error)
 	if ts.Buffer, err = l.Context().Alloc(int(n)); err != nil {
 		return nil, fmt.Errorf("safetensors: allocating %d bytes of device memory for %s: %w", n, path, err)
 	}
-	ts.Stats, err = l.Load(ctx, path, []load.Range{{Offset: h.DataStart, Length: n, Dst: ts.Buffer}})
+	ts.Stats, err = l.Load(ctx, lp, []load.Range{{Offset: h.DataStart, Length: n, Dst: ts.Buffer}})
 	if err != nil {
-		err = fmt.Errorf("safetensors: loading %s: %w", path, err)
-		return nil, errors.Join(err, ts.Buffer.Free())
+		return nil, errors.Join(loadErr(path, lp, err), ts.Buffer.Free())
 	}
 	return ts, nil
 }
 
 // Tensor returns the tensor named name and a view of its bytes in Buffer
-// (nil for a tensor of no bytes), or false when the file has no such
-// tensor.
+// (nil for a tensor of no bytes, and once Buffer was freed), or false when
+// the file has no such tensor.
 func (ts *Tensors) Tensor(name string) (Tensor, *cuda.DeviceBuffer, bool) {
 	if ts == nil {
 		return Tensor{}, nil, false
@@ -139,9 +182,11 @@ func (ts *Tensors) Tensor(name string) (Tensor, *cuda.DeviceBuffer, bool) {
 	if t.Size() == 0 || ts.Buffer == nil {
 		return t, nil, true
 	}
+	// Slice fails only for a freed Buffer (the header tiles it): the file
+	// still has the tensor, but there is no memory to view.
 	v, err := ts.Buffer.Slice(int(t.Begin-ts.Header.DataStart), int(t.Size()))
-	if err != nil { // cannot happen for a header that tiles the buffer
-		return t, nil, false
+	if err != nil {
+		return t, nil, true
 	}
 	return t, v, true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/pinmem/pinmem"
@@ -256,4 +257,93 @@ func TestFakeLoadInto(t *testing.T) {
 	}
 	testutil.CheckBytes(t, tensorData(seed[a.Name], a.Size()), e.bytes(t, va))
 	testutil.CheckBytes(t, tensorData(seed[b.Name], b.Size()), e.bytes(t, vb))
+}
+
+// TestFakeTensorAfterFree: once the buffer is freed, Tensor still reports
+// the file's tensors (the header is unchanged) but hands out no view of
+// the freed memory.
+func TestFakeTensorAfterFree(t *testing.T) {
+	e := useFake(t)
+	path, h, _ := writeModel(t, t.TempDir(), 64<<10, 64)
+	ts, err := LoadAll(context.Background(), e.l, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Free(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range h.Tensors {
+		got, view, ok := ts.Tensor(want.Name)
+		if !ok || got.Name != want.Name || view != nil {
+			t.Errorf("after Free, Tensor(%q) = %+v, %v, %v; want the tensor, no view, true", want.Name, got, view, ok)
+		}
+	}
+}
+
+// TestFakeLoadWhileReplaced loads a path whose symbolic link another
+// goroutine keeps switching between two files of the same layout, one
+// holding tensor "a" and the other tensor "b": every load that succeeds
+// must deliver the data of the file whose header it returned.
+func TestFakeLoadWhileReplaced(t *testing.T) {
+	e := useFake(t)
+	dir := t.TempDir()
+	const n = 96 << 10
+	files := map[string]string{}
+	datas := map[string][]byte{}
+	for i, name := range []string{"a", "b"} {
+		write, want := randomData(n, uint64(40+i))
+		p := filepath.Join(dir, name+".safetensors")
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Write(f, []Spec{{Name: name, DType: U8, Shape: []int64{n}, Data: write}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		files[name], datas[name] = p, want
+	}
+	link := filepath.Join(dir, "current.safetensors")
+	if err := os.Symlink(files["a"], link); err != nil {
+		t.Skipf("symbolic links: %v", err)
+	}
+	stop := make(chan struct{})
+	var flips sync.WaitGroup
+	flips.Go(func() {
+		tmp := filepath.Join(dir, "next")
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = os.Remove(tmp)
+			if err := os.Symlink(files[[]string{"a", "b"}[i%2]], tmp); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := os.Rename(tmp, link); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	defer func() { close(stop); flips.Wait() }()
+	for i := range 200 {
+		ts, err := LoadAll(context.Background(), e.l, link)
+		if err != nil {
+			t.Fatalf("load %d: %v", i, err)
+		}
+		name := ts.Header.Tensors[0].Name
+		_, view, _ := ts.Tensor(name)
+		got := e.bytes(t, view)
+		if err := ts.Free(); err != nil {
+			t.Fatal(err)
+		}
+		if off := testutil.FirstMismatch(datas[name], got); off >= 0 {
+			t.Fatalf("load %d: the header names tensor %q, the data differs from its file's at %d", i, name, off)
+		}
+	}
 }
