@@ -130,11 +130,17 @@ var (
 	// ErrHostNotMapped: the kernel strategy was asked for, and a host
 	// block is pinned but not mapped into the device's address space.
 	ErrHostNotMapped = errors.New("host block is not mapped into the device's address space")
+	// ErrStagingOverlap: the part of the staging buffer (WithBlockStaging)
+	// that the staged blocks need overlaps a host block of the list. The
+	// staged bytes would overwrite a source block before its copy ran
+	// (HostToDevice), or the copies into the stage would land in a
+	// destination block (DeviceToHost).
+	ErrStagingOverlap = errors.New("staging buffer overlaps a host block")
 )
 
 // BlockError is a block list CopyBlocks refused before queuing any copy.
 // It matches its Reason (ErrBlockOverlap, ErrBlockRange, ErrHostNotPinned,
-// ErrHostNotMapped, ErrBlockContext) and ErrInvalidValue through errors.Is; a freed device
+// ErrHostNotMapped, ErrStagingOverlap, ErrBlockContext) and ErrInvalidValue through errors.Is; a freed device
 // buffer is reported with Reason matching ErrInvalidHandle instead.
 type BlockError struct {
 	// Index is the block at fault.
@@ -248,8 +254,10 @@ func WithBlockKernel(k *BlockKernel) BlockOption {
 // before the copies are queued, and buf must not be changed until the
 // stream has run them; for DeviceToHost the copies land in buf and
 // CopyBlocks waits for the stream and copies them out before it returns,
-// so it returns only when the whole list is done. Without this option
-// such blocks are refused with ErrHostNotPinned.
+// so it returns only when the whole list is done. The part of buf the
+// staged blocks use must not overlap any host block of the list (refused
+// with ErrStagingOverlap). Without this option such blocks are refused
+// with ErrHostNotPinned.
 func WithBlockStaging(buf []byte) BlockOption {
 	return func(o *blockOptions) { o.staging = buf }
 }
@@ -609,7 +617,18 @@ func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScra
 		return nil, fmt.Errorf("cuda: %d unpinned host blocks need %d bytes of staging, the staging buffer has %d: %w", len(staged), need, len(o.staging), ErrInvalidValue)
 	}
 	lo := uint64(hostptr.AddrOf(o.staging))
-	ok := c.pinned(lo, lo+uint64(need))
+	// The part of the stage in use must not overlap a block of the list:
+	// filling it (HtoD) would overwrite a source before its copy ran, and
+	// the copies into it (DtoH) would land in a destination. Host sources
+	// may overlap each other, so sc.host is not disjoint: a plain scan.
+	hi := lo + uint64(need)
+	for _, h := range sc.host {
+		if h.lo < hi && lo < h.hi {
+			return nil, &BlockError{Index: h.i, Other: -1, Reason: ErrStagingOverlap,
+				Detail: fmt.Sprintf("staging [%#x,%#x) and host block [%#x,%#x)", lo, hi, h.lo, h.hi)}
+		}
+	}
+	ok := c.pinned(lo, hi)
 	if c.qerr != nil {
 		return nil, fmt.Errorf("cuda: asking the driver whether the staging buffer is pinned: %w", c.qerr)
 	}

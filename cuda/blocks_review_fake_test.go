@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"bytes"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -34,6 +35,57 @@ func releaseLater(t *testing.T, fd *fakedrv.Driver, s *cuda.Stream) (*atomic.Boo
 		}
 	}()
 	return &released, func() { <-done }
+}
+
+// TestFakeCopyBlocksStagingOverlap: a staging buffer that overlaps a host
+// block of the list (a block staged through it would overwrite the
+// block's bytes, or DMA into it would land in the block) is refused with
+// ErrStagingOverlap before anything is written or queued.
+func TestFakeCopyBlocksStagingOverlap(t *testing.T) {
+	e := newBlockEnv(t, fakedrv.Options{}, 4096, 8)
+	bs := e.bs
+	h := e.src.Bytes()
+	pageable := testutil.RandomBytes(2*bs, 11)
+	list := []cuda.BlockCopy{
+		{Host: pageable[:bs], Dev: e.dev, Off: 0},
+		{Host: h[bs : 2*bs], Dev: e.dev, Off: bs},
+		{Host: pageable[bs:], Dev: e.dev, Off: 2 * bs},
+	}
+	for _, c := range []struct {
+		name    string
+		dir     cuda.Direction
+		staging []byte
+	}{
+		{"HtoD, the stage over a pinned source", cuda.HostToDevice, h[:2*bs]},
+		{"HtoD, the stage ends inside a pinned source", cuda.HostToDevice, h[bs/2 : bs/2+2*bs]},
+		{"DtoH, the stage over a pinned destination", cuda.DeviceToHost, h[bs/2 : bs/2+2*bs]},
+	} {
+		before := e.copyCalls()
+		hostBefore, pageBefore := bytes.Clone(h), bytes.Clone(pageable)
+		for _, strategy := range []cuda.BlockStrategy{cuda.BlockDriverBatch, cuda.BlockPerCopy} {
+			_, err := e.s.CopyBlocks(c.dir, list, cuda.WithBlockStaging(c.staging), cuda.WithBlockStrategy(strategy))
+			var be *cuda.BlockError
+			if !errors.Is(err, cuda.ErrStagingOverlap) || !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &be) || be.Index != 1 {
+				t.Errorf("%s, %v: %v; want ErrStagingOverlap naming block 1", c.name, strategy, err)
+			}
+		}
+		if n := e.copyCalls() - before; n != 0 {
+			t.Errorf("%s: %d copy calls after the refusal", c.name, n)
+		}
+		testutil.CheckBytes(t, hostBefore, h)
+		testutil.CheckBytes(t, pageBefore, pageable)
+	}
+	// A stage that only touches a block (ends where it starts) is fine.
+	rep, err := e.s.CopyBlocks(cuda.HostToDevice, list, cuda.WithBlockStaging(h[2*bs:4*bs]))
+	if err != nil || rep.Staged != 2 {
+		t.Fatalf("a stage beside the blocks: %+v, %v", rep, err)
+	}
+	must(t, e.s.Synchronize())
+	got := make([]byte, 3*bs)
+	must(t, e.dev.CopyToHost(0, got))
+	testutil.CheckBytes(t, pageable[:bs], got[:bs])
+	testutil.CheckBytes(t, h[bs:2*bs], got[bs:2*bs])
+	testutil.CheckBytes(t, pageable[bs:], got[2*bs:])
 }
 
 // unfenced queues the first list of l on e.s (held) with k, with the
