@@ -245,10 +245,10 @@ func retryKernelOrphans() {
 }
 
 // issueKernel queues the blocks on s as one launch reading the next
-// table; hostDev[i] is the device address of block i's host memory. It
-// runs with s's context current. When it fails before the launch is
-// queued, rep says no block was.
-func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, hostDev []uint64, rep *BlockReport) (err error) {
+// table, one descriptor per piece (pieces[j].dev is the device address of
+// its host memory). It runs with s's context current. When it fails
+// before the launch is queued, rep says no block was.
+func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, pieces []piece, rep *BlockReport) (err error) {
 	launched := false
 	defer func() {
 		if !launched {
@@ -260,7 +260,10 @@ func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, 
 	if k.closing {
 		return fmt.Errorf("cuda: block kernel already closed: %w", ErrInvalidHandle)
 	}
-	if rep.Blocks > k.cap {
+	if len(pieces) > k.cap {
+		if len(pieces) > rep.Blocks {
+			return fmt.Errorf("cuda: %d blocks, %d descriptors with the blocks whose host memory lies in pinned ranges that do not map to one device range, for a block kernel of %d: %w", rep.Blocks, len(pieces), k.cap, ErrInvalidValue)
+		}
 		return fmt.Errorf("cuda: %d blocks for a block kernel of %d: %w", rep.Blocks, k.cap, ErrInvalidValue)
 	}
 	sl := &k.slots[k.next]
@@ -276,20 +279,17 @@ func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, 
 		}
 		sl.used = false
 	}
-	n := 0
-	for i, b := range blocks {
-		if len(b.Host) == 0 {
-			continue
-		}
-		d, h := uint64(b.Dev.ptr)+uint64(b.Off), hostDev[i]
+	n := len(pieces)
+	for j, p := range pieces {
+		b := blocks[p.blk]
+		d, h := uint64(b.Dev.ptr)+uint64(b.Off)+uint64(p.off), p.dev
 		if dir == DeviceToHost {
 			d, h = h, d
 		}
-		e := sl.table[n*kernels.BlockDescSize:]
+		e := sl.table[j*kernels.BlockDescSize:]
 		binary.LittleEndian.PutUint64(e, d)     // dst
 		binary.LittleEndian.PutUint64(e[8:], h) // src
-		binary.LittleEndian.PutUint64(e[16:], uint64(len(b.Host)))
-		n++
+		binary.LittleEndian.PutUint64(e[16:], uint64(p.n))
 	}
 	if err := k.fn.Launch(s, D1(min(n, blockKernelMaxGrid)), D1(blockKernelThreads), 0, sl.dev, uint32(n)); err != nil {
 		return err

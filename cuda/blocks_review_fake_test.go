@@ -3,13 +3,17 @@ package cuda_test
 import (
 	"bytes"
 	"errors"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/testhook"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
@@ -35,6 +39,202 @@ func releaseLater(t *testing.T, fd *fakedrv.Driver, s *cuda.Stream) (*atomic.Boo
 		}
 	}()
 	return &released, func() { <-done }
+}
+
+// pages returns n page-aligned pages of a Go slice.
+func pages(n int) []byte {
+	page := os.Getpagesize()
+	mem := make([]byte, (n+1)*page)
+	base := (page - int(hostptr.AddrOf(mem)%uintptr(page))) % page
+	return mem[base : base+n*page]
+}
+
+// registerPages registers mem (page-aligned) for the test's length.
+func registerPages(t *testing.T, mem []byte, flags pinmem.Flags) {
+	t.Helper()
+	b, err := pinmem.Register(mem, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+}
+
+// TestFakeCopyBlocksHostGap: a host block whose two ends lie in two pinned
+// registrations with a pageable page between them is not pinned memory
+// all through: it is refused with ErrHostNotPinned before anything is
+// queued (also when the driver reports no pinned ranges and the check
+// falls back to asking page by page), and staged when a staging buffer is
+// given.
+func TestFakeCopyBlocksHostGap(t *testing.T) {
+	e := mappedBlockEnv(t, 4096, 8)
+	page := os.Getpagesize()
+	mem := pages(3)
+	registerPages(t, mem[:page], pinmem.Mapped)
+	registerPages(t, mem[2*page:], pinmem.Mapped) // page 1 stays pageable
+	copy(mem, testutil.RandomBytes(len(mem), 5))
+	gap := mem[page/2 : 2*page+page/2]
+	k, err := e.ctx.NewBlockKernel(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	list := []cuda.BlockCopy{
+		{Host: e.src.Bytes()[:4096], Dev: e.dev, Off: 0},
+		{Host: gap, Dev: e.dev, Off: 4096},
+	}
+	for _, dir := range []cuda.Direction{cuda.HostToDevice, cuda.DeviceToHost} {
+		for _, opts := range [][]cuda.BlockOption{
+			{cuda.WithBlockStrategy(cuda.BlockDriverBatch)},
+			{cuda.WithBlockStrategy(cuda.BlockPerCopy)},
+			{cuda.WithBlockKernel(k)},
+		} {
+			for _, noRange := range []bool{false, true} {
+				if noRange {
+					// The first pointer query of the list, the range of its
+					// first block, fails: the check stops asking for ranges.
+					must(t, e.fd.FailOn("cuPointerGetAttribute", 1, cudadrv.ErrorNotSupported))
+				}
+				before := e.copyCalls() + e.fd.Calls("cuLaunchKernel")
+				hostBefore := bytes.Clone(mem)
+				_, err := e.s.CopyBlocks(dir, list, opts...)
+				e.fd.ClearFaults()
+				var be *cuda.BlockError
+				if !errors.Is(err, cuda.ErrHostNotPinned) || !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &be) || be.Index != 1 {
+					t.Fatalf("%v, no range %v: a block over a pageable gap: %v, want ErrHostNotPinned for block 1", dir, noRange, err)
+				}
+				if n := e.copyCalls() + e.fd.Calls("cuLaunchKernel") - before; n != 0 {
+					t.Fatalf("%v: %d copies or launches after the refusal", dir, n)
+				}
+				testutil.CheckBytes(t, hostBefore, mem)
+			}
+		}
+	}
+	// Staged, the block goes through the staging buffer.
+	staging, err := pinmem.Alloc(2*page, pinmem.Mapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer staging.Free()
+	want := bytes.Clone(gap)
+	for _, opts := range [][]cuda.BlockOption{
+		{cuda.WithBlockStrategy(cuda.BlockDriverBatch)},
+		{cuda.WithBlockStrategy(cuda.BlockPerCopy)},
+		{cuda.WithBlockKernel(k)},
+	} {
+		opts = append(opts, cuda.WithBlockStaging(staging.Bytes()))
+		rep, err := e.s.CopyBlocks(cuda.HostToDevice, list[1:], opts...)
+		if err != nil || rep.Staged != 1 {
+			t.Fatalf("staged HtoD over a gap: %+v, %v", rep, err)
+		}
+		must(t, e.s.Synchronize())
+		testutil.Poison(gap)
+		rep, err = e.s.CopyBlocks(cuda.DeviceToHost, list[1:], opts...)
+		if err != nil || rep.Staged != 1 {
+			t.Fatalf("staged DtoH over a gap: %+v, %v", rep, err)
+		}
+		must(t, e.s.Synchronize())
+		testutil.CheckBytes(t, want, gap)
+	}
+}
+
+// TestFakeCopyBlocksAcrossRegistrations: blocks of a buffer pinned as
+// several adjacent registrations (pinmem registers a buffer in chunks)
+// that cross from one registration into the next are copied correctly by
+// every strategy: the copy engines' strategies split such a block at the
+// boundary (one driver copy must not span two registrations; the driver
+// refuses it), and the kernel, which reaches host memory through device
+// addresses, takes it whole where the registrations map to one device
+// range, so that a kernel of the list's size still serves the list.
+func TestFakeCopyBlocksAcrossRegistrations(t *testing.T) {
+	const chunk = 64 << 10
+	t.Cleanup(testhook.SetRegChunk(chunk))
+	const bs, nblk = 48 << 10, 16 // 48 KiB blocks: many cross a 64 KiB boundary
+	e := newBlockEnv(t, fakedrv.Options{}, bs, nblk)
+	for _, p := range []**pinmem.Buffer{&e.src, &e.dst} {
+		b, err := pinmem.Alloc(bs*nblk, pinmem.Mapped, pinmem.WithMethod(pinmem.MethodMmapRegister))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Free() })
+		if n := len(b.Segments()); n < 3 {
+			t.Fatalf("%d registrations, want several", n)
+		}
+		copy(b.Bytes(), (*p).Bytes())
+		*p = b
+	}
+	// The registration boundaries inside blocks: one extra driver copy each.
+	base := hostptr.AddrOf(e.src.Bytes())
+	var bounds []int // offsets in the buffer where a registration starts
+	for _, s := range e.src.Segments()[1:] {
+		bounds = append(bounds, int(hostptr.AddrOf(s)-base))
+	}
+	crossings := func(b cuda.BlockCopy) int {
+		lo, n := int(hostptr.AddrOf(b.Host)-base), 0
+		for _, o := range bounds {
+			if o > lo && o < lo+len(b.Host) {
+				n++
+			}
+		}
+		return n
+	}
+	cuts := 0
+	for _, b := range e.list(e.src.Bytes()) {
+		cuts += crossings(b)
+	}
+	if cuts == 0 {
+		t.Fatal("no block crosses a registration boundary: the test could not fail")
+	}
+	k, err := e.ctx.NewBlockKernel(nblk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	for _, c := range []struct {
+		opts  []cuda.BlockOption
+		want  cuda.BlockStrategy
+		calls int
+	}{
+		{[]cuda.BlockOption{cuda.WithBlockStrategy(cuda.BlockDriverBatch)}, cuda.BlockDriverBatch, 1},
+		{[]cuda.BlockOption{cuda.WithBlockStrategy(cuda.BlockPerCopy)}, cuda.BlockPerCopy, nblk + cuts},
+		{nil, cuda.BlockDriverBatch, 1},
+		{[]cuda.BlockOption{cuda.WithBlockKernel(k)}, cuda.BlockKernelCopy, 1},
+	} {
+		must(t, e.dev.Memset(0))
+		testutil.Poison(e.dst.Bytes())
+		for _, dir := range []cuda.Direction{cuda.HostToDevice, cuda.DeviceToHost} {
+			h := e.src.Bytes()
+			if dir == cuda.DeviceToHost {
+				h = e.dst.Bytes()
+			}
+			rep, err := e.s.CopyBlocks(dir, e.list(h), c.opts...)
+			if err != nil {
+				t.Fatalf("%v %v: %v", c.want, dir, err)
+			}
+			if rep.Strategy != c.want || rep.Blocks != nblk || rep.Bytes != int64(bs*nblk) || rep.Calls != c.calls {
+				t.Fatalf("%v %v: report %+v, want %d blocks in %d calls", c.want, dir, rep, nblk, c.calls)
+			}
+			must(t, e.s.Synchronize())
+		}
+		e.checkDevice(t, e.src.Bytes())
+		testutil.CheckBytes(t, e.src.Bytes(), e.dst.Bytes())
+	}
+	// The per-copy strategy failing at the second part of a split block:
+	// that block is not counted as queued, the ones before it are.
+	var whole, split []cuda.BlockCopy
+	for _, b := range e.list(e.src.Bytes()) {
+		if crossings(b) == 0 {
+			whole = append(whole, b)
+		} else {
+			split = append(split, b)
+		}
+	}
+	l := []cuda.BlockCopy{whole[0], whole[1], split[0]}
+	must(t, e.fd.FailOn("cuMemcpyHtoDAsync_v2", 4, cudadrv.ErrorOutOfMemory))
+	rep, err := e.s.CopyBlocks(cuda.HostToDevice, l, cuda.WithBlockStrategy(cuda.BlockPerCopy))
+	if !errors.Is(err, cuda.ErrOutOfMemory) || rep.Blocks != 2 || rep.Bytes != int64(2*bs) || rep.Calls != 4 {
+		t.Fatalf("per-copy failing at the split block's second part: %+v, %v; want 2 blocks queued, 4 calls", rep, err)
+	}
+	must(t, e.s.Synchronize())
 }
 
 // TestFakeCopyBlocksStagingOverlap: a staging buffer that overlaps a host
