@@ -140,6 +140,14 @@ var (
 	ErrStagingOverlap = errors.New("staging buffer overlaps a host block")
 )
 
+// ErrStagingInUse is matched by the error of a DeviceToHost CopyBlocks
+// with staged blocks (WithBlockStaging) that could not wait for its copies
+// into the staging buffer: the device may still write the buffer. Do not
+// reuse or free it until a later wait for the stream (Stream.Synchronize,
+// Context.Synchronize) succeeds; where none ever does, leak it. The
+// driver's error comes with it.
+var ErrStagingInUse = errors.New("the device may still write the staging buffer")
+
 // BlockError is a block list CopyBlocks refused before queuing any copy.
 // It matches its Reason (ErrBlockOverlap, ErrBlockRange, ErrHostNotPinned,
 // ErrHostNotMapped, ErrStagingOverlap, ErrBlockContext) and ErrInvalidValue through errors.Is; a freed device
@@ -260,7 +268,11 @@ func WithBlockKernel(k *BlockKernel) BlockOption {
 // before the copies are queued, and buf must not be changed until the
 // stream has run them; for DeviceToHost the copies land in buf and
 // CopyBlocks waits for the stream and copies them out before it returns,
-// so it returns only when the whole list is done. The part of buf the
+// so it returns only when the whole list is done. When it fails after
+// queuing some of them, it still waits for those (and copies out the
+// blocks BlockReport counts as queued) before it returns, so that buf may
+// be reused; when that wait fails, the error matches ErrStagingInUse and
+// buf must be left alone until a later wait succeeds. The part of buf the
 // staged blocks use must not overlap any host block of the list (refused
 // with ErrStagingOverlap). Without this option such blocks are refused
 // with ErrHostNotPinned.
@@ -284,6 +296,7 @@ type blockScratch struct {
 	ops        []cudadrv.BatchOp
 	staged     map[int][]byte // block index -> its part of the staging buffer
 	pieces     []piece        // the copies to queue, in block order
+	issued     int            // how many of pieces the strategy queued (all or a prefix)
 	cuts       []uint64       // hostCheck.cover's answer for one block
 }
 
@@ -305,15 +318,21 @@ func cmpPiece(a, b piece) int {
 	return a.off - b.off
 }
 
-// queued returns how many blocks the first n pieces queue whole, and
-// their bytes: the pieces are in block order, so those are the blocks
-// before the block of piece n (a block split into pieces whose later part
-// failed is not queued whole).
-func (sc *blockScratch) queued(blocks []BlockCopy, n int) (int, int64) {
-	limit := len(blocks)
+// wholeBelow returns the index below which every block is queued whole
+// when the first n pieces are: the pieces are in block order, so those are
+// the blocks before the block of piece n (a block split into pieces whose
+// later part failed is not queued whole).
+func (sc *blockScratch) wholeBelow(blocks []BlockCopy, n int) int {
 	if n < len(sc.pieces) {
-		limit = sc.pieces[n].blk
+		return sc.pieces[n].blk
 	}
+	return len(blocks)
+}
+
+// queued returns how many blocks the first n pieces queue whole, and
+// their bytes.
+func (sc *blockScratch) queued(blocks []BlockCopy, n int) (int, int64) {
+	limit := sc.wholeBelow(blocks, n)
 	count, bytes := 0, int64(0)
 	for _, p := range sc.pieces[:n] {
 		if p.off == 0 && p.blk < limit { // a block's first piece
@@ -449,16 +468,28 @@ func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOpti
 		case BlockDriverBatch:
 			err = s.issueDriverBatch(bc, dir, blocks, sc, &o, &rep)
 		case BlockKernelCopy:
-			err = s.issueKernel(o.kernel, dir, blocks, sc.pieces, &rep)
+			if err = s.issueKernel(o.kernel, dir, blocks, sc.pieces, &rep); rep.Calls > 0 {
+				sc.issued = len(sc.pieces) // rep.Calls counts the launch once it is queued, with every piece
+			}
 		default:
 			err = s.issuePerCopy(dir, blocks, sc, &rep)
 		}
 		if err == nil && o.event != nil {
 			err = s.ctx.drv.EventRecord(o.event.h, s.h)
 		}
-		if err == nil && len(stagedOut) > 0 {
-			if err = s.ctx.drv.StreamSynchronize(s.h); err == nil {
-				for _, b := range stagedOut {
+		if len(stagedOut) > 0 && sc.issued > 0 {
+			// Copies into the staging buffer are queued: wait for them
+			// whether or not something failed since, for the caller may
+			// reuse or free the stage as soon as CopyBlocks returns. The
+			// blocks queued whole are then copied out, as rep says.
+			if serr := s.ctx.drv.StreamSynchronize(s.h); serr != nil {
+				// The device may still write the stage: say so, and leave
+				// the blocks alone (their bytes may not all have landed).
+				return errors.Join(err, fmt.Errorf("cuda: waiting for the copies into the staging buffer: %w: %w", ErrStagingInUse, serr))
+			}
+			limit := sc.wholeBelow(blocks, sc.issued)
+			for _, b := range stagedOut {
+				if b.blk < limit {
 					copy(b.dst, b.from)
 				}
 			}
@@ -665,7 +696,7 @@ func (c *hostCheck) devAddr(p uint64) (uint64, bool) {
 func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScratch, o *blockOptions, rep *BlockReport) ([]stagedBlock, error) {
 	c := &hostCheck{drv: s.ctx.drv}
 	kernel := o.strategy == BlockKernelCopy
-	sc.pieces = sc.pieces[:0]
+	sc.pieces, sc.issued = sc.pieces[:0], 0
 	// add appends the pieces of block i, whose host memory (its own or its
 	// part of the stage) is [lo, hi), pinned, with range boundaries cuts.
 	add := func(i int, lo, hi uint64, cuts []uint64) error {
@@ -821,7 +852,7 @@ func (s *Stream) issueDriverBatch(bc cudadrv.BatchCopier, dir Direction, blocks 
 	}
 	fail, err := bc.MemcpyBatchAsync(sc.dsts, sc.srcs, sc.sizes, []cudadrv.MemcpyAttributes{attr}, []uint64{0}, s.h)
 	rep.Calls = 1
-	if err != nil {
+	if err != nil { // a refused batch queues nothing
 		n := rep.Blocks
 		rep.Blocks, rep.Bytes = 0, 0
 		if fail >= 0 && fail < len(sc.pieces) {
@@ -829,6 +860,7 @@ func (s *Stream) issueDriverBatch(bc cudadrv.BatchCopier, dir Direction, blocks 
 		}
 		return fmt.Errorf("cuda: batch copy of %d blocks: %w", n, err)
 	}
+	sc.issued = len(sc.pieces)
 	return nil
 }
 
@@ -846,6 +878,7 @@ func (s *Stream) issuePerCopy(dir Direction, blocks []BlockCopy, sc *blockScratc
 		sc.ops = append(sc.ops, op)
 	}
 	n, err := cudadrv.RunBatch(s.ctx.drv, sc.ops)
+	sc.issued = n
 	rep.Calls = n
 	if err != nil {
 		rep.Calls++

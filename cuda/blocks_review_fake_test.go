@@ -41,6 +41,112 @@ func releaseLater(t *testing.T, fd *fakedrv.Driver, s *cuda.Stream) (*atomic.Boo
 	return &released, func() { <-done }
 }
 
+// TestFakeCopyBlocksStagedDtoHFailureWaits: when a DeviceToHost list with
+// staged blocks fails after some copies into the staging buffer were
+// queued, CopyBlocks waits for them before it returns (the caller may
+// reuse or free the staging buffer as soon as it has returned), and the
+// staged blocks that were queued are copied out, as BlockReport says.
+func TestFakeCopyBlocksStagedDtoHFailureWaits(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		strategy cuda.BlockStrategy
+		op       string
+		nth      int
+		event    bool
+		queued   int // blocks queued before the failure
+	}{
+		{"per-copy fails at the third block", cuda.BlockPerCopy, "cuMemcpyDtoHAsync_v2", 3, false, 2},
+		{"the event's record fails after the batch", cuda.BlockDriverBatch, "cuEventRecord", 1, true, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newBlockEnv(t, fakedrv.Options{}, 4096, 8)
+			bs := e.bs
+			must(t, e.dev.CopyFromHost(0, e.src.Bytes()))
+			staging, err := pinmem.Alloc(4*bs, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer staging.Free()
+			out := make([]byte, 4*bs) // pageable: staged
+			testutil.Poison(out)
+			var l []cuda.BlockCopy
+			for i := range 4 {
+				l = append(l, cuda.BlockCopy{Host: out[i*bs : (i+1)*bs], Dev: e.dev, Off: (3 - i) * bs})
+			}
+			opts := []cuda.BlockOption{cuda.WithBlockStrategy(c.strategy), cuda.WithBlockStaging(staging.Bytes())}
+			if c.event {
+				ev, err := e.ctx.NewEvent(cuda.EventDisableTiming)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ev.Destroy()
+				opts = append(opts, cuda.WithBlockEvent(ev))
+			}
+			must(t, e.fd.HoldStream(cudadrv.Stream(e.s.Handle())))
+			must(t, e.fd.FailOn(c.op, c.nth, cudadrv.ErrorOutOfMemory))
+			released, wait := releaseLater(t, e.fd, e.s)
+			rep, err := e.s.CopyBlocks(cuda.DeviceToHost, l, opts...)
+			returned := released.Load()
+			pending := e.fd.Pending(cudadrv.Stream(e.s.Handle()))
+			wait()
+			if !errors.Is(err, cuda.ErrOutOfMemory) {
+				t.Fatalf("CopyBlocks = %+v, %v; want the injected ErrOutOfMemory", rep, err)
+			}
+			if !returned || pending != 0 {
+				t.Fatalf("CopyBlocks returned with %d operations still queued on the stream, DMA into the staging buffer among them", pending)
+			}
+			if rep.Blocks != c.queued || rep.Staged != 4 {
+				t.Fatalf("report %+v, want %d blocks queued, 4 staged", rep, c.queued)
+			}
+			poison := bytes.Repeat([]byte{testutil.PoisonByte}, bs)
+			for i := range 4 {
+				want := poison
+				if i < c.queued {
+					want = e.src.Bytes()[(3-i)*bs : (4-i)*bs]
+				}
+				testutil.CheckBytes(t, want, out[i*bs:(i+1)*bs])
+			}
+		})
+	}
+}
+
+// TestFakeCopyBlocksStagedDtoHSyncFails: when the wait for the copies into
+// the staging buffer fails itself, the error says that the staging buffer
+// may still be written (ErrStagingInUse) beside the driver's error, so that
+// the caller does not reuse or free it until a later wait succeeds.
+func TestFakeCopyBlocksStagedDtoHSyncFails(t *testing.T) {
+	e := newBlockEnv(t, fakedrv.Options{}, 4096, 8)
+	bs := e.bs
+	staging, err := pinmem.Alloc(4*bs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer staging.Free()
+	out := make([]byte, 4*bs)
+	var l []cuda.BlockCopy
+	for i := range 4 {
+		l = append(l, cuda.BlockCopy{Host: out[i*bs : (i+1)*bs], Dev: e.dev, Off: i * bs})
+	}
+	for _, c := range []struct {
+		name string
+		fail func()
+	}{
+		{"after the list was queued", func() {}},
+		{"after the per-copy strategy failed part way", func() {
+			must(t, e.fd.FailOn("cuMemcpyDtoHAsync_v2", 2, cudadrv.ErrorOutOfMemory))
+		}},
+	} {
+		c.fail()
+		must(t, e.fd.FailOn("cuStreamSynchronize", 1, cudadrv.ErrorLaunchFailed))
+		_, err := e.s.CopyBlocks(cuda.DeviceToHost, l, cuda.WithBlockStrategy(cuda.BlockPerCopy), cuda.WithBlockStaging(staging.Bytes()))
+		if !errors.Is(err, cuda.ErrStagingInUse) || !errors.Is(err, cuda.ErrLaunchFailed) {
+			t.Errorf("%s: %v; want ErrStagingInUse and the driver's ErrLaunchFailed", c.name, err)
+		}
+		e.fd.ClearFaults()
+		must(t, e.s.Synchronize()) // the later wait that frees the staging buffer for reuse
+	}
+}
+
 // pages returns n page-aligned pages of a Go slice.
 func pages(n int) []byte {
 	page := os.Getpagesize()
