@@ -296,7 +296,7 @@ type blockScratch struct {
 	ops        []cudadrv.BatchOp
 	staged     map[int][]byte // block index -> its part of the staging buffer
 	pieces     []piece        // the copies to queue, in block order
-	issued     int            // how many of pieces the strategy queued (all or a prefix)
+	nqueued    int            // how many of pieces the strategy queued (all, or a prefix)
 	cuts       []uint64       // hostCheck.cover's answer for one block
 }
 
@@ -385,7 +385,9 @@ var scratchPool = sync.Pool{New: func() any { return new(blockScratch) }}
 // which ran. When the driver fails the per-copy strategy part way, the
 // blocks before the failing one are queued (BlockReport.Blocks says how
 // many) and the error is returned; the driver's batch and the kernel
-// queue all or nothing. BlockAuto falls back to the per-copy strategy
+// queue all or nothing. With staged DeviceToHost blocks, CopyBlocks waits
+// for whatever it queued before it returns, also on failure (see
+// WithBlockStaging and ErrStagingInUse). BlockAuto falls back to the per-copy strategy
 // when the driver lacks the batch copy. It is safe to call from several
 // goroutines.
 func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOption) (BlockReport, error) {
@@ -469,7 +471,7 @@ func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOpti
 			err = s.issueDriverBatch(bc, dir, blocks, sc, &o, &rep)
 		case BlockKernelCopy:
 			if err = s.issueKernel(o.kernel, dir, blocks, sc.pieces, &rep); rep.Calls > 0 {
-				sc.issued = len(sc.pieces) // rep.Calls counts the launch once it is queued, with every piece
+				sc.nqueued = len(sc.pieces) // rep.Calls counts the launch once it is queued, with every piece
 			}
 		default:
 			err = s.issuePerCopy(dir, blocks, sc, &rep)
@@ -477,7 +479,7 @@ func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOpti
 		if err == nil && o.event != nil {
 			err = s.ctx.drv.EventRecord(o.event.h, s.h)
 		}
-		if len(stagedOut) > 0 && sc.issued > 0 {
+		if len(stagedOut) > 0 && sc.nqueued > 0 {
 			// Copies into the staging buffer are queued: wait for them
 			// whether or not something failed since, for the caller may
 			// reuse or free the stage as soon as CopyBlocks returns. The
@@ -487,7 +489,7 @@ func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOpti
 				// the blocks alone (their bytes may not all have landed).
 				return errors.Join(err, fmt.Errorf("cuda: waiting for the copies into the staging buffer: %w: %w", ErrStagingInUse, serr))
 			}
-			limit := sc.wholeBelow(blocks, sc.issued)
+			limit := sc.wholeBelow(blocks, sc.nqueued)
 			for _, b := range stagedOut {
 				if b.blk < limit {
 					copy(b.dst, b.from)
@@ -696,7 +698,7 @@ func (c *hostCheck) devAddr(p uint64) (uint64, bool) {
 func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScratch, o *blockOptions, rep *BlockReport) ([]stagedBlock, error) {
 	c := &hostCheck{drv: s.ctx.drv}
 	kernel := o.strategy == BlockKernelCopy
-	sc.pieces, sc.issued = sc.pieces[:0], 0
+	sc.pieces, sc.nqueued = sc.pieces[:0], 0
 	// add appends the pieces of block i, whose host memory (its own or its
 	// part of the stage) is [lo, hi), pinned, with range boundaries cuts.
 	add := func(i int, lo, hi uint64, cuts []uint64) error {
@@ -860,7 +862,7 @@ func (s *Stream) issueDriverBatch(bc cudadrv.BatchCopier, dir Direction, blocks 
 		}
 		return fmt.Errorf("cuda: batch copy of %d blocks: %w", n, err)
 	}
-	sc.issued = len(sc.pieces)
+	sc.nqueued = len(sc.pieces)
 	return nil
 }
 
@@ -878,7 +880,7 @@ func (s *Stream) issuePerCopy(dir Direction, blocks []BlockCopy, sc *blockScratc
 		sc.ops = append(sc.ops, op)
 	}
 	n, err := cudadrv.RunBatch(s.ctx.drv, sc.ops)
-	sc.issued = n
+	sc.nqueued = n
 	rep.Calls = n
 	if err != nil {
 		rep.Calls++
