@@ -25,7 +25,12 @@ import (
 //
 // The tables are used in turn; before CopyBlocks rewrites one it waits,
 // on the CPU, for the kernel that last read it (two calls back) to have
-// finished, which is rarely a wait at all. A BlockKernel may serve any
+// finished, which is rarely a wait at all. When that kernel's completion
+// could not be fenced (the record of its event failed, and so did the
+// stream wait that CopyBlocks then made instead), its table is neither
+// rewritten nor freed until a wait for all of the context's work
+// succeeds: the CopyBlocks that comes back to the table, and Close, make
+// that wait and fail with its error while it fails. A BlockKernel may serve any
 // stream of its context, one CopyBlocks at a time (calls are
 // serialised). Its tables, 2 x 24 x Cap bytes, are pinned by the driver
 // outside pinmem's budget. Close it when done.
@@ -49,7 +54,24 @@ type blockSlot struct {
 	table []byte
 	dev   DevicePtr
 	done  *Event
-	used  bool // done was recorded
+	used  bool // done was recorded after the last launch that read the table
+	// unfenced: the last launch that read the table is queued with no
+	// record of done after it, and the stream wait that stood in for the
+	// record failed too, so nothing says when it has read the table. Only
+	// a successful wait for the whole context (fence) clears it; until
+	// then the table is not rewritten and not freed.
+	unfenced bool
+}
+
+// fence waits, with the context current, for all of the context's work,
+// which includes the unfenced launch that last read sl's table, and
+// clears unfenced. On failure the table stays held.
+func (sl *blockSlot) fence(drv cudadrv.Driver, i int) error {
+	if err := drv.CtxSynchronize(); err != nil {
+		return fmt.Errorf("cuda: block kernel table %d may still be read by a launch whose completion could not be recorded, and waiting for the context failed: %w", i, err)
+	}
+	sl.unfenced, sl.used = false, false
+	return nil
 }
 
 // blockKernelThreads is the CTA width of the kernel strategy: 256 threads
@@ -138,7 +160,13 @@ func (k *BlockKernel) Close() error {
 		return fmt.Errorf("cuda: block kernel already closed: %w", ErrInvalidHandle)
 	}
 	for i := range k.slots {
-		if sl := &k.slots[i]; sl.used && sl.done != nil {
+		sl := &k.slots[i]
+		if sl.unfenced {
+			if err := k.ctx.Do(func() error { return sl.fence(k.ctx.drv, i) }); err != nil {
+				return err // a launch may still read the table: keep it
+			}
+		}
+		if sl.used && sl.done != nil {
 			if err := sl.done.Synchronize(); err != nil {
 				return err // a launch may still read the table: keep it
 			}
@@ -217,10 +245,10 @@ func retryKernelOrphans() {
 }
 
 // issueKernel queues the blocks on s as one launch reading the next
-// table; hostDev[i] is the device address of block i's host memory. It
-// runs with s's context current. When it fails before the launch is
-// queued, rep says no block was.
-func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, hostDev []uint64, rep *BlockReport) (err error) {
+// table, one descriptor per piece (pieces[j].dev is the device address of
+// its host memory). It runs with s's context current. When it fails
+// before the launch is queued, rep says no block was.
+func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, pieces []piece, rep *BlockReport) (err error) {
 	launched := false
 	defer func() {
 		if !launched {
@@ -232,10 +260,18 @@ func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, 
 	if k.closing {
 		return fmt.Errorf("cuda: block kernel already closed: %w", ErrInvalidHandle)
 	}
-	if rep.Blocks > k.cap {
+	if len(pieces) > k.cap {
+		if len(pieces) > rep.Blocks {
+			return fmt.Errorf("cuda: %d blocks, %d descriptors with the blocks whose host memory lies in pinned ranges that do not map to one device range, for a block kernel of %d: %w", rep.Blocks, len(pieces), k.cap, ErrInvalidValue)
+		}
 		return fmt.Errorf("cuda: %d blocks for a block kernel of %d: %w", rep.Blocks, k.cap, ErrInvalidValue)
 	}
 	sl := &k.slots[k.next]
+	if sl.unfenced {
+		if err := sl.fence(s.ctx.drv, k.next); err != nil {
+			return err
+		}
+	}
 	if sl.used {
 		// The kernel that read this table two calls back must be done.
 		if err := s.ctx.drv.EventSynchronize(sl.done.h); err != nil {
@@ -243,20 +279,17 @@ func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, 
 		}
 		sl.used = false
 	}
-	n := 0
-	for i, b := range blocks {
-		if len(b.Host) == 0 {
-			continue
-		}
-		d, h := uint64(b.Dev.ptr)+uint64(b.Off), hostDev[i]
+	n := len(pieces)
+	for j, p := range pieces {
+		b := blocks[p.blk]
+		d, h := uint64(b.Dev.ptr)+uint64(b.Off)+uint64(p.off), p.dev
 		if dir == DeviceToHost {
 			d, h = h, d
 		}
-		e := sl.table[n*kernels.BlockDescSize:]
+		e := sl.table[j*kernels.BlockDescSize:]
 		binary.LittleEndian.PutUint64(e, d)     // dst
 		binary.LittleEndian.PutUint64(e[8:], h) // src
-		binary.LittleEndian.PutUint64(e[16:], uint64(len(b.Host)))
-		n++
+		binary.LittleEndian.PutUint64(e[16:], uint64(p.n))
 	}
 	if err := k.fn.Launch(s, D1(min(n, blockKernelMaxGrid)), D1(blockKernelThreads), 0, sl.dev, uint32(n)); err != nil {
 		return err
@@ -267,7 +300,15 @@ func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, 
 	if err := s.ctx.drv.EventRecord(sl.done.h, s.h); err != nil {
 		// The launch is queued but unfenced: wait for it here, so that the
 		// table is not rewritten under it.
-		return errors.Join(err, s.ctx.drv.StreamSynchronize(s.h))
+		sl.used = false // done does not follow this launch: waiting on it proves nothing
+		serr := s.ctx.drv.StreamSynchronize(s.h)
+		if serr != nil {
+			// The launch may still be queued, and nothing will say when it
+			// is done: the table is held until a wait for the whole
+			// context succeeds (sl.fence).
+			sl.unfenced = true
+		}
+		return errors.Join(err, serr)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -121,7 +122,8 @@ var (
 	ErrBlockOverlap = errors.New("destination blocks overlap")
 	// ErrBlockRange: a device block runs past the end of its buffer, or has a negative offset.
 	ErrBlockRange = errors.New("block outside its device buffer")
-	// ErrHostNotPinned: a host block is not (wholly) pinned host memory.
+	// ErrHostNotPinned: a host block is not (wholly) pinned host memory:
+	// some byte of it, at an end or between pinned ranges, is pageable.
 	ErrHostNotPinned = errors.New("host block is not pinned memory")
 	// ErrBlockContext: a device block belongs to another context (or
 	// device) than the stream, or the event to record (or the block
@@ -130,11 +132,25 @@ var (
 	// ErrHostNotMapped: the kernel strategy was asked for, and a host
 	// block is pinned but not mapped into the device's address space.
 	ErrHostNotMapped = errors.New("host block is not mapped into the device's address space")
+	// ErrStagingOverlap: the part of the staging buffer (WithBlockStaging)
+	// that the staged blocks need overlaps a host block of the list. The
+	// staged bytes would overwrite a source block before its copy ran
+	// (HostToDevice), or the copies into the stage would land in a
+	// destination block (DeviceToHost).
+	ErrStagingOverlap = errors.New("staging buffer overlaps a host block")
 )
+
+// ErrStagingInUse is matched by the error of a DeviceToHost CopyBlocks
+// with staged blocks (WithBlockStaging) that could not wait for its copies
+// into the staging buffer: the device may still write the buffer. Do not
+// reuse or free it until a later wait for the stream (Stream.Synchronize,
+// Context.Synchronize) succeeds; where none ever does, leak it. The
+// driver's error comes with it.
+var ErrStagingInUse = errors.New("the device may still write the staging buffer")
 
 // BlockError is a block list CopyBlocks refused before queuing any copy.
 // It matches its Reason (ErrBlockOverlap, ErrBlockRange, ErrHostNotPinned,
-// ErrHostNotMapped, ErrBlockContext) and ErrInvalidValue through errors.Is; a freed device
+// ErrHostNotMapped, ErrStagingOverlap, ErrBlockContext) and ErrInvalidValue through errors.Is; a freed device
 // buffer is reported with Reason matching ErrInvalidHandle instead.
 type BlockError struct {
 	// Index is the block at fault.
@@ -188,8 +204,9 @@ type BlockReport struct {
 	// Bytes is how many bytes they hold.
 	Bytes int64
 	// Calls is how many driver calls queued them: 1 for the driver's
-	// batch, one per block for the per-copy strategy, the launch for the
-	// kernel.
+	// batch, one per copy for the per-copy strategy (one per block, and
+	// one more for each boundary between two pinned ranges that a block
+	// crosses), the launch for the kernel.
 	Calls int
 	// Staged is how many blocks went through the staging buffer (WithBlockStaging).
 	Staged int
@@ -237,7 +254,10 @@ func WithBlockEvent(e *Event) BlockOption {
 
 // WithBlockKernel gives CopyBlocks the kernel strategy's state and, with
 // BlockAuto, picks that strategy (BlockKernelCopy); k must belong to the
-// stream's context and hold at least as many blocks as the list.
+// stream's context and hold at least as many blocks as the list (a block
+// whose host memory lies in pinned ranges that do not map to one device
+// range takes one entry per range; pinmem's Mapped buffers always map to
+// one).
 func WithBlockKernel(k *BlockKernel) BlockOption {
 	return func(o *blockOptions) { o.kernel = k }
 }
@@ -248,8 +268,14 @@ func WithBlockKernel(k *BlockKernel) BlockOption {
 // before the copies are queued, and buf must not be changed until the
 // stream has run them; for DeviceToHost the copies land in buf and
 // CopyBlocks waits for the stream and copies them out before it returns,
-// so it returns only when the whole list is done. Without this option
-// such blocks are refused with ErrHostNotPinned.
+// so it returns only when the whole list is done. When it fails after
+// queuing some of them, it still waits for those (and copies out the
+// blocks BlockReport counts as queued) before it returns, so that buf may
+// be reused; when that wait fails, the error matches ErrStagingInUse and
+// buf must be left alone until a later wait succeeds. The part of buf the
+// staged blocks use must not overlap any host block of the list (refused
+// with ErrStagingOverlap). Without this option such blocks are refused
+// with ErrHostNotPinned.
 func WithBlockStaging(buf []byte) BlockOption {
 	return func(o *blockOptions) { o.staging = buf }
 }
@@ -269,7 +295,52 @@ type blockScratch struct {
 	dst, host  []span
 	ops        []cudadrv.BatchOp
 	staged     map[int][]byte // block index -> its part of the staging buffer
-	hostDev    []uint64       // block index -> device address of its host memory (kernel strategy)
+	pieces     []piece        // the copies to queue, in block order
+	nqueued    int            // how many of pieces the strategy queued (all, or a prefix)
+	cuts       []uint64       // hostCheck.cover's answer for one block
+}
+
+// piece is one copy of a block list: a whole block, or the part of one
+// that lies in one pinned range when the block's host memory spans
+// several (one driver copy must not span two registrations: the driver
+// refuses it). off is the part's offset both in the block's host memory
+// (its own, or its part of the staging buffer: hostOf) and in its device
+// block.
+type piece struct {
+	blk, off, n int
+	dev         uint64 // kernel strategy: the device address of the part's host memory
+}
+
+func cmpPiece(a, b piece) int {
+	if a.blk != b.blk {
+		return a.blk - b.blk
+	}
+	return a.off - b.off
+}
+
+// wholeBelow returns the index below which every block is queued whole
+// when the first n pieces are: the pieces are in block order, so those are
+// the blocks before the block of piece n (a block split into pieces whose
+// later part failed is not queued whole).
+func (sc *blockScratch) wholeBelow(blocks []BlockCopy, n int) int {
+	if n < len(sc.pieces) {
+		return sc.pieces[n].blk
+	}
+	return len(blocks)
+}
+
+// queued returns how many blocks the first n pieces queue whole, and
+// their bytes.
+func (sc *blockScratch) queued(blocks []BlockCopy, n int) (int, int64) {
+	limit := sc.wholeBelow(blocks, n)
+	count, bytes := 0, int64(0)
+	for _, p := range sc.pieces[:n] {
+		if p.off == 0 && p.blk < limit { // a block's first piece
+			count++
+			bytes += int64(len(blocks[p.blk].Host))
+		}
+	}
+	return count, bytes
 }
 
 // hostOf returns the host memory block i is copied from or to: its own,
@@ -294,19 +365,29 @@ var scratchPool = sync.Pool{New: func() any { return new(blockScratch) }}
 // list with a *BlockError (matching ErrInvalidValue) when a device block
 // lies outside its buffer (ErrBlockRange), belongs to another context
 // than s (ErrBlockContext; with freed buffers matching ErrInvalidHandle),
-// a host block is not pinned (ErrHostNotPinned; the driver's pointer
-// attributes decide, a few queries per pinned range the blocks lie in)
-// or, for the kernel strategy, not mapped (ErrHostNotMapped), or two
-// destination blocks overlap (ErrBlockOverlap). Host blocks must stay
+// a host block is not pinned all through (ErrHostNotPinned; the driver's
+// pointer attributes decide, a few queries per pinned range the blocks
+// lie in) or, for the kernel strategy, not mapped (ErrHostNotMapped), or
+// two destination blocks overlap (ErrBlockOverlap). Host blocks must stay
 // alive and untouched until the copies have run. WithBlockStaging takes
 // unpinned host blocks through a pinned buffer instead of refusing them.
+//
+// A host block may lie in several pinned ranges that follow one another
+// (pinmem registers a buffer over 4 GiB in chunks, see pinmem.Buffer.Segments):
+// the driver refuses one copy across two registrations, so the driver's
+// batch and the per-copy strategy copy such a block as one copy per range
+// (BlockReport.Calls counts them), and the kernel, which reaches host
+// memory through device addresses, takes it whole where the ranges map to
+// one device range.
 //
 // The strategy is BlockAuto's choice (see DefaultBlockBatchMax) unless
 // WithBlockStrategy or WithBlockKernel says otherwise; BlockReport says
 // which ran. When the driver fails the per-copy strategy part way, the
 // blocks before the failing one are queued (BlockReport.Blocks says how
 // many) and the error is returned; the driver's batch and the kernel
-// queue all or nothing. BlockAuto falls back to the per-copy strategy
+// queue all or nothing. With staged DeviceToHost blocks, CopyBlocks waits
+// for whatever it queued before it returns, also on failure (see
+// WithBlockStaging and ErrStagingInUse). BlockAuto falls back to the per-copy strategy
 // when the driver lacks the batch copy. It is safe to call from several
 // goroutines.
 func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOption) (BlockReport, error) {
@@ -389,16 +470,28 @@ func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOpti
 		case BlockDriverBatch:
 			err = s.issueDriverBatch(bc, dir, blocks, sc, &o, &rep)
 		case BlockKernelCopy:
-			err = s.issueKernel(o.kernel, dir, blocks, sc.hostDev, &rep)
+			if err = s.issueKernel(o.kernel, dir, blocks, sc.pieces, &rep); rep.Calls > 0 {
+				sc.nqueued = len(sc.pieces) // rep.Calls counts the launch once it is queued, with every piece
+			}
 		default:
 			err = s.issuePerCopy(dir, blocks, sc, &rep)
 		}
 		if err == nil && o.event != nil {
 			err = s.ctx.drv.EventRecord(o.event.h, s.h)
 		}
-		if err == nil && len(stagedOut) > 0 {
-			if err = s.ctx.drv.StreamSynchronize(s.h); err == nil {
-				for _, b := range stagedOut {
+		if len(stagedOut) > 0 && sc.nqueued > 0 {
+			// Copies into the staging buffer are queued: wait for them
+			// whether or not something failed since, for the caller may
+			// reuse or free the stage as soon as CopyBlocks returns. The
+			// blocks queued whole are then copied out, as rep says.
+			if serr := s.ctx.drv.StreamSynchronize(s.h); serr != nil {
+				// The device may still write the stage: say so, and leave
+				// the blocks alone (their bytes may not all have landed).
+				return errors.Join(err, fmt.Errorf("cuda: waiting for the copies into the staging buffer: %w: %w", ErrStagingInUse, serr))
+			}
+			limit := sc.wholeBelow(blocks, sc.nqueued)
+			for _, b := range stagedOut {
+				if b.blk < limit {
 					copy(b.dst, b.from)
 				}
 			}
@@ -413,9 +506,13 @@ func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOpti
 	return rep, err
 }
 
-// stagedBlock is a DeviceToHost block that landed in the staging buffer
-// (from) and is copied to its host block (dst) once the stream is done.
-type stagedBlock struct{ dst, from []byte }
+// stagedBlock is DeviceToHost block blk, which lands in the staging
+// buffer (from) and is copied to its host block (dst) once the stream is
+// done.
+type stagedBlock struct {
+	blk       int
+	dst, from []byte
+}
 
 // checkBlocks checks the device side and the overlaps of the
 // destinations, fills sc.dst and sc.host, and counts the blocks and bytes.
@@ -485,7 +582,7 @@ func cmpSpan(a, b span) int {
 
 // hostCheck asks the driver about host memory, remembering the last
 // pinned range it found so that blocks carved from one buffer cost a few
-// queries in all.
+// queries in all (cover).
 type hostCheck struct {
 	drv     cudadrv.Driver
 	qerr    error // the first failure other than "unknown address"
@@ -515,28 +612,61 @@ func (c *hostCheck) isHost(p uint64) bool {
 	return ok && t == cudadrv.MemoryTypeHost
 }
 
-// pinned reports whether [lo, hi) is pinned host memory: inside the last
-// range found, or inside the range the driver reports for lo (then
-// remembered), or, where the driver reports no range, with its first and
-// last byte pinned.
-func (c *hostCheck) pinned(lo, hi uint64) bool {
-	if lo >= c.known.lo && hi <= c.known.hi {
-		return true
-	}
-	failed := false
-	if !c.noRange {
-		start, ok := c.attr(cudadrv.PointerAttrRangeStart, lo)
-		failed = !ok
-		if ok {
-			if size, ok := c.attr(cudadrv.PointerAttrRangeSize, lo); ok && start <= lo && start+size >= hi && c.isHost(lo) {
-				c.known, c.asked = span{start, start + size, 0}, false
-				return true
+// cover reports whether [lo, hi) is pinned host memory all through, and
+// appends to cuts each address inside it where one pinned range (an
+// allocation or a registration) ends and the next begins. It walks the
+// driver's ranges from lo, remembering the last one found, so that blocks
+// carved from one buffer cost a few queries in all; a block whose two ends
+// are pinned with pageable memory between them is not pinned. Where the
+// driver reports no range it falls back to probe, which finds a pageable
+// gap of a page or more but no boundary between ranges.
+func (c *hostCheck) cover(lo, hi uint64, cuts []uint64) ([]uint64, bool) {
+	for p := lo; p < hi; {
+		if p >= c.known.lo && p < c.known.hi {
+			if hi <= c.known.hi {
+				return cuts, true
 			}
+			p = c.known.hi
+			cuts = append(cuts, p) // the next range must start right here
+			continue
+		}
+		if c.noRange {
+			return cuts, c.probe(p, hi)
+		}
+		start, ok := c.attr(cudadrv.PointerAttrRangeStart, p)
+		var size uint64
+		if ok {
+			size, ok = c.attr(cudadrv.PointerAttrRangeSize, p)
+		}
+		if !c.isHost(p) {
+			return cuts, false // pageable (or not host memory at all)
+		}
+		if !ok || start > p || p-start >= size {
+			// Pinned, but the driver reports no range holding p: stop asking.
+			c.noRange = true
+			return cuts, c.probe(p, hi)
+		}
+		c.known, c.asked = span{start, start + size, 0}, false
+	}
+	return cuts, true
+}
+
+// hostPage is the granularity at which probe asks.
+var hostPage = uint64(os.Getpagesize())
+
+// probe reports whether the first and the last byte of [lo, hi), and the
+// first byte of every page between them, are pinned host memory: pinning
+// is per page, so no pageable page lies inside.
+func (c *hostCheck) probe(lo, hi uint64) bool {
+	if !c.isHost(lo) {
+		return false
+	}
+	for q := lo - lo%hostPage + hostPage; q < hi; q += hostPage {
+		if !c.isHost(q) {
+			return false
 		}
 	}
-	ok := c.isHost(lo) && c.isHost(hi-1)
-	c.noRange = c.noRange || (ok && failed)
-	return ok
+	return c.isHost(hi - 1)
 }
 
 // devAddr returns the device address of pinned host address p, or false
@@ -557,40 +687,67 @@ func (c *hostCheck) devAddr(p uint64) (uint64, bool) {
 }
 
 // pinnedOrStaged checks, with s's context current, that every host block
-// is pinned (hostCheck), and for the kernel strategy mapped, with its
-// device address in sc.hostDev. Blocks that are not pinned are refused,
-// or staged with WithBlockStaging: their host side becomes part of the
-// staging buffer (sc.staged; HtoD: filled now; DtoH: returned, to be
-// copied out after the stream is done).
+// is pinned all through (hostCheck.cover), and for the kernel strategy
+// mapped, and makes the list's copies (sc.pieces, in block order): one per
+// block, cut where a block's host memory crosses from one pinned range
+// into the next (for the kernel, only where the ranges do not map to one
+// device range). Blocks that are not pinned are refused, or staged with
+// WithBlockStaging: their host side becomes part of the staging buffer
+// (sc.staged; HtoD: filled now; DtoH: returned, to be copied out after the
+// stream is done).
 func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScratch, o *blockOptions, rep *BlockReport) ([]stagedBlock, error) {
 	c := &hostCheck{drv: s.ctx.drv}
 	kernel := o.strategy == BlockKernelCopy
-	if kernel {
-		sc.hostDev = slices.Grow(sc.hostDev[:0], len(blocks))[:len(blocks)]
-	}
-	mapped := func(i int, lo, hi uint64) error {
-		if !kernel {
-			return nil
-		}
-		d, ok := c.devAddr(lo)
-		if !ok {
-			if c.qerr != nil {
-				return fmt.Errorf("cuda: asking the driver for the device address of host block %d: %w", i, c.qerr)
+	sc.pieces, sc.nqueued = sc.pieces[:0], 0
+	// add appends the pieces of block i, whose host memory (its own or its
+	// part of the stage) is [lo, hi), pinned, with range boundaries cuts.
+	add := func(i int, lo, hi uint64, cuts []uint64) error {
+		for k := 0; k <= len(cuts); k++ {
+			plo, phi := lo, hi
+			if k > 0 {
+				plo = cuts[k-1]
 			}
-			return &BlockError{Index: i, Other: -1, Reason: ErrHostNotMapped, Detail: fmt.Sprintf("%d bytes at %#x (allocate it with pinmem.Mapped)", hi-lo, lo)}
+			if k < len(cuts) {
+				phi = cuts[k]
+			}
+			p := piece{blk: i, off: int(plo - lo), n: int(phi - plo)}
+			if kernel {
+				d, ok := c.devAddr(plo)
+				if ok && c.noRange && phi-plo > 1 {
+					// No ranges, so no cuts: the last byte must map where the first does.
+					last, lok := c.devAddr(phi - 1)
+					ok = lok && last == d+(phi-1-plo)
+				}
+				if !ok {
+					if c.qerr != nil {
+						return fmt.Errorf("cuda: asking the driver for the device address of host block %d: %w", i, c.qerr)
+					}
+					return &BlockError{Index: i, Other: -1, Reason: ErrHostNotMapped, Detail: fmt.Sprintf("%d bytes at %#x (allocate it with pinmem.Mapped)", phi-plo, plo)}
+				}
+				p.dev = d
+				// The kernel reaches host memory through device addresses:
+				// ranges mapped one after the other need no cut.
+				if k > 0 {
+					if last := &sc.pieces[len(sc.pieces)-1]; last.dev+uint64(last.n) == d {
+						last.n += p.n
+						continue
+					}
+				}
+			}
+			sc.pieces = append(sc.pieces, p)
 		}
-		sc.hostDev[i] = d
 		return nil
 	}
 	var staged []int // indexes into sc.host
 	need := 0
 	for k, h := range sc.host {
-		ok := c.pinned(h.lo, h.hi)
+		var ok bool
+		sc.cuts, ok = c.cover(h.lo, h.hi, sc.cuts[:0])
 		if c.qerr != nil {
 			return nil, fmt.Errorf("cuda: asking the driver whether host block %d is pinned: %w", h.i, c.qerr)
 		}
 		if ok {
-			if err := mapped(h.i, h.lo, h.hi); err != nil {
+			if err := add(h.i, h.lo, h.hi, sc.cuts); err != nil {
 				return nil, err
 			}
 			continue
@@ -602,14 +759,43 @@ func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScra
 		staged = append(staged, k)
 		need += int(h.hi - h.lo)
 	}
-	if len(staged) == 0 {
-		return nil, nil
+	var out []stagedBlock
+	if len(staged) > 0 {
+		var err error
+		if out, err = stage(dir, blocks, sc, o, c, staged, need, add); err != nil {
+			return nil, err
+		}
+		rep.Staged = len(staged)
 	}
+	// The pieces were made in host address order; they are queued in
+	// block order (the per-copy strategy reports a prefix of the list).
+	if !slices.IsSortedFunc(sc.pieces, cmpPiece) {
+		slices.SortFunc(sc.pieces, cmpPiece)
+	}
+	return out, nil
+}
+
+// stage gives the blocks sc.host[k] for k in staged, need bytes in all,
+// their parts of the staging buffer, checked first (large enough, apart
+// from every host block of the list, pinned), and makes their pieces with
+// add, cut at the stage's own range boundaries.
+func stage(dir Direction, blocks []BlockCopy, sc *blockScratch, o *blockOptions, c *hostCheck, staged []int, need int, add func(int, uint64, uint64, []uint64) error) ([]stagedBlock, error) {
 	if need > len(o.staging) {
 		return nil, fmt.Errorf("cuda: %d unpinned host blocks need %d bytes of staging, the staging buffer has %d: %w", len(staged), need, len(o.staging), ErrInvalidValue)
 	}
 	lo := uint64(hostptr.AddrOf(o.staging))
-	ok := c.pinned(lo, lo+uint64(need))
+	// The part of the stage in use must not overlap a block of the list:
+	// filling it (HtoD) would overwrite a source before its copy ran, and
+	// the copies into it (DtoH) would land in a destination. Host sources
+	// may overlap each other, so sc.host is not disjoint: a plain scan.
+	hi := lo + uint64(need)
+	for _, h := range sc.host {
+		if h.lo < hi && lo < h.hi {
+			return nil, &BlockError{Index: h.i, Other: -1, Reason: ErrStagingOverlap,
+				Detail: fmt.Sprintf("staging [%#x,%#x) and host block [%#x,%#x)", lo, hi, h.lo, h.hi)}
+		}
+	}
+	cuts, ok := c.cover(lo, hi, nil)
 	if c.qerr != nil {
 		return nil, fmt.Errorf("cuda: asking the driver whether the staging buffer is pinned: %w", c.qerr)
 	}
@@ -617,7 +803,7 @@ func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScra
 		return nil, &BlockError{Index: -1, Other: -1, Reason: ErrHostNotPinned, Detail: "the staging buffer"}
 	}
 	var out []stagedBlock
-	off := 0
+	off, ci := 0, 0
 	for _, k := range staged {
 		h := sc.host[k]
 		b := blocks[h.i].Host
@@ -625,39 +811,42 @@ func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScra
 		if dir == HostToDevice {
 			copy(part, b)
 		} else {
-			out = append(out, stagedBlock{dst: b, from: part})
+			out = append(out, stagedBlock{blk: h.i, dst: b, from: part})
 		}
 		if sc.staged == nil {
 			sc.staged = make(map[int][]byte, len(staged))
 		}
 		sc.staged[h.i] = part
 		a := uint64(hostptr.AddrOf(part))
-		if err := mapped(h.i, a, a+uint64(len(part))); err != nil {
+		e := a + uint64(len(part))
+		for ci < len(cuts) && cuts[ci] <= a {
+			ci++
+		}
+		cj := ci
+		for cj < len(cuts) && cuts[cj] < e {
+			cj++
+		}
+		if err := add(h.i, a, e, cuts[ci:cj]); err != nil {
 			return nil, err
 		}
 		off += len(b)
 	}
-	rep.Staged = len(staged)
 	return out, nil
 }
 
 // issueDriverBatch queues the blocks with one cuMemcpyBatchAsync.
 func (s *Stream) issueDriverBatch(bc cudadrv.BatchCopier, dir Direction, blocks []BlockCopy, sc *blockScratch, o *blockOptions, rep *BlockReport) error {
 	sc.dsts, sc.srcs, sc.sizes = sc.dsts[:0], sc.srcs[:0], sc.sizes[:0]
-	index := make([]int, 0, rep.Blocks) // batch position -> block index
-	for i, b := range blocks {
-		if len(b.Host) == 0 {
-			continue
-		}
-		d := cudadrv.DevicePtr(uint64(b.Dev.ptr) + uint64(b.Off))
-		h := cudadrv.DevicePtr(hostptr.AddrOf(sc.hostOf(blocks, i)))
+	for _, p := range sc.pieces {
+		b := blocks[p.blk]
+		d := cudadrv.DevicePtr(uint64(b.Dev.ptr) + uint64(b.Off) + uint64(p.off))
+		h := cudadrv.DevicePtr(uint64(hostptr.AddrOf(sc.hostOf(blocks, p.blk))) + uint64(p.off))
 		if dir == HostToDevice {
 			sc.dsts, sc.srcs = append(sc.dsts, d), append(sc.srcs, h)
 		} else {
 			sc.dsts, sc.srcs = append(sc.dsts, h), append(sc.srcs, d)
 		}
-		sc.sizes = append(sc.sizes, uint64(len(b.Host)))
-		index = append(index, i)
+		sc.sizes = append(sc.sizes, uint64(p.n))
 	}
 	attr := cudadrv.MemcpyAttributes{SrcAccessOrder: cudadrv.MemcpySrcAccessOrderStream}
 	if o.overlap {
@@ -665,42 +854,40 @@ func (s *Stream) issueDriverBatch(bc cudadrv.BatchCopier, dir Direction, blocks 
 	}
 	fail, err := bc.MemcpyBatchAsync(sc.dsts, sc.srcs, sc.sizes, []cudadrv.MemcpyAttributes{attr}, []uint64{0}, s.h)
 	rep.Calls = 1
-	if err != nil {
+	if err != nil { // a refused batch queues nothing
 		n := rep.Blocks
 		rep.Blocks, rep.Bytes = 0, 0
-		if fail >= 0 && fail < len(index) {
-			return fmt.Errorf("cuda: batch copy of %d blocks, at block %d: %w", n, index[fail], err)
+		if fail >= 0 && fail < len(sc.pieces) {
+			return fmt.Errorf("cuda: batch copy of %d blocks, at block %d: %w", n, sc.pieces[fail].blk, err)
 		}
 		return fmt.Errorf("cuda: batch copy of %d blocks: %w", n, err)
 	}
+	sc.nqueued = len(sc.pieces)
 	return nil
 }
 
-// issuePerCopy queues one driver copy per block, 16 per crossing into C.
+// issuePerCopy queues one driver copy per piece (per block, unless a
+// block spans pinned ranges), 16 per crossing into C.
 func (s *Stream) issuePerCopy(dir Direction, blocks []BlockCopy, sc *blockScratch, rep *BlockReport) error {
 	sc.ops = sc.ops[:0]
-	sizes := make([]int64, 0, rep.Blocks)
-	for i, b := range blocks {
-		if len(b.Host) == 0 {
-			continue
-		}
-		p := hostptr.PtrOf(sc.hostOf(blocks, i))
-		op := cudadrv.BatchOp{Kind: cudadrv.BatchCopyHtoD, Dev: cudadrv.DevicePtr(uint64(b.Dev.ptr) + uint64(b.Off)), Host: p, N: uint64(len(b.Host)), Stream: s.h}
+	for _, p := range sc.pieces {
+		b := blocks[p.blk]
+		h := hostptr.PtrOf(sc.hostOf(blocks, p.blk)[p.off:])
+		op := cudadrv.BatchOp{Kind: cudadrv.BatchCopyHtoD, Dev: cudadrv.DevicePtr(uint64(b.Dev.ptr) + uint64(b.Off) + uint64(p.off)), Host: h, N: uint64(p.n), Stream: s.h}
 		if dir == DeviceToHost {
 			op.Kind = cudadrv.BatchCopyDtoH
 		}
 		sc.ops = append(sc.ops, op)
-		sizes = append(sizes, int64(len(b.Host)))
 	}
 	n, err := cudadrv.RunBatch(s.ctx.drv, sc.ops)
+	sc.nqueued = n
 	rep.Calls = n
 	if err != nil {
 		rep.Calls++
 	}
-	rep.Blocks = n
-	rep.Bytes = 0
-	for _, v := range sizes[:n] {
-		rep.Bytes += v
+	rep.Blocks, rep.Bytes = sc.queued(blocks, n)
+	if err != nil && n < len(sc.pieces) {
+		return fmt.Errorf("cuda: block copy %d of %d (block %d): %w", n, len(sc.ops), sc.pieces[n].blk, err)
 	}
 	if err != nil {
 		return fmt.Errorf("cuda: block copy %d of %d: %w", n, len(sc.ops), err)

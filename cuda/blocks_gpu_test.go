@@ -13,6 +13,8 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/testhook"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
@@ -259,6 +261,100 @@ func TestGPUCopyBlocks(t *testing.T) {
 			t.Errorf("overlap: %v", err)
 		}
 	})
+}
+
+// TestGPUCopyBlocksAcrossRegistrations checks on the real driver what the
+// fake models: blocks of a Mapped buffer pinned as several registrations
+// (64 KiB chunks here, as buffers over 4 GiB are) that cross a boundary
+// are copied right by every strategy (the copy engines' strategies split
+// them; the kernel takes them whole through the one device range pinmem
+// maps the chunks to), and a block whose ends are pinned with a pageable
+// page between them is refused with ErrHostNotPinned.
+func TestGPUCopyBlocksAcrossRegistrations(t *testing.T) {
+	const chunk, bs, nblk = 64 << 10, 48 << 10, 64
+	t.Cleanup(testhook.SetRegChunk(chunk))
+	ctx := gpuContext(t)
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	dev, err := ctx.Alloc(nblk * bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free()
+	var bufs [2]*pinmem.Buffer
+	for i := range bufs {
+		if bufs[i], err = pinmem.Alloc(nblk*bs, pinmem.Mapped, pinmem.WithMethod(pinmem.MethodMmapRegister)); err != nil {
+			t.Fatal(err)
+		}
+		defer bufs[i].Free()
+		if n := len(bufs[i].Segments()); n < 3 {
+			t.Fatalf("%d registrations, want several", n)
+		}
+	}
+	src, dst := bufs[0].Bytes(), bufs[1].Bytes()
+	copy(src, testutil.RandomBytes(len(src), 77))
+	r := rand.New(rand.NewPCG(5, 6))
+	hp, dp := r.Perm(nblk), r.Perm(nblk)
+	list := func(h []byte) []cuda.BlockCopy {
+		l := make([]cuda.BlockCopy, nblk)
+		for i := range nblk {
+			l[i] = cuda.BlockCopy{Host: h[hp[i]*bs : (hp[i]+1)*bs], Dev: dev, Off: dp[i] * bs}
+		}
+		return l
+	}
+	k, err := ctx.NewBlockKernel(nblk)
+	if err != nil {
+		t.Fatalf("loading the block kernel: %v", err)
+	}
+	defer func() { must(t, k.Close()) }()
+	back := make([]byte, nblk*bs)
+	for _, opts := range [][]cuda.BlockOption{
+		{cuda.WithBlockStrategy(cuda.BlockDriverBatch)},
+		{cuda.WithBlockStrategy(cuda.BlockPerCopy)},
+		{cuda.WithBlockKernel(k)},
+	} {
+		must(t, dev.Memset(0))
+		testutil.Poison(dst)
+		rep, err := s.CopyBlocks(cuda.HostToDevice, list(src), opts...)
+		if errors.Is(err, cuda.ErrNotSupported) {
+			testutil.SkipFeature(t, "driver without cuMemcpyBatchAsync: "+err.Error())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		must(t, s.Synchronize())
+		t.Logf("%v: %d blocks in %d driver calls", rep.Strategy, rep.Blocks, rep.Calls)
+		must(t, dev.CopyToHost(0, back))
+		for i := range nblk {
+			if !bytes.Equal(back[dp[i]*bs:(dp[i]+1)*bs], src[hp[i]*bs:(hp[i]+1)*bs]) {
+				t.Fatalf("%v HtoD: device slot %d does not hold host slot %d", rep.Strategy, dp[i], hp[i])
+			}
+		}
+		if _, err := s.CopyBlocks(cuda.DeviceToHost, list(dst), opts...); err != nil {
+			t.Fatal(err)
+		}
+		must(t, s.Synchronize())
+		testutil.CheckBytes(t, src, dst)
+	}
+
+	// Two registrations with a pageable page between them.
+	page := os.Getpagesize()
+	raw := make([]byte, 4*page)
+	mem := raw[(page-int(hostptr.AddrOf(raw)%uintptr(page)))%page:][:3*page]
+	for _, part := range [][]byte{mem[:page], mem[2*page:]} {
+		b, err := pinmem.Register(part, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Free()
+	}
+	gap := []cuda.BlockCopy{{Host: mem[page/2 : 2*page+page/2], Dev: dev}}
+	if _, err := s.CopyBlocks(cuda.HostToDevice, gap, cuda.WithBlockStrategy(cuda.BlockPerCopy)); !errors.Is(err, cuda.ErrHostNotPinned) {
+		t.Errorf("a block over a pageable gap: %v, want ErrHostNotPinned", err)
+	}
 }
 
 // blockBenchSizes are the block sizes of BenchmarkGPUBlocks and cref/blocks.

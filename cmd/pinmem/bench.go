@@ -132,7 +132,9 @@ slice through pinned stages, package transfer). Directions: h2d, d2h, bidir
 (both at once on two streams; the figure is the sum).
 
 Subcommands: "bench pin" (cost of pinning), "bench overlap" (the pipeline),
-"bench matrix" (every GPU alone and all at once, like nvbandwidth).
+"bench matrix" (every GPU alone and all at once, like nvbandwidth), "bench
+blocks" (scattered block copies by each CopyBlocks strategy), "bench load"
+(a file to the GPU).
 
 ` + exitHelp,
 		Example: `  pinmem bench

@@ -198,6 +198,7 @@ func TestBadOutFailsBeforeMeasuring(t *testing.T) {
 		{"bench", "pin", "--sizes", "1MiB", "--out", dir},
 		{"bench", "matrix", "--sizes", "64KiB", "--out", filepath.Join(dir, "no", "m.json")},
 		{"zerocopy", "--sizes", "64KiB", "--plot", filepath.Join(dir, "z.jpeg")},
+		{"bench", "blocks", "--sizes", "16KiB", "--out", filepath.Join(dir, "no", "b.json")},
 	} {
 		before := d.CallCounts()
 		_, stderr, code := cli(t, args...)
@@ -386,7 +387,7 @@ func TestNoGPU(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "report.txt")
 	for _, args := range [][]string{
 		{"bench"}, {"bench", "--quiet", "--out", out, "--plot", out + ".svg"}, {"bench", "pin"},
-		{"bench", "overlap"}, {"zerocopy", "--format", "json"}, {"bench", "matrix"},
+		{"bench", "overlap"}, {"zerocopy", "--format", "json"}, {"bench", "matrix"}, {"bench", "blocks"},
 	} {
 		stdout, stderr, code := cli(t, args...)
 		if code != exitNoGPU || !strings.HasPrefix(stderr, "pinmem: no NVIDIA driver found: this command needs a GPU") || strings.Count(stderr, "\n") != 1 {
@@ -627,7 +628,7 @@ func TestHelp(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, "Exit status:") || !strings.Contains(stdout, "3    no NVIDIA driver") {
 		t.Errorf("--help:\n%s", stdout)
 	}
-	for _, args := range [][]string{{"bench", "--help"}, {"bench", "pin", "--help"}, {"bench", "overlap", "--help"}, {"zerocopy", "--help"}, {"bench", "matrix", "--help"}} {
+	for _, args := range [][]string{{"bench", "--help"}, {"bench", "pin", "--help"}, {"bench", "overlap", "--help"}, {"zerocopy", "--help"}, {"bench", "matrix", "--help"}, {"bench", "blocks", "--help"}} {
 		stdout, _, code := cli(t, args...)
 		for _, f := range []string{"--samples", "--format", "-o, --out", "--plot", "--quiet"} {
 			if code != exitOK || !strings.Contains(stdout, f) {

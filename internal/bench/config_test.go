@@ -60,6 +60,20 @@ func TestBadConfigs(t *testing.T) {
 		{"zerocopy size", "ZeroCopyConfig.Size", func() error { _, err := s.ZeroCopy(ctx, ZeroCopyConfig{Size: 6}); return err }},
 		{"zerocopy reuse", "ZeroCopyConfig.Reuse", func() error { _, err := s.ZeroCopy(ctx, ZeroCopyConfig{Reuse: []int{0}}); return err }},
 		{"zerocopy samples", "ZeroCopyConfig.Samples", func() error { _, err := s.ZeroCopy(ctx, ZeroCopyConfig{Samples: MaxSamples + 1}); return err }},
+		{"blocks nil ctx", "nil context", func() error { _, err := s.Blocks(nilCtx, BlocksConfig{}); return err }},
+		{"blocks size 0", "BlocksConfig.Sizes", func() error { _, err := s.Blocks(ctx, BlocksConfig{Sizes: []int64{0}}); return err }},
+		{"blocks size huge", "BlocksConfig.Sizes", func() error { _, err := s.Blocks(ctx, BlocksConfig{Sizes: []int64{MaxBlockSize + 1}}); return err }},
+		{"blocks count", "BlocksConfig.Blocks", func() error { _, err := s.Blocks(ctx, BlocksConfig{Blocks: -1}); return err }},
+		{"blocks count max", "BlocksConfig.Blocks", func() error { _, err := s.Blocks(ctx, BlocksConfig{Blocks: MaxBlocks + 1}); return err }},
+		{"blocks bidir", "BlocksConfig.Dirs", func() error { _, err := s.Blocks(ctx, BlocksConfig{Dirs: []string{DirBidir}}); return err }},
+		{"blocks kind", "BlocksConfig.Kinds", func() error { _, err := s.Blocks(ctx, BlocksConfig{Kinds: []string{"dma"}}); return err }},
+		{"blocks samples", "BlocksConfig.Samples", func() error { _, err := s.Blocks(ctx, BlocksConfig{Samples: -1}); return err }},
+		{"blocks warmup", "BlocksConfig.Warmup", func() error { _, err := s.Blocks(ctx, BlocksConfig{Warmup: 101}); return err }},
+		{"blocks gap", "BlocksConfig.Gap", func() error { _, err := s.Blocks(ctx, BlocksConfig{Gap: -2}); return err }},
+		{"blocks total", "host memory", func() error {
+			_, err := s.Blocks(ctx, BlocksConfig{Blocks: MaxBlocks, Sizes: []int64{MaxBlockSize}})
+			return err
+		}},
 		{"matrix nil ctx", "nil context", func() error { _, _, err := Matrix(nilCtx, MatrixConfig{}); return err }},
 		{"matrix size", "MatrixConfig.Size", func() error { _, _, err := Matrix(ctx, MatrixConfig{Size: -1}); return err }},
 		{"matrix devices", "MatrixConfig.Devices", func() error { _, _, err := Matrix(ctx, MatrixConfig{Devices: []int{0, 0}}); return err }},

@@ -1,8 +1,11 @@
 // Package bench is pinmem's measurement engine: host<->device bandwidth for
 // every kind of host memory (pageable, pinned, portable, write-combined,
 // registered, mapped zero-copy, staged), the cost of pinning, overlapped
-// pipelines, zero-copy against explicit copies, and an end-to-end
-// vector-add scenario, with reports as aligned text, JSON, CSV and SVG.
+// pipelines, zero-copy against explicit copies, an end-to-end vector-add
+// scenario, and scattered block copies by each strategy of
+// cuda.Stream.CopyBlocks against one contiguous copy (Session.Blocks, timed
+// with the host clock: there the cost of queuing is what differs), with
+// reports as aligned text, JSON, CSV and SVG.
 //
 // # Timing
 //

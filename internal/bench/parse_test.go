@@ -96,6 +96,26 @@ func TestParseDirs(t *testing.T) {
 	}
 }
 
+func TestParseBlockKindsAndDirs(t *testing.T) {
+	got, err := ParseBlockKinds("auto, batch,contig,percopy,kernel,per-copy")
+	if err != nil || !reflect.DeepEqual(got, AllBlockKinds()) {
+		t.Errorf("ParseBlockKinds = %v, %v; want %v", got, err, AllBlockKinds())
+	}
+	if _, err := ParseBlockKinds("dma"); err == nil || !strings.Contains(err.Error(), `unknown block strategy "dma"`) {
+		t.Errorf("ParseBlockKinds(dma) error = %v", err)
+	}
+	if got, err := ParseBlockDirs("all"); err != nil || !reflect.DeepEqual(got, []string{DirH2D, DirD2H}) {
+		t.Errorf("ParseBlockDirs(all) = %v, %v", got, err)
+	}
+	if got, err := ParseBlockDirs("dtoh"); err != nil || !reflect.DeepEqual(got, []string{DirD2H}) {
+		t.Errorf("ParseBlockDirs(dtoh) = %v, %v", got, err)
+	}
+	// A list of blocks moves one way: there is no bidirectional figure.
+	if _, err := ParseBlockDirs("h2d,bidir"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `unknown direction "bidir"`) {
+		t.Errorf("ParseBlockDirs(bidir) error = %v", err)
+	}
+}
+
 func TestParsePinMethodsAndFormat(t *testing.T) {
 	got, err := ParsePinMethods("pytorch,hostalloc")
 	if err != nil || !reflect.DeepEqual(got, []string{PinHostAlloc, PinMallocRegister}) {

@@ -74,7 +74,8 @@ func styleSeries(i int, l *plotter.Line, s *plotter.Scatter) {
 
 // WritePlot draws every measurement of results that has a plot, one panel
 // per bench and direction or operation, stacked: bandwidth against size per
-// kind (bw), pinning cost against size per method (pin), the pipeline's FPS
+// kind (bw), block copies against block size per strategy (blocks),
+// pinning cost against size per method (pin), the pipeline's FPS
 // per variant (overlap), vector-add time (vecadd), zero-copy against explicit
 // copies per reuse factor (zerocopy) and the device matrix (matrix). Sizes
 // are log-scaled, bars and points carry min/max marks, bandwidth panels draw
@@ -163,6 +164,11 @@ func buildPanels(m Meta, results []Result) ([]*plot.Plot, error) {
 		switch g.bench {
 		case "bw":
 			p, err = sizePanel(m, g, "bandwidth, "+dirTitle(g.dir), "GB/s (higher is better)", false)
+		case "blocks":
+			p, err = sizePanel(m, g, "scattered block copies by strategy, against one contiguous copy, "+dirTitle(g.dir), "GB/s (higher is better)", false)
+			if err == nil {
+				p.X.Label.Text = "block size (bytes, log scale)"
+			}
 		case "pin":
 			p, err = sizePanel(m, g, "pinning cost: "+opTitle(g.dir), "ms (log scale, lower is better)", true)
 		case "zerocopy":
@@ -290,7 +296,8 @@ func addSeries(p *plot.Plot, ss []*series) error {
 }
 
 // sizePanel plots median (with min/max) against size on a log2 axis, one
-// line per kind or method; bandwidth panels get the PCIe limit line.
+// line per kind or method; bandwidth panels (bw, blocks) get the PCIe
+// limit line.
 func sizePanel(m Meta, g *group, title, ylabel string, logY bool) (*plot.Plot, error) {
 	p := newPlot(title)
 	p.X.Label.Text = "size (bytes, log scale)"
@@ -314,7 +321,7 @@ func sizePanel(m Meta, g *group, title, ylabel string, logY bool) (*plot.Plot, e
 	if err := addSeries(p, ss); err != nil {
 		return nil, err
 	}
-	if g.bench == "bw" {
+	if g.bench == "bw" || g.bench == "blocks" {
 		if gbps, label := m.LinkGBps(); gbps > 0 {
 			limit := gbps
 			if g.dir == DirBidir {

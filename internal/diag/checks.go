@@ -168,6 +168,7 @@ func (r *Report) evaluate() {
 		measure("bench", "plain event timing; the mapped kind is skipped", false),
 		measure("bench pin", "", false),
 		measure("bench matrix", "plain event timing", false),
+		measure("bench blocks", "", false),
 		measure("bench overlap", "", true),
 		measure("zerocopy", "", true),
 	}

@@ -46,6 +46,12 @@ func blocksOp(s cuda.BlockStrategy, staged bool) op {
 			return err
 		}
 		e.defer_(st.Destroy)
+		if staged {
+			// A failed DeviceToHost list may leave the device writing the
+			// staging buffer (cuda.ErrStagingInUse): a careful caller waits
+			// for the stream before it frees the buffer.
+			e.defer_(st.Synchronize)
+		}
 		ev, err := e.ctx.NewEvent(cuda.EventDisableTiming)
 		if err != nil {
 			return err

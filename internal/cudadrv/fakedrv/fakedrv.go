@@ -917,11 +917,17 @@ func (k *KernelCall) Uint32(i int) uint32 { return uint32(k.Uint64(i)) }
 func (k *KernelCall) Ptr(i int) cudadrv.DevicePtr { return cudadrv.DevicePtr(k.Uint64(i)) }
 
 // Mem returns the n bytes of device memory (or mapped host memory) at p,
-// or an error when they are not all allocated. Call it only while the
-// kernel function runs.
+// or an error when they are not all allocated. Mapped host memory may run
+// on from one pinned range into the next one that starts where it ends
+// (registrations one after the other), as a kernel on a GPU reaches every
+// mapped page through its address; device memory must lie in one
+// allocation. Call it only while the kernel function runs.
 func (k *KernelCall) Mem(p cudadrv.DevicePtr, n uint64) ([]byte, error) {
 	r, err := k.d.resolveDev("kernel "+k.Name, p, n)
 	if err != nil {
+		if b, ok := k.d.mappedSpan(p, n); ok {
+			return b, nil
+		}
 		return nil, err
 	}
 	return r.bytes(n)

@@ -352,6 +352,71 @@ func TestZeroCopyThroughDevicePointer(t *testing.T) {
 	ok(t, d.MemFreeHost(h))
 }
 
+// TestKernelMemAcrossRanges: a kernel reaches mapped host memory that
+// runs from one registration into the next one right after it, as on a
+// GPU; not over a gap, nor into a range registered without the device-map
+// flag, nor past an allocation's end.
+func TestKernelMemAcrossRanges(t *testing.T) {
+	d := newDrv(t, fakedrv.Options{})
+	buf := make([]byte, 4*4096)
+	var pin runtime.Pinner
+	pin.Pin(&buf[0])
+	defer pin.Unpin()
+	base := unsafe.Pointer(&buf[0])
+	p := unsafe.Add(base, (4096-uintptr(base)%4096)%4096) // page-aligned, 3 pages left
+	page := func(i int) unsafe.Pointer { return unsafe.Add(p, i*4096) }
+	ok(t, d.MemHostRegister(page(0), 4096, cudadrv.MemHostRegisterDeviceMap))
+	ok(t, d.MemHostRegister(page(1), 4096, cudadrv.MemHostRegisterDeviceMap))
+	ok(t, d.MemHostRegister(page(2), 4096, 0)) // not mapped
+	defer func() {
+		for i := range 3 {
+			ok(t, d.MemHostUnregister(page(i)))
+		}
+	}()
+	var got []error
+	d.RegisterKernel("touch", []int{8, 8}, func(k *fakedrv.KernelCall) error {
+		b, err := k.Mem(k.Ptr(0), k.Uint64(1))
+		if err == nil {
+			for i := range b {
+				b[i] = 7
+			}
+		}
+		got = append(got, err)
+		return nil
+	})
+	m := must[cudadrv.Module](t)(d.ModuleLoadData([]byte("\n//\n// Generated\n.version 8.0\n")))
+	defer d.ModuleUnload(m)
+	f := must[cudadrv.Function](t)(d.ModuleGetFunction(m, "touch"))
+	s := must[cudadrv.Stream](t)(d.StreamCreate(cudadrv.StreamNonBlocking))
+	defer d.StreamDestroy(s)
+	dev := must[cudadrv.DevicePtr](t)(d.MemAlloc(64))
+	defer d.MemFree(dev)
+	launch := func(at uintptr, n uint64) error {
+		got = nil
+		args := [2]uint64{uint64(at), n}
+		ptrs := [2]unsafe.Pointer{unsafe.Pointer(&args[0]), unsafe.Pointer(&args[1])}
+		one := [3]uint32{1, 1, 1}
+		ok(t, d.LaunchKernel(f, one, one, 0, s, unsafe.Pointer(&ptrs[0])))
+		ok(t, d.StreamSynchronize(s))
+		return got[0]
+	}
+	if err := launch(uintptr(page(0))+100, 4096); err != nil {
+		t.Errorf("across two adjacent mapped registrations: %v", err)
+	}
+	testutil.CheckBytes(t, slices.Repeat([]byte{7}, 4096), unsafe.Slice((*byte)(unsafe.Add(page(0), 100)), 4096))
+	if err := launch(uintptr(page(1))+100, 4096); err == nil {
+		t.Error("into a registration without the device-map flag: no error")
+	}
+	if err := launch(uintptr(dev), 65); err == nil {
+		t.Error("past a device allocation's end: no error")
+	}
+	ok(t, d.MemHostUnregister(page(1)))
+	if err := launch(uintptr(page(0))+100, 4096); err == nil {
+		t.Error("over an unregistered page: no error")
+	}
+	ok(t, d.MemHostRegister(page(1), 4096, cudadrv.MemHostRegisterDeviceMap))
+}
+
 func TestStreamOrderingAndHold(t *testing.T) {
 	d := newDrv(t, fakedrv.Options{})
 	s := must[cudadrv.Stream](t)(d.StreamCreate(cudadrv.StreamNonBlocking))

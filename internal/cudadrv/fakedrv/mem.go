@@ -140,6 +140,32 @@ func (d *Driver) resolveDev(op string, p cudadrv.DevicePtr, n uint64) (region, e
 	return region{}, errorWhy(op, cudadrv.ErrorInvalidValue, "device address %#x is not allocated", uint64(p))
 }
 
+// mappedSpan returns the n bytes at p when they lie in live mapped pinned
+// ranges that follow one another without a gap (the device address of
+// mapped host memory is its host address), for a kernel's access. d.mu
+// must be held.
+func (d *Driver) mappedSpan(p cudadrv.DevicePtr, n uint64) ([]byte, bool) {
+	first := d.findHost(uintptr(p))
+	if first == nil || n == 0 {
+		return nil, false
+	}
+	end := uintptr(p) + uintptr(n)
+	for h := first; ; {
+		if h.freed || !h.mapped() {
+			return nil, false
+		}
+		if h.end() >= end {
+			break
+		}
+		next := d.findHost(h.end())
+		if next == nil || next.start() != h.end() {
+			return nil, false
+		}
+		h = next
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(first.base, uintptr(p)-first.start())), n), true
+}
+
 // resolveHost finds the pinned range holding [p, p+n); ok is false for
 // pageable memory. A range that starts pinned and runs past the end is an error.
 func (d *Driver) resolveHost(op string, p unsafe.Pointer, n uint64) (r region, pinned bool, err error) {

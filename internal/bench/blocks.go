@@ -1,0 +1,474 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// Kinds of the blocks bench (Session.Blocks): the strategies of
+// cuda.Stream.CopyBlocks, and one contiguous copy of the same bytes, the
+// upper bound they are measured against.
+const (
+	BlockKindContiguous = "contiguous"   // one copy of all the blocks' bytes, contiguous on both sides
+	BlockKindBatch      = "driver-batch" // cuda.BlockDriverBatch: the driver's cuMemcpyBatchAsync
+	BlockKindPerCopy    = "per-copy"     // cuda.BlockPerCopy: one cuMemcpyAsync per block
+	BlockKindKernel     = "kernel"       // cuda.BlockKernelCopy: pinmem's gather/scatter kernel
+	BlockKindAuto       = "auto"         // cuda.BlockAuto; the note says which strategy it chose
+)
+
+// AllBlockKinds returns every kind of the blocks bench, in report order
+// (the contiguous bound first).
+func AllBlockKinds() []string {
+	return []string{BlockKindContiguous, BlockKindBatch, BlockKindPerCopy, BlockKindKernel, BlockKindAuto}
+}
+
+// AllBlockDirs returns the directions of the blocks bench: a list of
+// blocks moves one way.
+func AllBlockDirs() []string { return []string{DirH2D, DirD2H} }
+
+var blockKindAliases = map[string]string{
+	"contiguous": BlockKindContiguous, "contig": BlockKindContiguous,
+	"driver-batch": BlockKindBatch, "batch": BlockKindBatch,
+	"per-copy": BlockKindPerCopy, "percopy": BlockKindPerCopy,
+	"kernel": BlockKindKernel,
+	"auto":   BlockKindAuto,
+}
+
+var blockDirAliases = map[string]string{
+	"h2d": DirH2D, "htod": DirH2D,
+	"d2h": DirD2H, "dtoh": DirD2H,
+}
+
+// ParseBlockKinds parses a comma-separated list of blocks-bench kinds
+// (contiguous, driver-batch, per-copy, kernel, auto, or "all"; batch,
+// percopy and contig are accepted too), in report order.
+func ParseBlockKinds(s string) ([]string, error) {
+	return parseList(s, "block strategy", blockKindAliases, AllBlockKinds())
+}
+
+// ParseBlockDirs parses a comma-separated list of the blocks bench's
+// directions (h2d, d2h, or "all").
+func ParseBlockDirs(s string) ([]string, error) {
+	return parseList(s, "direction", blockDirAliases, AllBlockDirs())
+}
+
+// Defaults and bounds of BlocksConfig.
+const (
+	DefaultBlocks   = 4096    // blocks per list: a KV cache's pages of one long request
+	MaxBlocks       = 1 << 20 // most blocks per list
+	DefaultBlockGap = 4096    // bytes between two host slots
+	MaxBlockSize    = 1 << 30 // largest block, and largest gap
+)
+
+// DefaultBlockSizes are the blocks bench's default block sizes: the pages
+// of a KV cache.
+var DefaultBlockSizes = []int64{16 << 10, 64 << 10, 256 << 10}
+
+// BlocksTiming is how the blocks bench times a sample, as its report's
+// metadata says.
+const BlocksTiming = "host wall clock from the call that queues the list to the end of the stream's synchronize, one list per sample: the CPU cost of queuing the blocks is part of it"
+
+// BlocksConfig configures Session.Blocks. Zero fields take their
+// defaults; out-of-range fields make Blocks fail with ErrInvalid.
+type BlocksConfig struct {
+	Sizes   []int64  // bytes per block, 1 to MaxBlockSize (empty: DefaultBlockSizes)
+	Blocks  int      // blocks per list, 1 to MaxBlocks (0: DefaultBlocks)
+	Dirs    []string // AllBlockDirs (empty: both)
+	Kinds   []string // AllBlockKinds (empty: every kind)
+	Samples int      // timed samples per measurement, up to MaxSamples (0: 5)
+	Warmup  int      // untimed samples first, up to 100 (0: 1; -1: none)
+	// Gap is how many bytes of the host allocation are left unused
+	// between two host slots, so that the host blocks are not one run of
+	// memory even in address order (0: DefaultBlockGap; -1: none; at most
+	// MaxBlockSize).
+	Gap int64
+}
+
+// Validate reports the first field of c that Blocks would refuse, as an
+// error matching ErrInvalid; c is not changed. Calling it first finds the
+// error before any GPU work (the CLI checks its flags this way).
+func (c BlocksConfig) Validate() error { return c.resolve() }
+
+// Resolved returns c with its defaults filled in, as the measurement uses
+// it (reports record it), or the error Validate gives.
+func (c BlocksConfig) Resolved() (BlocksConfig, error) {
+	err := c.resolve()
+	return c, err
+}
+
+// resolve fills in the defaults of c's zero fields and checks the others.
+func (c *BlocksConfig) resolve() error {
+	if len(c.Sizes) == 0 {
+		c.Sizes = DefaultBlockSizes
+	}
+	for _, n := range c.Sizes {
+		if n < 1 || n > MaxBlockSize {
+			return invalid("BlocksConfig.Sizes: block size %d: want 1 byte to %s", n, FormatSize(MaxBlockSize))
+		}
+	}
+	switch {
+	case c.Blocks == 0:
+		c.Blocks = DefaultBlocks
+	case c.Blocks < 0 || c.Blocks > MaxBlocks:
+		return invalid("BlocksConfig.Blocks %d: want 1 to %d (0: the default, %d)", c.Blocks, MaxBlocks, DefaultBlocks)
+	}
+	if err := checkNames("BlocksConfig.Dirs", &c.Dirs, AllBlockDirs()); err != nil {
+		return err
+	}
+	if err := checkNames("BlocksConfig.Kinds", &c.Kinds, AllBlockKinds()); err != nil {
+		return err
+	}
+	if err := checkSamples("BlocksConfig.Samples", &c.Samples, 5); err != nil {
+		return err
+	}
+	switch {
+	case c.Warmup == 0:
+		c.Warmup = 1
+	case c.Warmup == -1:
+		c.Warmup = 0
+	case c.Warmup < -1 || c.Warmup > 100:
+		return invalid("BlocksConfig.Warmup %d: want 1 to 100 (0: the default, 1; -1: none)", c.Warmup)
+	}
+	switch {
+	case c.Gap == 0:
+		c.Gap = DefaultBlockGap
+	case c.Gap == -1:
+		c.Gap = 0
+	case c.Gap < -1 || c.Gap > MaxBlockSize:
+		return invalid("BlocksConfig.Gap %d: want 1 to %d (0: the default, %d; -1: none)", c.Gap, int64(MaxBlockSize), DefaultBlockGap)
+	}
+	if n := int64(c.Blocks) * (c.maxSize() + c.Gap); n > MaxSize {
+		return invalid("BlocksConfig: %d blocks of up to %s with gaps of %s need %d bytes of host memory, more than %s", c.Blocks, FormatSize(c.maxSize()), FormatSize(c.Gap), n, FormatSize(MaxSize))
+	}
+	return nil
+}
+
+func (c *BlocksConfig) maxSize() int64 {
+	m := int64(0)
+	for _, n := range c.Sizes {
+		m = max(m, n)
+	}
+	return m
+}
+
+// Blocks measures block copies as a KV cache pages its blocks in and
+// out: for each block size and direction, a list of cfg.Blocks blocks
+// scattered on both sides (host slots of one pinned, mapped allocation,
+// taken in shuffled order with cfg.Gap bytes between slots; device slots
+// of one device allocation, shuffled) copied by each CopyBlocks strategy,
+// beside one contiguous copy of the same bytes. Each sample is one list,
+// timed with the wall clock (BlocksTiming); every block of every sample is
+// checked. A strategy the driver or device lacks gives skipped results
+// with the reason; the error return is for failures that end the run
+// (device memory, the driver, ctx; see Session).
+func (s *Session) Blocks(ctx context.Context, cfg BlocksConfig) ([]Result, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := cfg.resolve(); err != nil {
+		return nil, err
+	}
+	w := &blockWork{s: s, ctx: ctx, cfg: cfg}
+	defer w.close()
+	if err := w.setup(); err != nil {
+		return nil, err
+	}
+	var out []Result
+	emit := func(r Result) {
+		s.progress(r)
+		out = append(out, r)
+	}
+	for _, bs := range cfg.Sizes {
+		for _, dir := range cfg.Dirs {
+			if w.hostErr != nil {
+				for _, k := range cfg.Kinds {
+					emit(skipped("blocks", k, dir, bs, GBps, w.hostErr.Error()))
+				}
+				continue
+			}
+			if err := w.prepareData(int(bs), dir); err != nil {
+				return out, err
+			}
+			for _, k := range cfg.Kinds {
+				r, err := w.measure(k, int(bs), dir)
+				if err != nil && !isFatal(err) {
+					why := "error: " + err.Error()
+					if errors.Is(err, cuda.ErrNotSupported) {
+						why = "not supported by this driver or device: " + err.Error()
+					}
+					r, err = skipped("blocks", k, dir, bs, GBps, why), nil
+				}
+				if err != nil {
+					if r.Samples > 0 {
+						emit(r)
+					}
+					return out, err
+				}
+				emit(r)
+			}
+		}
+	}
+	return out, nil
+}
+
+// blockWork is what every measurement of the blocks bench shares: the
+// device allocation and the pinned host allocation the slots lie in, a
+// stream, the block kernel, the data the blocks carry and the shuffles.
+type blockWork struct {
+	s   *Session
+	ctx context.Context
+	cfg BlocksConfig
+
+	dev  *cuda.DeviceBuffer // Blocks slots of the largest size
+	st   *cuda.Stream
+	host *pinmem.Buffer // Blocks slots of the largest size plus the gap
+	h    []byte
+	// hostErr says why there is no host allocation: every result is
+	// skipped with it.
+	hostErr error
+	k       *cuda.BlockKernel
+	kErr    error  // why the kernel strategy cannot run
+	exp     []byte // the bytes the device holds in device order (DtoH), or that the blocks carry (HtoD)
+	scratch []byte // the device read back
+	hp, dp  []int  // block i: host slot hp[i], device slot dp[i]
+	list    []cuda.BlockCopy
+}
+
+func (w *blockWork) setup() error {
+	n, maxBS := w.cfg.Blocks, int(w.cfg.maxSize())
+	var err error
+	if w.dev, err = w.s.Ctx.Alloc(n * maxBS); err != nil {
+		return fmt.Errorf("bench: device buffer of %s: %w", FormatSize(int64(n*maxBS)), err)
+	}
+	if w.st, err = w.s.Ctx.NewStream(cuda.StreamNonBlocking); err != nil {
+		return err
+	}
+	size := n * (maxBS + int(w.cfg.Gap))
+	// Mapped, so that the kernel strategy reaches the slots through their
+	// device addresses; the copy engines do not care.
+	w.host, err = pinmem.Alloc(size, pinmem.Mapped, pinmem.WithDevice(w.s.Dev))
+	if err != nil {
+		w.kErr = fmt.Errorf("host memory could not be mapped: %w", err)
+		if w.host, err = pinmem.Alloc(size, 0, pinmem.WithDevice(w.s.Dev)); err != nil {
+			w.hostErr = fmt.Errorf("allocating %s of pinned host memory: %w", FormatSize(int64(size)), err)
+			return nil
+		}
+	}
+	w.h = w.host.Bytes()
+	if w.kErr == nil && contains(w.cfg.Kinds, BlockKindKernel) {
+		if w.k, err = w.s.Ctx.NewBlockKernel(n); err != nil {
+			w.k, w.kErr = nil, fmt.Errorf("block kernel: %w", err)
+		}
+	}
+	w.exp = randomBytes(n*maxBS, 0xb10c)
+	w.scratch = make([]byte, n*maxBS)
+	r := rand.New(rand.NewPCG(0xb10c, 5))
+	w.hp, w.dp = r.Perm(n), r.Perm(n)
+	return nil
+}
+
+func (w *blockWork) close() {
+	if w.st != nil {
+		_ = w.st.Synchronize()
+	}
+	if w.k != nil {
+		_ = w.k.Close()
+	}
+	if w.st != nil {
+		_ = w.st.Destroy()
+	}
+	if w.host != nil {
+		_ = w.host.Free()
+	}
+	if w.dev != nil {
+		_ = w.dev.Free()
+	}
+}
+
+// slot returns host slot j of bs-byte blocks.
+func (w *blockWork) slot(j, bs int) []byte {
+	off := j * (bs + int(w.cfg.Gap))
+	return w.h[off : off+bs]
+}
+
+// prepareData builds the list of bs-byte blocks and puts the data where
+// the direction's copies read it: HtoD, block i's bytes (exp's i-th) in
+// its host slot; DtoH, exp on the device, device slot d holding exp's
+// d-th bs bytes.
+func (w *blockWork) prepareData(bs int, dir string) error {
+	n := w.cfg.Blocks
+	w.list = w.list[:0]
+	for i := range n {
+		w.list = append(w.list, cuda.BlockCopy{Host: w.slot(w.hp[i], bs), Dev: w.dev, Off: w.dp[i] * bs})
+	}
+	if dir == DirH2D {
+		for i := range n {
+			copy(w.slot(w.hp[i], bs), w.exp[i*bs:(i+1)*bs])
+		}
+		return nil
+	}
+	return w.dev.CopyFromHost(0, w.exp[:n*bs])
+}
+
+// poisonDest fills what a sample in direction dir writes (the device
+// slots, or the whole host region of the slots) with poison, so that a
+// block the copy missed shows.
+func (w *blockWork) poisonDest(bs int, dir string) error {
+	total := w.cfg.Blocks * bs
+	if dir == DirH2D {
+		return memsetPrefix(w.dev, poisonDevice, total)
+	}
+	poison(w.h[:w.cfg.Blocks*(bs+int(w.cfg.Gap))], poisonHost)
+	return nil
+}
+
+// verify checks every block of the sample just run.
+func (w *blockWork) verify(kind string, bs int, dir string) error {
+	n, total := w.cfg.Blocks, w.cfg.Blocks*bs
+	if dir == DirH2D {
+		if err := w.dev.CopyToHost(0, w.scratch[:total]); err != nil {
+			return err
+		}
+	}
+	if kind == BlockKindContiguous {
+		got, want := w.h[:total], w.exp[:total]
+		if dir == DirH2D {
+			got, want = w.scratch[:total], w.h[:total]
+		}
+		if i := firstDiff(got, want); i >= 0 {
+			return fmt.Errorf("byte %d is %#x after the contiguous copy, want %#x", i, got[i], want[i])
+		}
+		return nil
+	}
+	for i := range n {
+		d := w.dp[i]
+		got, want := w.scratch[d*bs:(d+1)*bs], w.exp[i*bs:(i+1)*bs]
+		if dir == DirD2H {
+			got, want = w.slot(w.hp[i], bs), w.exp[d*bs:(d+1)*bs]
+		}
+		if j := firstDiff(got, want); j >= 0 {
+			return fmt.Errorf("block %d (host slot %d, device slot %d): byte %d is %#x, want %#x", i, w.hp[i], d, j, got[j], want[j])
+		}
+	}
+	return nil
+}
+
+// run queues one sample of kind and waits for it; it returns how long
+// queuing took, the report of CopyBlocks (for the contiguous copy, one
+// call) and the whole time.
+func (w *blockWork) run(kind string, bs int, dir string) (queued, total time.Duration, rep cuda.BlockReport, err error) {
+	if err := w.st.Synchronize(); err != nil {
+		return 0, 0, rep, err
+	}
+	t0 := time.Now()
+	switch kind {
+	case BlockKindContiguous:
+		n := w.cfg.Blocks * bs
+		if dir == DirH2D {
+			err = w.st.CopyHtoD(w.dev.Ptr(), w.h[:n])
+		} else {
+			err = w.st.CopyDtoH(w.h[:n], w.dev.Ptr())
+		}
+		rep = cuda.BlockReport{Blocks: 1, Bytes: int64(n), Calls: 1}
+	default:
+		cd := cuda.HostToDevice
+		if dir == DirD2H {
+			cd = cuda.DeviceToHost
+		}
+		var opts []cuda.BlockOption
+		switch kind {
+		case BlockKindBatch:
+			opts = append(opts, cuda.WithBlockStrategy(cuda.BlockDriverBatch))
+		case BlockKindPerCopy:
+			opts = append(opts, cuda.WithBlockStrategy(cuda.BlockPerCopy))
+		case BlockKindKernel:
+			opts = append(opts, cuda.WithBlockKernel(w.k))
+		}
+		rep, err = w.st.CopyBlocks(cd, w.list, opts...)
+	}
+	queued = time.Since(t0)
+	if err != nil {
+		return queued, 0, rep, errors.Join(err, w.st.Synchronize())
+	}
+	if err := w.st.Synchronize(); err != nil {
+		return queued, 0, rep, err
+	}
+	return queued, time.Since(t0), rep, nil
+}
+
+// measure runs the samples of one (kind, block size, direction).
+func (w *blockWork) measure(kind string, bs int, dir string) (Result, error) {
+	n := w.cfg.Blocks
+	total := int64(n) * int64(bs)
+	r := Result{Bench: "blocks", Kind: kind, Dir: dir, Size: int64(bs), Unit: GBps, Timing: TimingWall}
+	if kind == BlockKindKernel && w.kErr != nil {
+		return skipped("blocks", kind, dir, int64(bs), GBps, "kernel strategy unavailable: "+w.kErr.Error()), nil
+	}
+	for range w.cfg.Warmup {
+		if err := w.ctx.Err(); err != nil {
+			return r, err
+		}
+		if _, _, _, err := w.run(kind, bs, dir); err != nil {
+			return r, err
+		}
+	}
+	var rates, queuing []float64
+	var notes []string
+	var rep cuda.BlockReport
+	chose := map[cuda.BlockStrategy]bool{}
+	var stopErr error
+	r.Verified = true
+	for i := range w.cfg.Samples {
+		if stopErr = w.ctx.Err(); stopErr != nil {
+			notes = append(notes, stoppedNote(i, w.cfg.Samples))
+			break
+		}
+		if err := w.poisonDest(bs, dir); err != nil {
+			return r, err
+		}
+		q, d, rp, err := w.run(kind, bs, dir)
+		if err != nil {
+			return r, err
+		}
+		rep = rp
+		chose[rp.Strategy] = true
+		rates = append(rates, Rate(total, d))
+		queuing = append(queuing, float64(q.Nanoseconds())/1e3)
+		if err := w.verify(kind, bs, dir); err != nil {
+			r.Verified = false
+			notes = append(notes, fmt.Sprintf("%s: sample %d: %v", verifyFailedMark, i+1, err))
+			break // the figures are not to be trusted: no more samples
+		}
+	}
+	r.fill(rates)
+	r.Verified = r.Verified && r.Samples > 0
+	if kind == BlockKindAuto {
+		var names []string
+		for _, st := range []cuda.BlockStrategy{cuda.BlockDriverBatch, cuda.BlockPerCopy, cuda.BlockKernelCopy} {
+			if chose[st] {
+				names = append(names, st.String())
+			}
+		}
+		if len(names) > 0 {
+			notes = append(notes, "chose "+strings.Join(names, " and "))
+		}
+	}
+	what := fmt.Sprintf("%d blocks of %s, %s in all", n, FormatSize(int64(bs)), FormatSize(total))
+	if kind == BlockKindContiguous {
+		what = fmt.Sprintf("one copy of %s, contiguous on both sides", FormatSize(total))
+	}
+	calls := "1 driver call"
+	if rep.Calls != 1 {
+		calls = fmt.Sprintf("%d driver calls", rep.Calls)
+	}
+	notes = append(notes, what, fmt.Sprintf("%s, queued in %s us (median)", calls, formatValue(Summarize(queuing).Median)))
+	r.Note = joinNotes(notes)
+	return r, stopErr
+}
