@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"slices"
@@ -578,5 +579,132 @@ func BenchmarkStagingKnobs(b *testing.B) {
 				sideBySide(b, n, roundsFor(n)*b.N, vs)
 			})
 		}
+	}
+}
+
+// BenchmarkFileToDevice moves a file in the page cache (1 GiB; 4 GiB with
+// PINMEM_BENCH_4G=1, in the test's temporary folder) to the device and
+// back, side by side with interleaved samples: Copier.HtoDFrom on the
+// *os.File (parallel ReadAt into the stages), HtoDFrom on a reader that
+// is only an io.Reader (one Read after another), and the host's parallel
+// read of the same file into pinned memory (12 goroutines, the rate the
+// Copier's reading is bounded by); then DtoHTo into a second file against
+// the host's parallel write of pinned memory into it. It reports
+// copier/hostread and copier/hostwrite, and checks the bytes of both
+// files once. Under 60 s (1 GiB):
+//
+//	.gpu/bin/transfer.test -test.run '^$' -test.bench 'FileToDevice' -test.benchtime 1x
+func BenchmarkFileToDevice(b *testing.B) {
+	ctx := gpuCtx(b)
+	n := 1 << 30
+	if os.Getenv(EnvBench4G) == "1" {
+		n = 4 << 30
+	}
+	c := gpuCopier(b, ctx)
+	dev := gpuAlloc(b, ctx, n)
+	pinned, err := pinmem.Alloc(n, 0, pinmem.WithDevice(ctx.Device()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pinned.Free() })
+	dir := b.TempDir()
+	src := touched(n)
+	inPath, outPath := dir+"/in", dir+"/out"
+	if err := os.WriteFile(inPath, src, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	in, err := os.Open(inPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { in.Close() })
+	out, err := os.OpenFile(outPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { out.Close() })
+	bg := context.Background()
+	hostIO := func(f *os.File, write bool) error {
+		const parts = 12
+		size := (n/parts + 4095) &^ 4095
+		errs := make([]error, parts)
+		var wg sync.WaitGroup
+		for i := range parts {
+			lo := min(i*size, n)
+			hi := min(lo+size, n)
+			wg.Go(func() {
+				if write {
+					_, errs[i] = f.WriteAt(pinned.Bytes()[lo:hi], int64(lo))
+				} else {
+					_, errs[i] = f.ReadAt(pinned.Bytes()[lo:hi], int64(lo))
+				}
+			})
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+	rewind := func(f *os.File) error { _, err := f.Seek(0, io.SeekStart); return err }
+	b.Run("read", func(b *testing.B) {
+		b.SetBytes(int64(n))
+		m := sideBySide(b, n, roundsFor(n)*b.N, []variant{
+			{"copier", func() error {
+				if err := rewind(in); err != nil {
+					return err
+				}
+				st, err := c.HtoDFrom(bg, dev, in)
+				if err == nil && st.Bytes != int64(n) {
+					err = fmt.Errorf("read %d bytes, want %d", st.Bytes, n)
+				}
+				return err
+			}},
+			{"copier-stream", func() error {
+				if err := rewind(in); err != nil {
+					return err
+				}
+				_, err := c.HtoDFrom(bg, dev, struct{ io.Reader }{in})
+				return err
+			}},
+			{"hostread", func() error { return hostIO(in, false) }},
+		})
+		if m[2] > 0 {
+			b.ReportMetric(m[0]/m[2], "copier/hostread")
+			b.ReportMetric(m[1]/m[2], "copier-stream/hostread")
+		}
+	})
+	back := make([]byte, n)
+	if _, err := c.DtoH(bg, back, dev); err != nil {
+		b.Fatal(err)
+	}
+	if i := firstDiff(src, back); i >= 0 {
+		b.Fatalf("byte %d of the file differs on the device", i)
+	}
+	b.Run("write", func(b *testing.B) {
+		b.SetBytes(int64(n))
+		m := sideBySide(b, n, roundsFor(n)*b.N, []variant{
+			{"copier", func() error {
+				if err := rewind(out); err != nil {
+					return err
+				}
+				_, err := c.DtoHTo(bg, out, dev)
+				return err
+			}},
+			{"hostwrite", func() error { return hostIO(out, true) }},
+		})
+		if m[1] > 0 {
+			b.ReportMetric(m[0]/m[1], "copier/hostwrite")
+		}
+	})
+	if err := rewind(out); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.DtoHTo(bg, out, dev); err != nil {
+		b.Fatal(err)
+	}
+	got, err := os.ReadFile(outPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if i := firstDiff(src, got); i >= 0 || len(got) != n {
+		b.Fatalf("written file: %d bytes, first difference at %d", len(got), i)
 	}
 }

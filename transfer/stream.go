@@ -4,18 +4,27 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/pinmem/pinmem/cuda"
 )
 
 // HtoDFrom reads r into the device buffer dst (from offset 0) until r
 // reports io.EOF or dst is full, reading straight into the pinned stages
-// (io.ReadFull on the stage's own bytes: no extra heap copy) while the copy
-// engine drains the previous stage. Stats.Bytes is the number of bytes
-// read and copied. When dst fills up, HtoDFrom stops without reading
-// further; the reader may have more. A read error other than io.EOF
-// stops the transfer and is returned. dst is checked and ctx bounds the
-// call as for HtoD; a Read in progress is not interrupted.
+// (no extra heap copy) while the copy engine drains the previous stage.
+// Stats.Bytes is the number of bytes read and copied. When dst fills up,
+// HtoDFrom stops without reading further; the reader may have more. A
+// read error other than io.EOF stops the transfer and is returned. dst is
+// checked and ctx bounds the call as for HtoD; a read in progress is not
+// interrupted.
+//
+// A reader that is also an io.ReaderAt and an io.Seeker (*os.File,
+// *io.SectionReader, *bytes.Reader, *strings.Reader) is read from its
+// current offset with up to Parallelism ReadAt calls at once per stage
+// (of at least 1 MiB each), which a file in the page cache serves several
+// times faster than one Read after another; afterwards its offset is
+// where a plain Read loop would have left it: just past the bytes copied.
+// Other readers are read with io.ReadFull, one stage after another.
 func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Reader) (Stats, error) {
 	st := Stats{Direction: HostToDevice}
 	if err := c.enter(ctx); err != nil {
@@ -40,6 +49,11 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 		return st, err
 	}
 	first := c.startTimer()
+	read := func(_ int64, p []byte) (int, error) { return io.ReadFull(r, p) }
+	pa, pos, positional := positionalReader(r)
+	if positional {
+		read = func(off int64, p []byte) (int, error) { return c.readAt(pa, pos+off, p) }
+	}
 	for k, off := 0, 0; first == nil && off < dst.Size(); k++ {
 		if err := ctx.Err(); err != nil {
 			first = err
@@ -51,7 +65,7 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 			break
 		}
 		want := min(len(s.mem), dst.Size()-off)
-		n, rerr := io.ReadFull(r, s.mem[:want])
+		n, rerr := read(int64(off), s.mem[:want])
 		if n > 0 {
 			if err := c.queued(s, s.htod(c.stream, dst.Ptr().Add(off), n)); err != nil {
 				first = err
@@ -69,6 +83,13 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 			first = fmt.Errorf("reading: %w", rerr)
 		}
 	}
+	if positional {
+		// Leave the offset where a Read loop would have: past the bytes
+		// read.
+		if _, err := r.(io.Seeker).Seek(pos+st.Bytes, io.SeekStart); err != nil && first == nil {
+			first = fmt.Errorf("setting the reader's offset: %w", err)
+		}
+	}
 	err := c.finish(ctx, first, &st, func() {})
 	m.stop(&st)
 	if err != nil {
@@ -82,7 +103,12 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 // handing w the stage's own bytes (no extra heap copy; as io.Writer
 // requires, w must not retain them). A write error stops the transfer; a
 // short write is io.ErrShortWrite. src is checked and ctx bounds the call
-// as for DtoH; a Write in progress is not interrupted.
+// as for DtoH; a write in progress is not interrupted.
+//
+// A writer that is also an io.WriterAt and an io.Seeker (*os.File) is
+// written at its current offset with up to Parallelism WriteAt calls at
+// once per stage (of at least 1 MiB each); afterwards its offset is just
+// past the bytes written, as after a plain Write loop.
 func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer) (Stats, error) {
 	st := Stats{Direction: DeviceToHost}
 	if err := c.enter(ctx); err != nil {
@@ -112,6 +138,22 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 	}
 	var q []pending
 	first := c.startTimer()
+	write := func(_ int64, p []byte) (int, error) { return w.Write(p) }
+	wa, pos, positional := positionalWriter(w)
+	if positional {
+		write = func(off int64, p []byte) (int, error) {
+			n, err := c.writeAt(wa, pos+off, p)
+			if err != nil && n == 0 && off == 0 {
+				// WriteAt refused before anything was written (an *os.File
+				// opened with O_APPEND refuses every WriteAt): write as a
+				// stream from here on.
+				positional = false
+				write = func(_ int64, p []byte) (int, error) { return w.Write(p) }
+				return w.Write(p)
+			}
+			return n, err
+		}
+	}
 	size := src.Size()
 	next, k := 0, 0
 	for first == nil {
@@ -139,7 +181,7 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 			first = err
 			break
 		}
-		nw, werr := w.Write(h.s.mem[:h.n])
+		nw, werr := write(int64(h.off), h.s.mem[:h.n])
 		st.Bytes += int64(nw)
 		st.StagedBytes += int64(nw)
 		st.Stages++
@@ -150,10 +192,132 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 			first = fmt.Errorf("writing: %w", werr)
 		}
 	}
+	if positional {
+		if _, err := w.(io.Seeker).Seek(pos+st.Bytes, io.SeekStart); err != nil && first == nil {
+			first = fmt.Errorf("setting the writer's offset: %w", err)
+		}
+	}
 	err := c.finish(ctx, first, &st, func() {})
 	m.stop(&st)
 	if err != nil {
 		return st, fmt.Errorf("transfer: writing device memory after %d bytes: %w", st.Bytes, err)
 	}
 	return st, nil
+}
+
+// minIOPiece is the smallest share of a stage read or written by one
+// ReadAt or WriteAt call.
+const minIOPiece = 1 << 20
+
+// positionalReader reports whether r can be read at offsets (io.ReaderAt
+// and io.Seeker) and returns it and its current offset.
+func positionalReader(r io.Reader) (io.ReaderAt, int64, bool) {
+	ra, ok := r.(io.ReaderAt)
+	if !ok {
+		return nil, 0, false
+	}
+	sk, ok := r.(io.Seeker)
+	if !ok {
+		return nil, 0, false
+	}
+	pos, err := sk.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return nil, 0, false // a pipe or a terminal: read it as a stream
+	}
+	return ra, pos, true
+}
+
+// positionalWriter is positionalReader for writers.
+func positionalWriter(w io.Writer) (io.WriterAt, int64, bool) {
+	wa, ok := w.(io.WriterAt)
+	if !ok {
+		return nil, 0, false
+	}
+	sk, ok := w.(io.Seeker)
+	if !ok {
+		return nil, 0, false
+	}
+	pos, err := sk.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return nil, 0, false
+	}
+	return wa, pos, true
+}
+
+// ioParts splits n bytes into the pieces one stage's parallel ReadAt or
+// WriteAt calls take: up to the Copier's parallelism, at least minIOPiece
+// each.
+func (c *copier) ioParts(n int) (parts, size int) {
+	parts = max(1, min(c.o.parallelism, n/minIOPiece))
+	size = (n + parts - 1) / parts
+	return parts, size
+}
+
+// readAt fills p from ra at off with parallel ReadAt calls and returns the
+// bytes read from the start of p without a gap, and io.EOF (or
+// io.ErrUnexpectedEOF after some bytes) when the source ended before p
+// was full, as io.ReadFull does.
+func (c *copier) readAt(ra io.ReaderAt, off int64, p []byte) (int, error) {
+	parts, size := c.ioParts(len(p))
+	ns := make([]int, parts)
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for i := range parts {
+		lo := i * size
+		hi := min(lo+size, len(p))
+		f := func() { ns[i], errs[i] = ra.ReadAt(p[lo:hi], off+int64(lo)) }
+		if i == parts-1 {
+			f() // the caller reads the last piece itself
+			continue
+		}
+		wg.Go(f)
+	}
+	wg.Wait()
+	total := 0
+	for i := range parts {
+		total += ns[i]
+		want := min(size, len(p)-i*size)
+		if ns[i] == want {
+			continue // ReadAt may return io.EOF with a full piece at the end
+		}
+		if errs[i] == nil || errs[i] == io.EOF {
+			if total == 0 {
+				return 0, io.EOF
+			}
+			return total, io.ErrUnexpectedEOF
+		}
+		return total, errs[i]
+	}
+	return total, nil
+}
+
+// writeAt writes p to wa at off with parallel WriteAt calls and returns
+// the bytes written from the start of p without a gap and the first error.
+func (c *copier) writeAt(wa io.WriterAt, off int64, p []byte) (int, error) {
+	parts, size := c.ioParts(len(p))
+	ns := make([]int, parts)
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for i := range parts {
+		lo := i * size
+		hi := min(lo+size, len(p))
+		f := func() { ns[i], errs[i] = wa.WriteAt(p[lo:hi], off+int64(lo)) }
+		if i == parts-1 {
+			f()
+			continue
+		}
+		wg.Go(f)
+	}
+	wg.Wait()
+	total := 0
+	for i := range parts {
+		total += ns[i]
+		if want := min(size, len(p)-i*size); ns[i] < want {
+			if errs[i] == nil {
+				errs[i] = io.ErrShortWrite
+			}
+			return total, errs[i]
+		}
+	}
+	return total, nil
 }
