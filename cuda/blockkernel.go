@@ -18,9 +18,11 @@ import (
 // CopyBlocks is one kernel launch, whatever the number of blocks: the
 // kernel reads the table and reads and writes the host blocks over PCIe
 // through their device addresses, so the host blocks must be mapped into
-// the device's address space (pinmem.Mapped memory; on a host with
-// unified addressing the driver maps all cuMemHostAlloc memory), and the
-// copies run on the SMs, not on the copy engines. The kernel is
+// the device's address space: allocate them with pinmem.Mapped. (With
+// unified addressing the driver also maps memory it allocated with
+// cuMemHostAlloc, but pinmem.Alloc pins buffers of AutoMmapThreshold and
+// more by mmap and cuMemHostRegister, which maps them only when Mapped is
+// asked for.) The copies run on the SMs, not on the copy engines. The kernel is
 // hand-written PTX (internal/kernels/blocks.ptx).
 //
 // The tables are used in turn; before CopyBlocks rewrites one it waits,

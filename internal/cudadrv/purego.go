@@ -153,7 +153,7 @@ type lib struct {
 // older driver is reported only when the call that needs it is made, as a
 // *LoadError matching ErrNotSupported.
 func Load(path string) (Driver, error) {
-	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	h, err := dlopen(path)
 	if err != nil {
 		return nil, &LoadError{Path: path, Err: err}
 	}
@@ -537,4 +537,13 @@ func (l *lib) call(addr *uintptr, op string, args ...uintptr) error {
 		return l.errorOf(op, r)
 	}
 	return nil
+}
+
+// dlopen opens the library at path on one OS thread: dlerror's message,
+// which purego reads after a failed dlopen, is kept per thread, and a
+// goroutine moved to another thread in between would read an empty one.
+func dlopen(path string) (uintptr, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 }
