@@ -207,7 +207,8 @@ func TestGPUMappedKernel(t *testing.T) {
 
 // Registered mmap'd memory and a registered Go slice copy at pinned speed:
 // compared in one run with cuMemHostAlloc memory and with the same Go
-// slice unregistered (the driver's pageable path).
+// slice unregistered (the driver's pageable path). With -short the speeds
+// are logged, not checked.
 func TestGPURegisteredSpeed(t *testing.T) {
 	const size = 256 << 20
 	g := newGPUEnv(t, size)
@@ -245,6 +246,12 @@ func TestGPURegisteredSpeed(t *testing.T) {
 		t.Logf("%-18s H2D %.1f GB/s (%.2fx hostalloc, %.1fx pageable), D2H %.1f GB/s (%.2fx hostalloc, %.1fx pageable)",
 			c.name+":", h, h/ref[0], h/pageH2D, d, d/ref[1], d/pageD2H)
 		if h < 0.9*ref[0] || d < 0.9*ref[1] {
+			if testing.Short() {
+				// -short is how the sanitize tier runs, beside the soak in
+				// scripts/gpu-reliability: speed is not measured there.
+				t.Logf("%s copies below 90%% of cuMemHostAlloc memory (not checked with -short)", c.name)
+				continue
+			}
 			t.Errorf("%s copies below 90%% of cuMemHostAlloc memory", c.name)
 		}
 	}
