@@ -26,7 +26,7 @@ import (
 //     known with AddPinned, and in slices the registration cache holds.
 //   - Pageable memory (ordinary Go memory) of fewer bytes than the
 //     Copier's Thresholds (WithThresholds; DefaultThresholds, 16 MiB
-//     host-to-device and 32 MiB device-to-host) is handed to the driver's
+//     both ways) is handed to the driver's
 //     own pageable copy: one synchronous cuMemcpyHtoD or cuMemcpyDtoH on
 //     the Go slice, with no staging ring, no events, no copy goroutines
 //     and, without WithStats, no system call beyond it. Below those sizes

@@ -11,8 +11,8 @@
 // while the copy engine drains stage k-1 on the Copier's stream, the CPU
 // goroutines fill stage k, each stage guarded by its own event. Device-to-host runs the
 // ring the other way, with the DMA of later stages running ahead of the
-// CPU copy-out. A pageable slice below the Copier's Thresholds (16 MiB to
-// the device and 32 MiB back by default; Calibrate measures them) is handed to the driver's own
+// CPU copy-out. A pageable slice below the Copier's Thresholds (16 MiB by
+// default; Calibrate measures them) is handed to the driver's own
 // pageable copy instead, which is faster at those sizes. Memory that is
 // already pinned (anything pinmem pinned, found with pinmem.Lookup, a
 // pinmem.Buffer made known with AddPinned, or a range held by the
@@ -103,8 +103,7 @@
 // # Defaults
 //
 // 32 MiB stages, 3 per transfer, up to 12 CPU copy goroutines (capped by
-// the number of CPUs), and the driver's pageable copy below 16 MiB
-// host-to-device and 32 MiB device-to-host:
+// the number of CPUs), and the driver's pageable copy below 16 MiB:
 // pinned copies reach full PCIe speed from about 16 MiB, two or three
 // stages in flight keep the copy engine busy, Go copies into pinned
 // memory stop scaling at about a dozen goroutines, and below those sizes

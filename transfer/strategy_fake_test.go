@@ -80,12 +80,11 @@ func TestFakeAdaptive(t *testing.T) {
 }
 
 // TestFakeAdaptiveDefaults: a default Copier copies pageable memory below
-// 16 MiB host-to-device and 32 MiB device-to-host with the driver and
-// stages from there; pinned memory goes directly whatever its size.
+// 16 MiB with the driver and stages from there, both ways; pinned memory goes directly whatever its size.
 func TestFakeAdaptiveDefaults(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t)
-	if DefaultThresholds != (Thresholds{HtoD: 16 << 20, DtoH: 32 << 20}) {
+	if DefaultThresholds != (Thresholds{HtoD: 16 << 20, DtoH: 16 << 20}) {
 		t.Fatalf("DefaultThresholds %+v", DefaultThresholds)
 	}
 	dev := e.devbuf(t, 32<<20)
@@ -104,7 +103,7 @@ func TestFakeAdaptiveDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if driver := n < 32<<20; driver != (down.PageableBytes == int64(n)) || !driver && down.StagedBytes != int64(n) {
+		if driver := n < 16<<20; driver != (down.PageableBytes == int64(n)) || !driver && down.StagedBytes != int64(n) {
 			t.Errorf("%d bytes back: %v", n, down)
 		}
 		testutil.CheckBytes(t, src, back)
