@@ -213,35 +213,27 @@ const minIOPiece = 1 << 20
 // and io.Seeker) and returns it and its current offset.
 func positionalReader(r io.Reader) (io.ReaderAt, int64, bool) {
 	ra, ok := r.(io.ReaderAt)
-	if !ok {
-		return nil, 0, false
-	}
-	sk, ok := r.(io.Seeker)
-	if !ok {
-		return nil, 0, false
-	}
-	pos, err := sk.Seek(0, io.SeekCurrent)
-	if err != nil {
-		return nil, 0, false // a pipe or a terminal: read it as a stream
-	}
-	return ra, pos, true
+	pos, known := seekOffset(r)
+	return ra, pos, ok && known
 }
 
 // positionalWriter is positionalReader for writers.
 func positionalWriter(w io.Writer) (io.WriterAt, int64, bool) {
 	wa, ok := w.(io.WriterAt)
+	pos, known := seekOffset(w)
+	return wa, pos, ok && known
+}
+
+// seekOffset returns the current offset of x when it is an io.Seeker that
+// knows one (a pipe or a terminal does not: it is read or written as a
+// stream).
+func seekOffset(x any) (int64, bool) {
+	sk, ok := x.(io.Seeker)
 	if !ok {
-		return nil, 0, false
-	}
-	sk, ok := w.(io.Seeker)
-	if !ok {
-		return nil, 0, false
+		return 0, false
 	}
 	pos, err := sk.Seek(0, io.SeekCurrent)
-	if err != nil {
-		return nil, 0, false
-	}
-	return wa, pos, true
+	return pos, err == nil
 }
 
 // ioParts splits n bytes into the pieces one stage's parallel ReadAt or
@@ -253,71 +245,60 @@ func (c *copier) ioParts(n int) (parts, size int) {
 	return parts, size
 }
 
+// eachAt calls f on the ioParts pieces of p at off+their offset, all at
+// once (the caller takes the last), and returns the bytes done from the
+// start of p without a gap; short reports that a piece came back with
+// fewer bytes than asked, with err its error (which may be nil).
+func (c *copier) eachAt(p []byte, off int64, f func(p []byte, off int64) (int, error)) (done int, short bool, err error) {
+	parts, size := c.ioParts(len(p))
+	ns := make([]int, parts)
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for i := range parts {
+		lo := i * size
+		hi := min(lo+size, len(p))
+		piece := func() { ns[i], errs[i] = f(p[lo:hi], off+int64(lo)) }
+		if i == parts-1 {
+			piece()
+			continue
+		}
+		wg.Go(piece)
+	}
+	wg.Wait()
+	for i := range parts {
+		done += ns[i]
+		if ns[i] < min(size, len(p)-i*size) {
+			return done, true, errs[i]
+		}
+	}
+	return done, false, nil
+}
+
 // readAt fills p from ra at off with parallel ReadAt calls and returns the
 // bytes read from the start of p without a gap, and io.EOF (or
 // io.ErrUnexpectedEOF after some bytes) when the source ended before p
-// was full, as io.ReadFull does.
+// was full, as io.ReadFull does. (ReadAt may return io.EOF with a full
+// piece at the end: that piece is not short.)
 func (c *copier) readAt(ra io.ReaderAt, off int64, p []byte) (int, error) {
-	parts, size := c.ioParts(len(p))
-	ns := make([]int, parts)
-	errs := make([]error, parts)
-	var wg sync.WaitGroup
-	for i := range parts {
-		lo := i * size
-		hi := min(lo+size, len(p))
-		f := func() { ns[i], errs[i] = ra.ReadAt(p[lo:hi], off+int64(lo)) }
-		if i == parts-1 {
-			f() // the caller reads the last piece itself
-			continue
-		}
-		wg.Go(f)
+	n, short, err := c.eachAt(p, off, ra.ReadAt)
+	switch {
+	case !short:
+		return n, nil
+	case err != nil && err != io.EOF:
+		return n, err
+	case n == 0:
+		return 0, io.EOF
 	}
-	wg.Wait()
-	total := 0
-	for i := range parts {
-		total += ns[i]
-		want := min(size, len(p)-i*size)
-		if ns[i] == want {
-			continue // ReadAt may return io.EOF with a full piece at the end
-		}
-		if errs[i] == nil || errs[i] == io.EOF {
-			if total == 0 {
-				return 0, io.EOF
-			}
-			return total, io.ErrUnexpectedEOF
-		}
-		return total, errs[i]
-	}
-	return total, nil
+	return n, io.ErrUnexpectedEOF
 }
 
 // writeAt writes p to wa at off with parallel WriteAt calls and returns
-// the bytes written from the start of p without a gap and the first error.
+// the bytes written from the start of p without a gap and the first error
+// (io.ErrShortWrite for a short write without one).
 func (c *copier) writeAt(wa io.WriterAt, off int64, p []byte) (int, error) {
-	parts, size := c.ioParts(len(p))
-	ns := make([]int, parts)
-	errs := make([]error, parts)
-	var wg sync.WaitGroup
-	for i := range parts {
-		lo := i * size
-		hi := min(lo+size, len(p))
-		f := func() { ns[i], errs[i] = wa.WriteAt(p[lo:hi], off+int64(lo)) }
-		if i == parts-1 {
-			f()
-			continue
-		}
-		wg.Go(f)
+	n, short, err := c.eachAt(p, off, wa.WriteAt)
+	if short && err == nil {
+		err = io.ErrShortWrite
 	}
-	wg.Wait()
-	total := 0
-	for i := range parts {
-		total += ns[i]
-		if want := min(size, len(p)-i*size); ns[i] < want {
-			if errs[i] == nil {
-				errs[i] = io.ErrShortWrite
-			}
-			return total, errs[i]
-		}
-	}
-	return total, nil
+	return n, err
 }

@@ -128,13 +128,8 @@ func (c *BlocksConfig) resolve() error {
 	if err := checkSamples("BlocksConfig.Samples", &c.Samples, 5); err != nil {
 		return err
 	}
-	switch {
-	case c.Warmup == 0:
-		c.Warmup = 1
-	case c.Warmup == -1:
-		c.Warmup = 0
-	case c.Warmup < -1 || c.Warmup > 100:
-		return invalid("BlocksConfig.Warmup %d: want 1 to 100 (0: the default, 1; -1: none)", c.Warmup)
+	if err := checkWarmup("BlocksConfig.Warmup", &c.Warmup); err != nil {
+		return err
 	}
 	switch {
 	case c.Gap == 0:

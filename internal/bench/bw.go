@@ -57,13 +57,8 @@ func (c *BandwidthConfig) resolve() error {
 	if err := checkSamples("BandwidthConfig.Samples", &c.Samples, 5); err != nil {
 		return err
 	}
-	switch {
-	case c.Warmup == 0:
-		c.Warmup = 1
-	case c.Warmup == -1:
-		c.Warmup = 0
-	case c.Warmup < -1 || c.Warmup > 100:
-		return invalid("BandwidthConfig.Warmup %d: want 1 to 100 (0: the default, 1; -1: none)", c.Warmup)
+	if err := checkWarmup("BandwidthConfig.Warmup", &c.Warmup); err != nil {
+		return err
 	}
 	switch {
 	case c.MinBytes == 0:

@@ -50,6 +50,20 @@ func checkSamples(field string, n *int, def int) error {
 	return nil
 }
 
+// checkWarmup validates a Warmup field: 0 means one untimed sample, -1
+// none, otherwise 1 to 100.
+func checkWarmup(field string, n *int) error {
+	switch {
+	case *n == 0:
+		*n = 1
+	case *n == -1:
+		*n = 0
+	case *n < -1 || *n > 100:
+		return invalid("%s %d: want 1 to 100 (0: the default, 1; -1: none)", field, *n)
+	}
+	return nil
+}
+
 // checkSizes validates a list of sizes (empty means def).
 func checkSizes(field string, sizes *[]int64, def []int64) error {
 	if len(*sizes) == 0 {
