@@ -1,6 +1,7 @@
 package load
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -48,15 +49,7 @@ func extents(rs []Range) []extent {
 			ext = append(ext, extent{r.Offset, r.Offset + r.Length})
 		}
 	}
-	slices.SortFunc(ext, func(a, b extent) int {
-		switch {
-		case a.lo < b.lo:
-			return -1
-		case a.lo > b.lo:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(ext, func(a, b extent) int { return cmp.Compare(a.lo, b.lo) })
 	out := ext[:0]
 	for _, e := range ext {
 		if n := len(out); n > 0 && e.lo <= out[n-1].hi {
@@ -111,15 +104,7 @@ func checkRanges(rs []Range, ctx uintptr) (total, end int64, err error) {
 	}
 	// Destinations must not overlap: the copies run concurrently on
 	// several streams, so overlapping ones would race.
-	slices.SortFunc(spans, func(a, b span) int {
-		switch {
-		case a.lo < b.lo:
-			return -1
-		case a.lo > b.lo:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
 	for k := 1; k < len(spans); k++ {
 		if spans[k].lo < spans[k-1].hi {
 			i := spans[k].i

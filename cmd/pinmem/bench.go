@@ -68,8 +68,15 @@ func (o *measureFlags) check() (bench.Format, error) {
 // open opens the device, with a progress bar for about total results.
 // Without a driver or GPU the error is the cuda sentinel (exit status 3).
 func (o *measureFlags) open(cmd *cobra.Command, total int, what string) (*bench.Session, *progress, error) {
+	return o.openWith(cmd, total, what, bench.SessionConfig{})
+}
+
+// openWith is open with the session configured by sc (its Progress is
+// the progress bar's).
+func (o *measureFlags) openWith(cmd *cobra.Command, total int, what string, sc bench.SessionConfig) (*bench.Session, *progress, error) {
 	pr := newProgress(cmd.ErrOrStderr(), o.quiet, total, what)
-	s, err := bench.Open(cmd.Context(), o.device, bench.SessionConfig{Progress: pr.writer()})
+	sc.Progress = pr.writer()
+	s, err := bench.Open(cmd.Context(), o.device, sc)
 	if err != nil {
 		pr.done()
 		return nil, nil, err

@@ -68,11 +68,9 @@ lacks (driver-batch before CUDA 12.8) is reported as skipped.
 			if cfg, err = cfg.Resolved(); err != nil {
 				return usage(err)
 			}
-			pr := newProgress(cmd.ErrOrStderr(), o.quiet, len(cfg.Sizes)*len(cfg.Dirs)*len(cfg.Kinds), "bench blocks")
 			// No spin-wait: a sample is timed from the host, queuing included.
-			s, err := bench.Open(cmd.Context(), o.device, bench.SessionConfig{Progress: pr.writer(), NoSpin: true})
+			s, pr, err := o.openWith(cmd, len(cfg.Sizes)*len(cfg.Dirs)*len(cfg.Kinds), "bench blocks", bench.SessionConfig{NoSpin: true})
 			if err != nil {
-				pr.done()
 				return err
 			}
 			defer closeSession(s, &err)
