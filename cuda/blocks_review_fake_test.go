@@ -410,6 +410,27 @@ func unfenced(t *testing.T, e *blockEnv, k *cuda.BlockKernel, l []cuda.BlockCopy
 	e.fd.ClearFaults()
 }
 
+// afterUnfencedList queues 24 blocks' list in three lists of 8 on a kernel
+// of two tables: the first list's launch unfenced, the second on the other
+// table; the third list, left to the caller, comes back to the first
+// table. The kernel is closed at the end of the test.
+func afterUnfencedList(t *testing.T) (*blockEnv, *cuda.BlockKernel, []byte, []cuda.BlockCopy) {
+	t.Helper()
+	e := mappedBlockEnv(t, 4096, 24)
+	k, err := e.ctx.NewBlockKernel(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	h := e.src.Bytes()
+	l := e.list(h)
+	unfenced(t, e, k, l[:8])
+	if _, err := e.s.CopyBlocks(cuda.HostToDevice, l[8:16], cuda.WithBlockKernel(k)); err != nil {
+		t.Fatal(err) // the other table
+	}
+	return e, k, h, l
+}
+
 // TestFakeCopyBlocksKernelUnfencedTable: when neither the kernel's event
 // nor a stream wait could fence a launch, its table is not rewritten (nor
 // freed by Close) until a wait for the context's work succeeds: the list
@@ -417,20 +438,9 @@ func unfenced(t *testing.T, e *blockEnv, k *cuda.BlockKernel, l []cuda.BlockCopy
 // fails, and every list copies its own blocks.
 func TestFakeCopyBlocksKernelUnfencedTable(t *testing.T) {
 	t.Run("reuse waits", func(t *testing.T) {
-		e := mappedBlockEnv(t, 4096, 24)
-		k, err := e.ctx.NewBlockKernel(8)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer k.Close()
-		h := e.src.Bytes()
-		l := e.list(h)
-		unfenced(t, e, k, l[:8])
-		if _, err := e.s.CopyBlocks(cuda.HostToDevice, l[8:16], cuda.WithBlockKernel(k)); err != nil {
-			t.Fatal(err) // the other table
-		}
+		e, k, h, l := afterUnfencedList(t)
 		released, wait := releaseLater(t, e.fd, e.s)
-		_, err = e.s.CopyBlocks(cuda.HostToDevice, l[16:], cuda.WithBlockKernel(k)) // the first table again
+		_, err := e.s.CopyBlocks(cuda.HostToDevice, l[16:], cuda.WithBlockKernel(k)) // the first table again
 		returned := released.Load()
 		wait()
 		if err != nil {
@@ -443,18 +453,7 @@ func TestFakeCopyBlocksKernelUnfencedTable(t *testing.T) {
 		e.checkDevice(t, h)
 	})
 	t.Run("reuse fails while the wait fails", func(t *testing.T) {
-		e := mappedBlockEnv(t, 4096, 24)
-		k, err := e.ctx.NewBlockKernel(8)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer k.Close()
-		h := e.src.Bytes()
-		l := e.list(h)
-		unfenced(t, e, k, l[:8])
-		if _, err := e.s.CopyBlocks(cuda.HostToDevice, l[8:16], cuda.WithBlockKernel(k)); err != nil {
-			t.Fatal(err)
-		}
+		e, k, h, l := afterUnfencedList(t)
 		must(t, e.fd.FailOn("cuCtxSynchronize", 1, cudadrv.ErrorLaunchFailed))
 		rep, err := e.s.CopyBlocks(cuda.HostToDevice, l[16:], cuda.WithBlockKernel(k))
 		if !errors.Is(err, cuda.ErrLaunchFailed) || rep.Blocks != 0 {
