@@ -566,35 +566,7 @@ func TestFakeLoadFileWhileReplaced(t *testing.T) {
 	small, smallData := tempFile(t, 100<<10, 15)
 	large, largeData := tempFile(t, 200<<10, 16)
 	link := filepath.Join(dir, "current")
-	if err := os.Symlink(small, link); err != nil {
-		t.Skipf("symbolic links: %v", err)
-	}
-	stop := make(chan struct{})
-	var flips sync.WaitGroup
-	flips.Go(func() {
-		tmp := filepath.Join(dir, "next")
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			target := small
-			if i%2 == 1 {
-				target = large
-			}
-			_ = os.Remove(tmp)
-			if err := os.Symlink(target, tmp); err != nil {
-				t.Error(err)
-				return
-			}
-			if err := os.Rename(tmp, link); err != nil {
-				t.Error(err)
-				return
-			}
-		}
-	})
-	defer func() { close(stop); flips.Wait() }()
+	defer testutil.FlipSymlink(t, link, small, large)()
 	l := e.loader(t, WithMode(ModeBuffered))
 	dst := e.devbuf(t, len(largeData))
 	for i := range 300 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/pinmem/pinmem"
@@ -306,31 +305,7 @@ func TestFakeLoadWhileReplaced(t *testing.T) {
 		files[name], datas[name] = p, want
 	}
 	link := filepath.Join(dir, "current.safetensors")
-	if err := os.Symlink(files["a"], link); err != nil {
-		t.Skipf("symbolic links: %v", err)
-	}
-	stop := make(chan struct{})
-	var flips sync.WaitGroup
-	flips.Go(func() {
-		tmp := filepath.Join(dir, "next")
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			_ = os.Remove(tmp)
-			if err := os.Symlink(files[[]string{"a", "b"}[i%2]], tmp); err != nil {
-				t.Error(err)
-				return
-			}
-			if err := os.Rename(tmp, link); err != nil {
-				t.Error(err)
-				return
-			}
-		}
-	})
-	defer func() { close(stop); flips.Wait() }()
+	defer testutil.FlipSymlink(t, link, files["a"], files["b"])()
 	for i := range 200 {
 		ts, err := LoadAll(context.Background(), e.l, link)
 		if err != nil {
