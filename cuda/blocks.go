@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"runtime"
 	"slices"
@@ -298,6 +299,11 @@ type blockScratch struct {
 	pieces     []piece        // the copies to queue, in block order
 	nqueued    int            // how many of pieces the strategy queued (all, or a prefix)
 	cuts       []uint64       // hostCheck.cover's answer for one block
+	keys       []uint64       // sortSpans' packed sort keys
+	keys2      []uint64       // radixSort's second buffer
+	tmp        []span         // sortSpans' reordered copy
+	tmpPieces  []piece        // inBlockOrder's reordered copy
+	counts     []int          // inBlockOrder's pieces per block
 }
 
 // piece is one copy of a block list: a whole block, or the part of one
@@ -544,12 +550,12 @@ func (s *Stream) checkBlocks(dir Direction, blocks []BlockCopy, sc *blockScratch
 		rep.Blocks++
 		rep.Bytes += int64(n)
 	}
-	sortSpans(sc.host)
+	sc.sortSpans(sc.host)
 	dst := sc.dst
 	if dir == DeviceToHost {
 		dst = sc.host
 	} else {
-		sortSpans(dst)
+		sc.sortSpans(dst)
 	}
 	for k := 1; k < len(dst); k++ {
 		if dst[k].lo < dst[k-1].hi {
@@ -561,13 +567,76 @@ func (s *Stream) checkBlocks(dir Direction, blocks []BlockCopy, sc *blockScratch
 	return rep, nil
 }
 
-// sortSpans sorts by address; lists that are already in order (the
-// common case: blocks taken in order from one buffer) cost one pass.
-func sortSpans(sp []span) {
+// sortSpans sorts sp by address (cmpSpan: spans are listed in block
+// order, so equal addresses stay in block order); a list already in order
+// (blocks taken in order from one buffer) costs one pass. A shuffled list
+// of thousands of blocks (a KV cache's free list) is the case that costs:
+// each span becomes one integer key, its address relative to the lowest
+// with its position in the low bits, and the keys are sorted as plain
+// integers, a few times faster than sorting the spans with a comparison
+// function. Addresses too far apart for the key fall back to that.
+func (sc *blockScratch) sortSpans(sp []span) {
 	if slices.IsSortedFunc(sp, cmpSpan) {
 		return
 	}
-	slices.SortFunc(sp, cmpSpan)
+	base, top := sp[0].lo, sp[0].lo
+	for _, x := range sp {
+		base, top = min(base, x.lo), max(top, x.lo)
+	}
+	var set uint64 // every bit set in some offset from base
+	for _, x := range sp {
+		set |= x.lo - base
+	}
+	tz := 0 // low bits clear in every offset: blocks of one size
+	if set != 0 {
+		tz = bits.TrailingZeros64(set)
+	}
+	ib := bits.Len(uint(len(sp) - 1)) // bits for a position
+	kb := bits.Len64((top-base)>>tz) + ib
+	if kb > 64 {
+		slices.SortFunc(sp, cmpSpan)
+		return
+	}
+	sc.keys = sc.keys[:0]
+	for k, x := range sp {
+		sc.keys = append(sc.keys, (x.lo-base)>>tz<<ib|uint64(k))
+	}
+	keys := radixSort(sc.keys, &sc.keys2, kb)
+	sc.tmp = append(sc.tmp[:0], sp...)
+	mask := uint64(1)<<ib - 1
+	for j, key := range keys {
+		sp[j] = sc.tmp[key&mask]
+	}
+}
+
+// radixSort sorts keys, whose values fit in nbits bits, and returns the
+// sorted slice: keys itself or *buf (grown to len(keys)), whichever the
+// last pass wrote. Short lists are sorted in place by comparison.
+func radixSort(keys []uint64, buf *[]uint64, nbits int) []uint64 {
+	if len(keys) < 256 {
+		slices.Sort(keys)
+		return keys
+	}
+	if cap(*buf) < len(keys) {
+		*buf = make([]uint64, len(keys))
+	}
+	src, dst := keys, (*buf)[:len(keys)]
+	for shift := 0; shift < nbits; shift += 8 {
+		var count [257]int
+		for _, k := range src {
+			count[(k>>shift)&0xff+1]++
+		}
+		for i := 1; i < 257; i++ {
+			count[i] += count[i-1]
+		}
+		for _, k := range src {
+			d := (k >> shift) & 0xff
+			dst[count[d]] = k
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	return src
 }
 
 func cmpSpan(a, b span) int {
@@ -769,10 +838,29 @@ func (s *Stream) pinnedOrStaged(dir Direction, blocks []BlockCopy, sc *blockScra
 	}
 	// The pieces were made in host address order; they are queued in
 	// block order (the per-copy strategy reports a prefix of the list).
-	if !slices.IsSortedFunc(sc.pieces, cmpPiece) {
-		slices.SortFunc(sc.pieces, cmpPiece)
-	}
+	sc.inBlockOrder(len(blocks))
 	return out, nil
+}
+
+// inBlockOrder puts sc.pieces in block order (cmpPiece) for a list of
+// nblk blocks. The pieces of one block were made together, in offset
+// order, so a stable counting sort by block does it in linear time.
+func (sc *blockScratch) inBlockOrder(nblk int) {
+	if slices.IsSortedFunc(sc.pieces, cmpPiece) {
+		return
+	}
+	sc.counts = append(sc.counts[:0], make([]int, nblk+1)...)
+	for _, p := range sc.pieces {
+		sc.counts[p.blk+1]++
+	}
+	for i := 1; i <= nblk; i++ {
+		sc.counts[i] += sc.counts[i-1]
+	}
+	sc.tmpPieces = append(sc.tmpPieces[:0], sc.pieces...)
+	for _, p := range sc.tmpPieces {
+		sc.pieces[sc.counts[p.blk]] = p
+		sc.counts[p.blk]++
+	}
 }
 
 // stage gives the blocks sc.host[k] for k in staged, need bytes in all,

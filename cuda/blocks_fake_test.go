@@ -31,7 +31,7 @@ type blockEnv struct {
 	devOf, order []int
 }
 
-func newBlockEnv(t *testing.T, opts fakedrv.Options, bs, nblk int) *blockEnv {
+func newBlockEnv(t testing.TB, opts fakedrv.Options, bs, nblk int) *blockEnv {
 	t.Helper()
 	fd := testutil.UseFake(t, opts)
 	ctx := testutil.PrimaryContext(t)
