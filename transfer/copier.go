@@ -821,7 +821,7 @@ func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, h
 		return st, &SizeError{Op: HostToDevice.String(), Need: len(src), Have: dst.Size()}
 	}
 	if len(src) > 0 && c.small(HostToDevice, len(src), how) && !c.mayBePinned(src) {
-		return c.pageable(ctx, &st, func() error { return c.pageableHtoD(dst, src) })
+		return c.pageable(ctx, &st, dst, src)
 	}
 	return c.run(ctx, &st, src, dst.Ptr())
 }
@@ -835,7 +835,7 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 		return st, &SizeError{Op: DeviceToHost.String(), Need: len(dst), Have: src.Size()}
 	}
 	if len(dst) > 0 && c.small(DeviceToHost, len(dst), how) && !c.mayBePinned(dst) {
-		return c.pageable(ctx, &st, func() error { return c.pageableDtoH(dst, src) })
+		return c.pageable(ctx, &st, src, dst)
 	}
 	return c.run(ctx, &st, dst, src.Ptr())
 }

@@ -214,6 +214,14 @@ func (c *copier) pageableDtoH(dst []byte, src *cuda.DeviceBuffer) error {
 	return src.CopyToHost(0, dst)
 }
 
+// driverCopy is pageableHtoD or pageableDtoH, as d says.
+func (c *copier) driverCopy(d Direction, dev *cuda.DeviceBuffer, host []byte) error {
+	if d == HostToDevice {
+		return c.pageableHtoD(dev, host)
+	}
+	return c.pageableDtoH(host, dev)
+}
+
 // strategy forces a transfer's handling of pageable memory (Calibrate).
 type strategy uint8
 
@@ -242,20 +250,23 @@ func (c *copier) small(d Direction, n int, how strategy) bool {
 // transfer returns when ctx ends; the copy then goes on in the background
 // (Close waits for it) and may still read or write the host memory until
 // it returns. A context that never ends copies on the caller's goroutine.
-func (c *copier) pageable(ctx context.Context, st *Stats, f func() error) (Stats, error) {
+// The copy moves st.Bytes between dev and host in st.Direction; no
+// closure carries them, so that the common call allocates nothing.
+func (c *copier) pageable(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return *st, err
 	}
 	m := startMeter(c.o.stats)
+	d := st.Direction
 	var err error
 	if ctx.Done() == nil {
-		err = f()
+		err = c.driverCopy(d, dev, host)
 	} else {
 		done := make(chan error, 1)
 		c.hold()
 		go func() {
 			defer c.end()
-			done <- f()
+			done <- c.driverCopy(d, dev, host)
 		}()
 		select {
 		case err = <-done:
