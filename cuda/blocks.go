@@ -573,23 +573,23 @@ func (s *Stream) checkBlocks(dir Direction, blocks []BlockCopy, sc *blockScratch
 // of thousands of blocks (a KV cache's free list) is the case that costs:
 // each span becomes one integer key, its address relative to the lowest
 // with its position in the low bits, and the keys are sorted as plain
-// integers, a few times faster than sorting the spans with a comparison
+// integers, several times faster than sorting the spans with a comparison
 // function. Addresses too far apart for the key fall back to that.
 func (sc *blockScratch) sortSpans(sp []span) {
 	if slices.IsSortedFunc(sp, cmpSpan) {
 		return
 	}
 	base, top := sp[0].lo, sp[0].lo
+	var differ uint64 // the bits in which some address differs from the first
 	for _, x := range sp {
 		base, top = min(base, x.lo), max(top, x.lo)
+		differ |= x.lo ^ sp[0].lo
 	}
-	var set uint64 // every bit set in some offset from base
-	for _, x := range sp {
-		set |= x.lo - base
-	}
-	tz := 0 // low bits clear in every offset: blocks of one size
-	if set != 0 {
-		tz = bits.TrailingZeros64(set)
+	// The low bits that no address differs in are the same in every offset
+	// from base (blocks of one size): they are left out of the key.
+	tz := 0
+	if differ != 0 {
+		tz = bits.TrailingZeros64(differ)
 	}
 	ib := bits.Len(uint(len(sp) - 1)) // bits for a position
 	kb := bits.Len64((top-base)>>tz) + ib

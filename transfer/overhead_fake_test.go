@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
@@ -19,14 +18,7 @@ import (
 //	go test ./transfer -run '^$' -bench SmallOverheadFake -benchmem
 func BenchmarkSmallOverheadFake(b *testing.B) {
 	testutil.UseFake(b, fakedrv.Options{})
-	dev, err := cuda.GetDevice(0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cctx, err := dev.PrimaryContext()
-	if err != nil {
-		b.Fatal(err)
-	}
+	cctx := testutil.PrimaryContext(b)
 	c, err := New(cctx)
 	if err != nil {
 		b.Fatal(err)
