@@ -565,11 +565,20 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 			stop = err
 		}
 	}
-	complete := func(f *flight) {
+	// A staged output is copied out of its stage by a goroutine of its own
+	// (outs), so that the copy out of one chunk runs while Run's goroutine
+	// copies the next chunk in: the two CPU copies overlap each other and
+	// the DMA of the chunks in flight. The chunk is delivered (Done, the
+	// counts, its slot freed) on Run's goroutine once its copy out is done.
+	var outs *outCopier
+	copying := 0 // chunks handed to outs and not yet back
+	if st.StagedOut && out != nil {
+		outs = p.startOutCopier(slots)
+	}
+	// deliver calls Done for f, counts it and frees its slot; its output,
+	// if any, is in place.
+	deliver := func(f *flight) {
 		if stop == nil {
-			if st.StagedOut && f.ch.Out != nil {
-				st.CopyCPU += p.c.cpuCopy(f.ch.Out, f.sl.mem[:f.ch.Len])
-			}
 			if p.cfg.done != nil {
 				if err := p.cfg.done(f.ch); err != nil {
 					fail(&ChunkError{Chunk: f.ch.Index, Offset: f.ch.Offset, Stage: "callback", Err: err})
@@ -582,6 +591,49 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 		}
 		free = append(free, f.sl)
 	}
+	// complete handles f once its copies and work have run: a staged
+	// output goes to outs, anything else is delivered now. After the
+	// first error nothing is copied out or delivered.
+	complete := func(f *flight) {
+		if outs != nil && stop == nil && f.ch.Out != nil {
+			outs.q <- f
+			copying++
+			return
+		}
+		deliver(f)
+	}
+	// backFromOuts delivers the chunks whose copy out is done, waiting
+	// for one first when wait is set.
+	backFromOuts := func(wait bool) {
+		for copying > 0 {
+			var f *flight
+			if wait {
+				f = <-outs.done
+				wait = false
+			} else {
+				select {
+				case f = <-outs.done:
+				default:
+					return
+				}
+			}
+			copying--
+			deliver(f)
+		}
+	}
+	// stopOuts waits for the copies out still running (CPU copies of at
+	// most one chunk each, so the wait is short and bounded) and ends outs.
+	stopOuts := func() {
+		if outs == nil {
+			return
+		}
+		for copying > 0 {
+			backFromOuts(true)
+		}
+		st.CopyCPU += outs.stop()
+		outs = nil
+	}
+	defer stopOuts()
 	// collect delivers completed chunks and reports whether any was.
 	collect := func() bool {
 		progress := false
@@ -606,6 +658,9 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 		return progress
 	}
 	for {
+		if outs != nil {
+			backFromOuts(false)
+		}
 		for stop == nil && next < n && len(free) > 0 {
 			if err := ctx.Err(); err != nil {
 				fail(err)
@@ -627,10 +682,15 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 				fail(&ChunkError{Chunk: ch.Index, Offset: ch.Offset, Stage: stage, Err: err})
 			}
 		}
-		if len(pending) == 0 {
+		if len(pending) == 0 && copying == 0 {
 			break
 		}
 		if collect() {
+			continue
+		}
+		if copying > 0 {
+			// Slots come back through outs: wait for the next copy out.
+			backFromOuts(true)
 			continue
 		}
 		var err error
@@ -649,6 +709,7 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 					continue
 				}
 				if len(pending) > 0 {
+					stopOuts() // the stages go back with the drain: no copy may still read one
 					return pending, stop
 				}
 				continue
@@ -659,6 +720,7 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 			free = append(free, f.sl)
 		}
 	}
+	stopOuts()
 	// Report asynchronous errors of the streams; all their work is done.
 	for _, s := range p.streams {
 		if err := s.Synchronize(); err != nil {
@@ -666,6 +728,36 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 		}
 	}
 	return nil, stop
+}
+
+// outCopier copies completed chunks out of their stages into the Run's
+// output on a goroutine of its own, in the order they are queued. Its
+// queues hold every chunk in flight, so neither side ever blocks on a send.
+type outCopier struct {
+	q, done chan *flight
+	cpu     time.Duration // CPU time of the copies (WithStats), read after stop
+	wg      sync.WaitGroup
+}
+
+func (p *pipeline) startOutCopier(slots int) *outCopier {
+	o := &outCopier{q: make(chan *flight, slots), done: make(chan *flight, slots)}
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		for f := range o.q {
+			o.cpu += p.c.cpuCopy(f.ch.Out, f.sl.mem[:f.ch.Len])
+			o.done <- f
+		}
+	}()
+	return o
+}
+
+// stop ends the goroutine, once every chunk queued came back, and returns
+// the CPU time of its copies.
+func (o *outCopier) stop() time.Duration {
+	close(o.q)
+	o.wg.Wait()
+	return o.cpu
 }
 
 // issue queues one chunk on its slot's stream; it returns which step failed.
