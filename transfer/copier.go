@@ -820,7 +820,7 @@ func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, h
 	if len(src) > dst.Size() {
 		return st, &SizeError{Op: HostToDevice.String(), Need: len(src), Have: dst.Size()}
 	}
-	if len(src) > 0 && c.small(HostToDevice, len(src), how) && !c.mayBePinned(src) {
+	if len(src) > 0 && c.small(HostToDevice, len(src), how) && !c.mayBePinned(src) && c.driverFree(how) {
 		return c.pageable(ctx, &st, dst, src)
 	}
 	return c.run(ctx, &st, src, dst.Ptr())
@@ -834,10 +834,21 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 	if len(dst) > src.Size() {
 		return st, &SizeError{Op: DeviceToHost.String(), Need: len(dst), Have: src.Size()}
 	}
-	if len(dst) > 0 && c.small(DeviceToHost, len(dst), how) && !c.mayBePinned(dst) {
+	if len(dst) > 0 && c.small(DeviceToHost, len(dst), how) && !c.mayBePinned(dst) && c.driverFree(how) {
 		return c.pageable(ctx, &st, src, dst)
 	}
 	return c.run(ctx, &st, dst, src.Ptr())
+}
+
+// driverFree reports whether a small transfer may take the driver's own
+// pageable copy (engine.claimDriver), and if so counts it in until
+// pageable's driver copy returns; a forced choice (Calibrate) always may.
+func (c *copier) driverFree(how strategy) bool {
+	if how == forceDriver {
+		c.eng.driverCopies.Add(1)
+		return true
+	}
+	return c.eng.claimDriver()
 }
 
 // run plans and executes one copy in st.Direction.

@@ -214,8 +214,10 @@ func (c *copier) pageableDtoH(dst []byte, src *cuda.DeviceBuffer) error {
 	return src.CopyToHost(0, dst)
 }
 
-// driverCopy is pageableHtoD or pageableDtoH, as d says.
+// driverCopy is pageableHtoD or pageableDtoH, as d says. It ends the
+// claim on the driver's copy that driverFree made.
 func (c *copier) driverCopy(d Direction, dev *cuda.DeviceBuffer, host []byte) error {
+	defer c.eng.releaseDriver()
 	if d == HostToDevice {
 		return c.pageableHtoD(dev, host)
 	}
@@ -244,7 +246,8 @@ func (c *copier) small(d Direction, n int, how strategy) bool {
 }
 
 // pageable is the fast path of a transfer that the driver copies on its
-// own: no ring, no events, no copy goroutines. The driver's pageable copy
+// own: no ring, no events, no copy goroutines. The caller claimed the
+// driver's copy (driverFree); pageable ends the claim. The driver's pageable copy
 // cannot be interrupted and waits for the device, so a context that can
 // end (ctx.Done() not nil) runs it on a goroutine of its own, and the
 // transfer returns when ctx ends; the copy then goes on in the background
@@ -254,6 +257,7 @@ func (c *copier) small(d Direction, n int, how strategy) bool {
 // closure carries them, so that the common call allocates nothing.
 func (c *copier) pageable(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte) (Stats, error) {
 	if err := ctx.Err(); err != nil {
+		c.eng.releaseDriver()
 		return *st, err
 	}
 	m := startMeter(c.o.stats)

@@ -262,12 +262,29 @@ func TestFakeAdaptiveBounded(t *testing.T) {
 			}
 			continue
 		}
+		// While the copy left running is in the driver, a new small
+		// transfer stages (engine.claimDriver); once it returned, the
+		// next one takes the driver's copy again.
+		waitDriverIdle(t, c)
 		if st, err := tc.f(context.Background()); err != nil || st.PageableBytes != 1<<20 {
 			t.Errorf("%s after the device ran again: %v %v", tc.name, st, err)
 		}
 	}
 	if err := c.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitDriverIdle waits until no transfer of c's engine is in the driver's
+// pageable copy.
+func waitDriverIdle(t *testing.T, c *Copier) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.eng.driverCopies.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a driver copy never returned")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -429,5 +446,52 @@ func TestFakeAdaptiveSecondContext(t *testing.T) {
 		if err := b.Free(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestFakeStageWhenDriverBusy: a small transfer takes the driver's
+// pageable copy only while no other transfer of its engine is in it;
+// otherwise it stages. Turning stageWhenDriverBusy off gives the driver
+// every small transfer. Every byte is checked.
+func TestFakeStageWhenDriverBusy(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t)
+	other := e.copier(t) // another Copier of the same engine
+	if c.eng != other.eng {
+		t.Fatal("two default Copiers of one context have different engines")
+	}
+	const n = 1 << 20
+	dev := e.devbuf(t, n)
+	src := testutil.RandomBytes(n, 9)
+	dst := make([]byte, n)
+	bg := context.Background()
+	check := func(name string, wantPageable bool) {
+		t.Helper()
+		clear(dst)
+		hs, err := c.HtoD(bg, dev, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, err := c.DtoH(bg, dst, dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.CheckBytes(t, src, dst)
+		for _, st := range []Stats{hs, ds} {
+			if pageable := st.PageableBytes == n; pageable != wantPageable || (!pageable && st.StagedBytes != n) {
+				t.Errorf("%s: %v: want the driver's copy %v", name, st, wantPageable)
+			}
+		}
+	}
+	check("driver idle", true)
+	other.eng.driverCopies.Add(1) // a transfer of the other Copier is in the driver's copy
+	check("driver busy", false)
+	stageWhenDriverBusy.Store(false)
+	check("driver busy, staging off", true)
+	stageWhenDriverBusy.Store(true)
+	other.eng.driverCopies.Add(-1)
+	check("driver idle again", true)
+	if got := c.eng.driverCopies.Load(); got != 0 {
+		t.Errorf("%d driver copies counted after the transfers returned", got)
 	}
 }
