@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"slices"
@@ -31,7 +32,10 @@ import (
 const EnvBench4G = "PINMEM_BENCH_4G"
 
 // sideBySide runs every variant once per round (rounds rounds, after one
-// warm-up round), rotating which goes first, and reports and returns each
+// warm-up round), in a new random order each round (a fixed cyclic order
+// would give each variant the same predecessor every round, and what one
+// leaves behind, such as spinning copy goroutines or an idle copy
+// engine, would bias its successor), and reports and returns each
 // variant's median GB/s for n bytes, with its process CPU-seconds per GB
 // (getrusage around the sample). Each sample is one untimed call (so that
 // no variant inherits the state its predecessor left: a GPU idle since the
@@ -49,9 +53,9 @@ func sideBySide(b *testing.B, n, rounds int, vs []variant) []float64 {
 	reps := repsFor(n)
 	gbps := make([][]float64, len(vs))
 	cpu := make([][]float64, len(vs))
-	for i := range rounds {
-		for j := range vs {
-			k := (i + j) % len(vs)
+	order := rand.New(rand.NewPCG(uint64(n), 0x51de))
+	for range rounds {
+		for _, k := range order.Perm(len(vs)) {
 			if err := vs[k].fn(); err != nil {
 				b.Fatalf("%s: %v", vs[k].name, err)
 			}
