@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -186,7 +187,7 @@ type variant struct {
 }
 
 // interleave runs every variant once per round (b.N rounds, after one
-// warm-up round), rotating which goes first, and reports each variant's
+// warm-up round), in a new random order each round (see sideBySide), and reports each variant's
 // median GB/s for n bytes, its spread ((max-min)/median, in %) and, for each
 // variant before the last, its median over the last variant's (the
 // reference).
@@ -200,9 +201,9 @@ func interleave(b *testing.B, n int, vs []variant) {
 	b.SetBytes(int64(n) * int64(len(vs)))
 	gbps := make([][]float64, len(vs))
 	b.ResetTimer()
-	for i := range b.N {
-		for j := range vs {
-			k := (i + j) % len(vs)
+	order := rand.New(rand.NewPCG(uint64(n), 0x1ea7))
+	for range b.N {
+		for _, k := range order.Perm(len(vs)) {
 			t0 := time.Now()
 			if err := vs[k].fn(); err != nil {
 				b.Fatal(err)
