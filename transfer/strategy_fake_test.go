@@ -495,3 +495,45 @@ func TestFakeStageWhenDriverBusy(t *testing.T) {
 		t.Errorf("%d driver copies counted after the transfers returned", got)
 	}
 }
+
+// TestPlanSmallEdges: a staged transfer's first and last pieces are a
+// quarter of a chunk (smallEdges), the pieces cover the transfer in
+// order, none is larger than a stage, and Stats counts them; a transfer
+// whose quarter would be under minEdge, and edgePieces off, keep equal
+// pieces.
+func TestPlanSmallEdges(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t)
+	for _, tc := range []struct {
+		n, first, last, pieces int
+		edges                  bool
+	}{
+		{64 << 20, 4 << 20, 4 << 20, 6, true},    // chunks of 16 MiB
+		{64 << 20, 16 << 20, 16 << 20, 4, false}, // edgePieces off
+		{256 << 20, 8 << 20, 8 << 20, 10, true},  // chunks of a stage (32 MiB)
+		{2 << 20, 1 << 20, 1 << 20, 2, true},     // chunks of minChunk: quarter under minEdge
+	} {
+		edgePieces = tc.edges
+		host := make([]byte, tc.n)
+		var st Stats
+		ops := c.plan(host, 0x1000, nil, &st)
+		edgePieces = true
+		if len(ops) != tc.pieces || st.Stages != tc.pieces || st.StagedBytes != int64(tc.n) {
+			t.Errorf("%d bytes, edges %v: %d pieces, stats %d stages %d bytes; want %d", tc.n, tc.edges, len(ops), st.Stages, st.StagedBytes, tc.pieces)
+			continue
+		}
+		if len(ops[0].host) != tc.first || len(ops[len(ops)-1].host) != tc.last {
+			t.Errorf("%d bytes, edges %v: first piece %d, last %d; want %d and %d", tc.n, tc.edges, len(ops[0].host), len(ops[len(ops)-1].host), tc.first, tc.last)
+		}
+		off := 0
+		for i, o := range ops {
+			if o.direct || len(o.host) > DefaultStageSize || addr(o.host) != addr(host[off:]) || o.dev != cuda.DevicePtr(0x1000).Add(off) {
+				t.Errorf("%d bytes: piece %d: %d bytes at offset %d, dev %#x", tc.n, i, len(o.host), off, uint64(o.dev))
+			}
+			off += len(o.host)
+		}
+		if off != tc.n {
+			t.Errorf("%d bytes: pieces cover %d", tc.n, off)
+		}
+	}
+}
