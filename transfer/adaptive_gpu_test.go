@@ -617,11 +617,13 @@ func BenchmarkStagingKnobs(b *testing.B) {
 // PINMEM_BENCH_4G=1, in the test's temporary folder) to the device and
 // back, side by side with interleaved samples: Copier.HtoDFrom on the
 // *os.File (parallel ReadAt into the stages), HtoDFrom on a reader that
-// is only an io.Reader (one Read after another), and the host's parallel
+// is only an io.Reader (one Read after another), the host's parallel
 // read of the same file into pinned memory (12 goroutines, the rate the
-// Copier's reading is bounded by); then DtoHTo into a second file against
+// Copier's reading is bounded by) and the host's own reading of the plain
+// io.Reader into pinned memory (the bound of the io.Reader path, which
+// cannot read in parallel); then DtoHTo into a second file against
 // the host's parallel write of pinned memory into it. It reports
-// copier/hostread and copier/hostwrite, and checks the bytes of both
+// copier/hostread, copier-stream/hostread-stream and copier/hostwrite, and checks the bytes of both
 // files once. Under 60 s (1 GiB):
 //
 //	.gpu/bin/transfer.test -test.run '^$' -test.bench 'FileToDevice' -test.benchtime 1x
@@ -696,10 +698,23 @@ func BenchmarkFileToDevice(b *testing.B) {
 				return err
 			}},
 			{"hostread", func() error { return hostIO(in, false) }},
+			{"hostread-stream", func() error {
+				// The host's own read of the plain io.Reader: one Read
+				// after another into pinned memory, as fast as that reader
+				// can go.
+				if err := rewind(in); err != nil {
+					return err
+				}
+				_, err := io.ReadFull(struct{ io.Reader }{in}, pinned.Bytes()[:n])
+				return err
+			}},
 		})
 		if m[2] > 0 {
 			b.ReportMetric(m[0]/m[2], "copier/hostread")
 			b.ReportMetric(m[1]/m[2], "copier-stream/hostread")
+		}
+		if m[3] > 0 {
+			b.ReportMetric(m[1]/m[3], "copier-stream/hostread-stream")
 		}
 	})
 	back := make([]byte, n)
