@@ -401,8 +401,9 @@ func (p *pipeline) borrowStages(ctx context.Context) (int, func(), error) {
 }
 
 type flight struct {
-	ch Chunk
-	sl *slot
+	ch   Chunk
+	sl   *slot
+	last bool // the Run's last chunk
 }
 
 // Run processes in, chunk by chunk: host-to-device, the work (WithWork),
@@ -565,15 +566,16 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 			stop = err
 		}
 	}
-	// A staged output is copied out of its stage by a goroutine of its own
-	// (outs), so that the copy out of one chunk runs while Run's goroutine
-	// copies the next chunk in: the two CPU copies overlap each other and
-	// the DMA of the chunks in flight. The chunk is delivered (Done, the
-	// counts, its slot freed) on Run's goroutine once its copy out is done.
+	// A staged output is handled by a goroutine of its own (outs): it
+	// waits for each chunk issued, in issue order, and copies it out of
+	// its stage while Run's goroutine copies the next chunks in, so that
+	// the two CPU copies overlap each other and the DMA of the chunks in
+	// flight. The chunk is delivered (Done, the counts, its slot freed) on
+	// Run's goroutine once outs gives it back.
 	var outs *outCopier
 	copying := 0 // chunks handed to outs and not yet back
 	if st.StagedOut && out != nil {
-		outs = p.startOutCopier(slots)
+		outs = p.startOutCopier(ctx, slots)
 	}
 	// deliver calls Done for f, counts it and frees its slot; its output,
 	// if any, is in place.
@@ -591,44 +593,41 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 		}
 		free = append(free, f.sl)
 	}
-	// complete handles f once its copies and work have run: a staged
-	// output goes to outs, anything else is delivered now. After the
-	// first error nothing is copied out or delivered.
+	// complete handles a chunk of pending whose copies and work have run.
+	// With a staged output (outs) such a chunk was never given to outs or
+	// came back from it without its copy out: it is only freed.
 	complete := func(f *flight) {
-		if outs != nil && stop == nil && f.ch.Out != nil {
-			outs.q <- f
-			copying++
-			return
+		if st.StagedOut && f.ch.Out != nil && stop == nil {
+			st.CopyCPU += p.c.cpuCopy(f.ch.Out, f.sl.mem[:f.ch.Len])
 		}
 		deliver(f)
 	}
-	// backFromOuts delivers the chunks whose copy out is done, waiting
-	// for one first when wait is set.
-	backFromOuts := func(wait bool) {
-		for copying > 0 {
-			var f *flight
-			if wait {
-				f = <-outs.done
-				wait = false
-			} else {
-				select {
-				case f = <-outs.done:
-				default:
-					return
-				}
+	// fromOuts takes one chunk back from outs (waiting for it, as long as
+	// outs waits for that chunk: bounded by ctx) and delivers it, or puts
+	// it in pending when outs could not say that it is done.
+	fromOuts := func() {
+		r := <-outs.done
+		copying--
+		switch {
+		case r.err == nil && r.waited:
+			deliver(r.f)
+		case r.err != nil && !(ctx.Err() != nil && errors.Is(r.err, ctx.Err())):
+			fail(&ChunkError{Chunk: r.f.ch.Index, Offset: r.f.ch.Offset, Stage: "complete", Err: r.err})
+			free = append(free, r.f.sl)
+		default: // ctx ended, or outs stopped waiting: the chunk may be in flight
+			if r.err != nil {
+				fail(r.err)
 			}
-			copying--
-			deliver(f)
+			pending = append(pending, r.f)
 		}
 	}
-	// stopOuts waits for the copies out still running (CPU copies of at
-	// most one chunk each, so the wait is short and bounded) and ends outs.
+	// stopOuts takes back every chunk outs holds and ends it.
 	stopOuts := func() {
 		if outs == nil {
 			return
 		}
 		for copying > 0 {
-			backFromOuts(true)
+			fromOuts()
 		}
 		st.CopyCPU += outs.stop()
 		outs = nil
@@ -658,9 +657,6 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 		return progress
 	}
 	for {
-		if outs != nil {
-			backFromOuts(false)
-		}
 		for stop == nil && next < n && len(free) > 0 {
 			if err := ctx.Err(); err != nil {
 				fail(err)
@@ -677,20 +673,26 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 			}
 			next++
 			stage, err := p.issue(sl, ch, st, inSpans, outSpans)
-			pending = append(pending, &flight{ch: ch, sl: sl})
+			f := &flight{ch: ch, sl: sl, last: next == n}
 			if err != nil {
 				fail(&ChunkError{Chunk: ch.Index, Offset: ch.Offset, Stage: stage, Err: err})
 			}
+			if outs != nil && stop == nil {
+				outs.q <- f
+				copying++
+			} else {
+				pending = append(pending, f)
+			}
 		}
-		if len(pending) == 0 && copying == 0 {
+		if copying > 0 {
+			// Slots come back through outs: wait for the next one.
+			fromOuts()
+			continue
+		}
+		if len(pending) == 0 {
 			break
 		}
 		if collect() {
-			continue
-		}
-		if copying > 0 {
-			// Slots come back through outs: wait for the next copy out.
-			backFromOuts(true)
 			continue
 		}
 		var err error
@@ -709,7 +711,6 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 					continue
 				}
 				if len(pending) > 0 {
-					stopOuts() // the stages go back with the drain: no copy may still read one
 					return pending, stop
 				}
 				continue
@@ -730,23 +731,50 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 	return nil, stop
 }
 
-// outCopier copies completed chunks out of their stages into the Run's
-// output on a goroutine of its own, in the order they are queued. Its
-// queues hold every chunk in flight, so neither side ever blocks on a send.
+// outCopier waits for the chunks of a Run with a staged output, in the
+// order they were issued, and copies each out of its stage into the Run's
+// output, on a goroutine of its own. Its queues hold every chunk in
+// flight, so neither side ever blocks on a send. Once a wait fails it
+// stops waiting: the chunks after it come back unwaited.
 type outCopier struct {
-	q, done chan *flight
-	cpu     time.Duration // CPU time of the copies (WithStats), read after stop
-	wg      sync.WaitGroup
+	q    chan *flight
+	done chan outResult
+	cpu  time.Duration // CPU time of the copies (WithStats), read after stop
+	wg   sync.WaitGroup
 }
 
-func (p *pipeline) startOutCopier(slots int) *outCopier {
-	o := &outCopier{q: make(chan *flight, slots), done: make(chan *flight, slots)}
+// outResult is a chunk outCopier gives back: waited and copied out (err
+// nil and waited), not waited for (waited false), or its wait failed.
+type outResult struct {
+	f      *flight
+	waited bool
+	err    error
+}
+
+func (p *pipeline) startOutCopier(ctx context.Context, slots int) *outCopier {
+	o := &outCopier{q: make(chan *flight, slots), done: make(chan outResult, slots)}
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
+		failed := false
 		for f := range o.q {
+			if failed {
+				o.done <- outResult{f: f}
+				continue
+			}
+			var err error
+			if f.last {
+				err = p.w.waitEnd(ctx, f.sl.ev, p.c.o.wait)
+			} else {
+				err = p.w.wait(ctx, f.sl.ev)
+			}
+			if err != nil {
+				failed = true
+				o.done <- outResult{f: f, err: err}
+				continue
+			}
 			o.cpu += p.c.cpuCopy(f.ch.Out, f.sl.mem[:f.ch.Len])
-			o.done <- f
+			o.done <- outResult{f: f, waited: true}
 		}
 	}()
 	return o
