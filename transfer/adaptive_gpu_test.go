@@ -96,11 +96,9 @@ func roundsFor(n int) int { return max(5, min(25, (1<<30)/n)) }
 // above) moving a Go heap slice with the driver's own pageable copy of
 // the same slice (DeviceBuffer.CopyFromHost/CopyToHost), the Copier with
 // a context that can end (copier-ctx: the driver's copy runs on a
-// goroutine of its own), the forced staged path and the Copier with
-// equal staged pieces (copier-even: smallEdges off), at 4 KiB to 1 GiB
+// goroutine of its own) and the forced staged path, at 4 KiB to 1 GiB
 // (4 GiB with PINMEM_BENCH_4G=1), both directions. It reports the medians
-// (GB/s), copier/driver, copier-ctx/driver, staged/driver,
-// copier/copier-even, and the host
+// (GB/s), copier/driver, copier-ctx/driver, staged/driver, and the host
 // bound: the smaller of a parallel Go copy between the heap and pinned
 // memory (12 goroutines, as the Copier's) and the pinned DMA rate of the
 // same size (a stream copy from or to pinned memory). The thresholds are
@@ -155,12 +153,6 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 				{"staged", func() error { _, err := staged.HtoD(bg, d, h); return err }},
 				{"memcpy", func() error { cpu.copy(p, h); return nil }},
 				{"dma", func() error { return streamCopies(s, d.Ptr(), pinned, n, true) }},
-				{"copier-even", func() error {
-					edgePieces = false
-					defer func() { edgePieces = true }()
-					_, err := c.HtoD(bg, d, h)
-					return err
-				}},
 			})
 			reportBound(b, m)
 		})
@@ -173,27 +165,17 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 				{"staged", func() error { _, err := staged.DtoH(bg, h, d); return err }},
 				{"memcpy", func() error { cpu.copy(h, p); return nil }},
 				{"dma", func() error { return streamCopies(s, d.Ptr(), pinned, n, false) }},
-				{"copier-even", func() error {
-					edgePieces = false
-					defer func() { edgePieces = true }()
-					_, err := c.DtoH(bg, h, d)
-					return err
-				}},
 			})
 			reportBound(b, m)
 		})
 	}
 }
 
-// reportBound reports copier/driver, copier-ctx/driver, staged/driver,
-// copier/copier-even (smallEdges on over off) and the host bound
-// min(memcpy, dma) from sideBySide's medians (copier, copier-ctx, driver,
-// staged, memcpy, dma, copier-even).
+// reportBound reports copier/driver, copier-ctx/driver, staged/driver
+// and the host bound min(memcpy, dma) from sideBySide's medians (copier,
+// copier-ctx, driver, staged, memcpy, dma).
 func reportBound(b *testing.B, m []float64) {
-	copier, copierCtx, driver, staged, memcpy, dma, even := m[0], m[1], m[2], m[3], m[4], m[5], m[6]
-	if even > 0 {
-		b.ReportMetric(copier/even, "copier/copier-even")
-	}
+	copier, copierCtx, driver, staged, memcpy, dma := m[0], m[1], m[2], m[3], m[4], m[5]
 	if driver > 0 {
 		b.ReportMetric(copier/driver, "copier/driver")
 		b.ReportMetric(copierCtx/driver, "copier-ctx/driver")

@@ -776,9 +776,6 @@ func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 		prev = s.hi
 	}
 	stage(prev, len(host))
-	if edgePieces {
-		ops = smallEdges(ops, st)
-	}
 	// A long direct copy at the end goes in two pieces, so that waitLast
 	// sleeps through the first and polls only the last tailBytes.
 	if n := len(ops); c.o.wait == WaitHybrid && n > 0 && ops[n-1].direct && len(ops[n-1].host) >= 2*tailBytes {
@@ -789,52 +786,6 @@ func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 	}
 	return ops
 }
-
-// edgePieces turns smallEdges on; a variable so that a GPU benchmark can
-// compare.
-var edgePieces = true
-
-// smallEdges cuts a quarter off a staged first piece (its start) and a
-// staged last piece (its end). A staged transfer overlaps the CPU's copy
-// of each piece with the DMA of another, except at its ends: host to
-// device, the DMA of the last piece runs after the CPU is done, and the
-// CPU's copy of the first before any DMA; device to host, the DMA of the
-// first before any CPU copy, and the CPU's copy of the last after the DMA
-// is done. Whichever of the two is slower sets the pace, and the end
-// pieces' other half is time the transfer waits: smaller end pieces make
-// that wait smaller, for one event and one fork and join of the copy
-// goroutines more each.
-func smallEdges(ops []piece, st *Stats) []piece {
-	cut := func(o piece, head bool) (a, b piece, ok bool) {
-		n := len(o.host)
-		q := (n/4 + 65535) &^ 65535
-		if o.direct || q < minEdge || n-q < q {
-			return o, o, false
-		}
-		at := q
-		if !head {
-			at = n - q
-		}
-		return piece{host: o.host[:at], dev: o.dev}, piece{host: o.host[at:], dev: o.dev.Add(at)}, true
-	}
-	if len(ops) == 0 {
-		return ops
-	}
-	if a, b, ok := cut(ops[len(ops)-1], false); ok {
-		ops = append(ops[:len(ops)-1], a, b)
-		st.Stages++
-	}
-	if a, b, ok := cut(ops[0], true); ok {
-		ops = append(ops[:1], ops...)
-		ops[0], ops[1] = a, b
-		st.Stages++
-	}
-	return ops
-}
-
-// minEdge is the smallest end piece smallEdges cuts: below it a piece's
-// event and fork and join cost more than its share of the wait.
-const minEdge = 1 << 20
 
 // markNear records c.near before the last of n ops (index i) is queued,
 // when there is work before it: waitLast then sleeps until the rest has run
