@@ -254,7 +254,9 @@ func TestFakeAdaptiveBounded(t *testing.T) {
 		}
 		e.d.Resume()
 		if tc.name == "DtoH" {
-			if err := <-closed; err != nil {
+			// nil, or ErrClosed when the timed-out Close's background
+			// release finished before this Close began (both documented).
+			if err := <-closed; err != nil && !errors.Is(err, ErrClosed) {
 				t.Fatalf("Close after the device ran again: %v", err)
 			}
 			if c, err = New(e.ctx); err != nil {
