@@ -401,9 +401,8 @@ func (p *pipeline) borrowStages(ctx context.Context) (int, func(), error) {
 }
 
 type flight struct {
-	ch   Chunk
-	sl   *slot
-	last bool // the Run's last chunk
+	ch Chunk
+	sl *slot
 }
 
 // Run processes in, chunk by chunk: host-to-device, the work (WithWork),
@@ -673,7 +672,7 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 			}
 			next++
 			stage, err := p.issue(sl, ch, st, inSpans, outSpans)
-			f := &flight{ch: ch, sl: sl, last: next == n}
+			f := &flight{ch: ch, sl: sl}
 			if err != nil {
 				fail(&ChunkError{Chunk: ch.Index, Offset: ch.Offset, Stage: stage, Err: err})
 			}
@@ -762,13 +761,11 @@ func (p *pipeline) startOutCopier(ctx context.Context, slots int) *outCopier {
 				o.done <- outResult{f: f}
 				continue
 			}
-			var err error
-			if f.last {
-				err = p.w.waitEnd(ctx, f.sl.ev, p.c.o.wait)
-			} else {
-				err = p.w.wait(ctx, f.sl.ev)
-			}
-			if err != nil {
+			// Each chunk's copy out is the Run's next step, so its wait
+			// is the one at a transfer's end: as the Copier's WaitMode
+			// says (WaitHybrid polls before it sleeps, for the driver
+			// takes tens of microseconds to wake a sleeper).
+			if err := p.w.waitEnd(ctx, f.sl.ev, p.c.o.wait); err != nil {
 				failed = true
 				o.done <- outResult{f: f, err: err}
 				continue
