@@ -335,7 +335,7 @@ func BenchmarkPipelineVsC(b *testing.B) {
 		return median(ms), nil
 	}
 	cRound := func() (float64, error) {
-		cmd := exec.Command(filepath.Clean(prog), filepath.Join("..", "kernels", "pinmem.ptx"),
+		cmd := exec.Command(filepath.Clean(prog), filepath.Join("..", "internal", "kernels", "pinmem.ptx"),
 			"--runs", "5", "--streams", "4", "--no-spin", "--no-baseline",
 			"--chunks", strconv.Itoa(pipeChunks), "--chunk-size", strconv.Itoa(pipeChunk))
 		outb, err := cmd.Output()
