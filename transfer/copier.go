@@ -33,7 +33,10 @@ import (
 //     the driver's copy is as fast as staging or faster (its fixed cost
 //     is lower); above, its single bounce buffer
 //     caps it at a fraction of pinned speed. Calibrate measures the
-//     crossover on the host at hand.
+//     crossover on the host at hand. The driver's pageable copies from
+//     several goroutines at once do not add up, so while one transfer of
+//     the staging engine (below) is in it, another small transfer stages
+//     instead.
 //   - Larger pageable memory is staged through the Copier's ring of
 //     pinned buffers: CPU goroutines fill one stage while the copy engine
 //     drains another.

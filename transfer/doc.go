@@ -13,7 +13,10 @@
 // ring the other way, with the DMA of later stages running ahead of the
 // CPU copy-out. A pageable slice below the Copier's Thresholds (16 MiB by
 // default; Calibrate measures them) is handed to the driver's own
-// pageable copy instead, which is faster at those sizes. Memory that is
+// pageable copy instead, which is faster at those sizes, unless another
+// transfer of the same staging engine is in that copy already (the
+// driver's pageable copies do not add up across goroutines): then it
+// stages. Memory that is
 // already pinned (anything pinmem pinned, found with pinmem.Lookup, a
 // pinmem.Buffer made known with AddPinned, or a range held by the
 // registration cache) is copied directly, without staging, one driver copy
