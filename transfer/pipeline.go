@@ -409,7 +409,9 @@ type flight struct {
 // and, when out is not nil, device-to-host into out (which must be at
 // least as long as in; it may be in itself). Pinned input or output (known
 // to the Copier) is copied directly; Go memory goes through one pinned
-// stage per chunk in flight. At most WithInFlight chunks are in flight;
+// stage per chunk in flight, copied in on Run's goroutine and, for the
+// output, copied out on a goroutine of its own, so that both CPU copies
+// run at once. At most WithInFlight chunks are in flight;
 // the WithDone function is called for each completed chunk, in order with
 // WithOrdered(true).
 //
