@@ -843,11 +843,15 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 	return c.run(ctx, &st, dst, src.Ptr())
 }
 
-// driverFree reports whether a small transfer may take the driver's own
-// pageable copy (engine.claimDriver), and if so counts it in until
-// pageable's driver copy returns; a forced choice (Calibrate) always may.
+// driverFree reports whether a small transfer takes the driver's own
+// pageable copy, and if so counts it in until pageable's driver copy
+// returns: when no other transfer of the engine is in that copy
+// (engine.claimDriver), and when one is but the Copier's ring is taken, so
+// that staging would wait behind the transfer holding it (a small
+// transfer does not queue behind a large one). A forced choice
+// (Calibrate) always takes it.
 func (c *copier) driverFree(how strategy) bool {
-	if how == forceDriver {
+	if how == forceDriver || len(c.ring) == cap(c.ring) {
 		c.eng.driverCopies.Add(1)
 		return true
 	}

@@ -497,3 +497,38 @@ func TestFakeStageWhenDriverBusy(t *testing.T) {
 		t.Errorf("%d driver copies counted after the transfers returned", got)
 	}
 }
+
+// TestFakeDriverBusyRingTaken: a small transfer that finds the driver's
+// copy busy does not stage behind a transfer that holds the Copier's ring:
+// it takes the driver's copy too.
+func TestFakeDriverBusyRingTaken(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t)
+	const n = 1 << 20
+	dev := e.devbuf(t, n)
+	src := testutil.RandomBytes(n, 10)
+	c.eng.driverCopies.Add(1) // another transfer is in the driver's copy
+	defer c.eng.driverCopies.Add(-1)
+	c.ring <- struct{}{} // and a staged transfer holds the ring
+	done := make(chan Stats, 1)
+	go func() {
+		st, err := c.HtoD(context.Background(), dev, src)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- st
+	}()
+	select {
+	case st := <-done:
+		if st.PageableBytes != n {
+			t.Errorf("%v: want the driver's copy", st)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a small transfer waited for the ring held by another transfer")
+	}
+	<-c.ring
+	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
+	if st, err := c.HtoD(context.Background(), dev, src); err != nil || st.StagedBytes != n {
+		t.Errorf("ring free, driver busy: %v %v, want staging", st, err)
+	}
+}
