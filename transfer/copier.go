@@ -846,16 +846,19 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 // driverFree reports whether a small transfer takes the driver's own
 // pageable copy, and if so counts it in until pageable's driver copy
 // returns: when no other transfer of the engine is in that copy
-// (engine.claimDriver), and when one is but the Copier's ring is taken, so
-// that staging would wait behind the transfer holding it (a small
-// transfer does not queue behind a large one). A forced choice
-// (Calibrate) always takes it.
+// (engine.claimDriver), and when one is but staging would wait, for the
+// Copier's ring or for the engine's stages, behind the transfers holding
+// them (a small transfer does not queue behind a large one). A forced
+// choice (Calibrate) always takes it.
 func (c *copier) driverFree(how strategy) bool {
-	if how == forceDriver || len(c.ring) == cap(c.ring) {
+	if how != forceDriver && c.eng.claimDriver() {
+		return true // counted in by the claim
+	}
+	if how == forceDriver || len(c.ring) == cap(c.ring) || !c.eng.stageFree() {
 		c.eng.driverCopies.Add(1)
 		return true
 	}
-	return c.eng.claimDriver()
+	return false
 }
 
 // run plans and executes one copy in st.Direction.

@@ -499,8 +499,9 @@ func TestFakeStageWhenDriverBusy(t *testing.T) {
 }
 
 // TestFakeDriverBusyRingTaken: a small transfer that finds the driver's
-// copy busy does not stage behind a transfer that holds the Copier's ring:
-// it takes the driver's copy too.
+// copy busy does not stage behind a transfer that holds the Copier's ring,
+// nor behind those that hold every stage of the engine: it takes the
+// driver's copy too.
 func TestFakeDriverBusyRingTaken(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t)
@@ -530,5 +531,25 @@ func TestFakeDriverBusyRingTaken(t *testing.T) {
 	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
 	if st, err := c.HtoD(context.Background(), dev, src); err != nil || st.StagedBytes != n {
 		t.Errorf("ring free, driver busy: %v %v, want staging", st, err)
+	}
+	// Nor behind the transfers that hold every stage of the engine: all
+	// lent, the small transfer takes the driver's copy too.
+	lent, err := c.eng.take(context.Background(), c.eng.depth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c.eng.stageFree() {
+		more, err := c.eng.take(context.Background(), c.eng.depth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lent = append(lent, more...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	st, err := c.HtoD(ctx, dev, src)
+	cancel()
+	c.eng.give(lent)
+	if err != nil || st.PageableBytes != n {
+		t.Errorf("every stage lent, driver busy: %v %v, want the driver's copy", st, err)
 	}
 }
