@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pinmem/pinmem/cuda"
@@ -150,11 +151,12 @@ type pipeline struct {
 }
 
 type slot struct {
-	stream *cuda.Stream
-	dev    *cuda.DeviceBuffer
-	ev     *cuda.Event
-	mem    []byte // the stage borrowed for the Run in progress (nil: none)
-	cuts   []int  // registration boundaries in mem (segCuts)
+	stream    *cuda.Stream
+	streamIdx int // the index of stream in the Pipeline's streams
+	dev       *cuda.DeviceBuffer
+	ev        *cuda.Event
+	mem       []byte // the stage borrowed for the Run in progress (nil: none)
+	cuts      []int  // registration boundaries in mem (segCuts)
 }
 
 // LaunchWork returns a Pipeline work function (WithWork) that launches f
@@ -228,7 +230,7 @@ func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
 		p.streams = append(p.streams, s)
 	}
 	for i := 0; i < cfg.inFlight; i++ {
-		sl := &slot{stream: p.streams[i%cfg.streams]}
+		sl := &slot{stream: p.streams[i%cfg.streams], streamIdx: i % cfg.streams}
 		p.slots = append(p.slots, sl)
 		if sl.ev, err = c.cctx.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
 			return p, err
@@ -401,8 +403,9 @@ func (p *pipeline) borrowStages(ctx context.Context) (int, func(), error) {
 }
 
 type flight struct {
-	ch Chunk
-	sl *slot
+	ch   Chunk
+	sl   *slot
+	last bool // the Run's last chunk
 }
 
 // Run processes in, chunk by chunk: host-to-device, the work (WithWork),
@@ -562,21 +565,30 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 	var pending []*flight
 	var stop error // first error; set: issue nothing more, deliver nothing more
 	next := 0
-	fail := func(err error) {
-		if stop == nil {
-			stop = err
-		}
-	}
-	// A staged output is handled by a goroutine of its own (outs): it
-	// waits for each chunk issued, in issue order, and copies it out of
-	// its stage while Run's goroutine copies the next chunks in, so that
-	// the two CPU copies overlap each other and the DMA of the chunks in
-	// flight. The chunk is delivered (Done, the counts, its slot freed) on
-	// Run's goroutine once outs gives it back.
+	// A staged output is handled by goroutines of their own (outs): they
+	// wait for each chunk issued and copy it out of its stage while Run's
+	// goroutine copies the next chunks in, so that the two CPU copies
+	// overlap each other and the DMA of the chunks in flight. With
+	// WithOrdered(true) one goroutine takes the chunks in issue order;
+	// otherwise one per stream takes that stream's chunks in order, which
+	// is the order they complete in. The chunk is delivered (Done, the
+	// counts, its slot freed) on Run's goroutine once outs gives it back.
 	var outs *outCopier
 	copying := 0 // chunks handed to outs and not yet back
 	if st.StagedOut && out != nil {
-		outs = p.startOutCopier(ctx, slots)
+		queues := len(p.streams)
+		if p.cfg.ordered {
+			queues = 1
+		}
+		outs = p.startOutCopier(ctx, queues, slots)
+	}
+	fail := func(err error) {
+		if stop == nil {
+			stop = err
+			if outs != nil {
+				outs.stopped.Store(true) // copy nothing more out
+			}
+		}
 	}
 	// deliver calls Done for f, counts it and frees its slot; its output,
 	// if any, is in place.
@@ -595,14 +607,9 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 		free = append(free, f.sl)
 	}
 	// complete handles a chunk of pending whose copies and work have run.
-	// With a staged output (outs) such a chunk was never given to outs or
-	// came back from it without its copy out: it is only freed.
-	complete := func(f *flight) {
-		if st.StagedOut && f.ch.Out != nil && stop == nil {
-			st.CopyCPU += p.c.cpuCopy(f.ch.Out, f.sl.mem[:f.ch.Len])
-		}
-		deliver(f)
-	}
+	// A chunk with a staged output is in pending only after an error
+	// (stop is set), so nothing is copied out here.
+	complete := deliver
 	// fromOuts takes one chunk back from outs (waiting for it, as long as
 	// outs waits for that chunk: bounded by ctx) and delivers it, or puts
 	// it in pending when outs could not say that it is done.
@@ -611,7 +618,7 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 		copying--
 		switch {
 		case r.err == nil && r.waited:
-			deliver(r.f)
+			deliver(r.f) // after an error outs copied nothing out and deliver only frees
 		case r.err != nil && !(ctx.Err() != nil && errors.Is(r.err, ctx.Err())):
 			fail(&ChunkError{Chunk: r.f.ch.Index, Offset: r.f.ch.Offset, Stage: "complete", Err: r.err})
 			free = append(free, r.f.sl)
@@ -633,7 +640,17 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 		st.CopyCPU += outs.stop()
 		outs = nil
 	}
-	defer stopOuts()
+	defer func() {
+		// Every return stops outs first; outs is still running only when
+		// a Done or work function panicked. Then no callback may run,
+		// and outs stops waiting (its waits end at once), so that the
+		// panic goes on promptly, once no copy out still reads a stage.
+		if outs != nil {
+			fail(errPanicked)
+			outs.cancel()
+			stopOuts()
+		}
+	}()
 	// collect delivers completed chunks and reports whether any was.
 	collect := func() bool {
 		progress := false
@@ -674,12 +691,12 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 			}
 			next++
 			stage, err := p.issue(sl, ch, st, inSpans, outSpans)
-			f := &flight{ch: ch, sl: sl}
+			f := &flight{ch: ch, sl: sl, last: next == n}
 			if err != nil {
 				fail(&ChunkError{Chunk: ch.Index, Offset: ch.Offset, Stage: stage, Err: err})
 			}
 			if outs != nil && stop == nil {
-				outs.q <- f
+				outs.queue(f)
 				copying++
 			} else {
 				pending = append(pending, f)
@@ -732,59 +749,93 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 	return nil, stop
 }
 
-// outCopier waits for the chunks of a Run with a staged output, in the
-// order they were issued, and copies each out of its stage into the Run's
-// output, on a goroutine of its own. Its queues hold every chunk in
-// flight, so neither side ever blocks on a send. Once a wait fails it
-// stops waiting: the chunks after it come back unwaited.
+// outCopier waits for the chunks of a Run with a staged output and copies
+// each out of its stage into the Run's output, on goroutines of their
+// own: one per queue, each taking its queue's chunks in the order they
+// were queued. Its queues and its done channel hold every chunk in
+// flight, so no side ever blocks on a send. Once a wait fails a goroutine
+// stops waiting: the chunks after it in its queue come back unwaited.
 type outCopier struct {
-	q    chan *flight
-	done chan outResult
-	cpu  time.Duration // CPU time of the copies (WithStats), read after stop
-	wg   sync.WaitGroup
+	qs      []chan *flight
+	done    chan outResult
+	stopped atomic.Bool // the Run stopped: wait, but copy nothing more out
+	cancel  context.CancelFunc
+	cpu     atomic.Int64 // nanoseconds of CPU time of the copies (WithStats)
+	wg      sync.WaitGroup
 }
 
-// outResult is a chunk outCopier gives back: waited and copied out (err
-// nil and waited), not waited for (waited false), or its wait failed.
+// outResult is a chunk outCopier gives back: waited for (err nil and
+// waited), not waited for (waited false), or its wait failed.
 type outResult struct {
 	f      *flight
 	waited bool
 	err    error
 }
 
-func (p *pipeline) startOutCopier(ctx context.Context, slots int) *outCopier {
-	o := &outCopier{q: make(chan *flight, slots), done: make(chan outResult, slots)}
-	o.wg.Add(1)
-	go func() {
-		defer o.wg.Done()
-		failed := false
-		for f := range o.q {
-			if failed {
-				o.done <- outResult{f: f}
-				continue
+// errPanicked stops a Run whose Done or work function panicked.
+var errPanicked = errors.New("transfer: a pipeline callback panicked")
+
+// outSpin is how long an output goroutine polls a chunk that is not the
+// Run's last before it sleeps in the driver (WaitHybrid): the chunks'
+// copies out are what the Run waits for, and the driver takes tens of
+// microseconds to wake a sleeper, but polling a whole chunk's DMA would
+// keep a core busy for the whole Run.
+const outSpin = 200 * time.Microsecond
+
+func (p *pipeline) startOutCopier(ctx context.Context, queues, slots int) *outCopier {
+	wctx, cancel := context.WithCancel(ctx)
+	o := &outCopier{done: make(chan outResult, slots), cancel: cancel}
+	for range queues {
+		q := make(chan *flight, slots)
+		o.qs = append(o.qs, q)
+		o.wg.Add(1)
+		go func() {
+			defer o.wg.Done()
+			failed := false
+			for f := range q {
+				if failed {
+					o.done <- outResult{f: f}
+					continue
+				}
+				if err := p.waitOut(wctx, f); err != nil {
+					failed = true
+					o.done <- outResult{f: f, err: err}
+					continue
+				}
+				if !o.stopped.Load() {
+					o.cpu.Add(int64(p.c.cpuCopy(f.ch.Out, f.sl.mem[:f.ch.Len])))
+				}
+				o.done <- outResult{f: f, waited: true}
 			}
-			// Each chunk's copy out is the Run's next step, so its wait
-			// is the one at a transfer's end: as the Copier's WaitMode
-			// says (WaitHybrid polls before it sleeps, for the driver
-			// takes tens of microseconds to wake a sleeper).
-			if err := p.w.waitEnd(ctx, f.sl.ev, p.c.o.wait); err != nil {
-				failed = true
-				o.done <- outResult{f: f, err: err}
-				continue
-			}
-			o.cpu += p.c.cpuCopy(f.ch.Out, f.sl.mem[:f.ch.Len])
-			o.done <- outResult{f: f, waited: true}
-		}
-	}()
+		}()
+	}
 	return o
 }
 
-// stop ends the goroutine, once every chunk queued came back, and returns
-// the CPU time of its copies.
+// waitOut waits for f's chunk as the Copier's WaitMode says, the Run's
+// last chunk like a transfer's end, the others polled for at most outSpin
+// with WaitHybrid.
+func (p *pipeline) waitOut(ctx context.Context, f *flight) error {
+	if p.c.o.wait == WaitHybrid && !f.last {
+		return p.w.waitTail(ctx, f.sl.ev, outSpin)
+	}
+	return p.w.waitEnd(ctx, f.sl.ev, p.c.o.wait)
+}
+
+// queue gives f to the goroutine of its stream (or the only one).
+func (o *outCopier) queue(f *flight) {
+	o.qs[f.sl.streamIdx%len(o.qs)] <- f
+}
+
+// stop ends the goroutines, once every chunk queued came back, and
+// returns the CPU time of their copies.
 func (o *outCopier) stop() time.Duration {
-	close(o.q)
+	for _, q := range o.qs {
+		close(q)
+	}
 	o.wg.Wait()
-	return o.cpu
+	o.cancel()
+	return time.Duration(o.cpu.Load())
 }
 
 // issue queues one chunk on its slot's stream; it returns which step failed.

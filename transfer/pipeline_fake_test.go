@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -345,4 +346,121 @@ func TestFakePipelinePinStages(t *testing.T) {
 			t.Fatalf("PinStages %v: %d bytes pinned after the runs", pinStages, grew)
 		}
 	}
+}
+
+// TestFakePipelineUnorderedStagedOut: with a staged output and
+// WithOrdered(false), a chunk whose stream is held does not hold back the
+// chunks of the other streams: they are delivered while it waits. Every
+// byte is checked once the stream runs again.
+func TestFakePipelineUnorderedStagedOut(t *testing.T) {
+	const chunk = 4096
+	e := useFake(t, fakedrv.Options{WaitTimeout: -1})
+	c := e.copier(t, smallRing()...)
+	f := e.addKernel(t)
+	var mu sync.Mutex
+	var got []int
+	p := e.pipeline(t, c, pipelineCfg{ChunkSize: chunk, Streams: 2, InFlight: 4, Work: addWork(f, 1),
+		Done: func(ch Chunk) error { mu.Lock(); got = append(got, ch.Index); mu.Unlock(); return nil }})
+	in := testutil.RandomBytes(16*chunk, 3)
+	out := make([]byte, len(in))
+	if _, err := p.Run(context.Background(), in, out); err != nil { // pins the stages
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got = nil
+	mu.Unlock()
+	clear(out)
+	held := cudadrv.Stream(p.slots[0].stream.Handle()) // chunk 0's stream
+	if err := e.d.HoldStream(held); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := p.Run(context.Background(), in, out); done <- err }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.d.ReleaseStream(held)
+			t.Fatal("no chunk delivered while chunk 0's stream was held")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.d.ReleaseStream(held)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 16 {
+		t.Fatalf("%d chunks delivered: %v", len(got), got)
+	}
+	testutil.CheckBytes(t, added(in, 1), out)
+}
+
+// TestFakePipelinePanicInDone: a Done callback that panics stops the Run
+// at once: no further callback runs while the panic unwinds, the panic
+// reaches the caller even with a stream held (a hung device) and a
+// context that never ends, and the Pipeline runs again afterwards.
+func TestFakePipelinePanicInDone(t *testing.T) {
+	const chunk = 4096
+	e := useFake(t, fakedrv.Options{WaitTimeout: -1})
+	c := e.copier(t, smallRing()...)
+	var calls []int
+	var held cudadrv.Stream
+	p := e.pipeline(t, c, pipelineCfg{ChunkSize: chunk, Streams: 2, InFlight: 4, Ordered: true,
+		Done: func(ch Chunk) error {
+			calls = append(calls, ch.Index)
+			if ch.Index == 1 {
+				panic("boom")
+			}
+			return nil
+		}})
+	in := testutil.RandomBytes(12*chunk, 3)
+	out := make([]byte, len(in))
+	recovered := make(chan any, 1)
+	go func() {
+		defer func() { recovered <- recover() }()
+		// Hold the stream of the slot after chunk 1's once chunk 0 is
+		// done: the output goroutine then waits on a chunk that does not
+		// finish while Done(1) panics.
+		p.cfg.done = func(ch Chunk) error {
+			calls = append(calls, ch.Index)
+			switch ch.Index {
+			case 0:
+				held = cudadrv.Stream(p.slots[2].stream.Handle())
+				if err := e.d.HoldStream(held); err != nil {
+					t.Error(err)
+				}
+			case 1:
+				panic("boom")
+			}
+			return nil
+		}
+		p.Run(context.Background(), in, out)
+	}()
+	select {
+	case r := <-recovered:
+		if r != "boom" {
+			t.Fatalf("recovered %v, want the callback's panic", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the panic of a Done callback did not reach the caller")
+	}
+	if held != 0 {
+		e.d.ReleaseStream(held)
+	}
+	if !slices.Equal(calls, []int{0, 1}) {
+		t.Errorf("Done called for %v, want [0 1] (none while the panic unwinds)", calls)
+	}
+	p.cfg.done = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	clear(out)
+	if _, err := p.Run(ctx, in, out); err != nil {
+		t.Fatalf("Run after the panic: %v", err)
+	}
+	testutil.CheckBytes(t, in, out)
 }
