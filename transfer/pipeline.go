@@ -413,8 +413,9 @@ type flight struct {
 // least as long as in; it may be in itself). Pinned input or output (known
 // to the Copier) is copied directly; Go memory goes through one pinned
 // stage per chunk in flight, copied in on Run's goroutine and, for the
-// output, copied out on a goroutine of its own, so that both CPU copies
-// run at once. At most WithInFlight chunks are in flight;
+// output, copied out on goroutines of their own (one per stream, or one
+// taking the chunks in order with WithOrdered(true)), so that both CPU
+// copies run at once. At most WithInFlight chunks are in flight;
 // the WithDone function is called for each completed chunk, in order with
 // WithOrdered(true).
 //
