@@ -595,6 +595,11 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 	// if any, is in place.
 	deliver := func(f *flight) {
 		if stop == nil {
+			if err := ctx.Err(); err != nil {
+				fail(err) // ctx ended: no more callbacks
+			}
+		}
+		if stop == nil {
 			if p.cfg.done != nil {
 				if err := p.cfg.done(f.ch); err != nil {
 					fail(&ChunkError{Chunk: f.ch.Index, Offset: f.ch.Offset, Stage: "callback", Err: err})
@@ -741,6 +746,9 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 		}
 	}
 	stopOuts()
+	if err := ctx.Err(); err != nil {
+		fail(err) // ctx ended during the Run, if only in the last callback
+	}
 	// Report asynchronous errors of the streams; all their work is done.
 	for _, s := range p.streams {
 		if err := s.Synchronize(); err != nil {
