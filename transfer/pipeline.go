@@ -594,10 +594,8 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 	// deliver calls Done for f, counts it and frees its slot; its output,
 	// if any, is in place.
 	deliver := func(f *flight) {
-		if stop == nil {
-			if err := ctx.Err(); err != nil {
-				fail(err) // ctx ended: no more callbacks
-			}
+		if err := ctx.Err(); err != nil && stop == nil {
+			fail(err) // ctx ended: no more callbacks
 		}
 		if stop == nil {
 			if p.cfg.done != nil {
@@ -612,10 +610,6 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 		}
 		free = append(free, f.sl)
 	}
-	// complete handles a chunk of pending whose copies and work have run.
-	// A chunk with a staged output is in pending only after an error
-	// (stop is set), so nothing is copied out here.
-	complete := deliver
 	// fromOuts takes one chunk back from outs (waiting for it, as long as
 	// outs waits for that chunk: bounded by ctx) and delivers it, or puts
 	// it in pending when outs could not say that it is done.
@@ -674,7 +668,9 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 				i++
 				continue
 			}
-			complete(f)
+			// A chunk with a staged output is in pending only after an
+			// error (stop is set): nothing is copied out here.
+			deliver(f)
 			pending = append(pending[:i], pending[i+1:]...)
 			progress = true
 		}
