@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,14 @@ const EnvBench4G = "PINMEM_BENCH_4G"
 // nvbandwidth and cref/bw time batches of copies.
 func sideBySide(b *testing.B, n, rounds int, vs []variant) []float64 {
 	b.Helper()
+	meds, _ := sideBySideRounds(b, n, rounds, vs)
+	return meds
+}
+
+// sideBySideRounds is sideBySide that also returns every sample: GB/s of
+// variant k in round r at [k][r].
+func sideBySideRounds(b *testing.B, n, rounds int, vs []variant) ([]float64, [][]float64) {
+	b.Helper()
 	for _, v := range vs {
 		if err := v.fn(); err != nil {
 			b.Fatalf("%s: %v", v.name, err)
@@ -80,7 +89,20 @@ func sideBySide(b *testing.B, n, rounds int, vs []variant) []float64 {
 		b.ReportMetric(slices.Max(gbps[k]), v.name+"-max-GB/s")
 		b.ReportMetric(median(cpu[k]), v.name+"-CPU-s/GB")
 	}
-	return meds
+	return meds, gbps
+}
+
+// pairedRatio is the median over the rounds of a[r]/b[r]: samples of one
+// round ran side by side, so their ratio leaves out the drift of the
+// host from one round to the next.
+func pairedRatio(a, b []float64) float64 {
+	var rs []float64
+	for r := range min(len(a), len(b)) {
+		if b[r] > 0 {
+			rs = append(rs, a[r]/b[r])
+		}
+	}
+	return median(rs)
 }
 
 // repsFor is the number of back-to-back calls in one sample of n bytes:
@@ -144,9 +166,15 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 		p := pinned.Bytes()[:n]
 		d, _ := dev.Slice(0, n)
 		name := sizeName(n)
+		// Small transfers vary most from one sample to the next and cost
+		// little: more rounds.
+		rounds := roundsFor(n)
+		if n <= 1<<20 {
+			rounds = 51
+		}
 		b.Run("H2D/"+name, func(b *testing.B) {
 			b.SetBytes(int64(n))
-			m := sideBySide(b, n, roundsFor(n)*b.N, []variant{
+			m, g := sideBySideRounds(b, n, rounds*b.N, []variant{
 				{"copier", func() error { _, err := c.HtoD(bg, d, h); return err }},
 				{"copier-ctx", func() error { _, err := c.HtoD(cctx, d, h); return err }},
 				{"driver", func() error { return d.CopyFromHost(0, h) }},
@@ -154,11 +182,11 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 				{"memcpy", func() error { cpu.copy(p, h); return nil }},
 				{"dma", func() error { return streamCopies(s, d.Ptr(), pinned, n, true) }},
 			})
-			reportBound(b, m)
+			reportBound(b, m, g)
 		})
 		b.Run("D2H/"+name, func(b *testing.B) {
 			b.SetBytes(int64(n))
-			m := sideBySide(b, n, roundsFor(n)*b.N, []variant{
+			m, g := sideBySideRounds(b, n, rounds*b.N, []variant{
 				{"copier", func() error { _, err := c.DtoH(bg, h, d); return err }},
 				{"copier-ctx", func() error { _, err := c.DtoH(cctx, h, d); return err }},
 				{"driver", func() error { return d.CopyToHost(0, h) }},
@@ -166,16 +194,24 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 				{"memcpy", func() error { cpu.copy(h, p); return nil }},
 				{"dma", func() error { return streamCopies(s, d.Ptr(), pinned, n, false) }},
 			})
-			reportBound(b, m)
+			reportBound(b, m, g)
 		})
 	}
 }
 
 // reportBound reports copier/driver, copier-ctx/driver, staged/driver
 // and the host bound min(memcpy, dma) from sideBySide's medians (copier,
-// copier-ctx, driver, staged, memcpy, dma).
-func reportBound(b *testing.B, m []float64) {
+// copier-ctx, driver, staged, memcpy, dma), and the paired ratios
+// (pairedRatio) of the copier to the driver and to the round's host
+// bound from the samples g.
+func reportBound(b *testing.B, m []float64, g [][]float64) {
 	copier, copierCtx, driver, staged, memcpy, dma := m[0], m[1], m[2], m[3], m[4], m[5]
+	b.ReportMetric(pairedRatio(g[0], g[2]), "copier/driver-paired")
+	bounds := make([]float64, len(g[4]))
+	for r := range bounds {
+		bounds[r] = min(g[4][r], g[5][r])
+	}
+	b.ReportMetric(pairedRatio(g[0], bounds), "copier/hostbound-paired")
 	if driver > 0 {
 		b.ReportMetric(copier/driver, "copier/driver")
 		b.ReportMetric(copierCtx/driver, "copier-ctx/driver")
@@ -553,34 +589,50 @@ func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function
 	})
 }
 
-// BenchmarkStagingKnobs compares, side by side, staged transfers of 16,
-// 64 and 256 MiB from a Go slice cut into at least 4 or 8 pieces
-// (chunkPieces) with the copy goroutines spinning 0, 50 or 200 us for the
-// next piece before they park (spinWait), to choose the defaults. Under
-// 30 s:
+// BenchmarkStagingKnobs compares, side by side, staged transfers of 16
+// MiB to 1 GiB from a Go slice cut into at least 4, 8 or 16 pieces
+// (chunkPieces), waiting for a stage asleep in the driver at once or
+// polling it for up to 1 ms first (stageSpin), with the host bound of
+// BenchmarkCopierVsDriver beside them (memcpy, dma), to choose the
+// defaults. It reports each variant over the round's host bound
+// (pairedRatio). Under 30 s:
 //
 //	.gpu/bin/transfer.test -test.run '^$' -test.bench 'StagingKnobs' -test.benchtime 1x
 func BenchmarkStagingKnobs(b *testing.B) {
 	ctx := gpuCtx(b)
 	staged := gpuCopier(b, ctx, WithThresholds(Thresholds{}))
-	const maxN = 256 << 20
+	const maxN = 1 << 30
 	heap := touched(maxN)
 	dev := gpuAlloc(b, ctx, maxN)
-	defer func(p int, s int64) { chunkPieces = p; spinWait.Store(s) }(chunkPieces, spinWait.Load())
-	for _, n := range []int{16 << 20, 64 << 20, 256 << 20} {
+	pinned, err := pinmem.Alloc(maxN, 0, pinmem.WithDevice(ctx.Device()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pinned.Free() })
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Destroy() })
+	cpu := newCopyPool(min(DefaultParallelism, runtime.NumCPU()), false)
+	b.Cleanup(cpu.close)
+	defer func(p int, sp int64) { chunkPieces = p; stageSpin.Store(sp) }(chunkPieces, stageSpin.Load())
+	for _, n := range []int{16 << 20, 64 << 20, 256 << 20, 1 << 30} {
 		h := heap[:n]
+		p := pinned.Bytes()[:n]
 		d, _ := dev.Slice(0, n)
 		for _, dir := range []string{"H2D", "D2H"} {
+			htod := dir == "H2D"
 			b.Run(dir+"/"+sizeName(n), func(b *testing.B) {
 				b.SetBytes(int64(n))
 				var vs []variant
-				for _, k := range []int{4, 8} {
-					for _, spin := range []time.Duration{0, 50 * time.Microsecond, 200 * time.Microsecond} {
-						vs = append(vs, variant{fmt.Sprintf("p%d-spin%dus", k, spin.Microseconds()), func() error {
+				for _, k := range []int{4, 8, 16} {
+					for _, spin := range []time.Duration{0, time.Millisecond} {
+						vs = append(vs, variant{fmt.Sprintf("p%d-stagespin%dus", k, spin.Microseconds()), func() error {
 							chunkPieces = k
-							spinWait.Store(int64(spin))
+							stageSpin.Store(int64(spin))
 							var err error
-							if dir == "H2D" {
+							if htod {
 								_, err = staged.HtoD(context.Background(), d, h)
 							} else {
 								_, err = staged.DtoH(context.Background(), h, d)
@@ -589,7 +641,25 @@ func BenchmarkStagingKnobs(b *testing.B) {
 						}})
 					}
 				}
-				sideBySide(b, n, roundsFor(n)*b.N, vs)
+				knobs := len(vs)
+				vs = append(vs,
+					variant{"memcpy", func() error {
+						if htod {
+							cpu.copy(p, h)
+						} else {
+							cpu.copy(h, p)
+						}
+						return nil
+					}},
+					variant{"dma", func() error { return streamCopies(s, d.Ptr(), pinned, n, htod) }})
+				_, g := sideBySideRounds(b, n, roundsFor(n)*b.N, vs)
+				bounds := make([]float64, len(g[knobs]))
+				for r := range bounds {
+					bounds[r] = min(g[knobs][r], g[knobs+1][r])
+				}
+				for k := range knobs {
+					b.ReportMetric(pairedRatio(g[k], bounds), vs[k].name+"/hostbound")
+				}
 			})
 		}
 	}
@@ -734,5 +804,68 @@ func BenchmarkFileToDevice(b *testing.B) {
 	}
 	if i := firstDiff(src, got); i >= 0 || len(got) != n {
 		b.Fatalf("written file: %d bytes, first difference at %d", len(got), i)
+	}
+}
+
+// BenchmarkPipelineKnobs runs rings of 8 and 32 RGBA frames (1080p and
+// 4K) from Go memory through a Pipeline with 4 streams and no work (each
+// frame staged in, copied to the device and back, staged out), one Run per
+// ring, with its output goroutines polling a chunk for 200 us or 2 ms
+// before they sleep (outSpin), side by side with the staged bound of
+// examples/imagepipeline: one Copier staging the ring in while another
+// stages a device ring out. It reports each variant over the round's
+// bound (pairedRatio) and checks the bytes. Under 30 s:
+//
+//	.gpu/bin/transfer.test -test.run '^$' -test.bench 'PipelineKnobs' -test.benchtime 1x
+func BenchmarkPipelineKnobs(b *testing.B) {
+	ctx := gpuCtx(b)
+	c := gpuCopier(b, ctx)
+	cps := [2]*Copier{gpuCopier(b, ctx, WithThresholds(Thresholds{})), gpuCopier(b, ctx, WithThresholds(Thresholds{}))}
+	defer func(s int64) { outSpin.Store(s) }(outSpin.Load())
+	for _, res := range []struct {
+		name string
+		w, h int
+	}{{"1080p", 1920, 1080}, {"4K", 3840, 2160}} {
+		frame := res.w * res.h * 4
+		p, err := c.NewPipeline(WithChunkSize(frame), WithStreamCount(4), WithPinStages(true))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { p.Close(context.Background()) })
+		for _, ring := range []int{8, 32} {
+			n := ring * frame
+			in, out := touched(n), make([]byte, n)
+			devs := [2]*cuda.DeviceBuffer{gpuAlloc(b, ctx, n), gpuAlloc(b, ctx, n)}
+			b.Run(fmt.Sprintf("%s/ring%d", res.name, ring), func(b *testing.B) {
+				b.SetBytes(int64(n))
+				var vs []variant
+				for _, spin := range []time.Duration{200 * time.Microsecond, 2 * time.Millisecond} {
+					vs = append(vs, variant{fmt.Sprintf("outspin%dus", spin.Microseconds()), func() error {
+						outSpin.Store(int64(spin))
+						_, err := p.Run(context.Background(), in, out)
+						return err
+					}})
+				}
+				vs = append(vs, variant{"staged-bound", func() error {
+					var errs [2]error
+					var wg sync.WaitGroup
+					wg.Go(func() { _, errs[0] = cps[0].HtoD(context.Background(), devs[0], in) })
+					wg.Go(func() { _, errs[1] = cps[1].DtoH(context.Background(), out, devs[1]) })
+					wg.Wait()
+					return errors.Join(errs[:]...)
+				}})
+				_, g := sideBySideRounds(b, n, 15*b.N, vs)
+				for k := range 2 {
+					b.ReportMetric(pairedRatio(g[k], g[2]), vs[k].name+"/bound")
+				}
+				clear(out)
+				if _, err := p.Run(context.Background(), in, out); err != nil {
+					b.Fatal(err)
+				}
+				if !bytes.Equal(in, out) {
+					b.Fatal("pipeline output differs from its input")
+				}
+			})
+		}
 	}
 }

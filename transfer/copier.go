@@ -904,7 +904,7 @@ func (c *copier) reuse(ctx context.Context, s *stage) error {
 	if !s.used {
 		return nil
 	}
-	return c.w.wait(ctx, s.ev)
+	return c.w.waitStage(ctx, s.ev, c.o.wait)
 }
 
 // queued takes the result of queueing a copy into or out of stage s on
@@ -930,6 +930,11 @@ func (s *stage) htod(st *cuda.Stream, dev cuda.DevicePtr, n int) error {
 // dtoh queues the copy of n bytes at dev into the stage on st.
 func (s *stage) dtoh(st *cuda.Stream, dev cuda.DevicePtr, n int) error {
 	return eachPiece(s.cuts, n, func(lo, hi int) error { return st.CopyDtoH(s.mem[lo:hi], dev.Add(lo)) })
+}
+
+// waitStage waits for stage event ev inside a transfer (waiter.waitStage).
+func (c *copier) waitStage(ctx context.Context, ev *cuda.Event) error {
+	return c.w.waitStage(ctx, ev, c.o.wait)
 }
 
 // startTimer records the transfer's first timing event (WithStats only).
@@ -1009,7 +1014,7 @@ func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
 		}
 		h := q[0]
 		q = q[1:]
-		wait := c.w.wait
+		wait := c.waitStage
 		if len(q) == 0 && next == len(ops) {
 			wait = c.waitLast // the transfer's last piece
 		}

@@ -784,8 +784,11 @@ var errPanicked = errors.New("transfer: a pipeline callback panicked")
 // Run's last before it sleeps in the driver (WaitHybrid): the chunks'
 // copies out are what the Run waits for, and the driver takes tens of
 // microseconds to wake a sleeper, but polling a whole chunk's DMA would
-// keep a core busy for the whole Run.
-const outSpin = 200 * time.Microsecond
+// keep a core busy for the whole Run. Nanoseconds, atomic so that a GPU
+// benchmark can compare settings.
+var outSpin atomic.Int64
+
+func init() { outSpin.Store(int64(200 * time.Microsecond)) }
 
 func (p *pipeline) startOutCopier(ctx context.Context, queues, slots int) *outCopier {
 	wctx, cancel := context.WithCancel(ctx)
@@ -822,7 +825,7 @@ func (p *pipeline) startOutCopier(ctx context.Context, queues, slots int) *outCo
 // with WaitHybrid.
 func (p *pipeline) waitOut(ctx context.Context, f *flight) error {
 	if p.c.o.wait == WaitHybrid && !f.last {
-		return p.w.waitTail(ctx, f.sl.ev, outSpin)
+		return p.w.waitTail(ctx, f.sl.ev, time.Duration(outSpin.Load()))
 	}
 	return p.w.waitEnd(ctx, f.sl.ev, p.c.o.wait)
 }

@@ -177,7 +177,7 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 		}
 		h := q[0]
 		q = q[1:]
-		if err := c.w.wait(ctx, h.s.ev); err != nil {
+		if err := c.waitStage(ctx, h.s.ev); err != nil {
 			first = err
 			break
 		}
