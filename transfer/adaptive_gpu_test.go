@@ -590,8 +590,9 @@ func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function
 }
 
 // BenchmarkStagingKnobs compares, side by side, staged transfers of 16
-// MiB to 1 GiB from a Go slice cut into at least 4, 8 or 16 pieces
-// (chunkPieces), waiting for a stage asleep in the driver at once or
+// MiB to 1 GiB from a Go slice cut into at least 4 pieces and 8 from 8
+// MiB pieces on (the default), at least 4, or at least 8 (chunkPieces,
+// finePiece), waiting for a stage asleep in the driver at once or
 // polling it for up to 1 ms first (stageSpin), with the host bound of
 // BenchmarkCopierVsDriver beside them (memcpy, dma), to choose the
 // defaults. It reports each variant over the round's host bound
@@ -616,7 +617,7 @@ func BenchmarkStagingKnobs(b *testing.B) {
 	b.Cleanup(func() { s.Destroy() })
 	cpu := newCopyPool(min(DefaultParallelism, runtime.NumCPU()), false)
 	b.Cleanup(cpu.close)
-	defer func(p int, sp int64) { chunkPieces = p; stageSpin.Store(sp) }(chunkPieces, stageSpin.Load())
+	defer func(p, f int, sp int64) { chunkPieces, finePiece = p, f; stageSpin.Store(sp) }(chunkPieces, finePiece, stageSpin.Load())
 	for _, n := range []int{16 << 20, 64 << 20, 256 << 20, 1 << 30} {
 		h := heap[:n]
 		p := pinned.Bytes()[:n]
@@ -626,10 +627,10 @@ func BenchmarkStagingKnobs(b *testing.B) {
 			b.Run(dir+"/"+sizeName(n), func(b *testing.B) {
 				b.SetBytes(int64(n))
 				var vs []variant
-				for _, k := range []int{4, 8, 16} {
+				for _, k := range []struct{ pieces, fine int }{{4, 8 << 20}, {4, 0}, {8, 0}} {
 					for _, spin := range []time.Duration{0, time.Millisecond} {
-						vs = append(vs, variant{fmt.Sprintf("p%d-stagespin%dus", k, spin.Microseconds()), func() error {
-							chunkPieces = k
+						vs = append(vs, variant{fmt.Sprintf("p%d-fine%dMiB-stagespin%dus", k.pieces, k.fine>>20, spin.Microseconds()), func() error {
+							chunkPieces, finePiece = k.pieces, k.fine
 							stageSpin.Store(int64(spin))
 							var err error
 							if htod {
@@ -810,8 +811,8 @@ func BenchmarkFileToDevice(b *testing.B) {
 // BenchmarkPipelineKnobs runs rings of 8 and 32 RGBA frames (1080p and
 // 4K) from Go memory through a Pipeline with 4 streams and no work (each
 // frame staged in, copied to the device and back, staged out), one Run per
-// ring, with its output goroutines polling a chunk for 200 us or 2 ms
-// before they sleep (outSpin), side by side with the staged bound of
+// ring, with its output goroutines polling a chunk for 200 us, 2 ms or 5
+// ms before they sleep (outSpin), side by side with the staged bound of
 // examples/imagepipeline: one Copier staging the ring in while another
 // stages a device ring out. It reports each variant over the round's
 // bound (pairedRatio) and checks the bytes. Under 30 s:
@@ -839,7 +840,7 @@ func BenchmarkPipelineKnobs(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/ring%d", res.name, ring), func(b *testing.B) {
 				b.SetBytes(int64(n))
 				var vs []variant
-				for _, spin := range []time.Duration{200 * time.Microsecond, 2 * time.Millisecond} {
+				for _, spin := range []time.Duration{200 * time.Microsecond, 2 * time.Millisecond, 5 * time.Millisecond} {
 					vs = append(vs, variant{fmt.Sprintf("outspin%dus", spin.Microseconds()), func() error {
 						outSpin.Store(int64(spin))
 						_, err := p.Run(context.Background(), in, out)
@@ -855,8 +856,8 @@ func BenchmarkPipelineKnobs(b *testing.B) {
 					return errors.Join(errs[:]...)
 				}})
 				_, g := sideBySideRounds(b, n, 15*b.N, vs)
-				for k := range 2 {
-					b.ReportMetric(pairedRatio(g[k], g[2]), vs[k].name+"/bound")
+				for k := range 3 {
+					b.ReportMetric(pairedRatio(g[k], g[3]), vs[k].name+"/bound")
 				}
 				clear(out)
 				if _, err := p.Run(context.Background(), in, out); err != nil {
