@@ -590,10 +590,10 @@ func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function
 }
 
 // BenchmarkStagingKnobs compares, side by side, staged transfers of 16
-// MiB to 1 GiB from a Go slice cut into at least 4 pieces and 8 from 8
-// MiB pieces on (the default), at least 4, or at least 8 (chunkPieces,
-// finePiece), waiting for a stage asleep in the driver at once or
-// polling it for up to 1 ms first (stageSpin), with the host bound of
+// MiB to 1 GiB from a Go slice cut into at least 4 pieces (the default)
+// or 8 (chunkPieces), waiting for a stage asleep in the driver at once or
+// polling it for up to 1 ms first (stageSpin), the CPU's copy of a piece
+// in one share per goroutine or 4 sub-pieces each (subPieces), with the host bound of
 // BenchmarkCopierVsDriver beside them (memcpy, dma), to choose the
 // defaults. It reports each variant over the round's host bound
 // (pairedRatio). Under 30 s:
@@ -617,7 +617,7 @@ func BenchmarkStagingKnobs(b *testing.B) {
 	b.Cleanup(func() { s.Destroy() })
 	cpu := newCopyPool(min(DefaultParallelism, runtime.NumCPU()), false)
 	b.Cleanup(cpu.close)
-	defer func(p, f int, sp int64) { chunkPieces, finePiece = p, f; stageSpin.Store(sp) }(chunkPieces, finePiece, stageSpin.Load())
+	defer func(p, sub int, sp int64) { chunkPieces, subPieces = p, sub; stageSpin.Store(sp) }(chunkPieces, subPieces, stageSpin.Load())
 	for _, n := range []int{16 << 20, 64 << 20, 256 << 20, 1 << 30} {
 		h := heap[:n]
 		p := pinned.Bytes()[:n]
@@ -627,11 +627,14 @@ func BenchmarkStagingKnobs(b *testing.B) {
 			b.Run(dir+"/"+sizeName(n), func(b *testing.B) {
 				b.SetBytes(int64(n))
 				var vs []variant
-				for _, k := range []struct{ pieces, fine int }{{4, 8 << 20}, {4, 0}, {8, 0}} {
-					for _, spin := range []time.Duration{0, time.Millisecond} {
-						vs = append(vs, variant{fmt.Sprintf("p%d-fine%dMiB-stagespin%dus", k.pieces, k.fine>>20, spin.Microseconds()), func() error {
-							chunkPieces, finePiece = k.pieces, k.fine
-							stageSpin.Store(int64(spin))
+				for _, sub := range []int{1, 4} {
+					for _, k := range []struct {
+						pieces int
+						spin   time.Duration
+					}{{4, 0}, {4, time.Millisecond}, {8, time.Millisecond}} {
+						vs = append(vs, variant{fmt.Sprintf("p%d-stagespin%dus-sub%d", k.pieces, k.spin.Microseconds(), sub), func() error {
+							chunkPieces, subPieces = k.pieces, sub
+							stageSpin.Store(int64(k.spin))
 							var err error
 							if htod {
 								_, err = staged.HtoD(context.Background(), d, h)
@@ -811,8 +814,10 @@ func BenchmarkFileToDevice(b *testing.B) {
 // BenchmarkPipelineKnobs runs rings of 8 and 32 RGBA frames (1080p and
 // 4K) from Go memory through a Pipeline with 4 streams and no work (each
 // frame staged in, copied to the device and back, staged out), one Run per
-// ring, with its output goroutines polling a chunk for 200 us, 2 ms or 5
-// ms before they sleep (outSpin), side by side with the staged bound of
+// ring, with its output goroutines polling a chunk for 200 us or 2 ms
+// before they sleep (outSpin) and the CPU's copies in one share per
+// goroutine or 4 sub-pieces each (subPieces), and once with a kernel
+// (add_u8) on every frame, side by side with the staged bound of
 // examples/imagepipeline: one Copier staging the ring in while another
 // stages a device ring out. It reports each variant over the round's
 // bound (pairedRatio) and checks the bytes. Under 30 s:
@@ -822,7 +827,15 @@ func BenchmarkPipelineKnobs(b *testing.B) {
 	ctx := gpuCtx(b)
 	c := gpuCopier(b, ctx)
 	cps := [2]*Copier{gpuCopier(b, ctx, WithThresholds(Thresholds{})), gpuCopier(b, ctx, WithThresholds(Thresholds{}))}
-	defer func(s int64) { outSpin.Store(s) }(outSpin.Load())
+	defer func(s int64, sub int) { outSpin.Store(s); subPieces = sub }(outSpin.Load(), subPieces)
+	f := gpuKernel(b, ctx, kernels.KernelAdd)
+	props, err := ctx.Device().Properties()
+	if err != nil {
+		b.Fatal(err)
+	}
+	add := LaunchWork(f, cuda.D1(props.Multiprocessors*4), cuda.D1(256), func(ch Chunk) []any {
+		return []any{ch.Dev.Ptr(), uint64(ch.Len), uint8(1)}
+	})
 	for _, res := range []struct {
 		name string
 		w, h int
@@ -833,6 +846,11 @@ func BenchmarkPipelineKnobs(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { p.Close(context.Background()) })
+		pw, err := c.NewPipeline(WithChunkSize(frame), WithStreamCount(4), WithPinStages(true), WithWork(add))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { pw.Close(context.Background()) })
 		for _, ring := range []int{8, 32} {
 			n := ring * frame
 			in, out := touched(n), make([]byte, n)
@@ -840,13 +858,23 @@ func BenchmarkPipelineKnobs(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/ring%d", res.name, ring), func(b *testing.B) {
 				b.SetBytes(int64(n))
 				var vs []variant
-				for _, spin := range []time.Duration{200 * time.Microsecond, 2 * time.Millisecond, 5 * time.Millisecond} {
-					vs = append(vs, variant{fmt.Sprintf("outspin%dus", spin.Microseconds()), func() error {
-						outSpin.Store(int64(spin))
-						_, err := p.Run(context.Background(), in, out)
-						return err
-					}})
+				for _, sub := range []int{1, 4} {
+					for _, spin := range []time.Duration{200 * time.Microsecond, 2 * time.Millisecond} {
+						vs = append(vs, variant{fmt.Sprintf("outspin%dus-sub%d", spin.Microseconds(), sub), func() error {
+							outSpin.Store(int64(spin))
+							subPieces = sub
+							_, err := p.Run(context.Background(), in, out)
+							return err
+						}})
+					}
 				}
+				vs = append(vs, variant{"add-outspin2000us-sub4", func() error {
+					outSpin.Store(int64(2 * time.Millisecond))
+					subPieces = 4
+					_, err := pw.Run(context.Background(), in, out)
+					return err
+				}})
+				knobs := len(vs)
 				vs = append(vs, variant{"staged-bound", func() error {
 					var errs [2]error
 					var wg sync.WaitGroup
@@ -856,8 +884,8 @@ func BenchmarkPipelineKnobs(b *testing.B) {
 					return errors.Join(errs[:]...)
 				}})
 				_, g := sideBySideRounds(b, n, 15*b.N, vs)
-				for k := range 3 {
-					b.ReportMetric(pairedRatio(g[k], g[3]), vs[k].name+"/bound")
+				for k := range knobs {
+					b.ReportMetric(pairedRatio(g[k], g[knobs]), vs[k].name+"/bound")
 				}
 				clear(out)
 				if _, err := p.Run(context.Background(), in, out); err != nil {
@@ -865,6 +893,14 @@ func BenchmarkPipelineKnobs(b *testing.B) {
 				}
 				if !bytes.Equal(in, out) {
 					b.Fatal("pipeline output differs from its input")
+				}
+				if _, err := pw.Run(context.Background(), in, out); err != nil {
+					b.Fatal(err)
+				}
+				for i := range in {
+					if out[i] != in[i]+1 {
+						b.Fatalf("add pipeline: byte %d is %d, want %d", i, out[i], in[i]+1)
+					}
 				}
 			})
 		}

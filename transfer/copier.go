@@ -744,22 +744,10 @@ func normalize(s []span) []span {
 // event. A variable so that a GPU benchmark can compare settings.
 var chunkPieces = 4
 
-// finePiece is the piece size from which a staged transfer is cut into
-// twice chunkPieces pieces (from 64 MiB with the defaults): pieces that
-// large keep the fork and join small beside their copy, and the
-// transfer's unoverlapped first and last piece shrink by half. 0 keeps
-// chunkPieces. A variable so that a GPU benchmark can compare settings.
-var finePiece = 8 << 20
-
 // chunkSize is the staged piece size for n staged bytes: a stage, or less
-// when the transfer is small, so that at least chunkPieces pieces (twice
-// that from finePiece on) overlap.
+// when the transfer is small, so that at least chunkPieces pieces overlap.
 func (c *copier) chunkSize(n int) int {
-	pieces := chunkPieces
-	if finePiece > 0 && n/(2*chunkPieces) >= finePiece {
-		pieces *= 2
-	}
-	ch := (n/pieces + 65535) &^ 65535
+	ch := (n/chunkPieces + 65535) &^ 65535
 	return max(min(ch, c.o.stageSize), min(minChunk, c.o.stageSize))
 }
 

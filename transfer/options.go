@@ -72,7 +72,9 @@ const (
 	// WaitHybrid (the default) sleeps in the driver (a blocking-sync event:
 	// no CPU) until all but the transfer's last piece has run, then polls
 	// the end for a short while so that the driver's wake-up latency does
-	// not land on it.
+	// not land on it. Inside a staged transfer, a wait for a stage polls
+	// for up to 1 ms before it sleeps, for the same reason: that wake-up
+	// would otherwise land on every piece.
 	WaitHybrid WaitMode = iota
 	// WaitSleep sleeps in the driver to the end: no CPU, but the driver
 	// wakes the sleeper some time after the copy ends.

@@ -787,7 +787,8 @@ var errPanicked = errors.New("transfer: a pipeline callback panicked")
 // tens of MiB behind the others in flight; past it a goroutine sleeps, so
 // that a long kernel does not keep a core busy. Measured on an H200 with
 // Go frames (BenchmarkPipelineKnobs), 2 ms against 200 us moved 1080p
-// frames 1.16 to 1.31 times faster and 4K frames as fast. Nanoseconds,
+// frames 1.16 to 1.31 times faster on one host and 0.97 to 1.03 times on
+// another, 4K frames 0.97 to 1.02 times. Nanoseconds,
 // atomic so that a GPU benchmark can compare settings.
 var outSpin atomic.Int64
 

@@ -8,30 +8,38 @@ import (
 )
 
 // copyPool is a persistent set of goroutines that copy memory in parallel.
-// A copy is split into pieces; the calling goroutine copies the first piece
-// itself and the workers the rest.
+// A copy is a batch of sub-pieces that its caller and the workers it
+// enlists claim one at a time until none is left, so that a goroutine
+// that runs late (its thread preempted, say) holds up the copy by one
+// sub-piece, not by a whole share of it.
 type copyPool struct {
 	n       int // goroutines per copy, the caller included (copy; copyN takes its own)
 	mu      sync.Mutex
 	workers int
 	closed  bool
-	tasks   chan copyTask
+	tasks   chan *copyBatch // one entry per worker a batch enlists
 	wg      sync.WaitGroup
 	measure bool // measure the CPU time of the pieces (WithStats)
 	thread  bool // measure thread CPU time (workers are locked to their threads)
 	once    sync.Once
 }
 
-type copyTask struct {
+// copyBatch is one parallel copy of src into dst, in sub-pieces of size
+// bytes (the last one shorter).
+type copyBatch struct {
 	dst, src []byte
-	b        *copyBatch
+	size     int
+	pieces   int32
+	next     atomic.Int32 // the next sub-piece to claim
+	left     atomic.Int32 // sub-pieces not yet copied
+	wg       sync.WaitGroup
+	cpu      atomic.Int64 // nanoseconds of CPU (or wall time without thread CPU) spent copying
 }
 
-type copyBatch struct {
-	wg   sync.WaitGroup
-	left atomic.Int32 // pieces queued and not yet copied
-	cpu  atomic.Int64 // nanoseconds of CPU (or wall time without thread CPU) spent copying
-}
+// subPieces is how many sub-pieces a copy has per goroutine taking part
+// (at least minPiece bytes each). Variable so that a GPU benchmark can
+// compare settings; 1 gives each goroutine one share.
+var subPieces = 4
 
 // spinWait is how long a copy worker that finished a piece looks for the
 // next one before it parks, and how long the caller of a copy waits for
@@ -53,7 +61,7 @@ func init() { spinWait.Store(int64(50 * time.Microsecond)) }
 // and the caller are then locked to their OS threads), wall time
 // otherwise; without it, copies make no system call.
 func newCopyPool(n int, measure bool) *copyPool {
-	p := &copyPool{n: n, tasks: make(chan copyTask, 4*max(n, runtime.NumCPU())), measure: measure, thread: measure && haveThreadCPU}
+	p := &copyPool{n: n, tasks: make(chan *copyBatch, 4*max(n, runtime.NumCPU())), measure: measure, thread: measure && haveThreadCPU}
 	p.grow(n - 1)
 	return p
 }
@@ -76,25 +84,24 @@ func (p *copyPool) worker() {
 		runtime.LockOSThread()
 	}
 	for {
-		t, ok := p.next()
+		b, ok := p.next()
 		if !ok {
 			return
 		}
-		t.b.piece(t.dst, t.src, p)
-		t.b.left.Add(-1)
-		t.b.wg.Done()
+		b.work(p)
 	}
 }
 
-// next returns the next task, looking for one for up to spinWait before
-// blocking; ok is false once the pool is closed and drained.
-func (p *copyPool) next() (t copyTask, ok bool) {
+// next returns the next batch to help with, looking for one for up to
+// spinWait before blocking; ok is false once the pool is closed and
+// drained.
+func (p *copyPool) next() (b *copyBatch, ok bool) {
 	if spin := time.Duration(spinWait.Load()); spin > 0 {
 		var start time.Time
 		for i := 0; ; i++ {
 			select {
-			case t, ok = <-p.tasks:
-				return t, ok
+			case b, ok = <-p.tasks:
+				return b, ok
 			default:
 			}
 			if i == 0 {
@@ -105,26 +112,43 @@ func (p *copyPool) next() (t copyTask, ok bool) {
 			runtime.Gosched()
 		}
 	}
-	t, ok = <-p.tasks
-	return t, ok
+	b, ok = <-p.tasks
+	return b, ok
 }
 
-// piece copies src into dst and, when p measures, adds the CPU time it
-// took to the batch.
-func (b *copyBatch) piece(dst, src []byte, p *copyPool) {
-	if !p.measure {
-		copy(dst, src)
-		return
+// work claims and copies sub-pieces of b until none is left and, when p
+// measures, adds the CPU time it took to the batch. A worker that comes
+// to a batch already done returns at once without touching its memory.
+func (b *copyBatch) work(p *copyPool) {
+	var t0 time.Time
+	var c0 time.Duration
+	timed := false
+	for {
+		i := int(b.next.Add(1) - 1)
+		if i >= int(b.pieces) {
+			break
+		}
+		if p.measure && !timed {
+			timed = true
+			if p.thread {
+				c0 = threadCPU()
+			} else {
+				t0 = time.Now()
+			}
+		}
+		lo := i * b.size
+		hi := min(lo+b.size, len(b.dst))
+		copy(b.dst[lo:hi], b.src[lo:hi])
+		b.left.Add(-1)
+		b.wg.Done()
 	}
-	if p.thread {
-		t0 := threadCPU()
-		copy(dst, src)
-		b.cpu.Add(int64(threadCPU() - t0))
-		return
+	if timed {
+		if p.thread {
+			b.cpu.Add(int64(threadCPU() - c0))
+		} else {
+			b.cpu.Add(int64(time.Since(t0)))
+		}
 	}
-	t0 := time.Now()
-	copy(dst, src)
-	b.cpu.Add(int64(time.Since(t0)))
 }
 
 // copy copies src into dst (of the same length) using up to p.n goroutines
@@ -132,28 +156,29 @@ func (b *copyBatch) piece(dst, src []byte, p *copyPool) {
 // (zero when the pool does not measure).
 func (p *copyPool) copy(dst, src []byte) time.Duration { return p.copyN(p.n, dst, src) }
 
-// copyN is copy split over up to parts goroutines (the caller included);
-// the pieces queue for the pool's workers, however many there are.
+// copyN is copy split over up to parts goroutines (the caller included),
+// each share at least minPiece bytes: the caller enlists parts-1 of the
+// pool's workers (however many there are, in the order copies ask), copies
+// sub-pieces itself, and waits for those the workers claimed.
 func (p *copyPool) copyN(parts int, dst, src []byte) time.Duration {
 	n := min(len(dst), len(src))
 	if n == 0 {
 		return 0
 	}
-	dst, src = dst[:n], src[:n]
-	pieces := min(parts, n/minPiece)
-	var b copyBatch
-	if pieces <= 1 {
-		p.callerPiece(&b, dst, src)
-		return time.Duration(b.cpu.Load())
+	b := &copyBatch{dst: dst[:n], src: src[:n]}
+	helpers := min(parts, n/minPiece) - 1
+	pieces := 1
+	if helpers > 0 {
+		pieces = min((helpers+1)*max(subPieces, 1), n/minPiece)
 	}
-	size := (n/pieces + 4095) &^ 4095
-	for off := size; off < n; off += size {
-		end := min(off+size, n)
-		b.wg.Add(1)
-		b.left.Add(1)
-		p.tasks <- copyTask{dst[off:end], src[off:end], &b}
+	b.size = (n/pieces + 4095) &^ 4095
+	b.pieces = int32((n + b.size - 1) / b.size)
+	b.left.Store(b.pieces)
+	b.wg.Add(int(b.pieces))
+	for range helpers {
+		p.tasks <- b
 	}
-	p.callerPiece(&b, dst[:size], src[:size])
+	p.callerWork(b)
 	if spin := time.Duration(spinWait.Load()); spin > 0 && b.left.Load() > 0 {
 		start := time.Now()
 		for i := 1; b.left.Load() > 0; i++ {
@@ -167,12 +192,12 @@ func (p *copyPool) copyN(parts int, dst, src []byte) time.Duration {
 	return time.Duration(b.cpu.Load())
 }
 
-func (p *copyPool) callerPiece(b *copyBatch, dst, src []byte) {
+func (p *copyPool) callerWork(b *copyBatch) {
 	if p.thread {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
-	b.piece(dst, src, p)
+	b.work(p)
 }
 
 // close stops the workers and waits for them to exit.

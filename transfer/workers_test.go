@@ -2,6 +2,8 @@ package transfer
 
 import (
 	"bytes"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +34,42 @@ func TestCopyPoolSpin(t *testing.T) {
 		case <-done:
 		case <-time.After(5 * time.Second):
 			t.Fatalf("spin %v: close did not return", spin)
+		}
+	}
+}
+
+// TestCopyPoolBatches: copies of many sizes (below one piece, odd, many
+// sub-pieces) from several goroutines at once, with one share per
+// goroutine and with several sub-pieces each, copy every byte, and a pool
+// with fewer workers than a copy asks for still finishes every copy.
+func TestCopyPoolBatches(t *testing.T) {
+	defer func(s int) { subPieces = s }(subPieces)
+	for _, sub := range []int{1, 4} {
+		subPieces = sub
+		for _, workers := range []int{2, 8} {
+			p := newCopyPool(workers, false)
+			var wg sync.WaitGroup
+			errs := make(chan string, 8)
+			for g := range 8 {
+				wg.Go(func() {
+					for i, n := range []int{1, 4095, minPiece - 1, minPiece + 1, 3*minPiece + 17, 16<<20 + 4097} {
+						src := testutil.RandomBytes(n, uint64(g*16+i+1))
+						dst := make([]byte, n+1)
+						dst[n] = 0xA5
+						p.copyN(12, dst[:n], src)
+						if !bytes.Equal(dst[:n], src) || dst[n] != 0xA5 {
+							errs <- fmt.Sprintf("sub %d, %d workers, goroutine %d: copy of %d bytes wrong", sub, workers, g, n)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for e := range errs {
+				t.Error(e)
+			}
+			p.close()
 		}
 	}
 }
