@@ -41,27 +41,31 @@ import (
 //     pinned buffers: CPU goroutines fill one stage while the copy engine
 //     drains another.
 //
-// Its methods are safe for concurrent use. Transfers that use the
-// Copier's stream (staged or direct) run one at a time, in the order they
-// acquire it (asynchronous transfers queue); transfers left entirely to
-// the driver's pageable copy do not take it and run concurrently.
+// Its methods are safe for concurrent use. Transfers that use the copy
+// engines through the Copier (staged or direct) run on its lanes: a
+// Copier with a stream of its own has two, each with a stream, so that
+// two such transfers run at once (typically one each way, on the
+// device's two copy engines) and the others wait for a lane in the order
+// they ask (asynchronous transfers queue); one given WithStream has one
+// lane, that stream, so that its transfers run one at a time, in order
+// on it. Transfers left entirely to the driver's pageable copy take no
+// lane and run concurrently.
 //
 // Every Copier of one context with the same stage size, stage flags and
 // WithStats setting shares one staging engine: its pinned stages and its
 // CPU copy goroutines. A staged transfer borrows up to Depth stages for
 // its duration, waiting first come, first served when they are all in
-// use; the engine holds one ring (Depth stages) for a single Copier and
-// two rings however many Copiers share it (two transfers in flight at
-// once, such as one each way), and copy goroutines for the largest
-// parallelism asked for, capped by the number of CPUs. So N Copiers
-// moving data at once neither multiply pinned memory nor oversubscribe
-// the cores; pinmem's budget bounds the engine as any other pinned
-// memory. A Copier with WithStageFlags pinmem options has an engine of
-// its own. Goroutines that move data at the same time are best served by
-// a Copier each: that costs a stream and a few events, not pinned memory
-// or copy goroutines, and lets two staged transfers (one each way, on the
-// device's two copy engines) run at once, where one shared Copier runs
-// them one after the other.
+// use; the engine holds one ring (Depth stages) for a single Copier
+// running one transfer at a time, and two rings once two or more Copiers
+// share it or a Copier runs two transfers at once (both lanes staging),
+// never more, and copy goroutines for the largest parallelism asked for,
+// capped by the number of CPUs. So N Copiers moving data at once neither
+// multiply pinned memory nor oversubscribe the cores; pinmem's budget
+// bounds the engine as any other pinned memory. A Copier with
+// WithStageFlags pinmem options has an engine of its own. Goroutines that
+// move data at the same time can share one Copier or have one each: a
+// Copier costs two streams and a few events, not pinned memory or copy
+// goroutines.
 //
 // A Copier dropped without Close is reported (track: "copier") and its
 // stream, events, staging memory and goroutines are released by the
@@ -76,18 +80,14 @@ type Copier struct {
 type copier struct {
 	cctx      *cuda.Context
 	o         options
-	stream    *cuda.Stream
+	stream    *cuda.Stream // the first lane's stream (Stream)
 	ownStream bool
-	eng       *engine  // the staging engine shared with the context's other Copiers
-	member    bool     // this Copier still counts in eng
-	stages    []*stage // the stages borrowed from eng by the transfer holding the ring
+	eng       *engine // the staging engine shared with the context's other Copiers
+	member    bool    // this Copier still counts in eng
 	w         *waiter
 	cache     *RegCache
-	done      *cuda.Event // end of a transfer (blocking sync, no timing)
-	near      *cuda.Event // all but the transfer's last piece (see waitLast)
-	nearSet   bool        // near is recorded for the transfer in progress
-	t0, t1    *cuda.Event // timing of a transfer (WithStats only)
-	ring      chan struct{}
+	lanes     []*lane    // every lane, idle or taken
+	free      chan *lane // the idle lanes
 
 	mu     sync.Mutex
 	closed bool
@@ -101,6 +101,25 @@ type copier struct {
 	pinMu  sync.RWMutex
 	pinned map[*pinmem.Buffer]struct{}
 }
+
+// lane is what one transfer that uses the copy engines holds while it
+// runs: a stream, the events that end and time the transfer, and the
+// stages it borrowed from the engine. A Copier with a stream of its own
+// has two lanes, so that two of its transfers run at once (typically one
+// each way, on the device's two copy engines), from as many goroutines
+// as call it; one given WithStream has one, so that its transfers stay in
+// order on that stream.
+type lane struct {
+	stream  *cuda.Stream
+	stages  []*stage    // borrowed from the engine for the transfer in progress
+	done    *cuda.Event // end of a transfer (blocking sync, no timing)
+	near    *cuda.Event // all but the transfer's last piece (see waitLast)
+	nearSet bool        // near is recorded for the transfer in progress
+	t0, t1  *cuda.Event // timing of a transfer (WithStats only)
+}
+
+// lanesOwn is the number of lanes of a Copier with a stream of its own.
+const lanesOwn = 2
 
 type stage struct {
 	buf  *pinmem.Buffer
@@ -138,7 +157,7 @@ func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 }
 
 func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
-	cp = &copier{cctx: c, o: o, ring: make(chan struct{}, 1), idle: make(chan struct{}), pinned: map[*pinmem.Buffer]struct{}{}}
+	cp = &copier{cctx: c, o: o, idle: make(chan struct{}), pinned: map[*pinmem.Buffer]struct{}{}}
 	defer func() {
 		if err != nil {
 			cp.markClosed()
@@ -147,28 +166,37 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 			cp = nil
 		}
 	}()
-	if o.stream != nil {
-		cp.stream = o.stream
-	} else {
-		if cp.stream, err = c.NewStream(cuda.StreamNonBlocking); err != nil {
-			return cp, fmt.Errorf("transfer: creating the copy stream: %w", err)
-		}
+	n := 1
+	if o.stream == nil {
+		n = lanesOwn
 		cp.ownStream = true
 	}
-	if cp.done, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
-		return cp, err
-	}
-	if cp.near, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
-		return cp, err
-	}
-	if o.stats {
-		if cp.t0, err = c.NewEvent(cuda.EventDefault); err != nil {
+	cp.free = make(chan *lane, n)
+	for range n {
+		l := &lane{stream: o.stream}
+		cp.lanes = append(cp.lanes, l)
+		if l.stream == nil {
+			if l.stream, err = c.NewStream(cuda.StreamNonBlocking); err != nil {
+				return cp, fmt.Errorf("transfer: creating the copy stream: %w", err)
+			}
+		}
+		if l.done, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
 			return cp, err
 		}
-		if cp.t1, err = c.NewEvent(cuda.EventDefault); err != nil {
+		if l.near, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
 			return cp, err
 		}
+		if o.stats {
+			if l.t0, err = c.NewEvent(cuda.EventDefault); err != nil {
+				return cp, err
+			}
+			if l.t1, err = c.NewEvent(cuda.EventDefault); err != nil {
+				return cp, err
+			}
+		}
+		cp.free <- l
 	}
+	cp.stream = cp.lanes[0].stream
 	if cp.eng, err = joinEngine(c, o); err != nil {
 		return cp, err
 	}
@@ -191,8 +219,10 @@ func (c *Copier) Context() *cuda.Context {
 	return c.cctx
 }
 
-// Stream returns the stream the Copier issues its copies on (nil for a
-// nil Copier).
+// Stream returns the stream of the Copier's first lane: the stream given
+// by WithStream, else one of the two streams the Copier issues its
+// copies on (nil for a nil Copier). A transfer's copies have all run when
+// it returns, whichever lane it took.
 func (c *Copier) Stream() *cuda.Stream {
 	if !c.ok() {
 		return nil
@@ -364,17 +394,23 @@ func (c *copier) releaseStep() (left int, err error) {
 		left += n
 		errs = append(errs, err)
 	}
-	if c.stream != nil && c.ownStream {
+	if c.ownStream {
 		// Nothing is queued any more, but be exact: the stages must outlive their DMA.
-		errs = append(errs, c.stream.Synchronize())
+		for _, l := range c.lanes {
+			if l.stream != nil {
+				errs = append(errs, l.stream.Synchronize())
+			}
+		}
 	}
 	if c.eng != nil {
 		n, err := c.eng.leave(&c.member)
 		left += n
 		errs = append(errs, err)
 	}
-	for _, e := range []**cuda.Event{&c.done, &c.near, &c.t0, &c.t1} {
-		errs = append(errs, destroyEvent(e, &left))
+	for _, l := range c.lanes {
+		for _, e := range []**cuda.Event{&l.done, &l.near, &l.t0, &l.t1} {
+			errs = append(errs, destroyEvent(e, &left))
+		}
 	}
 	c.mu.Lock()
 	evs := c.undestroyed
@@ -387,7 +423,10 @@ func (c *copier) releaseStep() (left int, err error) {
 	left += len(c.undestroyed)
 	c.mu.Unlock()
 	if c.ownStream {
-		errs = append(errs, destroyStream(&c.stream, &left))
+		for _, l := range c.lanes {
+			errs = append(errs, destroyStream(&l.stream, &left))
+		}
+		c.stream = nil
 	}
 	return left, errors.Join(errs...)
 }
@@ -433,34 +472,40 @@ func (c *Copier) enter(ctx context.Context) error {
 	return c.begin()
 }
 
-// acquire takes the ring and stream for one transfer.
-func (c *copier) acquire(ctx context.Context) error {
+// acquire takes an idle lane for one transfer, waiting for one bounded by
+// ctx.
+func (c *copier) acquire(ctx context.Context) (*lane, error) {
 	select {
-	case c.ring <- struct{}{}:
-		return nil
+	case l := <-c.free:
+		return l, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 
-// releaseRing gives the borrowed stages back to the engine (everything
-// queued on them has run) and releases the ring.
-func (c *copier) releaseRing() {
-	if len(c.stages) > 0 {
-		c.eng.give(c.stages)
-		c.stages = nil
+// releaseLane gives the stages l borrowed back to the engine (everything
+// queued on them has run) and l back to the idle lanes.
+func (c *copier) releaseLane(l *lane) {
+	if len(l.stages) > 0 {
+		c.eng.give(l.stages)
+		l.stages = nil
 	}
-	<-c.ring
+	c.free <- l
 }
 
 // borrow takes up to want stages from the engine for the transfer holding
-// the ring (at least one), waiting for them bounded by ctx.
-func (c *copier) borrow(ctx context.Context, want int) error {
+// l (at least one), waiting for them bounded by ctx. When another lane
+// of the Copier is taken, the engine first grows to two rings if it
+// holds one (engine.growForTwo), so that the two transfers overlap.
+func (c *copier) borrow(ctx context.Context, l *lane, want int) error {
+	if len(c.lanes) > 1 && len(c.free) < len(c.lanes)-1 {
+		c.eng.growForTwo()
+	}
 	ss, err := c.eng.take(ctx, min(want, c.o.depth))
 	if err != nil {
 		return err
 	}
-	c.stages = ss
+	l.stages = ss
 	return nil
 }
 
@@ -471,21 +516,21 @@ func (c *copier) cpuCopy(dst, src []byte) time.Duration {
 	return c.eng.pool.copyN(c.o.parallelism, dst, src)
 }
 
-// abandon hands the copies a transfer left queued when its context ended
-// to a goroutine that waits for them (as long as the device takes) and
-// then runs release (the ring, the registration cache's holds). Until
-// then the Copier's ring stays taken: later transfers wait for it,
-// bounded by their own contexts, and Close waits for it too.
-func (c *copier) abandon(release ...func()) {
+// abandon hands the copies a transfer left queued on l when its context
+// ended to a goroutine that waits for them (as long as the device takes)
+// and then runs release (the registration cache's holds) and gives l
+// back. Until then l stays taken: later transfers take the Copier's other
+// lane or wait for one, bounded by their own contexts, and Close waits
+// for it too.
+func (c *copier) abandon(l *lane, release func()) {
 	c.hold()
 	go func() {
 		defer c.end()
-		c.waitDrained(c.done)
-		_ = c.stream.Synchronize()
-		c.nearSet = false
-		for _, f := range release {
-			f()
-		}
+		c.waitDrained(l.done)
+		_ = l.stream.Synchronize()
+		l.nearSet = false
+		release()
+		c.releaseLane(l)
 	}()
 }
 
@@ -517,9 +562,10 @@ func waitDrained(w *waiter, ev *cuda.Event) {
 // ctx bounds the whole call. When it ends, HtoD stops issuing copies and
 // returns an error matching ctx.Err() without waiting for the copies
 // already queued (on a hung device they may never finish): the Copier
-// stays usable, but those copies keep its staging ring, so the next
-// transfer starts only after they ran (bounded by its own context), and a
-// pinned source copied directly may still be read until then. A transfer
+// stays usable, but those copies keep their lane and stages until they
+// ran, so later transfers take the other lane or wait for one (bounded by
+// their own contexts), and a pinned source copied directly may still be
+// read until then. A transfer
 // handed to the driver's pageable copy (below the Thresholds) that ctx
 // interrupts leaves that copy running in the background (Close waits for
 // it); src may be read until it returns. With a context that cannot end
@@ -790,23 +836,23 @@ func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 	return ops
 }
 
-// markNear records c.near before the last of n ops (index i) is queued,
+// markNear records l.near before the last of n ops (index i) is queued,
 // when there is work before it: waitLast then sleeps until the rest has run
 // and polls only the last piece.
-func (c *copier) markNear(i, n int) {
+func (c *copier) markNear(l *lane, i, n int) {
 	if i == n-1 && n > 1 && c.o.wait == WaitHybrid {
-		c.nearSet = c.near.Record(c.stream) == nil
+		l.nearSet = l.near.Record(l.stream) == nil
 	}
 }
 
 // waitLast waits for ev, the end of the transfer in progress: asleep in
-// the driver until c.near (when recorded) and then polling for at most the
+// the driver until l.near (when recorded) and then polling for at most the
 // tail spin, so that the driver's wake-up latency does not land on the
 // transfer's end.
-func (c *copier) waitLast(ctx context.Context, ev *cuda.Event) error {
-	if c.nearSet {
-		c.nearSet = false
-		if err := c.w.wait(ctx, c.near); err != nil {
+func (c *copier) waitLast(ctx context.Context, l *lane, ev *cuda.Event) error {
+	if l.nearSet {
+		l.nearSet = false
+		if err := c.w.wait(ctx, l.near); err != nil {
 			return err
 		}
 	}
@@ -854,7 +900,7 @@ func (c *copier) driverFree(how strategy) bool {
 	if how != forceDriver && c.eng.claimDriver() {
 		return true // counted in by the claim
 	}
-	if how == forceDriver || len(c.ring) == cap(c.ring) || !c.eng.stageFree() {
+	if how == forceDriver || len(c.free) == 0 || !c.eng.stageFree() {
 		c.eng.driverCopies.Add(1)
 		return true
 	}
@@ -870,25 +916,26 @@ func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.Devic
 		return *st, nil
 	}
 	m := startMeter(c.o.stats)
-	if err := c.acquire(ctx); err != nil {
+	l, err := c.acquire(ctx)
+	if err != nil {
 		return *st, err
 	}
 	spans, release := c.pinnedSpans(host)
 	ops := c.plan(host, dev, spans, st)
 	if st.Stages > 0 {
-		if err := c.borrow(ctx, st.Stages); err != nil {
+		if err := c.borrow(ctx, l, st.Stages); err != nil {
 			release()
-			c.releaseRing()
+			c.releaseLane(l)
 			return *st, err
 		}
 	}
 	var first error
 	if st.Direction == HostToDevice {
-		first = c.execHtoD(ctx, ops, st)
+		first = c.execHtoD(ctx, l, ops, st)
 	} else {
-		first = c.execDtoH(ctx, ops, st)
+		first = c.execDtoH(ctx, l, ops, st)
 	}
-	err := c.finish(ctx, first, st, release)
+	err = c.finish(ctx, l, first, st, release)
 	m.stop(st)
 	if err != nil {
 		return *st, fmt.Errorf("transfer: %s copy of %d bytes: %w", st.Direction, len(host), err)
@@ -896,8 +943,8 @@ func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.Devic
 	return *st, nil
 }
 
-// stageAt returns ring stage k (mod depth).
-func (c *copier) stageAt(k int) *stage { return c.stages[k%len(c.stages)] }
+// stageAt returns stage k (mod the stages) of the transfer holding l.
+func (l *lane) stageAt(k int) *stage { return l.stages[k%len(l.stages)] }
 
 // reuse waits until stage s's last queued copy has run, if it has one.
 func (c *copier) reuse(ctx context.Context, s *stage) error {
@@ -908,13 +955,13 @@ func (c *copier) reuse(ctx context.Context, s *stage) error {
 }
 
 // queued takes the result of queueing a copy into or out of stage s on
-// c.stream and, if it was queued, records s's event behind it, so that s is
-// reused only after that copy has run.
-func (c *copier) queued(s *stage, err error) error {
+// l's stream and, if it was queued, records s's event behind it, so that s
+// is reused only after that copy has run.
+func (l *lane) queued(s *stage, err error) error {
 	if err != nil {
 		return err
 	}
-	if err := s.ev.Record(c.stream); err != nil {
+	if err := s.ev.Record(l.stream); err != nil {
 		return err
 	}
 	s.used = true
@@ -938,15 +985,15 @@ func (c *copier) waitStage(ctx context.Context, ev *cuda.Event) error {
 }
 
 // startTimer records the transfer's first timing event (WithStats only).
-func (c *copier) startTimer() error {
-	if c.t0 == nil {
+func (l *lane) startTimer() error {
+	if l.t0 == nil {
 		return nil
 	}
-	return c.t0.Record(c.stream)
+	return l.t0.Record(l.stream)
 }
 
-func (c *copier) execHtoD(ctx context.Context, ops []piece, st *Stats) error {
-	first := c.startTimer()
+func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, st *Stats) error {
+	first := l.startTimer()
 	k := 0
 	for i, o := range ops {
 		if first != nil {
@@ -956,12 +1003,12 @@ func (c *copier) execHtoD(ctx context.Context, ops []piece, st *Stats) error {
 			first = err
 			break
 		}
-		c.markNear(i, len(ops))
+		c.markNear(l, i, len(ops))
 		if o.direct {
-			first = c.stream.CopyHtoD(o.dev, o.host)
+			first = l.stream.CopyHtoD(o.dev, o.host)
 			continue
 		}
-		s := c.stageAt(k)
+		s := l.stageAt(k)
 		k++
 		if err := c.reuse(ctx, s); err != nil {
 			first = err
@@ -969,7 +1016,7 @@ func (c *copier) execHtoD(ctx context.Context, ops []piece, st *Stats) error {
 		}
 		n := len(o.host)
 		st.CopyCPU += c.cpuCopy(s.mem[:n], o.host)
-		if err := c.queued(s, s.htod(c.stream, o.dev, n)); err != nil {
+		if err := l.queued(s, s.htod(l.stream, o.dev, n)); err != nil {
 			first = err
 			break
 		}
@@ -977,8 +1024,8 @@ func (c *copier) execHtoD(ctx context.Context, ops []piece, st *Stats) error {
 	return first
 }
 
-func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
-	first := c.startTimer()
+func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, st *Stats) error {
+	first := l.startTimer()
 	type pending struct {
 		o piece
 		s *stage
@@ -986,24 +1033,24 @@ func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
 	var q []pending
 	next, k := 0, 0
 	for first == nil {
-		for next < len(ops) && (ops[next].direct || len(q) < len(c.stages)) {
+		for next < len(ops) && (ops[next].direct || len(q) < len(l.stages)) {
 			if err := ctx.Err(); err != nil {
 				first = err
 				break
 			}
 			o := ops[next]
-			c.markNear(next, len(ops))
+			c.markNear(l, next, len(ops))
 			next++
 			if o.direct {
-				if err := c.stream.CopyDtoH(o.host, o.dev); err != nil {
+				if err := l.stream.CopyDtoH(o.host, o.dev); err != nil {
 					first = err
 					break
 				}
 				continue
 			}
-			s := c.stageAt(k)
+			s := l.stageAt(k)
 			k++
-			if err := c.queued(s, s.dtoh(c.stream, o.dev, len(o.host))); err != nil {
+			if err := l.queued(s, s.dtoh(l.stream, o.dev, len(o.host))); err != nil {
 				first = err
 				break
 			}
@@ -1014,11 +1061,13 @@ func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
 		}
 		h := q[0]
 		q = q[1:]
-		wait := c.waitStage
+		var err error
 		if len(q) == 0 && next == len(ops) {
-			wait = c.waitLast // the transfer's last piece
+			err = c.waitLast(ctx, l, h.s.ev) // the transfer's last piece
+		} else {
+			err = c.waitStage(ctx, h.s.ev)
 		}
-		if err := wait(ctx, h.s.ev); err != nil {
+		if err != nil {
 			first = err
 			break
 		}
@@ -1027,23 +1076,23 @@ func (c *copier) execDtoH(ctx context.Context, ops []piece, st *Stats) error {
 	return first
 }
 
-// finish ends a transfer that holds the ring: it waits, bounded by ctx,
+// finish ends a transfer that holds lane l: it waits, bounded by ctx,
 // for everything the transfer queued, so that no stage or destination is
 // still in use by the copy engine when the transfer returns, then releases
-// the ring and runs release. When ctx ends first, the wait and the
+// l and runs release. When ctx ends first, the wait and the
 // releases go on in the background (abandon) and the transfer returns at
 // once. It reports the first error: the one that stopped the transfer,
 // else an asynchronous one, else ctx's.
-func (c *copier) finish(ctx context.Context, first error, st *Stats, release func()) error {
-	timed := c.t1 != nil && first == nil && c.t1.Record(c.stream) == nil
+func (c *copier) finish(ctx context.Context, l *lane, first error, st *Stats, release func()) error {
+	timed := l.t1 != nil && first == nil && l.t1.Record(l.stream) == nil
 	errs := []error{first}
-	if err := c.done.Record(c.stream); err != nil {
+	if err := l.done.Record(l.stream); err != nil {
 		// Without an event to wait on, synchronize the stream (rare: the
 		// context is already broken).
-		errs = append(errs, err, c.stream.Synchronize())
-	} else if err := c.waitLast(ctx, c.done); err != nil {
+		errs = append(errs, err, l.stream.Synchronize())
+	} else if err := c.waitLast(ctx, l, l.done); err != nil {
 		if ctx.Err() != nil {
-			c.abandon(release, c.releaseRing)
+			c.abandon(l, release)
 			if first != nil {
 				return first
 			}
@@ -1051,16 +1100,16 @@ func (c *copier) finish(ctx context.Context, first error, st *Stats, release fun
 		}
 		errs = append(errs, err)
 	}
-	c.nearSet = false
+	l.nearSet = false
 	// Collect asynchronous errors of the copies; everything is done, so this does not block.
-	errs = append(errs, c.stream.Synchronize())
+	errs = append(errs, l.stream.Synchronize())
 	if timed {
-		if d, err := c.t1.Elapsed(c.t0); err == nil {
+		if d, err := l.t1.Elapsed(l.t0); err == nil {
 			st.Device = d
 		}
 	}
 	release()
-	c.releaseRing()
+	c.releaseLane(l)
 	for _, e := range errs {
 		if e != nil {
 			return e

@@ -18,10 +18,12 @@ import (
 // borrows up to its Copier's depth of stages for its duration, waiting in
 // FIFO order when none is idle, so that N concurrent transfers neither
 // multiply pinned memory nor oversubscribe the cores: the engine holds
-// depth stages while one Copier uses it and twice that (two transfers in
-// flight at once, typically one each way, on the two copy engines) while
-// two or more do, however many Copiers there are; its copy goroutines are
-// the largest parallelism asked for, capped by the number of CPUs.
+// depth stages while one Copier uses it one transfer at a time and twice
+// that (two transfers in flight at once, typically one each way, on the
+// two copy engines) once two or more Copiers do or one runs two
+// transfers at once (growForTwo), however many Copiers there are; its
+// copy goroutines are the largest parallelism asked for, capped by the
+// number of CPUs.
 //
 // A Copier with WithStageFlags options (pinmem options cannot be
 // compared) has an engine of its own, sized like a shared one.
@@ -43,6 +45,8 @@ type engine struct {
 	pool    *copyPool
 	closed  bool
 	rel     releaser
+	// grown: growForTwo has run (whether or not it got every stage).
+	grown bool
 
 	// driverCopies counts the transfers of the engine's Copiers that are
 	// in the driver's own pageable copy (claimDriver).
@@ -344,6 +348,29 @@ func (e *engine) leave(member *bool) (left int, err error) {
 		left = 1
 	}
 	return left, err
+}
+
+// growForTwo grows the engine to two rings (twice the largest depth) when
+// it holds fewer, for a Copier running two transfers at once (one on each
+// of its lanes); the stages stay until the engine closes. It runs once: a
+// failure to allocate (the budget, say) is not an error, the transfers
+// then share the stages there are.
+func (e *engine) growForTwo() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed || e.grown || len(e.all) >= 2*e.depth {
+		return
+	}
+	e.grown = true
+	for len(e.all) < 2*e.depth {
+		s, err := newStage(e.cctx, e.key.stageSize, e.flags, e.popts, !e.key.pipeline)
+		if err != nil {
+			break
+		}
+		e.all = append(e.all, s)
+		e.idle = append(e.idle, s)
+	}
+	e.serve()
 }
 
 // isClosed reports whether the engine's last member has left.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
@@ -274,4 +276,90 @@ func TestFakeEnginePipelines(t *testing.T) {
 	if all, _ := ps[0].eng.stageCount(); all != 2*inFlight {
 		t.Errorf("engine holds %d stages", all)
 	}
+}
+
+// TestFakeTwoLanes: a Copier with a stream of its own runs two staged
+// transfers at once: while one is stuck on a held stream, another (the
+// other way) completes with every byte right, on stages the engine grew
+// for it; the stuck one completes once its stream is released. A Copier
+// given WithStream has one lane: its second transfer waits, bounded by
+// its context.
+func TestFakeTwoLanes(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	const stage, depth = 64 << 10, 3
+	opts := []Option{WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithThresholds(Thresholds{})}
+	c := e.copier(t, opts...)
+	if len(c.lanes) != lanesOwn {
+		t.Fatalf("%d lanes, want %d", len(c.lanes), lanesOwn)
+	}
+	n := 10 * stage
+	devA, devB := e.devbuf(t, n), e.devbuf(t, n)
+	srcA, srcB := testutil.RandomBytes(n, 21), testutil.RandomBytes(n, 22)
+	if err := devB.CopyFromHost(0, srcB); err != nil {
+		t.Fatal(err)
+	}
+	sh := cudadrv.Stream(c.lanes[0].stream.Handle())
+	if err := e.d.HoldStream(sh); err != nil {
+		t.Fatal(err)
+	}
+	a := c.HtoDAsync(context.Background(), devA, srcA)
+	waitPending(t, e.d, c.lanes[0].stream, depth)
+	gotB := make([]byte, n)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.DtoH(context.Background(), gotB, devB)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a second transfer waited for the first one's lane")
+	}
+	testutil.CheckBytes(t, srcB, gotB)
+	select {
+	case <-a.Done():
+		t.Fatal("the transfer on the held stream finished")
+	default:
+	}
+	if all, _ := c.eng.stageCount(); all != 2*depth {
+		t.Errorf("engine holds %d stages, want %d (grown for two transfers)", all, 2*depth)
+	}
+	if err := e.d.ReleaseStream(sh); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, srcA, e.deviceBytes(t, devA))
+
+	// One lane with WithStream.
+	s, err := e.ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	one := e.copier(t, append(opts, WithStream(s))...)
+	if len(one.lanes) != 1 {
+		t.Fatalf("WithStream: %d lanes, want 1", len(one.lanes))
+	}
+	if err := e.d.HoldStream(cudadrv.Stream(s.Handle())); err != nil {
+		t.Fatal(err)
+	}
+	a = one.HtoDAsync(context.Background(), devA, srcB)
+	waitPending(t, e.d, s, depth)
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := one.DtoH(short, gotB, devB); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second transfer of a one-lane Copier: %v, want context.DeadlineExceeded", err)
+	}
+	if err := e.d.ReleaseStream(cudadrv.Stream(s.Handle())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, srcB, e.deviceBytes(t, devA))
 }

@@ -330,8 +330,10 @@ func testRingOrdering(t *testing.T, stats bool) {
 
 // TestFakeCancelHalfway cancels transfers whose stream is held: they must
 // return at once, report the cancellation (never success), leave later
-// device memory untouched, leak nothing, and the Copier's next transfer
-// must wait for the abandoned copies before reusing the stages.
+// device memory untouched, leak nothing, and the Copier's next transfers
+// must not reuse the stages of the abandoned copies: the next takes the
+// other lane and stages of its own, and with both lanes abandoned a
+// transfer waits for their copies (bounded by its context).
 func TestFakeCancelHalfway(t *testing.T) {
 	for _, dir := range []Direction{HostToDevice, DeviceToHost} {
 		t.Run(dir.String(), func(t *testing.T) {
@@ -350,9 +352,13 @@ func TestFakeCancelHalfway(t *testing.T) {
 			} else if err := dev.Memset(testutil.PoisonByte); err != nil {
 				t.Fatal(err)
 			}
-			sh := cudadrv.Stream(c.Stream().Handle())
-			if err := e.d.HoldStream(sh); err != nil {
-				t.Fatal(err)
+			var held []cudadrv.Stream
+			for _, l := range c.lanes {
+				sh := cudadrv.Stream(l.stream.Handle())
+				if err := e.d.HoldStream(sh); err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, sh)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -373,24 +379,44 @@ func TestFakeCancelHalfway(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled transfer: %v, want context.Canceled", err)
 			}
-			// The next transfer waits for the abandoned copies (bounded
-			// by its context) ...
+			// The next transfer takes the other lane, whose stream is
+			// held too: it is abandoned in its turn (bounded by its
+			// context), on stages other than the first one's ...
 			short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancelShort()
 			if _, err := c.HtoD(short, dev, src[:10]); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("transfer while the abandoned copies are held: %v, want context.DeadlineExceeded", err)
 			}
-			if err := e.d.ReleaseStream(sh); err != nil {
-				t.Fatal(err)
+			if all, peak := c.eng.stageCount(); all != 2*depth || peak != depth+1 {
+				t.Fatalf("engine: %d stages, %d borrowed at most; want %d and %d", all, peak, 2*depth, depth+1)
 			}
-			// ... and runs once they drained: acquire the ring to know.
+			// ... and with both lanes taken by abandoned copies, a
+			// transfer waits for them ...
+			shorter, cancelShorter := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancelShorter()
+			if _, err := c.HtoD(shorter, dev, src[:10]); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("transfer while both lanes are abandoned: %v, want context.DeadlineExceeded", err)
+			}
+			for _, sh := range held {
+				if err := e.d.ReleaseStream(sh); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// ... and runs once they drained: take every lane to know.
 			if _, err := c.HtoD(context.Background(), dev, nil); err != nil {
 				t.Fatal(err)
 			}
-			if err := c.acquire(context.Background()); err != nil {
-				t.Fatal(err)
+			var ls []*lane
+			for range c.lanes {
+				l, err := c.acquire(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				ls = append(ls, l)
 			}
-			c.releaseRing()
+			for _, l := range ls {
+				c.releaseLane(l)
+			}
 			got := host
 			if dir == HostToDevice {
 				got = e.deviceBytes(t, dev)

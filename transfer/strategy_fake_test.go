@@ -510,7 +510,10 @@ func TestFakeDriverBusyRingTaken(t *testing.T) {
 	src := testutil.RandomBytes(n, 10)
 	c.eng.driverCopies.Add(1) // another transfer is in the driver's copy
 	defer c.eng.driverCopies.Add(-1)
-	c.ring <- struct{}{} // and a staged transfer holds the ring
+	var taken []*lane // and staged transfers hold every lane
+	for range c.lanes {
+		taken = append(taken, <-c.free)
+	}
 	done := make(chan Stats, 1)
 	go func() {
 		st, err := c.HtoD(context.Background(), dev, src)
@@ -527,7 +530,9 @@ func TestFakeDriverBusyRingTaken(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a small transfer waited for the ring held by another transfer")
 	}
-	<-c.ring
+	for _, l := range taken {
+		c.free <- l
+	}
 	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
 	if st, err := c.HtoD(context.Background(), dev, src); err != nil || st.StagedBytes != n {
 		t.Errorf("ring free, driver busy: %v %v, want staging", st, err)

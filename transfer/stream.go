@@ -41,14 +41,15 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 		return st, err
 	}
 	m := startMeter(c.o.stats)
-	if err := c.acquire(ctx); err != nil {
+	l, err := c.acquire(ctx)
+	if err != nil {
 		return st, err
 	}
-	if err := c.borrow(ctx, c.o.depth); err != nil {
-		c.releaseRing()
+	if err := c.borrow(ctx, l, c.o.depth); err != nil {
+		c.releaseLane(l)
 		return st, err
 	}
-	first := c.startTimer()
+	first := l.startTimer()
 	read := func(_ int64, p []byte) (int, error) { return io.ReadFull(r, p) }
 	pa, pos, positional := positionalReader(r)
 	if positional {
@@ -59,7 +60,7 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 			first = err
 			break
 		}
-		s := c.stageAt(k)
+		s := l.stageAt(k)
 		if err := c.reuse(ctx, s); err != nil {
 			first = err
 			break
@@ -67,7 +68,7 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 		want := min(len(s.mem), dst.Size()-off)
 		n, rerr := read(int64(off), s.mem[:want])
 		if n > 0 {
-			if err := c.queued(s, s.htod(c.stream, dst.Ptr().Add(off), n)); err != nil {
+			if err := l.queued(s, s.htod(l.stream, dst.Ptr().Add(off), n)); err != nil {
 				first = err
 				break
 			}
@@ -90,7 +91,7 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 			first = fmt.Errorf("setting the reader's offset: %w", err)
 		}
 	}
-	err := c.finish(ctx, first, &st, func() {})
+	err = c.finish(ctx, l, first, &st, func() {})
 	m.stop(&st)
 	if err != nil {
 		return st, fmt.Errorf("transfer: reading into device memory after %d bytes: %w", st.Bytes, err)
@@ -125,11 +126,12 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 		return st, err
 	}
 	m := startMeter(c.o.stats)
-	if err := c.acquire(ctx); err != nil {
+	l, err := c.acquire(ctx)
+	if err != nil {
 		return st, err
 	}
-	if err := c.borrow(ctx, c.o.depth); err != nil {
-		c.releaseRing()
+	if err := c.borrow(ctx, l, c.o.depth); err != nil {
+		c.releaseLane(l)
 		return st, err
 	}
 	type pending struct {
@@ -137,7 +139,7 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 		s      *stage
 	}
 	var q []pending
-	first := c.startTimer()
+	first := l.startTimer()
 	write := func(_ int64, p []byte) (int, error) { return w.Write(p) }
 	wa, pos, positional := positionalWriter(w)
 	if positional {
@@ -157,15 +159,15 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 	size := src.Size()
 	next, k := 0, 0
 	for first == nil {
-		for next < size && len(q) < len(c.stages) {
+		for next < size && len(q) < len(l.stages) {
 			if err := ctx.Err(); err != nil {
 				first = err
 				break
 			}
-			s := c.stageAt(k)
+			s := l.stageAt(k)
 			k++
 			n := min(len(s.mem), size-next)
-			if err := c.queued(s, s.dtoh(c.stream, src.Ptr().Add(next), n)); err != nil {
+			if err := l.queued(s, s.dtoh(l.stream, src.Ptr().Add(next), n)); err != nil {
 				first = err
 				break
 			}
@@ -197,7 +199,7 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 			first = fmt.Errorf("setting the writer's offset: %w", err)
 		}
 	}
-	err := c.finish(ctx, first, &st, func() {})
+	err = c.finish(ctx, l, first, &st, func() {})
 	m.stop(&st)
 	if err != nil {
 		return st, fmt.Errorf("transfer: writing device memory after %d bytes: %w", st.Bytes, err)

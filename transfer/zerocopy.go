@@ -35,11 +35,12 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 	}
 	releases := []func(){}
 	if s == nil {
-		if err := c.acquire(ctx); err != nil {
+		l, err := c.acquire(ctx)
+		if err != nil {
 			return err
 		}
-		releases = append(releases, c.releaseRing)
-		s = c.stream
+		releases = append(releases, func() { c.releaseLane(l) })
+		s = l.stream
 	}
 	release := func() {
 		for _, f := range releases {
