@@ -363,3 +363,73 @@ func TestFakeTwoLanes(t *testing.T) {
 	}
 	testutil.CheckBytes(t, srcB, e.deviceBytes(t, devA))
 }
+
+// TestFakeTwoLanesUnderBudget: when the budget leaves no room for the
+// second ring, the engine stays at one (and does not try again for every
+// transfer), and two transfers of one Copier share its stages: the second
+// waits for them and both complete with every byte right.
+func TestFakeTwoLanesUnderBudget(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	const stage, depth = 64 << 10, 3
+	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithThresholds(Thresholds{}))
+	prev := pinmem.SetBudget(pinmem.Stats().Pinned.Bytes + stage/2) // not one more stage
+	defer pinmem.SetBudget(prev)
+	n := 10 * stage
+	devA, devB := e.devbuf(t, n), e.devbuf(t, n)
+	srcA, srcB := testutil.RandomBytes(n, 31), testutil.RandomBytes(n, 32)
+	if err := devB.CopyFromHost(0, srcB); err != nil {
+		t.Fatal(err)
+	}
+	sh := cudadrv.Stream(c.lanes[0].stream.Handle())
+	if err := e.d.HoldStream(sh); err != nil {
+		t.Fatal(err)
+	}
+	a := c.HtoDAsync(context.Background(), devA, srcA)
+	waitPending(t, e.d, c.lanes[0].stream, depth)
+	gotB := make([]byte, n)
+	b := c.DtoHAsync(context.Background(), gotB, devB)
+	select {
+	case <-b.Done():
+		t.Fatal("the second transfer ran without stages")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if all, _ := c.eng.stageCount(); all != depth {
+		t.Fatalf("engine holds %d stages over the budget, want %d", all, depth)
+	}
+	if err := e.d.ReleaseStream(sh); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []*Op{a, b} {
+		if _, err := op.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.CheckBytes(t, srcA, e.deviceBytes(t, devA))
+	testutil.CheckBytes(t, srcB, gotB)
+	// Budget back: two transfers at once again, and the engine does not
+	// try again (it grows once); they share the stages as before.
+	pinmem.SetBudget(prev)
+	for _, l := range c.lanes {
+		if err := e.d.HoldStream(cudadrv.Stream(l.stream.Handle())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a = c.HtoDAsync(context.Background(), devA, srcB)
+	b = c.DtoHAsync(context.Background(), gotB, devB)
+	time.Sleep(50 * time.Millisecond)
+	if all, _ := c.eng.stageCount(); all != depth {
+		t.Errorf("engine holds %d stages after a failed growth, want %d", all, depth)
+	}
+	for _, l := range c.lanes {
+		if err := e.d.ReleaseStream(cudadrv.Stream(l.stream.Handle())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, op := range []*Op{a, b} {
+		if _, err := op.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.CheckBytes(t, srcB, e.deviceBytes(t, devA))
+	testutil.CheckBytes(t, srcB, gotB)
+}
