@@ -1,14 +1,16 @@
 // Package transfer moves data between Go memory and CUDA devices at close
 // to pinned-memory speed, and overlaps copies with device work.
 //
-// A Copier belongs to one CUDA context. It owns one non-blocking stream
-// and shares with the context's other Copiers a staging engine: pinned
-// staging buffers (allocated with pinmem.Alloc) that each transfer
+// A Copier belongs to one CUDA context. It owns two non-blocking streams,
+// its lanes, so that two of its transfers run at once from any goroutines
+// that share it (one stream, given with WithStream, keeps its transfers in
+// order), and shares with the context's other Copiers a staging engine:
+// pinned staging buffers (allocated with pinmem.Alloc) that each transfer
 // borrows as its ring, first come first served, and one persistent set
 // of CPU copy goroutines; many Copiers moving data at once hold at most
 // two rings of pinned memory and one set of copy goroutines. Copying a
 // large ordinary (pageable) Go slice to the device splits it into stages:
-// while the copy engine drains stage k-1 on the Copier's stream, the CPU
+// while the copy engine drains stage k-1 on the transfer's stream, the CPU
 // goroutines fill stage k, each stage guarded by its own event. Device-to-host runs the
 // ring the other way, with the DMA of later stages running ahead of the
 // CPU copy-out. A pageable slice below the Copier's Thresholds (16 MiB by
@@ -36,9 +38,10 @@
 // not wait for the device), with an error matching ctx.Err(); a cancelled
 // transfer never reports success. Copies already queued when the context
 // ends are not waited for (on a hung device they may never finish): the
-// Copier stays usable, but those copies keep its staging ring, so its next
-// transfer starts only after they ran, bounded by that transfer's own
-// context, and pinned memory copied directly may be accessed until then.
+// Copier stays usable, but those copies keep their lane and stages until
+// they ran, so later transfers take the other lane or wait, bounded by
+// their own contexts, and pinned memory copied directly may be accessed
+// until then.
 // Close(ctx) of a Copier, Pipeline or Multi is bounded the same way.
 //
 // Waiting never holds one OS thread per waiting goroutine: a Copier has a
