@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pinmem/pinmem"
@@ -46,7 +47,7 @@ import (
 // Copier with a stream of its own has two, each with a stream, so that
 // two such transfers run at once (typically one each way, on the
 // device's two copy engines) and the others wait for a lane in the order
-// they ask (asynchronous transfers queue); one given WithStream has one
+// they ask (asynchronous transfers queue, two at a time); one given WithStream has one
 // lane, that stream, so that its transfers run one at a time, in order
 // on it. Transfers left entirely to the driver's pageable copy take no
 // lane and run concurrently.
@@ -84,7 +85,7 @@ type copier struct {
 	ownStream bool
 	eng       *engine // the staging engine shared with the context's other Copiers
 	member    bool    // this Copier still counts in eng
-	w         *waiter
+	w         *waiter // the first lane's, for RunMapped on a stream of the caller's
 	cache     *RegCache
 	lanes     []*lane    // every lane, idle or taken
 	free      chan *lane // the idle lanes
@@ -111,11 +112,19 @@ type copier struct {
 // order on that stream.
 type lane struct {
 	stream  *cuda.Stream
+	w       *waiter     // the lane's own, so that a wait on one lane never queues behind another's
 	stages  []*stage    // borrowed from the engine for the transfer in progress
 	done    *cuda.Event // end of a transfer (blocking sync, no timing)
 	near    *cuda.Event // all but the transfer's last piece (see waitLast)
 	nearSet bool        // near is recorded for the transfer in progress
 	t0, t1  *cuda.Event // timing of a transfer (WithStats only)
+	// staging: the transfer holding the lane holds or waits for stages
+	// (borrow); growForTwo grows the engine only for two of those.
+	staging atomic.Bool
+	// draining: an abandoned transfer's copies are still queued on the
+	// lane (abandon); a transfer on another lane queues its copies behind
+	// done (acquire).
+	draining atomic.Bool
 }
 
 // lanesOwn is the number of lanes of a Copier with a stream of its own.
@@ -129,7 +138,7 @@ type stage struct {
 	used bool // ev has been recorded
 }
 
-// New creates a Copier for the context c: its stream and events, and its
+// New creates a Copier for the context c: its lanes' streams and events, and its
 // membership of the context's staging engine, which New creates or grows
 // (depth x stage size of pinned memory from pinmem.Alloc for the first
 // Copier, twice that once two or more share it; copy goroutines up to
@@ -173,7 +182,7 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 	}
 	cp.free = make(chan *lane, n)
 	for range n {
-		l := &lane{stream: o.stream}
+		l := &lane{stream: o.stream, w: newWaiter()}
 		cp.lanes = append(cp.lanes, l)
 		if l.stream == nil {
 			if l.stream, err = c.NewStream(cuda.StreamNonBlocking); err != nil {
@@ -201,7 +210,9 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 		return cp, err
 	}
 	cp.member = true
-	cp.w = newWaiter()
+	// Calls on a stream of the caller's (RunMapped) wait through the
+	// first lane's waiter.
+	cp.w = cp.lanes[0].w
 	if o.cacheOn {
 		cp.cache = newRegCache(o.cacheLimit, o.cacheMin, pinmem.WithDevice(c.Device()))
 	}
@@ -221,8 +232,8 @@ func (c *Copier) Context() *cuda.Context {
 
 // Stream returns the stream of the Copier's first lane: the stream given
 // by WithStream, else one of the two streams the Copier issues its
-// copies on (nil for a nil Copier). A transfer's copies have all run when
-// it returns, whichever lane it took.
+// copies on (nil for a nil Copier). A transfer that returns without error
+// has had all its copies run, whichever lane it took.
 func (c *Copier) Stream() *cuda.Stream {
 	if !c.ok() {
 		return nil
@@ -386,8 +397,10 @@ func (c *copier) destroyEvent(ev *cuda.Event) error {
 
 func (c *copier) releaseStep() (left int, err error) {
 	var errs []error
-	if c.w != nil {
-		c.w.close()
+	for _, l := range c.lanes {
+		if l.w != nil {
+			l.w.close()
+		}
 	}
 	if c.cache != nil {
 		n, err := c.cache.close()
@@ -473,14 +486,28 @@ func (c *Copier) enter(ctx context.Context) error {
 }
 
 // acquire takes an idle lane for one transfer, waiting for one bounded by
-// ctx.
+// ctx. While a transfer abandoned by its context still has copies queued
+// on another lane, the new transfer's stream first waits for them
+// (cuStreamWaitEvent on that lane's done event), so that its copies run
+// after theirs, as they would have on one stream: a transfer retried
+// after a timeout is never overwritten by the copies of the attempt that
+// timed out.
 func (c *copier) acquire(ctx context.Context) (*lane, error) {
+	var l *lane
 	select {
-	case l := <-c.free:
-		return l, nil
+	case l = <-c.free:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	for _, o := range c.lanes {
+		if o != l && o.draining.Load() {
+			if err := l.stream.WaitEvent(o.done); err != nil {
+				c.free <- l
+				return nil, fmt.Errorf("transfer: ordering after an abandoned transfer: %w", err)
+			}
+		}
+	}
+	return l, nil
 }
 
 // releaseLane gives the stages l borrowed back to the engine (everything
@@ -490,16 +517,21 @@ func (c *copier) releaseLane(l *lane) {
 		c.eng.give(l.stages)
 		l.stages = nil
 	}
+	l.staging.Store(false)
 	c.free <- l
 }
 
 // borrow takes up to want stages from the engine for the transfer holding
-// l (at least one), waiting for them bounded by ctx. When another lane
-// of the Copier is taken, the engine first grows to two rings if it
-// holds one (engine.growForTwo), so that the two transfers overlap.
+// l (at least one), waiting for them bounded by ctx. When another lane's
+// transfer stages too, the engine first grows to two rings if it holds
+// one (engine.growForTwo), so that the two transfers overlap.
 func (c *copier) borrow(ctx context.Context, l *lane, want int) error {
-	if len(c.lanes) > 1 && len(c.free) < len(c.lanes)-1 {
-		c.eng.growForTwo()
+	l.staging.Store(true)
+	for _, o := range c.lanes {
+		if o != l && o.staging.Load() {
+			c.eng.growForTwo()
+			break
+		}
 	}
 	ss, err := c.eng.take(ctx, min(want, c.o.depth))
 	if err != nil {
@@ -520,22 +552,21 @@ func (c *copier) cpuCopy(dst, src []byte) time.Duration {
 // ended to a goroutine that waits for them (as long as the device takes)
 // and then runs release (the registration cache's holds) and gives l
 // back. Until then l stays taken: later transfers take the Copier's other
-// lane or wait for one, bounded by their own contexts, and Close waits
-// for it too.
+// lane, with their copies queued behind these (acquire), or wait for a
+// lane, bounded by their own contexts, and Close waits for it too.
 func (c *copier) abandon(l *lane, release func()) {
+	l.draining.Store(true)
 	c.hold()
 	go func() {
 		defer c.end()
-		c.waitDrained(l.done)
+		waitDrained(l.w, l.done)
 		_ = l.stream.Synchronize()
 		l.nearSet = false
+		l.draining.Store(false)
 		release()
 		c.releaseLane(l)
 	}()
 }
-
-// waitDrained waits for ev with no bound, through the waiter.
-func (c *copier) waitDrained(ev *cuda.Event) { waitDrained(c.w, ev) }
 
 // waitDrained waits for ev with no bound, through w, retrying while the
 // driver gives up on work that has not completed.
@@ -563,9 +594,12 @@ func waitDrained(w *waiter, ev *cuda.Event) {
 // returns an error matching ctx.Err() without waiting for the copies
 // already queued (on a hung device they may never finish): the Copier
 // stays usable, but those copies keep their lane and stages until they
-// ran, so later transfers take the other lane or wait for one (bounded by
-// their own contexts), and a pinned source copied directly may still be
-// read until then. A transfer
+// ran, so later transfers take the other lane, their copies queued on the
+// device behind those (a retry is never overwritten by the attempt that
+// timed out), or wait for a lane, bounded by their own contexts; a pinned
+// source copied directly may still be read until then. Only a small
+// pageable transfer handed to the driver's own copy is not ordered
+// after them. A transfer
 // handed to the driver's pageable copy (below the Thresholds) that ctx
 // interrupts leaves that copy running in the background (Close waits for
 // it); src may be read until it returns. With a context that cannot end
@@ -595,7 +629,10 @@ func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 
 // HtoDAsync starts HtoD and returns at once; the Op reports its result.
 // src must not be modified, nor dst used, until the Op is done. Errors,
-// including a nil context or Copier, are reported by the Op.
+// including a nil context or Copier, are reported by the Op. Ops started
+// one after the other are not ordered with each other (two may run at
+// once on the Copier's two lanes): wait for an Op before starting one
+// that touches the same memory.
 func (c *Copier) HtoDAsync(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) *Op {
 	return c.async(ctx, HostToDevice, func(ctx context.Context) (Stats, error) { return c.htod(ctx, dst, src, byThreshold) })
 }
@@ -852,11 +889,11 @@ func (c *copier) markNear(l *lane, i, n int) {
 func (c *copier) waitLast(ctx context.Context, l *lane, ev *cuda.Event) error {
 	if l.nearSet {
 		l.nearSet = false
-		if err := c.w.wait(ctx, l.near); err != nil {
+		if err := l.w.wait(ctx, l.near); err != nil {
 			return err
 		}
 	}
-	return c.w.waitEnd(ctx, ev, c.o.wait)
+	return l.w.waitEnd(ctx, ev, c.o.wait)
 }
 
 // ---- execution ----
@@ -947,11 +984,11 @@ func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.Devic
 func (l *lane) stageAt(k int) *stage { return l.stages[k%len(l.stages)] }
 
 // reuse waits until stage s's last queued copy has run, if it has one.
-func (c *copier) reuse(ctx context.Context, s *stage) error {
+func (c *copier) reuse(ctx context.Context, l *lane, s *stage) error {
 	if !s.used {
 		return nil
 	}
-	return c.w.waitStage(ctx, s.ev, c.o.wait)
+	return l.w.waitStage(ctx, s.ev, c.o.wait)
 }
 
 // queued takes the result of queueing a copy into or out of stage s on
@@ -979,9 +1016,10 @@ func (s *stage) dtoh(st *cuda.Stream, dev cuda.DevicePtr, n int) error {
 	return eachPiece(s.cuts, n, func(lo, hi int) error { return st.CopyDtoH(s.mem[lo:hi], dev.Add(lo)) })
 }
 
-// waitStage waits for stage event ev inside a transfer (waiter.waitStage).
-func (c *copier) waitStage(ctx context.Context, ev *cuda.Event) error {
-	return c.w.waitStage(ctx, ev, c.o.wait)
+// waitStage waits for stage event ev inside a transfer holding l
+// (waiter.waitStage).
+func (c *copier) waitStage(ctx context.Context, l *lane, ev *cuda.Event) error {
+	return l.w.waitStage(ctx, ev, c.o.wait)
 }
 
 // startTimer records the transfer's first timing event (WithStats only).
@@ -1010,7 +1048,7 @@ func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, st *Stats) 
 		}
 		s := l.stageAt(k)
 		k++
-		if err := c.reuse(ctx, s); err != nil {
+		if err := c.reuse(ctx, l, s); err != nil {
 			first = err
 			break
 		}
@@ -1065,7 +1103,7 @@ func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, st *Stats) 
 		if len(q) == 0 && next == len(ops) {
 			err = c.waitLast(ctx, l, h.s.ev) // the transfer's last piece
 		} else {
-			err = c.waitStage(ctx, h.s.ev)
+			err = c.waitStage(ctx, l, h.s.ev)
 		}
 		if err != nil {
 			first = err

@@ -39,14 +39,15 @@
 // transfer never reports success. Copies already queued when the context
 // ends are not waited for (on a hung device they may never finish): the
 // Copier stays usable, but those copies keep their lane and stages until
-// they ran, so later transfers take the other lane or wait, bounded by
-// their own contexts, and pinned memory copied directly may be accessed
-// until then.
+// they ran, so later transfers take the other lane, with their copies
+// queued on the device behind those, or wait, bounded by their own
+// contexts, and pinned memory copied directly may be accessed until then.
 // Close(ctx) of a Copier, Pipeline or Multi is bounded the same way.
 //
-// Waiting never holds one OS thread per waiting goroutine: a Copier has a
-// single waiter goroutine that blocks in the driver on the events it is
-// asked about, and everyone else parks on channels. The end of a transfer
+// Waiting never holds one OS thread per waiting goroutine: each lane of a
+// Copier (and each output goroutine of a Pipeline Run) has one waiter
+// goroutine that blocks in the driver on the events it is asked about,
+// and everyone else parks on channels. The end of a transfer
 // is where the driver's wake-up latency would show, so by default
 // (WithWait(WaitHybrid)) a transfer sleeps until all but its last piece has
 // run and then polls the end; WaitPoll polls throughout (lowest latency,

@@ -351,26 +351,47 @@ func (e *engine) leave(member *bool) (left int, err error) {
 }
 
 // growForTwo grows the engine to two rings (twice the largest depth) when
-// it holds fewer, for a Copier running two transfers at once (one on each
-// of its lanes); the stages stay until the engine closes. It runs once: a
-// failure to allocate (the budget, say) is not an error, the transfers
-// then share the stages there are.
+// it holds fewer, for a Copier running two staged transfers at once (one
+// on each of its lanes); the stages stay until the engine closes. It runs
+// once: a failure to allocate (the budget, say) is not an error, the
+// transfers then share the stages there are. The stages are allocated
+// without the engine's lock, so that other transfers give and take
+// stages meanwhile; the caller is a member of the engine, which therefore
+// cannot close before the new stages are in it.
 func (e *engine) growForTwo() {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.closed || e.grown || len(e.all) >= 2*e.depth {
+		e.mu.Unlock()
 		return
 	}
 	e.grown = true
-	for len(e.all) < 2*e.depth {
+	want := 2*e.depth - len(e.all)
+	e.mu.Unlock()
+	var added []*stage
+	for range want {
 		s, err := newStage(e.cctx, e.key.stageSize, e.flags, e.popts, !e.key.pipeline)
 		if err != nil {
 			break
 		}
-		e.all = append(e.all, s)
-		e.idle = append(e.idle, s)
+		added = append(added, s)
 	}
+	if len(added) == 0 {
+		return
+	}
+	e.mu.Lock()
+	// A Copier joining meanwhile may have grown the engine already.
+	keep := min(len(added), max(0, 2*e.depth-len(e.all)))
+	e.all = append(e.all, added[:keep]...)
+	e.idle = append(e.idle, added[:keep]...)
 	e.serve()
+	e.mu.Unlock()
+	left := 0
+	for _, s := range added[keep:] {
+		_ = s.free(&left)
+	}
+	if left > 0 {
+		orphan(&stageSet{stages: added[keep:]})
+	}
 }
 
 // isClosed reports whether the engine's last member has left.

@@ -19,8 +19,8 @@ import (
 
 // TestFakeEngineBounds: 16 Copiers of one context moving data at once
 // share one engine: the pinned memory stays at two rings (not 16), the
-// copy goroutines are shared (one waiter per Copier, no copy goroutines
-// of its own), and every byte arrives.
+// copy goroutines are shared (a waiter per lane of a Copier, no copy
+// goroutines of its own), and every byte arrives.
 func TestFakeEngineBounds(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	const stage, depth, par, copiers, n = 64 << 10, 3, 4, 16, 1 << 20
@@ -31,8 +31,8 @@ func TestFakeEngineBounds(t *testing.T) {
 	for i := range cps {
 		cps[i] = e.copier(t, opts...)
 	}
-	if grew := runtime.NumGoroutine() - g0; grew > copiers+par {
-		t.Errorf("%d Copiers started %d goroutines, want at most %d (a waiter each and one set of copy goroutines)", copiers, grew, copiers+par)
+	if grew := runtime.NumGoroutine() - g0; grew > copiers*lanesOwn+par {
+		t.Errorf("%d Copiers started %d goroutines, want at most %d (a waiter per lane and one set of copy goroutines)", copiers, grew, copiers*lanesOwn+par)
 	}
 	eng := cps[0].eng
 	for _, c := range cps {
@@ -432,4 +432,91 @@ func TestFakeTwoLanesUnderBudget(t *testing.T) {
 	}
 	testutil.CheckBytes(t, srcB, e.deviceBytes(t, devA))
 	testutil.CheckBytes(t, srcB, gotB)
+}
+
+// TestFakeLanesWaitApart: a wait on one lane never queues behind a wait
+// on the other: with lane 0's transfer asleep on a held stream, a
+// transfer on lane 1 whose copies take 100 ms completes, in every wait
+// mode.
+func TestFakeLanesWaitApart(t *testing.T) {
+	for _, mode := range []WaitMode{WaitHybrid, WaitSleep, WaitPoll} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := useFake(t, fakedrv.Options{})
+			const stage, depth = 64 << 10, 3
+			c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithThresholds(Thresholds{}), WithWait(mode))
+			n := 10 * stage
+			devA, devB := e.devbuf(t, n), e.devbuf(t, n)
+			srcA, srcB := testutil.RandomBytes(n, 51), testutil.RandomBytes(n, 52)
+			if err := devB.CopyFromHost(0, srcB); err != nil {
+				t.Fatal(err)
+			}
+			sh0 := cudadrv.Stream(c.lanes[0].stream.Handle())
+			sh1 := cudadrv.Stream(c.lanes[1].stream.Handle())
+			if err := e.d.HoldStream(sh0); err != nil {
+				t.Fatal(err)
+			}
+			a := c.HtoDAsync(context.Background(), devA, srcA)
+			waitPending(t, e.d, c.lanes[0].stream, depth)
+			time.Sleep(20 * time.Millisecond) // lane 0's wait reaches its waiter
+			if err := e.d.HoldStream(sh1); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				time.Sleep(100 * time.Millisecond)
+				_ = e.d.ReleaseStream(sh1)
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			gotB := make([]byte, n)
+			if _, err := c.DtoH(ctx, gotB, devB); err != nil {
+				t.Fatalf("transfer on lane 1 while lane 0 waits: %v", err)
+			}
+			testutil.CheckBytes(t, srcB, gotB)
+			if err := e.d.ReleaseStream(sh0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Wait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			testutil.CheckBytes(t, srcA, e.deviceBytes(t, devA))
+		})
+	}
+}
+
+// TestFakeRetryAfterAbandon: a transfer retried after its first attempt
+// timed out takes the other lane, and its copies run after the copies the
+// first attempt left queued: the device ends with the retry's bytes.
+func TestFakeRetryAfterAbandon(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	const stage, depth = 64 << 10, 3
+	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithThresholds(Thresholds{}))
+	n := 2 * stage
+	dev := e.devbuf(t, n)
+	first, retry := testutil.RandomBytes(n, 61), testutil.RandomBytes(n, 62)
+	sh := cudadrv.Stream(c.lanes[0].stream.Handle())
+	if err := e.d.HoldStream(sh); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.HtoD(short, dev, first); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first attempt: %v, want context.DeadlineExceeded", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.HtoD(context.Background(), dev, retry)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the retry finished (%v) before the first attempt's copies ran", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := e.d.ReleaseStream(sh); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, retry, e.deviceBytes(t, dev))
 }

@@ -803,13 +803,17 @@ func (p *pipeline) startOutCopier(ctx context.Context, queues, slots int) *outCo
 		o.wg.Add(1)
 		go func() {
 			defer o.wg.Done()
+			// A waiter of its own, so that a chunk this goroutine sleeps
+			// on never holds up another stream's.
+			w := newWaiter()
+			defer w.stop()
 			failed := false
 			for f := range q {
 				if failed {
 					o.done <- outResult{f: f}
 					continue
 				}
-				if err := p.waitOut(wctx, f); err != nil {
+				if err := p.waitOut(wctx, w, f); err != nil {
 					failed = true
 					o.done <- outResult{f: f, err: err}
 					continue
@@ -824,14 +828,14 @@ func (p *pipeline) startOutCopier(ctx context.Context, queues, slots int) *outCo
 	return o
 }
 
-// waitOut waits for f's chunk as the Copier's WaitMode says, the Run's
+// waitOut waits for f's chunk through w as the Copier's WaitMode says, the Run's
 // last chunk like a transfer's end, the others polled for at most outSpin
 // with WaitHybrid.
-func (p *pipeline) waitOut(ctx context.Context, f *flight) error {
+func (p *pipeline) waitOut(ctx context.Context, w *waiter, f *flight) error {
 	if p.c.o.wait == WaitHybrid && !f.last {
-		return p.w.waitTail(ctx, f.sl.ev, time.Duration(outSpin.Load()))
+		return w.waitTail(ctx, f.sl.ev, time.Duration(outSpin.Load()))
 	}
-	return p.w.waitEnd(ctx, f.sl.ev, p.c.o.wait)
+	return w.waitEnd(ctx, f.sl.ev, p.c.o.wait)
 }
 
 // queue gives f to the goroutine of its stream (or the only one).

@@ -61,7 +61,7 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 			break
 		}
 		s := l.stageAt(k)
-		if err := c.reuse(ctx, s); err != nil {
+		if err := c.reuse(ctx, l, s); err != nil {
 			first = err
 			break
 		}
@@ -179,7 +179,7 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 		}
 		h := q[0]
 		q = q[1:]
-		if err := c.waitStage(ctx, h.s.ev); err != nil {
+		if err := c.waitStage(ctx, l, h.s.ev); err != nil {
 			first = err
 			break
 		}

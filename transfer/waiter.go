@@ -136,6 +136,11 @@ func init() { stageSpin.Store(int64(time.Millisecond)) }
 // pollForever is WaitPoll's polling bound: in effect none.
 const pollForever = time.Duration(1<<63 - 1)
 
+// stop closes the waiter without waiting for its goroutine, which exits
+// once the request it serves, if any, returns (on a hung device, when the
+// device does).
+func (w *waiter) stop() { w.once.Do(func() { close(w.reqs) }) }
+
 // close stops the waiter goroutine once it has served every request.
 func (w *waiter) close() {
 	w.once.Do(func() {

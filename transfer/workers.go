@@ -16,6 +16,7 @@ type copyPool struct {
 	n       int // goroutines per copy, the caller included (copy; copyN takes its own)
 	mu      sync.Mutex
 	workers int
+	started atomic.Int32 // workers, for copyN without the lock
 	closed  bool
 	tasks   chan *copyBatch // one entry per worker a batch enlists
 	wg      sync.WaitGroup
@@ -74,6 +75,7 @@ func (p *copyPool) grow(n int) {
 		p.wg.Add(1)
 		go p.worker()
 	}
+	p.started.Store(int32(p.workers))
 }
 
 func (p *copyPool) worker() {
@@ -117,38 +119,43 @@ func (p *copyPool) next() (b *copyBatch, ok bool) {
 }
 
 // work claims and copies sub-pieces of b until none is left and, when p
-// measures, adds the CPU time it took to the batch. A worker that comes
-// to a batch already done returns at once without touching its memory.
+// measures, adds the CPU time it took to the batch before it counts its
+// sub-pieces done (so that copyN, which returns once they are, reads all
+// of it). A worker that comes to a batch already done returns at once
+// without touching its memory.
 func (b *copyBatch) work(p *copyPool) {
 	var t0 time.Time
 	var c0 time.Duration
-	timed := false
+	if p.measure {
+		if p.thread {
+			c0 = threadCPU()
+		} else {
+			t0 = time.Now()
+		}
+	}
+	done := 0
 	for {
 		i := int(b.next.Add(1) - 1)
 		if i >= int(b.pieces) {
 			break
 		}
-		if p.measure && !timed {
-			timed = true
-			if p.thread {
-				c0 = threadCPU()
-			} else {
-				t0 = time.Now()
-			}
-		}
 		lo := i * b.size
 		hi := min(lo+b.size, len(b.dst))
 		copy(b.dst[lo:hi], b.src[lo:hi])
-		b.left.Add(-1)
-		b.wg.Done()
+		done++
 	}
-	if timed {
+	if done == 0 {
+		return
+	}
+	if p.measure {
 		if p.thread {
 			b.cpu.Add(int64(threadCPU() - c0))
 		} else {
 			b.cpu.Add(int64(time.Since(t0)))
 		}
 	}
+	b.left.Add(int32(-done))
+	b.wg.Add(-done)
 }
 
 // copy copies src into dst (of the same length) using up to p.n goroutines
@@ -157,13 +164,23 @@ func (b *copyBatch) work(p *copyPool) {
 func (p *copyPool) copy(dst, src []byte) time.Duration { return p.copyN(p.n, dst, src) }
 
 // copyN is copy split over up to parts goroutines (the caller included),
-// each share at least minPiece bytes: the caller enlists parts-1 of the
-// pool's workers (however many there are, in the order copies ask), copies
-// sub-pieces itself, and waits for those the workers claimed.
+// each share at least minPiece bytes: the caller enlists up to parts-1 of
+// the pool's workers (no more than it has, in the order copies ask),
+// copies sub-pieces itself, and waits for those the workers claimed.
 func (p *copyPool) copyN(parts int, dst, src []byte) time.Duration {
+	b := p.batch(parts, dst, src)
+	if b == nil {
+		return 0
+	}
+	return time.Duration(b.cpu.Load())
+}
+
+// batch runs copyN's copy and returns its batch, every sub-piece copied
+// and its CPU time added (nil when there is nothing to copy).
+func (p *copyPool) batch(parts int, dst, src []byte) *copyBatch {
 	n := min(len(dst), len(src))
 	if n == 0 {
-		return 0
+		return nil
 	}
 	b := &copyBatch{dst: dst[:n], src: src[:n]}
 	helpers := min(parts, n/minPiece) - 1
@@ -175,8 +192,16 @@ func (p *copyPool) copyN(parts int, dst, src []byte) time.Duration {
 	b.pieces = int32((n + b.size - 1) / b.size)
 	b.left.Store(b.pieces)
 	b.wg.Add(int(b.pieces))
+	// Enlist at most as many workers as the pool has, without blocking:
+	// when the queue is full the caller copies the rest itself.
+	helpers = min(helpers, int(p.started.Load()))
+enlist:
 	for range helpers {
-		p.tasks <- b
+		select {
+		case p.tasks <- b:
+		default:
+			break enlist
+		}
 	}
 	p.callerWork(b)
 	if spin := time.Duration(spinWait.Load()); spin > 0 && b.left.Load() > 0 {
@@ -189,7 +214,7 @@ func (p *copyPool) copyN(parts int, dst, src []byte) time.Duration {
 		}
 	}
 	b.wg.Wait()
-	return time.Duration(b.cpu.Load())
+	return b
 }
 
 func (p *copyPool) callerWork(b *copyBatch) {

@@ -73,3 +73,28 @@ func TestCopyPoolBatches(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyPoolCPUCounted: with measure on, a copy's CPU time is complete
+// when copyN returns: no worker adds its share afterwards (a worker adds
+// it before it counts its sub-pieces done), and a pool asked for more
+// goroutines than it has still copies everything.
+func TestCopyPoolCPUCounted(t *testing.T) {
+	p := newCopyPool(8, true)
+	defer p.close()
+	src := testutil.RandomBytes(16<<20, 9)
+	dst := make([]byte, len(src))
+	for i := range 200 {
+		b := p.batch(32, dst, src)
+		got := b.cpu.Load()
+		time.Sleep(200 * time.Microsecond)
+		if late := b.cpu.Load(); late != got {
+			t.Fatalf("copy %d: %v of CPU time when copyN returned, %v later", i, time.Duration(got), time.Duration(late))
+		}
+		if got <= 0 {
+			t.Fatalf("copy %d: no CPU time measured", i)
+		}
+	}
+	if !bytes.Equal(dst, src) {
+		t.Fatal("bytes differ")
+	}
+}
