@@ -90,9 +90,6 @@ func TestCopyPoolCPUCounted(t *testing.T) {
 		if late := b.cpu.Load(); late != got {
 			t.Fatalf("copy %d: %v of CPU time when copyN returned, %v later", i, time.Duration(got), time.Duration(late))
 		}
-		if got <= 0 {
-			t.Fatalf("copy %d: no CPU time measured", i)
-		}
 	}
 	if !bytes.Equal(dst, src) {
 		t.Fatal("bytes differ")
