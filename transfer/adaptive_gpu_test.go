@@ -265,8 +265,8 @@ func sizeName(n int) string {
 // staging included; their creation is not timed), and fails unless every
 // byte came back. The goroutines' directions interleave, so copies both
 // ways run at once. At 1 MiB the "-driver" modes give every transfer to
-// the driver's pageable copy (stageWhenDriverBusy off), beside the
-// default that stages while another transfer is in it. About 15 s:
+// the driver's pageable copy (stageWhenDriverBusy and the single-stage path off), beside
+// the default that stages while another transfer is in it. About 15 s:
 //
 //	.gpu/bin/transfer.test -test.run '^$' -test.bench 'CopierConcurrent' -test.benchtime 3x
 func BenchmarkCopierConcurrent(b *testing.B) {
@@ -280,8 +280,13 @@ func BenchmarkCopierConcurrent(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/g=%d/%s", sizeName(n), g, mode), func(b *testing.B) {
 					// "-driver": every small transfer takes the driver's
 					// copy, however many are in it (stageWhenDriverBusy off).
-					stageWhenDriverBusy.Store(!strings.HasSuffix(mode, "-driver"))
+					driverOnly := strings.HasSuffix(mode, "-driver")
+					stageWhenDriverBusy.Store(!driverOnly)
 					defer stageWhenDriverBusy.Store(true)
+					if driverOnly {
+						singleOff.Store(true)
+						defer singleOff.Store(false)
+					}
 					benchConcurrent(b, ctx, n, g, strings.HasPrefix(mode, "shared"))
 				})
 			}

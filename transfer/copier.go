@@ -906,8 +906,10 @@ func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, h
 	if len(src) > dst.Size() {
 		return st, &SizeError{Op: HostToDevice.String(), Need: len(src), Have: dst.Size()}
 	}
-	if len(src) > 0 && c.small(HostToDevice, len(src), how) && !c.mayBePinned(src) && c.driverFree(how) {
-		return c.pageable(ctx, &st, dst, src)
+	if len(src) > 0 && c.small(HostToDevice, len(src), how) && !c.mayBePinned(src) {
+		if out, err, ok := c.short(ctx, &st, dst, src, how); ok {
+			return out, err
+		}
 	}
 	return c.run(ctx, &st, src, dst.Ptr())
 }
@@ -920,28 +922,56 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 	if len(dst) > src.Size() {
 		return st, &SizeError{Op: DeviceToHost.String(), Need: len(dst), Have: src.Size()}
 	}
-	if len(dst) > 0 && c.small(DeviceToHost, len(dst), how) && !c.mayBePinned(dst) && c.driverFree(how) {
-		return c.pageable(ctx, &st, src, dst)
+	if len(dst) > 0 && c.small(DeviceToHost, len(dst), how) && !c.mayBePinned(dst) {
+		if out, err, ok := c.short(ctx, &st, src, dst, how); ok {
+			return out, err
+		}
 	}
 	return c.run(ctx, &st, dst, src.Ptr())
 }
 
-// driverFree reports whether a small transfer takes the driver's own
-// pageable copy, and if so counts it in until pageable's driver copy
-// returns: when no other transfer of the engine is in that copy
-// (engine.claimDriver), and when one is but staging would wait, for the
-// Copier's ring or for the engine's stages, behind the transfers holding
-// them (a small transfer does not queue behind a large one). A forced
-// choice (Calibrate) always takes it.
-func (c *copier) driverFree(how strategy) bool {
-	if how != forceDriver && c.eng.claimDriver() {
-		return true // counted in by the claim
-	}
-	if how == forceDriver || len(c.free) == 0 || !c.eng.stageFree() {
+// short moves a small pageable transfer by one of the short paths: one
+// pinned stage on the caller's goroutine (single) or the driver's own
+// pageable copy (pageable). handled is false when neither took it, and
+// the transfer goes through the ring. The order:
+//   - sizes where one stage beats the driver's copy (singleBand) take a
+//     stage when one is idle;
+//   - the driver's copy when no other transfer of the engine is in it
+//     (engine.claimDriver: those copies do not add up across threads);
+//   - one stage when one is idle (the driver's copy is busy);
+//   - the driver's copy anyway when staging would wait, for the Copier's
+//     lanes or the engine's stages, behind the transfers holding them (a
+//     small transfer does not queue behind a large one);
+//   - else the ring.
+//
+// A forced choice (Calibrate, benchmarks) takes its own path.
+func (c *copier) short(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte, how strategy) (out Stats, err error, handled bool) {
+	n := len(host)
+	if how == forceDriver {
 		c.eng.driverCopies.Add(1)
-		return true
+		out, err = c.pageable(ctx, st, dev, host)
+		return out, err, true
 	}
-	return false
+	if how == forceSingle || singleBand(n) {
+		if out, err, ok := c.single(ctx, st, dev, host); ok {
+			return out, err, true
+		}
+	}
+	if c.eng.claimDriver() {
+		out, err = c.pageable(ctx, st, dev, host)
+		return out, err, true
+	}
+	if how != forceSingle && singleOn() {
+		if out, err, ok := c.single(ctx, st, dev, host); ok {
+			return out, err, true
+		}
+	}
+	if how == forceSingle || len(c.free) == 0 || !c.eng.stageFree() {
+		c.eng.driverCopies.Add(1)
+		out, err = c.pageable(ctx, st, dev, host)
+		return out, err, true
+	}
+	return *st, nil, false
 }
 
 // run plans and executes one copy in st.Direction.

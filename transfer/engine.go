@@ -408,3 +408,14 @@ func (e *engine) stageCount() (all, peak int) {
 	defer e.mu.Unlock()
 	return len(e.all), e.peak
 }
+
+// tryTake borrows one idle stage without waiting: nil when none is idle
+// or a transfer waits for stages already (it is not overtaken).
+func (e *engine) tryTake() *stage {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.waiters) > 0 || len(e.idle) == 0 {
+		return nil
+	}
+	return e.grant(1)[0]
+}

@@ -231,6 +231,7 @@ const (
 	byThreshold strategy = iota // as the thresholds say
 	forceStaged                 // stage every pageable byte
 	forceDriver                 // hand every pageable byte to the driver
+	forceSingle                 // one stage on the caller's goroutine when one is idle, else the driver
 )
 
 // small reports whether a transfer of n pageable bytes in direction d goes
@@ -239,7 +240,7 @@ func (c *copier) small(d Direction, n int, how strategy) bool {
 	switch how {
 	case forceStaged:
 		return false
-	case forceDriver:
+	case forceDriver, forceSingle:
 		return true
 	}
 	return int64(n) < c.o.thr.of(d)

@@ -28,24 +28,30 @@ func callDelta(d *fakedrv.Driver, f func(), ops ...string) map[string]int {
 }
 
 // TestFakeAdaptive: below the thresholds a pageable transfer is one
-// synchronous driver copy (no ring, no event, no stream copy); at and
-// above them it is staged; the data is right either way.
+// synchronous driver copy (no ring, no event, no stream copy), except in
+// the single-stage bands, where it is one asynchronous copy through one
+// stage (singleBand); at and above the thresholds it is staged through
+// the ring; the data is right either way.
 func TestFakeAdaptive(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
-	c := e.copier(t, WithStageSize(256<<10), WithThresholds(Thresholds{HtoD: 1 << 20, DtoH: 512 << 10}))
-	dev := e.devbuf(t, 2<<20)
+	c := e.copier(t, WithStageSize(4<<20), WithThresholds(Thresholds{HtoD: 8 << 20, DtoH: 4 << 20}))
+	dev := e.devbuf(t, 16<<20)
 	ops := []string{"cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuEventRecord"}
+	const driver, single, ring = "driver", "single", "ring"
 	for _, tc := range []struct {
-		n                  int
-		upDriver, dnDriver bool
+		n      int
+		up, dn string
 	}{
-		{1, true, true},
-		{64 << 10, true, true},
-		{512<<10 - 1, true, true},
-		{512 << 10, true, false},
-		{1<<20 - 1, true, false},
-		{1 << 20, false, false},
-		{2 << 20, false, false},
+		{1, single, single},
+		{64 << 10, single, single},
+		{64<<10 + 1, driver, driver},
+		{2<<20 - 1, driver, driver},
+		{2 << 20, single, single},
+		{4<<20 - 1, single, single},
+		{4 << 20, single, ring},
+		{8<<20 - 1, driver, ring}, // over the stage: no single stage holds it
+		{8 << 20, ring, ring},
+		{9 << 20, ring, ring},
 	} {
 		src := testutil.RandomBytes(tc.n, uint64(tc.n))
 		var up, down Stats
@@ -55,13 +61,7 @@ func TestFakeAdaptive(t *testing.T) {
 			t.Fatal(err)
 		}
 		testutil.CheckBytes(t, src, e.deviceBytes(t, dev)[:tc.n])
-		if tc.upDriver {
-			if up.PageableBytes != int64(tc.n) || up.StagedBytes != 0 || calls["cuMemcpyHtoD_v2"] != 1 || calls["cuMemcpyHtoDAsync_v2"] != 0 || calls["cuEventRecord"] != 0 {
-				t.Errorf("HtoD %d bytes: %v, calls %v; want one driver pageable copy", tc.n, up, calls)
-			}
-		} else if up.StagedBytes != int64(tc.n) || up.PageableBytes != 0 || calls["cuMemcpyHtoD_v2"] != 0 {
-			t.Errorf("HtoD %d bytes: %v, calls %v; want staged", tc.n, up, calls)
-		}
+		checkPath(t, "HtoD", tc.n, tc.up, up, calls["cuMemcpyHtoD_v2"], calls["cuMemcpyHtoDAsync_v2"], calls["cuEventRecord"])
 		dst := make([]byte, tc.n)
 		testutil.Poison(dst)
 		calls = callDelta(e.d, func() { down, err = c.DtoH(context.Background(), dst, dev) }, ops...)
@@ -69,18 +69,33 @@ func TestFakeAdaptive(t *testing.T) {
 			t.Fatal(err)
 		}
 		testutil.CheckBytes(t, src, dst)
-		if tc.dnDriver {
-			if down.PageableBytes != int64(tc.n) || calls["cuMemcpyDtoH_v2"] != 1 || calls["cuMemcpyDtoHAsync_v2"] != 0 || calls["cuEventRecord"] != 0 {
-				t.Errorf("DtoH %d bytes: %v, calls %v; want one driver pageable copy", tc.n, down, calls)
-			}
-		} else if down.StagedBytes != int64(tc.n) || calls["cuMemcpyDtoH_v2"] != 0 {
-			t.Errorf("DtoH %d bytes: %v, calls %v; want staged", tc.n, down, calls)
-		}
+		checkPath(t, "DtoH", tc.n, tc.dn, down, calls["cuMemcpyDtoH_v2"], calls["cuMemcpyDtoHAsync_v2"], calls["cuEventRecord"])
 	}
 }
 
-// TestFakeAdaptiveDefaults: a default Copier copies pageable memory below
-// 16 MiB with the driver and stages from there, both ways; pinned memory goes directly whatever its size.
+// checkPath checks that a transfer of n pageable bytes took the path
+// want ("driver", "single" or "ring"), from its Stats and the driver
+// calls it made: synchronous copies, asynchronous copies, event records.
+func checkPath(t *testing.T, op string, n int, want string, st Stats, syncCopies, asyncCopies, records int) {
+	t.Helper()
+	ok := false
+	switch want {
+	case "driver":
+		ok = st.PageableBytes == int64(n) && st.StagedBytes == 0 && syncCopies == 1 && asyncCopies == 0 && records == 0
+	case "single":
+		ok = st.StagedBytes == int64(n) && st.Stages == 1 && st.PageableBytes == 0 && syncCopies == 0 && asyncCopies == 1 && records == 0
+	case "ring":
+		ok = st.StagedBytes == int64(n) && st.PageableBytes == 0 && syncCopies == 0 && asyncCopies >= 1 && records >= 1
+	}
+	if !ok {
+		t.Errorf("%s %d bytes: %v, %d sync copies, %d async, %d event records; want the %s path", op, n, st, syncCopies, asyncCopies, records, want)
+	}
+}
+
+// TestFakeAdaptiveDefaults: a default Copier copies pageable memory up to
+// 64 KiB and from 2 MiB to 16 MiB through one stage, between them with
+// the driver, and through the ring from 16 MiB, both ways; pinned memory
+// goes directly whatever its size.
 func TestFakeAdaptiveDefaults(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t)
@@ -88,14 +103,30 @@ func TestFakeAdaptiveDefaults(t *testing.T) {
 		t.Fatalf("DefaultThresholds %+v", DefaultThresholds)
 	}
 	dev := e.devbuf(t, 32<<20)
-	for _, n := range []int{4 << 10, 16<<20 - 1, 16 << 20, 32<<20 - 1, 32 << 20} {
+	// The path from its Stats: the driver's copy, one stage, or the ring.
+	path := func(st Stats) string {
+		switch {
+		case st.PageableBytes == st.Bytes:
+			return "driver"
+		case st.StagedBytes == st.Bytes && st.Stages == 1:
+			return "single"
+		case st.StagedBytes == st.Bytes:
+			return "ring"
+		}
+		return "?"
+	}
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{{4 << 10, "single"}, {64 << 10, "single"}, {1 << 20, "driver"}, {2 << 20, "single"}, {16<<20 - 1, "single"}, {16 << 20, "ring"}, {32<<20 - 1, "ring"}, {32 << 20, "ring"}} {
+		n := tc.n
 		src := testutil.RandomBytes(n, 5)
 		up, err := c.HtoD(context.Background(), dev, src)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if driver := n < 16<<20; driver != (up.PageableBytes == int64(n)) || !driver && up.StagedBytes != int64(n) {
-			t.Errorf("%d bytes: %v", n, up)
+		if path(up) != tc.want {
+			t.Errorf("%d bytes: %v, want the %s path", n, up, tc.want)
 		}
 		testutil.CheckBytes(t, src, e.deviceBytes(t, dev)[:n])
 		back := make([]byte, n)
@@ -103,8 +134,8 @@ func TestFakeAdaptiveDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if driver := n < 16<<20; driver != (down.PageableBytes == int64(n)) || !driver && down.StagedBytes != int64(n) {
-			t.Errorf("%d bytes back: %v", n, down)
+		if path(down) != tc.want {
+			t.Errorf("%d bytes back: %v, want the %s path", n, down, tc.want)
 		}
 		testutil.CheckBytes(t, src, back)
 	}
@@ -172,8 +203,8 @@ func TestFakeAdaptiveStream(t *testing.T) {
 	}
 	defer s.Destroy()
 	c := e.copier(t, WithStream(s))
-	dev := e.devbuf(t, 64<<10)
-	src := testutil.RandomBytes(64<<10, 3)
+	dev := e.devbuf(t, 256<<10)
+	src := testutil.RandomBytes(256<<10, 3)
 	sh := cudadrv.Stream(s.Handle())
 	if err := e.d.HoldStream(sh); err != nil {
 		t.Fatal(err)
@@ -360,8 +391,8 @@ func TestFakeCalibrate(t *testing.T) {
 
 // TestFakeAdaptiveOtherDevice: memory pinmem pinned for another device's
 // context without Portable is pageable for this Copier (the driver would
-// copy it as such): small transfers of it go to the driver's copy, large
-// ones are staged; a Portable buffer is copied directly.
+// copy it as such): small transfers of it go to the driver's copy (or
+// one stage), large ones are staged; a Portable buffer is copied directly.
 func TestFakeAdaptiveOtherDevice(t *testing.T) {
 	e := useMultiFake(t, 2, 2<<20)
 	c, err := New(e.ctxs[1], WithStageSize(256<<10), WithThresholds(Thresholds{HtoD: 1 << 20, DtoH: 1 << 20}))
@@ -384,9 +415,9 @@ func TestFakeAdaptiveOtherDevice(t *testing.T) {
 		host                     []byte
 		pageable, staged, direct int
 	}{
-		{"other small", other.Bytes()[:64<<10], 64 << 10, 0, 0},
+		{"other small", other.Bytes()[:256<<10], 256 << 10, 0, 0},
 		{"other large", other.Bytes(), 0, 2 << 20, 0},
-		{"portable small", portable.Bytes()[:64<<10], 0, 0, 64 << 10},
+		{"portable small", portable.Bytes()[:256<<10], 0, 0, 256 << 10},
 	} {
 		copy(tc.host, testutil.RandomBytes(len(tc.host), 31))
 		st, err := c.HtoD(context.Background(), e.bufs[1], tc.host)
@@ -437,7 +468,7 @@ func TestFakeAdaptiveSecondContext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tc.direct != (st.DirectBytes == 64<<10) || !tc.direct && st.PageableBytes != 64<<10 {
+		if tc.direct != (st.DirectBytes == 64<<10) || !tc.direct && st.PageableBytes+st.StagedBytes != 64<<10 {
 			t.Errorf("flags %v: %v", tc.flags, st)
 		}
 		got := make([]byte, 64<<10)

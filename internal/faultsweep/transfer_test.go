@@ -338,6 +338,12 @@ func TestSweepTransfer(t *testing.T) {
 			e.defer_(s.Destroy)
 			return smallRing(transfer.WithStream(s), transfer.WithStageFlags(pinmem.Portable)), nil
 		}),
+		// Up to 64 KiB a pageable transfer goes through one stage on the
+		// caller's goroutine (the single-stage path).
+		copierOp("one stage", 16<<10, func(*env) ([]transfer.Option, error) { return smallRing(), nil }),
+		copierOp("one stage, stats, sleep", 16<<10, func(*env) ([]transfer.Option, error) {
+			return smallRing(transfer.WithStats(true), transfer.WithWait(transfer.WaitSleep)), nil
+		}),
 		registrationOp(),
 		pipelineOp("unordered"),
 		pipelineOp("ordered, pinned stages", transfer.WithOrdered(true), transfer.WithPinStages(true)),

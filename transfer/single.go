@@ -1,0 +1,221 @@
+package transfer
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// The single-stage path moves a small pageable transfer through one of the
+// engine's pinned stages in one piece, on the caller's goroutine: one CPU
+// copy (into the stage before the DMA, out of it after), one asynchronous
+// copy on a lane's stream and a wait for that stream. No copy goroutines,
+// no events, no ring: for a few kilobytes to a few megabytes it costs less
+// than the driver's own pageable copy, which bounces the bytes through a
+// staging buffer of its own and waits inside the driver call. Unlike that
+// copy it is bounded by ctx: the wait polls the stream and, when ctx ends
+// first, the transfer returns and its copy drains in the background with
+// the lane and the stage held until then. It is taken only when a lane and
+// a stage are idle at once; otherwise the transfer goes on as before (the
+// driver's copy, or the ring when another transfer is in that).
+
+// The sizes where one stage beats the driver's pageable copy, measured
+// side by side on an H200 (BenchmarkSingleStage, paired medians of
+// single/driver): 1.04-1.19 up to 64 KiB, where the stage is filled on the
+// caller's goroutine and the driver's copy costs most per byte; 0.84-1.0
+// host-to-device from 256 KiB to 1 MiB, where the driver overlaps its
+// own bounce copies with their DMA and one goroutine's copy does not; and
+// 1.05-2.0 from 2 MiB to 16 MiB, where the engine's copy goroutines fill
+// the stage. Between the two bands a transfer takes the driver's copy
+// when it is free and a stage only when it is not (short).
+var (
+	singleSmallMax atomic.Int64 // up to this size, inclusive: one stage first
+	singleLargeMin atomic.Int64 // from this size to the threshold: one stage first
+	singleOff      atomic.Bool  // benchmarks: no single-stage path at all
+)
+
+// defaultSingleSmallMax and defaultSingleLargeMin bound the two bands of
+// pageable transfer sizes that a Copier moves through one pinned stage,
+// when one is idle, rather than the driver's pageable copy: up to 64 KiB,
+// and from 2 MiB up to the Copier's staging threshold.
+const (
+	defaultSingleSmallMax = 64 << 10
+	defaultSingleLargeMin = 2 << 20
+)
+
+func init() {
+	singleSmallMax.Store(defaultSingleSmallMax)
+	singleLargeMin.Store(defaultSingleLargeMin)
+}
+
+// singleBand reports whether a small pageable transfer of n bytes tries
+// one stage before the driver's copy.
+func singleBand(n int) bool {
+	if singleOff.Load() {
+		return false
+	}
+	return int64(n) <= singleSmallMax.Load() || int64(n) >= singleLargeMin.Load()
+}
+
+// singleOn reports whether the single-stage path may be taken at all.
+func singleOn() bool { return !singleOff.Load() }
+
+// singleCopyInline is the size up to which the single-stage path copies
+// on the caller's goroutine alone; larger copies are split over the
+// engine's copy goroutines.
+const singleCopyInline = 2 * minPiece
+
+// single tries the single-stage path for a pageable transfer of host in
+// st.Direction. handled is false when it did not take the transfer (no
+// idle lane or stage, or too large): nothing was done and the caller goes
+// on with another path.
+func (c *copier) single(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte) (out Stats, err error, handled bool) {
+	n := len(host)
+	if n > c.o.stageSize {
+		return *st, nil, false
+	}
+	var l *lane
+	select {
+	case l = <-c.free:
+	default:
+		return *st, nil, false
+	}
+	if c.lanesDraining(l) {
+		// An abandoned transfer's copies are queued on another lane: the
+		// ring path orders behind them (acquire).
+		c.free <- l
+		return *st, nil, false
+	}
+	s := c.eng.tryTake()
+	if s == nil {
+		c.free <- l
+		return *st, nil, false
+	}
+	l.stages = append(l.stages[:0], s)
+	m := startMeter(c.o.stats)
+	err = c.singleExec(ctx, l, s, st.Direction, dev.Ptr(), host, st)
+	m.stop(st)
+	if err != nil {
+		return *st, fmt.Errorf("transfer: %s copy of %d bytes: %w", st.Direction, n, err), true
+	}
+	st.StagedBytes = int64(n)
+	st.Stages = 1
+	return *st, nil, true
+}
+
+// lanesDraining reports whether a lane other than l has an abandoned
+// transfer's copies queued.
+func (c *copier) lanesDraining(l *lane) bool {
+	for _, o := range c.lanes {
+		if o != l && o.draining.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// singleExec runs the single-stage copy on lane l with stage s and gives
+// both back (at once, or after the copy drained when ctx ended first).
+func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction, dev cuda.DevicePtr, host []byte, st *Stats) error {
+	n := len(host)
+	if d == HostToDevice {
+		st.CopyCPU += c.singleCopy(s.mem[:n], host)
+	}
+	err := l.startTimer()
+	if err == nil {
+		if d == HostToDevice {
+			err = s.htod(l.stream, dev, n)
+		} else {
+			err = s.dtoh(l.stream, dev, n)
+		}
+	}
+	timed := err == nil && l.t1 != nil && l.t1.Record(l.stream) == nil
+	if err != nil {
+		// Whatever was queued before the failure must run before the
+		// stage goes back.
+		err = firstErr(err, l.stream.Synchronize())
+		c.releaseLane(l)
+		return err
+	}
+	if werr := c.singleWait(ctx, l); werr != nil {
+		if ctx.Err() != nil {
+			c.abandon(l, func() {})
+			return werr
+		}
+		_ = l.stream.Synchronize()
+		c.releaseLane(l)
+		return werr
+	}
+	if timed {
+		if dt, err := l.t1.Elapsed(l.t0); err == nil {
+			st.Device = dt
+		}
+	}
+	if d == DeviceToHost {
+		st.CopyCPU += c.singleCopy(host, s.mem[:n])
+	}
+	c.releaseLane(l)
+	return nil
+}
+
+// singleCopy copies src into dst, on the caller's goroutine when small,
+// else with the engine's copy goroutines.
+func (c *copier) singleCopy(dst, src []byte) time.Duration {
+	if len(src) <= singleCopyInline {
+		copy(dst, src)
+		return 0
+	}
+	return c.cpuCopy(dst, src)
+}
+
+// singleWait waits for everything queued on l's stream, bounded by ctx.
+// A context that cannot end, under WaitHybrid or WaitPoll, waits in the
+// driver's own stream synchronisation (which spins while the process has
+// fewer contexts than CPUs). Otherwise it polls the stream for up to the
+// tail spin (WaitPoll: until done), checking ctx between queries, and
+// then sleeps on the lane's done event through its waiter.
+func (c *copier) singleWait(ctx context.Context, l *lane) error {
+	if c.o.wait != WaitSleep {
+		if ctx.Done() == nil {
+			return l.stream.Synchronize()
+		}
+		start := time.Now()
+		for i := 0; ; i++ {
+			done, err := l.stream.Query()
+			if err != nil || done {
+				return err
+			}
+			if err := ctx.Err(); err != nil {
+				if rerr := l.done.Record(l.stream); rerr != nil {
+					_ = l.stream.Synchronize()
+				}
+				return err
+			}
+			if c.o.wait == WaitHybrid && i%16 == 15 && time.Since(start) > tailSpin {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	if err := l.done.Record(l.stream); err != nil {
+		return firstErr(err, l.stream.Synchronize())
+	}
+	if err := l.w.wait(ctx, l.done); err != nil {
+		return err
+	}
+	return l.stream.Synchronize()
+}
+
+// firstErr returns the first non-nil error.
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+package transfer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+// idleStages is the number of the engine's stages not lent to a transfer.
+func idleStages(e *engine) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.idle)
+}
+
+// waitIdle waits until c has nothing in progress (abandoned copies drained).
+func waitIdle(t *testing.T, c *Copier) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		active := c.active
+		c.mu.Unlock()
+		if active == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned copies never drained")
+		}
+	}
+}
+
+// TestFakeSingleStageDeadline: a transfer on the single-stage path is
+// bounded by its context on a hung device, either way and under every
+// wait mode; its lane and stage stay held until the device ran its copy,
+// then go back, and the next transfers move every byte.
+func TestFakeSingleStageDeadline(t *testing.T) {
+	for _, mode := range []WaitMode{WaitHybrid, WaitPoll, WaitSleep} {
+		for _, d := range []Direction{HostToDevice, DeviceToHost} {
+			t.Run(mode.String()+"/"+d.String(), func(t *testing.T) {
+				e := useFake(t, fakedrv.Options{})
+				c := e.copier(t, WithWait(mode))
+				const n = 16 << 10
+				dev := e.devbuf(t, n)
+				src := testutil.RandomBytes(n, 21)
+				dst := make([]byte, n)
+				idle0 := idleStages(c.eng)
+				var held []cudadrv.Stream
+				for _, l := range c.lanes {
+					sh := cudadrv.Stream(l.stream.Handle())
+					if err := e.d.HoldStream(sh); err != nil {
+						t.Fatal(err)
+					}
+					held = append(held, sh)
+				}
+				ctx, cancel := deadline200ms()
+				within(t, "single-stage "+d.String(), 700*time.Millisecond, func() error {
+					var err error
+					if d == HostToDevice {
+						_, err = c.HtoD(ctx, dev, src)
+					} else {
+						_, err = c.DtoH(ctx, dst, dev)
+					}
+					return err
+				})
+				cancel()
+				if got := idleStages(c.eng); got != idle0-1 {
+					t.Errorf("%d idle stages while the copy is queued, %d before", got, idle0)
+				}
+				for _, sh := range held {
+					if err := e.d.ReleaseStream(sh); err != nil {
+						t.Fatal(err)
+					}
+				}
+				waitIdle(t, c)
+				if got := idleStages(c.eng); got != idle0 {
+					t.Errorf("%d idle stages after the drain, %d before", got, idle0)
+				}
+				bg := context.Background()
+				if st, err := c.HtoD(bg, dev, src); err != nil || st.Stages != 1 {
+					t.Fatalf("HtoD after the drain: %v %v", st, err)
+				}
+				testutil.Poison(dst)
+				if st, err := c.DtoH(bg, dst, dev); err != nil || st.Stages != 1 {
+					t.Fatalf("DtoH after the drain: %v %v", st, err)
+				}
+				testutil.CheckBytes(t, src, dst)
+			})
+		}
+	}
+}
+
+// TestFakeSingleStageNoStage: when no stage of the engine is idle, a
+// transfer in the single-stage band does not wait for one: it takes the
+// driver's copy. A stage given back makes the next one take it again.
+func TestFakeSingleStageNoStage(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t)
+	const n = 64 << 10
+	dev := e.devbuf(t, n)
+	src := testutil.RandomBytes(n, 22)
+	bg := context.Background()
+	all, err := c.eng.take(bg, idleStages(c.eng))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.HtoD(bg, dev, src)
+	if err != nil || st.PageableBytes != n {
+		t.Errorf("every stage lent: %v %v, want the driver's copy", st, err)
+	}
+	c.eng.give(all)
+	dst := make([]byte, n)
+	st, err = c.DtoH(bg, dst, dev)
+	if err != nil || st.Stages != 1 || st.StagedBytes != n {
+		t.Errorf("a stage idle again: %v %v, want one stage", st, err)
+	}
+	testutil.CheckBytes(t, src, dst)
+}
+
+// TestFakeSingleStageConcurrent: many goroutines moving small slices at
+// once, each through whichever path it finds free (one stage, the
+// driver's copy, the ring), with one shared Copier: every byte arrives,
+// and afterwards every stage is idle and no driver copy is counted.
+func TestFakeSingleStageConcurrent(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t)
+	bg := context.Background()
+	idle0 := idleStages(c.eng)
+	sizes := []int{4 << 10, 64 << 10, 1 << 20, 2 << 20}
+	const workers, rounds = 8, 6
+	errc := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			n := sizes[w%len(sizes)]
+			dev, err := e.ctx.Alloc(n)
+			if err != nil {
+				errc <- err
+				return
+			}
+			defer dev.Free()
+			for r := range rounds {
+				src := testutil.RandomBytes(n, uint64(w*rounds+r))
+				if _, err := c.HtoD(bg, dev, src); err != nil {
+					errc <- err
+					return
+				}
+				dst := make([]byte, n)
+				if _, err := c.DtoH(bg, dst, dev); err != nil {
+					errc <- err
+					return
+				}
+				for i := range dst {
+					if dst[i] != src[i] {
+						t.Errorf("worker %d round %d: byte %d differs", w, r, i)
+						break
+					}
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitIdle(t, c)
+	if got := idleStages(c.eng); got < idle0 {
+		t.Errorf("%d idle stages at the end, %d at the start", got, idle0)
+	}
+	if got := c.eng.driverCopies.Load(); got != 0 {
+		t.Errorf("%d driver copies counted after the transfers returned", got)
+	}
+}
