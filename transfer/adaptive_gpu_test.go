@@ -911,3 +911,66 @@ func BenchmarkPipelineKnobs(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHostBoundOverlap asks whether the host bound of
+// BenchmarkCopierVsDriver (the smaller of a parallel Go copy into pinned
+// memory and the pinned DMA, each measured alone) can be reached when the
+// two run at once, as they do in a staged transfer: side by side with
+// interleaved samples, at 64 and 256 MiB host to device, it times the Go
+// copy alone (memcpy: heap into pinned buffer A), the DMA alone (pinned
+// buffer B to the device), both started together and timed until both
+// end (overlap, the bytes of one), and the Copier. It reports
+// overlap/hostbound and copier/overlap (paired). About 20 s:
+//
+//	.gpu/bin/transfer.test -test.run '^$' -test.bench 'HostBoundOverlap' -test.benchtime 1x
+func BenchmarkHostBoundOverlap(b *testing.B) {
+	ctx := gpuCtx(b)
+	c := gpuCopier(b, ctx)
+	const maxN = 256 << 20
+	heap := touched(maxN)
+	dev := gpuAlloc(b, ctx, maxN)
+	var pins [2]*pinmem.Buffer
+	for i := range pins {
+		p, err := pinmem.Alloc(maxN, 0, pinmem.WithDevice(ctx.Device()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { p.Free() })
+		pins[i] = p
+	}
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Destroy() })
+	cpu := newCopyPool(min(DefaultParallelism, runtime.NumCPU()), false)
+	b.Cleanup(cpu.close)
+	bg := context.Background()
+	for _, n := range []int{64 << 20, 256 << 20} {
+		h, a := heap[:n], pins[0].Bytes()[:n]
+		d, _ := dev.Slice(0, n)
+		b.Run("H2D/"+sizeName(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			overlap := func() error {
+				done := make(chan error, 1)
+				go func() { done <- streamCopies(s, d.Ptr(), pins[1], n, true) }()
+				cpu.copy(a, h)
+				return <-done
+			}
+			m, g := sideBySideRounds(b, n, 15*b.N, []variant{
+				{"memcpy", func() error { cpu.copy(a, h); return nil }},
+				{"dma", func() error { return streamCopies(s, d.Ptr(), pins[1], n, true) }},
+				{"overlap", overlap},
+				{"copier", func() error { _, err := c.HtoD(bg, d, h); return err }},
+			})
+			bounds := make([]float64, len(g[0]))
+			for r := range bounds {
+				bounds[r] = min(g[0][r], g[1][r])
+			}
+			b.ReportMetric(pairedRatio(g[2], bounds), "overlap/hostbound-paired")
+			b.ReportMetric(pairedRatio(g[3], g[2]), "copier/overlap-paired")
+			b.ReportMetric(pairedRatio(g[3], bounds), "copier/hostbound-paired")
+			b.ReportMetric(min(m[0], m[1]), "hostbound-GB/s")
+		})
+	}
+}

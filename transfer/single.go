@@ -118,19 +118,63 @@ func (c *copier) lanesDraining(l *lane) bool {
 	return false
 }
 
+// singlePieces is how many pieces a single-stage transfer is cut into
+// (each at least singlePieceMin bytes): host to device, the DMA of each
+// piece is queued as soon as the CPU has copied it into the stage, so
+// that it overlaps the CPU's copy of the next; device to host, the
+// transfer goes in two halves at most, the CPU copying the first out
+// while the second is in flight (one event marks the first half's end).
+// Atomic so that a GPU benchmark can compare settings.
+var singlePieces atomic.Int32
+
+func init() { singlePieces.Store(defaultSinglePieces) }
+
+const (
+	defaultSinglePieces = 1
+	singlePieceMin      = 256 << 10
+)
+
+// singleCuts returns the number of pieces of a single-stage transfer of n
+// bytes in direction d and the size of all but the last (a multiple of
+// 4 KiB).
+func singleCuts(d Direction, n int) (k, size int) {
+	k = min(int(singlePieces.Load()), n/singlePieceMin)
+	if d == DeviceToHost {
+		k = min(k, 2)
+	}
+	if k <= 1 {
+		return 1, n
+	}
+	size = ((n+k-1)/k + 4095) &^ 4095
+	return (n + size - 1) / size, size
+}
+
 // singleExec runs the single-stage copy on lane l with stage s and gives
 // both back (at once, or after the copy drained when ctx ended first).
 func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction, dev cuda.DevicePtr, host []byte, st *Stats) error {
 	n := len(host)
+	k, size := singleCuts(d, n)
+	var err error
 	if d == HostToDevice {
-		st.CopyCPU += c.singleCopy(s.mem[:n], host)
-	}
-	err := l.startTimer()
-	if err == nil {
-		if d == HostToDevice {
-			err = s.htod(l.stream, dev, n)
-		} else {
-			err = s.dtoh(l.stream, dev, n)
+		for i := 0; i < k && err == nil; i++ {
+			lo, hi := i*size, min((i+1)*size, n)
+			st.CopyCPU += c.singleCopy(s.mem[lo:hi], host[lo:hi])
+			if i == 0 {
+				err = l.startTimer()
+			}
+			if err == nil {
+				err = s.htodRange(l.stream, dev, lo, hi)
+			}
+		}
+	} else {
+		err = l.startTimer()
+		if err == nil {
+			err = s.dtohRange(l.stream, dev, 0, size)
+		}
+		if err == nil && k > 1 {
+			if err = l.near.Record(l.stream); err == nil {
+				err = s.dtohRange(l.stream, dev, size, n)
+			}
 		}
 	}
 	timed := err == nil && l.t1 != nil && l.t1.Record(l.stream) == nil
@@ -141,14 +185,15 @@ func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction,
 		c.releaseLane(l)
 		return err
 	}
-	if werr := c.singleWait(ctx, l); werr != nil {
-		if ctx.Err() != nil {
-			c.abandon(l, func() {})
-			return werr
+	if d == DeviceToHost && k > 1 {
+		// The first half is copied out while the second is in flight.
+		if werr := l.w.wait(ctx, l.near); werr != nil {
+			return c.singleStop(ctx, l, werr)
 		}
-		_ = l.stream.Synchronize()
-		c.releaseLane(l)
-		return werr
+		st.CopyCPU += c.singleCopy(host[:size], s.mem[:size])
+	}
+	if werr := c.singleWait(ctx, l); werr != nil {
+		return c.singleStop(ctx, l, werr)
 	}
 	if timed {
 		if dt, err := l.t1.Elapsed(l.t0); err == nil {
@@ -156,10 +201,60 @@ func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction,
 		}
 	}
 	if d == DeviceToHost {
-		st.CopyCPU += c.singleCopy(host, s.mem[:n])
+		lo := 0
+		if k > 1 {
+			lo = size
+		}
+		st.CopyCPU += c.singleCopy(host[lo:], s.mem[lo:n])
 	}
 	c.releaseLane(l)
 	return nil
+}
+
+// singleStop ends a single-stage transfer whose wait failed with werr:
+// when ctx ended, its copies drain in the background with l and its stage
+// held until then (abandon); otherwise l goes back once they ran.
+func (c *copier) singleStop(ctx context.Context, l *lane, werr error) error {
+	if ctx.Err() != nil {
+		if err := l.done.Record(l.stream); err != nil {
+			_ = l.stream.Synchronize()
+		}
+		c.abandon(l, func() {})
+		return werr
+	}
+	_ = l.stream.Synchronize()
+	c.releaseLane(l)
+	return werr
+}
+
+// htodRange queues the copy of the stage's bytes [lo, hi) to dev+lo on
+// st, one copy per registration of the stage.
+func (s *stage) htodRange(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
+	return eachRange(s.cuts, lo, hi, func(a, b int) error { return st.CopyHtoD(dev.Add(a), s.mem[a:b]) })
+}
+
+// dtohRange queues the copy of dev+lo .. dev+hi into the stage's bytes
+// [lo, hi) on st.
+func (s *stage) dtohRange(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
+	return eachRange(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], dev.Add(a)) })
+}
+
+// eachRange calls f for the parts of [lo, hi) between the sorted cut
+// offsets, in order.
+func eachRange(cuts []int, lo, hi int, f func(lo, hi int) error) error {
+	for _, c := range cuts {
+		if c <= lo {
+			continue
+		}
+		if c >= hi {
+			break
+		}
+		if err := f(lo, c); err != nil {
+			return err
+		}
+		lo = c
+	}
+	return f(lo, hi)
 }
 
 // singleCopy copies src into dst, on the caller's goroutine when small,

@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -173,5 +174,69 @@ func TestFakeSingleStageConcurrent(t *testing.T) {
 	}
 	if got := c.eng.driverCopies.Load(); got != 0 {
 		t.Errorf("%d driver copies counted after the transfers returned", got)
+	}
+}
+
+// TestFakeSinglePieces: a single-stage transfer cut into pieces (the DMA
+// of each host-to-device piece queued after its CPU copy; device to host
+// in two halves at most) moves every byte, with one asynchronous copy per
+// piece, under every wait mode.
+func TestFakeSinglePieces(t *testing.T) {
+	defer singlePieces.Store(singlePieces.Load())
+	for _, mode := range []WaitMode{WaitHybrid, WaitSleep} {
+		e := useFake(t, fakedrv.Options{})
+		c := e.copier(t, WithWait(mode), WithStats(true))
+		const top = 4<<20 + 12345
+		dev := e.devbuf(t, top)
+		for _, k := range []int32{1, 2, 4, 8} {
+			singlePieces.Store(k)
+			for _, n := range []int{4 << 10, 1 << 20, 2<<20 + 1, top} {
+				src := testutil.RandomBytes(n, uint64(n)+uint64(k))
+				var err error
+				calls := callDelta(e.d, func() { _, err = c.htod(context.Background(), dev, src, forceSingle) }, "cuMemcpyHtoDAsync_v2")
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, _ := singleCuts(HostToDevice, n)
+				if want != min(int(k), max(1, n/singlePieceMin)) || calls["cuMemcpyHtoDAsync_v2"] != want {
+					t.Errorf("%v, %d pieces, %d bytes: %d async copies to the device, want %d", mode, k, n, calls["cuMemcpyHtoDAsync_v2"], want)
+				}
+				testutil.CheckBytes(t, src, e.deviceBytes(t, dev)[:n])
+				dst := make([]byte, n)
+				testutil.Poison(dst)
+				calls = callDelta(e.d, func() { _, err = c.dtoh(context.Background(), dst, dev, forceSingle) }, "cuMemcpyDtoHAsync_v2")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want, _ := singleCuts(DeviceToHost, n); calls["cuMemcpyDtoHAsync_v2"] != want || want > 2 {
+					t.Errorf("%v, %d pieces, %d bytes: %d async copies to the host, want %d", mode, k, n, calls["cuMemcpyDtoHAsync_v2"], want)
+				}
+				testutil.CheckBytes(t, src, dst)
+			}
+		}
+	}
+}
+
+// TestEachRange: the parts of a range between registration cuts.
+func TestEachRange(t *testing.T) {
+	for _, tc := range []struct {
+		cuts   []int
+		lo, hi int
+		want   [][2]int
+	}{
+		{nil, 0, 10, [][2]int{{0, 10}}},
+		{[]int{5}, 0, 10, [][2]int{{0, 5}, {5, 10}}},
+		{[]int{5}, 5, 10, [][2]int{{5, 10}}},
+		{[]int{5}, 0, 5, [][2]int{{0, 5}}},
+		{[]int{2, 4, 8}, 3, 9, [][2]int{{3, 4}, {4, 8}, {8, 9}}},
+		{[]int{2, 4, 8}, 9, 12, [][2]int{{9, 12}}},
+	} {
+		var got [][2]int
+		if err := eachRange(tc.cuts, tc.lo, tc.hi, func(a, b int) error { got = append(got, [2]int{a, b}); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("cuts %v, [%d, %d): %v, want %v", tc.cuts, tc.lo, tc.hi, got, tc.want)
+		}
 	}
 }

@@ -11,8 +11,9 @@ import (
 // goroutine, one asynchronous copy and a wait on the stream), with a
 // context that cannot end (single) and one that can (single-ctx), against
 // the driver's own pageable copy of the same Go slice and the forced ring
-// (staged), from 4 KiB to 16 MiB both ways, and reports single/driver,
-// single-ctx/driver and staged/driver. The single-stage path's default
+// (staged), from 4 KiB to 32 MiB both ways, and reports single/driver,
+// single-ctx/driver and staged/driver, and the single-stage path cut into
+// 2 and 4 pieces (singlePieces) over the driver. The single-stage path's default
 // bands (singleBand) are the sizes where single beats the driver in both
 // directions. Each size ends with a round trip through the single-stage
 // path checked byte for
@@ -22,7 +23,7 @@ import (
 func BenchmarkSingleStage(b *testing.B) {
 	ctx := gpuCtx(b)
 	c := gpuCopier(b, ctx)
-	sizes := []int{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20}
+	sizes := []int{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20}
 	maxN := sizes[len(sizes)-1]
 	heap := touched(maxN)
 	back := make([]byte, maxN)
@@ -44,8 +45,10 @@ func BenchmarkSingleStage(b *testing.B) {
 			}
 			b.Run(name+sizeName(n), func(b *testing.B) {
 				b.SetBytes(int64(n))
-				via := func(ctx context.Context, how strategy) func() error {
+				via := func(ctx context.Context, how strategy, pieces int32) func() error {
 					return func() error {
+						singlePieces.Store(pieces)
+						defer singlePieces.Store(defaultSinglePieces)
 						var err error
 						if dir == HostToDevice {
 							_, err = c.htod(ctx, d, h, how)
@@ -60,31 +63,41 @@ func BenchmarkSingleStage(b *testing.B) {
 					driver = func() error { return d.CopyToHost(0, h) }
 				}
 				m, g := sideBySideRounds(b, n, rounds*b.N, []variant{
-					{"single", via(bg, forceSingle)},
-					{"single-ctx", via(cctx, forceSingle)},
+					{"single", via(bg, forceSingle, 1)},
+					{"single-ctx", via(cctx, forceSingle, 1)},
 					{"driver", driver},
-					{"staged", via(bg, forceStaged)},
+					{"staged", via(bg, forceStaged, 1)},
+					{"single2", via(bg, forceSingle, 2)},
+					{"single4", via(bg, forceSingle, 4)},
 				})
 				b.ReportMetric(m[0]/m[2], "single/driver")
 				b.ReportMetric(pairedRatio(g[0], g[2]), "single/driver-paired")
 				b.ReportMetric(m[1]/m[2], "single-ctx/driver")
 				b.ReportMetric(m[3]/m[2], "staged/driver")
+				b.ReportMetric(pairedRatio(g[3], g[0]), "staged/single-paired")
+				b.ReportMetric(pairedRatio(g[4], g[2]), "single2/driver-paired")
+				b.ReportMetric(pairedRatio(g[5], g[2]), "single4/driver-paired")
 			})
 		}
-		// Every byte, both ways, through the single-stage path.
-		for i := range h {
-			h[i] = byte(i*13 + n)
+		// Every byte, both ways, through the single-stage path, whole and
+		// in pieces.
+		for _, pieces := range []int32{1, 4} {
+			singlePieces.Store(pieces)
+			for i := range h {
+				h[i] = byte(i*13 + n + int(pieces))
+			}
+			clear(back[:n])
+			st, err := c.htod(cctx, d, h, forceSingle)
+			if err != nil || st.Stages != 1 {
+				b.Fatalf("%d bytes, %d pieces: single H2D: %v (%v)", n, pieces, err, st)
+			}
+			if st, err = c.dtoh(cctx, back[:n], d, forceSingle); err != nil || st.Stages != 1 {
+				b.Fatalf("%d bytes, %d pieces: single D2H: %v (%v)", n, pieces, err, st)
+			}
+			if !bytes.Equal(back[:n], h) {
+				b.Fatalf("%d bytes, %d pieces: single-stage round trip differs", n, pieces)
+			}
 		}
-		clear(back[:n])
-		st, err := c.htod(cctx, d, h, forceSingle)
-		if err != nil || st.Stages != 1 {
-			b.Fatalf("%d bytes: single H2D: %v (%v)", n, err, st)
-		}
-		if st, err = c.dtoh(cctx, back[:n], d, forceSingle); err != nil || st.Stages != 1 {
-			b.Fatalf("%d bytes: single D2H: %v (%v)", n, err, st)
-		}
-		if !bytes.Equal(back[:n], h) {
-			b.Fatalf("%d bytes: single-stage round trip differs", n)
-		}
+		singlePieces.Store(defaultSinglePieces)
 	}
 }
