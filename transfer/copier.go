@@ -952,7 +952,7 @@ func (c *copier) short(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, h
 		out, err = c.pageable(ctx, st, dev, host)
 		return out, err, true
 	}
-	if how == forceSingle || singleBand(n) {
+	if how == forceSingle || singleBand(st.Direction, n) {
 		if out, err, ok := c.single(ctx, st, dev, host); ok {
 			return out, err, true
 		}

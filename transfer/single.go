@@ -24,41 +24,53 @@ import (
 // driver's copy, or the ring when another transfer is in that).
 
 // The sizes where one stage beats the driver's pageable copy, measured
-// side by side on an H200 (BenchmarkSingleStage, paired medians of
-// single/driver): 1.04-1.19 up to 64 KiB, where the stage is filled on the
-// caller's goroutine and the driver's copy costs most per byte; 0.84-1.0
-// host-to-device from 256 KiB to 1 MiB, where the driver overlaps its
-// own bounce copies with their DMA and one goroutine's copy does not; and
-// 1.05-2.0 from 2 MiB to 16 MiB, where the engine's copy goroutines fill
-// the stage. Between the two bands a transfer takes the driver's copy
-// when it is free and a stage only when it is not (short).
+// side by side on an H200 in two runs (BenchmarkSingleStage, paired
+// medians of single/driver):
+//   - up to 64 KiB both ways: 0.99-1.19, the stage filled on the caller's
+//     goroutine, where the driver's copy costs most per call;
+//   - host to device from 256 KiB to 1 MiB in one piece: 0.84-0.98, the
+//     driver overlapping its own bounce copies with their DMA where one
+//     goroutine's copy does not; 1 MiB in 4 pieces, each piece's DMA
+//     queued behind its copy: 1.02;
+//   - device to host from 256 KiB to 1 MiB: 0.99-1.23;
+//   - from 2 MiB to 16 MiB both ways, one piece filled or emptied by the
+//     engine's copy goroutines: 1.05-2.0 (in pieces: 0.87-1.8).
+//
+// So a transfer tries one stage first in those bands (singleBand) and
+// otherwise takes the driver's copy when it is free and a stage when it
+// is not (short): the driver's pageable copies of several threads do not
+// add up.
 var (
-	singleSmallMax atomic.Int64 // up to this size, inclusive: one stage first
-	singleLargeMin atomic.Int64 // from this size to the threshold: one stage first
+	singleSmallMax atomic.Int64 // up to this size, inclusive, both ways: one stage first
+	singleH2DMin   atomic.Int64 // host to device from this size to the threshold: one stage first
 	singleOff      atomic.Bool  // benchmarks: no single-stage path at all
 )
 
-// defaultSingleSmallMax and defaultSingleLargeMin bound the two bands of
+// defaultSingleSmallMax and defaultSingleH2DMin bound the bands of
 // pageable transfer sizes that a Copier moves through one pinned stage,
-// when one is idle, rather than the driver's pageable copy: up to 64 KiB,
-// and from 2 MiB up to the Copier's staging threshold.
+// when one is idle, rather than the driver's pageable copy: up to 64 KiB
+// and from 1 MiB host to device, every size below the threshold device
+// to host.
 const (
 	defaultSingleSmallMax = 64 << 10
-	defaultSingleLargeMin = 2 << 20
+	defaultSingleH2DMin   = 1 << 20
 )
 
 func init() {
 	singleSmallMax.Store(defaultSingleSmallMax)
-	singleLargeMin.Store(defaultSingleLargeMin)
+	singleH2DMin.Store(defaultSingleH2DMin)
 }
 
-// singleBand reports whether a small pageable transfer of n bytes tries
-// one stage before the driver's copy.
-func singleBand(n int) bool {
-	if singleOff.Load() {
+// singleBand reports whether a small pageable transfer of n bytes in
+// direction d tries one stage before the driver's copy.
+func singleBand(d Direction, n int) bool {
+	switch {
+	case singleOff.Load():
 		return false
+	case d == DeviceToHost:
+		return true
 	}
-	return int64(n) <= singleSmallMax.Load() || int64(n) >= singleLargeMin.Load()
+	return int64(n) <= singleSmallMax.Load() || int64(n) >= singleH2DMin.Load()
 }
 
 // singleOn reports whether the single-stage path may be taken at all.
@@ -118,27 +130,35 @@ func (c *copier) lanesDraining(l *lane) bool {
 	return false
 }
 
-// singlePieces is how many pieces a single-stage transfer is cut into
-// (each at least singlePieceMin bytes): host to device, the DMA of each
-// piece is queued as soon as the CPU has copied it into the stage, so
-// that it overlaps the CPU's copy of the next; device to host, the
-// transfer goes in two halves at most, the CPU copying the first out
+// singlePieces, when not 0, is how many pieces a single-stage transfer
+// is cut into (each at least singlePieceMin bytes): host to device, the
+// DMA of each piece is queued as soon as the CPU has copied it into the
+// stage, so that it overlaps the CPU's copy of the next; device to host,
+// the transfer goes in two halves at most, the CPU copying the first out
 // while the second is in flight (one event marks the first half's end).
-// Atomic so that a GPU benchmark can compare settings.
+// 0 (the default) cuts a host-to-device transfer smaller than
+// singleWholeMin into 4 pieces copied on the caller's goroutine and
+// leaves every other one whole (see the measurements above). Atomic so
+// that a GPU benchmark can compare settings.
 var singlePieces atomic.Int32
 
-func init() { singlePieces.Store(defaultSinglePieces) }
-
 const (
-	defaultSinglePieces = 1
-	singlePieceMin      = 256 << 10
+	singlePieceMin = 256 << 10
+	singleWholeMin = 4 * singleCopyInline // from here the copy goroutines fill a stage whole
 )
 
 // singleCuts returns the number of pieces of a single-stage transfer of n
 // bytes in direction d and the size of all but the last (a multiple of
 // 4 KiB).
 func singleCuts(d Direction, n int) (k, size int) {
-	k = min(int(singlePieces.Load()), n/singlePieceMin)
+	k = int(singlePieces.Load())
+	if k == 0 {
+		k = 1
+		if d == HostToDevice && n < singleWholeMin {
+			k = 4
+		}
+	}
+	k = min(k, n/singlePieceMin)
 	if d == DeviceToHost {
 		k = min(k, 2)
 	}

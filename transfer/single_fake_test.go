@@ -182,13 +182,13 @@ func TestFakeSingleStageConcurrent(t *testing.T) {
 // in two halves at most) moves every byte, with one asynchronous copy per
 // piece, under every wait mode.
 func TestFakeSinglePieces(t *testing.T) {
-	defer singlePieces.Store(singlePieces.Load())
+	defer singlePieces.Store(0)
 	for _, mode := range []WaitMode{WaitHybrid, WaitSleep} {
 		e := useFake(t, fakedrv.Options{})
 		c := e.copier(t, WithWait(mode), WithStats(true))
 		const top = 4<<20 + 12345
 		dev := e.devbuf(t, top)
-		for _, k := range []int32{1, 2, 4, 8} {
+		for _, k := range []int32{0, 1, 2, 4, 8} {
 			singlePieces.Store(k)
 			for _, n := range []int{4 << 10, 1 << 20, 2<<20 + 1, top} {
 				src := testutil.RandomBytes(n, uint64(n)+uint64(k))
@@ -198,7 +198,7 @@ func TestFakeSinglePieces(t *testing.T) {
 					t.Fatal(err)
 				}
 				want, _ := singleCuts(HostToDevice, n)
-				if want != min(int(k), max(1, n/singlePieceMin)) || calls["cuMemcpyHtoDAsync_v2"] != want {
+				if k > 0 && want != min(int(k), max(1, n/singlePieceMin)) || k == 0 && want != map[bool]int{true: 4, false: 1}[n < singleWholeMin && n >= 4*singlePieceMin] || calls["cuMemcpyHtoDAsync_v2"] != want {
 					t.Errorf("%v, %d pieces, %d bytes: %d async copies to the device, want %d", mode, k, n, calls["cuMemcpyHtoDAsync_v2"], want)
 				}
 				testutil.CheckBytes(t, src, e.deviceBytes(t, dev)[:n])

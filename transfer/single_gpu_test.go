@@ -12,8 +12,9 @@ import (
 // context that cannot end (single) and one that can (single-ctx), against
 // the driver's own pageable copy of the same Go slice and the forced ring
 // (staged), from 4 KiB to 32 MiB both ways, and reports single/driver,
-// single-ctx/driver and staged/driver, and the single-stage path cut into
-// 2 and 4 pieces (singlePieces) over the driver. The single-stage path's default
+// single-ctx/driver and staged/driver (single cut into pieces as a
+// Copier cuts it, singleCuts), and the single-stage path cut into 1, 2
+// and 4 pieces (singlePieces) over the driver. The single-stage path's default
 // bands (singleBand) are the sizes where single beats the driver in both
 // directions. Each size ends with a round trip through the single-stage
 // path checked byte for
@@ -48,7 +49,7 @@ func BenchmarkSingleStage(b *testing.B) {
 				via := func(ctx context.Context, how strategy, pieces int32) func() error {
 					return func() error {
 						singlePieces.Store(pieces)
-						defer singlePieces.Store(defaultSinglePieces)
+						defer singlePieces.Store(0)
 						var err error
 						if dir == HostToDevice {
 							_, err = c.htod(ctx, d, h, how)
@@ -63,12 +64,13 @@ func BenchmarkSingleStage(b *testing.B) {
 					driver = func() error { return d.CopyToHost(0, h) }
 				}
 				m, g := sideBySideRounds(b, n, rounds*b.N, []variant{
-					{"single", via(bg, forceSingle, 1)},
-					{"single-ctx", via(cctx, forceSingle, 1)},
+					{"single", via(bg, forceSingle, 0)},
+					{"single-ctx", via(cctx, forceSingle, 0)},
 					{"driver", driver},
-					{"staged", via(bg, forceStaged, 1)},
+					{"staged", via(bg, forceStaged, 0)},
 					{"single2", via(bg, forceSingle, 2)},
 					{"single4", via(bg, forceSingle, 4)},
+					{"single1", via(bg, forceSingle, 1)},
 				})
 				b.ReportMetric(m[0]/m[2], "single/driver")
 				b.ReportMetric(pairedRatio(g[0], g[2]), "single/driver-paired")
@@ -77,6 +79,7 @@ func BenchmarkSingleStage(b *testing.B) {
 				b.ReportMetric(pairedRatio(g[3], g[0]), "staged/single-paired")
 				b.ReportMetric(pairedRatio(g[4], g[2]), "single2/driver-paired")
 				b.ReportMetric(pairedRatio(g[5], g[2]), "single4/driver-paired")
+				b.ReportMetric(pairedRatio(g[6], g[2]), "single1/driver-paired")
 			})
 		}
 		// Every byte, both ways, through the single-stage path, whole and
@@ -98,6 +101,6 @@ func BenchmarkSingleStage(b *testing.B) {
 				b.Fatalf("%d bytes, %d pieces: single-stage round trip differs", n, pieces)
 			}
 		}
-		singlePieces.Store(defaultSinglePieces)
+		singlePieces.Store(0)
 	}
 }
