@@ -259,6 +259,9 @@ func TestFakeAdaptiveStream(t *testing.T) {
 // ends; Close waits for the copy left running; with context.Background
 // the copy runs on the caller's goroutine.
 func TestFakeAdaptiveBounded(t *testing.T) {
+	// The driver's copy, not one stage (TestFakeSingleStageDeadline).
+	singleOff.Store(true)
+	defer singleOff.Store(false)
 	e := useFake(t, fakedrv.Options{})
 	c, err := New(e.ctx)
 	if err != nil {
