@@ -599,10 +599,11 @@ func waitDrained(w *waiter, ev *cuda.Event) {
 // timed out), or wait for a lane, bounded by their own contexts; a pinned
 // source copied directly may still be read until then. Only a small
 // pageable transfer handed to the driver's own copy is not ordered
-// after them. A transfer
-// handed to the driver's pageable copy (below the Thresholds) that ctx
+// after them. A transfer handed to the driver's pageable copy (one of the
+// short paths below the Thresholds, see the package doc) that ctx
 // interrupts leaves that copy running in the background (Close waits for
-// it); src may be read until it returns. With a context that cannot end
+// it); src may be read until it returns. A small transfer through one
+// pinned stage never reads src after it returns. With a context that cannot end
 // (ctx.Done() nil, as context.Background) the driver's copy runs on the
 // calling goroutine, the cheapest way.
 func (c *Copier) HtoD(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (Stats, error) {

@@ -14,11 +14,16 @@
 // goroutines fill stage k, each stage guarded by its own event. Device-to-host runs the
 // ring the other way, with the DMA of later stages running ahead of the
 // CPU copy-out. A pageable slice below the Copier's Thresholds (16 MiB by
-// default; Calibrate measures them) is handed to the driver's own
-// pageable copy instead, which is faster at those sizes, unless another
-// transfer of the same staging engine is in that copy already (the
-// driver's pageable copies do not add up across goroutines): then it
-// stages. Memory that is
+// default; Calibrate measures them) takes a short path instead, with no
+// ring: one pinned stage of the engine, filled (host to device) or
+// emptied (device to host) on the caller's goroutine or by the copy
+// goroutines around one asynchronous copy, or the driver's own pageable
+// copy. One stage is tried first where it was measured faster than the
+// driver's copy (up to 64 KiB and from 1 MiB host to device, every size
+// device to host), taken only when a stage is idle at once; otherwise
+// the driver's copy is taken while no other transfer of the same staging
+// engine is in it (the driver's pageable copies do not add up across
+// goroutines), and one stage, else the ring, when one is. Memory that is
 // already pinned (anything pinmem pinned, found with pinmem.Lookup, a
 // pinmem.Buffer made known with AddPinned, or a range held by the
 // registration cache) is copied directly, without staging, one driver copy
@@ -110,10 +115,10 @@
 // # Defaults
 //
 // 32 MiB stages, 3 per transfer, up to 12 CPU copy goroutines (capped by
-// the number of CPUs), and the driver's pageable copy below 16 MiB:
-// pinned copies reach full PCIe speed from about 16 MiB, two or three
-// stages in flight keep the copy engine busy, Go copies into pinned
-// memory stop scaling at about a dozen goroutines, and below those sizes
-// the driver's own pageable copy is as fast as staging or faster (on an
-// H200, PCIe Gen5 x16).
+// the number of CPUs), and the short paths below 16 MiB: pinned copies
+// reach full PCIe speed from about 16 MiB, two or three stages in flight
+// keep the copy engine busy, Go copies into pinned memory stop scaling at
+// about a dozen goroutines, and below those sizes one stage, or the
+// driver's own pageable copy, is faster than the ring (on an H200, PCIe
+// Gen5 x16).
 package transfer

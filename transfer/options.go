@@ -121,7 +121,8 @@ func WithParallelism(n int) Option { return func(o *options) { o.parallelism = n
 // WithStream makes the Copier issue its copies on s (borrowed: the Copier
 // never destroys it) instead of a stream of its own, so that they are
 // ordered after work the caller queued on s; a transfer handed to the
-// driver's pageable copy (below the Thresholds) first waits for s. s must
+// driver's pageable copy (a short path below the Thresholds) first waits
+// for s; one through one pinned stage is queued on s. s must
 // belong to the Copier's context. NewMulti refuses it.
 func WithStream(s *cuda.Stream) Option { return func(o *options) { o.stream = s } }
 
