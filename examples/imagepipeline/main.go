@@ -170,6 +170,11 @@ type Row struct {
 	Res  Resolution
 	Mode string
 	FPS  float64
+	// StagedShare, for the Pipeline from Go memory, is the median over the
+	// timed runs of the run's frame rate over the staged bound measured
+	// just before it (the two side by side, so that drift of the host
+	// between the bound and the Pipeline does not move the ratio).
+	StagedShare float64
 }
 
 // Bound is the frame rate the copies allow at one resolution: BidirGBps is
@@ -257,7 +262,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (res Result, err error) {
 		for _, x := range rows {
 			extra := ""
 			if x.Mode == ModePipeline && bound.StagedFPS > 0 {
-				extra = fmt.Sprintf("  (%.1f%% of the staged bound)", 100*x.FPS/bound.StagedFPS)
+				extra = fmt.Sprintf("  (%.1f%% of the staged bound; %.1f%% of it measured beside each run)", 100*x.FPS/bound.StagedFPS, 100*x.StagedShare)
 			}
 			fmt.Fprintf(w, "  %-44s %9.1f %8.2fx %10.1f%%%s\n", modeName(x.Mode, cfg.streams), x.FPS, x.FPS/naive, 100*x.FPS/bound.FPS, extra)
 		}
@@ -305,6 +310,7 @@ type pipe struct {
 	naiveStream   *cuda.Stream    // StreamBlocking, for the naive mode
 	streams       []*cuda.Stream
 	devIn, devOut []*cuda.DeviceBuffer // one frame each, per stream
+	staged        *stager              // the staged bound's Copiers and device rings
 	cleanup       []func() error
 }
 
@@ -416,12 +422,20 @@ func (p *pipe) measure(ctx context.Context) ([]Row, Bound, error) {
 				return nil
 			}
 		}
-		var fps []float64
+		var fps, shares []float64
 		for rep := range p.cfg.reps + 1 {
 			clear(out) // a frame that never arrived cannot pass the check
 			frames := p.cfg.frames
 			if rep == 0 {
 				frames = p.cfg.ring // warm-up: first launch, first pipeline run
+			}
+			var staged float64
+			if mode == ModePipeline && rep > 0 {
+				// The staged bound again, just before this run.
+				if staged, err = p.staged.rate(); err != nil {
+					return nil, Bound{}, fmt.Errorf("staged bound: %w", err)
+				}
+				clear(out)
 			}
 			start := time.Now()
 			if err := loop(frames); err != nil {
@@ -433,9 +447,16 @@ func (p *pipe) measure(ctx context.Context) ([]Row, Bound, error) {
 			}
 			if rep > 0 {
 				fps = append(fps, float64(frames)/elapsed.Seconds())
+				if staged > 0 {
+					shares = append(shares, fps[len(fps)-1]*float64(2*p.res.Bytes())/staged)
+				}
 			}
 		}
-		rows = append(rows, Row{Res: p.res, Mode: mode, FPS: median(fps)})
+		row := Row{Res: p.res, Mode: mode, FPS: median(fps)}
+		if len(shares) > 0 {
+			row.StagedShare = median(shares)
+		}
+		rows = append(rows, row)
 	}
 	return rows, bound, nil
 }
@@ -578,6 +599,13 @@ func (p *pipe) bound() (Bound, error) {
 		}
 	}
 	rate := median(rates)
+	if p.staged == nil {
+		st, err := p.newStager()
+		if err != nil {
+			return Bound{}, err
+		}
+		p.staged = st
+	}
 	staged, err := p.stagedBound()
 	if err != nil {
 		return Bound{}, err
@@ -586,60 +614,81 @@ func (p *pipe) bound() (Bound, error) {
 		StagedGBps: staged / 1e9, StagedFPS: staged / float64(2*n)}, nil
 }
 
-// stagedBound measures Go memory staged both ways at once: one Copier
-// copies the Go input ring in, whole, while another copies a device ring
-// out into the Go output ring, twice each, staging every byte (the
-// Pipeline stages Go memory too), median of reps runs. Whole rings make
-// large transfers, which the Copier stages at its best rate. It returns
-// bytes per second, both directions counted.
-func (p *pipe) stagedBound() (float64, error) {
-	var cps [2]*transfer.Copier
-	for i := range cps {
+// stager measures Go memory staged both ways at once: one Copier copies
+// the Go input ring in, whole, while another copies a device ring out
+// into the Go output ring, twice each, staging every byte (the Pipeline
+// stages Go memory too). Whole rings make large transfers, which the
+// Copier stages at its best rate.
+type stager struct {
+	p    *pipe
+	cps  [2]*transfer.Copier
+	devs [2]*cuda.DeviceBuffer
+}
+
+// newStager makes the two Copiers and device rings; p.close releases them.
+func (p *pipe) newStager() (*stager, error) {
+	st := &stager{p: p}
+	for i := range st.cps {
 		cp, err := transfer.New(p.gpu, transfer.WithThresholds(transfer.Thresholds{}))
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		defer cp.Close(p.ctx)
-		cps[i] = cp
+		p.cleanup = append(p.cleanup, func() error { return cp.Close(p.ctx) })
+		st.cps[i] = cp
 	}
-	ringBytes := len(p.goIn)
-	var devs [2]*cuda.DeviceBuffer
-	for i := range devs {
-		d, err := p.gpu.Alloc(ringBytes)
+	for i := range st.devs {
+		d, err := p.gpu.Alloc(len(p.goIn))
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		defer d.Free()
-		devs[i] = d
+		p.cleanup = append(p.cleanup, d.Free)
+		st.devs[i] = d
 	}
+	return st, nil
+}
+
+// rate runs one measurement and returns bytes per second, both
+// directions counted.
+func (st *stager) rate() (float64, error) {
 	const passes = 2
+	p := st.p
+	var errs [2]error
+	var wg sync.WaitGroup
+	start := time.Now()
+	wg.Go(func() {
+		for range passes {
+			if _, err := st.cps[0].HtoD(p.ctx, st.devs[0], p.goIn); err != nil {
+				errs[0] = err
+				return
+			}
+		}
+	})
+	wg.Go(func() {
+		for range passes {
+			if _, err := st.cps[1].DtoH(p.ctx, p.goOut, st.devs[1]); err != nil {
+				errs[1] = err
+				return
+			}
+		}
+	})
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		return 0, err
+	}
+	return float64(2*passes*len(p.goIn)) / time.Since(start).Seconds(), nil
+}
+
+// stagedBound is the median of reps measurements of p.staged after one
+// untimed.
+func (p *pipe) stagedBound() (float64, error) {
 	var rates []float64
 	for rep := range p.cfg.reps + 1 {
-		var errs [2]error
-		var wg sync.WaitGroup
-		start := time.Now()
-		wg.Go(func() {
-			for range passes {
-				if _, err := cps[0].HtoD(p.ctx, devs[0], p.goIn); err != nil {
-					errs[0] = err
-					return
-				}
-			}
-		})
-		wg.Go(func() {
-			for range passes {
-				if _, err := cps[1].DtoH(p.ctx, p.goOut, devs[1]); err != nil {
-					errs[1] = err
-					return
-				}
-			}
-		})
-		wg.Wait()
-		if err := errors.Join(errs[:]...); err != nil {
+		r, err := p.staged.rate()
+		if err != nil {
 			return 0, err
 		}
 		if rep > 0 {
-			rates = append(rates, float64(2*passes*ringBytes)/time.Since(start).Seconds())
+			rates = append(rates, r)
 		}
 	}
 	return median(rates), nil
