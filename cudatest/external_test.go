@@ -92,9 +92,9 @@ func TestRoundTripAndFault(t *testing.T) {
 	}
 
 	// The next host-to-device copy fails as a faulting GPU's would. A
-	// Copier hands a pageable slice below its thresholds (5 MiB here) to
-	// the driver's synchronous pageable copy, cuMemcpyHtoD_v2.
-	if err := d.FailOn("cuMemcpyHtoD_v2", cudatest.Once(), cuda.ResultLaunchFailed); err != nil {
+	// Copier moves a pageable slice of 5 MiB through one pinned stage
+	// with one asynchronous copy, cuMemcpyHtoDAsync_v2.
+	if err := d.FailOn("cuMemcpyHtoDAsync_v2", cudatest.Once(), cuda.ResultLaunchFailed); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.HtoD(context.Background(), buf, in)
@@ -105,7 +105,7 @@ func TestRoundTripAndFault(t *testing.T) {
 	if _, err := c.HtoD(context.Background(), buf, in); err != nil {
 		t.Fatalf("HtoD after the fault: %v", err)
 	}
-	if n := d.Calls("cuMemcpyHtoD_v2"); n < 3 {
+	if n := d.Calls("cuMemcpyHtoDAsync_v2"); n < 3 {
 		t.Errorf("%d host-to-device copies counted, want at least 3", n)
 	}
 }
