@@ -597,13 +597,14 @@ func waitDrained(w *waiter, ev *cuda.Event) {
 // ran, so later transfers take the other lane, their copies queued on the
 // device behind those (a retry is never overwritten by the attempt that
 // timed out), or wait for a lane, bounded by their own contexts; a pinned
-// source copied directly may still be read until then. Only a small
-// pageable transfer handed to the driver's own copy is not ordered
-// after them. A transfer handed to the driver's pageable copy (one of the
-// short paths below the Thresholds, see the package doc) that ctx
-// interrupts leaves that copy running in the background (Close waits for
-// it); src may be read until it returns. A small transfer through one
-// pinned stage never reads src after it returns. With a context that cannot end
+// source copied directly may still be read until then; meanwhile no
+// small transfer is handed to the driver's own pageable copy, which would
+// not be ordered after them. A transfer handed to the driver's pageable
+// copy (one of the short paths below the Thresholds, see the package doc)
+// that ctx interrupts leaves that copy running in the background (Close
+// waits for it): src may be read until it returns, and later transfers
+// are not ordered after it. A small transfer through one pinned stage
+// never reads src after it returns. With a context that cannot end
 // (ctx.Done() nil, as context.Background) the driver's copy runs on the
 // calling goroutine, the cheapest way.
 func (c *Copier) HtoD(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (Stats, error) {
@@ -945,9 +946,15 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 //     small transfer does not queue behind a large one);
 //   - else the ring.
 //
+// While a lane still has an abandoned transfer's copies queued, the
+// driver's copy is skipped, so that the transfer is ordered after them.
+//
 // A forced choice (Calibrate, benchmarks) takes its own path.
 func (c *copier) short(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte, how strategy) (out Stats, err error, handled bool) {
 	n := len(host)
+	if err := ctx.Err(); err != nil {
+		return *st, err, true
+	}
 	if how == forceDriver {
 		c.eng.driverCopies.Add(1)
 		out, err = c.pageable(ctx, st, dev, host)
@@ -958,7 +965,11 @@ func (c *copier) short(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, h
 			return out, err, true
 		}
 	}
-	if c.eng.claimDriver() {
+	// While an abandoned transfer's copies are queued on a lane, the
+	// driver's copy, which is not ordered after them, is not taken: one
+	// stage or the ring is, both queued behind them.
+	drain := c.draining()
+	if !drain && c.eng.claimDriver() {
 		out, err = c.pageable(ctx, st, dev, host)
 		return out, err, true
 	}
@@ -967,7 +978,7 @@ func (c *copier) short(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, h
 			return out, err, true
 		}
 	}
-	if how == forceSingle || len(c.free) == 0 || !c.eng.stageFree() {
+	if !drain && (how == forceSingle || len(c.free) == 0 || !c.eng.stageFree()) {
 		c.eng.driverCopies.Add(1)
 		out, err = c.pageable(ctx, st, dev, host)
 		return out, err, true

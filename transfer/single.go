@@ -87,6 +87,9 @@ const singleCopyInline = 2 * minPiece
 // on with another path.
 func (c *copier) single(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte) (out Stats, err error, handled bool) {
 	n := len(host)
+	if err := ctx.Err(); err != nil {
+		return *st, err, true
+	}
 	if n > c.o.stageSize {
 		return *st, nil, false
 	}
@@ -96,11 +99,15 @@ func (c *copier) single(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, 
 	default:
 		return *st, nil, false
 	}
-	if c.lanesDraining(l) {
-		// An abandoned transfer's copies are queued on another lane: the
-		// ring path orders behind them (acquire).
-		c.free <- l
-		return *st, nil, false
+	// An abandoned transfer's copies still queued on another lane run
+	// first, as in acquire: a retry is never overwritten by them.
+	for _, o := range c.lanes {
+		if o != l && o.draining.Load() {
+			if err := l.stream.WaitEvent(o.done); err != nil {
+				c.free <- l
+				return *st, fmt.Errorf("transfer: ordering after an abandoned transfer: %w", err), true
+			}
+		}
 	}
 	s := c.eng.tryTake()
 	if s == nil {
@@ -119,11 +126,11 @@ func (c *copier) single(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, 
 	return *st, nil, true
 }
 
-// lanesDraining reports whether a lane other than l has an abandoned
-// transfer's copies queued.
-func (c *copier) lanesDraining(l *lane) bool {
-	for _, o := range c.lanes {
-		if o != l && o.draining.Load() {
+// draining reports whether a lane of c has an abandoned transfer's
+// copies queued.
+func (c *copier) draining() bool {
+	for _, l := range c.lanes {
+		if l.draining.Load() {
 			return true
 		}
 	}
@@ -174,9 +181,15 @@ func singleCuts(d Direction, n int) (k, size int) {
 func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction, dev cuda.DevicePtr, host []byte, st *Stats) error {
 	n := len(host)
 	k, size := singleCuts(d, n)
-	var err error
+	var err, stopped error
 	if d == HostToDevice {
 		for i := 0; i < k && err == nil; i++ {
+			if i > 0 {
+				// No more pieces once ctx ended; those queued drain.
+				if stopped = ctx.Err(); stopped != nil {
+					break
+				}
+			}
 			lo, hi := i*size, min((i+1)*size, n)
 			st.CopyCPU += c.singleCopy(s.mem[lo:hi], host[lo:hi])
 			if i == 0 {
@@ -196,6 +209,9 @@ func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction,
 				err = s.dtohRange(l.stream, dev, size, n)
 			}
 		}
+	}
+	if stopped != nil {
+		return c.singleStop(ctx, l, stopped)
 	}
 	timed := err == nil && l.t1 != nil && l.t1.Record(l.stream) == nil
 	if err != nil {
@@ -278,36 +294,64 @@ func eachRange(cuts []int, lo, hi int, f func(lo, hi int) error) error {
 }
 
 // singleCopy copies src into dst, on the caller's goroutine when small,
-// else with the engine's copy goroutines.
+// else with the engine's copy goroutines, and returns the CPU time it
+// took when the Copier measures (WithStats): the caller's thread CPU time
+// where getrusage(RUSAGE_THREAD) exists (the goroutine locked to its
+// thread meanwhile), else the copy's wall time.
 func (c *copier) singleCopy(dst, src []byte) time.Duration {
-	if len(src) <= singleCopyInline {
+	if len(src) > singleCopyInline {
+		return c.cpuCopy(dst, src)
+	}
+	if !c.o.stats {
 		copy(dst, src)
 		return 0
 	}
-	return c.cpuCopy(dst, src)
+	if !haveThreadCPU {
+		t0 := time.Now()
+		copy(dst, src)
+		return time.Since(t0)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c0 := threadCPU()
+	copy(dst, src)
+	return threadCPU() - c0
 }
 
-// singleWait waits for everything queued on l's stream, bounded by ctx.
-// A context that cannot end, under WaitHybrid or WaitPoll, waits in the
-// driver's own stream synchronisation (which spins while the process has
-// fewer contexts than CPUs). Otherwise it polls the stream for up to the
-// tail spin (WaitPoll: until done), checking ctx between queries, and
-// then sleeps on the lane's done event through its waiter.
+// singleWait waits for the copies queued on l's stream, bounded by ctx.
+// A context that cannot end, under WaitHybrid or WaitPoll, on a stream of
+// the Copier's own, waits in the driver's stream synchronisation (which
+// spins while the process has fewer contexts than CPUs). Otherwise it
+// records l.done behind the copies (so that a caller's stream given with
+// WithStream may take more work meanwhile, and abandon can wait for it),
+// polls it for up to the tail spin (WaitPoll: until done), checking ctx
+// between queries, and then sleeps on it through the lane's waiter. The
+// stream of the Copier's own is synchronised at the end, to collect the
+// copies' asynchronous errors; it holds nothing else.
 func (c *copier) singleWait(ctx context.Context, l *lane) error {
-	if c.o.wait != WaitSleep {
-		if ctx.Done() == nil {
+	if ctx.Done() == nil && c.o.wait != WaitSleep && c.ownStream {
+		return l.stream.Synchronize()
+	}
+	if err := l.done.Record(l.stream); err != nil {
+		return firstErr(err, l.stream.Synchronize())
+	}
+	ended := func() error {
+		if c.ownStream {
 			return l.stream.Synchronize()
 		}
+		return nil
+	}
+	if c.o.wait != WaitSleep {
 		start := time.Now()
 		for i := 0; ; i++ {
-			done, err := l.stream.Query()
-			if err != nil || done {
+			done, err := l.done.Query()
+			if err != nil {
 				return err
 			}
+			if done {
+				return ended()
+			}
 			if err := ctx.Err(); err != nil {
-				if rerr := l.done.Record(l.stream); rerr != nil {
-					_ = l.stream.Synchronize()
-				}
 				return err
 			}
 			if c.o.wait == WaitHybrid && i%16 == 15 && time.Since(start) > tailSpin {
@@ -316,13 +360,10 @@ func (c *copier) singleWait(ctx context.Context, l *lane) error {
 			runtime.Gosched()
 		}
 	}
-	if err := l.done.Record(l.stream); err != nil {
-		return firstErr(err, l.stream.Synchronize())
-	}
 	if err := l.w.wait(ctx, l.done); err != nil {
 		return err
 	}
-	return l.stream.Synchronize()
+	return ended()
 }
 
 // firstErr returns the first non-nil error.

@@ -1,11 +1,15 @@
 package transfer
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
@@ -124,24 +128,29 @@ func TestFakeSingleStageNoStage(t *testing.T) {
 // TestFakeSingleStageConcurrent: many goroutines moving small slices at
 // once, each through whichever path it finds free (one stage, the
 // driver's copy, the ring), with one shared Copier: every byte arrives,
-// and afterwards every stage is idle and no driver copy is counted.
+// and afterwards every stage of the engine is idle, every lane free and
+// no driver copy counted.
 func TestFakeSingleStageConcurrent(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t)
 	bg := context.Background()
-	idle0 := idleStages(c.eng)
 	sizes := []int{4 << 10, 64 << 10, 1 << 20, 2 << 20}
 	const workers, rounds = 8, 6
 	errc := make(chan error, workers)
+	var wg sync.WaitGroup
 	for w := range workers {
-		go func() {
+		wg.Go(func() {
 			n := sizes[w%len(sizes)]
 			dev, err := e.ctx.Alloc(n)
 			if err != nil {
 				errc <- err
 				return
 			}
-			defer dev.Free()
+			defer func() {
+				if err := dev.Free(); err != nil {
+					errc <- err
+				}
+			}()
 			for r := range rounds {
 				src := testutil.RandomBytes(n, uint64(w*rounds+r))
 				if _, err := c.HtoD(bg, dev, src); err != nil {
@@ -153,27 +162,204 @@ func TestFakeSingleStageConcurrent(t *testing.T) {
 					errc <- err
 					return
 				}
-				for i := range dst {
-					if dst[i] != src[i] {
-						t.Errorf("worker %d round %d: byte %d differs", w, r, i)
-						break
-					}
+				if !bytes.Equal(dst, src) {
+					errc <- fmt.Errorf("worker %d round %d: %d bytes came back different", w, r, n)
+					return
 				}
 			}
-			errc <- nil
-		}()
+		})
 	}
-	for range workers {
-		if err := <-errc; err != nil {
-			t.Fatal(err)
-		}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
 	}
 	waitIdle(t, c)
-	if got := idleStages(c.eng); got < idle0 {
-		t.Errorf("%d idle stages at the end, %d at the start", got, idle0)
+	if all, _ := c.eng.stageCount(); idleStages(c.eng) != all || len(c.free) != len(c.lanes) {
+		t.Errorf("%d of %d stages idle, %d of %d lanes free at the end", idleStages(c.eng), all, len(c.free), len(c.lanes))
 	}
 	if got := c.eng.driverCopies.Load(); got != 0 {
 		t.Errorf("%d driver copies counted after the transfers returned", got)
+	}
+}
+
+// TestFakeSingleStageEndedContext: a context that has already ended
+// copies nothing, either way and under every wait mode.
+func TestFakeSingleStageEndedContext(t *testing.T) {
+	for _, mode := range []WaitMode{WaitHybrid, WaitPoll, WaitSleep} {
+		for _, d := range []Direction{HostToDevice, DeviceToHost} {
+			t.Run(mode.String()+"/"+d.String(), func(t *testing.T) {
+				e := useFake(t, fakedrv.Options{})
+				c := e.copier(t, WithWait(mode))
+				const n = 16 << 10
+				dev := e.devbuf(t, n)
+				zero := make([]byte, n)
+				if _, err := c.HtoD(context.Background(), dev, zero); err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				src := testutil.RandomBytes(n, 1)
+				dst := testutil.RandomBytes(n, 2)
+				want := append([]byte(nil), dst...)
+				var st Stats
+				var err error
+				if d == HostToDevice {
+					st, err = c.HtoD(ctx, dev, src)
+				} else {
+					st, err = c.DtoH(ctx, dst, dev)
+				}
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("ended context: %v, %v; want context.Canceled", st, err)
+				}
+				testutil.CheckBytes(t, zero, e.deviceBytes(t, dev))
+				testutil.CheckBytes(t, want, dst)
+			})
+		}
+	}
+}
+
+// TestFakeSingleStageRetry: a small transfer that timed out on one stage
+// leaves its copy queued on a lane; its retry, on the other lane, is
+// queued behind it on the device (it does not take the driver's copy,
+// which would not be), so the device ends up with the retry's bytes.
+func TestFakeSingleStageRetry(t *testing.T) {
+	for _, n := range []int{16 << 10, 256 << 10} { // one stage first; the driver's copy first
+		e := useFake(t, fakedrv.Options{})
+		c := e.copier(t)
+		dev := e.devbuf(t, n)
+		first, retry := testutil.RandomBytes(n, 1), testutil.RandomBytes(n, 2)
+		var held []cudadrv.Stream
+		for _, l := range c.lanes {
+			sh := cudadrv.Stream(l.stream.Handle())
+			if err := e.d.HoldStream(sh); err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, sh)
+		}
+		// With the driver's copy first (256 KiB), the first attempt takes
+		// one stage only when the driver's copy is busy.
+		c.eng.driverCopies.Add(1)
+		ctx, cancel := deadline200ms()
+		st, err := c.HtoD(ctx, dev, first)
+		cancel()
+		c.eng.driverCopies.Add(-1)
+		if !errors.Is(err, context.DeadlineExceeded) || st.PageableBytes != 0 {
+			t.Fatalf("%d bytes, first attempt: %v %v", n, st, err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			st, err := c.HtoD(context.Background(), dev, retry)
+			if err == nil && st.PageableBytes != 0 {
+				err = fmt.Errorf("the retry took the driver's copy: %v", st)
+			}
+			done <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		for _, sh := range held {
+			if err := e.d.ReleaseStream(sh); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("%d bytes, retry: %v", n, err)
+		}
+		waitIdle(t, c)
+		testutil.CheckBytes(t, retry, e.deviceBytes(t, dev))
+	}
+}
+
+// TestFakeSingleStageFaults: each driver call of the single-stage path
+// failing once, on its first to fourth call, with a context that can end,
+// WithStats, every wait mode, host to device in 4 pieces and device to
+// host in two halves (paths the fault sweep's background contexts do not
+// reach): every call returns an error or the right bytes, and every lane
+// and stage goes back.
+func TestFakeSingleStageFaults(t *testing.T) {
+	defer singlePieces.Store(0)
+	ops := []string{"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuEventRecord", "cuStreamQuery", "cuStreamSynchronize", "cuEventSynchronize", "cuEventQuery", "cuEventElapsedTime", "cuStreamWaitEvent"}
+	for _, mode := range []WaitMode{WaitHybrid, WaitPoll, WaitSleep} {
+		for _, op := range ops {
+			for nth := 1; nth <= 4; nth++ {
+				e := useFake(t, fakedrv.Options{})
+				c := e.copier(t, WithWait(mode), WithStats(true))
+				const n = 1 << 20
+				dev := e.devbuf(t, n)
+				src := testutil.RandomBytes(n, uint64(nth))
+				ctx, cancel := context.WithCancel(context.Background())
+				all, _ := c.eng.stageCount()
+				if err := e.d.FailOn(op, nth, cudadrv.ErrorLaunchFailed); err != nil {
+					t.Fatal(err)
+				}
+				singlePieces.Store(4)
+				if _, err := c.htod(ctx, dev, src, forceSingle); err == nil {
+					testutil.CheckBytes(t, src, e.deviceBytes(t, dev)[:n])
+				}
+				singlePieces.Store(2)
+				dst := make([]byte, n)
+				_, err := c.dtoh(ctx, dst, dev, forceSingle)
+				e.d.ClearFaults()
+				if err == nil {
+					testutil.CheckBytes(t, e.deviceBytes(t, dev)[:n], dst)
+				}
+				cancel()
+				waitIdle(t, c)
+				if got := idleStages(c.eng); got != all || len(c.free) != len(c.lanes) {
+					t.Errorf("%v, %s failing on call %d: %d of %d stages idle, %d of %d lanes free", mode, op, nth, got, all, len(c.free), len(c.lanes))
+				}
+			}
+		}
+	}
+}
+
+// TestFakeSingleStageWithStream: with WithStream the single-stage copy is
+// queued on the caller's stream after the caller's work; on a held stream
+// it returns at its deadline, the next transfer is ordered after both,
+// and every byte arrives, under every wait mode.
+func TestFakeSingleStageWithStream(t *testing.T) {
+	for _, mode := range []WaitMode{WaitHybrid, WaitPoll, WaitSleep} {
+		e := useFake(t, fakedrv.Options{})
+		s, err := e.ctx.NewStream(cuda.StreamNonBlocking)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := e.copier(t, WithStream(s), WithWait(mode), WithStats(true))
+		const n = 16 << 10
+		dev := e.devbuf(t, n)
+		first, src := testutil.RandomBytes(n, 3), testutil.RandomBytes(n, 4)
+		sh := cudadrv.Stream(s.Handle())
+		if err := e.d.HoldStream(sh); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Memset(dev.Ptr(), 0, dev.Size()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := deadline200ms()
+		within(t, "single-stage HtoD behind the caller's held stream", 700*time.Millisecond, func() error {
+			_, err := c.HtoD(ctx, dev, first)
+			return err
+		})
+		cancel()
+		done := make(chan error, 1)
+		go func() { _, err := c.HtoD(context.Background(), dev, src); done <- err }()
+		time.Sleep(20 * time.Millisecond)
+		if err := e.d.ReleaseStream(sh); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		waitIdle(t, c)
+		testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
+		dst := make([]byte, n)
+		if st, err := c.DtoH(context.Background(), dst, dev); err != nil || st.Stages != 1 {
+			t.Fatalf("%v %v", st, err)
+		}
+		testutil.CheckBytes(t, src, dst)
+		c.Close(context.Background())
+		if err := s.Destroy(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
