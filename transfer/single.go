@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -319,39 +320,54 @@ func (c *copier) singleCopy(dst, src []byte) time.Duration {
 }
 
 // singleWait waits for the copies queued on l's stream, bounded by ctx.
-// A context that cannot end, under WaitHybrid or WaitPoll, on a stream of
-// the Copier's own, waits in the driver's stream synchronisation (which
-// spins while the process has fewer contexts than CPUs). Otherwise it
-// records l.done behind the copies (so that a caller's stream given with
-// WithStream may take more work meanwhile, and abandon can wait for it),
-// polls it for up to the tail spin (WaitPoll: until done), checking ctx
-// between queries, and then sleeps on it through the lane's waiter. The
-// stream of the Copier's own is synchronised at the end, to collect the
-// copies' asynchronous errors; it holds nothing else.
+// On a stream of the Copier's own, which holds nothing else: a context
+// that cannot end, under WaitHybrid or WaitPoll, waits in the driver's
+// stream synchronisation (which spins while the process has fewer
+// contexts than CPUs); one that can end polls the stream (one driver call
+// a query, no event recorded while it polls) for up to the tail spin
+// (WaitPoll: until done), checking ctx between queries. On a caller's
+// stream (WithStream), which may take more work meanwhile, it polls the
+// lane's done event recorded behind the copies instead. Then it sleeps on
+// that event through the lane's waiter. l.done is recorded behind the
+// copies whenever the wait returns early, so that abandon can wait for it.
 func (c *copier) singleWait(ctx context.Context, l *lane) error {
-	if ctx.Done() == nil && c.o.wait != WaitSleep && c.ownStream {
+	own := c.ownStream
+	if own && ctx.Done() == nil && c.o.wait != WaitSleep {
 		return l.stream.Synchronize()
 	}
-	if err := l.done.Record(l.stream); err != nil {
-		return firstErr(err, l.stream.Synchronize())
-	}
-	ended := func() error {
-		if c.ownStream {
-			return l.stream.Synchronize()
+	recorded := false
+	record := func() error {
+		if recorded {
+			return nil
+		}
+		recorded = true
+		if err := l.done.Record(l.stream); err != nil {
+			return firstErr(err, l.stream.Synchronize())
 		}
 		return nil
+	}
+	if !own {
+		if err := record(); err != nil {
+			return err
+		}
 	}
 	if c.o.wait != WaitSleep {
 		start := time.Now()
 		for i := 0; ; i++ {
-			done, err := l.done.Query()
-			if err != nil {
+			var done bool
+			var err error
+			if own {
+				done, err = l.stream.Query()
+			} else {
+				done, err = l.done.Query()
+			}
+			if err != nil || done {
 				return err
 			}
-			if done {
-				return ended()
-			}
 			if err := ctx.Err(); err != nil {
+				if rerr := record(); rerr != nil {
+					return errors.Join(err, rerr)
+				}
 				return err
 			}
 			if c.o.wait == WaitHybrid && i%16 == 15 && time.Since(start) > tailSpin {
@@ -360,10 +376,17 @@ func (c *copier) singleWait(ctx context.Context, l *lane) error {
 			runtime.Gosched()
 		}
 	}
+	if err := record(); err != nil {
+		return err
+	}
 	if err := l.w.wait(ctx, l.done); err != nil {
 		return err
 	}
-	return ended()
+	if own {
+		// Collects the copies' asynchronous errors; nothing else is queued.
+		return l.stream.Synchronize()
+	}
+	return nil
 }
 
 // firstErr returns the first non-nil error.
