@@ -31,6 +31,10 @@ const calibrationMin = 64 << 10
 // and of Go memory, and the Copier's staging ring; run it once per host
 // and store the result (Thresholds marshal to JSON). The numbers are
 // wall times of whole transfers, so run it on an otherwise idle device.
+// Below the thresholds a Copier may also take one pinned stage instead of
+// the driver's copy (see the package doc); Calibrate compares the ring
+// with the driver's copy only, so the thresholds it returns mark where
+// the ring starts to beat the driver, not the single-stage path.
 // A maxSize below 64 KiB or above 16 GiB is refused with an error
 // matching cuda.ErrInvalidValue; ctx bounds the run.
 func Calibrate(ctx context.Context, c *cuda.Context, maxSize int, opts ...Option) (Thresholds, error) {
