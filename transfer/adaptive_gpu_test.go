@@ -144,18 +144,8 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 	maxN := sizes[len(sizes)-1]
 	heap := touched(maxN)
 	dev := gpuAlloc(b, ctx, maxN)
-	pinned, err := pinmem.Alloc(maxN, 0, pinmem.WithDevice(ctx.Device()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { pinned.Free() })
-	s, err := ctx.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Destroy() })
-	cpu := newCopyPool(min(DefaultParallelism, runtime.NumCPU()), false)
-	b.Cleanup(cpu.close)
+	pinned := gpuPinned(b, ctx, maxN)
+	s, cpu := boundTools(b, ctx)
 	bg := context.Background()
 	// A context that can end, as a service's request has: the driver's
 	// copy then runs on a goroutine of its own (see Copier.HtoD).
@@ -929,22 +919,8 @@ func BenchmarkHostBoundOverlap(b *testing.B) {
 	const maxN = 256 << 20
 	heap := touched(maxN)
 	dev := gpuAlloc(b, ctx, maxN)
-	var pins [2]*pinmem.Buffer
-	for i := range pins {
-		p, err := pinmem.Alloc(maxN, 0, pinmem.WithDevice(ctx.Device()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { p.Free() })
-		pins[i] = p
-	}
-	s, err := ctx.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Destroy() })
-	cpu := newCopyPool(min(DefaultParallelism, runtime.NumCPU()), false)
-	b.Cleanup(cpu.close)
+	pins := [2]*pinmem.Buffer{gpuPinned(b, ctx, maxN), gpuPinned(b, ctx, maxN)}
+	s, cpu := boundTools(b, ctx)
 	bg := context.Background()
 	for _, n := range []int{64 << 20, 256 << 20} {
 		h, a := heap[:n], pins[0].Bytes()[:n]

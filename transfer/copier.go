@@ -499,15 +499,25 @@ func (c *copier) acquire(ctx context.Context) (*lane, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	if err := c.orderAfterDrains(l); err != nil {
+		c.free <- l
+		return nil, err
+	}
+	return l, nil
+}
+
+// orderAfterDrains makes l's stream wait (cuStreamWaitEvent) for the
+// copies that abandoned transfers left queued on the other lanes, so
+// that whatever l queues next runs after them.
+func (c *copier) orderAfterDrains(l *lane) error {
 	for _, o := range c.lanes {
 		if o != l && o.draining.Load() {
 			if err := l.stream.WaitEvent(o.done); err != nil {
-				c.free <- l
-				return nil, fmt.Errorf("transfer: ordering after an abandoned transfer: %w", err)
+				return fmt.Errorf("transfer: ordering after an abandoned transfer: %w", err)
 			}
 		}
 	}
-	return l, nil
+	return nil
 }
 
 // releaseLane gives the stages l borrowed back to the engine (everything

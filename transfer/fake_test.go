@@ -352,14 +352,7 @@ func TestFakeCancelHalfway(t *testing.T) {
 			} else if err := dev.Memset(testutil.PoisonByte); err != nil {
 				t.Fatal(err)
 			}
-			var held []cudadrv.Stream
-			for _, l := range c.lanes {
-				sh := cudadrv.Stream(l.stream.Handle())
-				if err := e.d.HoldStream(sh); err != nil {
-					t.Fatal(err)
-				}
-				held = append(held, sh)
-			}
+			release := holdLanes(t, e, c)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var tr *Op
@@ -397,11 +390,7 @@ func TestFakeCancelHalfway(t *testing.T) {
 			if _, err := c.HtoD(shorter, dev, src[:10]); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("transfer while both lanes are abandoned: %v, want context.DeadlineExceeded", err)
 			}
-			for _, sh := range held {
-				if err := e.d.ReleaseStream(sh); err != nil {
-					t.Fatal(err)
-				}
-			}
+			release()
 			// ... and runs once they drained: take every lane to know.
 			if _, err := c.HtoD(context.Background(), dev, nil); err != nil {
 				t.Fatal(err)
@@ -773,5 +762,27 @@ func TestFakeReaderWriter(t *testing.T) {
 	cancel()
 	if _, err := c.DtoHTo(ctx, io.Discard, dev); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
+	}
+}
+
+// holdLanes holds the streams of c's lanes in the fake driver, as a hung
+// device would, and returns a function that lets them run again.
+func holdLanes(t *testing.T, e fakeEnv, c *Copier) (release func()) {
+	t.Helper()
+	var held []cudadrv.Stream
+	for _, l := range c.lanes {
+		sh := cudadrv.Stream(l.stream.Handle())
+		if err := e.d.HoldStream(sh); err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, sh)
+	}
+	return func() {
+		t.Helper()
+		for _, sh := range held {
+			if err := e.d.ReleaseStream(sh); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"testing"
 	"time"
 
@@ -43,6 +44,34 @@ func gpuAlloc(t testing.TB, ctx *cuda.Context, n int) *cuda.DeviceBuffer {
 		}
 	})
 	return b
+}
+
+// gpuPinned allocates n bytes of pinned memory for ctx's device, freed
+// at the end of the test.
+func gpuPinned(t testing.TB, ctx *cuda.Context, n int) *pinmem.Buffer {
+	t.Helper()
+	p, err := pinmem.Alloc(n, 0, pinmem.WithDevice(ctx.Device()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Free() })
+	return p
+}
+
+// boundTools returns what the host bound of a staged transfer is measured
+// with: a stream for the pinned DMA and a pool of Go copy goroutines as
+// many as a Copier's (DefaultParallelism, at most the CPUs), both closed
+// at the end of the test.
+func boundTools(t testing.TB, ctx *cuda.Context) (*cuda.Stream, *copyPool) {
+	t.Helper()
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	cpu := newCopyPool(min(DefaultParallelism, runtime.NumCPU()), false)
+	t.Cleanup(cpu.close)
+	return s, cpu
 }
 
 func gpuKernel(t testing.TB, ctx *cuda.Context, name string) *cuda.Function {

@@ -12,30 +12,31 @@ import (
 )
 
 // The single-stage path moves a small pageable transfer through one of the
-// engine's pinned stages in one piece, on the caller's goroutine: one CPU
-// copy (into the stage before the DMA, out of it after), one asynchronous
-// copy on a lane's stream and a wait for that stream. No copy goroutines,
-// no events, no ring: for a few kilobytes to a few megabytes it costs less
-// than the driver's own pageable copy, which bounces the bytes through a
+// engine's pinned stages on the caller's goroutine: the CPU copy (into
+// the stage before the DMA, out of it after; by the engine's copy
+// goroutines above singleCopyInline), one asynchronous copy per piece on
+// a lane's stream, and a wait for that stream. There is no ring and no
+// stage event: for a few kilobytes to a few megabytes it costs less than
+// the driver's own pageable copy, which bounces the bytes through a
 // staging buffer of its own and waits inside the driver call. Unlike that
-// copy it is bounded by ctx: the wait polls the stream and, when ctx ends
-// first, the transfer returns and its copy drains in the background with
-// the lane and the stage held until then. It is taken only when a lane and
-// a stage are idle at once; otherwise the transfer goes on as before (the
-// driver's copy, or the ring when another transfer is in that).
+// copy it is bounded by ctx: when ctx ends first, the transfer returns and
+// its copies drain in the background with the lane and the stage held
+// until then. It is taken only when a lane and a stage are idle at once;
+// otherwise the transfer takes the driver's copy or the ring (short).
 
 // The sizes where one stage beats the driver's pageable copy, measured
-// side by side on an H200 in two runs (BenchmarkSingleStage, paired
-// medians of single/driver):
-//   - up to 64 KiB both ways: 0.99-1.19, the stage filled on the caller's
-//     goroutine, where the driver's copy costs most per call;
-//   - host to device from 256 KiB to 1 MiB in one piece: 0.84-0.98, the
-//     driver overlapping its own bounce copies with their DMA where one
+// side by side on an H200 (BenchmarkSingleStage, paired medians of
+// single/driver; docs/PERF.md has the figures):
+//   - up to 64 KiB both ways, the stage filled on the caller's goroutine,
+//     where the driver's copy costs most per call (at 16 KiB host to
+//     device the two tie);
+//   - host to device from 256 KiB to 1 MiB in one piece the driver wins:
+//     it overlaps its own bounce copies with their DMA, and one
 //     goroutine's copy does not; 1 MiB in 4 pieces, each piece's DMA
-//     queued behind its copy: 1.02;
-//   - device to host from 256 KiB to 1 MiB: 0.99-1.23;
-//   - from 2 MiB to 16 MiB both ways, one piece filled or emptied by the
-//     engine's copy goroutines: 1.05-2.0 (in pieces: 0.87-1.8).
+//     queued behind its copy, is on a par with it;
+//   - device to host from 256 KiB to 1 MiB one stage wins or ties;
+//   - from 2 MiB to 16 MiB both ways one piece filled or emptied by the
+//     engine's copy goroutines wins, by up to 2 times (in pieces, less).
 //
 // So a transfer tries one stage first in those bands (singleBand) and
 // otherwise takes the driver's copy when it is free and a stage when it
@@ -102,13 +103,9 @@ func (c *copier) single(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, 
 	}
 	// An abandoned transfer's copies still queued on another lane run
 	// first, as in acquire: a retry is never overwritten by them.
-	for _, o := range c.lanes {
-		if o != l && o.draining.Load() {
-			if err := l.stream.WaitEvent(o.done); err != nil {
-				c.free <- l
-				return *st, fmt.Errorf("transfer: ordering after an abandoned transfer: %w", err), true
-			}
-		}
+	if err := c.orderAfterDrains(l); err != nil {
+		c.free <- l
+		return *st, err, true
 	}
 	s := c.eng.tryTake()
 	if s == nil {

@@ -22,7 +22,8 @@ func idleStages(e *engine) int {
 	return len(e.idle)
 }
 
-// waitIdle waits until c has nothing in progress (abandoned copies drained).
+// waitIdle waits until c has nothing in progress (abandoned copies, and
+// driver copies left running, finished).
 func waitIdle(t *testing.T, c *Copier) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -33,7 +34,7 @@ func waitIdle(t *testing.T, c *Copier) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the abandoned copies never drained")
+			t.Fatal("the copies left in the background never finished")
 		}
 	}
 }
@@ -53,14 +54,7 @@ func TestFakeSingleStageDeadline(t *testing.T) {
 				src := testutil.RandomBytes(n, 21)
 				dst := make([]byte, n)
 				idle0 := idleStages(c.eng)
-				var held []cudadrv.Stream
-				for _, l := range c.lanes {
-					sh := cudadrv.Stream(l.stream.Handle())
-					if err := e.d.HoldStream(sh); err != nil {
-						t.Fatal(err)
-					}
-					held = append(held, sh)
-				}
+				release := holdLanes(t, e, c)
 				ctx, cancel := deadline200ms()
 				within(t, "single-stage "+d.String(), 700*time.Millisecond, func() error {
 					var err error
@@ -75,11 +69,7 @@ func TestFakeSingleStageDeadline(t *testing.T) {
 				if got := idleStages(c.eng); got != idle0-1 {
 					t.Errorf("%d idle stages while the copy is queued, %d before", got, idle0)
 				}
-				for _, sh := range held {
-					if err := e.d.ReleaseStream(sh); err != nil {
-						t.Fatal(err)
-					}
-				}
+				release()
 				waitIdle(t, c)
 				if got := idleStages(c.eng); got != idle0 {
 					t.Errorf("%d idle stages after the drain, %d before", got, idle0)
@@ -229,14 +219,7 @@ func TestFakeSingleStageRetry(t *testing.T) {
 		c := e.copier(t)
 		dev := e.devbuf(t, n)
 		first, retry := testutil.RandomBytes(n, 1), testutil.RandomBytes(n, 2)
-		var held []cudadrv.Stream
-		for _, l := range c.lanes {
-			sh := cudadrv.Stream(l.stream.Handle())
-			if err := e.d.HoldStream(sh); err != nil {
-				t.Fatal(err)
-			}
-			held = append(held, sh)
-		}
+		release := holdLanes(t, e, c)
 		// With the driver's copy first (256 KiB), the first attempt takes
 		// one stage only when the driver's copy is busy.
 		c.eng.driverCopies.Add(1)
@@ -256,11 +239,7 @@ func TestFakeSingleStageRetry(t *testing.T) {
 			done <- err
 		}()
 		time.Sleep(50 * time.Millisecond)
-		for _, sh := range held {
-			if err := e.d.ReleaseStream(sh); err != nil {
-				t.Fatal(err)
-			}
-		}
+		release()
 		if err := <-done; err != nil {
 			t.Fatalf("%d bytes, retry: %v", n, err)
 		}

@@ -231,17 +231,7 @@ func TestFakeAdaptiveStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The interrupted copy finishes in the background; wait for it.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		c.mu.Lock()
-		active := c.active
-		c.mu.Unlock()
-		if active == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the interrupted driver copy never finished")
-		}
-	}
+	waitIdle(t, c)
 	calls := callDelta(e.d, func() {
 		if st, err := c.HtoD(context.Background(), dev, src); err != nil || st.PageableBytes != int64(len(src)) {
 			t.Fatalf("%v %v", st, err)
