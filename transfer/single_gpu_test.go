@@ -8,17 +8,15 @@ import (
 
 // BenchmarkSingleStage compares, side by side with interleaved samples,
 // the single-stage path (one pinned stage, the CPU copy on the caller's
-// goroutine, one asynchronous copy and a wait on the stream), with a
-// context that cannot end (single) and one that can (single-ctx), against
-// the driver's own pageable copy of the same Go slice and the forced ring
-// (staged), from 4 KiB to 32 MiB both ways, and reports single/driver,
-// single-ctx/driver and staged/driver (single cut into pieces as a
-// Copier cuts it, singleCuts), and the single-stage path cut into 1, 2
-// and 4 pieces (singlePieces) over the driver. The single-stage path's default
-// bands (singleBand) are the sizes where single beats the driver in both
-// directions. Each size ends with a round trip through the single-stage
-// path checked byte for
-// byte. Under 30 s:
+// goroutine or the copy goroutines, one asynchronous copy per piece and a
+// wait on the stream) with the driver's own pageable copy of the same Go
+// slice and the forced ring (staged), from 4 KiB to 32 MiB both ways. It
+// reports single/driver with a context that cannot end (single, cut into
+// pieces as a Copier cuts it, singleCuts) and one that can (single-ctx),
+// staged/driver, and the single-stage path in 1, 2 and 4 pieces
+// (singlePieces) over the driver: the measurements behind singleBand and
+// singleCuts. Each size ends with a round trip through the single-stage
+// path, whole and in pieces, checked byte for byte. About a minute:
 //
 //	.gpu/bin/transfer.test -test.run '^$' -test.bench 'SingleStage' -test.benchtime 1x
 func BenchmarkSingleStage(b *testing.B) {
