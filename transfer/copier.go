@@ -918,8 +918,8 @@ func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, h
 	if len(src) > dst.Size() {
 		return st, &SizeError{Op: HostToDevice.String(), Need: len(src), Have: dst.Size()}
 	}
-	if len(src) > 0 && c.small(HostToDevice, len(src), how) && !c.mayBePinned(src) {
-		if out, err, ok := c.short(ctx, &st, dst, src, how); ok {
+	if len(src) > 0 && (c.small(HostToDevice, len(src), how) || c.oneStage(len(src), how)) && !c.mayBePinned(src) {
+		if out, err, ok := c.shortOrOne(ctx, &st, dst, src, how); ok {
 			return out, err
 		}
 	}
@@ -934,12 +934,23 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 	if len(dst) > src.Size() {
 		return st, &SizeError{Op: DeviceToHost.String(), Need: len(dst), Have: src.Size()}
 	}
-	if len(dst) > 0 && c.small(DeviceToHost, len(dst), how) && !c.mayBePinned(dst) {
-		if out, err, ok := c.short(ctx, &st, src, dst, how); ok {
+	if len(dst) > 0 && (c.small(DeviceToHost, len(dst), how) || c.oneStage(len(dst), how)) && !c.mayBePinned(dst) {
+		if out, err, ok := c.shortOrOne(ctx, &st, src, dst, how); ok {
 			return out, err
 		}
 	}
 	return c.run(ctx, &st, dst, src.Ptr())
+}
+
+// shortOrOne moves a pageable transfer below the thresholds by one of the
+// short paths (short), and a staged one of at most singleStagedMax bytes
+// by one pinned stage when a stage and a lane are idle at once; handled
+// is false when the transfer goes through the ring.
+func (c *copier) shortOrOne(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte, how strategy) (out Stats, err error, handled bool) {
+	if c.small(st.Direction, len(host), how) {
+		return c.short(ctx, st, dev, host, how)
+	}
+	return c.single(ctx, st, dev, host)
 }
 
 // short moves a small pageable transfer by one of the short paths: one

@@ -23,6 +23,8 @@ import (
 // its copies drain in the background with the lane and the stage held
 // until then. It is taken only when a lane and a stage are idle at once;
 // otherwise the transfer takes the driver's copy or the ring (short).
+// Staged transfers of up to singleStagedMax take it too, in two pieces,
+// ahead of the ring.
 
 // The sizes where one stage beats the driver's pageable copy, measured
 // side by side on an H200 (BenchmarkSingleStage, paired medians of
@@ -36,7 +38,8 @@ import (
 //     queued behind its copy, is on a par with it;
 //   - device to host from 256 KiB to 1 MiB one stage wins or ties;
 //   - from 2 MiB to 16 MiB both ways one piece filled or emptied by the
-//     engine's copy goroutines wins, by up to 2 times (in pieces, less).
+//     engine's copy goroutines wins, by up to 2 times (in pieces, less);
+//   - at 16 and 32 MiB two pieces beat the ring (singleStagedMax).
 //
 // So a transfer tries one stage first in those bands (singleBand) and
 // otherwise takes the driver's copy when it is free and a stage when it
@@ -77,6 +80,21 @@ func singleBand(d Direction, n int) bool {
 
 // singleOn reports whether the single-stage path may be taken at all.
 func singleOn() bool { return !singleOff.Load() }
+
+// singleStagedMax is the largest staged transfer (one at or above the
+// Copier's threshold) that takes one pinned stage in two pieces, when a
+// stage and a lane are idle, instead of the ring. Measured side by side
+// on an H200 (BenchmarkSingleStage), one stage in two pieces beat the
+// ring at 16 and 32 MiB in both directions: the ring's four pieces each
+// pay a fork and join of the copy goroutines, a stage event and a wait,
+// and its CPU copies run beside DMA that slows them.
+const singleStagedMax = 32 << 20
+
+// oneStage reports whether a pageable transfer of n bytes that the
+// thresholds stage tries one pinned stage before the ring.
+func (c *copier) oneStage(n int, how strategy) bool {
+	return how == byThreshold && singleOn() && n <= min(c.o.stageSize, singleStagedMax)
+}
 
 // singleCopyInline is the size up to which the single-stage path copies
 // on the caller's goroutine alone; larger copies are split over the
@@ -142,14 +160,16 @@ func (c *copier) draining() bool {
 // the transfer goes in two halves at most, the CPU copying the first out
 // while the second is in flight (one event marks the first half's end).
 // 0 (the default) cuts a host-to-device transfer smaller than
-// singleWholeMin into 4 pieces copied on the caller's goroutine and
-// leaves every other one whole (see the measurements above). Atomic so
-// that a GPU benchmark can compare settings.
+// singleWholeMin into 4 pieces copied on the caller's goroutine, one of
+// singleHalvesMin or more into two halves both ways, and leaves every
+// other one whole (see the measurements above). Atomic so that a GPU
+// benchmark can compare settings.
 var singlePieces atomic.Int32
 
 const (
-	singlePieceMin = 256 << 10
-	singleWholeMin = 4 * singleCopyInline // from here the copy goroutines fill a stage whole
+	singlePieceMin  = 256 << 10
+	singleWholeMin  = 4 * singleCopyInline // from here the copy goroutines fill a stage whole
+	singleHalvesMin = 16 << 20             // from here a stage is filled and emptied in two halves
 )
 
 // singleCuts returns the number of pieces of a single-stage transfer of n
@@ -159,8 +179,11 @@ func singleCuts(d Direction, n int) (k, size int) {
 	k = int(singlePieces.Load())
 	if k == 0 {
 		k = 1
-		if d == HostToDevice && n < singleWholeMin {
+		switch {
+		case d == HostToDevice && n < singleWholeMin:
 			k = 4
+		case n >= singleHalvesMin:
+			k = 2
 		}
 	}
 	k = min(k, n/singlePieceMin)

@@ -115,6 +115,70 @@ func TestFakeSingleStageNoStage(t *testing.T) {
 	testutil.CheckBytes(t, src, dst)
 }
 
+// TestFakeSingleStageStagedBusy: a transfer at the threshold that one
+// stage would hold, made while every stage is lent, waits for the ring
+// (bounded by its context) rather than falling back to the driver's
+// copy; once stages come back it is staged, in both directions, and
+// right to the byte.
+func TestFakeSingleStageStagedBusy(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t)
+	const n = 16 << 20
+	dev := e.devbuf(t, n)
+	src := testutil.RandomBytes(n, 23)
+	bg := context.Background()
+	for _, dir := range []Direction{HostToDevice, DeviceToHost} {
+		all, err := c.eng.take(bg, idleStages(c.eng))
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+		dst := make([]byte, n)
+		move := func(ctx context.Context) (Stats, error) {
+			if dir == HostToDevice {
+				return c.HtoD(ctx, dev, src)
+			}
+			return c.DtoH(ctx, dst, dev)
+		}
+		st, err := move(short)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || st.PageableBytes != 0 {
+			t.Fatalf("%s with every stage lent: %v %v, want to wait for a stage until the deadline", dir, st, err)
+		}
+		type result struct {
+			st  Stats
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			st, err := move(bg)
+			done <- result{st, err}
+		}()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+			c.eng.mu.Lock()
+			waiting := len(c.eng.waiters)
+			c.eng.mu.Unlock()
+			if waiting > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the transfer never waited for a stage", dir)
+			}
+		}
+		c.eng.give(all)
+		r := <-done
+		if r.err != nil || r.st.StagedBytes != n || r.st.PageableBytes != 0 {
+			t.Fatalf("%s once stages came back: %v %v, want it staged", dir, r.st, r.err)
+		}
+		if dir == HostToDevice {
+			testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
+		} else {
+			testutil.CheckBytes(t, src, dst)
+		}
+	}
+	waitIdle(t, c)
+}
+
 // TestFakeSingleStageConcurrent: many goroutines moving small slices at
 // once, each through whichever path it finds free (one stage, the
 // driver's copy, the ring), with one shared Copier: every byte arrives,
@@ -124,7 +188,7 @@ func TestFakeSingleStageConcurrent(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t)
 	bg := context.Background()
-	sizes := []int{4 << 10, 64 << 10, 1 << 20, 2 << 20}
+	sizes := []int{4 << 10, 64 << 10, 1 << 20, 2 << 20, 16 << 20}
 	const workers, rounds = 8, 6
 	errc := make(chan error, workers)
 	var wg sync.WaitGroup

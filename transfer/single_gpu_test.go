@@ -22,7 +22,7 @@ import (
 func BenchmarkSingleStage(b *testing.B) {
 	ctx := gpuCtx(b)
 	c := gpuCopier(b, ctx)
-	sizes := []int{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20}
+	sizes := []int{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 24 << 20, 32 << 20}
 	maxN := sizes[len(sizes)-1]
 	heap := touched(maxN)
 	back := make([]byte, maxN)

@@ -31,7 +31,8 @@ func callDelta(d *fakedrv.Driver, f func(), ops ...string) map[string]int {
 // synchronous driver copy (no ring, no event, no stream copy), except in
 // the single-stage bands, where it is one asynchronous copy through one
 // stage (singleBand); at and above the thresholds it is staged through
-// the ring; the data is right either way.
+// one stage when it fits in one (oneStage), else through the ring; the
+// data is right either way.
 func TestFakeAdaptive(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t, WithStageSize(4<<20), WithThresholds(Thresholds{HtoD: 8 << 20, DtoH: 4 << 20}))
@@ -51,7 +52,8 @@ func TestFakeAdaptive(t *testing.T) {
 		{2<<20 - 1, single, single},
 		{2 << 20, single, single},
 		{4<<20 - 1, single, single},
-		{4 << 20, single, ring},
+		{4 << 20, single, single}, // at the threshold device to host: one stage still holds it
+		{4<<20 + 1, driver, ring},
 		{8<<20 - 1, driver, ring}, // over the stage: no single stage holds it
 		{8 << 20, ring, ring},
 		{9 << 20, ring, ring},
@@ -96,16 +98,17 @@ func checkPath(t *testing.T, op string, n int, want string, st Stats, syncCopies
 }
 
 // TestFakeAdaptiveDefaults: a default Copier copies pageable memory
-// through one stage below 16 MiB, except host to device between 64 KiB
-// and 1 MiB, where the driver copies it, and through the ring from 16
-// MiB, both ways; pinned memory goes directly whatever its size.
+// through one stage up to 32 MiB (in two pieces from 16 MiB, where the
+// thresholds stage it), except host to device between 64 KiB and 1 MiB,
+// where the driver copies it, and through the ring above 32 MiB, both
+// ways; pinned memory goes directly whatever its size.
 func TestFakeAdaptiveDefaults(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t)
 	if DefaultThresholds != (Thresholds{HtoD: 16 << 20, DtoH: 16 << 20}) {
 		t.Fatalf("DefaultThresholds %+v", DefaultThresholds)
 	}
-	dev := e.devbuf(t, 32<<20)
+	dev := e.devbuf(t, 33<<20)
 	// The path from its Stats: the driver's copy, one stage, or the ring.
 	path := func(st Stats) string {
 		switch {
@@ -125,7 +128,8 @@ func TestFakeAdaptiveDefaults(t *testing.T) {
 	}{
 		{4 << 10, "single", "single"}, {64 << 10, "single", "single"}, {256 << 10, "driver", "single"},
 		{1 << 20, "single", "single"}, {2 << 20, "single", "single"}, {16<<20 - 1, "single", "single"},
-		{16 << 20, "ring", "ring"}, {32<<20 - 1, "ring", "ring"}, {32 << 20, "ring", "ring"},
+		{16 << 20, "single", "single"}, {32<<20 - 1, "single", "single"}, {32 << 20, "single", "single"},
+		{32<<20 + 1, "ring", "ring"}, {33 << 20, "ring", "ring"},
 	} {
 		n := tc.n
 		src := testutil.RandomBytes(n, 5)
