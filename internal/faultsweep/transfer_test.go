@@ -344,6 +344,11 @@ func TestSweepTransfer(t *testing.T) {
 		copierOp("one stage, stats, sleep", 16<<10, func(*env) ([]transfer.Option, error) {
 			return smallRing(transfer.WithStats(true), transfer.WithWait(transfer.WaitSleep)), nil
 		}),
+		// A staged transfer that one stage holds takes one stage before
+		// the ring.
+		copierOp("staged in one stage", stageSize, func(*env) ([]transfer.Option, error) {
+			return smallRing(transfer.WithThresholds(transfer.Thresholds{})), nil
+		}),
 		registrationOp(),
 		pipelineOp("unordered"),
 		pipelineOp("ordered, pinned stages", transfer.WithOrdered(true), transfer.WithPinStages(true)),
