@@ -248,20 +248,20 @@ func sizeName(n int) string {
 }
 
 // BenchmarkCopierConcurrent runs 1, 2, 4, 8 and 16 goroutines at once,
-// each moving its own 64 MiB (or 1 MiB) Go slice to the device and back
-// twice, through one shared Copier or one Copier each, and reports the
+// each moving its own 64 MiB (or 24 MiB, which one stage holds, or
+// 1 MiB) Go slice to the device and back twice, through one shared Copier or one Copier each, and reports the
 // aggregate GB/s (both directions counted) and the peak of the process's
 // pinned bytes over those pinned before the sub-benchmark (the Copiers'
 // staging included; their creation is not timed), and fails unless every
 // byte came back. The goroutines' directions interleave, so copies both
 // ways run at once. At 1 MiB the "-driver" modes give every transfer to
 // the driver's pageable copy (stageWhenDriverBusy and the single-stage path off), beside
-// the default that stages while another transfer is in it. About 15 s:
+// the default that stages while another transfer is in it. About 20 s:
 //
 //	.gpu/bin/transfer.test -test.run '^$' -test.bench 'CopierConcurrent' -test.benchtime 3x
 func BenchmarkCopierConcurrent(b *testing.B) {
 	ctx := gpuCtx(b)
-	for _, n := range []int{64 << 20, 1 << 20} {
+	for _, n := range []int{64 << 20, 24 << 20, 1 << 20} {
 		for _, g := range []int{1, 2, 4, 8, 16} {
 			for _, mode := range []string{"shared", "each", "shared-driver", "each-driver"} {
 				if n > DefaultThreshold && strings.HasSuffix(mode, "-driver") {
@@ -584,8 +584,8 @@ func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function
 	})
 }
 
-// BenchmarkStagingKnobs compares, side by side, staged transfers of 16
-// MiB to 1 GiB from a Go slice cut into at least 4 pieces (the default)
+// BenchmarkStagingKnobs compares, side by side, transfers of 16 MiB to
+// 1 GiB from a Go slice staged through the ring (forceStaged), cut into at least 4 pieces (the default)
 // or 8 (chunkPieces), waiting for a stage asleep in the driver at once or
 // polling it for up to 1 ms first (stageSpin), the CPU's copy of a piece
 // in one share per goroutine or 4 sub-pieces each (subPieces), with the host bound of
@@ -632,9 +632,9 @@ func BenchmarkStagingKnobs(b *testing.B) {
 							stageSpin.Store(int64(k.spin))
 							var err error
 							if htod {
-								_, err = staged.HtoD(context.Background(), d, h)
+								_, err = staged.htod(context.Background(), d, h, forceStaged)
 							} else {
-								_, err = staged.DtoH(context.Background(), h, d)
+								_, err = staged.dtoh(context.Background(), h, d, forceStaged)
 							}
 							return err
 						}})

@@ -27,20 +27,22 @@ import (
 //     known with AddPinned, and in slices the registration cache holds.
 //   - Pageable memory (ordinary Go memory) of fewer bytes than the
 //     Copier's Thresholds (WithThresholds; DefaultThresholds, 16 MiB
-//     both ways) is handed to the driver's
-//     own pageable copy: one synchronous cuMemcpyHtoD or cuMemcpyDtoH on
-//     the Go slice, with no staging ring, no events, no copy goroutines
-//     and, without WithStats, no system call beyond it. Below those sizes
-//     the driver's copy is as fast as staging or faster (its fixed cost
-//     is lower); above, its single bounce buffer
-//     caps it at a fraction of pinned speed. Calibrate measures the
-//     crossover on the host at hand. The driver's pageable copies from
-//     several goroutines at once do not add up, so while one transfer of
-//     the staging engine (below) is in it, another small transfer stages
-//     instead.
-//   - Larger pageable memory is staged through the Copier's ring of
-//     pinned buffers: CPU goroutines fill one stage while the copy engine
-//     drains another.
+//     both ways) takes a short path with no ring: one pinned stage of
+//     the staging engine around one asynchronous copy (or a few, in
+//     pieces), or the driver's own pageable copy, a synchronous
+//     cuMemcpyHtoD or cuMemcpyDtoH on the Go slice with no events, no
+//     copy goroutines and, without WithStats, no system call beyond it.
+//     One stage is tried first where it was measured faster than the
+//     driver's copy and taken only when a stage is idle at once. The
+//     driver's pageable copies from several goroutines at once do not
+//     add up, so while one transfer of the staging engine (below) is in
+//     it, another small transfer stages instead. Above the thresholds the
+//     driver's single bounce buffer caps it at a fraction of pinned
+//     speed; Calibrate measures the crossover on the host at hand.
+//   - Larger pageable memory is staged: through one pinned stage (in two
+//     pieces from 16 MiB) when one stage holds it (up to 32 MiB) and one
+//     is idle, else through the Copier's ring of pinned buffers, CPU
+//     goroutines filling one stage while the copy engine drains another.
 //
 // Its methods are safe for concurrent use. Transfers that use the copy
 // engines through the Copier (staged or direct) run on its lanes: a

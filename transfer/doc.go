@@ -23,7 +23,10 @@
 // device to host), taken only when a stage is idle at once; otherwise
 // the driver's copy is taken while no other transfer of the same staging
 // engine is in it (the driver's pageable copies do not add up across
-// goroutines), and one stage, else the ring, when one is. Memory that is
+// goroutines), and one stage, else the ring, when one is. A staged
+// transfer that one stage holds (up to 32 MiB) also takes one stage, in
+// two pieces, when one is idle, and waits for the ring when none is.
+// Memory that is
 // already pinned (anything pinmem pinned, found with pinmem.Lookup, a
 // pinmem.Buffer made known with AddPinned, or a range held by the
 // registration cache) is copied directly, without staging, one driver copy

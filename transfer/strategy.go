@@ -10,23 +10,27 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// DefaultThreshold is the default size from which a Copier stages pageable
-// Go memory through its pinned ring, in both directions: 16 MiB. Measured
-// on an H200 (PCIe Gen5 x16, samples interleaved, BenchmarkCopierVsDriver),
-// staging was 1.32 times the driver's own pageable copy at 16 MiB
-// host-to-device and 1.50 times device-to-host, and 0.61 and 0.73 times at
-// 4 MiB, where the ring's cost per piece (a fork and join of the copy
-// goroutines and an event) weighs more than the bytes. From 64 MiB on
-// staging wins by 2.5 times and more: the driver stages through a small
-// bounce buffer with one thread.
+// DefaultThreshold is the default size from which a Copier stages
+// pageable Go memory in both directions, never handing it to the
+// driver's own pageable copy: 16 MiB. Staged, a transfer takes one pinned
+// stage when one holds it and is idle (up to 32 MiB, in two pieces) and
+// the pinned ring otherwise. Measured on an H200 (PCIe Gen5 x16, samples
+// interleaved, BenchmarkCopierVsDriver and BenchmarkSingleStage), a
+// Copier at 16 MiB moved 1.9 times the driver's pageable copy both ways,
+// and from 64 MiB on staging wins by 2.5 times and more: the driver
+// stages through a small bounce buffer with one thread. Below the
+// threshold the driver's copy is still faster at some sizes and
+// concurrencies, and one stage is tried only where it wins (see Copier).
 const DefaultThreshold = 16 << 20
 
-// Thresholds are the sizes, in bytes, from which a Copier stages the
-// pageable part of a transfer through its pinned ring instead of handing
-// it to the driver's own pageable copy; below them the driver's copy is
-// faster. They marshal to JSON, so that the result of Calibrate can be
-// stored and passed back with WithThresholds. 0 stages every transfer;
-// math.MaxInt64 never stages.
+// Thresholds are the sizes, in bytes, from which a Copier always stages
+// the pageable part of a transfer (through one pinned stage or its
+// pinned ring) instead of ever handing it to the driver's own pageable
+// copy; below them a transfer takes one of the short paths (see Copier),
+// because the driver's copy is faster at some of those sizes. They
+// marshal to JSON, so that the result of Calibrate can be stored and
+// passed back with WithThresholds. 0 stages every transfer;
+// math.MaxInt64 leaves every transfer to the short paths.
 type Thresholds struct {
 	HtoD int64 `json:"htod_bytes"` // host-to-device
 	DtoH int64 `json:"dtoh_bytes"` // device-to-host
