@@ -600,18 +600,8 @@ func BenchmarkStagingKnobs(b *testing.B) {
 	const maxN = 1 << 30
 	heap := touched(maxN)
 	dev := gpuAlloc(b, ctx, maxN)
-	pinned, err := pinmem.Alloc(maxN, 0, pinmem.WithDevice(ctx.Device()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { pinned.Free() })
-	s, err := ctx.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Destroy() })
-	cpu := newCopyPool(min(DefaultParallelism, runtime.NumCPU()), false)
-	b.Cleanup(cpu.close)
+	pinned := gpuPinned(b, ctx, maxN)
+	s, cpu := boundTools(b, ctx)
 	defer func(p, sub int, sp int64) { chunkPieces, subPieces = p, sub; stageSpin.Store(sp) }(chunkPieces, subPieces, stageSpin.Load())
 	for _, n := range []int{16 << 20, 64 << 20, 256 << 20, 1 << 30} {
 		h := heap[:n]

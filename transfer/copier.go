@@ -920,10 +920,8 @@ func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, h
 	if len(src) > dst.Size() {
 		return st, &SizeError{Op: HostToDevice.String(), Need: len(src), Have: dst.Size()}
 	}
-	if len(src) > 0 && (c.small(HostToDevice, len(src), how) || c.oneStage(len(src), how)) && !c.mayBePinned(src) {
-		if out, err, ok := c.shortOrOne(ctx, &st, dst, src, how); ok {
-			return out, err
-		}
+	if out, err, ok := c.shortOrOne(ctx, &st, dst, src, how); ok {
+		return out, err
 	}
 	return c.run(ctx, &st, src, dst.Ptr())
 }
@@ -936,20 +934,25 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 	if len(dst) > src.Size() {
 		return st, &SizeError{Op: DeviceToHost.String(), Need: len(dst), Have: src.Size()}
 	}
-	if len(dst) > 0 && (c.small(DeviceToHost, len(dst), how) || c.oneStage(len(dst), how)) && !c.mayBePinned(dst) {
-		if out, err, ok := c.shortOrOne(ctx, &st, src, dst, how); ok {
-			return out, err
-		}
+	if out, err, ok := c.shortOrOne(ctx, &st, src, dst, how); ok {
+		return out, err
 	}
 	return c.run(ctx, &st, dst, src.Ptr())
 }
 
-// shortOrOne moves a pageable transfer below the thresholds by one of the
-// short paths (short), and a staged one of at most singleStagedMax bytes
-// by one pinned stage when a stage and a lane are idle at once; handled
-// is false when the transfer goes through the ring.
+// shortOrOne moves a pageable transfer that needs no ring: one below the
+// thresholds by one of the short paths (short), a staged one that one
+// stage holds (oneStage) through one pinned stage when a stage and a lane
+// are idle at once. handled is false when the transfer goes through the
+// ring (run): it is empty, larger, may hold pinned memory to copy
+// directly, or found no idle stage.
 func (c *copier) shortOrOne(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte, how strategy) (out Stats, err error, handled bool) {
-	if c.small(st.Direction, len(host), how) {
+	n := len(host)
+	small := c.small(st.Direction, n, how)
+	if n == 0 || !small && !c.oneStage(n, how) || c.mayBePinned(host) {
+		return *st, nil, false
+	}
+	if small {
 		return c.short(ctx, st, dev, host, how)
 	}
 	return c.single(ctx, st, dev, host)
@@ -1070,15 +1073,16 @@ func (l *lane) queued(s *stage, err error) error {
 	return nil
 }
 
-// htod queues the copy of the first n bytes of the stage to dev on st,
+// htod queues the copy of the stage's bytes [lo, hi) to dev+lo on st,
 // one copy per registration of the stage.
-func (s *stage) htod(st *cuda.Stream, dev cuda.DevicePtr, n int) error {
-	return eachPiece(s.cuts, n, func(lo, hi int) error { return st.CopyHtoD(dev.Add(lo), s.mem[lo:hi]) })
+func (s *stage) htod(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
+	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyHtoD(dev.Add(a), s.mem[a:b]) })
 }
 
-// dtoh queues the copy of n bytes at dev into the stage on st.
-func (s *stage) dtoh(st *cuda.Stream, dev cuda.DevicePtr, n int) error {
-	return eachPiece(s.cuts, n, func(lo, hi int) error { return st.CopyDtoH(s.mem[lo:hi], dev.Add(lo)) })
+// dtoh queues the copy of dev+lo .. dev+hi into the stage's bytes
+// [lo, hi) on st, one copy per registration of the stage.
+func (s *stage) dtoh(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
+	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], dev.Add(a)) })
 }
 
 // waitStage waits for stage event ev inside a transfer holding l
@@ -1119,7 +1123,7 @@ func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, st *Stats) 
 		}
 		n := len(o.host)
 		st.CopyCPU += c.cpuCopy(s.mem[:n], o.host)
-		if err := l.queued(s, s.htod(l.stream, o.dev, n)); err != nil {
+		if err := l.queued(s, s.htod(l.stream, o.dev, 0, n)); err != nil {
 			first = err
 			break
 		}
@@ -1153,7 +1157,7 @@ func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, st *Stats) 
 			}
 			s := l.stageAt(k)
 			k++
-			if err := l.queued(s, s.dtoh(l.stream, o.dev, len(o.host))); err != nil {
+			if err := l.queued(s, s.dtoh(l.stream, o.dev, 0, len(o.host))); err != nil {
 				first = err
 				break
 			}

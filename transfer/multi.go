@@ -472,7 +472,7 @@ func (m *multi) broadcastStaged(ctx context.Context, dsts []*cuda.DeviceBuffer, 
 		st.CopyCPU += m.pool.copy(s.mem[:n], src[off:off+n])
 		for i, d := range m.devs {
 			dst := dsts[i].Ptr().Add(off)
-			if err := eachPiece(s.cuts, n, func(lo, hi int) error { return d.stream.CopyHtoD(dst.Add(lo), s.mem[lo:hi]) }); err != nil {
+			if err := eachPiece(s.cuts, 0, n, func(lo, hi int) error { return d.stream.CopyHtoD(dst.Add(lo), s.mem[lo:hi]) }); err != nil {
 				return fmt.Errorf("device %d: %w", i, err)
 			}
 			if err := s.evs[i].Record(d.stream); err != nil {

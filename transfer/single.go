@@ -217,17 +217,17 @@ func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction,
 				err = l.startTimer()
 			}
 			if err == nil {
-				err = s.htodRange(l.stream, dev, lo, hi)
+				err = s.htod(l.stream, dev, lo, hi)
 			}
 		}
 	} else {
 		err = l.startTimer()
 		if err == nil {
-			err = s.dtohRange(l.stream, dev, 0, size)
+			err = s.dtoh(l.stream, dev, 0, size)
 		}
 		if err == nil && k > 1 {
 			if err = l.near.Record(l.stream); err == nil {
-				err = s.dtohRange(l.stream, dev, size, n)
+				err = s.dtoh(l.stream, dev, size, n)
 			}
 		}
 	}
@@ -282,36 +282,6 @@ func (c *copier) singleStop(ctx context.Context, l *lane, werr error) error {
 	_ = l.stream.Synchronize()
 	c.releaseLane(l)
 	return werr
-}
-
-// htodRange queues the copy of the stage's bytes [lo, hi) to dev+lo on
-// st, one copy per registration of the stage.
-func (s *stage) htodRange(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
-	return eachRange(s.cuts, lo, hi, func(a, b int) error { return st.CopyHtoD(dev.Add(a), s.mem[a:b]) })
-}
-
-// dtohRange queues the copy of dev+lo .. dev+hi into the stage's bytes
-// [lo, hi) on st.
-func (s *stage) dtohRange(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
-	return eachRange(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], dev.Add(a)) })
-}
-
-// eachRange calls f for the parts of [lo, hi) between the sorted cut
-// offsets, in order.
-func eachRange(cuts []int, lo, hi int, f func(lo, hi int) error) error {
-	for _, c := range cuts {
-		if c <= lo {
-			continue
-		}
-		if c >= hi {
-			break
-		}
-		if err := f(lo, c); err != nil {
-			return err
-		}
-		lo = c
-	}
-	return f(lo, hi)
 }
 
 // singleCopy copies src into dst, on the caller's goroutine when small,

@@ -22,6 +22,17 @@ func idleStages(e *engine) int {
 	return len(e.idle)
 }
 
+// lendAllStages borrows every idle stage of c's engine, as transfers
+// holding them would; the caller gives them back with c.eng.give.
+func lendAllStages(t *testing.T, c *Copier) []*stage {
+	t.Helper()
+	all, err := c.eng.take(context.Background(), idleStages(c.eng))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all
+}
+
 // waitIdle waits until c has nothing in progress (abandoned copies, and
 // driver copies left running, finished).
 func waitIdle(t *testing.T, c *Copier) {
@@ -98,10 +109,7 @@ func TestFakeSingleStageNoStage(t *testing.T) {
 	dev := e.devbuf(t, n)
 	src := testutil.RandomBytes(n, 22)
 	bg := context.Background()
-	all, err := c.eng.take(bg, idleStages(c.eng))
-	if err != nil {
-		t.Fatal(err)
-	}
+	all := lendAllStages(t, c)
 	st, err := c.HtoD(bg, dev, src)
 	if err != nil || st.PageableBytes != n {
 		t.Errorf("every stage lent: %v %v, want the driver's copy", st, err)
@@ -128,10 +136,7 @@ func TestFakeSingleStageStagedBusy(t *testing.T) {
 	src := testutil.RandomBytes(n, 23)
 	bg := context.Background()
 	for _, dir := range []Direction{HostToDevice, DeviceToHost} {
-		all, err := c.eng.take(bg, idleStages(c.eng))
-		if err != nil {
-			t.Fatal(err)
-		}
+		all := lendAllStages(t, c)
 		short, cancel := context.WithTimeout(bg, 20*time.Millisecond)
 		dst := make([]byte, n)
 		move := func(ctx context.Context) (Stats, error) {
@@ -446,8 +451,8 @@ func TestFakeSinglePieces(t *testing.T) {
 	}
 }
 
-// TestEachRange: the parts of a range between registration cuts.
-func TestEachRange(t *testing.T) {
+// TestEachPiece: the parts of a range between registration cuts.
+func TestEachPiece(t *testing.T) {
 	for _, tc := range []struct {
 		cuts   []int
 		lo, hi int
@@ -461,7 +466,7 @@ func TestEachRange(t *testing.T) {
 		{[]int{2, 4, 8}, 9, 12, [][2]int{{9, 12}}},
 	} {
 		var got [][2]int
-		if err := eachRange(tc.cuts, tc.lo, tc.hi, func(a, b int) error { got = append(got, [2]int{a, b}); return nil }); err != nil {
+		if err := eachPiece(tc.cuts, tc.lo, tc.hi, func(a, b int) error { got = append(got, [2]int{a, b}); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {

@@ -136,12 +136,14 @@ func segCuts(b *pinmem.Buffer) []int {
 	return cuts
 }
 
-// eachPiece calls f for the parts of [0, n) between the sorted cuts, in
-// order, until f fails.
-func eachPiece(cuts []int, n int, f func(lo, hi int) error) error {
-	lo := 0
+// eachPiece calls f for the parts of [lo, hi) between the sorted cut
+// offsets, in order, until f fails.
+func eachPiece(cuts []int, lo, hi int, f func(lo, hi int) error) error {
 	for _, c := range cuts {
-		if c >= n {
+		if c <= lo {
+			continue
+		}
+		if c >= hi {
 			break
 		}
 		if err := f(lo, c); err != nil {
@@ -149,7 +151,7 @@ func eachPiece(cuts []int, n int, f func(lo, hi int) error) error {
 		}
 		lo = c
 	}
-	return f(lo, n)
+	return f(lo, hi)
 }
 
 // splitAtCuts splits sorted, disjoint spans at the cut offsets inside them,

@@ -68,7 +68,7 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 		want := min(len(s.mem), dst.Size()-off)
 		n, rerr := read(int64(off), s.mem[:want])
 		if n > 0 {
-			if err := l.queued(s, s.htod(l.stream, dst.Ptr().Add(off), n)); err != nil {
+			if err := l.queued(s, s.htod(l.stream, dst.Ptr().Add(off), 0, n)); err != nil {
 				first = err
 				break
 			}
@@ -167,7 +167,7 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 			s := l.stageAt(k)
 			k++
 			n := min(len(s.mem), size-next)
-			if err := l.queued(s, s.dtoh(l.stream, src.Ptr().Add(next), n)); err != nil {
+			if err := l.queued(s, s.dtoh(l.stream, src.Ptr().Add(next), 0, n)); err != nil {
 				first = err
 				break
 			}
