@@ -274,8 +274,9 @@ func (d *Driver) FailAsync(op string, when When, code cuda.Result) error {
 	return d.fault("FailAsync", op, when, code, true)
 }
 
-// ClearFaults removes every rule made by FailOn and FailAsync, and the
-// sticky faults of every context.
+// ClearFaults removes every rule made by FailOn and FailAsync, and resets
+// the contexts a sticky fault broke: their calls work again, and the
+// faults of their work not reported yet are forgotten.
 func (d *Driver) ClearFaults() {
 	if d != nil {
 		d.fake.ClearFaults()

@@ -26,7 +26,8 @@ import (
 	"github.com/pinmem/pinmem/internal/track"
 )
 
-func TestMain(m *testing.M) { testutil.Main(m) }
+// TestMain prints the sweeps' totals after every test ran.
+func TestMain(m *testing.M) { testutil.Main(m, sweepTotals.print) }
 
 // env is what an operation runs against. Cleanups registered with
 // defer_ run after the faults are cleared, as a caller's retry would:
@@ -371,21 +372,6 @@ func sweep(t *testing.T, ops []op) {
 	}
 	t.Logf("fault sweep: %d operations, %d driver calls traced, %d faulted runs", len(ops), nCalls, nRuns)
 	sweepTotals.add(len(ops), nCalls, nRuns)
-}
-
-var sweepTotals totals
-
-type totals struct {
-	mu               sync.Mutex
-	ops, calls, runs int
-}
-
-func (s *totals) add(ops, calls, runs int) {
-	s.mu.Lock()
-	s.ops += ops
-	s.calls += calls
-	s.runs += runs
-	s.mu.Unlock()
 }
 
 func registerKernels(fd *fakedrv.Driver) {

@@ -504,13 +504,21 @@ func (d *Driver) SetHook(h func(op string) cudadrv.Result) {
 }
 
 // ClearFaults removes every FailOn and FailAsync rule and the hook, and
-// the sticky faults of every context.
+// resets the contexts a sticky fault broke: their calls work again, and
+// the faults of their streams not reported yet are forgotten.
 func (d *Driver) ClearFaults() {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.rules = nil
 	d.hook = nil
+	for _, s := range d.active {
+		// The legacy default stream serves every context.
+		broken := d.sticky[s.ctx] != nil || s == d.def && len(d.sticky) > 0
+		if broken && s.err != nil {
+			s.err.reported = true
+		}
+	}
 	clear(d.sticky)
-	d.mu.Unlock()
 }
 
 // begin counts a call of op, and of its class when it has one (the calls
