@@ -45,8 +45,7 @@ func TestSynchronizeIsBoundedByContext(t *testing.T) {
 		if el := time.Since(start); el > 2*time.Second {
 			t.Errorf("%s returned %v after a 20ms deadline", name, el)
 		}
-		//lint:ignore SA1012 a nil context is what is being refused
-		if err := wait(nil); !errors.Is(err, cuda.ErrInvalidValue) { //nolint:staticcheck
+		if err := wait(nil); !errors.Is(err, cuda.ErrInvalidValue) {
 			t.Errorf("%s(nil) = %v, want ErrInvalidValue", name, err)
 		}
 	}
