@@ -381,7 +381,9 @@ func (d *Driver) Streams() []*cuda.Stream {
 
 // WaitBlocked waits until a call of the code under test waits for work
 // queued on s that a hold keeps from running (any stream when s is nil):
-// a synchronizing call blocked on it, or a query that found it not ready.
+// a synchronizing call blocked on it, or a query that found it not ready
+// after WaitBlocked was called (code that polls, as a Synchronize with a
+// context that can end does, queries again and again).
 // It returns the driver function of that call, such as
 // "cuStreamSynchronize" or "cuEventQuery", so that a test can release the
 // work knowing the code reached its wait, with no sleep standing in for
@@ -395,15 +397,16 @@ func (d *Driver) WaitBlocked(ctx context.Context, s *cuda.Stream) (string, error
 	if s != nil {
 		h = cudadrv.Stream(s.Handle())
 	}
-	for {
+	for seen := -1; ; {
 		changed := d.fake.Changed()
-		op, err := d.fake.Blocked(h, s == nil)
+		op, polls, err := d.fake.Blocked(h, s == nil, seen)
 		if err != nil {
 			return "", invalid("WaitBlocked: stream %#x is not a live stream of this fake driver", s.Handle())
 		}
 		if op != "" {
 			return op, nil
 		}
+		seen = polls
 		select {
 		case <-changed:
 		case <-ctx.Done():

@@ -391,7 +391,7 @@ func TestFailAsync(t *testing.T) {
 	if err := s.Memset(buf.Ptr(), 9, 64); err != nil {
 		t.Fatalf("the failing memset's call: %v, want success", err)
 	}
-	if err := s.Synchronize(); !errors.Is(err, cuda.ErrLaunchFailed) {
+	if err := s.Synchronize(context.Background()); !errors.Is(err, cuda.ErrLaunchFailed) {
 		t.Errorf("Synchronize after the failed memset: %v, want ErrLaunchFailed", err)
 	}
 	got := make([]byte, 64)

@@ -138,13 +138,13 @@ func ExampleWhen_Sticky() {
 	}
 	fmt.Println("memset queued:", s.Memset(buf.Ptr(), 0, 256))
 	var ce *cuda.Error
-	errors.As(s.Synchronize(), &ce)
+	errors.As(s.Synchronize(context.Background()), &ce)
 	fmt.Println("synchronize:", ce.Name)
 	_, err = ctx.Alloc(256)
 	errors.As(err, &ce)
 	fmt.Println("a later allocation:", ce.Name)
 	d.ClearFaults()
-	fmt.Println("after ClearFaults:", s.Synchronize())
+	fmt.Println("after ClearFaults:", s.Synchronize(context.Background()))
 	// Output:
 	// memset queued: <nil>
 	// synchronize: CUDA_ERROR_ILLEGAL_ADDRESS
@@ -187,7 +187,7 @@ func ExampleDriver_WaitBlocked() {
 		return
 	}
 	synced := make(chan error)
-	go func() { synced <- s.Synchronize() }() // the code under test
+	go func() { synced <- s.Synchronize(context.Background()) }() // the code under test
 	op, err := d.WaitBlocked(context.Background(), s)
 	fmt.Println("blocked:", op, err)
 	if err := d.ReleaseStream(s); err != nil {

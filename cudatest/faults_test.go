@@ -62,10 +62,10 @@ func TestAsyncFaultReporters(t *testing.T) {
 		report func() error
 	}{
 		{"event query", func() error { _, err := ev.Query(); return err }},
-		{"event synchronize", ev.Synchronize},
+		{"event synchronize", func() error { return ev.Synchronize(context.Background()) }},
 		{"stream query", func() error { _, err := s.Query(); return err }},
-		{"stream synchronize", s.Synchronize},
-		{"context synchronize", ctx.Synchronize},
+		{"stream synchronize", func() error { return s.Synchronize(context.Background()) }},
+		{"context synchronize", func() error { return ctx.Synchronize(context.Background()) }},
 	}
 	for _, r := range reporters {
 		if err := d.FailAsync("cuMemsetD8Async", cudatest.Once(), cuda.ResultLaunchFailed); err != nil {
@@ -100,11 +100,11 @@ func TestStickyFault(t *testing.T) {
 	}
 	memsetOn(t, s, buf, nil)
 	for name, call := range map[string]func() error{
-		"stream synchronize":  s.Synchronize,
+		"stream synchronize":  func() error { return s.Synchronize(context.Background()) },
 		"event record":        func() error { return ev.Record(s) },
-		"event synchronize":   ev.Synchronize,
+		"event synchronize":   func() error { return ev.Synchronize(context.Background()) },
 		"memset":              func() error { return s.Memset(buf.Ptr(), 1, 64) },
-		"context synchronize": ctx.Synchronize,
+		"context synchronize": func() error { return ctx.Synchronize(context.Background()) },
 		"copy to host":        func() error { return buf.CopyToHost(0, make([]byte, 64)) },
 		"allocation": func() error {
 			b, err := ctx.Alloc(64)
@@ -156,7 +156,7 @@ func TestStickyReleases(t *testing.T) {
 	if err := buf.Memset(1); !isCode(err, cuda.ResultIllegalAddress) {
 		t.Fatalf("the faulting memset: %v", err)
 	}
-	if err := s.Synchronize(); !isCode(err, cuda.ResultIllegalAddress) {
+	if err := s.Synchronize(context.Background()); !isCode(err, cuda.ResultIllegalAddress) {
 		t.Errorf("Synchronize after a sticky synchronous fault: %v, want ErrIllegalAddress", err)
 	}
 	if err := buf.Free(); err != nil {
@@ -274,7 +274,7 @@ func TestKernelReplaced(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := make([]byte, 16)
-		if err := s.Synchronize(); err != nil {
+		if err := s.Synchronize(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if err := buf.CopyToHost(0, got); err != nil {

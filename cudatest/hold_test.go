@@ -56,10 +56,23 @@ func TestHoldStream(t *testing.T) {
 	if err := d.Leaks(); !errors.Is(err, cudatest.ErrLeak) || !strings.Contains(err.Error(), "queued operation") {
 		t.Errorf("Leaks with held work: %v", err)
 	}
+	// A wait that can end polls the stream; WaitBlocked sees the query.
+	pctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	polled := make(chan error, 1)
+	go func() { polled <- s.Synchronize(pctx) }()
+	if op := waitBlocked(t, d, s); op != "cuStreamQuery" {
+		t.Errorf("WaitBlocked during a Synchronize that polls = %q, want cuStreamQuery", op)
+	}
+	cancel()
+	if err := <-polled; !errors.Is(err, context.Canceled) {
+		t.Errorf("Synchronize of a held stream, its context cancelled: %v", err)
+	}
+	// A wait that cannot end waits in the driver.
 	synced := make(chan error, 1)
-	go func() { synced <- s.Synchronize() }()
-	if op := waitBlocked(t, d, s); op != "cuStreamSynchronize" && op != "cuStreamQuery" {
-		t.Errorf("WaitBlocked = %q, want the synchronize (or the query before it)", op)
+	go func() { synced <- s.Synchronize(context.Background()) }()
+	if op := waitBlocked(t, d, s); op != "cuStreamSynchronize" {
+		t.Errorf("WaitBlocked during a Synchronize that cannot end = %q, want cuStreamSynchronize", op)
 	}
 	select {
 	case err := <-synced:
@@ -250,7 +263,7 @@ func TestWaitTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	err = s.Synchronize()
+	err = s.Synchronize(context.Background())
 	if !isCode(err, cuda.ResultLaunchTimeout) || time.Since(start) < timeout {
 		t.Errorf("Synchronize of held work: %v after %v, want CUDA_ERROR_LAUNCH_TIMEOUT after at least %v", err, time.Since(start), timeout)
 	}

@@ -187,6 +187,8 @@ type Driver struct {
 	streamSeq  int
 	paused     bool
 	waiters    map[*waiter]bool          // calls blocked in waitFor
+	polls      int                       // queries that found work not ready
+	pollOp     string                    // the driver function of the latest one
 	sticky     map[cudadrv.Context]error // contexts a sticky fault broke
 
 	events    map[cudadrv.Event]*event

@@ -39,7 +39,8 @@ type stream struct {
 	held      bool
 	destroyed bool
 	err       *fault // latest asynchronous fault of the stream's work, reported or not
-	polled    string // a query that found held work not ready since the queue last drained
+	polls     int    // queries that found the stream's work not ready
+	pollOp    string // the driver function of the latest one
 }
 
 func (s *stream) blocking() bool { return s.flags&cudadrv.StreamNonBlocking == 0 }
@@ -141,13 +142,9 @@ func (d *Driver) pump() {
 			}
 		}
 	}
-	// Forget destroyed streams once their work is done, and the queries
-	// that found held work once it ran.
+	// Forget destroyed streams once their work is done.
 	keep := d.active[:0]
 	for _, s := range d.active {
-		if len(s.queue) == 0 {
-			s.polled = ""
-		}
 		if !s.destroyed || len(s.queue) > 0 {
 			keep = append(keep, s)
 		}
@@ -304,7 +301,6 @@ func (d *Driver) ReleaseStream(s cudadrv.Stream) error {
 		return err
 	}
 	st.held = false
-	st.polled = ""
 	d.pump()
 	d.notify()
 	return nil
@@ -322,9 +318,6 @@ func (d *Driver) Resume() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.paused = false
-	for _, s := range d.active {
-		s.polled = ""
-	}
 	d.pump()
 	d.notify()
 }
@@ -645,46 +638,49 @@ type waiter struct {
 	on []*task
 }
 
-// poll records that the query op found held work of s not ready, for
-// Blocked. d.mu must be held.
+// poll records that the query op found work of s not ready, for Blocked.
+// d.mu must be held.
 func (d *Driver) poll(s *stream, op string) {
-	if s.polled == "" {
-		s.polled = op
-		d.notify()
-	}
+	s.polls++
+	s.pollOp = op
+	d.polls++
+	d.pollOp = op
+	d.notify()
 }
 
 // Blocked returns the driver function of a call that waits for work queued
-// on stream h and not yet run (any stream when all is true): a
-// synchronizing call blocked on it, or a query that found it not ready
-// since that stream's work last ran. It returns "" when none does, and an
-// error for a stream unknown to the fake. In the
-// fake, work that has not run is held (HoldStream, Pause) or waits for
-// held work, so such a call is blocked on a hold. Changed returns a
-// channel closed at the next change, for waiting on Blocked.
-func (d *Driver) Blocked(h cudadrv.Stream, all bool) (string, error) {
+// on stream h (any stream when all is true) and not yet run: a
+// synchronizing call blocked on it now, or a query that found it not
+// ready since the caller's previous call of Blocked (code that polls
+// queries again and again). It also returns the count of such queries so
+// far, which the caller passes as seen to its next call; a first call
+// passes seen < 0, since the queries before it may have stopped. It
+// returns "" when no call waits, and an error for a stream unknown to the
+// fake. In the fake, work that has not run is held (HoldStream, Pause) or
+// waits for held work, so such a call is blocked on a hold. Changed
+// returns a channel closed at the next change, for waiting on Blocked.
+func (d *Driver) Blocked(h cudadrv.Stream, all bool, seen int) (op string, polls int, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var target *stream
+	polls, pollOp := d.polls, d.pollOp
 	if !all {
-		var err error
 		if target, err = d.stream("Blocked", h); err != nil {
-			return "", err
+			return "", 0, err
 		}
+		polls, pollOp = target.polls, target.pollOp
 	}
 	for w := range d.waiters {
 		for _, t := range w.on {
 			if t != nil && !t.done && (target == nil || behind(t, target, map[*task]bool{})) {
-				return w.op, nil
+				return w.op, polls, nil
 			}
 		}
 	}
-	for _, s := range d.active {
-		if s.polled != "" && (target == nil || s == target) {
-			return s.polled, nil
-		}
+	if seen >= 0 && polls > seen {
+		return pollOp, polls, nil
 	}
-	return "", nil
+	return "", polls, nil
 }
 
 // behind reports whether task t waits, directly or through the tasks
