@@ -24,7 +24,7 @@ func ExampleLoadAll() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer l.Close()
+	defer l.Close(context.Background())
 	ts, err := safetensors.LoadAll(context.Background(), l, "model.safetensors")
 	if err != nil {
 		log.Fatal(err)
@@ -51,7 +51,7 @@ func ExampleLoad() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer l.Close()
+	defer l.Close(context.Background())
 	weights := map[string]*cuda.DeviceBuffer{}
 	_, st, err := safetensors.Load(context.Background(), l, "model.safetensors", func(t safetensors.Tensor) (*cuda.DeviceBuffer, error) {
 		if t.Size() == 0 || (t.DType != safetensors.F16 && t.DType != safetensors.BF16) {

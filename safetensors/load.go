@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"syscall"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/load"
@@ -23,12 +25,19 @@ func ReadHeader(path string) (*Header, error) {
 
 // openHeader opens the file at path and parses its header, and returns the
 // open file for the load to read the data of that same file.
+//
+// Only a regular file is opened: a FIFO or a device is an error matching
+// fs.ErrInvalid, and the open never blocks (O_NONBLOCK, which changes
+// nothing for a regular file).
 func openHeader(path string) (*Header, *os.File, string, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("safetensors: %w", err)
 	}
 	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file (%v): %w", path, fi.Mode().Type(), fs.ErrInvalid)
+	}
 	if err != nil {
 		f.Close()
 		return nil, nil, "", fmt.Errorf("safetensors: %w", err)

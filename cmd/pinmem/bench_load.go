@@ -386,7 +386,7 @@ func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, o
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = warmLoader.Close() }()
+	defer func() { _ = warmLoader.Close(ctx) }()
 	var last load.Stats
 	// timedLoad returns a timed sample of l, and the check of the device
 	// data that follows the samples (untimed).
@@ -466,7 +466,7 @@ func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, o
 		return rs, nil
 	}
 	// One loader's stages pinned at a time.
-	if err := warmLoader.Close(); err != nil {
+	if err := warmLoader.Close(ctx); err != nil {
 		return rs, err
 	}
 	coldOpts := append(append([]load.Option{}, opts...), load.WithMode(load.ModeAuto))
@@ -474,7 +474,7 @@ func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, o
 	if err != nil {
 		return rs, err
 	}
-	defer func() { _ = coldLoader.Close() }()
+	defer func() { _ = coldLoader.Close(ctx) }()
 	fn, verify = timedLoad(coldLoader)
 	if err := dst.Memset(0); err != nil {
 		return rs, err
