@@ -193,7 +193,7 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 		}()
 	}
 	wg.Wait()
-	if err := await(ctx, func() error { r.inFlight.Wait(); return nil }); err != nil {
+	if err := r.waitInFlight(ctx); err != nil {
 		r.fail(err)
 	}
 	// Asynchronous faults of the copies are reported by the streams, not
@@ -201,7 +201,7 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 	// for copies an earlier, abandoned load left, bounded by ctx.
 	if r.failed() == nil {
 		for _, s := range l.streams {
-			if err := await(ctx, s.Synchronize); err != nil {
+			if err := s.Synchronize(ctx); err != nil {
 				r.fail(fmt.Errorf("load: a copy to the device failed: %w", err))
 				break
 			}
@@ -391,17 +391,17 @@ func interleave(perFile [][]read) []read {
 	}
 }
 
-// await runs the blocking wait f and returns its error, or ctx's error
-// when ctx ends first; f then finishes in the background.
-func await(ctx context.Context, f func() error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	done := make(chan error, 1)
-	go func() { done <- f() }()
+// waitInFlight waits until every stage this load queued copies from has
+// been retired, or until ctx ends.
+func (r *run) waitInFlight(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		r.inFlight.Wait()
+		close(done)
+	}()
 	select {
-	case err := <-done:
-		return err
+	case <-done:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -561,9 +561,9 @@ func (r *run) fill(s *stage, rd *read) (k int, wait func() error, err error) {
 		return 0, nil, err
 	}
 	if rerr := s.ev.Record(s.stream); rerr != nil {
-		return k, s.stream.Synchronize, errors.Join(err, fmt.Errorf("load: recording an event: %w", rerr))
+		return k, func() error { return s.stream.Synchronize(context.Background()) }, errors.Join(err, fmt.Errorf("load: recording an event: %w", rerr))
 	}
-	return k, s.ev.Synchronize, err
+	return k, func() error { return s.ev.Synchronize(context.Background()) }, err
 }
 
 // source returns the bytes of rd: its window of the file's mapping,
