@@ -97,7 +97,7 @@ func TestFakeLoadFileEveryMode(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	for _, n := range []int{1, 4095, 4096, 64<<10 - 1, 64 << 10, 64<<10 + 1, 1<<20 + 12345} {
 		path, data := tempFile(t, n, uint64(n))
-		for _, m := range []Mode{ModeBuffered, ModeDirect, ModeAuto} {
+		for _, m := range []Mode{ModeBuffered, ModeDirect, ModeAuto, ModeMapped} {
 			t.Run(fmt.Sprintf("%d/%v", n, m), func(t *testing.T) {
 				l := e.loader(t, WithMode(m))
 				dst := e.devbuf(t, n+100)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"syscall"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/load"
@@ -30,17 +28,9 @@ func ReadHeader(path string) (*Header, error) {
 // fs.ErrInvalid, and the open never blocks (O_NONBLOCK, which changes
 // nothing for a regular file).
 func openHeader(path string) (*Header, *os.File, string, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, fi, err := openRegular(func() (*os.File, error) { return openNB(path) }, path)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("safetensors: %w", err)
-	}
-	fi, err := f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = fmt.Errorf("%s is not a regular file (%v): %w", path, fi.Mode().Type(), fs.ErrInvalid)
-	}
-	if err != nil {
-		f.Close()
-		return nil, nil, "", fmt.Errorf("safetensors: %w", err)
+		return nil, nil, "", err
 	}
 	h, err := Parse(f, fi.Size())
 	if err != nil {
