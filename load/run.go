@@ -77,14 +77,11 @@ func openRegular(path string) (*os.File, os.FileInfo, error) {
 func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBuffer, whole bool, ready func(int, int)) (st Stats, err error) {
 	start := time.Now()
 	st.Resident = -1
-	if l == nil {
-		return st, fmt.Errorf("load: Load on a nil Loader: %w", cuda.ErrInvalidValue)
-	}
-	if ctx == nil {
+	switch {
+	case l == nil || l.turn == nil:
+		return st, fmt.Errorf("load: Load on a nil Loader or one not made by New: %w", cuda.ErrInvalidValue)
+	case ctx == nil:
 		return st, fmt.Errorf("load: nil context.Context: %w", cuda.ErrInvalidValue)
-	}
-	if l.turn == nil {
-		return st, fmt.Errorf("load: Load on a Loader not made by New: %w", cuda.ErrInvalidValue)
 	}
 	select {
 	case l.turn <- struct{}{}:
@@ -97,51 +94,8 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 	}
 	r := &run{l: l, ready: ready}
 	defer r.closeFiles()
-	var all []Range
-	for i, fl := range files {
-		of := &openFile{path: fl.Path, ranges: fl.Ranges, base: len(all)}
-		all = append(all, fl.Ranges...)
-		for j := range fl.Ranges {
-			r.where = append(r.where, [2]int{i, j})
-		}
-		r.files = append(r.files, of)
-	}
-	if !whole {
-		if err := r.checkRanges(all); err != nil {
-			return st, err
-		}
-	}
-	if err := ctx.Err(); err != nil {
+	if err := r.open(ctx, files, wholeDst, whole); err != nil {
 		return st, err
-	}
-	var ext []extent // what the load reads of each file, for residency
-	for _, of := range r.files {
-		if of.f, of.fi, err = openRegular(of.path); err != nil {
-			return st, err
-		}
-		if whole {
-			of.ranges = []Range{{Offset: 0, Length: of.fi.Size(), Dst: wholeDst}}
-			r.where = [][2]int{{0, 0}}
-			if err := r.checkRanges(of.ranges); err != nil {
-				return st, err
-			}
-		}
-		var end int64
-		for _, rg := range of.ranges {
-			if rg.Length > 0 {
-				end = max(end, rg.Offset+rg.Length)
-			}
-		}
-		if end > of.fi.Size() {
-			return st, &ShortFileError{Path: of.path, Need: end, Size: of.fi.Size()}
-		}
-		ext = append(ext, extents(of.ranges)...)
-	}
-	for _, of := range r.files {
-		for _, rg := range of.ranges {
-			r.left = append(r.left, rg.Length)
-			r.total += rg.Length
-		}
 	}
 	if r.total == 0 {
 		st.Mode = ModeBuffered
@@ -149,7 +103,6 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 		l.report(0, 0)
 		return st, nil
 	}
-
 	mode := l.cfg.mode
 	if mode == ModeAuto {
 		frac, ok := r.residency()
@@ -159,57 +112,14 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 		mode = choose(mode, frac, ok, l.cfg.warm)
 	}
 	st.Mode, st.Fallback = r.prepare(mode)
-	var perFile [][]read
-	for i, of := range r.files {
-		align := int64(1)
-		switch {
-		case of.direct != nil:
-			align = Align
-		case of.mapped != nil:
-			align = int64(os.Getpagesize())
-		}
-		rs := plan(of.ranges, l.cfg.stageSize, align)
-		for k := range rs {
-			rs[k].file = i
-			for p := range rs[k].pieces {
-				rs[k].pieces[p].rng += of.base
-			}
-		}
-		perFile = append(perFile, rs)
-	}
-	r.reads = interleave(perFile)
+	r.plan()
 	st.Reads = len(r.reads)
 
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
 	defer r.end() // after it, no callback runs
 	l.report(0, r.total)
-	var wg sync.WaitGroup
-	for range min(l.cfg.readers, len(r.reads)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.reader()
-		}()
-	}
-	wg.Wait()
-	if err := r.waitInFlight(ctx); err != nil {
-		r.fail(err)
-	}
-	// Asynchronous faults of the copies are reported by the streams, not
-	// by the events. Every copy of this load has finished: the wait is
-	// for copies an earlier, abandoned load left, bounded by ctx.
-	if r.failed() == nil {
-		for _, s := range l.streams {
-			if err := s.Synchronize(ctx); err != nil {
-				r.fail(fmt.Errorf("load: a copy to the device failed: %w", err))
-				break
-			}
-		}
-	}
-	if r.failed() == nil {
-		r.checkUnchanged()
-	}
+	r.copyAll(ctx)
 	r.mu.Lock()
 	st.Bytes, err = r.done, r.err
 	r.ended = true
@@ -229,6 +139,116 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 		}
 	}
 	return st, err
+}
+
+// open checks the ranges and opens the files, before anything is read.
+func (r *run) open(ctx context.Context, files []File, wholeDst *cuda.DeviceBuffer, whole bool) error {
+	var all []Range
+	for i, fl := range files {
+		r.files = append(r.files, &openFile{path: fl.Path, ranges: fl.Ranges, base: len(all)})
+		all = append(all, fl.Ranges...)
+		for j := range fl.Ranges {
+			r.where = append(r.where, [2]int{i, j})
+		}
+	}
+	if !whole {
+		if err := r.checkRanges(all); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, of := range r.files {
+		var err error
+		if of.f, of.fi, err = openRegular(of.path); err != nil {
+			return err
+		}
+		if whole {
+			of.ranges = []Range{{Offset: 0, Length: of.fi.Size(), Dst: wholeDst}}
+			r.where = [][2]int{{0, 0}}
+			if err := r.checkRanges(of.ranges); err != nil {
+				return err
+			}
+		}
+		for _, rg := range of.ranges {
+			if rg.Length > 0 && rg.Offset+rg.Length > of.fi.Size() {
+				return &ShortFileError{Path: of.path, Need: rg.Offset + rg.Length, Size: of.fi.Size()}
+			}
+			r.left = append(r.left, rg.Length)
+			r.total += rg.Length
+		}
+	}
+	return nil
+}
+
+// plan splits every file's ranges into reads and takes the files' reads
+// in turn (the first read of every file, then the second, and so on), so
+// that the readers work on every file at once.
+func (r *run) plan() {
+	var perFile [][]read
+	for i, of := range r.files {
+		align := int64(1)
+		switch {
+		case of.direct != nil:
+			align = Align
+		case of.mapped != nil:
+			align = int64(os.Getpagesize())
+		}
+		rs := plan(of.ranges, r.l.cfg.stageSize, align)
+		for k := range rs {
+			rs[k].file = i
+			for p := range rs[k].pieces {
+				rs[k].pieces[p].rng += of.base
+			}
+		}
+		perFile = append(perFile, rs)
+	}
+	for k := 0; ; k++ {
+		took := false
+		for _, rs := range perFile {
+			if k < len(rs) {
+				r.reads = append(r.reads, rs[k])
+				took = true
+			}
+		}
+		if !took {
+			return
+		}
+	}
+}
+
+// copyAll runs the readers and waits, bounded by ctx, until every copy
+// they queued has finished; then it checks the streams for faults of the
+// copies and the files for changes.
+func (r *run) copyAll(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range min(r.l.cfg.readers, len(r.reads)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.reader()
+		}()
+	}
+	wg.Wait()
+	if err := r.waitInFlight(ctx); err != nil {
+		r.fail(err)
+		return
+	}
+	// Asynchronous faults of the copies are reported by the streams, not
+	// by the events. Every copy of this load has finished: the wait is
+	// for copies an earlier, abandoned load left, bounded by ctx.
+	for _, s := range r.l.streams {
+		if r.failed() != nil {
+			return
+		}
+		if err := s.Synchronize(ctx); err != nil {
+			r.fail(fmt.Errorf("load: a copy to the device failed: %w", err))
+		}
+	}
+	if r.failed() == nil {
+		r.checkUnchanged()
+	}
 }
 
 // checkRanges checks rs (every range of the load, or the one whole-file
@@ -368,25 +388,6 @@ func (r *run) checkUnchanged() {
 			r.fail(fmt.Errorf("load: %s: size %d -> %d, modified %v -> %v: %w", of.path,
 				of.fi.Size(), fi.Size(), of.fi.ModTime(), fi.ModTime(), ErrChanged))
 			return
-		}
-	}
-}
-
-// interleave merges the files' reads, taking them in turn: the first read
-// of every file, then the second, and so on, so that the readers work on
-// every file at once.
-func interleave(perFile [][]read) []read {
-	var out []read
-	for k := 0; ; k++ {
-		took := false
-		for _, rs := range perFile {
-			if k < len(rs) {
-				out = append(out, rs[k])
-				took = true
-			}
-		}
-		if !took {
-			return out
 		}
 	}
 }
