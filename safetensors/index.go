@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -115,7 +116,7 @@ func parseWeightMap(dec *json.Decoder, tok func(string) (json.Token, error)) (ma
 		if !filepath.IsLocal(filepath.FromSlash(shard)) || strings.ContainsRune(shard, '\\') {
 			return nil, formatErr(dec.InputOffset(), "index: shard %s of tensor %s is not a file inside the index's directory", quote(shard), quote(name))
 		}
-		weights[name] = shard
+		weights[name] = path.Clean(shard) // "./a" and "a" are one shard
 	}
 	_, err := tok("the end of weight_map")
 	return weights, err
