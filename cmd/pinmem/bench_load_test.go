@@ -32,7 +32,7 @@ func TestBenchLoadFake(t *testing.T) {
 	for _, r := range rep.Results {
 		got[r.Kind+"/"+r.Dir+"/"+string(r.Unit)] = r
 	}
-	for _, k := range []string{"read-parallel/warm", "loader/warm"} {
+	for _, k := range []string{"read-parallel/warm", "loader/warm", "loader-mapped/warm"} {
 		for _, u := range []bench.Unit{bench.GBps, bench.CPUsPerGB} {
 			r, ok := got[k+"/"+string(u)]
 			if !ok || r.Skipped || r.Samples != 2 || r.Median <= 0 && u == bench.GBps || r.Size != 3<<20+5 {
@@ -42,6 +42,9 @@ func TestBenchLoadFake(t *testing.T) {
 	}
 	if r := got["loader/warm/GB/s"]; !r.Verified || !strings.Contains(r.Note, "mode") {
 		t.Errorf("warm loader not verified: %+v", r)
+	}
+	if r := got["loader-mapped/warm/GB/s"]; !r.Verified || !strings.Contains(r.Note, "mode mapped") {
+		t.Errorf("mapped loader not verified, or not mapped: %+v", r)
 	}
 	for _, k := range []string{"loader/cold", "read-direct/cold", "read-buffered/cold"} {
 		if r, ok := got[k+"/GB/s"]; !ok || !r.Skipped || !strings.Contains(r.Note, "--drop-caches") {
