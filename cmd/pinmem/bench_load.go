@@ -71,6 +71,13 @@ through its mapping, registered read-only window by window so that the copy
 engine reads the page cache with no CPU copy (it says where the device
 refuses and the loader fell back to reads).
 
+FILE may also be a sharded safetensors checkpoint, its directory or its
+model.safetensors.index.json: then safetensors.LoadCheckpoint loads every
+tensor into one device allocation, the shards in parallel (rows checkpoint
+and checkpoint-mapped), beside a parallel read of every shard; the
+checkpoint-first row is the time until the first tensor is on the device.
+Every tensor is verified. A checkpoint is measured warm only.
+
 With --drop-caches (as root) it also measures a cold FILE, dropping the page
 cache (echo 3 > /proc/sys/vm/drop_caches) before every cold sample: the
 loader, sequential O_DIRECT reads with --depth requests in flight, and
@@ -82,6 +89,7 @@ the host, against the same of the device memory copied back.
 
 ` + exitHelp,
 		Example: `  pinmem bench load model.safetensors
+  pinmem bench load /models/llama/model.safetensors.index.json
   sudo pinmem bench load --drop-caches --samples 3 /nvme/model.safetensors --format json -o load.json`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -120,9 +128,16 @@ the host, against the same of the device memory copied back.
 				return usage(err)
 			}
 			fi, err := os.Stat(cfg.File)
+			checkpoint := err == nil && isCheckpoint(cfg.File, fi)
 			switch {
 			case err != nil:
 				return usagef("%s: %v", cfg.File, unwrapPath(err))
+			case checkpoint && cfg.DropCaches:
+				return usagef("--drop-caches: a checkpoint is measured warm only")
+			case checkpoint:
+				if shards, err := checkpointShards(cfg.File); err != nil || len(shards) == 0 {
+					return usagef("%s: not a safetensors checkpoint (no index, no .safetensors file): %v", cfg.File, err)
+				}
 			case !fi.Mode().IsRegular():
 				return usagef("%s: not a regular file", cfg.File)
 			case fi.Size() == 0:
@@ -130,7 +145,9 @@ the host, against the same of the device memory copied back.
 			case int64(int(fi.Size())) != fi.Size():
 				return usagef("%s: too large for this platform", cfg.File)
 			}
-			cfg.Size = fi.Size()
+			if !checkpoint {
+				cfg.Size = fi.Size() // a checkpoint's is its tensors' bytes, found by runCheckpointBench
+			}
 			if cfg.DropCaches && os.Geteuid() != 0 {
 				return usagef("--drop-caches needs root (it writes /proc/sys/vm/drop_caches)")
 			}
@@ -148,7 +165,13 @@ the host, against the same of the device memory copied back.
 				return err
 			}
 			defer closeSession(s, &err)
-			rs, runErr := runLoadBench(cmd.Context(), s.Ctx, cfg, opts, pr.writer())
+			var rs []bench.Result
+			var runErr error
+			if checkpoint {
+				rs, runErr = runCheckpointBench(cmd.Context(), s.Ctx, &cfg, opts, pr.writer())
+			} else {
+				rs, runErr = runLoadBench(cmd.Context(), s.Ctx, cfg, opts, pr.writer())
+			}
 			pr.done()
 			mt := meta(s.Meta("pinmem bench load"), cfg)
 			mt.Timing = "host wall clock around each whole load or read of the file; CPU time from getrusage(RUSAGE_SELF)"
