@@ -234,4 +234,3 @@ func verifyCheckpoint(dst *cuda.DeviceBuffer, placed []placedTensor) error {
 	}
 	return nil
 }
-
