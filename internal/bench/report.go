@@ -211,9 +211,11 @@ func ParseFormat(s string) (Format, error) {
 }
 
 // Write renders results in format f. Results whose note reports a
-// verification failure get VerifyFailed set.
+// verification failure get VerifyFailed set, and every result its
+// same-run reference (AddReferences).
 func Write(w io.Writer, f Format, m Meta, results []Result, opts TableOptions) error {
 	markFailures(results)
+	AddReferences(results)
 	switch f {
 	case FormatJSON:
 		return WriteJSON(w, m, results)

@@ -49,8 +49,18 @@ type Result struct {
 	Skipped  bool    `json:"skipped"`  // the measurement could not run; Note says why
 	// VerifyFailed is set when a sample's data came back wrong: the figures
 	// are not to be trusted and Note says what differed.
-	VerifyFailed bool   `json:"verify_failed"`
-	Note         string `json:"note,omitempty"` // anything the figures need to be read right
+	VerifyFailed bool `json:"verify_failed"`
+	// Path is the way the data went where the kind leaves it open: for
+	// the copier kinds, the transfer.Copier's path at this size, from its
+	// Stats ("pageable", "staged", "direct", or a mix with byte shares).
+	Path string `json:"path,omitempty"`
+	// Ref is the kind this row is compared with in the same run (see
+	// References) and Ratio how much better this row is than Ref (above 1
+	// is better, whatever the unit); both are empty when the row has no
+	// reference in its run.
+	Ref   string  `json:"ref,omitempty"`
+	Ratio float64 `json:"ratio,omitempty"`
+	Note  string  `json:"note,omitempty"` // anything the figures need to be read right
 }
 
 // verifyFailedMark starts the note of every result whose data came back
