@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -617,8 +618,24 @@ func TestVersion(t *testing.T) {
 	}
 	stdout, _, _ = cli(t, "version", "--format", "json")
 	var tool bench.Tool
-	if err := json.Unmarshal([]byte(stdout), &tool); err != nil || tool != (bench.Tool{Name: "pinmem", Version: "v0.1.0", Revision: "abc123", Modified: true, GoVersion: "go1.26.0"}) {
+	if err := json.Unmarshal([]byte(stdout), &tool); err != nil || tool != (bench.Tool{Name: "pinmem", Version: "v0.1.0", Revision: "abc123", Modified: true, GoVersion: "go1.26.0", Platform: runtime.GOOS + "/" + runtime.GOARCH}) {
 		t.Errorf("version json: %+v, %v", tool, err)
+	}
+	// A build without VCS information (a git worktree, GOFLAGS=-buildvcs=false)
+	// takes the revision the build scripts stamp at link time.
+	readBuildInfo = func() (*debug.BuildInfo, bool) {
+		return &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/pinmem/pinmem", Version: "(devel)"}}, true
+	}
+	stdout, _, _ = cli(t, "version")
+	if !strings.Contains(stdout, "revision unknown") {
+		t.Errorf("version without a revision: %q", stdout)
+	}
+	oldRev := stampedRevision
+	defer func() { stampedRevision = oldRev }()
+	stampedRevision = "f7fe20b"
+	stdout, _, _ = cli(t, "version")
+	if !strings.HasPrefix(stdout, "pinmem (devel) (revision f7fe20b), go1.26.0 "+runtime.GOOS+"/"+runtime.GOARCH) {
+		t.Errorf("version with a stamped revision: %q", stdout)
 	}
 }
 

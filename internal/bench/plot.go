@@ -169,6 +169,12 @@ func buildPanels(m Meta, results []Result) ([]*plot.Plot, error) {
 			if err == nil {
 				p.X.Label.Text = "block size (bytes, log scale)"
 			}
+		case "concurrency":
+			d, n, _ := strings.Cut(g.dir, "/")
+			p, err = sizePanel(m, g, "goroutines at once ("+strings.TrimSuffix(n, "g")+"), "+dirTitle(d)+": a shared Copier against the driver's copy", "GB/s in all (higher is better)", false)
+			if err == nil {
+				p.X.Label.Text = "bytes per goroutine per copy (log scale)"
+			}
 		case "pin":
 			p, err = sizePanel(m, g, "pinning cost: "+opTitle(g.dir), "ms (log scale, lower is better)", true)
 		case "zerocopy":

@@ -16,8 +16,10 @@ const CRefPrefix = "c:"
 //   - pin: every method against hostalloc (cuMemHostAlloc);
 //   - overlap: every variant against pageable-sync; vecadd against pageable;
 //   - zerocopy: zero-copy against the explicit copy;
-//   - blocks: every strategy against one contiguous copy;
-//   - load: every way against plain reads.
+//   - blocks: every strategy against the C loop (one copy per block),
+//     else one contiguous copy;
+//   - concurrency: the shared Copier against the driver's copy;
+//   - load: the loader against PyTorch, else against parallel reads.
 func referenceKind(bench, kind string) string {
 	var ref string
 	switch bench {
@@ -39,7 +41,16 @@ func referenceKind(bench, kind string) string {
 	case "zerocopy":
 		ref = VariantExplicit
 	case "blocks":
-		ref = BlockKindContiguous
+		ref = CRefPrefix + "loop"
+		if kind == CRefPrefix+"loop" || kind == CRefPrefix+"batch" {
+			ref = CRefPrefix + "contiguous"
+		}
+	case "concurrency":
+		ref = KindPageableSync
+	case "load":
+		if kind == "loader" {
+			ref = "torch"
+		}
 	}
 	if ref == kind {
 		return ""
@@ -75,6 +86,12 @@ func AddReferences(rs []Result) {
 			case KindPageable:
 				cands = append(cands, KindPageableSync)
 			}
+		}
+		switch {
+		case r.Bench == "blocks" && r.Kind != BlockKindContiguous:
+			cands = append(cands, BlockKindContiguous)
+		case r.Bench == "load" && r.Kind == "loader":
+			cands = append(cands, "read-parallel")
 		}
 		for _, ref := range cands {
 			if ref == "" {

@@ -24,6 +24,8 @@ type Meta struct {
 	Host    Host         `json:"host"`              // the machine
 	Devices []DeviceInfo `json:"devices,omitempty"` // every GPU measured
 	Config  any          `json:"config,omitempty"`  // the measurement's configuration (a *Config struct, or a decoded object)
+	Part    string       `json:"part,omitempty"`    // the suite test (pinmem bench all -t) this report is
+	Note    string       `json:"note,omitempty"`    // what a reader must know about the whole run (a quick run, a fake driver)
 }
 
 // Report is what the JSON output holds: the metadata and every result.

@@ -289,8 +289,17 @@ func (s *Session) Meta(command string) Meta {
 		m.Timing = "plain events, launch overhead may be included (" + s.spinErr.Error() + ")"
 	}
 	m.Time = time.Now().UTC().Format(time.RFC3339)
+	if IsFakeDevice(s.Props.Name) {
+		m.Note = FakeNote
+	}
 	return m
 }
+
+// FakeNote is the note of every report measured on the fake driver.
+const FakeNote = "measured on the fake driver (memmove in one process): these figures show the logic, never a GPU's speed; do not publish them"
+
+// IsFakeDevice reports whether a device name is the fake driver's.
+func IsFakeDevice(name string) bool { return strings.HasPrefix(name, "Fake ") }
 
 func (s *Session) progress(r Result) {
 	if s.cfg.Progress != nil {
