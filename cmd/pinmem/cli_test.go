@@ -67,6 +67,11 @@ func TestBadCommandLines(t *testing.T) {
 	unknownField := writeFile(t, dir, "field.json", `{"meta": {"schema_version": 1}, "results": [], "bogus": 1}`)
 	wrongType := writeFile(t, dir, "type.json", `{"meta": {"schema_version": "one"}, "results": []}`)
 	negSize := writeFile(t, dir, "neg.json", `{"meta": {"schema_version": 1}, "results": [{"bench":"bw","kind":"pinned","dir":"h2d","size":-5,"unit":"GB/s"}]}`)
+	pinFix, err := os.ReadFile(fixture("pin.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherGPU := writeFile(t, dir, "a100.json", strings.Replace(string(pinFix), "NVIDIA H200", "NVIDIA A100", 1))
 	link := filepath.Join(dir, "link.json")
 	if err := os.Symlink(filepath.Join(dir, "target.json"), link); err != nil {
 		t.Fatal(err)
@@ -104,7 +109,14 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"bench", "--out", "/dev/null"}, "", "is not a regular file"},
 		{[]string{"bench", "--plot", filepath.Join(dir, "bw.gif")}, "", "want a name ending in .svg or .png"},
 		{[]string{"bench", "--plot", filepath.Join(dir, "nodir", "bw.png")}, "", "does not exist"},
-		{[]string{"bench", "--out", filepath.Join(dir, "same.svg"), "--plot", filepath.Join(dir, "same.svg")}, "", "name the same file"},
+		{[]string{"bench", "--out", filepath.Join(dir, "same"), "--plot", filepath.Join(dir, "same")}, "", "want a name ending in .svg or .png"},
+		{[]string{"bench", "--out", filepath.Join(dir, "same.svg"), "--plot", filepath.Join(dir, "same.svg")}, "", "this command does not write svg"},
+		// -o takes its format from the extension, and refuses a mismatch.
+		{[]string{"bench", "--format", "csv", "-o", filepath.Join(dir, "bw.json")}, "", "names json but --format is csv"},
+		{[]string{"doctor", "-o", "json"}, "", "a file named after a format; for that format use --format json"},
+		{[]string{"report", good, "-o", filepath.Join(dir, "r.jpeg.png.txt"), "--format", "png"}, "", "names table but --format is png"},
+		{[]string{"report", "-", "-"}, "", "standard input can be read once"},
+		{[]string{"report", "--format", "markdown", good, otherGPU}, "", "different devices or drivers"},
 		{[]string{"bench"}, "foo", `PINMEM_BUDGET="foo": size "foo" has no number`},
 		{[]string{"bench", "pin"}, "-1G", `PINMEM_BUDGET="-1G": size "-1G" is negative`},
 		{[]string{"bench", "pin", "--methods", "magic"}, "", `--methods: unknown pinning method "magic"`},

@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -17,11 +18,23 @@ import (
 	"github.com/pinmem/pinmem/internal/bench"
 )
 
-// readReports reads result files (as `--format json` writes them). A file
-// that cannot be read or is not a valid report is a usage error naming it.
-func readReports(paths []string) ([]bench.Report, error) {
+// readReports reads result files (as `--format json` writes them); "-" is
+// stdin, read once. A file that cannot be read or is not a valid report is
+// a usage error naming it.
+func readReports(paths []string, stdin ...io.Reader) ([]bench.Report, error) {
 	var out []bench.Report
+	if n := countOf(paths, "-"); n > 1 || n == 1 && len(stdin) == 0 {
+		return nil, usagef("-: standard input can be read once")
+	}
 	for _, p := range paths {
+		if p == "-" {
+			rep, err := bench.ReadReport(stdin[0])
+			if err != nil {
+				return nil, usagef("standard input: %v", err)
+			}
+			out = append(out, rep)
+			continue
+		}
 		f, err := os.Open(p)
 		if err != nil {
 			return nil, usagef("%s: %v", p, unwrapPath(err))
@@ -38,6 +51,17 @@ func readReports(paths []string) ([]bench.Report, error) {
 		out = append(out, rep)
 	}
 	return out, nil
+}
+
+// countOf counts s in list.
+func countOf(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
 }
 
 // reportArgs wants at least min result files.
@@ -61,18 +85,29 @@ func newReport() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "report FILE.json...",
-		Short: "Render saved results as a table, CSV, JSON, SVG or PNG (no GPU needed)",
+		Short: "Render saved results as a table, CSV, JSON, markdown, SVG or PNG (no GPU needed)",
 		Long: `report reads result files written with --format json by bench, bench pin,
 bench overlap, bench matrix, bench blocks, bench load or zerocopy, on this
 machine or another, and
 renders them: table, csv or json (one file's results after another's; json
 merges them into one report with the first file's metadata) or a plot, svg or
-png, of every measurement they hold (one panel per measurement and direction).
-A png needs --out. Nothing here needs a GPU. Files that are not valid reports
-are refused with one line saying where and why (exit status 2).`,
+png, of every measurement they hold (one panel per measurement and direction),
+captioned with the device, driver, revision and date. "-" reads a report
+from standard input.
+
+markdown renders the reports of one run (pinmem bench all) as docs/PERF.md:
+provenance (one commit, one date, the device), the headline table, and every
+row with its same-run reference and ratio; summary is the headline table
+alone (the README's). Reports of different revisions, devices or drivers are
+refused. A png needs --out. Nothing here needs a GPU. Files that are not
+valid reports are refused with one line saying where and why (exit status 2).
+
+` + exitHelp,
 		Example: `  pinmem report bw.json
   pinmem report docs/results/bench.json --format png -o bench.png
-  pinmem report bw.json pin.json --format csv`,
+  pinmem report bw.json pin.json --format csv
+  pinmem report --format markdown docs/results/*.json -o docs/PERF.md
+  pinmem bench --format json | pinmem report - -o bw.svg`,
 		Args:              reportArgs(1),
 		ValidArgsFunction: jsonFiles,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -82,7 +117,7 @@ are refused with one line saying where and why (exit status 2).`,
 			if o.format == "png" && (o.out == "" || o.out == "-") {
 				return usagef("--format png writes binary data: name a file with --out")
 			}
-			reps, err := readReports(args)
+			reps, err := readReports(args, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
@@ -96,6 +131,14 @@ are refused with one line saying where and why (exit status 2).`,
 			}
 			var buf bytes.Buffer
 			switch o.format {
+			case "markdown":
+				if err := bench.WriteMarkdown(&buf, reps); err != nil {
+					return usage(err)
+				}
+			case "summary":
+				if err := bench.WriteSummary(&buf, reps); err != nil {
+					return usage(err)
+				}
 			case "svg", "png":
 				if err := bench.WritePlot(&buf, bench.ImageFormat(o.format), m, rs); err != nil {
 					return err
@@ -128,7 +171,7 @@ are refused with one line saying where and why (exit status 2).`,
 			return o.write(cmd, buf.Bytes())
 		},
 	}
-	o.register(c, []string{"table", "json", "csv", "svg", "png"}, false)
+	o.register(c, []string{"table", "json", "csv", "markdown", "summary", "svg", "png"}, false)
 	c.Flags().StringVar(&baseline, "baseline", "", "kind, method or variant the table's ratio column compares with (empty: none)")
 	return c
 }
@@ -161,7 +204,7 @@ lists them and exits with status 1.`,
 			if err != nil {
 				return usagef("--threshold: %v", err)
 			}
-			reps, err := readReports(args)
+			reps, err := readReports(args, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}

@@ -52,8 +52,8 @@ func referenceKind(bench, kind string) string {
 			ref = "torch"
 		}
 	}
-	if ref == kind {
-		return ""
+	if ref == kind || kind == VariantBound {
+		return "" // a bound is computed: nothing to compare it with
 	}
 	return ref
 }
@@ -62,7 +62,8 @@ func referenceKind(bench, kind string) string {
 // same results (one run) with the reference kind (referenceKind) and the
 // same bench, direction, size and unit. A result whose reference is not
 // in rs, or skipped, keeps an empty Ref; a bw row whose C reference is
-// missing falls back to pinned (pinned kinds) or pageable-sync (pageable).
+// missing falls back to pinned (the other pinned kinds), pageable-sync
+// (pageable), or pageable-sync and then pageable (pinned).
 func AddReferences(rs []Result) {
 	type key struct {
 		bench, kind, dir string
@@ -85,6 +86,11 @@ func AddReferences(rs []Result) {
 				cands = append(cands, KindPinned)
 			case KindPageable:
 				cands = append(cands, KindPageableSync)
+			case KindPinned, "staged":
+				// Without the C reference, pinned memory against the
+				// driver's copy of Go memory; "staged" is the forced
+				// ring of reports before pageable-sync existed.
+				cands = append(cands, KindPageableSync, KindPageable)
 			}
 		}
 		switch {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -62,6 +63,35 @@ func abs(v float64) float64 {
 	return v
 }
 
+// timingWords describe each row timing for a report's header.
+var timingWords = map[string]string{
+	TimingWall:     "host wall clock around the work",
+	TimingEvents:   "CUDA events around the queued work",
+	TimingComputed: "computed from other rows",
+}
+
+// TimingOf says how a report's rows were timed: the session's method
+// (m.Timing) when any row used it, else the one method every measured row
+// shares (a pin report is timed by the wall clock whatever the session
+// could do).
+func TimingOf(m Meta, results []Result) string {
+	if m.Timing == "" {
+		return ""
+	}
+	var kinds []string
+	for _, r := range results {
+		if !r.Skipped && r.Timing != "" && !slices.Contains(kinds, r.Timing) {
+			kinds = append(kinds, r.Timing)
+		}
+	}
+	if len(kinds) == 1 && kinds[0] != TimingSpin {
+		if w, ok := timingWords[kinds[0]]; ok {
+			return w
+		}
+	}
+	return m.Timing
+}
+
 // WriteTable writes results as an aligned text table, with a header line
 // from m, a ratio column against opts.Baseline, and the notes last.
 // Text columns are left-aligned and numbers right-aligned.
@@ -77,8 +107,8 @@ func WriteTable(w io.Writer, m Meta, results []Result, opts TableOptions) error 
 		}
 		b.WriteString("\n")
 	}
-	if m.Timing != "" {
-		fmt.Fprintf(&b, "# timing: %s\n", m.Timing)
+	if t := TimingOf(m, results); t != "" {
+		fmt.Fprintf(&b, "# timing: %s\n", t)
 	}
 	if m.Partial {
 		b.WriteString("# PARTIAL: the run was interrupted or ended early; not every configured measurement is present\n")
@@ -96,9 +126,12 @@ func WriteTable(w io.Writer, m Meta, results []Result, opts TableOptions) error 
 	rows := [][]string{head}
 	for i, r := range results {
 		row := []string{r.Bench, r.Kind, r.Dir, FormatSize(r.Size)}
-		if r.Skipped {
+		switch {
+		case r.Skipped:
 			row = append(row, "-", "-", "-", string(r.Unit), "0", "skipped")
-		} else {
+		case r.Timing == TimingComputed:
+			row = append(row, formatValue(r.Median), "-", "-", string(r.Unit), "-", "computed")
+		default:
 			ver := "yes"
 			if !r.Verified {
 				ver = "NO"

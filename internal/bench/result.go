@@ -29,6 +29,9 @@ const (
 	TimingSpin   = "spin-wait+events" // stream held by spin_wait while the work was queued (nvbandwidth's way)
 	TimingEvents = "events"           // plain events: queueing overhead may be included
 	TimingWall   = "wall"             // host wall clock around synchronous work
+	// TimingComputed marks a row computed from other rows (a bound), not
+	// measured: it has no samples and is not verified.
+	TimingComputed = "computed"
 )
 
 // Result is one measurement: a bench, a kind of host memory (or method or
@@ -89,7 +92,10 @@ func (r Result) String() string {
 		return fmt.Sprintf("%s %s %s %s: skipped: %s", r.Bench, r.Kind, r.Dir, FormatSize(r.Size), r.Note)
 	}
 	v := "verified"
-	if !r.Verified {
+	switch {
+	case r.Timing == TimingComputed:
+		return fmt.Sprintf("%s %s %s %s: %s %s (computed, not measured)", r.Bench, r.Kind, r.Dir, FormatSize(r.Size), formatValue(r.Median), r.Unit)
+	case !r.Verified:
 		v = "NOT verified"
 	}
 	return fmt.Sprintf("%s %s %s %s: %s %s (min %s, max %s, %d samples, %s)",
