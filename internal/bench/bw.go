@@ -598,10 +598,10 @@ func (w *bwWork) pageableSync(hA, hB *hostMem, dir string, n int) (Result, error
 func (w *bwWork) pageableBidir(hA, hB *hostMem, n int) (Result, error) {
 	ops := dirOps{
 		h2d: func() error {
-			return errors.Join(w.stA.CopyHtoD(w.devA.Ptr(), hA.b[:n]), w.stA.Synchronize())
+			return errors.Join(w.stA.CopyHtoD(w.devA.Ptr(), hA.b[:n]), w.stA.Synchronize(w.ctx))
 		},
 		d2h: func() error {
-			return errors.Join(w.stB.CopyDtoH(hB.b[:n], w.devB.Ptr()), w.stB.Synchronize())
+			return errors.Join(w.stB.CopyDtoH(hB.b[:n], w.devB.Ptr()), w.stB.Synchronize(w.ctx))
 		},
 	}
 	r, err := w.wall(KindPageable, DirBidir, hA, hB, n, ops)
