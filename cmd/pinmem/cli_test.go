@@ -252,7 +252,7 @@ func TestFakeRunProvenance(t *testing.T) {
 		t.Errorf("meta %+v", m)
 	}
 	cfg, _ := m.Config.(map[string]any)
-	if cfg == nil || cfg["Samples"] != 2.0 || cfg["MinBytes"] == nil || fmt.Sprint(cfg["Dirs"]) != "[h2d]" {
+	if cfg == nil || cfg["samples"] != 2.0 || cfg["min_bytes"] == nil || fmt.Sprint(cfg["dirs"]) != "[h2d]" {
 		t.Errorf("config %v", m.Config)
 	}
 	if len(rep.Results) != 4 {
@@ -489,6 +489,9 @@ func TestReportDocsResults(t *testing.T) {
 		return
 	}
 	for _, f := range files {
+		if strings.HasSuffix(f, ".schema.json") || filepath.Base(f) == "doctor.json" {
+			continue
+		}
 		renderAll(t, f)
 		// A committed plot of the file must be what report draws from it.
 		committed := strings.TrimSuffix(f, ".json") + ".png"
@@ -592,7 +595,7 @@ func TestCompare(t *testing.T) {
 	}
 	regressions := 0
 	for _, r := range recs[1:] {
-		if r[8] == "true" {
+		if r[9] == "true" {
 			regressions++
 		}
 	}
@@ -603,6 +606,37 @@ func TestCompare(t *testing.T) {
 	var j struct{ Results []comparisonRow }
 	if err := json.Unmarshal([]byte(stdout), &j); err != nil || len(j.Results) != len(b.Results) {
 		t.Errorf("compare json: %v, %d rows", err, len(j.Results))
+	}
+	// A slower median whose samples overlap A's is noise, not a regression.
+	c := a
+	c.Results = slices.Clone(a.Results)
+	for i, r := range c.Results {
+		if r.Kind == bench.KindPinned && r.Dir == bench.DirH2D && r.Size == 256<<20 {
+			c.Results[i].Median, c.Results[i].Min = r.Median*0.9, r.Min*0.85
+			c.Results[i].Max = r.Max
+		}
+	}
+	buf.Reset()
+	if err := bench.WriteJSON(&buf, c.Meta, c.Results); err != nil {
+		t.Fatal(err)
+	}
+	pc := writeFile(t, dir, "c.json", buf.String())
+	if stdout, stderr, code := cli(t, "compare", pa, pc, "--threshold", "5%"); code != exitOK || !strings.Contains(stdout, "0.900x (noise)") {
+		t.Errorf("compare within the spread: exit %d, %s\n%s", code, stderr, stdout)
+	}
+	// Different devices are refused, or compared with a warning.
+	d := a
+	d.Meta.Device = "NVIDIA A100 (device 0)"
+	buf.Reset()
+	if err := bench.WriteJSON(&buf, d.Meta, d.Results); err != nil {
+		t.Fatal(err)
+	}
+	pd := writeFile(t, dir, "a100.json", buf.String())
+	if _, stderr, code := cli(t, "compare", pa, pd); code != exitUsage || !strings.Contains(stderr, "devices differ") {
+		t.Errorf("compare across devices: exit %d, %q", code, stderr)
+	}
+	if _, stderr, code := cli(t, "compare", pa, pd, "--across-devices"); code != exitOK || !strings.Contains(stderr, "WARNING: devices differ") {
+		t.Errorf("compare --across-devices: exit %d, %q", code, stderr)
 	}
 	// Nothing in common is a problem too.
 	pz := fixture("zerocopy.json")

@@ -139,6 +139,14 @@ valid reports are refused with one line saying where and why (exit status 2).
 				if err := bench.WriteSummary(&buf, reps); err != nil {
 					return usage(err)
 				}
+			case "csv":
+				var srcs []bench.CSVSource
+				for i, r := range reps {
+					srcs = append(srcs, bench.CSVSource{File: args[i], Meta: r.Meta, Results: r.Results})
+				}
+				if err := bench.WriteCSV(&buf, srcs...); err != nil {
+					return err
+				}
 			case "svg", "png":
 				if err := bench.WritePlot(&buf, bench.ImageFormat(o.format), m, rs); err != nil {
 					return err
@@ -180,6 +188,7 @@ func newCompare() *cobra.Command {
 	var (
 		o         output
 		threshold string
+		devices   bool
 	)
 	c := &cobra.Command{
 		Use:   "compare A.json B.json",
@@ -188,8 +197,15 @@ func newCompare() *cobra.Command {
 after a change) that have the same bench, kind, direction, size and unit, and
 prints both medians and B's speed relative to A: above 1 means B is better
 (faster transfers, less time), whatever the unit. With --threshold, a result
-where B is worse than A by more than the threshold is a regression: compare
-lists them and exits with status 1.`,
+where B is worse than A by more than the threshold, and whose samples (min to
+max) do not overlap A's, is a regression: compare lists them and exits with
+status 1. A difference within the samples' spread is marked noise.
+
+Files from different devices or drivers are refused (exit status 2): their
+ratios say nothing about a change. --across-devices compares them anyway (two
+machines side by side), with a warning on standard error.
+
+` + exitHelp,
 		Example: `  pinmem compare before.json after.json
   pinmem compare a100.json h200.json --format csv
   pinmem compare main.json branch.json --threshold 5%`,
@@ -208,10 +224,16 @@ lists them and exits with status 1.`,
 			if err != nil {
 				return err
 			}
+			if why := bench.SameSetup(reps[0].Meta, reps[1].Meta); why != "" {
+				if !devices {
+					return usagef("%s and %s: %s; --across-devices compares two machines side by side", args[0], args[1], why)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "pinmem: WARNING: %s: the ratios compare two setups, not a change\n", why)
+			}
 			cs, onlyA, onlyB := bench.Compare(reps[0].Results, reps[1].Results)
 			var regress []string
 			for _, c := range cs {
-				if th >= 0 && c.OK && c.Ratio < 1-th {
+				if th >= 0 && c.OK && c.Ratio < 1-th && !c.Noise {
 					regress = append(regress, fmt.Sprintf("%s %s %s %s %.3fx", c.Bench, c.Kind, c.Dir, bench.FormatSize(c.Size), c.Ratio))
 				}
 			}
@@ -232,7 +254,8 @@ lists them and exits with status 1.`,
 		},
 	}
 	o.register(c, reportFormats, false)
-	c.Flags().StringVar(&threshold, "threshold", "", "a result of B worse than A by more than this (5% or 0.05) is a regression: exit status 1")
+	c.Flags().StringVar(&threshold, "threshold", "", "a result of B worse than A by more than this (5% or 0.05), beyond the samples' spread, is a regression: exit status 1")
+	c.Flags().BoolVar(&devices, "across-devices", false, "compare files from different devices or drivers (two machines), with a warning")
 	return c
 }
 
@@ -274,17 +297,18 @@ type comparisonRow struct {
 	A          float64    `json:"a"`
 	B          float64    `json:"b"`
 	Ratio      *float64   `json:"ratio"` // null when either side has no value
+	Noise      bool       `json:"noise"` // the samples' ranges overlap
 	Regression bool       `json:"regression"`
 }
 
 func writeComparison(buf *bytes.Buffer, f bench.Format, files []string, reps []bench.Report, cs []bench.Comparison, onlyA, onlyB int, th float64) error {
 	rows := make([]comparisonRow, 0, len(cs))
 	for _, c := range cs {
-		r := comparisonRow{Bench: c.Bench, Kind: c.Kind, Dir: c.Dir, Size: c.Size, Unit: c.Unit, A: c.A, B: c.B}
+		r := comparisonRow{Bench: c.Bench, Kind: c.Kind, Dir: c.Dir, Size: c.Size, Unit: c.Unit, A: c.A, B: c.B, Noise: c.Noise}
 		if c.OK {
 			x := c.Ratio
 			r.Ratio = &x
-			r.Regression = th >= 0 && x < 1-th
+			r.Regression = th >= 0 && x < 1-th && !c.Noise
 		}
 		rows = append(rows, r)
 	}
@@ -300,14 +324,14 @@ func writeComparison(buf *bytes.Buffer, f bench.Format, files []string, reps []b
 		}{files[0], files[1], reps[0].Meta, reps[1].Meta, onlyA, onlyB, rows})
 	case bench.FormatCSV:
 		w := csv.NewWriter(buf)
-		_ = w.Write([]string{"bench", "kind", "dir", "size_bytes", "unit", "a", "b", "ratio", "regression"})
+		_ = w.Write([]string{"bench", "kind", "dir", "size_bytes", "unit", "a", "b", "ratio", "noise", "regression"})
 		g := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 		for _, r := range rows {
 			ratio := ""
 			if r.Ratio != nil {
 				ratio = g(*r.Ratio)
 			}
-			_ = w.Write([]string{r.Bench, r.Kind, r.Dir, strconv.FormatInt(r.Size, 10), string(r.Unit), g(r.A), g(r.B), ratio, strconv.FormatBool(r.Regression)})
+			_ = w.Write([]string{r.Bench, r.Kind, r.Dir, strconv.FormatInt(r.Size, 10), string(r.Unit), g(r.A), g(r.B), ratio, strconv.FormatBool(r.Noise), strconv.FormatBool(r.Regression)})
 		}
 		w.Flush()
 		return w.Error()
@@ -320,8 +344,11 @@ func writeComparison(buf *bytes.Buffer, f bench.Format, files []string, reps []b
 		ratio := "-"
 		if r.Ratio != nil {
 			ratio = strconv.FormatFloat(*r.Ratio, 'f', 3, 64) + "x"
-			if r.Regression {
+			switch {
+			case r.Regression:
 				ratio += " REGRESSION"
+			case r.Noise:
+				ratio += " (noise)"
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Bench, r.Kind, r.Dir, bench.FormatSize(r.Size), r.Unit,

@@ -17,16 +17,16 @@ import (
 // BandwidthConfig configures Session.Bandwidth. Zero fields take their
 // defaults; out-of-range fields make Bandwidth fail with ErrInvalid.
 type BandwidthConfig struct {
-	Kinds   []string // host memory kinds (AllKinds; empty: every kind)
-	Sizes   []int64  // bytes per copy, 1 to MaxSize (empty: DefaultSizes)
-	Dirs    []string // directions (AllDirs; empty: every direction)
-	Samples int      // timed samples per measurement, up to MaxSamples (0: 5)
-	Warmup  int      // untimed samples first, up to 100 (0: 1; -1: none)
+	Kinds   []string `json:"kinds"`       // host memory kinds (AllKinds; empty: every kind)
+	Sizes   []int64  `json:"sizes_bytes"` // bytes per copy, 1 to MaxSize (empty: DefaultSizes)
+	Dirs    []string `json:"dirs"`        // directions (AllDirs; empty: every direction)
+	Samples int      `json:"samples"`     // timed samples per measurement, up to MaxSamples (0: 5)
+	Warmup  int      `json:"warmup"`      // untimed samples first, up to 100 (0: 1; -1: none)
 	// MinBytes is the least a sample moves in each direction: small copies
 	// are repeated up to MaxReps times per sample (0: 64 MiB and 64;
 	// MinBytes at most MaxSize, MaxReps at most 1<<20).
-	MinBytes int64
-	MaxReps  int
+	MinBytes int64 `json:"min_bytes"`
+	MaxReps  int   `json:"max_reps"`
 }
 
 // DefaultSizes are the bandwidth bench's default copy sizes.

@@ -30,13 +30,13 @@ func VariantPinnedN(n int) string {
 // changed by a light kernel (add_u8) and copied back. Zero fields take
 // their defaults; out-of-range fields make Overlap fail with ErrInvalid.
 type OverlapConfig struct {
-	Chunks    int   // chunks (frames), up to 4096 (0: 16)
-	ChunkSize int64 // bytes per chunk (0: 32 MiB); Chunks*ChunkSize at most MaxSize
-	Streams   int   // streams of the overlapped variant, up to 64 (0: 4)
-	Samples   int   // timed samples per variant, up to MaxSamples (0: 5)
+	Chunks    int   `json:"chunks"`           // chunks (frames), up to 4096 (0: 16)
+	ChunkSize int64 `json:"chunk_size_bytes"` // bytes per chunk (0: 32 MiB); Chunks*ChunkSize at most MaxSize
+	Streams   int   `json:"streams"`          // streams of the overlapped variant, up to 64 (0: 4)
+	Samples   int   `json:"samples"`          // timed samples per variant, up to MaxSamples (0: 5)
 	// VecAddSize is the size of each vector in the vector-add scenario, at
 	// most MaxSize (0: 64 MiB: two in, one out); -1 skips it.
-	VecAddSize int64
+	VecAddSize int64 `json:"vecadd_size_bytes"`
 }
 
 // Validate reports the first field of c that Overlap would refuse, as an

@@ -200,22 +200,39 @@ func WriteJSON(w io.Writer, m Meta, results []Result) error {
 }
 
 // CSVHeader is the first row WriteCSV writes.
-var CSVHeader = []string{"bench", "kind", "dir", "size_bytes", "size", "unit", "median", "min", "max",
-	"samples", "verified", "timing", "skipped", "note"}
+var CSVHeader = []string{"file", "device", "bench", "kind", "dir", "size_bytes", "size", "unit", "median", "min", "max",
+	"samples", "verified", "timing", "skipped", "path", "ref", "ratio", "note"}
 
-// WriteCSV writes one row per result under CSVHeader. Numbers are written
-// in full precision (shortest exact form).
-func WriteCSV(w io.Writer, results []Result) error {
+// CSVSource is one report's rows for WriteCSV: the file it was read from
+// ("" for a run's own output) and its metadata.
+type CSVSource struct {
+	File    string
+	Meta    Meta
+	Results []Result
+}
+
+// WriteCSV writes one row per result of every source under CSVHeader, each
+// naming its file and device, so that rows of several reports stay apart.
+// Numbers are written in full precision (shortest exact form).
+func WriteCSV(w io.Writer, sources ...CSVSource) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(CSVHeader); err != nil {
 		return err
 	}
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
-	for _, r := range results {
-		if err := cw.Write([]string{r.Bench, r.Kind, r.Dir, strconv.FormatInt(r.Size, 10), FormatSize(r.Size),
-			string(r.Unit), f(r.Median), f(r.Min), f(r.Max), strconv.Itoa(r.Samples),
-			strconv.FormatBool(r.Verified), r.Timing, strconv.FormatBool(r.Skipped), r.Note}); err != nil {
-			return err
+	for _, src := range sources {
+		rs := slices.Clone(src.Results)
+		AddReferences(rs)
+		for _, r := range rs {
+			ratio := ""
+			if r.Ref != "" {
+				ratio = f(r.Ratio)
+			}
+			if err := cw.Write([]string{src.File, src.Meta.Device, r.Bench, r.Kind, r.Dir, strconv.FormatInt(r.Size, 10), FormatSize(r.Size),
+				string(r.Unit), f(r.Median), f(r.Min), f(r.Max), strconv.Itoa(r.Samples),
+				strconv.FormatBool(r.Verified), r.Timing, strconv.FormatBool(r.Skipped), r.Path, r.Ref, ratio, r.Note}); err != nil {
+				return err
+			}
 		}
 	}
 	cw.Flush()
@@ -255,7 +272,7 @@ func Write(w io.Writer, f Format, m Meta, results []Result, opts TableOptions) e
 	case FormatJSON:
 		return WriteJSON(w, m, results)
 	case FormatCSV:
-		return WriteCSV(w, results)
+		return WriteCSV(w, CSVSource{Meta: m, Results: results})
 	}
 	return WriteTable(w, m, results, opts)
 }

@@ -101,9 +101,9 @@ type SessionConfig struct {
 	// SpinTimeout bounds how long spin_wait holds a stream (0: 10 s; at
 	// most 10 minutes); a hold that times out is reported in the result's
 	// note.
-	SpinTimeout time.Duration
+	SpinTimeout time.Duration `json:"spin_timeout_ns"`
 	// NoSpin times copies with plain events even when the kernels load.
-	NoSpin bool
+	NoSpin bool `json:"no_spin"`
 }
 
 // Validate reports the first field of c that Open would refuse, as an
