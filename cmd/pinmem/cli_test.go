@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/cudadrv"
@@ -682,6 +684,45 @@ func TestVersion(t *testing.T) {
 	stdout, _, _ = cli(t, "version")
 	if !strings.HasPrefix(stdout, "pinmem (devel) (revision f7fe20b), go1.26.0 "+runtime.GOOS+"/"+runtime.GOARCH) {
 		t.Errorf("version with a stamped revision: %q", stdout)
+	}
+}
+
+// TestEveryHelpHasExitStatus: every command's help ends with the exit
+// statuses.
+func TestEveryHelpHasExitStatus(t *testing.T) {
+	var walk func(c *cobra.Command)
+	n := 0
+	walk = func(c *cobra.Command) {
+		if c.Name() != "completion" && c.Name() != "help" && c.Parent() != nil && c.Parent().Name() != "completion" {
+			stdout, _, code := cli(t, append(strings.Fields(strings.TrimPrefix(c.CommandPath(), "pinmem")), "--help")...)
+			if code != exitOK || !strings.Contains(stdout, "Exit status:") || !strings.Contains(stdout, "3    no NVIDIA driver") {
+				t.Errorf("%s --help: exit %d, no exit statuses", c.CommandPath(), code)
+			}
+			n++
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRoot())
+	if n < 12 {
+		t.Errorf("checked %d commands", n)
+	}
+}
+
+// TestMatrixTakesDeviceAndBaseline: bench matrix takes the --device and
+// --baseline every measuring command has (checked before any GPU work).
+func TestMatrixTakesDeviceAndBaseline(t *testing.T) {
+	if _, stderr, code := cli(t, "bench", "matrix", "--device", "x"); code != exitUsage || !strings.Contains(stderr, "--devices") {
+		t.Errorf("--device x: exit %d, %s", code, stderr)
+	}
+	if _, stderr, code := cli(t, "bench", "matrix", "--baseline", "pinned"); code != exitUsage || !strings.Contains(stderr, "want gpuN or all") {
+		t.Errorf("--baseline pinned: exit %d, %s", code, stderr)
+	}
+	testutil.UseFake(t, fakedrv.Options{DeviceCount: 2})
+	stdout, stderr, code := cli(t, "bench", "matrix", "--device", "0,1", "--baseline", "gpu0", "--size", "64KiB", "--samples", "1", "--quiet")
+	if code != exitOK || !strings.Contains(stdout, "VS GPU0") {
+		t.Errorf("matrix --device 0,1 --baseline gpu0: exit %d, %s\n%s", code, stderr, stdout)
 	}
 }
 

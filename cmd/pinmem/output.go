@@ -218,7 +218,7 @@ func (o *output) emit(cmd *cobra.Command, f bench.Format, m bench.Meta, rs []ben
 	m.Partial = runErr != nil
 	var buf bytes.Buffer
 	var err error
-	if f == bench.FormatTable && m.Command == "pinmem bench matrix" {
+	if f == bench.FormatTable && m.Command == "pinmem bench matrix" && opts.Baseline == "" {
 		err = bench.WriteMatrix(&buf, m, rs)
 	} else {
 		err = bench.Write(&buf, f, m, rs, opts)
