@@ -373,9 +373,13 @@ func newZeroCopy() *cobra.Command {
 		Long: `zerocopy reads data that lives in host memory R times with a kernel
 (read_sum_u32), two ways: zero-copy (the kernel reads mapped host memory
 through its device pointer on every pass) and explicit (one copy to device
-memory, then R passes there). Zero-copy wins for data read once; the ratio
-column (speed against explicit, above 1 = zero-copy faster) shows where that
-stops. Needs the kernels to load.`,
+memory, then R passes there). Zero-copy moves the data over the bus on every
+pass, at the rate a kernel's loads reach over PCIe; the explicit copy moves
+it once, at the copy engine's rate. Whether zero-copy wins even for data read
+once depends on the machine: the ratio column (speed against explicit, above
+1 = zero-copy faster) shows it, and docs/PERF.md shows the shipped run's.
+Zero-copy saves the device memory and the copy; each further read costs it
+another trip over the bus. Needs the kernels to load.`,
 		Example: `  pinmem zerocopy
   pinmem zerocopy --sizes 64MiB --reuse 1,2,4,8,16 --plot zerocopy.png`,
 		Args: noArgs,

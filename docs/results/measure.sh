@@ -3,8 +3,8 @@
 # docs/results, and the docs rendered from it (run on the GPU machine from
 # the repository root): `pinmem bench all` writes one report and one plot
 # per test, the C reference beside it where cref/build can build it, and
-# docs/PERF.md is rendered from the JSON. Re-render on any machine with:
-#   pinmem report --format markdown docs/results/*.json -o docs/PERF.md
+# docs/PERF.md and the README's figure table are rendered from the JSON.
+# Re-render on any machine with: docs/results/measure.sh --render
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=docs/results
@@ -24,6 +24,29 @@ if [[ -z "$bin" ]]; then
 		go build -buildvcs=true -ldflags="-X main.stampedRevision=$rev -X main.stampedModified=$modified" -o "$bin" ./cmd/pinmem
 	fi
 fi
+# reports: every result file here (not the schemas, not doctor's report).
+reports() {
+	local f
+	for f in "$out"/*.json; do
+		case "$f" in *.schema.json | */doctor.json) ;; *) echo "$f" ;; esac
+	done
+}
+# render: docs/PERF.md and the README's figure table from the result files.
+render() {
+	mapfile -t files < <(reports)
+	"$bin" report --format markdown "${files[@]}" -o docs/PERF.md
+	local begin='<!-- figures: rendered from the result files of docs/results by `pinmem report --format summary FILE...`; do not edit -->'
+	local end='<!-- end of figures -->' table
+	table=$("$bin" report --format summary "${files[@]}")
+	awk -v b="$begin" -v e="$end" -v t="$table" '
+		$0 == b { print; print t; skip = 1; next }
+		$0 == e { skip = 0 }
+		!skip { print }' README.md >README.md.tmp && mv README.md.tmp README.md
+}
+if [[ "${1:-}" == "--render" ]]; then
+	render
+	exit 0
+fi
 args=()
 if cref/build -o "$(dirname "$bin")/cref" >/dev/null 2>&1; then
 	args+=(--cref "$(dirname "$bin")/cref")
@@ -32,4 +55,4 @@ fi
 "$bin" version
 "$bin" doctor --format json -o "$out/doctor.json"
 "$bin" bench all --out "$out" "${args[@]}"
-"$bin" report --format markdown "$out"/*.json -o docs/PERF.md
+render

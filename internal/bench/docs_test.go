@@ -41,7 +41,7 @@ func shippedReports(t *testing.T) ([]Report, []string) {
 
 // README markers around the figure table that WriteSummary renders.
 const (
-	readmeBegin = "<!-- figures: rendered by `pinmem report --format summary docs/results/*.json`; do not edit -->\n"
+	readmeBegin = "<!-- figures: rendered from the result files of docs/results by `pinmem report --format summary FILE...`; do not edit -->\n"
 	readmeEnd   = "<!-- end of figures -->\n"
 )
 

@@ -144,7 +144,7 @@ func WriteMarkdown(w io.Writer, reps []Report) error {
 	reps = sortedReports(reps)
 	var b strings.Builder
 	b.WriteString("# Performance\n\n")
-	b.WriteString("<!-- Rendered by `pinmem report --format markdown docs/results/*.json -o docs/PERF.md`: do not edit; a test checks that this file is what the JSON renders. -->\n\n")
+	b.WriteString("<!-- Rendered from the result files of docs/results by `pinmem report --format markdown FILE... -o docs/PERF.md` (docs/results/measure.sh): do not edit; a test checks that this file is what the JSON renders. -->\n\n")
 	markdownHeader(&b, reps, rev, date, device)
 	b.WriteString("\nEvery figure below is the median of its samples, with the smallest and largest sample; a ratio is this row against the reference named beside it, measured in the same run (above 1 is better, whatever the unit). The JSON, with every note, and the plots are in [results/](results/). To measure again: `scripts/gpu-suite build` here, then `.gpu/run figures` on the GPU machine, or `pinmem bench all --out DIR` anywhere.\n\n")
 	b.WriteString("## Headline figures\n\n")
