@@ -140,7 +140,7 @@ slice through pinned stages, package transfer). Directions: h2d, d2h, bidir
 
 Subcommands: "bench pin" (cost of pinning), "bench overlap" (the pipeline),
 "bench matrix" (every GPU alone and all at once, like nvbandwidth), "bench
-blocks" (scattered block copies by each CopyBlocks strategy), "bench load"
+blocks" (scattered block copies by each blocks.Copier strategy, one way and both at once), "bench load"
 (a file to the GPU).
 
 ` + exitHelp,

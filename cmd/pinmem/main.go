@@ -199,7 +199,7 @@ func newRoot() *cobra.Command {
   pinmem doctor                  what the driver, each GPU and the host offer
   pinmem bench                   host<->GPU bandwidth for every kind of host memory
   pinmem bench pin|overlap|matrix  pinning cost, the pipeline, every GPU at once
-  pinmem bench blocks            scattered block copies (CopyBlocks) against one copy
+  pinmem bench blocks            scattered block copies (package blocks) against contiguous copies
   pinmem bench load FILE         a file to the GPU against plain reads of it
   pinmem zerocopy                zero-copy reads against an explicit copy
   pinmem report FILE.json...     render saved results (table, csv, json, svg, png)
