@@ -134,8 +134,8 @@ func TestFakeBothWays(t *testing.T) {
 			before, opBefore := e.copyCalls(), e.fd.Calls(c.op)
 			rep, err := bc.Copy(context.Background(), blocks.ToHost(e.s1, out), blocks.ToDevice(e.s2, in))
 			must(t, err)
-			must(t, e.s1.Synchronize())
-			must(t, e.s2.Synchronize())
+			must(t, e.s1.Synchronize(context.Background()))
+			must(t, e.s2.Synchronize(context.Background()))
 			if rep.Strategy != c.want || rep.Blocks != 2*e.nblk || rep.Bytes != int64(2*e.nblk*e.bs) {
 				t.Fatalf("report %+v, want %v for %d blocks", rep, c.want, 2*e.nblk)
 			}
@@ -191,8 +191,8 @@ func TestFakeTurns(t *testing.T) {
 	if rep.Calls != 4 {
 		t.Fatalf("two lists of %d blocks in %d batch calls, want 4 (1024 copies a call)", nblk, rep.Calls)
 	}
-	must(t, e.s1.Synchronize())
-	must(t, e.s2.Synchronize())
+	must(t, e.s1.Synchronize(context.Background()))
+	must(t, e.s2.Synchronize(context.Background()))
 	e.check(t, out)
 	e.check(t, in)
 }
@@ -217,7 +217,7 @@ func TestFakeAutoBySize(t *testing.T) {
 			t.Errorf("mean block %d: %v, %v; want %v", rep.Bytes/int64(max(1, rep.Blocks)), rep.Strategy, err, c.want)
 		}
 	}
-	must(t, e.s1.Synchronize())
+	must(t, e.s1.Synchronize(context.Background()))
 	legacy := cuda.WrapStream(e.ctx, 0)
 	must(t, e.ctx.Do(func() error {
 		rep, err := bc.Copy(context.Background(), blocks.ToDevice(legacy, l))
@@ -236,7 +236,7 @@ func TestFakeAutoBySize(t *testing.T) {
 		if _, err := batch.Copy(context.Background(), blocks.ToDevice(legacy, l)); !errors.As(err, &le) || le.Block != -1 {
 			return fmt.Errorf("driver batch on the legacy stream = %v, want a *ListError of the list", err)
 		}
-		return legacy.Synchronize()
+		return legacy.Synchronize(context.Background())
 	}))
 	e.check(t, l)
 }
@@ -370,8 +370,8 @@ func TestFakeRefused(t *testing.T) {
 	if _, err := bc.Copy(cctx, blocks.ToDevice(e.s1, to(blk(h, 0, 0)))); !errors.Is(err, context.Canceled) || e.copyCalls() != before {
 		t.Errorf("cancelled context: %v, %d copy calls", err, e.copyCalls()-before)
 	}
-	must(t, e.s1.Synchronize())
-	must(t, e.s2.Synchronize())
+	must(t, e.s1.Synchronize(context.Background()))
+	must(t, e.s2.Synchronize(context.Background()))
 }
 
 // TestFakeNew: New's refusals, and Close.
@@ -430,14 +430,14 @@ func TestFakeFaults(t *testing.T) {
 		t.Errorf("failing range query: %v", err)
 	}
 	e.fd.ClearFaults()
-	must(t, e.s1.Synchronize())
+	must(t, e.s1.Synchronize(context.Background()))
 	e.check(t, l)
 
 	must(t, e.fd.FailAsync("cuMemcpyBatchAsync_v2", 1, cudadrv.ErrorIllegalAddress))
 	if _, err := bc.Copy(context.Background(), blocks.ToDevice(e.s1, l)); err != nil {
 		t.Fatalf("queuing a batch that faults later: %v", err)
 	}
-	if err := e.s1.Synchronize(); !errors.Is(err, cuda.ErrLaunchFailed) {
+	if err := e.s1.Synchronize(context.Background()); !errors.Is(err, cuda.ErrLaunchFailed) {
 		t.Errorf("Synchronize after an asynchronous fault = %v, want ErrLaunchFailed", err)
 	}
 }
@@ -471,7 +471,7 @@ func TestFakeQueuedNotRun(t *testing.T) {
 			t.Fatal("a block landed while the stream was held")
 		}
 		must(t, e.fd.ReleaseStream(cudadrv.Stream(e.s1.Handle())))
-		must(t, e.s1.Synchronize())
+		must(t, e.s1.Synchronize(context.Background()))
 		e.check(t, l)
 	}
 }
@@ -503,7 +503,7 @@ func TestFakeKernel(t *testing.T) {
 	odd := []blocks.Block{{Host: src[1:14], Dev: e.in, Off: 3}, {Host: src[100:113], Dev: e.in, Off: 1000}}
 	_, err := bc.Copy(context.Background(), blocks.ToDevice(e.s1, odd))
 	must(t, err)
-	must(t, e.s1.Synchronize())
+	must(t, e.s1.Synchronize(context.Background()))
 	e.check(t, odd)
 
 	unmapped, err := pinmem.Alloc(4096, 0)
@@ -548,8 +548,8 @@ func TestFakeKernel(t *testing.T) {
 		t.Fatalf("Close while a launch is held: %v, want the deadline", err)
 	}
 	must(t, e.fd.ReleaseStream(cudadrv.Stream(e.s1.Handle())))
-	must(t, e.s1.Synchronize())
-	must(t, e.s2.Synchronize())
+	must(t, e.s1.Synchronize(context.Background()))
+	must(t, e.s2.Synchronize(context.Background()))
 	e.check(t, l[:32]) // every list copied its own blocks
 	must(t, bc.Close(context.Background()))
 }
@@ -572,7 +572,7 @@ func TestFakeKernelUnfenced(t *testing.T) {
 		_, err := bc.Copy(context.Background(), blocks.ToDevice(e.s2, l[8*i:8*i+8]))
 		must(t, err)
 	}
-	must(t, e.s2.Synchronize())
+	must(t, e.s2.Synchronize(context.Background()))
 	// The unfenced table again: the wait for the context fails, nothing is launched.
 	must(t, e.fd.FailOn("cuCtxSynchronize", 1, cudadrv.ErrorLaunchFailed))
 	launches := e.fd.Calls("cuLaunchKernel")
@@ -586,7 +586,7 @@ func TestFakeKernelUnfenced(t *testing.T) {
 	}
 	e.fd.ClearFaults()
 	must(t, e.fd.ReleaseStream(cudadrv.Stream(e.s1.Handle())))
-	must(t, e.s1.Synchronize())
+	must(t, e.s1.Synchronize(context.Background()))
 	e.check(t, l[:32])
 	must(t, bc.Close(context.Background()))
 	if n := e.fd.Live().HostAllocs; n != allocs-4 {
@@ -640,7 +640,7 @@ func TestFakeAcrossRegistrations(t *testing.T) {
 		if rep.Blocks != nblk || rep.Calls != c.calls {
 			t.Fatalf("%v: report %+v, want %d blocks in %d calls", rep.Strategy, rep, nblk, c.calls)
 		}
-		must(t, e.s1.Synchronize())
+		must(t, e.s1.Synchronize(context.Background()))
 		e.check(t, l)
 	}
 }

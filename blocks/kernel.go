@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
@@ -141,13 +140,13 @@ func (o *orphanKernels) retry() {
 // ready waits, bounded by ctx, until no launch reads sl's table any more.
 func (k *kernel) ready(ctx context.Context, sl *slot) error {
 	if sl.unfenced {
-		if err := k.ctx.Synchronize(); err != nil {
+		if err := k.ctx.Synchronize(ctx); err != nil {
 			return fmt.Errorf("blocks: a kernel table may still be read by a launch whose completion could not be recorded, and waiting for the context failed: %w", err)
 		}
 		sl.unfenced, sl.used = false, false
 	}
 	if sl.used {
-		if err := waitEvent(ctx, sl.done); err != nil {
+		if err := sl.done.Synchronize(ctx); err != nil {
 			return err
 		}
 		sl.used = false
@@ -247,20 +246,4 @@ func (k *kernel) release() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// waitEvent waits, bounded by ctx, until e has completed.
-func waitEvent(ctx context.Context, e *cuda.Event) error {
-	for wait := time.Microsecond; ; wait = min(2*wait, time.Millisecond) {
-		if done, err := e.Query(); done || err != nil {
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 }

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -69,7 +70,7 @@ func callCostCases(b *testing.B) (cases map[string]func() error, sync func() err
 	host := pinnedHost(b, ctx, 4096)
 	return map[string]func() error{
 		"asyncH2D4KiB": func() error { return s.CopyHtoD(dev.Ptr(), host) },
-	}, s.Synchronize
+	}, func() error { return s.Synchronize(context.Background()) }
 }
 
 // BenchmarkCallCost measures what a driver call costs through the public

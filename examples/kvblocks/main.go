@@ -140,9 +140,9 @@ func run(ctx context.Context, cfg config, w io.Writer) (rep blocks.Report, err e
 	t0 := time.Now()
 	rep, err = bc.Copy(ctx, blocks.ToHost(out, evict), blocks.ToDevice(in, restore))
 	if err != nil {
-		return rep, errors.Join(fmt.Errorf("paging: %w", err), out.Synchronize(), in.Synchronize())
+		return rep, errors.Join(fmt.Errorf("paging: %w", err), out.Synchronize(ctx), in.Synchronize(ctx))
 	}
-	if err := errors.Join(out.Synchronize(), in.Synchronize()); err != nil {
+	if err := errors.Join(out.Synchronize(ctx), in.Synchronize(ctx)); err != nil {
 		return rep, err
 	}
 	secs := time.Since(t0).Seconds()

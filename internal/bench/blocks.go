@@ -308,7 +308,7 @@ func (w *blockWork) setup() error {
 func (w *blockWork) close() {
 	for _, st := range []*cuda.Stream{w.st, w.st2} {
 		if st != nil {
-			_ = st.Synchronize()
+			_ = st.Synchronize(context.Background())
 		}
 	}
 	for _, c := range w.copiers {
@@ -452,7 +452,7 @@ func (w *blockWork) contiguous(dir string, r, n int) error {
 
 // sync waits for both streams.
 func (w *blockWork) sync() error {
-	return errors.Join(w.st.Synchronize(), w.st2.Synchronize())
+	return errors.Join(w.st.Synchronize(context.Background()), w.st2.Synchronize(context.Background()))
 }
 
 // run queues one sample of kind and waits for it; it returns how long
