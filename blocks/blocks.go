@@ -18,7 +18,7 @@
 //	rep, err := bc.Copy(ctx, blocks.ToHost(outStream, evicted), blocks.ToDevice(inStream, restored))
 //
 // Copy checks every list before it queues anything and refuses bad input
-// with a *ListError, which matches cuda.ErrInvalidValue: a device block
+// with an *ArgError, which matches cuda.ErrInvalidValue: a device block
 // outside its buffer or of another context, host memory that is not
 // pinned all through (the driver's pointer attributes decide, so memory
 // pinned by pinmem and by other libraries is accepted alike), or a byte
@@ -128,31 +128,35 @@ type Report struct {
 	Calls int
 }
 
-// ListError is a call Copy refused before queuing anything. It matches
-// cuda.ErrInvalidValue through errors.Is; its message says which value is
-// wrong and why.
-type ListError struct {
-	// List is the list at fault (its index among Copy's arguments).
+// ArgError is an argument New or Copy refused before doing anything. It
+// matches cuda.ErrInvalidValue through errors.Is; its message says which
+// value is wrong and why.
+type ArgError struct {
+	// List is the list at fault (its index among Copy's lists), or -1 when
+	// the fault is not a list's (New's arguments, Copy's ctx).
 	List int
-	// Block is the block at fault within it, or -1 when the fault is the
-	// list's (its stream, its length).
+	// Block is the block at fault within the list, or -1 when the fault is
+	// not one block's (the list's stream, its length).
 	Block int
 	msg   string
 }
 
 // Error describes the refusal.
-func (e *ListError) Error() string {
-	if e.Block < 0 {
+func (e *ArgError) Error() string {
+	switch {
+	case e.List < 0:
+		return "blocks: " + e.msg
+	case e.Block < 0:
 		return fmt.Sprintf("blocks: list %d: %s", e.List, e.msg)
 	}
 	return fmt.Sprintf("blocks: list %d, block %d: %s", e.List, e.Block, e.msg)
 }
 
 // Is reports whether target is cuda.ErrInvalidValue.
-func (e *ListError) Is(target error) bool { return target == cuda.ErrInvalidValue }
+func (e *ArgError) Is(target error) bool { return target == cuda.ErrInvalidValue }
 
-func listErr(list, block int, format string, args ...any) *ListError {
-	return &ListError{List: list, Block: block, msg: fmt.Sprintf(format, args...)}
+func argErr(list, block int, format string, args ...any) *ArgError {
+	return &ArgError{List: list, Block: block, msg: fmt.Sprintf(format, args...)}
 }
 
 // Option configures New.
@@ -198,19 +202,19 @@ func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 	var o options
 	for i, f := range opts {
 		if f == nil {
-			return nil, fmt.Errorf("blocks: option %d is nil: %w", i, cuda.ErrInvalidValue)
+			return nil, argErr(-1, -1, "option %d is nil", i)
 		}
 		f(&o)
 	}
 	switch {
 	case c == nil:
-		return nil, fmt.Errorf("blocks: nil context: %w", cuda.ErrInvalidValue)
+		return nil, argErr(-1, -1, "nil context")
 	case o.strategy > Kernel:
-		return nil, fmt.Errorf("blocks: strategy %v: %w", o.strategy, cuda.ErrInvalidValue)
+		return nil, argErr(-1, -1, "WithStrategy(%v): no such strategy", o.strategy)
 	case o.strategy == Kernel && o.maxBlocks == 0:
-		return nil, fmt.Errorf("blocks: the kernel strategy needs WithKernel: %w", cuda.ErrInvalidValue)
+		return nil, argErr(-1, -1, "WithStrategy(Kernel) needs WithKernel")
 	case o.maxBlocks < 0 || o.maxBlocks > 1<<26:
-		return nil, fmt.Errorf("blocks: kernel for %d blocks: want 1 to %d: %w", o.maxBlocks, 1<<26, cuda.ErrInvalidValue)
+		return nil, argErr(-1, -1, "WithKernel(%d): want 1 to %d blocks", o.maxBlocks, 1<<26)
 	}
 	if err := c.Do(func() error { return nil }); err != nil { // a destroyed context
 		return nil, err
@@ -264,7 +268,7 @@ var errClosed = fmt.Errorf("blocks: copier already closed: %w", cuda.ErrInvalidH
 // waits behind the other's queue.
 //
 // Copy checks every list before it queues anything and refuses bad input
-// with a *ListError (see the package doc). Host blocks must stay alive and
+// with an *ArgError (see the package doc). Host blocks must stay alive and
 // unchanged until their copies have run. A host block may lie in several
 // pinned ranges that follow one another (pinmem registers a buffer over 4
 // GiB in chunks): the driver refuses one copy across two registrations,
@@ -278,6 +282,9 @@ var errClosed = fmt.Errorf("blocks: copier already closed: %w", cuda.ErrInvalidH
 // the streams before reusing the blocks' memory; calling Copy again with
 // the same lists is safe.
 func (c *Copier) Copy(ctx context.Context, lists ...List) (Report, error) {
+	if ctx == nil {
+		return Report{}, argErr(-1, -1, "nil context.Context")
+	}
 	if err := ctx.Err(); err != nil {
 		return Report{}, err
 	}
@@ -356,13 +363,13 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 	writesDev := false
 	for li, l := range lists {
 		if l.s == nil {
-			return rep, listErr(li, -1, "nil stream")
+			return rep, argErr(li, -1, "nil stream")
 		}
 		if l.s.Context() != c.ctx {
-			return rep, listErr(li, -1, "stream of context %#x, the copier's is %#x", l.s.Context().Handle(), c.ctx.Handle())
+			return rep, argErr(li, -1, "stream of context %#x, the copier's is %#x", l.s.Context().Handle(), c.ctx.Handle())
 		}
 		if c.strategy == DriverBatch && l.s.Handle() == 0 {
-			return rep, listErr(li, -1, "the driver's batch copy does not take the legacy default stream")
+			return rep, argErr(li, -1, "the driver's batch copy does not take the legacy default stream")
 		}
 		writesDev = writesDev || !l.toHost
 		for i, b := range l.blocks {
@@ -374,10 +381,10 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 				return rep, fmt.Errorf("blocks: list %d, block %d: %w", li, i, err)
 			}
 			if b.Dev.Context() != c.ctx {
-				return rep, listErr(li, i, "device buffer %#x is of context %#x, the copier's is %#x", uint64(b.Dev.Ptr()), b.Dev.Context().Handle(), c.ctx.Handle())
+				return rep, argErr(li, i, "device buffer %#x is of context %#x, the copier's is %#x", uint64(b.Dev.Ptr()), b.Dev.Context().Handle(), c.ctx.Handle())
 			}
 			if b.Off < 0 || b.Off > b.Dev.Size() || n > b.Dev.Size()-b.Off {
-				return rep, listErr(li, i, "[%d,+%d) outside its device buffer of %d bytes", b.Off, n, b.Dev.Size())
+				return rep, argErr(li, i, "[%d,+%d) outside its device buffer of %d bytes", b.Off, n, b.Dev.Size())
 			}
 			d := uint64(b.Dev.Ptr()) + uint64(b.Off)
 			h := addrOf(b.Host)
@@ -431,7 +438,7 @@ func conflict(sp []span, space string) error {
 	return nil
 }
 
-func overlapErr(x, y span, space string) *ListError {
-	return listErr(int(x.l), int(x.i), "%s memory [%#x,%#x) overlaps block %d of list %d [%#x,%#x), and one of them is a destination (the copies of a call run in no particular order)",
+func overlapErr(x, y span, space string) *ArgError {
+	return argErr(int(x.l), int(x.i), "%s memory [%#x,%#x) overlaps block %d of list %d [%#x,%#x), and one of them is a destination (the copies of a call run in no particular order)",
 		space, x.lo, x.hi, y.i, y.l, y.lo, y.hi)
 }

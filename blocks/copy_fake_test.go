@@ -232,9 +232,9 @@ func TestFakeAutoBySize(t *testing.T) {
 			return err
 		}
 		defer batch.Close(context.Background())
-		var le *blocks.ListError
+		var le *blocks.ArgError
 		if _, err := batch.Copy(context.Background(), blocks.ToDevice(legacy, l)); !errors.As(err, &le) || le.Block != -1 {
-			return fmt.Errorf("driver batch on the legacy stream = %v, want a *ListError of the list", err)
+			return fmt.Errorf("driver batch on the legacy stream = %v, want an *ArgError of the list", err)
 		}
 		return legacy.Synchronize(context.Background())
 	}))
@@ -261,7 +261,7 @@ func pages(n int) []byte {
 	return mem[base : base+n*page]
 }
 
-// TestFakeRefused: every bad call is refused with a *ListError that
+// TestFakeRefused: every bad call is refused with an *ArgError that
 // matches cuda.ErrInvalidValue and names the list and block at fault (a
 // freed device buffer with an error matching cuda.ErrInvalidHandle),
 // before any copy is queued: the driver sees no copy and no byte changes.
@@ -300,7 +300,7 @@ func TestFakeRefused(t *testing.T) {
 	cases := []struct {
 		name        string
 		lists       []blocks.List
-		list, block int // the ListError's; -2: not a ListError
+		list, block int // the ArgError's; -2: not a ArgError
 		reason      error
 	}{
 		{"device destinations overlap", []blocks.List{blocks.ToDevice(e.s1, to(blk(h, 0, 0), blk(h, 1, 1), blocks.Block{Host: h[2*bs : 3*bs], Dev: e.in, Off: bs / 2}))}, 0, 2, nil},
@@ -329,14 +329,14 @@ func TestFakeRefused(t *testing.T) {
 		for _, c := range cases {
 			before := e.copyCalls()
 			rep, err := bc.Copy(context.Background(), c.lists...)
-			var le *blocks.ListError
+			var le *blocks.ArgError
 			switch {
 			case c.list == -2:
 				if !errors.Is(err, c.reason) || errors.As(err, &le) {
 					t.Errorf("%v %s: %v, want %v", strategy, c.name, err, c.reason)
 				}
 			case !errors.As(err, &le) || !errors.Is(err, cuda.ErrInvalidValue):
-				t.Errorf("%v %s: %v, want a *ListError matching ErrInvalidValue", strategy, c.name, err)
+				t.Errorf("%v %s: %v, want an *ArgError matching ErrInvalidValue", strategy, c.name, err)
 			case le.List != c.list || le.Block != c.block:
 				t.Errorf("%v %s: %v names list %d block %d, want list %d block %d", strategy, c.name, err, le.List, le.Block, c.list, c.block)
 			}
@@ -384,8 +384,9 @@ func TestFakeNew(t *testing.T) {
 		"kernel of 0 blocks":   {blocks.WithStrategy(blocks.Kernel), blocks.WithKernel(0)},
 		"kernel of -1 blocks":  {blocks.WithKernel(-1)},
 	} {
-		if _, err := blocks.New(e.ctx, opts...); !errors.Is(err, cuda.ErrInvalidValue) {
-			t.Errorf("%s: %v, want ErrInvalidValue", name, err)
+		var ae *blocks.ArgError
+		if _, err := blocks.New(e.ctx, opts...); !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &ae) || ae.List != -1 {
+			t.Errorf("%s: %v, want an *ArgError of no list", name, err)
 		}
 	}
 	if _, err := blocks.New(nil); !errors.Is(err, cuda.ErrInvalidValue) {
@@ -393,6 +394,10 @@ func TestFakeNew(t *testing.T) {
 	}
 	bc, err := blocks.New(e.ctx)
 	must(t, err)
+	//lint:ignore SA1012 a nil context is refused
+	if _, err := bc.Copy(nil, blocks.ToDevice(e.s1, e.list(e.src.Bytes(), e.in))); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("Copy with a nil context.Context: %v", err)
+	}
 	must(t, bc.Close(context.Background()))
 	if err := bc.Close(context.Background()); !errors.Is(err, cuda.ErrInvalidHandle) {
 		t.Errorf("second Close: %v", err)
@@ -510,13 +515,13 @@ func TestFakeKernel(t *testing.T) {
 	must(t, err)
 	defer unmapped.Free()
 	before := e.copyCalls()
-	var le *blocks.ListError
+	var le *blocks.ArgError
 	if _, err := bc.Copy(context.Background(), blocks.ToDevice(e.s1, []blocks.Block{{Host: unmapped.Bytes(), Dev: e.in}})); !errors.As(err, &le) || le.Block != 0 {
-		t.Errorf("unmapped host block: %v, want a *ListError for block 0", err)
+		t.Errorf("unmapped host block: %v, want an *ArgError for block 0", err)
 	}
 	l := e.list(src, e.in)
 	if _, err := bc.Copy(context.Background(), blocks.ToDevice(e.s1, l[:9])); !errors.As(err, &le) || le.Block != -1 {
-		t.Errorf("9 blocks for tables of 8: %v, want a *ListError of the list", err)
+		t.Errorf("9 blocks for tables of 8: %v, want an *ArgError of the list", err)
 	}
 	if n := e.copyCalls() - before; n != 0 {
 		t.Errorf("%d launches after refusals", n)

@@ -205,9 +205,9 @@ func TestGPUBothWays(t *testing.T) {
 	g.sync(t)
 	must(t, g.dev.CopyToHost(0, g.back[:64<<10]))
 	testutil.CheckBytes(t, b.Bytes()[:64<<10], g.back[:64<<10])
-	var le *blocks.ListError
+	var le *blocks.ArgError
 	if _, err := bc.Copy(context.Background(), blocks.ToDevice(g.in, []blocks.Block{{Host: make([]byte, 4096), Dev: g.dev}})); !errors.As(err, &le) {
-		t.Errorf("pageable block: %v, want a *ListError", err)
+		t.Errorf("pageable block: %v, want an *ArgError", err)
 	}
 	page := os.Getpagesize()
 	mem := pages(3)
@@ -217,7 +217,7 @@ func TestGPUBothWays(t *testing.T) {
 		defer b.Free()
 	}
 	if _, err := bc.Copy(context.Background(), blocks.ToDevice(g.in, []blocks.Block{{Host: mem[page/2 : 2*page+page/2], Dev: g.dev}})); !errors.As(err, &le) {
-		t.Errorf("a block over a pageable page: %v, want a *ListError", err)
+		t.Errorf("a block over a pageable page: %v, want an *ArgError", err)
 	}
 }
 

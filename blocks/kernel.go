@@ -159,7 +159,7 @@ func (k *kernel) ready(ctx context.Context, sl *slot) error {
 func (k *kernel) issue(ctx context.Context, lists []List, sc *scratch, rep *Report) error {
 	for l := range lists {
 		if n := len(sc.listPieces(l)); n > k.cap {
-			return listErr(l, -1, "%d kernel descriptors (blocks, and one more per boundary between pinned ranges a block crosses), the copier's kernel holds %d", n, k.cap)
+			return argErr(l, -1, "%d kernel descriptors (blocks, and one more per boundary between pinned ranges a block crosses), the copier's kernel holds %d", n, k.cap)
 		}
 	}
 	for l, list := range lists {

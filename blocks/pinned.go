@@ -175,7 +175,7 @@ func (sc *scratch) pinned(drv cudadrv.Driver, lists []List, kernel bool) error {
 			return fmt.Errorf("blocks: list %d, block %d: asking the driver whether its host memory is pinned: %w", h.l, h.i, c.qerr)
 		}
 		if !ok {
-			return listErr(int(h.l), int(h.i), "host memory [%#x,+%d) is not pinned all through", h.lo, h.hi-h.lo)
+			return argErr(int(h.l), int(h.i), "host memory [%#x,+%d) is not pinned all through", h.lo, h.hi-h.lo)
 		}
 		if err := sc.addPieces(c, h, kernel); err != nil {
 			return err
@@ -208,7 +208,7 @@ func (sc *scratch) addPieces(c *hostCheck, h span, kernel bool) error {
 				if c.qerr != nil {
 					return fmt.Errorf("blocks: list %d, block %d: asking the driver for the device address of its host memory: %w", h.l, h.i, c.qerr)
 				}
-				return listErr(int(h.l), int(h.i), "host memory [%#x,+%d) is not mapped into the device's address space, which the kernel needs (allocate it with pinmem.Mapped)", plo, phi-plo)
+				return argErr(int(h.l), int(h.i), "host memory [%#x,+%d) is not mapped into the device's address space, which the kernel needs (allocate it with pinmem.Mapped)", plo, phi-plo)
 			}
 			p.dev = d
 			// The kernel reaches host memory through device addresses:
