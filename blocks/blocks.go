@@ -116,7 +116,8 @@ const batchCall = 1024
 
 // Report says how a Copy queued its lists.
 type Report struct {
-	// Strategy is the one that queued the copies (never Auto).
+	// Strategy is the one that queued the copies (Auto only when there
+	// was nothing to copy).
 	Strategy Strategy
 	// Blocks is how many blocks were queued (empty ones not counted).
 	Blocks int

@@ -17,6 +17,7 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/blocks"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/testhook"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
@@ -239,6 +240,46 @@ func TestGPUBothWays(t *testing.T) {
 	}
 	if _, err := bc.Copy(context.Background(), blocks.ToDevice(g.in, []blocks.Block{{Host: mem[page/2 : 2*page+page/2], Dev: g.dev}})); !errors.As(err, &le) {
 		t.Errorf("a block over a pageable page: %v, want an *ArgError", err)
+	}
+}
+
+// TestGPUAcrossRegistrations pages blocks of buffers pinned as several
+// adjacent registrations, many of them crossing from one into the next,
+// out and in at once with each strategy on the real driver, which refuses
+// one copy across two registrations, and checks every byte.
+func TestGPUAcrossRegistrations(t *testing.T) {
+	const chunk, bs, nblk = 64 << 10, 48 << 10, 64
+	t.Cleanup(testhook.SetRegChunk(chunk))
+	g := &gpuKV{ctx: testutil.GPUContext(t), nblk: nblk, maxBS: bs}
+	for _, s := range []**cuda.Stream{&g.in, &g.out} {
+		st, err := g.ctx.NewStream(cuda.StreamNonBlocking)
+		must(t, err)
+		defer st.Destroy()
+		*s = st
+	}
+	var err error
+	g.dev, err = g.ctx.Alloc(2 * nblk * bs)
+	must(t, err)
+	defer g.dev.Free()
+	h, err := pinmem.Alloc(2*nblk*bs, pinmem.Mapped, pinmem.WithMethod(pinmem.MethodMmapRegister))
+	must(t, err)
+	defer h.Free()
+	if n := len(h.Segments()); n < 3 {
+		t.Fatalf("%d registrations, want several", n)
+	}
+	g.host, g.back = h.Bytes(), make([]byte, nblk*bs)
+	r := rand.New(rand.NewPCG(5, 6))
+	g.hp, g.dp = r.Perm(nblk), r.Perm(nblk)
+	for name, c := range gpuCopiers(t, g) {
+		g.prepare(t, bs, 11)
+		rep, err := c.Copy(context.Background(), blocks.ToHost(g.out, g.list(1, bs)), blocks.ToDevice(g.in, g.list(0, bs)))
+		if name == "batch" {
+			testutil.SkipIfNotSupported(t, err)
+		}
+		must(t, err)
+		g.sync(t)
+		g.verify(t, bs, 11, true, true, false)
+		t.Logf("%s: %v in %d driver calls for %d blocks", name, rep.Strategy, rep.Calls, rep.Blocks)
 	}
 }
 
