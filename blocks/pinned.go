@@ -64,7 +64,8 @@ type scratch struct {
 	keys2     []uint64 // radixSort's second buffer
 	tmp       []span   // sortSpans' reordered copy
 	tmpPieces []piece  // byList's reordered copy
-	counts    []int    // byList's pieces per list
+	counts    []int    // byList's pieces per block
+	base      []int    // byList's first block of each list
 	ops       []cudadrv.BatchOp
 	dsts      []cudadrv.DevicePtr
 	srcs      []cudadrv.DevicePtr
@@ -181,7 +182,7 @@ func (sc *scratch) pinned(drv cudadrv.Driver, lists []List, kernel bool) error {
 			return err
 		}
 	}
-	sc.byList(len(lists))
+	sc.byList(lists)
 	return nil
 }
 
@@ -227,44 +228,39 @@ func (sc *scratch) addPieces(c *hostCheck, h span, kernel bool) error {
 
 // byList puts sc.pieces, made in host address order, in list and block
 // order (cmpPiece) and sets sc.starts. The pieces of one block were made
-// together, in offset order, so a stable counting sort by list, then a
-// stable one by block within each list, does it in linear time; the
-// sorted case costs one pass.
-func (sc *scratch) byList(nlists int) {
+// together, in offset order, so a stable counting sort by the block's
+// place in the call (its list's first block's, plus its index) does it in
+// linear time; the sorted case costs one pass.
+func (sc *scratch) byList(lists []List) {
 	for _, p := range sc.pieces {
 		sc.starts[p.l+1]++
 	}
-	for l := 1; l <= nlists; l++ {
+	for l := 1; l <= len(lists); l++ {
 		sc.starts[l] += sc.starts[l-1]
 	}
 	if slices.IsSortedFunc(sc.pieces, cmpPiece) {
 		return
 	}
-	sc.tmpPieces = append(sc.tmpPieces[:0], sc.pieces...)
-	// By block first (stable), then by list (stable): by list and block.
-	maxBlk := 0
-	for _, p := range sc.pieces {
-		maxBlk = max(maxBlk, p.blk)
+	sc.base = sc.base[:0]
+	n := 0
+	for _, l := range lists {
+		sc.base = append(sc.base, n)
+		n += len(l.blocks)
 	}
-	countSort(sc.tmpPieces, sc.pieces, &sc.counts, maxBlk+1, func(p piece) int { return p.blk })
-	countSort(sc.pieces, sc.tmpPieces, &sc.counts, nlists, func(p piece) int { return p.l })
-	copy(sc.pieces, sc.tmpPieces)
-}
-
-// countSort writes src into dst stably sorted by key, which is below n.
-func countSort(src, dst []piece, counts *[]int, n int, key func(piece) int) {
-	c := append((*counts)[:0], make([]int, n+1)...)
-	for _, p := range src {
-		c[key(p)+1]++
+	c := append(sc.counts[:0], make([]int, n+1)...)
+	for _, p := range sc.pieces {
+		c[sc.base[p.l]+p.blk+1]++
 	}
 	for i := 1; i <= n; i++ {
 		c[i] += c[i-1]
 	}
-	for _, p := range src {
-		dst[c[key(p)]] = p
-		c[key(p)]++
+	sc.tmpPieces = append(sc.tmpPieces[:0], sc.pieces...)
+	for _, p := range sc.tmpPieces {
+		k := sc.base[p.l] + p.blk
+		sc.pieces[c[k]] = p
+		c[k]++
 	}
-	*counts = c
+	sc.counts = c
 }
 
 // hostCheck asks the driver about host memory, remembering the last

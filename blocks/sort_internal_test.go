@@ -137,7 +137,11 @@ func TestByList(t *testing.T) {
 		}
 		want := slices.Clone(sc.pieces)
 		slices.SortFunc(want, cmpPiece)
-		sc.byList(c.nlists)
+		lists := make([]List, c.nlists)
+		for l := range lists {
+			lists[l].blocks = make([]Block, c.nblk)
+		}
+		sc.byList(lists)
 		if !slices.Equal(sc.pieces, want) {
 			t.Fatalf("%d lists of %d blocks: byList differs from the comparison sort", c.nlists, c.nblk)
 		}
