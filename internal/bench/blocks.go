@@ -339,22 +339,19 @@ func (w *blockWork) slot(r, j, bs int) []byte {
 // devOff returns the offset of device slot j of bs-byte blocks in region r.
 func (w *blockWork) devOff(r, j, bs int) int { return r*w.cfg.Blocks*w.maxBS + j*bs }
 
-// halves returns the one-way directions a sample in dir moves, each with
-// its region: DirBidir pages in through region 0 and out through region 1.
-func halves(dir string) []struct {
+// half is one direction of a sample and the region of slots it uses.
+type half struct {
 	dir    string
 	region int
-} {
+}
+
+// halves returns the one-way directions a sample in dir moves: DirBidir
+// pages in through region 0 and out through region 1.
+func halves(dir string) []half {
 	if dir == DirBidir {
-		return []struct {
-			dir    string
-			region int
-		}{{DirH2D, 0}, {DirD2H, 1}}
+		return []half{{DirH2D, 0}, {DirD2H, 1}}
 	}
-	return []struct {
-		dir    string
-		region int
-	}{{dir, 0}}
+	return []half{{dir, 0}}
 }
 
 // prepareData builds the lists of bs-byte blocks and puts the data where
