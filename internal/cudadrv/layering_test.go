@@ -20,7 +20,7 @@ var layer = map[string]int{
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
 	"internal/testutil": 2, "": 2,
 	"load/internal/uring": 1, // io_uring by raw system calls, below the loader
-	"pool": 3, "cudatest": 3, "blocks": 3,
+	"pool":                3, "cudatest": 3, "blocks": 3,
 	"load": 3, "safetensors": 4, // the weight loader and the safetensors reader on top of it
 	"transfer": 4, "prom": 4, "expvars": 4,
 	"internal/bench": 5, "internal/diag": 5,
