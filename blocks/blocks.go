@@ -279,7 +279,7 @@ var errClosed = fmt.Errorf("blocks: copier already closed: %w", cuda.ErrInvalidH
 //
 // With a kernel, Copy may wait, bounded by ctx, for the launch that last
 // read the table it takes (four lists back). When the driver fails, or
-// ctx ends during that wait, part way through a call, the lists before
+// ctx ends during that wait, part way through a call, some of its copies
 // may be queued: they run in stream order, so wait for the streams before
 // reusing the blocks' memory; calling Copy again with the same lists is
 // safe.
