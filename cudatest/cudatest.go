@@ -209,16 +209,16 @@ const (
 	// AnyHtoD is any host-to-device copy: cuMemcpyHtoD_v2,
 	// cuMemcpyHtoDAsync_v2, and a batch copy (cuMemcpyBatchAsync_v2) with a
 	// copy from host to device memory.
-	AnyHtoD = fakedrv.ClassHtoD
+	AnyHtoD = "any host-to-device copy"
 	// AnyDtoH is any device-to-host copy: cuMemcpyDtoH_v2,
 	// cuMemcpyDtoHAsync_v2, and a batch copy with a copy from device to
 	// host memory.
-	AnyDtoH = fakedrv.ClassDtoH
+	AnyDtoH = "any device-to-host copy"
 	// AnyLaunch is any kernel launch (cuLaunchKernel).
-	AnyLaunch = fakedrv.ClassLaunch
+	AnyLaunch = "any kernel launch"
 	// AnyAlloc is any allocation of device or pinned host memory:
 	// cuMemAlloc_v2, cuMemHostAlloc and cuMemHostRegister_v2.
-	AnyAlloc = fakedrv.ClassAlloc
+	AnyAlloc = "any allocation"
 )
 
 // Ops returns, sorted, the driver functions the fake implements, by the

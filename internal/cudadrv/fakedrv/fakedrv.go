@@ -288,9 +288,11 @@ func New(opts Options) *Driver {
 // IsFake reports true: it lets test helpers tell a fake driver from the real one.
 func (d *Driver) IsFake() bool { return true }
 
-// Close marks the driver closed and releases the host memory it still holds
-// mapped. Calls after Close fail with CUDA_ERROR_DEINITIALIZED. The fake
-// starts no goroutines, so Close is optional.
+// Close marks the driver closed; calls after Close fail with
+// CUDA_ERROR_DEINITIALIZED. Pinned allocations still live (leaked) stay
+// mapped: code may still hold slices of them, and their addresses must not
+// come back from a later mapping while pinmem counts them as pinned. The
+// fake starts no goroutines, so Close is optional.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -305,13 +307,6 @@ func (d *Driver) Close() error {
 		s.queue = nil
 		s.held = false
 	}
-	for _, h := range d.host {
-		h.freed = true
-		if h.mem != nil {
-			_ = munmap(h.mem)
-		}
-	}
-	d.host = nil
 	d.notify()
 	return nil
 }
@@ -389,7 +384,8 @@ type inject struct {
 
 // Operation classes: FailOn, FailAsync and Calls take one in place of a
 // driver symbol to mean every call of the class, whichever symbol a path
-// of the code under test calls.
+// of the code under test calls. cudatest exports them (AnyHtoD, ...) with
+// the same values; its tests of the classes fail if they drift apart.
 const (
 	// ClassHtoD is any host-to-device copy: cuMemcpyHtoD_v2,
 	// cuMemcpyHtoDAsync_v2, and a batch copy with a host source and a
