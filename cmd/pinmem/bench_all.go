@@ -94,7 +94,7 @@ Render the docs from the run with:
 	fl.StringVar(&f.plotExt, "plot-format", "png", "format of the plots: png or svg")
 	fl.StringVar(&f.cref, "cref", "", "directory of the built C reference programs (cref/build -o DIR)")
 	fl.StringVar(&f.weights, "weights", "", "a weights file for the load test (safetensors)")
-	fl.StringVar(&f.python, "python", "python3", "Python with PyTorch and safetensors for the load test's reference")
+	fl.StringVar(&f.python, "python", "python3", "Python with PyTorch and safetensors for the load test's reference (runs scripts/torch-load.py: run from the repository root)")
 	fl.StringVar(&f.imagepipeline, "imagepipeline", "", "the built image pipeline example (go build ./examples/imagepipeline)")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress on standard error")
 	_ = c.RegisterFlagCompletionFunc("plot-format", fixedCompletion("png", "svg"))
@@ -255,6 +255,7 @@ func isFatalRun(err error) bool {
 // writePart writes one test's report and plot into the output directory.
 func writePart(f suiteFlags, name string, m bench.Meta, rs []bench.Result, runErr error) error {
 	m.Partial = runErr != nil
+	m.Timing = bench.TimingOf(m, rs)
 	var buf bytes.Buffer
 	if err := bench.Write(&buf, bench.FormatJSON, m, rs, bench.TableOptions{}); err != nil {
 		return err
