@@ -151,7 +151,7 @@ pinned (or the C reference's rows where pinmem bench all ran it).
 
 Subcommands: "bench pin" (cost of pinning), "bench overlap" (the pipeline),
 "bench matrix" (every GPU alone and all at once, like nvbandwidth), "bench
-blocks" (scattered block copies by each CopyBlocks strategy), "bench load"
+blocks" (scattered block copies by each blocks.Copier strategy, one way and both at once), "bench load"
 (a file to the GPU).
 
 ` + exitHelp,

@@ -201,7 +201,7 @@ func newRoot() *cobra.Command {
   pinmem bench all --out DIR     every headline figure in one run (-l lists, -t picks)
   pinmem bench                   host<->GPU bandwidth for every kind of host memory
   pinmem bench pin|overlap|matrix  pinning cost, the pipeline, every GPU at once
-  pinmem bench blocks            scattered block copies (CopyBlocks) against one copy
+  pinmem bench blocks            scattered block copies (package blocks) against contiguous copies
   pinmem bench load FILE         a file to the GPU against plain reads of it
   pinmem zerocopy                zero-copy reads against an explicit copy
   pinmem report FILE.json...     render saved results (table, csv, json, markdown, svg, png)
