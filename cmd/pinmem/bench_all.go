@@ -306,7 +306,12 @@ func suiteLoad(cmd *cobra.Command, f suiteFlags) error {
 // torchRow runs scripts/torch-load.py on the weights file: its GB/s as a
 // load row of kind "torch", or a skipped row saying why not.
 func torchRow(ctx context.Context, f suiteFlags) bench.Result {
+	// The row's size is the file's, as the loader's rows, so that they
+	// pair up as reference and row.
 	r := bench.Result{Bench: "load", Kind: "torch", Dir: "warm", Unit: bench.GBps, Timing: bench.TimingWall}
+	if fi, err := os.Stat(f.weights); err == nil {
+		r.Size = fi.Size()
+	}
 	script := filepath.Join("scripts", "torch-load.py")
 	var out, stderr bytes.Buffer
 	c := exec.CommandContext(ctx, f.python, script, f.weights, "--device", fmt.Sprintf("cuda:%d", f.device))
@@ -338,8 +343,8 @@ func torchRow(ctx context.Context, f suiteFlags) bench.Result {
 		r.Skipped, r.Note = true, "PyTorch reference: no warm runs"
 		return r
 	}
-	r.Size, r.Median, r.Min, r.Max, r.Samples = res.Bytes, s.Median, s.Min, s.Max, s.N
-	r.Note = "safetensors.torch.load_file(device=cuda) of the same file, until torch.cuda.synchronize (scripts/torch-load.py)"
+	r.Median, r.Min, r.Max, r.Samples = s.Median, s.Min, s.Max, s.N
+	r.Note = fmt.Sprintf("safetensors.torch.load_file(device=cuda) of the same file, until torch.cuda.synchronize (scripts/torch-load.py); GB/s of its %d tensor bytes", res.Bytes)
 	return r
 }
 
