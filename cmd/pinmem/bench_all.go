@@ -264,8 +264,10 @@ func writePart(f suiteFlags, name string, m bench.Meta, rs []bench.Result, runEr
 		return fmt.Errorf("writing %s: %w", name, err)
 	}
 	buf.Reset()
-	if err := bench.WritePlot(&buf, bench.ImageFormat(f.plotExt), m, rs); err != nil {
+	if err := bench.WritePlot(&buf, bench.ImageFormat(f.plotExt), m, rs); errors.Is(err, bench.ErrInvalid) {
 		return nil // nothing to plot (every row skipped): the report says why
+	} else if err != nil {
+		return fmt.Errorf("plot of %s: %w", name, err)
 	}
 	return writeAtomic(filepath.Join(f.out, name+"."+f.plotExt), buf.Bytes())
 }
