@@ -49,6 +49,20 @@ func TestBenchAllOnFake(t *testing.T) {
 			t.Errorf("%s: no plot: %v", p.Name, err)
 		}
 	}
+	// The run renders as the docs do, labelled as the fake's.
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	md, stderr, code := cli(t, append([]string{"report", "--format", "markdown"}, files...)...)
+	if code != exitOK {
+		t.Fatalf("report --format markdown: exit %d, %s", code, stderr)
+	}
+	for _, want := range []string{bench.FakeNote, "## The Copier against the driver, every size", "## Many goroutines at once", "## Scattered block copies", "x pageable-sync"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown of the run lacks %q", want)
+		}
+	}
+	if testing.Verbose() {
+		t.Log(md)
+	}
 }
 
 func hasFigures(rs []bench.Result) bool {
