@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -310,7 +309,7 @@ func suiteLoad(cmd *cobra.Command, f suiteFlags) error {
 func torchRow(ctx context.Context, f suiteFlags) bench.Result {
 	// The row's size is the file's, as the loader's rows, so that they
 	// pair up as reference and row.
-	r := bench.Result{Bench: "load", Kind: "torch", Dir: "warm", Unit: bench.GBps, Timing: bench.TimingWall}
+	r := bench.Result{Bench: "load", Kind: bench.KindTorch, Dir: "warm", Unit: bench.GBps, Timing: bench.TimingWall}
 	if fi, err := os.Stat(f.weights); err == nil {
 		r.Size = fi.Size()
 	}
@@ -323,31 +322,12 @@ func torchRow(ctx context.Context, f suiteFlags) bench.Result {
 		r.Note = "PyTorch reference not run (" + f.python + " " + script + "): " + strings.Join(strings.Fields(stderr.String()+" "+err.Error()), " ")
 		return r
 	}
-	var res struct {
-		Bytes int64 `json:"bytes"`
-		Runs  []struct {
-			GBps float64 `json:"gbps"`
-			Cold bool    `json:"cold"`
-		} `json:"runs"`
-	}
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-		r.Skipped, r.Note = true, "PyTorch reference: unreadable output: "+err.Error()
+	t, err := bench.ParseTorchLoad(out.Bytes(), r.Size)
+	if err != nil {
+		r.Skipped, r.Note = true, "PyTorch reference: "+err.Error()
 		return r
 	}
-	var vals []float64
-	for _, x := range res.Runs {
-		if !x.Cold {
-			vals = append(vals, x.GBps)
-		}
-	}
-	s := bench.Summarize(vals)
-	if s.N == 0 {
-		r.Skipped, r.Note = true, "PyTorch reference: no warm runs"
-		return r
-	}
-	r.Median, r.Min, r.Max, r.Samples = s.Median, s.Min, s.Max, s.N
-	r.Note = fmt.Sprintf("safetensors.torch.load_file(device=cuda) of the same file, until torch.cuda.synchronize (scripts/torch-load.py); GB/s of its %d tensor bytes", res.Bytes)
-	return r
+	return t
 }
 
 // suiteImagePipeline runs the image pipeline example and keeps its text
