@@ -172,13 +172,20 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 			fmt.Fprintf(stderr, "pinmem bench all: "+format+"\n", args...)
 		}
 	}
-	s, err := bench.Open(ctx, f.device, bench.SessionConfig{})
+	// Progress: a line per test as it starts and ends, and one per
+	// finished measurement (the session's).
+	var lines io.Writer
+	if !f.quiet {
+		lines = stderr
+	}
+	s, err := bench.Open(ctx, f.device, bench.SessionConfig{Progress: lines})
 	if err != nil {
 		return err
 	}
 	defer closeSession(s, &err)
 	env := bench.SuiteEnv{Quick: f.quick, Samples: f.samples, CRefDir: f.cref,
 		Open: func(ctx context.Context, cfg bench.SessionConfig) (*bench.Session, error) {
+			cfg.Progress = lines
 			return bench.Open(ctx, f.device, cfg)
 		}}
 	total := len(parts) + len(outside)

@@ -403,6 +403,7 @@ func TestNoGPU(t *testing.T) {
 	for _, args := range [][]string{
 		{"bench"}, {"bench", "--quiet", "--out", out, "--plot", out + ".svg"}, {"bench", "pin"},
 		{"bench", "overlap"}, {"zerocopy", "--format", "json"}, {"bench", "matrix"}, {"bench", "blocks"},
+		{"bench", "all", "--quiet", "--out", filepath.Join(t.TempDir(), "all")},
 	} {
 		stdout, stderr, code := cli(t, args...)
 		if code != exitNoGPU || !strings.HasPrefix(stderr, "pinmem: no NVIDIA driver found: this command needs a GPU") || strings.Count(stderr, "\n") != 1 {
