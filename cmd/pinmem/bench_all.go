@@ -183,7 +183,7 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 		return err
 	}
 	defer closeSession(s, &err)
-	env := bench.SuiteEnv{Quick: f.quick, Samples: f.samples, CRefDir: f.cref,
+	env := bench.SuiteEnv{Quick: f.quick, Samples: f.samples, CRefDir: f.cref, Progress: lines,
 		Open: func(ctx context.Context, cfg bench.SessionConfig) (*bench.Session, error) {
 			cfg.Progress = lines
 			return bench.Open(ctx, f.device, cfg)

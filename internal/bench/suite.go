@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -31,6 +32,9 @@ type SuiteEnv struct {
 	// Open opens another session on the same device with cfg (the parts
 	// whose timing needs one of their own); it is set by the caller.
 	Open func(ctx context.Context, cfg SessionConfig) (*Session, error) `json:"-"`
+	// Progress receives a line per finished measurement of the parts that
+	// open sessions of their own (the matrix); nil for none.
+	Progress io.Writer `json:"-"`
 }
 
 // SuitePart is one part of the suite.
@@ -147,7 +151,7 @@ func SuiteParts() []SuitePart {
 			}},
 		{Name: "matrix", Command: "pinmem bench matrix", About: "every GPU alone and all at once, each way",
 			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
-				cfg := MatrixConfig{Samples: env.samples(5)} // every device
+				cfg := MatrixConfig{Samples: env.samples(5), Session: SessionConfig{Progress: env.Progress}} // every device
 				if env.Quick {
 					cfg.Size, cfg.Reps = 1<<20, 2
 				}
