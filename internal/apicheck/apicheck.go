@@ -29,6 +29,9 @@
 //
 // where P is the import path without the "github.com/pinmem/" prefix and
 // parameter names are left out, as Go's api files do.
+//
+// The package's tests also check that NOTICE names every module linked into
+// the pinmem command and into pinmem/prom, at the version go.mod selects.
 package apicheck
 
 import (
