@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -61,7 +62,7 @@ func TestFakeBatch(t *testing.T) {
 	if _, err := b.Issue(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Synchronize(); err != nil {
+	if err := s.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testutil.CheckBytes(t, src, out[:2048])
@@ -163,7 +164,7 @@ func TestGPUBatchRoundTrip(t *testing.T) {
 	if q, err := b.Issue(); q != chunks+1 || err != nil {
 		t.Fatalf("D2H batch: %d queued, %v", q, err)
 	}
-	if err := ev.Synchronize(); err != nil {
+	if err := ev.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testutil.CheckBytes(t, in, out)

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -79,7 +80,7 @@ func callCostCases(b *testing.B) (cases map[string]func() error, sync func() err
 			_, err := batch.Issue()
 			return err
 		},
-	}, s.Synchronize
+	}, func() error { return s.Synchronize(context.Background()) }
 }
 
 // BenchmarkCallCost measures what a driver call costs through the public

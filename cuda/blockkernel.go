@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -169,7 +170,7 @@ func (k *BlockKernel) Close() error {
 			}
 		}
 		if sl.used && sl.done != nil {
-			if err := sl.done.Synchronize(); err != nil {
+			if err := sl.done.Synchronize(context.Background()); err != nil {
 				return err // a launch may still read the table: keep it
 			}
 		}

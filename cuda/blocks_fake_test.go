@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -120,7 +121,7 @@ func TestFakeCopyBlocksRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%v: %v", dir, err)
 				}
-				if err := e.s.Synchronize(); err != nil {
+				if err := e.s.Synchronize(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 				if rep.Strategy != c.want || rep.Blocks != e.nblk || rep.Bytes != int64(e.nblk*e.bs) {
@@ -170,7 +171,7 @@ func TestFakeCopyBlocksAutoBySize(t *testing.T) {
 		if _, err := legacy.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockStrategy(cuda.BlockDriverBatch)); !errors.Is(err, cuda.ErrInvalidValue) {
 			return fmt.Errorf("driver batch on the legacy stream = %v, want ErrInvalidValue", err)
 		}
-		return legacy.Synchronize()
+		return legacy.Synchronize(context.Background())
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +254,7 @@ func TestFakeCopyBlocksRefused(t *testing.T) {
 			}
 		}
 	}
-	if err := e.s.Synchronize(); err != nil {
+	if err := e.s.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	devAfter := make([]byte, e.dev.Size())
@@ -329,7 +330,7 @@ func TestFakeCopyBlocksStaging(t *testing.T) {
 		if err != nil || rep.Staged != 4 || rep.Blocks != 8 {
 			t.Fatalf("%v: staged HtoD: %+v, %v", strategy, rep, err)
 		}
-		if err := e.s.Synchronize(); err != nil {
+		if err := e.s.Synchronize(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		got := make([]byte, 8*bs)
@@ -385,14 +386,14 @@ func TestFakeCopyBlocksFaults(t *testing.T) {
 	}
 
 	// A fault the batch's copies meet when they run, reported by Synchronize.
-	if err := e.s.Synchronize(); err != nil {
+	if err := e.s.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	must(t, e.fd.FailAsync("cuMemcpyBatchAsync_v2", 1, cudadrv.ErrorIllegalAddress))
 	if _, err := e.s.CopyBlocks(cuda.HostToDevice, l); err != nil {
 		t.Fatalf("queuing a batch that faults later: %v", err)
 	}
-	if err := e.s.Synchronize(); !errors.Is(err, cuda.ErrLaunchFailed) {
+	if err := e.s.Synchronize(context.Background()); !errors.Is(err, cuda.ErrLaunchFailed) {
 		t.Errorf("Synchronize after an asynchronous fault = %v, want ErrLaunchFailed", err)
 	}
 }
@@ -436,7 +437,7 @@ func TestFakeCopyBlocksOneCompletion(t *testing.T) {
 			t.Fatalf("%v: a block landed while the stream was held", strategy)
 		}
 		must(t, e.fd.ReleaseStream(cudadrv.Stream(e.s.Handle())))
-		if err := ev.Synchronize(); err != nil {
+		if err := ev.Synchronize(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		e.checkDevice(t, e.src.Bytes())
@@ -492,7 +493,7 @@ func TestFakeCopyBlocksKernel(t *testing.T) {
 	if err != nil || rep.Calls != 1 || rep.Blocks != e.nblk {
 		t.Fatalf("kernel DtoH: %+v, %v", rep, err)
 	}
-	must(t, e.s.Synchronize())
+	must(t, e.s.Synchronize(context.Background()))
 	e.checkDevice(t, e.src.Bytes())
 	testutil.CheckBytes(t, e.src.Bytes(), e.dst.Bytes())
 	if n := e.fd.Calls("cuLaunchKernel") - launches; n != 2 {
@@ -508,7 +509,7 @@ func TestFakeCopyBlocksKernel(t *testing.T) {
 	if _, err := e.s.CopyBlocks(cuda.HostToDevice, odd, cuda.WithBlockKernel(k)); err != nil {
 		t.Fatal(err)
 	}
-	must(t, e.s.Synchronize())
+	must(t, e.s.Synchronize(context.Background()))
 	got := make([]byte, 13)
 	must(t, e.dev.CopyToHost(1000, got))
 	testutil.CheckBytes(t, src[100:113], got)
@@ -613,8 +614,8 @@ func TestFakeCopyBlocksKernelTableReuse(t *testing.T) {
 	if !released.Load() {
 		t.Errorf("the third list rewrote the first list's table while its kernel was held")
 	}
-	must(t, s2.Synchronize())
-	must(t, e.s.Synchronize())
+	must(t, s2.Synchronize(context.Background()))
+	must(t, e.s.Synchronize(context.Background()))
 	e.checkDevice(t, h)
 	// Close waits for the last launches.
 	if err := k.Close(); err != nil {
@@ -657,11 +658,11 @@ func TestFakeCopyBlocksKernelFaults(t *testing.T) {
 		t.Errorf("with a failing range query: %+v, %v", rep, err)
 	}
 	e.fd.ClearFaults()
-	must(t, e.s.Synchronize())
+	must(t, e.s.Synchronize(context.Background()))
 	if _, err := e.s.CopyBlocks(cuda.HostToDevice, e.list(e.src.Bytes()), cuda.WithBlockKernel(k)); err != nil {
 		t.Fatalf("after the faults: %v", err)
 	}
-	must(t, e.s.Synchronize())
+	must(t, e.s.Synchronize(context.Background()))
 	e.checkDevice(t, e.src.Bytes())
 }
 
@@ -691,7 +692,7 @@ func TestFakeCopyBlocksKernelStaging(t *testing.T) {
 	if err != nil || rep.Staged != 4 || rep.Strategy != cuda.BlockKernelCopy {
 		t.Fatalf("mapped staging with the kernel: %+v, %v", rep, err)
 	}
-	must(t, e.s.Synchronize())
+	must(t, e.s.Synchronize(context.Background()))
 	for i := range 4 {
 		got := make([]byte, e.bs)
 		must(t, e.dev.CopyToHost((7-i)*e.bs, got))

@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -164,7 +165,7 @@ func TestGPUCopyBlocks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			must(t, g.s.Synchronize())
+			must(t, g.s.Synchronize(context.Background()))
 			if rep.Blocks != nblk || rep.Bytes != int64(nblk*bs) {
 				t.Fatalf("report %+v", rep)
 			}
@@ -181,7 +182,7 @@ func TestGPUCopyBlocks(t *testing.T) {
 			if _, err := g.s.CopyBlocks(cuda.DeviceToHost, g.list(g.dst, bs), append(opt(st), cuda.WithBlockEvent(ev))...); err != nil {
 				t.Fatal(err)
 			}
-			must(t, ev.Synchronize())
+			must(t, ev.Synchronize(context.Background()))
 			g.verifyDtoH(t, bs, false)
 		})
 	}
@@ -194,7 +195,7 @@ func TestGPUCopyBlocks(t *testing.T) {
 		if _, err := g.s.CopyBlocks(cuda.HostToDevice, odd, cuda.WithBlockKernel(k)); err != nil {
 			t.Fatal(err)
 		}
-		must(t, g.s.Synchronize())
+		must(t, g.s.Synchronize(context.Background()))
 		for _, b := range odd {
 			got := make([]byte, len(b.Host))
 			must(t, g.dev.CopyToHost(b.Off, got))
@@ -207,7 +208,7 @@ func TestGPUCopyBlocks(t *testing.T) {
 		if _, err := g.s.CopyBlocks(cuda.DeviceToHost, back, cuda.WithBlockKernel(k)); err != nil {
 			t.Fatal(err)
 		}
-		must(t, g.s.Synchronize())
+		must(t, g.s.Synchronize(context.Background()))
 		for i, b := range odd {
 			testutil.CheckBytes(t, b.Host, back[i].Host)
 		}
@@ -231,7 +232,7 @@ func TestGPUCopyBlocks(t *testing.T) {
 		if _, err := g.s.CopyBlocks(cuda.HostToDevice, l); err != nil {
 			t.Fatalf("registered Go memory: %v", err)
 		}
-		must(t, g.s.Synchronize())
+		must(t, g.s.Synchronize(context.Background()))
 		back := make([]byte, bs)
 		must(t, g.dev.CopyToHost(63*bs, back))
 		testutil.CheckBytes(t, h[:bs], back)
@@ -249,7 +250,7 @@ func TestGPUCopyBlocks(t *testing.T) {
 		if err != nil || rep.Staged != 8 {
 			t.Fatalf("staged: %+v, %v", rep, err)
 		}
-		must(t, g.s.Synchronize())
+		must(t, g.s.Synchronize(context.Background()))
 		got := make([]byte, 8*bs)
 		must(t, g.dev.CopyToHost(0, got))
 		testutil.CheckBytes(t, pageable, got)
@@ -325,7 +326,7 @@ func TestGPUCopyBlocksAcrossRegistrations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		must(t, s.Synchronize())
+		must(t, s.Synchronize(context.Background()))
 		t.Logf("%v: %d blocks in %d driver calls", rep.Strategy, rep.Blocks, rep.Calls)
 		must(t, dev.CopyToHost(0, back))
 		for i := range nblk {
@@ -336,7 +337,7 @@ func TestGPUCopyBlocksAcrossRegistrations(t *testing.T) {
 		if _, err := s.CopyBlocks(cuda.DeviceToHost, list(dst), opts...); err != nil {
 			t.Fatal(err)
 		}
-		must(t, s.Synchronize())
+		must(t, s.Synchronize(context.Background()))
 		testutil.CheckBytes(t, src, dst)
 	}
 
@@ -421,7 +422,7 @@ func BenchmarkGPUBlocks(b *testing.B) {
 								testutil.Poison(g.dst[:n])
 							}
 						}
-						must(b, g.s.Synchronize())
+						must(b, g.s.Synchronize(context.Background()))
 						t0 := time.Now()
 						var err error
 						switch {
@@ -438,7 +439,7 @@ func BenchmarkGPUBlocks(b *testing.B) {
 						}
 						t1 := time.Now()
 						testutil.SkipIfNotSupported(b, err)
-						must(b, g.s.Synchronize())
+						must(b, g.s.Synchronize(context.Background()))
 						t2 := time.Now()
 						gbps[r.name] = append(gbps[r.name], float64(n)/float64(t2.Sub(t0).Nanoseconds()))
 						issue[r.name] = append(issue[r.name], float64(t1.Sub(t0).Nanoseconds())/1e3)

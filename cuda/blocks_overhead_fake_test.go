@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/pinmem/pinmem/cuda"
@@ -26,7 +27,7 @@ func BenchmarkCopyBlocksFake(b *testing.B) {
 				if _, err := e.s.CopyBlocks(cuda.HostToDevice, l, cuda.WithBlockStrategy(st)); err != nil {
 					b.Fatal(err)
 				}
-				if err := e.s.Synchronize(); err != nil {
+				if err := e.s.Synchronize(context.Background()); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"sync/atomic"
@@ -143,7 +144,7 @@ func TestFakeCopyBlocksStagedDtoHSyncFails(t *testing.T) {
 			t.Errorf("%s: %v; want ErrStagingInUse and the driver's ErrLaunchFailed", c.name, err)
 		}
 		e.fd.ClearFaults()
-		must(t, e.s.Synchronize()) // the later wait that frees the staging buffer for reuse
+		must(t, e.s.Synchronize(context.Background())) // the later wait that frees the staging buffer for reuse
 	}
 }
 
@@ -232,13 +233,13 @@ func TestFakeCopyBlocksHostGap(t *testing.T) {
 		if err != nil || rep.Staged != 1 {
 			t.Fatalf("staged HtoD over a gap: %+v, %v", rep, err)
 		}
-		must(t, e.s.Synchronize())
+		must(t, e.s.Synchronize(context.Background()))
 		testutil.Poison(gap)
 		rep, err = e.s.CopyBlocks(cuda.DeviceToHost, list[1:], opts...)
 		if err != nil || rep.Staged != 1 {
 			t.Fatalf("staged DtoH over a gap: %+v, %v", rep, err)
 		}
-		must(t, e.s.Synchronize())
+		must(t, e.s.Synchronize(context.Background()))
 		testutil.CheckBytes(t, want, gap)
 	}
 }
@@ -319,7 +320,7 @@ func TestFakeCopyBlocksAcrossRegistrations(t *testing.T) {
 			if rep.Strategy != c.want || rep.Blocks != nblk || rep.Bytes != int64(bs*nblk) || rep.Calls != c.calls {
 				t.Fatalf("%v %v: report %+v, want %d blocks in %d calls", c.want, dir, rep, nblk, c.calls)
 			}
-			must(t, e.s.Synchronize())
+			must(t, e.s.Synchronize(context.Background()))
 		}
 		e.checkDevice(t, e.src.Bytes())
 		testutil.CheckBytes(t, e.src.Bytes(), e.dst.Bytes())
@@ -340,7 +341,7 @@ func TestFakeCopyBlocksAcrossRegistrations(t *testing.T) {
 	if !errors.Is(err, cuda.ErrOutOfMemory) || rep.Blocks != 2 || rep.Bytes != int64(2*bs) || rep.Calls != 4 {
 		t.Fatalf("per-copy failing at the split block's second part: %+v, %v; want 2 blocks queued, 4 calls", rep, err)
 	}
-	must(t, e.s.Synchronize())
+	must(t, e.s.Synchronize(context.Background()))
 }
 
 // TestFakeCopyBlocksStagingOverlap: a staging buffer that overlaps a host
@@ -386,7 +387,7 @@ func TestFakeCopyBlocksStagingOverlap(t *testing.T) {
 	if err != nil || rep.Staged != 2 {
 		t.Fatalf("a stage beside the blocks: %+v, %v", rep, err)
 	}
-	must(t, e.s.Synchronize())
+	must(t, e.s.Synchronize(context.Background()))
 	got := make([]byte, 3*bs)
 	must(t, e.dev.CopyToHost(0, got))
 	testutil.CheckBytes(t, pageable[:bs], got[:bs])
@@ -449,7 +450,7 @@ func TestFakeCopyBlocksKernelUnfencedTable(t *testing.T) {
 		if !returned {
 			t.Fatal("the third list rewrote the first list's table while the first list's kernel was still queued")
 		}
-		must(t, e.s.Synchronize())
+		must(t, e.s.Synchronize(context.Background()))
 		e.checkDevice(t, h)
 	})
 	t.Run("reuse fails while the wait fails", func(t *testing.T) {
@@ -460,7 +461,7 @@ func TestFakeCopyBlocksKernelUnfencedTable(t *testing.T) {
 			t.Fatalf("reusing the unfenced table while the wait fails: %+v, %v; want ErrLaunchFailed, nothing queued", rep, err)
 		}
 		must(t, e.fd.ReleaseStream(cudadrv.Stream(e.s.Handle())))
-		must(t, e.s.Synchronize())
+		must(t, e.s.Synchronize(context.Background()))
 		// The first list copied its own blocks: its table was left alone.
 		got := make([]byte, e.bs)
 		for _, b := range l[:16] {
@@ -471,7 +472,7 @@ func TestFakeCopyBlocksKernelUnfencedTable(t *testing.T) {
 		if _, err := e.s.CopyBlocks(cuda.HostToDevice, l[16:], cuda.WithBlockKernel(k)); err != nil {
 			t.Fatal(err)
 		}
-		must(t, e.s.Synchronize())
+		must(t, e.s.Synchronize(context.Background()))
 		e.checkDevice(t, h)
 	})
 	t.Run("Close keeps the table", func(t *testing.T) {
@@ -500,7 +501,7 @@ func TestFakeCopyBlocksKernelUnfencedTable(t *testing.T) {
 		if !returned {
 			t.Fatal("Close freed the tables while a kernel reading one was still queued")
 		}
-		must(t, e.s.Synchronize())
+		must(t, e.s.Synchronize(context.Background()))
 		if errs := e.fd.AsyncErrors(); len(errs) != 0 {
 			t.Fatalf("the queued kernel met errors: %v", errs)
 		}

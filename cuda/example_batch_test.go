@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"context"
 	"log"
 
 	"github.com/pinmem/pinmem"
@@ -52,7 +53,7 @@ func ExampleBatch() {
 	if n, err := b.Issue(); err != nil {
 		log.Fatalf("queued %d of %d operations: %v", n, 2*chunks, err)
 	}
-	if err := done[chunks-1].Synchronize(); err != nil {
+	if err := done[chunks-1].Synchronize(context.Background()); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -185,7 +185,7 @@ func (l *Loader) Close() error {
 func (l *Loader) release() error {
 	var errs []error
 	for _, s := range l.streams {
-		if err := s.Synchronize(); err != nil {
+		if err := s.Synchronize(context.Background()); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -364,7 +364,7 @@ func (l *Loader) load(ctx context.Context, path string, ranges []Range, wholeDst
 	// Asynchronous faults of the copies are reported by the streams, not
 	// by the events.
 	for _, s := range l.streams {
-		if err := s.Synchronize(); err != nil {
+		if err := s.Synchronize(context.Background()); err != nil {
 			r.fail(fmt.Errorf("load: a copy to the device failed: %w", err))
 		}
 	}
@@ -441,7 +441,7 @@ func (r *run) drain(s *stage) error {
 	}
 	n := s.pending
 	s.pending = 0
-	if err := s.ev.Synchronize(); err != nil {
+	if err := s.ev.Synchronize(context.Background()); err != nil {
 		return fmt.Errorf("load: waiting for a copy to the device: %w", err)
 	}
 	r.mu.Lock()
@@ -503,7 +503,7 @@ func (r *run) fill(s *stage, rd *read) error {
 			if queued > 0 { // wait for what did get queued before the stage is reused
 				if rerr := s.ev.Record(s.stream); rerr == nil {
 					s.pending = queued
-				} else if serr := s.stream.Synchronize(); serr != nil {
+				} else if serr := s.stream.Synchronize(context.Background()); serr != nil {
 					err = errors.Join(err, serr)
 				}
 			}
@@ -512,7 +512,7 @@ func (r *run) fill(s *stage, rd *read) error {
 		queued += int64(p.n)
 	}
 	if err := s.ev.Record(s.stream); err != nil {
-		if serr := s.stream.Synchronize(); serr != nil {
+		if serr := s.stream.Synchronize(context.Background()); serr != nil {
 			err = errors.Join(err, serr)
 		}
 		return fmt.Errorf("load: recording an event: %w", err)

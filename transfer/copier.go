@@ -413,7 +413,7 @@ func (c *copier) releaseStep() (left int, err error) {
 		// Nothing is queued any more, but be exact: the stages must outlive their DMA.
 		for _, l := range c.lanes {
 			if l.stream != nil {
-				errs = append(errs, l.stream.Synchronize())
+				errs = append(errs, l.stream.Synchronize(context.Background()))
 			}
 		}
 	}
@@ -572,7 +572,7 @@ func (c *copier) abandon(l *lane, release func()) {
 	go func() {
 		defer c.end()
 		waitDrained(l.w, l.done)
-		_ = l.stream.Synchronize()
+		_ = l.stream.Synchronize(context.Background())
 		l.nearSet = false
 		l.draining.Store(false)
 		release()
@@ -1196,7 +1196,7 @@ func (c *copier) finish(ctx context.Context, l *lane, first error, st *Stats, re
 	if err := l.done.Record(l.stream); err != nil {
 		// Without an event to wait on, synchronize the stream (rare: the
 		// context is already broken).
-		errs = append(errs, err, l.stream.Synchronize())
+		errs = append(errs, err, l.stream.Synchronize(context.Background()))
 	} else if err := c.waitLast(ctx, l, l.done); err != nil {
 		if ctx.Err() != nil {
 			c.abandon(l, release)
@@ -1209,7 +1209,7 @@ func (c *copier) finish(ctx context.Context, l *lane, first error, st *Stats, re
 	}
 	l.nearSet = false
 	// Collect asynchronous errors of the copies; everything is done, so this does not block.
-	errs = append(errs, l.stream.Synchronize())
+	errs = append(errs, l.stream.Synchronize(context.Background()))
 	if timed {
 		if d, err := l.t1.Elapsed(l.t0); err == nil {
 			st.Device = d

@@ -298,7 +298,7 @@ func (m *multi) releaseStep() (left int, err error) {
 	}
 	for _, d := range m.devs {
 		if d.stream != nil {
-			errs = append(errs, d.stream.Synchronize())
+			errs = append(errs, d.stream.Synchronize(context.Background()))
 		}
 	}
 	for _, s := range m.stages {
@@ -501,7 +501,7 @@ func (m *multi) drainAll(ctx context.Context, first error) error {
 	}
 	for i, d := range m.devs {
 		if !recorded[i] {
-			errs = append(errs, d.stream.Synchronize())
+			errs = append(errs, d.stream.Synchronize(context.Background()))
 			continue
 		}
 		if err := d.w.wait(ctx, d.done); err != nil {
@@ -516,7 +516,7 @@ func (m *multi) drainAll(ctx context.Context, first error) error {
 		}
 	}
 	for i, d := range m.devs {
-		if err := d.stream.Synchronize(); err != nil {
+		if err := d.stream.Synchronize(context.Background()); err != nil {
 			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
 		}
 	}
@@ -541,7 +541,7 @@ func (m *multi) abandon(recorded []bool) {
 			if recorded[i] {
 				waitDrained(d.w, d.done)
 			}
-			_ = d.stream.Synchronize()
+			_ = d.stream.Synchronize(context.Background())
 		}
 		<-m.ring
 	}()

@@ -349,7 +349,7 @@ func (p *pipeline) releaseStep() (left int, err error) {
 	}
 	for _, s := range p.streams {
 		if s != nil {
-			errs = append(errs, s.Synchronize())
+			errs = append(errs, s.Synchronize(context.Background()))
 		}
 	}
 	for _, sl := range p.slots {
@@ -510,7 +510,7 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 				waitDrained(p.w, f.sl.ev)
 			}
 			for _, s := range p.streams {
-				_ = s.Synchronize()
+				_ = s.Synchronize(context.Background())
 			}
 			for _, h := range holds {
 				h()
@@ -747,7 +747,7 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 	}
 	// Report asynchronous errors of the streams; all their work is done.
 	for _, s := range p.streams {
-		if err := s.Synchronize(); err != nil {
+		if err := s.Synchronize(context.Background()); err != nil {
 			fail(fmt.Errorf("transfer: pipeline stream: %w", err))
 		}
 	}
@@ -895,7 +895,7 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	}
 	if err := sl.ev.Record(s); err != nil {
 		// Without the event the drain cannot see this chunk: wait for it here.
-		return "record", errors.Join(err, s.Synchronize())
+		return "record", errors.Join(err, s.Synchronize(context.Background()))
 	}
 	return "", nil
 }

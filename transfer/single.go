@@ -238,7 +238,7 @@ func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction,
 	if err != nil {
 		// Whatever was queued before the failure must run before the
 		// stage goes back.
-		err = firstErr(err, l.stream.Synchronize())
+		err = firstErr(err, l.stream.Synchronize(context.Background()))
 		c.releaseLane(l)
 		return err
 	}
@@ -274,12 +274,12 @@ func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction,
 func (c *copier) singleStop(ctx context.Context, l *lane, werr error) error {
 	if ctx.Err() != nil {
 		if err := l.done.Record(l.stream); err != nil {
-			_ = l.stream.Synchronize()
+			_ = l.stream.Synchronize(context.Background())
 		}
 		c.abandon(l, func() {})
 		return werr
 	}
-	_ = l.stream.Synchronize()
+	_ = l.stream.Synchronize(context.Background())
 	c.releaseLane(l)
 	return werr
 }
@@ -323,7 +323,7 @@ func (c *copier) singleCopy(dst, src []byte) time.Duration {
 func (c *copier) singleWait(ctx context.Context, l *lane) error {
 	own := c.ownStream
 	if own && ctx.Done() == nil && c.o.wait != WaitSleep {
-		return l.stream.Synchronize()
+		return l.stream.Synchronize(context.Background())
 	}
 	recorded := false
 	record := func() error {
@@ -332,7 +332,7 @@ func (c *copier) singleWait(ctx context.Context, l *lane) error {
 		}
 		recorded = true
 		if err := l.done.Record(l.stream); err != nil {
-			return firstErr(err, l.stream.Synchronize())
+			return firstErr(err, l.stream.Synchronize(context.Background()))
 		}
 		return nil
 	}
@@ -374,7 +374,7 @@ func (c *copier) singleWait(ctx context.Context, l *lane) error {
 	}
 	if own {
 		// Collects the copies' asynchronous errors; nothing else is queued.
-		return l.stream.Synchronize()
+		return l.stream.Synchronize(context.Background())
 	}
 	return nil
 }

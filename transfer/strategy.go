@@ -202,7 +202,7 @@ func (c *copier) mayBePinned(host []byte) bool {
 // stream, so that the copy is ordered after the caller's work there.
 func (c *copier) pageableHtoD(dst *cuda.DeviceBuffer, src []byte) error {
 	if !c.ownStream {
-		if err := c.stream.Synchronize(); err != nil {
+		if err := c.stream.Synchronize(context.Background()); err != nil {
 			return err
 		}
 	}
@@ -213,7 +213,7 @@ func (c *copier) pageableHtoD(dst *cuda.DeviceBuffer, src []byte) error {
 // returns when the data is in dst).
 func (c *copier) pageableDtoH(dst []byte, src *cuda.DeviceBuffer) error {
 	if !c.ownStream {
-		if err := c.stream.Synchronize(); err != nil {
+		if err := c.stream.Synchronize(context.Background()); err != nil {
 			return err
 		}
 	}

@@ -57,7 +57,7 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 	}
 	werr := work(s, p, b.Len())
 	if err := ev.Record(s); err != nil {
-		err = errors.Join(werr, err, s.Synchronize(), c.destroyEvent(ev))
+		err = errors.Join(werr, err, s.Synchronize(context.Background()), c.destroyEvent(ev))
 		release()
 		return err
 	}
@@ -74,7 +74,7 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 	} else if err != nil {
 		werr = errors.Join(werr, err)
 	}
-	err = errors.Join(werr, s.Synchronize(), c.destroyEvent(ev))
+	err = errors.Join(werr, s.Synchronize(context.Background()), c.destroyEvent(ev))
 	release()
 	return err
 }

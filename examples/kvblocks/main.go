@@ -157,9 +157,9 @@ func run(_ context.Context, cfg config, w io.Writer) (res result, err error) {
 		t0 := time.Now()
 		rep, err := s.CopyBlocks(dir, l, opts...)
 		if err != nil {
-			return 0, 0, errors.Join(err, s.Synchronize())
+			return 0, 0, errors.Join(err, s.Synchronize(context.Background()))
 		}
-		if err := done.Synchronize(); err != nil {
+		if err := done.Synchronize(context.Background()); err != nil {
 			return 0, 0, err
 		}
 		return float64(rep.Bytes) / float64(time.Since(t0).Nanoseconds()), rep.Strategy, nil

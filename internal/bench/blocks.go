@@ -271,7 +271,7 @@ func (w *blockWork) setup() error {
 
 func (w *blockWork) close() {
 	if w.st != nil {
-		_ = w.st.Synchronize()
+		_ = w.st.Synchronize(context.Background())
 	}
 	if w.k != nil {
 		_ = w.k.Close()
@@ -359,7 +359,7 @@ func (w *blockWork) verify(kind string, bs int, dir string) error {
 // queuing took, the report of CopyBlocks (for the contiguous copy, one
 // call) and the whole time.
 func (w *blockWork) run(kind string, bs int, dir string) (queued, total time.Duration, rep cuda.BlockReport, err error) {
-	if err := w.st.Synchronize(); err != nil {
+	if err := w.st.Synchronize(context.Background()); err != nil {
 		return 0, 0, rep, err
 	}
 	t0 := time.Now()
@@ -390,9 +390,9 @@ func (w *blockWork) run(kind string, bs int, dir string) (queued, total time.Dur
 	}
 	queued = time.Since(t0)
 	if err != nil {
-		return queued, 0, rep, errors.Join(err, w.st.Synchronize())
+		return queued, 0, rep, errors.Join(err, w.st.Synchronize(context.Background()))
 	}
-	if err := w.st.Synchronize(); err != nil {
+	if err := w.st.Synchronize(context.Background()); err != nil {
 		return queued, 0, rep, err
 	}
 	return queued, time.Since(t0), rep, nil

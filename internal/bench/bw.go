@@ -153,7 +153,7 @@ func (w *bwWork) setup() error {
 func (w *bwWork) close() {
 	for _, st := range []*cuda.Stream{w.stA, w.stB} {
 		if st != nil {
-			_ = st.Synchronize()
+			_ = st.Synchronize(context.Background())
 			_ = st.Destroy()
 		}
 	}

@@ -326,7 +326,7 @@ func (d *matrixDev) repoison(n int) error {
 func (d *matrixDev) close() {
 	for _, st := range []*cuda.Stream{d.stA, d.stB} {
 		if st != nil {
-			_ = st.Synchronize()
+			_ = st.Synchronize(context.Background())
 			_ = st.Destroy()
 		}
 	}

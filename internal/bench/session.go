@@ -397,7 +397,7 @@ func (s *Session) timeLanes(lanes []lane, reps int, hold bool) (timing, error) {
 	}
 	release()
 	for _, e := range ends {
-		if err := e.Synchronize(); err != nil {
+		if err := e.Synchronize(context.Background()); err != nil {
 			return t, err
 		}
 	}

@@ -2,6 +2,7 @@ package faultsweep_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -50,7 +51,7 @@ func blocksOp(s cuda.BlockStrategy, staged bool) op {
 			// A failed DeviceToHost list may leave the device writing the
 			// staging buffer (cuda.ErrStagingInUse): a careful caller waits
 			// for the stream before it frees the buffer.
-			e.defer_(st.Synchronize)
+			e.defer_(func() error { return st.Synchronize(context.Background()) })
 		}
 		ev, err := e.ctx.NewEvent(cuda.EventDisableTiming)
 		if err != nil {
@@ -91,10 +92,10 @@ func blocksOp(s cuda.BlockStrategy, staged bool) op {
 			h   []byte
 		}{{cuda.HostToDevice, src}, {cuda.DeviceToHost, back}} {
 			if _, err := st.CopyBlocks(c.dir, list(c.h), opts...); err != nil {
-				return errors.Join(fmt.Errorf("%v: %w", c.dir, err), st.Synchronize())
+				return errors.Join(fmt.Errorf("%v: %w", c.dir, err), st.Synchronize(context.Background()))
 			}
-			if err := ev.Synchronize(); err != nil {
-				return errors.Join(err, st.Synchronize())
+			if err := ev.Synchronize(context.Background()); err != nil {
+				return errors.Join(err, st.Synchronize(context.Background()))
 			}
 		}
 		if !bytes.Equal(src, back) {
@@ -104,7 +105,7 @@ func blocksOp(s cuda.BlockStrategy, staged bool) op {
 		if k != nil {
 			kerr = k.Close()
 		}
-		return errors.Join(st.Synchronize(), kerr, ev.Destroy(), st.Destroy(), d.Free(), host.Free())
+		return errors.Join(st.Synchronize(context.Background()), kerr, ev.Destroy(), st.Destroy(), d.Free(), host.Free())
 	}}
 }
 
