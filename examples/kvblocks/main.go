@@ -5,7 +5,7 @@
 // direction is one cuda.Stream.CopyBlocks call with one completion event,
 // instead of 4096 driver copies; every byte is checked at the end. On a
 // machine without an NVIDIA driver or GPU it prints one line saying so and
-// exits with status 1.
+// exits with status 3.
 //
 //	kvblocks [-blocks 4096] [-kib 16] [-strategy auto|driver-batch|per-copy|kernel]
 package main
@@ -69,6 +69,7 @@ func main() {
 	if _, err := run(context.Background(), cfg, os.Stdout); err != nil {
 		if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
 			fmt.Fprintln(os.Stderr, "kvblocks: this needs an NVIDIA GPU:", err)
+			os.Exit(3) // as the pinmem command: no NVIDIA driver or no CUDA device
 		} else {
 			fmt.Fprintln(os.Stderr, "kvblocks:", err)
 		}

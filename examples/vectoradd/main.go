@@ -80,6 +80,7 @@ func exit(err error) {
 	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 	if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
 		fmt.Fprintln(os.Stderr, "vectoradd: this needs an NVIDIA GPU:", msg)
+		os.Exit(3) // as the pinmem command: no NVIDIA driver or no CUDA device
 	} else {
 		fmt.Fprintln(os.Stderr, "vectoradd:", msg)
 	}

@@ -54,6 +54,7 @@ func main() {
 		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 		if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
 			fmt.Fprintln(os.Stderr, "writecombined: this needs an NVIDIA GPU:", msg)
+			os.Exit(3) // as the pinmem command: no NVIDIA driver or no CUDA device
 		} else {
 			fmt.Fprintln(os.Stderr, "writecombined:", msg)
 		}
