@@ -17,7 +17,8 @@
 // linux/amd64, so that the lines say what a user of the package can name:
 // package-level constants, variables, functions and types, the exported
 // methods declared on exported types, exported struct fields and interface
-// methods. Each line is one of
+// methods, of every package of the module that is not a command and not
+// under internal/ or examples/. Each line is one of
 //
 //	pkg P, const Name Type = value
 //	pkg P, var Name Type
@@ -93,13 +94,15 @@ type listed struct {
 	Error      *struct{ Err string }
 }
 
-// Public reports whether a package of the main module is part of the
-// public surface: not a command and not under an internal/ folder.
+// public reports whether a package of the main module is part of the
+// public surface: not a command, not under an internal/ folder, and not
+// under examples/ (whose packages serve the example programs).
 func public(p listed) bool {
 	if p.Module == nil || !p.Module.Main || p.Name == "main" {
 		return false
 	}
-	return !slices.Contains(strings.Split(p.ImportPath, "/"), "internal")
+	elems := strings.Split(p.ImportPath, "/")
+	return !slices.Contains(elems, "internal") && !slices.Contains(elems, "examples")
 }
 
 // Surface returns the exported surface of the public packages matched by
