@@ -1,5 +1,6 @@
 // Package extest holds what the examples' tests share: the check that an
-// example's kernel.ptx is what nvcc made of the kernel.cu beside it, and the
+// example's kernel.ptx is what nvcc made of the kernel.cu beside it (in the
+// example's kernel/ folder), and the
 // run of an example's main in a child process (to see what a user sees on a
 // machine without a GPU).
 //
@@ -90,7 +91,7 @@ const envRunMain = "PINMEM_EXAMPLE_RUN_MAIN"
 // main with the process's arguments. The GPU machine has test binaries and
 // no go command, so this is how an example runs there as a program:
 //
-//	PINMEM_EXAMPLE_RUN_MAIN=1 .gpu/bin/examples_vectoradd.test -sizes 16MiB
+//	PINMEM_EXAMPLE_RUN_MAIN=1 .gpu/bin/examples_vectoradd_measure.test -sizes 16MiB
 //
 // Use it as
 //
