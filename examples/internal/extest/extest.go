@@ -1,8 +1,7 @@
 // Package extest holds what the examples' tests share: the check that an
 // example's kernel.ptx is what nvcc made of the kernel.cu beside it (in the
-// example's kernel/ folder), and the
-// run of an example's main in a child process (to see what a user sees on a
-// machine without a GPU).
+// example's kernel/ folder), and the run of an example's main in a child
+// process (to see what a user sees on a machine without a GPU).
 //
 // scripts/compile-kernels writes each kernel.ptx with a first line
 //
