@@ -10,8 +10,18 @@
 //
 //	go test ./internal/apicheck -update
 //
-// and commit api/pinmem.txt with the change. The budgets are not rewritten:
-// raising one is a decision made by hand in api/budget.txt.
+// and commit api/pinmem.txt and api/budget.txt with the change. The same
+// command lowers each package's budget to what the package exports and adds
+// one for a new package; it never raises one: a package that grows past its
+// budget needs api/budget.txt edited by hand, a decision made in the change
+// that makes it grow.
+//
+// A budget counts a package's non-constant identifiers: package-level
+// functions, types and variables and the exported methods of its types.
+// Struct fields and interface methods are listed but counted with their
+// type; constants are counted apart, and those whose type transcribes a
+// table of CUDA's or safetensors' (the "table" lines of api/budget.txt) apart
+// again. TestBudget logs every package's counts (go test -v).
 //
 // The surface is read from the compiler's export data (go list -export), for
 // linux/amd64, so that the lines say what a user of the package can name:
