@@ -49,7 +49,9 @@ func blocksOp(s blocks.Strategy) op {
 			}
 			e.defer_((*st).Destroy)
 		}
-		sync := func() error { return errors.Join(s1.Synchronize(context.Background()), s2.Synchronize(context.Background())) }
+		sync := func() error {
+			return errors.Join(s1.Synchronize(context.Background()), s2.Synchronize(context.Background()))
+		}
 		// A failed call may leave copies queued: a careful caller waits for
 		// the streams before it frees the memory.
 		e.defer_(sync)
