@@ -129,6 +129,8 @@ func retry(ctx context.Context, cfg config, w io.Writer, what string, start func
 			}
 			return st, err
 		}
+		// The copies a missed attempt left queued on the device may still
+		// run; they move the same bytes as the retry, so they are harmless.
 		fmt.Fprintf(w, "%s: attempt %d missed its %v deadline; trying again with %v\n", what, attempt, timeout, 2*timeout)
 		timeout *= 2
 	}
