@@ -253,7 +253,7 @@ func TestRegressBoundedWaits(t *testing.T) {
 	run("HtoD", func(ctx context.Context) error { _, err := c.HtoD(ctx, e.bufs[0], src); return err })
 	run("DtoH", func(ctx context.Context) error { _, err := c.DtoH(ctx, dst, e.bufs[0]); return err })
 	run("HtoDAsync", func(ctx context.Context) error {
-		_, err := c.HtoDAsync(ctx, e.bufs[0], src).Wait(context.Background())
+		_, err := c.HtoDAsync(ctx, e.bufs[0], src).Wait(ctx)
 		return err
 	})
 	run("HtoDFrom", func(ctx context.Context) error {
