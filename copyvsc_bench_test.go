@@ -1,6 +1,7 @@
 package pinmem_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -100,7 +101,7 @@ func BenchmarkCopyVsC(b *testing.B) {
 			if err := end.Record(s); err != nil {
 				return 0, err
 			}
-			if err := end.Synchronize(); err != nil {
+			if err := end.Synchronize(context.Background()); err != nil {
 				return 0, err
 			}
 			el, err := end.Elapsed(start)

@@ -1,6 +1,7 @@
 package pinmem_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log"
@@ -35,7 +36,7 @@ func ExampleAlloc() {
 	copy(buf.Bytes(), "hello, GPU")
 	_ = s.CopyHtoD(d.Ptr(), buf.Bytes()) // asynchronous: the source is pinned
 	_ = s.CopyDtoH(buf.Bytes(), d.Ptr())
-	_ = s.Synchronize()
+	_ = s.Synchronize(context.Background())
 	fmt.Println(pinmem.Stats())
 }
 
@@ -110,5 +111,5 @@ func ExampleBuffer_Segments() {
 		}
 		off += len(seg)
 	}
-	_ = s.Synchronize()
+	_ = s.Synchronize(context.Background())
 }

@@ -1,6 +1,7 @@
 package pinmem
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -83,7 +84,7 @@ func (g *gpuEnv) copyTimed(tb testing.TB, host []byte, h2d bool) time.Duration {
 		must(tb, g.s.CopyDtoH(host, g.dbuf.Ptr()))
 	}
 	must(tb, g.end.Record(g.s))
-	must(tb, g.end.Synchronize())
+	must(tb, g.end.Synchronize(context.Background()))
 	d, err := g.end.Elapsed(g.start)
 	must(tb, err)
 	return d
@@ -192,7 +193,7 @@ func TestGPUMappedKernel(t *testing.T) {
 			words := uint64(size / 4)
 			must(t, fill.Launch(g.s, cuda.D1(264), cuda.D1(256), 0, pa, words, uint32(seed)))
 			must(t, cp.Launch(g.s, cuda.D1(264), cuda.D1(256), 0, pb, pa, uint64(size)))
-			must(t, g.s.Synchronize())
+			must(t, g.s.Synchronize(context.Background()))
 			for _, x := range []*Buffer{a, b} {
 				w, err := View[uint32](x)
 				must(t, err)
@@ -304,7 +305,7 @@ func TestGPUCopySpanningChunks(t *testing.T) {
 			off += len(sg)
 		}
 		must(t, g.end.Record(g.s))
-		must(t, g.end.Synchronize())
+		must(t, g.end.Synchronize(context.Background()))
 		d, err := g.end.Elapsed(g.start)
 		must(t, err)
 		return d
@@ -344,7 +345,7 @@ func TestGPUCopySpanningChunks(t *testing.T) {
 			err = g.s.CopyDtoH(span, g.dbuf.Ptr())
 		}
 		if err == nil {
-			err = g.s.Synchronize()
+			err = g.s.Synchronize(context.Background())
 		}
 		dir := map[bool]string{true: "H2D", false: "D2H"}[h2d]
 		var ce *cuda.Error
@@ -498,12 +499,12 @@ func TestGPUPortable(t *testing.T) {
 				must(t, e0.Record(s2))
 				must(t, s2.CopyHtoD(d2.Ptr(), b.Bytes()))
 				must(t, e1.Record(s2))
-				must(t, e1.Synchronize())
+				must(t, e1.Synchronize(context.Background()))
 				h2d, err := e1.Elapsed(e0)
 				must(t, err)
 				testutil.Poison(b.Bytes())
 				must(t, s2.CopyDtoH(b.Bytes(), d2.Ptr()))
-				must(t, s2.Synchronize())
+				must(t, s2.Synchronize(context.Background()))
 				testutil.CheckBytes(t, data, b.Bytes())
 				in1, err1 := queryPointer(b, g.ctx)
 				in2, err2 := queryPointer(b, ctx2)

@@ -1,6 +1,7 @@
 package pinmem
 
 import (
+	"context"
 	"testing"
 
 	"github.com/pinmem/pinmem/cuda"
@@ -57,7 +58,7 @@ func TestGPUNUMAPlacement(t *testing.T) {
 			if err := s.CopyHtoD(d.Ptr(), b.Bytes()); err != nil {
 				t.Fatalf("portable buffer of %v to %v: %v", dev, other, err)
 			}
-			if err := s.Synchronize(); err != nil {
+			if err := s.Synchronize(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			back := make([]byte, n)

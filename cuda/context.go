@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -135,14 +136,38 @@ func (c *Context) Do(fn func() error) error {
 	return fn()
 }
 
-// Synchronize waits until all work in the context has finished.
-func (c *Context) Synchronize() error {
-	sc, err := c.enter()
-	defer sc.Exit()
-	if err != nil {
+// Synchronize waits until all work in the context has finished, or until
+// ctx is done: then it returns ctx.Err() and the work may still be running.
+// The driver has no query for a whole context, so with a ctx that can end the
+// driver's wait runs on a goroutine of its own, which ends when the work does
+// (on a hung device, never); prefer Stream.Synchronize or Event.Synchronize,
+// which poll. A nil ctx is refused with ErrInvalidValue.
+func (c *Context) Synchronize(ctx context.Context) error {
+	if err := checkCtx(ctx, "Context.Synchronize"); err != nil {
 		return err
 	}
-	return c.drv.CtxSynchronize()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wait := func() error {
+		sc, err := c.enter()
+		defer sc.Exit()
+		if err != nil {
+			return err
+		}
+		return c.drv.CtxSynchronize()
+	}
+	if ctx.Done() == nil {
+		return wait()
+	}
+	done := make(chan error, 1) // buffered: the goroutine never blocks on an abandoned wait
+	go func() { done <- wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // MemInfo returns the device memory free and in total, in bytes.

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"context"
 	"runtime"
 	"testing"
 	"unsafe"
@@ -54,7 +55,7 @@ func TestGPUStreamWorkUnderAnyCurrentContext(t *testing.T) {
 		must(t, s.CopyHtoD(d.Ptr(), in))
 		must(t, s.CopyDtoH(out, d.Ptr()))
 		must(t, ev.Record(s))
-		must(t, ev.Synchronize())
+		must(t, ev.Synchronize(context.Background()))
 		if done, err := s.Query(); !done || err != nil {
 			t.Errorf("%s: Query = %v, %v", cur.name, done, err)
 		}
@@ -63,7 +64,7 @@ func TestGPUStreamWorkUnderAnyCurrentContext(t *testing.T) {
 		seed := uint32(len(cur.name))
 		must(t, fill.Launch(s, cuda.D1(64), cuda.D1(256), 0, d.Ptr(), uint64(n/4), seed))
 		must(t, s.CopyDtoH(out, d.Ptr()))
-		must(t, s.Synchronize())
+		must(t, s.Synchronize(context.Background()))
 		w := unsafe.Slice((*uint32)(unsafe.Pointer(&out[0])), n/4)
 		if bad := kernels.VerifyPattern(w, seed, 0); bad >= 0 {
 			t.Errorf("%s: kernel output wrong at word %d", cur.name, bad)
@@ -166,14 +167,14 @@ func BenchmarkIssueBreakdown(b *testing.B) {
 				}
 				if i%callBatch == callBatch-1 {
 					b.StopTimer()
-					if err := s.Synchronize(); err != nil {
+					if err := s.Synchronize(context.Background()); err != nil {
 						b.Fatal(err)
 					}
 					b.StartTimer()
 				}
 			}
 			b.StopTimer()
-			if err := s.Synchronize(); err != nil {
+			if err := s.Synchronize(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 		})

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log"
@@ -60,7 +61,7 @@ func Example() {
 	if err := s.CopyDtoH(out, buf.Ptr()); err != nil {
 		log.Fatal(err)
 	}
-	if err := s.Synchronize(); err != nil {
+	if err := s.Synchronize(context.Background()); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(out[0], out[len(out)-1]) // 1 1

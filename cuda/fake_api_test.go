@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"testing"
@@ -69,7 +70,7 @@ func TestFakeLifecyclesAndBorrowed(t *testing.T) {
 	if err != nil || free == 0 || free > total {
 		t.Errorf("MemInfo = %d/%d, %v", free, total, err)
 	}
-	must(t, ctx.Synchronize())
+	must(t, ctx.Synchronize(context.Background()))
 	must(t, ctx.Do(func() error { return nil }))
 	want := errors.New("from fn")
 	if err := ctx.Do(func() error { return want }); err != want {
@@ -100,7 +101,7 @@ func TestFakeLifecyclesAndBorrowed(t *testing.T) {
 		t.Error("wrapped objects should report borrowed")
 	}
 	must(t, be.Record(bs))
-	must(t, bs.Synchronize())
+	must(t, bs.Synchronize(context.Background()))
 	for name, err := range map[string]error{"stream": bs.Destroy(), "event": be.Destroy(), "memory": bb.Free(), "context": bc.Destroy()} {
 		if !errors.Is(err, cuda.ErrInvalidValue) {
 			t.Errorf("releasing a borrowed %s = %v, want ErrInvalidValue", name, err)
@@ -116,7 +117,7 @@ func TestFakeLifecyclesAndBorrowed(t *testing.T) {
 		"destroy event twice":  e.Destroy(),
 		"free twice":           b.Free(),
 		"destroy stream twice": s.Destroy(),
-		"use stream after":     s.Synchronize(),
+		"use stream after":     s.Synchronize(context.Background()),
 		"use event after":      e.Record(bs),
 		"query event after":    func() error { _, err := e.Query(); return err }(),
 		"function after":       func() error { _, err := m.Function("x"); return err }(),
@@ -172,7 +173,7 @@ func TestFakeCopiesAndBounds(t *testing.T) {
 	must(t, a.Memset(0x11))
 	must(t, a.CopyFromHost(100, src[:n-100]))
 	must(t, s.CopyDtoD(b.Ptr(), a.Ptr(), n))
-	must(t, s.Synchronize())
+	must(t, s.Synchronize(context.Background()))
 	got := make([]byte, n)
 	must(t, b.CopyToHost(0, got))
 	for i := 0; i < 100; i++ {
@@ -193,7 +194,7 @@ func TestFakeCopiesAndBounds(t *testing.T) {
 	must(t, s.CopyDtoD(a.Ptr(), b.Ptr(), 64))
 	out := make([]byte, 20)
 	must(t, s.CopyDtoH(out, view.Ptr()))
-	must(t, s.Synchronize())
+	must(t, s.Synchronize(context.Background()))
 	want := []byte{0x22, 0x22, 0x22, 0x22, 0x22, 1, 2, 3, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22}
 	testutil.CheckBytes(t, want, out)
 
@@ -249,7 +250,7 @@ func TestFakeEventsOrderAndTiming(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 		released <- fd.ReleaseStream(cudadrv.Stream(s.Handle()))
 	}()
-	must(t, end.Synchronize())
+	must(t, end.Synchronize(context.Background()))
 	must(t, <-released)
 	if done, err := end.Query(); !done || err != nil {
 		t.Errorf("after Synchronize: done %v, %v", done, err)
@@ -264,7 +265,7 @@ func TestFakeEventsOrderAndTiming(t *testing.T) {
 	must(t, s2.WaitEvent(end))
 	out := make([]byte, 16)
 	must(t, s2.CopyDtoH(out, d.Ptr()))
-	must(t, s2.Synchronize())
+	must(t, s2.Synchronize(context.Background()))
 	for i, v := range out {
 		if v != 7 {
 			t.Fatalf("byte %d = %d after waiting for the event", i, v)
@@ -302,7 +303,7 @@ func TestFakeLaunchArguments(t *testing.T) {
 		t.Errorf("function %q handle %#x", f.Name(), f.Handle())
 	}
 	must(t, f.Launch(s, cuda.D1(1), cuda.Dim3{X: 1, Y: 1, Z: 1}, 0, cuda.DevicePtr(0x1234), uint64(1<<40), uint8(200), float32(1.5), int16(-2), true))
-	must(t, s.Synchronize())
+	must(t, s.Synchronize(context.Background()))
 	if seen.p != 0x1234 || seen.n != 1<<40 || seen.b != 200 || seen.f != 0x3fc00000 || seen.i16 != 0xfffe || seen.flag != 1 {
 		t.Errorf("kernel saw %+v", seen)
 	}

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -83,7 +84,7 @@ func TestFakeAsyncFailureAndDestroyOrder(t *testing.T) {
 	// The fast path makes no context switch at all.
 	before = fd.Calls("cuCtxSetCurrent")
 	must(t, s.CopyHtoD(b.Ptr(), make([]byte, 16)))
-	must(t, s.Synchronize())
+	must(t, s.Synchronize(context.Background()))
 	if got := fd.Calls("cuCtxSetCurrent") - before; got != 0 {
 		t.Errorf("%d cuCtxSetCurrent calls on the fast path, want 0", got)
 	}

@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math/rand/v2"
 	"regexp"
@@ -85,7 +86,7 @@ func TestGPUStreamsAndEvents(t *testing.T) {
 			if err := end.Record(s); err != nil {
 				t.Fatal(err)
 			}
-			if err := end.Synchronize(); err != nil {
+			if err := end.Synchronize(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if done, err := end.Query(); !done || err != nil {
@@ -110,7 +111,7 @@ func TestGPUStreamsAndEvents(t *testing.T) {
 		must(t, a.Record(s))
 		must(t, b.Record(s))
 		must(t, s.WaitEvent(b))
-		must(t, s.Synchronize())
+		must(t, s.Synchronize(context.Background()))
 		var de *cuda.Error
 		if _, err := b.Elapsed(a); !errors.As(err, &de) {
 			t.Errorf("Elapsed on timing-disabled events = %v, want a *cuda.Error", err)
@@ -119,7 +120,7 @@ func TestGPUStreamsAndEvents(t *testing.T) {
 		must(t, b.Destroy())
 		must(t, buf.Free())
 		must(t, s.Destroy())
-		if err := s.Synchronize(); !errors.Is(err, cuda.ErrInvalidHandle) {
+		if err := s.Synchronize(context.Background()); !errors.Is(err, cuda.ErrInvalidHandle) {
 			t.Errorf("Synchronize after Destroy = %v, want ErrInvalidHandle", err)
 		}
 	}
@@ -174,7 +175,7 @@ func TestGPUCopiesRandomData(t *testing.T) {
 		must(t, b.Memset(0xA5))
 		must(t, a.CopyFromHost(0, src))
 		must(t, s.CopyDtoD(b.Ptr(), a.Ptr(), n))
-		must(t, s.Synchronize())
+		must(t, s.Synchronize(context.Background()))
 		got := make([]byte, n)
 		testutil.Poison(got)
 		must(t, b.CopyToHost(0, got))
@@ -191,7 +192,7 @@ func TestGPUCopiesRandomData(t *testing.T) {
 		must(t, s.CopyHtoD(b.Ptr().Add(off), hin))
 		must(t, s.CopyDtoD(a.Ptr(), b.Ptr(), n))
 		must(t, s.CopyDtoH(hout, a.Ptr().Add(off)))
-		must(t, s.Synchronize())
+		must(t, s.Synchronize(context.Background()))
 		testutil.CheckBytes(t, src[off:], hout)
 		// The bytes before off were set by the async memset.
 		head := make([]byte, off)
@@ -240,7 +241,7 @@ func TestGPUKernels(t *testing.T) {
 	must(t, fill.Launch(s, cuda.D1(264), cuda.D1(256), 0, buf.Ptr(), uint64(words), seed))
 	must(t, s.Memset(out.Ptr(), 0, 8))
 	must(t, sum.Launch(s, cuda.D1(264), cuda.D1(256), 0, buf.Ptr(), uint64(words), out.Ptr()))
-	must(t, s.Synchronize())
+	must(t, s.Synchronize(context.Background()))
 	host := make([]byte, words*4)
 	must(t, buf.CopyToHost(0, host))
 	w := unsafe.Slice((*uint32)(unsafe.Pointer(&host[0])), words)
@@ -313,7 +314,7 @@ func TestGPUBorrowedAndSecondContext(t *testing.T) {
 	if err := borrowed.Destroy(); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("destroying a borrowed stream = %v", err)
 	}
-	must(t, borrowed.Synchronize())
+	must(t, borrowed.Synchronize(context.Background()))
 	must(t, own.Destroy())
 	if err := ctx.Destroy(); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("destroying the primary context = %v", err)

@@ -3,6 +3,7 @@
 package cuda_test
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"strings"
@@ -116,7 +117,7 @@ func TestDestroyedContextKeepsCallersThreadLock(t *testing.T) {
 		if _, err := ctx.Alloc(4096); !errors.Is(err, cuda.ErrInvalidHandle) {
 			t.Errorf("Alloc in a destroyed context = %v", err)
 		}
-		if err := ctx.Synchronize(); !errors.Is(err, cuda.ErrInvalidHandle) {
+		if err := ctx.Synchronize(context.Background()); !errors.Is(err, cuda.ErrInvalidHandle) {
 			t.Errorf("Synchronize in a destroyed context = %v", err)
 		}
 		n := 0
@@ -149,7 +150,7 @@ func TestEnterRestoresPreviousContext(t *testing.T) {
 	b, err := ctx.Alloc(4096)
 	must(t, err)
 	must(t, b.CopyFromHost(0, []byte{1, 2, 3}))
-	must(t, ctx.Synchronize())
+	must(t, ctx.Synchronize(context.Background()))
 	must(t, ctx.Do(func() error { return nil }))
 	s, err := ctx.NewStream(cuda.StreamNonBlocking)
 	must(t, err)
@@ -187,7 +188,6 @@ func TestNilReceiversAndArguments(t *testing.T) {
 		nm *cuda.Module
 		nf *cuda.Function
 		nd *cuda.Device
-		nB *cuda.Batch
 	)
 	host := make([]byte, 8)
 	cases := map[string]func() error{
@@ -197,28 +197,27 @@ func TestNilReceiversAndArguments(t *testing.T) {
 		"Context.LoadModule":        func() error { _, err := nc.LoadModule([]byte("x")); return err },
 		"Context.Do":                func() error { return nc.Do(func() error { return nil }) },
 		"Context.Do(nil)":           func() error { return ctx.Do(nil) },
-		"Context.Synchronize":       nc.Synchronize,
+		"Context.Synchronize":       func() error { return nc.Synchronize(context.Background()) },
 		"Context.MemInfo":           func() error { _, _, err := nc.MemInfo(); return err },
 		"Context.Destroy":           nc.Destroy,
-		"NewBatch(nil).Issue":       func() error { _, err := nc.NewBatch().CopyHtoD(s, 0, host).Issue(); return err },
 		"Stream.CopyHtoD":           func() error { return ns.CopyHtoD(0, host) },
 		"Stream.CopyDtoH":           func() error { return ns.CopyDtoH(host, 0) },
 		"Stream.CopyDtoD":           func() error { return ns.CopyDtoD(0, 0, 8) },
 		"Stream.Memset":             func() error { return ns.Memset(0, 0, 8) },
-		"Stream.Synchronize":        ns.Synchronize,
+		"Stream.Synchronize":        func() error { return ns.Synchronize(context.Background()) },
 		"Stream.Query":              func() error { _, err := ns.Query(); return err },
 		"Stream.WaitEvent":          func() error { return ns.WaitEvent(ev) },
 		"Stream.WaitEvent(nil)":     func() error { return s.WaitEvent(nil) },
 		"Stream.Destroy":            ns.Destroy,
-		"WrapStream(nil)":           func() error { return cuda.WrapStream(nil, 1).Synchronize() },
+		"WrapStream(nil)":           func() error { return cuda.WrapStream(nil, 1).Synchronize(context.Background()) },
 		"Event.Record":              func() error { return ne.Record(s) },
 		"Event.Record(nil)":         func() error { return ev.Record(nil) },
-		"Event.Synchronize":         ne.Synchronize,
+		"Event.Synchronize":         func() error { return ne.Synchronize(context.Background()) },
 		"Event.Query":               func() error { _, err := ne.Query(); return err },
 		"Event.Elapsed":             func() error { _, err := ne.Elapsed(ev); return err },
 		"Event.Elapsed(nil)":        func() error { _, err := ev.Elapsed(nil); return err },
 		"Event.Destroy":             ne.Destroy,
-		"WrapEvent(nil)":            func() error { return cuda.WrapEvent(nil, 1).Synchronize() },
+		"WrapEvent(nil)":            func() error { return cuda.WrapEvent(nil, 1).Synchronize(context.Background()) },
 		"DeviceBuffer.CopyFromHost": func() error { return nb.CopyFromHost(0, host) },
 		"DeviceBuffer.CopyToHost":   func() error { return nb.CopyToHost(0, host) },
 		"DeviceBuffer.Memset":       func() error { return nb.Memset(0) },
@@ -234,10 +233,7 @@ func TestNilReceiversAndArguments(t *testing.T) {
 		"Device.Properties":         func() error { _, err := nd.Properties(); return err },
 		"Device.PrimaryContext":     func() error { _, err := nd.PrimaryContext(); return err },
 		"NewContext(nil)":           func() error { _, err := cuda.NewContext(nil, 0); return err },
-		"WrapContext(nil)":          func() error { return cuda.WrapContext(nil, 1).Synchronize() },
-		"nil Batch":                 func() error { _, err := nB.CopyHtoD(s, 0, host).CopyDtoD(s, 0, 0, 1).Record(ev, s).Issue(); return err },
-		"Batch nil stream":          func() error { _, err := ctx.NewBatch().CopyHtoD(nil, 0, host).Issue(); return err },
-		"Batch nil event":           func() error { _, err := ctx.NewBatch().Record(nil, s).Issue(); return err },
+		"WrapContext(nil)":          func() error { return cuda.WrapContext(nil, 1).Synchronize(context.Background()) },
 	}
 	for name, f := range cases {
 		func() {
@@ -254,7 +250,7 @@ func TestNilReceiversAndArguments(t *testing.T) {
 	// Accessors that return no error are safe on nil too.
 	_ = nc.Handle() + ns.Handle() + ne.Handle() + nm.Handle() + nf.Handle()
 	_, _, _ = nf.Name(), nd.Ordinal(), nd.String()
-	_, _, _ = nB.Len(), nc.Device(), ns.Context()
+	_, _ = nc.Device(), ns.Context()
 	_, _, _, _ = nb.Ptr(), nb.Size(), nb.Context(), nb.Borrowed()
 }
 
@@ -279,7 +275,7 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 		use     func() error
 	}{
 		{"cuMemFree_v2", b.Free, func() error { return b.CopyFromHost(0, []byte{1}) }},
-		{"cuStreamDestroy_v2", s.Destroy, s.Synchronize},
+		{"cuStreamDestroy_v2", s.Destroy, func() error { return s.Synchronize(context.Background()) }},
 		{"cuEventDestroy_v2", ev.Destroy, func() error { return ev.Record(s) }},
 		{"cuModuleUnload", mod.Unload, func() error {
 			// The fake registers no kernels: any answer but "unloaded" will do.
@@ -288,7 +284,7 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 			}
 			return nil
 		}},
-		{"cuCtxDestroy_v2", own.Destroy, own.Synchronize},
+		{"cuCtxDestroy_v2", own.Destroy, func() error { return own.Synchronize(context.Background()) }},
 	} {
 		must(t, fd.FailOn(c.op, 1, cudadrv.ErrorUnknown))
 		if err := c.release(); err == nil {

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -118,9 +119,19 @@ func retryInContext(err error) bool {
 	return false
 }
 
-// Synchronize waits until all work queued on s has finished.
-func (s *Stream) Synchronize() error {
-	return s.call(func() error { return s.ctx.drv.StreamSynchronize(s.h) })
+// Synchronize waits until all work queued on s has finished, or until ctx
+// is done: then it returns ctx.Err() and the work may still be running. A
+// ctx that can never end (context.Background) waits in the driver; any other
+// polls the stream (see Stream.Query). A nil ctx is refused with
+// ErrInvalidValue.
+func (s *Stream) Synchronize(ctx context.Context) error {
+	if err := checkCtx(ctx, "Stream.Synchronize"); err != nil {
+		return err
+	}
+	if ctx.Done() == nil {
+		return s.call(func() error { return s.ctx.drv.StreamSynchronize(s.h) })
+	}
+	return pollUntil(ctx, s.Query)
 }
 
 // Query reports whether all work queued on s has finished, without waiting.
@@ -251,9 +262,19 @@ func (e *Event) Record(s *Stream) error {
 	return s.call(func() error { return e.ctx.drv.EventRecord(e.h, s.h) })
 }
 
-// Synchronize waits until the event has completed.
-func (e *Event) Synchronize() error {
-	return e.call(func() error { return e.ctx.drv.EventSynchronize(e.h) })
+// Synchronize waits until the event has completed, or until ctx is done:
+// then it returns ctx.Err() and the work before the event may still be
+// running. A ctx that can never end (context.Background) waits in the
+// driver; any other polls the event (see Event.Query). A nil ctx is refused
+// with ErrInvalidValue.
+func (e *Event) Synchronize(ctx context.Context) error {
+	if err := checkCtx(ctx, "Event.Synchronize"); err != nil {
+		return err
+	}
+	if ctx.Done() == nil {
+		return e.call(func() error { return e.ctx.drv.EventSynchronize(e.h) })
+	}
+	return pollUntil(ctx, e.Query)
 }
 
 // Query reports whether the event has completed, without waiting.

@@ -391,7 +391,7 @@ func TestFailAsync(t *testing.T) {
 	if err := s.Memset(buf.Ptr(), 9, 64); err != nil {
 		t.Fatalf("the failing memset's call: %v, want success", err)
 	}
-	if err := s.Synchronize(); !errors.Is(err, cuda.ErrLaunchFailed) {
+	if err := s.Synchronize(context.Background()); !errors.Is(err, cuda.ErrLaunchFailed) {
 		t.Errorf("Synchronize after the failed memset: %v, want ErrLaunchFailed", err)
 	}
 	got := make([]byte, 64)
@@ -437,7 +437,7 @@ func TestHoldStream(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		d.ReleaseStream(s)
 	}()
-	if err := s.Synchronize(); err != nil {
+	if err := s.Synchronize(context.Background()); err != nil {
 		t.Fatalf("Synchronize released by another goroutine: %v", err)
 	}
 	got := make([]byte, 16)
@@ -502,7 +502,7 @@ func TestHoldAll(t *testing.T) {
 		t.Errorf("HtoD on a hung GPU: %v after %v, want CUDA_ERROR_LAUNCH_TIMEOUT after WaitTimeout", err, time.Since(start))
 	}
 	d.ReleaseAll()
-	if err := ctx.Synchronize(); err != nil {
+	if err := ctx.Synchronize(context.Background()); err != nil {
 		t.Errorf("Synchronize after ReleaseAll: %v", err)
 	}
 }

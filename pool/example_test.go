@@ -57,7 +57,7 @@ func Example() {
 			log.Fatal(err)
 		}
 	}
-	if err := s.Synchronize(); err != nil {
+	if err := s.Synchronize(context.Background()); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(p.Stats())

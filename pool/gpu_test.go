@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -151,7 +152,7 @@ func TestGPUMappedPool(t *testing.T) {
 		if err := fillK.Launch(s, cuda.D1(64), cuda.D1(256), 0, dp, uint64(n), uint32(i+1)); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Synchronize(); err != nil {
+		if err := s.Synchronize(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		words := make([]uint32, n)

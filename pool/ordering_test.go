@@ -76,7 +76,7 @@ func orderingCase(t *testing.T, p *Pool, ctx *cuda.Context, s *cuda.Stream, size
 		t.Errorf("size %d: the pool pinned or unpinned memory while the stream was held (misses %d -> %d, pins %d -> %d, unpins %d -> %d): that may synchronize the device",
 			size, before.Misses, during.Misses, before.Pins, during.Pins, before.Unpins, during.Unpins)
 	}
-	if err := s.Synchronize(); err != nil {
+	if err := s.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	got = make([]byte, size)
@@ -316,7 +316,7 @@ func TestCloseWaitsForStreamWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustPut(t, p, out, s)
-	if err := s.Synchronize(); err != nil {
+	if err := s.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Close(context.Background()); err != nil && !errors.Is(err, ErrClosed) {

@@ -25,7 +25,7 @@ func putOrdered(t *testing.T, p *Pool) {
 		t.Fatal(err)
 	}
 	mustPut(t, p, b, s)
-	if err := s.Synchronize(); err != nil {
+	if err := s.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -599,7 +599,7 @@ func (p *state) record(streams []*cuda.Stream) ([]evRec, error) {
 			p.st.EventErrors++
 			p.mu.Unlock()
 			t := time.Now()
-			serr := s.Synchronize()
+			serr := s.Synchronize(context.Background())
 			p.driverNS.Add(int64(time.Since(t)))
 			if serr != nil {
 				return evs, fmt.Errorf("cannot record an event on stream %#x (%w) nor synchronize it: %w", s.Handle(), err, serr)

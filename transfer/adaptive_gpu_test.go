@@ -234,7 +234,7 @@ func streamCopies(s *cuda.Stream, dev cuda.DevicePtr, buf *pinmem.Buffer, n int,
 		}
 		off += len(seg)
 	}
-	return s.Synchronize()
+	return s.Synchronize(context.Background())
 }
 
 func sizeName(n int) string {

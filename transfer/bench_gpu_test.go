@@ -160,7 +160,7 @@ func BenchmarkPinnedDirect(b *testing.B) {
 					if err := s.CopyHtoD(d.Ptr(), h); err != nil {
 						return err
 					}
-					return s.Synchronize()
+					return s.Synchronize(context.Background())
 				}},
 			})
 		})
@@ -173,7 +173,7 @@ func BenchmarkPinnedDirect(b *testing.B) {
 					if err := s.CopyDtoH(h, d.Ptr()); err != nil {
 						return err
 					}
-					return s.Synchronize()
+					return s.Synchronize(context.Background())
 				}},
 			})
 		})

@@ -147,9 +147,16 @@ func (d *drain) settle() {
 const drainPoll = 5 * time.Millisecond
 
 // streamErr returns the asynchronous errors of the work of ours queued on
-// s, a stream that holds nothing else: everything on it has run (the
-// caller waited for its last event), so it returns at once.
+// s, a stream that holds nothing else (never a caller's stream): the
+// caller waited for its last event, so it returns at once. Bounded by
+// ctx; a stream found idle is synchronized in the driver, which returns
+// at once with the errors of its work (a poll reports only whether it
+// is idle).
 func streamErr(ctx context.Context, s *cuda.Stream) error {
-	_ = ctx
-	return s.Synchronize()
+	if ctx.Done() != nil {
+		if idle, err := s.Query(); err != nil || !idle {
+			return firstErr(err, s.Synchronize(ctx))
+		}
+	}
+	return s.Synchronize(context.Background())
 }

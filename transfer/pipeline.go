@@ -511,6 +511,15 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	defer cancel()
 	p.panicked, p.dirty, p.cancelRun = nil, false, cancel
 	pending, err := p.loop(rctx, in, out, inSpans, outSpans, slots, &st)
+	if len(pending) == 0 && !p.dirty && p.panicked == nil {
+		// Report asynchronous errors of the streams; all their work is
+		// done. Bounded by the caller's ctx (rctx ends with the Run).
+		for _, s := range p.streams {
+			if serr := streamErr(ctx, s); serr != nil && err == nil {
+				err = fmt.Errorf("transfer: pipeline stream: %w", serr)
+			}
+		}
+	}
 	st.Wall, st.ProcessCPU = m.elapsed()
 	if len(pending) > 0 || p.dirty {
 		// Chunks may still be in flight: the fence takes them, with the
@@ -775,16 +784,6 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 	stopOuts()
 	if err := ctx.Err(); err != nil {
 		fail(err) // ctx ended during the Run, if only in the last callback
-	}
-	// Report asynchronous errors of the streams; all their work is done
-	// (unless an event is missing: the fence then watches them).
-	for _, s := range p.streams {
-		if p.dirty {
-			break
-		}
-		if err := streamErr(ctx, s); err != nil {
-			fail(fmt.Errorf("transfer: pipeline stream: %w", err))
-		}
 	}
 	return nil, stop
 }

@@ -36,7 +36,7 @@ func newWaiter() *waiter {
 	go func() {
 		defer w.wg.Done()
 		for r := range w.reqs {
-			r.ch <- r.ev.Synchronize()
+			r.ch <- r.ev.Synchronize(context.Background())
 		}
 	}()
 	return w

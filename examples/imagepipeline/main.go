@@ -478,7 +478,7 @@ func (p *pipe) naive(in, out []byte, frames int) error {
 		if err := p.launch(s, dIn, dOut); err != nil {
 			return err
 		}
-		if err := s.Synchronize(); err != nil {
+		if err := s.Synchronize(context.Background()); err != nil {
 			return err
 		}
 		if err := dOut.CopyToHost(0, p.frame(out, f)); err != nil {
@@ -511,7 +511,7 @@ func (p *pipe) async(in, out []byte, frames, streams int) error {
 	}
 	var err error
 	for _, s := range p.streams[:streams] {
-		err = errors.Join(err, s.Synchronize())
+		err = errors.Join(err, s.Synchronize(context.Background()))
 	}
 	return err
 }
@@ -595,7 +595,7 @@ func (p *pipe) bound() (Bound, error) {
 				return Bound{}, err
 			}
 		}
-		if err := errors.Join(up.Synchronize(), down.Synchronize()); err != nil {
+		if err := errors.Join(up.Synchronize(context.Background()), down.Synchronize(context.Background())); err != nil {
 			return Bound{}, err
 		}
 		if rep > 0 {

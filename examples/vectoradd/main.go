@@ -312,7 +312,7 @@ func measure(ctx context.Context, gpu *cuda.Context, s *cuda.Stream, cp *transfe
 		if err := add.Launch(s, grid, block, 0, d[0].Ptr(), d[1].Ptr(), d[2].Ptr(), uint64(n)); err != nil {
 			return r, err
 		}
-		if err := s.Synchronize(); err != nil {
+		if err := s.Synchronize(context.Background()); err != nil {
 			return r, err
 		}
 		t2 := time.Now()

@@ -239,7 +239,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (rows []Row, err error) {
 		if err := end.Record(s); err != nil {
 			return 0, err
 		}
-		if err := end.Synchronize(); err != nil {
+		if err := end.Synchronize(context.Background()); err != nil {
 			return 0, err
 		}
 		d, err := end.Elapsed(start)

@@ -2,6 +2,7 @@ package faultsweep_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -179,12 +180,12 @@ func deviceMemOp() op {
 		}
 		e.defer_(s.Destroy)
 		if err := s.CopyDtoD(d2.Ptr(), d.Ptr(), d.Size()); err != nil {
-			return errors.Join(err, s.Synchronize())
+			return errors.Join(err, s.Synchronize(context.Background()))
 		}
 		if err := s.Memset(d2.Ptr(), 1, 16); err != nil {
-			return errors.Join(err, s.Synchronize())
+			return errors.Join(err, s.Synchronize(context.Background()))
 		}
-		return errors.Join(s.Synchronize(), s.Destroy(), d2.Free(), d.Free())
+		return errors.Join(s.Synchronize(context.Background()), s.Destroy(), d2.Free(), d.Free())
 	}}
 }
 
@@ -222,7 +223,9 @@ func streamEventOp() op {
 			return err
 		}
 		e.defer_(end.Destroy)
-		sync := func(err error) error { return errors.Join(err, s1.Synchronize(), s2.Synchronize()) }
+		sync := func(err error) error {
+			return errors.Join(err, s1.Synchronize(context.Background()), s2.Synchronize(context.Background()))
+		}
 		if err := start.Record(s1); err != nil {
 			return sync(err)
 		}
@@ -238,7 +241,7 @@ func streamEventOp() op {
 		if err := s2.CopyDtoH(host.Bytes(), d.Ptr()); err != nil {
 			return sync(err)
 		}
-		if err := end.Synchronize(); err != nil {
+		if err := end.Synchronize(context.Background()); err != nil {
 			return sync(err)
 		}
 		if done, err := end.Query(); err != nil || !done {
@@ -251,50 +254,6 @@ func streamEventOp() op {
 			return sync(err)
 		}
 		return errors.Join(sync(nil), end.Destroy(), start.Destroy(), s2.Destroy(), s1.Destroy(), d.Free(), host.Free())
-	}}
-}
-
-// batchOp issues copies both ways, a device copy and an event record as
-// one batch.
-func batchOp() op {
-	return op{name: "Batch", run: func(e *env) error {
-		host, err := pinmem.Alloc(64<<10, 0)
-		if err != nil {
-			return err
-		}
-		e.defer_(host.Free)
-		copy(host.Bytes(), testutil.RandomBytes(64<<10, 2))
-		want := bytes.Clone(host.Bytes())
-		d, err := e.ctx.Alloc(128 << 10)
-		if err != nil {
-			return err
-		}
-		e.defer_(d.Free)
-		s, err := e.ctx.NewStream(cuda.StreamNonBlocking)
-		if err != nil {
-			return err
-		}
-		e.defer_(s.Destroy)
-		ev, err := e.ctx.NewEvent(cuda.EventDisableTiming)
-		if err != nil {
-			return err
-		}
-		e.defer_(ev.Destroy)
-		b := e.ctx.NewBatch().
-			CopyHtoD(s, d.Ptr(), host.Bytes()).
-			CopyDtoD(s, d.Ptr().Add(64<<10), d.Ptr(), 64<<10).
-			CopyDtoH(s, host.Bytes(), d.Ptr().Add(64<<10)).
-			Record(ev, s)
-		if n, err := b.Issue(); err != nil {
-			return errors.Join(fmt.Errorf("batch issued %d of %d: %w", n, b.Len(), err), s.Synchronize())
-		}
-		if err := ev.Synchronize(); err != nil {
-			return errors.Join(err, s.Synchronize())
-		}
-		if !bytes.Equal(host.Bytes(), want) {
-			return errors.New("batch round trip lost data")
-		}
-		return errors.Join(s.Synchronize(), ev.Destroy(), s.Destroy(), d.Free(), host.Free())
 	}}
 }
 
@@ -322,9 +281,9 @@ func moduleOp() op {
 			return err
 		}
 		if err := f.Launch(s, cuda.D1(1), cuda.D1(32), 0, d.Ptr(), uint32(0x5a)); err != nil {
-			return errors.Join(err, s.Synchronize())
+			return errors.Join(err, s.Synchronize(context.Background()))
 		}
-		if err := s.Synchronize(); err != nil {
+		if err := s.Synchronize(context.Background()); err != nil {
 			return err
 		}
 		got := make([]byte, 16)
@@ -361,7 +320,7 @@ func contextOp() op {
 		if err := c.Do(func() error { return d.Memset(0) }); err != nil {
 			return err
 		}
-		if err := c.Synchronize(); err != nil {
+		if err := c.Synchronize(context.Background()); err != nil {
 			return err
 		}
 		// Free before Destroy, and Destroy only once Free succeeded: the
@@ -374,5 +333,5 @@ func contextOp() op {
 }
 
 func TestSweepDevice(t *testing.T) {
-	sweep(t, []op{deviceMemOp(), streamEventOp(), batchOp(), moduleOp(), contextOp()})
+	sweep(t, []op{deviceMemOp(), streamEventOp(), moduleOp(), contextOp()})
 }

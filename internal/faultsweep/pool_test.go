@@ -73,7 +73,7 @@ func poolOp(name string, opts ...pool.Option) op {
 		if _, err := p.Trim(); err != nil {
 			errs = append(errs, err)
 		}
-		errs = append(errs, s.Synchronize(), p.Close(context.Background()))
+		errs = append(errs, s.Synchronize(context.Background()), p.Close(context.Background()))
 		return errors.Join(errs...)
 	}}
 }
@@ -219,7 +219,7 @@ func poolCloseOp() op {
 		if err := p.Close(context.Background()); !errors.Is(err, pool.ErrClosed) {
 			errs = append(errs, fmt.Errorf("Close of a closed pool: %w", err))
 		}
-		errs = append(errs, s2.Synchronize())
+		errs = append(errs, s2.Synchronize(context.Background()))
 		return errors.Join(errs...)
 	}}
 }

@@ -159,7 +159,7 @@ func killChild() {
 		if err := s.CopyHtoD(dev.Ptr(), src[off:off+256<<20]); err != nil {
 			fail(err)
 		}
-		if err := s.Synchronize(); err != nil {
+		if err := s.Synchronize(context.Background()); err != nil {
 			fail(err)
 		}
 		_ = context.Background()
