@@ -109,4 +109,19 @@ func TestFreshOutputMatchesSchema(t *testing.T) {
 	if err := validate(t, doctor, "doctor", []byte(stdout)); err != nil {
 		t.Errorf("doctor: %v\n%s", err, stdout)
 	}
+	if !strings.Contains(stdout, `"memory_bytes"`) {
+		t.Errorf("doctor JSON names no device memory:\n%s", stdout)
+	}
+	// -o FILE.json takes JSON from the name, as a first-time user writes it.
+	path := filepath.Join(t.TempDir(), "doctor.json")
+	if _, stderr, code := cli(t, "doctor", "-o", path); code != exitOK {
+		t.Fatalf("doctor -o %s: %d %s", path, code, stderr)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate(t, doctor, path, data); err != nil {
+		t.Errorf("doctor -o doctor.json: %v\n%s", err, data)
+	}
 }
