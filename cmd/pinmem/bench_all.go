@@ -39,7 +39,7 @@ func allPartsList() [][2]string {
 	}
 	out = append(out,
 		[2]string{partLoad, "a file to the GPU by the weight loader against plain reads and PyTorch (needs --weights FILE)"},
-		[2]string{partImagePipeline, "the image pipeline example, its text output kept (needs --imagepipeline BIN)"})
+		[2]string{partImagePipeline, "the image pipeline example against the C baseline's loops and the copy bounds (needs --imagepipeline BIN)"})
 	return out
 }
 
@@ -69,8 +69,9 @@ run: pinned and pageable rows beside cref/bw's, block copies beside
 cref/blocks' loop. With --weights FILE the weight loader reads FILE (as
 "pinmem bench load FILE") and, when --python has PyTorch and safetensors,
 scripts/torch-load.py loads the same file beside it. With --imagepipeline BIN
-(go build ./examples/imagepipeline/measure) its output is kept in
-DIR/imagepipeline.txt.
+(go build -o BIN ./examples/imagepipeline/measure) the image pipeline runs on
+the same device: its rows go to DIR/imagepipeline.json like every test's,
+its table to DIR/imagepipeline.txt.
 
 Render the docs from the run with:
   pinmem report --format markdown DIR/*.json -o docs/PERF.md
@@ -198,7 +199,7 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 		m := meta(s.Meta("pinmem bench all -t "+p.Name), map[string]any{"suite": env, "test": cfg})
 		m.Part = p.Name
 		if f.quick {
-			m.Note = strings.TrimPrefix(m.Note+"; quick run (--quick): small sizes and two samples, not figures to publish", "; ")
+			m.Note = strings.TrimPrefix(m.Note+"; "+quickNote, "; ")
 		}
 		if err := writePart(f, p.Name, m, rs, runErr); err != nil {
 			return err
@@ -236,7 +237,7 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 				continue
 			}
 			say("[%d/%d] %s: %s", n, total, name, f.imagepipeline)
-			err = suiteImagePipeline(ctx, f)
+			err = suiteImagePipeline(ctx, f, s, env)
 		}
 		if err != nil {
 			if isFatalRun(err) {
@@ -251,6 +252,9 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 	}
 	return nil
 }
+
+// quickNote is the note of every report of a --quick run.
+const quickNote = "quick run (--quick): small sizes and two samples, not figures to publish"
 
 // isFatalRun reports whether a test's error ends the whole run: the run
 // was interrupted, or the device is gone.
@@ -337,22 +341,64 @@ func torchRow(ctx context.Context, f suiteFlags) bench.Result {
 	return t
 }
 
-// suiteImagePipeline runs the image pipeline example and keeps its text
-// output in DIR/imagepipeline.txt.
-func suiteImagePipeline(ctx context.Context, f suiteFlags) error {
-	args := []string{}
+// imagePipelineArgs are the arguments bench all runs the image pipeline
+// example with: its figures as result rows (-json), on the run's device,
+// the run's samples as its timed runs, small frames for --quick, and the
+// C baseline beside it with --cref.
+func imagePipelineArgs(f suiteFlags) []string {
+	args := []string{"-json", "-device", fmt.Sprint(f.device)}
+	if f.quick {
+		args = append(args, "-res", "320x240", "-frames", "16", "-reps", "2")
+	}
+	if f.samples > 0 {
+		args = append(args, "-reps", fmt.Sprint(f.samples))
+	}
 	if f.cref != "" {
 		args = append(args, "-cref", filepath.Join(f.cref, "imagepipeline"))
 	}
-	var out bytes.Buffer
+	return args
+}
+
+// suiteImagePipeline runs the image pipeline example (imagePipelineArgs):
+// its rows, each with its same-run reference (the C baseline's loop, the
+// copy bound or the staged bound), become DIR/imagepipeline.json and its
+// plot like every other test's; its table is kept in
+// DIR/imagepipeline.txt.
+func suiteImagePipeline(ctx context.Context, f suiteFlags, s *bench.Session, env bench.SuiteEnv) error {
+	args := imagePipelineArgs(f)
+	var out, text bytes.Buffer
 	c := exec.CommandContext(ctx, f.imagepipeline, args...)
-	c.Stdout, c.Stderr = &out, &out
+	c.Stdout, c.Stderr = &out, &text
 	runErr := c.Run()
-	if err := writeAtomic(filepath.Join(f.out, partImagePipeline+".txt"), out.Bytes()); err != nil {
+	if err := writeAtomic(filepath.Join(f.out, partImagePipeline+".txt"), text.Bytes()); err != nil {
 		return err
 	}
 	if runErr != nil {
-		return fmt.Errorf("%s: %w", f.imagepipeline, runErr)
+		why := strings.TrimSpace(text.String())
+		if i := strings.LastIndexByte(why, '\n'); i >= 0 {
+			why = why[i+1:]
+		}
+		runErr = fmt.Errorf("%s %s: %w: %s", f.imagepipeline, strings.Join(args, " "), runErr, why)
 	}
-	return nil
+	rs, err := bench.ParseResultLines(out.Bytes())
+	if err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("%s -json: %w", f.imagepipeline, err))
+	}
+	if len(rs) == 0 && runErr != nil {
+		return runErr
+	}
+	m := meta(s.Meta("pinmem bench all -t "+partImagePipeline), map[string]any{"suite": env, "test": map[string]any{"program": f.imagepipeline, "args": args}})
+	m.Part = partImagePipeline
+	if f.quick {
+		m.Note = strings.TrimPrefix(m.Note+"; "+quickNote, "; ")
+	}
+	if err := writePart(f, partImagePipeline, m, rs, runErr); err != nil {
+		return err
+	}
+	if runErr == nil {
+		if err := verdict(rs); err != nil && slices.ContainsFunc(rs, bench.Result.Failed) {
+			return err
+		}
+	}
+	return runErr
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -170,5 +171,83 @@ func TestBenchAllLoad(t *testing.T) {
 	}
 	if !loader || !torch || rep.Meta.Part != "load" {
 		t.Errorf("load report: loader %v, torch %v, part %q: %+v", loader, torch, rep.Meta.Part, rep.Results)
+	}
+}
+
+// TestBenchAllImagePipeline: bench all runs the image pipeline program
+// with -json on the run's device, and its rows (here a stand-in's, in the
+// form examples/imagepipeline/measure -json prints) become
+// imagepipeline.json, valid and with each row's same-run reference, its
+// plot and a section of the rendered docs; its table is kept as text. A
+// program that fails keeps the rows it printed, marked partial, and the
+// run exits 1.
+func TestBenchAllImagePipeline(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	result, _ := schemas(t)
+	dir := t.TempDir()
+	rows := `{"bench":"imagepipeline","kind":"naive","dir":"320x240","size":307200,"unit":"FPS","median":100,"min":90,"max":110,"samples":2,"verified":true,"timing":"wall","skipped":false,"verify_failed":false}
+{"bench":"imagepipeline","kind":"pinned-1stream","dir":"320x240","size":307200,"unit":"FPS","median":300,"min":290,"max":310,"samples":2,"verified":true,"timing":"wall","skipped":false,"verify_failed":false}
+{"bench":"imagepipeline","kind":"pinned-4streams","dir":"320x240","size":307200,"unit":"FPS","median":380,"min":370,"max":390,"samples":2,"verified":true,"timing":"wall","skipped":false,"verify_failed":false}
+{"bench":"imagepipeline","kind":"pipeline","dir":"320x240","size":307200,"unit":"FPS","median":200,"min":190,"max":210,"samples":2,"verified":true,"timing":"wall","skipped":false,"verify_failed":false}
+{"bench":"imagepipeline","kind":"bound","dir":"320x240","size":307200,"unit":"FPS","median":400,"min":400,"max":400,"samples":0,"verified":false,"timing":"computed","skipped":false,"verify_failed":false}
+{"bench":"imagepipeline","kind":"staged-bound","dir":"320x240","size":307200,"unit":"FPS","median":250,"min":250,"max":250,"samples":0,"verified":false,"timing":"computed","skipped":false,"verify_failed":false}
+{"bench":"imagepipeline","kind":"c:naive","dir":"320x240","size":307200,"unit":"FPS","median":125,"min":120,"max":130,"samples":2,"verified":true,"timing":"wall","skipped":false,"verify_failed":false}`
+	prog := filepath.Join(dir, "imagepipeline")
+	script := "#!/bin/sh\necho \"$@\" > " + filepath.Join(dir, "args") + "\necho 'imagepipeline: the table' >&2\ncat <<'EOF'\n" + rows + "\nEOF\n"
+	if err := os.WriteFile(prog, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	if _, stderr, code := cli(t, "bench", "all", "--quick", "--quiet", "-t", "imagepipeline", "--imagepipeline", prog, "--out", out); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if args, _ := os.ReadFile(filepath.Join(dir, "args")); !strings.Contains(string(args), "-json -device 0 -res 320x240") {
+		t.Errorf("the program ran with %q, want -json on device 0 at quick sizes", args)
+	}
+	if text, _ := os.ReadFile(filepath.Join(out, "imagepipeline.txt")); string(text) != "imagepipeline: the table\n" {
+		t.Errorf("imagepipeline.txt = %q, want the program's table", text)
+	}
+	path := filepath.Join(out, "imagepipeline.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate(t, result, path, data); err != nil {
+		t.Errorf("imagepipeline.json: %v", err)
+	}
+	rep := readReport(t, path)
+	refs := map[string]string{}
+	for _, r := range rep.Results {
+		refs[r.Kind] = fmt.Sprintf("%s %.2f", r.Ref, r.Ratio)
+	}
+	want := map[string]string{"naive": "c:naive 0.80", "pinned-1stream": "bound 0.75", "pinned-4streams": "bound 0.95", "pipeline": "staged-bound 0.80", "bound": " 0.00", "c:naive": " 0.00"}
+	for k, w := range want {
+		if refs[k] != w {
+			t.Errorf("%s: reference %q, want %q", k, refs[k], w)
+		}
+	}
+	if m := rep.Meta; m.Part != "imagepipeline" || m.Partial || !strings.Contains(m.Note, "quick run") || !strings.HasPrefix(m.Device, "Fake ") {
+		t.Errorf("meta %+v", m)
+	}
+	if _, err := os.Stat(filepath.Join(out, "imagepipeline.png")); err != nil {
+		t.Errorf("no plot: %v", err)
+	}
+	md, stderr, code := cli(t, "report", "--format", "markdown", path)
+	if code != exitOK || !strings.Contains(md, "## The image pipeline") || !strings.Contains(md, "| imagepipeline | pipeline | 320x240 |") {
+		t.Errorf("markdown: exit %d %s\n%s", code, stderr, md)
+	}
+
+	// A program that fails after some rows: they are kept, the report is
+	// partial, and the run says so with the program's last line.
+	script = "#!/bin/sh\nhead -n 2 <<'EOF'\n" + rows + "\nEOF\necho 'imagepipeline: 4K: output frame 3 wrong' >&2\nexit 1\n"
+	if err := os.WriteFile(prog, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = cli(t, "bench", "all", "--quiet", "-t", "imagepipeline", "--imagepipeline", prog, "--out", out)
+	if code != exitProblem || !strings.Contains(stderr, "output frame 3 wrong") {
+		t.Errorf("failing program: exit %d, %s", code, stderr)
+	}
+	if rep := readReport(t, path); !rep.Meta.Partial || len(rep.Results) != 2 {
+		t.Errorf("after a failure: partial %v, %d rows", rep.Meta.Partial, len(rep.Results))
 	}
 }
