@@ -78,9 +78,11 @@ Render the docs from the run with:
 
 ` + exitHelp,
 		Example: `  pinmem bench all --out results
+  pinmem bench all --quick --out /tmp/r && pinmem report --format markdown /tmp/r/*.json
   pinmem bench all -l
   pinmem bench all -t copier,concurrency --out /tmp/r
-  pinmem bench all --out docs/results --cref cref/bin --weights model.safetensors`,
+  go build -o /tmp/ip ./examples/imagepipeline/measure
+  pinmem bench all --out docs/results --cref cref/bin --weights model.safetensors --imagepipeline /tmp/ip`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSuite(cmd, f) },
 	}
@@ -95,7 +97,7 @@ Render the docs from the run with:
 	fl.StringVar(&f.cref, "cref", "", "directory of the built C reference programs (cref/build -o DIR)")
 	fl.StringVar(&f.weights, "weights", "", "a weights file for the load test (safetensors)")
 	fl.StringVar(&f.python, "python", "python3", "Python with PyTorch and safetensors for the load test's reference (runs scripts/torch-load.py: run from the repository root)")
-	fl.StringVar(&f.imagepipeline, "imagepipeline", "", "the built image pipeline example (go build ./examples/imagepipeline/measure)")
+	fl.StringVar(&f.imagepipeline, "imagepipeline", "", "the built image pipeline measurement (go build -o BIN ./examples/imagepipeline/measure)")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress on standard error")
 	_ = c.RegisterFlagCompletionFunc("plot-format", fixedCompletion("png", "svg"))
 	return c
@@ -155,6 +157,20 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 	if f.cref != "" {
 		if fi, err := os.Stat(f.cref); err != nil || !fi.IsDir() {
 			return usagef("--cref %s: not a directory (build the C reference with cref/build -o DIR)", f.cref)
+		}
+	}
+	// A test named in -t that cannot run is a usage error; with every
+	// test, the ones without their input are skipped with a line.
+	named := strings.TrimSpace(f.tests) != "all" && strings.TrimSpace(f.tests) != ""
+	if named && contains(outside, partLoad) && f.weights == "" {
+		return usagef("-t %s: the load test needs --weights FILE (a safetensors file)", partLoad)
+	}
+	if named && contains(outside, partImagePipeline) && f.imagepipeline == "" {
+		return usagef("-t %s: needs --imagepipeline BIN (go build -o BIN ./examples/imagepipeline/measure)", partImagePipeline)
+	}
+	if f.imagepipeline != "" {
+		if fi, err := os.Stat(f.imagepipeline); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return usagef("--imagepipeline %s: not an executable file (go build -o BIN ./examples/imagepipeline/measure)", f.imagepipeline)
 		}
 	}
 	if err := os.MkdirAll(f.out, 0o755); err != nil {

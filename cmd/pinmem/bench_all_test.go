@@ -92,6 +92,21 @@ func TestBenchAllListAndSelect(t *testing.T) {
 	if code != exitUsage || !strings.Contains(stderr, `unknown test "bogus"`) {
 		t.Errorf("-t bogus: exit %d, %s", code, stderr)
 	}
+	// A test named without its input, or an input that is not a program,
+	// is a usage error before any GPU work (there is no driver yet).
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-t", "load"}, "needs --weights FILE"},
+		{[]string{"-t", "pin,imagepipeline"}, "needs --imagepipeline BIN"},
+		{[]string{"--imagepipeline", filepath.Join(t.TempDir(), "none")}, "not an executable file"},
+	} {
+		_, stderr, code := cli(t, append([]string{"bench", "all", "--out", t.TempDir()}, c.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, %s; want usage error %q", c.args, code, stderr, c.want)
+		}
+	}
 	testutil.UseFake(t, fakedrv.Options{})
 	dir := t.TempDir()
 	if _, stderr, code := cli(t, "bench", "all", "--quick", "--quiet", "-t", "pin", "--out", dir); code != exitOK {

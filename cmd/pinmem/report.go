@@ -87,9 +87,8 @@ func newReport() *cobra.Command {
 		Use:   "report FILE.json...",
 		Short: "Render saved results as a table, CSV, JSON, markdown, SVG or PNG (no GPU needed)",
 		Long: `report reads result files written with --format json by bench, bench pin,
-bench overlap, bench matrix, bench blocks, bench load or zerocopy, on this
-machine or another, and
-renders them: table, csv or json (one file's results after another's; json
+bench overlap, bench matrix, bench blocks, bench load or zerocopy, or by bench
+all (DIR/*.json), on this machine or another, and renders them: table, csv or json (one file's results after another's; json
 merges them into one report with the first file's metadata) or a plot, svg or
 png, of every measurement they hold (one panel per measurement and direction),
 captioned with the device, driver, revision and date. "-" reads a report
