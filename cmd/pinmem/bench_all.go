@@ -269,6 +269,9 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 	return nil
 }
 
+// imagePipelineTiming is how the image pipeline's rows are timed.
+const imagePipelineTiming = "host wall clock around each run of frames, every output frame checked after it (examples/imagepipeline/measure); the bounds are computed from copy rates measured beside them"
+
 // quickNote is the note of every report of a --quick run.
 const quickNote = "quick run (--quick): small sizes and two samples, not figures to publish"
 
@@ -385,6 +388,7 @@ func suiteImagePipeline(ctx context.Context, f suiteFlags, s *bench.Session, env
 	var out, text bytes.Buffer
 	c := exec.CommandContext(ctx, f.imagepipeline, args...)
 	c.Stdout, c.Stderr = &out, &text
+	c.WaitDelay = 5 * time.Second // after an interrupt, do not wait on children that keep its output open
 	runErr := c.Run()
 	if err := writeAtomic(filepath.Join(f.out, partImagePipeline+".txt"), text.Bytes()); err != nil {
 		return err
@@ -395,6 +399,11 @@ func suiteImagePipeline(ctx context.Context, f suiteFlags, s *bench.Session, env
 			why = why[i+1:]
 		}
 		runErr = fmt.Errorf("%s %s: %w: %s", f.imagepipeline, strings.Join(args, " "), runErr, why)
+		if ctx.Err() != nil {
+			// Interrupted: the program was stopped, the run ends as
+			// interrupted, not as a failed test.
+			runErr = fmt.Errorf("%s: %w", f.imagepipeline, ctx.Err())
+		}
 	}
 	rs, err := bench.ParseResultLines(out.Bytes())
 	if err != nil {
@@ -405,6 +414,8 @@ func suiteImagePipeline(ctx context.Context, f suiteFlags, s *bench.Session, env
 	}
 	m := meta(s.Meta("pinmem bench all -t "+partImagePipeline), map[string]any{"suite": env, "test": map[string]any{"program": f.imagepipeline, "args": args}})
 	m.Part = partImagePipeline
+	// The program times its runs itself; the session's timing is not its.
+	m.Timing = imagePipelineTiming
 	if f.quick {
 		m.Note = strings.TrimPrefix(m.Note+"; "+quickNote, "; ")
 	}

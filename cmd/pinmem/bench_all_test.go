@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/pinmem/pinmem/internal/bench"
@@ -241,7 +242,7 @@ func TestBenchAllImagePipeline(t *testing.T) {
 			t.Errorf("%s: reference %q, want %q", k, refs[k], w)
 		}
 	}
-	if m := rep.Meta; m.Part != "imagepipeline" || m.Partial || !strings.Contains(m.Note, "quick run") || !strings.HasPrefix(m.Device, "Fake ") {
+	if m := rep.Meta; m.Part != "imagepipeline" || m.Partial || m.Timing != imagePipelineTiming || !strings.Contains(m.Note, "quick run") || !strings.HasPrefix(m.Device, "Fake ") {
 		t.Errorf("meta %+v", m)
 	}
 	if _, err := os.Stat(filepath.Join(out, "imagepipeline.png")); err != nil {
@@ -264,5 +265,40 @@ func TestBenchAllImagePipeline(t *testing.T) {
 	}
 	if rep := readReport(t, path); !rep.Meta.Partial || len(rep.Results) != 2 {
 		t.Errorf("after a failure: partial %v, %d rows", rep.Meta.Partial, len(rep.Results))
+	}
+}
+
+// TestBenchAllImagePipelineInterrupted: an interrupt while the image
+// pipeline program runs stops it, keeps the rows it printed in a partial
+// report and exits with the interrupted status.
+func TestBenchAllImagePipelineInterrupted(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	if err := syscall.Mkfifo(ready, 0o600); err != nil {
+		t.Skip("no named pipes here:", err)
+	}
+	row := `{"bench":"imagepipeline","kind":"naive","dir":"4K","size":33177600,"unit":"FPS","median":10,"min":9,"max":11,"samples":3,"verified":true,"timing":"wall","skipped":false,"verify_failed":false}`
+	prog := filepath.Join(dir, "imagepipeline")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\necho '"+row+"'\necho > "+ready+"\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		// Opening the pipe waits for the program to have printed its row.
+		if f, err := os.Open(ready); err == nil {
+			f.Close()
+		}
+		cancel()
+	}()
+	out := filepath.Join(dir, "out")
+	var stdout, stderr strings.Builder
+	code := execute(ctx, []string{"bench", "all", "--quiet", "-t", "imagepipeline", "--imagepipeline", prog, "--out", out}, &stdout, &stderr)
+	if code != exitInterrupted {
+		t.Fatalf("exit %d, want %d: %s", code, exitInterrupted, stderr.String())
+	}
+	if rep := readReport(t, filepath.Join(out, "imagepipeline.json")); !rep.Meta.Partial || len(rep.Results) != 1 {
+		t.Errorf("partial %v, %d rows: want the one row printed, marked partial", rep.Meta.Partial, len(rep.Results))
 	}
 }
