@@ -189,19 +189,12 @@ func (l *Loader) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	l.closed = true
-	for back := 0; back < len(l.stages); back++ {
-		select {
-		case <-l.free:
-		case <-ctx.Done():
-			left := len(l.stages) - back
-			go func() { // the one background wait: release once every stage is back
-				for range left {
-					<-l.free
-				}
-				_ = l.release()
-			}()
-			return fmt.Errorf("load: Close waiting for %d stages' copies: %w", left, ctx.Err())
-		}
+	if err := l.idle(ctx); err != nil {
+		go func() { // the one background wait: release once every stage is back
+			_ = l.idle(context.Background())
+			_ = l.release()
+		}()
+		return fmt.Errorf("load: Close waiting for the copies in flight: %w", err)
 	}
 	return l.release()
 }
@@ -285,12 +278,13 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // the end of the load an error matching ErrChanged; a closed Loader gives
 // ErrClosed. When ctx ends, or a read or copy fails, no new read starts.
 // Every wait is bounded by ctx: LoadFiles returns ctx's error once ctx
-// ends even if the device never finishes the copies already queued; the
-// stages holding them come back to the Loader when they finish, and a
-// later load waits for them (bounded by its own ctx). The destinations
-// then hold a part of the data, and may still be written by those
-// copies. A LoadFiles that waits for another load on the Loader to end
-// returns ctx's error, having read nothing, if ctx ends first.
+// ends even if the device never finishes the copies already queued. The
+// destinations then hold a part of the data and may still be written by
+// those copies: they have all finished once a later load on the Loader
+// has begun reading (a load begins only when no copy of an earlier one
+// runs) or Close has returned nil; free the destinations after that. A
+// LoadFiles that waits for another load, or for those copies, returns
+// ctx's error, having read nothing, if ctx ends first.
 func (l *Loader) LoadFiles(ctx context.Context, files []File, ready func(file, rng int)) (Stats, error) {
 	return l.load(ctx, files, nil, false, ready)
 }

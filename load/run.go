@@ -92,6 +92,9 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 	if l.closed {
 		return st, ErrClosed
 	}
+	if err := l.idle(ctx); err != nil {
+		return st, fmt.Errorf("load: waiting for the copies of an earlier load: %w", err)
+	}
 	r := &run{l: l, ready: ready}
 	defer r.closeFiles()
 	if err := r.open(ctx, files, wholeDst, whole); err != nil {
@@ -139,6 +142,26 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 		}
 	}
 	return st, err
+}
+
+// idle waits until every stage is back in the free channel, that is until
+// no copy that an earlier load queued can still run, or until ctx ends.
+func (l *Loader) idle(ctx context.Context) error {
+	back := make([]*stage, 0, len(l.stages))
+	defer func() {
+		for _, s := range back {
+			l.free <- s
+		}
+	}()
+	for len(back) < len(l.stages) {
+		select {
+		case s := <-l.free:
+			back = append(back, s)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // open checks the ranges and opens the files, before anything is read.
@@ -236,8 +259,8 @@ func (r *run) copyAll(ctx context.Context) {
 		return
 	}
 	// Asynchronous faults of the copies are reported by the streams, not
-	// by the events. Every copy of this load has finished: the wait is
-	// for copies an earlier, abandoned load left, bounded by ctx.
+	// by the events. Every copy on them has finished by now (those of
+	// earlier loads before this one began).
 	for _, s := range r.l.streams {
 		if r.failed() != nil {
 			return
