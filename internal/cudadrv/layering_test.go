@@ -19,7 +19,8 @@ var layer = map[string]int{
 	"internal/hostptr": -1, "internal/testhook": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0, "internal/units": 0,
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
 	"internal/testutil": 2, "": 2,
-	"pool": 3, "cudatest": 3,
+	"load/internal/uring": 1, // io_uring by raw system calls, below the loader
+	"pool":                3, "cudatest": 3, "blocks": 3,
 	"load": 3, "safetensors": 4, // the weight loader and the safetensors reader on top of it
 	"transfer": 4, "prom": 4, "expvars": 4,
 	"internal/bench": 5, "internal/diag": 5,
@@ -37,6 +38,7 @@ var bindingImporters = map[string]string{
 	"":                         "the host-memory face of the driver beside cuda: cuMemHostAlloc/Register, mapped pointers, pointer attributes, with the ledger that accounts for them",
 	"internal/diag":            "doctor reports which driver library is loaded and the variable that chooses it",
 	"internal/testutil":        "tests install the fake driver and detect the real one",
+	"blocks":                   "block lists need the driver's batch copy (cuMemcpyBatchAsync), copies queued 16 per crossing (RunBatch) and host pointer attributes, which cuda does not offer",
 	"cudatest":                 "hands users' options, faults, stream holds and kernels to the fake driver, whose API speaks the binding's types (CUresult, attributes, handles)",
 }
 
