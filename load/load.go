@@ -62,14 +62,18 @@ type Stats struct {
 	// device (opening the files and sampling the page cache included).
 	Wall time.Duration
 	// Mode is how the files were read: ModeDirect, ModeBuffered or
-	// ModeMapped (never ModeAuto). After a fallback it is ModeBuffered.
+	// ModeMapped (never ModeAuto); a file that fell back counts as
+	// ModeBuffered. Where files were read differently, it is the mode
+	// that read the most bytes.
 	Mode Mode
 	// Resident is the share of sampled pages that were in the page cache
-	// when the load started, or -1 when it was not sampled (the mode was
-	// chosen by option) or could not be.
+	// when the load started (over all files, weighted by the bytes read
+	// from each), or -1 when it was not sampled (the mode was chosen by
+	// option) or could not be.
 	Resident float64
 	// Fallback says why direct I/O or the mapping was asked for (or
-	// chosen) but the load read buffered; empty when it did not fall back.
+	// chosen) but a file was read buffered, naming the file when the load
+	// had several; empty when no file fell back.
 	Fallback string
 }
 
@@ -258,9 +262,10 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // drained by an asynchronous copy on one of the Loader's streams and is
 // refilled only once that copy has finished, so the pinned memory in use
 // never exceeds the stages' (PinnedBytes): reading waits for copying.
-// Neighbouring ranges share reads. How the files are read (Stats.Mode) is
-// decided once per load, from the Loader's mode and the page-cache
-// residency of the ranges.
+// Neighbouring ranges share reads. How each file is read is decided for
+// that file, from the Loader's mode and, for ModeAuto, the page-cache
+// residency of its ranges: a warm shard is read buffered while a cold one
+// beside it is read directly.
 //
 // ready, when not nil, is called with a file's and a range's index as soon
 // as that range is entirely in device memory, in the order ranges land
