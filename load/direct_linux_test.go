@@ -192,7 +192,7 @@ func TestFakeDecidePerFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Sync(); err == nil {
+	if err = f.Sync(); err == nil {
 		err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 	}
 	frac, ok := residency(f, []extent{{0, 1 << 20}})
