@@ -193,7 +193,7 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 	// finished measurement (the session's).
 	var lines io.Writer
 	if !f.quiet {
-		lines = stderr
+		lines = &indented{w: stderr, start: true}
 	}
 	s, err := bench.Open(ctx, f.device, bench.SessionConfig{Progress: lines})
 	if err != nil {
@@ -271,6 +271,28 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 
 // imagePipelineTiming is how the image pipeline's rows are timed.
 const imagePipelineTiming = "host wall clock around each run of frames, every output frame checked after it (examples/imagepipeline/measure); the bounds are computed from copy rates measured beside them"
+
+// indented writes lines to w, each led by two spaces: the measurements of
+// a test under the test's own line.
+type indented struct {
+	w     io.Writer
+	start bool // the next byte starts a line
+}
+
+func (in *indented) Write(b []byte) (int, error) {
+	var out []byte
+	for _, c := range b {
+		if in.start {
+			out = append(out, ' ', ' ')
+		}
+		out = append(out, c)
+		in.start = c == '\n'
+	}
+	if _, err := in.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
 
 // quickNote is the note of every report of a --quick run.
 const quickNote = "quick run (--quick): small sizes and two samples, not figures to publish"

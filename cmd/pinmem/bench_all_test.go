@@ -51,6 +51,10 @@ func TestBenchAllOnFake(t *testing.T) {
 			t.Errorf("%s: no plot: %v", p.Name, err)
 		}
 	}
+	// Each finished measurement is a line under its test's.
+	if !strings.Contains(stderr, "bw: every kind of host memory") || !strings.Contains(stderr, "\n  bw pinned h2d 64KiB: ") {
+		t.Errorf("no indented measurement lines under the tests' in:\n%s", stderr)
+	}
 	// The run renders as the docs do, labelled as the fake's.
 	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
 	md, stderr, code := cli(t, append([]string{"report", "--format", "markdown"}, files...)...)
