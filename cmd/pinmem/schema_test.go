@@ -125,3 +125,35 @@ func TestFreshOutputMatchesSchema(t *testing.T) {
 		t.Errorf("doctor -o doctor.json: %v\n%s", err, data)
 	}
 }
+
+// TestReportShippedDirectory: the documented command, `pinmem report
+// --format markdown docs/results/*.json`, renders docs/PERF.md although
+// the glob takes in the JSON Schemas (and, after a run, doctor's report),
+// each left out with a line; a doctor report alone is refused.
+func TestReportShippedDirectory(t *testing.T) {
+	dir := filepath.Join("..", "..", "docs", "results")
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	doctor := filepath.Join(t.TempDir(), "doctor.json")
+	if _, stderr, code := cli(t, "doctor", "-o", doctor); code != exitOK {
+		t.Fatalf("doctor: %d %s", code, stderr)
+	}
+	md, stderr, code := cli(t, append([]string{"report", "--format", "markdown", doctor}, files...)...)
+	if code != exitOK {
+		t.Fatalf("report --format markdown docs/results/*.json: exit %d, %s", code, stderr)
+	}
+	for _, want := range []string{"skipping " + doctor + ": pinmem doctor's report", "result.schema.json: a JSON Schema"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	perf, err := os.ReadFile(filepath.Join("..", "..", "docs", "PERF.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md != string(perf) {
+		t.Error("the rendering of docs/results/*.json is not docs/PERF.md")
+	}
+	if _, stderr, code := cli(t, "report", doctor); code != exitUsage || !strings.Contains(stderr, "not a pinmem report") {
+		t.Errorf("report doctor.json: exit %d, %s", code, stderr)
+	}
+}
