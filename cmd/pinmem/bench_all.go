@@ -262,7 +262,7 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 			problems = append(problems, fmt.Errorf("%s: %w", name, err))
 		}
 	}
-	say("done in %s: %s", time.Since(start).Round(time.Second), f.out)
+	say("done in %s: %s; render it with: pinmem report --format markdown %s", time.Since(start).Round(time.Second), f.out, filepath.Join(f.out, "*.json"))
 	if len(problems) > 0 {
 		return &problemError{errors.Join(problems...).Error()}
 	}

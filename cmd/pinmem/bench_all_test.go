@@ -51,6 +51,9 @@ func TestBenchAllOnFake(t *testing.T) {
 			t.Errorf("%s: no plot: %v", p.Name, err)
 		}
 	}
+	if !strings.Contains(stderr, "render it with: pinmem report --format markdown "+filepath.Join(dir, "*.json")) {
+		t.Errorf("the last line does not say how to render the run:\n%s", stderr)
+	}
 	// Each finished measurement is a line under its test's.
 	if !strings.Contains(stderr, "bw: every kind of host memory") || !strings.Contains(stderr, "\n  bw pinned h2d 64KiB: ") {
 		t.Errorf("no indented measurement lines under the tests' in:\n%s", stderr)
