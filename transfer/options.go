@@ -120,10 +120,11 @@ func WithParallelism(n int) Option { return func(o *options) { o.parallelism = n
 
 // WithStream makes the Copier issue its copies on s (borrowed: the Copier
 // never destroys it) instead of a stream of its own, so that they are
-// ordered after work the caller queued on s; a transfer handed to the
-// driver's pageable copy (a short path below the Thresholds) first waits
-// for s; one through one pinned stage is queued on s. s must
-// belong to the Copier's context. NewMulti refuses it.
+// ordered after work the caller queued on s. A transfer waits for its own
+// copies only (an event recorded behind them), never for work the caller
+// queues on s afterwards, and leaves the asynchronous errors of s to the
+// caller's own synchronization. s must belong to the Copier's context.
+// NewMulti refuses it.
 func WithStream(s *cuda.Stream) Option { return func(o *options) { o.stream = s } }
 
 // WithRegistrationCache turns on the registration cache: Go slices of at

@@ -404,7 +404,7 @@ func TestFakeSinglePieces(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want, _ := singleCuts(HostToDevice, n)
+				want, _ := stagePieces(HostToDevice, n)
 				if k > 0 && want != min(int(k), max(1, n/singlePieceMin)) || k == 0 && want != map[bool]int{true: 4, false: 1}[n < singleWholeMin && n >= 4*singlePieceMin] || calls["cuMemcpyHtoDAsync_v2"] != want {
 					t.Errorf("%v, %d pieces, %d bytes: %d async copies to the device, want %d", mode, k, n, calls["cuMemcpyHtoDAsync_v2"], want)
 				}
@@ -415,7 +415,7 @@ func TestFakeSinglePieces(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if want, _ := singleCuts(DeviceToHost, n); calls["cuMemcpyDtoHAsync_v2"] != want || want > 2 {
+				if want, _ := stagePieces(DeviceToHost, n); calls["cuMemcpyDtoHAsync_v2"] != want || want > 2 {
 					t.Errorf("%v, %d pieces, %d bytes: %d async copies to the host, want %d", mode, k, n, calls["cuMemcpyDtoHAsync_v2"], want)
 				}
 				testutil.CheckBytes(t, src, dst)

@@ -12,10 +12,10 @@ import (
 // wait on the stream) with the driver's own pageable copy of the same Go
 // slice and the forced ring (staged), from 4 KiB to 32 MiB both ways. It
 // reports single/driver with a context that cannot end (single, cut into
-// pieces as a Copier cuts it, singleCuts) and one that can (single-ctx),
+// pieces as a Copier cuts it, stagePieces) and one that can (single-ctx),
 // staged/driver, and the single-stage path in 1, 2 and 4 pieces
 // (singlePieces) over the driver: the measurements behind singleBand and
-// singleCuts. Each size ends with a round trip through the single-stage
+// stagePieces. Each size ends with a round trip through the single-stage
 // path, whole and in pieces, checked byte for byte. About a minute:
 //
 //	.gpu/bin/transfer.test -test.run '^$' -test.bench 'SingleStage' -test.benchtime 1x

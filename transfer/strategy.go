@@ -202,15 +202,3 @@ const (
 	forceStaged                 // stage every pageable byte
 	forceShort                  // the short path (one stage when one is idle, else the ring) at every size
 )
-
-// small reports whether a transfer of n pageable bytes in direction d goes
-// to the driver's pageable copy.
-func (c *copier) small(d Direction, n int, how strategy) bool {
-	switch how {
-	case forceStaged:
-		return false
-	case forceShort:
-		return true
-	}
-	return int64(n) < c.o.thr.of(d)
-}
