@@ -456,6 +456,13 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	case <-ctx.Done():
 		return st, ctx.Err()
 	}
+	return p.runHeld(ctx, in, out)
+}
+
+// runHeld is Run with the run token held: it gives the token back, at
+// once or, when chunks may still be in flight, through the fence once
+// they ran.
+func (p *pipeline) runHeld(ctx context.Context, in, out []byte) (st PipelineStats, err error) {
 	handedOff := false
 	var holds []func()
 	defer func() {
@@ -473,37 +480,9 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 		return st, err
 	}
 	m := startMeter(p.c.o.stats)
-	inSpans, relIn := p.c.pinnedSpans(in)
-	holds = append(holds, relIn)
-	st.StagedIn = len(in) > 0 && !covers(inSpans, len(in))
-	var outSpans []span
-	if out != nil {
-		var relOut func()
-		outSpans, relOut = p.c.pinnedSpans(out[:len(in)])
-		holds = append(holds, relOut)
-		st.StagedOut = len(in) > 0 && !covers(outSpans, len(in))
-	}
-	if (st.StagedIn || st.StagedOut) && !p.staged() {
-		t0 := time.Now()
-		if err := p.stages(); err != nil {
-			return st, err
-		}
-		st.Setup = time.Since(t0)
-	}
-	slots := len(p.slots)
-	if st.StagedIn || st.StagedOut {
-		n, give, err := p.borrowStages(ctx)
-		if err != nil {
-			return st, err
-		}
-		holds = append(holds, give)
-		slots = n
-	}
-	// The copies earlier calls left queued run first.
-	for _, s := range p.streams {
-		if err := p.c.fence.order(s); err != nil {
-			return st, fmt.Errorf("transfer: ordering after an abandoned transfer: %w", err)
-		}
+	inSpans, outSpans, slots, err := p.prepare(ctx, in, out, &st, &holds)
+	if err != nil {
+		return st, err
 	}
 	// A panicking callback ends rctx: the Run stops waiting and hands its
 	// chunks in flight off at once.
@@ -522,22 +501,8 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	}
 	st.Wall, st.ProcessCPU = m.elapsed()
 	if len(pending) > 0 || p.dirty {
-		// Chunks may still be in flight: the fence takes them, with the
-		// stages and the run token, until they ran.
 		handedOff = true
-		d := drain{}
-		for _, f := range pending {
-			d.evs = append(d.evs, f.sl.ev)
-		}
-		if p.dirty {
-			d.streams = p.streams
-		}
-		p.c.fence.handOff(p.c.hold, p.c.end, d, func() {
-			for _, h := range holds {
-				h()
-			}
-			<-p.run
-		})
+		p.handOff(pending, holds)
 	}
 	if pv := p.panicked; pv != nil {
 		// A callback panicked: every chunk in flight is handed off (or
@@ -545,6 +510,61 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 		panic(pv)
 	}
 	return st, err
+}
+
+// prepare finds the pinned parts of in and out, borrows the stages a
+// staged Run needs (appending to holds what gives them back) and orders
+// the Pipeline's streams after the copies earlier calls left queued.
+func (p *pipeline) prepare(ctx context.Context, in, out []byte, st *PipelineStats, holds *[]func()) (inSpans, outSpans []span, slots int, err error) {
+	inSpans, relIn := p.c.pinnedSpans(in)
+	*holds = append(*holds, relIn)
+	st.StagedIn = len(in) > 0 && !covers(inSpans, len(in))
+	if out != nil {
+		var relOut func()
+		outSpans, relOut = p.c.pinnedSpans(out[:len(in)])
+		*holds = append(*holds, relOut)
+		st.StagedOut = len(in) > 0 && !covers(outSpans, len(in))
+	}
+	if (st.StagedIn || st.StagedOut) && !p.staged() {
+		t0 := time.Now()
+		if err := p.stages(); err != nil {
+			return nil, nil, 0, err
+		}
+		st.Setup = time.Since(t0)
+	}
+	slots = len(p.slots)
+	if st.StagedIn || st.StagedOut {
+		n, give, err := p.borrowStages(ctx)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		*holds = append(*holds, give)
+		slots = n
+	}
+	for _, s := range p.streams {
+		if err := p.c.fence.order(s); err != nil {
+			return nil, nil, 0, fmt.Errorf("transfer: ordering after an abandoned transfer: %w", err)
+		}
+	}
+	return inSpans, outSpans, slots, nil
+}
+
+// handOff gives the chunks that may still be in flight to the fence,
+// with the stages and the run token (holds, p.run), until they ran.
+func (p *pipeline) handOff(pending []*flight, holds []func()) {
+	d := drain{}
+	for _, f := range pending {
+		d.evs = append(d.evs, f.sl.ev)
+	}
+	if p.dirty {
+		d.streams = p.streams
+	}
+	p.c.fence.handOff(p.c.hold, p.c.end, d, func() {
+		for _, h := range holds {
+			h()
+		}
+		<-p.run
+	})
 }
 
 // callback runs a user callback (Done, work) and turns a panic into
