@@ -546,7 +546,7 @@ func (c *copier) borrow(ctx context.Context, l *lane, want int) error {
 // over up to the Copier's parallelism, and returns the CPU time it took
 // (WithStats only).
 func (c *copier) cpuCopy(dst, src []byte) time.Duration {
-	return c.eng.pool.copyN(c.o.parallelism, dst, src)
+	return c.eng.pool.copyN(c.o.parallelism, c.o.tune.subPieces, dst, src)
 }
 
 // abandon hands the copies a transfer left queued on l, when it returns
@@ -809,18 +809,11 @@ func normalize(s []span) []span {
 	return out
 }
 
-// chunkPieces is how many pieces, at least, a staged transfer smaller
-// than chunkPieces stages is cut into, so that the CPU's copy of one piece
-// overlaps the DMA of another; the first piece's CPU copy (host to device)
-// or DMA (device to host) is not overlapped, so more pieces cost less of
-// it, and each piece costs a fork and join of the copy goroutines and an
-// event. A variable so that a GPU benchmark can compare settings.
-var chunkPieces = 4
-
 // chunkSize is the staged piece size for n staged bytes: a stage, or less
-// when the transfer is small, so that at least chunkPieces pieces overlap.
+// when the transfer is small, so that at least tune.chunkPieces pieces
+// overlap.
 func (c *copier) chunkSize(n int) int {
-	ch := (n/chunkPieces + 65535) &^ 65535
+	ch := (n/c.o.tune.chunkPieces + 65535) &^ 65535
 	return max(min(ch, c.o.stageSize), min(minChunk, c.o.stageSize))
 }
 
@@ -973,7 +966,7 @@ func (c *copier) reuse(ctx context.Context, l *lane, s *stage) error {
 	if !s.used {
 		return nil
 	}
-	return l.w.waitStage(ctx, s.ev, c.o.wait)
+	return l.w.waitStage(ctx, s.ev, c.o.wait, c.o.tune.stageSpin)
 }
 
 // queued takes the result of queueing a copy into or out of stage s on
@@ -1005,7 +998,7 @@ func (s *stage) dtoh(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
 // waitStage waits for stage event ev inside a transfer holding l
 // (waiter.waitStage).
 func (c *copier) waitStage(ctx context.Context, l *lane, ev *cuda.Event) error {
-	return l.w.waitStage(ctx, ev, c.o.wait)
+	return l.w.waitStage(ctx, ev, c.o.wait, c.o.tune.stageSpin)
 }
 
 // startTimer records the transfer's first timing event (WithStats only).

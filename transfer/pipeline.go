@@ -834,20 +834,6 @@ type outResult struct {
 // errPanicked stops a Run whose Done or work function panicked.
 var errPanicked = errors.New("transfer: a pipeline callback panicked")
 
-// outSpin is how long an output goroutine polls a chunk that is not the
-// Run's last before it sleeps in the driver (WaitHybrid): the chunks'
-// copies out are what the Run waits for, and the driver takes tens of
-// microseconds to wake a sleeper, once per chunk. 2 ms covers a chunk of
-// tens of MiB behind the others in flight; past it a goroutine sleeps, so
-// that a long kernel does not keep a core busy. Measured on an H200 with
-// Go frames (BenchmarkPipelineKnobs), 2 ms against 200 us moved 1080p
-// frames 1.16 to 1.31 times faster on one host and 0.97 to 1.03 times on
-// another, 4K frames 0.97 to 1.02 times. Nanoseconds,
-// atomic so that a GPU benchmark can compare settings.
-var outSpin atomic.Int64
-
-func init() { outSpin.Store(int64(2 * time.Millisecond)) }
-
 func (p *pipeline) startOutCopier(ctx context.Context, queues, slots int) *outCopier {
 	wctx, cancel := context.WithCancel(ctx)
 	o := &outCopier{done: make(chan outResult, slots), cancel: cancel}
@@ -883,11 +869,11 @@ func (p *pipeline) startOutCopier(ctx context.Context, queues, slots int) *outCo
 }
 
 // waitOut waits for f's chunk through w as the Copier's WaitMode says, the Run's
-// last chunk like a transfer's end, the others polled for at most outSpin
+// last chunk like a transfer's end, the others polled for at most tune.outSpin
 // with WaitHybrid.
 func (p *pipeline) waitOut(ctx context.Context, w *waiter, f *flight) error {
 	if p.c.o.wait == WaitHybrid && !f.last {
-		return w.waitTail(ctx, f.sl.ev, time.Duration(outSpin.Load()))
+		return w.waitTail(ctx, f.sl.ev, p.c.o.tune.outSpin)
 	}
 	return w.waitEnd(ctx, f.sl.ev, p.c.o.wait)
 }

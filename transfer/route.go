@@ -1,7 +1,5 @@
 package transfer
 
-import "sync/atomic"
-
 // The per-size choices of a pageable transfer, written once. Measured
 // side by side on an H200, PCIe Gen5 x16 (BenchmarkSingleStage,
 // BenchmarkCopierVsDriver, BenchmarkCopierConcurrent; docs/PERF.md):
@@ -60,18 +58,15 @@ func route(d Direction, n int, thr Thresholds, stageSize int, how strategy) path
 	return pathRing
 }
 
-// singlePieces, when not 0, is how many pieces stagePieces cuts a
-// transfer into (benchmarks compare settings).
-var singlePieces atomic.Int32
-
 // stagePieces returns the number of pieces of a transfer of n bytes in
 // direction d through one stage and the size of all but the last (a
 // multiple of 4 KiB): host to device, the DMA of each piece is queued as
 // soon as the CPU has copied it into the stage, so that it overlaps the
 // CPU's copy of the next; device to host, the transfer goes in two halves
 // at most, the CPU copying the first out while the second is in flight.
-func stagePieces(d Direction, n int) (k, size int) {
-	k = int(singlePieces.Load())
+// forced, when not 0, is the number of pieces (tuning.stagePieces).
+func stagePieces(d Direction, n, forced int) (k, size int) {
+	k = forced
 	if k == 0 {
 		k = 1
 		switch {

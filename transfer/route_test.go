@@ -44,7 +44,7 @@ func TestRouteBands(t *testing.T) {
 			t.Errorf("%v %d bytes: %v, want %v (was %s)", tc.dir, tc.n, got, tc.path, tc.was)
 		}
 		if tc.path == pathStage {
-			if k, _ := stagePieces(tc.dir, tc.n); k != tc.pieces {
+			if k, _ := stagePieces(tc.dir, tc.n, 0); k != tc.pieces {
 				t.Errorf("%v %d bytes: %d pieces, want %d", tc.dir, tc.n, k, tc.pieces)
 			}
 		}

@@ -66,7 +66,7 @@ func (c *copier) single(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, 
 // both back (at once, or after the copy drained when ctx ended first).
 func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction, dev cuda.DevicePtr, host []byte, st *Stats) error {
 	n := len(host)
-	k, size := stagePieces(d, n)
+	k, size := stagePieces(d, n, c.o.tune.stagePieces)
 	var err, stopped error
 	if d == HostToDevice {
 		for i := 0; i < k && err == nil; i++ {

@@ -46,8 +46,8 @@ func BenchmarkSingleStage(b *testing.B) {
 				b.SetBytes(int64(n))
 				via := func(ctx context.Context, how strategy, pieces int32) func() error {
 					return func() error {
-						singlePieces.Store(pieces)
-						defer singlePieces.Store(0)
+						c.tune().stagePieces = int(pieces)
+						defer func() { c.tune().stagePieces = 0 }()
 						var err error
 						if dir == HostToDevice {
 							_, err = c.htod(ctx, d, h, how)
@@ -83,7 +83,7 @@ func BenchmarkSingleStage(b *testing.B) {
 		// Every byte, both ways, through the single-stage path, whole and
 		// in pieces.
 		for _, pieces := range []int32{1, 4} {
-			singlePieces.Store(pieces)
+			c.tune().stagePieces = int(pieces)
 			for i := range h {
 				h[i] = byte(i*13 + n + int(pieces))
 			}
@@ -99,6 +99,6 @@ func BenchmarkSingleStage(b *testing.B) {
 				b.Fatalf("%d bytes, %d pieces: single-stage round trip differs", n, pieces)
 			}
 		}
-		singlePieces.Store(0)
+		c.tune().stagePieces = 0
 	}
 }
