@@ -41,8 +41,7 @@ import (
 // device's two copy engines) and the others wait for a lane in the order
 // they ask (asynchronous transfers queue, two at a time); one given WithStream has one
 // lane, that stream, so that its transfers run one at a time, in order
-// on it. Transfers left entirely to the driver's pageable copy take no
-// lane and run concurrently.
+// on it.
 //
 // Every Copier of one context with the same stage size, stage flags and
 // WithStats setting shares one staging engine: its pinned stages and its

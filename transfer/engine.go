@@ -48,14 +48,6 @@ type engine struct {
 	grown bool
 }
 
-// stageFree reports whether a transfer asking for stages now would get one
-// without waiting: a stage is idle and no transfer waits before it.
-func (e *engine) stageFree() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.waiters) == 0 && len(e.idle) > 0
-}
-
 // engineKey identifies a shared engine. The context is keyed by its
 // *cuda.Context (a device's primary context is one per driver; a wrapped
 // or created context has engines of its own).

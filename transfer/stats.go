@@ -28,8 +28,10 @@ type Stats struct {
 	Bytes       int64 // bytes moved
 	StagedBytes int64 // of which through the pinned stages
 	DirectBytes int64 // of which directly from or to pinned memory
-	// PageableBytes are the bytes handed to the driver's own pageable copy
-	// (a transfer, or its pageable part, below the Copier's Thresholds).
+	// PageableBytes are the bytes handed to the driver's own pageable
+	// copy: always 0 since that copy is no longer used (it cannot be
+	// interrupted, so it would outlive a call whose context ended); kept
+	// so that programs reading it still build.
 	PageableBytes int64
 	Stages        int           // staged chunks
 	Wall          time.Duration // from the call until the data was in place
