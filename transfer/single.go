@@ -67,39 +67,16 @@ func (c *copier) single(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, 
 func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction, dev cuda.DevicePtr, host []byte, st *Stats) error {
 	n := len(host)
 	k, size := stagePieces(d, n, c.o.tune.stagePieces)
-	var err, stopped error
+	var err error
 	if d == HostToDevice {
-		for i := 0; i < k && err == nil; i++ {
-			if i > 0 {
-				// No more pieces once ctx ended; those queued drain.
-				if stopped = ctx.Err(); stopped != nil {
-					break
-				}
-			}
-			lo, hi := i*size, min((i+1)*size, n)
-			st.CopyCPU += c.singleCopy(s.mem[lo:hi], host[lo:hi])
-			if i == 0 {
-				err = l.startTimer()
-			}
-			if err == nil {
-				err = s.htod(l.stream, dev, lo, hi)
-			}
-		}
+		err = c.singleIn(ctx, l, s, dev, host, k, size, st)
 	} else {
-		err = l.startTimer()
-		if err == nil {
-			err = s.dtoh(l.stream, dev, 0, size)
-		}
-		if err == nil && k > 1 {
-			if err = l.near.Record(l.stream); err == nil {
-				err = s.dtoh(l.stream, dev, size, n)
-			}
-		}
+		err = c.singleQueueOut(l, s, dev, n, k, size)
 	}
-	if stopped != nil || err != nil {
+	if err != nil {
 		// Whatever was queued before must run before the stage goes back.
 		c.abandon(l, func() {})
-		return firstErr(stopped, err)
+		return err
 	}
 	timed := l.t1 != nil && l.t1.Record(l.stream) == nil
 	if d == DeviceToHost && k > 1 {
@@ -128,6 +105,46 @@ func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction,
 	}
 	c.releaseLane(l)
 	return nil
+}
+
+// singleIn fills stage s with host in k pieces of size bytes, queueing
+// each piece's copy to dev as soon as it is in the stage. It queues no
+// more pieces once ctx ended (those queued are then abandoned).
+func (c *copier) singleIn(ctx context.Context, l *lane, s *stage, dev cuda.DevicePtr, host []byte, k, size int, st *Stats) error {
+	n := len(host)
+	for i := range k {
+		if i > 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		lo, hi := i*size, min((i+1)*size, n)
+		st.CopyCPU += c.singleCopy(s.mem[lo:hi], host[lo:hi])
+		if i == 0 {
+			if err := l.startTimer(); err != nil {
+				return err
+			}
+		}
+		if err := s.htod(l.stream, dev, lo, hi); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// singleQueueOut queues the copy of n bytes at dev into stage s, in two
+// halves (l.near recorded between them) when k > 1.
+func (c *copier) singleQueueOut(l *lane, s *stage, dev cuda.DevicePtr, n, k, size int) error {
+	if err := l.startTimer(); err != nil {
+		return err
+	}
+	if err := s.dtoh(l.stream, dev, 0, size); err != nil || k <= 1 {
+		return err
+	}
+	if err := l.near.Record(l.stream); err != nil {
+		return err
+	}
+	return s.dtoh(l.stream, dev, size, n)
 }
 
 // singleCopy copies src into dst, on the caller's goroutine when small,
