@@ -55,34 +55,8 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 	if positional {
 		read = func(off int64, p []byte) (int, error) { return c.readAt(pa, pos+off, p) }
 	}
-	for k, off := 0, 0; first == nil && off < dst.Size(); k++ {
-		if err := ctx.Err(); err != nil {
-			first = err
-			break
-		}
-		s := l.stageAt(k)
-		if err := c.reuse(ctx, l, s); err != nil {
-			first = err
-			break
-		}
-		want := min(len(s.mem), dst.Size()-off)
-		n, rerr := read(int64(off), s.mem[:want])
-		if n > 0 {
-			if err := l.queued(s, s.htod(l.stream, dst.Ptr().Add(off), 0, n)); err != nil {
-				first = err
-				break
-			}
-			off += n
-			st.Bytes += int64(n)
-			st.StagedBytes += int64(n)
-			st.Stages++
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			first = fmt.Errorf("reading: %w", rerr)
-		}
+	if first == nil {
+		first = c.ringIn(ctx, l, dst, &st, read)
 	}
 	if positional {
 		// Leave the offset where a Read loop would have: past the bytes
@@ -148,6 +122,39 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 		return st, fmt.Errorf("transfer: writing device memory after %d bytes: %w", st.Bytes, err)
 	}
 	return st, nil
+}
+
+// ringIn reads into l's stages with read, each stage's copy to dst
+// queued as soon as it is read, until read reports the end or dst is
+// full.
+func (c *copier) ringIn(ctx context.Context, l *lane, dst *cuda.DeviceBuffer, st *Stats, read func(off int64, p []byte) (int, error)) error {
+	for k, off := 0, 0; off < dst.Size(); k++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s := l.stageAt(k)
+		if err := c.reuse(ctx, l, s); err != nil {
+			return err
+		}
+		want := min(len(s.mem), dst.Size()-off)
+		n, rerr := read(int64(off), s.mem[:want])
+		if n > 0 {
+			if err := l.queued(s, s.htod(l.stream, dst.Ptr().Add(off), 0, n)); err != nil {
+				return err
+			}
+			off += n
+			st.Bytes += int64(n)
+			st.StagedBytes += int64(n)
+			st.Stages++
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			return nil
+		}
+		if rerr != nil {
+			return fmt.Errorf("reading: %w", rerr)
+		}
+	}
+	return nil
 }
 
 // sink writes the stages of DtoHTo to its writer: at offsets with
