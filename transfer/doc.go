@@ -11,15 +11,14 @@
 // two rings of pinned memory and one set of copy goroutines. Copying a
 // large ordinary (pageable) Go slice to the device splits it into stages:
 // while the copy engine drains stage k-1 on the transfer's stream, the CPU
-// goroutines fill stage k, each stage guarded by its own event. Device-to-host runs the
-// ring the other way, with the DMA of later stages running ahead of the
-// CPU copy-out. Each transfer takes the fastest path measured for its
-// direction and size (one pinned stage for small and mid-sized slices,
-// the ring for large ones); Stats says which path each transfer took.
-// The driver's own synchronous pageable copy is never used: it cannot be
-// interrupted, so it would outlive a call whose context ended.
-// Memory that is
-// already pinned (anything pinmem pinned, found with pinmem.Lookup, a
+// goroutines fill stage k, each stage guarded by its own event.
+// Device-to-host runs the ring the other way, with the DMA of later
+// stages running ahead of the CPU copy-out. Each transfer takes the
+// fastest path measured for its direction and size (one pinned stage for
+// small and mid-sized slices, the ring for large ones); Stats says which
+// path each transfer took. The driver's own synchronous pageable copy is
+// never used: it cannot be interrupted, so it would outlive a call whose
+// context ended. Memory that is already pinned (anything pinmem pinned, found with pinmem.Lookup, a
 // pinmem.Buffer made known with AddPinned, or a range held by the
 // registration cache) is copied directly, without staging, one driver copy
 // per registration.

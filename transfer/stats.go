@@ -22,7 +22,10 @@ func (d Direction) String() string {
 	return "host-to-device"
 }
 
-// Stats describe one transfer.
+// Stats describe one transfer, and say which path it took: DirectBytes
+// were copied directly from or to pinned memory, StagedBytes went through
+// Stages pinned stages (one stage when Stages is 1 and the transfer was
+// not larger than a stage, else the ring).
 type Stats struct {
 	Direction   Direction
 	Bytes       int64 // bytes moved
