@@ -35,6 +35,9 @@ func newWaiter() *waiter {
 	go func() {
 		defer w.wg.Done()
 		for r := range w.reqs {
+			// The one thread that sleeps in the driver (a context that
+			// can end would make cuda poll instead); every requester's
+			// wait is bounded by its own context (wait).
 			r.ch <- r.ev.Synchronize(context.Background())
 		}
 	}()
