@@ -515,7 +515,10 @@ func (c *copier) acquire(ctx context.Context) (*lane, error) {
 func (c *copier) releaseLane(l *lane) {
 	if len(l.stages) > 0 {
 		c.eng.give(l.stages)
-		l.stages = nil
+		// give copied them: the slice is kept for the lane's next
+		// transfer through one stage, which then allocates nothing.
+		clear(l.stages)
+		l.stages = l.stages[:0]
 	}
 	l.staging.Store(false)
 	c.free <- l
