@@ -40,8 +40,8 @@ func TestHotPathAllocs(t *testing.T) {
 	host := make([]byte, 4096)
 	batch := ctx.NewBatch()
 	for name, fn := range map[string]func() error{
-		"Stream.CopyHtoD": func() error { return s.CopyHtoD(mem.Ptr(), host) },
-		"Stream.CopyDtoH": func() error { return s.CopyDtoH(host, mem.Ptr()) },
+		"Stream.CopyHtoD": func() error { return s.CopyHtoD(mem, 0, host) },
+		"Stream.CopyDtoH": func() error { return s.CopyDtoH(host, mem, 0) },
 		"Event.Record":    func() error { return ev.Record(s) },
 		"Batch of 8": func() error {
 			for range 8 {

@@ -70,7 +70,7 @@ func callCostCases(b *testing.B) (cases map[string]func() error, sync func() err
 	host := pinnedHost(b, ctx, 4096)
 	batch := ctx.NewBatch()
 	return map[string]func() error{
-		"asyncH2D4KiB": func() error { return s.CopyHtoD(dev.Ptr(), host) },
+		"asyncH2D4KiB": func() error { return s.CopyHtoD(dev, 0, host) },
 		// The same copy through a cuda.Batch issued every 8 copies (one
 		// crossing into the driver per 8): ns per copy.
 		"asyncH2D4KiB-batch8": func() error {

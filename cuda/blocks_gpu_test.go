@@ -427,9 +427,9 @@ func BenchmarkGPUBlocks(b *testing.B) {
 						var err error
 						switch {
 						case r.contig && dir == cuda.HostToDevice:
-							err = g.s.CopyHtoD(g.dev.Ptr(), host[:n])
+							err = g.s.CopyHtoD(g.dev, 0, host[:n])
 						case r.contig:
-							err = g.s.CopyDtoH(host[:n], g.dev.Ptr())
+							err = g.s.CopyDtoH(host[:n], g.dev, 0)
 						default:
 							opts := []cuda.BlockOption{cuda.WithBlockStrategy(r.strategy)}
 							if r.strategy == cuda.BlockKernelCopy {

@@ -149,7 +149,7 @@ func TestEnterRestoresPreviousContext(t *testing.T) {
 	must(t, fd.CtxSetCurrent(cudadrv.Context(other.Handle())))
 	b, err := ctx.Alloc(4096)
 	must(t, err)
-	must(t, b.CopyFromHost(0, []byte{1, 2, 3}))
+	must(t, errOf(b.WriteAt([]byte{1, 2, 3}, 0)))
 	must(t, ctx.Synchronize(context.Background()))
 	must(t, ctx.Do(func() error { return nil }))
 	s, err := ctx.NewStream(cuda.StreamNonBlocking)
@@ -191,54 +191,61 @@ func TestNilReceiversAndArguments(t *testing.T) {
 		nB *cuda.Batch
 	)
 	host := make([]byte, 8)
+	dev, err := ctx.Alloc(8)
+	must(t, err)
+	defer dev.Free()
 	cases := map[string]func() error{
-		"Context.Alloc":             func() error { _, err := nc.Alloc(8); return err },
-		"Context.NewStream":         func() error { _, err := nc.NewStream(0); return err },
-		"Context.NewEvent":          func() error { _, err := nc.NewEvent(0); return err },
-		"Context.LoadModule":        func() error { _, err := nc.LoadModule([]byte("x")); return err },
-		"Context.Do":                func() error { return nc.Do(func() error { return nil }) },
-		"Context.Do(nil)":           func() error { return ctx.Do(nil) },
-		"Context.Synchronize":       func() error { return nc.Synchronize(context.Background()) },
-		"Context.MemInfo":           func() error { _, _, err := nc.MemInfo(); return err },
-		"Context.Destroy":           nc.Destroy,
-		"NewBatch(nil).Issue":       func() error { _, err := nc.NewBatch().CopyHtoD(s, 0, host).Issue(); return err },
-		"Stream.CopyHtoD":           func() error { return ns.CopyHtoD(0, host) },
-		"Stream.CopyDtoH":           func() error { return ns.CopyDtoH(host, 0) },
-		"Stream.CopyDtoD":           func() error { return ns.CopyDtoD(0, 0, 8) },
-		"Stream.Memset":             func() error { return ns.Memset(0, 0, 8) },
-		"Stream.Synchronize":        func() error { return ns.Synchronize(context.Background()) },
-		"Stream.Query":              func() error { _, err := ns.Query(); return err },
-		"Stream.WaitEvent":          func() error { return ns.WaitEvent(ev) },
-		"Stream.WaitEvent(nil)":     func() error { return s.WaitEvent(nil) },
-		"Stream.Destroy":            ns.Destroy,
-		"WrapStream(nil)":           func() error { return cuda.WrapStream(nil, 1).Synchronize(context.Background()) },
-		"Event.Record":              func() error { return ne.Record(s) },
-		"Event.Record(nil)":         func() error { return ev.Record(nil) },
-		"Event.Synchronize":         func() error { return ne.Synchronize(context.Background()) },
-		"Event.Query":               func() error { _, err := ne.Query(); return err },
-		"Event.Elapsed":             func() error { _, err := ne.Elapsed(ev); return err },
-		"Event.Elapsed(nil)":        func() error { _, err := ev.Elapsed(nil); return err },
-		"Event.Destroy":             ne.Destroy,
-		"WrapEvent(nil)":            func() error { return cuda.WrapEvent(nil, 1).Synchronize(context.Background()) },
-		"DeviceBuffer.CopyFromHost": func() error { return nb.CopyFromHost(0, host) },
-		"DeviceBuffer.CopyToHost":   func() error { return nb.CopyToHost(0, host) },
-		"DeviceBuffer.Memset":       func() error { return nb.Memset(0) },
-		"DeviceBuffer.Slice":        func() error { _, err := nb.Slice(0, 1); return err },
-		"DeviceBuffer.Free":         nb.Free,
-		"DeviceBuffer.Err":          nb.Err,
-		"WrapDevicePtr(nil)":        func() error { return cuda.WrapDevicePtr(nil, 1, 8).CopyFromHost(0, host) },
-		"Module.Function":           func() error { _, err := nm.Function("k"); return err },
-		"Module.Unload":             nm.Unload,
-		"Function.Launch":           func() error { return nf.Launch(s, cuda.D1(1), cuda.D1(1), 0) },
-		"Device.Name":               func() error { _, err := nd.Name(); return err },
-		"Device.Attribute":          func() error { _, err := nd.Attribute(cuda.AttrIntegrated); return err },
-		"Device.Properties":         func() error { _, err := nd.Properties(); return err },
-		"Device.PrimaryContext":     func() error { _, err := nd.PrimaryContext(); return err },
-		"NewContext(nil)":           func() error { _, err := cuda.NewContext(nil, 0); return err },
-		"WrapContext(nil)":          func() error { return cuda.WrapContext(nil, 1).Synchronize(context.Background()) },
-		"nil Batch":                 func() error { _, err := nB.CopyHtoD(s, 0, host).CopyDtoD(s, 0, 0, 1).Record(ev, s).Issue(); return err },
-		"Batch nil stream":          func() error { _, err := ctx.NewBatch().CopyHtoD(nil, 0, host).Issue(); return err },
-		"Batch nil event":           func() error { _, err := ctx.NewBatch().Record(nil, s).Issue(); return err },
+		"Context.Alloc":         func() error { _, err := nc.Alloc(8); return err },
+		"Context.NewStream":     func() error { _, err := nc.NewStream(0); return err },
+		"Context.NewEvent":      func() error { _, err := nc.NewEvent(0); return err },
+		"Context.LoadModule":    func() error { _, err := nc.LoadModule([]byte("x")); return err },
+		"Context.Do":            func() error { return nc.Do(func() error { return nil }) },
+		"Context.Do(nil)":       func() error { return ctx.Do(nil) },
+		"Context.Synchronize":   func() error { return nc.Synchronize(context.Background()) },
+		"Context.MemInfo":       func() error { _, _, err := nc.MemInfo(); return err },
+		"Context.Destroy":       nc.Destroy,
+		"NewBatch(nil).Issue":   func() error { _, err := nc.NewBatch().CopyHtoD(s, 0, host).Issue(); return err },
+		"Stream.CopyHtoD":       func() error { return ns.CopyHtoD(dev, 0, host) },
+		"Stream.CopyHtoD(nil)":  func() error { return s.CopyHtoD(nb, 0, host) },
+		"Stream.CopyDtoH":       func() error { return ns.CopyDtoH(host, dev, 0) },
+		"Stream.CopyDtoH(nil)":  func() error { return s.CopyDtoH(host, nb, 0) },
+		"Stream.CopyDtoD":       func() error { return ns.CopyDtoD(dev, 0, dev, 0, 8) },
+		"Stream.CopyDtoD(nil)":  func() error { return s.CopyDtoD(dev, 0, nb, 0, 8) },
+		"Stream.Memset":         func() error { return ns.Memset(dev, 0, 0, 8) },
+		"Stream.Memset(nil)":    func() error { return s.Memset(nb, 0, 0, 8) },
+		"Stream.Synchronize":    func() error { return ns.Synchronize(context.Background()) },
+		"Stream.Query":          func() error { _, err := ns.Query(); return err },
+		"Stream.WaitEvent":      func() error { return ns.WaitEvent(ev) },
+		"Stream.WaitEvent(nil)": func() error { return s.WaitEvent(nil) },
+		"Stream.Destroy":        ns.Destroy,
+		"WrapStream(nil)":       func() error { return cuda.WrapStream(nil, 1).Synchronize(context.Background()) },
+		"Event.Record":          func() error { return ne.Record(s) },
+		"Event.Record(nil)":     func() error { return ev.Record(nil) },
+		"Event.Synchronize":     func() error { return ne.Synchronize(context.Background()) },
+		"Event.Query":           func() error { _, err := ne.Query(); return err },
+		"Event.Elapsed":         func() error { _, err := ne.Elapsed(ev); return err },
+		"Event.Elapsed(nil)":    func() error { _, err := ev.Elapsed(nil); return err },
+		"Event.Destroy":         ne.Destroy,
+		"WrapEvent(nil)":        func() error { return cuda.WrapEvent(nil, 1).Synchronize(context.Background()) },
+		"DeviceBuffer.WriteAt":  func() error { _, err := nb.WriteAt(host, 0); return err },
+		"DeviceBuffer.ReadAt":   func() error { _, err := nb.ReadAt(host, 0); return err },
+		"DeviceBuffer.Memset":   func() error { return nb.Memset(0) },
+		"DeviceBuffer.Slice":    func() error { _, err := nb.Slice(0, 1); return err },
+		"DeviceBuffer.Free":     nb.Free,
+		"DeviceBuffer.Err":      nb.Err,
+		"WrapDevicePtr(nil)":    func() error { _, err := cuda.WrapDevicePtr(nil, 1, 8).WriteAt(host, 0); return err },
+		"Module.Function":       func() error { _, err := nm.Function("k"); return err },
+		"Module.Unload":         nm.Unload,
+		"Function.Launch":       func() error { return nf.Launch(s, cuda.D1(1), cuda.D1(1), 0) },
+		"Device.Name":           func() error { _, err := nd.Name(); return err },
+		"Device.Attribute":      func() error { _, err := nd.Attribute(cuda.AttrIntegrated); return err },
+		"Device.Properties":     func() error { _, err := nd.Properties(); return err },
+		"Device.PrimaryContext": func() error { _, err := nd.PrimaryContext(); return err },
+		"NewContext(nil)":       func() error { _, err := cuda.NewContext(nil, 0); return err },
+		"WrapContext(nil)":      func() error { return cuda.WrapContext(nil, 1).Synchronize(context.Background()) },
+		"nil Batch":             func() error { _, err := nB.CopyHtoD(s, 0, host).CopyDtoD(s, 0, 0, 1).Record(ev, s).Issue(); return err },
+		"Batch nil stream":      func() error { _, err := ctx.NewBatch().CopyHtoD(nil, 0, host).Issue(); return err },
+		"Batch nil event":       func() error { _, err := ctx.NewBatch().Record(nil, s).Issue(); return err },
 	}
 	for name, f := range cases {
 		func() {
@@ -279,7 +286,7 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 		release func() error
 		use     func() error
 	}{
-		{"cuMemFree_v2", b.Free, func() error { return b.CopyFromHost(0, []byte{1}) }},
+		{"cuMemFree_v2", b.Free, func() error { _, err := b.WriteAt([]byte{1}, 0); return err }},
 		{"cuStreamDestroy_v2", s.Destroy, func() error { return s.Synchronize(context.Background()) }},
 		{"cuEventDestroy_v2", ev.Destroy, func() error { return ev.Record(s) }},
 		{"cuModuleUnload", mod.Unload, func() error {

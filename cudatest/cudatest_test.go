@@ -388,7 +388,7 @@ func TestFailAsync(t *testing.T) {
 	if err := d.FailAsync("cuMemsetD8Async", cudatest.Once(), cuda.ResultLaunchFailed); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Memset(buf.Ptr(), 9, 64); err != nil {
+	if err := s.Memset(buf, 0, 9, 64); err != nil {
 		t.Fatalf("the failing memset's call: %v, want success", err)
 	}
 	if err := s.Synchronize(context.Background()); !errors.Is(err, cuda.ErrLaunchFailed) {
@@ -421,7 +421,7 @@ func TestHoldStream(t *testing.T) {
 	if err := d.HoldStream(s); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Memset(buf.Ptr(), 3, 16); err != nil {
+	if err := s.Memset(buf, 0, 3, 16); err != nil {
 		t.Fatal(err)
 	}
 	if done, err := s.Query(); done || err != nil {

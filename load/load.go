@@ -498,7 +498,7 @@ func (r *run) fill(s *stage, rd *read) error {
 	}
 	var queued int64
 	for _, p := range rd.pieces {
-		if err := s.stream.CopyHtoD(p.dst, buf[p.stageOff:p.stageOff+p.n]); err != nil {
+		if err := s.stream.CopyHtoD(cuda.WrapDevicePtr(s.stream.Context(), p.dst, p.n), 0, buf[p.stageOff:p.stageOff+p.n]); err != nil {
 			err = fmt.Errorf("load: copy of %d bytes to the device: %w", p.n, err)
 			if queued > 0 { // wait for what did get queued before the stage is reused
 				if rerr := s.ev.Record(s.stream); rerr == nil {

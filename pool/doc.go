@@ -18,7 +18,7 @@
 //		return err
 //	}
 //	copy(b.Bytes(), data)
-//	if err := stream.CopyHtoD(dst.Ptr(), b.Bytes()); err != nil {
+//	if err := stream.CopyHtoD(dst, 0, b.Bytes()); err != nil {
 //		return errors.Join(err, p.Put(b))
 //	}
 //	return p.Put(b, stream) // reused only once the copy has run

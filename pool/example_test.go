@@ -49,7 +49,7 @@ func Example() {
 		for j := range b.Bytes() {
 			b.Bytes()[j] = byte(i)
 		}
-		if err := s.CopyHtoD(dst.Ptr(), b.Bytes()); err != nil {
+		if err := s.CopyHtoD(dst, 0, b.Bytes()); err != nil {
 			log.Fatal(err)
 		}
 		// Returns at once; the block is handed out again only after the copy.

@@ -62,7 +62,7 @@ func orderingCase(t *testing.T, p *Pool, ctx *cuda.Context, s *cuda.Stream, size
 	b := mustGet(t, p, size)
 	copy(b.Bytes(), want)
 	mem := b.Bytes()
-	if err := s.CopyHtoD(dbuf.Ptr(), b.Bytes()); err != nil {
+	if err := s.CopyHtoD(dbuf, 0, b.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, b, s)
@@ -289,7 +289,7 @@ func TestCloseWaitsForStreamWork(t *testing.T) {
 	}
 	a := mustGet(t, p, 1<<20)
 	out := mustGet(t, p, 2<<20)
-	if err := s.CopyHtoD(dbuf.Ptr(), a.Bytes()); err != nil {
+	if err := s.CopyHtoD(dbuf, 0, a.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, a, s)
@@ -312,7 +312,7 @@ func TestCloseWaitsForStreamWork(t *testing.T) {
 	}
 	// Put after Close, with stream work: unpinned once it has run (Put
 	// polls without waiting; Close waits).
-	if err := s.CopyHtoD(dbuf.Ptr(), out.Bytes()[:1<<20]); err != nil {
+	if err := s.CopyHtoD(dbuf, 0, out.Bytes()[:1<<20]); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, out, s)

@@ -139,7 +139,7 @@ func TestCloseBoundedByContext(t *testing.T) {
 			_ = d.ReleaseStream(fakeStream(s))
 		}
 	}()
-	if err := s.CopyHtoD(dbuf.Ptr(), a.Bytes()); err != nil {
+	if err := s.CopyHtoD(dbuf, 0, a.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, a, s)
@@ -163,7 +163,7 @@ func TestCloseBoundedByContext(t *testing.T) {
 		t.Errorf("Get after an expired Close: %v", err)
 	}
 	// A Put after Close with held stream work does not wait for it.
-	if err := s.CopyHtoD(dbuf.Ptr(), b.Bytes()); err != nil {
+	if err := s.CopyHtoD(dbuf, 0, b.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()

@@ -21,7 +21,7 @@ func putOrdered(t *testing.T, p *Pool) {
 	}
 	t.Cleanup(func() { _ = dev.Free() })
 	b := mustGet(t, p, 4096)
-	if err := s.CopyHtoD(dev.Ptr(), b.Bytes()); err != nil {
+	if err := s.CopyHtoD(dev, 0, b.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, b, s)
@@ -144,7 +144,7 @@ func TestCloseQueryFailureOnceKeepsBusyBlock(t *testing.T) {
 			_ = d.ReleaseStream(fakeStream(s))
 		}
 	}()
-	if err := s.CopyHtoD(dev.Ptr(), b.Bytes()); err != nil {
+	if err := s.CopyHtoD(dev, 0, b.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, b, s)
@@ -187,7 +187,7 @@ func TestCloseQueryFailingForGoodCountsAsFinished(t *testing.T) {
 	if err := d.HoldStream(fakeStream(s)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CopyHtoD(dev.Ptr(), b.Bytes()); err != nil {
+	if err := s.CopyHtoD(dev, 0, b.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, b, s)

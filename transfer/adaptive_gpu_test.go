@@ -170,7 +170,7 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 				{"driver", func() error { return d.CopyFromHost(0, h) }},
 				{"staged", func() error { _, err := staged.HtoD(bg, d, h); return err }},
 				{"memcpy", func() error { cpu.copy(p, h); return nil }},
-				{"dma", func() error { return streamCopies(s, d.Ptr(), pinned, n, true) }},
+				{"dma", func() error { return streamCopies(s, d, pinned, n, true) }},
 			})
 			reportBound(b, m, g)
 		})
@@ -182,7 +182,7 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 				{"driver", func() error { return d.CopyToHost(0, h) }},
 				{"staged", func() error { _, err := staged.DtoH(bg, h, d); return err }},
 				{"memcpy", func() error { cpu.copy(h, p); return nil }},
-				{"dma", func() error { return streamCopies(s, d.Ptr(), pinned, n, false) }},
+				{"dma", func() error { return streamCopies(s, d, pinned, n, false) }},
 			})
 			reportBound(b, m, g)
 		})
@@ -216,7 +216,7 @@ func reportBound(b *testing.B, m []float64, g [][]float64) {
 
 // streamCopies copies the first n bytes of buf to or from dev on s, one
 // copy per registration, and waits.
-func streamCopies(s *cuda.Stream, dev cuda.DevicePtr, buf *pinmem.Buffer, n int, htod bool) error {
+func streamCopies(s *cuda.Stream, dev *cuda.DeviceBuffer, buf *pinmem.Buffer, n int, htod bool) error {
 	off := 0
 	for _, seg := range buf.Segments() {
 		if off >= n {
@@ -225,9 +225,9 @@ func streamCopies(s *cuda.Stream, dev cuda.DevicePtr, buf *pinmem.Buffer, n int,
 		seg = seg[:min(len(seg), n-off)]
 		var err error
 		if htod {
-			err = s.CopyHtoD(dev.Add(off), seg)
+			err = s.CopyHtoD(dev, off, seg)
 		} else {
-			err = s.CopyDtoH(seg, dev.Add(off))
+			err = s.CopyDtoH(seg, dev, off)
 		}
 		if err != nil {
 			return err
@@ -640,7 +640,7 @@ func BenchmarkStagingKnobs(b *testing.B) {
 						}
 						return nil
 					}},
-					variant{"dma", func() error { return streamCopies(s, d.Ptr(), pinned, n, htod) }})
+					variant{"dma", func() error { return streamCopies(s, d, pinned, n, htod) }})
 				_, g := sideBySideRounds(b, n, roundsFor(n)*b.N, vs)
 				bounds := make([]float64, len(g[knobs]))
 				for r := range bounds {
@@ -919,13 +919,13 @@ func BenchmarkHostBoundOverlap(b *testing.B) {
 			b.SetBytes(int64(n))
 			overlap := func() error {
 				done := make(chan error, 1)
-				go func() { done <- streamCopies(s, d.Ptr(), pins[1], n, true) }()
+				go func() { done <- streamCopies(s, d, pins[1], n, true) }()
 				cpu.copy(a, h)
 				return <-done
 			}
 			m, g := sideBySideRounds(b, n, 15*b.N, []variant{
 				{"memcpy", func() error { cpu.copy(a, h); return nil }},
-				{"dma", func() error { return streamCopies(s, d.Ptr(), pins[1], n, true) }},
+				{"dma", func() error { return streamCopies(s, d, pins[1], n, true) }},
 				{"overlap", overlap},
 				{"copier", func() error { _, err := c.HtoD(bg, d, h); return err }},
 			})

@@ -157,7 +157,7 @@ func BenchmarkPinnedDirect(b *testing.B) {
 				{"copier-sleep", func() error { _, err := sleeper.HtoD(bg, d, h); return err }},
 				{"copier-poll", func() error { _, err := poller.HtoD(bg, d, h); return err }},
 				{"stream", func() error {
-					if err := s.CopyHtoD(d.Ptr(), h); err != nil {
+					if err := s.CopyHtoD(d, 0, h); err != nil {
 						return err
 					}
 					return s.Synchronize(context.Background())
@@ -170,7 +170,7 @@ func BenchmarkPinnedDirect(b *testing.B) {
 				{"copier-sleep", func() error { _, err := sleeper.DtoH(bg, h, d); return err }},
 				{"copier-poll", func() error { _, err := poller.DtoH(bg, h, d); return err }},
 				{"stream", func() error {
-					if err := s.CopyDtoH(h, d.Ptr()); err != nil {
+					if err := s.CopyDtoH(h, d, 0); err != nil {
 						return err
 					}
 					return s.Synchronize(context.Background())

@@ -222,7 +222,7 @@ func TestFakeAdaptiveStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The caller's work: a memset queued on the held stream.
-	if err := s.Memset(dev.Ptr(), 0, dev.Size()); err != nil {
+	if err := s.Memset(dev, 0, 0, dev.Size()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := deadline200ms()

@@ -499,13 +499,13 @@ func (p *pipe) async(in, out []byte, frames, streams int) error {
 	for f := range frames {
 		k := f % streams
 		s, dIn, dOut := p.streams[k], p.devIn[k], p.devOut[k]
-		if err := s.CopyHtoD(dIn.Ptr(), p.frame(in, f)); err != nil {
+		if err := s.CopyHtoD(dIn, 0, p.frame(in, f)); err != nil {
 			return err
 		}
 		if err := p.launch(s, dIn, dOut); err != nil {
 			return err
 		}
-		if err := s.CopyDtoH(p.frame(out, f), dOut.Ptr()); err != nil {
+		if err := s.CopyDtoH(p.frame(out, f), dOut, 0); err != nil {
 			return err
 		}
 	}
@@ -555,7 +555,7 @@ func (p *pipe) newPipeline() (*transfer.Pipeline, error) {
 		if err := p.launch(s, ch.Dev, tmp); err != nil {
 			return err
 		}
-		return s.CopyDtoD(ch.Dev.Ptr(), tmp.Ptr(), ch.Len)
+		return s.CopyDtoD(ch.Dev, 0, tmp, 0, ch.Len)
 	}
 	pl, err := cp.NewPipeline(
 		transfer.WithChunkSize(p.res.Bytes()),
@@ -588,10 +588,10 @@ func (p *pipe) bound() (Bound, error) {
 	for rep := range p.cfg.reps + 1 {
 		start := time.Now()
 		for i := range count {
-			if err := up.CopyHtoD(p.devIn[0].Ptr(), p.frame(p.pinIn.Bytes(), i)); err != nil {
+			if err := up.CopyHtoD(p.devIn[0], 0, p.frame(p.pinIn.Bytes(), i)); err != nil {
 				return Bound{}, err
 			}
-			if err := down.CopyDtoH(p.frame(p.pinOut.Bytes(), i), p.devOut[0].Ptr()); err != nil {
+			if err := down.CopyDtoH(p.frame(p.pinOut.Bytes(), i), p.devOut[0], 0); err != nil {
 				return Bound{}, err
 			}
 		}

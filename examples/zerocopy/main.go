@@ -218,7 +218,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (rows []Row, err error) {
 	once := func(explicit bool, passes int) (time.Duration, error) {
 		// NaN everywhere first, so that an output the kernel did not write
 		// cannot pass the check.
-		if err := s.Memset(dOut.Ptr(), 0xFF, size); err != nil {
+		if err := s.Memset(dOut, 0, 0xFF, size); err != nil {
 			return 0, err
 		}
 		if err := start.Record(s); err != nil {
@@ -228,7 +228,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (rows []Row, err error) {
 		if explicit {
 			// From pinned memory this copy is asynchronous: the copy engine
 			// runs it in stream order, before the kernel.
-			if err := s.CopyHtoD(dIn.Ptr(), host.Bytes()); err != nil {
+			if err := s.CopyHtoD(dIn, 0, host.Bytes()); err != nil {
 				return 0, err
 			}
 			src = dIn.Ptr()

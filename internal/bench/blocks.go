@@ -367,9 +367,9 @@ func (w *blockWork) run(kind string, bs int, dir string) (queued, total time.Dur
 	case BlockKindContiguous:
 		n := w.cfg.Blocks * bs
 		if dir == DirH2D {
-			err = w.st.CopyHtoD(w.dev.Ptr(), w.h[:n])
+			err = w.st.CopyHtoD(w.dev, 0, w.h[:n])
 		} else {
-			err = w.st.CopyDtoH(w.h[:n], w.dev.Ptr())
+			err = w.st.CopyDtoH(w.h[:n], w.dev, 0)
 		}
 		rep = cuda.BlockReport{Blocks: 1, Bytes: int64(n), Calls: 1}
 	default:

@@ -296,7 +296,7 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 			}
 			return lane{op: op}, prep, ver
 		}
-		op := func(st *cuda.Stream, _ int) error { return st.CopyHtoD(dev.Ptr(), h.b[:n]) }
+		op := func(st *cuda.Stream, _ int) error { return st.CopyHtoD(dev, 0, h.b[:n]) }
 		prep := func() error {
 			copy(h.b[:n], exp[:n])
 			return memsetPrefix(dev, poisonDevice, n)
@@ -328,7 +328,7 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 			}
 			return lane{op: op}, prep, ver
 		}
-		op := func(st *cuda.Stream, _ int) error { return st.CopyDtoH(h.b[:n], dev.Ptr()) }
+		op := func(st *cuda.Stream, _ int) error { return st.CopyDtoH(h.b[:n], dev, 0) }
 		prep := func() error {
 			poison(h.b[:n], poisonHost)
 			return dev.CopyFromHost(0, exp[:n])

@@ -346,8 +346,8 @@ func (d *matrixDev) close() {
 // sample times reps copies in dir: h2d copies host A to device A, d2h
 // device B to host B, bidir both at once on two streams.
 func (d *matrixDev) sample(dir string, n, reps int) (float64, timing, error) {
-	h2d := lane{s: d.stA, op: func(st *cuda.Stream, _ int) error { return st.CopyHtoD(d.devA.Ptr(), d.hA.Bytes()[:n]) }}
-	d2h := lane{s: d.stB, op: func(st *cuda.Stream, _ int) error { return st.CopyDtoH(d.hB.Bytes()[:n], d.devB.Ptr()) }}
+	h2d := lane{s: d.stA, op: func(st *cuda.Stream, _ int) error { return st.CopyHtoD(d.devA, 0, d.hA.Bytes()[:n]) }}
+	d2h := lane{s: d.stB, op: func(st *cuda.Stream, _ int) error { return st.CopyDtoH(d.hB.Bytes()[:n], d.devB, 0) }}
 	var lanes []lane
 	switch dir {
 	case DirH2D:

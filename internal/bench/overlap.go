@@ -228,13 +228,13 @@ func (s *Session) Overlap(ctx context.Context, cfg OverlapConfig) ([]Result, err
 					return nil
 				}
 				off := c * cs
-				if err := st.CopyHtoD(dev.Ptr().Add(off), hin.Bytes()[off:off+cs]); err != nil {
+				if err := st.CopyHtoD(dev, off, hin.Bytes()[off:off+cs]); err != nil {
 					return err
 				}
 				if err := kernel(st, off); err != nil {
 					return err
 				}
-				return st.CopyDtoH(hout.Bytes()[off:off+cs], dev.Ptr().Add(off))
+				return st.CopyDtoH(hout.Bytes()[off:off+cs], dev, off)
 			}}
 		}
 		reps := (cfg.Chunks + k - 1) / k

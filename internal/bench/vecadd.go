@@ -64,7 +64,7 @@ func (s *Session) vecAdd(ctx context.Context, n, samples int) ([]Result, error) 
 			start := time.Now()
 			var err error
 			if async {
-				err = firstErr(st.CopyHtoD(da.Ptr(), ha), st.CopyHtoD(db.Ptr(), hb), kernel(st), st.CopyDtoH(hc, da.Ptr()), st.Synchronize(context.Background()))
+				err = firstErr(st.CopyHtoD(da, 0, ha), st.CopyHtoD(db, 0, hb), kernel(st), st.CopyDtoH(hc, da, 0), st.Synchronize(context.Background()))
 			} else {
 				err = firstErr(da.CopyFromHost(0, ha), db.CopyFromHost(0, hb), kernel(legacy), da.CopyToHost(0, hc))
 			}

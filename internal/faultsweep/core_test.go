@@ -179,10 +179,10 @@ func deviceMemOp() op {
 			return err
 		}
 		e.defer_(s.Destroy)
-		if err := s.CopyDtoD(d2.Ptr(), d.Ptr(), d.Size()); err != nil {
+		if err := s.CopyDtoD(d2, 0, d, 0, d.Size()); err != nil {
 			return errors.Join(err, s.Synchronize(context.Background()))
 		}
-		if err := s.Memset(d2.Ptr(), 1, 16); err != nil {
+		if err := s.Memset(d2, 0, 1, 16); err != nil {
 			return errors.Join(err, s.Synchronize(context.Background()))
 		}
 		return errors.Join(s.Synchronize(context.Background()), s.Destroy(), d2.Free(), d.Free())
@@ -229,7 +229,7 @@ func streamEventOp() op {
 		if err := start.Record(s1); err != nil {
 			return sync(err)
 		}
-		if err := s1.CopyHtoD(d.Ptr(), host.Bytes()); err != nil {
+		if err := s1.CopyHtoD(d, 0, host.Bytes()); err != nil {
 			return sync(err)
 		}
 		if err := end.Record(s1); err != nil {
@@ -238,7 +238,7 @@ func streamEventOp() op {
 		if err := s2.WaitEvent(end); err != nil {
 			return sync(err)
 		}
-		if err := s2.CopyDtoH(host.Bytes(), d.Ptr()); err != nil {
+		if err := s2.CopyDtoH(host.Bytes(), d, 0); err != nil {
 			return sync(err)
 		}
 		if err := end.Synchronize(context.Background()); err != nil {

@@ -63,7 +63,7 @@ func poolOp(name string, opts ...pool.Option) op {
 					errs = append(errs, err)
 				}
 			}
-			if err := s.CopyHtoD(dev.Ptr(), b.Bytes()[:min(n, dev.Size())]); err != nil {
+			if err := s.CopyHtoD(dev, 0, b.Bytes()[:min(n, dev.Size())]); err != nil {
 				errs = append(errs, err)
 			}
 			if err := p.Put(b, s); err != nil {
@@ -188,7 +188,7 @@ func poolCloseOp() op {
 		}
 		e.defer_(func() error { return e.fd.ReleaseStream(h) })
 		var errs []error
-		if err := s2.CopyHtoD(dev.Ptr(), busy.Bytes()); err != nil {
+		if err := s2.CopyHtoD(dev, 0, busy.Bytes()); err != nil {
 			errs = append(errs, err)
 		}
 		// Two streams, one of them twice: one event each.
