@@ -63,7 +63,7 @@ func TestGPUNUMAPlacement(t *testing.T) {
 			}
 			back := make([]byte, n)
 			testutil.Poison(back)
-			if err := d.CopyToHost(0, back); err != nil {
+			if _, err := d.ReadAt(back, 0); err != nil {
 				t.Fatal(err)
 			}
 			testutil.CheckBytes(t, src, back)

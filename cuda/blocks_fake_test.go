@@ -75,7 +75,7 @@ func (e *blockEnv) list(h []byte) []cuda.BlockCopy {
 func (e *blockEnv) checkDevice(t *testing.T, want []byte) {
 	t.Helper()
 	got := make([]byte, e.dev.Size())
-	if err := e.dev.CopyToHost(0, got); err != nil {
+	if _, err := e.dev.ReadAt(got, 0); err != nil {
 		t.Fatal(err)
 	}
 	for i := range e.nblk {
@@ -228,7 +228,7 @@ func TestFakeCopyBlocksRefused(t *testing.T) {
 		{"nil device buffer", cuda.HostToDevice, []cuda.BlockCopy{{Host: h[:bs]}}, cuda.ErrInvalidValue, 0},
 	}
 	devBefore := make([]byte, e.dev.Size())
-	if err := e.dev.CopyToHost(0, devBefore); err != nil {
+	if _, err := e.dev.ReadAt(devBefore, 0); err != nil {
 		t.Fatal(err)
 	}
 	hostBefore := bytes.Clone(h)
@@ -258,7 +258,7 @@ func TestFakeCopyBlocksRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	devAfter := make([]byte, e.dev.Size())
-	if err := e.dev.CopyToHost(0, devAfter); err != nil {
+	if _, err := e.dev.ReadAt(devAfter, 0); err != nil {
 		t.Fatal(err)
 	}
 	testutil.CheckBytes(t, devBefore, devAfter)
@@ -334,7 +334,7 @@ func TestFakeCopyBlocksStaging(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := make([]byte, 8*bs)
-		if err := e.dev.CopyToHost(8*bs, got); err != nil {
+		if _, err := e.dev.ReadAt(got, int64(8*bs)); err != nil {
 			t.Fatal(err)
 		}
 		testutil.CheckBytes(t, pageable, got[:4*bs])
@@ -430,7 +430,7 @@ func TestFakeCopyBlocksOneCompletion(t *testing.T) {
 			t.Fatalf("%v: event done=%v (%v) while the stream is held", strategy, done, err)
 		}
 		got := make([]byte, e.bs)
-		if err := e.dev.CopyToHost(e.devOf[0]*e.bs, got); err != nil {
+		if _, err := e.dev.ReadAt(got, int64(e.devOf[0]*e.bs)); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, make([]byte, e.bs)) {
@@ -511,7 +511,7 @@ func TestFakeCopyBlocksKernel(t *testing.T) {
 	}
 	must(t, e.s.Synchronize(context.Background()))
 	got := make([]byte, 13)
-	must(t, e.dev.CopyToHost(1000, got))
+	must(t, errOf(e.dev.ReadAt(got, 1000)))
 	testutil.CheckBytes(t, src[100:113], got)
 }
 
@@ -695,7 +695,7 @@ func TestFakeCopyBlocksKernelStaging(t *testing.T) {
 	must(t, e.s.Synchronize(context.Background()))
 	for i := range 4 {
 		got := make([]byte, e.bs)
-		must(t, e.dev.CopyToHost((7-i)*e.bs, got))
+		must(t, errOf(e.dev.ReadAt(got, int64((7-i)*e.bs))))
 		testutil.CheckBytes(t, pageable[i*e.bs:(i+1)*e.bs], got)
 	}
 	out := make([]byte, 4*e.bs)

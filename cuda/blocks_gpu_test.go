@@ -76,7 +76,7 @@ func (g *gpuBlocks) list(h []byte, bs int) []cuda.BlockCopy {
 func (g *gpuBlocks) verifyHtoD(tb testing.TB, bs int, contiguous bool) {
 	tb.Helper()
 	n := g.nblk * bs
-	if err := g.dev.CopyToHost(0, g.back[:n]); err != nil {
+	if _, err := g.dev.ReadAt(g.back[:n], 0); err != nil {
 		tb.Fatal(err)
 	}
 	if contiguous {
@@ -173,7 +173,7 @@ func TestGPUCopyBlocks(t *testing.T) {
 			g.verifyHtoD(t, bs, false)
 
 			testutil.Poison(g.dst[:nblk*bs])
-			must(t, g.dev.CopyFromHost(0, g.src[:nblk*bs]))
+			must(t, errOf(g.dev.WriteAt(g.src[:nblk*bs], 0)))
 			ev, err := g.ctx.NewEvent(cuda.EventDisableTiming)
 			if err != nil {
 				t.Fatal(err)
@@ -198,7 +198,7 @@ func TestGPUCopyBlocks(t *testing.T) {
 		must(t, g.s.Synchronize(context.Background()))
 		for _, b := range odd {
 			got := make([]byte, len(b.Host))
-			must(t, g.dev.CopyToHost(b.Off, got))
+			must(t, errOf(g.dev.ReadAt(got, int64(b.Off))))
 			testutil.CheckBytes(t, b.Host, got)
 		}
 		back := make([]cuda.BlockCopy, len(odd))
@@ -234,7 +234,7 @@ func TestGPUCopyBlocks(t *testing.T) {
 		}
 		must(t, g.s.Synchronize(context.Background()))
 		back := make([]byte, bs)
-		must(t, g.dev.CopyToHost(63*bs, back))
+		must(t, errOf(g.dev.ReadAt(back, int64(63*bs))))
 		testutil.CheckBytes(t, h[:bs], back)
 
 		// Pageable memory: refused, and staged when asked.
@@ -252,7 +252,7 @@ func TestGPUCopyBlocks(t *testing.T) {
 		}
 		must(t, g.s.Synchronize(context.Background()))
 		got := make([]byte, 8*bs)
-		must(t, g.dev.CopyToHost(0, got))
+		must(t, errOf(g.dev.ReadAt(got, 0)))
 		testutil.CheckBytes(t, pageable, got)
 		// A block over the end of the device buffer, and overlapping ones: refused.
 		if _, err := g.s.CopyBlocks(cuda.HostToDevice, []cuda.BlockCopy{{Host: g.src[:bs], Dev: g.dev, Off: g.dev.Size() - 1}}); !errors.Is(err, cuda.ErrBlockRange) {
@@ -328,7 +328,7 @@ func TestGPUCopyBlocksAcrossRegistrations(t *testing.T) {
 		}
 		must(t, s.Synchronize(context.Background()))
 		t.Logf("%v: %d blocks in %d driver calls", rep.Strategy, rep.Blocks, rep.Calls)
-		must(t, dev.CopyToHost(0, back))
+		must(t, errOf(dev.ReadAt(back, 0)))
 		for i := range nblk {
 			if !bytes.Equal(back[dp[i]*bs:(dp[i]+1)*bs], src[hp[i]*bs:(hp[i]+1)*bs]) {
 				t.Fatalf("%v HtoD: device slot %d does not hold host slot %d", rep.Strategy, dp[i], hp[i])
@@ -407,7 +407,7 @@ func BenchmarkGPUBlocks(b *testing.B) {
 				host := g.src
 				if dir == cuda.DeviceToHost {
 					host = g.dst
-					must(b, g.dev.CopyFromHost(0, g.src[:n]))
+					must(b, errOf(g.dev.WriteAt(g.src[:n], 0)))
 				}
 				list := g.list(host, bs)
 				gbps := map[string][]float64{}

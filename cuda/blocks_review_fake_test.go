@@ -62,7 +62,7 @@ func TestFakeCopyBlocksStagedDtoHFailureWaits(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e := newBlockEnv(t, fakedrv.Options{}, 4096, 8)
 			bs := e.bs
-			must(t, e.dev.CopyFromHost(0, e.src.Bytes()))
+			must(t, errOf(e.dev.WriteAt(e.src.Bytes(), 0)))
 			staging, err := pinmem.Alloc(4*bs, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -389,7 +389,7 @@ func TestFakeCopyBlocksStagingOverlap(t *testing.T) {
 	}
 	must(t, e.s.Synchronize(context.Background()))
 	got := make([]byte, 3*bs)
-	must(t, e.dev.CopyToHost(0, got))
+	must(t, errOf(e.dev.ReadAt(got, 0)))
 	testutil.CheckBytes(t, pageable[:bs], got[:bs])
 	testutil.CheckBytes(t, h[bs:2*bs], got[bs:2*bs])
 	testutil.CheckBytes(t, pageable[bs:], got[2*bs:])
@@ -465,7 +465,7 @@ func TestFakeCopyBlocksKernelUnfencedTable(t *testing.T) {
 		// The first list copied its own blocks: its table was left alone.
 		got := make([]byte, e.bs)
 		for _, b := range l[:16] {
-			must(t, e.dev.CopyToHost(b.Off, got))
+			must(t, errOf(e.dev.ReadAt(got, int64(b.Off))))
 			testutil.CheckBytes(t, b.Host, got)
 		}
 		// Now the wait succeeds and the table is used again.

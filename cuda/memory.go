@@ -226,26 +226,6 @@ func (b *DeviceBuffer) ReadAt(p []byte, off int64) (n int, err error) {
 	return n, err
 }
 
-// CopyFromHost copies src into the buffer at off.
-//
-// Deprecated: use WriteAt (io.WriterAt), which this calls.
-func (b *DeviceBuffer) CopyFromHost(off int, src []byte) error {
-	_, err := b.WriteAt(src, int64(off))
-	return err
-}
-
-// CopyToHost copies len(dst) bytes at off out of the buffer; unlike
-// ReadAt, a range past the end is an error matching ErrInvalidValue.
-//
-// Deprecated: use ReadAt (io.ReaderAt).
-func (b *DeviceBuffer) CopyToHost(off int, dst []byte) error {
-	if err := b.check(off, len(dst)); err != nil {
-		return err
-	}
-	_, err := b.ReadAt(dst, int64(off))
-	return err
-}
-
 // Memset sets every byte of the buffer to v and returns when it is done
 // (cuMemsetD8 itself is asynchronous for device memory; Memset waits for
 // the legacy default stream). Slice selects part of a buffer; the

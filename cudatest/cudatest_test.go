@@ -82,11 +82,11 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(buf.Bytes(), pattern(1<<20, 2))
-	if err := dst.CopyFromHost(0, buf.Bytes()); err != nil {
+	if _, err := dst.WriteAt(buf.Bytes(), 0); err != nil {
 		t.Fatal(err)
 	}
 	back := make([]byte, 1<<20)
-	if err := dst.CopyToHost(0, back); err != nil {
+	if _, err := dst.ReadAt(back, 0); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(back, buf.Bytes()) {
@@ -395,7 +395,7 @@ func TestFailAsync(t *testing.T) {
 		t.Errorf("Synchronize after the failed memset: %v, want ErrLaunchFailed", err)
 	}
 	got := make([]byte, 64)
-	if err := buf.CopyToHost(0, got); err != nil {
+	if _, err := buf.ReadAt(got, 0); err != nil {
 		t.Fatal(err)
 	}
 	if bytes.Contains(got, []byte{9}) {
@@ -441,7 +441,7 @@ func TestHoldStream(t *testing.T) {
 		t.Fatalf("Synchronize released by another goroutine: %v", err)
 	}
 	got := make([]byte, 16)
-	if err := buf.CopyToHost(0, got); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{3}, 16)) {
+	if _, err := buf.ReadAt(got, 0); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{3}, 16)) {
 		t.Errorf("after release: %v, %v", got, err)
 	}
 	if err := d.HoldStream(nil); !errors.Is(err, cuda.ErrInvalidValue) {

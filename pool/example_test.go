@@ -42,7 +42,7 @@ func Example() {
 	defer dst.Free()
 
 	for i := range 10 {
-		b, err := p.Get(3 << 20) // pinned; a hit after the first round
+		b, err := p.Get(context.Background(), 3<<20) // pinned; a hit after the first round
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -142,7 +142,7 @@ func TestGPUMappedPool(t *testing.T) {
 	}
 	p := newPool(t, WithFlags(pinmem.Mapped))
 	for i, size := range []int{4096, 4096, 64 << 10, 3 << 20, 8 << 20} {
-		b, err := p.Get(size)
+		b, err := p.Get(context.Background(), size)
 		testutil.SkipIfNotSupported(t, err)
 		dp, err := b.DevicePtr()
 		if err != nil {

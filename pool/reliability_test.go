@@ -42,7 +42,7 @@ func TestNilAndForeign(t *testing.T) {
 	}{{"nil", nil}, {"zero", &Pool{}}} {
 		p := tc.p
 		noPanic(t, tc.name+" Get", func() {
-			if b, err := p.Get(10); b != nil || !errors.Is(err, cuda.ErrInvalidValue) {
+			if b, err := p.Get(context.Background(), 10); b != nil || !errors.Is(err, cuda.ErrInvalidValue) {
 				t.Errorf("%s pool: Get: %v, %v", tc.name, b, err)
 			}
 		})
@@ -52,7 +52,7 @@ func TestNilAndForeign(t *testing.T) {
 			}
 		})
 		noPanic(t, tc.name+" Trim", func() {
-			if _, err := p.Trim(); !errors.Is(err, cuda.ErrInvalidValue) {
+			if _, err := p.Trim(context.Background()); !errors.Is(err, cuda.ErrInvalidValue) {
 				t.Errorf("%s pool: Trim: %v", tc.name, err)
 			}
 		})
@@ -159,7 +159,7 @@ func TestCloseBoundedByContext(t *testing.T) {
 	if st.PendingBlocks != 1 || st.PinnedBytes < 1<<20 {
 		t.Errorf("after the expired Close the pending block must stay pinned: %v", st)
 	}
-	if _, err := p.Get(10); !errors.Is(err, ErrClosed) {
+	if _, err := p.Get(context.Background(), 10); !errors.Is(err, ErrClosed) {
 		t.Errorf("Get after an expired Close: %v", err)
 	}
 	// A Put after Close with held stream work does not wait for it.
@@ -286,7 +286,7 @@ func TestFailedReleaseKeepsBooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	ledger := pinmem.Stats().Pinned.Bytes
-	if _, err := p.Trim(); !errors.Is(err, cudadrv.ErrLaunchFailed) {
+	if _, err := p.Trim(context.Background()); !errors.Is(err, cudadrv.ErrLaunchFailed) {
 		t.Fatalf("Trim with cuMemFreeHost failing: %v", err)
 	}
 	held := int64(d.Live().HostAllocBytes)
@@ -303,7 +303,7 @@ func TestFailedReleaseKeepsBooks(t *testing.T) {
 	if st.PinnedBytes != held || st.ReleaseErrors != 1 || st.UnreleasedBytes != held {
 		t.Errorf("driver holds %d bytes, the pool says pinned %d, unreleased %d, release errors %d", held, st.PinnedBytes, st.UnreleasedBytes, st.ReleaseErrors)
 	}
-	if freed, err := p.Trim(); err != nil || freed != held {
+	if freed, err := p.Trim(context.Background()); err != nil || freed != held {
 		t.Errorf("second Trim freed %d: %v", freed, err)
 	}
 	if st := p.Stats(); st.PinnedBytes != 0 || st.UnreleasedBytes != 0 || d.Live().HostAllocBytes != 0 {
@@ -346,7 +346,7 @@ func TestBudgetUnderConcurrentGets(t *testing.T) {
 			p := pools[g%len(pools)]
 			for range 60 {
 				size := 1 + r.IntN(3<<20)
-				b, err := p.Get(size)
+				b, err := p.Get(context.Background(), size)
 				switch {
 				case err == nil:
 					ok.Add(1)

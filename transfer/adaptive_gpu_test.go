@@ -116,7 +116,7 @@ func roundsFor(n int) int { return max(5, min(25, (1<<30)/n)) }
 // BenchmarkCopierVsDriver compares, side by side with interleaved samples,
 // the Copier (default options: the driver's copy below DefaultThresholds, staging
 // above) moving a Go heap slice with the driver's own pageable copy of
-// the same slice (DeviceBuffer.CopyFromHost/CopyToHost), the Copier with
+// the same slice (DeviceBuffer.WriteAt/ReadAt), the Copier with
 // a context that can end (copier-ctx: the driver's copy runs on a
 // goroutine of its own) and the forced staged path, at 4 KiB to 1 GiB
 // (4 GiB with PINMEM_BENCH_4G=1), both directions. It reports the medians
@@ -167,7 +167,7 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 			m, g := sideBySideRounds(b, n, rounds*b.N, []variant{
 				{"copier", func() error { _, err := c.HtoD(bg, d, h); return err }},
 				{"copier-ctx", func() error { _, err := c.HtoD(cctx, d, h); return err }},
-				{"driver", func() error { return d.CopyFromHost(0, h) }},
+				{"driver", func() error { _, err := d.WriteAt(h, 0); return err }},
 				{"staged", func() error { _, err := staged.HtoD(bg, d, h); return err }},
 				{"memcpy", func() error { cpu.copy(p, h); return nil }},
 				{"dma", func() error { return streamCopies(s, d, pinned, n, true) }},
@@ -179,7 +179,7 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 			m, g := sideBySideRounds(b, n, rounds*b.N, []variant{
 				{"copier", func() error { _, err := c.DtoH(bg, h, d); return err }},
 				{"copier-ctx", func() error { _, err := c.DtoH(cctx, h, d); return err }},
-				{"driver", func() error { return d.CopyToHost(0, h) }},
+				{"driver", func() error { _, err := d.ReadAt(h, 0); return err }},
 				{"staged", func() error { _, err := staged.DtoH(bg, h, d); return err }},
 				{"memcpy", func() error { cpu.copy(h, p); return nil }},
 				{"dma", func() error { return streamCopies(s, d, pinned, n, false) }},
@@ -572,7 +572,7 @@ func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function
 			t.Fatal(err)
 		}
 		defer pl.Close(context.Background())
-		blk, err := pl.Get(size)
+		blk, err := pl.Get(context.Background(), size)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -59,7 +59,7 @@ func measure(b *testing.B, n int, fn func() error) {
 
 // BenchmarkGoHeap compares, for a Go heap slice, the Copier (registration
 // cache off: every byte staged) with the driver's own pageable path
-// (cuda.DeviceBuffer.CopyFromHost/CopyToHost on the same slice), both directions, 256
+// (cuda.DeviceBuffer.WriteAt/ReadAt on the same slice), both directions, 256
 // MiB and 1 GiB.
 func BenchmarkGoHeap(b *testing.B) {
 	ctx := gpuCtx(b)
@@ -76,13 +76,13 @@ func BenchmarkGoHeap(b *testing.B) {
 			measure(b, n, func() error { _, err := c.HtoD(bg, d, h); return err })
 		})
 		b.Run("H2D/"+name+"/pageable", func(b *testing.B) {
-			measure(b, n, func() error { return d.CopyFromHost(0, h) })
+			measure(b, n, func() error { _, err := d.WriteAt(h, 0); return err })
 		})
 		b.Run("D2H/"+name+"/copier", func(b *testing.B) {
 			measure(b, n, func() error { _, err := c.DtoH(bg, h, d); return err })
 		})
 		b.Run("D2H/"+name+"/pageable", func(b *testing.B) {
-			measure(b, n, func() error { return d.CopyToHost(0, h) })
+			measure(b, n, func() error { _, err := d.ReadAt(h, 0); return err })
 		})
 	}
 }

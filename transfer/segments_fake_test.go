@@ -115,7 +115,7 @@ func TestFakeSegmentsCopier(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Close(context.Background())
-		blk, err := p.Get(n)
+		blk, err := p.Get(context.Background(), n)
 		if err != nil {
 			t.Fatal(err)
 		}

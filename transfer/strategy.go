@@ -197,7 +197,7 @@ func (c *copier) mayBePinned(host []byte) bool {
 
 // pageableHtoD copies src to dst with the driver's own pageable copy, the
 // synchronous cuMemcpyHtoD followed by a synchronisation of the legacy
-// default stream (DeviceBuffer.CopyFromHost), and returns when the data is
+// default stream (DeviceBuffer.WriteAt), and returns when the data is
 // in dst. With a stream given by WithStream it first waits for that
 // stream, so that the copy is ordered after the caller's work there.
 func (c *copier) pageableHtoD(dst *cuda.DeviceBuffer, src []byte) error {
@@ -206,7 +206,8 @@ func (c *copier) pageableHtoD(dst *cuda.DeviceBuffer, src []byte) error {
 			return err
 		}
 	}
-	return dst.CopyFromHost(0, src)
+	_, err := dst.WriteAt(src, 0)
+	return err
 }
 
 // pageableDtoH is pageableHtoD's other direction (cuMemcpyDtoH, which
@@ -217,7 +218,8 @@ func (c *copier) pageableDtoH(dst []byte, src *cuda.DeviceBuffer) error {
 			return err
 		}
 	}
-	return src.CopyToHost(0, dst)
+	_, err := src.ReadAt(dst, 0)
+	return err
 }
 
 // driverCopy is pageableHtoD or pageableDtoH, as d says. It ends the

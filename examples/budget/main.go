@@ -229,11 +229,11 @@ func roundTrip(d *cuda.DeviceBuffer, b []byte) error {
 	for i := range b {
 		b[i] = byte(i*13 + i>>9)
 	}
-	if err := d.CopyFromHost(0, b); err != nil {
+	if _, err := d.WriteAt(b, 0); err != nil {
 		return err
 	}
 	back := make([]byte, len(b))
-	if err := d.CopyToHost(0, back); err != nil {
+	if _, err := d.ReadAt(back, 0); err != nil {
 		return err
 	}
 	if !bytes.Equal(back, b) {

@@ -466,13 +466,13 @@ func (p *pipe) measure(ctx context.Context) ([]Row, Bound, error) {
 }
 
 // naive is the article's starting point: one frame at a time, every copy
-// synchronous. DeviceBuffer.CopyFromHost and CopyToHost return when the bytes are in
+// synchronous. DeviceBuffer.WriteAt and ReadAt return when the bytes are in
 // place; from Go memory the driver copies them through its own pinned
 // buffer.
 func (p *pipe) naive(in, out []byte, frames int) error {
 	s, dIn, dOut := p.naiveStream, p.devIn[0], p.devOut[0]
 	for f := range frames {
-		if err := dIn.CopyFromHost(0, p.frame(in, f)); err != nil {
+		if _, err := dIn.WriteAt(p.frame(in, f), 0); err != nil {
 			return err
 		}
 		if err := p.launch(s, dIn, dOut); err != nil {
@@ -481,7 +481,7 @@ func (p *pipe) naive(in, out []byte, frames int) error {
 		if err := s.Synchronize(context.Background()); err != nil {
 			return err
 		}
-		if err := dOut.CopyToHost(0, p.frame(out, f)); err != nil {
+		if _, err := dOut.ReadAt(p.frame(out, f), 0); err != nil {
 			return err
 		}
 	}

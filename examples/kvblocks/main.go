@@ -128,7 +128,7 @@ func run(_ context.Context, cfg config, w io.Writer) (res result, err error) {
 			want[i+j] = byte(v >> (8 * j))
 		}
 	}
-	if err := kv.CopyFromHost(0, want); err != nil {
+	if _, err := kv.WriteAt(want, 0); err != nil {
 		return res, err
 	}
 
@@ -176,7 +176,7 @@ func run(_ context.Context, cfg config, w io.Writer) (res result, err error) {
 	}
 
 	got := make([]byte, size)
-	if err := kv.CopyToHost(0, got); err != nil {
+	if _, err := kv.ReadAt(got, 0); err != nil {
 		return res, err
 	}
 	for b := range n {

@@ -7,7 +7,7 @@
 // For each array size it runs the same loop three ways:
 //
 //   - pageable: the arrays are ordinary Go slices; every copy is a
-//     synchronous DeviceBuffer.CopyFromHost or CopyToHost, so the driver stages the bytes
+//     synchronous DeviceBuffer.WriteAt or ReadAt, so the driver stages the bytes
 //     through its own pinned buffer;
 //   - pinned: the arrays live in pinmem.Alloc buffers; the same synchronous
 //     copies then go straight to the copy engine (DMA);
@@ -287,17 +287,19 @@ func measure(ctx context.Context, gpu *cuda.Context, s *cuda.Stream, cp *transfe
 			_, err := cp.HtoD(ctx, d[1], transfer.AsBytes(b))
 			return err
 		}
-		if err := d[0].CopyFromHost(0, transfer.AsBytes(a)); err != nil {
+		if _, err := d[0].WriteAt(transfer.AsBytes(a), 0); err != nil {
 			return err
 		}
-		return d[1].CopyFromHost(0, transfer.AsBytes(b))
+		_, err := d[1].WriteAt(transfer.AsBytes(b), 0)
+		return err
 	}
 	copyOut := func() error {
 		if mode == "copier" {
 			_, err := cp.DtoH(ctx, transfer.AsBytes(c), d[2])
 			return err
 		}
-		return d[2].CopyToHost(0, transfer.AsBytes(c))
+		_, err := d[2].ReadAt(transfer.AsBytes(c), 0)
+		return err
 	}
 	grid, block := cuda.D1(4*max(sms, 1)), cuda.D1(256)
 

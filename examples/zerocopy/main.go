@@ -246,7 +246,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (rows []Row, err error) {
 		if err != nil {
 			return 0, err
 		}
-		if err := dOut.CopyToHost(0, got); err != nil {
+		if _, err := dOut.ReadAt(got, 0); err != nil {
 			return 0, err
 		}
 		return d, check(got, want)

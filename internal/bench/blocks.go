@@ -309,7 +309,8 @@ func (w *blockWork) prepareData(bs int, dir string) error {
 		}
 		return nil
 	}
-	return w.dev.CopyFromHost(0, w.exp[:n*bs])
+	_, err := w.dev.WriteAt(w.exp[:n*bs], 0)
+	return err
 }
 
 // poisonDest fills what a sample in direction dir writes (the device
@@ -328,7 +329,7 @@ func (w *blockWork) poisonDest(bs int, dir string) error {
 func (w *blockWork) verify(kind string, bs int, dir string) error {
 	n, total := w.cfg.Blocks, w.cfg.Blocks*bs
 	if dir == DirH2D {
-		if err := w.dev.CopyToHost(0, w.scratch[:total]); err != nil {
+		if _, err := w.dev.ReadAt(w.scratch[:total], 0); err != nil {
 			return err
 		}
 	}

@@ -285,7 +285,7 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 			}
 			ver := func(reps int) error {
 				var got [8]byte
-				if err := out.CopyToHost(0, got[:]); err != nil {
+				if _, err := out.ReadAt(got[:], 0); err != nil {
 					return err
 				}
 				want := uint64(reps) * sumWords(exp[:n])
@@ -302,7 +302,7 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 			return memsetPrefix(dev, poisonDevice, n)
 		}
 		ver := func(int) error {
-			if err := dev.CopyToHost(0, w.scratch[:n]); err != nil {
+			if _, err := dev.ReadAt(w.scratch[:n], 0); err != nil {
 				return err
 			}
 			if i := firstDiff(w.scratch[:n], exp[:n]); i >= 0 {
@@ -331,7 +331,8 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 		op := func(st *cuda.Stream, _ int) error { return st.CopyDtoH(h.b[:n], dev, 0) }
 		prep := func() error {
 			poison(h.b[:n], poisonHost)
-			return dev.CopyFromHost(0, exp[:n])
+			_, err := dev.WriteAt(exp[:n], 0)
+			return err
 		}
 		ver := func(int) error {
 			if i := firstDiff(h.b[:n], exp[:n]); i >= 0 {

@@ -313,7 +313,8 @@ func (d *matrixDev) setup(n int) error {
 	d.expA = randomBytes(n, uint64(10+d.s.Dev.Ordinal()))
 	d.expB = randomBytes(n, uint64(20+d.s.Dev.Ordinal()))
 	copy(d.hA.Bytes(), d.expA)
-	return d.devB.CopyFromHost(0, d.expB)
+	_, err = d.devB.WriteAt(d.expB, 0)
+	return err
 }
 
 // repoison poisons the destinations of both directions, so that the next
@@ -368,7 +369,7 @@ func (d *matrixDev) sample(dir string, n, reps int) (float64, timing, error) {
 func (d *matrixDev) verify(dir string, n int) error {
 	if dir != DirD2H {
 		got := make([]byte, n)
-		if err := d.devA.CopyToHost(0, got); err != nil {
+		if _, err := d.devA.ReadAt(got, 0); err != nil {
 			return err
 		}
 		if i := firstDiff(got, d.expA[:n]); i >= 0 {

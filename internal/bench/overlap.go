@@ -177,7 +177,7 @@ func (s *Session) Overlap(ctx context.Context, cfg OverlapConfig) ([]Result, err
 			start := time.Now()
 			for c := range cfg.Chunks {
 				off := c * cs
-				if err := dev.CopyFromHost(off, hin[off:off+cs]); err != nil {
+				if _, err := dev.WriteAt(hin[off:off+cs], int64(off)); err != nil {
 					return out, err
 				}
 				// On the legacy stream, after the H2D's DMA; the
@@ -185,7 +185,7 @@ func (s *Session) Overlap(ctx context.Context, cfg OverlapConfig) ([]Result, err
 				if err := kernel(legacy, off); err != nil {
 					return out, err
 				}
-				if err := dev.CopyToHost(off, hout[off:off+cs]); err != nil {
+				if _, err := dev.ReadAt(hout[off:off+cs], int64(off)); err != nil {
 					return out, err
 				}
 			}

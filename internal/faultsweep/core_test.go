@@ -146,11 +146,11 @@ func deviceMemOp() op {
 		}
 		e.defer_(d.Free)
 		src := testutil.RandomBytes(64<<10, 1)
-		if err := d.CopyFromHost(0, src); err != nil {
+		if _, err := d.WriteAt(src, 0); err != nil {
 			return err
 		}
 		got := make([]byte, len(src))
-		if err := d.CopyToHost(0, got); err != nil {
+		if _, err := d.ReadAt(got, 0); err != nil {
 			return err
 		}
 		if !bytes.Equal(got, src) {
@@ -163,7 +163,7 @@ func deviceMemOp() op {
 		if err := sl.Memset(7); err != nil {
 			return err
 		}
-		if err := d.CopyToHost(4096, got[:1]); err != nil {
+		if _, err := d.ReadAt(got[:1], 4096); err != nil {
 			return err
 		}
 		if got[0] != 7 {
@@ -331,7 +331,7 @@ func moduleOp() op {
 			return err
 		}
 		got := make([]byte, 16)
-		if err := d.CopyToHost(0, got); err != nil {
+		if _, err := d.ReadAt(got, 0); err != nil {
 			return err
 		}
 		if !bytes.Equal(got, bytes.Repeat([]byte{0x5a}, 16)) {

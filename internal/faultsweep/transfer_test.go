@@ -311,7 +311,7 @@ func multiOp() op {
 			return err
 		}
 		for i, d := range dsts {
-			if err := d.CopyToHost(0, got[i]); err != nil {
+			if _, err := d.ReadAt(got[i], 0); err != nil {
 				return err
 			}
 		}
