@@ -577,8 +577,8 @@ func TestRegisterDriverAlreadyRegistered(t *testing.T) {
 	}
 	defer d.MemHostUnregister(unsafe.Pointer(&mem[0]))
 	_, err := Register(mem, 0)
-	var de *cudadrv.Error
-	if !errors.Is(err, cuda.ErrAlreadyRegistered) || !errors.As(err, &de) || de.Code != cudadrv.ErrorHostMemoryAlreadyRegistered {
+	var de *cuda.Error
+	if !errors.Is(err, cuda.ErrAlreadyRegistered) || !errors.As(err, &de) || de.Code != cuda.ResultHostMemoryAlreadyRegistered {
 		t.Errorf("got %v, want the driver's 712", err)
 	}
 }

@@ -35,8 +35,8 @@ func checkBooks(t *testing.T, d *fakedrv.Driver, base LedgerStats, buffers int64
 }
 
 func hasCode(err error, code cudadrv.Result) bool {
-	var de *cudadrv.Error
-	return errors.As(err, &de) && de.Code == code
+	var de *cuda.Error
+	return errors.As(err, &de) && de.Code == cuda.Result(code)
 }
 
 // TestFreeUnregisterFailsGoSlice is issue 12 #1 and #7 for a registered Go

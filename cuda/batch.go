@@ -143,7 +143,7 @@ func (b *Batch) Issue() (int, error) {
 		done += n
 		if !retryInContext(err) {
 			runtime.KeepAlive(keep)
-			return done, batchErr(err, done, len(ops))
+			return done, batchErr(pub(err), done, len(ops))
 		}
 	}
 	err = b.ctx.Do(func() error {
@@ -152,7 +152,7 @@ func (b *Batch) Issue() (int, error) {
 		return err
 	})
 	runtime.KeepAlive(keep)
-	return done, batchErr(err, done, len(ops))
+	return done, batchErr(pub(err), done, len(ops))
 }
 
 // batchErr says which operation of a batch failed.

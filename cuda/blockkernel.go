@@ -70,7 +70,7 @@ type blockSlot struct {
 // which includes the unfenced launch that last read sl's table, and
 // clears unfenced. On failure the table stays held.
 func (sl *blockSlot) fence(drv cudadrv.Driver, i int) error {
-	if err := drv.CtxSynchronize(); err != nil {
+	if err := pub(drv.CtxSynchronize()); err != nil {
 		return fmt.Errorf("cuda: block kernel table %d may still be read by a launch whose completion could not be recorded, and waiting for the context failed: %w", i, err)
 	}
 	sl.unfenced, sl.used = false, false
@@ -121,13 +121,13 @@ func (c *Context) NewBlockKernel(maxBlocks int) (k *BlockKernel, err error) {
 			return k, err
 		}
 		err = c.Do(func() error {
-			p, err := c.drv.MemHostAlloc(uint64(size), cudadrv.MemHostAllocDeviceMap)
+			p, err := pub2(c.drv.MemHostAlloc(uint64(size), cudadrv.MemHostAllocDeviceMap))
 			if err != nil {
 				return fmt.Errorf("cuda: block kernel table of %d bytes: %w", size, err)
 			}
 			sl.host, sl.table = p, hostptr.BytesAt(p, uintptr(size))
 			track.Add(track.HostAlloc, uint64(hostptr.AddrOf(sl.table)), int64(size))
-			d, err := c.drv.MemHostGetDevicePointer(p, 0)
+			d, err := pub2(c.drv.MemHostGetDevicePointer(p, 0))
 			if err != nil {
 				return fmt.Errorf("cuda: device address of the block kernel's table: %w", err)
 			}
@@ -277,7 +277,7 @@ func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, 
 	}
 	if sl.used {
 		// The kernel that read this table two calls back must be done.
-		if err := s.ctx.drv.EventSynchronize(sl.done.h); err != nil {
+		if err := pub(s.ctx.drv.EventSynchronize(sl.done.h)); err != nil {
 			return err
 		}
 		sl.used = false
@@ -300,11 +300,11 @@ func (s *Stream) issueKernel(k *BlockKernel, dir Direction, blocks []BlockCopy, 
 	launched, rep.Calls = true, 1
 	k.next ^= 1
 	sl.used = true // until recorded, the event says "done" too early: record it before anyone waits
-	if err := s.ctx.drv.EventRecord(sl.done.h, s.h); err != nil {
+	if err := pub(s.ctx.drv.EventRecord(sl.done.h, s.h)); err != nil {
 		// The launch is queued but unfenced: wait for it here, so that the
 		// table is not rewritten under it.
 		sl.used = false // done does not follow this launch: waiting on it proves nothing
-		serr := s.ctx.drv.StreamSynchronize(s.h)
+		serr := pub(s.ctx.drv.StreamSynchronize(s.h))
 		if serr != nil {
 			// The launch may still be queued, and nothing will say when it
 			// is done: the table is held until a wait for the whole

@@ -487,14 +487,14 @@ func (s *Stream) CopyBlocks(dir Direction, blocks []BlockCopy, opts ...BlockOpti
 			err = s.issuePerCopy(dir, blocks, sc, &rep)
 		}
 		if err == nil && o.event != nil {
-			err = s.ctx.drv.EventRecord(o.event.h, s.h)
+			err = pub(s.ctx.drv.EventRecord(o.event.h, s.h))
 		}
 		if len(stagedOut) > 0 && sc.nqueued > 0 {
 			// Copies into the staging buffer are queued: wait for them
 			// whether or not something failed since, for the caller may
 			// reuse or free the stage as soon as CopyBlocks returns. The
 			// blocks queued whole are then copied out, as rep says.
-			if serr := s.ctx.drv.StreamSynchronize(s.h); serr != nil {
+			if serr := pub(s.ctx.drv.StreamSynchronize(s.h)); serr != nil {
 				// The device may still write the stage: say so, and leave
 				// the blocks alone (their bytes may not all have landed).
 				return errors.Join(err, fmt.Errorf("cuda: waiting for the copies into the staging buffer: %w: %w", ErrStagingInUse, serr))
@@ -672,7 +672,7 @@ type hostCheck struct {
 // decide (memory type, device pointer) is kept in qerr; the range
 // queries only save work, so their failures count as "no range".
 func (c *hostCheck) attr(a cudadrv.PointerAttribute, p uint64) (uint64, bool) {
-	v, err := c.drv.PointerGetAttribute(a, cudadrv.DevicePtr(p))
+	v, err := pub2(c.drv.PointerGetAttribute(a, cudadrv.DevicePtr(p)))
 	decides := a == cudadrv.PointerAttrMemoryType || a == cudadrv.PointerAttrDevicePointer
 	if err != nil && decides && !errors.Is(err, ErrInvalidValue) && c.qerr == nil {
 		c.qerr = err
@@ -945,6 +945,7 @@ func (s *Stream) issueDriverBatch(bc cudadrv.BatchCopier, dir Direction, blocks 
 		attr.Flags = cudadrv.MemcpyFlagPreferOverlapWithCompute
 	}
 	fail, err := bc.MemcpyBatchAsync(sc.dsts, sc.srcs, sc.sizes, []cudadrv.MemcpyAttributes{attr}, []uint64{0}, s.h)
+	err = pub(err)
 	rep.Calls = 1
 	if err != nil { // a refused batch queues nothing
 		n := rep.Blocks
@@ -971,7 +972,7 @@ func (s *Stream) issuePerCopy(dir Direction, blocks []BlockCopy, sc *blockScratc
 		}
 		sc.ops = append(sc.ops, op)
 	}
-	n, err := cudadrv.RunBatch(s.ctx.drv, sc.ops)
+	n, err := pub2(cudadrv.RunBatch(s.ctx.drv, sc.ops))
 	sc.nqueued = n
 	rep.Calls = n
 	if err != nil {

@@ -44,7 +44,7 @@ func (c *Context) Alloc(size int) (*DeviceBuffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.drv.MemAlloc(uint64(size))
+	p, err := pub2(c.drv.MemAlloc(uint64(size)))
 	if err != nil {
 		return nil, fmt.Errorf("cuda: device allocation of %d bytes: %w", size, err)
 	}
@@ -177,10 +177,10 @@ func (b *DeviceBuffer) WriteAt(p []byte, off int64) (n int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := b.ctx.drv.MemcpyHtoD(cudadrv.DevicePtr(b.ptr.Add(int(off))), hostPtr(p), uint64(len(p))); err != nil {
+	if err := pub(b.ctx.drv.MemcpyHtoD(cudadrv.DevicePtr(b.ptr.Add(int(off))), hostPtr(p), uint64(len(p)))); err != nil {
 		return 0, err
 	}
-	if err := b.ctx.drv.StreamSynchronize(0); err != nil {
+	if err := pub(b.ctx.drv.StreamSynchronize(0)); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -220,7 +220,7 @@ func (b *DeviceBuffer) ReadAt(p []byte, off int64) (n int, err error) {
 	if serr != nil {
 		return 0, serr
 	}
-	if cerr := b.ctx.drv.MemcpyDtoH(hostPtr(p[:n]), cudadrv.DevicePtr(b.ptr.Add(int(off))), uint64(n)); cerr != nil {
+	if cerr := pub(b.ctx.drv.MemcpyDtoH(hostPtr(p[:n]), cudadrv.DevicePtr(b.ptr.Add(int(off))), uint64(n))); cerr != nil {
 		return 0, cerr
 	}
 	return n, err
@@ -242,10 +242,10 @@ func (b *DeviceBuffer) Memset(v byte) error {
 	if err != nil {
 		return err
 	}
-	if err := b.ctx.drv.MemsetD8(cudadrv.DevicePtr(b.ptr), v, uint64(b.size)); err != nil {
+	if err := pub(b.ctx.drv.MemsetD8(cudadrv.DevicePtr(b.ptr), v, uint64(b.size))); err != nil {
 		return err
 	}
-	return b.ctx.drv.StreamSynchronize(0)
+	return pub(b.ctx.drv.StreamSynchronize(0))
 }
 
 func hostPtr(p []byte) hostptr.Ptr { return hostptr.PtrOf(p) }

@@ -26,7 +26,7 @@ func (c *Context) LoadModule(image []byte) (*Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := c.drv.ModuleLoadData(image)
+	h, err := pub2(c.drv.ModuleLoadData(image))
 	if err != nil {
 		v, _ := c.drv.DriverGetVersion()
 		return nil, fmt.Errorf("cuda: loading a %d-byte module with driver CUDA %d.%d: %w", len(image), v/1000, v%1000/10, err)
@@ -65,7 +65,7 @@ func (m *Module) Function(name string) (*Function, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := m.ctx.drv.ModuleGetFunction(m.h, name)
+	f, err := pub2(m.ctx.drv.ModuleGetFunction(m.h, name))
 	if err != nil {
 		return nil, fmt.Errorf("cuda: kernel %q: %w", name, err)
 	}

@@ -48,7 +48,7 @@ var poolSeq atomic.Uint64
 // New creates a pool. With no options it pins default (non-portable,
 // unmapped) memory of device 0 with pinmem.MethodAuto, caches without a
 // byte cap and releases idle memory on misses (see WithRetainOnMiss). It
-// returns an *OptionError (matching cuda.ErrInvalidValue) for an option it
+// returns a *pinmem.OptionError (matching cuda.ErrInvalidValue) for an option it
 // refuses, and the error of pinning for WithPrewarm.
 //
 // When prewarming fails, New unpins what it had pinned before returning
@@ -61,7 +61,7 @@ func New(opts ...Option) (*Pool, error) {
 	cfg := config{method: pinmem.MethodAuto, maxCached: -1}
 	for _, o := range opts {
 		if o == nil {
-			return nil, &OptionError{Option: "Option", Value: "nil", Reason: "a nil option"}
+			return nil, &pinmem.OptionError{Func: "pool.New", Option: "Option", Value: "nil", Reason: "a nil option"}
 		}
 		o(&cfg)
 	}

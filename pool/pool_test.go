@@ -489,7 +489,7 @@ func TestNamesNeedNotBeUnique(t *testing.T) {
 	}
 }
 
-// TestOptionErrors: New refuses bad options with an *OptionError naming
+// TestOptionErrors: New refuses bad options with a *pinmem.OptionError naming
 // the option and its value, matching cuda.ErrInvalidValue.
 func TestOptionErrors(t *testing.T) {
 	useFake(t)
@@ -510,7 +510,7 @@ func TestOptionErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		p, err := New(tc.opts...)
-		var oe *OptionError
+		var oe *pinmem.OptionError
 		if p != nil || !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &oe) || oe.Option != tc.option || oe.Value != tc.arg {
 			t.Errorf("%s(%s): pool %v, error %v (%#v)", tc.option, tc.arg, p, err, oe)
 			continue
@@ -624,5 +624,20 @@ func TestSegments(t *testing.T) {
 		if want := (n + 3) / 4; total != n || len(got) != want {
 			t.Errorf("n=%d: %d pieces of %d bytes, want %d pieces", n, len(got), total, want)
 		}
+	}
+}
+
+// A closed pool's errors match cuda.ErrClosed, the one closed sentinel.
+func TestClosedIsTheSharedSentinel(t *testing.T) {
+	useFake(t)
+	p, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Get(context.Background(), 8); !errors.Is(err, cuda.ErrClosed) || !errors.Is(err, ErrClosed) {
+		t.Errorf("Get after Close = %v, want cuda.ErrClosed", err)
 	}
 }
