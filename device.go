@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudaerr"
 	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/sysinfo"
 )
@@ -34,32 +35,20 @@ type binding struct{ d cudadrv.Driver }
 
 func (b binding) MemHostAlloc(size uint64, flags uint32) (hostptr.Ptr, error) {
 	p, err := b.d.MemHostAlloc(size, flags)
-	return p, public(err)
+	return p, cudaerr.Public(err)
 }
 
-func (b binding) MemFreeHost(p hostptr.Ptr) error { return public(b.d.MemFreeHost(p)) }
+func (b binding) MemFreeHost(p hostptr.Ptr) error { return cudaerr.Public(b.d.MemFreeHost(p)) }
 
 func (b binding) MemHostRegister(p hostptr.Ptr, size uint64, flags uint32) error {
-	return public(b.d.MemHostRegister(p, size, flags))
+	return cudaerr.Public(b.d.MemHostRegister(p, size, flags))
 }
 
-func (b binding) MemHostUnregister(p hostptr.Ptr) error { return public(b.d.MemHostUnregister(p)) }
+func (b binding) MemHostUnregister(p hostptr.Ptr) error { return cudaerr.Public(b.d.MemHostUnregister(p)) }
 
 func (b binding) MemHostGetDevicePointer(p hostptr.Ptr, flags uint32) (cudadrv.DevicePtr, error) {
 	dp, err := b.d.MemHostGetDevicePointer(p, flags)
-	return dp, public(err)
-}
-
-// public returns a binding error as package cuda's type, with the same
-// fields (cuda converts its own calls' errors the same way).
-func public(err error) error {
-	switch e := err.(type) {
-	case *cudadrv.Error:
-		return &cuda.Error{Op: e.Op, Code: cuda.Result(e.Code), Name: e.Name, Message: e.Detail}
-	case *cudadrv.LoadError:
-		return &cuda.LoadError{Path: e.Path, Symbol: e.Symbol, Err: e.Err}
-	}
-	return err
+	return dp, cudaerr.Public(err)
 }
 
 // deviceCaps reads dev's capabilities from its properties. Package cuda
@@ -84,7 +73,7 @@ func deviceCaps(dev *cuda.Device) (caps, error) {
 func resolve(o options) (target, error) {
 	drv, err := cudadrv.Get()
 	if err != nil {
-		return target{}, fmt.Errorf("pinmem: %w", public(err))
+		return target{}, fmt.Errorf("pinmem: %w", cudaerr.Public(err))
 	}
 	dev := o.dev
 	if dev == nil {
@@ -105,7 +94,7 @@ func resolve(o options) (target, error) {
 
 // do runs fn on a locked OS thread with the target's primary context current.
 func (t target) do(fn func() error) error {
-	return public(cudadrv.With(t.drv.d, t.ctx, fn))
+	return cudaerr.Public(cudadrv.With(t.drv.d, t.ctx, fn))
 }
 
 var (

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/ebitengine/purego v0.11.3
 	github.com/prometheus/client_golang v1.25.0
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // tests only: docs/results' JSON Schemas checked against every shipped file (maintained, full draft 2020-12 support; pulls in dlclark/regexp2 for ECMA-262 patterns)
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/vbauerster/mpb/v8 v8.16.2 // progress bar of long runs on a terminal

@@ -68,18 +68,8 @@ func callCostCases(b *testing.B) (cases map[string]func() error, sync func() err
 	}
 	b.Cleanup(func() { dev.Free() })
 	host := pinnedHost(b, ctx, 4096)
-	batch := ctx.NewBatch()
 	return map[string]func() error{
 		"asyncH2D4KiB": func() error { return s.CopyHtoD(dev, 0, host) },
-		// The same copy through a cuda.Batch issued every 8 copies (one
-		// crossing into the driver per 8): ns per copy.
-		"asyncH2D4KiB-batch8": func() error {
-			if batch.CopyHtoD(s, dev.Ptr(), host).Len() < 8 {
-				return nil
-			}
-			_, err := batch.Issue()
-			return err
-		},
 	}, func() error { return s.Synchronize(context.Background()) }
 }
 
@@ -87,7 +77,7 @@ func callCostCases(b *testing.B) (cases map[string]func() error, sync func() err
 // cuda package (purego, CGO_ENABLED=0). ns/op is per call.
 func BenchmarkCallCost(b *testing.B) {
 	cases, sync := callCostCases(b)
-	for _, name := range []string{"ctxGetCurrent", "asyncH2D4KiB", "asyncH2D4KiB-batch8"} {
+	for _, name := range []string{"ctxGetCurrent", "asyncH2D4KiB"} {
 		fn := cases[name]
 		b.Run(name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
@@ -132,7 +122,7 @@ func BenchmarkCallCostVsC(b *testing.B) {
 	if testing.Short() {
 		rounds = 5
 	}
-	names := []string{"ctxGetCurrent", "asyncH2D4KiB", "asyncH2D4KiB-batch8"}
+	names := []string{"ctxGetCurrent", "asyncH2D4KiB"}
 	goNs, pgNs, cNs := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	for i := 0; i < b.N; i++ {
 		for r := range rounds {
@@ -205,7 +195,7 @@ func medianRatio(a, b []float64) float64 {
 }
 
 // cKind maps a case to the "kind" the C reference prints for it.
-var cKind = map[string]string{"ctxGetCurrent": "cuCtxGetCurrent", "asyncH2D4KiB": "cuMemcpyHtoDAsync", "asyncH2D4KiB-batch8": "cuMemcpyHtoDAsync"}
+var cKind = map[string]string{"ctxGetCurrent": "cuCtxGetCurrent", "asyncH2D4KiB": "cuMemcpyHtoDAsync"}
 
 // sampleC runs the C reference for a few samples and returns its median
 // ns per call for each kind it measured.

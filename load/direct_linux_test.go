@@ -158,11 +158,16 @@ func TestFakeDirectTailOnStrictKernel(t *testing.T) {
 	for _, n := range []int{5000, 64<<10 + 1, 300000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			path, data := tempFile(t, n, uint64(n))
-			if f, err := openDirect(path); err != nil {
-				t.Skipf("O_DIRECT refused here: %v", err)
-			} else {
-				f.Close()
+			pf, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
 			}
+			f, err := openDirect(pf)
+			pf.Close()
+			if err != nil {
+				t.Skipf("O_DIRECT refused here: %v", err)
+			}
+			f.Close()
 			l := e.loader(t, WithMode(ModeDirect))
 			dst := e.devbuf(t, n)
 			st, err := l.LoadFile(context.Background(), path, dst)

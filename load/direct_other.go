@@ -5,14 +5,27 @@ package load
 import (
 	"errors"
 	"os"
+	"sync/atomic"
 )
 
 // errNoDirect is why ModeDirect reads buffered outside Linux.
 var errNoDirect = errors.New("O_DIRECT is supported on Linux only")
 
-func openDirect(string) (*os.File, error) { return nil, errNoDirect }
+func openDirect(*os.File) (*os.File, error) { return nil, errNoDirect }
 
 func isDirectRefusal(err error) bool { return errors.Is(err, errNoDirect) }
 
 // residency cannot be sampled outside Linux.
 func residency(*os.File, []extent) (float64, bool) { return 0, false }
+
+// mapping is unused outside Linux, where ModeMapped reads buffered.
+type mapping struct {
+	mem  []byte
+	refs atomic.Int64
+}
+
+func mapFile(*os.File, int64) (*mapping, error) {
+	return nil, errors.New("ModeMapped is supported on Linux only")
+}
+
+func (m *mapping) release() {}

@@ -12,7 +12,7 @@
 //
 //	l, err := load.New(gpu)                     // 16 stages of 16 MiB
 //	...
-//	defer l.Close()
+//	defer l.Close(ctx)
 //	st, err := l.LoadFile(ctx, "model.bin", dst) // the whole file into dst
 //	fmt.Printf("%.1f GB/s (%v)\n", st.GBps(), st.Mode)
 //
@@ -39,16 +39,37 @@
 // open or at a read) the load falls back to buffered reads and
 // Stats.Fallback says why; outside Linux every load is buffered.
 //
+// ModeMapped, asked for by option, moves a cached file with no CPU copy:
+// the file is mapped, and each stage-sized window of it is registered
+// read-only while its copy runs, so that the copy engine reads the page
+// cache itself; no more windows are registered at once than the Loader
+// has stages. Where the device cannot register read-only or the driver
+// refuses, the load reads buffered and says why. ModeAuto does not choose
+// it: whether it beats buffered reads depends on how fast the driver
+// registers page-cache pages on the host at hand.
+//
 // # Errors and cancellation
 //
 // Options are checked by New (an *OptionError matching
 // cuda.ErrInvalidValue); invalid ranges are a *RangeError (ErrRange) and a
 // file shorter than the ranges a *ShortFileError (ErrShortFile), both
-// before anything is read. Loads on one Loader run one at a time; one that
-// waits for its turn returns its context's error if the context ends
-// first. A canceled context stops new reads at once;
-// Load then waits for the copies already queued, at most the stages'
-// memory, because a stage cannot be reused or freed while the copy engine
-// still reads it. No error path leaves pinned memory behind: New releases
-// what it created when it fails, and Close releases the rest.
+// before anything is read; only regular files are opened (a FIFO or a
+// device is an error matching fs.ErrInvalid, and the open never blocks);
+// a file that changes while it is loaded is an error matching ErrChanged.
+// Loads on one Loader run one at a time; one that waits for its turn
+// returns its context's error if the context ends first. Every wait of a
+// load and of Close is bounded by its context, also on a device that
+// never finishes a copy: a stage comes back to the Loader only once its
+// copies have run, and the next load or Close waits for it (bounded by
+// its own context). A panic in a Progress or ready callback is recovered
+// on the loader goroutine and raised again on the caller's. No error path
+// leaves pinned memory behind: New releases what it created when it
+// fails, and Close releases the rest (in the background, once the copies
+// in flight finish, when its context ends first).
+//
+// # Checkpoints of several files
+//
+// LoadFiles loads ranges of several files at once under the one pinned
+// budget of the Loader's stages, calling back as each range lands;
+// package safetensors uses it for sharded checkpoints.
 package load

@@ -16,6 +16,11 @@ var (
 	// ErrShortFile: a range runs past the end of the file, or the file
 	// ended early while it was read (it was truncated during the load).
 	ErrShortFile = errors.New("load: file shorter than the ranges")
+	// ErrChanged: a file's size or modification time changed while it was
+	// loaded; the data on the device may mix its old and new contents. A
+	// change that leaves both as they were (within the file system's
+	// timestamp granularity) goes unseen.
+	ErrChanged = errors.New("load: file changed during the load")
 	// ErrClosed: the Loader was closed.
 	ErrClosed = errors.New("load: loader closed")
 )

@@ -25,7 +25,7 @@ func ExampleLoader_Load() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer l.Close()
+	defer l.Close(context.Background())
 
 	dst, err := gpu.Alloc(2 << 30)
 	if err != nil {

@@ -51,7 +51,7 @@ func (e fakeEnv) loader(t *testing.T, opts ...Option) *Loader {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := l.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		if err := l.Close(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
 			t.Errorf("Close: %v", err)
 		}
 	})
@@ -97,7 +97,7 @@ func TestFakeLoadFileEveryMode(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	for _, n := range []int{1, 4095, 4096, 64<<10 - 1, 64 << 10, 64<<10 + 1, 1<<20 + 12345} {
 		path, data := tempFile(t, n, uint64(n))
-		for _, m := range []Mode{ModeBuffered, ModeDirect, ModeAuto} {
+		for _, m := range []Mode{ModeBuffered, ModeDirect, ModeAuto, ModeMapped} {
 			t.Run(fmt.Sprintf("%d/%v", n, m), func(t *testing.T) {
 				l := e.loader(t, WithMode(m))
 				dst := e.devbuf(t, n+100)
@@ -248,13 +248,13 @@ func TestFakeRangeErrors(t *testing.T) {
 	if err != nil || st.Bytes != 0 {
 		t.Errorf("empty load: %+v, %v", st, err)
 	}
-	if err := l.Close(); err != nil {
+	if err := l.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Load(context.Background(), path, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("Load after Close: %v", err)
 	}
-	if err := l.Close(); !errors.Is(err, ErrClosed) {
+	if err := l.Close(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("second Close: %v", err)
 	}
 }
@@ -279,13 +279,13 @@ func TestFakeOptions(t *testing.T) {
 			t.Errorf("%s: New = %v, %v; want an *OptionError", name, l, err)
 		}
 		if l != nil {
-			_ = l.Close()
+			_ = l.Close(context.Background())
 		}
 	}
 	if _, err := New(nil); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("New(nil): %v", err)
 	}
-	for _, s := range []string{"auto", "direct", "buffered"} {
+	for _, s := range []string{"auto", "direct", "buffered", "mapped"} {
 		if m, err := ParseMode(s); err != nil || m.String() != s {
 			t.Errorf("ParseMode(%q) = %v, %v", s, m, err)
 		}
@@ -310,7 +310,7 @@ func TestFakeNewReleasesOnFailure(t *testing.T) {
 			}
 			l, err := New(e.ctx, WithStageSize(64<<10), WithStages(4), WithStreams(2))
 			if err == nil {
-				_ = l.Close()
+				_ = l.Close(context.Background())
 				if nth <= 2 || op == "cuEventCreate" {
 					t.Errorf("%s failing at call %d: New succeeded", op, nth)
 				}
@@ -414,7 +414,7 @@ func TestFakeDirectRefused(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	path, data := tempFile(t, 300000, 8)
 	prev := openDirectFile
-	openDirectFile = func(string) (*os.File, error) { return nil, errors.New("invalid argument (simulated)") }
+	openDirectFile = func(*os.File) (*os.File, error) { return nil, errors.New("invalid argument (simulated)") }
 	defer func() { openDirectFile = prev }()
 	l := e.loader(t, WithMode(ModeDirect))
 	dst := e.devbuf(t, len(data))
@@ -475,7 +475,7 @@ func TestFakePinnedMemoryIsBounded(t *testing.T) {
 	if peak-before != l.PinnedBytes() {
 		t.Errorf("pinned %d bytes during the load, want the stages' %d", peak-before, l.PinnedBytes())
 	}
-	if err := l.Close(); err != nil {
+	if err := l.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := pinmem.Stats().Pinned.Bytes; got != before {
@@ -542,7 +542,14 @@ func TestFakeDirectOpenFindsAnotherFile(t *testing.T) {
 	path, data := tempFile(t, 300000, 13)
 	replacement, _ := tempFile(t, 300000, 14)
 	prev := openDirectFile
-	openDirectFile = func(string) (*os.File, error) { return prev(replacement) }
+	openDirectFile = func(*os.File) (*os.File, error) {
+		f, err := os.Open(replacement)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		return prev(f)
+	}
 	defer func() { openDirectFile = prev }()
 	l := e.loader(t, WithMode(ModeDirect))
 	dst := e.devbuf(t, len(data))

@@ -35,7 +35,7 @@ func gpuLoader(t testing.TB, ctx *cuda.Context, opts ...Option) *Loader {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := l.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		if err := l.Close(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
 			t.Errorf("Close: %v", err)
 		}
 	})

@@ -52,9 +52,18 @@ const (
 	ModeDirect
 	// ModeBuffered reads through the page cache with ordinary pread.
 	ModeBuffered
+	// ModeMapped maps the files and registers each window of a stage's
+	// size read-only (pinmem.ReadOnly), so that the copy engine reads the
+	// page cache with no copy by the CPU; at most as many windows as
+	// stages are registered at once. Where the device or the driver
+	// refuses the registration (no read-only registration support), the
+	// load reads buffered and Stats.Fallback says why. Linux only. A file
+	// truncated while it is mapped is undefined here: use it for files
+	// that do not change.
+	ModeMapped
 )
 
-// String returns "auto", "direct" or "buffered".
+// String returns "auto", "direct", "buffered" or "mapped".
 func (m Mode) String() string {
 	switch m {
 	case ModeAuto:
@@ -63,25 +72,28 @@ func (m Mode) String() string {
 		return "direct"
 	case ModeBuffered:
 		return "buffered"
+	case ModeMapped:
+		return "mapped"
 	}
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
 
 // ParseMode parses the names String returns.
 func ParseMode(s string) (Mode, error) {
-	for _, m := range []Mode{ModeAuto, ModeDirect, ModeBuffered} {
+	for _, m := range []Mode{ModeAuto, ModeDirect, ModeBuffered, ModeMapped} {
 		if s == m.String() {
 			return m, nil
 		}
 	}
-	return 0, &OptionError{Option: "Mode", Value: fmt.Sprintf("%q", s), Reason: "want auto, direct or buffered"}
+	return 0, &OptionError{Option: "Mode", Value: fmt.Sprintf("%q", s), Reason: "want auto, direct, buffered or mapped"}
 }
 
 // Progress is called as data lands in device memory with the bytes
 // delivered so far and in all (the sum of the ranges' lengths). Calls of one
 // load never overlap and done never decreases; the last call has done ==
 // total unless the load failed. It runs on a loader goroutine: it must
-// return quickly and must not call the Loader.
+// return quickly and must not call the Loader. A panic in it stops the
+// load and is raised again by the load on its caller's goroutine.
 type Progress func(done, total int64)
 
 // Option configures a Loader in New. Options only record their values; New
@@ -120,7 +132,7 @@ func (c *config) check() error {
 		return &OptionError{Option: "WithStages", Value: fmt.Sprint(c.stages), Reason: "want 1 to 1024"}
 	case c.streams < 1 || c.streams > 64:
 		return &OptionError{Option: "WithStreams", Value: fmt.Sprint(c.streams), Reason: "want 1 to 64"}
-	case c.mode > ModeBuffered:
+	case c.mode > ModeMapped:
 		return &OptionError{Option: "WithMode", Value: fmt.Sprint(uint8(c.mode)), Reason: "unknown mode"}
 	case !(c.warm >= 0 && c.warm <= 1): // NaN fails too
 		return &OptionError{Option: "WithWarmThreshold", Value: fmt.Sprint(c.warm), Reason: "want a fraction from 0 to 1"}

@@ -25,12 +25,14 @@ type piece struct {
 	stageOff int
 	n        int
 	dst      cuda.DevicePtr
+	rng      int // the range it belongs to
 }
 
 // read is one pread into a stage: length bytes at file offset off, and the
 // copies out of it. need is the end of the last byte a copy takes (the read
 // may end early past it only at the end of the file).
 type read struct {
+	file   int // index of the file in the load
 	off    int64
 	length int
 	need   int
@@ -149,7 +151,7 @@ func plan(rs []Range, stage int, align int64) []read {
 				cur = &reads[len(reads)-1]
 			}
 			stop := min(end, cur.off+int64(stage))
-			p := piece{stageOff: int(pos - cur.off), n: int(stop - pos), dst: r.Dst.Ptr().Add(int(pos - r.Offset))}
+			p := piece{stageOff: int(pos - cur.off), n: int(stop - pos), dst: r.Dst.Ptr().Add(int(pos - r.Offset)), rng: i}
 			cur.pieces = append(cur.pieces, p)
 			cur.need = max(cur.need, p.stageOff+p.n)
 			cur.length = int(min(up(cur.off+int64(cur.need)), cur.off+int64(stage)) - cur.off)

@@ -131,3 +131,27 @@ func TestExtents(t *testing.T) {
 		t.Errorf("extents of an empty range = %v", got)
 	}
 }
+
+// TestChoose is the table of how a load reads its files.
+func TestChoose(t *testing.T) {
+	for _, c := range []struct {
+		mode     Mode
+		resident float64
+		sampled  bool
+		want     Mode
+	}{
+		{ModeAuto, 1, true, ModeBuffered},
+		{ModeAuto, 0.5, true, ModeBuffered},
+		{ModeAuto, 0.49, true, ModeDirect},
+		{ModeAuto, 0, true, ModeDirect},
+		{ModeAuto, 0, false, ModeBuffered},
+		{ModeDirect, 1, true, ModeDirect},
+		{ModeBuffered, 0, true, ModeBuffered},
+		{ModeMapped, 0, true, ModeMapped},
+		{ModeMapped, 1, false, ModeMapped},
+	} {
+		if got := choose(c.mode, c.resident, c.sampled, DefaultWarmThreshold); got != c.want {
+			t.Errorf("choose(%v, %v, %v) = %v, want %v", c.mode, c.resident, c.sampled, got, c.want)
+		}
+	}
+}

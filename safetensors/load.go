@@ -23,15 +23,14 @@ func ReadHeader(path string) (*Header, error) {
 
 // openHeader opens the file at path and parses its header, and returns the
 // open file for the load to read the data of that same file.
+//
+// Only a regular file is opened: a FIFO or a device is an error matching
+// fs.ErrInvalid, and the open never blocks (O_NONBLOCK, which changes
+// nothing for a regular file).
 func openHeader(path string) (*Header, *os.File, string, error) {
-	f, err := os.Open(path)
+	f, fi, err := openRegular(func() (*os.File, error) { return openNB(path) }, path)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("safetensors: %w", err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, "", fmt.Errorf("safetensors: %w", err)
+		return nil, nil, "", err
 	}
 	h, err := Parse(f, fi.Size())
 	if err != nil {

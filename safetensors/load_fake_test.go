@@ -41,7 +41,7 @@ func useFake(t *testing.T) fakeEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
+		if err := l.Close(context.Background()); err != nil {
 			t.Error(err)
 		}
 	})

@@ -106,7 +106,7 @@ func TestGPULoadModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := l.Close(); err != nil {
+		if err := l.Close(context.Background()); err != nil {
 			t.Error(err)
 		}
 	}()

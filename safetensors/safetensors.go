@@ -51,6 +51,13 @@
 // asynchronous copies, direct I/O for files that are not in the page
 // cache. The header is parsed and checked before anything is allocated
 // or read, so a malformed file costs no device memory.
+//
+// LoadCheckpoint loads a checkpoint as it is published: one file, a
+// directory of shards, or a sharded checkpoint's index
+// (model.safetensors.index.json). The shards are read in parallel under
+// the Loader's one pinned budget, a callback announces each tensor as
+// soon as it is on the device, and a part function chooses what of each
+// tensor to load and where (all of it, a rank's slice, or nothing).
 package safetensors
 
 import (

@@ -132,15 +132,26 @@ kernel holds the stream while the copies are queued, so launch overhead is not
 timed; a warm-up, then several samples (median, min, max); random data, poisoned
 destinations, every byte of a sample checked.
 
-Kinds: pageable (Go heap), pinned (cuMemHostAlloc), portable, write-combined,
-mmap-register (mmap + cuMemHostRegister), go-register (pinmem.Register of a
-Go slice), mapped (zero-copy: a kernel reads/writes host memory), staged (Go
-slice through pinned stages, package transfer). Directions: h2d, d2h, bidir
-(both at once on two streams; the figure is the sum).
+Kinds: pageable (Go heap, the driver's asynchronous pageable copy, timed by
+events), pageable-sync (Go heap, the driver's synchronous copy, timed by the
+wall clock), pinned (cuMemHostAlloc), portable, write-combined, mmap-register
+(mmap + cuMemHostRegister), go-register (pinmem.Register of a Go slice),
+mapped (zero-copy: a kernel reads/writes host memory), copier (a Go slice
+moved by a default transfer.Copier, what users of package transfer get; each
+row's path says which path the Copier took at that size), copier-staged (a
+Copier forced to stage every size through its pinned ring; "staged" is an
+alias). The wall-clock kinds compare like with like: copier against
+pageable-sync is the Copier against the driver's own copy of Go memory.
+Directions: h2d, d2h, bidir (both at once: two streams, or for the wall-clock
+kinds and pageable two goroutines; the figure is the sum).
+
+Every row names its same-run reference and the ratio to it (JSON: ref,
+ratio): Go-memory kinds against pageable-sync, the pinned family against
+pinned (or the C reference's rows where pinmem bench all ran it).
 
 Subcommands: "bench pin" (cost of pinning), "bench overlap" (the pipeline),
 "bench matrix" (every GPU alone and all at once, like nvbandwidth), "bench
-blocks" (scattered block copies by each CopyBlocks strategy), "bench load"
+blocks" (scattered block copies by each blocks.Copier strategy, one way and both at once), "bench load"
 (a file to the GPU).
 
 ` + exitHelp,
@@ -362,9 +373,13 @@ func newZeroCopy() *cobra.Command {
 		Long: `zerocopy reads data that lives in host memory R times with a kernel
 (read_sum_u32), two ways: zero-copy (the kernel reads mapped host memory
 through its device pointer on every pass) and explicit (one copy to device
-memory, then R passes there). Zero-copy wins for data read once; the ratio
-column (speed against explicit, above 1 = zero-copy faster) shows where that
-stops. Needs the kernels to load.`,
+memory, then R passes there). Zero-copy moves the data over the bus on every
+pass, at the rate a kernel's loads reach over PCIe; the explicit copy moves
+it once, at the copy engine's rate. Whether zero-copy wins even for data read
+once depends on the machine: the ratio column (speed against explicit, above
+1 = zero-copy faster) shows it, and docs/PERF.md shows the shipped run's.
+Zero-copy saves the device memory and the copy; each further read costs it
+another trip over the bus. Needs the kernels to load.`,
 		Example: `  pinmem zerocopy
   pinmem zerocopy --sizes 64MiB --reuse 1,2,4,8,16 --plot zerocopy.png`,
 		Args: noArgs,

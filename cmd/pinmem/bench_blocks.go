@@ -21,16 +21,22 @@ func newBenchBlocks() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "blocks",
-		Short: "Scattered block copies (a KV cache paged in and out): each CopyBlocks strategy against one contiguous copy",
-		Long: `blocks measures cuda.Stream.CopyBlocks the way an inference server pages a
-KV cache: a list of --blocks blocks, scattered on both sides (host slots of one
+		Short: "Scattered block copies (a KV cache paged out and in, one way or both at once): each blocks.Copier strategy against contiguous copies",
+		Long: `blocks measures package blocks the way an inference server pages a KV
+cache: a list of --blocks blocks, scattered on both sides (host slots of one
 pinned, mapped allocation taken in shuffled order with 4 KiB left between
-slots; device slots of one device allocation, shuffled), copied in one
-direction by each strategy: driver-batch (one cuMemcpyBatchAsync, CUDA 12.8+),
-per-copy (one cuMemcpyAsync per block), kernel (pinmem's gather/scatter kernel
-over mapped host memory) and auto (the note says which it chose), beside
-contiguous: one copy of the same bytes, contiguous on both sides, the upper
-bound. The ratio column is each against contiguous.
+slots; device slots of one device allocation, shuffled), copied by each
+strategy: driver-batch (cuMemcpyBatchAsync, CUDA 12.8+), per-copy (one
+cuMemcpyAsync per block), kernel (pinmem's gather/scatter kernel over mapped
+host memory) and auto (the note says which it chose). Directions h2d and d2h
+move one list one way, beside contiguous: one copy of the same bytes,
+contiguous on both sides, the upper bound. Direction bidir pages one list out
+and another in at once on two streams with one call, beside contiguous: one
+contiguous copy each way at once, the bidirectional pinned bound; its figure
+is the bytes of both directions over the time of both. The ratio column is
+each against contiguous of the same size and direction. The defaults move
+4096 blocks of up to 2 MiB: with bidir, 16 GiB of device memory and as much
+pinned host memory; --blocks and --sizes make a run smaller.
 
 A sample is one list, timed with the host wall clock from the call that
 queues it to the end of the stream's synchronize, so the CPU cost of queuing
@@ -41,6 +47,7 @@ lacks (driver-batch before CUDA 12.8) is reported as skipped.
 
 ` + exitHelp,
 		Example: `  pinmem bench blocks
+  pinmem bench blocks --sizes 2MiB --dirs bidir
   pinmem bench blocks --sizes 16KiB,1MiB --blocks 1024 --dirs h2d --format json -o blocks.json --plot blocks.png`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
@@ -84,10 +91,10 @@ lacks (driver-batch before CUDA 12.8) is reported as skipped.
 	o.register(c, 5, bench.BlockKindContiguous, oneOf(bench.ParseBlockKinds), bench.AllBlockKinds())
 	fl := c.Flags()
 	fl.StringVar(&sizes, "sizes", sizeList(bench.DefaultBlockSizes), "block sizes, comma-separated (each up to "+bench.FormatSize(bench.MaxBlockSize)+"); --size is the same flag")
-	fl.StringVar(&dirs, "dirs", strings.Join(bench.AllBlockDirs(), ","), "directions, comma-separated: h2d, d2h (or all); --dir is the same flag")
+	fl.StringVar(&dirs, "dirs", strings.Join(bench.AllBlockDirs(), ","), "directions, comma-separated: h2d, d2h, bidir (or all); --dir is the same flag")
 	fl.IntVar(&blocks, "blocks", bench.DefaultBlocks, "blocks per list")
 	_ = c.RegisterFlagCompletionFunc("dirs", fixedCompletion(append(bench.AllBlockDirs(), "all")...))
-	_ = c.RegisterFlagCompletionFunc("sizes", fixedCompletion("16KiB", "64KiB", "256KiB", "1MiB"))
+	_ = c.RegisterFlagCompletionFunc("sizes", fixedCompletion("16KiB", "64KiB", "256KiB", "512KiB", "2MiB"))
 	_ = c.RegisterFlagCompletionFunc("blocks", cobra.NoFileCompletions)
 	return c
 }

@@ -40,11 +40,11 @@ func TestBenchBlocksFake(t *testing.T) {
 	}
 	cfg, _ := m.Config.(map[string]any)
 	if cfg == nil || cfg["Blocks"] != 64.0 || cfg["Samples"] != 2.0 || cfg["Gap"] != float64(bench.DefaultBlockGap) ||
-		fmt.Sprint(cfg["Sizes"]) != "[4096 16384]" || fmt.Sprint(cfg["Dirs"]) != "[h2d d2h]" || fmt.Sprint(cfg["Kinds"]) != fmt.Sprint(bench.AllBlockKinds()) {
+		fmt.Sprint(cfg["Sizes"]) != "[4096 16384]" || fmt.Sprint(cfg["Dirs"]) != "[h2d d2h bidir]" || fmt.Sprint(cfg["Kinds"]) != fmt.Sprint(bench.AllBlockKinds()) {
 		t.Errorf("config %v", m.Config)
 	}
-	if len(rep.Results) != 2*2*len(bench.AllBlockKinds()) {
-		t.Fatalf("%d results, want %d", len(rep.Results), 2*2*len(bench.AllBlockKinds()))
+	if want := 2 * 3 * len(bench.AllBlockKinds()); len(rep.Results) != want {
+		t.Fatalf("%d results, want %d", len(rep.Results), want)
 	}
 	for _, r := range rep.Results {
 		if r.Bench != "blocks" || r.Skipped || !r.Verified || r.VerifyFailed || r.Samples != 2 || r.Median <= 0 || r.Timing != bench.TimingWall {
@@ -68,7 +68,7 @@ func TestBenchBlocksFake(t *testing.T) {
 	if code != exitOK {
 		t.Errorf("csv: exit %d", code)
 	}
-	if err := checkCSV(csvOut, 2*len(bench.AllBlockKinds())); err != nil {
+	if err := checkCSV(csvOut, len(bench.AllBlockDirs())*len(bench.AllBlockKinds())); err != nil {
 		t.Errorf("csv: %v\n%s", err, csvOut)
 	}
 
@@ -111,7 +111,7 @@ func TestBenchBlocksVerifyFailure(t *testing.T) {
 	})
 	out := filepath.Join(t.TempDir(), "blocks.json")
 	_, stderr, code := cli(t, "bench", "blocks", "--sizes", "4KiB", "--blocks", "8", "--samples", "2", "--quiet", "--format", "json", "-o", out)
-	if code != exitProblem || !strings.Contains(stderr, "verification failed in 2 result(s)") || strings.Count(stderr, "\n") != 1 {
+	if code != exitProblem || !strings.Contains(stderr, "verification failed in 3 result(s)") || strings.Count(stderr, "\n") != 1 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 	for _, r := range readReport(t, out).Results {
@@ -168,7 +168,7 @@ func TestBenchBlocksBadCommandLines(t *testing.T) {
 		{[]string{"--sizes", "12Q"}, `unknown suffix "Q"`},
 		{[]string{"--size", "2GiB"}, "--sizes 2GiB: a block is at most 1GiB"},
 		{[]string{"--sizes", "1MiB", "--blocks", "1048576"}, "more than 1TiB"},
-		{[]string{"--dirs", "bidir"}, `--dirs: unknown direction "bidir" (want one of h2d, d2h, or all)`},
+		{[]string{"--dirs", "sideways"}, `--dirs: unknown direction "sideways" (want one of h2d, d2h, bidir, or all)`},
 		{[]string{"--dir", "up"}, `--dirs: unknown direction "up"`},
 		{[]string{"--dirs", ","}, "--dirs: empty direction list"},
 		{[]string{"--samples", "0"}, "--samples 0: must be from 1 to 1000"},

@@ -29,6 +29,7 @@ func init() {
 // Kinds of the load bench's results.
 const (
 	loadKindLoader   = "loader"        // package load: file to device memory
+	loadKindMapped   = "loader-mapped" // package load, ModeMapped: the mapping registered read-only, no CPU copy
 	loadKindParallel = "read-parallel" // N goroutines pread into Go memory
 	loadKindDirect   = "read-direct"   // sequential O_DIRECT reads, several in flight
 	loadKindBuffered = "read-buffered" // sequential buffered reads, one at a time
@@ -65,7 +66,17 @@ func newBenchLoad() *cobra.Command {
 seconds per GB of the whole process), beside the rate at which the same run
 reads FILE from the page cache into Go memory with as many goroutines as the
 loader has readers (no GPU): the ratio column shows how close the loader
-comes to the page cache.
+comes to the page cache. The loader-mapped row loads the warm FILE again
+through its mapping, registered read-only window by window so that the copy
+engine reads the page cache with no CPU copy (it says where the device
+refuses and the loader fell back to reads).
+
+FILE may also be a sharded safetensors checkpoint, its directory or its
+model.safetensors.index.json: then safetensors.LoadCheckpoint loads every
+tensor into one device allocation, the shards in parallel (rows checkpoint
+and checkpoint-mapped), beside a parallel read of every shard; the
+checkpoint-first row is the time until the first tensor is on the device.
+Every tensor is verified. A checkpoint is measured warm only.
 
 With --drop-caches (as root) it also measures a cold FILE, dropping the page
 cache (echo 3 > /proc/sys/vm/drop_caches) before every cold sample: the
@@ -78,6 +89,7 @@ the host, against the same of the device memory copied back.
 
 ` + exitHelp,
 		Example: `  pinmem bench load model.safetensors
+  pinmem bench load /models/llama/model.safetensors.index.json
   sudo pinmem bench load --drop-caches --samples 3 /nvme/model.safetensors --format json -o load.json`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -95,7 +107,7 @@ the host, against the same of the device memory copied back.
 			}
 			m, err := load.ParseMode(mode)
 			if err != nil {
-				return usagef("--mode %q: want auto, direct or buffered", mode)
+				return usagef("--mode %q: want auto, direct, buffered or mapped", mode)
 			}
 			cfg.Mode = m.String()
 			n, err := units.ParseSize(stageSize, load.MaxStageSize)
@@ -116,9 +128,16 @@ the host, against the same of the device memory copied back.
 				return usage(err)
 			}
 			fi, err := os.Stat(cfg.File)
+			checkpoint := err == nil && isCheckpoint(cfg.File, fi)
 			switch {
 			case err != nil:
 				return usagef("%s: %v", cfg.File, unwrapPath(err))
+			case checkpoint && cfg.DropCaches:
+				return usagef("--drop-caches: a checkpoint is measured warm only")
+			case checkpoint:
+				if shards, err := checkpointShards(cfg.File); err != nil || len(shards) == 0 {
+					return usagef("%s: not a safetensors checkpoint (no index, no .safetensors file): %v", cfg.File, err)
+				}
 			case !fi.Mode().IsRegular():
 				return usagef("%s: not a regular file", cfg.File)
 			case fi.Size() == 0:
@@ -126,7 +145,9 @@ the host, against the same of the device memory copied back.
 			case int64(int(fi.Size())) != fi.Size():
 				return usagef("%s: too large for this platform", cfg.File)
 			}
-			cfg.Size = fi.Size()
+			if !checkpoint {
+				cfg.Size = fi.Size() // a checkpoint's is its tensors' bytes, found by runCheckpointBench
+			}
 			if cfg.DropCaches && os.Geteuid() != 0 {
 				return usagef("--drop-caches needs root (it writes /proc/sys/vm/drop_caches)")
 			}
@@ -137,14 +158,20 @@ the host, against the same of the device memory copied back.
 			if err := checkBudgetEnv(); err != nil {
 				return err
 			}
-			pr := newProgress(cmd.ErrOrStderr(), quiet, 10, "bench load") // 5 measurements, 2 results each
+			pr := newProgress(cmd.ErrOrStderr(), quiet, 12, "bench load") // 6 measurements, 2 results each
 			s, err := bench.Open(cmd.Context(), device, bench.SessionConfig{Progress: pr.writer(), NoSpin: true})
 			if err != nil {
 				pr.done()
 				return err
 			}
 			defer closeSession(s, &err)
-			rs, runErr := runLoadBench(cmd.Context(), s.Ctx, cfg, opts, pr.writer())
+			var rs []bench.Result
+			var runErr error
+			if checkpoint {
+				rs, runErr = runCheckpointBench(cmd.Context(), s.Ctx, &cfg, opts, pr.writer())
+			} else {
+				rs, runErr = runLoadBench(cmd.Context(), s.Ctx, cfg, opts, pr.writer())
+			}
 			pr.done()
 			mt := meta(s.Meta("pinmem bench load"), cfg)
 			mt.Timing = "host wall clock around each whole load or read of the file; CPU time from getrusage(RUSAGE_SELF)"
@@ -155,7 +182,7 @@ the host, against the same of the device memory copied back.
 	fl := c.Flags()
 	fl.IntVar(&device, "device", 0, "GPU ordinal to load to")
 	fl.IntVar(&cfg.Samples, "samples", 3, "timed samples per measurement (median, min and max are reported)")
-	fl.StringVar(&mode, "mode", "auto", "the loader's read mode for the warm file: auto, direct or buffered (cold loads use auto)")
+	fl.StringVar(&mode, "mode", "auto", "the loader's read mode for the warm file: auto, direct, buffered or mapped (cold loads use auto)")
 	fl.IntVar(&cfg.Readers, "readers", min(load.DefaultReaders, runtime.NumCPU()), "loader reader goroutines, and goroutines of the parallel page-cache read")
 	fl.IntVar(&cfg.Stages, "stages", 0, "pinned stages of the loader (0: twice --readers)")
 	fl.StringVar(&stageSize, "stage-size", "16MiB", "bytes per stage and per read request")
@@ -163,7 +190,7 @@ the host, against the same of the device memory copied back.
 	fl.IntVar(&cfg.Depth, "depth", 8, "O_DIRECT requests in flight in the cold sequential read")
 	fl.BoolVar(&cfg.DropCaches, "drop-caches", false, "measure the cold file too, dropping the page cache before each cold sample (root only)")
 	fl.BoolVar(&quiet, "quiet", false, "no progress bar on standard error")
-	_ = c.RegisterFlagCompletionFunc("mode", fixedCompletion("auto", "direct", "buffered"))
+	_ = c.RegisterFlagCompletionFunc("mode", fixedCompletion("auto", "direct", "buffered", "mapped"))
 	return c
 }
 
@@ -386,7 +413,7 @@ func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, o
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = warmLoader.Close() }()
+	defer func() { _ = warmLoader.Close(ctx) }()
 	var last load.Stats
 	// timedLoad returns a timed sample of l, and the check of the device
 	// data that follows the samples (untimed).
@@ -445,6 +472,30 @@ func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, o
 		return rs, err
 	}
 	add(withVerify(part, verify))
+	// One loader's stages pinned at a time.
+	if err := warmLoader.Close(ctx); err != nil {
+		return rs, err
+	}
+
+	// The warm file again through its mapping, registered read-only
+	// window by window: the copy engine reads the page cache.
+	mappedLoader, err := load.New(gpu, append(append([]load.Option{}, opts...), load.WithMode(load.ModeMapped))...)
+	if err != nil {
+		return rs, err
+	}
+	fn, verify = timedLoad(mappedLoader)
+	if err := dst.Memset(0); err != nil {
+		_ = mappedLoader.Close(ctx)
+		return rs, err
+	}
+	part, err = measure(ctx, loadKindMapped, "warm", cfg.Size, cfg.Samples, nil, fn, "")
+	if cerr := mappedLoader.Close(ctx); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return rs, err
+	}
+	add(withVerify(part, verify))
 
 	coldNote := "needs --drop-caches, as root"
 	cold := []struct {
@@ -465,16 +516,12 @@ func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, o
 		}
 		return rs, nil
 	}
-	// One loader's stages pinned at a time.
-	if err := warmLoader.Close(); err != nil {
-		return rs, err
-	}
 	coldOpts := append(append([]load.Option{}, opts...), load.WithMode(load.ModeAuto))
 	coldLoader, err := load.New(gpu, coldOpts...)
 	if err != nil {
 		return rs, err
 	}
-	defer func() { _ = coldLoader.Close() }()
+	defer func() { _ = coldLoader.Close(ctx) }()
 	fn, verify = timedLoad(coldLoader)
 	if err := dst.Memset(0); err != nil {
 		return rs, err

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/safetensors"
 )
 
 // TestBenchLoadFake runs the command on the fake driver (structure and
@@ -32,7 +35,7 @@ func TestBenchLoadFake(t *testing.T) {
 	for _, r := range rep.Results {
 		got[r.Kind+"/"+r.Dir+"/"+string(r.Unit)] = r
 	}
-	for _, k := range []string{"read-parallel/warm", "loader/warm"} {
+	for _, k := range []string{"read-parallel/warm", "loader/warm", "loader-mapped/warm"} {
 		for _, u := range []bench.Unit{bench.GBps, bench.CPUsPerGB} {
 			r, ok := got[k+"/"+string(u)]
 			if !ok || r.Skipped || r.Samples != 2 || r.Median <= 0 && u == bench.GBps || r.Size != 3<<20+5 {
@@ -42,6 +45,9 @@ func TestBenchLoadFake(t *testing.T) {
 	}
 	if r := got["loader/warm/GB/s"]; !r.Verified || !strings.Contains(r.Note, "mode") {
 		t.Errorf("warm loader not verified: %+v", r)
+	}
+	if r := got["loader-mapped/warm/GB/s"]; !r.Verified || !strings.Contains(r.Note, "mode mapped") {
+		t.Errorf("mapped loader not verified, or not mapped: %+v", r)
 	}
 	for _, k := range []string{"loader/cold", "read-direct/cold", "read-buffered/cold"} {
 		if r, ok := got[k+"/GB/s"]; !ok || !r.Skipped || !strings.Contains(r.Note, "--drop-caches") {
@@ -121,6 +127,68 @@ func TestGPUBenchLoad(t *testing.T) {
 		}
 		if r.Kind == loadKindLoader && r.Dir == "warm" && !r.Verified {
 			t.Errorf("loader not verified: %s", r)
+		}
+	}
+}
+
+// TestBenchLoadCheckpointFake runs the command on a sharded checkpoint on
+// the fake driver: its rows are there, and the loads verified.
+func TestBenchLoadCheckpointFake(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	dir := t.TempDir()
+	weights := map[string]string{}
+	for k, n := range []int{3, 2} {
+		name := fmt.Sprintf("model-%d.safetensors", k)
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var specs []safetensors.Spec
+		for i := range n {
+			tn := fmt.Sprintf("w%d.%d", k, i)
+			data := testutil.RandomBytes(100000+i*4, uint64(10*k+i))
+			specs = append(specs, safetensors.Spec{Name: tn, DType: safetensors.F32, Shape: []int64{int64(len(data) / 4)},
+				Data: func(w io.Writer) error { _, err := w.Write(data); return err }})
+			weights[tn] = name
+		}
+		if _, err := safetensors.Write(f, specs, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := json.Marshal(map[string]any{"weight_map": weights})
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := filepath.Join(dir, "model.safetensors.index.json")
+	if err := os.WriteFile(index, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{index, dir} {
+		out, line, code := cli(t, "bench", "load", path, "--samples", "2", "--quiet", "--stage-size", "64KiB", "--format", "json")
+		if code != exitOK {
+			t.Fatalf("exit %d: %s", code, line)
+		}
+		var rep bench.Report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bench.Result{}
+		for _, r := range rep.Results {
+			got[r.Kind+"/"+string(r.Unit)] = r
+		}
+		for _, k := range []string{"checkpoint/GB/s", "checkpoint-mapped/GB/s"} {
+			if r := got[k]; !r.Verified || r.Size != 5*100000+(4+8)+4 || !strings.Contains(r.Note, "5 tensors, 2 shards") {
+				t.Errorf("%s: %+v", k, r)
+			}
+		}
+		if r := got["checkpoint-first/ms"]; r.Samples != 2 || r.Median <= 0 {
+			t.Errorf("checkpoint-first: %+v", r)
+		}
+		if r := got["read-parallel/GB/s"]; r.Skipped || r.Samples != 2 {
+			t.Errorf("read-parallel: %+v", r)
 		}
 	}
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/pinmem/pinmem/internal/bench"
 )
@@ -16,12 +18,13 @@ func init() {
 
 func newBenchMatrix() *cobra.Command {
 	var (
-		o       output
-		devices string
-		sizes   string
-		dirs    string
-		samples int
-		quiet   bool
+		o        output
+		devices  string
+		baseline string
+		sizes    string
+		dirs     string
+		samples  int
+		quiet    bool
 	)
 	c := &cobra.Command{
 		Use:   "matrix",
@@ -50,6 +53,9 @@ With one GPU the two rows measure the same thing.`,
 			devs, err := parseDevices(devices)
 			if err != nil {
 				return usagef("--devices: %v", err)
+			}
+			if b := strings.TrimSpace(baseline); b != "" && b != bench.KindAll && !regexp.MustCompile(`^gpu[0-9]+$`).MatchString(b) {
+				return usagef("--baseline %q: want gpuN or all", baseline)
 			}
 			f, err := o.check()
 			if err != nil {
@@ -90,7 +96,7 @@ With one GPU the two rows measure the same thing.`,
 			if len(cfgs) == 1 {
 				conf = cfgs[0]
 			}
-			return o.emit(cmd, f, meta(m, conf), rs, bench.TableOptions{}, runErr)
+			return o.emit(cmd, f, meta(m, conf), rs, bench.TableOptions{Baseline: baseline}, runErr)
 		},
 	}
 	o.register(c, reportFormats, true)
@@ -100,7 +106,14 @@ With one GPU the two rows measure the same thing.`,
 	fl.StringVar(&dirs, "dirs", "h2d,d2h,bidir", "directions, comma-separated: h2d, d2h, bidir (or all); --dir is the same flag")
 	fl.IntVar(&samples, "samples", 5, "timed samples per measurement (median, min and max are reported)")
 	fl.BoolVar(&quiet, "quiet", false, "no progress bar on standard error")
-	fl.SetNormalizeFunc(aliasFlags)
+	fl.StringVar(&baseline, "baseline", "", "a row (gpuN or all) the table's ratio column compares with (empty: the matrix table)")
+	// --device is --devices here: the flag every other measuring command has.
+	fl.SetNormalizeFunc(func(f *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "device" {
+			name = "devices"
+		}
+		return aliasFlags(f, name)
+	})
 	_ = c.RegisterFlagCompletionFunc("dirs", fixedCompletion(append(bench.AllDirs(), "all")...))
 	_ = c.RegisterFlagCompletionFunc("devices", cobra.NoFileCompletions)
 	return c

@@ -98,20 +98,20 @@ func checkCSV(out string, rows int) error {
 // TestCheckCSV: a zerocopy report from a GPU run is well-formed and
 // complete; a skipped, unverified, short or ragged report is not.
 func TestCheckCSV(t *testing.T) {
-	const h200 = `bench,kind,dir,size_bytes,size,unit,median,min,max,samples,verified,timing,skipped,note
-zerocopy,zero-copy,reuse=1,4194304,4MiB,ms,0.086671,0.086655,0.086687,2,true,spin-wait+events,false,1 passes of read_sum_u32 over mapped host memory
-zerocopy,explicit,reuse=1,4194304,4MiB,ms,0.0939515,0.093631,0.094272,2,true,spin-wait+events,false,"one H2D copy from pinned memory, 1 passes over device memory"
-zerocopy,zero-copy,reuse=2,4194304,4MiB,ms,0.1719835,0.171936,0.172031,2,true,spin-wait+events,false,2 passes of read_sum_u32 over mapped host memory
-zerocopy,explicit,reuse=2,4194304,4MiB,ms,0.097104,0.096992,0.097216,2,true,spin-wait+events,false,"one H2D copy from pinned memory, 2 passes over device memory"
+	const h200 = `file,device,bench,kind,dir,size_bytes,size,unit,median,min,max,samples,verified,timing,skipped,path,ref,ratio,note
+,NVIDIA H200 (device 0),zerocopy,zero-copy,reuse=1,4194304,4MiB,ms,0.086671,0.086655,0.086687,2,true,spin-wait+events,false,,explicit,1.084,1 passes of read_sum_u32 over mapped host memory
+,NVIDIA H200 (device 0),zerocopy,explicit,reuse=1,4194304,4MiB,ms,0.0939515,0.093631,0.094272,2,true,spin-wait+events,false,,,,"one H2D copy from pinned memory, 1 passes over device memory"
+,NVIDIA H200 (device 0),zerocopy,zero-copy,reuse=2,4194304,4MiB,ms,0.1719835,0.171936,0.172031,2,true,spin-wait+events,false,,explicit,0.565,2 passes of read_sum_u32 over mapped host memory
+,NVIDIA H200 (device 0),zerocopy,explicit,reuse=2,4194304,4MiB,ms,0.097104,0.096992,0.097216,2,true,spin-wait+events,false,,,,"one H2D copy from pinned memory, 2 passes over device memory"
 `
 	if err := checkCSV(h200, 4); err != nil {
 		t.Errorf("H200 report: %v", err)
 	}
 	for name, out := range map[string]string{
 		"short":      strings.Join(strings.SplitAfter(h200, "\n")[:3], ""),
-		"skipped":    strings.Replace(h200, "events,false,2 passes", "events,true,2 passes", 1),
+		"skipped":    strings.Replace(h200, "events,false,,explicit,0.565", "events,true,,explicit,0.565", 1),
 		"unverified": strings.Replace(h200, "2,true,spin", "2,false,spin", 1),
-		"ragged":     strings.Replace(h200, ",false,1 passes", ",1 passes", 1),
+		"ragged":     strings.Replace(h200, ",1.084,1 passes", ",1 passes", 1),
 		"no header":  strings.SplitN(h200, "\n", 2)[1],
 	} {
 		if err := checkCSV(out, 4); err == nil {

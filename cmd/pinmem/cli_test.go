@@ -10,12 +10,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/internal/bench"
@@ -66,6 +69,11 @@ func TestBadCommandLines(t *testing.T) {
 	unknownField := writeFile(t, dir, "field.json", `{"meta": {"schema_version": 1}, "results": [], "bogus": 1}`)
 	wrongType := writeFile(t, dir, "type.json", `{"meta": {"schema_version": "one"}, "results": []}`)
 	negSize := writeFile(t, dir, "neg.json", `{"meta": {"schema_version": 1}, "results": [{"bench":"bw","kind":"pinned","dir":"h2d","size":-5,"unit":"GB/s"}]}`)
+	pinFix, err := os.ReadFile(fixture("pin.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherGPU := writeFile(t, dir, "a100.json", strings.Replace(string(pinFix), "NVIDIA H200", "NVIDIA A100", 1))
 	link := filepath.Join(dir, "link.json")
 	if err := os.Symlink(filepath.Join(dir, "target.json"), link); err != nil {
 		t.Fatal(err)
@@ -103,7 +111,14 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"bench", "--out", "/dev/null"}, "", "is not a regular file"},
 		{[]string{"bench", "--plot", filepath.Join(dir, "bw.gif")}, "", "want a name ending in .svg or .png"},
 		{[]string{"bench", "--plot", filepath.Join(dir, "nodir", "bw.png")}, "", "does not exist"},
-		{[]string{"bench", "--out", filepath.Join(dir, "same.svg"), "--plot", filepath.Join(dir, "same.svg")}, "", "name the same file"},
+		{[]string{"bench", "--out", filepath.Join(dir, "same"), "--plot", filepath.Join(dir, "same")}, "", "want a name ending in .svg or .png"},
+		{[]string{"bench", "--out", filepath.Join(dir, "same.svg"), "--plot", filepath.Join(dir, "same.svg")}, "", "this command does not write svg"},
+		// -o takes its format from the extension, and refuses a mismatch.
+		{[]string{"bench", "--format", "csv", "-o", filepath.Join(dir, "bw.json")}, "", "names json but --format is csv"},
+		{[]string{"doctor", "-o", "json"}, "", "a file named after a format; for that format use --format json"},
+		{[]string{"report", good, "-o", filepath.Join(dir, "r.jpeg.png.txt"), "--format", "png"}, "", "names table but --format is png"},
+		{[]string{"report", "-", "-"}, "", "standard input can be read once"},
+		{[]string{"report", "--format", "markdown", good, otherGPU}, "", "different devices or drivers"},
 		{[]string{"bench"}, "foo", `PINMEM_BUDGET="foo": size "foo" has no number`},
 		{[]string{"bench", "pin"}, "-1G", `PINMEM_BUDGET="-1G": size "-1G" is negative`},
 		{[]string{"bench", "pin", "--methods", "magic"}, "", `--methods: unknown pinning method "magic"`},
@@ -239,7 +254,7 @@ func TestFakeRunProvenance(t *testing.T) {
 		t.Errorf("meta %+v", m)
 	}
 	cfg, _ := m.Config.(map[string]any)
-	if cfg == nil || cfg["Samples"] != 2.0 || cfg["MinBytes"] == nil || fmt.Sprint(cfg["Dirs"]) != "[h2d]" {
+	if cfg == nil || cfg["samples"] != 2.0 || cfg["min_bytes"] == nil || fmt.Sprint(cfg["dirs"]) != "[h2d]" {
 		t.Errorf("config %v", m.Config)
 	}
 	if len(rep.Results) != 4 {
@@ -476,6 +491,9 @@ func TestReportDocsResults(t *testing.T) {
 		return
 	}
 	for _, f := range files {
+		if strings.HasSuffix(f, ".schema.json") || filepath.Base(f) == "doctor.json" {
+			continue
+		}
 		renderAll(t, f)
 		// A committed plot of the file must be what report draws from it.
 		committed := strings.TrimSuffix(f, ".json") + ".png"
@@ -579,7 +597,7 @@ func TestCompare(t *testing.T) {
 	}
 	regressions := 0
 	for _, r := range recs[1:] {
-		if r[8] == "true" {
+		if r[9] == "true" {
 			regressions++
 		}
 	}
@@ -590,6 +608,37 @@ func TestCompare(t *testing.T) {
 	var j struct{ Results []comparisonRow }
 	if err := json.Unmarshal([]byte(stdout), &j); err != nil || len(j.Results) != len(b.Results) {
 		t.Errorf("compare json: %v, %d rows", err, len(j.Results))
+	}
+	// A slower median whose samples overlap A's is noise, not a regression.
+	c := a
+	c.Results = slices.Clone(a.Results)
+	for i, r := range c.Results {
+		if r.Kind == bench.KindPinned && r.Dir == bench.DirH2D && r.Size == 256<<20 {
+			c.Results[i].Median, c.Results[i].Min = r.Median*0.9, r.Min*0.85
+			c.Results[i].Max = r.Max
+		}
+	}
+	buf.Reset()
+	if err := bench.WriteJSON(&buf, c.Meta, c.Results); err != nil {
+		t.Fatal(err)
+	}
+	pc := writeFile(t, dir, "c.json", buf.String())
+	if stdout, stderr, code := cli(t, "compare", pa, pc, "--threshold", "5%"); code != exitOK || !strings.Contains(stdout, "0.900x (noise)") {
+		t.Errorf("compare within the spread: exit %d, %s\n%s", code, stderr, stdout)
+	}
+	// Different devices are refused, or compared with a warning.
+	d := a
+	d.Meta.Device = "NVIDIA A100 (device 0)"
+	buf.Reset()
+	if err := bench.WriteJSON(&buf, d.Meta, d.Results); err != nil {
+		t.Fatal(err)
+	}
+	pd := writeFile(t, dir, "a100.json", buf.String())
+	if _, stderr, code := cli(t, "compare", pa, pd); code != exitUsage || !strings.Contains(stderr, "devices differ") {
+		t.Errorf("compare across devices: exit %d, %q", code, stderr)
+	}
+	if _, stderr, code := cli(t, "compare", pa, pd, "--across-devices"); code != exitOK || !strings.Contains(stderr, "WARNING: devices differ") {
+		t.Errorf("compare --across-devices: exit %d, %q", code, stderr)
 	}
 	// Nothing in common is a problem too.
 	pz := fixture("zerocopy.json")
@@ -617,8 +666,63 @@ func TestVersion(t *testing.T) {
 	}
 	stdout, _, _ = cli(t, "version", "--format", "json")
 	var tool bench.Tool
-	if err := json.Unmarshal([]byte(stdout), &tool); err != nil || tool != (bench.Tool{Name: "pinmem", Version: "v0.1.0", Revision: "abc123", Modified: true, GoVersion: "go1.26.0"}) {
+	if err := json.Unmarshal([]byte(stdout), &tool); err != nil || tool != (bench.Tool{Name: "pinmem", Version: "v0.1.0", Revision: "abc123", Modified: true, GoVersion: "go1.26.0", Platform: runtime.GOOS + "/" + runtime.GOARCH}) {
 		t.Errorf("version json: %+v, %v", tool, err)
+	}
+	// A build without VCS information (a git worktree, GOFLAGS=-buildvcs=false)
+	// takes the revision the build scripts stamp at link time.
+	readBuildInfo = func() (*debug.BuildInfo, bool) {
+		return &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/pinmem/pinmem", Version: "(devel)"}}, true
+	}
+	stdout, _, _ = cli(t, "version")
+	if !strings.Contains(stdout, "revision unknown") {
+		t.Errorf("version without a revision: %q", stdout)
+	}
+	oldRev := stampedRevision
+	defer func() { stampedRevision = oldRev }()
+	stampedRevision = "f7fe20b"
+	stdout, _, _ = cli(t, "version")
+	if !strings.HasPrefix(stdout, "pinmem (devel) (revision f7fe20b), go1.26.0 "+runtime.GOOS+"/"+runtime.GOARCH) {
+		t.Errorf("version with a stamped revision: %q", stdout)
+	}
+}
+
+// TestEveryHelpHasExitStatus: every command's help ends with the exit
+// statuses.
+func TestEveryHelpHasExitStatus(t *testing.T) {
+	var walk func(c *cobra.Command)
+	n := 0
+	walk = func(c *cobra.Command) {
+		if c.Name() != "completion" && c.Name() != "help" && c.Parent() != nil && c.Parent().Name() != "completion" {
+			stdout, _, code := cli(t, append(strings.Fields(strings.TrimPrefix(c.CommandPath(), "pinmem")), "--help")...)
+			if code != exitOK || !strings.Contains(stdout, "Exit status:") || !strings.Contains(stdout, "3    no NVIDIA driver") {
+				t.Errorf("%s --help: exit %d, no exit statuses", c.CommandPath(), code)
+			}
+			n++
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRoot())
+	if n < 12 {
+		t.Errorf("checked %d commands", n)
+	}
+}
+
+// TestMatrixTakesDeviceAndBaseline: bench matrix takes the --device and
+// --baseline every measuring command has (checked before any GPU work).
+func TestMatrixTakesDeviceAndBaseline(t *testing.T) {
+	if _, stderr, code := cli(t, "bench", "matrix", "--device", "x"); code != exitUsage || !strings.Contains(stderr, "--devices") {
+		t.Errorf("--device x: exit %d, %s", code, stderr)
+	}
+	if _, stderr, code := cli(t, "bench", "matrix", "--baseline", "pinned"); code != exitUsage || !strings.Contains(stderr, "want gpuN or all") {
+		t.Errorf("--baseline pinned: exit %d, %s", code, stderr)
+	}
+	testutil.UseFake(t, fakedrv.Options{DeviceCount: 2})
+	stdout, stderr, code := cli(t, "bench", "matrix", "--device", "0,1", "--baseline", "gpu0", "--size", "64KiB", "--samples", "1", "--quiet")
+	if code != exitOK || !strings.Contains(stdout, "VS GPU0") {
+		t.Errorf("matrix --device 0,1 --baseline gpu0: exit %d, %s\n%s", code, stderr, stdout)
 	}
 }
 

@@ -2,12 +2,31 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
+	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/diag"
 )
+
+// doctorSchemaVersion is the version of doctor's JSON
+// (docs/results/doctor.schema.json).
+const doctorSchemaVersion = 1
+
+// writeDoctorJSON writes the doctor's report as JSON, led by the schema
+// version and the build that wrote it.
+func writeDoctorJSON(w io.Writer, r *diag.Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		Schema int        `json:"schema_version"`
+		Tool   bench.Tool `json:"tool"`
+		*diag.Report
+	}{doctorSchemaVersion, toolInfo(), r})
+}
 
 func newDoctor() *cobra.Command {
 	var (
@@ -24,7 +43,10 @@ warning or problem, each with one line of advice), the pinned-memory budget in
 force and where it comes from, and which pinmem commands will work here.
 
 doctor exits 0 whenever it could report, also on a machine with no GPU; with
---strict it exits 1 when a check found a problem.`,
+--strict it exits 1 when a check found a problem. Its JSON carries the schema
+version and the build (docs/results/doctor.schema.json).
+
+` + exitHelp,
 		Example: `  pinmem doctor
   pinmem doctor --format json -o doctor.json
   pinmem doctor --strict && pinmem bench`,
@@ -37,7 +59,7 @@ doctor exits 0 whenever it could report, also on a machine with no GPU; with
 			r := diag.Collect()
 			var buf bytes.Buffer
 			if f == "json" {
-				err = r.WriteJSON(&buf)
+				err = writeDoctorJSON(&buf, r)
 			} else {
 				err = r.WriteText(&buf)
 			}

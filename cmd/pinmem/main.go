@@ -41,7 +41,8 @@ const (
 const exitHelp = `Exit status:
   0    success
   1    measurement problem: verification failed, every result was skipped,
-       a measurement failed, or compare --threshold found a regression
+       a measurement failed, compare --threshold found a regression, or
+       doctor --strict found a problem
   2    usage error: unknown command or flag, bad flag value, an output path
        that cannot be written, PINMEM_BUDGET unparsable, an unreadable or
        malformed result file
@@ -197,14 +198,15 @@ func newRoot() *cobra.Command {
 		Long: `pinmem measures what a machine can do with pinned host memory and NVIDIA GPUs.
 
   pinmem doctor                  what the driver, each GPU and the host offer
+  pinmem bench all --out DIR     every headline figure in one run (-l lists, -t picks)
   pinmem bench                   host<->GPU bandwidth for every kind of host memory
   pinmem bench pin|overlap|matrix  pinning cost, the pipeline, every GPU at once
-  pinmem bench blocks            scattered block copies (CopyBlocks) against one copy
+  pinmem bench blocks            scattered block copies (package blocks) against contiguous copies
   pinmem bench load FILE         a file to the GPU against plain reads of it
   pinmem zerocopy                zero-copy reads against an explicit copy
-  pinmem report FILE.json...     render saved results (table, csv, json, svg, png)
+  pinmem report FILE.json...     render saved results (table, csv, json, markdown, svg, png)
   pinmem compare A.json B.json   two runs side by side, as ratios
-  pinmem version                 the build
+  pinmem version                 the build: version, revision, Go, platform
 
 Sizes everywhere (flags and PINMEM_BUDGET): 4096, 64K = 64KiB = 65536,
 1M = 1MiB, 1G = 1GiB (powers of 1024); 1KB = 1000, 1MB, 1GB (powers of 1000).
@@ -220,7 +222,22 @@ Sizes everywhere (flags and PINMEM_BUDGET): 4096, 64K = 64KiB = 65536,
 	for _, c := range extraCommands {
 		root.AddCommand(c())
 	}
+	addExitHelp(root)
 	return root
+}
+
+// addExitHelp ends every command's help with the exit statuses, once.
+func addExitHelp(c *cobra.Command) {
+	if !strings.Contains(c.Long, "Exit status:") {
+		long := c.Long
+		if long == "" {
+			long = c.Short
+		}
+		c.Long = strings.TrimRight(long, "\n") + "\n\n" + exitHelp
+	}
+	for _, sub := range c.Commands() {
+		addExitHelp(sub)
+	}
 }
 
 // extraCommands lets other files of the command add subcommands.

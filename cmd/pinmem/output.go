@@ -119,13 +119,20 @@ type output struct {
 	out     string
 	plot    string
 	formats []string // the formats this command accepts
+	flags   *pflag.FlagSet
+}
+
+// extFormats are the formats file name extensions imply.
+var extFormats = map[string]string{
+	".json": "json", ".csv": "csv", ".txt": "table", ".md": "markdown", ".svg": "svg", ".png": "png",
 }
 
 func (o *output) register(c *cobra.Command, formats []string, withPlot bool) {
 	o.formats = formats
+	o.flags = c.Flags()
 	f := c.Flags()
-	f.StringVar(&o.format, "format", formats[0], "output format: "+strings.Join(formats, ", "))
-	f.StringVarP(&o.out, "out", "o", "", "write the report to this file, atomically (- is standard output)")
+	f.StringVar(&o.format, "format", formats[0], "output format: "+strings.Join(formats, ", ")+" (default: the one -o's extension names)")
+	f.StringVarP(&o.out, "out", "o", "", "write the report to this file, atomically, in the format its extension names (.json, .csv, .txt, ...); - is standard output")
 	_ = c.RegisterFlagCompletionFunc("format", fixedCompletion(formats...))
 	if withPlot {
 		f.StringVar(&o.plot, "plot", "", "also write a plot of the results to this file (.svg or .png)")
@@ -133,8 +140,35 @@ func (o *output) register(c *cobra.Command, formats []string, withPlot bool) {
 }
 
 // check validates the output flags and paths before any measurement.
+// The format is --format, or the one -o's extension names: both given and
+// different is refused, as is an extension whose format the command does
+// not write. "-" and /dev/stdout are standard output.
 func (o *output) check() (bench.Format, error) {
+	if o.out == "/dev/stdout" {
+		o.out = "-"
+	}
+	if base := filepath.Base(o.out); o.out != "" && filepath.Ext(base) == "" && contains(append(o.formats, "text", "table"), strings.ToLower(base)) {
+		return "", usagef("-o %s: a file named after a format; for that format use --format %s (and -o FILE.%s for a file)", o.out, base, base)
+	}
 	ff := strings.ToLower(strings.TrimSpace(o.format))
+	if ext, ok := extFormats[strings.ToLower(filepath.Ext(o.out))]; ok && o.out != "-" {
+		explicit := o.flags != nil && o.flags.Changed("format")
+		switch {
+		case !contains(o.formats, ext):
+			hint := ""
+			if o.plot == "" && (ext == "svg" || ext == "png") && !contains(o.formats, "png") {
+				hint = " (--plot FILE writes an image)"
+			}
+			return "", usagef("-o %s: this command does not write %s; it writes %s%s", o.out, ext, strings.Join(o.formats, ", "), hint)
+		case explicit && ext != ff && !(ff == "text" && ext == "table"):
+			return "", usagef("-o %s names %s but --format is %s: drop one or make them agree", o.out, ext, o.format)
+		}
+		ff = ext
+		o.format = ext
+	}
+	if ff == "text" {
+		ff = "table"
+	}
 	if !contains(o.formats, ff) {
 		return "", usagef("--format %q: want one of %s", o.format, strings.Join(o.formats, ", "))
 	}
@@ -184,7 +218,7 @@ func (o *output) emit(cmd *cobra.Command, f bench.Format, m bench.Meta, rs []ben
 	m.Partial = runErr != nil
 	var buf bytes.Buffer
 	var err error
-	if f == bench.FormatTable && m.Command == "pinmem bench matrix" {
+	if f == bench.FormatTable && m.Command == "pinmem bench matrix" && opts.Baseline == "" {
 		err = bench.WriteMatrix(&buf, m, rs)
 	} else {
 		err = bench.Write(&buf, f, m, rs, opts)

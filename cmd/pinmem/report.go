@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -17,11 +18,23 @@ import (
 	"github.com/pinmem/pinmem/internal/bench"
 )
 
-// readReports reads result files (as `--format json` writes them). A file
-// that cannot be read or is not a valid report is a usage error naming it.
-func readReports(paths []string) ([]bench.Report, error) {
+// readReports reads result files (as `--format json` writes them); "-" is
+// stdin, read once. A file that cannot be read or is not a valid report is
+// a usage error naming it.
+func readReports(paths []string, stdin ...io.Reader) ([]bench.Report, error) {
 	var out []bench.Report
+	if n := countOf(paths, "-"); n > 1 || n == 1 && len(stdin) == 0 {
+		return nil, usagef("-: standard input can be read once")
+	}
 	for _, p := range paths {
+		if p == "-" {
+			rep, err := bench.ReadReport(stdin[0])
+			if err != nil {
+				return nil, usagef("standard input: %v", err)
+			}
+			out = append(out, rep)
+			continue
+		}
 		f, err := os.Open(p)
 		if err != nil {
 			return nil, usagef("%s: %v", p, unwrapPath(err))
@@ -38,6 +51,17 @@ func readReports(paths []string) ([]bench.Report, error) {
 		out = append(out, rep)
 	}
 	return out, nil
+}
+
+// countOf counts s in list.
+func countOf(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
 }
 
 // reportArgs wants at least min result files.
@@ -61,18 +85,29 @@ func newReport() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "report FILE.json...",
-		Short: "Render saved results as a table, CSV, JSON, SVG or PNG (no GPU needed)",
+		Short: "Render saved results as a table, CSV, JSON, markdown, SVG or PNG (no GPU needed)",
 		Long: `report reads result files written with --format json by bench, bench pin,
 bench overlap, bench matrix, bench blocks, bench load or zerocopy, on this
 machine or another, and
 renders them: table, csv or json (one file's results after another's; json
 merges them into one report with the first file's metadata) or a plot, svg or
-png, of every measurement they hold (one panel per measurement and direction).
-A png needs --out. Nothing here needs a GPU. Files that are not valid reports
-are refused with one line saying where and why (exit status 2).`,
+png, of every measurement they hold (one panel per measurement and direction),
+captioned with the device, driver, revision and date. "-" reads a report
+from standard input.
+
+markdown renders the reports of one run (pinmem bench all) as docs/PERF.md:
+provenance (one commit, one date, the device), the headline table, and every
+row with its same-run reference and ratio; summary is the headline table
+alone (the README's). Reports of different revisions, devices or drivers are
+refused. A png needs --out. Nothing here needs a GPU. Files that are not
+valid reports are refused with one line saying where and why (exit status 2).
+
+` + exitHelp,
 		Example: `  pinmem report bw.json
   pinmem report docs/results/bench.json --format png -o bench.png
-  pinmem report bw.json pin.json --format csv`,
+  pinmem report bw.json pin.json --format csv
+  pinmem report --format markdown docs/results/*.json -o docs/PERF.md
+  pinmem bench --format json | pinmem report - -o bw.svg`,
 		Args:              reportArgs(1),
 		ValidArgsFunction: jsonFiles,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -82,7 +117,7 @@ are refused with one line saying where and why (exit status 2).`,
 			if o.format == "png" && (o.out == "" || o.out == "-") {
 				return usagef("--format png writes binary data: name a file with --out")
 			}
-			reps, err := readReports(args)
+			reps, err := readReports(args, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
@@ -96,6 +131,22 @@ are refused with one line saying where and why (exit status 2).`,
 			}
 			var buf bytes.Buffer
 			switch o.format {
+			case "markdown":
+				if err := bench.WriteMarkdown(&buf, reps); err != nil {
+					return usage(err)
+				}
+			case "summary":
+				if err := bench.WriteSummary(&buf, reps); err != nil {
+					return usage(err)
+				}
+			case "csv":
+				var srcs []bench.CSVSource
+				for i, r := range reps {
+					srcs = append(srcs, bench.CSVSource{File: args[i], Meta: r.Meta, Results: r.Results})
+				}
+				if err := bench.WriteCSV(&buf, srcs...); err != nil {
+					return err
+				}
 			case "svg", "png":
 				if err := bench.WritePlot(&buf, bench.ImageFormat(o.format), m, rs); err != nil {
 					return err
@@ -128,7 +179,7 @@ are refused with one line saying where and why (exit status 2).`,
 			return o.write(cmd, buf.Bytes())
 		},
 	}
-	o.register(c, []string{"table", "json", "csv", "svg", "png"}, false)
+	o.register(c, []string{"table", "json", "csv", "markdown", "summary", "svg", "png"}, false)
 	c.Flags().StringVar(&baseline, "baseline", "", "kind, method or variant the table's ratio column compares with (empty: none)")
 	return c
 }
@@ -137,6 +188,7 @@ func newCompare() *cobra.Command {
 	var (
 		o         output
 		threshold string
+		devices   bool
 	)
 	c := &cobra.Command{
 		Use:   "compare A.json B.json",
@@ -145,8 +197,15 @@ func newCompare() *cobra.Command {
 after a change) that have the same bench, kind, direction, size and unit, and
 prints both medians and B's speed relative to A: above 1 means B is better
 (faster transfers, less time), whatever the unit. With --threshold, a result
-where B is worse than A by more than the threshold is a regression: compare
-lists them and exits with status 1.`,
+where B is worse than A by more than the threshold, and whose samples (min to
+max) do not overlap A's, is a regression: compare lists them and exits with
+status 1. A difference within the samples' spread is marked noise.
+
+Files from different devices or drivers are refused (exit status 2): their
+ratios say nothing about a change. --across-devices compares them anyway (two
+machines side by side), with a warning on standard error.
+
+` + exitHelp,
 		Example: `  pinmem compare before.json after.json
   pinmem compare a100.json h200.json --format csv
   pinmem compare main.json branch.json --threshold 5%`,
@@ -161,14 +220,20 @@ lists them and exits with status 1.`,
 			if err != nil {
 				return usagef("--threshold: %v", err)
 			}
-			reps, err := readReports(args)
+			reps, err := readReports(args, cmd.InOrStdin())
 			if err != nil {
 				return err
+			}
+			if why := bench.SameSetup(reps[0].Meta, reps[1].Meta); why != "" {
+				if !devices {
+					return usagef("%s and %s: %s; --across-devices compares two machines side by side", args[0], args[1], why)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "pinmem: WARNING: %s: the ratios compare two setups, not a change\n", why)
 			}
 			cs, onlyA, onlyB := bench.Compare(reps[0].Results, reps[1].Results)
 			var regress []string
 			for _, c := range cs {
-				if th >= 0 && c.OK && c.Ratio < 1-th {
+				if th >= 0 && c.OK && c.Ratio < 1-th && !c.Noise {
 					regress = append(regress, fmt.Sprintf("%s %s %s %s %.3fx", c.Bench, c.Kind, c.Dir, bench.FormatSize(c.Size), c.Ratio))
 				}
 			}
@@ -189,7 +254,8 @@ lists them and exits with status 1.`,
 		},
 	}
 	o.register(c, reportFormats, false)
-	c.Flags().StringVar(&threshold, "threshold", "", "a result of B worse than A by more than this (5% or 0.05) is a regression: exit status 1")
+	c.Flags().StringVar(&threshold, "threshold", "", "a result of B worse than A by more than this (5% or 0.05), beyond the samples' spread, is a regression: exit status 1")
+	c.Flags().BoolVar(&devices, "across-devices", false, "compare files from different devices or drivers (two machines), with a warning")
 	return c
 }
 
@@ -231,17 +297,18 @@ type comparisonRow struct {
 	A          float64    `json:"a"`
 	B          float64    `json:"b"`
 	Ratio      *float64   `json:"ratio"` // null when either side has no value
+	Noise      bool       `json:"noise"` // the samples' ranges overlap
 	Regression bool       `json:"regression"`
 }
 
 func writeComparison(buf *bytes.Buffer, f bench.Format, files []string, reps []bench.Report, cs []bench.Comparison, onlyA, onlyB int, th float64) error {
 	rows := make([]comparisonRow, 0, len(cs))
 	for _, c := range cs {
-		r := comparisonRow{Bench: c.Bench, Kind: c.Kind, Dir: c.Dir, Size: c.Size, Unit: c.Unit, A: c.A, B: c.B}
+		r := comparisonRow{Bench: c.Bench, Kind: c.Kind, Dir: c.Dir, Size: c.Size, Unit: c.Unit, A: c.A, B: c.B, Noise: c.Noise}
 		if c.OK {
 			x := c.Ratio
 			r.Ratio = &x
-			r.Regression = th >= 0 && x < 1-th
+			r.Regression = th >= 0 && x < 1-th && !c.Noise
 		}
 		rows = append(rows, r)
 	}
@@ -257,14 +324,14 @@ func writeComparison(buf *bytes.Buffer, f bench.Format, files []string, reps []b
 		}{files[0], files[1], reps[0].Meta, reps[1].Meta, onlyA, onlyB, rows})
 	case bench.FormatCSV:
 		w := csv.NewWriter(buf)
-		_ = w.Write([]string{"bench", "kind", "dir", "size_bytes", "unit", "a", "b", "ratio", "regression"})
+		_ = w.Write([]string{"bench", "kind", "dir", "size_bytes", "unit", "a", "b", "ratio", "noise", "regression"})
 		g := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 		for _, r := range rows {
 			ratio := ""
 			if r.Ratio != nil {
 				ratio = g(*r.Ratio)
 			}
-			_ = w.Write([]string{r.Bench, r.Kind, r.Dir, strconv.FormatInt(r.Size, 10), string(r.Unit), g(r.A), g(r.B), ratio, strconv.FormatBool(r.Regression)})
+			_ = w.Write([]string{r.Bench, r.Kind, r.Dir, strconv.FormatInt(r.Size, 10), string(r.Unit), g(r.A), g(r.B), ratio, strconv.FormatBool(r.Noise), strconv.FormatBool(r.Regression)})
 		}
 		w.Flush()
 		return w.Error()
@@ -277,8 +344,11 @@ func writeComparison(buf *bytes.Buffer, f bench.Format, files []string, reps []b
 		ratio := "-"
 		if r.Ratio != nil {
 			ratio = strconv.FormatFloat(*r.Ratio, 'f', 3, 64) + "x"
-			if r.Regression {
+			switch {
+			case r.Regression:
 				ratio += " REGRESSION"
+			case r.Noise:
+				ratio += " (noise)"
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Bench, r.Kind, r.Dir, bench.FormatSize(r.Size), r.Unit,

@@ -14,12 +14,20 @@ import (
 // readBuildInfo is debug.ReadBuildInfo (a test hook).
 var readBuildInfo = debug.ReadBuildInfo
 
+// stampedRevision and stampedModified are the VCS revision and whether the
+// tree was modified, set at link time by the project's build scripts
+// (-ldflags "-X main.stampedRevision=... -X main.stampedModified=true")
+// for builds where Go records none: a git worktree, whose .git is a file,
+// a copy of the tree without .git, or GOFLAGS=-buildvcs=false.
+var stampedRevision, stampedModified string
+
 // toolInfo describes this build from the module's build information: the
 // module version ("(devel)" for a build from a checkout), the VCS revision
 // and whether the tree was modified (when the build recorded them), and
 // the Go version.
 func toolInfo() bench.Tool {
-	t := bench.Tool{Name: "pinmem", Version: "(unknown)", GoVersion: runtime.Version()}
+	t := bench.Tool{Name: "pinmem", Version: "(unknown)", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	t.Revision, t.Modified = stampedRevision, stampedModified == "true"
 	bi, ok := readBuildInfo()
 	if !ok {
 		return t
@@ -51,6 +59,8 @@ func versionLine() string {
 			s += ", modified"
 		}
 		s += ")"
+	} else {
+		s += " (revision unknown: build with scripts/gpu-suite build or go build -buildvcs=true from a git clone)"
 	}
 	return s + fmt.Sprintf(", %s %s/%s", t.GoVersion, runtime.GOOS, runtime.GOARCH)
 }

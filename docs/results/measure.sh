@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# docs/results/measure.sh: the full measurement whose JSON and plots are
-# committed in docs/results (run on the GPU machine from the repository
-# root). Each command writes its report atomically as JSON and its plot as
-# PNG; the wall time of the whole run is printed at the end. Re-render the
-# plots from the JSON on any machine with:
-#   for f in docs/results/*.json; do pinmem report "$f" --format png -o "${f%.json}.png"; done
+# docs/results/measure.sh: the run whose JSON and plots are committed in
+# docs/results, and the docs rendered from it (run on the GPU machine from
+# the repository root): `pinmem bench all` writes one report and one plot
+# per test, the C reference beside it where cref/build can build it, and
+# docs/PERF.md and the README's figure table are rendered from the JSON.
+# Re-render on any machine with: docs/results/measure.sh --render
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=docs/results
 # The command: $PINMEM if set, else the one scripts/gpu-suite build put in
-# .gpu/bin (a GPU machine needs no Go), else built here.
+# .gpu/bin (a GPU machine needs no Go), else built here with its revision.
 bin=${PINMEM:-}
 if [[ -z "$bin" ]]; then
 	bin=$(mktemp -d)/pinmem
@@ -18,16 +18,41 @@ if [[ -z "$bin" ]]; then
 	elif [[ -x .gpu/bin/pinmem ]]; then
 		cp .gpu/bin/pinmem "$bin"
 	else
-		go build -o "$bin" ./cmd/pinmem
+		rev=$(git rev-parse HEAD)
+		modified=false
+		git diff --quiet HEAD || modified=true
+		go build -buildvcs=true -ldflags="-X main.stampedRevision=$rev -X main.stampedModified=$modified" -o "$bin" ./cmd/pinmem
 	fi
 fi
+# reports: every result file here (not the schemas, not doctor's report).
+reports() {
+	local f
+	for f in "$out"/*.json; do
+		case "$f" in *.schema.json | */doctor.json) ;; *) echo "$f" ;; esac
+	done
+}
+# render: docs/PERF.md and the README's figure table from the result files.
+render() {
+	mapfile -t files < <(reports)
+	"$bin" report --format markdown "${files[@]}" -o docs/PERF.md
+	local begin='<!-- figures: rendered from the result files of docs/results by `pinmem report --format summary FILE...`; do not edit -->'
+	local end='<!-- end of figures -->' table
+	table=$("$bin" report --format summary "${files[@]}")
+	awk -v b="$begin" -v e="$end" -v t="$table" '
+		$0 == b { print; print t; skip = 1; next }
+		$0 == e { skip = 0 }
+		!skip { print }' README.md >README.md.tmp && mv README.md.tmp README.md
+}
+if [[ "${1:-}" == "--render" ]]; then
+	render
+	exit 0
+fi
+args=()
+if cref/build -o "$(dirname "$bin")/cref" >/dev/null 2>&1; then
+	args+=(--cref "$(dirname "$bin")/cref")
+fi
+[[ -n "${PINMEM_WEIGHTS:-}" ]] && args+=(--weights "$PINMEM_WEIGHTS")
 "$bin" version
-"$bin" doctor -o "$out/doctor.txt"
-start=$(date +%s)
-"$bin" bench --format json -o "$out/bench.json" --plot "$out/bench.png"
-"$bin" bench pin --format json -o "$out/pin.json" --plot "$out/pin.png"
-"$bin" bench overlap --format json -o "$out/overlap.json" --plot "$out/overlap.png"
-"$bin" zerocopy --format json -o "$out/zerocopy.json" --plot "$out/zerocopy.png"
-"$bin" bench matrix --format json -o "$out/matrix.json" --plot "$out/matrix.png"
-echo "full run: $(( $(date +%s) - start )) s wall"
-for f in bench pin overlap zerocopy matrix; do "$bin" report "$out/$f.json"; done
+"$bin" doctor --format json -o "$out/doctor.json"
+"$bin" bench all --out "$out" "${args[@]}"
+render

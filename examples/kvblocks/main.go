@@ -1,13 +1,13 @@
-// Command kvblocks pages a KV cache the way an inference server does: 4096
-// blocks of 16 KiB that live in one device allocation are paged out, each
-// to a free slot of a pinned host pool, the device blocks are evicted
-// (cleared), and the blocks are paged back in to new device slots. Each
-// direction is one cuda.Stream.CopyBlocks call with one completion event,
-// instead of 4096 driver copies; every byte is checked at the end. On a
-// machine without an NVIDIA driver or GPU it prints one line saying so and
-// exits with status 1.
+// Command kvblocks does one step of a KV cache offloader the way an
+// inference server does it: while the blocks of finished requests are
+// paged out of GPU memory to a pinned host pool, the blocks of resumed
+// requests are paged back in, both at once on two streams with one
+// blocks.Copier call. The blocks sit in shuffled slots on both sides, as a
+// free list hands them out; every byte is checked at the end. On a machine
+// without an NVIDIA driver or GPU it prints one line saying so and exits
+// with status 1.
 //
-//	kvblocks [-blocks 4096] [-kib 16] [-strategy auto|driver-batch|per-copy|kernel]
+//	kvblocks [-blocks 1024] [-kib 2048] [-strategy auto|driver-batch|per-copy|kernel]
 package main
 
 import (
@@ -22,43 +22,36 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/blocks"
 	"github.com/pinmem/pinmem/cuda"
 )
 
 type config struct {
 	blocks, blockSize int
-	strategy          cuda.BlockStrategy
+	strategy          blocks.Strategy
 }
+
+var strategies = map[string]blocks.Strategy{"auto": blocks.Auto, "driver-batch": blocks.DriverBatch, "per-copy": blocks.PerCopy, "kernel": blocks.Kernel}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("kvblocks", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	n := fs.Int("blocks", 4096, "number of KV blocks")
-	kib := fs.Int("kib", 16, "block size in KiB")
+	n := fs.Int("blocks", 1024, "blocks paged each way")
+	kib := fs.Int("kib", 2048, "block size in KiB")
 	strategy := fs.String("strategy", "auto", "auto, driver-batch, per-copy or kernel")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
-	if fs.NArg() > 0 {
+	s, ok := strategies[*strategy]
+	switch {
+	case fs.NArg() > 0:
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if *n <= 0 || *kib <= 0 {
+	case *n <= 0 || *kib <= 0:
 		return config{}, errors.New("-blocks and -kib must be positive")
-	}
-	cfg := config{blocks: *n, blockSize: *kib << 10}
-	switch *strategy {
-	case "auto":
-		cfg.strategy = cuda.BlockAuto
-	case "driver-batch":
-		cfg.strategy = cuda.BlockDriverBatch
-	case "per-copy":
-		cfg.strategy = cuda.BlockPerCopy
-	case "kernel":
-		cfg.strategy = cuda.BlockKernelCopy
-	default:
+	case !ok:
 		return config{}, fmt.Errorf("unknown -strategy %q", *strategy)
 	}
-	return cfg, nil
+	return config{blocks: *n, blockSize: *kib << 10, strategy: s}, nil
 }
 
 func main() {
@@ -76,116 +69,97 @@ func main() {
 	}
 }
 
-// result is what one run measured.
-type result struct {
-	strategy cuda.BlockStrategy
-	out, in  float64 // GB/s of the page-out and the page-in
-}
-
-func run(_ context.Context, cfg config, w io.Writer) (res result, err error) {
+// run pages cfg.blocks blocks out and as many in at once, checks them and
+// returns the report of the copy.
+func run(ctx context.Context, cfg config, w io.Writer) (rep blocks.Report, err error) {
 	dev, err := cuda.GetDevice(0)
 	if err != nil {
-		return res, err
+		return rep, err
 	}
 	gpu, err := dev.PrimaryContext()
 	if err != nil {
-		return res, err
+		return rep, err
 	}
 	n, bs := cfg.blocks, cfg.blockSize
-	size := n * bs
 
-	// The device's KV cache: one allocation of n block slots.
-	kv, err := gpu.Alloc(size)
+	// The GPU's KV cache and the host pool: 2n block slots each. The pool
+	// is pinned, so the copy engines reach it by DMA, and mapped, so the
+	// kernel strategy can reach it too.
+	kv, err := gpu.Alloc(2 * n * bs)
 	if err != nil {
-		return res, err
+		return rep, err
 	}
 	defer func() { err = errors.Join(err, kv.Free()) }()
-	// The host pool the blocks are paged out to: pinned, so the copy
-	// engines reach it by DMA and CopyBlocks accepts it; mapped, so the
-	// kernel strategy can reach it too.
-	pool, err := pinmem.Alloc(size, pinmem.Mapped)
+	pool, err := pinmem.Alloc(2*n*bs, pinmem.Mapped)
 	if err != nil {
-		return res, err
+		return rep, err
 	}
 	defer func() { err = errors.Join(err, pool.Free()) }()
-	s, err := gpu.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		return res, err
+	var out, in *cuda.Stream
+	for _, s := range []**cuda.Stream{&out, &in} {
+		if *s, err = gpu.NewStream(cuda.StreamNonBlocking); err != nil {
+			return rep, err
+		}
+		defer func() { err = errors.Join(err, (*s).Destroy()) }()
 	}
-	defer func() { err = errors.Join(err, s.Destroy()) }()
-	done, err := gpu.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming)
-	if err != nil {
-		return res, err
+	var opts []blocks.Option
+	if cfg.strategy == blocks.Kernel {
+		opts = append(opts, blocks.WithKernel(n))
 	}
-	defer func() { err = errors.Join(err, done.Destroy()) }()
+	bc, err := blocks.New(gpu, append(opts, blocks.WithStrategy(cfg.strategy))...)
+	if err != nil {
+		return rep, err
+	}
+	defer func() { err = errors.Join(err, bc.Close(ctx)) }()
 
-	// The cache's contents, as the model would have written them.
-	want := make([]byte, size)
+	// Finished requests' blocks fill GPU slots 0..n-1; resumed requests'
+	// blocks wait in host slots n..2n-1, paged out by an earlier step.
 	r := rand.New(rand.NewPCG(16, 4096))
-	for i := 0; i+8 <= size; i += 8 {
-		v := r.Uint64()
-		for j := range 8 {
-			want[i+j] = byte(v >> (8 * j))
+	finished, resumed := make([]byte, n*bs), pool.Bytes()[n*bs:]
+	for _, b := range [][]byte{finished, resumed} {
+		for i := range b {
+			b[i] = byte(r.Uint32())
 		}
 	}
-	if _, err := kv.WriteAt(want, 0); err != nil {
-		return res, err
+	want := bytes.Clone(resumed)
+	if _, err := kv.WriteAt(finished, 0); err != nil {
+		return rep, err
 	}
 
-	// Block b sits in device slot b; the server gives it host slot
-	// hostSlot[b] when paging out and device slot devSlot[b] when paging
-	// back in (free slots are rarely in order).
-	hostSlot, devSlot := r.Perm(n), r.Perm(n)
-	out := make([]cuda.BlockCopy, n)
-	in := make([]cuda.BlockCopy, n)
+	// The free lists hand out slots in no order: block b goes out to host
+	// slot hostSlot[b], and resumed block b comes in to GPU slot n+gpuSlot[b].
+	hostSlot, gpuSlot := r.Perm(n), r.Perm(n)
 	host := pool.Bytes()
+	evict := make([]blocks.Block, n)
+	restore := make([]blocks.Block, n)
 	for b := range n {
-		h := host[hostSlot[b]*bs : (hostSlot[b]+1)*bs]
-		out[b] = cuda.BlockCopy{Host: h, Dev: kv, Off: b * bs}
-		in[b] = cuda.BlockCopy{Host: h, Dev: kv, Off: devSlot[b] * bs}
-	}
-	opts := []cuda.BlockOption{cuda.WithBlockStrategy(cfg.strategy), cuda.WithBlockEvent(done)}
-	if cfg.strategy == cuda.BlockKernelCopy {
-		k, kerr := gpu.NewBlockKernel(n)
-		if kerr != nil {
-			return res, kerr
-		}
-		defer func() { err = errors.Join(err, k.Close()) }()
-		opts = append(opts, cuda.WithBlockKernel(k))
-	}
-	page := func(dir cuda.Direction, l []cuda.BlockCopy) (float64, cuda.BlockStrategy, error) {
-		t0 := time.Now()
-		rep, err := s.CopyBlocks(dir, l, opts...)
-		if err != nil {
-			return 0, 0, errors.Join(err, s.Synchronize(context.Background()))
-		}
-		if err := done.Synchronize(context.Background()); err != nil {
-			return 0, 0, err
-		}
-		return float64(rep.Bytes) / float64(time.Since(t0).Nanoseconds()), rep.Strategy, nil
+		evict[b] = blocks.Block{Host: host[hostSlot[b]*bs:][:bs], Dev: kv, Off: b * bs}
+		restore[b] = blocks.Block{Host: resumed[b*bs:][:bs], Dev: kv, Off: (n + gpuSlot[b]) * bs}
 	}
 
-	if res.out, res.strategy, err = page(cuda.DeviceToHost, out); err != nil {
-		return res, fmt.Errorf("paging out: %w", err)
+	t0 := time.Now()
+	rep, err = bc.Copy(ctx, blocks.ToHost(out, evict), blocks.ToDevice(in, restore))
+	if err != nil {
+		return rep, errors.Join(fmt.Errorf("paging: %w", err), out.Synchronize(ctx), in.Synchronize(ctx))
 	}
-	if err := kv.Memset(0); err != nil { // evicted: the slots are reused
-		return res, err
+	if err := errors.Join(out.Synchronize(ctx), in.Synchronize(ctx)); err != nil {
+		return rep, err
 	}
-	if res.in, _, err = page(cuda.HostToDevice, in); err != nil {
-		return res, fmt.Errorf("paging in: %w", err)
-	}
+	secs := time.Since(t0).Seconds()
 
-	got := make([]byte, size)
-	if _, err := kv.ReadAt(got, 0); err != nil {
-		return res, err
-	}
+	got := make([]byte, bs)
 	for b := range n {
-		d := devSlot[b]
-		if !bytes.Equal(got[d*bs:(d+1)*bs], want[b*bs:(b+1)*bs]) {
-			return res, fmt.Errorf("block %d came back to device slot %d with other bytes", b, d)
+		if !bytes.Equal(evict[b].Host, finished[b*bs:][:bs]) {
+			return rep, fmt.Errorf("block %d came out to host slot %d with other bytes", b, hostSlot[b])
+		}
+		if _, err := kv.ReadAt(got, int64((n+gpuSlot[b])*bs)); err != nil {
+			return rep, err
+		}
+		if !bytes.Equal(got, want[b*bs:][:bs]) {
+			return rep, fmt.Errorf("block %d came in to GPU slot %d with other bytes", b, n+gpuSlot[b])
 		}
 	}
-	fmt.Fprintf(w, "paged %d blocks of %d KiB out at %.1f GB/s and back in at %.1f GB/s (%v), every byte checked\n",
-		n, bs>>10, res.out, res.in, res.strategy)
-	return res, nil
+	fmt.Fprintf(w, "paged %d blocks of %d KiB out and %d in at once: %.1f GB/s both ways (%v, %d driver calls), every byte checked\n",
+		n, bs>>10, n, float64(rep.Bytes)/secs/1e9, rep.Strategy, rep.Calls)
+	return rep, nil
 }

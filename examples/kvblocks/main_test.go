@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinmem/pinmem/blocks"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/cudatest"
 	"github.com/pinmem/pinmem/examples/internal/extest"
@@ -17,13 +18,13 @@ func TestMain(m *testing.M) { extest.Main(m, main) }
 
 func TestFlags(t *testing.T) {
 	cfg, err := parseFlags(nil, io.Discard)
-	if err != nil || cfg.blocks != 4096 || cfg.blockSize != 16<<10 || cfg.strategy != cuda.BlockAuto {
+	if err != nil || cfg.blocks != 1024 || cfg.blockSize != 2<<20 || cfg.strategy != blocks.Auto {
 		t.Errorf("defaults = %+v, %v", cfg, err)
 	}
-	if cfg, err := parseFlags([]string{"-strategy", "per-copy", "-kib", "64"}, io.Discard); err != nil || cfg.strategy != cuda.BlockPerCopy || cfg.blockSize != 64<<10 {
+	if cfg, err := parseFlags([]string{"-strategy", "per-copy", "-kib", "64"}, io.Discard); err != nil || cfg.strategy != blocks.PerCopy || cfg.blockSize != 64<<10 {
 		t.Errorf("-strategy per-copy -kib 64 = %+v, %v", cfg, err)
 	}
-	if cfg, err := parseFlags([]string{"-strategy", "kernel"}, io.Discard); err != nil || cfg.strategy != cuda.BlockKernelCopy {
+	if cfg, err := parseFlags([]string{"-strategy", "kernel"}, io.Discard); err != nil || cfg.strategy != blocks.Kernel {
 		t.Errorf("-strategy kernel = %+v, %v", cfg, err)
 	}
 	for _, bad := range [][]string{{"-blocks", "0"}, {"-kib", "-1"}, {"-strategy", "dma"}, {"x"}} {
@@ -33,10 +34,10 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-// TestRunOnFakeDriver pages 4096 blocks out and in on the fake driver with
-// each strategy: every byte is checked by run.
+// TestRunOnFakeDriver pages 4096 blocks out and 4096 in at once on the
+// fake driver with each strategy: every byte is checked by run.
 func TestRunOnFakeDriver(t *testing.T) {
-	for _, s := range []cuda.BlockStrategy{cuda.BlockAuto, cuda.BlockDriverBatch, cuda.BlockPerCopy, cuda.BlockKernelCopy} {
+	for _, s := range []blocks.Strategy{blocks.Auto, blocks.DriverBatch, blocks.PerCopy, blocks.Kernel} {
 		t.Run(s.String(), func(t *testing.T) {
 			cudatest.Install(t)
 			var out strings.Builder
@@ -44,8 +45,11 @@ func TestRunOnFakeDriver(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := map[cuda.BlockStrategy]cuda.BlockStrategy{cuda.BlockAuto: cuda.BlockDriverBatch}[s]; want != 0 && res.strategy != want {
-				t.Errorf("auto chose %v, want %v", res.strategy, want)
+			if want := map[blocks.Strategy]blocks.Strategy{blocks.Auto: blocks.DriverBatch}[s]; want != 0 && res.Strategy != want {
+				t.Errorf("auto chose %v, want %v", res.Strategy, want)
+			}
+			if res.Blocks != 2*4096 {
+				t.Errorf("report %+v, want 8192 blocks", res)
 			}
 			if !strings.HasSuffix(out.String(), "every byte checked\n") {
 				t.Errorf("output %q", out.String())
@@ -61,7 +65,7 @@ func TestRunReportsDriverFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := run(context.Background(), config{blocks: 64, blockSize: 1 << 10}, io.Discard)
-	if !errors.Is(err, cuda.ErrOutOfMemory) || !strings.Contains(err.Error(), "paging out") {
+	if !errors.Is(err, cuda.ErrOutOfMemory) || !strings.Contains(err.Error(), "paging") {
 		t.Fatalf("run with a failing batch copy = %v", err)
 	}
 }
@@ -70,13 +74,13 @@ func TestWithoutGPU(t *testing.T) {
 	extest.CheckNoGPU(t, "kvblocks", "-blocks", "16")
 }
 
-// TestOnGPU pages 4096 blocks of 16 KiB out and in with each strategy on
-// the GPU; run checks every byte.
+// TestOnGPU pages 1024 blocks of 2 MiB out and 1024 in at once with each
+// strategy on the GPU; run checks every byte.
 func TestOnGPU(t *testing.T) {
 	testutil.RequireGPU(t)
-	for _, s := range []cuda.BlockStrategy{cuda.BlockAuto, cuda.BlockDriverBatch, cuda.BlockPerCopy, cuda.BlockKernelCopy} {
+	for _, s := range []blocks.Strategy{blocks.Auto, blocks.DriverBatch, blocks.PerCopy, blocks.Kernel} {
 		var out strings.Builder
-		if _, err := run(context.Background(), config{blocks: 4096, blockSize: 16 << 10, strategy: s}, &out); err != nil {
+		if _, err := run(context.Background(), config{blocks: 1024, blockSize: 2 << 20, strategy: s}, &out); err != nil {
 			t.Fatalf("%v: %v", s, err)
 		}
 		t.Log(strings.TrimSpace(out.String()))

@@ -104,7 +104,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, l.Close()) }()
+	defer func() { err = errors.Join(err, l.Close(context.Background())) }()
 
 	// Every tensor into one device allocation, at its offset in the file.
 	ts, err := safetensors.LoadAll(ctx, l, path)

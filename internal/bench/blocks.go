@@ -9,18 +9,20 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/blocks"
 	"github.com/pinmem/pinmem/cuda"
 )
 
 // Kinds of the blocks bench (Session.Blocks): the strategies of
-// cuda.Stream.CopyBlocks, and one contiguous copy of the same bytes, the
-// upper bound they are measured against.
+// blocks.Copier, and one contiguous copy of the same bytes (both ways at
+// once for DirBidir: the bidirectional pinned bound), the upper bound they
+// are measured against.
 const (
-	BlockKindContiguous = "contiguous"   // one copy of all the blocks' bytes, contiguous on both sides
-	BlockKindBatch      = "driver-batch" // cuda.BlockDriverBatch: the driver's cuMemcpyBatchAsync
-	BlockKindPerCopy    = "per-copy"     // cuda.BlockPerCopy: one cuMemcpyAsync per block
-	BlockKindKernel     = "kernel"       // cuda.BlockKernelCopy: pinmem's gather/scatter kernel
-	BlockKindAuto       = "auto"         // cuda.BlockAuto; the note says which strategy it chose
+	BlockKindContiguous = "contiguous"   // one copy of all the blocks' bytes, contiguous on both sides (one each way for bidir)
+	BlockKindBatch      = "driver-batch" // blocks.DriverBatch: the driver's cuMemcpyBatchAsync
+	BlockKindPerCopy    = "per-copy"     // blocks.PerCopy: one cuMemcpyAsync per block
+	BlockKindKernel     = "kernel"       // blocks.Kernel: pinmem's gather/scatter kernel
+	BlockKindAuto       = "auto"         // blocks.Auto; the note says which strategy it chose
 )
 
 // AllBlockKinds returns every kind of the blocks bench, in report order
@@ -30,8 +32,9 @@ func AllBlockKinds() []string {
 }
 
 // AllBlockDirs returns the directions of the blocks bench: a list of
-// blocks moves one way.
-func AllBlockDirs() []string { return []string{DirH2D, DirD2H} }
+// blocks one way, or a page-out and a page-in at once on two streams
+// (DirBidir; the figure is the bytes of both over the time of both).
+func AllBlockDirs() []string { return []string{DirH2D, DirD2H, DirBidir} }
 
 var blockKindAliases = map[string]string{
 	"contiguous": BlockKindContiguous, "contig": BlockKindContiguous,
@@ -44,6 +47,7 @@ var blockKindAliases = map[string]string{
 var blockDirAliases = map[string]string{
 	"h2d": DirH2D, "htod": DirH2D,
 	"d2h": DirD2H, "dtoh": DirD2H,
+	"bidir": DirBidir, "both": DirBidir,
 }
 
 // ParseBlockKinds parses a comma-separated list of blocks-bench kinds
@@ -54,7 +58,7 @@ func ParseBlockKinds(s string) ([]string, error) {
 }
 
 // ParseBlockDirs parses a comma-separated list of the blocks bench's
-// directions (h2d, d2h, or "all").
+// directions (h2d, d2h, bidir, or "all"; both is accepted too).
 func ParseBlockDirs(s string) ([]string, error) {
 	return parseList(s, "direction", blockDirAliases, AllBlockDirs())
 }
@@ -68,8 +72,9 @@ const (
 )
 
 // DefaultBlockSizes are the blocks bench's default block sizes: the pages
-// of a KV cache.
-var DefaultBlockSizes = []int64{16 << 10, 64 << 10, 256 << 10}
+// of a KV cache, from the 16 KiB pages of one layer to the 2 MB blocks of
+// one request across layers that offloading connectors move today.
+var DefaultBlockSizes = []int64{16 << 10, 256 << 10, 2 << 20}
 
 // BlocksTiming is how the blocks bench times a sample, as its report's
 // metadata says.
@@ -80,7 +85,7 @@ const BlocksTiming = "host wall clock from the call that queues the list to the 
 type BlocksConfig struct {
 	Sizes   []int64  // bytes per block, 1 to MaxBlockSize (empty: DefaultBlockSizes)
 	Blocks  int      // blocks per list, 1 to MaxBlocks (0: DefaultBlocks)
-	Dirs    []string // AllBlockDirs (empty: both)
+	Dirs    []string // AllBlockDirs (empty: all)
 	Kinds   []string // AllBlockKinds (empty: every kind)
 	Samples int      // timed samples per measurement, up to MaxSamples (0: 5)
 	Warmup  int      // untimed samples first, up to 100 (0: 1; -1: none)
@@ -139,10 +144,19 @@ func (c *BlocksConfig) resolve() error {
 	case c.Gap < -1 || c.Gap > MaxBlockSize:
 		return invalid("BlocksConfig.Gap %d: want 1 to %d (0: the default, %d; -1: none)", c.Gap, int64(MaxBlockSize), DefaultBlockGap)
 	}
-	if n := int64(c.Blocks) * (c.maxSize() + c.Gap); n > MaxSize {
+	if n := int64(c.regions()) * int64(c.Blocks) * (c.maxSize() + c.Gap); n > MaxSize {
 		return invalid("BlocksConfig: %d blocks of up to %s with gaps of %s need %d bytes of host memory, more than %s", c.Blocks, FormatSize(c.maxSize()), FormatSize(c.Gap), n, FormatSize(MaxSize))
 	}
 	return nil
+}
+
+// regions is how many sets of slots the run needs on each side: two for
+// DirBidir (one each way), else one.
+func (c *BlocksConfig) regions() int {
+	if contains(c.Dirs, DirBidir) {
+		return 2
+	}
+	return 1
 }
 
 func (c *BlocksConfig) maxSize() int64 {
@@ -157,12 +171,14 @@ func (c *BlocksConfig) maxSize() int64 {
 // out: for each block size and direction, a list of cfg.Blocks blocks
 // scattered on both sides (host slots of one pinned, mapped allocation,
 // taken in shuffled order with cfg.Gap bytes between slots; device slots
-// of one device allocation, shuffled) copied by each CopyBlocks strategy,
-// beside one contiguous copy of the same bytes. Each sample is one list,
-// timed with the wall clock (BlocksTiming); every block of every sample is
-// checked. A strategy the driver or device lacks gives skipped results
-// with the reason; the error return is for failures that end the run
-// (device memory, the driver, ctx; see Session).
+// of one device allocation, shuffled) copied by each blocks.Copier
+// strategy, beside one contiguous copy of the same bytes. DirBidir pages
+// one list out and another in at once on two streams, beside one
+// contiguous copy each way at once (the bidirectional pinned bound). Each
+// sample is one call, timed with the wall clock (BlocksTiming); every
+// block of every sample is checked. A strategy the driver or device lacks
+// gives skipped results with the reason; the error return is for failures
+// that end the run (device memory, the driver, ctx; see Session).
 func (s *Session) Blocks(ctx context.Context, cfg BlocksConfig) ([]Result, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
@@ -214,38 +230,43 @@ func (s *Session) Blocks(ctx context.Context, cfg BlocksConfig) ([]Result, error
 }
 
 // blockWork is what every measurement of the blocks bench shares: the
-// device allocation and the pinned host allocation the slots lie in, a
-// stream, the block kernel, the data the blocks carry and the shuffles.
+// device allocation and the pinned host allocation the slots lie in (one
+// region of slots per side, two with DirBidir), two streams, a copier per
+// kind, the data the blocks carry and the shuffles.
 type blockWork struct {
 	s   *Session
 	ctx context.Context
 	cfg BlocksConfig
 
-	dev  *cuda.DeviceBuffer // Blocks slots of the largest size
-	st   *cuda.Stream
-	host *pinmem.Buffer // Blocks slots of the largest size plus the gap
-	h    []byte
+	dev     *cuda.DeviceBuffer // regions x Blocks slots of the largest size
+	st, st2 *cuda.Stream       // st2: the page-in of DirBidir
+	host    *pinmem.Buffer     // regions x Blocks slots of the largest size plus the gap
+	h       []byte
+	maxBS   int
 	// hostErr says why there is no host allocation: every result is
 	// skipped with it.
 	hostErr error
-	k       *cuda.BlockKernel
-	kErr    error  // why the kernel strategy cannot run
-	exp     []byte // the bytes the device holds in device order (DtoH), or that the blocks carry (HtoD)
-	scratch []byte // the device read back
-	hp, dp  []int  // block i: host slot hp[i], device slot dp[i]
-	list    []cuda.BlockCopy
+	copiers map[string]*blocks.Copier // by kind
+	kErr    error                     // why the kernel strategy cannot run
+	exp     []byte                    // the bytes the blocks carry (HtoD), or the device holds in device order (DtoH)
+	scratch []byte                    // the device read back
+	hp, dp  []int                     // block i: host slot hp[i], device slot dp[i]
+	lists   []blocks.List             // the sample's lists
 }
 
 func (w *blockWork) setup() error {
-	n, maxBS := w.cfg.Blocks, int(w.cfg.maxSize())
+	n, regions := w.cfg.Blocks, w.cfg.regions()
+	w.maxBS = int(w.cfg.maxSize())
 	var err error
-	if w.dev, err = w.s.Ctx.Alloc(n * maxBS); err != nil {
-		return fmt.Errorf("bench: device buffer of %s: %w", FormatSize(int64(n*maxBS)), err)
+	if w.dev, err = w.s.Ctx.Alloc(regions * n * w.maxBS); err != nil {
+		return fmt.Errorf("bench: device buffer of %s: %w", FormatSize(int64(regions*n*w.maxBS)), err)
 	}
-	if w.st, err = w.s.Ctx.NewStream(cuda.StreamNonBlocking); err != nil {
-		return err
+	for _, st := range []**cuda.Stream{&w.st, &w.st2} {
+		if *st, err = w.s.Ctx.NewStream(cuda.StreamNonBlocking); err != nil {
+			return err
+		}
 	}
-	size := n * (maxBS + int(w.cfg.Gap))
+	size := regions * n * (w.maxBS + int(w.cfg.Gap))
 	// Mapped, so that the kernel strategy reaches the slots through their
 	// device addresses; the copy engines do not care.
 	w.host, err = pinmem.Alloc(size, pinmem.Mapped, pinmem.WithDevice(w.s.Dev))
@@ -257,27 +278,46 @@ func (w *blockWork) setup() error {
 		}
 	}
 	w.h = w.host.Bytes()
-	if w.kErr == nil && contains(w.cfg.Kinds, BlockKindKernel) {
-		if w.k, err = w.s.Ctx.NewBlockKernel(n); err != nil {
-			w.k, w.kErr = nil, fmt.Errorf("block kernel: %w", err)
+	w.copiers = map[string]*blocks.Copier{}
+	for kind, opts := range map[string][]blocks.Option{
+		BlockKindAuto:    nil,
+		BlockKindBatch:   {blocks.WithStrategy(blocks.DriverBatch)},
+		BlockKindPerCopy: {blocks.WithStrategy(blocks.PerCopy)},
+		BlockKindKernel:  {blocks.WithKernel(n)},
+	} {
+		if !contains(w.cfg.Kinds, kind) || (kind == BlockKindKernel && w.kErr != nil) {
+			continue
 		}
+		c, err := blocks.New(w.s.Ctx, opts...)
+		if err != nil && kind == BlockKindKernel {
+			w.kErr = fmt.Errorf("block kernel: %w", err)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		w.copiers[kind] = c
 	}
-	w.exp = randomBytes(n*maxBS, 0xb10c)
-	w.scratch = make([]byte, n*maxBS)
+	w.exp = randomBytes(n*w.maxBS, 0xb10c)
+	w.scratch = make([]byte, n*w.maxBS)
 	r := rand.New(rand.NewPCG(0xb10c, 5))
 	w.hp, w.dp = r.Perm(n), r.Perm(n)
 	return nil
 }
 
 func (w *blockWork) close() {
-	if w.st != nil {
-		_ = w.st.Synchronize(context.Background())
+	for _, st := range []*cuda.Stream{w.st, w.st2} {
+		if st != nil {
+			_ = st.Synchronize(context.Background())
+		}
 	}
-	if w.k != nil {
-		_ = w.k.Close()
+	for _, c := range w.copiers {
+		_ = c.Close(context.Background())
 	}
-	if w.st != nil {
-		_ = w.st.Destroy()
+	for _, st := range []*cuda.Stream{w.st, w.st2} {
+		if st != nil {
+			_ = st.Destroy()
+		}
 	}
 	if w.host != nil {
 		_ = w.host.Free()
@@ -287,113 +327,155 @@ func (w *blockWork) close() {
 	}
 }
 
-// slot returns host slot j of bs-byte blocks.
-func (w *blockWork) slot(j, bs int) []byte {
-	off := j * (bs + int(w.cfg.Gap))
+// hostBase returns the offset of host region r.
+func (w *blockWork) hostBase(r int) int { return r * w.cfg.Blocks * (w.maxBS + int(w.cfg.Gap)) }
+
+// slot returns host slot j of bs-byte blocks in region r.
+func (w *blockWork) slot(r, j, bs int) []byte {
+	off := w.hostBase(r) + j*(bs+int(w.cfg.Gap))
 	return w.h[off : off+bs]
 }
 
-// prepareData builds the list of bs-byte blocks and puts the data where
-// the direction's copies read it: HtoD, block i's bytes (exp's i-th) in
-// its host slot; DtoH, exp on the device, device slot d holding exp's
-// d-th bs bytes.
+// devOff returns the offset of device slot j of bs-byte blocks in region r.
+func (w *blockWork) devOff(r, j, bs int) int { return r*w.cfg.Blocks*w.maxBS + j*bs }
+
+// half is one direction of a sample and the region of slots it uses.
+type half struct {
+	dir    string
+	region int
+}
+
+// halves returns the one-way directions a sample in dir moves: DirBidir
+// pages in through region 0 and out through region 1.
+func halves(dir string) []half {
+	if dir == DirBidir {
+		return []half{{DirH2D, 0}, {DirD2H, 1}}
+	}
+	return []half{{dir, 0}}
+}
+
+// prepareData builds the lists of bs-byte blocks and puts the data where
+// the copies read it: HtoD, block i's bytes (exp's i-th) in its host slot;
+// DtoH, exp on the device, device slot d holding exp's d-th bs bytes.
 func (w *blockWork) prepareData(bs int, dir string) error {
 	n := w.cfg.Blocks
-	w.list = w.list[:0]
-	for i := range n {
-		w.list = append(w.list, cuda.BlockCopy{Host: w.slot(w.hp[i], bs), Dev: w.dev, Off: w.dp[i] * bs})
-	}
-	if dir == DirH2D {
+	w.lists = w.lists[:0]
+	for _, hf := range halves(dir) {
+		l := make([]blocks.Block, n)
 		for i := range n {
-			copy(w.slot(w.hp[i], bs), w.exp[i*bs:(i+1)*bs])
+			l[i] = blocks.Block{Host: w.slot(hf.region, w.hp[i], bs), Dev: w.dev, Off: w.devOff(hf.region, w.dp[i], bs)}
 		}
-		return nil
+		if hf.dir == DirH2D {
+			w.lists = append(w.lists, blocks.ToDevice(w.st2, l))
+			for i := range n {
+				copy(w.slot(hf.region, w.hp[i], bs), w.exp[i*bs:(i+1)*bs])
+			}
+			continue
+		}
+		w.lists = append(w.lists, blocks.ToHost(w.st, l))
+		if _, err := w.dev.WriteAt(w.exp[:n*bs], int64(w.devOff(hf.region, 0, bs))); err != nil {
+			return err
+		}
 	}
-	_, err := w.dev.WriteAt(w.exp[:n*bs], 0)
-	return err
+	return nil
 }
 
 // poisonDest fills what a sample in direction dir writes (the device
 // slots, or the whole host region of the slots) with poison, so that a
 // block the copy missed shows.
 func (w *blockWork) poisonDest(bs int, dir string) error {
-	total := w.cfg.Blocks * bs
-	if dir == DirH2D {
-		return memsetPrefix(w.dev, poisonDevice, total)
+	n := w.cfg.Blocks
+	for _, hf := range halves(dir) {
+		if hf.dir == DirH2D {
+			d, err := w.dev.Slice(w.devOff(hf.region, 0, bs), n*bs)
+			if err != nil {
+				return err
+			}
+			if err := memsetPrefix(d, poisonDevice, n*bs); err != nil {
+				return err
+			}
+			continue
+		}
+		off := w.hostBase(hf.region)
+		poison(w.h[off:off+n*(bs+int(w.cfg.Gap))], poisonHost)
 	}
-	poison(w.h[:w.cfg.Blocks*(bs+int(w.cfg.Gap))], poisonHost)
 	return nil
 }
 
 // verify checks every block of the sample just run.
 func (w *blockWork) verify(kind string, bs int, dir string) error {
 	n, total := w.cfg.Blocks, w.cfg.Blocks*bs
-	if dir == DirH2D {
-		if _, err := w.dev.ReadAt(w.scratch[:total], 0); err != nil {
-			return err
+	for _, hf := range halves(dir) {
+		r := hf.region
+		if hf.dir == DirH2D {
+			if _, err := w.dev.ReadAt(w.scratch[:total], int64(w.devOff(r, 0, bs))); err != nil {
+				return err
+			}
 		}
-	}
-	if kind == BlockKindContiguous {
-		got, want := w.h[:total], w.exp[:total]
-		if dir == DirH2D {
-			got, want = w.scratch[:total], w.h[:total]
+		if kind == BlockKindContiguous {
+			h := w.h[w.hostBase(r):][:total] // the region's first bytes, which the contiguous copy moves
+			got, want := h, w.exp[:total]
+			if hf.dir == DirH2D {
+				got, want = w.scratch[:total], h
+			}
+			if i := firstDiff(got, want); i >= 0 {
+				return fmt.Errorf("%s: byte %d is %#x after the contiguous copy, want %#x", hf.dir, i, got[i], want[i])
+			}
+			continue
 		}
-		if i := firstDiff(got, want); i >= 0 {
-			return fmt.Errorf("byte %d is %#x after the contiguous copy, want %#x", i, got[i], want[i])
-		}
-		return nil
-	}
-	for i := range n {
-		d := w.dp[i]
-		got, want := w.scratch[d*bs:(d+1)*bs], w.exp[i*bs:(i+1)*bs]
-		if dir == DirD2H {
-			got, want = w.slot(w.hp[i], bs), w.exp[d*bs:(d+1)*bs]
-		}
-		if j := firstDiff(got, want); j >= 0 {
-			return fmt.Errorf("block %d (host slot %d, device slot %d): byte %d is %#x, want %#x", i, w.hp[i], d, j, got[j], want[j])
+		for i := range n {
+			d := w.dp[i]
+			got, want := w.scratch[d*bs:(d+1)*bs], w.exp[i*bs:(i+1)*bs]
+			if hf.dir == DirD2H {
+				got, want = w.slot(r, w.hp[i], bs), w.exp[d*bs:(d+1)*bs]
+			}
+			if j := firstDiff(got, want); j >= 0 {
+				return fmt.Errorf("%s block %d (host slot %d, device slot %d): byte %d is %#x, want %#x", hf.dir, i, w.hp[i], d, j, got[j], want[j])
+			}
 		}
 	}
 	return nil
 }
 
+// contiguous queues one copy of n bytes in direction dir through region r,
+// contiguous on both sides, on the stream the lists of dir use.
+func (w *blockWork) contiguous(dir string, r, n int) error {
+	h, off := w.h[w.hostBase(r):][:n], w.devOff(r, 0, 0)
+	if dir == DirH2D {
+		return w.st2.CopyHtoD(w.dev, off, h)
+	}
+	return w.st.CopyDtoH(h, w.dev, off)
+}
+
+// sync waits for both streams.
+func (w *blockWork) sync() error {
+	return errors.Join(w.st.Synchronize(context.Background()), w.st2.Synchronize(context.Background()))
+}
+
 // run queues one sample of kind and waits for it; it returns how long
-// queuing took, the report of CopyBlocks (for the contiguous copy, one
-// call) and the whole time.
-func (w *blockWork) run(kind string, bs int, dir string) (queued, total time.Duration, rep cuda.BlockReport, err error) {
-	if err := w.st.Synchronize(context.Background()); err != nil {
+// queuing took, the copier's report (for the contiguous copy, one call a
+// direction) and the whole time.
+func (w *blockWork) run(kind string, bs int, dir string) (queued, total time.Duration, rep blocks.Report, err error) {
+	if err := w.sync(); err != nil {
 		return 0, 0, rep, err
 	}
 	t0 := time.Now()
-	switch kind {
-	case BlockKindContiguous:
+	if kind == BlockKindContiguous {
 		n := w.cfg.Blocks * bs
-		if dir == DirH2D {
-			err = w.st.CopyHtoD(w.dev, 0, w.h[:n])
-		} else {
-			err = w.st.CopyDtoH(w.h[:n], w.dev, 0)
+		for _, hf := range halves(dir) {
+			if err = w.contiguous(hf.dir, hf.region, n); err != nil {
+				break
+			}
+			rep.Blocks, rep.Bytes, rep.Calls = rep.Blocks+1, rep.Bytes+int64(n), rep.Calls+1
 		}
-		rep = cuda.BlockReport{Blocks: 1, Bytes: int64(n), Calls: 1}
-	default:
-		cd := cuda.HostToDevice
-		if dir == DirD2H {
-			cd = cuda.DeviceToHost
-		}
-		var opts []cuda.BlockOption
-		switch kind {
-		case BlockKindBatch:
-			opts = append(opts, cuda.WithBlockStrategy(cuda.BlockDriverBatch))
-		case BlockKindPerCopy:
-			opts = append(opts, cuda.WithBlockStrategy(cuda.BlockPerCopy))
-		case BlockKindKernel:
-			opts = append(opts, cuda.WithBlockKernel(w.k))
-		}
-		rep, err = w.st.CopyBlocks(cd, w.list, opts...)
+	} else {
+		rep, err = w.copiers[kind].Copy(w.ctx, w.lists...)
 	}
 	queued = time.Since(t0)
 	if err != nil {
-		return queued, 0, rep, errors.Join(err, w.st.Synchronize(context.Background()))
+		return queued, 0, rep, errors.Join(err, w.sync())
 	}
-	if err := w.st.Synchronize(context.Background()); err != nil {
+	if err := w.sync(); err != nil {
 		return queued, 0, rep, err
 	}
 	return queued, time.Since(t0), rep, nil
@@ -402,7 +484,7 @@ func (w *blockWork) run(kind string, bs int, dir string) (queued, total time.Dur
 // measure runs the samples of one (kind, block size, direction).
 func (w *blockWork) measure(kind string, bs int, dir string) (Result, error) {
 	n := w.cfg.Blocks
-	total := int64(n) * int64(bs)
+	total := int64(n) * int64(bs) * int64(len(halves(dir)))
 	r := Result{Bench: "blocks", Kind: kind, Dir: dir, Size: int64(bs), Unit: GBps, Timing: TimingWall}
 	if kind == BlockKindKernel && w.kErr != nil {
 		return skipped("blocks", kind, dir, int64(bs), GBps, "kernel strategy unavailable: "+w.kErr.Error()), nil
@@ -417,8 +499,8 @@ func (w *blockWork) measure(kind string, bs int, dir string) (Result, error) {
 	}
 	var rates, queuing []float64
 	var notes []string
-	var rep cuda.BlockReport
-	chose := map[cuda.BlockStrategy]bool{}
+	var rep blocks.Report
+	chose := map[blocks.Strategy]bool{}
 	var stopErr error
 	r.Verified = true
 	for i := range w.cfg.Samples {
@@ -447,7 +529,7 @@ func (w *blockWork) measure(kind string, bs int, dir string) (Result, error) {
 	r.Verified = r.Verified && r.Samples > 0
 	if kind == BlockKindAuto {
 		var names []string
-		for _, st := range []cuda.BlockStrategy{cuda.BlockDriverBatch, cuda.BlockPerCopy, cuda.BlockKernelCopy} {
+		for _, st := range []blocks.Strategy{blocks.DriverBatch, blocks.PerCopy, blocks.Kernel} {
 			if chose[st] {
 				names = append(names, st.String())
 			}
@@ -457,8 +539,14 @@ func (w *blockWork) measure(kind string, bs int, dir string) (Result, error) {
 		}
 	}
 	what := fmt.Sprintf("%d blocks of %s, %s in all", n, FormatSize(int64(bs)), FormatSize(total))
+	if dir == DirBidir {
+		what = fmt.Sprintf("%d blocks of %s out and %d in at once on two streams, %s in all", n, FormatSize(int64(bs)), n, FormatSize(total))
+	}
 	if kind == BlockKindContiguous {
-		what = fmt.Sprintf("one copy of %s, contiguous on both sides", FormatSize(total))
+		what = fmt.Sprintf("one copy of %s, contiguous on both sides", FormatSize(int64(n)*int64(bs)))
+		if dir == DirBidir {
+			what = fmt.Sprintf("one copy of %s each way at once on two streams, contiguous on both sides (the bidirectional pinned bound)", FormatSize(int64(n)*int64(bs)))
+		}
 	}
 	calls := "1 driver call"
 	if rep.Calls != 1 {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -40,8 +41,8 @@ func TestBlocksOnFakeDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != 2*2*len(AllBlockKinds()) {
-		t.Fatalf("%d results, want %d", len(rs), 2*2*len(AllBlockKinds()))
+	if want := 2 * len(AllBlockDirs()) * len(AllBlockKinds()); len(rs) != want {
+		t.Fatalf("%d results, want %d", len(rs), want)
 	}
 	i := 0
 	for _, size := range cfg.Sizes {
@@ -62,11 +63,11 @@ func TestBlocksOnFakeDriver(t *testing.T) {
 						t.Errorf("auto's note does not say what it chose: %q", r.Note)
 					}
 				case BlockKindPerCopy:
-					if !strings.Contains(r.Note, "48 driver calls") {
+					if calls := map[string]string{DirBidir: "96 driver calls"}[dir]; !strings.Contains(r.Note, cmp.Or(calls, "48 driver calls")) {
 						t.Errorf("per-copy note: %q", r.Note)
 					}
 				case BlockKindContiguous:
-					if !strings.Contains(r.Note, "contiguous on both sides") {
+					if !strings.Contains(r.Note, "contiguous on both sides") || (dir == DirBidir) != strings.Contains(r.Note, "bidirectional pinned bound") {
 						t.Errorf("contiguous note: %q", r.Note)
 					}
 				}
@@ -121,8 +122,8 @@ func TestBlocksVerifyFailure(t *testing.T) {
 	}
 	for _, r := range rs {
 		if r.Kind == BlockKindKernel {
-			if !r.Failed() || r.Verified || r.Samples != 1 || !strings.Contains(r.Note, "VERIFY FAILED: sample 1: block") {
-				t.Errorf("kernel leaving a block out: %+v", r)
+			if !r.Failed() || r.Verified || r.Samples != 1 || !strings.Contains(r.Note, "VERIFY FAILED: sample 1: ") || !strings.Contains(r.Note, " block 7 ") {
+				t.Errorf("kernel leaving a block out: %+v (%s)", r, r.Note)
 			}
 			continue
 		}
@@ -139,9 +140,9 @@ func TestBlocksCancel(t *testing.T) {
 	d, s := blocksOnFake(t, fakedrv.Options{})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	// Each sample synchronizes the stream twice (before and after); the
-	// warm-up of the first kind takes the first two.
-	c := &cancelAt{op: "cuStreamSynchronize", n: 5, cancel: cancel}
+	// Each sample synchronizes both streams twice (before and after); the
+	// warm-up of the first kind takes the first four.
+	c := &cancelAt{op: "cuStreamSynchronize", n: 9, cancel: cancel}
 	c.install(d)
 	rs, err := s.Blocks(ctx, BlocksConfig{Sizes: []int64{4096}, Blocks: 8, Samples: 5})
 	d.ClearFaults()

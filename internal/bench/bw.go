@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/pinmem/pinmem/cuda"
@@ -15,16 +17,16 @@ import (
 // BandwidthConfig configures Session.Bandwidth. Zero fields take their
 // defaults; out-of-range fields make Bandwidth fail with ErrInvalid.
 type BandwidthConfig struct {
-	Kinds   []string // host memory kinds (AllKinds; empty: every kind)
-	Sizes   []int64  // bytes per copy, 1 to MaxSize (empty: DefaultSizes)
-	Dirs    []string // directions (AllDirs; empty: every direction)
-	Samples int      // timed samples per measurement, up to MaxSamples (0: 5)
-	Warmup  int      // untimed samples first, up to 100 (0: 1; -1: none)
+	Kinds   []string `json:"kinds"`       // host memory kinds (AllKinds; empty: every kind)
+	Sizes   []int64  `json:"sizes_bytes"` // bytes per copy, 1 to MaxSize (empty: DefaultSizes)
+	Dirs    []string `json:"dirs"`        // directions (AllDirs; empty: every direction)
+	Samples int      `json:"samples"`     // timed samples per measurement, up to MaxSamples (0: 5)
+	Warmup  int      `json:"warmup"`      // untimed samples first, up to 100 (0: 1; -1: none)
 	// MinBytes is the least a sample moves in each direction: small copies
 	// are repeated up to MaxReps times per sample (0: 64 MiB and 64;
 	// MinBytes at most MaxSize, MaxReps at most 1<<20).
-	MinBytes int64
-	MaxReps  int
+	MinBytes int64 `json:"min_bytes"`
+	MaxReps  int   `json:"max_reps"`
 }
 
 // DefaultSizes are the bandwidth bench's default copy sizes.
@@ -189,18 +191,15 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 	if kind == KindMapped && w.s.kernErr != nil {
 		return skipAll("kernels unavailable: " + w.s.kernErr.Error()), nil
 	}
-	var stager [2]*transfer.Copier
-	if kind == KindStaged {
-		for i := range stager {
-			// Thresholds 0: every size staged, as the kind says (by
-			// default a Copier leaves small transfers to the driver's
-			// pageable copy, which the pageable kind measures).
-			cp, err := transfer.New(w.s.Ctx, transfer.WithThresholds(transfer.Thresholds{}))
+	var copiers [2]*transfer.Copier
+	if kind == KindCopier || kind == KindCopierStaged {
+		for i := range copiers {
+			cp, err := newCopier(w.s.Ctx, kind)
 			if err != nil {
-				return skipAll("staged copier (transfer.New): " + err.Error()), nil
+				return skipAll("transfer.New: " + err.Error()), nil
 			}
 			defer cp.Close(context.Background())
-			stager[i] = cp
+			copiers[i] = cp
 		}
 	}
 	hA, err := w.s.allocHost(kind, w.n)
@@ -224,8 +223,12 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 				r = skipped("bw", kind, d, n, GBps, "second host buffer could not be allocated")
 			case kind == KindMapped && n%4 != 0:
 				r = skipped("bw", kind, d, n, GBps, "mapped kernels need a multiple of 4 bytes")
-			case kind == KindStaged:
-				r, err = w.staged(stager, hA, hB, d, int(n))
+			case kind == KindCopier || kind == KindCopierStaged:
+				r, err = w.copier(kind, copiers, hA, hB, d, int(n))
+			case kind == KindPageableSync:
+				r, err = w.pageableSync(hA, hB, d, int(n))
+			case kind == KindPageable && d == DirBidir:
+				r, err = w.pageableBidir(hA, hB, int(n))
 			default:
 				r, err = w.measure(kind, hA, hB, d, int(n))
 			}
@@ -475,51 +478,58 @@ func joinNotes(notes []string) string {
 	return s
 }
 
-// staged measures the staged copier with the wall clock.
-func (w *bwWork) staged(st [2]*transfer.Copier, hA, hB *hostMem, dir string, n int) (Result, error) {
-	r := Result{Bench: "bw", Kind: KindStaged, Dir: dir, Size: int64(n), Unit: GBps, Timing: TimingWall}
-	reps := w.cfg.reps(int64(n))
-	ctx := w.ctx
-	devA, err := w.devA.Slice(0, n)
-	if err != nil {
-		return r, err
+// newCopier returns the Copier a copier kind measures: a default one
+// (what users of package transfer get), or one forced to stage every size
+// through its pinned ring.
+func newCopier(c *cuda.Context, kind string) (*transfer.Copier, error) {
+	if kind == KindCopierStaged {
+		return transfer.New(c, transfer.WithThresholds(transfer.Thresholds{}))
 	}
-	devB, err := w.devB.Slice(0, n)
-	if err != nil {
-		return r, err
+	return transfer.New(c)
+}
+
+// dirOps are the two directions of a wall-clock measurement: each moves
+// one copy of the measured size and returns when its data is in place.
+type dirOps struct {
+	h2d, d2h func() error
+}
+
+// wall measures with the host's wall clock: reps copies per sample in
+// each direction of dir, and for bidir both directions at once, each on a
+// goroutine of its own. The copies of one direction run one after
+// another; a sample ends when the last copy has finished.
+func (w *bwWork) wall(kind, dir string, hA, hB *hostMem, n int, ops dirOps) (Result, error) {
+	r := Result{Bench: "bw", Kind: kind, Dir: dir, Size: int64(n), Unit: GBps, Timing: TimingWall}
+	reps := w.cfg.reps(int64(n))
+	repeat := func(op func() error) error {
+		for range reps {
+			if err := op(); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	sample := func() (time.Duration, error) {
 		start := time.Now()
-		for range reps {
-			switch dir {
-			case DirH2D:
-				if _, err := st[0].HtoD(ctx, devA, hA.b[:n]); err != nil {
-					return 0, err
-				}
-			case DirD2H:
-				if _, err := st[0].DtoH(ctx, hA.b[:n], devA); err != nil {
-					return 0, err
-				}
-			default:
-				errc := make(chan error, 1)
-				go func() {
-					_, err := st[1].DtoH(ctx, hB.b[:n], devB)
-					errc <- err
-				}()
-				_, err1 := st[0].HtoD(ctx, devA, hA.b[:n])
-				if err := errors.Join(err1, <-errc); err != nil {
-					return 0, err
-				}
-			}
+		var err error
+		switch dir {
+		case DirH2D:
+			err = repeat(ops.h2d)
+		case DirD2H:
+			err = repeat(ops.d2h)
+		default:
+			errc := make(chan error, 1)
+			go func() { errc <- repeat(ops.d2h) }()
+			err = errors.Join(repeat(ops.h2d), <-errc)
 		}
-		return time.Since(start), nil
+		return time.Since(start), err
 	}
 	p := w.plan(KindPageable, hA, hB, dir, n) // for prepare and verify
 	if err := p.prepare(); err != nil {
 		return r, err
 	}
 	for range w.cfg.Warmup {
-		if err := ctx.Err(); err != nil {
+		if err := w.ctx.Err(); err != nil {
 			return r, err
 		}
 		if _, err := sample(); err != nil {
@@ -537,7 +547,7 @@ func (w *bwWork) staged(st [2]*transfer.Copier, hA, hB *hostMem, dir string, n i
 	var notes []string
 	var stopErr error
 	for i := range w.cfg.Samples {
-		if stopErr = ctx.Err(); stopErr != nil {
+		if stopErr = w.ctx.Err(); stopErr != nil {
 			notes = append(notes, stoppedNote(i, w.cfg.Samples))
 			break
 		}
@@ -555,7 +565,113 @@ func (w *bwWork) staged(st [2]*transfer.Copier, hA, hB *hostMem, dir string, n i
 		vals = append(vals, Rate(mult*int64(n)*int64(reps), d))
 	}
 	r.fill(vals)
-	notes = append(notes, fmt.Sprintf("Go slice staged through pinned buffers (transfer.Copier, %s stages x %d, %d goroutines)", FormatSize(int64(st[0].StageSize())), st[0].Depth(), st[0].Parallelism()))
+	if dir == DirBidir {
+		notes = append(notes, "both directions at once, one goroutine each; the figure is the sum")
+	}
+	if reps > 1 {
+		notes = append(notes, fmt.Sprintf("%d copies per sample", reps))
+	}
 	r.Note = joinNotes(notes)
 	return r, stopErr
+}
+
+// pageableSync measures the driver's synchronous pageable copy
+// (cuMemcpyHtoD, cuMemcpyDtoH) of Go heap memory by the wall clock, as the
+// copier kinds are timed.
+func (w *bwWork) pageableSync(hA, hB *hostMem, dir string, n int) (Result, error) {
+	ops := dirOps{
+		h2d: func() error { _, err := w.devA.WriteAt(hA.b[:n], 0); return err },
+		d2h: func() error { _, err := w.devA.ReadAt(hA.b[:n], 0); return err },
+	}
+	if dir == DirBidir {
+		ops.d2h = func() error { _, err := w.devB.ReadAt(hB.b[:n], 0); return err }
+	}
+	r, err := w.wall(KindPageableSync, dir, hA, hB, n, ops)
+	r.Note = joinNotes([]string{r.Note, "the driver's synchronous pageable copy"})
+	return r, err
+}
+
+// pageableBidir measures the pageable kind in both directions at once.
+// The driver's pageable copy holds the calling thread until its data is
+// staged, so two streams fed from one thread would copy one direction
+// after the other: each direction is queued by a goroutine of its own on
+// its own stream, and the sample ends when both streams are done.
+func (w *bwWork) pageableBidir(hA, hB *hostMem, n int) (Result, error) {
+	ops := dirOps{
+		h2d: func() error {
+			return errors.Join(w.stA.CopyHtoD(w.devA, 0, hA.b[:n]), w.stA.Synchronize(w.ctx))
+		},
+		d2h: func() error {
+			return errors.Join(w.stB.CopyDtoH(hB.b[:n], w.devB, 0), w.stB.Synchronize(w.ctx))
+		},
+	}
+	r, err := w.wall(KindPageable, DirBidir, hA, hB, n, ops)
+	r.Note = joinNotes([]string{r.Note, "the driver's asynchronous pageable copy, each copy waited for"})
+	return r, err
+}
+
+// copier measures a Copier by the wall clock; the row's Path is the path
+// the Copier's Stats report for this size (the last sample's, in each
+// direction).
+func (w *bwWork) copier(kind string, cp [2]*transfer.Copier, hA, hB *hostMem, dir string, n int) (Result, error) {
+	ctx := w.ctx
+	devA, err := w.devA.Slice(0, n)
+	if err != nil {
+		return Result{Bench: "bw", Kind: kind, Dir: dir, Size: int64(n), Unit: GBps}, err
+	}
+	devB, err := w.devB.Slice(0, n)
+	if err != nil {
+		return Result{Bench: "bw", Kind: kind, Dir: dir, Size: int64(n), Unit: GBps}, err
+	}
+	var last [2]transfer.Stats // written by one goroutine each
+	ops := dirOps{
+		h2d: func() (err error) {
+			last[0], err = cp[0].HtoD(ctx, devA, hA.b[:n])
+			return err
+		},
+		d2h: func() (err error) {
+			last[1], err = cp[0].DtoH(ctx, hA.b[:n], devA)
+			return err
+		},
+	}
+	if dir == DirBidir {
+		ops.d2h = func() (err error) {
+			last[1], err = cp[1].DtoH(ctx, hB.b[:n], devB)
+			return err
+		}
+	}
+	r, err := w.wall(kind, dir, hA, hB, n, ops)
+	var paths []string
+	for _, st := range last {
+		if st.Bytes > 0 {
+			if p := copierPath(st); !slices.Contains(paths, p) {
+				paths = append(paths, p)
+			}
+		}
+	}
+	r.Path = strings.Join(paths, " / ")
+	what := "a default transfer.Copier"
+	if kind == KindCopierStaged {
+		what = "a transfer.Copier forced to stage every size (WithThresholds(Thresholds{}))"
+	}
+	r.Note = joinNotes([]string{r.Note, fmt.Sprintf("Go slice moved by %s (%s stages x %d, %d goroutines)",
+		what, FormatSize(int64(cp[0].StageSize())), cp[0].Depth(), cp[0].Parallelism())})
+	return r, err
+}
+
+// copierPath names the path a Copier's transfer took, from its Stats.
+func copierPath(st transfer.Stats) string {
+	var parts []string
+	for _, p := range []struct {
+		name  string
+		bytes int64
+	}{{"staged", st.StagedBytes}, {"direct", st.DirectBytes}, {"pageable", st.PageableBytes}} {
+		switch {
+		case p.bytes == st.Bytes:
+			return p.name
+		case p.bytes > 0:
+			parts = append(parts, fmt.Sprintf("%s %d%%", p.name, p.bytes*100/st.Bytes))
+		}
+	}
+	return strings.Join(parts, " + ")
 }

@@ -65,7 +65,7 @@ func TestBadConfigs(t *testing.T) {
 		{"blocks size huge", "BlocksConfig.Sizes", func() error { _, err := s.Blocks(ctx, BlocksConfig{Sizes: []int64{MaxBlockSize + 1}}); return err }},
 		{"blocks count", "BlocksConfig.Blocks", func() error { _, err := s.Blocks(ctx, BlocksConfig{Blocks: -1}); return err }},
 		{"blocks count max", "BlocksConfig.Blocks", func() error { _, err := s.Blocks(ctx, BlocksConfig{Blocks: MaxBlocks + 1}); return err }},
-		{"blocks bidir", "BlocksConfig.Dirs", func() error { _, err := s.Blocks(ctx, BlocksConfig{Dirs: []string{DirBidir}}); return err }},
+		{"blocks sideways", "BlocksConfig.Dirs", func() error { _, err := s.Blocks(ctx, BlocksConfig{Dirs: []string{"sideways"}}); return err }},
 		{"blocks kind", "BlocksConfig.Kinds", func() error { _, err := s.Blocks(ctx, BlocksConfig{Kinds: []string{"dma"}}); return err }},
 		{"blocks samples", "BlocksConfig.Samples", func() error { _, err := s.Blocks(ctx, BlocksConfig{Samples: -1}); return err }},
 		{"blocks warmup", "BlocksConfig.Warmup", func() error { _, err := s.Blocks(ctx, BlocksConfig{Warmup: 101}); return err }},

@@ -71,6 +71,25 @@ func TestEngineOnFakeDriver(t *testing.T) {
 		if s.SpinError() != nil && r.Timing == TimingSpin {
 			t.Errorf("spin timing claimed without spin-wait: %+v", r)
 		}
+		// Every Go-memory kind that a wall clock times, and pageable in
+		// both directions at once, is timed by the wall clock.
+		wall := r.Kind == KindPageableSync || r.Kind == KindCopier || r.Kind == KindCopierStaged ||
+			r.Kind == KindPageable && r.Dir == DirBidir
+		if wall != (r.Timing == TimingWall) {
+			t.Errorf("%s %s: timing %q", r.Kind, r.Dir, r.Timing)
+		}
+		if (r.Kind == KindCopier || r.Kind == KindCopierStaged) && r.Path == "" {
+			t.Errorf("%s %s %d: no path from the Copier's Stats", r.Kind, r.Dir, r.Size)
+		}
+		if r.Kind == KindCopierStaged && r.Path != "staged" {
+			t.Errorf("forced-staged copier took path %q", r.Path)
+		}
+	}
+	AddReferences(rs)
+	for _, r := range rs {
+		if r.Kind == KindCopier && (r.Ref != KindPageableSync || r.Ratio <= 0) {
+			t.Errorf("copier row %s %d: ref %q ratio %v, want the pageable-sync row of the run", r.Dir, r.Size, r.Ref, r.Ratio)
+		}
 	}
 	m := s.Meta("pinmem bench")
 	if m.Device == "" || m.Timing == "" {
@@ -108,6 +127,12 @@ func TestPinOverlapZeroCopyOnFakeDriver(t *testing.T) {
 	for _, r := range rs {
 		t.Log(r)
 		kinds[r.Kind] = true
+		if r.Kind == VariantBound {
+			if r.Timing != TimingComputed || r.Verified || r.Samples != 0 || r.Median <= 0 {
+				t.Errorf("bound %+v", r)
+			}
+			continue
+		}
 		if r.Skipped || !r.Verified || r.Median <= 0 {
 			t.Errorf("overlap result %+v", r)
 		}

@@ -62,7 +62,10 @@ func TestGPUBandwidthEveryKind(t *testing.T) {
 		switch r.Kind {
 		case KindPageable:
 			want = TimingEvents
-		case KindStaged:
+			if r.Dir == DirBidir {
+				want = TimingWall
+			}
+		case KindPageableSync, KindCopier, KindCopierStaged:
 			want = TimingWall
 		}
 		if r.Timing != want {

@@ -12,7 +12,7 @@ import (
 type hostMem struct {
 	kind string
 	b    []byte
-	buf  *pinmem.Buffer // nil for pageable and staged memory
+	buf  *pinmem.Buffer // nil for Go heap memory (pageable, pageable-sync, copier kinds)
 	dptr cuda.DevicePtr // device pointer of mapped memory
 }
 
@@ -23,7 +23,7 @@ func (s *Session) allocHost(kind string, n int) (*hostMem, error) {
 	hostAlloc := pinmem.WithMethod(pinmem.MethodHostAlloc)
 	var err error
 	switch kind {
-	case KindPageable, KindStaged:
+	case KindPageable, KindPageableSync, KindCopier, KindCopierStaged:
 		h.b = make([]byte, n)
 		return h, nil
 	case KindPinned:

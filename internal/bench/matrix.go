@@ -19,13 +19,13 @@ const KindAll = "all"
 // MatrixConfig configures Matrix. Zero fields take their defaults;
 // out-of-range fields make Matrix fail with ErrInvalid.
 type MatrixConfig struct {
-	Devices []int    // distinct device ordinals (empty: every device)
-	Size    int64    // bytes per copy, 1 to MaxSize (0: 256 MiB)
-	Dirs    []string // directions (AllDirs; empty: every direction)
-	Samples int      // timed samples, up to MaxSamples (0: 5)
-	Reps    int      // copies per sample and lane, up to 1000 (0: 4)
+	Devices []int    `json:"devices"`    // distinct device ordinals (empty: every device)
+	Size    int64    `json:"size_bytes"` // bytes per copy, 1 to MaxSize (0: 256 MiB)
+	Dirs    []string `json:"dirs"`       // directions (AllDirs; empty: every direction)
+	Samples int      `json:"samples"`    // timed samples, up to MaxSamples (0: 5)
+	Reps    int      `json:"reps"`       // copies per sample and lane, up to 1000 (0: 4)
 	// Session configures each device's session.
-	Session SessionConfig
+	Session SessionConfig `json:"session"`
 }
 
 // Validate reports the first field of c that Matrix would refuse, as an

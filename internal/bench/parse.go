@@ -8,14 +8,22 @@ import (
 
 // Kind names of host memory, as the bandwidth bench and the CLI spell them.
 const (
-	KindPageable      = "pageable"       // Go heap []byte through the driver's pageable path
+	KindPageable      = "pageable"       // Go heap []byte: the driver's asynchronous pageable copy on a stream, timed by events
+	KindPageableSync  = "pageable-sync"  // Go heap []byte: the driver's synchronous pageable copy (cuMemcpyHtoD/DtoH), timed by the wall clock
 	KindPinned        = "pinned"         // pinmem.Alloc, cuMemHostAlloc default flags
 	KindPortable      = "portable"       // cuMemHostAlloc with Portable
 	KindWriteCombined = "write-combined" // cuMemHostAlloc with WriteCombined
 	KindMmapRegister  = "mmap-register"  // pinmem.Alloc with MethodMmapRegister
 	KindGoRegister    = "go-register"    // pinmem.Register of a Go heap slice
 	KindMapped        = "mapped"         // zero-copy: a kernel reads/writes host memory through its device pointer
-	KindStaged        = "staged"         // Go heap slice copied through pinned stages (package transfer)
+	// KindCopier is a Go heap slice moved by a default transfer.Copier:
+	// what a user of package transfer gets. Each row's Path says which
+	// path the Copier took at that size.
+	KindCopier = "copier"
+	// KindCopierStaged is a Copier forced to stage every size through its
+	// pinned ring (WithThresholds(Thresholds{})): not what users get by
+	// default; results before this kind existed called it "staged".
+	KindCopierStaged = "copier-staged"
 )
 
 // Directions of the bandwidth bench.
@@ -27,8 +35,8 @@ const (
 
 // AllKinds returns every host memory kind, in report order.
 func AllKinds() []string {
-	return []string{KindPageable, KindPinned, KindPortable, KindWriteCombined,
-		KindMmapRegister, KindGoRegister, KindMapped, KindStaged}
+	return []string{KindPageable, KindPageableSync, KindPinned, KindPortable, KindWriteCombined,
+		KindMmapRegister, KindGoRegister, KindMapped, KindCopier, KindCopierStaged}
 }
 
 // AllDirs returns every direction, in report order.
@@ -43,7 +51,9 @@ var kindAliases = map[string]string{
 	"go-register": KindGoRegister, "go": KindGoRegister, "register": KindGoRegister, "registered": KindGoRegister,
 	"registered-go": KindGoRegister, "go-registered": KindGoRegister,
 	"mapped": KindMapped, "zerocopy": KindMapped, "zero-copy": KindMapped,
-	"staged": KindStaged,
+	"pageable-sync": KindPageableSync, "sync": KindPageableSync,
+	"copier": KindCopier, "transfer": KindCopier,
+	"copier-staged": KindCopierStaged, "staged": KindCopierStaged,
 }
 
 var dirAliases = map[string]string{

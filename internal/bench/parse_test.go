@@ -104,15 +104,17 @@ func TestParseBlockKindsAndDirs(t *testing.T) {
 	if _, err := ParseBlockKinds("dma"); err == nil || !strings.Contains(err.Error(), `unknown block strategy "dma"`) {
 		t.Errorf("ParseBlockKinds(dma) error = %v", err)
 	}
-	if got, err := ParseBlockDirs("all"); err != nil || !reflect.DeepEqual(got, []string{DirH2D, DirD2H}) {
+	if got, err := ParseBlockDirs("all"); err != nil || !reflect.DeepEqual(got, []string{DirH2D, DirD2H, DirBidir}) {
 		t.Errorf("ParseBlockDirs(all) = %v, %v", got, err)
 	}
 	if got, err := ParseBlockDirs("dtoh"); err != nil || !reflect.DeepEqual(got, []string{DirD2H}) {
 		t.Errorf("ParseBlockDirs(dtoh) = %v, %v", got, err)
 	}
-	// A list of blocks moves one way: there is no bidirectional figure.
-	if _, err := ParseBlockDirs("h2d,bidir"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `unknown direction "bidir"`) {
-		t.Errorf("ParseBlockDirs(bidir) error = %v", err)
+	if got, err := ParseBlockDirs("both,h2d"); err != nil || !reflect.DeepEqual(got, []string{DirH2D, DirBidir}) {
+		t.Errorf("ParseBlockDirs(both,h2d) = %v, %v", got, err)
+	}
+	if _, err := ParseBlockDirs("h2d,sideways"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `unknown direction "sideways"`) {
+		t.Errorf("ParseBlockDirs(sideways) error = %v", err)
 	}
 }
 

@@ -41,9 +41,9 @@ var DefaultPinSizes = []int64{1 << 20, 64 << 20, 1 << 30, 4 << 30}
 // PinConfig configures Session.Pin. Zero fields take their defaults;
 // out-of-range fields make Pin fail with ErrInvalid.
 type PinConfig struct {
-	Methods []string // pinning methods (AllPinMethods; empty: every method)
-	Sizes   []int64  // bytes per buffer, 1 to MaxSize (empty: DefaultPinSizes)
-	Samples int      // timed samples per measurement, up to MaxSamples (0: 3)
+	Methods []string `json:"methods"`     // pinning methods (AllPinMethods; empty: every method)
+	Sizes   []int64  `json:"sizes_bytes"` // bytes per buffer, 1 to MaxSize (empty: DefaultPinSizes)
+	Samples int      `json:"samples"`     // timed samples per measurement, up to MaxSamples (0: 3)
 }
 
 // Validate reports the first field of c that Pin would refuse, as an

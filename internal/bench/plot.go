@@ -39,12 +39,47 @@ func ImageFormatOf(path string) (ImageFormat, error) {
 	return "", invalid("plot file %q: want a name ending in .svg or .png", path)
 }
 
-// Plot layout: each panel is panelW by panelH; PNGs are drawn at plotDPI.
+// Plot layout: each panel is panelW by panelH, above a caption of
+// captionH; PNGs are drawn at plotDPI.
 const (
-	panelW  = 9 * vg.Inch
-	panelH  = 4.2 * vg.Inch
-	plotDPI = 110
+	panelW   = 9 * vg.Inch
+	panelH   = 4.2 * vg.Inch
+	captionH = 0.3 * vg.Inch
+	plotDPI  = 110
 )
+
+// Caption says what measured a plot's figures: the device, driver,
+// pinmem revision and date, and the run's note (a fake driver, a quick
+// run).
+func Caption(m Meta) string {
+	dev := m.Device
+	if dev == "" {
+		dev = "unknown device"
+	}
+	parts := []string{dev}
+	if m.Driver != "" {
+		parts = append(parts, "driver "+m.Driver)
+	}
+	rev := "revision unknown"
+	if m.Tool.Revision != "" {
+		rev = "revision " + shortRev(m.Tool.Revision)
+		if m.Tool.Modified {
+			rev += " (modified)"
+		}
+	}
+	parts = append(parts, "pinmem "+rev)
+	if len(m.Time) >= 10 {
+		parts = append(parts, m.Time[:10])
+	}
+	c := strings.Join(parts, ", ")
+	if m.Partial {
+		c += "; PARTIAL run"
+	}
+	if IsFakeDevice(m.Device) {
+		c += "; FAKE DRIVER: not a GPU's figures"
+	}
+	return c
+}
 
 // palette colours the series of a plot (colour-blind-safe Tableau 10 order).
 var palette = []color.RGBA{
@@ -90,7 +125,7 @@ func WritePlot(w io.Writer, f ImageFormat, m Meta, results []Result) error {
 	if len(panels) == 0 {
 		return invalid("nothing to plot (no results with figures)")
 	}
-	width, height := panelW, panelH*vg.Length(len(panels))
+	width, height := panelW, panelH*vg.Length(len(panels))+captionH
 	var c interface {
 		vg.CanvasSizer
 		io.WriterTo
@@ -104,7 +139,14 @@ func WritePlot(w io.Writer, f ImageFormat, m Meta, results []Result) error {
 	default:
 		return invalid("unknown plot format %q (want svg or png)", f)
 	}
-	dc := draw.New(c)
+	full := draw.New(c)
+	// The caption: where and by what the figures were measured.
+	sty := panels[0].Title.TextStyle
+	sty.Font.Size = vg.Points(9)
+	sty.Color = color.Gray{0x33}
+	sty.XAlign, sty.YAlign = draw.XLeft, draw.YBottom
+	full.FillText(sty, vg.Point{X: vg.Points(8), Y: vg.Points(6)}, Caption(m))
+	dc := draw.Crop(full, 0, 0, captionH, 0)
 	grid := make([][]*plot.Plot, len(panels))
 	for i, p := range panels {
 		grid[i] = []*plot.Plot{p}
@@ -161,19 +203,28 @@ func buildPanels(m Meta, results []Result) ([]*plot.Plot, error) {
 	for _, g := range groups(results) {
 		var p *plot.Plot
 		var err error
-		switch g.bench {
-		case "bw":
+		switch {
+		case oneSize(g.rs) && (g.bench == "bw" || g.bench == "pin" || g.bench == "blocks" || g.bench == "concurrency"):
+			// One size: bars, not a one-point line on a log axis.
+			p, err = barPanel(g)
+		case g.bench == "bw":
 			p, err = sizePanel(m, g, "bandwidth, "+dirTitle(g.dir), "GB/s (higher is better)", false)
-		case "blocks":
+		case g.bench == "blocks":
 			p, err = sizePanel(m, g, "scattered block copies by strategy, against one contiguous copy, "+dirTitle(g.dir), "GB/s (higher is better)", false)
 			if err == nil {
 				p.X.Label.Text = "block size (bytes, log scale)"
 			}
-		case "pin":
+		case g.bench == "concurrency":
+			d, n, _ := strings.Cut(g.dir, "/")
+			p, err = sizePanel(m, g, "goroutines at once ("+strings.TrimSuffix(n, "g")+"), "+dirTitle(d)+": a shared Copier against the driver's copy", "GB/s in all (higher is better)", false)
+			if err == nil {
+				p.X.Label.Text = "bytes per goroutine per copy (log scale)"
+			}
+		case g.bench == "pin":
 			p, err = sizePanel(m, g, "pinning cost: "+opTitle(g.dir), "ms (log scale, lower is better)", true)
-		case "zerocopy":
+		case g.bench == "zerocopy":
 			p, err = reusePanel(g)
-		case "overlap", "vecadd", "matrix":
+		case g.bench == "overlap" || g.bench == "vecadd" || g.bench == "matrix":
 			p, err = barPanel(g)
 		default:
 			continue
@@ -187,6 +238,16 @@ func buildPanels(m Meta, results []Result) ([]*plot.Plot, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// oneSize reports whether every result has the same size.
+func oneSize(rs []Result) bool {
+	for _, r := range rs {
+		if r.Size != rs[0].Size {
+			return false
+		}
+	}
+	return true
 }
 
 // timingNote says when copies that are normally held by spin-wait were
@@ -405,6 +466,8 @@ func barPanel(g *group) (*plot.Plot, error) {
 		title = "vector add end to end: " + FormatSize(g.rs[0].Size) + " moved"
 	case "matrix":
 		title = "host<->GPU matrix, " + FormatSize(g.rs[0].Size) + " per copy: each device alone and all at once"
+	default:
+		title = g.bench + ", " + dirTitle(g.dir) + ", " + FormatSize(g.rs[0].Size)
 	}
 	p := newPlot(title)
 	better := "higher is better"
@@ -421,8 +484,13 @@ func barPanel(g *group) (*plot.Plot, error) {
 	var errs plotter.YErrors
 	var vals plotter.Values
 	var sets []string
+	var bounds []Result
 	for _, r := range g.rs {
 		if r.Unit != unit {
+			continue
+		}
+		if r.Kind == VariantBound || r.Timing == TimingComputed {
+			bounds = append(bounds, r) // computed: a line, not a measured bar
 			continue
 		}
 		set, cat := "", r.Kind
@@ -475,6 +543,16 @@ func barPanel(g *group) (*plot.Plot, error) {
 	}
 	labels.Offset = vg.Point{Y: vg.Points(4)}
 	p.Add(labels)
+	for i, b := range bounds {
+		l, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: b.Median}, {X: float64(len(cats)) - 0.5, Y: b.Median}})
+		if err != nil {
+			return nil, err
+		}
+		l.Color, l.Width, l.Dashes = color.Gray{0x33}, vg.Points(1.4), dashes[1+i%(len(dashes)-1)]
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("%s %s %s (computed, not measured)", b.Kind, formatValue(b.Median), b.Unit), l)
+		p.Y.Max = max(p.Y.Max, b.Median*1.15) // room for the legend above the line
+	}
 	p.NominalX(cats...)
 	if len(cats) > 6 {
 		p.X.Tick.Label.Rotation = math.Pi / 6

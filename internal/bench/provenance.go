@@ -23,6 +23,7 @@ type Tool struct {
 	Revision  string `json:"revision,omitempty"` // VCS revision the binary was built from
 	Modified  bool   `json:"modified"`           // the working tree had uncommitted changes
 	GoVersion string `json:"go_version"`         // e.g. "go1.26.0"
+	Platform  string `json:"platform,omitempty"` // GOOS/GOARCH of the build, e.g. "linux/amd64"
 }
 
 // Host is what a report records about the machine.

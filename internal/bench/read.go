@@ -121,6 +121,24 @@ type Comparison struct {
 	A, B             float64 // the medians
 	Ratio            float64 // 0 when either side has no value
 	OK               bool    // both sides have a value
+	// Noise is set when the two rows' sample ranges (min to max) overlap:
+	// a difference of medians within the spread of the samples, which
+	// compare does not call a regression.
+	Noise bool
+}
+
+// SameSetup returns why two reports' figures should not be compared as
+// one machine's before and after: different devices or drivers ("" when
+// they match).
+func SameSetup(a, b Meta) string {
+	var why []string
+	if a.Device != b.Device {
+		why = append(why, fmt.Sprintf("devices differ (%s / %s)", a.Device, b.Device))
+	}
+	if a.Driver != b.Driver {
+		why = append(why, fmt.Sprintf("drivers differ (%s / %s)", a.Driver, b.Driver))
+	}
+	return strings.Join(why, "; ")
 }
 
 // Compare pairs the results of a and b with the same bench, kind,
@@ -147,6 +165,7 @@ func Compare(a, b []Result) (cs []Comparison, onlyA, onlyB int) {
 		used[k] = true
 		c := Comparison{Bench: r.Bench, Kind: r.Kind, Dir: r.Dir, Size: r.Size, Unit: r.Unit, A: r.Median, B: o.Median}
 		c.Ratio, c.OK = Ratio(o, r)
+		c.Noise = c.OK && o.Min <= r.Max && r.Min <= o.Max
 		cs = append(cs, c)
 	}
 	return cs, onlyA, len(b) - len(used)

@@ -43,7 +43,7 @@ func TestReadReportRoundTrip(t *testing.T) {
 	if rep.Meta.Schema != SchemaVersion || !rep.Meta.Partial || len(rep.Results) != len(sampleResults()) {
 		t.Errorf("read back %+v", rep.Meta)
 	}
-	if cfg, _ := rep.Meta.Config.(map[string]any); cfg["Samples"] != 3.0 {
+	if cfg, _ := rep.Meta.Config.(map[string]any); cfg["samples"] != 3.0 {
 		t.Errorf("config %v", rep.Meta.Config)
 	}
 	for _, in := range []string{"", "{", `{"meta":{"schema_version":1},"results":[null]}`, strings.Repeat(" ", 10) + "[]"} {

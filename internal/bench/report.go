@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -24,6 +25,8 @@ type Meta struct {
 	Host    Host         `json:"host"`              // the machine
 	Devices []DeviceInfo `json:"devices,omitempty"` // every GPU measured
 	Config  any          `json:"config,omitempty"`  // the measurement's configuration (a *Config struct, or a decoded object)
+	Part    string       `json:"part,omitempty"`    // the suite test (pinmem bench all -t) this report is
+	Note    string       `json:"note,omitempty"`    // what a reader must know about the whole run (a quick run, a fake driver)
 }
 
 // Report is what the JSON output holds: the metadata and every result.
@@ -60,6 +63,35 @@ func abs(v float64) float64 {
 	return v
 }
 
+// timingWords describe each row timing for a report's header.
+var timingWords = map[string]string{
+	TimingWall:     "host wall clock around the work",
+	TimingEvents:   "CUDA events around the queued work",
+	TimingComputed: "computed from other rows",
+}
+
+// TimingOf says how a report's rows were timed: the session's method
+// (m.Timing) when any row used it, else the one method every measured row
+// shares (a pin report is timed by the wall clock whatever the session
+// could do).
+func TimingOf(m Meta, results []Result) string {
+	if m.Timing == "" {
+		return ""
+	}
+	var kinds []string
+	for _, r := range results {
+		if !r.Skipped && r.Timing != "" && !slices.Contains(kinds, r.Timing) {
+			kinds = append(kinds, r.Timing)
+		}
+	}
+	if len(kinds) == 1 && kinds[0] != TimingSpin {
+		if w, ok := timingWords[kinds[0]]; ok {
+			return w
+		}
+	}
+	return m.Timing
+}
+
 // WriteTable writes results as an aligned text table, with a header line
 // from m, a ratio column against opts.Baseline, and the notes last.
 // Text columns are left-aligned and numbers right-aligned.
@@ -75,8 +107,8 @@ func WriteTable(w io.Writer, m Meta, results []Result, opts TableOptions) error 
 		}
 		b.WriteString("\n")
 	}
-	if m.Timing != "" {
-		fmt.Fprintf(&b, "# timing: %s\n", m.Timing)
+	if t := TimingOf(m, results); t != "" {
+		fmt.Fprintf(&b, "# timing: %s\n", t)
 	}
 	if m.Partial {
 		b.WriteString("# PARTIAL: the run was interrupted or ended early; not every configured measurement is present\n")
@@ -94,9 +126,12 @@ func WriteTable(w io.Writer, m Meta, results []Result, opts TableOptions) error 
 	rows := [][]string{head}
 	for i, r := range results {
 		row := []string{r.Bench, r.Kind, r.Dir, FormatSize(r.Size)}
-		if r.Skipped {
+		switch {
+		case r.Skipped:
 			row = append(row, "-", "-", "-", string(r.Unit), "0", "skipped")
-		} else {
+		case r.Timing == TimingComputed:
+			row = append(row, formatValue(r.Median), "-", "-", string(r.Unit), "-", "computed")
+		default:
 			ver := "yes"
 			if !r.Verified {
 				ver = "NO"
@@ -165,22 +200,39 @@ func WriteJSON(w io.Writer, m Meta, results []Result) error {
 }
 
 // CSVHeader is the first row WriteCSV writes.
-var CSVHeader = []string{"bench", "kind", "dir", "size_bytes", "size", "unit", "median", "min", "max",
-	"samples", "verified", "timing", "skipped", "note"}
+var CSVHeader = []string{"file", "device", "bench", "kind", "dir", "size_bytes", "size", "unit", "median", "min", "max",
+	"samples", "verified", "timing", "skipped", "path", "ref", "ratio", "note"}
 
-// WriteCSV writes one row per result under CSVHeader. Numbers are written
-// in full precision (shortest exact form).
-func WriteCSV(w io.Writer, results []Result) error {
+// CSVSource is one report's rows for WriteCSV: the file it was read from
+// ("" for a run's own output) and its metadata.
+type CSVSource struct {
+	File    string
+	Meta    Meta
+	Results []Result
+}
+
+// WriteCSV writes one row per result of every source under CSVHeader, each
+// naming its file and device, so that rows of several reports stay apart.
+// Numbers are written in full precision (shortest exact form).
+func WriteCSV(w io.Writer, sources ...CSVSource) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(CSVHeader); err != nil {
 		return err
 	}
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
-	for _, r := range results {
-		if err := cw.Write([]string{r.Bench, r.Kind, r.Dir, strconv.FormatInt(r.Size, 10), FormatSize(r.Size),
-			string(r.Unit), f(r.Median), f(r.Min), f(r.Max), strconv.Itoa(r.Samples),
-			strconv.FormatBool(r.Verified), r.Timing, strconv.FormatBool(r.Skipped), r.Note}); err != nil {
-			return err
+	for _, src := range sources {
+		rs := slices.Clone(src.Results)
+		AddReferences(rs)
+		for _, r := range rs {
+			ratio := ""
+			if r.Ref != "" {
+				ratio = f(r.Ratio)
+			}
+			if err := cw.Write([]string{src.File, src.Meta.Device, r.Bench, r.Kind, r.Dir, strconv.FormatInt(r.Size, 10), FormatSize(r.Size),
+				string(r.Unit), f(r.Median), f(r.Min), f(r.Max), strconv.Itoa(r.Samples),
+				strconv.FormatBool(r.Verified), r.Timing, strconv.FormatBool(r.Skipped), r.Path, r.Ref, ratio, r.Note}); err != nil {
+				return err
+			}
 		}
 	}
 	cw.Flush()
@@ -211,14 +263,16 @@ func ParseFormat(s string) (Format, error) {
 }
 
 // Write renders results in format f. Results whose note reports a
-// verification failure get VerifyFailed set.
+// verification failure get VerifyFailed set, and every result its
+// same-run reference (AddReferences).
 func Write(w io.Writer, f Format, m Meta, results []Result, opts TableOptions) error {
 	markFailures(results)
+	AddReferences(results)
 	switch f {
 	case FormatJSON:
 		return WriteJSON(w, m, results)
 	case FormatCSV:
-		return WriteCSV(w, results)
+		return WriteCSV(w, CSVSource{Meta: m, Results: results})
 	}
 	return WriteTable(w, m, results, opts)
 }

@@ -109,7 +109,7 @@ func TestWriteJSON(t *testing.T) {
 
 func TestWriteCSV(t *testing.T) {
 	var b bytes.Buffer
-	if err := WriteCSV(&b, sampleResults()); err != nil {
+	if err := WriteCSV(&b, CSVSource{File: "a.json", Meta: Meta{Device: "GPU X"}, Results: sampleResults()}); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := csv.NewReader(&b).ReadAll()
@@ -119,11 +119,11 @@ func TestWriteCSV(t *testing.T) {
 	if len(rows) != 7 || strings.Join(rows[0], ",") != strings.Join(CSVHeader, ",") {
 		t.Fatalf("rows: %q", rows)
 	}
-	want := []string{"bw", "pinned", "d2h", "268435456", "256MiB", "GB/s", "55.25", "55", "55.3", "5", "true", TimingSpin, "false", ""}
+	want := []string{"a.json", "GPU X", "bw", "pinned", "d2h", "268435456", "256MiB", "GB/s", "55.25", "55", "55.3", "5", "true", TimingSpin, "false", "", "", "", ""}
 	if strings.Join(rows[5], "|") != strings.Join(want, "|") {
 		t.Errorf("row = %q, want %q", rows[5], want)
 	}
-	if rows[6][12] != "true" || rows[6][13] == "" {
+	if rows[6][14] != "true" || rows[6][18] == "" {
 		t.Errorf("skipped row = %q", rows[6])
 	}
 }

@@ -29,6 +29,9 @@ const (
 	TimingSpin   = "spin-wait+events" // stream held by spin_wait while the work was queued (nvbandwidth's way)
 	TimingEvents = "events"           // plain events: queueing overhead may be included
 	TimingWall   = "wall"             // host wall clock around synchronous work
+	// TimingComputed marks a row computed from other rows (a bound), not
+	// measured: it has no samples and is not verified.
+	TimingComputed = "computed"
 )
 
 // Result is one measurement: a bench, a kind of host memory (or method or
@@ -49,8 +52,18 @@ type Result struct {
 	Skipped  bool    `json:"skipped"`  // the measurement could not run; Note says why
 	// VerifyFailed is set when a sample's data came back wrong: the figures
 	// are not to be trusted and Note says what differed.
-	VerifyFailed bool   `json:"verify_failed"`
-	Note         string `json:"note,omitempty"` // anything the figures need to be read right
+	VerifyFailed bool `json:"verify_failed"`
+	// Path is the way the data went where the kind leaves it open: for
+	// the copier kinds, the transfer.Copier's path at this size, from its
+	// Stats ("pageable", "staged", "direct", or a mix with byte shares).
+	Path string `json:"path,omitempty"`
+	// Ref is the kind this row is compared with in the same run (see
+	// References) and Ratio how much better this row is than Ref (above 1
+	// is better, whatever the unit); both are empty when the row has no
+	// reference in its run.
+	Ref   string  `json:"ref,omitempty"`
+	Ratio float64 `json:"ratio,omitempty"`
+	Note  string  `json:"note,omitempty"` // anything the figures need to be read right
 }
 
 // verifyFailedMark starts the note of every result whose data came back
@@ -79,7 +92,10 @@ func (r Result) String() string {
 		return fmt.Sprintf("%s %s %s %s: skipped: %s", r.Bench, r.Kind, r.Dir, FormatSize(r.Size), r.Note)
 	}
 	v := "verified"
-	if !r.Verified {
+	switch {
+	case r.Timing == TimingComputed:
+		return fmt.Sprintf("%s %s %s %s: %s %s (computed, not measured)", r.Bench, r.Kind, r.Dir, FormatSize(r.Size), formatValue(r.Median), r.Unit)
+	case !r.Verified:
 		v = "NOT verified"
 	}
 	return fmt.Sprintf("%s %s %s %s: %s %s (min %s, max %s, %d samples, %s)",

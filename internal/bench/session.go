@@ -101,9 +101,9 @@ type SessionConfig struct {
 	// SpinTimeout bounds how long spin_wait holds a stream (0: 10 s; at
 	// most 10 minutes); a hold that times out is reported in the result's
 	// note.
-	SpinTimeout time.Duration
+	SpinTimeout time.Duration `json:"spin_timeout_ns"`
 	// NoSpin times copies with plain events even when the kernels load.
-	NoSpin bool
+	NoSpin bool `json:"no_spin"`
 }
 
 // Validate reports the first field of c that Open would refuse, as an
@@ -289,8 +289,17 @@ func (s *Session) Meta(command string) Meta {
 		m.Timing = "plain events, launch overhead may be included (" + s.spinErr.Error() + ")"
 	}
 	m.Time = time.Now().UTC().Format(time.RFC3339)
+	if IsFakeDevice(s.Props.Name) {
+		m.Note = FakeNote
+	}
 	return m
 }
+
+// FakeNote is the note of every report measured on the fake driver.
+const FakeNote = "measured on the fake driver (memmove in one process): these figures show the logic, never a GPU's speed; do not publish them"
+
+// IsFakeDevice reports whether a device name is the fake driver's.
+func IsFakeDevice(name string) bool { return strings.HasPrefix(name, "Fake ") }
 
 func (s *Session) progress(r Result) {
 	if s.cfg.Progress != nil {

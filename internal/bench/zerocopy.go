@@ -25,9 +25,9 @@ const MaxReuse = 1000
 // ZeroCopyConfig configures Session.ZeroCopy. Zero fields take their
 // defaults; out-of-range fields make ZeroCopy fail with ErrInvalid.
 type ZeroCopyConfig struct {
-	Size    int64 // bytes of data, a multiple of 4 up to MaxSize (0: 256 MiB)
-	Reuse   []int // kernel passes over the data, 1 to MaxReuse each (empty: DefaultReuse)
-	Samples int   // timed samples per measurement, up to MaxSamples (0: 5)
+	Size    int64 `json:"size_bytes"` // bytes of data, a multiple of 4 up to MaxSize (0: 256 MiB)
+	Reuse   []int `json:"reuse"`      // kernel passes over the data, 1 to MaxReuse each (empty: DefaultReuse)
+	Samples int   `json:"samples"`    // timed samples per measurement, up to MaxSamples (0: 5)
 }
 
 // Validate reports the first field of c that ZeroCopy would refuse, as an

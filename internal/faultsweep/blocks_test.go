@@ -4,28 +4,25 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/blocks"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
-// blocksOp pages 32 scattered blocks of 4 KiB out to the device and back
-// with Stream.CopyBlocks (strategy s, and through a staging buffer when
-// staged), with one event as the completion of each direction, and
-// checks every byte.
-func blocksOp(s cuda.BlockStrategy, staged bool) op {
-	name := "CopyBlocks " + s.String()
-	if staged {
-		name += " staged"
-	}
-	return op{name: name, run: func(e *env) error {
+// blocksOp pages 32 scattered blocks of 4 KiB out of one device buffer
+// and 32 into another at once, on two streams, with one blocks.Copier
+// call of strategy s, and checks every byte.
+func blocksOp(s blocks.Strategy) op {
+	return op{name: "blocks.Copier " + s.String(), run: func(e *env) error {
 		const bs, n = 4 << 10, 32
 		var flags pinmem.Flags
-		if s == cuda.BlockKernelCopy {
+		var opts []blocks.Option
+		if s == blocks.Kernel {
 			flags = pinmem.Mapped // the kernel reaches host memory through its device address
+			opts = append(opts, blocks.WithKernel(n))
 		}
 		host, err := pinmem.Alloc(2*bs*n, flags)
 		if err != nil {
@@ -33,88 +30,75 @@ func blocksOp(s cuda.BlockStrategy, staged bool) op {
 		}
 		e.defer_(host.Free)
 		src, back := host.Bytes()[:bs*n], host.Bytes()[bs*n:]
-		if staged {
-			src, back = make([]byte, bs*n), make([]byte, bs*n) // pageable: through host as staging
-		}
 		copy(src, testutil.RandomBytes(bs*n, 3))
-		d, err := e.ctx.Alloc(bs * n)
-		if err != nil {
-			return err
-		}
-		e.defer_(d.Free)
-		st, err := e.ctx.NewStream(cuda.StreamNonBlocking)
-		if err != nil {
-			return err
-		}
-		e.defer_(st.Destroy)
-		if staged {
-			// A failed DeviceToHost list may leave the device writing the
-			// staging buffer (cuda.ErrStagingInUse): a careful caller waits
-			// for the stream before it frees the buffer.
-			e.defer_(func() error { return st.Synchronize(context.Background()) })
-		}
-		ev, err := e.ctx.NewEvent(cuda.EventDisableTiming)
-		if err != nil {
-			return err
-		}
-		e.defer_(ev.Destroy)
-		list := func(h []byte) []cuda.BlockCopy {
-			l := make([]cuda.BlockCopy, n)
-			for i := range n {
-				j := (i * 7) % n // scattered on the device side
-				l[i] = cuda.BlockCopy{Host: h[i*bs : (i+1)*bs], Dev: d, Off: j * bs}
+		want := testutil.RandomBytes(bs*n, 4)
+		var in, out *cuda.DeviceBuffer
+		for _, d := range []**cuda.DeviceBuffer{&in, &out} {
+			if *d, err = e.ctx.Alloc(bs * n); err != nil {
+				return err
 			}
-			return l
+			e.defer_((*d).Free)
 		}
-		opts := []cuda.BlockOption{cuda.WithBlockStrategy(s), cuda.WithBlockEvent(ev)}
-		var k *cuda.BlockKernel
-		if s == cuda.BlockKernelCopy {
-			if k, err = e.ctx.NewBlockKernel(n); err != nil {
+		if _, err := out.WriteAt(want, 0); err != nil {
+			return err
+		}
+		var s1, s2 *cuda.Stream
+		for _, st := range []**cuda.Stream{&s1, &s2} {
+			if *st, err = e.ctx.NewStream(cuda.StreamNonBlocking); err != nil {
+				return err
+			}
+			e.defer_((*st).Destroy)
+		}
+		sync := func() error {
+			return errors.Join(s1.Synchronize(context.Background()), s2.Synchronize(context.Background()))
+		}
+		// A failed call may leave copies queued: a careful caller waits for
+		// the streams before it frees the memory.
+		e.defer_(sync)
+		bc, err := blocks.New(e.ctx, append(opts, blocks.WithStrategy(s))...)
+		if err != nil {
+			if s == blocks.Kernel {
 				// As a caller would, the cleanups retry: the retry releases
 				// what the failed construction could not.
 				e.defer_(func() error {
-					k, err := e.ctx.NewBlockKernel(n)
+					bc, err := blocks.New(e.ctx, opts...)
 					if err != nil {
 						return err
 					}
-					return k.Close()
+					return bc.Close(context.Background())
 				})
-				return err
 			}
-			e.defer_(k.Close)
-			opts = append(opts, cuda.WithBlockKernel(k))
+			return err
 		}
-		if staged {
-			opts = append(opts, cuda.WithBlockStaging(host.Bytes()))
-		}
-		for _, c := range []struct {
-			dir cuda.Direction
-			h   []byte
-		}{{cuda.HostToDevice, src}, {cuda.DeviceToHost, back}} {
-			if _, err := st.CopyBlocks(c.dir, list(c.h), opts...); err != nil {
-				return errors.Join(fmt.Errorf("%v: %w", c.dir, err), st.Synchronize(context.Background()))
+		e.defer_(func() error { return bc.Close(context.Background()) })
+		list := func(h []byte, d *cuda.DeviceBuffer) []blocks.Block {
+			l := make([]blocks.Block, n)
+			for i := range n {
+				j := (i * 7) % n // scattered on the device side
+				l[i] = blocks.Block{Host: h[i*bs : (i+1)*bs], Dev: d, Off: j * bs}
 			}
-			if err := ev.Synchronize(context.Background()); err != nil {
-				return errors.Join(err, st.Synchronize(context.Background()))
+			return l
+		}
+		if _, err := bc.Copy(context.Background(), blocks.ToDevice(s1, list(src, in)), blocks.ToHost(s2, list(back, out))); err != nil {
+			return errors.Join(err, sync())
+		}
+		if err := sync(); err != nil {
+			return err
+		}
+		got := make([]byte, bs*n)
+		if _, err := in.ReadAt(got, 0); err != nil {
+			return err
+		}
+		for i := range n {
+			j := (i * 7) % n
+			if !bytes.Equal(got[j*bs:(j+1)*bs], src[i*bs:(i+1)*bs]) || !bytes.Equal(back[i*bs:(i+1)*bs], want[j*bs:(j+1)*bs]) {
+				return errors.New("blocks lost data")
 			}
 		}
-		if !bytes.Equal(src, back) {
-			return errors.New("block round trip lost data")
-		}
-		var kerr error
-		if k != nil {
-			kerr = k.Close()
-		}
-		return errors.Join(st.Synchronize(context.Background()), kerr, ev.Destroy(), st.Destroy(), d.Free(), host.Free())
+		return errors.Join(bc.Close(context.Background()), s1.Destroy(), s2.Destroy(), in.Free(), out.Free(), host.Free())
 	}}
 }
 
 func TestSweepBlocks(t *testing.T) {
-	sweep(t, []op{
-		blocksOp(cuda.BlockAuto, false),
-		blocksOp(cuda.BlockDriverBatch, false),
-		blocksOp(cuda.BlockPerCopy, false),
-		blocksOp(cuda.BlockKernelCopy, false),
-		blocksOp(cuda.BlockAuto, true),
-	})
+	sweep(t, []op{blocksOp(blocks.Auto), blocksOp(blocks.DriverBatch), blocksOp(blocks.PerCopy), blocksOp(blocks.Kernel)})
 }

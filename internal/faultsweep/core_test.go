@@ -257,50 +257,6 @@ func streamEventOp() op {
 	}}
 }
 
-// batchOp issues copies both ways, a device copy and an event record as
-// one batch.
-func batchOp() op {
-	return op{name: "Batch", run: func(e *env) error {
-		host, err := pinmem.Alloc(64<<10, 0)
-		if err != nil {
-			return err
-		}
-		e.defer_(host.Free)
-		copy(host.Bytes(), testutil.RandomBytes(64<<10, 2))
-		want := bytes.Clone(host.Bytes())
-		d, err := e.ctx.Alloc(128 << 10)
-		if err != nil {
-			return err
-		}
-		e.defer_(d.Free)
-		s, err := e.ctx.NewStream(cuda.StreamNonBlocking)
-		if err != nil {
-			return err
-		}
-		e.defer_(s.Destroy)
-		ev, err := e.ctx.NewEvent(cuda.EventDisableTiming)
-		if err != nil {
-			return err
-		}
-		e.defer_(ev.Destroy)
-		b := e.ctx.NewBatch().
-			CopyHtoD(s, d.Ptr(), host.Bytes()).
-			CopyDtoD(s, d.Ptr().Add(64<<10), d.Ptr(), 64<<10).
-			CopyDtoH(s, host.Bytes(), d.Ptr().Add(64<<10)).
-			Record(ev, s)
-		if n, err := b.Issue(); err != nil {
-			return errors.Join(fmt.Errorf("batch issued %d of %d: %w", n, b.Len(), err), s.Synchronize(context.Background()))
-		}
-		if err := ev.Synchronize(context.Background()); err != nil {
-			return errors.Join(err, s.Synchronize(context.Background()))
-		}
-		if !bytes.Equal(host.Bytes(), want) {
-			return errors.New("batch round trip lost data")
-		}
-		return errors.Join(s.Synchronize(context.Background()), ev.Destroy(), s.Destroy(), d.Free(), host.Free())
-	}}
-}
-
 // moduleOp loads a module, launches a kernel that writes device memory,
 // checks what it wrote and unloads the module.
 func moduleOp() op {
@@ -377,5 +333,5 @@ func contextOp() op {
 }
 
 func TestSweepDevice(t *testing.T) {
-	sweep(t, []op{deviceMemOp(), streamEventOp(), batchOp(), moduleOp(), contextOp()})
+	sweep(t, []op{deviceMemOp(), streamEventOp(), moduleOp(), contextOp()})
 }

@@ -1,4 +1,4 @@
-package cuda
+package blocks
 
 import (
 	"math"
@@ -10,8 +10,8 @@ import (
 
 // TestSortSpansMatchesComparisonSort checks sortSpans (packed integer
 // keys, radix sorted) against a plain comparison sort by cmpSpan, for
-// lists built as checkBlocks builds them (block indexes rising with the
-// position): shuffled blocks of one size, mixed sizes, repeated
+// lists built as Copier.check builds them (list and block indexes rising
+// with the position): shuffled blocks of one size, mixed sizes, repeated
 // addresses, lists already in order, short lists, and addresses too far
 // apart for a packed key (the comparison fallback).
 func TestSortSpansMatchesComparisonSort(t *testing.T) {
@@ -57,15 +57,18 @@ func TestSortSpansMatchesComparisonSort(t *testing.T) {
 			return a
 		},
 	}
-	var sc blockScratch
+	var sc scratch
 	for name, g := range gens {
 		for _, n := range []int{1, 2, 3, 100, 255, 256, 257, 1000, 4096, 5000} {
 			los := g(n)
 			sp := make([]span, n)
-			idx := 0
+			l, idx := 0, 0
 			for k, lo := range los {
 				idx += 1 + r.IntN(3) // rising, with gaps (empty blocks are skipped)
-				sp[k] = span{lo, lo + 1 + r.Uint64N(1<<20), idx}
+				if r.IntN(100) == 0 {
+					l, idx = l+1, 0 // the next list
+				}
+				sp[k] = span{lo: lo, hi: lo + 1 + r.Uint64N(1<<20), l: int32(l), i: int32(idx)}
 			}
 			want := slices.Clone(sp)
 			slices.SortFunc(want, cmpSpan)
@@ -101,29 +104,56 @@ func TestRadixSort(t *testing.T) {
 	}
 }
 
-// TestInBlockOrder checks the counting sort of pieces against a
-// comparison sort by cmpPiece: pieces made per block, blocks in shuffled
-// order, some blocks split into several pieces (a block over two pinned
-// ranges), some blocks with none (empty).
-func TestInBlockOrder(t *testing.T) {
+// TestByList checks the counting sorts of byList against a comparison
+// sort by cmpPiece, and the list starts it sets: pieces made per block as
+// pinned makes them (in host address order, so blocks and lists shuffled),
+// some blocks split into several pieces (a block over two pinned ranges),
+// some blocks with none (empty), some lists with none.
+func TestByList(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 1))
-	var sc blockScratch
-	for _, nblk := range []int{1, 2, 50, 4096} {
-		sc.pieces = sc.pieces[:0]
-		for _, b := range r.Perm(nblk) {
-			np := r.IntN(4) // 0: an empty block
+	var sc scratch
+	for _, c := range []struct{ nlists, nblk int }{{1, 1}, {1, 2}, {2, 50}, {3, 4096}, {1, 4096}} {
+		sc.reset(c.nlists)
+		type blk struct{ l, b int }
+		var all []blk
+		for l := range c.nlists {
+			if c.nlists > 2 && l == 1 {
+				continue // a list with no pieces
+			}
+			for b := range c.nblk {
+				all = append(all, blk{l, b})
+			}
+		}
+		if c.nblk > 1 {
+			r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+		}
+		for _, x := range all {
 			off := 0
-			for range np {
+			for range r.IntN(4) { // 0: an empty block
 				n := 1 + r.IntN(100)
-				sc.pieces = append(sc.pieces, piece{blk: b, off: off, n: n})
+				sc.pieces = append(sc.pieces, piece{l: x.l, blk: x.b, off: off, n: n})
 				off += n
 			}
 		}
 		want := slices.Clone(sc.pieces)
 		slices.SortFunc(want, cmpPiece)
-		sc.inBlockOrder(nblk)
+		lists := make([]List, c.nlists)
+		for l := range lists {
+			lists[l].blocks = make([]Block, c.nblk)
+		}
+		sc.byList(lists)
 		if !slices.Equal(sc.pieces, want) {
-			t.Fatalf("%d blocks: inBlockOrder differs from the comparison sort", nblk)
+			t.Fatalf("%d lists of %d blocks: byList differs from the comparison sort", c.nlists, c.nblk)
+		}
+		for l := range c.nlists {
+			for _, p := range sc.listPieces(l) {
+				if p.l != l {
+					t.Fatalf("%d lists of %d blocks: list %d's pieces hold a piece of list %d", c.nlists, c.nblk, l, p.l)
+				}
+			}
+		}
+		if sc.starts[c.nlists] != len(sc.pieces) {
+			t.Fatalf("%d lists: the last list ends at %d, want %d", c.nlists, sc.starts[c.nlists], len(sc.pieces))
 		}
 	}
 }
@@ -133,16 +163,16 @@ func TestInBlockOrder(t *testing.T) {
 // with the comparison sort by cmpSpan that it replaced, and reports the
 // ratio of their times per list.
 //
-//	go test ./cuda -run '^$' -bench SortSpans
+//	go test ./blocks -run '^$' -bench SortSpans
 func BenchmarkSortSpans(b *testing.B) {
 	const nblk, bs = 4096, 16 << 10
 	r := rand.New(rand.NewPCG(1, 2))
 	list := make([]span, nblk)
 	for k, p := range r.Perm(nblk) {
 		lo := 0x7f00_0000_0000 + uint64(p)*bs
-		list[k] = span{lo, lo + bs, k}
+		list[k] = span{lo: lo, hi: lo + bs, i: int32(k)}
 	}
-	var sc blockScratch
+	var sc scratch
 	sp := make([]span, nblk)
 	var radixNs, cmpNs float64
 	for b.Loop() {

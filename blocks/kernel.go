@@ -1,0 +1,250 @@
+package blocks
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudaerr"
+	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/kernels"
+	"github.com/pinmem/pinmem/internal/track"
+)
+
+// kernel is the Kernel strategy's state: pinmem's gather/scatter kernel
+// (hand-written PTX, internal/kernels/blocks.ptx) loaded in a context,
+// and descriptor tables in pinned, mapped host memory, which the kernel
+// reads through their device addresses. Each list takes the next table;
+// before rewriting one, issue waits for the launch that last read it
+// (four lists back), which is rarely a wait at all. The Copier's mutex
+// serialises its use.
+type kernel struct {
+	ctx   *cuda.Context
+	mod   *cuda.Module
+	fn    *cuda.Function
+	cap   int
+	slots [kernelTables]slot
+	next  int
+}
+
+// kernelTables is how many descriptor tables a kernel takes in turn: a
+// both-ways call takes two, and the next call can be queued while the
+// last one runs.
+const kernelTables = 4
+
+// slot is one descriptor table, and the event recorded after the launch
+// that last read it.
+type slot struct {
+	host  hostptr.Ptr
+	table []byte
+	dev   cuda.DevicePtr
+	done  *cuda.Event
+	used  bool // done was recorded after the last launch that read the table
+	// unfenced: the last launch that read the table is queued with no
+	// record of done after it (the record failed), so nothing says when it
+	// has read the table. Only a successful wait for the whole context
+	// clears it; until then the table is not rewritten and not freed.
+	unfenced bool
+}
+
+// kernelThreads is the CTA width of the kernel: 256 threads move 4 KiB
+// per pass of a block.
+const kernelThreads = 256
+
+// kernelMaxGrid caps the CTAs of one launch; the kernel strides over the
+// blocks beyond it.
+const kernelMaxGrid = 1 << 16
+
+func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
+	orphans.retry()
+	k = &kernel{ctx: c, cap: maxBlocks}
+	defer func() {
+		if err != nil {
+			if rerr := k.release(); rerr != nil {
+				// What could not be released is retried by the next newKernel.
+				err = errors.Join(err, rerr)
+				orphans.add(k)
+			}
+			k = nil
+		}
+	}()
+	if k.mod, err = c.LoadModule(kernels.BlockCopyImage()); err != nil {
+		return k, err
+	}
+	if k.fn, err = k.mod.Function(kernels.KernelBlockCopy); err != nil {
+		return k, err
+	}
+	drv, err := cudaerr.Public2(cudadrv.Get())
+	if err != nil {
+		return k, err
+	}
+	size := maxBlocks * kernels.BlockDescSize
+	for i := range k.slots {
+		sl := &k.slots[i]
+		if sl.done, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
+			return k, err
+		}
+		err = c.Do(func() error {
+			p, err := cudaerr.Public2(drv.MemHostAlloc(uint64(size), cudadrv.MemHostAllocDeviceMap))
+			if err != nil {
+				return fmt.Errorf("blocks: kernel table of %d bytes: %w", size, err)
+			}
+			sl.host, sl.table = p, hostptr.BytesAt(p, uintptr(size))
+			track.Add(track.HostAlloc, addrOf(sl.table), int64(size))
+			d, err := cudaerr.Public2(drv.MemHostGetDevicePointer(p, 0))
+			if err != nil {
+				return fmt.Errorf("blocks: device address of the kernel's table: %w", err)
+			}
+			sl.dev = cuda.DevicePtr(d)
+			return nil
+		})
+		if err != nil {
+			return k, err
+		}
+	}
+	return k, nil
+}
+
+// orphans are kernels whose construction failed and whose release failed
+// too (a driver failing every call, say): the next newKernel retries
+// their release, so that nothing stays held once the driver recovers.
+var orphans orphanKernels
+
+type orphanKernels struct {
+	mu sync.Mutex
+	ks []*kernel
+}
+
+func (o *orphanKernels) add(k *kernel) {
+	o.mu.Lock()
+	o.ks = append(o.ks, k)
+	o.mu.Unlock()
+}
+
+// retry retries every orphan's release, keeping those that still hold something.
+func (o *orphanKernels) retry() {
+	o.mu.Lock()
+	ks := o.ks
+	o.ks = nil
+	o.mu.Unlock()
+	for _, k := range ks {
+		if k.release() != nil {
+			o.add(k)
+		}
+	}
+}
+
+// ready waits, bounded by ctx, until no launch reads sl's table any more.
+func (k *kernel) ready(ctx context.Context, sl *slot) error {
+	if sl.unfenced {
+		if err := k.ctx.Synchronize(ctx); err != nil {
+			return fmt.Errorf("blocks: a kernel table may still be read by a launch whose completion could not be recorded, and waiting for the context failed: %w", err)
+		}
+		sl.unfenced, sl.used = false, false
+	}
+	if sl.used {
+		if err := sl.done.Synchronize(ctx); err != nil {
+			return err
+		}
+		sl.used = false
+	}
+	return nil
+}
+
+// issue launches the kernel once per list, each launch reading the next
+// table, one descriptor per piece. Lists of no blocks launch nothing.
+func (k *kernel) issue(ctx context.Context, lists []List, sc *scratch, rep *Report) error {
+	for l := range lists {
+		if n := len(sc.listPieces(l)); n > k.cap {
+			return argErr(l, -1, "%d kernel descriptors (blocks, and one more per boundary between pinned ranges a block crosses), the copier's kernel holds %d", n, k.cap)
+		}
+	}
+	for l, list := range lists {
+		ps := sc.listPieces(l)
+		if len(ps) == 0 {
+			continue
+		}
+		sl := &k.slots[k.next]
+		if err := k.ready(ctx, sl); err != nil {
+			return err
+		}
+		for j, p := range ps {
+			d, _ := addrs(lists, p)
+			h := p.dev
+			if list.toHost {
+				d, h = h, d
+			}
+			e := sl.table[j*kernels.BlockDescSize:]
+			binary.LittleEndian.PutUint64(e, d)     // dst
+			binary.LittleEndian.PutUint64(e[8:], h) // src
+			binary.LittleEndian.PutUint64(e[16:], uint64(p.n))
+		}
+		if err := k.fn.Launch(list.s, cuda.D1(min(len(ps), kernelMaxGrid)), cuda.D1(kernelThreads), 0, sl.dev, uint32(len(ps))); err != nil {
+			return fmt.Errorf("blocks: list %d: %w", l, err)
+		}
+		rep.Calls++
+		k.next = (k.next + 1) % kernelTables
+		if err := sl.done.Record(list.s); err != nil {
+			// The launch is queued and nothing says when it has read the
+			// table: it is held until a wait for the whole context.
+			sl.unfenced = true
+			return fmt.Errorf("blocks: list %d: recording the end of the launch: %w", l, err)
+		}
+		sl.used = true
+	}
+	return nil
+}
+
+// close waits, bounded by ctx, for the launches that last read the tables
+// and releases the kernel. On failure it can be called again.
+func (k *kernel) close(ctx context.Context) error {
+	for i := range k.slots {
+		if err := k.ready(ctx, &k.slots[i]); err != nil {
+			return err // a launch may still read the table: keep it
+		}
+	}
+	return k.release()
+}
+
+// release frees what was made and forgets each part it freed, so that a
+// failed release can be repeated for the rest.
+func (k *kernel) release() error {
+	drv, err := cudaerr.Public2(cudadrv.Get())
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range k.slots {
+		sl := &k.slots[i]
+		if sl.host != nil {
+			host, addr := sl.host, addrOf(sl.table)
+			err := k.ctx.Do(func() error { return drv.MemFreeHost(host) })
+			// A destroyed context took its memory with it.
+			if err == nil || errors.Is(err, cuda.ErrInvalidHandle) {
+				err = nil
+				track.Remove(track.HostAlloc, addr)
+				sl.host, sl.table = nil, nil
+			}
+			errs = append(errs, err)
+		}
+		if sl.done != nil {
+			err := sl.done.Destroy()
+			if err == nil || errors.Is(err, cuda.ErrInvalidHandle) {
+				sl.done, err = nil, nil
+			}
+			errs = append(errs, err)
+		}
+	}
+	if k.mod != nil {
+		err := k.mod.Unload()
+		if err == nil || errors.Is(err, cuda.ErrInvalidHandle) {
+			k.mod, err = nil, nil
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pinmem/pinmem/internal/bench"
+)
+
+func init() {
+	benchSubcommands = append(benchSubcommands, newBenchAll)
+}
+
+// Parts of the suite measured outside internal/bench: the weight loader
+// (bench load, with PyTorch beside it) and the image pipeline example.
+const (
+	partLoad          = "load"
+	partImagePipeline = "imagepipeline"
+)
+
+// allPartsList returns every part's name and what it measures, in run
+// order, for --list.
+func allPartsList() [][2]string {
+	var out [][2]string
+	for _, p := range bench.SuiteParts() {
+		out = append(out, [2]string{p.Name, p.About})
+	}
+	out = append(out,
+		[2]string{partLoad, "a file to the GPU by the weight loader against plain reads and PyTorch (needs --weights FILE)"},
+		[2]string{partImagePipeline, "the image pipeline example, its text output kept (needs --imagepipeline BIN)"})
+	return out
+}
+
+// suiteFlags are bench all's flags.
+type suiteFlags struct {
+	out, tests, plotExt, cref, weights, python, imagepipeline string
+	device, samples                                           int
+	list, quick, quiet                                        bool
+}
+
+func newBenchAll() *cobra.Command {
+	var f suiteFlags
+	c := &cobra.Command{
+		Use:   "all --out DIR",
+		Short: "Measure every headline figure in one run: one report and one plot per test in DIR",
+		Long: `all runs every test of the suite, one after another on one GPU, and writes
+each test's report (DIR/NAME.json) and plot (DIR/NAME.png) as soon as the test
+ends: what was measured stays when the run is interrupted (that test's report
+is marked partial, and the tests after it are not run). Every report carries
+the schema version, the tool's version and VCS revision, the host, driver and
+device, and each row's same-run reference and ratio (ref, ratio).
+
+  -l lists the tests; -t NAME,NAME runs only those (as nvbandwidth's -l, -t).
+
+With --cref DIR (cref/build -o DIR) the C reference programs run in the same
+run: pinned and pageable rows beside cref/bw's, block copies beside
+cref/blocks' loop. With --weights FILE the weight loader reads FILE (as
+"pinmem bench load FILE") and, when --python has PyTorch and safetensors,
+scripts/torch-load.py loads the same file beside it. With --imagepipeline BIN
+(go build ./examples/imagepipeline) its output is kept in
+DIR/imagepipeline.txt.
+
+Render the docs from the run with:
+  pinmem report --format markdown DIR/*.json -o docs/PERF.md
+
+` + exitHelp,
+		Example: `  pinmem bench all --out results
+  pinmem bench all -l
+  pinmem bench all -t copier,concurrency --out /tmp/r
+  pinmem bench all --out docs/results --cref cref/bin --weights model.safetensors`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runSuite(cmd, f) },
+	}
+	fl := c.Flags()
+	fl.StringVarP(&f.out, "out", "o", "", "directory for the reports and plots (created; files of the same names are replaced)")
+	fl.StringVarP(&f.tests, "tests", "t", "all", "tests to run, comma-separated (see -l)")
+	fl.BoolVarP(&f.list, "list", "l", false, "list the tests and exit")
+	fl.BoolVar(&f.quick, "quick", false, "a smoke run: small sizes, two samples (not figures to publish)")
+	fl.IntVar(&f.samples, "samples", 0, "timed samples per measurement (0: each test's default)")
+	fl.IntVar(&f.device, "device", 0, "GPU ordinal to measure")
+	fl.StringVar(&f.plotExt, "plot-format", "png", "format of the plots: png or svg")
+	fl.StringVar(&f.cref, "cref", "", "directory of the built C reference programs (cref/build -o DIR)")
+	fl.StringVar(&f.weights, "weights", "", "a weights file for the load test (safetensors)")
+	fl.StringVar(&f.python, "python", "python3", "Python with PyTorch and safetensors for the load test's reference")
+	fl.StringVar(&f.imagepipeline, "imagepipeline", "", "the built image pipeline example (go build ./examples/imagepipeline)")
+	fl.BoolVar(&f.quiet, "quiet", false, "no progress on standard error")
+	_ = c.RegisterFlagCompletionFunc("plot-format", fixedCompletion("png", "svg"))
+	return c
+}
+
+// selectSuite returns the internal/bench parts and the outside parts the
+// -t list names.
+func selectSuite(list string) ([]bench.SuitePart, []string, error) {
+	all := bench.SuiteParts()
+	extra := []string{partLoad, partImagePipeline}
+	var names, outside []string
+	for _, n := range strings.Split(list, ",") {
+		n = strings.ToLower(strings.TrimSpace(n))
+		if contains(extra, n) {
+			outside = append(outside, n)
+		} else if n != "" {
+			names = append(names, n)
+		}
+	}
+	if strings.TrimSpace(list) == "all" || strings.TrimSpace(list) == "" {
+		return all, extra, nil
+	}
+	if len(names) == 0 {
+		return nil, outside, nil
+	}
+	parts, err := bench.SelectParts(all, strings.Join(names, ","))
+	if err != nil {
+		return nil, nil, usagef("-t: %v, %s or %s", err, partLoad, partImagePipeline)
+	}
+	return parts, outside, nil
+}
+
+func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
+	if f.list {
+		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+		for _, p := range allPartsList() {
+			fmt.Fprintf(tw, "%s\t%s\n", p[0], p[1])
+		}
+		return tw.Flush()
+	}
+	parts, outside, err := selectSuite(f.tests)
+	if err != nil {
+		return err
+	}
+	if f.out == "" {
+		return usagef("--out DIR: name the directory for the reports")
+	}
+	if f.plotExt != "png" && f.plotExt != "svg" {
+		return usagef("--plot-format %q: want png or svg", f.plotExt)
+	}
+	if f.samples < 0 || f.samples > bench.MaxSamples {
+		return usagef("--samples %d: must be from 0 to %d", f.samples, bench.MaxSamples)
+	}
+	if f.device < 0 {
+		return usagef("--device %d: must be 0 or more", f.device)
+	}
+	if f.cref != "" {
+		if fi, err := os.Stat(f.cref); err != nil || !fi.IsDir() {
+			return usagef("--cref %s: not a directory (build the C reference with cref/build -o DIR)", f.cref)
+		}
+	}
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return usagef("--out %s: %v", f.out, unwrapPath(err))
+	}
+	if err := checkOutPath("--out", filepath.Join(f.out, "bw.json")); err != nil {
+		return err
+	}
+	if err := checkBudgetEnv(); err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	stderr := cmd.ErrOrStderr()
+	say := func(format string, args ...any) {
+		if !f.quiet {
+			fmt.Fprintf(stderr, "pinmem bench all: "+format+"\n", args...)
+		}
+	}
+	s, err := bench.Open(ctx, f.device, bench.SessionConfig{})
+	if err != nil {
+		return err
+	}
+	defer closeSession(s, &err)
+	env := bench.SuiteEnv{Quick: f.quick, Samples: f.samples, CRefDir: f.cref,
+		Open: func(ctx context.Context, cfg bench.SessionConfig) (*bench.Session, error) {
+			return bench.Open(ctx, f.device, cfg)
+		}}
+	total := len(parts) + len(outside)
+	var problems []error
+	start := time.Now()
+	for i, p := range parts {
+		say("[%d/%d] %s: %s", i+1, total, p.Name, p.About)
+		t0 := time.Now()
+		rs, cfg, runErr := p.Run(ctx, s, env)
+		m := meta(s.Meta("pinmem bench all -t "+p.Name), map[string]any{"suite": env, "test": cfg})
+		m.Part = p.Name
+		if f.quick {
+			m.Note = strings.TrimPrefix(m.Note+"; quick run (--quick): small sizes and two samples, not figures to publish", "; ")
+		}
+		if err := writePart(f, p.Name, m, rs, runErr); err != nil {
+			return err
+		}
+		say("[%d/%d] %s: %d rows in %s -> %s", i+1, total, p.Name, len(rs), time.Since(t0).Round(time.Millisecond), filepath.Join(f.out, p.Name+".json"))
+		if runErr != nil {
+			if isFatalRun(runErr) {
+				return runErr
+			}
+			problems = append(problems, fmt.Errorf("%s: %w", p.Name, runErr))
+			continue
+		}
+		// A test whose every row was skipped (no kernels, one GPU for
+		// the matrix) is said, not a failure of the run; wrong data is.
+		if err := verdict(rs); err != nil && slices.ContainsFunc(rs, bench.Result.Failed) {
+			problems = append(problems, fmt.Errorf("%s: %w", p.Name, err))
+		} else if err != nil {
+			say("[%d/%d] %s: %v", i+1, total, p.Name, err)
+		}
+	}
+	for j, name := range outside {
+		n := len(parts) + j + 1
+		var err error
+		switch name {
+		case partLoad:
+			if f.weights == "" {
+				say("[%d/%d] %s: skipped (no --weights FILE)", n, total, name)
+				continue
+			}
+			say("[%d/%d] %s: %s", n, total, name, f.weights)
+			err = suiteLoad(cmd, f)
+		case partImagePipeline:
+			if f.imagepipeline == "" {
+				say("[%d/%d] %s: skipped (no --imagepipeline BIN)", n, total, name)
+				continue
+			}
+			say("[%d/%d] %s: %s", n, total, name, f.imagepipeline)
+			err = suiteImagePipeline(ctx, f)
+		}
+		if err != nil {
+			if isFatalRun(err) {
+				return err
+			}
+			problems = append(problems, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	say("done in %s: %s", time.Since(start).Round(time.Second), f.out)
+	if len(problems) > 0 {
+		return &problemError{errors.Join(problems...).Error()}
+	}
+	return nil
+}
+
+// isFatalRun reports whether a test's error ends the whole run: the run
+// was interrupted, or the device is gone.
+func isFatalRun(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || status(err) == exitNoGPU
+}
+
+// writePart writes one test's report and plot into the output directory.
+func writePart(f suiteFlags, name string, m bench.Meta, rs []bench.Result, runErr error) error {
+	m.Partial = runErr != nil
+	var buf bytes.Buffer
+	if err := bench.Write(&buf, bench.FormatJSON, m, rs, bench.TableOptions{}); err != nil {
+		return err
+	}
+	if err := writeAtomic(filepath.Join(f.out, name+".json"), buf.Bytes()); err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	buf.Reset()
+	if err := bench.WritePlot(&buf, bench.ImageFormat(f.plotExt), m, rs); err != nil {
+		return nil // nothing to plot (every row skipped): the report says why
+	}
+	return writeAtomic(filepath.Join(f.out, name+"."+f.plotExt), buf.Bytes())
+}
+
+// suiteLoad runs `pinmem bench load FILE` into DIR/load.json and adds
+// PyTorch's load of the same file (scripts/torch-load.py) as kind "torch"
+// when --python has it.
+func suiteLoad(cmd *cobra.Command, f suiteFlags) error {
+	path := filepath.Join(f.out, partLoad+".json")
+	args := []string{"bench", "load", f.weights, "--quiet", "--format", "json", "-o", path, "--device", fmt.Sprint(f.device)}
+	if f.samples > 0 {
+		args = append(args, "--samples", fmt.Sprint(f.samples))
+	}
+	var stderr bytes.Buffer
+	root := newRoot()
+	root.SetArgs(args)
+	root.SetOut(io.Discard)
+	root.SetErr(&stderr)
+	runErr := root.ExecuteContext(cmd.Context())
+	rep, err := readReports([]string{path})
+	if err != nil {
+		return errors.Join(runErr, err)
+	}
+	r := rep[0]
+	torch := torchRow(cmd.Context(), f)
+	r.Results = append(r.Results, torch)
+	r.Meta.Part = partLoad
+	var buf bytes.Buffer
+	if err := bench.Write(&buf, bench.FormatJSON, r.Meta, r.Results, bench.TableOptions{}); err != nil {
+		return err
+	}
+	if err := writeAtomic(path, buf.Bytes()); err != nil {
+		return err
+	}
+	return runErr
+}
+
+// torchRow runs scripts/torch-load.py on the weights file: its GB/s as a
+// load row of kind "torch", or a skipped row saying why not.
+func torchRow(ctx context.Context, f suiteFlags) bench.Result {
+	r := bench.Result{Bench: "load", Kind: "torch", Dir: "warm", Unit: bench.GBps, Timing: bench.TimingWall}
+	script := filepath.Join("scripts", "torch-load.py")
+	var out, stderr bytes.Buffer
+	c := exec.CommandContext(ctx, f.python, script, f.weights, "--device", fmt.Sprintf("cuda:%d", f.device))
+	c.Stdout, c.Stderr = &out, &stderr
+	if err := c.Run(); err != nil {
+		r.Skipped = true
+		r.Note = "PyTorch reference not run (" + f.python + " " + script + "): " + strings.Join(strings.Fields(stderr.String()+" "+err.Error()), " ")
+		return r
+	}
+	var res struct {
+		Bytes int64 `json:"bytes"`
+		Runs  []struct {
+			GBps float64 `json:"gbps"`
+			Cold bool    `json:"cold"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		r.Skipped, r.Note = true, "PyTorch reference: unreadable output: "+err.Error()
+		return r
+	}
+	var vals []float64
+	for _, x := range res.Runs {
+		if !x.Cold {
+			vals = append(vals, x.GBps)
+		}
+	}
+	s := bench.Summarize(vals)
+	if s.N == 0 {
+		r.Skipped, r.Note = true, "PyTorch reference: no warm runs"
+		return r
+	}
+	r.Size, r.Median, r.Min, r.Max, r.Samples = res.Bytes, s.Median, s.Min, s.Max, s.N
+	r.Note = "safetensors.torch.load_file(device=cuda) of the same file, until torch.cuda.synchronize (scripts/torch-load.py)"
+	return r
+}
+
+// suiteImagePipeline runs the image pipeline example and keeps its text
+// output in DIR/imagepipeline.txt.
+func suiteImagePipeline(ctx context.Context, f suiteFlags) error {
+	args := []string{}
+	if f.cref != "" {
+		args = append(args, "-cref", filepath.Join(f.cref, "imagepipeline"))
+	}
+	var out bytes.Buffer
+	c := exec.CommandContext(ctx, f.imagepipeline, args...)
+	c.Stdout, c.Stderr = &out, &out
+	runErr := c.Run()
+	if err := writeAtomic(filepath.Join(f.out, partImagePipeline+".txt"), out.Bytes()); err != nil {
+		return err
+	}
+	if runErr != nil {
+		return fmt.Errorf("%s: %w", f.imagepipeline, runErr)
+	}
+	return nil
+}

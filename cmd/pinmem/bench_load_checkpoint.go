@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/bench"
+	"github.com/pinmem/pinmem/load"
+	"github.com/pinmem/pinmem/safetensors"
+)
+
+// Kinds of the checkpoint rows of the load bench.
+const (
+	loadKindCheckpoint = "checkpoint"        // safetensors.LoadCheckpoint of every tensor
+	loadKindCkMapped   = "checkpoint-mapped" // the same with load.ModeMapped
+	loadKindFirst      = "checkpoint-first"  // ms from the call to the first tensor on the device
+)
+
+// isCheckpoint reports whether the load bench's argument names a sharded
+// checkpoint (a directory or an index) rather than one file.
+func isCheckpoint(path string, fi os.FileInfo) bool {
+	return fi.IsDir() || strings.HasSuffix(path, ".index.json")
+}
+
+// checkpointShards returns the .safetensors files of the checkpoint at
+// path: the shards its index names, or the directory's .safetensors files.
+// (LoadCheckpoint itself checks all of it strictly; this is for the
+// reference read and the verification.)
+func checkpointShards(path string) ([]string, error) {
+	index := path
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		index = filepath.Join(path, "model.safetensors.index.json")
+		if _, err := os.Stat(index); err != nil {
+			return filepath.Glob(filepath.Join(path, "*.safetensors"))
+		}
+	}
+	b, err := os.ReadFile(index)
+	if err != nil {
+		return nil, err
+	}
+	var ix struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &ix); err != nil {
+		return nil, fmt.Errorf("%s: %w", index, err)
+	}
+	var shards []string
+	for _, s := range ix.WeightMap {
+		shards = append(shards, filepath.Join(filepath.Dir(index), s))
+	}
+	slices.Sort(shards)
+	return slices.Compact(shards), nil
+}
+
+// placedTensor is a tensor of a checkpoint, its shard and its place in
+// the bench's one device allocation.
+type placedTensor struct {
+	t     safetensors.Tensor
+	shard string
+	off   int64
+}
+
+// runCheckpointBench measures safetensors.LoadCheckpoint of the checkpoint
+// at cfg.File into one device allocation (every tensor, packed), with the
+// Loader's mode and with ModeMapped, beside a parallel read of every shard
+// from the page cache; and the time until the first tensor is on the
+// device. It sets cfg.Size to the tensors' bytes.
+func runCheckpointBench(ctx context.Context, gpu *cuda.Context, cfg *loadBenchConfig, opts []load.Option, progress io.Writer) ([]bench.Result, error) {
+	shards, err := checkpointShards(cfg.File)
+	if err != nil {
+		return nil, err
+	}
+	var placed []placedTensor
+	byName := map[string]int{}
+	var fileBytes int64
+	for _, s := range shards {
+		h, err := safetensors.ReadHeader(s)
+		if err != nil {
+			return nil, err
+		}
+		fileBytes += h.DataEnd
+		for _, t := range h.Tensors {
+			byName[t.Name] = len(placed)
+			placed = append(placed, placedTensor{t, s, cfg.Size})
+			cfg.Size += t.Size()
+		}
+	}
+	if cfg.Size == 0 {
+		return nil, fmt.Errorf("%s: no tensor bytes", cfg.File)
+	}
+	dst, err := gpu.Alloc(int(cfg.Size))
+	if err != nil {
+		return nil, fmt.Errorf("allocating %d bytes of device memory: %w", cfg.Size, err)
+	}
+	defer func() { _ = dst.Free() }()
+	part := func(t safetensors.Tensor) (load.Range, error) {
+		i, ok := byName[t.Name]
+		if !ok || t.Size() == 0 {
+			return load.Range{}, nil
+		}
+		v, err := dst.Slice(int(placed[i].off), int(t.Size()))
+		return load.Range{Length: t.Size(), Dst: v}, err
+	}
+	var rs []bench.Result
+	add := func(part []bench.Result) {
+		for _, r := range part {
+			rs = append(rs, r)
+			if progress != nil {
+				fmt.Fprintf(progress, "pinmem: %s\n", r)
+			}
+		}
+	}
+	part0, err := measure(ctx, loadKindParallel, "warm", fileBytes, cfg.Samples, nil, func(int) error {
+		for _, s := range shards {
+			if err := parallelRead(s, fileSize(s), cfg.Readers, cfg.StageSize); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, fmt.Sprintf("%d shards, one after the other, %d goroutines each, into Go memory", len(shards), cfg.Readers))
+	if err != nil {
+		return rs, err
+	}
+	add(part0)
+	for _, k := range []struct {
+		kind string
+		mode []load.Option
+	}{{loadKindCheckpoint, nil}, {loadKindCkMapped, []load.Option{load.WithMode(load.ModeMapped)}}} {
+		l, err := load.New(gpu, append(append([]load.Option{}, opts...), k.mode...)...)
+		if err != nil {
+			return rs, err
+		}
+		var mu sync.Mutex
+		var firsts []float64
+		var last load.Stats
+		if err := dst.Memset(0); err != nil {
+			_ = l.Close(ctx)
+			return rs, err
+		}
+		part1, err := measure(ctx, k.kind, "warm", cfg.Size, cfg.Samples, nil, func(int) error {
+			t0, first := time.Now(), time.Duration(0)
+			st, err := safetensors.LoadCheckpoint(ctx, l, cfg.File, part, func(safetensors.Tensor) {
+				mu.Lock()
+				if first == 0 {
+					first = time.Since(t0)
+				}
+				mu.Unlock()
+			})
+			last = st
+			firsts = append(firsts, float64(first)/float64(time.Millisecond))
+			return err
+		}, "")
+		if cerr := l.Close(ctx); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return rs, err
+		}
+		if len(part1) > 0 && !part1[0].Skipped {
+			verr := verifyCheckpoint(dst, placed)
+			for i := range part1 {
+				part1[i].Verified, part1[i].Note = verr == nil, fmt.Sprintf("%d tensors, %d shards, mode %s", len(placed), len(shards), last.Mode)
+				if last.Fallback != "" {
+					part1[i].Note += ", fell back: " + last.Fallback
+				}
+				if verr != nil {
+					part1[i].VerifyFailed, part1[i].Note = true, "VERIFY FAILED: "+verr.Error()
+				}
+			}
+			if k.kind == loadKindCheckpoint {
+				sum := bench.Summarize(firsts)
+				part1 = append(part1, bench.Result{Bench: "load", Kind: loadKindFirst, Dir: "warm", Size: cfg.Size, Unit: bench.Ms,
+					Timing: bench.TimingWall, Median: sum.Median, Min: sum.Min, Max: sum.Max, Samples: sum.N,
+					Note: fmt.Sprintf("the first tensor on the device; the whole load %.3g ms (median)", 1e3*float64(cfg.Size)/1e9/part1[0].Median)})
+			}
+		}
+		add(part1)
+	}
+	return rs, nil
+}
+
+// fileSize returns the size of the file at path, 0 if it cannot be read.
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// verifyCheckpoint compares the CRC-32C of every tensor in dst with that
+// of its bytes in its shard.
+func verifyCheckpoint(dst *cuda.DeviceBuffer, placed []placedTensor) error {
+	var buf, dev []byte
+	files := map[string]*os.File{}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, p := range placed {
+		n := int(p.t.Size())
+		if n == 0 {
+			continue
+		}
+		f := files[p.shard]
+		if f == nil {
+			var err error
+			if f, err = os.Open(p.shard); err != nil {
+				return err
+			}
+			files[p.shard] = f
+		}
+		buf, dev = slices.Grow(buf[:0], n)[:n], slices.Grow(dev[:0], n)[:n]
+		if _, err := f.ReadAt(buf, p.t.Begin); err != nil {
+			return err
+		}
+		if _, err := dst.ReadAt(dev, int64(int(p.off))); err != nil {
+			return err
+		}
+		if crc32.Checksum(buf, castagnoli) != crc32.Checksum(dev, castagnoli) {
+			return &verifyError{fmt.Sprintf("tensor %q of %s differs on the device", p.t.Name, p.shard)}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,116 @@
+package bench
+
+// The same-run reference of each row: what a figure is compared with in
+// reports, the markdown rendering and the docs. One table, one place.
+
+// CRefPrefix starts the kind of a row measured by the C reference programs
+// (cref/): "c:pinned" is cref/bw's pinned kind.
+const CRefPrefix = "c:"
+
+// referenceKind returns the kind a row of bench and kind is compared with
+// in the same run ("" when none):
+//   - bw: a Go-memory kind against the driver's synchronous pageable copy
+//     (both timed by the wall clock); the asynchronous pageable kind and
+//     pinned against the C reference's; the other pinned kinds against
+//     pinned;
+//   - pin: every method against hostalloc (cuMemHostAlloc);
+//   - overlap: every variant against pageable-sync; vecadd against pageable;
+//   - zerocopy: zero-copy against the explicit copy;
+//   - blocks: every strategy against the C loop (one copy per block),
+//     else one contiguous copy;
+//   - concurrency: the shared Copier against the driver's copy;
+//   - load: the loader against PyTorch, else against parallel reads.
+func referenceKind(bench, kind string) string {
+	var ref string
+	switch bench {
+	case "bw":
+		switch kind {
+		case KindCopier, KindCopierStaged, KindGoRegister:
+			ref = KindPageableSync
+		case KindPageable, KindPinned, KindPortable, KindWriteCombined, KindMapped:
+			ref = CRefPrefix + kind
+		case KindMmapRegister:
+			ref = KindPinned
+		}
+	case "pin":
+		ref = PinHostAlloc
+	case "overlap":
+		ref = VariantPageableSync
+	case "vecadd":
+		ref = KindPageable
+	case "zerocopy":
+		ref = VariantExplicit
+	case "blocks":
+		ref = CRefPrefix + "loop"
+		if kind == CRefPrefix+"loop" || kind == CRefPrefix+"batch" {
+			ref = CRefPrefix + "contiguous"
+		}
+	case "concurrency":
+		ref = KindPageableSync
+	case "load":
+		if kind == "loader" {
+			ref = "torch"
+		}
+	}
+	if ref == kind || kind == VariantBound {
+		return "" // a bound is computed: nothing to compare it with
+	}
+	return ref
+}
+
+// AddReferences sets every result's Ref and Ratio from the rows of the
+// same results (one run) with the reference kind (referenceKind) and the
+// same bench, direction, size and unit. A result whose reference is not
+// in rs, or skipped, keeps an empty Ref; a bw row whose C reference is
+// missing falls back to pinned (the other pinned kinds), pageable-sync
+// (pageable), or pageable-sync and then pageable (pinned).
+func AddReferences(rs []Result) {
+	type key struct {
+		bench, kind, dir string
+		size             int64
+		unit             Unit
+	}
+	byKey := map[key]Result{}
+	for _, r := range rs {
+		if !r.Skipped {
+			byKey[key{r.Bench, r.Kind, r.Dir, r.Size, r.Unit}] = r
+		}
+	}
+	for i := range rs {
+		r := &rs[i]
+		r.Ref, r.Ratio = "", 0
+		cands := []string{referenceKind(r.Bench, r.Kind)}
+		if r.Bench == "bw" {
+			switch r.Kind {
+			case KindPortable, KindWriteCombined, KindMapped:
+				cands = append(cands, KindPinned)
+			case KindPageable:
+				cands = append(cands, KindPageableSync)
+			case KindPinned, "staged":
+				// Without the C reference, pinned memory against the
+				// driver's copy of Go memory; "staged" is the forced
+				// ring of reports before pageable-sync existed.
+				cands = append(cands, KindPageableSync, KindPageable)
+			}
+		}
+		switch {
+		case r.Bench == "blocks" && r.Kind != BlockKindContiguous:
+			cands = append(cands, BlockKindContiguous)
+		case r.Bench == "load" && r.Kind == "loader":
+			cands = append(cands, "read-parallel")
+		}
+		for _, ref := range cands {
+			if ref == "" {
+				continue
+			}
+			b, ok := byKey[key{r.Bench, ref, r.Dir, r.Size, r.Unit}]
+			if !ok {
+				continue
+			}
+			if x, ok := Ratio(*r, b); ok {
+				r.Ref, r.Ratio = ref, x
+				break
+			}
+		}
+	}
+}

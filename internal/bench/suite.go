@@ -1,0 +1,272 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// The suite: every headline figure in one run (`pinmem bench all`). Each
+// part measures one figure's rows, with the same-run references those rows
+// are compared with, and becomes one report file named after the part.
+
+// SuiteEnv is what the suite's parts share.
+type SuiteEnv struct {
+	// Quick shrinks every part to a few small sizes and two samples: a
+	// smoke run (and the CPU test on the fake driver), never figures to
+	// publish.
+	Quick bool `json:"quick"`
+	// Samples overrides each part's default samples (0: the part's own).
+	Samples int `json:"samples,omitempty"`
+	// CRefDir is the directory of the built C reference programs
+	// (cref/build -o DIR); "" skips the C rows.
+	CRefDir string `json:"cref_dir,omitempty"`
+	// Open opens another session on the same device with cfg (the parts
+	// whose timing needs one of their own); it is set by the caller.
+	Open func(ctx context.Context, cfg SessionConfig) (*Session, error) `json:"-"`
+}
+
+// SuitePart is one part of the suite.
+type SuitePart struct {
+	Name    string // the part's file name without extension, and its name in -t
+	Command string // the command that measures the same rows alone
+	About   string // what the part measures, one line
+	// Run measures the part on s and returns its rows and the
+	// configuration it used (reports record it). Rows measured before an
+	// error are returned with it.
+	Run func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error)
+}
+
+// samples returns env's sample count, or def.
+func (e SuiteEnv) samples(def int) int {
+	switch {
+	case e.Samples > 0:
+		return e.Samples
+	case e.Quick:
+		return 2
+	}
+	return def
+}
+
+// copierSizes are the sizes at which the Copier is compared with the
+// driver: every power of four from 4 KiB to 1 GiB.
+var copierSizes = []int64{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30}
+
+// SuiteParts returns the suite's parts in the order they run.
+func SuiteParts() []SuitePart {
+	return []SuitePart{
+		{Name: "bw", Command: "pinmem bench", About: "every kind of host memory at four sizes, each way; pinned and pageable against the C reference",
+			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
+				cfg := BandwidthConfig{Samples: env.samples(5)}
+				if env.Quick {
+					cfg.Sizes, cfg.MinBytes = []int64{64 << 10, 1 << 20}, 1<<20
+				}
+				return bwWithCRef(ctx, s, env, cfg, []string{KindPinned, KindPageable})
+			}},
+		{Name: "copier", Command: "pinmem bench --kinds copier,pageable-sync,pinned --sizes 4KiB,...,1GiB", About: "the Copier users get against the driver's own copy of Go memory, at every size from 4 KiB to 1 GiB",
+			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
+				cfg := BandwidthConfig{Kinds: []string{KindCopier, KindPageableSync, KindPageable, KindPinned}, Sizes: copierSizes, Samples: env.samples(5)}
+				if env.Quick {
+					cfg.Sizes, cfg.MinBytes = []int64{4 << 10, 1 << 20}, 1<<20
+				}
+				rs, err := s.Bandwidth(ctx, cfg)
+				return rs, cfg, err
+			}},
+		{Name: "concurrency", Command: "pinmem bench all -t concurrency", About: "many goroutines sharing one default Copier against each calling the driver's copy",
+			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
+				cfg := ConcurrencyConfig{Samples: env.samples(5)}
+				if env.Quick {
+					cfg.Goroutines, cfg.Sizes = []int{1, 4}, []int64{64 << 10}
+				}
+				rs, err := s.Concurrency(ctx, cfg)
+				return rs, cfg, err
+			}},
+		{Name: "pin", Command: "pinmem bench pin", About: "the cost of pinning and unpinning, per method and size",
+			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
+				cfg := PinConfig{Samples: env.samples(3)}
+				if env.Quick {
+					cfg.Sizes = []int64{1 << 20}
+				}
+				rs, err := s.Pin(ctx, cfg)
+				return rs, cfg, err
+			}},
+		{Name: "overlap", Command: "pinmem bench overlap", About: "the pipeline (copy in, kernel, copy out per chunk) with and without overlap, and vector add",
+			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
+				cfg := OverlapConfig{Samples: env.samples(5)}
+				if env.Quick {
+					cfg.Chunks, cfg.ChunkSize, cfg.Streams, cfg.VecAddSize = 4, 64<<10, 2, 64<<10
+				}
+				rs, err := s.Overlap(ctx, cfg)
+				return rs, cfg, err
+			}},
+		{Name: "zerocopy", Command: "pinmem zerocopy", About: "zero-copy reads of mapped host memory against an explicit copy, by reuse",
+			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
+				cfg := ZeroCopyConfig{Samples: env.samples(5)}
+				if env.Quick {
+					cfg.Size, cfg.Reuse = 64<<10, []int{1, 2}
+				}
+				rs, err := s.ZeroCopy(ctx, cfg)
+				return rs, cfg, err
+			}},
+		{Name: "blocks", Command: "pinmem bench blocks", About: "scattered block copies by each strategy, against one contiguous copy and the C loop",
+			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
+				cfg := BlocksConfig{Samples: env.samples(5)}
+				if env.Quick {
+					cfg.Sizes, cfg.Blocks = []int64{16 << 10}, 16
+				}
+				if cfg, err := cfg.Resolved(); err != nil {
+					return nil, cfg, err
+				}
+				// Blocks are timed from the host, queuing included: a
+				// session without spin-wait, as bench blocks opens.
+				bs := s
+				if env.Open != nil {
+					var err error
+					if bs, err = env.Open(ctx, SessionConfig{NoSpin: true}); err != nil {
+						return nil, cfg, err
+					}
+					defer bs.Close()
+				}
+				rs, err := bs.Blocks(ctx, cfg)
+				if err == nil && env.CRefDir != "" {
+					cfg, _ = cfg.Resolved()
+					args := []string{"--samples", strconv.Itoa(cfg.Samples), "--blocks", strconv.Itoa(cfg.Blocks)}
+					for _, n := range cfg.Sizes {
+						args = append(args, "--size", strconv.FormatInt(n, 10))
+					}
+					rs = append(rs, CRefRows(ctx, filepath.Join(env.CRefDir, "blocks"), args)...)
+				}
+				return rs, cfg, err
+			}},
+		{Name: "matrix", Command: "pinmem bench matrix", About: "every GPU alone and all at once, each way",
+			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
+				cfg := MatrixConfig{Samples: env.samples(5)} // every device
+				if env.Quick {
+					cfg.Size, cfg.Reps = 1<<20, 2
+				}
+				rs, _, err := Matrix(ctx, cfg)
+				return rs, cfg, err
+			}},
+	}
+}
+
+// bwWithCRef measures cfg and, with env.CRefDir, the C reference's rows
+// of crefKinds at the same sizes and directions, in the same run.
+func bwWithCRef(ctx context.Context, s *Session, env SuiteEnv, cfg BandwidthConfig, crefKinds []string) ([]Result, any, error) {
+	rs, err := s.Bandwidth(ctx, cfg)
+	if err != nil || env.CRefDir == "" {
+		return rs, cfg, err
+	}
+	cfg, _ = cfg.Resolved()
+	args := []string{"--samples", strconv.Itoa(cfg.Samples), "--kinds", strings.Join(crefKinds, ","), "--dirs", "h2d,d2h"}
+	for _, n := range cfg.Sizes {
+		args = append(args, strconv.FormatInt(n, 10))
+	}
+	return append(rs, CRefRows(ctx, filepath.Join(env.CRefDir, "bw"), args)...), cfg, nil
+}
+
+// crefLine is one JSON line of a C reference program (cref/bw.c,
+// cref/blocks.c).
+type crefLine struct {
+	Bench    string  `json:"bench"`
+	Kind     string  `json:"kind"`
+	Size     int64   `json:"size"`
+	Dir      string  `json:"dir"`
+	Unit     string  `json:"unit"`
+	Samples  int     `json:"samples"`
+	Median   float64 `json:"median"`
+	Min      float64 `json:"min"`
+	Max      float64 `json:"max"`
+	Verified bool    `json:"verified"`
+}
+
+// CRefRows runs a C reference program with args and returns its lines as
+// results of kind CRefPrefix+kind. A program that cannot run gives one
+// skipped row saying why; its lines of other units are left out.
+func CRefRows(ctx context.Context, bin string, args []string) []Result {
+	name := filepath.Base(bin)
+	var out bytes.Buffer
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	err := cmd.Run()
+	rs := ParseCRef(&out, "cref/"+name)
+	if err != nil {
+		why := strings.TrimSpace(stderr.String())
+		if why == "" {
+			why = err.Error()
+		}
+		rs = append(rs, skipped(name, CRefPrefix+name, "-", 0, GBps, "C reference "+bin+" "+strings.Join(args, " ")+": "+oneLine(why)))
+	}
+	return rs
+}
+
+// ParseCRef reads the JSON lines a C reference program prints (one
+// measurement each, unit "gbps") as results of kind CRefPrefix+kind;
+// lines that are not such measurements are left out.
+func ParseCRef(r *bytes.Buffer, program string) []Result {
+	var rs []Result
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var l crefLine
+		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Unit != "gbps" || l.Bench == "" || l.Kind == "" || l.Samples < 1 {
+			continue
+		}
+		res := Result{Bench: l.Bench, Kind: CRefPrefix + l.Kind, Dir: l.Dir, Size: l.Size, Unit: GBps,
+			Median: l.Median, Min: l.Min, Max: l.Max, Samples: l.Samples, Verified: l.Verified, Timing: TimingEvents,
+			Note: fmt.Sprintf("C reference (%s, driver API)", program)}
+		if l.Bench == "blocks" {
+			res.Timing = TimingWall
+		}
+		if res.check() != nil {
+			continue
+		}
+		rs = append(rs, res)
+	}
+	return rs
+}
+
+// SelectParts returns the parts named in a comma-separated list, in run
+// order ("" or "all": every part). An unknown name is an error matching
+// ErrInvalid that lists the known ones.
+func SelectParts(all []SuitePart, list string) ([]SuitePart, error) {
+	list = strings.TrimSpace(list)
+	if list == "" || list == "all" {
+		return all, nil
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		n = strings.ToLower(strings.TrimSpace(n))
+		if n == "" {
+			continue
+		}
+		known := false
+		for _, p := range all {
+			known = known || p.Name == n
+		}
+		if !known {
+			var names []string
+			for _, p := range all {
+				names = append(names, p.Name)
+			}
+			return nil, invalid("unknown test %q (want %s, or all)", n, strings.Join(names, ", "))
+		}
+		want[n] = true
+	}
+	var out []SuitePart
+	for _, p := range all {
+		if want[p.Name] {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, invalid("empty test list")
+	}
+	return out, nil
+}

@@ -1,0 +1,176 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+// within runs f on a goroutine and fails the test when it has not
+// returned after limit; unblock is then called to let it end.
+func within(t *testing.T, limit time.Duration, unblock func(), f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		unblock()
+		<-done
+		t.Fatalf("still blocked after %v", limit)
+	}
+}
+
+// waitGone waits, up to 10 s, until the fake driver holds no stream, event
+// or pinned host allocation: what a Loader releases in the background.
+func waitGone(t *testing.T, d *fakedrv.Driver) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := d.Live()
+		if c.Streams == 0 && c.Events == 0 && c.HostAllocs == 0 && c.Registrations == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("objects still live 10 s after the device resumed: %+v", c)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestFakeLoadHungDevice: the device never finishes the copies; Load
+// returns at its deadline, and once the device resumes the same Loader
+// loads again, every byte right.
+func TestFakeLoadHungDevice(t *testing.T) {
+	e := useFake(t, fakedrv.Options{WaitTimeout: -1})
+	path, data := tempFile(t, 1<<20, 21)
+	l := e.loader(t)
+	dst := e.devbuf(t, len(data))
+	e.d.Pause()
+	var err error
+	within(t, 10*time.Second, e.d.Resume, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err = l.LoadFile(ctx, path, dst)
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Load on a hung device: %v, want the deadline", err)
+	}
+	e.d.Resume()
+	if err := dst.Memset(0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.LoadFile(context.Background(), path, dst); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
+}
+
+// TestFakeCloseHungDevice: Close returns at its deadline while copies
+// hang, and releases everything once the device resumes.
+func TestFakeCloseHungDevice(t *testing.T) {
+	e := useFake(t, fakedrv.Options{WaitTimeout: -1})
+	path, data := tempFile(t, 1<<20, 22)
+	l, err := New(e.ctx, WithStageSize(64<<10), WithReaders(4), WithStages(6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := e.devbuf(t, len(data))
+	e.d.Pause()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := l.LoadFile(ctx, path, dst); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Load: %v", err)
+	}
+	within(t, 10*time.Second, e.d.Resume, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		err = l.Close(ctx)
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close on a hung device: %v, want the deadline", err)
+	}
+	if err := l.Close(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Close: %v", err)
+	}
+	e.d.Resume()
+	waitGone(t, e.d)
+}
+
+// TestFakeLoadFIFO: a path naming a FIFO is refused at once, not opened
+// for ever waiting for a writer.
+func TestFakeLoadFIFO(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	fifo := filepath.Join(t.TempDir(), "weights.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	// Opening the FIFO for writing is what an open blocked on it waits for.
+	unblock := func() {
+		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			w.Close()
+		}
+	}
+	l := e.loader(t)
+	dst := e.devbuf(t, 4096)
+	for _, whole := range []bool{true, false} {
+		var err error
+		within(t, 10*time.Second, unblock, func() {
+			if whole {
+				_, err = l.LoadFile(context.Background(), fifo, dst)
+			} else {
+				_, err = l.Load(context.Background(), fifo, []Range{{Offset: 0, Length: 10, Dst: dst}})
+			}
+		})
+		if !errors.Is(err, fs.ErrInvalid) {
+			t.Errorf("load of a FIFO (whole %v): %v, want fs.ErrInvalid", whole, err)
+		}
+	}
+}
+
+// TestFakeCallbackPanics: a Progress or ready callback that panics on a
+// loader goroutine does not kill the process; the load raises the panic
+// on its caller's goroutine, leaves nothing pinned, and the Loader loads
+// again afterwards.
+func TestFakeCallbackPanics(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	path, data := tempFile(t, 1<<20, 23)
+	arm := true
+	l := e.loader(t, WithProgress(func(done, total int64) {
+		if arm && done > 0 {
+			panic("progress boom")
+		}
+	}))
+	dst := e.devbuf(t, len(data))
+	raised := func(f func()) (v any) {
+		defer func() { v = recover() }()
+		f()
+		return nil
+	}
+	if v := raised(func() { _, _ = l.LoadFile(context.Background(), path, dst) }); v != "progress boom" {
+		t.Errorf("LoadFile with a panicking Progress raised %v", v)
+	}
+	arm = false
+	files := []File{{Path: path, Ranges: []Range{{Offset: 0, Length: int64(len(data)), Dst: dst}}}}
+	v := raised(func() {
+		_, _ = l.LoadFiles(context.Background(), files, func(file, rng int) { panic("ready boom") })
+	})
+	if v != "ready boom" {
+		t.Errorf("LoadFiles with a panicking ready raised %v", v)
+	}
+	if _, err := l.LoadFile(context.Background(), path, dst); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
+}

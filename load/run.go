@@ -1,0 +1,662 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// openFile is one file of a load, opened.
+type openFile struct {
+	path   string
+	f      *os.File
+	fi     os.FileInfo
+	direct *os.File // nil unless read with O_DIRECT
+	mapped *mapping // nil unless read through its mapping
+	ranges []Range
+	base   int // index of ranges[0] among all the load's ranges
+}
+
+// run is the state of one load.
+type run struct {
+	l     *Loader
+	files []*openFile
+	reads []read
+	total int64
+	where [][2]int // for each range of the load, its file's and its own index
+	ready func(file, rng int)
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	next   atomic.Int64 // index of the next read to issue
+
+	readBytes atomic.Int64
+	fallback  atomic.Pointer[string] // why direct or mapped reads stopped, once they did
+	inFlight  sync.WaitGroup         // stages whose copies were queued and not yet retired
+
+	mu       sync.Mutex // guards the fields below and the callbacks
+	err      error
+	done     int64
+	left     []int64 // bytes of each range not yet on the device
+	ended    bool    // load returned: no more callbacks
+	panicked bool
+	panicVal any
+}
+
+// openRegular opens path for reading without blocking (a FIFO would
+// block an ordinary open until a writer came) and refuses anything but a
+// regular file with an error matching fs.ErrInvalid.
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load: %w", err)
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file (%v): %w", path, fi.Mode().Type(), fs.ErrInvalid)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("load: %w", err)
+	}
+	return f, fi, nil
+}
+
+// load is LoadFiles, or LoadFile when whole is set: then the one range is
+// the whole of the one file, into wholeDst.
+func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBuffer, whole bool, ready func(int, int)) (st Stats, err error) {
+	start := time.Now()
+	st.Resident = -1
+	switch {
+	case l == nil || l.turn == nil:
+		return st, fmt.Errorf("load: Load on a nil Loader or one not made by New: %w", cuda.ErrInvalidValue)
+	case ctx == nil:
+		return st, fmt.Errorf("load: nil context.Context: %w", cuda.ErrInvalidValue)
+	}
+	select {
+	case l.turn <- struct{}{}:
+	case <-ctx.Done():
+		return st, ctx.Err()
+	}
+	defer func() { <-l.turn }()
+	if l.closed {
+		return st, ErrClosed
+	}
+	r := &run{l: l, ready: ready}
+	defer r.closeFiles()
+	if err := r.open(ctx, files, wholeDst, whole); err != nil {
+		return st, err
+	}
+	if r.total == 0 {
+		st.Mode = ModeBuffered
+		st.Wall = time.Since(start)
+		l.report(0, 0)
+		return st, nil
+	}
+	mode := l.cfg.mode
+	if mode == ModeAuto {
+		frac, ok := r.residency()
+		if ok {
+			st.Resident = frac
+		}
+		mode = choose(mode, frac, ok, l.cfg.warm)
+	}
+	st.Mode, st.Fallback = r.prepare(mode)
+	r.plan()
+	st.Reads = len(r.reads)
+
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	defer r.cancel()
+	defer r.end() // after it, no callback runs
+	l.report(0, r.total)
+	r.copyAll(ctx)
+	r.mu.Lock()
+	st.Bytes, err = r.done, r.err
+	r.ended = true
+	panicked, val := r.panicked, r.panicVal
+	r.mu.Unlock()
+	st.ReadBytes = r.readBytes.Load()
+	if fb := r.fallback.Load(); fb != nil {
+		st.Mode, st.Fallback = ModeBuffered, *fb
+	}
+	st.Wall = time.Since(start)
+	if panicked {
+		panic(val)
+	}
+	if err == nil && st.Bytes < r.total {
+		if err = ctx.Err(); err == nil {
+			err = fmt.Errorf("load: %d of %d bytes delivered", st.Bytes, r.total)
+		}
+	}
+	return st, err
+}
+
+// open checks the ranges and opens the files, before anything is read.
+func (r *run) open(ctx context.Context, files []File, wholeDst *cuda.DeviceBuffer, whole bool) error {
+	var all []Range
+	for i, fl := range files {
+		r.files = append(r.files, &openFile{path: fl.Path, ranges: fl.Ranges, base: len(all)})
+		all = append(all, fl.Ranges...)
+		for j := range fl.Ranges {
+			r.where = append(r.where, [2]int{i, j})
+		}
+	}
+	if !whole {
+		if err := r.checkRanges(all); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, of := range r.files {
+		var err error
+		if of.f, of.fi, err = openRegular(of.path); err != nil {
+			return err
+		}
+		if whole {
+			of.ranges = []Range{{Offset: 0, Length: of.fi.Size(), Dst: wholeDst}}
+			r.where = [][2]int{{0, 0}}
+			if err := r.checkRanges(of.ranges); err != nil {
+				return err
+			}
+		}
+		for _, rg := range of.ranges {
+			if rg.Length > 0 && rg.Offset+rg.Length > of.fi.Size() {
+				return &ShortFileError{Path: of.path, Need: rg.Offset + rg.Length, Size: of.fi.Size()}
+			}
+			r.left = append(r.left, rg.Length)
+			r.total += rg.Length
+		}
+	}
+	return nil
+}
+
+// plan splits every file's ranges into reads and takes the files' reads
+// in turn (the first read of every file, then the second, and so on), so
+// that the readers work on every file at once.
+func (r *run) plan() {
+	var perFile [][]read
+	for i, of := range r.files {
+		align := int64(1)
+		switch {
+		case of.direct != nil:
+			align = Align
+		case of.mapped != nil:
+			align = int64(os.Getpagesize())
+		}
+		rs := plan(of.ranges, r.l.cfg.stageSize, align)
+		for k := range rs {
+			rs[k].file = i
+			for p := range rs[k].pieces {
+				rs[k].pieces[p].rng += of.base
+			}
+		}
+		perFile = append(perFile, rs)
+	}
+	for k := 0; ; k++ {
+		took := false
+		for _, rs := range perFile {
+			if k < len(rs) {
+				r.reads = append(r.reads, rs[k])
+				took = true
+			}
+		}
+		if !took {
+			return
+		}
+	}
+}
+
+// copyAll runs the readers and waits, bounded by ctx, until every copy
+// they queued has finished; then it checks the streams for faults of the
+// copies and the files for changes.
+func (r *run) copyAll(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range min(r.l.cfg.readers, len(r.reads)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.reader()
+		}()
+	}
+	wg.Wait()
+	if err := r.waitInFlight(ctx); err != nil {
+		r.fail(err)
+		return
+	}
+	// Asynchronous faults of the copies are reported by the streams, not
+	// by the events. Every copy of this load has finished: the wait is
+	// for copies an earlier, abandoned load left, bounded by ctx.
+	for _, s := range r.l.streams {
+		if r.failed() != nil {
+			return
+		}
+		if err := s.Synchronize(ctx); err != nil {
+			r.fail(fmt.Errorf("load: a copy to the device failed: %w", err))
+		}
+	}
+	if r.failed() == nil {
+		r.checkUnchanged()
+	}
+}
+
+// checkRanges checks rs (every range of the load, or the one whole-file
+// range) and names the file and range index of a bad one.
+func (r *run) checkRanges(rs []Range) error {
+	_, _, err := checkRanges(rs, r.l.ctx.Handle())
+	if re, ok := errors.AsType[*RangeError](err); ok && re.Index < len(r.where) {
+		w := r.where[re.Index]
+		re.Index = w[1]
+		if len(r.files) > 1 {
+			re.Reason += fmt.Sprintf(" (file %d, %s)", w[0], r.files[w[0]].path)
+		}
+	}
+	return err
+}
+
+// choose is the one decision of how a load reads its files: the mode the
+// Loader was given, or for ModeAuto buffered reads when at least the warm
+// threshold of the sampled pages is in the page cache (or nothing could
+// be sampled), direct reads otherwise. ModeMapped is not chosen
+// automatically: its gain over buffered reads depends on how fast the
+// driver registers page-cache pages, which only a GPU measures.
+func choose(m Mode, resident float64, sampled bool, warm float64) Mode {
+	switch {
+	case m != ModeAuto:
+		return m
+	case !sampled || resident >= warm:
+		return ModeBuffered
+	}
+	return ModeDirect
+}
+
+// residency samples the page cache over every file's ranges and returns
+// the share of sampled pages that are resident, weighted by the bytes
+// read from each file.
+func (r *run) residency() (float64, bool) {
+	var sum, n float64
+	for _, of := range r.files {
+		ext := extents(of.ranges)
+		frac, ok := residency(of.f, ext)
+		if !ok {
+			return 0, false
+		}
+		var b int64
+		for _, e := range ext {
+			b += e.hi - e.lo
+		}
+		sum += frac * float64(b)
+		n += float64(b)
+	}
+	if n == 0 {
+		return 1, true
+	}
+	return sum / n, true
+}
+
+// prepare opens what mode needs (direct files, mappings) and returns the
+// mode the load reads with and, where that is buffered instead of what
+// was asked for, why.
+func (r *run) prepare(mode Mode) (Mode, string) {
+	switch mode {
+	case ModeDirect:
+		if !r.l.aligned {
+			return ModeBuffered, "the pinned stages are not aligned for direct I/O"
+		}
+		for _, of := range r.files {
+			d, err := openDirectFile(of.f)
+			if err != nil {
+				r.dropDirect()
+				return ModeBuffered, "O_DIRECT refused: " + err.Error()
+			}
+			of.direct = d
+			// The file is opened a second time: it must be the same file,
+			// whose data is read into ranges checked against of.f.
+			if dfi, err := d.Stat(); err != nil || !os.SameFile(of.fi, dfi) {
+				r.dropDirect()
+				return ModeBuffered, "the direct open found another file than the one opened first"
+			}
+		}
+	case ModeMapped:
+		if r.l.cfg.stageSize%os.Getpagesize() != 0 {
+			return ModeBuffered, fmt.Sprintf("the stage size is not a multiple of the page size %d", os.Getpagesize())
+		}
+		for _, of := range r.files {
+			m, err := mapFile(of.f, of.fi.Size())
+			if err != nil {
+				r.dropMapped()
+				return ModeBuffered, "mapping the file refused: " + err.Error()
+			}
+			of.mapped = m
+		}
+	}
+	return mode, ""
+}
+
+func (r *run) dropDirect() {
+	for _, of := range r.files {
+		if of.direct != nil {
+			of.direct.Close()
+			of.direct = nil
+		}
+	}
+}
+
+func (r *run) dropMapped() {
+	for _, of := range r.files {
+		if of.mapped != nil {
+			of.mapped.release()
+			of.mapped = nil
+		}
+	}
+}
+
+// closeFiles closes the load's files. A mapping stays until the last copy
+// out of it has finished (see mapping.release).
+func (r *run) closeFiles() {
+	r.dropDirect()
+	r.dropMapped()
+	for _, of := range r.files {
+		if of.f != nil {
+			of.f.Close()
+		}
+	}
+}
+
+// checkUnchanged fails the load when a file's size or modification time
+// differs from what it was when it was opened: the data loaded may mix
+// two versions.
+func (r *run) checkUnchanged() {
+	for _, of := range r.files {
+		fi, err := of.f.Stat()
+		if err != nil {
+			r.fail(fmt.Errorf("load: %w", err))
+			return
+		}
+		if fi.Size() != of.fi.Size() || !fi.ModTime().Equal(of.fi.ModTime()) {
+			r.fail(fmt.Errorf("load: %s: size %d -> %d, modified %v -> %v: %w", of.path,
+				of.fi.Size(), fi.Size(), of.fi.ModTime(), fi.ModTime(), ErrChanged))
+			return
+		}
+	}
+}
+
+// waitInFlight waits until every stage this load queued copies from has
+// been retired, or until ctx ends.
+func (r *run) waitInFlight(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		r.inFlight.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// report calls the progress function, if any.
+func (l *Loader) report(done, total int64) {
+	if l.cfg.progress != nil {
+		l.cfg.progress(done, total)
+	}
+}
+
+// openDirectFile opens the file f is open on again for direct reads; tests
+// replace it to simulate a file system that refuses O_DIRECT.
+var openDirectFile = openDirect
+
+// directReadAt reads from a file opened for direct reads; tests replace it
+// to simulate kernels that refuse some direct reads.
+var directReadAt = (*os.File).ReadAt
+
+// fail records the first error and stops the readers.
+func (r *run) fail(err error) {
+	r.mu.Lock()
+	if r.err == nil {
+		r.err = err
+	}
+	r.mu.Unlock()
+	r.cancel()
+}
+
+// failed returns the load's first error so far.
+func (r *run) failed() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// end marks the load as returned: copies that finish later call no
+// callback.
+func (r *run) end() {
+	r.mu.Lock()
+	r.ended = true
+	r.mu.Unlock()
+}
+
+// reader issues reads until none is left or the load stops: take a stage
+// whose copies have finished, fill it, queue its copies and hand it to
+// retire, which gives it back once they ran.
+func (r *run) reader() {
+	for r.ctx.Err() == nil {
+		i := r.next.Add(1) - 1
+		if i >= int64(len(r.reads)) {
+			return
+		}
+		var s *stage
+		select {
+		case s = <-r.l.free:
+		case <-r.ctx.Done():
+			return
+		}
+		rd := &r.reads[i]
+		k, wait, err := r.fill(s, rd)
+		if wait != nil {
+			r.inFlight.Add(1)
+			go r.retire(s, rd.pieces[:k], wait)
+		} else {
+			r.l.free <- s
+		}
+		if err != nil {
+			r.fail(err)
+			return
+		}
+	}
+}
+
+// retire waits until the copies out of s have run, gives s back to the
+// Loader and counts the pieces as delivered. It is the one place where a
+// load's copies are waited for without a bound: it runs on its own
+// goroutine, and a load that stops waiting leaves it to finish here.
+func (r *run) retire(s *stage, landed []piece, wait func() error) {
+	defer r.inFlight.Done()
+	err := wait()
+	if s.win != nil {
+		if ferr := s.win.Free(); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		s.win = nil
+	}
+	if s.mapped != nil {
+		s.mapped.release()
+		s.mapped = nil
+	}
+	r.l.free <- s
+	if err != nil {
+		r.fail(fmt.Errorf("load: waiting for a copy to the device: %w", err))
+		return
+	}
+	r.landed(landed)
+}
+
+// landed counts the pieces as on the device and makes the callbacks. A
+// panic in one is recovered here, on a loader goroutine, stops the load
+// and is raised again by the load on its caller's goroutine.
+func (r *run) landed(ps []piece) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range ps {
+		r.done += int64(p.n)
+	}
+	if r.ended || r.panicked {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			r.panicked, r.panicVal = true, v
+			if r.err == nil {
+				r.err = fmt.Errorf("load: a callback panicked: %v", v)
+			}
+			r.cancel()
+		}
+	}()
+	r.l.report(r.done, r.total)
+	for _, p := range ps {
+		r.left[p.rng] -= int64(p.n)
+		if r.left[p.rng] == 0 && r.ready != nil {
+			w := r.where[p.rng]
+			r.ready(w[0], w[1])
+		}
+	}
+}
+
+// fill reads rd into s (or registers its window of the mapping) and
+// queues its copies. It returns how many of rd's pieces were queued and,
+// when any was, the wait for them; nothing is queued from a stage whose
+// read failed.
+func (r *run) fill(s *stage, rd *read) (k int, wait func() error, err error) {
+	src, err := r.source(s, rd)
+	if err == nil {
+		err = r.ctx.Err()
+	}
+	for ; err == nil && k < len(rd.pieces); k++ {
+		p := rd.pieces[k]
+		if cerr := s.stream.CopyHtoD(cuda.WrapDevicePtr(s.stream.Context(), p.dst, p.n), 0, src[p.stageOff:p.stageOff+p.n]); cerr != nil {
+			err = fmt.Errorf("load: copy of %d bytes to the device: %w", p.n, cerr)
+			break
+		}
+	}
+	if k == 0 {
+		if s.win != nil {
+			err = errors.Join(err, s.win.Free())
+			s.win = nil
+		}
+		if s.mapped != nil {
+			s.mapped.release()
+			s.mapped = nil
+		}
+		return 0, nil, err
+	}
+	if rerr := s.ev.Record(s.stream); rerr != nil {
+		return k, func() error { return s.stream.Synchronize(context.Background()) }, errors.Join(err, fmt.Errorf("load: recording an event: %w", rerr))
+	}
+	return k, func() error { return s.ev.Synchronize(context.Background()) }, err
+}
+
+// source returns the bytes of rd: its window of the file's mapping,
+// registered read-only so that the copy engine reads the page cache, or
+// where there is no mapping (or it was refused) s's stage filled by a read.
+func (r *run) source(s *stage, rd *read) ([]byte, error) {
+	of := r.files[rd.file]
+	if m := of.mapped; m != nil && r.fallback.Load() == nil {
+		mem := m.mem[rd.off : rd.off+int64(rd.length)]
+		win, err := pinmem.Register(mem, pinmem.ReadOnly, pinmem.WithDevice(r.l.ctx.Device()))
+		if err == nil {
+			m.refs.Add(1)
+			s.win, s.mapped = win, m
+			r.readBytes.Add(int64(len(mem)))
+			return mem, nil
+		}
+		why := "read-only registration of the mapping refused: " + err.Error()
+		r.fallback.CompareAndSwap(nil, &why)
+	}
+	buf := s.mem[:rd.length]
+	n, err := r.pread(of, buf, rd.off)
+	r.readBytes.Add(int64(n))
+	if err != nil {
+		return nil, err
+	}
+	if n < rd.need {
+		return nil, &ShortFileError{Path: of.path, Need: rd.off + int64(rd.need), Size: rd.off + int64(n)}
+	}
+	return buf, nil
+}
+
+// pread fills buf from offset off of of and returns how many bytes it
+// read: all of buf, or fewer at the end of the file. Direct reads that the
+// file system refuses switch this read and every later one to buffered
+// reads.
+//
+// A direct read stops at the last multiple of Align in the file, and the
+// rest of buf, the file's last partial block, is read buffered: asked for
+// an aligned length past an unaligned end of file, os.File.ReadAt follows
+// the short read with a read at the unaligned end, which kernels whose
+// direct I/O checks alignment before the file's size (ext4 before Linux
+// 5.5) refuse with EINVAL.
+func (r *run) pread(of *openFile, buf []byte, off int64) (int, error) {
+	if of.direct != nil && r.fallback.Load() == nil {
+		dn := len(buf)
+		if end := of.fi.Size() / Align * Align; off+int64(dn) > end {
+			dn = int(max(0, end-off))
+		}
+		n, err := readFull(of.direct, buf[:dn], off, Align)
+		if err == nil && n == dn && dn < len(buf) {
+			m, err := readFull(of.f, buf[dn:], off+int64(dn), 1)
+			return n + m, wrapRead(of, err, len(buf), off)
+		}
+		if err == nil || !isDirectRefusal(err) {
+			return n, wrapRead(of, err, len(buf), off)
+		}
+		why := "direct read refused: " + err.Error()
+		r.fallback.CompareAndSwap(nil, &why)
+	}
+	n, err := readFull(of.f, buf, off, 1)
+	return n, wrapRead(of, err, len(buf), off)
+}
+
+func wrapRead(of *openFile, err error, n int, off int64) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("load: reading %d bytes at offset %d of %s: %w", n, off, of.path, err)
+}
+
+// readFull reads into buf until it is full or the file ends (os.File's
+// ReadAt itself reads on after a short read). Direct reads (align > 1) go
+// through directReadAt, and one that returns a count off the alignment is
+// taken as the end of the file: no direct read could continue from there.
+func readFull(f *os.File, buf []byte, off int64, align int) (int, error) {
+	got := 0
+	for got < len(buf) {
+		readAt := f.ReadAt
+		if align > 1 {
+			readAt = func(b []byte, off int64) (int, error) { return directReadAt(f, b, off) }
+		}
+		n, err := readAt(buf[got:], off+int64(got))
+		got += n
+		if errors.Is(err, io.EOF) {
+			return got, nil
+		}
+		if err != nil {
+			return got, err
+		}
+		if n == 0 || (align > 1 && n%align != 0) {
+			return got, nil
+		}
+	}
+	return got, nil
+}
