@@ -44,7 +44,9 @@ func (b binding) MemHostRegister(p hostptr.Ptr, size uint64, flags uint32) error
 	return cudaerr.Public(b.d.MemHostRegister(p, size, flags))
 }
 
-func (b binding) MemHostUnregister(p hostptr.Ptr) error { return cudaerr.Public(b.d.MemHostUnregister(p)) }
+func (b binding) MemHostUnregister(p hostptr.Ptr) error {
+	return cudaerr.Public(b.d.MemHostUnregister(p))
+}
 
 func (b binding) MemHostGetDevicePointer(p hostptr.Ptr, flags uint32) (cudadrv.DevicePtr, error) {
 	dp, err := b.d.MemHostGetDevicePointer(p, flags)

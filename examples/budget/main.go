@@ -41,6 +41,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/budgetspec"
 )
 
 type config struct {
@@ -71,7 +72,7 @@ func main() {
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("budget", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	budget := fs.String("budget", "1GiB", "the pinned-memory budget for the run (pinmem.ParseBudget syntax: 512MiB, 2GiB, 5%)")
+	budget := fs.String("budget", "1GiB", "the pinned-memory budget for the run (syntax: 512MiB, 2GiB, 5%)")
 	chunk := fs.String("chunk", "128MiB", "bytes per buffer, a multiple of 2 MiB")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -83,11 +84,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if err != nil {
 		return config{}, err
 	}
-	b, err := pinmem.ParseBudget(*budget, uint64(mem["MemTotal"]))
+	b, err := budgetspec.Parse(*budget, uint64(mem["MemTotal"]))
 	if err != nil {
 		return config{}, fmt.Errorf("-budget: %w", err)
 	}
-	c, err := pinmem.ParseBudget(*chunk, uint64(mem["MemTotal"]))
+	c, err := budgetspec.Parse(*chunk, uint64(mem["MemTotal"]))
 	if err != nil || c <= 0 || c%(2<<20) != 0 {
 		return config{}, fmt.Errorf("-chunk %q: want a positive multiple of 2 MiB", *chunk)
 	}
