@@ -153,7 +153,7 @@ func loadKernels(t *testing.T, ctx *cuda.Context) *cuda.Module {
 	if err != nil {
 		t.Fatalf("loading the kernels (driver too old for the PTX?): %v", err)
 	}
-	t.Cleanup(func() { _ = mod.Unload() })
+	t.Cleanup(func() { _ = mod.Destroy() })
 	return mod
 }
 

@@ -240,7 +240,7 @@ func (k *kernel) release() error {
 		}
 	}
 	if k.mod != nil {
-		err := k.mod.Unload()
+		err := k.mod.Destroy()
 		if err == nil || errors.Is(err, cuda.ErrInvalidHandle) {
 			k.mod, err = nil, nil
 		}

@@ -25,7 +25,7 @@ func TestGPUStreamWorkUnderAnyCurrentContext(t *testing.T) {
 	defer s.Destroy()
 	mod, err := ctx.LoadModule(kernels.PTX())
 	must(t, err)
-	defer mod.Unload()
+	defer mod.Destroy()
 	fill, err := mod.Function(kernels.KernelFill)
 	must(t, err)
 	other, err := cuda.NewContext(ctx.Device(), cuda.SchedAuto)

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
@@ -108,12 +107,12 @@ func TestFakeLifecyclesAndBorrowed(t *testing.T) {
 		}
 	}
 
-	must(t, m.Unload())
+	must(t, m.Destroy())
 	must(t, e.Destroy())
 	must(t, b.Free())
 	must(t, s.Destroy())
 	for name, err := range map[string]error{
-		"unload twice":         m.Unload(),
+		"unload twice":         m.Destroy(),
 		"destroy event twice":  e.Destroy(),
 		"free twice":           b.Free(),
 		"destroy stream twice": s.Destroy(),
@@ -245,10 +244,7 @@ func TestFakeEventsOrderAndTiming(t *testing.T) {
 		t.Errorf("held stream: done %v, %v", done, err)
 	}
 	released := make(chan error, 1)
-	go func() {
-		time.Sleep(5 * time.Millisecond)
-		released <- fd.ReleaseStream(cudadrv.Stream(s.Handle()))
-	}()
+	go func() { released <- fd.ReleaseStream(cudadrv.Stream(s.Handle())) }()
 	must(t, end.Synchronize(context.Background()))
 	must(t, <-released)
 	if done, err := end.Query(); !done || err != nil {
@@ -295,7 +291,7 @@ func TestFakeLaunchArguments(t *testing.T) {
 	defer s.Destroy()
 	m, err := ctx.LoadModule([]byte("// ptx"))
 	must(t, err)
-	defer m.Unload()
+	defer m.Destroy()
 	f, err := m.Function("args")
 	must(t, err)
 	if f.Name() != "args" || f.Handle() == 0 {

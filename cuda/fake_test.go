@@ -111,7 +111,7 @@ func TestLaunchRejectsBadArguments(t *testing.T) {
 	defer s.Destroy()
 	m, err := ctx.LoadModule([]byte("// ptx"))
 	must(t, err)
-	defer m.Unload()
+	defer m.Destroy()
 	if _, err := m.Function("missing"); !errors.Is(err, cuda.ErrInvalidHandle) {
 		t.Errorf("missing kernel = %v", err)
 	}

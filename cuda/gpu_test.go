@@ -211,7 +211,7 @@ func TestGPUKernels(t *testing.T) {
 	if err != nil {
 		t.Fatalf("loading pinmem's PTX: %v", err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fill, err := mod.Function(kernels.KernelFill)
 	if err != nil {
 		t.Fatal(err)

@@ -72,10 +72,12 @@ func (m *Module) Function(name string) (*Function, error) {
 	return &Function{mod: m, h: f, name: name}, nil
 }
 
-// Unload unloads the module. Its functions become invalid. A second
-// Unload returns an error matching ErrInvalidHandle. When the driver fails to release it,
-// it stays usable and the call may be repeated.
-func (m *Module) Unload() error {
+// Destroy unloads the module (cuModuleUnload), as Stream, Event and
+// Context release their driver objects with Destroy. Its functions become
+// invalid. A second Destroy returns an error matching ErrInvalidHandle.
+// When the driver fails to release it, it stays usable and the call may
+// be repeated.
+func (m *Module) Destroy() error {
 	if m == nil {
 		return m.usable()
 	}

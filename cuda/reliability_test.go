@@ -21,7 +21,7 @@ import (
 func threadID() int { return unix.Gettid() }
 
 // A failed primary-context retain is not remembered: the next call retries
-// and succeeds (issue 12 #5).
+// and succeeds.
 func TestPrimaryContextRetriesAfterFailure(t *testing.T) {
 	fd := testutil.UseFake(t, fakedrv.Options{})
 	dev, err := cuda.GetDevice(0)
@@ -83,9 +83,9 @@ func TestPropertiesCoreAttributeInvalidValueFails(t *testing.T) {
 	}
 }
 
-// Using a destroyed context leaves the caller's own thread lock in place
-// (issue 12 #6): before the fix, enter released one lock level itself and
-// the deferred release took a second, undoing the caller's LockOSThread.
+// Using a destroyed context leaves the caller's own thread lock in place:
+// enter must not release a lock level itself when the deferred Exit
+// releases one too, which would undo the caller's LockOSThread.
 func TestDestroyedContextKeepsCallersThreadLock(t *testing.T) {
 	testutil.UseFake(t, fakedrv.Options{})
 	dev, err := cuda.GetDevice(0)
@@ -171,7 +171,7 @@ func TestEnterRestoresPreviousContext(t *testing.T) {
 }
 
 // Methods on nil objects and nil arguments return typed errors, never
-// panic (issue 12 #9).
+// panic.
 func TestNilReceiversAndArguments(t *testing.T) {
 	_, ctx := fakeContext(t)
 	s, err := ctx.NewStream(cuda.StreamNonBlocking)
@@ -233,7 +233,7 @@ func TestNilReceiversAndArguments(t *testing.T) {
 		"DeviceBuffer.Err":      nb.Err,
 		"WrapDevicePtr(nil)":    func() error { _, err := cuda.WrapDevicePtr(nil, 1, 8).WriteAt(host, 0); return err },
 		"Module.Function":       func() error { _, err := nm.Function("k"); return err },
-		"Module.Unload":         nm.Unload,
+		"Module.Destroy":        nm.Destroy,
 		"Function.Launch":       func() error { return nf.Launch(s, cuda.D1(1), cuda.D1(1), 0) },
 		"Device.Name":           func() error { _, err := nd.Name(); return err },
 		"Device.Attribute":      func() error { _, err := nd.Attribute(cuda.AttrIntegrated); return err },
@@ -284,7 +284,7 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 		{"cuMemFree_v2", b.Free, func() error { _, err := b.WriteAt([]byte{1}, 0); return err }},
 		{"cuStreamDestroy_v2", s.Destroy, func() error { return s.Synchronize(context.Background()) }},
 		{"cuEventDestroy_v2", ev.Destroy, func() error { return ev.Record(s) }},
-		{"cuModuleUnload", mod.Unload, func() error {
+		{"cuModuleUnload", mod.Destroy, func() error {
 			// The fake registers no kernels: any answer but "unloaded" will do.
 			if _, err := mod.Function(kernels.KernelFill); err != nil && strings.Contains(err.Error(), "already unloaded") {
 				return err
@@ -305,7 +305,7 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 		}
 	}
 	fd.ClearFaults()
-	for _, f := range []func() error{b.Free, ev.Destroy, s.Destroy, mod.Unload, own.Destroy} {
+	for _, f := range []func() error{b.Free, ev.Destroy, s.Destroy, mod.Destroy, own.Destroy} {
 		must(t, f())
 		before--
 	}

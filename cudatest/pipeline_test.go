@@ -102,7 +102,7 @@ func TestKernelInPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fn, err := mod.Function("invert")
 	if err != nil {
 		t.Fatal(err)

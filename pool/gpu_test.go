@@ -39,7 +39,7 @@ func newSpinHold(t testing.TB, ctx *cuda.Context) *spinHold {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := mod.Unload(); err != nil {
+		if err := mod.Destroy(); err != nil {
 			t.Error(err)
 		}
 	})
@@ -135,7 +135,7 @@ func TestGPUMappedPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fillK, err := mod.Function(kernels.KernelFill)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,20 +307,34 @@ func TestCloseWaitsForStreamWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustPut(t, p, a, s)
+	// The stream is released once Close has found its work not finished
+	// (its first event query): Close must not return before that.
+	polled := make(chan struct{}, 1)
+	d.SetHook(func(op string) cudadrv.Result {
+		if op == "cuEventQuery" {
+			select {
+			case polled <- struct{}{}:
+			default:
+			}
+		}
+		return cudadrv.Success
+	})
+	var released atomic.Bool
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		time.Sleep(50 * time.Millisecond)
+		<-polled
+		released.Store(true)
 		_ = d.ReleaseStream(fakeStream(s))
 	})
-	start := time.Now()
 	err = p.Close(context.Background())
 	if !errors.Is(err, ErrOutstanding) {
 		t.Errorf("Close: %v", err)
 	}
-	if time.Since(start) < 40*time.Millisecond {
-		t.Error("Close did not wait for the stream")
+	if !released.Load() {
+		t.Error("Close returned before the stream's work ran")
 	}
 	wg.Wait()
+	d.SetHook(nil)
 	if errs := d.AsyncErrors(); len(errs) != 0 {
 		t.Errorf("a copy ran from unpinned memory: %v", errs)
 	}
@@ -368,7 +384,7 @@ func TestConcurrentStress(t *testing.T) {
 			if _, err := p.Trim(context.Background()); err != nil {
 				t.Error(err)
 			}
-			time.Sleep(time.Millisecond)
+			runtime.Gosched()
 		}
 	})
 	for g := range goroutines {

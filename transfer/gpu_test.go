@@ -83,7 +83,7 @@ func gpuKernel(t testing.TB, ctx *cuda.Context, name string) *cuda.Function {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { mod.Unload() })
+	t.Cleanup(func() { mod.Destroy() })
 	f, err := mod.Function(name)
 	if err != nil {
 		t.Fatal(err)

@@ -275,7 +275,7 @@ func moduleOp() op {
 		if err != nil {
 			return err
 		}
-		e.defer_(mod.Unload)
+		e.defer_(mod.Destroy)
 		f, err := mod.Function("sweep_fill")
 		if err != nil {
 			return err
@@ -293,7 +293,7 @@ func moduleOp() op {
 		if !bytes.Equal(got, bytes.Repeat([]byte{0x5a}, 16)) {
 			return fmt.Errorf("kernel wrote %x", got)
 		}
-		return errors.Join(mod.Unload(), s.Destroy(), d.Free())
+		return errors.Join(mod.Destroy(), s.Destroy(), d.Free())
 	}}
 }
 
