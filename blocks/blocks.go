@@ -279,10 +279,11 @@ var errClosed = fmt.Errorf("blocks: copier already closed: %w", cuda.ErrInvalidH
 // ranges map to one device range.
 //
 // With a kernel, Copy may wait, bounded by ctx, for the launch that last
-// read the table it takes (four lists back). When the driver fails part
-// way, some copies may be queued: they run in stream order, so wait for
-// the streams before reusing the blocks' memory; calling Copy again with
-// the same lists is safe.
+// read the table it takes (four lists back). When the driver fails, or
+// ctx ends during that wait, part way through a call, some of its copies
+// may be queued: they run in stream order, so wait for the streams before
+// reusing the blocks' memory; calling Copy again with the same lists is
+// safe.
 func (c *Copier) Copy(ctx context.Context, lists ...List) (Report, error) {
 	if ctx == nil {
 		return Report{}, argErr(-1, -1, "nil context.Context")

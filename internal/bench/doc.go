@@ -2,9 +2,10 @@
 // every kind of host memory (pageable, pinned, portable, write-combined,
 // registered, mapped zero-copy, staged), the cost of pinning, overlapped
 // pipelines, zero-copy against explicit copies, an end-to-end vector-add
-// scenario, and scattered block copies by each strategy of
-// cuda.Stream.CopyBlocks against one contiguous copy (Session.Blocks, timed
-// with the host clock: there the cost of queuing is what differs), with
+// scenario, and scattered block copies by each strategy of blocks.Copier,
+// one way against one contiguous copy and both ways at once against the
+// bidirectional pinned bound (Session.Blocks, timed with the host clock:
+// there the cost of queuing is what differs), with
 // reports as aligned text, JSON, CSV and SVG.
 //
 // # Timing

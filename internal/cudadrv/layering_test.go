@@ -18,7 +18,7 @@ const module = "github.com/pinmem/pinmem"
 var layer = map[string]int{
 	"internal/hostptr": -1, "internal/testhook": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0, "internal/units": 0,
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
-	"load/internal/uring": 0, // the loader's io_uring reads
+	"load/internal/uring": 1, // io_uring by raw system calls, below the loader
 	"internal/budgetspec": 2, // the budget as PINMEM_BUDGET and the command give it
 	"internal/cudaerr":    2, // the binding's errors as cuda's types, for the packages above cuda that call the binding
 	"internal/testutil":   3, "": 3,
