@@ -132,7 +132,11 @@ func TestStreamOrderedReuseFake(t *testing.T) {
 			}
 			r := rand.New(rand.NewPCG(4, 4))
 			sizes := []int{100, 4 << 10, 1 << 20, 6<<20 + 5, HugeThreshold + 4097}
-			for range 6 {
+			random := 6
+			if testing.Short() { // a slab and a large size (huge ones take seconds)
+				sizes, random = []int{100, 1 << 20}, 1
+			}
+			for range random {
 				sizes = append(sizes, 1+int(r.Int64N(2<<20)))
 			}
 			for i, size := range sizes {
@@ -364,7 +368,10 @@ func TestConcurrentStress(t *testing.T) {
 	p := newPool(t, WithMaxCached(8<<20))
 	_, s1 := newStream(t)
 	_, s2 := newStream(t)
-	const goroutines, iters = 8, 400
+	goroutines, iters := 8, 400
+	if testing.Short() {
+		iters = 100
+	}
 	type held struct {
 		b   *Block
 		tag byte
@@ -439,7 +446,7 @@ func TestConcurrentStress(t *testing.T) {
 	close(stop)
 	bg.Wait()
 	st := p.Stats()
-	if st.InUseBlocks != 0 || st.Gets != st.Puts || st.Gets != goroutines*iters || st.RequestedBytes != 0 || st.InUseBytes != 0 {
+	if st.InUseBlocks != 0 || st.Gets != st.Puts || st.Gets != uint64(goroutines*iters) || st.RequestedBytes != 0 || st.InUseBytes != 0 {
 		t.Errorf("after the stress: %v", st)
 	}
 	if st.Hits == 0 || st.OrderedPuts == 0 {
