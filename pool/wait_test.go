@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
@@ -41,6 +42,20 @@ func (g *gate) release() {
 	}
 }
 
+// within returns the error sent on got, failing the test if none comes in
+// 10 s: a call bounded by a ctx that has ended returns at once (the driver
+// call it left is still blocked).
+func within(t *testing.T, got <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-got:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not return when its ctx ended")
+		return nil
+	}
+}
+
 var pinOps = []string{"cuMemHostAlloc", "cuMemHostRegister_v2"}
 
 // A miss whose pinning blocks in the driver returns when ctx ends; the
@@ -61,7 +76,7 @@ func TestGetMissBoundedByContext(t *testing.T) {
 	}()
 	<-g.entered // the miss is in the driver
 	cancel()
-	if err := <-got; !errors.Is(err, context.Canceled) {
+	if err := within(t, got); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Get with a cancelled ctx while pinning blocks = %v, want context.Canceled", err)
 	}
 	// Close with a ctx already done reports the pinning still running.
@@ -93,7 +108,7 @@ func TestTrimBoundedByContext(t *testing.T) {
 	}()
 	<-g.entered
 	cancel()
-	if err := <-got; !errors.Is(err, context.Canceled) {
+	if err := within(t, got); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Trim with a cancelled ctx while unpinning blocks = %v, want context.Canceled", err)
 	}
 	g.release()
