@@ -7,6 +7,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
 )
 
 // TestCapsTransientFailure fails each cuDeviceGetAttribute call that the
@@ -16,7 +17,7 @@ import (
 // read and cached would refuse them for good.
 func TestCapsTransientFailure(t *testing.T) {
 	const op = "cuDeviceGetAttribute"
-	d := useFake(t, fakedrv.Options{})
+	d := testutil.UseFake(t, fakedrv.Options{})
 	b, err := Alloc(4096, Mapped)
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +28,7 @@ func TestCapsTransientFailure(t *testing.T) {
 		t.Fatal("Alloc read no device attribute")
 	}
 	for nth := 1; nth <= reads; nth++ {
-		d := useFake(t, fakedrv.Options{})
+		d := testutil.UseFake(t, fakedrv.Options{})
 		if err := d.FailOn(op, nth, cudadrv.ErrorUnknown); err != nil {
 			t.Fatal(err)
 		}

@@ -20,24 +20,10 @@ import (
 	"github.com/pinmem/pinmem/internal/track"
 )
 
-// useFake installs a fake driver and checks, when the test ends, that
-// nothing is left pinned: not in the fake, not in the ledger, not in the
-// budget, not in pinmem's registry or mappings.
-func useFake(t *testing.T, opts fakedrv.Options) *fakedrv.Driver {
-	t.Helper()
-	base := Stats()
-	prevBudget := budgetSet
-	d := testutil.UseFake(t, opts)
-	t.Cleanup(func() {
-		budgetMu.Lock()
-		budgetSet = prevBudget
-		budgetMu.Unlock()
-		checkNothingPinned(t, d, base)
-	})
-	return d
-}
-
-func checkNothingPinned(t *testing.T, d *fakedrv.Driver, base LedgerStats) {
+// checkNothingPinned fails t unless nothing is left pinned since base: not
+// in the fake, not in the ledger, not in the budget, not in pinmem's
+// registry or mappings.
+func checkNothingPinned(t testing.TB, d *fakedrv.Driver, base LedgerStats) {
 	t.Helper()
 	s := Stats()
 	if s.Pinned != base.Pinned {
@@ -118,7 +104,7 @@ func pinCalls(d *fakedrv.Driver) int {
 }
 
 func TestAllocHostAllocFlags(t *testing.T) {
-	d := useFake(t, fakedrv.Options{})
+	d := testutil.UseFake(t, fakedrv.Options{})
 	for _, f := range []Flags{0, Portable, Mapped, WriteCombined, Portable | Mapped, Portable | Mapped | WriteCombined, Mapped | WriteCombined} {
 		t.Run(f.String(), func(t *testing.T) {
 			b, err := Alloc(64<<10, f, WithMethod(MethodHostAlloc))
@@ -155,7 +141,7 @@ func TestAllocHostAllocFlags(t *testing.T) {
 }
 
 func TestAllocMmapChunks(t *testing.T) {
-	d := useFake(t, fakedrv.Options{})
+	d := testutil.UseFake(t, fakedrv.Options{})
 	setChunk(t, 1<<20)
 	size := 5<<20 + 123
 	for _, f := range []Flags{0, Portable, Mapped, Portable | Mapped, ReadOnly, Mapped | ReadOnly} {
@@ -197,7 +183,7 @@ func TestAllocMmapChunks(t *testing.T) {
 }
 
 func TestAutoMethod(t *testing.T) {
-	useFake(t, fakedrv.Options{})
+	testutil.UseFake(t, fakedrv.Options{})
 	for _, tc := range []struct {
 		size  int
 		flags Flags
@@ -226,7 +212,7 @@ func TestAutoMethod(t *testing.T) {
 func TestRegisterFailsMidChunk(t *testing.T) {
 	for _, code := range []cudadrv.Result{cudadrv.ErrorOutOfMemory, cudadrv.ErrorInvalidValue, cudadrv.ErrorNotPermitted} {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {
-			d := useFake(t, fakedrv.Options{})
+			d := testutil.UseFake(t, fakedrv.Options{})
 			setChunk(t, 1<<20)
 			if err := d.FailOn("cuMemHostRegister_v2", 3, code); err != nil {
 				t.Fatal(err)
@@ -260,7 +246,7 @@ func TestRegisterFailsMidChunk(t *testing.T) {
 }
 
 func TestMappedChunksMustBeContiguous(t *testing.T) {
-	d := useFake(t, fakedrv.Options{})
+	d := testutil.UseFake(t, fakedrv.Options{})
 	setChunk(t, 1<<20)
 	// Make the second chunk's device pointer query fail: pinmem must fall
 	// back to one registration for the whole mapped range.
@@ -295,7 +281,7 @@ func TestDefaultChunk(t *testing.T) {
 	if regChunk != 4<<30 || regSplitAbove != 2<<30 || regSplitChunk != 1<<30 {
 		t.Fatalf("regChunk %d, regSplitAbove %d, regSplitChunk %d; want 4 GiB, 2 GiB, 1 GiB", regChunk, regSplitAbove, regSplitChunk)
 	}
-	d := useFake(t, fakedrv.Options{})
+	d := testutil.UseFake(t, fakedrv.Options{})
 	b, err := Alloc(64<<20+1, Mapped, WithMethod(MethodMmapRegister))
 	if err != nil {
 		t.Fatal(err)
@@ -346,7 +332,7 @@ func TestRegisterSplitsOnCap(t *testing.T) {
 			wantErr: cuda.ErrInvalidValue, calls: 2, unregs: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := useFake(t, fakedrv.Options{})
+			d := testutil.UseFake(t, fakedrv.Options{})
 			setChunk(t, tc.chunk)
 			setSplit(t, 2<<20, 1<<20)
 			for nth, code := range tc.faults {
@@ -385,7 +371,7 @@ func TestRegisterSplitsOnCap(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	d := useFake(t, fakedrv.Options{})
+	d := testutil.UseFake(t, fakedrv.Options{})
 	SetBudget(16 << 20)
 	good, err := Alloc(1<<20, 0)
 	if err != nil {
@@ -481,7 +467,7 @@ func TestDeviceContradictions(t *testing.T) {
 		return fakedrv.Options{Devices: []fakedrv.DeviceSpec{{Attrs: attrs}}}
 	}
 	t.Run("no mapping", func(t *testing.T) {
-		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrCanMapHostMemory: 0}))
+		testutil.UseFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrCanMapHostMemory: 0}))
 		if _, err := Alloc(4096, Mapped); !errors.Is(err, cuda.ErrNotSupported) {
 			t.Errorf("Mapped: %v", err)
 		}
@@ -490,7 +476,7 @@ func TestDeviceContradictions(t *testing.T) {
 		}
 	})
 	t.Run("no registration", func(t *testing.T) {
-		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrHostRegisterSupported: 0}))
+		testutil.UseFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrHostRegisterSupported: 0}))
 		_, err := Register(make([]byte, 8192), 0)
 		if !errors.Is(err, cuda.ErrNotSupported) || !strings.Contains(err.Error(), "HostRegisterSupported=0") {
 			t.Errorf("Register: %v", err)
@@ -508,13 +494,13 @@ func TestDeviceContradictions(t *testing.T) {
 		mustFree(t, b)
 	})
 	t.Run("no read-only", func(t *testing.T) {
-		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrReadOnlyHostRegisterSupported: 0}))
+		testutil.UseFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrReadOnlyHostRegisterSupported: 0}))
 		if _, err := Alloc(8<<20, ReadOnly); !errors.Is(err, cuda.ErrNotSupported) {
 			t.Errorf("ReadOnly: %v", err)
 		}
 	})
 	t.Run("integrated", func(t *testing.T) {
-		useFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrIntegrated: 1}))
+		testutil.UseFake(t, spec(map[cudadrv.DeviceAttribute]int{cudadrv.AttrIntegrated: 1}))
 		b, err := Alloc(64<<20, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -530,7 +516,7 @@ func TestDeviceContradictions(t *testing.T) {
 }
 
 func TestRegisterGoSlice(t *testing.T) {
-	d := useFake(t, fakedrv.Options{})
+	d := testutil.UseFake(t, fakedrv.Options{})
 	setChunk(t, 1<<20)
 	mem := testutil.RandomBytes(3<<20+5, 1)
 	want := append([]byte(nil), mem...)
@@ -564,7 +550,7 @@ func TestRegisterGoSlice(t *testing.T) {
 
 // Memory registered by other code is the driver's 712, still cuda.ErrAlreadyRegistered.
 func TestRegisterDriverAlreadyRegistered(t *testing.T) {
-	d := useFake(t, fakedrv.Options{})
+	d := testutil.UseFake(t, fakedrv.Options{})
 	mem := make([]byte, 64<<10)
 	var pin runtime.Pinner
 	pin.Pin(&mem[0])
@@ -584,7 +570,7 @@ func TestRegisterDriverAlreadyRegistered(t *testing.T) {
 }
 
 func TestBudgetError(t *testing.T) {
-	d := useFake(t, fakedrv.Options{})
+	d := testutil.UseFake(t, fakedrv.Options{})
 	SetBudget(3 << 20)
 	a, err := Alloc(2<<20, 0)
 	if err != nil {
@@ -637,7 +623,7 @@ func (r *fakeReclaimer) Reclaim(want int64) (freed int64) {
 }
 
 func TestReclaim(t *testing.T) {
-	useFake(t, fakedrv.Options{})
+	testutil.UseFake(t, fakedrv.Options{})
 	SetBudget(4 << 20)
 	r := &fakeReclaimer{}
 	for range 3 {
@@ -676,7 +662,7 @@ func TestReclaim(t *testing.T) {
 }
 
 func TestDriverOutOfMemory(t *testing.T) {
-	useFake(t, fakedrv.Options{HostAllocLimit: 1 << 20})
+	testutil.UseFake(t, fakedrv.Options{HostAllocLimit: 1 << 20})
 	SetBudget(1 << 30)
 	_, err := Alloc(2<<20, 0, WithMethod(MethodHostAlloc))
 	var oom *OutOfMemoryError
@@ -690,7 +676,7 @@ func TestDriverOutOfMemory(t *testing.T) {
 }
 
 func TestBudgetConcurrent(t *testing.T) {
-	useFake(t, fakedrv.Options{})
+	testutil.UseFake(t, fakedrv.Options{})
 	const limit = 8 << 20
 	SetBudget(limit)
 	var wg sync.WaitGroup
@@ -751,7 +737,7 @@ func TestDefaultBudget(t *testing.T) {
 }
 
 func TestSetBudgetEnv(t *testing.T) {
-	useFake(t, fakedrv.Options{})
+	testutil.UseFake(t, fakedrv.Options{})
 	t.Setenv(EnvBudget, "3Mi")
 	prev := SetBudget(0)
 	defer SetBudget(prev)
@@ -771,7 +757,7 @@ func TestSetBudgetEnv(t *testing.T) {
 }
 
 func TestLedger(t *testing.T) {
-	useFake(t, fakedrv.Options{})
+	testutil.UseFake(t, fakedrv.Options{})
 	setChunk(t, 1<<20)
 	base := Stats()
 	a, err := Alloc(100_000, Portable, WithMethod(MethodHostAlloc))
@@ -832,7 +818,7 @@ func TestLedger(t *testing.T) {
 }
 
 func TestDroppedBuffer(t *testing.T) {
-	useFake(t, fakedrv.Options{})
+	testutil.UseFake(t, fakedrv.Options{})
 	var out syncBuffer
 	prev := SetLogger(slog.New(slog.NewTextHandler(&out, nil)))
 	defer SetLogger(prev)
@@ -922,7 +908,7 @@ func TestDroppedOwners(t *testing.T) {
 }
 
 func TestView(t *testing.T) {
-	useFake(t, fakedrv.Options{})
+	testutil.UseFake(t, fakedrv.Options{})
 	b, err := Alloc(4096, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -958,7 +944,7 @@ func TestView(t *testing.T) {
 }
 
 func TestQueryPointerFake(t *testing.T) {
-	useFake(t, fakedrv.Options{})
+	testutil.UseFake(t, fakedrv.Options{})
 	b, err := Alloc(4096, Portable|Mapped, WithMethod(MethodHostAlloc))
 	if err != nil {
 		t.Fatal(err)

@@ -7,13 +7,14 @@ import (
 
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/testutil"
 )
 
 // TestLookup: Lookup finds the buffer of every kind from any slice that
 // overlaps its memory, the lowest one first, and nothing for pageable
 // memory, empty slices, freed and dropped buffers.
 func TestLookup(t *testing.T) {
-	useFake(t, fakedrv.Options{})
+	testutil.UseFake(t, fakedrv.Options{})
 	host, err := Alloc(64<<10, 0, WithMethod(MethodHostAlloc))
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +75,7 @@ func TestLookup(t *testing.T) {
 // TestLookupDropped: a buffer dropped without Free is not returned (and
 // Lookup does not keep it reachable: its drop is still detected).
 func TestLookupDropped(t *testing.T) {
-	useFake(t, fakedrv.Options{})
+	testutil.UseFake(t, fakedrv.Options{})
 	mem := make([]byte, 1<<20)
 	base := Stats().Dropped
 	func() {

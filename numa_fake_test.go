@@ -15,6 +15,7 @@ import (
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/sysinfo"
+	"github.com/pinmem/pinmem/internal/testutil"
 )
 
 // numaFixture writes a sysfs tree with nodes (node -> cpulist) and PCI
@@ -108,7 +109,7 @@ func fourGPUsTwoNodes(t *testing.T) (*fakedrv.Driver, sysinfo.Reader) {
 		{PCIBusID: "0000:1B:00.0"}, {PCIBusID: "0000:1C:00.0"},
 		{PCIBusID: "0000:9A:00.0"}, {PCIBusID: "0000:9B:00.0"},
 	}
-	d := useFake(t, fakedrv.Options{Devices: specs})
+	d := testutil.UseFake(t, fakedrv.Options{Devices: specs})
 	r := numaFixture(t, map[int]string{0: "0-7", 1: "8-15"},
 		map[string]int{"0000:1b:00.0": 0, "0000:1c:00.0": 0, "0000:9a:00.0": 1, "0000:9b:00.0": 1})
 	return d, r
@@ -235,7 +236,7 @@ func TestFakeNUMAOneNodeAndDriverID(t *testing.T) {
 	attrs[cudadrv.AttrHostNUMAID] = 1
 	none := fakedrv.DefaultAttrs()
 	none[cudadrv.AttrHostNUMAID] = -1
-	useFake(t, fakedrv.Options{Devices: []fakedrv.DeviceSpec{{PCIBusID: "0000:01:00.0", Attrs: attrs}, {PCIBusID: "0000:02:00.0", Attrs: none}}})
+	testutil.UseFake(t, fakedrv.Options{Devices: []fakedrv.DeviceSpec{{PCIBusID: "0000:01:00.0", Attrs: attrs}, {PCIBusID: "0000:02:00.0", Attrs: none}}})
 	// Two nodes, sysfs says -1: the driver's host NUMA id decides.
 	r := numaFixture(t, map[int]string{0: "0-3", 1: "4-7"}, map[string]int{"0000:01:00.0": -1, "0000:02:00.0": -1})
 	calls := useNUMA(t, r)

@@ -11,6 +11,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
 )
 
 // checkBooks checks that the ledger, the budget and the registry hold, over
@@ -46,7 +47,7 @@ func hasCode(err error, code cudadrv.Result) bool {
 // (before the fix it aborted the process on the leaked pinned pointer once
 // the buffer was dropped), and a second Free releases the rest.
 func TestFreeUnregisterFailsGoSlice(t *testing.T) {
-	d := useFake(t, fakedrv.Options{})
+	d := testutil.UseFake(t, fakedrv.Options{})
 	setChunk(t, 1<<20)
 	base := Stats()
 	mem := make([]byte, 3<<20+5)
@@ -98,7 +99,7 @@ func TestFreeUnregisterFailsGoSlice(t *testing.T) {
 // reachable (the garbage collector aborts the process on an unreachable
 // pinned Pinner), and the buffer is counted as dropped.
 func TestFreeFailedThenDropped(t *testing.T) {
-	d := useFake(t, fakedrv.Options{})
+	d := testutil.UseFake(t, fakedrv.Options{})
 	base := Stats()
 	func() {
 		b, err := Register(make([]byte, 64<<10), 0)
@@ -142,7 +143,7 @@ func TestFreeFailureKeepsBooks(t *testing.T) {
 		{"mmap-register", "cuMemHostUnregister", MethodMmapRegister},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := useFake(t, fakedrv.Options{})
+			d := testutil.UseFake(t, fakedrv.Options{})
 			base := Stats()
 			maps := liveMappings.Load()
 			b, err := Alloc(1<<20, 0, WithMethod(tc.method))
@@ -181,7 +182,7 @@ func TestFreeFailureKeepsBooks(t *testing.T) {
 // reused by another slice, whose Register would fail with a spurious
 // OverlapError) before the claim is withdrawn.
 func TestRegisterErrorKeepsSliceAlive(t *testing.T) {
-	useFake(t, fakedrv.Options{})
+	testutil.UseFake(t, fakedrv.Options{})
 	SetBudget(64 << 10)
 	collected := make(chan struct{}, 1)
 	early := false
@@ -213,7 +214,7 @@ func TestRegisterErrorKeepsSliceAlive(t *testing.T) {
 // zero Buffer return a typed error or a zero value, never panic, and a nil
 // Reclaimer is refused quietly.
 func TestNilBuffer(t *testing.T) {
-	useFake(t, fakedrv.Options{})
+	testutil.UseFake(t, fakedrv.Options{})
 	for _, b := range []*Buffer{nil, {}} {
 		if err := b.Free(); !errors.Is(err, cuda.ErrInvalidValue) {
 			t.Errorf("%v.Free: %v", b, err)
@@ -251,7 +252,7 @@ func TestNilBuffer(t *testing.T) {
 func TestPinUndoFails(t *testing.T) {
 	for _, kind := range []Kind{KindGoRegister, KindMmapRegister} {
 		t.Run(kind.String(), func(t *testing.T) {
-			d := useFake(t, fakedrv.Options{})
+			d := testutil.UseFake(t, fakedrv.Options{})
 			setChunk(t, 1<<20)
 			base := Stats()
 			maps := liveMappings.Load()

@@ -1,6 +1,7 @@
 package cudatest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -29,8 +30,6 @@ var ErrLeak = errors.New("cudatest: driver objects leaked")
 type Driver struct {
 	fake      *fakedrv.Driver
 	restore   func()
-	before    map[trackKey]bool // pinmem's tracked objects live at install
-	pinned    pinmem.Usage      // pinmem's ledger at install
 	leakCheck bool
 
 	closeOnce sync.Once
@@ -38,9 +37,13 @@ type Driver struct {
 	closeErr  error
 }
 
-type trackKey struct {
-	kind track.Kind
-	id   uint64
+// ledger keeps, for each installed Driver, pinmem's ledger as it was at
+// install, less what nested fakes closed since left pinned: a Driver's
+// leaks are its own.
+var ledger struct {
+	sync.Mutex
+	base  map[*Driver]pinmem.Usage
+	stack []*Driver // installed now, innermost last
 }
 
 // Install installs a fake driver configured by opts as the process's CUDA
@@ -97,10 +100,6 @@ func start(owner string, opts []Option) (*Driver, error) {
 	fake := fakedrv.New(fo)
 	// Leak reports name the code that created each object.
 	track.EnableStacks(true)
-	before := map[trackKey]bool{}
-	for _, o := range track.Live() {
-		before[trackKey{o.Kind, o.ID}] = true
-	}
 	restore, err := fakedrv.Install(fake, owner)
 	if err != nil {
 		_ = fake.Close()
@@ -110,7 +109,44 @@ func start(owner string, opts []Option) (*Driver, error) {
 		}
 		return nil, fmt.Errorf("cudatest: %w", err)
 	}
-	return &Driver{fake: fake, restore: restore, before: before, pinned: pinmem.Stats().Pinned, leakCheck: !cfg.noLeaks}, nil
+	d := &Driver{fake: fake, restore: restore, leakCheck: !cfg.noLeaks}
+	ledger.Lock()
+	if ledger.base == nil {
+		ledger.base = map[*Driver]pinmem.Usage{}
+	}
+	ledger.base[d] = pinmem.Stats().Pinned
+	ledger.stack = append(ledger.stack, d)
+	ledger.Unlock()
+	return d, nil
+}
+
+// pinnedSince returns how far pinmem's ledger moved while d was installed,
+// leaving out what nested fakes left.
+func (d *Driver) pinnedSince() (now, base pinmem.Usage) {
+	ledger.Lock()
+	defer ledger.Unlock()
+	return pinmem.Stats().Pinned, ledger.base[d]
+}
+
+// uninstalled forgets d's ledger baseline and moves those of the drivers
+// it was nested in by what d left pinned, so that it counts as theirs
+// neither.
+func (d *Driver) uninstalled() {
+	ledger.Lock()
+	defer ledger.Unlock()
+	now, base := pinmem.Stats().Pinned, ledger.base[d]
+	delete(ledger.base, d)
+	i := slices.Index(ledger.stack, d)
+	if i < 0 {
+		return
+	}
+	ledger.stack = slices.Delete(ledger.stack, i, i+1)
+	for _, outer := range ledger.stack[:i] {
+		b := ledger.base[outer]
+		b.Bytes += now.Bytes - base.Bytes
+		b.Buffers += now.Buffers - base.Buffers
+		ledger.base[outer] = b
+	}
 }
 
 // Close uninstalls the fake, putting back the driver that was there before
@@ -126,6 +162,7 @@ func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
 		d.closed.Store(true)
 		d.closeErr = d.Leaks()
+		d.uninstalled()
 		d.restore()
 		_ = d.fake.Close()
 	})
@@ -138,6 +175,7 @@ type When struct {
 	n      int // Nth's n
 	always bool
 	set    bool
+	sticky bool
 }
 
 // Once is the next call: Nth(1).
@@ -150,18 +188,52 @@ func Nth(n int) When { return When{n: n, set: true} }
 // Always is every call from now on, until ClearFaults.
 func Always() When { return When{always: true, set: true} }
 
+// Sticky returns w with a sticky fault: once the fault happened (at the
+// failing call for FailOn, when the work runs for FailAsync), every later
+// call in the same context fails with its code too, as after a kernel's
+// CUDA_ERROR_ILLEGAL_ADDRESS on a GPU, until ClearFaults (which stands for
+// a reset of the context). Calls that release an object (frees, destroys,
+// unregistrations, unloads) still succeed, so that the test can clean up.
+// The context is the one current on the calling thread for FailOn, and
+// the one the work runs in for FailAsync.
+func (w When) Sticky() When {
+	w.sticky = true
+	return w
+}
+
+// Operation classes, which FailOn, FailAsync and Calls take in place of a
+// driver function to mean every call of the class, so that a test does not
+// depend on the path (synchronous, asynchronous or batched copy) a size or
+// an option sends the code under test down.
+const (
+	// AnyHtoD is any host-to-device copy: cuMemcpyHtoD_v2,
+	// cuMemcpyHtoDAsync_v2, and a batch copy (cuMemcpyBatchAsync_v2) with a
+	// copy from host to device memory.
+	AnyHtoD = "any host-to-device copy"
+	// AnyDtoH is any device-to-host copy: cuMemcpyDtoH_v2,
+	// cuMemcpyDtoHAsync_v2, and a batch copy with a copy from device to
+	// host memory.
+	AnyDtoH = "any device-to-host copy"
+	// AnyLaunch is any kernel launch (cuLaunchKernel).
+	AnyLaunch = "any kernel launch"
+	// AnyAlloc is any allocation of device or pinned host memory:
+	// cuMemAlloc_v2, cuMemHostAlloc and cuMemHostRegister_v2.
+	AnyAlloc = "any allocation"
+)
+
 // Ops returns, sorted, the driver functions the fake implements, by the
 // names FailOn, FailAsync and Calls take: the CUDA driver API symbols as
 // libcuda exports them, e.g. "cuMemAlloc_v2", "cuMemHostAlloc",
-// "cuStreamCreate", "cuMemcpyHtoDAsync_v2".
+// "cuStreamCreate", "cuMemcpyHtoDAsync_v2". Those functions also take the
+// operation classes AnyHtoD, AnyDtoH, AnyLaunch and AnyAlloc.
 func Ops() []string { return fakedrv.Ops() }
 
 func (d *Driver) fault(what, op string, when When, code cuda.Result, async bool) error {
 	if d == nil {
 		return invalid("%s of a nil Driver", what)
 	}
-	if !slices.Contains(Ops(), op) {
-		return invalid("%s(%q): not a driver function the fake implements (see Ops)", what, op)
+	if !slices.Contains(Ops(), op) && !slices.Contains(fakedrv.Classes(), op) {
+		return invalid("%s(%q): neither a driver function the fake implements (see Ops) nor an operation class", what, op)
 	}
 	nth := when.n
 	switch {
@@ -175,41 +247,45 @@ func (d *Driver) fault(what, op string, when When, code cuda.Result, async bool)
 	if code == cuda.ResultSuccess {
 		return invalid("%s(%q): cuda.ResultSuccess is not a failure", what, op)
 	}
-	if async {
-		return d.fake.FailAsync(op, nth, cudadrv.Result(code))
-	}
-	return d.fake.FailOn(op, nth, cudadrv.Result(code))
+	return d.fake.AddRule(op, nth, cudadrv.Result(code), async, when.sticky)
 }
 
-// FailOn makes the calls of driver function op that when selects fail with
-// code, without effect, as the driver fails a call. The error pinmem then
-// returns is a *cuda.Error with that code and matches the code's cuda
-// sentinel (cuda.ResultOutOfMemory matches cuda.ErrOutOfMemory). Any
-// CUresult may be given, with or without a constant in package cuda. Rules
-// add up: each counts the calls of its op from the moment it was made.
-// FailOn returns an error matching cuda.ErrInvalidValue for an op not in
-// Ops, a zero When or cuda.ResultSuccess.
+// FailOn makes the calls of driver function op (or of an operation class,
+// such as AnyHtoD) that when selects fail with code, without effect, as
+// the driver fails a call. The error pinmem then returns is a *cuda.Error
+// with that code and matches the code's cuda sentinel
+// (cuda.ResultOutOfMemory matches cuda.ErrOutOfMemory). Any CUresult may
+// be given, with or without a constant in package cuda. Rules add up: each
+// counts the calls of its op from the moment it was made. FailOn returns
+// an error matching cuda.ErrInvalidValue for an op neither in Ops nor a
+// class, a zero When or cuda.ResultSuccess.
 func (d *Driver) FailOn(op string, when When, code cuda.Result) error {
 	return d.fault("FailOn", op, when, code, false)
 }
 
-// FailAsync is FailOn for asynchronous work (a copy, memset or kernel launch
-// on a stream): the call succeeds, and the work fails when it runs, so the
-// next synchronization of its stream or context reports code, as a GPU
-// reports a fault.
+// FailAsync is FailOn for asynchronous work (a copy, memset or kernel
+// launch on a stream): the call succeeds, and the work fails when it runs,
+// as device work faults on a GPU. The fault is reported once, by the first
+// of these that observes it: a query or synchronization of an event
+// recorded on the work's stream after the work, a query or synchronization
+// of that stream, a synchronization of its context. With When.Sticky it
+// also fails every later call in the context.
 func (d *Driver) FailAsync(op string, when When, code cuda.Result) error {
 	return d.fault("FailAsync", op, when, code, true)
 }
 
-// ClearFaults removes every rule made by FailOn and FailAsync.
+// ClearFaults removes every rule made by FailOn and FailAsync, and resets
+// the contexts a sticky fault broke: their calls work again, and the
+// faults of their work not reported yet are forgotten.
 func (d *Driver) ClearFaults() {
 	if d != nil {
 		d.fake.ClearFaults()
 	}
 }
 
-// Calls returns how many times the driver function op was called since the
-// fake was installed, including calls that failed.
+// Calls returns how many times the driver function op, or the calls of an
+// operation class, were called since the fake was installed, including
+// calls that failed.
 func (d *Driver) Calls(op string) int {
 	if d == nil {
 		return 0
@@ -220,16 +296,22 @@ func (d *Driver) Calls(op string) int {
 // HoldStream keeps the work queued on s (and work queued later) from
 // running until ReleaseStream, as if the GPU were busy with it: queries
 // report not ready, and synchronizing calls block until another goroutine
-// releases the stream, or fail with CUDA_ERROR_LAUNCH_TIMEOUT after
-// WaitTimeout. A stream from WrapStream with handle 0 is the legacy default
-// stream. A nil s, or one unknown to this driver, is an error matching
-// cuda.ErrInvalidValue.
+// releases the stream, or fail with CUDA_ERROR_LAUNCH_TIMEOUT after the
+// wait timeout (WithWaitTimeout). A stream from WrapStream with handle 0
+// is the legacy default stream; Streams returns the streams of code under
+// test, such as a transfer.Copier's. A nil s, or one unknown to this
+// driver, is an error matching cuda.ErrInvalidValue.
 func (d *Driver) HoldStream(s *cuda.Stream) error {
 	return d.hold("HoldStream", s, true)
 }
 
-// ReleaseStream undoes HoldStream: the held work runs. It may be called
-// from any goroutine.
+// ReleaseStream undoes HoldStream. It may be called from any goroutine.
+// Released work runs before ReleaseStream returns, on the calling
+// goroutine, in this order: stream by stream in the order the streams were
+// created (the legacy default stream first), each stream's work in the
+// order it was queued as far as it can run, and again from the first
+// stream while any work could run. Work that waits for an event or for the
+// legacy default stream runs once what it waits for has run.
 func (d *Driver) ReleaseStream(s *cuda.Stream) error {
 	return d.hold("ReleaseStream", s, false)
 }
@@ -255,8 +337,7 @@ func (d *Driver) hold(what string, s *cuda.Stream, on bool) error {
 }
 
 // HoldAll keeps all queued work, on every stream, from running until
-// ReleaseAll: a hung GPU, for code whose streams the test cannot name (a
-// transfer.Copier's, a Pipeline's).
+// ReleaseAll: a hung GPU.
 func (d *Driver) HoldAll() {
 	if d != nil {
 		d.fake.Pause()
@@ -264,10 +345,73 @@ func (d *Driver) HoldAll() {
 }
 
 // ReleaseAll undoes HoldAll; streams held one by one stay held. It may be
-// called from any goroutine.
+// called from any goroutine. Released work runs as ReleaseStream says.
 func (d *Driver) ReleaseAll() {
 	if d != nil {
 		d.fake.Resume()
+	}
+}
+
+// Streams returns the streams live in the fake, in the order they were
+// created: those of the test and those of the code under test alike. A
+// test takes the streams an object made from the ones it adds:
+//
+//	before := len(d.Streams())
+//	pl, err := copier.NewPipeline( /* two streams */ )
+//	// ...
+//	second := d.Streams()[before+1] // the Pipeline's second stream
+//	d.HoldStream(second)
+//
+// The streams it returns are for HoldStream, ReleaseStream and
+// WaitBlocked; code must not destroy them.
+func (d *Driver) Streams() []*cuda.Stream {
+	if d == nil {
+		return nil
+	}
+	var out []*cuda.Stream
+	for _, si := range d.fake.Streams() {
+		dev, err := cuda.GetDevice(int(si.Device))
+		if err != nil {
+			continue // a device of another driver: not this fake's
+		}
+		out = append(out, cuda.WrapStream(cuda.WrapContext(dev, uintptr(si.Ctx)), uintptr(si.Handle)))
+	}
+	return out
+}
+
+// WaitBlocked waits until a call of the code under test waits for work
+// queued on s that a hold keeps from running (any stream when s is nil):
+// a synchronizing call blocked on it, or a query that found it not ready
+// after WaitBlocked was called (code that polls, as a Synchronize with a
+// context that can end does, queries again and again).
+// It returns the driver function of that call, such as
+// "cuStreamSynchronize" or "cuEventQuery", so that a test can release the
+// work knowing the code reached its wait, with no sleep standing in for
+// it; or ctx's error when ctx ends first. A stream unknown to this driver
+// is an error matching cuda.ErrInvalidValue.
+func (d *Driver) WaitBlocked(ctx context.Context, s *cuda.Stream) (string, error) {
+	if d == nil {
+		return "", invalid("WaitBlocked of a nil Driver")
+	}
+	var h cudadrv.Stream
+	if s != nil {
+		h = cudadrv.Stream(s.Handle())
+	}
+	for seen := -1; ; {
+		changed := d.fake.Changed()
+		op, polls, err := d.fake.Blocked(h, s == nil, seen)
+		if err != nil {
+			return "", invalid("WaitBlocked: stream %#x is not a live stream of this fake driver", s.Handle())
+		}
+		if op != "" {
+			return op, nil
+		}
+		seen = polls
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
 	}
 }
 
@@ -301,62 +445,27 @@ func (d *Driver) Live() Objects {
 	}
 }
 
-// Leaks returns nil when nothing is left: no stream, event, module,
-// created context, device allocation, pinned allocation or registration is
-// live in the fake, no queued work is still waiting, pinmem's ledger
-// (pinmem.Stats().Pinned) is back where it was at install, and pinmem's own
-// record of the driver objects it made has none left from this driver.
+// Leaks returns nil when nothing this driver made is left: no stream,
+// event, module, created context, device allocation, pinned allocation or
+// registration is live in it, no queued work is still waiting, and
+// pinmem's ledger (pinmem.Stats().Pinned) is back where it was at install.
 // Otherwise it returns an error matching ErrLeak that lists what is left
-// and, for pinmem's objects, the stack that created each. Primary contexts
-// do not count: package cuda keeps them for the life of the process.
+// and, for the objects pinmem made, the stack that created each. Only this
+// driver's objects count: not those of a fake installed before it, nor
+// those a nested fake (a subtest's) left. Primary contexts do not count:
+// package cuda keeps them for the life of the process.
 func (d *Driver) Leaks() error {
 	if d == nil {
 		return invalid("Leaks of a nil Driver")
 	}
-	c := d.Live()
-	var parts []string
-	add := func(n int, bytes uint64, what string) {
-		switch {
-		case n != 0 && bytes != 0:
-			parts = append(parts, fmt.Sprintf("%d %s (%d bytes)", n, what, bytes))
-		case n != 0:
-			parts = append(parts, fmt.Sprintf("%d %s", n, what))
-		}
-	}
-	add(c.Streams, 0, "stream(s)")
-	add(c.Events, 0, "event(s)")
-	add(c.Modules, 0, "module(s)")
-	add(c.Contexts, 0, "context(s)")
-	add(c.DeviceAllocs, c.DeviceBytes, "device allocation(s)")
-	add(c.PinnedAllocs, c.PinnedBytes, "pinned allocation(s)")
-	add(c.Registrations, c.RegisteredBytes, "registration(s)")
-	add(c.PendingOps, 0, "queued operation(s) that never ran")
-	if p := pinmem.Stats().Pinned; p != d.pinned {
-		parts = append(parts, fmt.Sprintf("pinmem's ledger counts %d bytes pinned in %d buffer(s), %d bytes in %d at install", p.Bytes, p.Buffers, d.pinned.Bytes, d.pinned.Buffers))
-	}
-	var b strings.Builder
-	for _, o := range track.Live() {
-		if d.before[trackKey{o.Kind, o.ID}] {
-			continue
-		}
-		fmt.Fprintf(&b, "- %s %#x", o.Kind, o.ID)
-		if o.Size > 0 {
-			fmt.Fprintf(&b, " (%d bytes)", o.Size)
-		}
-		b.WriteString(", created at:\n")
-		b.WriteString(o.Stack)
-	}
-	if b.Len() > 0 && len(parts) == 0 {
-		parts = append(parts, "objects pinmem made are still recorded as live")
+	parts, stacks := d.fake.LeakReport(false)
+	if p, base := d.pinnedSince(); p != base {
+		parts = append(parts, fmt.Sprintf("pinmem's ledger counts %d bytes pinned in %d buffer(s), %d bytes in %d at install", p.Bytes, p.Buffers, base.Bytes, base.Buffers))
 	}
 	if len(parts) == 0 {
 		return nil
 	}
-	msg := strings.Join(parts, ", ")
-	if b.Len() > 0 {
-		msg += "\n" + strings.TrimRight(b.String(), "\n")
-	}
-	return fmt.Errorf("%w: %s", ErrLeak, msg)
+	return fmt.Errorf("%w: %s%s", ErrLeak, strings.Join(parts, ", "), stacks)
 }
 
 // CheckLeaks fails t (without stopping it) with the report of Leaks when

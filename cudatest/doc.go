@@ -7,7 +7,7 @@
 //	func TestUpload(t *testing.T) {
 //		d := cudatest.Install(t)
 //		// ... code that uses pinmem, cuda and transfer ...
-//		d.FailOn("cuMemcpyHtoDAsync_v2", cudatest.Once(), cuda.ResultLaunchFailed)
+//		d.FailOn(cudatest.AnyHtoD, cudatest.Once(), cuda.ResultLaunchFailed)
 //		// ... check that the failure surfaces as cuda.ErrLaunchFailed ...
 //	} // the cleanup fails t if a stream, event, allocation or registration is left
 //
@@ -23,13 +23,22 @@
 // calling thread has none, so code that calls the driver from a goroutine
 // that did not enter a context fails here too. Asynchronous work that
 // touches memory freed or unregistered before it ran fails with
-// CUDA_ERROR_ILLEGAL_ADDRESS at the next synchronization.
+// CUDA_ERROR_ILLEGAL_ADDRESS, reported as a GPU reports a fault: by the
+// next query or synchronization of an event recorded after it, of its
+// stream or of its context.
 //
-// A test can make driver calls fail by name and count (FailOn, FailAsync),
-// hold streams so that queued work waits, as on a busy or hung GPU
-// (HoldStream, HoldAll), count calls (Calls), give a kernel a Go body
-// (RegisterKernel), and check that every object it created was released
-// (Leaks, CheckLeaks; Install checks at cleanup).
+// A test can make driver calls fail (FailOn, FailAsync), chosen by driver
+// function or by operation class (AnyHtoD, AnyDtoH, AnyLaunch, AnyAlloc:
+// every path a size or an option takes), once, on the nth call or always,
+// and sticky (When.Sticky: every later call in the context fails, as after
+// CUDA_ERROR_ILLEGAL_ADDRESS on a GPU). It can hold streams so that queued
+// work waits, as on a busy or hung GPU (HoldStream, with the streams of
+// code under test from Streams; HoldAll), wait until the code under test
+// is blocked on held work (WaitBlocked) instead of sleeping, count calls
+// (Calls), give a kernel a Go body (RegisterKernel), and check that every
+// object it created was released (Leaks, CheckLeaks; Install checks at
+// cleanup). The errors the fake makes name cudatest and say what it
+// injected or refused.
 //
 // What it does not do: it has no timing model (copies take no time to
 // speak of), runs no device code (a kernel is the Go function registered

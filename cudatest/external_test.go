@@ -137,6 +137,9 @@ func TestLeaky(t *testing.T) {
 // clean test and fail for the leaky one. It works offline, from the module
 // cache.
 func TestExternalModule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a module with the go command: not in -short")
+	}
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
 		t.Skipf("the go command is not available: %v", err)

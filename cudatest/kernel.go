@@ -61,9 +61,10 @@ func (k *Kernel) Mem(p cuda.DevicePtr, n int) ([]byte, error) {
 // image). Each launch queues body on the launch's stream; it runs in stream
 // order, like device work. body must not call pinmem or the driver, and
 // may use Kernel.Mem to reach device memory; an error from it fails the
-// launch asynchronously (CUDA_ERROR_LAUNCH_FAILED, cuda.ErrLaunchFailed, at
-// the next synchronization). A nil body does nothing. Registering a name
-// again replaces its body. RegisterKernel fails with an error matching
+// launch asynchronously with CUDA_ERROR_LAUNCH_FAILED (cuda.ErrLaunchFailed),
+// reported as FailAsync says. A nil body does nothing. Registering a name
+// again replaces the kernel for every launch from then on, those of
+// Functions looked up before included. RegisterKernel fails with an error matching
 // cuda.ErrInvalidValue for an empty name or nargs outside [0, 64].
 func (d *Driver) RegisterKernel(name string, nargs int, body func(k *Kernel) error) error {
 	if d == nil {

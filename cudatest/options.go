@@ -68,7 +68,8 @@ func WithDriverVersion(v int) Option {
 // WithWaitTimeout bounds how long a synchronizing driver call blocks on work
 // that a hold keeps from running (see Driver.HoldStream) before it fails
 // with CUDA_ERROR_LAUNCH_TIMEOUT, so that a test of a hung GPU ends instead
-// of hanging. The default is 20 seconds.
+// of hanging. The default is 20 seconds; 0 means no bound: the call waits
+// until the work is released, as on a GPU.
 func WithWaitTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout, c.timeoutSet = d, true }
 }
@@ -126,10 +127,14 @@ func build(opts []Option) (config, fakedrv.Options, error) {
 		fo.DriverVersion = c.version
 	}
 	if c.timeoutSet {
-		if c.timeout <= 0 {
-			return c, fo, invalid("WithWaitTimeout(%v): the timeout must be positive", c.timeout)
+		switch {
+		case c.timeout < 0:
+			return c, fo, invalid("WithWaitTimeout(%v): the timeout must not be negative", c.timeout)
+		case c.timeout == 0:
+			fo.WaitTimeout = -1 // the fake's "forever"
+		default:
+			fo.WaitTimeout = c.timeout
 		}
-		fo.WaitTimeout = c.timeout
 	}
 	return c, fo, nil
 }

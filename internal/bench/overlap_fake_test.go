@@ -11,6 +11,7 @@ import (
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/kernels"
+	"github.com/pinmem/pinmem/internal/testutil"
 )
 
 // lateDMADriver wraps the fake driver to model what the fake does not: a
@@ -217,13 +218,9 @@ func (w *lateDMADriver) LaunchKernel(f cudadrv.Function, grid, block [3]uint32, 
 // need them with NoSpin).
 func useLateDMAFake(t *testing.T) *lateDMADriver {
 	t.Helper()
-	d := fakedrv.New(fakedrv.Options{})
+	d := testutil.UseFake(t, fakedrv.Options{})
 	w := newLateDMADriver(d)
-	restore := cudadrv.Swap(w)
-	t.Cleanup(func() {
-		restore()
-		_ = d.Close()
-	})
+	t.Cleanup(cudadrv.Swap(w)) // code under test sees the wrapper until t ends
 	d.RegisterKernel(kernels.KernelAdd, []int{8, 8, 1}, func(k *fakedrv.KernelCall) error {
 		m, err := k.Mem(k.Ptr(0), k.Uint64(1))
 		if err != nil {

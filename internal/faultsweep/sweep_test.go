@@ -3,7 +3,8 @@
 // ("sticky", as after CUDA_ERROR_ILLEGAL_ADDRESS), and checks that the
 // operation returns a typed error or succeeds, never panics or hangs, and
 // that afterwards the driver's live objects, pinmem's ledger, the object
-// tracker and the goroutines are back where they were.
+// tracker and the goroutines are back where they were. Under -short each
+// call is failed in one of the two ways, alternating (see modes).
 package faultsweep_test
 
 import (
@@ -26,7 +27,8 @@ import (
 	"github.com/pinmem/pinmem/internal/track"
 )
 
-func TestMain(m *testing.M) { testutil.Main(m) }
+// TestMain prints the sweeps' totals after every test ran.
+func TestMain(m *testing.M) { testutil.Main(m, sweepTotals.print) }
 
 // env is what an operation runs against. Cleanups registered with
 // defer_ run after the faults are cleared, as a caller's retry would:
@@ -267,11 +269,13 @@ func sweep(t *testing.T, ops []op) {
 				}
 			}
 			nCalls += len(calls)
+			var opRuns int     // faulted runs of this operation
 			var failedRuns int // faulted runs whose operation returned an error
 			var moved int      // faulted runs whose fault landed on another call than the traced one
 			for i, name := range calls {
-				for _, sticky := range []bool{false, true} {
+				for _, sticky := range modes(i) {
 					nRuns++
+					opRuns++
 					// The target: the i-th call, or, for a concurrent
 					// operation, the k-th call named name.
 					k := 0
@@ -355,7 +359,7 @@ func sweep(t *testing.T, ops []op) {
 			if len(calls) == 0 || failedRuns == 0 {
 				t.Errorf("%d driver calls traced, %d faulted runs returned an error: the faults did not reach the operation", len(calls), failedRuns)
 			}
-			t.Logf("%d driver calls, %d faulted runs, %d returned an error, %d hit another call than the traced one (after three tries)", len(calls), 2*len(calls), failedRuns, moved)
+			t.Logf("%d driver calls, %d faulted runs, %d returned an error, %d hit another call than the traced one (after three tries)", len(calls), opRuns, failedRuns, moved)
 			// An object dropped without its release (a Buffer, a Pool) is
 			// counted once a garbage collection has run its cleanup.
 			runtime.GC()
@@ -373,19 +377,15 @@ func sweep(t *testing.T, ops []op) {
 	sweepTotals.add(len(ops), nCalls, nRuns)
 }
 
-var sweepTotals totals
-
-type totals struct {
-	mu               sync.Mutex
-	ops, calls, runs int
-}
-
-func (s *totals) add(ops, calls, runs int) {
-	s.mu.Lock()
-	s.ops += ops
-	s.calls += calls
-	s.runs += runs
-	s.mu.Unlock()
+// modes returns how the i-th traced call (from 0) is failed: once and
+// then for good ("sticky"); under -short only one of the two, alternating
+// from call to call, so that every call is still failed and both modes
+// are still met, in half the runs.
+func modes(i int) []bool {
+	if testing.Short() {
+		return []bool{i%2 == 1}
+	}
+	return []bool{false, true}
 }
 
 func registerKernels(fd *fakedrv.Driver) {

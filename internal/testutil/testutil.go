@@ -43,18 +43,23 @@ var (
 //
 //	func TestMain(m *testing.M) { testutil.Main(m) }
 //
-// It records creation stacks of driver objects, runs the tests, prints the
-// skips for missing features ("FEATURE SKIPS: test: reason" lines), and
-// exits with status 1 when the tests passed but a tracked driver object is
-// still live (printing track.Report) or a goroutine leaked.
-func Main(m *testing.M) {
-	os.Exit(run(m, os.Stdout, os.Stderr))
+// It records creation stacks of driver objects, runs the tests, calls each
+// of after (to print figures gathered over all tests, say, whatever order
+// they ran in), prints the skips for missing features ("FEATURE SKIPS:
+// test: reason" lines), and exits with status 1 when the tests passed but
+// a tracked driver object is still live (printing track.Report) or a
+// goroutine leaked.
+func Main(m *testing.M, after ...func()) {
+	os.Exit(run(m, os.Stdout, os.Stderr, after...))
 }
 
-func run(m *testing.M, stdout, stderr io.Writer) int {
+func run(m *testing.M, stdout, stderr io.Writer, after ...func()) int {
 	track.EnableStacks(true)
 	ignore := goleak.IgnoreCurrent()
 	code := m.Run()
+	for _, f := range after {
+		f()
+	}
 	printFeatureSkips(stdout)
 	if rep := track.Report(); rep != "" {
 		fmt.Fprintf(stderr, "FAIL: leaked driver objects:\n%s", rep)

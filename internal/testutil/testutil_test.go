@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -58,6 +59,53 @@ func TestHelper(t *testing.T) {
 	case "leakgoroutine":
 		ch := make(chan struct{})
 		go func() { <-ch }()
+	case "fakeleak", "fakeleak-allowed":
+		d := UseFake(t, fakedrv.Options{})
+		if os.Getenv(envHelper) == "fakeleak-allowed" {
+			AllowLeaks(d)
+		}
+		ctx, err := d.DevicePrimaryCtxRetain(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.DevicePrimaryCtxRelease(0)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := d.CtxSetCurrent(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.StreamCreate(0); err != nil {
+			t.Fatal(err)
+		}
+		t.Log("stream left")
+	}
+}
+
+// TestUseFakeLeakCheck: UseFake fails a test that leaves a driver object
+// in its fake, unless the test allowed it; the checks a package added with
+// OnFake run at the fake's cleanup.
+func TestUseFakeLeakCheck(t *testing.T) {
+	out, ok := child(t, "fakeleak")
+	if ok || !strings.Contains(out, "the fake driver still holds 1 stream(s)") {
+		t.Errorf("a test leaving a stream in its fake: ok=%v, want a failure naming the stream:\n%s", ok, out)
+	}
+	if out, ok := child(t, "fakeleak-allowed"); !ok || !strings.Contains(out, "stream left") {
+		t.Errorf("a test that allowed its leaks: ok=%v, want a pass:\n%s", ok, out)
+	}
+	var started, checked int
+	OnFake(func(testing.TB, *fakedrv.Driver) func() {
+		started++
+		return func() { checked++ }
+	})
+	t.Cleanup(func() { fakeChecks.start = fakeChecks.start[:len(fakeChecks.start)-1] })
+	t.Run("fake", func(t *testing.T) {
+		UseFake(t, fakedrv.Options{})
+		if started != 1 || checked != 0 {
+			t.Errorf("during the test: OnFake's start ran %d times, its check %d; want 1 and 0", started, checked)
+		}
+	})
+	if checked != 1 {
+		t.Errorf("OnFake's check ran %d times at the fake's cleanup, want 1", checked)
 	}
 }
 

@@ -37,7 +37,7 @@ func (d *Driver) BatchCopySymbol() string {
 func (d *Driver) MemcpyBatchAsync(dsts, srcs []cudadrv.DevicePtr, sizes []uint64, attrs []cudadrv.MemcpyAttributes, attrIdxs []uint64, s cudadrv.Stream) (int, error) {
 	op := d.BatchCopySymbol()
 	if op == "" {
-		return -1, &cudadrv.LoadError{Path: "fakedrv", Symbol: cudadrv.SymMemcpyBatchAsyncV1, Err: cudadrv.ErrNotSupported}
+		return -1, &cudadrv.LoadError{Path: "cudatest", Symbol: cudadrv.SymMemcpyBatchAsyncV1, Err: cudadrv.ErrNotSupported}
 	}
 	v1 := op == cudadrv.SymMemcpyBatchAsyncV1
 	at := func(i int) int { // the failIdx the form reports
@@ -46,7 +46,10 @@ func (d *Driver) MemcpyBatchAsync(dsts, srcs []cudadrv.DevicePtr, sizes []uint64
 		}
 		return -1
 	}
-	fail, err := d.begin(op)
+	d.mu.Lock()
+	classes := d.batchClasses(dsts, srcs)
+	d.mu.Unlock()
+	fail, err := d.begin(op, classes...)
 	if err != nil {
 		return -1, err
 	}
@@ -137,3 +140,24 @@ var blockCopyKernel = &kernel{name: kernels.KernelBlockCopy, argSizes: []int{8, 
 	}
 	return kernels.BlockCopyTwin(descs, count, func(a, n uint64) ([]byte, error) { return k.Mem(cudadrv.DevicePtr(a), n) })
 }}
+
+// batchClasses returns the operation classes of a batch copy: ClassHtoD
+// when one of its copies goes from host to device memory, ClassDtoH when
+// one goes the other way. d.mu must be held.
+func (d *Driver) batchClasses(dsts, srcs []cudadrv.DevicePtr) []string {
+	host := func(p cudadrv.DevicePtr) bool { return d.findDev(p) == nil && d.findHost(uintptr(p)) != nil }
+	var htod, dtoh bool
+	for i := range min(len(dsts), len(srcs)) {
+		s, t := host(srcs[i]), host(dsts[i])
+		htod = htod || s && !t
+		dtoh = dtoh || !s && t
+	}
+	var out []string
+	if htod {
+		out = append(out, ClassHtoD)
+	}
+	if dtoh {
+		out = append(out, ClassDtoH)
+	}
+	return out
+}

@@ -27,10 +27,11 @@
 //     blocking streams as in CUDA; synchronous copies and memsets run on it.
 //     StreamWaitEvent is honoured.
 //   - Asynchronous work that touches memory freed or unregistered before it
-//     ran fails with CUDA_ERROR_ILLEGAL_ADDRESS, reported by the next
-//     StreamSynchronize or CtxSynchronize of its stream (and by
-//     AsyncErrors): this catches reuse of buffers before the stream is done
-//     with them. Asynchronous copies to or from pageable (not pinned) host
+//     ran fails with CUDA_ERROR_ILLEGAL_ADDRESS: this catches reuse of
+//     buffers before the stream is done with them. An asynchronous fault
+//     is reported once, by the first query or synchronization of its
+//     stream, of an event recorded after it, or of the context (and every
+//     one is listed by AsyncErrors). Asynchronous copies to or from pageable (not pinned) host
 //     memory behave like the driver's: HtoD stages the source at call time,
 //     DtoH returns only once the copy ran.
 //   - Contexts: primary contexts with reference counts, CtxCreate and
@@ -52,9 +53,11 @@
 //     kernels registered with RegisterKernel, whose Go function runs in
 //     stream order when launched, and pinmem's own block-copy kernel
 //     (kernels.KernelBlockCopy), built in.
-//   - Fault injection (FailOn, FailAsync, SetHook) by driver symbol name, as
-//     the real binding names them (e.g. "cuMemAlloc_v2"), and call and live
-//     object counters.
+//   - Fault injection (FailOn, FailAsync, AddRule, SetHook) by driver
+//     symbol name, as the real binding names them (e.g. "cuMemAlloc_v2"),
+//     or by operation class (ClassHtoD, ...); sticky faults that fail every
+//     later call in their context; call and live object counters; which
+//     call is blocked on held work (Blocked).
 //
 // The fake starts no goroutines. All methods are safe for concurrent use.
 package fakedrv
@@ -65,11 +68,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/kernels"
+	"github.com/pinmem/pinmem/internal/track"
 )
 
 // DriverVersion is what DriverGetVersion reports unless Options say otherwise.
@@ -179,7 +184,12 @@ type Driver struct {
 	streams    map[cudadrv.Stream]*stream
 	active     []*stream // streams with a handle or pending work, in creation order
 	nextStream uintptr
+	streamSeq  int
 	paused     bool
+	waiters    map[*waiter]bool          // calls blocked in waitFor
+	polls      int                       // queries that found work not ready
+	pollOp     string                    // the driver function of the latest one
+	sticky     map[cudadrv.Context]error // contexts a sticky fault broke
 
 	events    map[cudadrv.Event]*event
 	nextEvent uintptr
@@ -196,8 +206,15 @@ type Driver struct {
 
 var _ cudadrv.Driver = (*Driver)(nil)
 
+// fakes counts the fakes made, so that each numbers its handles and
+// device addresses apart from the others': pinmem's record of live objects
+// (internal/track) keys them by handle, and a nested fake's objects must
+// not be taken for an outer one's.
+var fakes atomic.Uint64
+
 // New returns a fake driver configured by opts.
 func New(opts Options) *Driver {
+	n := fakes.Add(1) % 32
 	d := &Driver{
 		changed:        make(chan struct{}),
 		version:        opts.DriverVersion,
@@ -205,19 +222,21 @@ func New(opts Options) *Driver {
 		calls:          map[string]int{},
 		cur:            map[int]cudadrv.Context{},
 		contexts:       map[cudadrv.Context]cudadrv.Device{},
-		nextCtx:        0xc1000000,
+		nextCtx:        0xc100_0000 + uintptr(n)<<20,
 		hostAllocLimit: opts.HostAllocLimit,
 		regLimit:       opts.RegisterLimit,
-		nextDev:        devBase,
+		nextDev:        devBase + n<<40,
 		streams:        map[cudadrv.Stream]*stream{},
-		nextStream:     0x5000_0000,
+		nextStream:     0x5000_0000 + uintptr(n)<<24,
 		events:         map[cudadrv.Event]*event{},
-		nextEvent:      0xe000_0000,
+		nextEvent:      0xe000_0000 + uintptr(n)<<24,
 		kernels:        map[string]*kernel{kernels.KernelBlockCopy: blockCopyKernel},
 		modules:        map[cudadrv.Module]*module{},
 		funcs:          map[cudadrv.Function]*function{},
-		nextMod:        0x3000_0000,
-		nextFunc:       0xf000_0000,
+		nextMod:        0x3000_0000 + uintptr(n)<<24,
+		nextFunc:       0xf000_0000 + uintptr(n)<<24,
+		waiters:        map[*waiter]bool{},
+		sticky:         map[cudadrv.Context]error{},
 	}
 	if d.version == 0 {
 		d.version = DriverVersion
@@ -269,9 +288,11 @@ func New(opts Options) *Driver {
 // IsFake reports true: it lets test helpers tell a fake driver from the real one.
 func (d *Driver) IsFake() bool { return true }
 
-// Close marks the driver closed and releases the host memory it still holds
-// mapped. Calls after Close fail with CUDA_ERROR_DEINITIALIZED. The fake
-// starts no goroutines, so Close is optional.
+// Close marks the driver closed; calls after Close fail with
+// CUDA_ERROR_DEINITIALIZED. Pinned allocations still live (leaked) stay
+// mapped: code may still hold slices of them, and their addresses must not
+// come back from a later mapping while pinmem counts them as pinned. The
+// fake starts no goroutines, so Close is optional.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -286,13 +307,6 @@ func (d *Driver) Close() error {
 		s.queue = nil
 		s.held = false
 	}
-	for _, h := range d.host {
-		h.freed = true
-		if h.mem != nil {
-			_ = munmap(h.mem)
-		}
-	}
-	d.host = nil
 	d.notify()
 	return nil
 }
@@ -346,17 +360,61 @@ func errorOf(op string, r cudadrv.Result) *cudadrv.Error {
 // errorWhy is errorOf with an explanation of the fake appended to Detail.
 func errorWhy(op string, r cudadrv.Result, format string, args ...any) *cudadrv.Error {
 	e := errorOf(op, r)
-	e.Detail += "; fakedrv: " + fmt.Sprintf(format, args...)
+	e.Detail += "; cudatest: " + fmt.Sprintf(format, args...)
 	return e
 }
 
 type rule struct {
-	op     string
-	left   int // calls to let pass before firing; -1: fire on every call
+	op     string // a driver symbol or an operation class
+	left   int    // calls to let pass before firing; -1: fire on every call
 	code   cudadrv.Result
 	async  bool
+	sticky bool
 	spent  bool
 	origin int
+}
+
+// inject is the fault a call's work fails with when it runs (FailAsync):
+// code Success for none.
+type inject struct {
+	code   cudadrv.Result
+	sticky bool
+	rule   string // the rule's op and nth, for the message
+}
+
+// Operation classes: FailOn, FailAsync and Calls take one in place of a
+// driver symbol to mean every call of the class, whichever symbol a path
+// of the code under test calls. cudatest exports them (AnyHtoD, ...) with
+// the same values; its tests of the classes fail if they drift apart.
+const (
+	// ClassHtoD is any host-to-device copy: cuMemcpyHtoD_v2,
+	// cuMemcpyHtoDAsync_v2, and a batch copy with a host source and a
+	// device destination.
+	ClassHtoD = "any host-to-device copy"
+	// ClassDtoH is any device-to-host copy: cuMemcpyDtoH_v2,
+	// cuMemcpyDtoHAsync_v2, and a batch copy with a device source and a
+	// host destination.
+	ClassDtoH = "any device-to-host copy"
+	// ClassLaunch is any kernel launch: cuLaunchKernel.
+	ClassLaunch = "any kernel launch"
+	// ClassAlloc is any allocation of device or pinned host memory:
+	// cuMemAlloc_v2, cuMemHostAlloc, cuMemHostRegister_v2.
+	ClassAlloc = "any allocation"
+)
+
+// Classes returns the operation classes.
+func Classes() []string { return []string{ClassHtoD, ClassDtoH, ClassLaunch, ClassAlloc} }
+
+// classOf is the class of the calls of a symbol that always belong to one.
+var classOf = map[string]string{
+	"cuMemcpyHtoD_v2":      ClassHtoD,
+	"cuMemcpyHtoDAsync_v2": ClassHtoD,
+	"cuMemcpyDtoH_v2":      ClassDtoH,
+	"cuMemcpyDtoHAsync_v2": ClassDtoH,
+	"cuLaunchKernel":       ClassLaunch,
+	"cuMemAlloc_v2":        ClassAlloc,
+	"cuMemHostAlloc":       ClassAlloc,
+	"cuMemHostRegister_v2": ClassAlloc,
 }
 
 var knownOps = func() map[string]bool {
@@ -364,41 +422,74 @@ var knownOps = func() map[string]bool {
 	for _, n := range cudadrv.SymbolNames() {
 		m[n] = true
 	}
+	for _, c := range Classes() {
+		m[c] = true
+	}
 	return m
 }()
 
 // FailOn makes the nth call to op from now on (1 = the next one) fail with
 // code, once; nth <= 0 makes every call fail until ClearFaults. op is the
 // driver symbol as the real binding names it, e.g. "cuMemHostAlloc",
-// "cuStreamCreate", "cuMemcpyHtoDAsync_v2". The failing call has no effect.
+// "cuStreamCreate", "cuMemcpyHtoDAsync_v2", or an operation class
+// (ClassHtoD, ...). The failing call has no effect.
 // FailOn returns an error for an unknown op or a success code.
 func (d *Driver) FailOn(op string, nth int, code cudadrv.Result) error {
-	return d.addRule(op, nth, code, false)
+	return d.AddRule(op, nth, code, false, false)
 }
 
 // FailAsync is like FailOn for an asynchronous operation (a copy, memset or
 // kernel launch), except that the call itself succeeds and the operation
-// fails when it runs in its stream: StreamSynchronize or CtxSynchronize then
-// report code, as the driver reports asynchronous faults.
+// fails when it runs in its stream; the fault is then reported as exec
+// says, as a GPU reports an asynchronous fault.
 func (d *Driver) FailAsync(op string, nth int, code cudadrv.Result) error {
-	return d.addRule(op, nth, code, true)
+	return d.AddRule(op, nth, code, true, false)
 }
 
-func (d *Driver) addRule(op string, nth int, code cudadrv.Result, async bool) error {
+// AddRule is FailOn (async false) or FailAsync (async true); a sticky
+// fault, once it happened, also fails every later call in its context with
+// code (see Stuck), until ClearFaults.
+func (d *Driver) AddRule(op string, nth int, code cudadrv.Result, async, sticky bool) error {
 	if !knownOps[op] {
-		return fmt.Errorf("fakedrv: unknown driver op %q (want a name from cudadrv.SymbolNames)", op)
+		return fmt.Errorf("cudatest: unknown driver op %q (want a driver symbol or an operation class)", op)
 	}
 	if code == cudadrv.Success {
-		return fmt.Errorf("fakedrv: fault code for %s must not be CUDA_SUCCESS", op)
+		return fmt.Errorf("cudatest: fault code for %s must not be CUDA_SUCCESS", op)
 	}
 	left := nth - 1
 	if nth <= 0 {
 		left = -1
 	}
 	d.mu.Lock()
-	d.rules = append(d.rules, &rule{op: op, left: left, code: code, async: async, origin: nth})
+	d.rules = append(d.rules, &rule{op: op, left: left, code: code, async: async, sticky: sticky, origin: nth})
 	d.mu.Unlock()
 	return nil
+}
+
+// stick makes every later call in ctx fail with err (a sticky fault).
+// d.mu must be held.
+func (d *Driver) stick(ctx cudadrv.Context, err error) {
+	if ctx != 0 && d.sticky[ctx] == nil {
+		d.sticky[ctx] = err
+	}
+}
+
+// stuck returns the sticky fault of ctx, as the call op reports it, or
+// nil. Calls that release an object (frees, destroys, unregistrations,
+// unloads) do not check it, so that a test can still clean up and check
+// for leaks. d.mu must be held.
+func (d *Driver) stuck(op string, ctx cudadrv.Context) error {
+	if err := d.sticky[ctx]; err != nil {
+		return relabelFor(err, op)
+	}
+	return nil
+}
+
+// Stuck returns the sticky fault of the context ctx, or nil.
+func (d *Driver) Stuck(ctx cudadrv.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.sticky[ctx]
 }
 
 // SetHook installs a function called (without the driver's lock held) at
@@ -410,27 +501,44 @@ func (d *Driver) SetHook(h func(op string) cudadrv.Result) {
 	d.mu.Unlock()
 }
 
-// ClearFaults removes every FailOn and FailAsync rule and the hook.
+// ClearFaults removes every FailOn and FailAsync rule and the hook, and
+// resets the contexts a sticky fault broke: their calls work again, and
+// the faults of their streams not reported yet are forgotten.
 func (d *Driver) ClearFaults() {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.rules = nil
 	d.hook = nil
-	d.mu.Unlock()
+	for _, s := range d.active {
+		// The legacy default stream serves every context.
+		broken := d.sticky[s.ctx] != nil || s == d.def && len(d.sticky) > 0
+		if broken && s.err != nil {
+			s.err.reported = true
+		}
+	}
+	clear(d.sticky)
 }
 
-// begin counts a call of op and applies fault injection. It returns a code
-// to fail the operation with when it runs (FailAsync) or the error to
-// return now. It must be called without d.mu held.
-func (d *Driver) begin(op string) (asyncFail cudadrv.Result, err error) {
+// begin counts a call of op, and of its class when it has one (the calls
+// of a batch copy name theirs), and applies fault injection. It returns
+// the fault to fail the operation with when it runs (FailAsync) or the
+// error to return now. It must be called without d.mu held.
+func (d *Driver) begin(op string, classes ...string) (inject, error) {
+	if c, ok := classOf[op]; ok {
+		classes = append(classes, c)
+	}
 	d.mu.Lock()
 	d.calls[op]++
+	for _, c := range classes {
+		d.calls[c]++
+	}
 	if d.closed {
 		d.mu.Unlock()
-		return 0, errorWhy(op, cudadrv.ErrorDeinitialized, "driver closed")
+		return inject{}, errorWhy(op, cudadrv.ErrorDeinitialized, "driver closed")
 	}
 	var fire *rule
 	for _, r := range d.rules {
-		if r.op != op || r.spent {
+		if r.spent || (r.op != op && !slices.Contains(classes, r.op)) {
 			continue
 		}
 		if r.left > 0 {
@@ -444,20 +552,35 @@ func (d *Driver) begin(op string) (asyncFail cudadrv.Result, err error) {
 			fire = r
 		}
 	}
+	var err error
+	if fire != nil && !fire.async {
+		err = errorWhy(op, fire.code, "injected fault (FailOn %s)", fire.name())
+		if fire.sticky {
+			d.stick(d.cur[threadID()], err)
+		}
+	}
 	hook := d.hook
 	d.mu.Unlock()
 	if fire != nil {
 		if fire.async {
-			return fire.code, nil
+			return inject{code: fire.code, sticky: fire.sticky, rule: fire.name()}, nil
 		}
-		return 0, errorWhy(op, fire.code, "injected fault (FailOn %s, nth %d)", op, fire.origin)
+		return inject{}, err
 	}
 	if hook != nil {
 		if r := hook(op); r != cudadrv.Success {
-			return 0, errorWhy(op, r, "injected fault (hook)")
+			return inject{}, errorWhy(op, r, "injected fault (hook)")
 		}
 	}
-	return 0, nil
+	return inject{}, nil
+}
+
+// name is how messages name the rule.
+func (r *rule) name() string {
+	if r.origin <= 0 {
+		return r.op + ", every call"
+	}
+	return fmt.Sprintf("%s, call %d", r.op, r.origin)
 }
 
 // ---- counters ----
@@ -510,32 +633,92 @@ func (d *Driver) Live() Counts {
 }
 
 // Leaks returns an error describing live streams, events, modules,
-// contexts, allocations, registrations and primary context references, or
-// nil when there are none.
+// contexts, allocations, registrations, primary context references and
+// queued work that never ran, or nil when there are none.
 func (d *Driver) Leaks() error {
-	c := d.Live()
-	var parts []string
-	add := func(n int, what string) {
-		if n != 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n, what))
-		}
-	}
-	add(c.HostAllocs, "host allocation(s)")
-	add(c.Registrations, "registration(s)")
-	add(c.DeviceAllocs, "device allocation(s)")
-	add(c.Streams, "stream(s)")
-	add(c.Events, "event(s)")
-	add(c.Modules, "module(s)")
-	add(c.Contexts, "context(s)")
-	add(c.PrimaryRefs, "primary context reference(s)")
+	parts, stacks := d.LeakReport(true)
 	if len(parts) == 0 {
 		return nil
 	}
-	return fmt.Errorf("fakedrv: live objects: %s", strings.Join(parts, ", "))
+	return fmt.Errorf("cudatest: live objects: %s%s", strings.Join(parts, ", "), stacks)
 }
 
-// Calls returns how many times op (a driver symbol name) was called,
-// including calls that failed.
+// LeakReport describes what is live in this fake: parts has one phrase per
+// kind of object left ("2 stream(s)", "1 device allocation(s) (64
+// bytes)", "3 queued operation(s) that never ran"), and stacks, when
+// pinmem recorded the creation of some of them (internal/track), lists
+// each such object live in this fake, not another, with the stack that
+// created it, starting on a new line. Primary context references count
+// only when primary is true: package cuda keeps them for the life of the
+// process.
+func (d *Driver) LeakReport(primary bool) (parts []string, stacks string) {
+	c := d.Live()
+	add := func(n int, bytes uint64, what string) {
+		switch {
+		case n != 0 && bytes != 0:
+			parts = append(parts, fmt.Sprintf("%d %s (%d bytes)", n, what, bytes))
+		case n != 0:
+			parts = append(parts, fmt.Sprintf("%d %s", n, what))
+		}
+	}
+	add(c.Streams, 0, "stream(s)")
+	add(c.Events, 0, "event(s)")
+	add(c.Modules, 0, "module(s)")
+	add(c.Contexts, 0, "context(s)")
+	add(c.DeviceAllocs, c.DeviceBytes, "device allocation(s)")
+	add(c.HostAllocs, c.HostAllocBytes, "pinned allocation(s)")
+	add(c.Registrations, c.RegisteredBytes, "registration(s)")
+	add(c.PendingOps, 0, "queued operation(s) that never ran")
+	if primary {
+		add(c.PrimaryRefs, 0, "primary context reference(s)")
+	}
+	if len(parts) == 0 {
+		return nil, ""
+	}
+	var b strings.Builder
+	for _, o := range track.Live() {
+		if !d.owns(o.Kind, o.ID) {
+			continue
+		}
+		fmt.Fprintf(&b, "\n- %s %#x", o.Kind, o.ID)
+		if o.Size > 0 {
+			fmt.Fprintf(&b, " (%d bytes)", o.Size)
+		}
+		if o.Stack != "" {
+			b.WriteString(", created at:\n")
+			b.WriteString(strings.TrimRight(o.Stack, "\n"))
+		}
+	}
+	return parts, b.String()
+}
+
+// owns reports whether the object pinmem recorded as kind k with handle or
+// address id is live in this fake.
+func (d *Driver) owns(k track.Kind, id uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch k {
+	case track.Stream:
+		return d.streams[cudadrv.Stream(id)] != nil
+	case track.Event:
+		return d.events[cudadrv.Event(id)] != nil
+	case track.Module:
+		return d.modules[cudadrv.Module(id)] != nil
+	case track.Context:
+		_, ok := d.contexts[cudadrv.Context(id)]
+		return ok
+	case track.DeviceMemory:
+		a := d.findDev(cudadrv.DevicePtr(id))
+		return a != nil && uint64(a.base) == id
+	case track.HostAlloc, track.Registration:
+		h := d.findHost(uintptr(id))
+		return h != nil && uint64(h.start()) == id && h.alloc == (k == track.HostAlloc)
+	}
+	return false
+}
+
+// Calls returns how many times op (a driver symbol name or an operation
+// class) was called, including calls that failed.
 func (d *Driver) Calls(op string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -843,6 +1026,9 @@ func (d *Driver) needCtx(op string) (cudadrv.Context, cudadrv.Device, error) {
 	if !ok {
 		return 0, 0, errorWhy(op, cudadrv.ErrorInvalidContext, "the current context %#x is destroyed or released", uintptr(c))
 	}
+	if err := d.stuck(op, c); err != nil {
+		return 0, 0, err
+	}
 	return c, dev, nil
 }
 
@@ -945,15 +1131,17 @@ type module struct {
 }
 
 type function struct {
-	h   cudadrv.Function
-	mod *module
-	k   *kernel
+	h    cudadrv.Function
+	mod  *module
+	name string // the kernel's name: a launch runs the body registered for it then
 }
 
 // RegisterKernel makes name resolvable by ModuleGetFunction in every module
 // loaded from now on or earlier. argSizes gives the size in bytes of each
 // kernel argument; LaunchKernel copies that many bytes of each from its
 // parameter array. fn may be nil for a kernel that does nothing.
+// Registering a name again replaces the kernel for every launch from then
+// on, of functions looked up before as well as after.
 func (d *Driver) RegisterKernel(name string, argSizes []int, fn KernelFunc) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -1018,18 +1206,16 @@ func (d *Driver) ModuleGetFunction(m cudadrv.Module, name string) (cudadrv.Funct
 	if !ok {
 		return 0, errorWhy(op, cudadrv.ErrorInvalidHandle, "module %#x unknown or unloaded", uintptr(m))
 	}
-	k, ok := d.kernels[name]
-	if !ok {
+	if _, ok := d.kernels[name]; !ok {
 		return 0, errorWhy(op, cudadrv.ErrorNotFound, "no kernel %q registered", name)
 	}
 	for _, fh := range mod.funcs {
-		if f := d.funcs[fh]; f.k.name == name {
-			f.k = k
+		if d.funcs[fh].name == name {
 			return fh, nil
 		}
 	}
 	d.nextFunc += 0x10
-	f := &function{h: cudadrv.Function(d.nextFunc), mod: mod, k: k}
+	f := &function{h: cudadrv.Function(d.nextFunc), mod: mod, name: name}
 	d.funcs[f.h] = f
 	mod.funcs = append(mod.funcs, f.h)
 	return f.h, nil
@@ -1065,7 +1251,7 @@ func (d *Driver) LaunchKernel(f cudadrv.Function, grid, block [3]uint32, sharedM
 	if sharedMem > 228<<10 {
 		return errorWhy(op, cudadrv.ErrorInvalidValue, "shared memory %d bytes", sharedMem)
 	}
-	k := fn.k
+	k := d.kernels[fn.name]
 	call := &KernelCall{Name: k.name, Grid: grid, Block: block, SharedMem: sharedMem, Stream: s, d: d}
 	if n := len(k.argSizes); n > 0 {
 		if params == nil {

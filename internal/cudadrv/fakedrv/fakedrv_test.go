@@ -77,6 +77,18 @@ func ok(t *testing.T, err error) {
 	}
 }
 
+// waitBlocked returns once a call of op is blocked on held work of stream
+// h (of any stream when all is true).
+func waitBlocked(d *fakedrv.Driver, h cudadrv.Stream, all bool, op string) {
+	for {
+		changed := d.Changed()
+		if got, _, _ := d.Blocked(h, all, -1); got == op {
+			return
+		}
+		<-changed
+	}
+}
+
 // wantCode checks that err is a *cudadrv.Error with the code and the names
 // the real binding would give.
 func wantCode(t *testing.T, err error, op string, code cudadrv.Result) {
@@ -449,10 +461,11 @@ func TestStreamOrderingAndHold(t *testing.T) {
 
 	done := make(chan error)
 	go func() { done <- d.StreamSynchronize(s) }()
+	waitBlocked(d, s, false, "cuStreamSynchronize")
 	select {
 	case err := <-done:
 		t.Fatalf("StreamSynchronize returned while held: %v", err)
-	case <-time.After(20 * time.Millisecond):
+	default:
 	}
 	ok(t, d.ReleaseStream(s))
 	ok(t, <-done)
@@ -537,7 +550,7 @@ func TestPauseAndCtxSynchronize(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		time.Sleep(10 * time.Millisecond)
+		waitBlocked(d, 0, true, "cuCtxSynchronize")
 		d.Resume()
 	}()
 	ok(t, d.CtxSynchronize())
@@ -585,10 +598,11 @@ func TestPageableAsync(t *testing.T) {
 	done := make(chan error)
 	dst := make([]byte, 4)
 	go func() { done <- d.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), x, 4, s) }()
+	waitBlocked(d, s, false, "cuMemcpyDtoHAsync_v2")
 	select {
 	case err := <-done:
 		t.Fatalf("DtoH to pageable memory returned while the stream was held: %v", err)
-	case <-time.After(20 * time.Millisecond):
+	default:
 	}
 	ok(t, d.ReleaseStream(s))
 	ok(t, <-done)

@@ -22,7 +22,7 @@ type InstalledError struct {
 }
 
 func (e *InstalledError) Error() string {
-	return fmt.Sprintf("fakedrv: %s cannot install a fake driver: one is already installed by %s (tests that install one must not run in parallel)", OwnerName(e.Owner), OwnerName(e.By))
+	return fmt.Sprintf("cudatest: %s cannot install a fake driver: one is already installed by %s (tests that install one must not run in parallel)", OwnerName(e.Owner), OwnerName(e.By))
 }
 
 // Is reports whether target is ErrInstalled.
@@ -43,7 +43,7 @@ var install struct {
 // restore may be called more than once, later calls do nothing.
 func Install(d *Driver, owner string) (restore func(), err error) {
 	if d == nil {
-		return nil, fmt.Errorf("fakedrv: Install of a nil driver: %w", cudadrv.ErrInvalidValue)
+		return nil, fmt.Errorf("cudatest: Install of a nil driver: %w", cudadrv.ErrInvalidValue)
 	}
 	install.mu.Lock()
 	defer install.mu.Unlock()

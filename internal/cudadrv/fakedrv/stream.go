@@ -10,31 +10,44 @@ import (
 type task struct {
 	name      string
 	stream    *stream
-	wait      []*task      // operations that must be done before this one runs
-	run       func() error // nil for markers (event records, waits)
-	fail      cudadrv.Result
+	ctx       cudadrv.Context // the context the work runs in
+	wait      []*task         // operations that must be done before this one runs
+	run       func() error    // nil for markers (event records, waits)
+	fail      inject          // an injected asynchronous fault
 	done      bool
 	cancelled bool
 	doneAt    time.Time
 	err       error
-	sync      bool // a synchronous call waits for it and reports its error itself
+	sync      bool   // a synchronous call waits for it and reports its error itself
+	fault     *fault // for an event record: the fault of its stream not yet reported when it ran
+}
+
+// fault is an asynchronous error, reported once: by the first query or
+// synchronization that observes it (see exec).
+type fault struct {
+	err      error
+	reported bool
 }
 
 type stream struct {
 	h         cudadrv.Stream
+	seq       int             // creation order among the fake's streams, from 1
 	ctx       cudadrv.Context // the context the stream was created in; 0 for the legacy default stream
 	flags     uint32
 	queue     []*task
 	last      *task // last operation enqueued
 	held      bool
 	destroyed bool
-	err       error // first asynchronous error not yet reported
+	err       *fault // latest asynchronous fault of the stream's work, reported or not
+	polls     int    // queries that found the stream's work not ready
+	pollOp    string // the driver function of the latest one
 }
 
 func (s *stream) blocking() bool { return s.flags&cudadrv.StreamNonBlocking == 0 }
 
 type event struct {
 	h         cudadrv.Event
+	ctx       cudadrv.Context // the context current at creation
 	flags     uint32
 	rec       *task // the latest EventRecord, nil when never recorded
 	destroyed bool
@@ -72,6 +85,9 @@ func (d *Driver) streamOf(op string, h cudadrv.Stream) (*stream, error) {
 	if c := d.cur[threadID()]; c != 0 && s.ctx != 0 && c != s.ctx {
 		return nil, errorWhy(op, cudadrv.ErrorInvalidContext, "stream %#x belongs to context %#x, but context %#x is current on the calling thread", uintptr(h), uintptr(s.ctx), uintptr(c))
 	}
+	if err := d.stuck(op, s.ctx); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -82,13 +98,17 @@ func (d *Driver) notify() {
 
 // enqueue queues work on s, with the legacy default stream's implicit
 // synchronization, and runs whatever can run. d.mu must be held.
-func (d *Driver) enqueue(s *stream, name string, fail cudadrv.Result, run func() error) *task {
+func (d *Driver) enqueue(s *stream, name string, fail inject, run func() error) *task {
 	return d.push(s, &task{name: name, run: run, fail: fail})
 }
 
 // push queues o on s, adding the legacy default stream's implicit waits.
 func (d *Driver) push(s *stream, o *task) *task {
 	o.stream = s
+	o.ctx = s.ctx
+	if s == d.def {
+		o.ctx = d.cur[threadID()]
+	}
 	if s == d.def {
 		for _, t := range d.active {
 			if t != s && t.blocking() && t.last != nil && !t.last.done {
@@ -138,18 +158,25 @@ func (d *Driver) pump() {
 
 func ready(wait []*task) bool {
 	for _, w := range wait {
-		if !w.done {
+		if w != nil && !w.done {
 			return false
 		}
 	}
 	return true
 }
 
+// exec runs o. An asynchronous error becomes the fault of o's stream,
+// reported once, as a GPU reports a fault: by the first of a query or
+// synchronization of the stream, a query or synchronization of an event
+// recorded on the stream after o, or a synchronization of the context. A
+// sticky fault (When.Sticky in cudatest) also fails every later call in
+// o's context (see stuck).
 func (d *Driver) exec(o *task) {
+	marker := o.run == nil
 	if !o.cancelled {
 		switch {
-		case o.fail != cudadrv.Success:
-			o.err = errorWhy(o.name, o.fail, "injected asynchronous fault (FailAsync %s)", o.name)
+		case o.fail.code != cudadrv.Success:
+			o.err = errorWhy(o.name, o.fail.code, "injected asynchronous fault (FailAsync %s)", o.fail.rule)
 		case o.run != nil:
 			o.err = o.run()
 		}
@@ -158,22 +185,42 @@ func (d *Driver) exec(o *task) {
 	o.doneAt = time.Now()
 	o.wait = nil
 	o.run = nil
+	s := o.stream
 	if o.err != nil && !o.sync {
 		d.asyncErrs = append(d.asyncErrs, o.err)
-		if o.stream.err == nil {
-			o.stream.err = o.err
+		if s.err == nil || s.err.reported {
+			s.err = &fault{err: o.err}
 		}
+	}
+	if o.err != nil && o.fail.sticky {
+		d.stick(o.ctx, o.err)
+	}
+	if marker && s.err != nil && !s.err.reported {
+		o.fault = s.err // an event record behind the fault reports it
 	}
 }
 
-// waitFor blocks, with d.mu held on entry and exit, until cond holds,
-// running released work as it goes. It fails after the wait timeout.
-func (d *Driver) waitFor(op string, cond func() bool) error {
+// waitFor blocks, with d.mu held on entry and exit, until every task of
+// on is done, running released work as it goes; while it blocks, Blocked
+// reports it as op. It fails after the wait timeout.
+func (d *Driver) waitFor(op string, on ...*task) error {
+	cond := func() bool { return ready(on) }
 	var timeout <-chan time.Time
+	w := &waiter{op: op, on: on}
+	defer func() {
+		if d.waiters[w] {
+			delete(d.waiters, w)
+			d.notify()
+		}
+	}()
 	for {
 		d.pump()
 		if cond() {
 			return nil
+		}
+		if !d.waiters[w] {
+			d.waiters[w] = true
+			d.notify()
 		}
 		if timeout == nil && d.timeout > 0 {
 			t := time.NewTimer(d.timeout)
@@ -201,21 +248,31 @@ func (d *Driver) waitFor(op string, cond func() bool) error {
 // waitOp waits for a synchronous call's operation and returns its error.
 func (d *Driver) waitOp(name string, o *task) error {
 	o.sync = true
-	if err := d.waitFor(name, func() bool { return o.done }); err != nil {
+	if err := d.waitFor(name, o); err != nil {
 		o.cancelled = true
 		return err
 	}
 	return o.err
 }
 
-// takeErr returns and forgets the first asynchronous error of s, relabelled
-// as reported by the synchronizing call op.
-func takeErr(s *stream, op string) error {
-	err := s.err
-	s.err = nil
+// report returns f's error, relabelled as reported by the call op, unless
+// f is nil or was reported already; f counts as reported from now on.
+func report(f *fault, op string) error {
+	if f == nil || f.reported {
+		return nil
+	}
+	f.reported = true
+	return relabelFor(f.err, op)
+}
+
+// relabelFor returns err as reported by the call op, naming the operation
+// that failed.
+func relabelFor(err error, op string) error {
 	if e, ok := err.(*cudadrv.Error); ok {
 		c := *e
-		c.Detail += " (reported for " + e.Op + ")"
+		if e.Op != op {
+			c.Detail += " (reported for " + e.Op + ")"
+		}
 		c.Op = op
 		return &c
 	}
@@ -292,7 +349,8 @@ func (d *Driver) StreamCreate(flags uint32) (cudadrv.Stream, error) {
 		return 0, err
 	}
 	d.nextStream += 0x10
-	s := &stream{h: cudadrv.Stream(d.nextStream), ctx: ctx, flags: flags}
+	d.streamSeq++
+	s := &stream{h: cudadrv.Stream(d.nextStream), seq: d.streamSeq, ctx: ctx, flags: flags}
 	d.streams[s.h] = s
 	d.active = append(d.active, s)
 	return s.h, nil
@@ -319,7 +377,7 @@ func (d *Driver) StreamDestroy(s cudadrv.Stream) error {
 }
 
 // StreamSynchronize is cuStreamSynchronize: it waits for the work queued on
-// s and returns the first asynchronous error of that work not yet reported.
+// s and returns the fault of that work not yet reported, if any.
 func (d *Driver) StreamSynchronize(s cudadrv.Stream) error {
 	const op = "cuStreamSynchronize"
 	if _, err := d.begin(op); err != nil {
@@ -331,15 +389,15 @@ func (d *Driver) StreamSynchronize(s cudadrv.Stream) error {
 	if err != nil {
 		return err
 	}
-	last := st.last
-	if err := d.waitFor(op, func() bool { return last == nil || last.done }); err != nil {
+	if err := d.waitFor(op, st.last); err != nil {
 		return err
 	}
-	return takeErr(st, op)
+	return report(st.err, op)
 }
 
-// StreamQuery is cuStreamQuery: nil when s has no queued work, an error
-// matching ErrNotReady otherwise.
+// StreamQuery is cuStreamQuery: an error matching ErrNotReady while s has
+// queued work; then the fault of its work not yet reported, if any, as
+// StreamSynchronize reports it.
 func (d *Driver) StreamQuery(s cudadrv.Stream) error {
 	const op = "cuStreamQuery"
 	if _, err := d.begin(op); err != nil {
@@ -353,9 +411,10 @@ func (d *Driver) StreamQuery(s cudadrv.Stream) error {
 	}
 	d.pump()
 	if len(st.queue) > 0 {
+		d.poll(st, op)
 		return errorOf(op, cudadrv.ErrorNotReady)
 	}
-	return nil
+	return report(st.err, op)
 }
 
 // StreamWaitEvent is cuStreamWaitEvent: later work on s waits for the
@@ -404,12 +463,12 @@ func (d *Driver) CtxSynchronize() error {
 			lasts = append(lasts, s.last)
 		}
 	}
-	if err := d.waitFor(op, func() bool { return ready(lasts) }); err != nil {
+	if err := d.waitFor(op, lasts...); err != nil {
 		return err
 	}
 	var first error
 	for _, s := range d.active {
-		if err := takeErr(s, op); err != nil && first == nil {
+		if err := report(s.err, op); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -427,11 +486,12 @@ func (d *Driver) EventCreate(flags uint32) (cudadrv.Event, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, _, err := d.needCtx(op); err != nil {
+	ctx, _, err := d.needCtx(op)
+	if err != nil {
 		return 0, err
 	}
 	d.nextEvent += 0x10
-	e := &event{h: cudadrv.Event(d.nextEvent), flags: flags}
+	e := &event{h: cudadrv.Event(d.nextEvent), ctx: ctx, flags: flags}
 	d.events[e.h] = e
 	return e.h, nil
 }
@@ -453,10 +513,14 @@ func (d *Driver) EventDestroy(e cudadrv.Event) error {
 	return nil
 }
 
+// event returns the live event e for a call that uses it. d.mu must be held.
 func (d *Driver) event(op string, e cudadrv.Event) (*event, error) {
 	ev, ok := d.events[e]
 	if !ok {
 		return nil, errorWhy(op, cudadrv.ErrorInvalidHandle, "event %#x unknown or destroyed", uintptr(e))
+	}
+	if err := d.stuck(op, ev.ctx); err != nil {
+		return nil, err
 	}
 	return ev, nil
 }
@@ -485,7 +549,9 @@ func (d *Driver) EventRecord(e cudadrv.Event, s cudadrv.Stream) error {
 }
 
 // EventQuery is cuEventQuery: nil when the latest record completed (or the
-// event was never recorded), an error matching ErrNotReady otherwise.
+// event was never recorded), an error matching ErrNotReady while it has not;
+// a fault of the work recorded before it that nothing reported yet is
+// reported here.
 func (d *Driver) EventQuery(e cudadrv.Event) error {
 	const op = "cuEventQuery"
 	if _, err := d.begin(op); err != nil {
@@ -498,13 +564,18 @@ func (d *Driver) EventQuery(e cudadrv.Event) error {
 		return err
 	}
 	d.pump()
-	if ev.rec != nil && !ev.rec.done {
+	if ev.rec == nil {
+		return nil
+	}
+	if !ev.rec.done {
+		d.poll(ev.rec.stream, op)
 		return errorOf(op, cudadrv.ErrorNotReady)
 	}
-	return nil
+	return report(ev.rec.fault, op)
 }
 
-// EventSynchronize is cuEventSynchronize: it waits for the latest record.
+// EventSynchronize is cuEventSynchronize: it waits for the latest record
+// and reports, as EventQuery does, a fault of the work recorded before it.
 func (d *Driver) EventSynchronize(e cudadrv.Event) error {
 	const op = "cuEventSynchronize"
 	if _, err := d.begin(op); err != nil {
@@ -517,7 +588,13 @@ func (d *Driver) EventSynchronize(e cudadrv.Event) error {
 		return err
 	}
 	rec := ev.rec
-	return d.waitFor(op, func() bool { return rec == nil || rec.done })
+	if rec == nil {
+		return nil
+	}
+	if err := d.waitFor(op, rec); err != nil {
+		return err
+	}
+	return report(rec.fault, op)
 }
 
 // EventElapsedTime is cuEventElapsedTime: the wall-clock milliseconds
@@ -553,4 +630,111 @@ func (d *Driver) EventElapsedTime(start, end cudadrv.Event) (float32, error) {
 		ms = 0
 	}
 	return ms, nil
+}
+
+// waiter is a call blocked in waitFor.
+type waiter struct {
+	op string
+	on []*task
+}
+
+// poll records that the query op found work of s not ready, for Blocked.
+// d.mu must be held.
+func (d *Driver) poll(s *stream, op string) {
+	s.polls++
+	s.pollOp = op
+	d.polls++
+	d.pollOp = op
+	d.notify()
+}
+
+// Blocked returns the driver function of a call that waits for work queued
+// on stream h (any stream when all is true) and not yet run: a
+// synchronizing call blocked on it now, or a query that found it not
+// ready since the caller's previous call of Blocked (code that polls
+// queries again and again). It also returns the count of such queries so
+// far, which the caller passes as seen to its next call; a first call
+// passes seen < 0, since the queries before it may have stopped. It
+// returns "" when no call waits, and an error for a stream unknown to the
+// fake. In the fake, work that has not run is held (HoldStream, Pause) or
+// waits for held work, so such a call is blocked on a hold. Changed
+// returns a channel closed at the next change, for waiting on Blocked.
+func (d *Driver) Blocked(h cudadrv.Stream, all bool, seen int) (op string, polls int, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var target *stream
+	polls, pollOp := d.polls, d.pollOp
+	if !all {
+		if target, err = d.stream("Blocked", h); err != nil {
+			return "", 0, err
+		}
+		polls, pollOp = target.polls, target.pollOp
+	}
+	for w := range d.waiters {
+		for _, t := range w.on {
+			if t != nil && !t.done && (target == nil || behind(t, target, map[*task]bool{})) {
+				return w.op, polls, nil
+			}
+		}
+	}
+	if seen >= 0 && polls > seen {
+		return pollOp, polls, nil
+	}
+	return "", polls, nil
+}
+
+// behind reports whether task t waits, directly or through the tasks
+// queued before it and what they wait for, on work queued on s.
+func behind(t *task, s *stream, seen map[*task]bool) bool {
+	if t == nil || t.done || seen[t] {
+		return false
+	}
+	seen[t] = true
+	if t.stream == s {
+		return true
+	}
+	for _, w := range t.wait {
+		if behind(w, s, seen) {
+			return true
+		}
+	}
+	for _, o := range t.stream.queue {
+		if o == t {
+			break
+		}
+		if behind(o, s, seen) {
+			return true
+		}
+	}
+	return false
+}
+
+// Changed returns a channel that is closed when queued work makes
+// progress, a hold changes or a call starts or stops waiting.
+func (d *Driver) Changed() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.changed
+}
+
+// StreamInfo is a live stream of the fake.
+type StreamInfo struct {
+	Handle cudadrv.Stream
+	Ctx    cudadrv.Context // the context it was created in
+	Device cudadrv.Device  // that context's device
+}
+
+// Streams returns the live streams, in the order they were created.
+func (d *Driver) Streams() []StreamInfo {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []StreamInfo
+	for _, s := range d.active {
+		if s == d.def || s.destroyed {
+			continue
+		}
+		dev, _ := d.ctxDevice(s.ctx)
+		out = append(out, StreamInfo{Handle: s.h, Ctx: s.ctx, Device: dev})
+	}
+	return out
 }
