@@ -18,7 +18,6 @@ const module = "github.com/pinmem/pinmem"
 var layer = map[string]int{
 	"internal/hostptr": -1, "internal/testhook": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0, "internal/units": 0,
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
-	"load/internal/uring": 1, // io_uring by raw system calls, below the loader
 	"internal/budgetspec": 2, // the budget as PINMEM_BUDGET and the command give it
 	"internal/cudaerr":    2, // the binding's errors as cuda's types, for the packages above cuda that call the binding
 	"internal/testutil":   3, "": 3,
@@ -40,8 +39,8 @@ var bindingImporters = map[string]string{
 	"":                         "the host-memory face of the driver beside cuda: cuMemHostAlloc/Register, mapped pointers, pointer attributes, with the ledger that accounts for them",
 	"internal/diag":            "doctor reports which driver library is loaded and the variable that chooses it",
 	"internal/testutil":        "tests install the fake driver and detect the real one",
-	"blocks":                   "block lists need the driver's batch copy (cuMemcpyBatchAsync), copies queued 16 per crossing (RunBatch) and host pointer attributes, which cuda does not offer",
 	"internal/cudaerr":         "converts the binding's errors into cuda's types for the packages above cuda that call the binding",
+	"blocks":                   "block lists need the driver's batch copy (cuMemcpyBatchAsync), copies queued 16 per crossing (RunBatch) and host pointer attributes, which cuda does not offer",
 	"cudatest":                 "hands users' options, faults, stream holds and kernels to the fake driver, whose API speaks the binding's types (CUresult, attributes, handles)",
 }
 
@@ -94,6 +93,9 @@ func TestLayering(t *testing.T) {
 				continue
 			}
 			target := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
+			if strings.HasPrefix(pkg, "examples/") && strings.HasPrefix(target, "examples/") {
+				continue // the examples' own helpers (kernels, test support) sit beside them, above the library
+			}
 			if target == "internal/cudadrv" {
 				binding[pkg] = true
 				if _, ok := bindingImporters[pkg]; !ok {
@@ -101,9 +103,6 @@ func TestLayering(t *testing.T) {
 				}
 			}
 			theirs, known := layer[target]
-			if ex := exampleOf(pkg); ex != "" && exampleOf(target) == ex {
-				theirs, known = 7, true // an example's own packages (its kernel, its measure tool's helpers)
-			}
 			if !ranked || !known {
 				t.Errorf("%s imports %s: package %q or %q has no layer in TestLayering", path, p, pkg, target)
 				continue
@@ -125,14 +124,4 @@ func TestLayering(t *testing.T) {
 	if checked < 50 {
 		t.Fatalf("checked only %d files under %s: the walk is broken", checked, root)
 	}
-}
-
-// exampleOf returns "examples/NAME" for a package of that example, "" for
-// any other package.
-func exampleOf(pkg string) string {
-	parts := strings.SplitN(pkg, "/", 3)
-	if len(parts) < 2 || parts[0] != "examples" {
-		return ""
-	}
-	return parts[0] + "/" + parts[1]
 }

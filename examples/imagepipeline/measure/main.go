@@ -466,7 +466,7 @@ func (p *pipe) measure(ctx context.Context) ([]Row, Bound, error) {
 }
 
 // naive is the article's starting point: one frame at a time, every copy
-// synchronous. DeviceBuffer.CopyFromHost and CopyToHost return when the bytes are in
+// synchronous. DeviceBuffer.WriteAt and ReadAt return when the bytes are in
 // place; from Go memory the driver copies them through its own pinned
 // buffer.
 func (p *pipe) naive(in, out []byte, frames int) error {

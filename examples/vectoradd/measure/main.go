@@ -7,7 +7,7 @@
 // For each array size it runs the same loop three ways:
 //
 //   - pageable: the arrays are ordinary Go slices; every copy is a
-//     synchronous DeviceBuffer.CopyFromHost or CopyToHost, so the driver stages the bytes
+//     synchronous DeviceBuffer.WriteAt or ReadAt, so the driver stages the bytes
 //     through its own pinned buffer;
 //   - pinned: the arrays live in pinmem.Alloc buffers; the same synchronous
 //     copies then go straight to the copy engine (DMA);

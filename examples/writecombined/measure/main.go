@@ -11,7 +11,7 @@
 // write-combined one of the same size, and measures for each:
 //
 //   - the CPU writing it (copy from a Go slice into it);
-//   - copying it to the GPU (a synchronous DeviceBuffer.CopyFromHost; the bytes
+//   - copying it to the GPU (a synchronous DeviceBuffer.WriteAt; the bytes
 //     are read back and compared after every copy);
 //   - the CPU reading it (copy from it into a Go slice, -readsize bytes).
 //
