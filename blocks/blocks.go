@@ -35,6 +35,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudaerr"
 )
 
 // Block is one block of a list: the len(Host) bytes of pinned host memory
@@ -305,7 +306,7 @@ func (c *Copier) Copy(ctx context.Context, lists ...List) (Report, error) {
 	if rep.Blocks == 0 {
 		return rep, nil
 	}
-	drv, err := cudadrv.Get()
+	drv, err := cudaerr.Public2(cudadrv.Get())
 	if err != nil {
 		return Report{}, err
 	}

@@ -31,6 +31,9 @@ func must(t testing.TB, err error) {
 	}
 }
 
+// errOf returns the error of an io call (ReadAt, WriteAt).
+func errOf(_ int, err error) error { return err }
+
 // env is a KV cache on the fake: nblk blocks of bs bytes in each of two
 // device buffers (out: the blocks paged out; in: the slots paged into),
 // two pinned, mapped host buffers of as many blocks (src: the blocks
@@ -68,7 +71,7 @@ func newEnv(t testing.TB, opts fakedrv.Options, bs, nblk int, flags pinmem.Flags
 		*h = b
 	}
 	copy(e.src.Bytes(), testutil.RandomBytes(bs*nblk, 1))
-	must(t, e.out.CopyFromHost(0, testutil.RandomBytes(bs*nblk, 2)))
+	must(t, errOf(e.out.WriteAt(testutil.RandomBytes(bs*nblk, 2), 0)))
 	r := rand.New(rand.NewPCG(3, 4))
 	e.slot, e.hslots = r.Perm(nblk), r.Perm(nblk)
 	return e
@@ -90,7 +93,7 @@ func (e *env) check(t testing.TB, l []blocks.Block) {
 	t.Helper()
 	got := make([]byte, e.bs)
 	for i, b := range l {
-		must(t, b.Dev.CopyToHost(b.Off, got[:len(b.Host)]))
+		must(t, errOf(b.Dev.ReadAt(got[:len(b.Host)], int64(b.Off))))
 		if !bytes.Equal(got[:len(b.Host)], b.Host) {
 			t.Fatalf("block %d differs between host and device", i)
 		}
@@ -322,7 +325,7 @@ func TestFakeRefused(t *testing.T) {
 		{"destroyed stream", []blocks.List{blocks.ToHost(dead, to(blk(d, 0, 0)))}, -2, 0, cuda.ErrInvalidHandle},
 	}
 	devBefore := make([]byte, e.in.Size())
-	must(t, e.in.CopyToHost(0, devBefore))
+	must(t, errOf(e.in.ReadAt(devBefore, 0)))
 	hostBefore, dstBefore := bytes.Clone(h), bytes.Clone(d)
 	for _, strategy := range []blocks.Strategy{blocks.Auto, blocks.DriverBatch, blocks.PerCopy} {
 		bc := newCopier(t, e.ctx, blocks.WithStrategy(strategy))
@@ -346,7 +349,7 @@ func TestFakeRefused(t *testing.T) {
 		}
 	}
 	devAfter := make([]byte, e.in.Size())
-	must(t, e.in.CopyToHost(0, devAfter))
+	must(t, errOf(e.in.ReadAt(devAfter, 0)))
 	testutil.CheckBytes(t, devBefore, devAfter)
 	testutil.CheckBytes(t, hostBefore, h)
 	testutil.CheckBytes(t, dstBefore, d)
@@ -471,7 +474,7 @@ func TestFakeQueuedNotRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := make([]byte, e.in.Size())
-		must(t, e.in.CopyToHost(0, got))
+		must(t, errOf(e.in.ReadAt(got, 0)))
 		if !bytes.Equal(got, make([]byte, len(got))) {
 			t.Fatal("a block landed while the stream was held")
 		}

@@ -17,7 +17,7 @@ import (
 // memsetOn queues a memset of buf on s and records ev after it.
 func memsetOn(t *testing.T, s *cuda.Stream, buf *cuda.DeviceBuffer, ev *cuda.Event) {
 	t.Helper()
-	if err := s.Memset(buf.Ptr(), 9, buf.Size()); err != nil {
+	if err := s.Memset(buf, 0, 9, buf.Size()); err != nil {
 		t.Fatalf("queueing the memset: %v", err)
 	}
 	if ev != nil {
@@ -103,9 +103,9 @@ func TestStickyFault(t *testing.T) {
 		"stream synchronize":  func() error { return s.Synchronize(context.Background()) },
 		"event record":        func() error { return ev.Record(s) },
 		"event synchronize":   func() error { return ev.Synchronize(context.Background()) },
-		"memset":              func() error { return s.Memset(buf.Ptr(), 1, 64) },
+		"memset":              func() error { return s.Memset(buf, 0, 1, 64) },
 		"context synchronize": func() error { return ctx.Synchronize(context.Background()) },
-		"copy to host":        func() error { return buf.CopyToHost(0, make([]byte, 64)) },
+		"copy to host":        func() error { _, err := buf.ReadAt(make([]byte, 64), 0); return err },
 		"allocation": func() error {
 			b, err := ctx.Alloc(64)
 			if err == nil {
@@ -251,7 +251,7 @@ func TestKernelReplaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fn, err := mod.Function("fill")
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +277,7 @@ func TestKernelReplaced(t *testing.T) {
 		if err := s.Synchronize(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if err := buf.CopyToHost(0, got); err != nil {
+		if _, err := buf.ReadAt(got, 0); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, bytes.Repeat([]byte{v}, 16)) {
@@ -299,7 +299,7 @@ func TestKernelFaultInPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fn, err := mod.Function("work")
 	if err != nil {
 		t.Fatal(err)

@@ -44,7 +44,7 @@ func TestHoldStream(t *testing.T) {
 	if err := d.HoldStream(s); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Memset(buf.Ptr(), 3, 16); err != nil {
+	if err := s.Memset(buf, 0, 3, 16); err != nil {
 		t.Fatal(err)
 	}
 	if done, err := s.Query(); done || err != nil {
@@ -86,7 +86,7 @@ func TestHoldStream(t *testing.T) {
 		t.Fatalf("Synchronize released by another goroutine: %v", err)
 	}
 	got := make([]byte, 16)
-	if err := buf.CopyToHost(0, got); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{3}, 16)) {
+	if _, err := buf.ReadAt(got, 0); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{3}, 16)) {
 		t.Errorf("after release: %v, %v", got, err)
 	}
 	if err := d.HoldStream(nil); !errors.Is(err, cuda.ErrInvalidValue) {
@@ -126,7 +126,7 @@ func TestReleaseOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fn, err := mod.Function("mark")
 	if err != nil {
 		t.Fatal(err)
