@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -94,7 +93,7 @@ Render the docs from the run with:
 	fl.StringVar(&f.plotExt, "plot-format", "png", "format of the plots: png or svg")
 	fl.StringVar(&f.cref, "cref", "", "directory of the built C reference programs (cref/build -o DIR)")
 	fl.StringVar(&f.weights, "weights", "", "a weights file for the load test (safetensors)")
-	fl.StringVar(&f.python, "python", "python3", "Python with PyTorch and safetensors for the load test's reference")
+	fl.StringVar(&f.python, "python", "python3", "Python with PyTorch and safetensors for the load test's reference (runs scripts/torch-load.py: run from the repository root)")
 	fl.StringVar(&f.imagepipeline, "imagepipeline", "", "the built image pipeline example (go build ./examples/imagepipeline)")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress on standard error")
 	_ = c.RegisterFlagCompletionFunc("plot-format", fixedCompletion("png", "svg"))
@@ -173,13 +172,20 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 			fmt.Fprintf(stderr, "pinmem bench all: "+format+"\n", args...)
 		}
 	}
-	s, err := bench.Open(ctx, f.device, bench.SessionConfig{})
+	// Progress: a line per test as it starts and ends, and one per
+	// finished measurement (the session's).
+	var lines io.Writer
+	if !f.quiet {
+		lines = stderr
+	}
+	s, err := bench.Open(ctx, f.device, bench.SessionConfig{Progress: lines})
 	if err != nil {
 		return err
 	}
 	defer closeSession(s, &err)
-	env := bench.SuiteEnv{Quick: f.quick, Samples: f.samples, CRefDir: f.cref,
+	env := bench.SuiteEnv{Quick: f.quick, Samples: f.samples, CRefDir: f.cref, Progress: lines,
 		Open: func(ctx context.Context, cfg bench.SessionConfig) (*bench.Session, error) {
+			cfg.Progress = lines
 			return bench.Open(ctx, f.device, cfg)
 		}}
 	total := len(parts) + len(outside)
@@ -255,6 +261,7 @@ func isFatalRun(err error) bool {
 // writePart writes one test's report and plot into the output directory.
 func writePart(f suiteFlags, name string, m bench.Meta, rs []bench.Result, runErr error) error {
 	m.Partial = runErr != nil
+	m.Timing = bench.TimingOf(m, rs)
 	var buf bytes.Buffer
 	if err := bench.Write(&buf, bench.FormatJSON, m, rs, bench.TableOptions{}); err != nil {
 		return err
@@ -263,8 +270,10 @@ func writePart(f suiteFlags, name string, m bench.Meta, rs []bench.Result, runEr
 		return fmt.Errorf("writing %s: %w", name, err)
 	}
 	buf.Reset()
-	if err := bench.WritePlot(&buf, bench.ImageFormat(f.plotExt), m, rs); err != nil {
+	if err := bench.WritePlot(&buf, bench.ImageFormat(f.plotExt), m, rs); errors.Is(err, bench.ErrInvalid) {
 		return nil // nothing to plot (every row skipped): the report says why
+	} else if err != nil {
+		return fmt.Errorf("plot of %s: %w", name, err)
 	}
 	return writeAtomic(filepath.Join(f.out, name+"."+f.plotExt), buf.Bytes())
 }
@@ -305,7 +314,12 @@ func suiteLoad(cmd *cobra.Command, f suiteFlags) error {
 // torchRow runs scripts/torch-load.py on the weights file: its GB/s as a
 // load row of kind "torch", or a skipped row saying why not.
 func torchRow(ctx context.Context, f suiteFlags) bench.Result {
-	r := bench.Result{Bench: "load", Kind: "torch", Dir: "warm", Unit: bench.GBps, Timing: bench.TimingWall}
+	// The row's size is the file's, as the loader's rows, so that they
+	// pair up as reference and row.
+	r := bench.Result{Bench: "load", Kind: bench.KindTorch, Dir: "warm", Unit: bench.GBps, Timing: bench.TimingWall}
+	if fi, err := os.Stat(f.weights); err == nil {
+		r.Size = fi.Size()
+	}
 	script := filepath.Join("scripts", "torch-load.py")
 	var out, stderr bytes.Buffer
 	c := exec.CommandContext(ctx, f.python, script, f.weights, "--device", fmt.Sprintf("cuda:%d", f.device))
@@ -315,31 +329,12 @@ func torchRow(ctx context.Context, f suiteFlags) bench.Result {
 		r.Note = "PyTorch reference not run (" + f.python + " " + script + "): " + strings.Join(strings.Fields(stderr.String()+" "+err.Error()), " ")
 		return r
 	}
-	var res struct {
-		Bytes int64 `json:"bytes"`
-		Runs  []struct {
-			GBps float64 `json:"gbps"`
-			Cold bool    `json:"cold"`
-		} `json:"runs"`
-	}
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-		r.Skipped, r.Note = true, "PyTorch reference: unreadable output: "+err.Error()
+	t, err := bench.ParseTorchLoad(out.Bytes(), r.Size)
+	if err != nil {
+		r.Skipped, r.Note = true, "PyTorch reference: "+err.Error()
 		return r
 	}
-	var vals []float64
-	for _, x := range res.Runs {
-		if !x.Cold {
-			vals = append(vals, x.GBps)
-		}
-	}
-	s := bench.Summarize(vals)
-	if s.N == 0 {
-		r.Skipped, r.Note = true, "PyTorch reference: no warm runs"
-		return r
-	}
-	r.Size, r.Median, r.Min, r.Max, r.Samples = res.Bytes, s.Median, s.Min, s.Max, s.N
-	r.Note = "safetensors.torch.load_file(device=cuda) of the same file, until torch.cuda.synchronize (scripts/torch-load.py)"
-	return r
+	return t
 }
 
 // suiteImagePipeline runs the image pipeline example and keeps its text

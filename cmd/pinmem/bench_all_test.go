@@ -49,6 +49,20 @@ func TestBenchAllOnFake(t *testing.T) {
 			t.Errorf("%s: no plot: %v", p.Name, err)
 		}
 	}
+	// The run renders as the docs do, labelled as the fake's.
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	md, stderr, code := cli(t, append([]string{"report", "--format", "markdown"}, files...)...)
+	if code != exitOK {
+		t.Fatalf("report --format markdown: exit %d, %s", code, stderr)
+	}
+	for _, want := range []string{bench.FakeNote, "## The Copier against the driver, every size", "## Many goroutines at once", "## Scattered block copies", "x pageable-sync"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown of the run lacks %q", want)
+		}
+	}
+	if testing.Verbose() {
+		t.Log(md)
+	}
 }
 
 func hasFigures(rs []bench.Result) bool {
@@ -127,5 +141,34 @@ func TestBenchAllInterrupted(t *testing.T) {
 	}
 	if len(partial) != 1 || len(partial)+len(whole) > 2 {
 		t.Errorf("whole %v, partial %v: want one partial report and no test after it", whole, partial)
+	}
+}
+
+// TestBenchAllLoad: the load test runs bench load on the weights file and
+// adds PyTorch's row beside the loader's; where --python cannot run the
+// script, that row is skipped with the reason and the run still succeeds.
+func TestBenchAllLoad(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	dir := t.TempDir()
+	weights := filepath.Join(dir, "model.bin")
+	if err := os.WriteFile(weights, testutil.RandomBytes(1<<20, 3), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	if _, stderr, code := cli(t, "bench", "all", "--quick", "--quiet", "-t", "load", "--weights", weights, "--python", "/nonexistent/python", "--out", out); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	rep := readReport(t, filepath.Join(out, "load.json"))
+	var loader, torch bool
+	for _, r := range rep.Results {
+		switch {
+		case r.Kind == "loader" && r.Dir == "warm" && !r.Skipped:
+			loader = true
+		case r.Kind == "torch":
+			torch = r.Skipped && strings.Contains(r.Note, "PyTorch reference not run") && r.Size == 1<<20
+		}
+	}
+	if !loader || !torch || rep.Meta.Part != "load" {
+		t.Errorf("load report: loader %v, torch %v, part %q: %+v", loader, torch, rep.Meta.Part, rep.Results)
 	}
 }

@@ -403,6 +403,7 @@ func TestNoGPU(t *testing.T) {
 	for _, args := range [][]string{
 		{"bench"}, {"bench", "--quiet", "--out", out, "--plot", out + ".svg"}, {"bench", "pin"},
 		{"bench", "overlap"}, {"zerocopy", "--format", "json"}, {"bench", "matrix"}, {"bench", "blocks"},
+		{"bench", "all", "--quiet", "--out", filepath.Join(t.TempDir(), "all")},
 	} {
 		stdout, stderr, code := cli(t, args...)
 		if code != exitNoGPU || !strings.HasPrefix(stderr, "pinmem: no NVIDIA driver found: this command needs a GPU") || strings.Count(stderr, "\n") != 1 {
@@ -684,6 +685,44 @@ func TestVersion(t *testing.T) {
 	stdout, _, _ = cli(t, "version")
 	if !strings.HasPrefix(stdout, "pinmem (devel) (revision f7fe20b), go1.26.0 "+runtime.GOOS+"/"+runtime.GOARCH) {
 		t.Errorf("version with a stamped revision: %q", stdout)
+	}
+}
+
+// TestOutputConventions: -o takes its format from the extension, -o -
+// and /dev/stdout write standard output, and report - reads standard
+// input.
+func TestOutputConventions(t *testing.T) {
+	dir := t.TempDir()
+	csvOut := filepath.Join(dir, "bw.csv")
+	if _, stderr, code := cli(t, "report", fixture("bw.json"), "-o", csvOut); code != exitOK {
+		t.Fatalf("report -o bw.csv: exit %d, %s", code, stderr)
+	}
+	data, _ := os.ReadFile(csvOut)
+	if !strings.HasPrefix(string(data), strings.Join(bench.CSVHeader, ",")+"\n") {
+		t.Errorf("-o bw.csv did not write CSV: %.80q", data)
+	}
+	mdOut := filepath.Join(dir, "perf.md")
+	if _, stderr, code := cli(t, "report", fixture("bw.json"), fixture("pin.json"), "-o", mdOut); code != exitOK {
+		t.Fatalf("report -o perf.md: exit %d, %s", code, stderr)
+	}
+	if data, _ := os.ReadFile(mdOut); !strings.HasPrefix(string(data), "# Performance\n") {
+		t.Errorf("-o perf.md did not write markdown: %.80q", data)
+	}
+	for _, o := range []string{"-", "/dev/stdout"} {
+		stdout, stderr, code := cli(t, "report", fixture("bw.json"), "--format", "json", "-o", o)
+		if code != exitOK || !strings.HasPrefix(stdout, "{") {
+			t.Errorf("-o %s: exit %d, %s, stdout %.40q", o, code, stderr, stdout)
+		}
+	}
+	in, _ := os.ReadFile(fixture("pin.json"))
+	var out, errb bytes.Buffer
+	root := newRoot()
+	root.SetArgs([]string{"report", "-", "--format", "csv"})
+	root.SetIn(bytes.NewReader(in))
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	if err := root.ExecuteContext(t.Context()); err != nil || !strings.Contains(out.String(), "\n-,") || !strings.Contains(out.String(), ",pin,hostalloc,") {
+		t.Errorf("report - from stdin: %v, %s, %.200q", err, errb.String(), out.String())
 	}
 }
 

@@ -216,6 +216,7 @@ func (o *output) write(cmd *cobra.Command, data []byte) error {
 // was skipped, or with a failed verification, is a measurement problem.
 func (o *output) emit(cmd *cobra.Command, f bench.Format, m bench.Meta, rs []bench.Result, opts bench.TableOptions, runErr error) error {
 	m.Partial = runErr != nil
+	m.Timing = bench.TimingOf(m, rs)
 	var buf bytes.Buffer
 	var err error
 	if f == bench.FormatTable && m.Command == "pinmem bench matrix" && opts.Baseline == "" {

@@ -53,6 +53,9 @@ if cref/build -o "$(dirname "$bin")/cref" >/dev/null 2>&1; then
 fi
 [[ -n "${PINMEM_WEIGHTS:-}" ]] && args+=(--weights "$PINMEM_WEIGHTS")
 "$bin" version
+# The directory holds one run: the previous run's files go (git keeps them).
+mapfile -t old < <(reports)
+rm -f "${old[@]}" "${old[@]/%.json/.png}" "$out/doctor.txt"
 "$bin" doctor --format json -o "$out/doctor.json"
 "$bin" bench all --out "$out" "${args[@]}"
 render

@@ -191,16 +191,14 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 	if kind == KindMapped && w.s.kernErr != nil {
 		return skipAll("kernels unavailable: " + w.s.kernErr.Error()), nil
 	}
-	var copiers [2]*transfer.Copier
+	var copier *transfer.Copier
 	if kind == KindCopier || kind == KindCopierStaged {
-		for i := range copiers {
-			cp, err := newCopier(w.s.Ctx, kind)
-			if err != nil {
-				return skipAll("transfer.New: " + err.Error()), nil
-			}
-			defer cp.Close(context.Background())
-			copiers[i] = cp
+		cp, err := newCopier(w.s.Ctx, kind)
+		if err != nil {
+			return skipAll("transfer.New: " + err.Error()), nil
 		}
+		defer cp.Close(context.Background())
+		copier = cp
 	}
 	hA, err := w.s.allocHost(kind, w.n)
 	if err != nil {
@@ -224,7 +222,7 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 			case kind == KindMapped && n%4 != 0:
 				r = skipped("bw", kind, d, n, GBps, "mapped kernels need a multiple of 4 bytes")
 			case kind == KindCopier || kind == KindCopierStaged:
-				r, err = w.copier(kind, copiers, hA, hB, d, int(n))
+				r, err = w.copier(kind, copier, hA, hB, d, int(n))
 			case kind == KindPageableSync:
 				r, err = w.pageableSync(hA, hB, d, int(n))
 			case kind == KindPageable && d == DirBidir:
@@ -611,8 +609,9 @@ func (w *bwWork) pageableBidir(hA, hB *hostMem, n int) (Result, error) {
 
 // copier measures a Copier by the wall clock; the row's Path is the path
 // the Copier's Stats report for this size (the last sample's, in each
-// direction).
-func (w *bwWork) copier(kind string, cp [2]*transfer.Copier, hA, hB *hostMem, dir string, n int) (Result, error) {
+// direction). In both directions at once, two goroutines share the one
+// Copier, as a program's goroutines do.
+func (w *bwWork) copier(kind string, cp *transfer.Copier, hA, hB *hostMem, dir string, n int) (Result, error) {
 	ctx := w.ctx
 	devA, err := w.devA.Slice(0, n)
 	if err != nil {
@@ -625,17 +624,17 @@ func (w *bwWork) copier(kind string, cp [2]*transfer.Copier, hA, hB *hostMem, di
 	var last [2]transfer.Stats // written by one goroutine each
 	ops := dirOps{
 		h2d: func() (err error) {
-			last[0], err = cp[0].HtoD(ctx, devA, hA.b[:n])
+			last[0], err = cp.HtoD(ctx, devA, hA.b[:n])
 			return err
 		},
 		d2h: func() (err error) {
-			last[1], err = cp[0].DtoH(ctx, hA.b[:n], devA)
+			last[1], err = cp.DtoH(ctx, hA.b[:n], devA)
 			return err
 		},
 	}
 	if dir == DirBidir {
 		ops.d2h = func() (err error) {
-			last[1], err = cp[1].DtoH(ctx, hB.b[:n], devB)
+			last[1], err = cp.DtoH(ctx, hB.b[:n], devB)
 			return err
 		}
 	}
@@ -654,7 +653,7 @@ func (w *bwWork) copier(kind string, cp [2]*transfer.Copier, hA, hB *hostMem, di
 		what = "a transfer.Copier forced to stage every size (WithThresholds(Thresholds{}))"
 	}
 	r.Note = joinNotes([]string{r.Note, fmt.Sprintf("Go slice moved by %s (%s stages x %d, %d goroutines)",
-		what, FormatSize(int64(cp[0].StageSize())), cp[0].Depth(), cp[0].Parallelism())})
+		what, FormatSize(int64(cp.StageSize())), cp.Depth(), cp.Parallelism())})
 	return r, err
 }
 

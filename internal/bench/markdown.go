@@ -107,7 +107,11 @@ func shortRev(rev string) string {
 // markdownHeader is the provenance every rendering starts with.
 func markdownHeader(b *strings.Builder, reps []Report, rev, date, device string) {
 	m := reps[0].Meta
-	fmt.Fprintf(b, "Measured by pinmem at commit %s on %s: %s", shortRev(rev), date, device)
+	at := "at commit " + shortRev(rev)
+	if rev == "" {
+		at = "at an unrecorded revision"
+	}
+	fmt.Fprintf(b, "Measured by pinmem %s on %s: %s", at, date, device)
 	if m.Driver != "" {
 		fmt.Fprintf(b, ", driver %s", m.Driver)
 	}

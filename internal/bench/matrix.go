@@ -19,11 +19,11 @@ const KindAll = "all"
 // MatrixConfig configures Matrix. Zero fields take their defaults;
 // out-of-range fields make Matrix fail with ErrInvalid.
 type MatrixConfig struct {
-	Devices []int    `json:"devices"`    // distinct device ordinals (empty: every device)
-	Size    int64    `json:"size_bytes"` // bytes per copy, 1 to MaxSize (0: 256 MiB)
-	Dirs    []string `json:"dirs"`       // directions (AllDirs; empty: every direction)
-	Samples int      `json:"samples"`    // timed samples, up to MaxSamples (0: 5)
-	Reps    int      `json:"reps"`       // copies per sample and lane, up to 1000 (0: 4)
+	Devices []int    `json:"devices,omitempty"` // distinct device ordinals (empty: every device)
+	Size    int64    `json:"size_bytes"`        // bytes per copy, 1 to MaxSize (0: 256 MiB)
+	Dirs    []string `json:"dirs"`              // directions (AllDirs; empty: every direction)
+	Samples int      `json:"samples"`           // timed samples, up to MaxSamples (0: 5)
+	Reps    int      `json:"reps"`              // copies per sample and lane, up to 1000 (0: 4)
 	// Session configures each device's session.
 	Session SessionConfig `json:"session"`
 }

@@ -258,7 +258,7 @@ func timingNote(m Meta, rs []Result) string {
 	if !slices.ContainsFunc(rs, func(r Result) bool { return r.Timing == TimingEvents }) {
 		return ""
 	}
-	if strings.HasPrefix(m.Timing, "plain events") {
+	if strings.HasPrefix(m.Timing, sessionEventsTiming) {
 		return "note: timed with plain events (spin-wait unavailable): launch overhead may be included"
 	}
 	for _, r := range rs {

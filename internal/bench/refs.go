@@ -49,7 +49,7 @@ func referenceKind(bench, kind string) string {
 		ref = KindPageableSync
 	case "load":
 		if kind == "loader" {
-			ref = "torch"
+			ref = KindTorch
 		}
 	}
 	if ref == kind || kind == VariantBound {

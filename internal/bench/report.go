@@ -73,10 +73,10 @@ var timingWords = map[string]string{
 // TimingOf says how a report's rows were timed: the session's method
 // (m.Timing) when any row used it, else the one method every measured row
 // shares (a pin report is timed by the wall clock whatever the session
-// could do).
+// could do). A timing a command stated itself is kept.
 func TimingOf(m Meta, results []Result) string {
-	if m.Timing == "" {
-		return ""
+	if !strings.HasPrefix(m.Timing, sessionSpinTiming) && !strings.HasPrefix(m.Timing, sessionEventsTiming) {
+		return m.Timing // a command's own statement (blocks, load), or none
 	}
 	var kinds []string
 	for _, r := range results {

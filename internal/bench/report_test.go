@@ -145,3 +145,24 @@ func TestFpsOf(t *testing.T) {
 		t.Errorf("fpsOf = %+v", f)
 	}
 }
+
+// TestTimingHeaderFollowsRows: a report whose every row was timed by the
+// wall clock (bench pin) does not claim the session's spin-wait timing in
+// its header; a command's own timing statement is kept.
+func TestTimingHeaderFollowsRows(t *testing.T) {
+	pin := []Result{{Bench: "pin", Kind: PinHostAlloc, Dir: OpPin, Size: 1 << 20, Unit: Ms, Median: 1, Min: 1, Max: 1, Samples: 1, Verified: true, Timing: TimingWall}}
+	var b bytes.Buffer
+	if err := WriteTable(&b, Meta{Command: "pinmem bench pin", Timing: sessionSpinTiming}, pin, TableOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "spin-wait") || !strings.Contains(b.String(), "# timing: host wall clock") {
+		t.Errorf("pin table header:\n%s", b.String())
+	}
+	if got := TimingOf(Meta{Timing: "the host clock around each list"}, pin); got != "the host clock around each list" {
+		t.Errorf("a command's own timing replaced by %q", got)
+	}
+	mixed := append(pin, Result{Bench: "bw", Kind: KindPinned, Dir: DirH2D, Size: 1, Unit: GBps, Median: 1, Min: 1, Max: 1, Samples: 1, Timing: TimingSpin})
+	if got := TimingOf(Meta{Timing: sessionSpinTiming}, mixed); got != sessionSpinTiming {
+		t.Errorf("rows timed by spin-wait: %q", got)
+	}
+}

@@ -284,9 +284,9 @@ func (s *Session) Meta(command string) Meta {
 		m.Driver = fmt.Sprintf("CUDA %d.%d", v/1000, v%1000/10)
 	}
 	if s.spinErr == nil {
-		m.Timing = "spin-wait kernel holds the stream while the copies are queued, then events (nvbandwidth's method)"
+		m.Timing = sessionSpinTiming
 	} else {
-		m.Timing = "plain events, launch overhead may be included (" + s.spinErr.Error() + ")"
+		m.Timing = sessionEventsTiming + " (" + s.spinErr.Error() + ")"
 	}
 	m.Time = time.Now().UTC().Format(time.RFC3339)
 	if IsFakeDevice(s.Props.Name) {
@@ -294,6 +294,13 @@ func (s *Session) Meta(command string) Meta {
 	}
 	return m
 }
+
+// The session's own timing, as Meta states it; TimingOf replaces it by
+// the rows' method where every row was timed another way.
+const (
+	sessionSpinTiming   = "spin-wait kernel holds the stream while the copies are queued, then events (nvbandwidth's method)"
+	sessionEventsTiming = "plain events, launch overhead may be included"
+)
 
 // FakeNote is the note of every report measured on the fake driver.
 const FakeNote = "measured on the fake driver (memmove in one process): these figures show the logic, never a GPU's speed; do not publish them"

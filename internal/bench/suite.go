@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -30,6 +32,9 @@ type SuiteEnv struct {
 	// Open opens another session on the same device with cfg (the parts
 	// whose timing needs one of their own); it is set by the caller.
 	Open func(ctx context.Context, cfg SessionConfig) (*Session, error) `json:"-"`
+	// Progress receives a line per finished measurement of the parts that
+	// open sessions of their own (the matrix); nil for none.
+	Progress io.Writer `json:"-"`
 }
 
 // SuitePart is one part of the suite.
@@ -146,7 +151,7 @@ func SuiteParts() []SuitePart {
 			}},
 		{Name: "matrix", Command: "pinmem bench matrix", About: "every GPU alone and all at once, each way",
 			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
-				cfg := MatrixConfig{Samples: env.samples(5)} // every device
+				cfg := MatrixConfig{Samples: env.samples(5), Session: SessionConfig{Progress: env.Progress}} // every device
 				if env.Quick {
 					cfg.Size, cfg.Reps = 1<<20, 2
 				}
@@ -269,4 +274,38 @@ func SelectParts(all []SuitePart, list string) ([]SuitePart, error) {
 		return nil, invalid("empty test list")
 	}
 	return out, nil
+}
+
+// KindTorch is the load row of PyTorch's safetensors.torch.load_file of
+// the same file (scripts/torch-load.py): the loader's reference.
+const KindTorch = "torch"
+
+// ParseTorchLoad reads what scripts/torch-load.py prints and returns its
+// warm runs as a load row of kind KindTorch whose size is fileSize (the
+// loader's rows', so that they pair up). Output that is not the script's,
+// or has no warm run, is an error.
+func ParseTorchLoad(data []byte, fileSize int64) (Result, error) {
+	var res struct {
+		Bytes int64 `json:"bytes"`
+		Runs  []struct {
+			GBps float64 `json:"gbps"`
+			Cold bool    `json:"cold"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(data, &res); err != nil {
+		return Result{}, fmt.Errorf("unreadable output: %v", err)
+	}
+	var vals []float64
+	for _, x := range res.Runs {
+		if !x.Cold && x.GBps > 0 {
+			vals = append(vals, x.GBps)
+		}
+	}
+	s := Summarize(vals)
+	if s.N == 0 {
+		return Result{}, errors.New("no warm runs in its output")
+	}
+	return Result{Bench: "load", Kind: KindTorch, Dir: "warm", Size: fileSize, Unit: GBps, Timing: TimingWall,
+		Median: s.Median, Min: s.Min, Max: s.Max, Samples: s.N,
+		Note: fmt.Sprintf("safetensors.torch.load_file(device=cuda) of the same file, until torch.cuda.synchronize (scripts/torch-load.py); GB/s of its %d tensor bytes", res.Bytes)}, nil
 }

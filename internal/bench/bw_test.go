@@ -1,0 +1,53 @@
+package bench
+
+import (
+	"testing"
+
+	"github.com/pinmem/pinmem/transfer"
+)
+
+// TestCopierPath: a row names the one path a transfer took, or each
+// path's share of a mixed one.
+func TestCopierPath(t *testing.T) {
+	for _, c := range []struct {
+		st   transfer.Stats
+		want string
+	}{
+		{transfer.Stats{Bytes: 100, StagedBytes: 100, Stages: 2}, "staged"},
+		{transfer.Stats{Bytes: 100, PageableBytes: 100}, "pageable"},
+		{transfer.Stats{Bytes: 100, DirectBytes: 100}, "direct"},
+		{transfer.Stats{Bytes: 100, StagedBytes: 75, PageableBytes: 25}, "staged 75% + pageable 25%"},
+	} {
+		if got := copierPath(c.st); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.st, got, c.want)
+		}
+	}
+}
+
+// TestReferences: each row's same-run reference, with the fallbacks when
+// the C reference did not run, and none for a computed bound.
+func TestReferences(t *testing.T) {
+	row := func(bench, kind, dir string, v float64) Result {
+		return Result{Bench: bench, Kind: kind, Dir: dir, Size: 1 << 20, Unit: GBps, Median: v, Min: v, Max: v, Samples: 1}
+	}
+	rs := []Result{
+		row("bw", KindPageableSync, DirH2D, 10),
+		row("bw", KindCopier, DirH2D, 15),
+		row("bw", KindPinned, DirH2D, 50),
+		row("bw", CRefPrefix+KindPinned, DirH2D, 50),
+		row("bw", KindPortable, DirH2D, 25),
+		row("bw", KindPageable, DirH2D, 5),
+		row("overlap", VariantBound, "pipeline", 9),
+		row("overlap", VariantPageableSync, "pipeline", 3),
+	}
+	AddReferences(rs)
+	want := []struct {
+		ref   string
+		ratio float64
+	}{{"", 0}, {KindPageableSync, 1.5}, {CRefPrefix + KindPinned, 1}, {"", 0}, {KindPinned, 0.5}, {KindPageableSync, 0.5}, {"", 0}, {"", 0}}
+	for i, w := range want {
+		if rs[i].Ref != w.ref || rs[i].Ratio != w.ratio {
+			t.Errorf("%s %s: ref %q ratio %v, want %q %v", rs[i].Bench, rs[i].Kind, rs[i].Ref, rs[i].Ratio, w.ref, w.ratio)
+		}
+	}
+}
