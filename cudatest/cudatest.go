@@ -208,7 +208,8 @@ func (w When) Sticky() When {
 const (
 	// AnyHtoD is any host-to-device copy: cuMemcpyHtoD_v2,
 	// cuMemcpyHtoDAsync_v2, and a batch copy (cuMemcpyBatchAsync_v2) with a
-	// copy from host to device memory.
+	// copy from host to device memory. A kernel that copies (as a
+	// blocks.Copier given WithKernel does) is a launch: AnyLaunch.
 	AnyHtoD = "any host-to-device copy"
 	// AnyDtoH is any device-to-host copy: cuMemcpyDtoH_v2,
 	// cuMemcpyDtoHAsync_v2, and a batch copy with a copy from device to
