@@ -248,6 +248,9 @@ func (d *Driver) fault(what, op string, when When, code cuda.Result, async bool)
 	if code == cuda.ResultSuccess {
 		return invalid("%s(%q): cuda.ResultSuccess is not a failure", what, op)
 	}
+	if async && !fakedrv.QueuesWork(op) {
+		return invalid("%s(%q): the call queues no work on a stream, so no asynchronous fault can hit it (use FailOn)", what, op)
+	}
 	return d.fake.AddRule(op, nth, cudadrv.Result(code), async, when.sticky)
 }
 
@@ -259,14 +262,17 @@ func (d *Driver) fault(what, op string, when When, code cuda.Result, async bool)
 // be given, with or without a constant in package cuda. Rules add up: each
 // counts the calls of its op from the moment it was made. FailOn returns
 // an error matching cuda.ErrInvalidValue for an op neither in Ops nor a
-// class, a zero When or cuda.ResultSuccess.
+// class, a zero When or cuda.ResultSuccess; FailAsync also for an op that
+// queues no work (AnyAlloc, cuStreamCreate, ...).
 func (d *Driver) FailOn(op string, when When, code cuda.Result) error {
 	return d.fault("FailOn", op, when, code, false)
 }
 
 // FailAsync is FailOn for asynchronous work (a copy, memset or kernel
-// launch on a stream): the call succeeds, and the work fails when it runs,
-// as device work faults on a GPU. The fault is reported once, by the first
+// launch on a stream: AnyHtoD, AnyDtoH, AnyLaunch or a cuMemcpy*,
+// cuMemset* or cuLaunchKernel symbol): the call succeeds, and the work
+// fails when it runs, as device work faults on a GPU. A synchronous copy
+// or memset reports the fault itself. The fault is reported once, by the first
 // of these that observes it: a query or synchronization of an event
 // recorded on the work's stream after the work, a query or synchronization
 // of that stream, a synchronization of its context. With When.Sticky it

@@ -402,6 +402,22 @@ const (
 	ClassAlloc = "any allocation"
 )
 
+// QueuesWork reports whether the calls of op (a driver symbol or an
+// operation class) queue work on a stream that can fail when it runs, as
+// FailAsync needs: copies, memsets and kernel launches. The other calls
+// take no asynchronous fault: a rule for them would never fire.
+func QueuesWork(op string) bool { return queuesWork[op] }
+
+var queuesWork = map[string]bool{
+	ClassHtoD: true, ClassDtoH: true, ClassLaunch: true,
+	"cuMemcpyHtoD_v2": true, "cuMemcpyHtoDAsync_v2": true,
+	"cuMemcpyDtoH_v2": true, "cuMemcpyDtoHAsync_v2": true,
+	"cuMemcpyDtoD_v2": true, "cuMemcpyDtoDAsync_v2": true,
+	"cuMemcpyBatchAsync": true, "cuMemcpyBatchAsync_v2": true,
+	"cuMemsetD8_v2": true, "cuMemsetD8Async": true, "cuMemsetD32_v2": true,
+	"cuLaunchKernel": true,
+}
+
 // Classes returns the operation classes.
 func Classes() []string { return []string{ClassHtoD, ClassDtoH, ClassLaunch, ClassAlloc} }
 
@@ -452,6 +468,9 @@ func (d *Driver) FailAsync(op string, nth int, code cudadrv.Result) error {
 func (d *Driver) AddRule(op string, nth int, code cudadrv.Result, async, sticky bool) error {
 	if !knownOps[op] {
 		return fmt.Errorf("cudatest: unknown driver op %q (want a driver symbol or an operation class)", op)
+	}
+	if async && !QueuesWork(op) {
+		return fmt.Errorf("cudatest: %s queues no work on a stream, so no asynchronous fault can hit it", op)
 	}
 	if code == cudadrv.Success {
 		return fmt.Errorf("cudatest: fault code for %s must not be CUDA_SUCCESS", op)
