@@ -254,29 +254,15 @@ func sizeName(n int) string {
 // pinned bytes over those pinned before the sub-benchmark (the Copiers'
 // staging included; their creation is not timed), and fails unless every
 // byte came back. The goroutines' directions interleave, so copies both
-// ways run at once. At 1 MiB the "-driver" modes give every transfer to
-// the driver's pageable copy (stageWhenDriverBusy and the single-stage path off), beside
-// the default that stages while another transfer is in it. About 20 s:
+// ways run at once. About 20 s:
 //
 //	.gpu/bin/transfer.test -test.run '^$' -test.bench 'CopierConcurrent' -test.benchtime 3x
 func BenchmarkCopierConcurrent(b *testing.B) {
 	ctx := gpuCtx(b)
 	for _, n := range []int{64 << 20, 24 << 20, 1 << 20} {
 		for _, g := range []int{1, 2, 4, 8, 16} {
-			for _, mode := range []string{"shared", "each", "shared-driver", "each-driver"} {
-				if n > DefaultThreshold && strings.HasSuffix(mode, "-driver") {
-					continue // staged anyway: stageWhenDriverBusy does not apply
-				}
+			for _, mode := range []string{"shared", "each"} {
 				b.Run(fmt.Sprintf("%s/g=%d/%s", sizeName(n), g, mode), func(b *testing.B) {
-					// "-driver": every small transfer takes the driver's
-					// copy, however many are in it (stageWhenDriverBusy off).
-					driverOnly := strings.HasSuffix(mode, "-driver")
-					stageWhenDriverBusy.Store(!driverOnly)
-					defer stageWhenDriverBusy.Store(true)
-					if driverOnly {
-						singleOff.Store(true)
-						defer singleOff.Store(false)
-					}
 					benchConcurrent(b, ctx, n, g, strings.HasPrefix(mode, "shared"))
 				})
 			}

@@ -17,13 +17,13 @@ const DefaultCalibrationMax = 256 << 20
 // calibrationMin is the smallest transfer Calibrate measures.
 const calibrationMin = 64 << 10
 
-// Calibrate measures, on context c, the driver's own pageable copy
-// against a Copier's staged path (a Copier made with opts) for Go slices
+// Calibrate measures, on context c, a Copier's short path (one pinned
+// stage, the Copier's path below its Thresholds) against its staged path (a Copier made with opts) for Go slices
 // of 64 KiB, 256 KiB, ... up to maxSize bytes (0: DefaultCalibrationMax),
 // both ways, with interleaved samples, and returns for each direction the
 // smallest measured size from which the staged path is faster at that
 // size and every larger one: the thresholds to pass to WithThresholds.
-// When the driver's copy wins up to maxSize, the threshold is 2*maxSize;
+// When the short path wins up to maxSize, the threshold is 2*maxSize;
 // when staging wins from the smallest size on, it is 0.
 //
 // Calibrate takes a few hundred milliseconds to a few seconds (it copies
@@ -31,10 +31,6 @@ const calibrationMin = 64 << 10
 // and of Go memory, and the Copier's staging ring; run it once per host
 // and store the result (Thresholds marshal to JSON). The numbers are
 // wall times of whole transfers, so run it on an otherwise idle device.
-// Below the thresholds a Copier may also take one pinned stage instead of
-// the driver's copy (see the package doc); Calibrate compares the ring
-// with the driver's copy only, so the thresholds it returns mark where
-// the ring starts to beat the driver, not the single-stage path.
 // A maxSize below 64 KiB or above 16 GiB is refused with an error
 // matching cuda.ErrInvalidValue; ctx bounds the run.
 func Calibrate(ctx context.Context, c *cuda.Context, maxSize int, opts ...Option) (Thresholds, error) {
@@ -108,13 +104,13 @@ func calibrationSamples(n int) int {
 	return 3
 }
 
-// compare times k transfers of host in direction d with the driver's
-// pageable copy and k through the stages, interleaved, and returns the
+// compare times k transfers of host in direction d through the short
+// path and k through the stages, interleaved, and returns the
 // median of each.
 func (c *Copier) compare(ctx context.Context, d Direction, dev *cuda.DeviceBuffer, host []byte, k int) (driver, staged time.Duration, err error) {
 	var dt, st []time.Duration
 	for i := 0; i < k; i++ {
-		for _, how := range []strategy{forceDriver, forceStaged} {
+		for _, how := range []strategy{forceShort, forceStaged} {
 			t0 := time.Now()
 			var err error
 			if d == HostToDevice {
@@ -125,7 +121,7 @@ func (c *Copier) compare(ctx context.Context, d Direction, dev *cuda.DeviceBuffe
 			if err != nil {
 				return 0, 0, fmt.Errorf("transfer: Calibrate: %w", err)
 			}
-			if how == forceDriver {
+			if how == forceShort {
 				dt = append(dt, time.Since(t0))
 			} else {
 				st = append(st, time.Since(t0))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
@@ -47,36 +46,7 @@ type engine struct {
 	rel     releaser
 	// grown: growForTwo has run (whether or not it got every stage).
 	grown bool
-
-	// driverCopies counts the transfers of the engine's Copiers that are
-	// in the driver's own pageable copy (claimDriver).
-	driverCopies atomic.Int32
 }
-
-// stageWhenDriverBusy makes a transfer small enough for the driver's
-// pageable copy stage instead when another transfer of the same engine
-// is in that copy already (claimDriver). Benchmarks turn it off to
-// measure the difference.
-var stageWhenDriverBusy atomic.Bool
-
-func init() { stageWhenDriverBusy.Store(true) }
-
-// claimDriver reports whether a small pageable transfer may take the
-// driver's own copy, and if so counts it in until releaseDriver. The
-// driver's pageable copies from several threads of one process do not add
-// up (they share its bounce buffers), while staged transfers run side by
-// side on the engine's stages and copy engines: so one transfer at a time
-// takes the driver's copy and the others stage.
-func (e *engine) claimDriver() bool {
-	if e.driverCopies.Add(1) == 1 || !stageWhenDriverBusy.Load() {
-		return true
-	}
-	e.driverCopies.Add(-1)
-	return false
-}
-
-// releaseDriver ends a transfer that claimDriver let in.
-func (e *engine) releaseDriver() { e.driverCopies.Add(-1) }
 
 // stageFree reports whether a transfer asking for stages now would get one
 // without waiting: a stage is idle and no transfer waits before it.

@@ -222,6 +222,22 @@ func (m *Multi) AddPinned(b *pinmem.Buffer) (remove func()) {
 	}
 }
 
+// Fence waits, bounded by ctx, until no copy left queued by a call of the
+// Multi (or of its devices' Copiers) that returned before Fence was called
+// will touch memory again: Copier.Fence for every device. Call it after an
+// error before reusing pinned memory the failed call was copying.
+func (m *Multi) Fence(ctx context.Context) error {
+	if !m.ok() {
+		return errNil("Multi")
+	}
+	for _, d := range m.devs {
+		if err := d.cp.Fence(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Close stops the Multi (later calls return ErrClosed), waits for the calls
 // in progress and for copies they left queued, and releases everything the
 // Multi created, its Copiers included. The wait is bounded by ctx as
@@ -295,11 +311,6 @@ func (m *multi) releaseStep() (left int, err error) {
 	var errs []error
 	if m.pool != nil {
 		m.pool.close()
-	}
-	for _, d := range m.devs {
-		if d.stream != nil {
-			errs = append(errs, d.stream.Synchronize(context.Background()))
-		}
 	}
 	for _, s := range m.stages {
 		errs = append(errs, freeBuf(&s.buf, &left))
@@ -428,8 +439,11 @@ func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []
 	case <-ctx.Done():
 		return st, ctx.Err()
 	}
-	var first error
-	if spans, ok := m.directSpans(src); ok {
+	// The copies earlier calls left queued on these devices run first.
+	first := m.order()
+	if spans, ok := m.directSpans(src); first != nil {
+		// Nothing queued.
+	} else if ok {
 		// One copy per registration: a copy must not span two.
 	devices:
 		for i, d := range m.devs {
@@ -484,67 +498,76 @@ func (m *multi) broadcastStaged(ctx context.Context, dsts []*cuda.DeviceBuffer, 
 	return nil
 }
 
-// drainAll waits, bounded by ctx, for everything queued on every
-// device's stream, whatever happened, then releases the ring, and returns
-// first, else the first asynchronous error. When ctx ends first, the wait
-// and the release of the ring go on in the background (the next Broadcast
-// waits for them, bounded by its context) and drainAll returns at once.
-func (m *multi) drainAll(ctx context.Context, first error) error {
-	errs := []error{first}
-	recorded := make([]bool, len(m.devs))
+// order makes every device's Broadcast stream wait for the copies that
+// earlier calls left queued on that device (its Copier's fence).
+func (m *multi) order() error {
 	for i, d := range m.devs {
-		if err := d.done.Record(d.stream); err != nil {
-			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
-			continue
-		}
-		recorded[i] = true
-	}
-	for i, d := range m.devs {
-		if !recorded[i] {
-			errs = append(errs, d.stream.Synchronize(context.Background()))
-			continue
-		}
-		if err := d.w.wait(ctx, d.done); err != nil {
-			if ctx.Err() != nil {
-				m.abandon(recorded)
-				if first != nil {
-					return first
-				}
-				return err
-			}
-			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
-		}
-	}
-	for i, d := range m.devs {
-		if err := d.stream.Synchronize(context.Background()); err != nil {
-			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
-		}
-	}
-	<-m.ring
-	for _, e := range errs {
-		if e != nil {
-			return e
+		if err := d.cp.fence.order(d.stream); err != nil {
+			return fmt.Errorf("device %d: %w", i, err)
 		}
 	}
 	return nil
 }
 
-// abandon waits in the background for every device's done event (those
-// recorded), then releases the ring.
-func (m *multi) abandon(recorded []bool) {
+// drainAll waits, bounded by ctx, for everything queued on every
+// device's stream, whatever happened, then releases the ring, and returns
+// first, else the first asynchronous error. When ctx ends first, or a
+// copy may still be queued after an error, the copies are handed to each
+// device's Copier fence, which releases the ring once they ran (later
+// calls on those devices are queued behind them), and drainAll returns at
+// once.
+func (m *multi) drainAll(ctx context.Context, first error) error {
+	errs := []error{first}
+	drains := make([]drain, len(m.devs))
+	for i, d := range m.devs {
+		drains[i] = drain{evs: []*cuda.Event{d.done}}
+		if err := d.done.Record(d.stream); err != nil {
+			drains[i] = drain{streams: []*cuda.Stream{d.stream}}
+			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
+		}
+	}
+	for i, d := range m.devs {
+		if errs[0] != nil || len(errs) > 1 {
+			break
+		}
+		if err := d.w.wait(ctx, d.done); err != nil {
+			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
+		}
+	}
+	if err := firstErr(errs...); err != nil {
+		m.abandon(drains)
+		return err
+	}
+	for i, d := range m.devs {
+		if err := streamErr(ctx, d.stream); err != nil {
+			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
+		}
+	}
+	<-m.ring
+	return firstErr(errs...)
+}
+
+// abandon hands each device's drain to its Copier's fence; the ring is
+// released once every one of them ran.
+func (m *multi) abandon(drains []drain) {
+	var left sync.WaitGroup
+	left.Add(len(m.devs))
+	for i, d := range m.devs {
+		d.cp.fence.handOff(m.hold, m.end, drains[i], left.Done)
+	}
+	m.hold()
+	go func() {
+		defer m.end()
+		left.Wait() // the drains above end; this only waits for them
+		<-m.ring
+	}()
+}
+
+// hold registers one more piece of work (an abandoned drain).
+func (m *multi) hold() {
 	m.mu.Lock()
 	m.active++
 	m.mu.Unlock()
-	go func() {
-		defer m.end()
-		for i, d := range m.devs {
-			if recorded[i] {
-				waitDrained(d.w, d.done)
-			}
-			_ = d.stream.Synchronize(context.Background())
-		}
-		<-m.ring
-	}()
 }
 
 // Gather copies, from every device at once, len(dsts[i]) bytes at the start
@@ -588,19 +611,20 @@ func (m *Multi) each(ctx context.Context, dir Direction, nHost int, devBufs []*c
 		st.Bytes = max(st.Bytes, size(i))
 	}
 	// One failure stops the other devices too.
-	ctx, cancel := context.WithCancel(ctx)
+	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	t0 := time.Now()
 	ts := make([]*Op, len(m.devs))
 	for i := range m.devs {
-		ts[i] = start(i, ctx)
+		ts[i] = start(i, cctx)
 	}
 	// Report the error that stopped the others, not the cancellation it
-	// caused in them. Each device's transfer is bounded by ctx (a child of
-	// the caller's), so waiting for all of them is bounded too.
+	// caused in them. An Op is done once its copies no longer touch its
+	// memory, which on a hung device is never: the wait is bounded by the
+	// caller's ctx.
 	var first, cancelled error
 	for i, t := range ts {
-		s, err := t.Wait(context.Background())
+		s, err := t.Wait(ctx)
 		st.PerDevice = append(st.PerDevice, s)
 		st.CopyCPU += s.CopyCPU
 		st.Staged = st.Staged || s.StagedBytes > 0

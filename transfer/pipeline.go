@@ -148,6 +148,12 @@ type pipeline struct {
 	stopped chan struct{}
 	stop    sync.Once
 	rel     releaser
+	// panicked is the value a callback of the Run in progress panicked
+	// with; dirty: an event could not be recorded behind a chunk, so its
+	// copies are known to have run only once the streams are idle.
+	panicked  any
+	cancelRun context.CancelFunc
+	dirty     bool
 }
 
 type slot struct {
@@ -347,11 +353,6 @@ func (p *pipeline) releaseStep() (left int, err error) {
 	if p.w != nil {
 		p.w.close()
 	}
-	for _, s := range p.streams {
-		if s != nil {
-			errs = append(errs, s.Synchronize(context.Background()))
-		}
-	}
 	for _, sl := range p.slots {
 		errs = append(errs, destroyEvent(&sl.ev, &left), freeDev(&sl.dev, &left))
 	}
@@ -498,27 +499,66 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 		holds = append(holds, give)
 		slots = n
 	}
-	pending, err := p.loop(ctx, in, out, inSpans, outSpans, slots, &st)
+	// The copies earlier calls left queued run first.
+	for _, s := range p.streams {
+		if err := p.c.fence.order(s); err != nil {
+			return st, fmt.Errorf("transfer: ordering after an abandoned transfer: %w", err)
+		}
+	}
+	// A panicking callback ends rctx: the Run stops waiting and hands its
+	// chunks in flight off at once.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p.panicked, p.dirty, p.cancelRun = nil, false, cancel
+	pending, err := p.loop(rctx, in, out, inSpans, outSpans, slots, &st)
+	if len(pending) == 0 && !p.dirty && p.panicked == nil {
+		// Report asynchronous errors of the streams; all their work is
+		// done. Bounded by the caller's ctx (rctx ends with the Run).
+		for _, s := range p.streams {
+			if serr := streamErr(ctx, s); serr != nil && err == nil {
+				err = fmt.Errorf("transfer: pipeline stream: %w", serr)
+			}
+		}
+	}
 	st.Wall, st.ProcessCPU = m.elapsed()
-	if len(pending) > 0 {
-		// ctx ended with chunks in flight: drain them in the background.
+	if len(pending) > 0 || p.dirty {
+		// Chunks may still be in flight: the fence takes them, with the
+		// stages and the run token, until they ran.
 		handedOff = true
-		p.c.hold()
-		go func() {
-			defer p.c.end()
-			for _, f := range pending {
-				waitDrained(p.w, f.sl.ev)
-			}
-			for _, s := range p.streams {
-				_ = s.Synchronize(context.Background())
-			}
+		d := drain{}
+		for _, f := range pending {
+			d.evs = append(d.evs, f.sl.ev)
+		}
+		if p.dirty {
+			d.streams = p.streams
+		}
+		p.c.fence.handOff(p.c.hold, p.c.end, d, func() {
 			for _, h := range holds {
 				h()
 			}
 			<-p.run
-		}()
+		})
+	}
+	if pv := p.panicked; pv != nil {
+		// A callback panicked: every chunk in flight is handed off (or
+		// drained), so the panic goes on, on the caller's goroutine.
+		panic(pv)
 	}
 	return st, err
+}
+
+// callback runs a user callback (Done, work) and turns a panic into
+// errPanicked, keeping its value to raise again once the Run has handed
+// off its chunks in flight.
+func (p *pipeline) callback(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.panicked = r
+			p.cancelRun()
+			err = errPanicked
+		}
+	}()
+	return f()
 }
 
 // covers reports whether the sorted, disjoint spans s cover [0, n).
@@ -599,7 +639,7 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 		}
 		if stop == nil {
 			if p.cfg.done != nil {
-				if err := p.cfg.done(f.ch); err != nil {
+				if err := p.callback(func() error { return p.cfg.done(f.ch) }); err != nil {
 					fail(&ChunkError{Chunk: f.ch.Index, Offset: f.ch.Offset, Stage: "callback", Err: err})
 				}
 			}
@@ -745,12 +785,6 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 	if err := ctx.Err(); err != nil {
 		fail(err) // ctx ended during the Run, if only in the last callback
 	}
-	// Report asynchronous errors of the streams; all their work is done.
-	for _, s := range p.streams {
-		if err := s.Synchronize(context.Background()); err != nil {
-			fail(fmt.Errorf("transfer: pipeline stream: %w", err))
-		}
-	}
 	return nil, stop
 }
 
@@ -874,7 +908,7 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 		return "host-to-device", err
 	}
 	if p.cfg.work != nil {
-		if err := p.cfg.work(s, ch); err != nil {
+		if err := p.callback(func() error { return p.cfg.work(s, ch) }); err != nil {
 			// Record anyway so that the drain waits for the copy already queued.
 			_ = sl.ev.Record(s)
 			return "work", err
@@ -895,7 +929,9 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	}
 	if err := sl.ev.Record(s); err != nil {
 		// Without the event the drain cannot see this chunk: wait for it here.
-		return "record", errors.Join(err, s.Synchronize(context.Background()))
+		// The drain then watches the streams.
+		p.dirty = true
+		return "record", err
 	}
 	return "", nil
 }

@@ -221,6 +221,9 @@ func TestFakeSegmentsPipeline(t *testing.T) {
 // driver at small sizes (registrations of segChunk bytes), so that the
 // GPU runs test what they claim to.
 func TestFakeGPUSuiteLogic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the GPU suite's benchmarks once (seconds); not under -short")
+	}
 	smallSegments(t)
 	e := useFake(t, fakedrv.Options{})
 	t.Run("huge buffers", func(t *testing.T) {

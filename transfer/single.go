@@ -119,9 +119,9 @@ func (c *copier) single(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, 
 	default:
 		return *st, nil, false
 	}
-	// An abandoned transfer's copies still queued on another lane run
-	// first, as in acquire: a retry is never overwritten by them.
-	if err := c.orderAfterDrains(l); err != nil {
+	// The copies earlier calls left queued run first, as in acquire: a
+	// retry is never overwritten by them.
+	if err := c.fence.order(l.stream); err != nil {
 		c.free <- l
 		return *st, err, true
 	}
@@ -140,17 +140,6 @@ func (c *copier) single(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, 
 	st.StagedBytes = int64(n)
 	st.Stages = 1
 	return *st, nil, true
-}
-
-// draining reports whether a lane of c has an abandoned transfer's
-// copies queued.
-func (c *copier) draining() bool {
-	for _, l := range c.lanes {
-		if l.draining.Load() {
-			return true
-		}
-	}
-	return false
 }
 
 // singlePieces, when not 0, is how many pieces a single-stage transfer
@@ -231,26 +220,23 @@ func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction,
 			}
 		}
 	}
-	if stopped != nil {
-		return c.singleStop(ctx, l, stopped)
+	if stopped != nil || err != nil {
+		// Whatever was queued before must run before the stage goes back.
+		c.abandon(l, func() {})
+		return firstErr(stopped, err)
 	}
-	timed := err == nil && l.t1 != nil && l.t1.Record(l.stream) == nil
-	if err != nil {
-		// Whatever was queued before the failure must run before the
-		// stage goes back.
-		err = firstErr(err, l.stream.Synchronize(context.Background()))
-		c.releaseLane(l)
-		return err
-	}
+	timed := l.t1 != nil && l.t1.Record(l.stream) == nil
 	if d == DeviceToHost && k > 1 {
 		// The first half is copied out while the second is in flight.
 		if werr := l.w.wait(ctx, l.near); werr != nil {
-			return c.singleStop(ctx, l, werr)
+			c.abandon(l, func() {})
+			return werr
 		}
 		st.CopyCPU += c.singleCopy(host[:size], s.mem[:size])
 	}
 	if werr := c.singleWait(ctx, l); werr != nil {
-		return c.singleStop(ctx, l, werr)
+		c.abandon(l, func() {})
+		return werr
 	}
 	if timed {
 		if dt, err := l.t1.Elapsed(l.t0); err == nil {
@@ -266,22 +252,6 @@ func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction,
 	}
 	c.releaseLane(l)
 	return nil
-}
-
-// singleStop ends a single-stage transfer whose wait failed with werr:
-// when ctx ended, its copies drain in the background with l and its stage
-// held until then (abandon); otherwise l goes back once they ran.
-func (c *copier) singleStop(ctx context.Context, l *lane, werr error) error {
-	if ctx.Err() != nil {
-		if err := l.done.Record(l.stream); err != nil {
-			_ = l.stream.Synchronize(context.Background())
-		}
-		c.abandon(l, func() {})
-		return werr
-	}
-	_ = l.stream.Synchronize(context.Background())
-	c.releaseLane(l)
-	return werr
 }
 
 // singleCopy copies src into dst, on the caller's goroutine when small,
@@ -323,7 +293,7 @@ func (c *copier) singleCopy(dst, src []byte) time.Duration {
 func (c *copier) singleWait(ctx context.Context, l *lane) error {
 	own := c.ownStream
 	if own && ctx.Done() == nil && c.o.wait != WaitSleep {
-		return l.stream.Synchronize(context.Background())
+		return streamErr(ctx, l.stream)
 	}
 	recorded := false
 	record := func() error {
@@ -331,10 +301,7 @@ func (c *copier) singleWait(ctx context.Context, l *lane) error {
 			return nil
 		}
 		recorded = true
-		if err := l.done.Record(l.stream); err != nil {
-			return firstErr(err, l.stream.Synchronize(context.Background()))
-		}
-		return nil
+		return l.done.Record(l.stream)
 	}
 	if !own {
 		if err := record(); err != nil {
@@ -374,7 +341,7 @@ func (c *copier) singleWait(ctx context.Context, l *lane) error {
 	}
 	if own {
 		// Collects the copies' asynchronous errors; nothing else is queued.
-		return l.stream.Synchronize(context.Background())
+		return streamErr(ctx, l.stream)
 	}
 	return nil
 }

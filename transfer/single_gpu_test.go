@@ -62,13 +62,13 @@ func BenchmarkSingleStage(b *testing.B) {
 					driver = func() error { return d.CopyToHost(0, h) }
 				}
 				m, g := sideBySideRounds(b, n, rounds*b.N, []variant{
-					{"single", via(bg, forceSingle, 0)},
-					{"single-ctx", via(cctx, forceSingle, 0)},
+					{"single", via(bg, forceShort, 0)},
+					{"single-ctx", via(cctx, forceShort, 0)},
 					{"driver", driver},
 					{"staged", via(bg, forceStaged, 0)},
-					{"single2", via(bg, forceSingle, 2)},
-					{"single4", via(bg, forceSingle, 4)},
-					{"single1", via(bg, forceSingle, 1)},
+					{"single2", via(bg, forceShort, 2)},
+					{"single4", via(bg, forceShort, 4)},
+					{"single1", via(bg, forceShort, 1)},
 				})
 				b.ReportMetric(m[0]/m[2], "single/driver")
 				b.ReportMetric(pairedRatio(g[0], g[2]), "single/driver-paired")
@@ -88,11 +88,11 @@ func BenchmarkSingleStage(b *testing.B) {
 				h[i] = byte(i*13 + n + int(pieces))
 			}
 			clear(back[:n])
-			st, err := c.htod(cctx, d, h, forceSingle)
+			st, err := c.htod(cctx, d, h, forceShort)
 			if err != nil || st.Stages != 1 {
 				b.Fatalf("%d bytes, %d pieces: single H2D: %v (%v)", n, pieces, err, st)
 			}
-			if st, err = c.dtoh(cctx, back[:n], d, forceSingle); err != nil || st.Stages != 1 {
+			if st, err = c.dtoh(cctx, back[:n], d, forceShort); err != nil || st.Stages != 1 {
 				b.Fatalf("%d bytes, %d pieces: single D2H: %v (%v)", n, pieces, err, st)
 			}
 			if !bytes.Equal(back[:n], h) {

@@ -1,7 +1,6 @@
 package transfer
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -195,49 +194,13 @@ func (c *copier) mayBePinned(host []byte) bool {
 	return ok && c.pinnedHere(b)
 }
 
-// pageableHtoD copies src to dst with the driver's own pageable copy, the
-// synchronous cuMemcpyHtoD followed by a synchronisation of the legacy
-// default stream (DeviceBuffer.CopyFromHost), and returns when the data is
-// in dst. With a stream given by WithStream it first waits for that
-// stream, so that the copy is ordered after the caller's work there.
-func (c *copier) pageableHtoD(dst *cuda.DeviceBuffer, src []byte) error {
-	if !c.ownStream {
-		if err := c.stream.Synchronize(context.Background()); err != nil {
-			return err
-		}
-	}
-	return dst.CopyFromHost(0, src)
-}
-
-// pageableDtoH is pageableHtoD's other direction (cuMemcpyDtoH, which
-// returns when the data is in dst).
-func (c *copier) pageableDtoH(dst []byte, src *cuda.DeviceBuffer) error {
-	if !c.ownStream {
-		if err := c.stream.Synchronize(context.Background()); err != nil {
-			return err
-		}
-	}
-	return src.CopyToHost(0, dst)
-}
-
-// driverCopy is pageableHtoD or pageableDtoH, as d says. It ends the
-// claim on the driver's copy that driverFree made.
-func (c *copier) driverCopy(d Direction, dev *cuda.DeviceBuffer, host []byte) error {
-	defer c.eng.releaseDriver()
-	if d == HostToDevice {
-		return c.pageableHtoD(dev, host)
-	}
-	return c.pageableDtoH(host, dev)
-}
-
 // strategy forces a transfer's handling of pageable memory (Calibrate).
 type strategy uint8
 
 const (
 	byThreshold strategy = iota // as the thresholds say
 	forceStaged                 // stage every pageable byte
-	forceDriver                 // hand every pageable byte to the driver
-	forceSingle                 // one stage on the caller's goroutine when one is idle, else the driver
+	forceShort                  // the short path (one stage when one is idle, else the ring) at every size
 )
 
 // small reports whether a transfer of n pageable bytes in direction d goes
@@ -246,50 +209,8 @@ func (c *copier) small(d Direction, n int, how strategy) bool {
 	switch how {
 	case forceStaged:
 		return false
-	case forceDriver, forceSingle:
+	case forceShort:
 		return true
 	}
 	return int64(n) < c.o.thr.of(d)
-}
-
-// pageable is the fast path of a transfer that the driver copies on its
-// own: no ring, no events, no copy goroutines. The caller claimed the
-// driver's copy (driverFree); pageable ends the claim. The driver's pageable copy
-// cannot be interrupted and waits for the device, so a context that can
-// end (ctx.Done() not nil) runs it on a goroutine of its own, and the
-// transfer returns when ctx ends; the copy then goes on in the background
-// (Close waits for it) and may still read or write the host memory until
-// it returns. A context that never ends copies on the caller's goroutine.
-// The copy moves st.Bytes between dev and host in st.Direction; no
-// closure carries them, so that the common call allocates nothing.
-func (c *copier) pageable(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte) (Stats, error) {
-	if err := ctx.Err(); err != nil {
-		c.eng.releaseDriver()
-		return *st, err
-	}
-	m := startMeter(c.o.stats)
-	d := st.Direction
-	var err error
-	if ctx.Done() == nil {
-		err = c.driverCopy(d, dev, host)
-	} else {
-		done := make(chan error, 1)
-		c.hold()
-		go func() {
-			defer c.end()
-			done <- c.driverCopy(d, dev, host)
-		}()
-		select {
-		case err = <-done:
-		case <-ctx.Done():
-			m.stop(st)
-			return *st, fmt.Errorf("transfer: %s copy of %d bytes (by the driver, still running): %w", st.Direction, st.Bytes, ctx.Err())
-		}
-	}
-	m.stop(st)
-	if err != nil {
-		return *st, fmt.Errorf("transfer: %s copy of %d bytes: %w", st.Direction, st.Bytes, err)
-	}
-	st.PageableBytes = st.Bytes
-	return *st, nil
 }

@@ -14,15 +14,16 @@ import (
 // kernels on s (nil: the stream of one of the Copier's lanes, which the
 // call holds until the kernels have run) using the buffer's device
 // address p (b.DevicePtr) and length n, and RunMapped returns when they
-// have finished, with their error. Waiting goes through a waiter of the
-// Copier's. A buffer without pinmem.Mapped gives an error matching
+// have finished, with their error. A buffer without pinmem.Mapped gives an error matching
 // pinmem.ErrNotMapped.
 //
 // ctx bounds the wait: when it ends first, RunMapped returns an error
 // matching ctx.Err() at once; the kernels may still use b until they
 // finish, so b must not be freed before the stream has run them (with
-// s == nil, the lane stays taken until they have; the Copier's transfers
-// meanwhile take its other lane, not ordered after the kernels).
+// s == nil, the lane stays taken until they have). The kernels are then
+// handed to the Copier's fence: later transfers of the Copier are queued
+// behind them, and Fence waits for them. The wait goes through a waiter
+// of the call's own, so that it never holds up the Copier's transfers.
 func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer, work func(s *cuda.Stream, p cuda.DevicePtr, n int) error) error {
 	if err := c.enter(ctx); err != nil {
 		return err
@@ -35,19 +36,18 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 	if err != nil {
 		return fmt.Errorf("transfer: zero-copy: %w", err)
 	}
-	releases := []func(){}
-	w := c.w
+	var l *lane
 	if s == nil {
-		l, err := c.acquire(ctx)
-		if err != nil {
+		if l, err = c.acquire(ctx); err != nil {
 			return err
 		}
-		releases = append(releases, func() { c.releaseLane(l) })
-		s, w = l.stream, l.w
+		s = l.stream
+	} else if err := c.fence.order(s); err != nil {
+		return err
 	}
 	release := func() {
-		for _, f := range releases {
-			f()
+		if l != nil {
+			c.releaseLane(l)
 		}
 	}
 	ev, err := c.cctx.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming)
@@ -56,25 +56,31 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 		return err
 	}
 	werr := work(s, p, b.Len())
-	if err := ev.Record(s); err != nil {
-		err = errors.Join(werr, err, s.Synchronize(context.Background()), c.destroyEvent(ev))
-		release()
-		return err
+	d := drain{evs: []*cuda.Event{ev}}
+	err = ev.Record(s)
+	if err == nil {
+		// A waiter of the call's own: a wait for the caller's kernels
+		// never holds up the waits of the Copier's transfers.
+		w := newWaiter()
+		err = w.wait(ctx, ev)
+		w.stop()
+	} else {
+		d = drain{streams: []*cuda.Stream{s}}
 	}
-	if err := w.wait(ctx, ev); err != nil && ctx.Err() != nil {
-		// The kernels still run: wait for them in the background.
-		c.hold()
-		go func() {
-			defer c.end()
-			waitDrained(w, ev)
+	if err != nil && (ctx.Err() != nil || d.streams != nil) {
+		// The kernels may still run: the fence takes them.
+		c.fence.handOff(c.hold, c.end, d, func() {
 			_ = c.destroyEvent(ev)
 			release()
-		}()
-		return err
-	} else if err != nil {
-		werr = errors.Join(werr, err)
+		})
+		return errors.Join(werr, err)
 	}
-	err = errors.Join(werr, s.Synchronize(context.Background()), c.destroyEvent(ev))
+	if l != nil && err == nil {
+		// Collect the kernels' asynchronous errors on the lane's stream,
+		// which holds nothing else; a caller's stream is the caller's.
+		err = streamErr(ctx, s)
+	}
+	err = errors.Join(werr, err, c.destroyEvent(ev))
 	release()
 	return err
 }

@@ -69,7 +69,7 @@ run: pinned and pageable rows beside cref/bw's, block copies beside
 cref/blocks' loop. With --weights FILE the weight loader reads FILE (as
 "pinmem bench load FILE") and, when --python has PyTorch and safetensors,
 scripts/torch-load.py loads the same file beside it. With --imagepipeline BIN
-(go build ./examples/imagepipeline) its output is kept in
+(go build ./examples/imagepipeline/measure) its output is kept in
 DIR/imagepipeline.txt.
 
 Render the docs from the run with:
@@ -94,7 +94,7 @@ Render the docs from the run with:
 	fl.StringVar(&f.cref, "cref", "", "directory of the built C reference programs (cref/build -o DIR)")
 	fl.StringVar(&f.weights, "weights", "", "a weights file for the load test (safetensors)")
 	fl.StringVar(&f.python, "python", "python3", "Python with PyTorch and safetensors for the load test's reference (runs scripts/torch-load.py: run from the repository root)")
-	fl.StringVar(&f.imagepipeline, "imagepipeline", "", "the built image pipeline example (go build ./examples/imagepipeline)")
+	fl.StringVar(&f.imagepipeline, "imagepipeline", "", "the built image pipeline example (go build ./examples/imagepipeline/measure)")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress on standard error")
 	_ = c.RegisterFlagCompletionFunc("plot-format", fixedCompletion("png", "svg"))
 	return c

@@ -1,37 +1,27 @@
-// Command allocfail shows what failing allocations look like through pinmem,
-// and how to handle them, as the article pinmem grew from (on CUDA
-// page-locked memory) asks: an allocation of pinned memory can fail, and its
-// result must always be checked.
-//
-// It provokes, one after the other:
+// Command allocfail shows what failed allocations look like through pinmem,
+// and what a program does about each: an allocation of pinned (or device)
+// memory can fail, and its result must always be checked. It provokes, one
+// after the other:
 //
 //  1. a request over pinmem's pinned-memory budget: refused before anything
 //     is pinned, with a *pinmem.BudgetError (errors.Is pinmem.ErrBudget);
 //  2. a device allocation larger than the GPU's memory: the driver's
 //     CUDA_ERROR_OUT_OF_MEMORY, matching cuda.ErrOutOfMemory;
-//  3. a pinned host allocation larger than the host's RAM and swap, with the
-//     budget lifted: the kernel refuses the mapping (ENOMEM), and pinmem
-//     returns a *pinmem.OutOfMemoryError (errors.Is cuda.ErrOutOfMemory).
-//     This runs only where the kernel refuses such mappings up front
-//     (vm.overcommit_memory 0 or 2); elsewhere it says why it did not;
-//  4. with -cgroup, a pin beyond a memory cgroup's limit: a child process
-//     joins a new cgroup with a small memory.max and pins more than that.
-//     Where no cgroup can be created (no cgroup v2, no delegated memory
-//     controller, no permission) it says so and pins nothing.
+//  3. pinned host memory beyond the host's RAM and swap, with the budget
+//     lifted: a *pinmem.OutOfMemoryError (errors.Is cuda.ErrOutOfMemory).
+//     It runs only where the kernel refuses such a mapping up front
+//     (vm.overcommit_memory 0 or 2), and says why not elsewhere.
 //
-// Each case prints the error and what a program does about it. A case that
-// does not fail the way it should is an error exit.
+// The complete run, with a fourth case (a pin beyond a memory cgroup's
+// limit, in a child process) and the article's claim beside what it saw, is
+// ./measure: go run ./examples/allocfail/measure -cgroup
 //
-// Usage:
-//
-//	allocfail [-cgroup] [-cgroup-limit 64MiB]
+// On a machine without an NVIDIA driver or GPU it prints one line saying so
+// and exits with status 3, as the pinmem command does.
 package main
 
 import (
-	"bufio"
-	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -43,251 +33,112 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-type config struct {
-	cgroup      bool  // run case 4
-	cgroupLimit int64 // memory.max of the child's cgroup
-}
-
 func main() {
-	// A child started by case 4 runs only its part (see cgroup.go).
-	if dir := os.Getenv(envCgroupChild); dir != "" {
-		os.Exit(cgroupChild(dir, os.Stdout))
-	}
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "allocfail:", err)
-		os.Exit(2)
-	}
-	if _, err := run(context.Background(), cfg, os.Stdout); err != nil {
-		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	if err := run(os.Stdout); err != nil {
 		if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
-			fmt.Fprintln(os.Stderr, "allocfail: this needs an NVIDIA GPU:", msg)
-		} else {
-			fmt.Fprintln(os.Stderr, "allocfail:", msg)
+			fmt.Fprintln(os.Stderr, "allocfail: this needs an NVIDIA GPU:", err)
+			os.Exit(3) // as the pinmem command: no NVIDIA driver or no CUDA device
 		}
+		fmt.Fprintln(os.Stderr, "allocfail:", err)
 		os.Exit(1)
 	}
 }
 
-func parseFlags(args []string, stderr io.Writer) (config, error) {
-	fs := flag.NewFlagSet("allocfail", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cg := fs.Bool("cgroup", false, "also pin beyond a new memory cgroup's limit, in a child process")
-	limit := fs.String("cgroup-limit", "64MiB", "memory.max of that cgroup")
-	if err := fs.Parse(args); err != nil {
-		return config{}, err
-	}
-	if fs.NArg() > 0 {
-		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	l, err := pinmem.ParseBudget(*limit, 0)
-	if err != nil || l < 1<<20 {
-		return config{}, fmt.Errorf("-cgroup-limit %q: want at least 1MiB", *limit)
-	}
-	return config{cgroup: *cg, cgroupLimit: l}, nil
-}
-
-// Outcome is what one case saw.
-type Outcome struct {
-	Case string
-	Ran  bool   // false when the machine does not allow the case
-	Why  string // why it did not run
-	Err  error  // the error the allocation returned
-	Note string // what happened, where no error value tells it (case 4)
-}
-
-func run(ctx context.Context, cfg config, w io.Writer) (out []Outcome, err error) {
+func run(w io.Writer) error {
 	dev, err := cuda.GetDevice(0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	gpu, err := dev.PrimaryContext()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	props, err := dev.Properties()
+
+	// 1. Over the budget: twice a budget of 64 MiB.
+	prev := pinmem.SetBudget(64 << 20)
+	buf, err := pinmem.Alloc(128<<20, 0)
+	pinmem.SetBudget(prev)
+	var budgetErr *pinmem.BudgetError
+	if !errors.As(err, &budgetErr) {
+		return errors.Join(fmt.Errorf("over the budget: got %v, want a *pinmem.BudgetError", err), free(buf))
+	}
+	fmt.Fprintf(w, "1. %v\n   handled: %d bytes are pinned of a budget of %d: wait for buffers to come back, use smaller ones,\n"+
+		"   or copy from ordinary Go memory (a transfer.Copier stages it)\n", err, budgetErr.Pinned, budgetErr.Limit)
+
+	// 2. Twice the GPU's memory.
+	_, total, err := gpu.MemInfo()
 	if err != nil {
-		return nil, err
+		return err
 	}
-
-	cases := []struct {
-		name string
-		fn   func() (Outcome, error)
-	}{
-		{"budget", func() (Outcome, error) { return overBudget(w) }},
-		{"device", func() (Outcome, error) { return deviceOOM(w, gpu, props.TotalMemory) }},
-		{"host", func() (Outcome, error) { return hostOOM(w) }},
-	}
-	if cfg.cgroup {
-		cases = append(cases, struct {
-			name string
-			fn   func() (Outcome, error)
-		}{"cgroup", func() (Outcome, error) { return cgroupCase(ctx, w, cfg.cgroupLimit) }})
-	}
-	for i, c := range cases {
-		if err := ctx.Err(); err != nil {
-			return out, err
-		}
-		fmt.Fprintf(w, "%d. %s\n", i+1, c.name)
-		o, err := c.fn()
-		o.Case = c.name
-		out = append(out, o)
-		if err != nil {
-			return out, fmt.Errorf("case %s: %w", c.name, err)
-		}
-	}
-	fmt.Fprintln(w, "article:  pinned allocations can fail; always check the result")
-	fmt.Fprintf(w, "measured: %s\n", summary(out))
-	return out, nil
-}
-
-// errKind names what err matches, the way a program tells the cases apart.
-func errKind(err error) string {
-	var be *pinmem.BudgetError
-	var oom *pinmem.OutOfMemoryError
-	switch {
-	case errors.As(err, &be):
-		return "*pinmem.BudgetError (pinmem.ErrBudget)"
-	case errors.As(err, &oom):
-		return "*pinmem.OutOfMemoryError (cuda.ErrOutOfMemory, " + oom.Op + ")"
-	case errors.Is(err, cuda.ErrOutOfMemory):
-		return "cuda.ErrOutOfMemory"
-	default:
-		return fmt.Sprintf("%T", err)
-	}
-}
-
-func summary(out []Outcome) string {
-	var parts []string
-	for _, o := range out {
-		switch {
-		case !o.Ran:
-			parts = append(parts, o.Case+": not run ("+o.Why+")")
-		case o.Note != "":
-			parts = append(parts, o.Case+": "+o.Note)
-		case o.Err == nil:
-			parts = append(parts, o.Case+": no error")
-		default:
-			parts = append(parts, o.Case+": "+errKind(o.Err))
-		}
-	}
-	return strings.Join(parts, "; ")
-}
-
-// overBudget asks for twice a small budget.
-func overBudget(w io.Writer) (o Outcome, err error) {
-	const budget = 64 << 20
-	prev := pinmem.SetBudget(budget)
-	defer pinmem.SetBudget(prev)
-	o.Ran = true
-	buf, err := pinmem.Alloc(2*budget, 0)
-	if err == nil {
-		return o, errors.Join(errors.New("a request for twice the budget succeeded"), buf.Free())
-	}
-	o.Err = err
-	// The handling: a budget error carries the figures to decide with (wait
-	// for buffers to come back, use smaller buffers, or fall back to
-	// pageable memory, which works, only slower).
-	var be *pinmem.BudgetError
-	if !errors.Is(err, pinmem.ErrBudget) || !errors.As(err, &be) {
-		return o, fmt.Errorf("got %v (%T), want a *pinmem.BudgetError", err, err)
-	}
-	fmt.Fprintf(w, "   pinmem.Alloc(128 MiB) under a 64 MiB budget: %v\n", err)
-	fmt.Fprintf(w, "   handled: errors.As(err, &budgetErr): requested %d, pinned %d, limit %d: wait for buffers to come back,\n",
-		be.Requested, be.Pinned, be.Limit)
-	fmt.Fprintln(w, "   use smaller ones, or fall back to ordinary Go memory (a transfer.Copier still copies it, through its stages)")
-	return o, nil
-}
-
-// deviceOOM asks the driver for twice the GPU's memory.
-func deviceOOM(w io.Writer, gpu *cuda.Context, total uint64) (o Outcome, err error) {
-	o.Ran = true
-	n := 2 * total
-	if n > math.MaxInt/2 || n == 0 {
-		n = 1 << 46
-	}
-	d, err := gpu.Alloc(int(n))
-	if err == nil {
-		return o, errors.Join(fmt.Errorf("a device allocation of %d bytes succeeded", n), d.Free())
-	}
-	o.Err = err
+	d, err := gpu.Alloc(int(min(2*total, 1<<46)))
 	if !errors.Is(err, cuda.ErrOutOfMemory) {
-		return o, fmt.Errorf("got %v, want an error matching cuda.ErrOutOfMemory", err)
+		if err == nil {
+			err = d.Free()
+		}
+		return fmt.Errorf("twice the GPU's memory: got %v, want cuda.ErrOutOfMemory", err)
 	}
-	free, _, _ := gpu.MemInfo()
-	fmt.Fprintf(w, "   Context.Alloc(%.0f GiB) on a %.0f GiB GPU: %v\n", float64(n)/(1<<30), float64(total)/(1<<30), err)
-	fmt.Fprintf(w, "   handled: errors.Is(err, cuda.ErrOutOfMemory): %.1f GiB are free (Context.MemInfo): process the data in smaller pieces\n",
-		float64(free)/(1<<30))
-	return o, nil
+	fmt.Fprintf(w, "2. %v\n   handled: errors.Is(err, cuda.ErrOutOfMemory): process the data in smaller pieces\n", err)
+
+	// 3. More pinned memory than RAM and swap, without a budget.
+	if why := overcommitRefuses(); why != "" {
+		fmt.Fprintf(w, "3. not run: %s\n", why)
+		return nil
+	}
+	size, err := ramAndSwap()
+	if err != nil {
+		return err
+	}
+	size = (size + 1<<30 + 2<<20 - 1) &^ (2<<20 - 1) // a GiB more, whole 2 MiB pages
+	prev = pinmem.SetBudget(math.MaxInt64)
+	buf, err = pinmem.Alloc(int(size), 0, pinmem.WithMethod(pinmem.MethodMmapRegister))
+	pinmem.SetBudget(prev)
+	var oomErr *pinmem.OutOfMemoryError
+	if !errors.As(err, &oomErr) {
+		return errors.Join(fmt.Errorf("more than RAM and swap: got %v, want a *pinmem.OutOfMemoryError", err), free(buf))
+	}
+	fmt.Fprintf(w, "3. %v\n   handled: errors.As(err, &oomErr): %s failed for %d bytes: ask for less, and keep a budget\n",
+		err, oomErr.Op, oomErr.Requested)
+	return nil
 }
 
-// hostOOM asks for more pinned memory than RAM and swap, with the budget
-// lifted, through pinmem's own mapping (mmap + cuMemHostRegister), which the
-// kernel refuses at once under heuristic or strict overcommit.
-func hostOOM(w io.Writer) (o Outcome, err error) {
+// free frees a buffer that an allocation expected to fail returned.
+func free(b *pinmem.Buffer) error {
+	if b == nil {
+		return nil
+	}
+	return b.Free()
+}
+
+// overcommitRefuses returns why case 3 cannot run here, or "": only under
+// heuristic or strict overcommit does the kernel refuse the mapping at once
+// (under "always" the pin could end in the OOM killer).
+func overcommitRefuses() string {
 	mode, err := os.ReadFile("/proc/sys/vm/overcommit_memory")
 	if err != nil {
-		o.Why = "cannot read vm.overcommit_memory: " + err.Error()
-		fmt.Fprintf(w, "   not run: %s\n", o.Why)
-		return o, nil
+		return "cannot read vm.overcommit_memory: " + err.Error()
 	}
 	if m := strings.TrimSpace(string(mode)); m != "0" && m != "2" {
-		o.Why = "vm.overcommit_memory is " + m + ": the kernel would accept the mapping and the pin could end in the OOM killer"
-		fmt.Fprintf(w, "   not run: %s\n", o.Why)
-		return o, nil
+		return "vm.overcommit_memory is " + m + ": the kernel would accept the mapping"
 	}
-	mem, err := meminfo()
-	if err != nil {
-		return o, err
-	}
-	size := mem["MemTotal"] + mem["SwapTotal"] + 1<<30
-	size = (size + 2<<20 - 1) &^ (2<<20 - 1)
-	prev := pinmem.SetBudget(math.MaxInt64)
-	defer pinmem.SetBudget(prev)
-	o.Ran = true
-	buf, err := pinmem.Alloc(int(size), 0, pinmem.WithMethod(pinmem.MethodMmapRegister))
-	if err == nil {
-		return o, errors.Join(fmt.Errorf("pinning %d bytes, more than RAM and swap, succeeded", size), buf.Free())
-	}
-	o.Err = err
-	var oom *pinmem.OutOfMemoryError
-	if !errors.Is(err, cuda.ErrOutOfMemory) || !errors.As(err, &oom) {
-		return o, fmt.Errorf("got %v (%T), want a *pinmem.OutOfMemoryError", err, err)
-	}
-	fmt.Fprintf(w, "   pinmem.Alloc(%.1f GiB) with RAM + swap %.1f GiB and no budget: %v\n",
-		float64(size)/(1<<30), float64(mem["MemTotal"]+mem["SwapTotal"])/(1<<30), err)
-	fmt.Fprintf(w, "   handled: errors.As(err, &oomErr): %s failed for %d bytes (%v): ask for less, and keep a budget\n",
-		oom.Op, oom.Requested, oom.Err)
-	return o, nil
+	return ""
 }
 
-// meminfo returns /proc/meminfo's fields in bytes.
-func meminfo() (map[string]int64, error) {
-	f, err := os.Open("/proc/meminfo")
+// ramAndSwap returns MemTotal + SwapTotal from /proc/meminfo, in bytes.
+func ramAndSwap() (int64, error) {
+	text, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	defer f.Close()
-	m := map[string]int64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		key, rest, ok := strings.Cut(sc.Text(), ":")
-		fields := strings.Fields(rest)
-		if !ok || len(fields) == 0 {
-			continue
-		}
-		if v, err := strconv.ParseInt(fields[0], 10, 64); err == nil {
-			if len(fields) > 1 && fields[1] == "kB" {
-				v *= 1024
+	var sum int64
+	for _, line := range strings.Split(string(text), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && (f[0] == "MemTotal:" || f[0] == "SwapTotal:") && f[2] == "kB" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/meminfo: %q: %w", line, err)
 			}
-			m[key] = v
+			sum += kb << 10
 		}
 	}
-	if m["MemTotal"] <= 0 {
-		return nil, errors.New("/proc/meminfo has no MemTotal")
-	}
-	return m, sc.Err()
+	return sum, nil
 }

@@ -5,7 +5,7 @@
 // blocks.Copier call. The blocks sit in shuffled slots on both sides, as a
 // free list hands them out; every byte is checked at the end. On a machine
 // without an NVIDIA driver or GPU it prints one line saying so and exits
-// with status 1.
+// with status 3.
 //
 //	kvblocks [-blocks 1024] [-kib 2048] [-strategy auto|driver-batch|per-copy|kernel]
 package main
@@ -62,6 +62,7 @@ func main() {
 	if _, err := run(context.Background(), cfg, os.Stdout); err != nil {
 		if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
 			fmt.Fprintln(os.Stderr, "kvblocks: this needs an NVIDIA GPU:", err)
+			os.Exit(3) // as the pinmem command: no NVIDIA driver or no CUDA device
 		} else {
 			fmt.Fprintln(os.Stderr, "kvblocks:", err)
 		}

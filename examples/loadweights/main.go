@@ -9,7 +9,7 @@
 //
 // It prints one line: tensors, bytes, the rate, how the file was read, and
 // "every byte checked". On a machine without an NVIDIA driver or GPU it
-// prints one line saying so and exits with status 1.
+// prints one line saying so and exits with status 3.
 //
 // Usage:
 //
@@ -50,6 +50,7 @@ func main() {
 	if err := run(context.Background(), cfg, os.Stdout); err != nil {
 		if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
 			fmt.Fprintln(os.Stderr, "loadweights: this needs an NVIDIA GPU:", err)
+			os.Exit(3) // as the pinmem command: no NVIDIA driver or no CUDA device
 		} else {
 			fmt.Fprintln(os.Stderr, "loadweights:", err)
 		}

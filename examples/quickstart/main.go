@@ -1,6 +1,7 @@
 // Command quickstart copies 64 MiB of pinned host memory to GPU 0 and back
 // into an ordinary Go slice, and checks every byte. On a machine without an
-// NVIDIA driver or GPU it prints one line saying so and exits with status 1.
+// NVIDIA driver or GPU it prints one line saying so and exits with status 3,
+// as the pinmem command does.
 package main
 
 import (
@@ -19,9 +20,9 @@ func main() {
 	if err := run(context.Background()); err != nil {
 		if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
 			fmt.Fprintln(os.Stderr, "quickstart: this needs an NVIDIA GPU:", err)
-		} else {
-			fmt.Fprintln(os.Stderr, "quickstart:", err)
+			os.Exit(3) // as the pinmem command: no NVIDIA driver or no CUDA device
 		}
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }

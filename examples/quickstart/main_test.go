@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinmem/pinmem/examples/internal/extest"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
@@ -151,16 +152,17 @@ func runProgram(t *testing.T, cmd *exec.Cmd, env ...string) (stdout, stderr stri
 
 // TestWithoutGPU runs the program with no driver to load (PINMEM_LIBCUDA
 // names a library that does not exist, so the result is the same on a GPU
-// machine): it must exit non-zero with exactly one line on stderr that says
-// a GPU is needed, and nothing that looks like a crash.
+// machine): it must exit with status 3 (the pinmem command's "no GPU") with
+// exactly one line on stderr that says a GPU is needed, and nothing that
+// looks like a crash.
 func TestWithoutGPU(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("pinmem loads the driver on Linux only")
 	}
 	missing := filepath.Join(t.TempDir(), "libcuda.so.1")
 	stdout, stderr, code := runProgram(t, program(t), "PINMEM_LIBCUDA="+missing)
-	if code == 0 {
-		t.Errorf("exit status 0 without a driver; want non-zero")
+	if code != extest.ExitNoGPU {
+		t.Errorf("exit status %d without a driver; want %d", code, extest.ExitNoGPU)
 	}
 	if stdout != "" {
 		t.Errorf("stdout = %q; want nothing", stdout)

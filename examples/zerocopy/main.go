@@ -1,338 +1,126 @@
-// Command zerocopy re-measures a claim of the article pinmem grew from, on
-// CUDA page-locked memory: that zero-copy memory (pinned host memory mapped
-// into the GPU's address space, which a kernel reads directly over the bus)
-// speeds up a batch-32 ResNet-50 inference when the input is read only once.
+// Command zerocopy has a kernel read its input straight from host memory:
+// the batch lives in pinned memory mapped into the GPU's address space
+// (pinmem.Alloc with pinmem.Mapped), and the kernel (kernel/kernel.cu, which
+// normalises a ResNet-50 input batch with ImageNet's per-channel mean and
+// standard deviation) is given the buffer's device pointer, so no copy to
+// device memory is queued: the kernel's loads cross the bus. The output is
+// read back and every value checked against the CPU's.
 //
-// The input is what a ResNet-50 takes: 32 images of 224x224 pixels, 3
-// float32 channels each (HWC), about 18 MiB. A kernel (kernel.cu) normalises
-// it with ImageNet's per-channel mean and standard deviation, two ways:
+// Zero-copy saves the copy when the kernel reads its input once and costs a
+// trip over the bus on every read when it reads it again; the measurement of
+// both ways, reading the input 1 to 8 times, is ./measure:
 //
-//   - zero-copy: the kernel reads the mapped pinned buffer itself;
-//   - copy + kernel: the same pinned buffer is first copied to device
-//     memory, and the kernel reads that.
+//	go run ./examples/zerocopy/measure -passes 1,2,4,8
 //
-// Each is timed with events on one stream, from the start of the work to
-// the normalised batch in device memory, with the kernel sweeping its input
-// 1, 2, 4 and 8 times: a kernel that reads its input more than once pays for
-// the bus on every sweep with zero-copy, and once with a copy. The program
-// prints the latency of each, the winner and the crossover, and checks every
-// output value against the CPU's after every run.
-//
-// Usage:
-//
-//	zerocopy [-batch 32] [-passes 1,2,4,8] [-reps 20]
+// On a machine without an NVIDIA driver or GPU it prints one line saying so
+// and exits with status 3, as the pinmem command does.
 package main
 
 import (
 	"context"
-	_ "embed"
-	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"slices"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/examples/zerocopy/kernel"
+	"github.com/pinmem/pinmem/transfer"
 )
-
-// kernelPTX is kernel.ptx, generated from kernel.cu by scripts/compile-kernels.
-//
-//go:embed kernel.ptx
-var kernelPTX []byte
-
-// The input of a ResNet-50: 224x224 RGB.
-const (
-	imageSide = 224
-	channels  = 3
-)
-
-// ImageNet's per-channel mean and standard deviation, as in kernel.cu.
-var (
-	channelMean = [channels]float32{0.485, 0.456, 0.406}
-	channelStd  = [channels]float32{0.229, 0.224, 0.225}
-)
-
-type config struct {
-	batch  int
-	passes []int
-	reps   int
-}
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "zerocopy:", err)
-		os.Exit(2)
-	}
-	if _, err := run(context.Background(), cfg, os.Stdout); err != nil {
-		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	const images = 32 // a batch of 224x224 RGB images
+	if err := run(context.Background(), images*224*224*kernel.Channels, os.Stdout); err != nil {
 		if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
-			fmt.Fprintln(os.Stderr, "zerocopy: this needs an NVIDIA GPU:", msg)
-		} else {
-			fmt.Fprintln(os.Stderr, "zerocopy:", msg)
+			fmt.Fprintln(os.Stderr, "zerocopy: this needs an NVIDIA GPU:", err)
+			os.Exit(3) // as the pinmem command: no NVIDIA driver or no CUDA device
 		}
+		fmt.Fprintln(os.Stderr, "zerocopy:", err)
 		os.Exit(1)
 	}
 }
 
-func parseFlags(args []string, stderr io.Writer) (config, error) {
-	fs := flag.NewFlagSet("zerocopy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	batch := fs.Int("batch", 32, "images in the batch")
-	passes := fs.String("passes", "1,2,4,8", "comma-separated numbers of times the kernel reads its input")
-	reps := fs.Int("reps", 20, "timed runs per cell (the median is printed)")
-	if err := fs.Parse(args); err != nil {
-		return config{}, err
-	}
-	if fs.NArg() > 0 {
-		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	cfg := config{batch: *batch, reps: *reps}
-	for _, s := range strings.Split(*passes, ",") {
-		p, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || p < 1 || p > 1024 {
-			return config{}, fmt.Errorf("-passes: %q is not a count from 1 to 1024", s)
-		}
-		cfg.passes = append(cfg.passes, p)
-	}
-	if cfg.batch < 1 || cfg.batch > 4096 {
-		return config{}, fmt.Errorf("-batch %d: want 1 to 4096", cfg.batch)
-	}
-	if cfg.reps < 1 {
-		return config{}, fmt.Errorf("-reps %d: want at least 1", cfg.reps)
-	}
-	return cfg, nil
-}
-
-// Row is one number of passes: the median latency of each way.
-type Row struct {
-	Passes   int
-	ZeroCopy time.Duration // the kernel reading mapped host memory
-	Explicit time.Duration // the copy to device memory, then the kernel
-}
-
-// Winner names the faster way.
-func (r Row) Winner() string {
-	if r.ZeroCopy < r.Explicit {
-		return "zero-copy"
-	}
-	return "copy + kernel"
-}
-
-func run(ctx context.Context, cfg config, w io.Writer) (rows []Row, err error) {
+// run normalises n float32 values read by the kernel from mapped memory.
+func run(ctx context.Context, n int, w io.Writer) (err error) {
 	dev, err := cuda.GetDevice(0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	gpu, err := dev.PrimaryContext()
 	if err != nil {
-		return nil, err
-	}
-	name, err := dev.Name()
-	if err != nil {
-		return nil, err
+		return err
 	}
 	props, err := dev.Properties()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !props.CanMapHostMemory {
-		return nil, fmt.Errorf("%s cannot map host memory: %w", name, cuda.ErrNotSupported)
+		return fmt.Errorf("this GPU cannot map host memory: %w", cuda.ErrNotSupported)
 	}
-	mod, err := gpu.LoadModule(kernelPTX)
+	mod, err := gpu.LoadModule(kernel.PTX)
 	if err != nil {
-		return nil, fmt.Errorf("loading kernel.ptx (generated by scripts/compile-kernels from kernel.cu): %w", err)
+		return fmt.Errorf("loading the kernel: %w", err)
 	}
 	defer func() { err = errors.Join(err, mod.Unload()) }()
-	normalize, err := mod.Function("normalize_hwc")
+	normalize, err := mod.Function(kernel.Name)
 	if err != nil {
-		return nil, err
+		return err
 	}
 
-	n := cfg.batch * imageSide * imageSide * channels
-	size := 4 * n
-
-	// The batch in pinned host memory mapped into the device's address
-	// space: host.DevicePtr is the address a kernel reads it at.
-	host, err := pinmem.Alloc(size, pinmem.Mapped)
+	// The input: pinned, mapped. DevicePtr is where the GPU sees it.
+	host, err := pinmem.Alloc(4*n, pinmem.Mapped)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() { err = errors.Join(err, host.Free()) }()
 	mapped, err := host.DevicePtr()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	in, err := pinmem.View[float32](host)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for i := range in {
-		in[i] = float32((i*31)%256) / 255 // pixel values in [0, 1]
-	}
-	want := make([]float32, n)
-	for i := range want {
-		want[i] = (in[i] - channelMean[i%channels]) / channelStd[i%channels]
+		in[i] = float32(i*31%256) / 255 // pixel values in [0, 1]
 	}
 
-	// Device memory: the copy's destination, and the kernel's output.
-	dIn, err := gpu.Alloc(size)
+	// The output, in device memory.
+	out, err := gpu.Alloc(4 * n)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer func() { err = errors.Join(err, dIn.Free()) }()
-	dOut, err := gpu.Alloc(size)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { err = errors.Join(err, dOut.Free()) }()
-
+	defer func() { err = errors.Join(err, out.Free()) }()
 	s, err := gpu.NewStream(cuda.StreamNonBlocking)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() { err = errors.Join(err, s.Destroy()) }()
-	var start, end *cuda.Event
-	if start, err = gpu.NewEvent(cuda.EventDefault); err != nil {
-		return nil, err
-	}
-	defer func() { err = errors.Join(err, start.Destroy()) }()
-	if end, err = gpu.NewEvent(cuda.EventDefault); err != nil {
-		return nil, err
-	}
-	defer func() { err = errors.Join(err, end.Destroy()) }()
 
-	grid, block := cuda.D1(8*max(props.Multiprocessors, 1)), cuda.D1(256)
-	got := make([]byte, size)
-	// once runs one way once and returns the time between its events.
-	once := func(explicit bool, passes int) (time.Duration, error) {
-		// NaN everywhere first, so that an output the kernel did not write
-		// cannot pass the check.
-		if err := s.Memset(dOut.Ptr(), 0xFF, size); err != nil {
-			return 0, err
-		}
-		if err := start.Record(s); err != nil {
-			return 0, err
-		}
-		src := mapped
-		if explicit {
-			// From pinned memory this copy is asynchronous: the copy engine
-			// runs it in stream order, before the kernel.
-			if err := s.CopyHtoD(dIn.Ptr(), host.Bytes()); err != nil {
-				return 0, err
-			}
-			src = dIn.Ptr()
-		}
-		if err := normalize.Launch(s, grid, block, 0, src, dOut.Ptr(), uint64(n), uint32(passes)); err != nil {
-			return 0, err
-		}
-		if err := end.Record(s); err != nil {
-			return 0, err
-		}
-		if err := end.Synchronize(context.Background()); err != nil {
-			return 0, err
-		}
-		d, err := end.Elapsed(start)
-		if err != nil {
-			return 0, err
-		}
-		if err := dOut.CopyToHost(0, got); err != nil {
-			return 0, err
-		}
-		return d, check(got, want)
+	// No copy in: the kernel reads the host buffer through mapped, once
+	// (the last argument is how many times it sweeps its input).
+	if err := normalize.Launch(s, cuda.D1(1024), cuda.D1(256), 0, mapped, out.Ptr(), uint64(n), uint32(1)); err != nil {
+		return err
+	}
+	// The host buffer must not change before the kernel has read it.
+	if err := s.Synchronize(ctx); err != nil {
+		return err
 	}
 
-	// Warm up both ways (the kernel's first launch, the mapping's first use).
-	for _, explicit := range []bool{false, true} {
-		if _, err := once(explicit, 1); err != nil {
-			return nil, err
+	got := make([]float32, n)
+	if err := out.CopyToHost(0, transfer.AsBytes(got)); err != nil {
+		return err
+	}
+	want := make([]float32, n)
+	kernel.Normalize(want, in)
+	for i := range want {
+		if math.Abs(float64(got[i]-want[i])) > 1e-6*math.Max(1, math.Abs(float64(want[i]))) {
+			return fmt.Errorf("value %d = %v, want %v", i, got[i], want[i])
 		}
 	}
-	for _, p := range cfg.passes {
-		var zc, ex []time.Duration
-		for range cfg.reps {
-			if err := ctx.Err(); err != nil {
-				return rows, err
-			}
-			d, err := once(false, p)
-			if err != nil {
-				return rows, fmt.Errorf("zero-copy, %d passes: %w", p, err)
-			}
-			zc = append(zc, d)
-			if d, err = once(true, p); err != nil {
-				return rows, fmt.Errorf("copy + kernel, %d passes: %w", p, err)
-			}
-			ex = append(ex, d)
-		}
-		rows = append(rows, Row{Passes: p, ZeroCopy: median(zc), Explicit: median(ex)})
-	}
-
-	fmt.Fprintf(w, "zerocopy: normalise %d images of %dx%dx%d float32 (%.1f MiB) on %s, median of %d runs timed with events\n",
-		cfg.batch, imageSide, imageSide, channels, float64(size)/(1<<20), name, cfg.reps)
-	fmt.Fprintf(w, "%-8s %24s %24s %15s\n", "reads", "zero-copy (mapped)", "copy + kernel", "winner")
-	for _, r := range rows {
-		fmt.Fprintf(w, "%-8d %12s (%5.1f GB/s) %12s (%5.1f GB/s) %15s\n", r.Passes,
-			ms(r.ZeroCopy), gbps(size, r.ZeroCopy), ms(r.Explicit), gbps(size, r.Explicit), r.Winner())
-	}
-	fmt.Fprintln(w, "(GB/s: the batch's bytes over the latency)")
-	fmt.Fprintln(w, "article:  zero-copy speeds up a batch-32 ResNet-50 inference when the input is read once")
-	fmt.Fprintf(w, "measured: %s\n", summary(rows))
-	return rows, nil
-}
-
-// summary says who wins a single read and where the copy starts to win.
-func summary(rows []Row) string {
-	var parts []string
-	for _, r := range rows {
-		if r.Passes == 1 {
-			parts = append(parts, fmt.Sprintf("read once, zero-copy %s vs copy + kernel %s: %s wins by %.2fx",
-				ms(r.ZeroCopy), ms(r.Explicit), r.Winner(), float64(max(r.ZeroCopy, r.Explicit))/float64(max(min(r.ZeroCopy, r.Explicit), 1))))
-		}
-	}
-	cross := "zero-copy wins at every number of reads measured"
-	for _, r := range rows {
-		if r.Explicit <= r.ZeroCopy {
-			cross = fmt.Sprintf("the copy wins from %d reads on", r.Passes)
-			break
-		}
-	}
-	return strings.Join(append(parts, cross), "; ")
-}
-
-// check compares the kernel's output, as bytes, with the CPU's result. The
-// kernel does the same float32 subtraction and division, so the values agree
-// to the last bit or two.
-func check(got []byte, want []float32) error {
-	for i, wv := range want {
-		g := math.Float32frombits(binary.LittleEndian.Uint32(got[4*i:]))
-		if !(math.Abs(float64(g-wv)) <= 1e-6*math.Max(1, math.Abs(float64(wv)))) {
-			return fmt.Errorf("output %d (image %d, channel %d) = %v, want %v", i, i/(imageSide*imageSide*channels), i%channels, g, wv)
-		}
-	}
+	fmt.Fprintf(w, "%d float32 values (%.1f MiB) normalised by a kernel reading mapped host memory, no copy in, every value checked\n",
+		n, float64(4*n)/(1<<20))
 	return nil
-}
-
-func median(v []time.Duration) time.Duration {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/1e6) }
-
-func gbps(n int, d time.Duration) float64 {
-	if d <= 0 {
-		return 0
-	}
-	return float64(n) / d.Seconds() / 1e9
 }

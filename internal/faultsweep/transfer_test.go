@@ -225,6 +225,115 @@ func pipelineOp(name string, popts ...transfer.PipelineOption) op {
 	}}
 }
 
+// errCallback is what the callbacks of pipelinePanicOp panic with.
+var errCallback = errors.New("sweep: callback panicked")
+
+// pipelinePanicOp runs a Pipeline whose Done (or work) callback panics on
+// its second chunk: the panic reaches Run's caller, once the chunks in
+// flight are handed off; the Pipeline then runs again, right to the byte.
+func pipelinePanicOp(inWork bool) op {
+	name := "Pipeline panicking Done"
+	if inWork {
+		name = "Pipeline panicking work"
+	}
+	return op{name: name, run: func(e *env) error {
+		bg := context.Background()
+		cp, err := newCopier(e, e.ctx, smallRing()...)
+		if err != nil {
+			return err
+		}
+		armed := true
+		hook := func(ch transfer.Chunk) {
+			if armed && ch.Index == 1 {
+				armed = false
+				panic(errCallback)
+			}
+		}
+		opts := []transfer.PipelineOption{transfer.WithChunkSize(stageSize), transfer.WithStreamCount(2), transfer.WithInFlight(2)}
+		if inWork {
+			opts = append(opts, transfer.WithWork(func(_ *cuda.Stream, ch transfer.Chunk) error { hook(ch); return nil }))
+		} else {
+			opts = append(opts, transfer.WithDone(func(ch transfer.Chunk) error { hook(ch); return nil }))
+		}
+		p, err := cp.NewPipeline(opts...)
+		if err != nil {
+			e.defer_(func() error {
+				p, err := cp.NewPipeline(opts...)
+				if err != nil {
+					return err
+				}
+				return p.Close(bg)
+			})
+			return err
+		}
+		e.defer_(func() error { return p.Close(bg) })
+		in := testutil.RandomBytes(xferSize, 9)
+		out := make([]byte, len(in))
+		run := func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					if r != errCallback {
+						panic(r)
+					}
+					err = errCallback
+				}
+			}()
+			_, err = p.Run(bg, in, out)
+			return err
+		}
+		if err := run(); err != errCallback {
+			if err == nil && armed {
+				return errors.New("Run returned without calling the callback of chunk 1")
+			}
+			if err == nil {
+				return errors.New("Run returned nil after its callback panicked")
+			}
+			return err // a fault stopped the Run before the callback
+		}
+		if err := cp.Fence(bg); err != nil {
+			return err
+		}
+		clear(out)
+		if _, err := p.Run(bg, in, out); err != nil {
+			return err
+		}
+		if !bytes.Equal(out, in) {
+			return errors.New("the Run after a panic came back different")
+		}
+		return errors.Join(p.Close(bg), cp.Close(bg))
+	}}
+}
+
+// mappedStreamOp runs RunMapped on a stream of the caller's.
+func mappedStreamOp() op {
+	return op{name: "Copier RunMapped on a caller's stream", run: func(e *env) error {
+		bg := context.Background()
+		cp, err := newCopier(e, e.ctx, smallRing()...)
+		if err != nil {
+			return err
+		}
+		s, err := e.ctx.NewStream(cuda.StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		e.defer_(s.Destroy)
+		b, err := pinmem.Alloc(4096, pinmem.Mapped)
+		if err != nil {
+			return err
+		}
+		e.defer_(b.Free)
+		if err := cp.RunMapped(bg, s, b, func(s *cuda.Stream, p cuda.DevicePtr, n int) error {
+			return s.Memset(p, 7, n)
+		}); err != nil {
+			return err
+		}
+		if !bytes.Equal(b.Bytes(), bytes.Repeat([]byte{7}, 4096)) {
+			return errors.New("the memset did not write the mapped memory")
+		}
+		return errors.Join(cp.Close(bg), b.Free(), s.Destroy())
+	}}
+}
+
 // mappedOp runs a kernel on a mapped buffer's device address.
 func mappedOp() op {
 	return op{name: "Copier RunMapped", run: func(e *env) error {
@@ -352,7 +461,10 @@ func TestSweepTransfer(t *testing.T) {
 		registrationOp(),
 		pipelineOp("unordered"),
 		pipelineOp("ordered, pinned stages", transfer.WithOrdered(true), transfer.WithPinStages(true)),
+		pipelinePanicOp(false),
+		pipelinePanicOp(true),
 		mappedOp(),
+		mappedStreamOp(),
 		multiOp(),
 	})
 }

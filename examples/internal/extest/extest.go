@@ -1,7 +1,7 @@
 // Package extest holds what the examples' tests share: the check that an
-// example's kernel.ptx is what nvcc made of the kernel.cu beside it, and the
-// run of an example's main in a child process (to see what a user sees on a
-// machine without a GPU).
+// example's kernel.ptx is what nvcc made of the kernel.cu beside it (in the
+// example's kernel/ folder), and the run of an example's main in a child
+// process (to see what a user sees on a machine without a GPU).
 //
 // scripts/compile-kernels writes each kernel.ptx with a first line
 //
@@ -90,7 +90,7 @@ const envRunMain = "PINMEM_EXAMPLE_RUN_MAIN"
 // main with the process's arguments. The GPU machine has test binaries and
 // no go command, so this is how an example runs there as a program:
 //
-//	PINMEM_EXAMPLE_RUN_MAIN=1 .gpu/bin/examples_vectoradd.test -sizes 16MiB
+//	PINMEM_EXAMPLE_RUN_MAIN=1 .gpu/bin/examples_vectoradd_measure.test -sizes 16MiB
 //
 // Use it as
 //
@@ -135,10 +135,14 @@ func runMain(t testing.TB, env []string, args ...string) result {
 	return r
 }
 
+// ExitNoGPU is the exit status of an example that finds no NVIDIA driver or
+// no CUDA device: the pinmem command's status for the same case.
+const ExitNoGPU = 3
+
 // CheckNoGPU runs the example's main with no driver to load (PINMEM_LIBCUDA
 // names a library that does not exist, so the result is the same on a GPU
-// machine) and fails t unless it exits non-zero with exactly one line on
-// stderr, starting with "name: this needs an NVIDIA GPU:", nothing on
+// machine) and fails t unless it exits with ExitNoGPU and exactly one line
+// on stderr, starting with "name: this needs an NVIDIA GPU:", nothing on
 // stdout, and nothing that looks like a crash.
 func CheckNoGPU(t *testing.T, name string, args ...string) {
 	t.Helper()
@@ -147,8 +151,8 @@ func CheckNoGPU(t *testing.T, name string, args ...string) {
 	}
 	missing := filepath.Join(t.TempDir(), "libcuda.so.1")
 	r := runMain(t, []string{"PINMEM_LIBCUDA=" + missing}, args...)
-	if r.Code == 0 {
-		t.Errorf("exit status 0 without a driver; want non-zero")
+	if r.Code != ExitNoGPU {
+		t.Errorf("exit status %d without a driver; want %d, as the pinmem command", r.Code, ExitNoGPU)
 	}
 	if r.Stdout != "" {
 		t.Errorf("stdout = %q; want nothing", r.Stdout)

@@ -28,9 +28,9 @@ func noPanic(t *testing.T, what string, f func()) {
 	f()
 }
 
-// TestRegressPipelineRunAfterCopierClose: Run after its Copier's Close
+// TestRobustPipelineRunAfterCopierClose: Run after its Copier's Close
 // returned ErrClosed instead of sending on the closed copy pool.
-func TestRegressPipelineRunAfterCopierClose(t *testing.T) {
+func TestRobustPipelineRunAfterCopierClose(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c, err := New(e.ctx, WithStageSize(64<<10), WithDepth(2), WithParallelism(4))
 	if err != nil {
@@ -48,9 +48,9 @@ func TestRegressPipelineRunAfterCopierClose(t *testing.T) {
 	})
 }
 
-// TestRegressFreedDeviceBuffer: a copy into a freed device buffer is
+// TestRobustFreedDeviceBuffer: a copy into a freed device buffer is
 // refused before any copy is queued.
-func TestRegressFreedDeviceBuffer(t *testing.T) {
+func TestRobustFreedDeviceBuffer(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t, smallRing()...)
 	b, err := e.ctx.Alloc(4096)
@@ -93,8 +93,8 @@ func TestRegressFreedDeviceBuffer(t *testing.T) {
 	}
 }
 
-// TestRegressWrongDevice: a device-0 Copier refuses device-1 memory.
-func TestRegressWrongDevice(t *testing.T) {
+// TestRobustWrongDevice: a device-0 Copier refuses device-1 memory.
+func TestRobustWrongDevice(t *testing.T) {
 	e := useMultiFake(t, 2, 4096)
 	c, err := New(e.ctxs[0], smallRing()...)
 	if err != nil {
@@ -120,8 +120,8 @@ func TestRegressWrongDevice(t *testing.T) {
 	}
 }
 
-// TestRegressNilReceivers: nil receivers and nil contexts give errors.
-func TestRegressNilReceivers(t *testing.T) {
+// TestRobustNilReceivers: nil receivers and nil contexts give errors.
+func TestRobustNilReceivers(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	dev := e.devbuf(t, 4096)
 	var c *Copier
@@ -155,11 +155,11 @@ func TestRegressNilReceivers(t *testing.T) {
 	})
 }
 
-// TestRegressHungHtoD: with the copy stream held (a hung GPU), HtoD with
+// TestRobustHungHtoD: with the copy stream held (a hung GPU), HtoD with
 // a 200 ms deadline returns in time with an error matching
 // context.DeadlineExceeded, and the Copier works again once the stream
 // runs.
-func TestRegressHungHtoD(t *testing.T) {
+func TestRobustHungHtoD(t *testing.T) {
 	e := useFake(t, fakedrv.Options{WaitTimeout: 5 * time.Second})
 	c := e.copier(t, smallRing()...)
 	dev := e.devbuf(t, 256<<10)
@@ -218,11 +218,11 @@ func waitReleased(t *testing.T, d *fakedrv.Driver, base fakedrv.Counts) {
 	}
 }
 
-// TestRegressBoundedWaits: with every stream held (a hung GPU), each
+// TestRobustBoundedWaits: with every stream held (a hung GPU), each
 // blocking call returns within its deadline (plus slack for a loaded
 // machine) with an error matching context.DeadlineExceeded, the objects
 // work again once the device runs, and Close is bounded too.
-func TestRegressBoundedWaits(t *testing.T) {
+func TestRobustBoundedWaits(t *testing.T) {
 	const limit = 700 * time.Millisecond
 	e := useMultiFake(t, 2, 1<<20)
 	base := e.d.Live()
@@ -253,7 +253,7 @@ func TestRegressBoundedWaits(t *testing.T) {
 	run("HtoD", func(ctx context.Context) error { _, err := c.HtoD(ctx, e.bufs[0], src); return err })
 	run("DtoH", func(ctx context.Context) error { _, err := c.DtoH(ctx, dst, e.bufs[0]); return err })
 	run("HtoDAsync", func(ctx context.Context) error {
-		_, err := c.HtoDAsync(ctx, e.bufs[0], src).Wait(context.Background())
+		_, err := c.HtoDAsync(ctx, e.bufs[0], src).Wait(ctx)
 		return err
 	})
 	run("HtoDFrom", func(ctx context.Context) error {
@@ -302,9 +302,9 @@ func TestRegressBoundedWaits(t *testing.T) {
 	}
 }
 
-// TestRegressCloseWaitsForRun: Copier.Close during a Pipeline.Run waits
+// TestRobustCloseWaitsForRun: Copier.Close during a Pipeline.Run waits
 // for the Run (bounded), and the Run finishes cleanly.
-func TestRegressCloseWaitsForRun(t *testing.T) {
+func TestRobustCloseWaitsForRun(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c, err := New(e.ctx, smallRing()...)
 	if err != nil {
@@ -348,9 +348,9 @@ func TestRegressCloseWaitsForRun(t *testing.T) {
 	}
 }
 
-// TestRegressDroppedOwners: a Copier, Pipeline or Multi dropped without
+// TestRobustDroppedOwners: a Copier, Pipeline or Multi dropped without
 // Close is counted by track.Dropped and its driver objects released.
-func TestRegressDroppedOwners(t *testing.T) {
+func TestRobustDroppedOwners(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	base := e.d.Live()
 	before := track.DroppedCounts()
@@ -391,9 +391,9 @@ func TestRegressDroppedOwners(t *testing.T) {
 	waitReleased(t, e.d, base)
 }
 
-// TestRegressNilArgs: nil receivers, arguments and contexts across the
+// TestRobustNilArgs: nil receivers, arguments and contexts across the
 // package return errors matching cuda.ErrInvalidValue, never panic.
-func TestRegressNilArgs(t *testing.T) {
+func TestRobustNilArgs(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	dev := e.devbuf(t, 4096)
 	c := e.copier(t, smallRing()...)
@@ -471,7 +471,7 @@ func TestRegressNilArgs(t *testing.T) {
 
 // A stream of another context given with WithStream is refused by New:
 // the Copier's copies would be queued where its device buffers are not.
-func TestRegressWithStreamOfAnotherContext(t *testing.T) {
+func TestRobustWithStreamOfAnotherContext(t *testing.T) {
 	testutil.UseFake(t, fakedrv.Options{DeviceCount: 2})
 	ctxs := make([]*cuda.Context, 2)
 	for i := range ctxs {

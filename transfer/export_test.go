@@ -1,0 +1,24 @@
+package transfer
+
+import "github.com/pinmem/pinmem/cuda"
+
+// copierStreams returns the streams c issues its copies on.
+func copierStreams(c *Copier) []*cuda.Stream {
+	var ss []*cuda.Stream
+	for _, l := range c.lanes {
+		ss = append(ss, l.stream)
+	}
+	return ss
+}
+
+// pipelineStreams returns the streams of p.
+func pipelineStreams(p *Pipeline) []*cuda.Stream { return p.streams }
+
+// multiStreams returns the Broadcast stream of each device of m.
+func multiStreams(m *Multi) []*cuda.Stream {
+	var ss []*cuda.Stream
+	for _, d := range m.devs {
+		ss = append(ss, d.stream)
+	}
+	return ss
+}

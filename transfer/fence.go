@@ -1,0 +1,162 @@
+package transfer
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// fence orders every copy that a Copier, its Pipelines and a Multi it
+// belongs to queue after the copies that earlier calls left behind when
+// they returned early (a deadline, a cancellation, a panicking callback, a
+// failed enqueue): those copies are handed to the fence as a drain (the
+// events recorded behind them), and every later call makes each of its
+// streams wait for them on the device (cuStreamWaitEvent) before it
+// queues anything. So a retry is never overwritten by an attempt that
+// timed out, whichever stream either took. Callers wait for the drains on
+// the host with Copier.Fence, bounded by their context, before they reuse
+// pinned memory a failed call was copying.
+type fence struct {
+	pending atomic.Int32 // drains in progress: the small path reads only this
+
+	mu      sync.Mutex
+	next    uint64            // id of the next drain
+	drains  map[uint64]*drain // in progress
+	changed chan struct{}     // closed and replaced when a drain ends
+}
+
+// drain is the copies one early exit left queued: they have run once
+// every event in evs has completed and every stream in streams is idle
+// (a stream is named only where no event could be recorded behind them).
+type drain struct {
+	evs     []*cuda.Event
+	streams []*cuda.Stream
+}
+
+// order makes s wait on the device for every drain in progress. The
+// events cannot be recorded again meanwhile: each belongs to a lane, a
+// stage, a Pipeline Run or a Broadcast ring that its drain holds until
+// it ends, and a drain ends under f.mu.
+func (f *fence) order(s *cuda.Stream) error {
+	if f.pending.Load() == 0 {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, d := range f.drains {
+		for _, ev := range d.evs {
+			if err := s.WaitEvent(ev); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// last returns the id of the latest drain handed to f (0: none).
+func (f *fence) last() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.next
+}
+
+// wait waits, bounded by ctx, until every drain up to id upTo has ended.
+func (f *fence) wait(ctx context.Context, upTo uint64) error {
+	for {
+		f.mu.Lock()
+		busy := false
+		for id := range f.drains {
+			if id <= upTo {
+				busy = true
+				break
+			}
+		}
+		ch := f.changed
+		f.mu.Unlock()
+		if !busy {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// handOff is the one place that waits in the background: it takes the
+// copies an early exit left queued (d), waits for them to run (as long
+// as the device takes; on a hung device, for ever) and then calls then,
+// which gives back what they used (a lane, stages, a ring). Meanwhile
+// later calls are ordered after them (order) and hold registers the work
+// so that Close waits for it.
+func (f *fence) handOff(hold func(), end func(), d drain, then func()) {
+	f.mu.Lock()
+	if f.drains == nil {
+		f.drains = map[uint64]*drain{}
+		f.changed = make(chan struct{})
+	}
+	f.next++
+	id := f.next
+	f.drains[id] = &d
+	f.pending.Add(1)
+	f.mu.Unlock()
+	hold()
+	go func() {
+		defer end()
+		d.settle()
+		f.mu.Lock()
+		delete(f.drains, id)
+		f.pending.Add(-1)
+		close(f.changed)
+		f.changed = make(chan struct{})
+		f.mu.Unlock()
+		if then != nil {
+			then()
+		}
+	}()
+}
+
+// settle returns once the drain's copies have run, or the driver fails
+// the queries (a destroyed context: nothing will run any more). It polls,
+// backing off to drainPoll, so that no OS thread stays blocked in the
+// driver for a drain. It does not change d, which order reads.
+func (d *drain) settle() {
+	pause := 50 * time.Microsecond
+	for i := 0; i < len(d.evs)+len(d.streams); {
+		var ok bool
+		var err error
+		if i < len(d.evs) {
+			ok, err = d.evs[i].Query()
+		} else {
+			ok, err = d.streams[i-len(d.evs)].Query()
+		}
+		if ok || err != nil {
+			i++
+			continue
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, drainPoll)
+	}
+}
+
+// drainPoll is the longest pause between two queries of a drain.
+const drainPoll = 5 * time.Millisecond
+
+// streamErr returns the asynchronous errors of the work of ours queued on
+// s, a stream that holds nothing else (never a caller's stream): the
+// caller waited for its last event, so it returns at once. Bounded by
+// ctx; a stream found idle is synchronized in the driver, which returns
+// at once with the errors of its work (a poll reports only whether it
+// is idle).
+func streamErr(ctx context.Context, s *cuda.Stream) error {
+	if ctx.Done() != nil {
+		if idle, err := s.Query(); err != nil || !idle {
+			return firstErr(err, s.Synchronize(ctx))
+		}
+	}
+	return s.Synchronize(context.Background())
+}
