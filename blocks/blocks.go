@@ -402,7 +402,9 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 		if l.s == nil {
 			return rep, argErr(li, -1, "nil stream")
 		}
-		if l.s.Context() != c.ctx {
+		// Contexts compare by handle: a stream or buffer borrowed through
+		// another WrapContext of the same context is the copier's.
+		if l.s.Context().Handle() != c.ctx.Handle() {
 			return rep, argErr(li, -1, "stream of context %#x, the copier's is %#x", l.s.Context().Handle(), c.ctx.Handle())
 		}
 		if c.strategy == DriverBatch && l.s.Handle() == 0 {
@@ -417,7 +419,7 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 			if err := b.Dev.Err(); err != nil {
 				return rep, fmt.Errorf("blocks: list %d, block %d: %w", li, i, err)
 			}
-			if b.Dev.Context() != c.ctx {
+			if b.Dev.Context().Handle() != c.ctx.Handle() {
 				return rep, argErr(li, i, "device buffer %#x is of context %#x, the copier's is %#x", uint64(b.Dev.Ptr()), b.Dev.Context().Handle(), c.ctx.Handle())
 			}
 			if b.Off < 0 || b.Off > b.Dev.Size() || n > b.Dev.Size()-b.Off {

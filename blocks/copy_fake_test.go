@@ -727,3 +727,19 @@ func waitBlocked(t *testing.T, fd *fakedrv.Driver, s cudadrv.Stream) {
 		}
 	}
 }
+
+// TestFakeBorrowed: a stream and a device buffer borrowed through another
+// wrapper of the copier's context (cuda.WrapContext of its handle, as code
+// that takes handles from another library makes) are the copier's.
+func TestFakeBorrowed(t *testing.T) {
+	e := newEnv(t, fakedrv.Options{}, 4096, 4, 0)
+	bc := newCopier(t, e.ctx)
+	w := cuda.WrapContext(e.ctx.Device(), e.ctx.Handle())
+	in := cuda.WrapDevicePtr(w, e.in.Ptr(), e.in.Size())
+	l := e.list(e.src.Bytes(), in)
+	if _, err := bc.Copy(context.Background(), blocks.ToDevice(cuda.WrapStream(w, e.s1.Handle()), l)); err != nil {
+		t.Fatalf("a borrowed stream and buffer of the copier's context: %v", err)
+	}
+	must(t, e.s1.Synchronize(context.Background()))
+	e.check(t, l)
+}
