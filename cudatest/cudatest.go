@@ -394,8 +394,9 @@ func (d *Driver) Streams() []*cuda.Stream {
 // It returns the driver function of that call, such as
 // "cuStreamSynchronize" or "cuEventQuery", so that a test can release the
 // work knowing the code reached its wait, with no sleep standing in for
-// it; or ctx's error when ctx ends first. A stream unknown to this driver
-// is an error matching cuda.ErrInvalidValue.
+// it; or ctx's error when ctx ends first. A stream unknown to this driver,
+// and a Driver closed before or during the wait, are errors matching
+// cuda.ErrInvalidValue.
 func (d *Driver) WaitBlocked(ctx context.Context, s *cuda.Stream) (string, error) {
 	if d == nil {
 		return "", invalid("WaitBlocked of a nil Driver")
@@ -405,6 +406,9 @@ func (d *Driver) WaitBlocked(ctx context.Context, s *cuda.Stream) (string, error
 		h = cudadrv.Stream(s.Handle())
 	}
 	for seen := -1; ; {
+		if d.closed.Load() {
+			return "", invalid("WaitBlocked: the Driver is closed")
+		}
 		changed := d.fake.Changed()
 		op, polls, err := d.fake.Blocked(h, s == nil, seen)
 		if err != nil {

@@ -110,6 +110,26 @@ func TestWaitBlockedEnds(t *testing.T) {
 	}
 }
 
+// TestWaitBlockedClosed: WaitBlocked on a closed Driver, or one closed
+// while it waits, returns at once instead of waiting for ctx.
+func TestWaitBlockedClosed(t *testing.T) {
+	d := cudatest.Install(t)
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := d.WaitBlocked(context.Background(), nil)
+		waiting <- err
+	}()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiting; !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("WaitBlocked while the Driver closes: %v, want an error matching ErrInvalidValue", err)
+	}
+	if _, err := d.WaitBlocked(context.Background(), nil); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("WaitBlocked on a closed Driver: %v, want an error matching ErrInvalidValue", err)
+	}
+}
+
 // TestReleaseOrder: released work runs stream by stream in creation order,
 // each stream's work in queue order.
 func TestReleaseOrder(t *testing.T) {
