@@ -64,6 +64,7 @@ package fakedrv
 
 import (
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -1284,10 +1285,19 @@ func (d *Driver) LaunchKernel(f cudadrv.Function, grid, block [3]uint32, sharedM
 			call.Args = append(call.Args, slices.Clone(unsafe.Slice((*byte)(ptrs[i]), sz)))
 		}
 	}
-	d.enqueue(st, op, fail, func() error {
+	d.enqueue(st, op, fail, func() (err error) {
 		if k.fn == nil {
 			return nil
 		}
+		// A body that panics fails its launch, as a kernel that traps
+		// does: the panic must not unwind through whichever call runs the
+		// work (a release, another goroutine's synchronize) and leave the
+		// work started but never done, its waiters blocked for good.
+		defer func() {
+			if r := recover(); r != nil {
+				err = errorWhy(op, cudadrv.ErrorLaunchFailed, "kernel %s panicked: %v\n%s", k.name, r, debug.Stack())
+			}
+		}()
 		if err := k.fn(call); err != nil {
 			return errorWhy(op, cudadrv.ErrorLaunchFailed, "kernel %s: %v", k.name, err)
 		}
