@@ -5,9 +5,10 @@
 // two streams.
 //
 // Queuing one driver copy per block costs 1.3-2 us of CPU per block, while
-// a 16 KiB block takes 0.3 us on the bus. A Copier queues a list with the
-// driver's batch copy (cuMemcpyBatchAsync, CUDA 12.8+), with one copy per
-// block crossing into the driver once per 16 blocks, or, given a kernel
+// a 16 KiB block takes 0.3 us on the bus. A Copier queues a list in one of
+// three ways (Strategy): with the driver's batch copy (cuMemcpyBatchAsync,
+// CUDA 12.8+), up to 1024 blocks a call; with one copy per block, crossing
+// from Go into the driver once per 16 blocks; or, given a kernel
 // (WithKernel), with one launch of a gather/scatter kernel that moves the
 // blocks over mapped host memory with the SMs. Report says which ran.
 //
@@ -16,6 +17,8 @@
 //	bc, err := blocks.New(gpu)
 //	...
 //	rep, err := bc.Copy(ctx, blocks.ToHost(outStream, evicted), blocks.ToDevice(inStream, restored))
+//	...
+//	err = outStream.Synchronize(ctx) // the evicted blocks are in host memory now
 //
 // Copy checks every list before it queues anything and refuses bad input
 // with an *ArgError, which matches cuda.ErrInvalidValue: a device block
