@@ -26,7 +26,9 @@ var ErrInstalled = errors.New("cudatest: a fake CUDA driver is already installed
 var ErrLeak = errors.New("cudatest: driver objects leaked")
 
 // Driver is an installed fake CUDA driver. Its methods are safe for
-// concurrent use.
+// concurrent use. Once it is closed, those that act on the fake (FailOn,
+// FailAsync, HoldStream, ReleaseStream, WaitBlocked, RegisterKernel)
+// return an error matching cuda.ErrInvalidValue.
 type Driver struct {
 	fake      *fakedrv.Driver
 	restore   func()
@@ -169,6 +171,17 @@ func (d *Driver) Close() error {
 	return d.closeErr
 }
 
+// usable refuses a nil Driver, and one closed, for the method what.
+func (d *Driver) usable(what string) error {
+	switch {
+	case d == nil:
+		return invalid("%s of a nil Driver", what)
+	case d.closed.Load():
+		return invalid("%s of a closed Driver", what)
+	}
+	return nil
+}
+
 // When says which calls of a driver function an injected fault hits: make
 // one with Once, Nth or Always. The zero When is refused by FailOn.
 type When struct {
@@ -230,8 +243,8 @@ const (
 func Ops() []string { return fakedrv.Ops() }
 
 func (d *Driver) fault(what, op string, when When, code cuda.Result, async bool) error {
-	if d == nil {
-		return invalid("%s of a nil Driver", what)
+	if err := d.usable(what); err != nil {
+		return err
 	}
 	if !slices.Contains(Ops(), op) && !slices.Contains(fakedrv.Classes(), op) {
 		return invalid("%s(%q): neither a driver function the fake implements (see Ops) nor an operation class", what, op)
@@ -324,8 +337,8 @@ func (d *Driver) ReleaseStream(s *cuda.Stream) error {
 }
 
 func (d *Driver) hold(what string, s *cuda.Stream, on bool) error {
-	if d == nil {
-		return invalid("%s of a nil Driver", what)
+	if err := d.usable(what); err != nil {
+		return err
 	}
 	if s == nil {
 		return invalid("%s(nil)", what)
@@ -398,16 +411,16 @@ func (d *Driver) Streams() []*cuda.Stream {
 // and a Driver closed before or during the wait, are errors matching
 // cuda.ErrInvalidValue.
 func (d *Driver) WaitBlocked(ctx context.Context, s *cuda.Stream) (string, error) {
-	if d == nil {
-		return "", invalid("WaitBlocked of a nil Driver")
+	if err := d.usable("WaitBlocked"); err != nil {
+		return "", err
 	}
 	var h cudadrv.Stream
 	if s != nil {
 		h = cudadrv.Stream(s.Handle())
 	}
 	for seen := -1; ; {
-		if d.closed.Load() {
-			return "", invalid("WaitBlocked: the Driver is closed")
+		if err := d.usable("WaitBlocked"); err != nil {
+			return "", err // closed while waiting
 		}
 		changed := d.fake.Changed()
 		op, polls, err := d.fake.Blocked(h, s == nil, seen)

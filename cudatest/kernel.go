@@ -68,8 +68,8 @@ func (k *Kernel) Mem(p cuda.DevicePtr, n int) ([]byte, error) {
 // Functions looked up before included. RegisterKernel fails with an error matching
 // cuda.ErrInvalidValue for an empty name or nargs outside [0, 64].
 func (d *Driver) RegisterKernel(name string, nargs int, body func(k *Kernel) error) error {
-	if d == nil {
-		return invalid("RegisterKernel of a nil Driver")
+	if err := d.usable("RegisterKernel"); err != nil {
+		return err
 	}
 	if name == "" {
 		return invalid("RegisterKernel: empty name")
