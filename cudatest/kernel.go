@@ -1,6 +1,8 @@
 package cudatest
 
 import (
+	"strings"
+
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
@@ -50,7 +52,13 @@ func (k *Kernel) Mem(p cuda.DevicePtr, n int) ([]byte, error) {
 	}
 	b, err := k.call.Mem(cudadrv.DevicePtr(p), uint64(n))
 	if err != nil {
-		return nil, invalid("kernel %s: %v", k.Name, err)
+		// The fake's reason, without the driver error around it: this is
+		// no driver call, and the launch's error names the kernel.
+		why := err.Error()
+		if _, after, ok := strings.Cut(why, "; cudatest: "); ok {
+			why = after
+		}
+		return nil, invalid("Kernel.Mem(%#x, %d): %s", uint64(p), n, why)
 	}
 	return b, nil
 }
