@@ -203,8 +203,15 @@ type Copier struct {
 	closed  bool        // Close released everything; guarded by turn
 }
 
-// take waits, bounded by ctx, for the Copier's turn.
+// take waits, bounded by ctx, for the Copier's turn. A free turn is taken
+// even when ctx has ended, so that a call with nothing to wait for does
+// not fail at random.
 func (c *Copier) take(ctx context.Context) error {
+	select {
+	case c.turn <- struct{}{}:
+		return nil
+	default:
+	}
 	select {
 	case c.turn <- struct{}{}:
 		return nil

@@ -691,6 +691,21 @@ func TestFakeKernelTurn(t *testing.T) {
 	e.check(t, l)
 }
 
+// TestFakeCloseEndedContext: Close with a context that has ended
+// releases a Copier whose kernel has nothing to wait for, every time.
+func TestFakeCloseEndedContext(t *testing.T) {
+	e := newEnv(t, fakedrv.Options{}, 4096, 1, pinmem.Mapped)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 20 {
+		bc, err := blocks.New(e.ctx, blocks.WithKernel(1))
+		must(t, err)
+		if err := bc.Close(ctx); err != nil {
+			t.Fatalf("Close %d with an ended context and nothing to wait for: %v", i, err)
+		}
+	}
+}
+
 // TestFakeZeroCopier: a nil or zero Copier refuses calls with an
 // *ArgError instead of panicking.
 func TestFakeZeroCopier(t *testing.T) {
