@@ -210,3 +210,33 @@ func TestCtxSynchronizeOwnContext(t *testing.T) {
 	ok(t, d.MemFree(p1))
 	ok(t, d.CtxSetCurrent(c0))
 }
+
+// TestClearFaultsKeepsOtherContexts: ClearFaults forgets the unreported
+// faults of the contexts a sticky fault broke, and keeps another
+// context's, on the legacy default stream too.
+func TestClearFaultsKeepsOtherContexts(t *testing.T) {
+	d := newDrv(t, fakedrv.Options{DeviceCount: 2})
+	c0 := must[cudadrv.Context](t)(d.CtxGetCurrent())
+	p0 := must[cudadrv.DevicePtr](t)(d.MemAlloc(16))
+	ok(t, d.FailAsync("cuMemsetD8Async", 1, cudadrv.ErrorLaunchFailed))
+	ok(t, d.MemsetD8Async(p0, 1, 16, 0)) // c0's fault, on the legacy default stream
+
+	c1 := must[cudadrv.Context](t)(d.DevicePrimaryCtxRetain(1))
+	defer d.DevicePrimaryCtxRelease(1)
+	ok(t, d.CtxSetCurrent(c1))
+	s1 := must[cudadrv.Stream](t)(d.StreamCreate(cudadrv.StreamNonBlocking))
+	p1 := must[cudadrv.DevicePtr](t)(d.MemAlloc(16))
+	ok(t, d.AddRule("cuMemsetD8Async", 1, cudadrv.ErrorIllegalAddress, true, true))
+	ok(t, d.MemsetD8Async(p1, 1, 16, s1)) // breaks c1
+	if d.Stuck(c1) == nil {
+		t.Fatal("the sticky fault did not break its context")
+	}
+	d.ClearFaults()
+	ok(t, d.CtxSynchronize()) // c1's fault is forgotten
+	ok(t, d.StreamDestroy(s1))
+	ok(t, d.MemFree(p1))
+
+	ok(t, d.CtxSetCurrent(c0))
+	wantCode(t, d.CtxSynchronize(), "cuCtxSynchronize", cudadrv.ErrorLaunchFailed)
+	ok(t, d.MemFree(p0))
+}

@@ -530,9 +530,9 @@ func (d *Driver) ClearFaults() {
 	d.rules = nil
 	d.hook = nil
 	for _, s := range d.active {
-		// The legacy default stream serves every context.
-		broken := d.sticky[s.ctx] != nil || s == d.def && len(d.sticky) > 0
-		if broken && s.err != nil {
+		// A fault knows its context: on the legacy default stream, which
+		// serves every context, that of the work that faulted.
+		if s.err != nil && d.sticky[s.err.ctx] != nil {
 			s.err.reported = true
 		}
 	}
