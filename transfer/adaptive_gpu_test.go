@@ -114,8 +114,7 @@ func repsFor(n int) int { return max(1, (8<<20)/n) }
 func roundsFor(n int) int { return max(5, min(25, (1<<30)/n)) }
 
 // BenchmarkCopierVsDriver compares, side by side with interleaved samples,
-// the Copier (default options: the driver's copy below DefaultThresholds, staging
-// above) moving a Go heap slice with the driver's own pageable copy of
+// the Copier (default options) moving a Go heap slice with the driver's own pageable copy of
 // the same slice (DeviceBuffer.WriteAt/ReadAt), the Copier with
 // a context that can end (copier-ctx: the driver's copy runs on a
 // goroutine of its own) and the forced staged path, at 4 KiB to 1 GiB
@@ -140,7 +139,7 @@ func BenchmarkCopierVsDriver(b *testing.B) {
 
 func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 	c := gpuCopier(b, ctx)
-	staged := gpuCopier(b, ctx, WithThresholds(Thresholds{}))
+	staged := gpuCopier(b, ctx)
 	maxN := sizes[len(sizes)-1]
 	heap := touched(maxN)
 	dev := gpuAlloc(b, ctx, maxN)
@@ -582,7 +581,7 @@ func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function
 //	.gpu/bin/transfer.test -test.run '^$' -test.bench 'StagingKnobs' -test.benchtime 1x
 func BenchmarkStagingKnobs(b *testing.B) {
 	ctx := gpuCtx(b)
-	staged := gpuCopier(b, ctx, WithThresholds(Thresholds{}))
+	staged := gpuCopier(b, ctx)
 	const maxN = 1 << 30
 	heap := touched(maxN)
 	dev := gpuAlloc(b, ctx, maxN)
@@ -796,7 +795,7 @@ func BenchmarkFileToDevice(b *testing.B) {
 func BenchmarkPipelineKnobs(b *testing.B) {
 	ctx := gpuCtx(b)
 	c := gpuCopier(b, ctx)
-	cps := [2]*Copier{gpuCopier(b, ctx, WithThresholds(Thresholds{})), gpuCopier(b, ctx, WithThresholds(Thresholds{}))}
+	cps := [2]*Copier{gpuCopier(b, ctx), gpuCopier(b, ctx)}
 	f := gpuKernel(b, ctx, kernels.KernelAdd)
 	props, err := ctx.Device().Properties()
 	if err != nil {

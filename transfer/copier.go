@@ -592,7 +592,7 @@ func (c *Copier) HtoD(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (
 		return Stats{Direction: HostToDevice}, err
 	}
 	defer c.end()
-	return c.htod(ctx, dst, src, byThreshold)
+	return c.htod(ctx, dst, src, byRoute)
 }
 
 // DtoH copies len(dst) bytes from the start of the device buffer src into
@@ -608,7 +608,7 @@ func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 		return Stats{Direction: DeviceToHost}, err
 	}
 	defer c.end()
-	return c.dtoh(ctx, dst, src, byThreshold)
+	return c.dtoh(ctx, dst, src, byRoute)
 }
 
 // HtoDAsync starts HtoD and returns at once; the Op reports its result.
@@ -621,13 +621,13 @@ func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 // once on the Copier's two lanes): wait for an Op before starting one
 // that touches the same memory.
 func (c *Copier) HtoDAsync(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) *Op {
-	return c.async(ctx, HostToDevice, func(ctx context.Context) (Stats, error) { return c.htod(ctx, dst, src, byThreshold) })
+	return c.async(ctx, HostToDevice, func(ctx context.Context) (Stats, error) { return c.htod(ctx, dst, src, byRoute) })
 }
 
 // DtoHAsync starts DtoH and returns at once; the Op reports its result.
 // dst must not be used until the Op is done.
 func (c *Copier) DtoHAsync(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) *Op {
-	return c.async(ctx, DeviceToHost, func(ctx context.Context) (Stats, error) { return c.dtoh(ctx, dst, src, byThreshold) })
+	return c.async(ctx, DeviceToHost, func(ctx context.Context) (Stats, error) { return c.dtoh(ctx, dst, src, byRoute) })
 }
 
 func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context) (Stats, error)) *Op {
@@ -918,7 +918,7 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 // directly, or no stage or lane was idle.
 func (c *copier) shortOrOne(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte, how strategy) (out Stats, err error, handled bool) {
 	n := len(host)
-	if n == 0 || route(st.Direction, n, c.o.thr, c.o.stageSize, how) == pathRing || c.mayBePinned(host) {
+	if n == 0 || route(n, c.o.stageSize, how) == pathRing || c.mayBePinned(host) {
 		return *st, nil, false
 	}
 	return c.single(ctx, st, dev, host)

@@ -24,7 +24,7 @@ import (
 func TestFakeEngineBounds(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	const stage, depth, par, copiers, n = 64 << 10, 3, 4, 16, 1 << 20
-	opts := []Option{WithStageSize(stage), WithDepth(depth), WithParallelism(par), WithThresholds(Thresholds{})}
+	opts := []Option{WithStageSize(stage), WithDepth(depth), WithParallelism(par)}
 	base := pinmem.Stats().Pinned.Bytes
 	g0 := runtime.NumGoroutine()
 	cps := make([]*Copier, copiers)
@@ -287,7 +287,7 @@ func TestFakeEnginePipelines(t *testing.T) {
 func TestFakeTwoLanes(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	const stage, depth = 64 << 10, 3
-	opts := []Option{WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithThresholds(Thresholds{})}
+	opts := []Option{WithStageSize(stage), WithDepth(depth), WithParallelism(2)}
 	c := e.copier(t, opts...)
 	if len(c.lanes) != lanesOwn {
 		t.Fatalf("%d lanes, want %d", len(c.lanes), lanesOwn)
@@ -371,7 +371,7 @@ func TestFakeTwoLanes(t *testing.T) {
 func TestFakeTwoLanesUnderBudget(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	const stage, depth = 64 << 10, 3
-	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithThresholds(Thresholds{}))
+	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2))
 	prev := pinmem.SetBudget(pinmem.Stats().Pinned.Bytes + stage/2) // not one more stage
 	defer pinmem.SetBudget(prev)
 	n := 10 * stage
@@ -443,7 +443,7 @@ func TestFakeLanesWaitApart(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			e := useFake(t, fakedrv.Options{})
 			const stage, depth = 64 << 10, 3
-			c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithThresholds(Thresholds{}), WithWait(mode))
+			c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithWait(mode))
 			n := 10 * stage
 			devA, devB := e.devbuf(t, n), e.devbuf(t, n)
 			srcA, srcB := testutil.RandomBytes(n, 51), testutil.RandomBytes(n, 52)
@@ -489,7 +489,7 @@ func TestFakeLanesWaitApart(t *testing.T) {
 func TestFakeRetryAfterAbandon(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	const stage, depth = 64 << 10, 3
-	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithThresholds(Thresholds{}))
+	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2))
 	n := 2 * stage
 	dev := e.devbuf(t, n)
 	first, retry := testutil.RandomBytes(n, 61), testutil.RandomBytes(n, 62)

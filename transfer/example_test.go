@@ -2,10 +2,8 @@ package transfer_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log"
-	"os"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/kernels"
@@ -74,34 +72,4 @@ func Example() {
 	if _, err := p.Run(context.Background(), data, data); err != nil {
 		log.Fatal(err)
 	}
-}
-
-// Measure once on this host where one pinned stage stops beating the
-// ring, store the result, and give it to every Copier
-// made later (a stored file saves the measurement on the next start).
-func ExampleCalibrate() {
-	dev, err := cuda.GetDevice(0)
-	if err != nil {
-		log.Fatal(err)
-	}
-	ctx, err := dev.PrimaryContext()
-	if err != nil {
-		log.Fatal(err)
-	}
-	var thr transfer.Thresholds
-	b, err := os.ReadFile("thresholds.json")
-	if err != nil || json.Unmarshal(b, &thr) != nil {
-		if thr, err = transfer.Calibrate(context.Background(), ctx, 0); err != nil {
-			log.Fatal(err)
-		}
-		b, _ = json.Marshal(thr) // {"htod_bytes":33554432,"dtoh_bytes":33554432}
-		if err := os.WriteFile("thresholds.json", b, 0o644); err != nil {
-			log.Fatal(err)
-		}
-	}
-	c, err := transfer.New(ctx, transfer.WithThresholds(thr))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer c.Close(context.Background())
 }

@@ -95,7 +95,7 @@ func (e fakeEnv) deviceBytes(t *testing.T, b *cuda.DeviceBuffer) []byte {
 // smallRing is a ring of three 64 KiB stages that stages every pageable
 // byte (thresholds 0), so that small test transfers exercise the ring.
 func smallRing() []Option {
-	return []Option{WithStageSize(64 << 10), WithDepth(3), WithParallelism(4), WithThresholds(Thresholds{})}
+	return []Option{WithStageSize(64 << 10), WithDepth(3), WithParallelism(4)}
 }
 
 func TestFakeRoundTrip(t *testing.T) {
@@ -258,7 +258,7 @@ func TestFakeRingOrdering(t *testing.T) {
 func testRingOrdering(t *testing.T, stats bool) {
 	e := useFake(t, fakedrv.Options{})
 	const stage, depth = 64 << 10, 3
-	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithStats(stats), WithThresholds(Thresholds{}))
+	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2), WithStats(stats))
 	timing := 0
 	if stats {
 		timing = 1
@@ -339,7 +339,7 @@ func TestFakeCancelHalfway(t *testing.T) {
 		t.Run(dir.String(), func(t *testing.T) {
 			e := useFake(t, fakedrv.Options{})
 			const stage, depth = 64 << 10, 3
-			c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(3), WithThresholds(Thresholds{}))
+			c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(3))
 			n := 10 * stage
 			dev := e.devbuf(t, n)
 			src := testutil.RandomBytes(n, 2)

@@ -90,7 +90,6 @@ type options struct {
 	stageOpts   []pinmem.Option
 	stats       bool
 	wait        WaitMode
-	thr         Thresholds
 }
 
 // Option configures a Copier or a Multi. Options only record their value;
@@ -198,7 +197,6 @@ func buildOptions(opts []Option) (options, error) {
 		stageSize: DefaultStageSize,
 		depth:     DefaultDepth,
 		cacheMin:  DefaultRegistrationMin,
-		thr:       DefaultThresholds,
 	}
 	o.parallelism = min(DefaultParallelism, runtime.NumCPU())
 	for i, f := range opts {
@@ -228,9 +226,6 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if o.cacheLimit < 0 {
 		return o, fmt.Errorf("transfer: WithRegistrationCache(%d): the limit must not be negative: %w", o.cacheLimit, cuda.ErrInvalidValue)
-	}
-	if o.thr.HtoD < 0 || o.thr.DtoH < 0 {
-		return o, &OptionError{Option: "WithThresholds", Value: fmt.Sprintf("%+v", o.thr), Reason: "a threshold must not be negative"}
 	}
 	if o.cacheMin < 0 {
 		return o, fmt.Errorf("transfer: WithRegistrationMin(%d): must not be negative: %w", o.cacheMin, cuda.ErrInvalidValue)

@@ -18,8 +18,8 @@ package transfer
 //     to 1 MiB, by a few percent, and cannot be interrupted (it would
 //     outlive a call whose context ended): it is not used; those sizes
 //     take one stage.
-//   - Below the Copier's Thresholds (16 MiB by default) a transfer that no
-//     stage holds (a Copier with small stages) takes the ring too.
+//   - A transfer that no stage holds (a Copier with small stages) takes
+//     the ring.
 const (
 	singleStagedMax  = 32 << 20             // the largest transfer one stage takes
 	singleCopyInline = 2 * minPiece         // up to here the caller's goroutine copies alone
@@ -44,18 +44,14 @@ func (p path) String() string {
 	return "stage"
 }
 
-// route chooses the path of a pageable transfer of n bytes in direction
-// d for a Copier with stages of stageSize bytes and thresholds thr, as the
-// measured bands above say; how forces a path (Calibrate, benchmarks).
-// It is pure: the same arguments give the same path.
-func route(d Direction, n int, thr Thresholds, stageSize int, how strategy) path {
-	switch {
-	case how == forceStaged || n > stageSize:
+// route chooses the path of a pageable transfer of n bytes for a Copier
+// with stages of stageSize bytes, as the measured bands above say; how
+// forces a path (tests). It is pure: the same arguments give the same path.
+func route(n, stageSize int, how strategy) path {
+	if how == forceStaged || n > stageSize || (how != forceShort && n > singleStagedMax) {
 		return pathRing
-	case how == forceShort || int64(n) < thr.of(d) || n <= singleStagedMax:
-		return pathStage
 	}
-	return pathRing
+	return pathStage
 }
 
 // stagePieces returns the number of pieces of a transfer of n bytes in

@@ -39,7 +39,7 @@ func TestRouteBands(t *testing.T) {
 		{d, 32 * MiB, pathStage, 2, "stage"},
 		{d, 32*MiB + 1, pathRing, 0, "ring"},
 	} {
-		got := route(tc.dir, tc.n, DefaultThresholds, DefaultStageSize, byThreshold)
+		got := route(tc.n, DefaultStageSize, byRoute)
 		if got != tc.path {
 			t.Errorf("%v %d bytes: %v, want %v (was %s)", tc.dir, tc.n, got, tc.path, tc.was)
 		}
@@ -52,20 +52,18 @@ func TestRouteBands(t *testing.T) {
 	// Forced paths, and a Copier whose stage does not hold the transfer.
 	for _, tc := range []struct {
 		n, stage int
-		thr      Thresholds
 		how      strategy
 		want     path
 	}{
-		{4096, DefaultStageSize, DefaultThresholds, forceStaged, pathRing},
-		{64 << 20, 128 << 20, DefaultThresholds, forceShort, pathStage},
-		{64 << 20, 128 << 20, DefaultThresholds, byThreshold, pathRing},
-		{64 << 20, 128 << 20, Thresholds{HtoD: 1 << 30}, byThreshold, pathStage},
-		{128 << 10, 64 << 10, DefaultThresholds, byThreshold, pathRing},
-		{128 << 10, 64 << 10, DefaultThresholds, forceShort, pathRing},
-		{4096, 64 << 10, Thresholds{}, byThreshold, pathStage},
+		{4096, DefaultStageSize, forceStaged, pathRing},
+		{64 << 20, 128 << 20, forceShort, pathStage},
+		{64 << 20, 128 << 20, byRoute, pathRing},
+		{128 << 10, 64 << 10, byRoute, pathRing},
+		{128 << 10, 64 << 10, forceShort, pathRing},
+		{4096, 64 << 10, byRoute, pathStage},
 	} {
-		if got := route(HostToDevice, tc.n, tc.thr, tc.stage, tc.how); got != tc.want {
-			t.Errorf("%d bytes, stage %d, %+v, how %d: %v, want %v", tc.n, tc.stage, tc.thr, tc.how, got, tc.want)
+		if got := route(tc.n, tc.stage, tc.how); got != tc.want {
+			t.Errorf("%d bytes, stage %d, how %d: %v, want %v", tc.n, tc.stage, tc.how, got, tc.want)
 		}
 	}
 }

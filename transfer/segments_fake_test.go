@@ -64,7 +64,7 @@ func roundTripDirect(t *testing.T, e fakeEnv, c *Copier, host []byte) {
 	}
 	testutil.CheckBytes(t, want, host)
 	for _, st := range []Stats{up, down} {
-		if st.DirectBytes != int64(len(host)) || st.StagedBytes != 0 || st.PageableBytes != 0 {
+		if st.DirectBytes != int64(len(host)) || st.StagedBytes != 0 {
 			t.Errorf("%s not copied directly: %v", st.Direction, st)
 		}
 	}
@@ -263,7 +263,7 @@ func TestFakeGPUSuiteLogic(t *testing.T) {
 func TestFakeSegmentsStages(t *testing.T) {
 	smallSegments(t)
 	e := useMultiFake(t, 2, 3<<20)
-	opts := []Option{WithStageSize(1 << 20), WithThresholds(Thresholds{})}
+	opts := []Option{WithStageSize(1 << 20)}
 	c := e.copier(t, opts...)
 	if segs := len(c.eng.all[0].buf.Segments()); segs < 3 {
 		t.Fatalf("stages of %d registrations, want several", segs)

@@ -28,16 +28,11 @@ func (d Direction) String() string {
 // not larger than a stage, else the ring).
 type Stats struct {
 	Direction   Direction
-	Bytes       int64 // bytes moved
-	StagedBytes int64 // of which through the pinned stages
-	DirectBytes int64 // of which directly from or to pinned memory
-	// PageableBytes are the bytes handed to the driver's own pageable
-	// copy: always 0 since that copy is no longer used (it cannot be
-	// interrupted, so it would outlive a call whose context ended); kept
-	// so that programs reading it still build.
-	PageableBytes int64
-	Stages        int           // staged chunks
-	Wall          time.Duration // from the call until the data was in place
+	Bytes       int64         // bytes moved
+	StagedBytes int64         // of which through the pinned stages
+	DirectBytes int64         // of which directly from or to pinned memory
+	Stages      int           // staged chunks
+	Wall        time.Duration // from the call until the data was in place
 	// Device is the stream time between the transfer's first and last
 	// operation. It is measured only with WithStats(true) (zero
 	// otherwise, and when the driver could not time it).
@@ -79,8 +74,8 @@ func perGB(d time.Duration, n int64) float64 {
 
 // String summarises the transfer: bytes, path, time, GB/s and CPU-s/GB.
 func (s Stats) String() string {
-	return fmt.Sprintf("%s %d bytes (%d staged in %d stages, %d direct, %d pageable) in %v: %.2f GB/s, %.3f CPU-s/GB (copy %.3f)",
-		s.Direction, s.Bytes, s.StagedBytes, s.Stages, s.DirectBytes, s.PageableBytes, s.Wall, s.GBps(), s.CPUPerGB(), s.CopyCPUPerGB())
+	return fmt.Sprintf("%s %d bytes (%d staged in %d stages, %d direct) in %v: %.2f GB/s, %.3f CPU-s/GB (copy %.3f)",
+		s.Direction, s.Bytes, s.StagedBytes, s.Stages, s.DirectBytes, s.Wall, s.GBps(), s.CPUPerGB(), s.CopyCPUPerGB())
 }
 
 // meter measures a transfer's wall time and, when asked, its process

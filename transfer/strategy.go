@@ -1,70 +1,11 @@
 package transfer
 
 import (
-	"fmt"
 	"slices"
 	"sync"
 
 	"github.com/pinmem/pinmem"
-	"github.com/pinmem/pinmem/cuda"
 )
-
-// DefaultThreshold is the default size from which a Copier takes one
-// pinned stage for a pageable transfer only up to 32 MiB, and its pinned
-// ring above: 16 MiB. Below it, any transfer that one stage holds takes
-// one stage. Measured on an H200 (PCIe Gen5 x16, samples interleaved,
-// BenchmarkCopierVsDriver and BenchmarkSingleStage), a Copier at 16 MiB
-// moved 1.9 times the driver's pageable copy both ways, and from 64 MiB
-// on 2.5 times and more.
-const DefaultThreshold = 16 << 20
-
-// Thresholds are the sizes, in bytes, below which a Copier moves a
-// pageable transfer that one stage holds through one pinned stage (the
-// short path, see Copier) whatever the stage size; from them, one stage
-// only up to 32 MiB, else the pinned ring. They marshal to JSON, so that
-// the result of Calibrate can be stored and passed back with
-// WithThresholds. 0 gives the short path only to transfers up to 32 MiB;
-// math.MaxInt64 gives it every transfer that one stage holds.
-type Thresholds struct {
-	HtoD int64 `json:"htod_bytes"` // host-to-device
-	DtoH int64 `json:"dtoh_bytes"` // device-to-host
-}
-
-// DefaultThresholds are the thresholds a Copier uses unless told
-// otherwise: DefaultThreshold both ways.
-var DefaultThresholds = Thresholds{HtoD: DefaultThreshold, DtoH: DefaultThreshold}
-
-// of returns the threshold of direction d.
-func (t Thresholds) of(d Direction) int64 {
-	if d == DeviceToHost {
-		return t.DtoH
-	}
-	return t.HtoD
-}
-
-// WithThresholds sets the sizes below which a pageable transfer that one
-// stage holds takes one stage (default DefaultThresholds; neither may be
-// negative, else New returns an *OptionError).
-func WithThresholds(t Thresholds) Option { return func(o *options) { o.thr = t } }
-
-// OptionError is returned by New (and NewMulti, Calibrate) for an option
-// value it refuses. It matches cuda.ErrInvalidValue.
-type OptionError struct {
-	Option string // the option's name, e.g. "WithThresholds"
-	Value  string // its value as given
-	Reason string // why it was refused
-}
-
-// Error names the option, its value and the reason.
-func (e *OptionError) Error() string {
-	if e == nil {
-		return "<nil>"
-	}
-	return fmt.Sprintf("transfer: %s(%s): %s: %v", e.Option, e.Value, e.Reason, cuda.ErrInvalidValue)
-}
-
-// Is matches cuda.ErrInvalidValue.
-func (e *OptionError) Is(target error) bool { return e != nil && target == cuda.ErrInvalidValue }
 
 // cacheBufs are the buffers registration caches registered. The registry
 // lookup leaves them to their cache, which holds them for the length of a
@@ -189,11 +130,11 @@ func (c *copier) mayBePinned(host []byte) bool {
 	return ok && c.pinnedHere(b)
 }
 
-// strategy forces a transfer's handling of pageable memory (Calibrate).
+// strategy forces a transfer's handling of pageable memory (tests).
 type strategy uint8
 
 const (
-	byThreshold strategy = iota // as the thresholds say
-	forceStaged                 // stage every pageable byte
-	forceShort                  // the short path (one stage when one is idle, else the ring) at every size
+	byRoute     strategy = iota // as route's size bands say
+	forceStaged                 // the ring at every size
+	forceShort                  // one stage when one is idle and holds the transfer, else the ring
 )

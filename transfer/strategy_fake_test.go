@@ -2,9 +2,6 @@ package transfer
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"math"
 	"testing"
 
 	"github.com/pinmem/pinmem"
@@ -32,7 +29,7 @@ func callDelta(d *fakedrv.Driver, f func(), ops ...string) map[string]int {
 // either way.
 func TestFakeAdaptive(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
-	c := e.copier(t, WithStageSize(4<<20), WithThresholds(Thresholds{HtoD: 8 << 20, DtoH: 4 << 20}))
+	c := e.copier(t, WithStageSize(4<<20))
 	dev := e.devbuf(t, 16<<20)
 	ops := []string{"cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuEventRecord"}
 	const single, ring = "single", "ring"
@@ -76,18 +73,16 @@ func TestFakeAdaptive(t *testing.T) {
 }
 
 // checkPath checks that a transfer of n pageable bytes took the path
-// want ("driver", "single" or "ring"), from its Stats and the driver
+// want ("single" or "ring"), from its Stats and the driver
 // calls it made: synchronous copies, asynchronous copies, event records.
 func checkPath(t *testing.T, op string, n int, want string, st Stats, syncCopies, asyncCopies, records int) {
 	t.Helper()
 	ok := false
 	switch want {
-	case "driver":
-		ok = st.PageableBytes == int64(n) && st.StagedBytes == 0 && syncCopies == 1 && asyncCopies == 0 && records == 0
 	case "single":
-		ok = st.StagedBytes == int64(n) && st.Stages == 1 && st.PageableBytes == 0 && syncCopies == 0 && asyncCopies >= 1
+		ok = st.StagedBytes == int64(n) && st.Stages == 1 && syncCopies == 0 && asyncCopies >= 1
 	case "ring":
-		ok = st.StagedBytes == int64(n) && st.PageableBytes == 0 && syncCopies == 0 && asyncCopies >= 1 && records >= 1
+		ok = st.StagedBytes == int64(n) && syncCopies == 0 && asyncCopies >= 1 && records >= 1
 	}
 	if !ok {
 		t.Errorf("%s %d bytes: %v, %d sync copies, %d async, %d event records; want the %s path", op, n, st, syncCopies, asyncCopies, records, want)
@@ -101,15 +96,10 @@ func checkPath(t *testing.T, op string, n int, want string, st Stats, syncCopies
 func TestFakeAdaptiveDefaults(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t)
-	if DefaultThresholds != (Thresholds{HtoD: 16 << 20, DtoH: 16 << 20}) {
-		t.Fatalf("DefaultThresholds %+v", DefaultThresholds)
-	}
 	dev := e.devbuf(t, 33<<20)
-	// The path from its Stats: the driver's copy, one stage, or the ring.
+	// The path from its Stats: one stage or the ring.
 	path := func(st Stats) string {
 		switch {
-		case st.PageableBytes == st.Bytes:
-			return "driver"
 		case st.StagedBytes == st.Bytes && st.Stages == 1:
 			return "single"
 		case st.StagedBytes == st.Bytes:
@@ -190,80 +180,12 @@ func TestFakeAdaptiveMixed(t *testing.T) {
 	testutil.CheckBytes(t, want, host)
 	rest := int64(len(host) - (hi - lo))
 	for _, st := range []Stats{up, down} {
-		if st.DirectBytes != int64(hi-lo) || st.StagedBytes != rest || st.PageableBytes != 0 {
+		if st.DirectBytes != int64(hi-lo) || st.StagedBytes != rest {
 			t.Errorf("%v, want %d direct and %d staged", st, hi-lo, rest)
 		}
 	}
 	if n := e.d.PageableAsyncCopies() - pageable0; n != 0 {
 		t.Errorf("%d asynchronous copies from or to pageable memory", n)
-	}
-}
-
-// TestThresholdsOption: negative thresholds are refused with an
-// *OptionError matching cuda.ErrInvalidValue; Thresholds round-trip
-// through JSON.
-func TestThresholdsOption(t *testing.T) {
-	for _, thr := range []Thresholds{{HtoD: -1}, {DtoH: -1}, {HtoD: math.MinInt64, DtoH: 5}} {
-		_, err := buildOptions([]Option{WithThresholds(thr)})
-		var oe *OptionError
-		if !errors.As(err, &oe) || oe.Option != "WithThresholds" || !errors.Is(err, cuda.ErrInvalidValue) {
-			t.Errorf("WithThresholds(%+v): %v", thr, err)
-		}
-	}
-	for _, thr := range []Thresholds{{}, DefaultThresholds, {HtoD: math.MaxInt64, DtoH: 1}} {
-		o, err := buildOptions([]Option{WithThresholds(thr)})
-		if err != nil || o.thr != thr {
-			t.Errorf("WithThresholds(%+v): %+v %v", thr, o.thr, err)
-		}
-		j, err := json.Marshal(thr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var back Thresholds
-		if err := json.Unmarshal(j, &back); err != nil || back != thr {
-			t.Errorf("JSON %s: %+v %v", j, back, err)
-		}
-	}
-	if j, _ := json.Marshal(Thresholds{HtoD: 1, DtoH: 2}); string(j) != `{"htod_bytes":1,"dtoh_bytes":2}` {
-		t.Errorf("JSON %s", j)
-	}
-}
-
-// TestFakeCalibrate: Calibrate measures both strategies and returns
-// thresholds among the values it documents; a bad size or option is
-// refused; it leaves nothing behind (useFake checks).
-func TestFakeCalibrate(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
-	calls := callDelta(e.d, func() {
-		thr, err := Calibrate(context.Background(), e.ctx, 1<<20, WithStageSize(256<<10))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range []int64{thr.HtoD, thr.DtoH} {
-			if v != 0 && v != 2<<20 && v != 256<<10 && v != 1<<20 {
-				t.Errorf("threshold %d is not a measured size, 0 or 2*max", v)
-			}
-		}
-		c := e.copier(t, WithThresholds(thr))
-		_ = c
-	}, "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2")
-	for op, n := range calls {
-		if n == 0 {
-			t.Errorf("Calibrate never called %s: %v", op, calls)
-		}
-	}
-	for _, n := range []int{-1, 1000, 17 << 30} {
-		if _, err := Calibrate(context.Background(), e.ctx, n); !errors.Is(err, cuda.ErrInvalidValue) {
-			t.Errorf("Calibrate(%d): %v", n, err)
-		}
-	}
-	if _, err := Calibrate(context.Background(), e.ctx, 0, WithThresholds(Thresholds{HtoD: -1})); !errors.Is(err, cuda.ErrInvalidValue) {
-		t.Errorf("Calibrate with a bad option: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := Calibrate(ctx, e.ctx, 1<<20); !errors.Is(err, context.Canceled) {
-		t.Errorf("Calibrate with an ended context: %v", err)
 	}
 }
 
@@ -273,7 +195,7 @@ func TestFakeCalibrate(t *testing.T) {
 // copied directly.
 func TestFakeAdaptiveOtherDevice(t *testing.T) {
 	e := useMultiFake(t, 2, 2<<20)
-	c, err := New(e.ctxs[1], WithStageSize(256<<10), WithThresholds(Thresholds{HtoD: 1 << 20, DtoH: 1 << 20}))
+	c, err := New(e.ctxs[1], WithStageSize(256<<10))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,20 +211,20 @@ func TestFakeAdaptiveOtherDevice(t *testing.T) {
 	}
 	defer portable.Free()
 	for _, tc := range []struct {
-		name                     string
-		host                     []byte
-		pageable, staged, direct int
+		name           string
+		host           []byte
+		staged, direct int
 	}{
-		{"other small", other.Bytes()[:256<<10], 0, 256 << 10, 0},
-		{"other large", other.Bytes(), 0, 2 << 20, 0},
-		{"portable small", portable.Bytes()[:256<<10], 0, 0, 256 << 10},
+		{"other small", other.Bytes()[:256<<10], 256 << 10, 0},
+		{"other large", other.Bytes(), 2 << 20, 0},
+		{"portable small", portable.Bytes()[:256<<10], 0, 256 << 10},
 	} {
 		copy(tc.host, testutil.RandomBytes(len(tc.host), 31))
 		st, err := c.HtoD(context.Background(), e.bufs[1], tc.host)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.PageableBytes != int64(tc.pageable) || st.StagedBytes != int64(tc.staged) || st.DirectBytes != int64(tc.direct) {
+		if st.StagedBytes != int64(tc.staged) || st.DirectBytes != int64(tc.direct) {
 			t.Errorf("%s: %v", tc.name, st)
 		}
 		testutil.CheckBytes(t, tc.host, e.deviceBytes(t, e.bufs[1])[:len(tc.host)])
@@ -346,7 +268,7 @@ func TestFakeAdaptiveSecondContext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tc.direct != (st.DirectBytes == 64<<10) || !tc.direct && st.PageableBytes+st.StagedBytes != 64<<10 {
+		if tc.direct != (st.DirectBytes == 64<<10) || !tc.direct && st.StagedBytes != 64<<10 {
 			t.Errorf("flags %v: %v", tc.flags, st)
 		}
 		got := make([]byte, 64<<10)

@@ -92,7 +92,7 @@ func (a *atCounter) Seek(off int64, whence int) (int64, error) {
 // ioRing is a ring of three 4 MiB stages with 4 copy goroutines: a stage
 // is read or written by up to 4 calls at once.
 func ioRing() []Option {
-	return []Option{WithStageSize(4 << 20), WithDepth(3), WithParallelism(4), WithThresholds(Thresholds{})}
+	return []Option{WithStageSize(4 << 20), WithDepth(3), WithParallelism(4)}
 }
 
 // TestFakeReadFromReaderAt: a reader that is an io.ReaderAt and an

@@ -14,9 +14,8 @@ func TestCopierPath(t *testing.T) {
 		want string
 	}{
 		{transfer.Stats{Bytes: 100, StagedBytes: 100, Stages: 2}, "staged"},
-		{transfer.Stats{Bytes: 100, PageableBytes: 100}, "pageable"},
 		{transfer.Stats{Bytes: 100, DirectBytes: 100}, "direct"},
-		{transfer.Stats{Bytes: 100, StagedBytes: 75, PageableBytes: 25}, "staged 75% + pageable 25%"},
+		{transfer.Stats{Bytes: 100, StagedBytes: 75, DirectBytes: 25}, "staged 75% + direct 25%"},
 	} {
 		if got := copierPath(c.st); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.st, got, c.want)

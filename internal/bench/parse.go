@@ -20,9 +20,9 @@ const (
 	// what a user of package transfer gets. Each row's Path says which
 	// path the Copier took at that size.
 	KindCopier = "copier"
-	// KindCopierStaged is a Copier forced to stage every size through its
-	// pinned ring (WithThresholds(Thresholds{})): not what users get by
-	// default; results before this kind existed called it "staged".
+	// KindCopierStaged is a Copier that stages every pageable byte: once
+	// forced, now what every Copier does (it measures a default Copier);
+	// results before this kind existed called it "staged".
 	KindCopierStaged = "copier-staged"
 )
 

@@ -456,7 +456,7 @@ func TestSweepTransfer(t *testing.T) {
 		// A staged transfer that one stage holds takes one stage before
 		// the ring.
 		copierOp("staged in one stage", stageSize, func(*env) ([]transfer.Option, error) {
-			return smallRing(transfer.WithThresholds(transfer.Thresholds{})), nil
+			return smallRing(), nil
 		}),
 		registrationOp(),
 		pipelineOp("unordered"),

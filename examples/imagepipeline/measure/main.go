@@ -666,7 +666,7 @@ type stager struct {
 func (p *pipe) newStager() (*stager, error) {
 	st := &stager{p: p}
 	for i := range st.cps {
-		cp, err := transfer.New(p.gpu, transfer.WithThresholds(transfer.Thresholds{}))
+		cp, err := transfer.New(p.gpu)
 		if err != nil {
 			return nil, err
 		}
