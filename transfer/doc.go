@@ -1,27 +1,17 @@
 // Package transfer moves data between Go memory and CUDA devices at close
 // to pinned-memory speed, and overlaps copies with device work.
 //
-// A Copier belongs to one CUDA context. It owns two non-blocking streams,
-// its lanes, so that two of its transfers run at once from any goroutines
-// that share it (one stream, given with WithStream, keeps its transfers in
-// order), and shares with the context's other Copiers a staging engine:
-// pinned staging buffers (allocated with pinmem.Alloc) that each transfer
-// borrows as its ring, first come first served, and one persistent set
-// of CPU copy goroutines; many Copiers moving data at once hold at most
-// two rings of pinned memory and one set of copy goroutines. Copying a
-// large ordinary (pageable) Go slice to the device splits it into stages:
-// while the copy engine drains stage k-1 on the transfer's stream, the CPU
-// goroutines fill stage k, each stage guarded by its own event.
-// Device-to-host runs the ring the other way, with the DMA of later
-// stages running ahead of the CPU copy-out. Each transfer takes the
-// fastest path measured for its direction and size (one pinned stage for
-// small and mid-sized slices, the ring for large ones); Stats says which
-// path each transfer took. The driver's own synchronous pageable copy is
-// never used: it cannot be interrupted, so it would outlive a call whose
-// context ended. Memory that is already pinned (anything pinmem pinned, found with pinmem.Lookup, a
-// pinmem.Buffer made known with AddPinned, or a range held by the
-// registration cache) is copied directly, without staging, one driver copy
-// per registration.
+// A Copier belongs to one CUDA context and moves each part of the host
+// memory the fastest way measured for its direction and size: memory
+// already pinned (by pinmem, made known with AddPinned, or held by the
+// registration cache) directly, one driver copy per registration;
+// ordinary (pageable) Go memory through one pinned stage up to 32 MiB and
+// above that through a ring of pinned stages, CPU goroutines filling one
+// stage while the copy engine drains another. The stages and copy
+// goroutines are a staging engine shared by the context's Copiers (see
+// Copier). Stats says which path each transfer took. The driver's own
+// pageable copy is never used: it cannot be interrupted, so it would
+// outlive a call whose context ended.
 //
 // There is one way to do each copy: HtoD and DtoH copy a byte slice and
 // return when the data is in place; HtoDAsync and DtoHAsync start the same
@@ -79,20 +69,14 @@
 // system call.
 //
 // The registration cache (WithRegistrationCache, off by default) pins large
-// slices in place with pinmem.Register the first time they are copied and
-// reuses the registration afterwards, so a slice copied again and again
-// moves at pinned speed. It keys registrations by page ranges, shares and
-// merges overlapping ranges with reference counts, evicts the least
-// recently used idle registrations under its byte limit, and gives memory
-// back when pinmem's budget asks (it is a pinmem.Reclaimer).
+// slices in place the first time they are copied and reuses the
+// registration afterwards, so that a slice copied again and again moves at
+// pinned speed (see RegCache).
 //
 // A Pipeline splits a large input into chunks and runs, for each chunk,
-// host-to-device, the caller's device work (a kernel launch or any Go
-// callback that enqueues on the chunk's stream) and device-to-host, across
-// several streams, with a bounded number of chunks in flight (bounded
-// device and pinned memory, back-pressure on the producer), ordered or
-// unordered completion callbacks, and cancellation and error propagation
-// that stop issuing and drain cleanly.
+// host-to-device, the caller's device work and device-to-host, across
+// several streams, with a bounded number of chunks in flight and ordered
+// or unordered completion callbacks (see Pipeline).
 //
 // RunMapped runs a kernel directly on a Mapped pinmem.Buffer's device
 // pointer (zero-copy): it saves the device memory and the copy, and every
@@ -128,9 +112,9 @@
 // # Defaults
 //
 // 32 MiB stages, 3 per transfer, up to 12 CPU copy goroutines (capped by
-// the number of CPUs), and the short paths below 16 MiB: pinned copies
-// reach full PCIe speed from about 16 MiB, two or three stages in flight
-// keep the copy engine busy, Go copies into pinned memory stop scaling at
-// about a dozen goroutines, and below those sizes one stage is faster
-// than the ring (on an H200, PCIe Gen5 x16).
+// the number of CPUs), one stage up to 32 MiB: pinned copies reach full
+// PCIe speed from about 16 MiB, two or three stages in flight keep the
+// copy engine busy, Go copies into pinned memory stop scaling at about a
+// dozen goroutines, and up to 32 MiB one stage is faster than the ring
+// (on an H200, PCIe Gen5 x16).
 package transfer
