@@ -334,16 +334,8 @@ func (c *Copier) Close(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	if !c.markClosed() {
-		if c.rel.released() {
-			return ErrClosed
-		}
-		// An earlier Close ended before the release (ctx) or the driver
-		// failed part of it: wait again and retry what is left.
-		return c.closeWait(ctx, "Copier")
-	}
-	c.cleanup.Stop()
-	return c.closeWait(ctx, "Copier")
+	first := c.markClosed()
+	return closeOwner(ctx, "Copier", first, &c.rel, &c.cleanup, c.idle, c.release)
 }
 
 // markClosed closes c to new work; false if it already was.
@@ -358,24 +350,6 @@ func (c *copier) markClosed() bool {
 		close(c.idle)
 	}
 	return true
-}
-
-// closeWait waits, bounded by ctx, for the work in progress to end and for
-// the release that follows it.
-func (c *copier) closeWait(ctx context.Context, what string) error {
-	done := make(chan error, 1)
-	go func() {
-		<-c.idle
-		err := c.release()
-		retryOrphans() // staging buffers a failed New could not release
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("transfer: closing the %s: %w (it is closed; its resources are released once the copies in flight finish)", what, ctx.Err())
-	}
 }
 
 // dropped is the cleanup of a Copier that became unreachable without

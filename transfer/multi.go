@@ -255,26 +255,8 @@ func (m *Multi) Close(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	if !m.markClosed() {
-		if m.rel.released() {
-			return ErrClosed
-		}
-		// An earlier Close ended before the release (ctx) or the driver
-		// failed part of it: wait again and retry what is left.
-	} else {
-		m.cleanup.Stop()
-	}
-	done := make(chan error, 1)
-	go func() {
-		<-m.idle
-		done <- m.release()
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("transfer: closing the Multi: %w (it is closed; its resources are released once the copies in flight finish)", ctx.Err())
-	}
+	first := m.markClosed()
+	return closeOwner(ctx, "Multi", first, &m.rel, &m.cleanup, m.idle, m.release)
 }
 
 func (m *multi) markClosed() bool {

@@ -271,30 +271,8 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	if !p.markClosed() {
-		if p.rel.released() {
-			return ErrClosed
-		}
-		// An earlier Close ended before the release (ctx) or the driver
-		// failed part of it: wait again and retry what is left.
-	} else {
-		p.cleanup.Stop()
-	}
-	done := make(chan error, 1)
-	go func() {
-		<-p.waitStopped()
-		err := p.release()
-		// Staging buffers a failed Run could not release go too, now
-		// that the driver may work again.
-		retryOrphans()
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("transfer: closing the Pipeline: %w (it is closed; its resources are released once its chunks in flight finish)", ctx.Err())
-	}
+	first := p.markClosed()
+	return closeOwner(ctx, "Pipeline", first, &p.rel, &p.cleanup, p.waitStopped(), p.release)
 }
 
 func (p *pipeline) markClosed() bool {

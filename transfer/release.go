@@ -1,7 +1,10 @@
 package transfer
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/pinmem/pinmem"
@@ -124,5 +127,34 @@ func retryOrphans() {
 	for _, s := range states {
 		_ = s.release()
 		orphan(s)
+	}
+}
+
+// closeOwner is the body of the Close of a Copier, Pipeline or Multi,
+// after its nil and ctx checks. first says whether this call closed it
+// (markClosed): the first stops the cleanup; a later one returns ErrClosed
+// once everything is released, else waits again and retries what an
+// earlier Close left. It waits, bounded by ctx, for idle (no work in
+// progress) and then for release; when ctx ends first the release still
+// happens in the background.
+func closeOwner(ctx context.Context, what string, first bool, rel *releaser, cleanup *runtime.Cleanup,
+	idle <-chan struct{}, release func() error) error {
+	if first {
+		cleanup.Stop()
+	} else if rel.released() {
+		return ErrClosed
+	}
+	done := make(chan error, 1)
+	go func() {
+		<-idle
+		err := release()
+		retryOrphans() // staging buffers a failed New or Run could not release
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("transfer: closing the %s: %w (it is closed; its resources are released once the copies in flight finish)", what, ctx.Err())
 	}
 }
