@@ -181,3 +181,48 @@ func TestFakeDirectTailOnStrictKernel(t *testing.T) {
 		})
 	}
 }
+
+// TestFakeDecidePerFile: with ModeAuto a warm file is read buffered and a
+// cold one beside it directly, in one load; every byte right.
+func TestFakeDecidePerFile(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	warm, warmData := tempFile(t, 1<<20, 71)
+	cold, coldData := tempFile(t, 1<<20, 72)
+	f, err := os.Open(cold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err = f.Sync(); err == nil {
+		err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	}
+	frac, ok := residency(f, []extent{{0, 1 << 20}})
+	f.Close()
+	if err != nil || !ok || frac >= DefaultWarmThreshold {
+		t.Skipf("cannot drop the file's pages here (resident %v, %v)", frac, err)
+	}
+	l := e.loader(t)
+	a, b := e.devbuf(t, 1<<20), e.devbuf(t, 1<<20)
+	files := []File{
+		{Path: warm, Ranges: []Range{{Offset: 0, Length: 1 << 20, Dst: a}}},
+		{Path: cold, Ranges: []Range{{Offset: 0, Length: 1 << 20, Dst: b}}},
+	}
+	r := &run{l: l}
+	for _, fl := range files {
+		of := &openFile{path: fl.Path, ranges: fl.Ranges}
+		if of.f, of.fi, err = openRegular(fl.Path); err != nil {
+			t.Fatal(err)
+		}
+		r.files = append(r.files, of)
+	}
+	r.decide()
+	modes := []Mode{r.files[0].mode, r.files[1].mode}
+	r.closeFiles()
+	if modes[0] != ModeBuffered || (modes[1] != ModeDirect && r.files[1].fallback.Load() == nil) {
+		t.Errorf("modes %v, want buffered for the warm file and direct for the cold one", modes)
+	}
+	if _, err := l.LoadFiles(context.Background(), files, nil); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, warmData, e.deviceBytes(t, a, 1<<20))
+	testutil.CheckBytes(t, coldData, e.deviceBytes(t, b, 1<<20))
+}

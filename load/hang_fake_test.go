@@ -67,6 +67,17 @@ func TestFakeLoadHungDevice(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Load on a hung device: %v, want the deadline", err)
 	}
+	// The next load waits for those copies, bounded by its context, and
+	// reads nothing meanwhile.
+	var st Stats
+	within(t, 10*time.Second, e.d.Resume, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		st, err = l.LoadFile(ctx, path, dst)
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || st.ReadBytes != 0 {
+		t.Errorf("Load behind hung copies: %v, %+v; want the deadline before any read", err, st)
+	}
 	e.d.Resume()
 	if err := dst.Memset(0); err != nil {
 		t.Fatal(err)

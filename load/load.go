@@ -62,14 +62,18 @@ type Stats struct {
 	// device (opening the files and sampling the page cache included).
 	Wall time.Duration
 	// Mode is how the files were read: ModeDirect, ModeBuffered or
-	// ModeMapped (never ModeAuto). After a fallback it is ModeBuffered.
+	// ModeMapped (never ModeAuto); a file that fell back counts as
+	// ModeBuffered. Where files were read differently, it is the mode
+	// that read the most bytes.
 	Mode Mode
 	// Resident is the share of sampled pages that were in the page cache
-	// when the load started, or -1 when it was not sampled (the mode was
-	// chosen by option) or could not be.
+	// when the load started (over all files, weighted by the bytes read
+	// from each), or -1 when it was not sampled (the mode was chosen by
+	// option) or could not be.
 	Resident float64
 	// Fallback says why direct I/O or the mapping was asked for (or
-	// chosen) but the load read buffered; empty when it did not fall back.
+	// chosen) but a file was read buffered, naming the file when the load
+	// had several; empty when no file fell back.
 	Fallback string
 }
 
@@ -189,19 +193,12 @@ func (l *Loader) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	l.closed = true
-	for back := 0; back < len(l.stages); back++ {
-		select {
-		case <-l.free:
-		case <-ctx.Done():
-			left := len(l.stages) - back
-			go func() { // the one background wait: release once every stage is back
-				for range left {
-					<-l.free
-				}
-				_ = l.release()
-			}()
-			return fmt.Errorf("load: Close waiting for %d stages' copies: %w", left, ctx.Err())
-		}
+	if err := l.idle(ctx); err != nil {
+		go func() { // the one background wait: release once every stage is back
+			_ = l.idle(context.Background())
+			_ = l.release()
+		}()
+		return fmt.Errorf("load: Close waiting for the copies in flight: %w", err)
 	}
 	return l.release()
 }
@@ -265,9 +262,10 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // drained by an asynchronous copy on one of the Loader's streams and is
 // refilled only once that copy has finished, so the pinned memory in use
 // never exceeds the stages' (PinnedBytes): reading waits for copying.
-// Neighbouring ranges share reads. How the files are read (Stats.Mode) is
-// decided once per load, from the Loader's mode and the page-cache
-// residency of the ranges.
+// Neighbouring ranges share reads. How each file is read is decided for
+// that file, from the Loader's mode and, for ModeAuto, the page-cache
+// residency of its ranges: a warm shard is read buffered while a cold one
+// beside it is read directly.
 //
 // ready, when not nil, is called with a file's and a range's index as soon
 // as that range is entirely in device memory, in the order ranges land
@@ -285,12 +283,13 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // the end of the load an error matching ErrChanged; a closed Loader gives
 // ErrClosed. When ctx ends, or a read or copy fails, no new read starts.
 // Every wait is bounded by ctx: LoadFiles returns ctx's error once ctx
-// ends even if the device never finishes the copies already queued; the
-// stages holding them come back to the Loader when they finish, and a
-// later load waits for them (bounded by its own ctx). The destinations
-// then hold a part of the data, and may still be written by those
-// copies. A LoadFiles that waits for another load on the Loader to end
-// returns ctx's error, having read nothing, if ctx ends first.
+// ends even if the device never finishes the copies already queued. The
+// destinations then hold a part of the data and may still be written by
+// those copies: they have all finished once a later load on the Loader
+// has begun reading (a load begins only when no copy of an earlier one
+// runs) or Close has returned nil; free the destinations after that. A
+// LoadFiles that waits for another load, or for those copies, returns
+// ctx's error, having read nothing, if ctx ends first.
 func (l *Loader) LoadFiles(ctx context.Context, files []File, ready func(file, rng int)) (Stats, error) {
 	return l.load(ctx, files, nil, false, ready)
 }

@@ -70,7 +70,7 @@ func TestGPULoadFile(t *testing.T) {
 	dst := gpuAlloc(t, ctx, n)
 	l := gpuLoader(t, ctx)
 	back := make([]byte, n)
-	for _, m := range []Mode{ModeBuffered, ModeDirect, ModeAuto} {
+	for _, m := range []Mode{ModeBuffered, ModeDirect, ModeAuto, ModeMapped} {
 		if err := dst.Memset(0xA5); err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func TestGPULoadRanges(t *testing.T) {
 		}
 		rs = append(rs, Range{Offset: int64(off), Length: step, Dst: v})
 	}
-	for _, m := range []Mode{ModeBuffered, ModeDirect} {
+	for _, m := range []Mode{ModeBuffered, ModeDirect, ModeMapped} {
 		if err := dst.Memset(0); err != nil {
 			t.Fatal(err)
 		}
@@ -129,8 +129,9 @@ func TestGPULoadRanges(t *testing.T) {
 	}
 }
 
-// BenchmarkGPULoadFile measures LoadFile of a warm file (buffered) and with
-// direct I/O (which reads the disk whatever the page cache holds).
+// BenchmarkGPULoadFile measures LoadFile of a warm file (buffered, and
+// through its registered mapping) and with direct I/O (which reads the
+// disk whatever the page cache holds).
 func BenchmarkGPULoadFile(b *testing.B) {
 	ctx := testutil.GPUContext(b)
 	n := gpuFileBytes(b)
@@ -139,7 +140,7 @@ func BenchmarkGPULoadFile(b *testing.B) {
 		b.Fatal(err)
 	}
 	dst := gpuAlloc(b, ctx, n)
-	for _, m := range []Mode{ModeBuffered, ModeDirect} {
+	for _, m := range []Mode{ModeBuffered, ModeMapped, ModeDirect} {
 		b.Run(m.String(), func(b *testing.B) {
 			l := gpuLoader(b, ctx, WithMode(m))
 			b.SetBytes(int64(n))

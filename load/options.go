@@ -38,10 +38,10 @@ type Mode uint8
 
 // Read modes.
 const (
-	// ModeAuto samples the page cache (mincore on up to 64 windows of the
-	// ranges to be read) and reads through it (ModeBuffered) when at least
-	// the warm threshold of the sampled pages are cached, with direct I/O
-	// (ModeDirect) otherwise. Where residency cannot be sampled (not
+	// ModeAuto samples the page cache of each file (mincore on up to 64
+	// windows of the ranges to be read from it) and reads the file through
+	// it (ModeBuffered) when at least the warm threshold of the sampled
+	// pages are cached, with direct I/O (ModeDirect) otherwise. Where residency cannot be sampled (not
 	// Linux, or mmap refused) it reads buffered.
 	ModeAuto Mode = iota
 	// ModeDirect reads with O_DIRECT into aligned pinned stages: the data

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinmem/pinmem/internal/testutil"
-	"github.com/pinmem/pinmem/load/internal/uring"
 )
 
 // pageCacheReader reads the whole file f of size bytes with one goroutine
@@ -66,13 +65,13 @@ func mappedChunks(m []byte) pageCacheReader {
 
 // uringChunks has each goroutine keep a read in flight into each of its
 // buffers, registered with its own ring (IORING_OP_READ_FIXED).
-func uringChunks(rings []*uring.Ring) pageCacheReader {
+func uringChunks(rings []*uringRing) pageCacheReader {
 	return func(f *os.File, size int64, bufs [][][]byte) (int64, error) {
 		var next atomic.Int64
 		return eachReader(len(bufs), func(w int, got *atomic.Int64) error {
 			r := rings[w]
 			chunk := int64(len(bufs[w][0]))
-			var cs []uring.Completion
+			var cs []uringCompletion
 			pending := 0
 			queue := func(k int) {
 				if off := (next.Add(1) - 1) * chunk; off < size {
@@ -127,7 +126,7 @@ type readSetup struct {
 	f            *os.File
 	size         int64
 	heap, stages [][][]byte
-	rings        []*uring.Ring
+	rings        []*uringRing
 }
 
 // setupRead opens $PINMEM_BENCH_FILE, or 1 GiB written to a temporary
@@ -155,7 +154,7 @@ func setupRead(b *testing.B) *readSetup {
 	const perReader = 2
 	s.heap = make([][][]byte, readers)
 	s.stages = make([][][]byte, readers)
-	s.rings = make([]*uring.Ring, readers)
+	s.rings = make([]*uringRing, readers)
 	for w := range readers {
 		s.heap[w] = [][]byte{make([]byte, DefaultStageSize)}
 		for range perReader {
@@ -166,7 +165,7 @@ func setupRead(b *testing.B) *readSetup {
 			b.Cleanup(func() { unix.Munmap(m) })
 			s.stages[w] = append(s.stages[w], m)
 		}
-		r, err := uring.New(4)
+		r, err := newURing(4)
 		if err != nil {
 			b.Skipf("io_uring: %v", err)
 		}
@@ -245,9 +244,10 @@ func BenchmarkPageCacheRead(b *testing.B) {
 
 // BenchmarkDirectRead reads the same file with O_DIRECT, from the disk
 // whatever the page cache holds, side by side: parallel pread ("pread",
-// the loader's ModeDirect) and io_uring reads into registered buffers
-// ("uring"), with the ratio uring/pread. The file's size is taken down
-// to a multiple of Align.
+// the loader's ModeDirect), io_uring reads into registered buffers
+// ("uring", two in flight per reader) and pread with as many goroutines as
+// uring has reads in flight ("pread-deep"), with the ratios to pread. The
+// file's size is taken down to a multiple of Align.
 func BenchmarkDirectRead(b *testing.B) {
 	s := setupRead(b)
 	df, err := openDirect(s.f)
@@ -256,8 +256,15 @@ func BenchmarkDirectRead(b *testing.B) {
 	}
 	defer df.Close()
 	size := s.size / Align * Align
+	var each [][][]byte // every stage its own reader: as many preads in flight as uring has
+	for _, bs := range s.stages {
+		for _, b := range bs {
+			each = append(each, [][]byte{b})
+		}
+	}
 	sideBySide(b, size, []readPath{
 		{"pread", df, preadChunks, s.stages},
 		{"uring", df, uringChunks(s.rings), s.stages},
+		{"pread-deep", df, preadChunks, each},
 	})
 }

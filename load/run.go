@@ -24,7 +24,11 @@ type openFile struct {
 	direct *os.File // nil unless read with O_DIRECT
 	mapped *mapping // nil unless read through its mapping
 	ranges []Range
-	base   int // index of ranges[0] among all the load's ranges
+	base   int   // index of ranges[0] among all the load's ranges
+	bytes  int64 // what the load reads of it: its ranges' extents
+
+	mode     Mode                   // how it is read, as chosen and prepared
+	fallback atomic.Pointer[string] // why it is read buffered instead, once it is
 }
 
 // run is the state of one load.
@@ -41,8 +45,7 @@ type run struct {
 	next   atomic.Int64 // index of the next read to issue
 
 	readBytes atomic.Int64
-	fallback  atomic.Pointer[string] // why direct or mapped reads stopped, once they did
-	inFlight  sync.WaitGroup         // stages whose copies were queued and not yet retired
+	inFlight  sync.WaitGroup // stages whose copies were queued and not yet retired
 
 	mu       sync.Mutex // guards the fields below and the callbacks
 	err      error
@@ -92,6 +95,9 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 	if l.closed {
 		return st, ErrClosed
 	}
+	if err := l.idle(ctx); err != nil {
+		return st, fmt.Errorf("load: waiting for the copies of an earlier load: %w", err)
+	}
 	r := &run{l: l, ready: ready}
 	defer r.closeFiles()
 	if err := r.open(ctx, files, wholeDst, whole); err != nil {
@@ -103,15 +109,7 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 		l.report(0, 0)
 		return st, nil
 	}
-	mode := l.cfg.mode
-	if mode == ModeAuto {
-		frac, ok := r.residency()
-		if ok {
-			st.Resident = frac
-		}
-		mode = choose(mode, frac, ok, l.cfg.warm)
-	}
-	st.Mode, st.Fallback = r.prepare(mode)
+	st.Resident = r.decide()
 	r.plan()
 	st.Reads = len(r.reads)
 
@@ -126,9 +124,7 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 	panicked, val := r.panicked, r.panicVal
 	r.mu.Unlock()
 	st.ReadBytes = r.readBytes.Load()
-	if fb := r.fallback.Load(); fb != nil {
-		st.Mode, st.Fallback = ModeBuffered, *fb
-	}
+	st.Mode, st.Fallback = r.modes()
 	st.Wall = time.Since(start)
 	if panicked {
 		panic(val)
@@ -139,6 +135,26 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 		}
 	}
 	return st, err
+}
+
+// idle waits until every stage is back in the free channel, that is until
+// no copy that an earlier load queued can still run, or until ctx ends.
+func (l *Loader) idle(ctx context.Context) error {
+	back := make([]*stage, 0, len(l.stages))
+	defer func() {
+		for _, s := range back {
+			l.free <- s
+		}
+	}()
+	for len(back) < len(l.stages) {
+		select {
+		case s := <-l.free:
+			back = append(back, s)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // open checks the ranges and opens the files, before anything is read.
@@ -236,8 +252,8 @@ func (r *run) copyAll(ctx context.Context) {
 		return
 	}
 	// Asynchronous faults of the copies are reported by the streams, not
-	// by the events. Every copy of this load has finished: the wait is
-	// for copies an earlier, abandoned load left, bounded by ctx.
+	// by the events. Every copy on them has finished by now (those of
+	// earlier loads before this one began).
 	for _, s := range r.l.streams {
 		if r.failed() != nil {
 			return
@@ -281,67 +297,95 @@ func choose(m Mode, resident float64, sampled bool, warm float64) Mode {
 	return ModeDirect
 }
 
-// residency samples the page cache over every file's ranges and returns
-// the share of sampled pages that are resident, weighted by the bytes
-// read from each file.
-func (r *run) residency() (float64, bool) {
+// decide chooses how each file is read (choose, from the page-cache
+// residency of its ranges when the Loader's mode is ModeAuto) and opens
+// what that needs. It returns the share of sampled pages that were
+// resident over all files, weighted by the bytes read from each, or -1
+// when none was sampled.
+func (r *run) decide() float64 {
 	var sum, n float64
 	for _, of := range r.files {
 		ext := extents(of.ranges)
-		frac, ok := residency(of.f, ext)
-		if !ok {
-			return 0, false
-		}
-		var b int64
 		for _, e := range ext {
-			b += e.hi - e.lo
+			of.bytes += e.hi - e.lo
 		}
-		sum += frac * float64(b)
-		n += float64(b)
+		frac, ok := 0.0, false
+		if r.l.cfg.mode == ModeAuto {
+			if frac, ok = residency(of.f, ext); ok {
+				sum += frac * float64(of.bytes)
+				n += float64(of.bytes)
+			}
+		}
+		of.mode = choose(r.l.cfg.mode, frac, ok, r.l.cfg.warm)
+		if why := r.prepare(of); why != "" {
+			of.mode = ModeBuffered
+			of.fallback.Store(&why)
+		}
 	}
 	if n == 0 {
-		return 1, true
+		return -1
 	}
-	return sum / n, true
+	return sum / n
 }
 
-// prepare opens what mode needs (direct files, mappings) and returns the
-// mode the load reads with and, where that is buffered instead of what
-// was asked for, why.
-func (r *run) prepare(mode Mode) (Mode, string) {
-	switch mode {
+// prepare opens what of.mode needs (a direct file, a mapping) and returns
+// why it could not, or "".
+func (r *run) prepare(of *openFile) string {
+	switch of.mode {
 	case ModeDirect:
 		if !r.l.aligned {
-			return ModeBuffered, "the pinned stages are not aligned for direct I/O"
+			return "the pinned stages are not aligned for direct I/O"
 		}
-		for _, of := range r.files {
-			d, err := openDirectFile(of.f)
-			if err != nil {
-				r.dropDirect()
-				return ModeBuffered, "O_DIRECT refused: " + err.Error()
-			}
-			of.direct = d
-			// The file is opened a second time: it must be the same file,
-			// whose data is read into ranges checked against of.f.
-			if dfi, err := d.Stat(); err != nil || !os.SameFile(of.fi, dfi) {
-				r.dropDirect()
-				return ModeBuffered, "the direct open found another file than the one opened first"
-			}
+		d, err := openDirectFile(of.f)
+		if err != nil {
+			return "O_DIRECT refused: " + err.Error()
 		}
+		// The file is opened a second time: it must be the same file,
+		// whose data is read into ranges checked against of.f.
+		if dfi, err := d.Stat(); err != nil || !os.SameFile(of.fi, dfi) {
+			d.Close()
+			return "the direct open found another file than the one opened first"
+		}
+		of.direct = d
 	case ModeMapped:
 		if r.l.cfg.stageSize%os.Getpagesize() != 0 {
-			return ModeBuffered, fmt.Sprintf("the stage size is not a multiple of the page size %d", os.Getpagesize())
+			return fmt.Sprintf("the stage size is not a multiple of the page size %d", os.Getpagesize())
 		}
-		for _, of := range r.files {
-			m, err := mapFile(of.f, of.fi.Size())
-			if err != nil {
-				r.dropMapped()
-				return ModeBuffered, "mapping the file refused: " + err.Error()
+		m, err := mapFile(of.f, of.fi.Size())
+		if err != nil {
+			return "mapping the file refused: " + err.Error()
+		}
+		of.mapped = m
+	}
+	return ""
+}
+
+// modes returns the mode that read the most bytes (a file that fell back
+// counts as buffered) and the first reason a file fell back, naming the
+// file when the load had several.
+func (r *run) modes() (Mode, string) {
+	var by [ModeMapped + 1]int64
+	why := ""
+	for _, of := range r.files {
+		m := of.mode
+		if fb := of.fallback.Load(); fb != nil {
+			m = ModeBuffered
+			if why == "" {
+				why = *fb
+				if len(r.files) > 1 {
+					why = of.path + ": " + why
+				}
 			}
-			of.mapped = m
+		}
+		by[m] += of.bytes
+	}
+	best := ModeBuffered
+	for m, b := range by {
+		if b > by[best] {
+			best = Mode(m)
 		}
 	}
-	return mode, ""
+	return best, why
 }
 
 func (r *run) dropDirect() {
@@ -572,7 +616,7 @@ func (r *run) fill(s *stage, rd *read) (k int, wait func() error, err error) {
 // where there is no mapping (or it was refused) s's stage filled by a read.
 func (r *run) source(s *stage, rd *read) ([]byte, error) {
 	of := r.files[rd.file]
-	if m := of.mapped; m != nil && r.fallback.Load() == nil {
+	if m := of.mapped; m != nil && of.fallback.Load() == nil {
 		mem := m.mem[rd.off : rd.off+int64(rd.length)]
 		win, err := pinmem.Register(mem, pinmem.ReadOnly, pinmem.WithDevice(r.l.ctx.Device()))
 		if err == nil {
@@ -582,7 +626,7 @@ func (r *run) source(s *stage, rd *read) ([]byte, error) {
 			return mem, nil
 		}
 		why := "read-only registration of the mapping refused: " + err.Error()
-		r.fallback.CompareAndSwap(nil, &why)
+		of.fallback.CompareAndSwap(nil, &why)
 	}
 	buf := s.mem[:rd.length]
 	n, err := r.pread(of, buf, rd.off)
@@ -608,7 +652,7 @@ func (r *run) source(s *stage, rd *read) ([]byte, error) {
 // direct I/O checks alignment before the file's size (ext4 before Linux
 // 5.5) refuse with EINVAL.
 func (r *run) pread(of *openFile, buf []byte, off int64) (int, error) {
-	if of.direct != nil && r.fallback.Load() == nil {
+	if of.direct != nil && of.fallback.Load() == nil {
 		dn := len(buf)
 		if end := of.fi.Size() / Align * Align; off+int64(dn) > end {
 			dn = int(max(0, end-off))
@@ -622,7 +666,7 @@ func (r *run) pread(of *openFile, buf []byte, off int64) (int, error) {
 			return n, wrapRead(of, err, len(buf), off)
 		}
 		why := "direct read refused: " + err.Error()
-		r.fallback.CompareAndSwap(nil, &why)
+		of.fallback.CompareAndSwap(nil, &why)
 	}
 	n, err := readFull(of.f, buf, off, 1)
 	return n, wrapRead(of, err, len(buf), off)

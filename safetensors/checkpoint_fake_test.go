@@ -161,7 +161,11 @@ func TestFakeCheckpoint(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if st.Bytes < total/2 || (mode != load.ModeDirect && st.Mode != mode) {
+				var want int64
+				for _, b := range bufs {
+					want += int64(b.Size())
+				}
+				if st.Bytes != want || (mode != load.ModeDirect && st.Mode != mode) {
 					t.Errorf("stats %+v", st)
 				}
 				for name := range bufs {

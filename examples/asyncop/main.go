@@ -119,9 +119,11 @@ func retry(ctx context.Context, cfg config, w io.Writer, what string, start func
 	for attempt := 1; ; attempt++ {
 		opCtx, cancel := context.WithTimeout(ctx, timeout)
 		op := start(opCtx)
-		// Wait on ctx, not opCtx: the Op ends by itself at its deadline,
-		// and Wait returns once it is done, so that its memory is free.
-		st, err := op.Wait(ctx)
+		// Wait bounded by the attempt's deadline. A missed attempt's Op may
+		// not be done yet (its copies are queued on a stuck device); the
+		// Copier's fence queues the retry's copies behind them, so the
+		// retry's data is never overwritten by them.
+		st, err := op.Wait(opCtx)
 		cancel()
 		if err == nil || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || attempt == cfg.attempts {
 			if err != nil {
@@ -129,8 +131,6 @@ func retry(ctx context.Context, cfg config, w io.Writer, what string, start func
 			}
 			return st, err
 		}
-		// The copies a missed attempt left queued on the device may still
-		// run; they move the same bytes as the retry, so they are harmless.
 		fmt.Fprintf(w, "%s: attempt %d missed its %v deadline; trying again with %v\n", what, attempt, timeout, 2*timeout)
 		timeout *= 2
 	}
