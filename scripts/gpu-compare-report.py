@@ -17,7 +17,9 @@ a verdict: "ok" at 0.98 or above, "within spread" when the shortfall is inside
 the old binary's own spread (its samples' range over the rounds, or the row's
 in-run min/max metrics), else "SLOWER". Rows printed by one binary only, and
 benchmarks missing from either, are listed, never dropped. The table's checks
-("metric>=value") are evaluated on the new binary's medians. Standard library
+("metric>=value") are evaluated on the new binary's medians. The exit
+status is 1 when a row is SLOWER, a check fails, a run fails or a benchmark
+is missing. Standard library
 only: it runs under the GPU machine's python3.
 """
 
@@ -239,7 +241,8 @@ def main():
         f.write("\n")
     with open(a.md, "w") as f:
         f.write(render(out))
-    bad = [c for c in compared if c["verdict"] == "SLOWER"] + [c for c in checks if not c["ok"]]
+    bad = ([c for c in compared if c["verdict"] == "SLOWER"] + [c for c in checks if not c["ok"]] + missing +
+           [r for r in runs if r["rc"] != 0 or r["failed"]])
     print(f"gpu-compare report: {len(compared)} rows compared, {sum(c['verdict'] == 'SLOWER' for c in compared)} slower, "
           f"{sum(not c['ok'] for c in checks)} of {len(checks)} checks failed, {len(missing)} missing, "
           f"{len(only)} rows in one binary only, {sum(r['rc'] != 0 for r in runs)} runs failed", file=sys.stderr)
@@ -260,7 +263,7 @@ def render(out):
         w.append("**DRY RUN without a GPU: this checks the script's plumbing; no figure here is a measurement.**\n")
     w.append(f"old {m0.get('old', '?')}, new {m0.get('new', '?')}; "
              f"{len(out['calls'])} call(s): " + "; ".join(
-                 f"{m.get('date', '?')} on {m.get('gpu', '?')} ({m.get('host', '?')}), {m.get('pairs_run', '?')} pair(s) of runs, C references {m.get('cref', '?')}"
+                 f"{m.get('date', '?')} on {m.get('gpu', '?')} ({m.get('host', '?')}), {m.get('runs', '?')} run(s), C references {m.get('cref', '?')}"
                  for m in out["calls"]) + "\n")
     w.append("Speed new/old: above 1 the new code is faster (for a lower-is-better metric, old/new). "
              "Paired: the ratio within each round, min-max. Verdict: ok at 0.98 or above; within spread when "

@@ -45,7 +45,7 @@ class ReportTest(unittest.TestCase):
         table = subprocess.run([os.path.join(HERE, "gpu-compare"), "list"], check=True, capture_output=True, text=True).stdout
         self.write("table", table)
         self.write("meta.json", json.dumps({"old": "aaa", "new": "bbb", "dry_run": False, "gpu": "fixture", "host": "h",
-                                            "date": "d", "pairs_run": 2}))
+                                            "date": "d", "runs": 2}))
         self.write("missing.tsv", "copy-vs-c\told\tno test or benchmark matching ^BenchmarkCopyVsC$\n")
         self.index = []
 
@@ -116,12 +116,14 @@ class ReportTest(unittest.TestCase):
                          [("huge-buffers", "new", ["TestGPUHugeBuffers", "TestGPUHugeBuffers/Alloc"])])
         self.assertIn("TestGPUHugeBuffers/Alloc", [o["row"] for o in out["only_in_one"]])
         self.assertIn("## Failed runs", md)
-        self.assertEqual(rc, 0, "no row slower and no check failed")
+        self.assertEqual(rc, 1, "a failed run fails the report")
 
     def test_dry_run_is_labelled(self):
         self.write("meta.json", json.dumps({"old": "a", "new": "b", "dry_run": True}))
+        self.write("missing.tsv", "")
         self.log(1, "copier-vs-driver", "old", "--- SKIP: BenchmarkCopierVsDriver\n")
-        _, out, md = self.report()
+        rc, out, md = self.report()
+        self.assertEqual(rc, 0, "nothing slower, failed or missing")
         self.assertTrue(out["dry_run"])
         self.assertIn("DRY RUN", md.splitlines()[2])
         self.assertEqual(out["runs"][0]["skipped"], ["BenchmarkCopierVsDriver"])  # a benchmark's SKIP line has no duration
