@@ -588,7 +588,6 @@ func BenchmarkStagingKnobs(b *testing.B) {
 	dev := gpuAlloc(b, ctx, maxN)
 	pinned := gpuPinned(b, ctx, maxN)
 	s, cpu := boundTools(b, ctx)
-	defer func(p, sub int, sp int64) { chunkPieces, subPieces = p, sub; stageSpin.Store(sp) }(chunkPieces, subPieces, stageSpin.Load())
 	for _, n := range []int{16 << 20, 64 << 20, 256 << 20, 1 << 30} {
 		h := heap[:n]
 		p := pinned.Bytes()[:n]
@@ -604,8 +603,8 @@ func BenchmarkStagingKnobs(b *testing.B) {
 						spin   time.Duration
 					}{{4, 0}, {4, time.Millisecond}, {8, time.Millisecond}} {
 						vs = append(vs, variant{fmt.Sprintf("p%d-stagespin%dus-sub%d", k.pieces, k.spin.Microseconds(), sub), func() error {
-							chunkPieces, subPieces = k.pieces, sub
-							stageSpin.Store(int64(k.spin))
+							staged.tune().chunkPieces, staged.tune().subPieces = k.pieces, sub
+							staged.tune().stageSpin = k.spin
 							var err error
 							if htod {
 								_, err = staged.htod(context.Background(), d, h, forceStaged)
@@ -798,7 +797,6 @@ func BenchmarkPipelineKnobs(b *testing.B) {
 	ctx := gpuCtx(b)
 	c := gpuCopier(b, ctx)
 	cps := [2]*Copier{gpuCopier(b, ctx, WithThresholds(Thresholds{})), gpuCopier(b, ctx, WithThresholds(Thresholds{}))}
-	defer func(s int64, sub int) { outSpin.Store(s); subPieces = sub }(outSpin.Load(), subPieces)
 	f := gpuKernel(b, ctx, kernels.KernelAdd)
 	props, err := ctx.Device().Properties()
 	if err != nil {
@@ -832,16 +830,14 @@ func BenchmarkPipelineKnobs(b *testing.B) {
 				for _, sub := range []int{1, 4} {
 					for _, spin := range []time.Duration{200 * time.Microsecond, 2 * time.Millisecond} {
 						vs = append(vs, variant{fmt.Sprintf("outspin%dus-sub%d", spin.Microseconds(), sub), func() error {
-							outSpin.Store(int64(spin))
-							subPieces = sub
+							c.tune().outSpin, c.tune().subPieces = spin, sub
 							_, err := p.Run(context.Background(), in, out)
 							return err
 						}})
 					}
 				}
 				vs = append(vs, variant{"add-outspin2000us-sub4", func() error {
-					outSpin.Store(int64(2 * time.Millisecond))
-					subPieces = 4
+					*c.tune() = defaultTuning()
 					_, err := pw.Run(context.Background(), in, out)
 					return err
 				}})

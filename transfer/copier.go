@@ -25,24 +25,14 @@ import (
 //     wherever pinmem pinned it (pinmem.Alloc, pinmem.Register, pool
 //     blocks, any registration cache: pinmem.Lookup), in buffers made
 //     known with AddPinned, and in slices the registration cache holds.
-//   - Pageable memory (ordinary Go memory) of fewer bytes than the
-//     Copier's Thresholds (WithThresholds; DefaultThresholds, 16 MiB
-//     both ways) takes a short path with no ring: one pinned stage of
-//     the staging engine around one asynchronous copy (or a few, in
-//     pieces), or the driver's own pageable copy, a synchronous
-//     cuMemcpyHtoD or cuMemcpyDtoH on the Go slice with no events, no
-//     copy goroutines and, without WithStats, no system call beyond it.
-//     One stage is tried first where it was measured faster than the
-//     driver's copy and taken only when a stage is idle at once. The
-//     driver's pageable copies from several goroutines at once do not
-//     add up, so while one transfer of the staging engine (below) is in
-//     it, another small transfer stages instead. Above the thresholds the
-//     driver's single bounce buffer caps it at a fraction of pinned
-//     speed; Calibrate measures the crossover on the host at hand.
-//   - Larger pageable memory is staged: through one pinned stage (in two
-//     pieces from 16 MiB) when one stage holds it (up to 32 MiB) and one
-//     is idle, else through the Copier's ring of pinned buffers, CPU
-//     goroutines filling one stage while the copy engine drains another.
+//   - Pageable memory (ordinary Go memory) takes the fastest path
+//     measured for its direction and size: one pinned stage of the
+//     staging engine around one asynchronous copy (or a few, in pieces)
+//     when a stage holds it and one is idle, else the Copier's ring of
+//     pinned buffers, CPU goroutines filling one stage while the copy
+//     engine drains another. Stats says which path a transfer took. The
+//     driver's own pageable copy is never used (it cannot be interrupted
+//     and would outlive a call whose context ended).
 //
 // Its methods are safe for concurrent use. Transfers that use the copy
 // engines through the Copier (staged or direct) run on its lanes: a
@@ -51,8 +41,7 @@ import (
 // device's two copy engines) and the others wait for a lane in the order
 // they ask (asynchronous transfers queue, two at a time); one given WithStream has one
 // lane, that stream, so that its transfers run one at a time, in order
-// on it. Transfers left entirely to the driver's pageable copy take no
-// lane and run concurrently.
+// on it.
 //
 // Every Copier of one context with the same stage size, stage flags and
 // WithStats setting shares one staging engine: its pinned stages and its
@@ -526,7 +515,10 @@ func (c *copier) acquire(ctx context.Context) (*lane, error) {
 func (c *copier) releaseLane(l *lane) {
 	if len(l.stages) > 0 {
 		c.eng.give(l.stages)
-		l.stages = nil
+		// give copied them: the slice is kept for the lane's next
+		// transfer through one stage, which then allocates nothing.
+		clear(l.stages)
+		l.stages = l.stages[:0]
 	}
 	l.staging.Store(false)
 	c.free <- l
@@ -556,7 +548,7 @@ func (c *copier) borrow(ctx context.Context, l *lane, want int) error {
 // over up to the Copier's parallelism, and returns the CPU time it took
 // (WithStats only).
 func (c *copier) cpuCopy(dst, src []byte) time.Duration {
-	return c.eng.pool.copyN(c.o.parallelism, dst, src)
+	return c.eng.pool.copyN(c.o.parallelism, c.o.tune.subPieces, dst, src)
 }
 
 // abandon hands the copies a transfer left queued on l, when it returns
@@ -819,18 +811,11 @@ func normalize(s []span) []span {
 	return out
 }
 
-// chunkPieces is how many pieces, at least, a staged transfer smaller
-// than chunkPieces stages is cut into, so that the CPU's copy of one piece
-// overlaps the DMA of another; the first piece's CPU copy (host to device)
-// or DMA (device to host) is not overlapped, so more pieces cost less of
-// it, and each piece costs a fork and join of the copy goroutines and an
-// event. A variable so that a GPU benchmark can compare settings.
-var chunkPieces = 4
-
 // chunkSize is the staged piece size for n staged bytes: a stage, or less
-// when the transfer is small, so that at least chunkPieces pieces overlap.
+// when the transfer is small, so that at least tune.chunkPieces pieces
+// overlap.
 func (c *copier) chunkSize(n int) int {
-	ch := (n/chunkPieces + 65535) &^ 65535
+	ch := (n/c.o.tune.chunkPieces + 65535) &^ 65535
 	return max(min(ch, c.o.stageSize), min(minChunk, c.o.stageSize))
 }
 
@@ -926,36 +911,15 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 	return c.run(ctx, &st, dst, src.Ptr())
 }
 
-// shortOrOne moves a pageable transfer that needs no ring: one below the
-// thresholds by one of the short paths (short), a staged one that one
-// stage holds (oneStage) through one pinned stage when a stage and a lane
-// are idle at once. handled is false when the transfer goes through the
-// ring (run): it is empty, larger, may hold pinned memory to copy
-// directly, or found no idle stage.
+// shortOrOne moves a pageable transfer that route gives to one stage
+// through one pinned stage when a lane and a stage are idle at once
+// (single). handled is false when the transfer goes through the ring
+// (run): it is empty, route says so, it may hold pinned memory to copy
+// directly, or no stage or lane was idle.
 func (c *copier) shortOrOne(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte, how strategy) (out Stats, err error, handled bool) {
 	n := len(host)
-	small := c.small(st.Direction, n, how)
-	if n == 0 || !small && !c.oneStage(n, how) || c.mayBePinned(host) {
+	if n == 0 || route(st.Direction, n, c.o.thr, c.o.stageSize, how) == pathRing || c.mayBePinned(host) {
 		return *st, nil, false
-	}
-	if small {
-		return c.short(ctx, st, dev, host, how)
-	}
-	return c.single(ctx, st, dev, host)
-}
-
-// short moves a small pageable transfer (below the thresholds) through
-// one pinned stage when a lane and a stage are idle at once (single);
-// handled is false when none is, and the transfer goes through the ring,
-// which waits for them bounded by ctx. The driver's own pageable copy is
-// never taken: it cannot be interrupted, so on a context that ends it
-// would outlive the call, reading or writing the caller's slice after it
-// returned, and not be ordered with a retry (by the figures measured on
-// an H200 it won only host to device from 64 KiB to 1 MiB, by a few
-// percent).
-func (c *copier) short(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte, how strategy) (out Stats, err error, handled bool) {
-	if err := ctx.Err(); err != nil {
-		return *st, err, true
 	}
 	return c.single(ctx, st, dev, host)
 }
@@ -1004,7 +968,7 @@ func (c *copier) reuse(ctx context.Context, l *lane, s *stage) error {
 	if !s.used {
 		return nil
 	}
-	return l.w.waitStage(ctx, s.ev, c.o.wait)
+	return l.w.waitStage(ctx, s.ev, c.o.wait, c.o.tune.stageSpin)
 }
 
 // queued takes the result of queueing a copy into or out of stage s on
@@ -1042,7 +1006,7 @@ func (s *stage) dtoh(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
 // waitStage waits for stage event ev inside a transfer holding l
 // (waiter.waitStage).
 func (c *copier) waitStage(ctx context.Context, l *lane, ev *cuda.Event) error {
-	return l.w.waitStage(ctx, ev, c.o.wait)
+	return l.w.waitStage(ctx, ev, c.o.wait, c.o.tune.stageSpin)
 }
 
 // startTimer records the transfer's first timing event (WithStats only).

@@ -11,23 +11,14 @@
 // two rings of pinned memory and one set of copy goroutines. Copying a
 // large ordinary (pageable) Go slice to the device splits it into stages:
 // while the copy engine drains stage k-1 on the transfer's stream, the CPU
-// goroutines fill stage k, each stage guarded by its own event. Device-to-host runs the
-// ring the other way, with the DMA of later stages running ahead of the
-// CPU copy-out. A pageable slice below the Copier's Thresholds (16 MiB by
-// default; Calibrate measures them) takes a short path instead, with no
-// ring: one pinned stage of the engine, filled (host to device) or
-// emptied (device to host) on the caller's goroutine or by the copy
-// goroutines around one asynchronous copy, or the driver's own pageable
-// copy. One stage is tried first where it was measured faster than the
-// driver's copy (up to 64 KiB and from 1 MiB host to device, every size
-// device to host), taken only when a stage is idle at once; otherwise
-// the driver's copy is taken while no other transfer of the same staging
-// engine is in it (the driver's pageable copies do not add up across
-// goroutines), and one stage, else the ring, when one is. A staged
-// transfer that one stage holds (up to 32 MiB) also takes one stage, in
-// two pieces, when one is idle, and waits for the ring when none is.
-// Memory that is
-// already pinned (anything pinmem pinned, found with pinmem.Lookup, a
+// goroutines fill stage k, each stage guarded by its own event.
+// Device-to-host runs the ring the other way, with the DMA of later
+// stages running ahead of the CPU copy-out. Each transfer takes the
+// fastest path measured for its direction and size (one pinned stage for
+// small and mid-sized slices, the ring for large ones); Stats says which
+// path each transfer took. The driver's own synchronous pageable copy is
+// never used: it cannot be interrupted, so it would outlive a call whose
+// context ended. Memory that is already pinned (anything pinmem pinned, found with pinmem.Lookup, a
 // pinmem.Buffer made known with AddPinned, or a range held by the
 // registration cache) is copied directly, without staging, one driver copy
 // per registration.
@@ -44,12 +35,30 @@
 // error matching cuda.ErrInvalidValue) and returns when it ends, within
 // the driver call in progress (a copy enqueue or an event query, which do
 // not wait for the device), with an error matching ctx.Err(); a cancelled
-// transfer never reports success. Copies already queued when the context
-// ends are not waited for (on a hung device they may never finish): the
-// Copier stays usable, but those copies keep their lane and stages until
-// they ran, so later transfers take the other lane, with their copies
-// queued on the device behind those, or wait, bounded by their own
-// contexts, and pinned memory copied directly may be accessed until then.
+// transfer never reports success. Every call keeps these rules, success
+// or error:
+//
+//   - A caller's pageable Go slice is never read or written after the
+//     call returns: only the CPU copies into and out of the pinned
+//     stages touch it, on the call's own time.
+//   - Copies already queued when a call returns early (its context ended,
+//     a callback panicked, an enqueue failed) are not waited for: they
+//     are handed to the Copier's fence, which keeps their lane and stages
+//     until they ran (on a hung device, for ever) and queues every later
+//     copy of the Copier, its Pipelines and its Multi behind them on the
+//     device, so a retry is never overwritten by an attempt that timed
+//     out.
+//   - Pinned memory copied directly may be touched by those copies until
+//     they ran: after an error, call Copier.Fence (Multi.Fence), bounded
+//     by its context, before reusing it (freeing it, putting a pool block
+//     back, handing it to another call).
+//   - Every wait is bounded by the caller's context, and a wait on a
+//     caller's stream (WithStream, RunMapped) waits for the call's own
+//     work only, never for work queued on that stream afterwards.
+//   - A Pipeline's Done or work callback that panics is recovered on the
+//     goroutine that ran it, the Run's chunks in flight are handed to the
+//     fence, and the panic is raised again on Run's caller.
+//
 // Close(ctx) of a Copier, Pipeline or Multi is bounded the same way.
 //
 // Waiting never holds one OS thread per waiting goroutine: each lane of a
@@ -121,7 +130,6 @@
 // the number of CPUs), and the short paths below 16 MiB: pinned copies
 // reach full PCIe speed from about 16 MiB, two or three stages in flight
 // keep the copy engine busy, Go copies into pinned memory stop scaling at
-// about a dozen goroutines, and below those sizes one stage, or the
-// driver's own pageable copy, is faster than the ring (on an H200, PCIe
-// Gen5 x16).
+// about a dozen goroutines, and below those sizes one stage is faster
+// than the ring (on an H200, PCIe Gen5 x16).
 package transfer

@@ -48,14 +48,6 @@ type engine struct {
 	grown bool
 }
 
-// stageFree reports whether a transfer asking for stages now would get one
-// without waiting: a stage is idle and no transfer waits before it.
-func (e *engine) stageFree() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.waiters) == 0 && len(e.idle) > 0
-}
-
 // engineKey identifies a shared engine. The context is keyed by its
 // *cuda.Context (a device's primary context is one per driver; a wrapped
 // or created context has engines of its own).
@@ -387,5 +379,9 @@ func (e *engine) tryTake() *stage {
 	if len(e.waiters) > 0 || len(e.idle) == 0 {
 		return nil
 	}
-	return e.grant(1)[0]
+	// grant(1) without its slice: the small path allocates nothing here.
+	s := e.idle[len(e.idle)-1]
+	e.idle = e.idle[:len(e.idle)-1]
+	e.peak = max(e.peak, len(e.all)-len(e.idle))
+	return s
 }

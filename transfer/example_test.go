@@ -76,8 +76,8 @@ func Example() {
 	}
 }
 
-// Measure once on this host where the driver's own pageable copy stops
-// beating the staged path, store the result, and give it to every Copier
+// Measure once on this host where one pinned stage stops beating the
+// ring, store the result, and give it to every Copier
 // made later (a stored file saves the measurement on the next start).
 func ExampleCalibrate() {
 	dev, err := cuda.GetDevice(0)

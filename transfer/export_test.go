@@ -22,3 +22,7 @@ func multiStreams(m *Multi) []*cuda.Stream {
 	}
 	return ss
 }
+
+// tune returns the tuning of c, for tests and benchmarks to vary (not
+// while c is in use).
+func (c *Copier) tune() *tuning { return &c.o.tune }

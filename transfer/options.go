@@ -45,7 +45,40 @@ const (
 	tailBytes = 8 << 20
 )
 
+// tuning are the copy planner's constants, measured on an H200 (the
+// figures are in the comments of the fields' defaults). Each Copier holds
+// its own copy in its options; the GPU benchmarks vary them through
+// export_test.go.
+type tuning struct {
+	// chunkPieces: a staged transfer smaller than chunkPieces stages is
+	// cut into at least that many pieces, so that the CPU's copy of one
+	// piece overlaps the DMA of another; each piece costs a fork and join
+	// of the copy goroutines and an event.
+	chunkPieces int
+	// subPieces: sub-pieces of one CPU copy per goroutine taking part (at
+	// least minPiece bytes each); 1 gives each goroutine one share.
+	subPieces int
+	// stagePieces: when not 0, the pieces of a transfer through one stage
+	// (stagePieces' schedule otherwise).
+	stagePieces int
+	// stageSpin: how long a WaitHybrid staged transfer polls a stage it
+	// waits for before it sleeps in the driver (0: sleep at once).
+	stageSpin time.Duration
+	// outSpin: how long a Pipeline's output goroutine polls a chunk that
+	// is not the Run's last before it sleeps in the driver (WaitHybrid).
+	// Measured with Go frames (BenchmarkPipelineKnobs), 2 ms against
+	// 200 us moved 1080p frames 1.16 to 1.31 times faster on one host and
+	// 0.97 to 1.03 times on another, 4K frames 0.97 to 1.02 times.
+	outSpin time.Duration
+}
+
+// defaultTuning returns the measured tuning.
+func defaultTuning() tuning {
+	return tuning{chunkPieces: 4, subPieces: 4, stageSpin: time.Millisecond, outSpin: 2 * time.Millisecond}
+}
+
 type options struct {
+	tune        tuning
 	stageSize   int
 	depth       int
 	parallelism int
@@ -120,10 +153,11 @@ func WithParallelism(n int) Option { return func(o *options) { o.parallelism = n
 
 // WithStream makes the Copier issue its copies on s (borrowed: the Copier
 // never destroys it) instead of a stream of its own, so that they are
-// ordered after work the caller queued on s; a transfer handed to the
-// driver's pageable copy (a short path below the Thresholds) first waits
-// for s; one through one pinned stage is queued on s. s must
-// belong to the Copier's context. NewMulti refuses it.
+// ordered after work the caller queued on s. A transfer waits for its own
+// copies only (an event recorded behind them), never for work the caller
+// queues on s afterwards, and leaves the asynchronous errors of s to the
+// caller's own synchronization. s must belong to the Copier's context.
+// NewMulti refuses it.
 func WithStream(s *cuda.Stream) Option { return func(o *options) { o.stream = s } }
 
 // WithRegistrationCache turns on the registration cache: Go slices of at
@@ -160,6 +194,7 @@ func WithStats(on bool) Option { return func(o *options) { o.stats = on } }
 
 func buildOptions(opts []Option) (options, error) {
 	o := options{
+		tune:      defaultTuning(),
 		stageSize: DefaultStageSize,
 		depth:     DefaultDepth,
 		cacheMin:  DefaultRegistrationMin,

@@ -456,6 +456,13 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	case <-ctx.Done():
 		return st, ctx.Err()
 	}
+	return p.runHeld(ctx, in, out)
+}
+
+// runHeld is Run with the run token held: it gives the token back, at
+// once or, when chunks may still be in flight, through the fence once
+// they ran.
+func (p *pipeline) runHeld(ctx context.Context, in, out []byte) (st PipelineStats, err error) {
 	handedOff := false
 	var holds []func()
 	defer func() {
@@ -473,37 +480,9 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 		return st, err
 	}
 	m := startMeter(p.c.o.stats)
-	inSpans, relIn := p.c.pinnedSpans(in)
-	holds = append(holds, relIn)
-	st.StagedIn = len(in) > 0 && !covers(inSpans, len(in))
-	var outSpans []span
-	if out != nil {
-		var relOut func()
-		outSpans, relOut = p.c.pinnedSpans(out[:len(in)])
-		holds = append(holds, relOut)
-		st.StagedOut = len(in) > 0 && !covers(outSpans, len(in))
-	}
-	if (st.StagedIn || st.StagedOut) && !p.staged() {
-		t0 := time.Now()
-		if err := p.stages(); err != nil {
-			return st, err
-		}
-		st.Setup = time.Since(t0)
-	}
-	slots := len(p.slots)
-	if st.StagedIn || st.StagedOut {
-		n, give, err := p.borrowStages(ctx)
-		if err != nil {
-			return st, err
-		}
-		holds = append(holds, give)
-		slots = n
-	}
-	// The copies earlier calls left queued run first.
-	for _, s := range p.streams {
-		if err := p.c.fence.order(s); err != nil {
-			return st, fmt.Errorf("transfer: ordering after an abandoned transfer: %w", err)
-		}
+	inSpans, outSpans, slots, err := p.prepare(ctx, in, out, &st, &holds)
+	if err != nil {
+		return st, err
 	}
 	// A panicking callback ends rctx: the Run stops waiting and hands its
 	// chunks in flight off at once.
@@ -522,22 +501,8 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	}
 	st.Wall, st.ProcessCPU = m.elapsed()
 	if len(pending) > 0 || p.dirty {
-		// Chunks may still be in flight: the fence takes them, with the
-		// stages and the run token, until they ran.
 		handedOff = true
-		d := drain{}
-		for _, f := range pending {
-			d.evs = append(d.evs, f.sl.ev)
-		}
-		if p.dirty {
-			d.streams = p.streams
-		}
-		p.c.fence.handOff(p.c.hold, p.c.end, d, func() {
-			for _, h := range holds {
-				h()
-			}
-			<-p.run
-		})
+		p.handOff(pending, holds)
 	}
 	if pv := p.panicked; pv != nil {
 		// A callback panicked: every chunk in flight is handed off (or
@@ -545,6 +510,61 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 		panic(pv)
 	}
 	return st, err
+}
+
+// prepare finds the pinned parts of in and out, borrows the stages a
+// staged Run needs (appending to holds what gives them back) and orders
+// the Pipeline's streams after the copies earlier calls left queued.
+func (p *pipeline) prepare(ctx context.Context, in, out []byte, st *PipelineStats, holds *[]func()) (inSpans, outSpans []span, slots int, err error) {
+	inSpans, relIn := p.c.pinnedSpans(in)
+	*holds = append(*holds, relIn)
+	st.StagedIn = len(in) > 0 && !covers(inSpans, len(in))
+	if out != nil {
+		var relOut func()
+		outSpans, relOut = p.c.pinnedSpans(out[:len(in)])
+		*holds = append(*holds, relOut)
+		st.StagedOut = len(in) > 0 && !covers(outSpans, len(in))
+	}
+	if (st.StagedIn || st.StagedOut) && !p.staged() {
+		t0 := time.Now()
+		if err := p.stages(); err != nil {
+			return nil, nil, 0, err
+		}
+		st.Setup = time.Since(t0)
+	}
+	slots = len(p.slots)
+	if st.StagedIn || st.StagedOut {
+		n, give, err := p.borrowStages(ctx)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		*holds = append(*holds, give)
+		slots = n
+	}
+	for _, s := range p.streams {
+		if err := p.c.fence.order(s); err != nil {
+			return nil, nil, 0, fmt.Errorf("transfer: ordering after an abandoned transfer: %w", err)
+		}
+	}
+	return inSpans, outSpans, slots, nil
+}
+
+// handOff gives the chunks that may still be in flight to the fence,
+// with the stages and the run token (holds, p.run), until they ran.
+func (p *pipeline) handOff(pending []*flight, holds []func()) {
+	d := drain{}
+	for _, f := range pending {
+		d.evs = append(d.evs, f.sl.ev)
+	}
+	if p.dirty {
+		d.streams = p.streams
+	}
+	p.c.fence.handOff(p.c.hold, p.c.end, d, func() {
+		for _, h := range holds {
+			h()
+		}
+		<-p.run
+	})
 }
 
 // callback runs a user callback (Done, work) and turns a panic into
@@ -601,11 +621,8 @@ func eachSpan(s []span, off, n int, f func(lo, hi int) error) error {
 // and the first error.
 func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans []span, slots int, st *PipelineStats) ([]*flight, error) {
 	cs := p.cfg.chunkSize
-	n := (len(in) + cs - 1) / cs
-	free := append([]*slot(nil), p.slots[:slots]...)
-	var pending []*flight
-	var stop error // first error; set: issue nothing more, deliver nothing more
-	next := 0
+	r := &runLoop{p: p, ctx: ctx, in: in, out: out, inSpans: inSpans, outSpans: outSpans, st: st,
+		n: (len(in) + cs - 1) / cs, free: append([]*slot(nil), p.slots[:slots]...)}
 	// A staged output is handled by goroutines of their own (outs): they
 	// wait for each chunk issued and copy it out of its stage while Run's
 	// goroutine copies the next chunks in, so that the two CPU copies
@@ -614,178 +631,206 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 	// otherwise one per stream takes that stream's chunks in order, which
 	// is the order they complete in. The chunk is delivered (Done, the
 	// counts, its slot freed) on Run's goroutine once outs gives it back.
-	var outs *outCopier
-	copying := 0 // chunks handed to outs and not yet back
 	if st.StagedOut && out != nil {
 		queues := len(p.streams)
 		if p.cfg.ordered {
 			queues = 1
 		}
-		outs = p.startOutCopier(ctx, queues, slots)
-	}
-	fail := func(err error) {
-		if stop == nil {
-			stop = err
-			if outs != nil {
-				outs.stopped.Store(true) // copy nothing more out
-			}
-		}
-	}
-	// deliver calls Done for f, counts it and frees its slot; its output,
-	// if any, is in place.
-	deliver := func(f *flight) {
-		if err := ctx.Err(); err != nil && stop == nil {
-			fail(err) // ctx ended: no more callbacks
-		}
-		if stop == nil {
-			if p.cfg.done != nil {
-				if err := p.callback(func() error { return p.cfg.done(f.ch) }); err != nil {
-					fail(&ChunkError{Chunk: f.ch.Index, Offset: f.ch.Offset, Stage: "callback", Err: err})
-				}
-			}
-			if stop == nil {
-				st.Chunks++
-				st.Bytes += int64(f.ch.Len)
-			}
-		}
-		free = append(free, f.sl)
-	}
-	// fromOuts takes one chunk back from outs (waiting for it, as long as
-	// outs waits for that chunk: bounded by ctx) and delivers it, or puts
-	// it in pending when outs could not say that it is done.
-	fromOuts := func() {
-		r := <-outs.done
-		copying--
-		switch {
-		case r.err == nil && r.waited:
-			deliver(r.f) // after an error outs copied nothing out and deliver only frees
-		case r.err != nil && !(ctx.Err() != nil && errors.Is(r.err, ctx.Err())):
-			fail(&ChunkError{Chunk: r.f.ch.Index, Offset: r.f.ch.Offset, Stage: "complete", Err: r.err})
-			free = append(free, r.f.sl)
-		default: // ctx ended, or outs stopped waiting: the chunk may be in flight
-			if r.err != nil {
-				fail(r.err)
-			}
-			pending = append(pending, r.f)
-		}
-	}
-	// stopOuts takes back every chunk outs holds and ends it.
-	stopOuts := func() {
-		if outs == nil {
-			return
-		}
-		for copying > 0 {
-			fromOuts()
-		}
-		st.CopyCPU += outs.stop()
-		outs = nil
+		r.outs = p.startOutCopier(ctx, queues, slots)
 	}
 	defer func() {
 		// Every return stops outs first; outs is still running only when
-		// a Done or work function panicked. Then no callback may run,
-		// and outs stops waiting (its waits end at once), so that the
-		// panic goes on promptly, once no copy out still reads a stage.
-		if outs != nil {
-			fail(errPanicked)
-			outs.cancel()
-			stopOuts()
+		// a function of pinmem's panicked. Then no callback may run, and
+		// outs stops waiting (its waits end at once), so that the panic
+		// goes on promptly, once no copy out still reads a stage.
+		if r.outs != nil {
+			r.fail(errPanicked)
+			r.outs.cancel()
+			r.stopOuts()
 		}
 	}()
-	// collect delivers completed chunks and reports whether any was.
-	collect := func() bool {
-		progress := false
-		for i := 0; i < len(pending); {
-			f := pending[i]
-			done, err := f.sl.ev.Query()
-			if err != nil {
-				fail(&ChunkError{Chunk: f.ch.Index, Offset: f.ch.Offset, Stage: "complete", Err: err})
-				done = true
-			}
-			if !done {
-				if p.cfg.ordered || stop != nil {
-					break
-				}
-				i++
-				continue
-			}
-			// A chunk with a staged output is in pending only after an
-			// error (stop is set): nothing is copied out here.
-			deliver(f)
-			pending = append(pending[:i], pending[i+1:]...)
-			progress = true
-		}
-		return progress
-	}
 	for {
-		for stop == nil && next < n && len(free) > 0 {
-			if err := ctx.Err(); err != nil {
-				fail(err)
-				break
-			}
-			sl := free[0]
-			free = free[1:]
-			off := next * cs
-			l := min(cs, len(in)-off)
-			dev, _ := sl.dev.Slice(0, l)
-			ch := Chunk{Index: next, Offset: off, Len: l, Dev: dev, In: in[off : off+l]}
-			if out != nil {
-				ch.Out = out[off : off+l]
-			}
-			next++
-			stage, err := p.issue(sl, ch, st, inSpans, outSpans)
-			f := &flight{ch: ch, sl: sl, last: next == n}
-			if err != nil {
-				fail(&ChunkError{Chunk: ch.Index, Offset: ch.Offset, Stage: stage, Err: err})
-			}
-			if outs != nil && stop == nil {
-				outs.queue(f)
-				copying++
-			} else {
-				pending = append(pending, f)
-			}
-		}
-		if copying > 0 {
+		r.issueReady()
+		if r.copying > 0 {
 			// Slots come back through outs: wait for the next one.
-			fromOuts()
+			r.fromOuts()
 			continue
 		}
-		if len(pending) == 0 {
+		if len(r.pending) == 0 {
 			break
 		}
-		if collect() {
+		if r.collect() {
 			continue
 		}
-		var err error
-		if next == n && len(pending) == 1 {
-			// The run's last chunk: wait as the Copier's WaitMode says
-			// (poll rather than wait for the driver to wake a sleeper).
-			err = p.w.waitEnd(ctx, pending[0].sl.ev, p.c.o.wait)
-		} else {
-			err = p.w.wait(ctx, pending[0].sl.ev)
-		}
-		if err != nil {
-			if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-				// ctx ended: stop here; the caller drains what is in flight.
-				fail(err)
-				if collect() && len(pending) > 0 {
-					continue
-				}
-				if len(pending) > 0 {
-					return pending, stop
-				}
-				continue
-			}
-			f := pending[0]
-			fail(&ChunkError{Chunk: f.ch.Index, Offset: f.ch.Offset, Stage: "complete", Err: err})
-			pending = pending[1:]
-			free = append(free, f.sl)
+		if r.waitFirst() {
+			return r.pending, r.stop
 		}
 	}
-	stopOuts()
+	r.stopOuts()
 	if err := ctx.Err(); err != nil {
-		fail(err) // ctx ended during the Run, if only in the last callback
+		r.fail(err) // ctx ended during the Run, if only in the last callback
 	}
-	return nil, stop
+	return nil, r.stop
+}
+
+// runLoop is the state of one Run's loop, on Run's goroutine.
+type runLoop struct {
+	p                 *pipeline
+	ctx               context.Context
+	in, out           []byte
+	inSpans, outSpans []span
+	st                *PipelineStats
+	n, next           int       // chunks, and the next to issue
+	free              []*slot   // slots free to issue into
+	pending           []*flight // issued, not handed to outs, not delivered
+	stop              error     // first error; set: issue nothing more, deliver nothing more
+	outs              *outCopier
+	copying           int // chunks handed to outs and not yet back
+}
+
+func (r *runLoop) fail(err error) {
+	if r.stop == nil {
+		r.stop = err
+		if r.outs != nil {
+			r.outs.stopped.Store(true) // copy nothing more out
+		}
+	}
+}
+
+// issueReady issues chunks while there are chunks, free slots and no error.
+func (r *runLoop) issueReady() {
+	cs := r.p.cfg.chunkSize
+	for r.stop == nil && r.next < r.n && len(r.free) > 0 {
+		if err := r.ctx.Err(); err != nil {
+			r.fail(err)
+			return
+		}
+		sl := r.free[0]
+		r.free = r.free[1:]
+		off := r.next * cs
+		l := min(cs, len(r.in)-off)
+		dev, _ := sl.dev.Slice(0, l)
+		ch := Chunk{Index: r.next, Offset: off, Len: l, Dev: dev, In: r.in[off : off+l]}
+		if r.out != nil {
+			ch.Out = r.out[off : off+l]
+		}
+		r.next++
+		stage, err := r.p.issue(sl, ch, r.st, r.inSpans, r.outSpans)
+		f := &flight{ch: ch, sl: sl, last: r.next == r.n}
+		if err != nil {
+			r.fail(&ChunkError{Chunk: ch.Index, Offset: ch.Offset, Stage: stage, Err: err})
+		}
+		if r.outs != nil && r.stop == nil {
+			r.outs.queue(f)
+			r.copying++
+		} else {
+			r.pending = append(r.pending, f)
+		}
+	}
+}
+
+// deliver calls Done for f, counts it and frees its slot; its output, if
+// any, is in place.
+func (r *runLoop) deliver(f *flight) {
+	if err := r.ctx.Err(); err != nil && r.stop == nil {
+		r.fail(err) // ctx ended: no more callbacks
+	}
+	if r.stop == nil && r.p.cfg.done != nil {
+		if err := r.p.callback(func() error { return r.p.cfg.done(f.ch) }); err != nil {
+			r.fail(&ChunkError{Chunk: f.ch.Index, Offset: f.ch.Offset, Stage: "callback", Err: err})
+		}
+	}
+	if r.stop == nil {
+		r.st.Chunks++
+		r.st.Bytes += int64(f.ch.Len)
+	}
+	r.free = append(r.free, f.sl)
+}
+
+// fromOuts takes one chunk back from outs (waiting for it, as long as
+// outs waits for that chunk: bounded by ctx) and delivers it, or puts it
+// in pending when outs could not say that it is done.
+func (r *runLoop) fromOuts() {
+	o := <-r.outs.done
+	r.copying--
+	switch {
+	case o.err == nil && o.waited:
+		r.deliver(o.f) // after an error outs copied nothing out and deliver only frees
+	case o.err != nil && !(r.ctx.Err() != nil && errors.Is(o.err, r.ctx.Err())):
+		r.fail(&ChunkError{Chunk: o.f.ch.Index, Offset: o.f.ch.Offset, Stage: "complete", Err: o.err})
+		r.free = append(r.free, o.f.sl)
+	default: // ctx ended, or outs stopped waiting: the chunk may be in flight
+		if o.err != nil {
+			r.fail(o.err)
+		}
+		r.pending = append(r.pending, o.f)
+	}
+}
+
+// stopOuts takes back every chunk outs holds and ends it.
+func (r *runLoop) stopOuts() {
+	if r.outs == nil {
+		return
+	}
+	for r.copying > 0 {
+		r.fromOuts()
+	}
+	r.st.CopyCPU += r.outs.stop()
+	r.outs = nil
+}
+
+// collect delivers completed chunks and reports whether any was.
+func (r *runLoop) collect() bool {
+	progress := false
+	for i := 0; i < len(r.pending); {
+		f := r.pending[i]
+		done, err := f.sl.ev.Query()
+		if err != nil {
+			r.fail(&ChunkError{Chunk: f.ch.Index, Offset: f.ch.Offset, Stage: "complete", Err: err})
+			done = true
+		}
+		if !done {
+			if r.p.cfg.ordered || r.stop != nil {
+				break
+			}
+			i++
+			continue
+		}
+		// A chunk with a staged output is in pending only after an error
+		// (stop is set): nothing is copied out here.
+		r.deliver(f)
+		r.pending = append(r.pending[:i], r.pending[i+1:]...)
+		progress = true
+	}
+	return progress
+}
+
+// waitFirst waits for the first pending chunk, bounded by ctx. It reports
+// true when ctx ended with chunks still in flight: the loop then stops and
+// Run hands them off.
+func (r *runLoop) waitFirst() bool {
+	var err error
+	if r.next == r.n && len(r.pending) == 1 {
+		// The run's last chunk: wait as the Copier's WaitMode says (poll
+		// rather than wait for the driver to wake a sleeper).
+		err = r.p.w.waitEnd(r.ctx, r.pending[0].sl.ev, r.p.c.o.wait)
+	} else {
+		err = r.p.w.wait(r.ctx, r.pending[0].sl.ev)
+	}
+	if err == nil {
+		return false
+	}
+	if ctxErr := r.ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		// ctx ended: stop here; the caller hands off what is in flight.
+		r.fail(err)
+		r.collect()
+		return len(r.pending) > 0
+	}
+	f := r.pending[0]
+	r.fail(&ChunkError{Chunk: f.ch.Index, Offset: f.ch.Offset, Stage: "complete", Err: err})
+	r.pending = r.pending[1:]
+	r.free = append(r.free, f.sl)
+	return false
 }
 
 // outCopier waits for the chunks of a Run with a staged output and copies
@@ -813,20 +858,6 @@ type outResult struct {
 
 // errPanicked stops a Run whose Done or work function panicked.
 var errPanicked = errors.New("transfer: a pipeline callback panicked")
-
-// outSpin is how long an output goroutine polls a chunk that is not the
-// Run's last before it sleeps in the driver (WaitHybrid): the chunks'
-// copies out are what the Run waits for, and the driver takes tens of
-// microseconds to wake a sleeper, once per chunk. 2 ms covers a chunk of
-// tens of MiB behind the others in flight; past it a goroutine sleeps, so
-// that a long kernel does not keep a core busy. Measured on an H200 with
-// Go frames (BenchmarkPipelineKnobs), 2 ms against 200 us moved 1080p
-// frames 1.16 to 1.31 times faster on one host and 0.97 to 1.03 times on
-// another, 4K frames 0.97 to 1.02 times. Nanoseconds,
-// atomic so that a GPU benchmark can compare settings.
-var outSpin atomic.Int64
-
-func init() { outSpin.Store(int64(2 * time.Millisecond)) }
 
 func (p *pipeline) startOutCopier(ctx context.Context, queues, slots int) *outCopier {
 	wctx, cancel := context.WithCancel(ctx)
@@ -863,11 +894,11 @@ func (p *pipeline) startOutCopier(ctx context.Context, queues, slots int) *outCo
 }
 
 // waitOut waits for f's chunk through w as the Copier's WaitMode says, the Run's
-// last chunk like a transfer's end, the others polled for at most outSpin
+// last chunk like a transfer's end, the others polled for at most tune.outSpin
 // with WaitHybrid.
 func (p *pipeline) waitOut(ctx context.Context, w *waiter, f *flight) error {
 	if p.c.o.wait == WaitHybrid && !f.last {
-		return w.waitTail(ctx, f.sl.ev, time.Duration(outSpin.Load()))
+		return w.waitTail(ctx, f.sl.ev, p.c.o.tune.outSpin)
 	}
 	return w.waitEnd(ctx, f.sl.ev, p.c.o.wait)
 }

@@ -192,10 +192,43 @@ func (c *RegCache) acquire(p []byte) ([]span, *regHold) {
 	}
 	c.tick++
 	h := &regHold{}
+	over, idle, gaps := c.scan(a, b, h)
+	if len(gaps) == 0 {
+		c.stats.Hits++
+		c.mu.Unlock()
+		return h.spans(pl, ph), h
+	}
+	c.stats.Misses++
+	var jobs []regJob
+	var toFree []*pinmem.Buffer
+	if idle {
+		jobs, toFree = c.planMerge(p, a, b, over, h)
+	} else {
+		jobs, toFree = c.planGaps(p, gaps)
+	}
+	c.mu.Unlock()
+	_ = c.freeAll(toFree)
+	c.register(jobs, h)
+	c.mu.Lock()
+	spans := h.spans(pl, ph)
+	c.mu.Unlock()
+	return spans, h
+}
+
+// regJob is a registration acquire makes outside the cache's lock.
+type regJob struct {
+	e   *regEntry
+	mem []byte
+}
+
+// scan returns the entries overlapping the pages [a, b), whether they
+// are all idle (none pending, dead or held), and the gaps between them
+// (as addresses); it holds in h the usable ones. c.mu held.
+func (c *RegCache) scan(a, b uintptr, h *regHold) (over []*regEntry, idle bool, gaps []span) {
 	i, j := c.overlapping(a, b)
-	over := c.entries[i:j:j]
-	idle := len(over) > 0
-	gaps := []span{} // as addresses
+	over = c.entries[i:j:j]
+	idle = len(over) > 0
+	gaps = []span{}
 	cur := a
 	for _, e := range over {
 		if e.pending || e.dead || e.refs > 0 {
@@ -214,62 +247,63 @@ func (c *RegCache) acquire(p []byte) ([]span, *regHold) {
 	if cur < b {
 		gaps = append(gaps, span{int(cur), int(b)})
 	}
-	if len(gaps) == 0 {
-		c.stats.Hits++
-		c.mu.Unlock()
-		return h.spans(pl, ph), h
-	}
-	c.stats.Misses++
+	return over, idle, gaps
+}
 
-	type job struct {
-		e   *regEntry
-		mem []byte
+// planMerge replaces the idle entries over, which overlap the pages
+// [a, b) of p, with one pending registration of the union. c.mu held.
+func (c *RegCache) planMerge(p []byte, a, b uintptr, over []*regEntry, h *regHold) ([]regJob, []*pinmem.Buffer) {
+	pl := addr(p)
+	lo, hi := min(a, over[0].lo), max(b, over[len(over)-1].hi)
+	var mem []byte
+	if lo == a {
+		mem = sliceAt(p, pl, lo, int(hi-lo))
+	} else {
+		first := over[0].buf.Bytes()
+		mem = sliceAt(first, over[0].lo, lo, int(hi-lo))
 	}
-	var jobs []job
 	var toFree []*pinmem.Buffer
-	if idle {
-		// Merge: replace the idle overlapping entries with one registration of the union.
-		lo, hi := min(a, over[0].lo), max(b, over[len(over)-1].hi)
-		var mem []byte
-		if lo == a {
-			mem = sliceAt(p, pl, lo, int(hi-lo))
-		} else {
-			first := over[0].buf.Bytes()
-			mem = sliceAt(first, over[0].lo, lo, int(hi-lo))
+	for _, e := range slicesClone(over) {
+		e.refs--
+		c.unlink(e)
+		toFree = append(toFree, e.buf)
+	}
+	h.entries = nil
+	ev, ok := c.makeRoom(int64(hi - lo))
+	toFree = append(toFree, ev...)
+	if !ok {
+		return nil, toFree
+	}
+	e := &regEntry{lo: lo, hi: hi, pending: true, refs: 1, last: c.tick}
+	c.insert(e)
+	c.stats.Merges++
+	return []regJob{{e, mem}}, toFree
+}
+
+// planGaps adds a pending registration for each gap of p (addresses) of
+// a page or more that fits under the limit. c.mu held.
+func (c *RegCache) planGaps(p []byte, gaps []span) (jobs []regJob, toFree []*pinmem.Buffer) {
+	pl := addr(p)
+	for _, g := range gaps {
+		lo, hi := uintptr(g.lo), uintptr(g.hi)
+		if int(hi-lo) < int(pageSize) {
+			continue
 		}
-		for _, e := range slicesClone(over) {
-			e.refs--
-			c.unlink(e)
-			toFree = append(toFree, e.buf)
-		}
-		h.entries = nil
 		ev, ok := c.makeRoom(int64(hi - lo))
 		toFree = append(toFree, ev...)
-		if ok {
-			e := &regEntry{lo: lo, hi: hi, pending: true, refs: 1, last: c.tick}
-			c.insert(e)
-			jobs = append(jobs, job{e, mem})
-			c.stats.Merges++
+		if !ok {
+			continue
 		}
-	} else {
-		for _, g := range gaps {
-			lo, hi := uintptr(g.lo), uintptr(g.hi)
-			if int(hi-lo) < int(pageSize) {
-				continue
-			}
-			ev, ok := c.makeRoom(int64(hi - lo))
-			toFree = append(toFree, ev...)
-			if !ok {
-				continue
-			}
-			e := &regEntry{lo: lo, hi: hi, pending: true, refs: 1, last: c.tick}
-			c.insert(e)
-			jobs = append(jobs, job{e, sliceAt(p, pl, lo, int(hi-lo))})
-		}
+		e := &regEntry{lo: lo, hi: hi, pending: true, refs: 1, last: c.tick}
+		c.insert(e)
+		jobs = append(jobs, regJob{e, sliceAt(p, pl, lo, int(hi-lo))})
 	}
-	c.mu.Unlock()
+	return jobs, toFree
+}
 
-	_ = c.freeAll(toFree)
+// register makes the registrations of jobs (without the lock) and holds
+// in h those that succeeded.
+func (c *RegCache) register(jobs []regJob, h *regHold) {
 	for _, jb := range jobs {
 		buf, err := pinmem.Register(jb.mem, pinmem.Portable, c.opts...)
 		c.mu.Lock()
@@ -290,10 +324,6 @@ func (c *RegCache) acquire(p []byte) ([]span, *regHold) {
 		}
 		c.mu.Unlock()
 	}
-	c.mu.Lock()
-	spans := h.spans(pl, ph)
-	c.mu.Unlock()
-	return spans, h
 }
 
 func slicesClone(s []*regEntry) []*regEntry { return append([]*regEntry(nil), s...) }

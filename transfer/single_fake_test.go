@@ -293,7 +293,6 @@ func TestFakeSingleStageRetry(t *testing.T) {
 // reach): every call returns an error or the right bytes, and every lane
 // and stage goes back.
 func TestFakeSingleStageFaults(t *testing.T) {
-	defer singlePieces.Store(0)
 	ops := []string{"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuEventRecord", "cuStreamQuery", "cuStreamSynchronize", "cuEventSynchronize", "cuEventQuery", "cuEventElapsedTime", "cuStreamWaitEvent"}
 	modes := []WaitMode{WaitHybrid, WaitPoll, WaitSleep}
 	for mi, mode := range modes {
@@ -312,11 +311,11 @@ func TestFakeSingleStageFaults(t *testing.T) {
 				if err := e.d.FailOn(op, nth, cudadrv.ErrorLaunchFailed); err != nil {
 					t.Fatal(err)
 				}
-				singlePieces.Store(4)
+				c.tune().stagePieces = 4
 				if _, err := c.htod(ctx, dev, src, forceShort); err == nil {
 					testutil.CheckBytes(t, src, e.deviceBytes(t, dev)[:n])
 				}
-				singlePieces.Store(2)
+				c.tune().stagePieces = 2
 				dst := make([]byte, n)
 				_, err := c.dtoh(ctx, dst, dev, forceShort)
 				e.d.ClearFaults()
@@ -389,14 +388,13 @@ func TestFakeSingleStageWithStream(t *testing.T) {
 // in two halves at most) moves every byte, with one asynchronous copy per
 // piece, under every wait mode.
 func TestFakeSinglePieces(t *testing.T) {
-	defer singlePieces.Store(0)
 	for _, mode := range []WaitMode{WaitHybrid, WaitSleep} {
 		e := useFake(t, fakedrv.Options{})
 		c := e.copier(t, WithWait(mode), WithStats(true))
 		const top = 4<<20 + 12345
 		dev := e.devbuf(t, top)
 		for _, k := range []int32{0, 1, 2, 4, 8} {
-			singlePieces.Store(k)
+			c.tune().stagePieces = int(k)
 			for _, n := range []int{4 << 10, 1 << 20, 2<<20 + 1, top} {
 				src := testutil.RandomBytes(n, uint64(n)+uint64(k))
 				var err error
@@ -404,7 +402,7 @@ func TestFakeSinglePieces(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want, _ := singleCuts(HostToDevice, n)
+				want, _ := stagePieces(HostToDevice, n, int(k))
 				if k > 0 && want != min(int(k), max(1, n/singlePieceMin)) || k == 0 && want != map[bool]int{true: 4, false: 1}[n < singleWholeMin && n >= 4*singlePieceMin] || calls["cuMemcpyHtoDAsync_v2"] != want {
 					t.Errorf("%v, %d pieces, %d bytes: %d async copies to the device, want %d", mode, k, n, calls["cuMemcpyHtoDAsync_v2"], want)
 				}
@@ -415,7 +413,7 @@ func TestFakeSinglePieces(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if want, _ := singleCuts(DeviceToHost, n); calls["cuMemcpyDtoHAsync_v2"] != want || want > 2 {
+				if want, _ := stagePieces(DeviceToHost, n, int(k)); calls["cuMemcpyDtoHAsync_v2"] != want || want > 2 {
 					t.Errorf("%v, %d pieces, %d bytes: %d async copies to the host, want %d", mode, k, n, calls["cuMemcpyDtoHAsync_v2"], want)
 				}
 				testutil.CheckBytes(t, src, dst)

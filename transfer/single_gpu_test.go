@@ -12,10 +12,10 @@ import (
 // wait on the stream) with the driver's own pageable copy of the same Go
 // slice and the forced ring (staged), from 4 KiB to 32 MiB both ways. It
 // reports single/driver with a context that cannot end (single, cut into
-// pieces as a Copier cuts it, singleCuts) and one that can (single-ctx),
+// pieces as a Copier cuts it, stagePieces) and one that can (single-ctx),
 // staged/driver, and the single-stage path in 1, 2 and 4 pieces
 // (singlePieces) over the driver: the measurements behind singleBand and
-// singleCuts. Each size ends with a round trip through the single-stage
+// stagePieces. Each size ends with a round trip through the single-stage
 // path, whole and in pieces, checked byte for byte. About a minute:
 //
 //	.gpu/bin/transfer.test -test.run '^$' -test.bench 'SingleStage' -test.benchtime 1x
@@ -46,8 +46,8 @@ func BenchmarkSingleStage(b *testing.B) {
 				b.SetBytes(int64(n))
 				via := func(ctx context.Context, how strategy, pieces int32) func() error {
 					return func() error {
-						singlePieces.Store(pieces)
-						defer singlePieces.Store(0)
+						c.tune().stagePieces = int(pieces)
+						defer func() { c.tune().stagePieces = 0 }()
 						var err error
 						if dir == HostToDevice {
 							_, err = c.htod(ctx, d, h, how)
@@ -83,7 +83,7 @@ func BenchmarkSingleStage(b *testing.B) {
 		// Every byte, both ways, through the single-stage path, whole and
 		// in pieces.
 		for _, pieces := range []int32{1, 4} {
-			singlePieces.Store(pieces)
+			c.tune().stagePieces = int(pieces)
 			for i := range h {
 				h[i] = byte(i*13 + n + int(pieces))
 			}
@@ -99,6 +99,6 @@ func BenchmarkSingleStage(b *testing.B) {
 				b.Fatalf("%d bytes, %d pieces: single-stage round trip differs", n, pieces)
 			}
 		}
-		singlePieces.Store(0)
+		c.tune().stagePieces = 0
 	}
 }

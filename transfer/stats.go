@@ -22,14 +22,19 @@ func (d Direction) String() string {
 	return "host-to-device"
 }
 
-// Stats describe one transfer.
+// Stats describe one transfer, and say which path it took: DirectBytes
+// were copied directly from or to pinned memory, StagedBytes went through
+// Stages pinned stages (one stage when Stages is 1 and the transfer was
+// not larger than a stage, else the ring).
 type Stats struct {
 	Direction   Direction
 	Bytes       int64 // bytes moved
 	StagedBytes int64 // of which through the pinned stages
 	DirectBytes int64 // of which directly from or to pinned memory
-	// PageableBytes are the bytes handed to the driver's own pageable copy
-	// (a transfer, or its pageable part, below the Copier's Thresholds).
+	// PageableBytes are the bytes handed to the driver's own pageable
+	// copy: always 0 since that copy is no longer used (it cannot be
+	// interrupted, so it would outlive a call whose context ended); kept
+	// so that programs reading it still build.
 	PageableBytes int64
 	Stages        int           // staged chunks
 	Wall          time.Duration // from the call until the data was in place

@@ -9,27 +9,22 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// DefaultThreshold is the default size from which a Copier stages
-// pageable Go memory in both directions, never handing it to the
-// driver's own pageable copy: 16 MiB. Staged, a transfer takes one pinned
-// stage when one holds it and is idle (up to 32 MiB, in two pieces) and
-// the pinned ring otherwise. Measured on an H200 (PCIe Gen5 x16, samples
-// interleaved, BenchmarkCopierVsDriver and BenchmarkSingleStage), a
-// Copier at 16 MiB moved 1.9 times the driver's pageable copy both ways,
-// and from 64 MiB on staging wins by 2.5 times and more: the driver
-// stages through a small bounce buffer with one thread. Below the
-// threshold the driver's copy is still faster at some sizes and
-// concurrencies, and one stage is tried only where it wins (see Copier).
+// DefaultThreshold is the default size from which a Copier takes one
+// pinned stage for a pageable transfer only up to 32 MiB, and its pinned
+// ring above: 16 MiB. Below it, any transfer that one stage holds takes
+// one stage. Measured on an H200 (PCIe Gen5 x16, samples interleaved,
+// BenchmarkCopierVsDriver and BenchmarkSingleStage), a Copier at 16 MiB
+// moved 1.9 times the driver's pageable copy both ways, and from 64 MiB
+// on 2.5 times and more.
 const DefaultThreshold = 16 << 20
 
-// Thresholds are the sizes, in bytes, from which a Copier always stages
-// the pageable part of a transfer (through one pinned stage or its
-// pinned ring) instead of ever handing it to the driver's own pageable
-// copy; below them a transfer takes one of the short paths (see Copier),
-// because the driver's copy is faster at some of those sizes. They
-// marshal to JSON, so that the result of Calibrate can be stored and
-// passed back with WithThresholds. 0 stages every transfer;
-// math.MaxInt64 leaves every transfer to the short paths.
+// Thresholds are the sizes, in bytes, below which a Copier moves a
+// pageable transfer that one stage holds through one pinned stage (the
+// short path, see Copier) whatever the stage size; from them, one stage
+// only up to 32 MiB, else the pinned ring. They marshal to JSON, so that
+// the result of Calibrate can be stored and passed back with
+// WithThresholds. 0 gives the short path only to transfers up to 32 MiB;
+// math.MaxInt64 gives it every transfer that one stage holds.
 type Thresholds struct {
 	HtoD int64 `json:"htod_bytes"` // host-to-device
 	DtoH int64 `json:"dtoh_bytes"` // device-to-host
@@ -47,9 +42,9 @@ func (t Thresholds) of(d Direction) int64 {
 	return t.HtoD
 }
 
-// WithThresholds sets the sizes from which pageable memory is staged
-// instead of copied by the driver (default DefaultThresholds; neither may
-// be negative, else New returns an *OptionError).
+// WithThresholds sets the sizes below which a pageable transfer that one
+// stage holds takes one stage (default DefaultThresholds; neither may be
+// negative, else New returns an *OptionError).
 func WithThresholds(t Thresholds) Option { return func(o *options) { o.thr = t } }
 
 // OptionError is returned by New (and NewMulti, Calibrate) for an option
@@ -202,15 +197,3 @@ const (
 	forceStaged                 // stage every pageable byte
 	forceShort                  // the short path (one stage when one is idle, else the ring) at every size
 )
-
-// small reports whether a transfer of n pageable bytes in direction d goes
-// to the driver's pageable copy.
-func (c *copier) small(d Direction, n int, how strategy) bool {
-	switch how {
-	case forceStaged:
-		return false
-	case forceShort:
-		return true
-	}
-	return int64(n) < c.o.thr.of(d)
-}

@@ -55,34 +55,8 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 	if positional {
 		read = func(off int64, p []byte) (int, error) { return c.readAt(pa, pos+off, p) }
 	}
-	for k, off := 0, 0; first == nil && off < dst.Size(); k++ {
-		if err := ctx.Err(); err != nil {
-			first = err
-			break
-		}
-		s := l.stageAt(k)
-		if err := c.reuse(ctx, l, s); err != nil {
-			first = err
-			break
-		}
-		want := min(len(s.mem), dst.Size()-off)
-		n, rerr := read(int64(off), s.mem[:want])
-		if n > 0 {
-			if err := l.queued(s, s.htod(l.stream, dst.Ptr().Add(off), 0, n)); err != nil {
-				first = err
-				break
-			}
-			off += n
-			st.Bytes += int64(n)
-			st.StagedBytes += int64(n)
-			st.Stages++
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			first = fmt.Errorf("reading: %w", rerr)
-		}
+	if first == nil {
+		first = c.ringIn(ctx, l, dst, &st, read)
 	}
 	if positional {
 		// Leave the offset where a Read loop would have: past the bytes
@@ -134,70 +108,13 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 		c.releaseLane(l)
 		return st, err
 	}
-	type pending struct {
-		off, n int
-		s      *stage
-	}
-	var q []pending
+	sk := c.newSink(w)
 	first := l.startTimer()
-	write := func(_ int64, p []byte) (int, error) { return w.Write(p) }
-	wa, pos, positional := positionalWriter(w)
-	if positional {
-		write = func(off int64, p []byte) (int, error) {
-			n, err := c.writeAt(wa, pos+off, p)
-			if err != nil && n == 0 && off == 0 {
-				// WriteAt refused before anything was written (an *os.File
-				// opened with O_APPEND refuses every WriteAt): write as a
-				// stream from here on.
-				positional = false
-				write = func(_ int64, p []byte) (int, error) { return w.Write(p) }
-				return w.Write(p)
-			}
-			return n, err
-		}
+	if first == nil {
+		first = c.ringOut(ctx, l, src, &st, sk)
 	}
-	size := src.Size()
-	next, k := 0, 0
-	for first == nil {
-		for next < size && len(q) < len(l.stages) {
-			if err := ctx.Err(); err != nil {
-				first = err
-				break
-			}
-			s := l.stageAt(k)
-			k++
-			n := min(len(s.mem), size-next)
-			if err := l.queued(s, s.dtoh(l.stream, src.Ptr().Add(next), 0, n)); err != nil {
-				first = err
-				break
-			}
-			q = append(q, pending{next, n, s})
-			next += n
-		}
-		if first != nil || len(q) == 0 {
-			break
-		}
-		h := q[0]
-		q = q[1:]
-		if err := c.waitStage(ctx, l, h.s.ev); err != nil {
-			first = err
-			break
-		}
-		nw, werr := write(int64(h.off), h.s.mem[:h.n])
-		st.Bytes += int64(nw)
-		st.StagedBytes += int64(nw)
-		st.Stages++
-		if werr == nil && nw < h.n {
-			werr = io.ErrShortWrite
-		}
-		if werr != nil {
-			first = fmt.Errorf("writing: %w", werr)
-		}
-	}
-	if positional {
-		if _, err := w.(io.Seeker).Seek(pos+st.Bytes, io.SeekStart); err != nil && first == nil {
-			first = fmt.Errorf("setting the writer's offset: %w", err)
-		}
+	if err := sk.done(st.Bytes); err != nil && first == nil {
+		first = err
 	}
 	err = c.finish(ctx, l, first, &st, func() {})
 	m.stop(&st)
@@ -205,6 +122,127 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 		return st, fmt.Errorf("transfer: writing device memory after %d bytes: %w", st.Bytes, err)
 	}
 	return st, nil
+}
+
+// ringIn reads into l's stages with read, each stage's copy to dst
+// queued as soon as it is read, until read reports the end or dst is
+// full.
+func (c *copier) ringIn(ctx context.Context, l *lane, dst *cuda.DeviceBuffer, st *Stats, read func(off int64, p []byte) (int, error)) error {
+	for k, off := 0, 0; off < dst.Size(); k++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s := l.stageAt(k)
+		if err := c.reuse(ctx, l, s); err != nil {
+			return err
+		}
+		want := min(len(s.mem), dst.Size()-off)
+		n, rerr := read(int64(off), s.mem[:want])
+		if n > 0 {
+			if err := l.queued(s, s.htod(l.stream, dst.Ptr().Add(off), 0, n)); err != nil {
+				return err
+			}
+			off += n
+			st.Bytes += int64(n)
+			st.StagedBytes += int64(n)
+			st.Stages++
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			return nil
+		}
+		if rerr != nil {
+			return fmt.Errorf("reading: %w", rerr)
+		}
+	}
+	return nil
+}
+
+// sink writes the stages of DtoHTo to its writer: at offsets with
+// WriteAt (writeAt) when it is positional, else with Write.
+type sink struct {
+	c          *copier
+	w          io.Writer
+	wa         io.WriterAt
+	pos        int64
+	positional bool
+}
+
+func (c *copier) newSink(w io.Writer) *sink {
+	wa, pos, positional := positionalWriter(w)
+	return &sink{c: c, w: w, wa: wa, pos: pos, positional: positional}
+}
+
+// write writes p, the bytes at offset off of the transfer.
+func (k *sink) write(off int64, p []byte) (int, error) {
+	if !k.positional {
+		return k.w.Write(p)
+	}
+	n, err := k.c.writeAt(k.wa, k.pos+off, p)
+	if err != nil && n == 0 && off == 0 {
+		// WriteAt refused before anything was written (an *os.File opened
+		// with O_APPEND refuses every WriteAt): write as a stream from
+		// here on.
+		k.positional = false
+		return k.w.Write(p)
+	}
+	return n, err
+}
+
+// done leaves a positional writer's offset just past the n bytes
+// written, as a Write loop would have.
+func (k *sink) done(n int64) error {
+	if !k.positional {
+		return nil
+	}
+	if _, err := k.w.(io.Seeker).Seek(k.pos+n, io.SeekStart); err != nil {
+		return fmt.Errorf("setting the writer's offset: %w", err)
+	}
+	return nil
+}
+
+// ringOut copies src out through l's stages into sk, the DMA of later
+// stages queued ahead of the writes.
+func (c *copier) ringOut(ctx context.Context, l *lane, src *cuda.DeviceBuffer, st *Stats, sk *sink) error {
+	type pending struct {
+		off, n int
+		s      *stage
+	}
+	var q []pending
+	size := src.Size()
+	next, k := 0, 0
+	for {
+		for next < size && len(q) < len(l.stages) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			s := l.stageAt(k)
+			k++
+			n := min(len(s.mem), size-next)
+			if err := l.queued(s, s.dtoh(l.stream, src.Ptr().Add(next), 0, n)); err != nil {
+				return err
+			}
+			q = append(q, pending{next, n, s})
+			next += n
+		}
+		if len(q) == 0 {
+			return nil
+		}
+		h := q[0]
+		q = q[1:]
+		if err := c.waitStage(ctx, l, h.s.ev); err != nil {
+			return err
+		}
+		nw, werr := sk.write(int64(h.off), h.s.mem[:h.n])
+		st.Bytes += int64(nw)
+		st.StagedBytes += int64(nw)
+		st.Stages++
+		if werr == nil && nw < h.n {
+			werr = io.ErrShortWrite
+		}
+		if werr != nil {
+			return fmt.Errorf("writing: %w", werr)
+		}
+	}
 }
 
 // minIOPiece is the smallest share of a stage read or written by one

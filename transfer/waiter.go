@@ -4,7 +4,6 @@ import (
 	"context"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/pinmem/pinmem/cuda"
@@ -36,6 +35,9 @@ func newWaiter() *waiter {
 	go func() {
 		defer w.wg.Done()
 		for r := range w.reqs {
+			// The one thread that sleeps in the driver (a context that
+			// can end would make cuda poll instead); every requester's
+			// wait is bounded by its own context (wait).
 			r.ch <- r.ev.Synchronize(context.Background())
 		}
 	}()
@@ -112,26 +114,19 @@ func (w *waiter) waitEnd(ctx context.Context, ev *cuda.Event, mode WaitMode) err
 
 // waitStage waits for a stage inside a staged transfer (the copy that
 // last used it, or the copy into it), as mode says: WaitHybrid polls for
-// up to stageSpin before it sleeps in the driver. Such a wait is for a
+// up to spin (tuning.stageSpin) before it sleeps in the driver. Such a wait is for a
 // copy queued at most a ring of stages earlier, which ends within about
 // a stage's DMA time, and the driver wakes a sleeper tens of microseconds
 // after the copy ends, a cost a staged transfer would pay once per piece.
-func (w *waiter) waitStage(ctx context.Context, ev *cuda.Event, mode WaitMode) error {
+func (w *waiter) waitStage(ctx context.Context, ev *cuda.Event, mode WaitMode, spin time.Duration) error {
 	switch mode {
 	case WaitSleep:
 		return w.wait(ctx, ev)
 	case WaitPoll:
 		return w.waitTail(ctx, ev, pollForever)
 	}
-	return w.waitTail(ctx, ev, time.Duration(stageSpin.Load()))
+	return w.waitTail(ctx, ev, spin)
 }
-
-// stageSpin bounds how long a WaitHybrid staged transfer polls a stage it
-// waits for (waitStage), in nanoseconds; 0 sleeps in the driver at once.
-// Atomic so that a GPU benchmark can compare settings.
-var stageSpin atomic.Int64
-
-func init() { stageSpin.Store(int64(time.Millisecond)) }
 
 // pollForever is WaitPoll's polling bound: in effect none.
 const pollForever = time.Duration(1<<63 - 1)

@@ -23,6 +23,7 @@ type copyPool struct {
 	measure bool // measure the CPU time of the pieces (WithStats)
 	thread  bool // measure thread CPU time (workers are locked to their threads)
 	once    sync.Once
+	spin    atomic.Int64 // nanoseconds: spinWait (tests vary it)
 }
 
 // copyBatch is one parallel copy of src into dst, in sub-pieces of size
@@ -37,11 +38,6 @@ type copyBatch struct {
 	cpu      atomic.Int64 // nanoseconds of CPU (or wall time without thread CPU) spent copying
 }
 
-// subPieces is how many sub-pieces a copy has per goroutine taking part
-// (at least minPiece bytes each). Variable so that a GPU benchmark can
-// compare settings; 1 gives each goroutine one share.
-var subPieces = 4
-
 // spinWait is how long a copy worker that finished a piece looks for the
 // next one before it parks, and how long the caller of a copy waits for
 // the workers' pieces by polling before it parks. A staged transfer hands
@@ -51,11 +47,8 @@ var subPieces = 4
 // CPUs) costs tens of microseconds per batch, which a short spin avoids.
 // The spin ends at once when there is work; its cost is at most this
 // much CPU per worker after the last batch of a transfer. 0 parks at
-// once. Nanoseconds, atomic so that a GPU benchmark can compare settings
-// while the workers run.
-var spinWait atomic.Int64
-
-func init() { spinWait.Store(int64(50 * time.Microsecond)) }
+// once. Each pool holds it (copyPool.spin), so that a test can vary it.
+const spinWait = 50 * time.Microsecond
 
 // newCopyPool starts n-1 workers (the caller of copy is the n-th). With
 // measure, pieces are timed: thread CPU time where available (the workers
@@ -63,6 +56,7 @@ func init() { spinWait.Store(int64(50 * time.Microsecond)) }
 // otherwise; without it, copies make no system call.
 func newCopyPool(n int, measure bool) *copyPool {
 	p := &copyPool{n: n, tasks: make(chan *copyBatch, 4*max(n, runtime.NumCPU())), measure: measure, thread: measure && haveThreadCPU}
+	p.spin.Store(int64(spinWait))
 	p.grow(n - 1)
 	return p
 }
@@ -98,7 +92,7 @@ func (p *copyPool) worker() {
 // spinWait before blocking; ok is false once the pool is closed and
 // drained.
 func (p *copyPool) next() (b *copyBatch, ok bool) {
-	if spin := time.Duration(spinWait.Load()); spin > 0 {
+	if spin := time.Duration(p.spin.Load()); spin > 0 {
 		var start time.Time
 		for i := 0; ; i++ {
 			select {
@@ -161,14 +155,17 @@ func (b *copyBatch) work(p *copyPool) {
 // copy copies src into dst (of the same length) using up to p.n goroutines
 // and returns the CPU time the copy took, summed over the goroutines
 // (zero when the pool does not measure).
-func (p *copyPool) copy(dst, src []byte) time.Duration { return p.copyN(p.n, dst, src) }
+func (p *copyPool) copy(dst, src []byte) time.Duration {
+	return p.copyN(p.n, defaultTuning().subPieces, dst, src)
+}
 
 // copyN is copy split over up to parts goroutines (the caller included),
+// sub sub-pieces per goroutine,
 // each share at least minPiece bytes: the caller enlists up to parts-1 of
 // the pool's workers (no more than it has, in the order copies ask),
 // copies sub-pieces itself, and waits for those the workers claimed.
-func (p *copyPool) copyN(parts int, dst, src []byte) time.Duration {
-	b := p.batch(parts, dst, src)
+func (p *copyPool) copyN(parts, sub int, dst, src []byte) time.Duration {
+	b := p.batch(parts, sub, dst, src)
 	if b == nil {
 		return 0
 	}
@@ -177,7 +174,7 @@ func (p *copyPool) copyN(parts int, dst, src []byte) time.Duration {
 
 // batch runs copyN's copy and returns its batch, every sub-piece copied
 // and its CPU time added (nil when there is nothing to copy).
-func (p *copyPool) batch(parts int, dst, src []byte) *copyBatch {
+func (p *copyPool) batch(parts, sub int, dst, src []byte) *copyBatch {
 	n := min(len(dst), len(src))
 	if n == 0 {
 		return nil
@@ -186,7 +183,7 @@ func (p *copyPool) batch(parts int, dst, src []byte) *copyBatch {
 	helpers := min(parts, n/minPiece) - 1
 	pieces := 1
 	if helpers > 0 {
-		pieces = min((helpers+1)*max(subPieces, 1), n/minPiece)
+		pieces = min((helpers+1)*max(sub, 1), n/minPiece)
 	}
 	b.size = (n/pieces + 4095) &^ 4095
 	b.pieces = int32((n + b.size - 1) / b.size)
@@ -204,7 +201,7 @@ enlist:
 		}
 	}
 	p.callerWork(b)
-	if spin := time.Duration(spinWait.Load()); spin > 0 && b.left.Load() > 0 {
+	if spin := time.Duration(p.spin.Load()); spin > 0 && b.left.Load() > 0 {
 		start := time.Now()
 		for i := 1; b.left.Load() > 0; i++ {
 			if i%64 == 0 && time.Since(start) > spin {

@@ -14,10 +14,9 @@ import (
 // park at once or spin for the next piece, copies that arrive while they
 // spin and after they parked alike, and close ends spinning workers.
 func TestCopyPoolSpin(t *testing.T) {
-	defer func(s int64) { spinWait.Store(s) }(spinWait.Load())
 	for _, spin := range []time.Duration{0, 50 * time.Microsecond, 5 * time.Millisecond} {
-		spinWait.Store(int64(spin))
 		p := newCopyPool(4, false)
+		p.spin.Store(int64(spin))
 		for i, gap := range []time.Duration{0, 0, time.Millisecond, 10 * time.Millisecond, 0} {
 			time.Sleep(gap)
 			n := 4<<20 + 4096*i + 7
@@ -43,9 +42,7 @@ func TestCopyPoolSpin(t *testing.T) {
 // goroutine and with several sub-pieces each, copy every byte, and a pool
 // with fewer workers than a copy asks for still finishes every copy.
 func TestCopyPoolBatches(t *testing.T) {
-	defer func(s int) { subPieces = s }(subPieces)
 	for _, sub := range []int{1, 4} {
-		subPieces = sub
 		for _, workers := range []int{2, 8} {
 			p := newCopyPool(workers, false)
 			var wg sync.WaitGroup
@@ -56,7 +53,7 @@ func TestCopyPoolBatches(t *testing.T) {
 						src := testutil.RandomBytes(n, uint64(g*16+i+1))
 						dst := make([]byte, n+1)
 						dst[n] = 0xA5
-						p.copyN(12, dst[:n], src)
+						p.copyN(12, sub, dst[:n], src)
 						if !bytes.Equal(dst[:n], src) || dst[n] != 0xA5 {
 							errs <- fmt.Sprintf("sub %d, %d workers, goroutine %d: copy of %d bytes wrong", sub, workers, g, n)
 							return
@@ -84,7 +81,7 @@ func TestCopyPoolCPUCounted(t *testing.T) {
 	src := testutil.RandomBytes(16<<20, 9)
 	dst := make([]byte, len(src))
 	for i := range 200 {
-		b := p.batch(32, dst, src)
+		b := p.batch(32, defaultTuning().subPieces, dst, src)
 		got := b.cpu.Load()
 		time.Sleep(200 * time.Microsecond)
 		if late := b.cpu.Load(); late != got {

@@ -149,9 +149,10 @@ Every row names its same-run reference and the ratio to it (JSON: ref,
 ratio): Go-memory kinds against pageable-sync, the pinned family against
 pinned (or the C reference's rows where pinmem bench all ran it).
 
-Subcommands: "bench pin" (cost of pinning), "bench overlap" (the pipeline),
-"bench matrix" (every GPU alone and all at once, like nvbandwidth), "bench
-blocks" (scattered block copies by each blocks.Copier strategy, one way and both at once), "bench load"
+Subcommands: "bench all" (every headline figure in one run), "bench pin"
+(cost of pinning), "bench overlap" (the pipeline), "bench matrix" (every GPU
+alone and all at once, like nvbandwidth), "bench blocks" (scattered block
+copies by each blocks.Copier strategy, one way and both at once), "bench load"
 (a file to the GPU).
 
 ` + exitHelp,

@@ -39,7 +39,7 @@ func allPartsList() [][2]string {
 	}
 	out = append(out,
 		[2]string{partLoad, "a file to the GPU by the weight loader against plain reads and PyTorch (needs --weights FILE)"},
-		[2]string{partImagePipeline, "the image pipeline example, its text output kept (needs --imagepipeline BIN)"})
+		[2]string{partImagePipeline, "the image pipeline example against the C baseline's loops and the copy bounds (needs --imagepipeline BIN)"})
 	return out
 }
 
@@ -69,17 +69,20 @@ run: pinned and pageable rows beside cref/bw's, block copies beside
 cref/blocks' loop. With --weights FILE the weight loader reads FILE (as
 "pinmem bench load FILE") and, when --python has PyTorch and safetensors,
 scripts/torch-load.py loads the same file beside it. With --imagepipeline BIN
-(go build ./examples/imagepipeline/measure) its output is kept in
-DIR/imagepipeline.txt.
+(go build -o BIN ./examples/imagepipeline/measure) the image pipeline runs on
+the same device: its rows go to DIR/imagepipeline.json like every test's,
+its table to DIR/imagepipeline.txt.
 
 Render the docs from the run with:
   pinmem report --format markdown DIR/*.json -o docs/PERF.md
 
 ` + exitHelp,
 		Example: `  pinmem bench all --out results
+  pinmem bench all --quick --out /tmp/r && pinmem report --format markdown /tmp/r/*.json
   pinmem bench all -l
   pinmem bench all -t copier,concurrency --out /tmp/r
-  pinmem bench all --out docs/results --cref cref/bin --weights model.safetensors`,
+  go build -o /tmp/ip ./examples/imagepipeline/measure
+  pinmem bench all --out docs/results --cref cref/bin --weights model.safetensors --imagepipeline /tmp/ip`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSuite(cmd, f) },
 	}
@@ -94,7 +97,7 @@ Render the docs from the run with:
 	fl.StringVar(&f.cref, "cref", "", "directory of the built C reference programs (cref/build -o DIR)")
 	fl.StringVar(&f.weights, "weights", "", "a weights file for the load test (safetensors)")
 	fl.StringVar(&f.python, "python", "python3", "Python with PyTorch and safetensors for the load test's reference (runs scripts/torch-load.py: run from the repository root)")
-	fl.StringVar(&f.imagepipeline, "imagepipeline", "", "the built image pipeline example (go build ./examples/imagepipeline/measure)")
+	fl.StringVar(&f.imagepipeline, "imagepipeline", "", "the built image pipeline measurement (go build -o BIN ./examples/imagepipeline/measure)")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress on standard error")
 	_ = c.RegisterFlagCompletionFunc("plot-format", fixedCompletion("png", "svg"))
 	return c
@@ -156,6 +159,20 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 			return usagef("--cref %s: not a directory (build the C reference with cref/build -o DIR)", f.cref)
 		}
 	}
+	// A test named in -t that cannot run is a usage error; with every
+	// test, the ones without their input are skipped with a line.
+	named := strings.TrimSpace(f.tests) != "all" && strings.TrimSpace(f.tests) != ""
+	if named && contains(outside, partLoad) && f.weights == "" {
+		return usagef("-t %s: the load test needs --weights FILE (a safetensors file)", partLoad)
+	}
+	if named && contains(outside, partImagePipeline) && f.imagepipeline == "" {
+		return usagef("-t %s: needs --imagepipeline BIN (go build -o BIN ./examples/imagepipeline/measure)", partImagePipeline)
+	}
+	if f.imagepipeline != "" {
+		if fi, err := os.Stat(f.imagepipeline); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return usagef("--imagepipeline %s: not an executable file (go build -o BIN ./examples/imagepipeline/measure)", f.imagepipeline)
+		}
+	}
 	if err := os.MkdirAll(f.out, 0o755); err != nil {
 		return usagef("--out %s: %v", f.out, unwrapPath(err))
 	}
@@ -176,7 +193,7 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 	// finished measurement (the session's).
 	var lines io.Writer
 	if !f.quiet {
-		lines = stderr
+		lines = &indented{w: stderr, start: true}
 	}
 	s, err := bench.Open(ctx, f.device, bench.SessionConfig{Progress: lines})
 	if err != nil {
@@ -198,7 +215,7 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 		m := meta(s.Meta("pinmem bench all -t "+p.Name), map[string]any{"suite": env, "test": cfg})
 		m.Part = p.Name
 		if f.quick {
-			m.Note = strings.TrimPrefix(m.Note+"; quick run (--quick): small sizes and two samples, not figures to publish", "; ")
+			m.Note = strings.TrimPrefix(m.Note+"; "+quickNote, "; ")
 		}
 		if err := writePart(f, p.Name, m, rs, runErr); err != nil {
 			return err
@@ -236,7 +253,7 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 				continue
 			}
 			say("[%d/%d] %s: %s", n, total, name, f.imagepipeline)
-			err = suiteImagePipeline(ctx, f)
+			err = suiteImagePipeline(ctx, f, s, env)
 		}
 		if err != nil {
 			if isFatalRun(err) {
@@ -245,12 +262,40 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 			problems = append(problems, fmt.Errorf("%s: %w", name, err))
 		}
 	}
-	say("done in %s: %s", time.Since(start).Round(time.Second), f.out)
+	say("done in %s: %s; render it with: pinmem report --format markdown %s", time.Since(start).Round(time.Second), f.out, filepath.Join(f.out, "*.json"))
 	if len(problems) > 0 {
 		return &problemError{errors.Join(problems...).Error()}
 	}
 	return nil
 }
+
+// imagePipelineTiming is how the image pipeline's rows are timed.
+const imagePipelineTiming = "host wall clock around each run of frames, every output frame checked after it (examples/imagepipeline/measure); the bounds are computed from copy rates measured beside them"
+
+// indented writes lines to w, each led by two spaces: the measurements of
+// a test under the test's own line.
+type indented struct {
+	w     io.Writer
+	start bool // the next byte starts a line
+}
+
+func (in *indented) Write(b []byte) (int, error) {
+	var out []byte
+	for _, c := range b {
+		if in.start {
+			out = append(out, ' ', ' ')
+		}
+		out = append(out, c)
+		in.start = c == '\n'
+	}
+	if _, err := in.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// quickNote is the note of every report of a --quick run.
+const quickNote = "quick run (--quick): small sizes and two samples, not figures to publish"
 
 // isFatalRun reports whether a test's error ends the whole run: the run
 // was interrupted, or the device is gone.
@@ -337,22 +382,72 @@ func torchRow(ctx context.Context, f suiteFlags) bench.Result {
 	return t
 }
 
-// suiteImagePipeline runs the image pipeline example and keeps its text
-// output in DIR/imagepipeline.txt.
-func suiteImagePipeline(ctx context.Context, f suiteFlags) error {
-	args := []string{}
+// imagePipelineArgs are the arguments bench all runs the image pipeline
+// example with: its figures as result rows (-json), on the run's device,
+// the run's samples as its timed runs, small frames for --quick, and the
+// C baseline beside it with --cref.
+func imagePipelineArgs(f suiteFlags) []string {
+	args := []string{"-json", "-device", fmt.Sprint(f.device)}
+	if f.quick {
+		args = append(args, "-res", "320x240", "-frames", "16", "-reps", "2")
+	}
+	if f.samples > 0 {
+		args = append(args, "-reps", fmt.Sprint(f.samples))
+	}
 	if f.cref != "" {
 		args = append(args, "-cref", filepath.Join(f.cref, "imagepipeline"))
 	}
-	var out bytes.Buffer
+	return args
+}
+
+// suiteImagePipeline runs the image pipeline example (imagePipelineArgs):
+// its rows, each with its same-run reference (the C baseline's loop, the
+// copy bound or the staged bound), become DIR/imagepipeline.json and its
+// plot like every other test's; its table is kept in
+// DIR/imagepipeline.txt.
+func suiteImagePipeline(ctx context.Context, f suiteFlags, s *bench.Session, env bench.SuiteEnv) error {
+	args := imagePipelineArgs(f)
+	var out, text bytes.Buffer
 	c := exec.CommandContext(ctx, f.imagepipeline, args...)
-	c.Stdout, c.Stderr = &out, &out
+	c.Stdout, c.Stderr = &out, &text
+	c.WaitDelay = 5 * time.Second // after an interrupt, do not wait on children that keep its output open
 	runErr := c.Run()
-	if err := writeAtomic(filepath.Join(f.out, partImagePipeline+".txt"), out.Bytes()); err != nil {
+	if err := writeAtomic(filepath.Join(f.out, partImagePipeline+".txt"), text.Bytes()); err != nil {
 		return err
 	}
 	if runErr != nil {
-		return fmt.Errorf("%s: %w", f.imagepipeline, runErr)
+		why := strings.TrimSpace(text.String())
+		if i := strings.LastIndexByte(why, '\n'); i >= 0 {
+			why = why[i+1:]
+		}
+		runErr = fmt.Errorf("%s %s: %w: %s", f.imagepipeline, strings.Join(args, " "), runErr, why)
+		if ctx.Err() != nil {
+			// Interrupted: the program was stopped, the run ends as
+			// interrupted, not as a failed test.
+			runErr = fmt.Errorf("%s: %w", f.imagepipeline, ctx.Err())
+		}
 	}
-	return nil
+	rs, err := bench.ParseResultLines(out.Bytes())
+	if err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("%s -json: %w", f.imagepipeline, err))
+	}
+	if len(rs) == 0 && runErr != nil {
+		return runErr
+	}
+	m := meta(s.Meta("pinmem bench all -t "+partImagePipeline), map[string]any{"suite": env, "test": map[string]any{"program": f.imagepipeline, "args": args}})
+	m.Part = partImagePipeline
+	// The program times its runs itself; the session's timing is not its.
+	m.Timing = imagePipelineTiming
+	if f.quick {
+		m.Note = strings.TrimPrefix(m.Note+"; "+quickNote, "; ")
+	}
+	if err := writePart(f, partImagePipeline, m, rs, runErr); err != nil {
+		return err
+	}
+	if runErr == nil {
+		if err := verdict(rs); err != nil && slices.ContainsFunc(rs, bench.Result.Failed) {
+			return err
+		}
+	}
+	return runErr
 }

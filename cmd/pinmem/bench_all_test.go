@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/pinmem/pinmem/internal/bench"
@@ -49,6 +51,13 @@ func TestBenchAllOnFake(t *testing.T) {
 			t.Errorf("%s: no plot: %v", p.Name, err)
 		}
 	}
+	if !strings.Contains(stderr, "render it with: pinmem report --format markdown "+filepath.Join(dir, "*.json")) {
+		t.Errorf("the last line does not say how to render the run:\n%s", stderr)
+	}
+	// Each finished measurement is a line under its test's.
+	if !strings.Contains(stderr, "bw: every kind of host memory") || !strings.Contains(stderr, "\n  bw pinned h2d 64KiB: ") {
+		t.Errorf("no indented measurement lines under the tests' in:\n%s", stderr)
+	}
 	// The run renders as the docs do, labelled as the fake's.
 	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
 	md, stderr, code := cli(t, append([]string{"report", "--format", "markdown"}, files...)...)
@@ -90,6 +99,21 @@ func TestBenchAllListAndSelect(t *testing.T) {
 	_, stderr, code := cli(t, "bench", "all", "-t", "bogus", "--out", t.TempDir())
 	if code != exitUsage || !strings.Contains(stderr, `unknown test "bogus"`) {
 		t.Errorf("-t bogus: exit %d, %s", code, stderr)
+	}
+	// A test named without its input, or an input that is not a program,
+	// is a usage error before any GPU work (there is no driver yet).
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-t", "load"}, "needs --weights FILE"},
+		{[]string{"-t", "pin,imagepipeline"}, "needs --imagepipeline BIN"},
+		{[]string{"--imagepipeline", filepath.Join(t.TempDir(), "none")}, "not an executable file"},
+	} {
+		_, stderr, code := cli(t, append([]string{"bench", "all", "--out", t.TempDir()}, c.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, %s; want usage error %q", c.args, code, stderr, c.want)
+		}
 	}
 	testutil.UseFake(t, fakedrv.Options{})
 	dir := t.TempDir()
@@ -170,5 +194,118 @@ func TestBenchAllLoad(t *testing.T) {
 	}
 	if !loader || !torch || rep.Meta.Part != "load" {
 		t.Errorf("load report: loader %v, torch %v, part %q: %+v", loader, torch, rep.Meta.Part, rep.Results)
+	}
+}
+
+// TestBenchAllImagePipeline: bench all runs the image pipeline program
+// with -json on the run's device, and its rows (here a stand-in's, in the
+// form examples/imagepipeline/measure -json prints) become
+// imagepipeline.json, valid and with each row's same-run reference, its
+// plot and a section of the rendered docs; its table is kept as text. A
+// program that fails keeps the rows it printed, marked partial, and the
+// run exits 1.
+func TestBenchAllImagePipeline(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	result, _ := schemas(t)
+	dir := t.TempDir()
+	rows := `{"bench":"imagepipeline","kind":"naive","dir":"320x240","size":307200,"unit":"FPS","median":100,"min":90,"max":110,"samples":2,"verified":true,"timing":"wall","skipped":false,"verify_failed":false}
+{"bench":"imagepipeline","kind":"pinned-1stream","dir":"320x240","size":307200,"unit":"FPS","median":300,"min":290,"max":310,"samples":2,"verified":true,"timing":"wall","skipped":false,"verify_failed":false}
+{"bench":"imagepipeline","kind":"pinned-4streams","dir":"320x240","size":307200,"unit":"FPS","median":380,"min":370,"max":390,"samples":2,"verified":true,"timing":"wall","skipped":false,"verify_failed":false}
+{"bench":"imagepipeline","kind":"pipeline","dir":"320x240","size":307200,"unit":"FPS","median":200,"min":190,"max":210,"samples":2,"verified":true,"timing":"wall","skipped":false,"verify_failed":false}
+{"bench":"imagepipeline","kind":"bound","dir":"320x240","size":307200,"unit":"FPS","median":400,"min":400,"max":400,"samples":0,"verified":false,"timing":"computed","skipped":false,"verify_failed":false}
+{"bench":"imagepipeline","kind":"staged-bound","dir":"320x240","size":307200,"unit":"FPS","median":250,"min":250,"max":250,"samples":0,"verified":false,"timing":"computed","skipped":false,"verify_failed":false}
+{"bench":"imagepipeline","kind":"c:naive","dir":"320x240","size":307200,"unit":"FPS","median":125,"min":120,"max":130,"samples":2,"verified":true,"timing":"wall","skipped":false,"verify_failed":false}`
+	prog := filepath.Join(dir, "imagepipeline")
+	script := "#!/bin/sh\necho \"$@\" > " + filepath.Join(dir, "args") + "\necho 'imagepipeline: the table' >&2\ncat <<'EOF'\n" + rows + "\nEOF\n"
+	if err := os.WriteFile(prog, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	if _, stderr, code := cli(t, "bench", "all", "--quick", "--quiet", "-t", "imagepipeline", "--imagepipeline", prog, "--out", out); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if args, _ := os.ReadFile(filepath.Join(dir, "args")); !strings.Contains(string(args), "-json -device 0 -res 320x240") {
+		t.Errorf("the program ran with %q, want -json on device 0 at quick sizes", args)
+	}
+	if text, _ := os.ReadFile(filepath.Join(out, "imagepipeline.txt")); string(text) != "imagepipeline: the table\n" {
+		t.Errorf("imagepipeline.txt = %q, want the program's table", text)
+	}
+	path := filepath.Join(out, "imagepipeline.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate(t, result, path, data); err != nil {
+		t.Errorf("imagepipeline.json: %v", err)
+	}
+	rep := readReport(t, path)
+	refs := map[string]string{}
+	for _, r := range rep.Results {
+		refs[r.Kind] = fmt.Sprintf("%s %.2f", r.Ref, r.Ratio)
+	}
+	want := map[string]string{"naive": "c:naive 0.80", "pinned-1stream": "bound 0.75", "pinned-4streams": "bound 0.95", "pipeline": "staged-bound 0.80", "bound": " 0.00", "c:naive": " 0.00"}
+	for k, w := range want {
+		if refs[k] != w {
+			t.Errorf("%s: reference %q, want %q", k, refs[k], w)
+		}
+	}
+	if m := rep.Meta; m.Part != "imagepipeline" || m.Partial || m.Timing != imagePipelineTiming || !strings.Contains(m.Note, "quick run") || !strings.HasPrefix(m.Device, "Fake ") {
+		t.Errorf("meta %+v", m)
+	}
+	if _, err := os.Stat(filepath.Join(out, "imagepipeline.png")); err != nil {
+		t.Errorf("no plot: %v", err)
+	}
+	md, stderr, code := cli(t, "report", "--format", "markdown", path)
+	if code != exitOK || !strings.Contains(md, "## The image pipeline") || !strings.Contains(md, "| imagepipeline | pipeline | 320x240 |") {
+		t.Errorf("markdown: exit %d %s\n%s", code, stderr, md)
+	}
+
+	// A program that fails after some rows: they are kept, the report is
+	// partial, and the run says so with the program's last line.
+	script = "#!/bin/sh\nhead -n 2 <<'EOF'\n" + rows + "\nEOF\necho 'imagepipeline: 4K: output frame 3 wrong' >&2\nexit 1\n"
+	if err := os.WriteFile(prog, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = cli(t, "bench", "all", "--quiet", "-t", "imagepipeline", "--imagepipeline", prog, "--out", out)
+	if code != exitProblem || !strings.Contains(stderr, "output frame 3 wrong") {
+		t.Errorf("failing program: exit %d, %s", code, stderr)
+	}
+	if rep := readReport(t, path); !rep.Meta.Partial || len(rep.Results) != 2 {
+		t.Errorf("after a failure: partial %v, %d rows", rep.Meta.Partial, len(rep.Results))
+	}
+}
+
+// TestBenchAllImagePipelineInterrupted: an interrupt while the image
+// pipeline program runs stops it, keeps the rows it printed in a partial
+// report and exits with the interrupted status.
+func TestBenchAllImagePipelineInterrupted(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	if err := syscall.Mkfifo(ready, 0o600); err != nil {
+		t.Skip("no named pipes here:", err)
+	}
+	row := `{"bench":"imagepipeline","kind":"naive","dir":"4K","size":33177600,"unit":"FPS","median":10,"min":9,"max":11,"samples":3,"verified":true,"timing":"wall","skipped":false,"verify_failed":false}`
+	prog := filepath.Join(dir, "imagepipeline")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\necho '"+row+"'\necho > "+ready+"\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		// Opening the pipe waits for the program to have printed its row.
+		if f, err := os.Open(ready); err == nil {
+			f.Close()
+		}
+		cancel()
+	}()
+	out := filepath.Join(dir, "out")
+	var stdout, stderr strings.Builder
+	code := execute(ctx, []string{"bench", "all", "--quiet", "-t", "imagepipeline", "--imagepipeline", prog, "--out", out}, &stdout, &stderr)
+	if code != exitInterrupted {
+		t.Fatalf("exit %d, want %d: %s", code, exitInterrupted, stderr.String())
+	}
+	if rep := readReport(t, filepath.Join(out, "imagepipeline.json")); !rep.Meta.Partial || len(rep.Results) != 1 {
+		t.Errorf("partial %v, %d rows: want the one row printed, marked partial", rep.Meta.Partial, len(rep.Results))
 	}
 }

@@ -39,8 +39,8 @@ func TestBenchBlocksFake(t *testing.T) {
 		t.Errorf("meta %+v", m)
 	}
 	cfg, _ := m.Config.(map[string]any)
-	if cfg == nil || cfg["Blocks"] != 64.0 || cfg["Samples"] != 2.0 || cfg["Gap"] != float64(bench.DefaultBlockGap) ||
-		fmt.Sprint(cfg["Sizes"]) != "[4096 16384]" || fmt.Sprint(cfg["Dirs"]) != "[h2d d2h bidir]" || fmt.Sprint(cfg["Kinds"]) != fmt.Sprint(bench.AllBlockKinds()) {
+	if cfg == nil || cfg["blocks"] != 64.0 || cfg["samples"] != 2.0 || cfg["gap_bytes"] != float64(bench.DefaultBlockGap) ||
+		fmt.Sprint(cfg["sizes_bytes"]) != "[4096 16384]" || fmt.Sprint(cfg["dirs"]) != "[h2d d2h bidir]" || fmt.Sprint(cfg["kinds"]) != fmt.Sprint(bench.AllBlockKinds()) {
 		t.Errorf("config %v", m.Config)
 	}
 	if want := 2 * 3 * len(bench.AllBlockKinds()); len(rep.Results) != want {

@@ -197,16 +197,16 @@ func newRoot() *cobra.Command {
 		Short: "Pinned host memory and host<->GPU transfers, measured",
 		Long: `pinmem measures what a machine can do with pinned host memory and NVIDIA GPUs.
 
-  pinmem doctor                  what the driver, each GPU and the host offer
-  pinmem bench all --out DIR     every headline figure in one run (-l lists, -t picks)
-  pinmem bench                   host<->GPU bandwidth for every kind of host memory
+  pinmem doctor                    what the driver, each GPU and the host offer
+  pinmem bench all --out DIR       every headline figure in one run (-l lists, -t picks)
+  pinmem bench                     host<->GPU bandwidth for every kind of host memory
   pinmem bench pin|overlap|matrix  pinning cost, the pipeline, every GPU at once
-  pinmem bench blocks            scattered block copies (package blocks) against contiguous copies
-  pinmem bench load FILE         a file to the GPU against plain reads of it
-  pinmem zerocopy                zero-copy reads against an explicit copy
-  pinmem report FILE.json...     render saved results (table, csv, json, markdown, svg, png)
-  pinmem compare A.json B.json   two runs side by side, as ratios
-  pinmem version                 the build: version, revision, Go, platform
+  pinmem bench blocks              scattered block copies (package blocks) against contiguous copies
+  pinmem bench load FILE           a file to the GPU against plain reads of it
+  pinmem zerocopy                  zero-copy reads against an explicit copy
+  pinmem report FILE.json...       render saved results (table, csv, json, markdown, svg, png)
+  pinmem compare A.json B.json     two runs side by side, as ratios
+  pinmem version                   the build: version, revision, Go, platform
 
 Sizes everywhere (flags and PINMEM_BUDGET): 4096, 64K = 64KiB = 65536,
 1M = 1MiB, 1G = 1GiB (powers of 1024); 1KB = 1000, 1MB, 1GB (powers of 1000).

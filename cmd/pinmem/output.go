@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -132,8 +134,14 @@ func (o *output) register(c *cobra.Command, formats []string, withPlot bool) {
 	o.formats = formats
 	o.flags = c.Flags()
 	f := c.Flags()
-	f.StringVar(&o.format, "format", formats[0], "output format: "+strings.Join(formats, ", ")+" (default: the one -o's extension names)")
-	f.StringVarP(&o.out, "out", "o", "", "write the report to this file, atomically, in the format its extension names (.json, .csv, .txt, ...); - is standard output")
+	var exts []string
+	for _, e := range slices.Sorted(maps.Keys(extFormats)) {
+		if contains(formats, extFormats[e]) {
+			exts = append(exts, "FILE"+e+": "+extFormats[e])
+		}
+	}
+	f.StringVar(&o.format, "format", formats[0], "output format: "+strings.Join(formats, ", ")+"; -o FILE.EXT sets it from the extension")
+	f.StringVarP(&o.out, "out", "o", "", "write the report to this file, atomically, in the format its extension names ("+strings.Join(exts, ", ")+"); - is standard output")
 	_ = c.RegisterFlagCompletionFunc("format", fixedCompletion(formats...))
 	if withPlot {
 		f.StringVar(&o.plot, "plot", "", "also write a plot of the results to this file (.svg or .png)")

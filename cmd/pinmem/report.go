@@ -53,6 +53,57 @@ func readReports(paths []string, stdin ...io.Reader) ([]bench.Report, error) {
 	return out, nil
 }
 
+// skipShippedJSON leaves out of several files the JSON files that sit
+// beside result files but are not results (docs/results/*.json holds
+// them): JSON Schemas and doctor's report, each with a line on standard
+// error. A single file, or a list of nothing else, is left to be refused
+// with the reason.
+func skipShippedJSON(cmd *cobra.Command, paths []string) ([]string, error) {
+	if len(paths) < 2 {
+		return paths, nil
+	}
+	var keep []string
+	for _, p := range paths {
+		if what := otherJSON(p); what != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "pinmem report: skipping %s: %s, not a result file\n", p, what)
+			continue
+		}
+		keep = append(keep, p)
+	}
+	if len(keep) == 0 {
+		return nil, usagef("no result files among %s", strings.Join(paths, " "))
+	}
+	return keep, nil
+}
+
+// otherJSON says which JSON file pinmem ships beside result files path
+// is ("a JSON Schema", "pinmem doctor's report"), or "" for any other
+// file.
+func otherJSON(path string) string {
+	if path == "-" {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var top map[string]json.RawMessage
+	if json.NewDecoder(io.LimitReader(f, bench.MaxReportBytes)).Decode(&top) != nil {
+		return ""
+	}
+	_, schema := top["$schema"]
+	_, checks := top["checks"]
+	_, meta := top["meta"]
+	switch {
+	case schema:
+		return "a JSON Schema"
+	case checks && !meta:
+		return "pinmem doctor's report"
+	}
+	return ""
+}
+
 // countOf counts s in list.
 func countOf(list []string, s string) int {
 	n := 0
@@ -87,13 +138,14 @@ func newReport() *cobra.Command {
 		Use:   "report FILE.json...",
 		Short: "Render saved results as a table, CSV, JSON, markdown, SVG or PNG (no GPU needed)",
 		Long: `report reads result files written with --format json by bench, bench pin,
-bench overlap, bench matrix, bench blocks, bench load or zerocopy, on this
-machine or another, and
-renders them: table, csv or json (one file's results after another's; json
-merges them into one report with the first file's metadata) or a plot, svg or
-png, of every measurement they hold (one panel per measurement and direction),
-captioned with the device, driver, revision and date. "-" reads a report
-from standard input.
+bench overlap, bench matrix, bench blocks, bench load or zerocopy, or by bench
+all (DIR/*.json), on this machine or another, and renders them: table, csv
+or json (one file's results after another's; json merges them into one report
+with the first file's metadata) or a plot, svg or png, of every measurement
+they hold (one panel per measurement and direction), captioned with the
+device, driver, revision and date. "-" reads a report from standard input. Among several files, the JSON files that sit beside
+results but are none (JSON Schemas, doctor's report: docs/results/*.json
+takes them in) are left out with a line on standard error.
 
 markdown renders the reports of one run (pinmem bench all) as docs/PERF.md:
 provenance (one commit, one date, the device), the headline table, and every
@@ -116,6 +168,10 @@ valid reports are refused with one line saying where and why (exit status 2).
 			}
 			if o.format == "png" && (o.out == "" || o.out == "-") {
 				return usagef("--format png writes binary data: name a file with --out")
+			}
+			args, err := skipShippedJSON(cmd, args)
+			if err != nil {
+				return err
 			}
 			reps, err := readReports(args, cmd.InOrStdin())
 			if err != nil {

@@ -109,4 +109,51 @@ func TestFreshOutputMatchesSchema(t *testing.T) {
 	if err := validate(t, doctor, "doctor", []byte(stdout)); err != nil {
 		t.Errorf("doctor: %v\n%s", err, stdout)
 	}
+	if !strings.Contains(stdout, `"memory_bytes"`) {
+		t.Errorf("doctor JSON names no device memory:\n%s", stdout)
+	}
+	// -o FILE.json takes JSON from the name, as a first-time user writes it.
+	path := filepath.Join(t.TempDir(), "doctor.json")
+	if _, stderr, code := cli(t, "doctor", "-o", path); code != exitOK {
+		t.Fatalf("doctor -o %s: %d %s", path, code, stderr)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate(t, doctor, path, data); err != nil {
+		t.Errorf("doctor -o doctor.json: %v\n%s", err, data)
+	}
+}
+
+// TestReportShippedDirectory: the documented command, `pinmem report
+// --format markdown docs/results/*.json`, renders docs/PERF.md although
+// the glob takes in the JSON Schemas (and, after a run, doctor's report),
+// each left out with a line; a doctor report alone is refused.
+func TestReportShippedDirectory(t *testing.T) {
+	dir := filepath.Join("..", "..", "docs", "results")
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	doctor := filepath.Join(t.TempDir(), "doctor.json")
+	if _, stderr, code := cli(t, "doctor", "-o", doctor); code != exitOK {
+		t.Fatalf("doctor: %d %s", code, stderr)
+	}
+	md, stderr, code := cli(t, append([]string{"report", "--format", "markdown", doctor}, files...)...)
+	if code != exitOK {
+		t.Fatalf("report --format markdown docs/results/*.json: exit %d, %s", code, stderr)
+	}
+	for _, want := range []string{"skipping " + doctor + ": pinmem doctor's report", "result.schema.json: a JSON Schema"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	perf, err := os.ReadFile(filepath.Join("..", "..", "docs", "PERF.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md != string(perf) {
+		t.Error("the rendering of docs/results/*.json is not docs/PERF.md")
+	}
+	if _, stderr, code := cli(t, "report", doctor); code != exitUsage || !strings.Contains(stderr, "not a pinmem report") {
+		t.Errorf("report doctor.json: exit %d, %s", code, stderr)
+	}
 }

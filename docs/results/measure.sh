@@ -11,6 +11,8 @@ out=docs/results
 # The command: $PINMEM if set, else the one scripts/gpu-suite build put in
 # .gpu/bin (a GPU machine needs no Go), else built here with its revision.
 bin=${PINMEM:-}
+# The image pipeline example's measurement, found or built the same way.
+imagepipeline=${PINMEM_IMAGEPIPELINE:-}
 if [[ -z "$bin" ]]; then
 	bin=$(mktemp -d)/pinmem
 	if [[ -e .gpu/bin/pinmem.gz ]]; then
@@ -18,6 +20,10 @@ if [[ -z "$bin" ]]; then
 	elif [[ -x .gpu/bin/pinmem ]]; then
 		cp .gpu/bin/pinmem "$bin"
 	else
+		if [[ -z "$imagepipeline" ]]; then
+			imagepipeline=$(dirname "$bin")/imagepipeline
+			go build -o "$imagepipeline" ./examples/imagepipeline/measure
+		fi
 		rev=$(git rev-parse HEAD)
 		modified=false
 		git diff --quiet HEAD || modified=true
@@ -52,10 +58,12 @@ if cref/build -o "$(dirname "$bin")/cref" >/dev/null 2>&1; then
 	args+=(--cref "$(dirname "$bin")/cref")
 fi
 [[ -n "${PINMEM_WEIGHTS:-}" ]] && args+=(--weights "$PINMEM_WEIGHTS")
+[[ -z "$imagepipeline" && -x .gpu/bin/imagepipeline ]] && imagepipeline=.gpu/bin/imagepipeline
+[[ -n "$imagepipeline" ]] && args+=(--imagepipeline "$imagepipeline")
 "$bin" version
 # The directory holds one run: the previous run's files go (git keeps them).
 mapfile -t old < <(reports)
-rm -f "${old[@]}" "${old[@]/%.json/.png}" "$out/doctor.txt"
+rm -f "${old[@]}" "${old[@]/%.json/.png}" "$out/doctor.txt" "$out/imagepipeline.txt"
 "$bin" doctor --format json -o "$out/doctor.json"
 "$bin" bench all --out "$out" "${args[@]}"
 render

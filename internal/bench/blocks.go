@@ -83,17 +83,17 @@ const BlocksTiming = "host wall clock from the call that queues the list to the 
 // BlocksConfig configures Session.Blocks. Zero fields take their
 // defaults; out-of-range fields make Blocks fail with ErrInvalid.
 type BlocksConfig struct {
-	Sizes   []int64  // bytes per block, 1 to MaxBlockSize (empty: DefaultBlockSizes)
-	Blocks  int      // blocks per list, 1 to MaxBlocks (0: DefaultBlocks)
-	Dirs    []string // AllBlockDirs (empty: all)
-	Kinds   []string // AllBlockKinds (empty: every kind)
-	Samples int      // timed samples per measurement, up to MaxSamples (0: 5)
-	Warmup  int      // untimed samples first, up to 100 (0: 1; -1: none)
+	Sizes   []int64  `json:"sizes_bytes"` // bytes per block, 1 to MaxBlockSize (empty: DefaultBlockSizes)
+	Blocks  int      `json:"blocks"`      // blocks per list, 1 to MaxBlocks (0: DefaultBlocks)
+	Dirs    []string `json:"dirs"`        // AllBlockDirs (empty: all)
+	Kinds   []string `json:"kinds"`       // AllBlockKinds (empty: every kind)
+	Samples int      `json:"samples"`     // timed samples per measurement, up to MaxSamples (0: 5)
+	Warmup  int      `json:"warmup"`      // untimed samples first, up to 100 (0: 1; -1: none)
 	// Gap is how many bytes of the host allocation are left unused
 	// between two host slots, so that the host blocks are not one run of
 	// memory even in address order (0: DefaultBlockGap; -1: none; at most
 	// MaxBlockSize).
-	Gap int64
+	Gap int64 `json:"gap_bytes"`
 }
 
 // Validate reports the first field of c that Blocks would refuse, as an

@@ -28,6 +28,7 @@ var partInfos = []partInfo{
 	{"blocks", "Scattered block copies", "pinmem bench blocks"},
 	{"matrix", "Every GPU alone and at once", "pinmem bench matrix"},
 	{"load", "Model weights to the GPU", "pinmem bench load FILE"},
+	{"imagepipeline", "The image pipeline", "go run ./examples/imagepipeline/measure"},
 }
 
 // partOf returns the suite test a report is: its meta.part, or for
@@ -61,8 +62,13 @@ var kindNotes = map[string]string{
 	KindPageableSync: "Go heap memory, the driver's synchronous copy, timed by the wall clock",
 	KindCopier:       "Go heap memory moved by a default transfer.Copier, timed by the wall clock",
 	KindCopierStaged: "a Copier forced to stage every size through its pinned ring",
-	"staged":         "results before the copier kinds existed: a Copier forced to stage every size through its pinned ring (now copier-staged), timed by the wall clock",
-	VariantBound:     "computed from the measured bidirectional bandwidth, not measured",
+	// The image pipeline's kinds (bench imagepipeline); its pinned-Nstreams
+	// and bound share their names with the overlap bench's.
+	"naive":              "Go frames, copied in and out synchronously, one frame at a time",
+	"pipeline":           "Go frames staged through pinned buffers by a transfer.Pipeline",
+	KindImageStagedBound: "computed from the measured rate of Go memory staged both ways at once, not measured",
+	"staged":             "results before the copier kinds existed: a Copier forced to stage every size through its pinned ring (now copier-staged), timed by the wall clock",
+	VariantBound:         "computed from the measured bidirectional bandwidth, not measured",
 }
 
 // MarkdownRun checks that reports come from one run of one build on one
@@ -256,6 +262,7 @@ var headlines = []headline{
 	{part: "zerocopy", dirs: []string{"reuse=1"}},
 	{part: "blocks", kinds: []string{BlockKindAuto}},
 	{part: "load", kinds: []string{"loader", "torch"}},
+	{part: "imagepipeline", kinds: []string{"naive", "pinned-4streams", "pipeline"}},
 }
 
 // WriteSummary writes the headline table of the reports of one run: a

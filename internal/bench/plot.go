@@ -224,7 +224,7 @@ func buildPanels(m Meta, results []Result) ([]*plot.Plot, error) {
 			p, err = sizePanel(m, g, "pinning cost: "+opTitle(g.dir), "ms (log scale, lower is better)", true)
 		case g.bench == "zerocopy":
 			p, err = reusePanel(g)
-		case g.bench == "overlap" || g.bench == "vecadd" || g.bench == "matrix":
+		case g.bench == "overlap" || g.bench == "vecadd" || g.bench == "matrix" || g.bench == "imagepipeline":
 			p, err = barPanel(g)
 		default:
 			continue
@@ -466,6 +466,8 @@ func barPanel(g *group) (*plot.Plot, error) {
 		title = "vector add end to end: " + FormatSize(g.rs[0].Size) + " moved"
 	case "matrix":
 		title = "host<->GPU matrix, " + FormatSize(g.rs[0].Size) + " per copy: each device alone and all at once"
+	case "imagepipeline":
+		title = "image pipeline (frame in, blur, frame out), " + g.dir + " frames of " + FormatSize(g.rs[0].Size)
 	default:
 		title = g.bench + ", " + dirTitle(g.dir) + ", " + FormatSize(g.rs[0].Size)
 	}

@@ -1,11 +1,18 @@
 package bench
 
+import "strings"
+
 // The same-run reference of each row: what a figure is compared with in
 // reports, the markdown rendering and the docs. One table, one place.
 
 // CRefPrefix starts the kind of a row measured by the C reference programs
 // (cref/): "c:pinned" is cref/bw's pinned kind.
 const CRefPrefix = "c:"
+
+// KindImageStagedBound is the image pipeline's bound for Go frames: a
+// frame in and out at the rate of Go memory staged both ways at once
+// (examples/imagepipeline/measure). Its copy bound is kind VariantBound.
+const KindImageStagedBound = "staged-bound"
 
 // referenceKind returns the kind a row of bench and kind is compared with
 // in the same run ("" when none):
@@ -19,7 +26,11 @@ const CRefPrefix = "c:"
 //   - blocks: every strategy against the C loop (one copy per block),
 //     else one contiguous copy;
 //   - concurrency: the shared Copier against the driver's copy;
-//   - load: the loader against PyTorch, else against parallel reads.
+//   - load: the loader against PyTorch, else against parallel reads;
+//   - imagepipeline: the naive and pinned loops against the C baseline's
+//     same loops (pinned ones else the copy bound), one stream against
+//     the copy bound, the Pipeline from Go memory against the staged
+//     bound (KindImageStagedBound).
 func referenceKind(bench, kind string) string {
 	var ref string
 	switch bench {
@@ -50,6 +61,15 @@ func referenceKind(bench, kind string) string {
 	case "load":
 		if kind == "loader" {
 			ref = KindTorch
+		}
+	case "imagepipeline":
+		switch {
+		case kind == "naive" || strings.HasPrefix(kind, "pinned-") && kind != VariantPinned1:
+			ref = CRefPrefix + kind
+		case kind == VariantPinned1:
+			ref = VariantBound
+		case kind == "pipeline":
+			ref = KindImageStagedBound
 		}
 	}
 	if ref == kind || kind == VariantBound {
@@ -98,6 +118,8 @@ func AddReferences(rs []Result) {
 			cands = append(cands, BlockKindContiguous)
 		case r.Bench == "load" && r.Kind == "loader":
 			cands = append(cands, "read-parallel")
+		case r.Bench == "imagepipeline" && strings.HasPrefix(r.Kind, "pinned-"):
+			cands = append(cands, VariantBound)
 		}
 		for _, ref := range cands {
 			if ref == "" {

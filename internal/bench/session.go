@@ -95,8 +95,9 @@ func checkNames(field string, names *[]string, all []string) error {
 
 // SessionConfig configures Open. The zero value is the default.
 type SessionConfig struct {
-	// Progress, when not nil, receives one line per finished measurement
-	// (the CLI counts them for its progress bar). Reports leave it out.
+	// Progress, when not nil, receives one line per finished measurement,
+	// its summary (Result.String); the CLI counts them for its progress
+	// bar, and bench all shows them. Reports leave it out.
 	Progress io.Writer `json:"-"`
 	// SpinTimeout bounds how long spin_wait holds a stream (0: 10 s; at
 	// most 10 minutes); a hold that times out is reported in the result's
@@ -310,7 +311,7 @@ func IsFakeDevice(name string) bool { return strings.HasPrefix(name, "Fake ") }
 
 func (s *Session) progress(r Result) {
 	if s.cfg.Progress != nil {
-		fmt.Fprintf(s.cfg.Progress, "pinmem: %s\n", r)
+		fmt.Fprintf(s.cfg.Progress, "%s\n", r)
 	}
 }
 

@@ -237,6 +237,32 @@ func ParseCRef(r *bytes.Buffer, program string) []Result {
 	return rs
 }
 
+// ParseResultLines reads results printed one JSON object a line in the
+// form of a result file's rows (docs/results/result.schema.json), as
+// examples/imagepipeline/measure -json prints them. Blank lines are
+// skipped; a line that is not such a row is an error matching ErrInvalid
+// that names the line, returned with the rows before it.
+func ParseResultLines(data []byte) ([]Result, error) {
+	var rs []Result
+	for i, line := range bytes.Split(data, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		var r Result
+		if err := dec.Decode(&r); err != nil {
+			return rs, invalid("line %d: not a result row: %s", i+1, oneLine(err.Error()))
+		}
+		if err := r.check(); err != nil {
+			return rs, invalid("line %d (%s %s %s): %s", i+1, r.Bench, r.Kind, r.Dir, err)
+		}
+		rs = append(rs, r)
+	}
+	markFailures(rs)
+	return rs, nil
+}
+
 // SelectParts returns the parts named in a comma-separated list, in run
 // order ("" or "all": every part). An unknown name is an error matching
 // ErrInvalid that lists the known ones.

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -65,5 +66,26 @@ func TestSelectParts(t *testing.T) {
 	}
 	if ps, _ := SelectParts(all, "all"); len(ps) != len(all) {
 		t.Errorf("all: %d parts", len(ps))
+	}
+}
+
+// TestParseResultLines: result rows one a line are read with blank lines
+// skipped; a line that is not a row, or a row with figures out of order,
+// is an ErrInvalid error naming the line, with the rows before it.
+func TestParseResultLines(t *testing.T) {
+	good := `{"bench":"imagepipeline","kind":"naive","dir":"4K","size":33177600,"unit":"FPS","median":10,"min":9,"max":11,"samples":3,"verified":true,"timing":"wall","skipped":false,"verify_failed":false}`
+	rs, err := ParseResultLines([]byte(good + "\n\n" + good + "\n"))
+	if err != nil || len(rs) != 2 || rs[1].Median != 10 || rs[1].Dir != "4K" {
+		t.Fatalf("ParseResultLines = %+v, %v", rs, err)
+	}
+	for _, bad := range []struct{ line, want string }{
+		{`imagepipeline: 4K: 10 FPS`, "line 2: not a result row"},
+		{`{"bench":"imagepipeline","kind":"naive","dir":"4K","unit":"FPS","fps":3}`, "line 2: not a result row"},
+		{`{"bench":"imagepipeline","kind":"naive","dir":"4K","unit":"FPS","median":10,"min":12,"max":11}`, "line 2 (imagepipeline naive 4K): min 12"},
+	} {
+		rs, err := ParseResultLines([]byte(good + "\n" + bad.line + "\n"))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), bad.want) || len(rs) != 1 {
+			t.Errorf("ParseResultLines(%s) = %d rows, %v; want ErrInvalid %q and the row before it", bad.line, len(rs), err, bad.want)
+		}
 	}
 }

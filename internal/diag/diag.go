@@ -45,37 +45,95 @@ type Report struct {
 
 // Host is what the host says about memory that matters for pinning.
 type Host struct {
-	MemTotal       uint64 `json:"mem_total"`
-	MemAvailable   uint64 `json:"mem_available"`
-	PhysicalMemory uint64 `json:"physical_memory"` // min(MemTotal, cgroup limit): the base of pinmem's default budget
-	CgroupLimit    string `json:"cgroup_limit"`
+	MemTotal       uint64 `json:"mem_total_bytes"`
+	MemAvailable   uint64 `json:"mem_available_bytes"`
+	PhysicalMemory uint64 `json:"physical_memory_bytes"` // min(MemTotal, cgroup limit): the base of pinmem's default budget
+	CgroupLimit    string `json:"cgroup_limit"`          // for people: "max", "unknown" or a size
 	// CgroupLimitBytes is the cgroup memory limit in bytes, 0 when there is none or it is unknown.
 	CgroupLimitBytes uint64   `json:"cgroup_limit_bytes"`
-	MemlockLimit     string   `json:"memlock_limit"`
+	MemlockLimit     string   `json:"memlock_limit"` // RLIMIT_MEMLOCK's soft limit, for people
 	THP              string   `json:"transparent_hugepages"`
 	NUMANodes        int      `json:"numa_nodes"`
 	CPUs             int      `json:"cpus"`
 	Errors           []string `json:"errors,omitempty"`
 }
 
-// Device is one GPU in the report.
+// Device is one GPU in the report. Its JSON (MarshalJSON) names every
+// field in snake_case with the unit where a value has one.
 type Device struct {
 	cuda.Properties
-	KernelsLoad  bool   `json:"kernels_load"`
-	KernelsError string `json:"kernels_error,omitempty"`
-	// PCIe link as sysfs reports it; speeds in GT/s, bandwidth per direction in GB/s.
-	LinkGen       int     `json:"pcie_gen,omitempty"`
-	LinkWidth     int     `json:"pcie_width,omitempty"`
-	LinkMaxGen    int     `json:"pcie_max_gen,omitempty"`
-	LinkMaxWidth  int     `json:"pcie_max_width,omitempty"`
-	LinkBandwidth float64 `json:"pcie_gbps,omitempty"`
-	SysfsNUMANode int     `json:"sysfs_numa_node"`
+	KernelsLoad  bool
+	KernelsError string
+	// PCIe link as sysfs reports it: generation and lanes, now and at most;
+	// LinkBandwidth is the raw bandwidth per direction, GB/s.
+	LinkGen       int
+	LinkWidth     int
+	LinkMaxGen    int
+	LinkMaxWidth  int
+	LinkBandwidth float64
+	SysfsNUMANode int
 	// StagingNUMANode is the NUMA node pinmem places staging memory for
 	// this device on (its own mappings, pinmem.NUMAAuto), -1 for none;
 	// StagingPlacement says why.
-	StagingNUMANode  int    `json:"staging_numa_node"`
-	StagingPlacement string `json:"staging_placement"`
-	Error            string `json:"error,omitempty"`
+	StagingNUMANode  int
+	StagingPlacement string
+	Error            string
+}
+
+// deviceJSON is Device as doctor's JSON writes it
+// (docs/results/doctor.schema.json): cuda.Properties has no JSON names of
+// its own, so they are given here, with units.
+type deviceJSON struct {
+	Ordinal                       int     `json:"ordinal"`
+	Name                          string  `json:"name"`
+	ComputeCapability             string  `json:"compute_capability"` // "9.0"
+	Multiprocessors               int     `json:"multiprocessors"`
+	AsyncEngines                  int     `json:"async_engines"`
+	CanMapHostMemory              bool    `json:"can_map_host_memory"`
+	Integrated                    bool    `json:"integrated"`
+	UnifiedAddressing             bool    `json:"unified_addressing"`
+	HostRegisterSupported         bool    `json:"host_register_supported"`
+	ReadOnlyHostRegisterSupported bool    `json:"read_only_host_register_supported"`
+	PageableMemoryAccess          bool    `json:"pageable_memory_access"`
+	PageableUsesHostPageTables    bool    `json:"pageable_uses_host_page_tables"`
+	CanUseHostPointerForRegMem    bool    `json:"can_use_host_pointer_for_registered_mem"`
+	ConcurrentManagedAccess       bool    `json:"concurrent_managed_access"`
+	PCIBusID                      string  `json:"pci_bus_id"`
+	MemoryBytes                   uint64  `json:"memory_bytes"`
+	ClockRateKHz                  int     `json:"clock_rate_khz"`
+	MemoryClockKHz                int     `json:"memory_clock_khz"`
+	MemoryBusWidthBits            int     `json:"memory_bus_width_bits"`
+	NUMAID                        int     `json:"numa_id"`      // the device's own NUMA node, -1 when it is none
+	HostNUMAID                    int     `json:"host_numa_id"` // the nearest host NUMA node, -1 when unknown
+	KernelsLoad                   bool    `json:"kernels_load"`
+	KernelsError                  string  `json:"kernels_error,omitempty"`
+	LinkGen                       int     `json:"pcie_gen,omitempty"`
+	LinkWidth                     int     `json:"pcie_width,omitempty"`
+	LinkMaxGen                    int     `json:"pcie_max_gen,omitempty"`
+	LinkMaxWidth                  int     `json:"pcie_max_width,omitempty"`
+	LinkBandwidth                 float64 `json:"pcie_gbps,omitempty"`
+	SysfsNUMANode                 int     `json:"sysfs_numa_node"`
+	StagingNUMANode               int     `json:"staging_numa_node"`
+	StagingPlacement              string  `json:"staging_placement"`
+	Error                         string  `json:"error,omitempty"`
+}
+
+// MarshalJSON writes d with snake_case names (deviceJSON).
+func (d Device) MarshalJSON() ([]byte, error) {
+	p := d.Properties
+	return json.Marshal(deviceJSON{
+		Ordinal: p.Ordinal, Name: p.Name, ComputeCapability: fmt.Sprintf("%d.%d", p.ComputeMajor, p.ComputeMinor),
+		Multiprocessors: p.Multiprocessors, AsyncEngines: p.AsyncEngines,
+		CanMapHostMemory: p.CanMapHostMemory, Integrated: p.Integrated, UnifiedAddressing: p.UnifiedAddressing,
+		HostRegisterSupported: p.HostRegisterSupported, ReadOnlyHostRegisterSupported: p.ReadOnlyHostRegisterSupported,
+		PageableMemoryAccess: p.PageableMemoryAccess, PageableUsesHostPageTables: p.PageableUsesHostPageTables,
+		CanUseHostPointerForRegMem: p.CanUseHostPointerForRegMem, ConcurrentManagedAccess: p.ConcurrentManagedAccess,
+		PCIBusID: p.PCIBusID, MemoryBytes: p.TotalMemory, ClockRateKHz: p.ClockRateKHz, MemoryClockKHz: p.MemoryClockKHz,
+		MemoryBusWidthBits: p.MemoryBusWidth, NUMAID: p.NUMAID, HostNUMAID: p.HostNUMAID,
+		KernelsLoad: d.KernelsLoad, KernelsError: d.KernelsError,
+		LinkGen: d.LinkGen, LinkWidth: d.LinkWidth, LinkMaxGen: d.LinkMaxGen, LinkMaxWidth: d.LinkMaxWidth, LinkBandwidth: d.LinkBandwidth,
+		SysfsNUMANode: d.SysfsNUMANode, StagingNUMANode: d.StagingNUMANode, StagingPlacement: d.StagingPlacement, Error: d.Error,
+	})
 }
 
 // reader is where diag reads sysfs (tests point it at fixtures).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -127,3 +128,46 @@ func TestCollectNUMAOneNode(t *testing.T) {
 
 // squeeze collapses runs of spaces (tabwriter's padding) to one.
 func squeeze(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// TestJSONNames: every name in doctor's JSON is snake_case, and a device's
+// figures carry their units and values (memory in bytes, the compute
+// capability as the bench reports write it).
+func TestJSONNames(t *testing.T) {
+	fourGPUs(t)
+	prev := reader
+	reader = fixture(t, 2)
+	defer func() { reader = prev }()
+	var js bytes.Buffer
+	if err := Collect().WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	snake := regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if !snake.MatchString(k) {
+					t.Errorf("%s.%s: not snake_case", path, k)
+				}
+				walk(path+"."+k, x)
+			}
+		case []any:
+			for i, x := range v {
+				walk(fmt.Sprintf("%s[%d]", path, i), x)
+			}
+		}
+	}
+	walk("doctor", doc)
+	dev := doc["devices"].([]any)[2].(map[string]any)
+	if dev["name"] == "" || dev["memory_bytes"].(float64) <= 0 || dev["compute_capability"] == "0.0" || dev["host_numa_id"].(float64) != 1 || dev["pcie_gen"].(float64) != 5 {
+		t.Errorf("device 2 in JSON: %v", dev)
+	}
+	if host := doc["host"].(map[string]any); host["mem_total_bytes"] == nil {
+		t.Errorf("host in JSON: %v", host)
+	}
+}

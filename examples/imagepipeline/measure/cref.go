@@ -16,15 +16,19 @@ import (
 )
 
 // CRow is one result line of the C baseline (cref/imagepipeline.c): kind
-// "naive" or "pinned" (Median in frames per second, Streams streams), or
-// "bidir" (Median in GB/s of both directions' bytes).
+// "naive" or "pinned" (Median, Min and Max in frames per second over
+// Samples runs, Streams streams), or "bidir" (Median in GB/s of both
+// directions' bytes).
 type CRow struct {
 	Bench    string  `json:"bench"`
 	Kind     string  `json:"kind"`
 	Width    int     `json:"width"`
 	Height   int     `json:"height"`
 	Streams  int     `json:"streams"`
+	Samples  int     `json:"samples"`
 	Median   float64 `json:"median"`
+	Min      float64 `json:"min"`
+	Max      float64 `json:"max"`
 	Verified bool    `json:"verified"`
 }
 

@@ -33,9 +33,14 @@
 // a figure. With -cref it also runs the naive and the N-stream loops written
 // in C against the driver API (cref/imagepipeline), on the same kernel.ptx.
 //
+// With -json the table goes to standard error and standard output gets one
+// JSON line per figure, a result row of pinmem's result files
+// (docs/results/result.schema.json): every mode, the two bounds and the C
+// baseline's rows, as `pinmem bench all --imagepipeline BIN` reads them.
+//
 // Usage:
 //
-//	go run ./examples/imagepipeline/measure [-res 1080p,4k] [-frames 240] [-ring 8] [-streams 4] [-reps 3] [-cref cref/bin/imagepipeline]
+//	go run ./examples/imagepipeline/measure [-res 1080p,4k] [-frames 240] [-ring 8] [-streams 4] [-reps 3] [-device 0] [-cref cref/bin/imagepipeline] [-json]
 package main
 
 import (
@@ -93,7 +98,11 @@ type config struct {
 	ring    int // frames in the input and output rings, a multiple of streams
 	streams int
 	reps    int
+	device  int
 	cref    string
+	// jsonOut, when not nil, receives the figures as result rows, one
+	// JSON line each (resultRow), as each resolution finishes.
+	jsonOut io.Writer
 }
 
 func main() {
@@ -105,7 +114,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "imagepipeline:", err)
 		os.Exit(2)
 	}
-	if _, err := run(context.Background(), cfg, os.Stdout); err != nil {
+	text := io.Writer(os.Stdout)
+	if cfg.jsonOut != nil {
+		text = os.Stderr
+	}
+	if _, err := run(context.Background(), cfg, text); err != nil {
 		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 		if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
 			fmt.Fprintln(os.Stderr, "imagepipeline: this needs an NVIDIA GPU:", msg)
@@ -125,14 +138,19 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	ring := fs.Int("ring", 8, "frames in the input and output rings (a multiple of -streams)")
 	streams := fs.Int("streams", 4, "streams of the N-stream modes")
 	reps := fs.Int("reps", 3, "timed runs per mode (the median frame rate is printed)")
+	device := fs.Int("device", 0, "GPU ordinal")
 	cref := fs.String("cref", "", "path of cref/bin/imagepipeline: also run the naive and N-stream loops written in C")
+	asJSON := fs.Bool("json", false, "print the figures as JSON lines of pinmem's result rows on standard output, the table on standard error")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	cfg := config{frames: *frames, ring: *ring, streams: *streams, reps: *reps, cref: *cref}
+	cfg := config{frames: *frames, ring: *ring, streams: *streams, reps: *reps, device: *device, cref: *cref}
+	if *asJSON {
+		cfg.jsonOut = os.Stdout
+	}
 	for _, name := range strings.Split(*res, ",") {
 		r, ok := resolutions[strings.ToLower(strings.TrimSpace(name))]
 		if !ok {
@@ -153,6 +171,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return config{}, fmt.Errorf("-frames %d: want at least -ring (%d), so that every output frame is written", cfg.frames, cfg.ring)
 	case cfg.reps < 1:
 		return config{}, fmt.Errorf("-reps %d: want at least 1", cfg.reps)
+	case cfg.device < 0:
+		return config{}, fmt.Errorf("-device %d: want 0 or more", cfg.device)
 	}
 	return cfg, nil
 }
@@ -165,11 +185,14 @@ const (
 	ModePipeline = "pipeline"
 )
 
-// Row is one mode's median frame rate at one resolution.
+// Row is one mode's median frame rate at one resolution, with the
+// slowest and fastest of its Samples timed runs.
 type Row struct {
-	Res  Resolution
-	Mode string
-	FPS  float64
+	Res      Resolution
+	Mode     string
+	FPS      float64
+	Min, Max float64
+	Samples  int
 	// StagedShare, for the Pipeline from Go memory, is the median over the
 	// timed runs of the run's frame rate over the staged bound measured
 	// just before it (the two side by side, so that drift of the host
@@ -211,7 +234,7 @@ func (r Result) row(res Resolution, mode string) Row {
 
 // run measures every resolution and mode and prints the table.
 func run(ctx context.Context, cfg config, w io.Writer) (res Result, err error) {
-	dev, err := cuda.GetDevice(0)
+	dev, err := cuda.GetDevice(cfg.device)
 	if err != nil {
 		return res, err
 	}
@@ -253,6 +276,11 @@ func run(ctx context.Context, cfg config, w io.Writer) (res Result, err error) {
 		}
 		res.Rows = append(res.Rows, rows...)
 		res.Bounds = append(res.Bounds, bound)
+		if cfg.jsonOut != nil {
+			if err := writeRows(cfg.jsonOut, resolutionRows(cfg, rows, bound)); err != nil {
+				return res, err
+			}
+		}
 		fmt.Fprintf(w, "%s (%dx%d, %.1f MiB a frame): pinned copies both ways at once run at %.1f GB/s: at most %.0f FPS\n",
 			r.Name, r.Width, r.Height, float64(r.Bytes())/(1<<20), bound.BidirGBps, bound.FPS)
 		fmt.Fprintf(w, "  Go frames staged both ways at once by two Copiers run at %.1f GB/s: at most %.0f FPS from Go memory\n",
@@ -277,6 +305,11 @@ func run(ctx context.Context, cfg config, w io.Writer) (res Result, err error) {
 	if cfg.cref != "" {
 		if res.C, err = compareWithC(ctx, cfg, res, w); err != nil {
 			return res, err
+		}
+		if cfg.jsonOut != nil {
+			if err := writeRows(cfg.jsonOut, cRows(cfg, res.C)); err != nil {
+				return res, err
+			}
 		}
 	}
 	return res, nil
@@ -456,7 +489,7 @@ func (p *pipe) measure(ctx context.Context) ([]Row, Bound, error) {
 				}
 			}
 		}
-		row := Row{Res: p.res, Mode: mode, FPS: median(fps)}
+		row := Row{Res: p.res, Mode: mode, FPS: median(fps), Min: slices.Min(fps), Max: slices.Max(fps), Samples: len(fps)}
 		if len(shares) > 0 {
 			row.StagedShare = median(shares)
 		}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"io"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"github.com/pinmem/pinmem/examples/imagepipeline/kernel"
 	"github.com/pinmem/pinmem/examples/imagepipeline/kernel/kerneltest"
 	"github.com/pinmem/pinmem/examples/internal/extest"
+	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
@@ -30,7 +33,7 @@ func TestFlags(t *testing.T) {
 	if cfg, err := parseFlags([]string{"-res", "64x32", "-ring", "6", "-streams", "3", "-frames", "12"}, io.Discard); err != nil || cfg.res[0] != (Resolution{"64x32", 64, 32}) {
 		t.Errorf("custom = %+v, %v", cfg, err)
 	}
-	for _, bad := range [][]string{{"-res", "8k"}, {"-res", "0x5"}, {"-ring", "6"}, {"-frames", "4"}, {"-streams", "0"}, {"-reps", "0"}, {"x"}} {
+	for _, bad := range [][]string{{"-res", "8k"}, {"-res", "0x5"}, {"-ring", "6"}, {"-frames", "4"}, {"-streams", "0"}, {"-reps", "0"}, {"-device", "-1"}, {"x"}} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
 		}
@@ -94,6 +97,57 @@ func TestRunOnFakeDriver(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestJSONRows: with jsonOut, every mode and both bounds of each
+// resolution come out as result rows, in order, the measured ones with
+// their runs' spread and the bounds marked computed.
+func TestJSONRows(t *testing.T) {
+	useFake(t, false)
+	cfg := fakeConfig()
+	var js bytes.Buffer
+	cfg.jsonOut = &js
+	if _, err := run(context.Background(), cfg, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	// pinmem bench all reads them as result rows, each with its reference.
+	rs, err := bench.ParseResultLines(js.Bytes())
+	if err != nil || len(rs) != 12 {
+		t.Fatalf("bench.ParseResultLines: %d rows, %v", len(rs), err)
+	}
+	bench.AddReferences(rs)
+	for _, r := range rs {
+		if want := map[string]string{"pinned-1stream": "bound", "pinned-2streams": "bound", "pipeline": "staged-bound"}[r.Kind]; r.Ref != want {
+			t.Errorf("%s %s: reference %q, want %q", r.Kind, r.Dir, r.Ref, want)
+		}
+	}
+	dec := json.NewDecoder(&js)
+	dec.DisallowUnknownFields()
+	var got []string
+	for dec.More() {
+		var r resultRow
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.Kind+" "+r.Dir)
+		computed := r.Kind == KindBound || r.Kind == KindStagedBound
+		switch {
+		case r.Bench != "imagepipeline" || r.Unit != "FPS" || !(r.Median > 0) || r.Min > r.Median || r.Median > r.Max:
+			t.Errorf("row %+v", r)
+		case computed && (r.Timing != "computed" || r.Samples != 0 || r.Verified):
+			t.Errorf("bound row %+v: want computed, no samples, not verified", r)
+		case !computed && (r.Timing != "wall" || r.Samples != cfg.reps || !r.Verified):
+			t.Errorf("measured row %+v: want wall, %d samples, verified", r, cfg.reps)
+		}
+		if want := int64(cfg.res[0].Bytes()); r.Dir == "16x8" && r.Size != want {
+			t.Errorf("row %+v: size, want %d", r, want)
+		}
+	}
+	want := "naive 16x8,pinned-1stream 16x8,pinned-2streams 16x8,pipeline 16x8,bound 16x8,staged-bound 16x8," +
+		"naive 5x3,pinned-1stream 5x3,pinned-2streams 5x3,pipeline 5x3,bound 5x3,staged-bound 5x3"
+	if strings.Join(got, ",") != want {
+		t.Errorf("rows %s\nwant %s", strings.Join(got, ","), want)
 	}
 }
 
@@ -175,6 +229,10 @@ func TestCompareWithC(t *testing.T) {
 	}
 	if c := findC(res.C, cfg.res[0], "pinned", 2); c.Median != 3000 {
 		t.Fatalf("C rows = %+v", res.C)
+	}
+	rows := cRows(cfg, res.C)
+	if len(rows) != 2 || rows[0].Kind != "c:naive" || rows[1].Kind != "c:pinned-2streams" || rows[1].Median != 3000 || rows[1].Min != 3000 || rows[1].Dir != "16x8" || !rows[1].Verified {
+		t.Errorf("C result rows %+v", rows)
 	}
 	for _, want := range []string{"16x8   naive: C 1000.0 FPS, Go ", "16x8   pinned, 2 streams: C 3000.0 FPS", "both directions at once: C 100.0 GB/s"} {
 		if !strings.Contains(out.String(), want) {
