@@ -20,7 +20,7 @@ import (
 // and descriptor tables in pinned, mapped host memory, which the kernel
 // reads through their device addresses. Each list takes the next table;
 // before rewriting one, issue waits for the launch that last read it
-// (four lists back), which is rarely a wait at all. The Copier's mutex
+// (four lists back), which is rarely a wait at all. The Copier's turn
 // serialises its use.
 type kernel struct {
 	ctx   *cuda.Context

@@ -403,6 +403,23 @@ func TestFailAsync(t *testing.T) {
 	}
 }
 
+// TestFailAsyncRefusesCallsWithoutWork: FailAsync refuses the calls that
+// queue no work, whose rule would be used up by a call and never fire.
+func TestFailAsyncRefusesCallsWithoutWork(t *testing.T) {
+	d := cudatest.Install(t)
+	for _, op := range []string{cudatest.AnyAlloc, "cuMemAlloc_v2", "cuStreamCreate", "cuEventRecord"} {
+		if err := d.FailAsync(op, cudatest.Once(), cuda.ResultLaunchFailed); !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("FailAsync(%q) = %v, want an error matching ErrInvalidValue", op, err)
+		}
+	}
+	for _, op := range []string{cudatest.AnyHtoD, cudatest.AnyDtoH, cudatest.AnyLaunch, "cuMemcpyHtoD_v2", "cuMemsetD8Async", "cuLaunchKernel"} {
+		if err := d.FailAsync(op, cudatest.Once(), cuda.ResultLaunchFailed); err != nil {
+			t.Errorf("FailAsync(%q) = %v", op, err)
+		}
+	}
+	d.ClearFaults()
+}
+
 // TestLeaks: Leaks and the cleanup of Install report what is left, with
 // the code that made it; nothing is reported once it is released.
 func TestLeaks(t *testing.T) {

@@ -286,6 +286,88 @@ func TestKernelReplaced(t *testing.T) {
 	}
 }
 
+// TestKernelPanics: a body that panics fails its launch, reported to the
+// code waiting for it, instead of unwinding through the call that ran the
+// work (here the test's ReleaseStream) and leaving the waiter blocked.
+func TestKernelPanics(t *testing.T) {
+	d := cudatest.Install(t)
+	ctx := primary(t)
+	if err := d.RegisterKernel("trap", 0, func(*cudatest.Kernel) error { panic("trap") }); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := ctx.LoadModule([]byte("// fake PTX\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mod.Destroy()
+	fn, err := mod.Function("trap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ctx.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	if err := d.HoldStream(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := fn.Launch(s, cuda.D1(1), cuda.D1(1), 0); err != nil {
+		t.Fatal(err)
+	}
+	synced := make(chan error, 1)
+	go func() { synced <- s.Synchronize(context.Background()) }()
+	waitBlocked(t, d, s)
+	if err := d.ReleaseStream(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-synced; !errors.Is(err, cuda.ErrLaunchFailed) || !strings.Contains(err.Error(), "panicked: trap") {
+		t.Errorf("Synchronize after a kernel body panicked: %v, want ErrLaunchFailed naming the panic", err)
+	}
+}
+
+// TestKernelMemRefused: Kernel.Mem past an allocation fails the launch
+// with ErrLaunchFailed, and its error says what Mem refused, once.
+func TestKernelMemRefused(t *testing.T) {
+	d := cudatest.Install(t)
+	ctx := primary(t)
+	if err := d.RegisterKernel("over", 1, func(k *cudatest.Kernel) error {
+		_, err := k.Mem(cuda.DevicePtr(k.Arg(0)), 17)
+		if !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("Kernel.Mem past the allocation: %v, want an error matching ErrInvalidValue", err)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := ctx.LoadModule([]byte("// fake PTX\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mod.Destroy()
+	fn, err := mod.Function("over")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := ctx.Alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	s, err := ctx.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	if err := fn.Launch(s, cuda.D1(1), cuda.D1(1), 0, buf.Ptr()); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Synchronize(context.Background())
+	if !errors.Is(err, cuda.ErrLaunchFailed) || !strings.Contains(err.Error(), "Kernel.Mem(") || strings.Count(err.Error(), "kernel over") != 1 {
+		t.Errorf("Synchronize after Kernel.Mem was refused: %v, want ErrLaunchFailed naming Kernel.Mem and the kernel once", err)
+	}
+}
+
 // TestKernelFaultInPipeline: a kernel that faults in a running Pipeline
 // makes Run return a *transfer.ChunkError naming the chunk, which matches
 // the driver's error.

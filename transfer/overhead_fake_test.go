@@ -11,7 +11,7 @@ import (
 // BenchmarkSmallOverheadFake measures, on the CPU with the fake driver,
 // what a Copier adds to a small transfer beside the driver's own copy: the
 // same 4 KiB copy through Copier.HtoD/DtoH (one pinned stage) and through
-// DeviceBuffer.CopyFromHost/CopyToHost. The fake driver's copy costs the
+// DeviceBuffer.WriteAt/ReadAt. The fake driver's copy costs the
 // same on both sides, so the difference per operation (ns/op, allocs/op)
 // is pinmem's own. It says nothing about a GPU's figures.
 //
