@@ -299,7 +299,7 @@ func TestKernelPanics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fn, err := mod.Function("trap")
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +344,7 @@ func TestKernelMemRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fn, err := mod.Function("over")
 	if err != nil {
 		t.Fatal(err)
