@@ -88,7 +88,7 @@ func pageOutAndIn(ctx context.Context) error {
 	}
 	fmt.Println("paged out:", bytes.Equal(h[:2*bs], bytes.Repeat([]byte{9}, 2*bs)))
 	slot := make([]byte, bs)
-	if _, err := cache.ReadAt(slot, 3*bs); err != nil {
+	if _, err := cache.ReadAt(slot, int64(3*bs)); err != nil {
 		return err
 	}
 	fmt.Println("paged in:", bytes.Equal(slot, h[2*bs:3*bs]))
