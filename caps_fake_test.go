@@ -4,13 +4,14 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
 // TestCapsTransientFailure fails each cuDeviceGetAttribute call that the
-// first Alloc makes, once, in turn (issue 12 #5): that Alloc may fail,
+// first Alloc makes, once, in turn: that Alloc may fail,
 // with the driver's error, but the next Alloc(Mapped), Register(Mapped)
 // and MethodMmapRegister must work. A capability guessed after the failed
 // read and cached would refuse them for good.
@@ -55,6 +56,6 @@ func TestCapsTransientFailure(t *testing.T) {
 }
 
 func errorsHasCode(err error, code cudadrv.Result) bool {
-	var de *cudadrv.Error
-	return errors.As(err, &de) && de.Code == code
+	var de *cuda.Error
+	return errors.As(err, &de) && de.Code == cuda.Result(code)
 }

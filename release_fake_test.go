@@ -36,12 +36,12 @@ func checkBooks(t *testing.T, d *fakedrv.Driver, base LedgerStats, buffers int64
 }
 
 func hasCode(err error, code cudadrv.Result) bool {
-	var de *cudadrv.Error
-	return errors.As(err, &de) && de.Code == code
+	var de *cuda.Error
+	return errors.As(err, &de) && de.Code == cuda.Result(code)
 }
 
-// TestFreeUnregisterFailsGoSlice is issue 12 #1 and #7 for a registered Go
-// slice: cuMemHostUnregister fails once on one of its chunks. Free returns
+// TestFreeUnregisterFailsGoSlice: a registered Go slice whose
+// cuMemHostUnregister fails once on one of its chunks. Free returns
 // the error, the slice stays pinned (the driver still holds part of it),
 // the books count what the driver holds, the garbage collector runs
 // (before the fix it aborted the process on the leaked pinned pointer once
@@ -131,7 +131,7 @@ func TestFreeFailedThenDropped(t *testing.T) {
 	checkBooks(t, d, base, 0, 0)
 }
 
-// TestFreeFailureKeepsBooks is issue 12 #7 for the other kinds: a failed
+// TestFreeFailureKeepsBooks, for the other kinds: a failed
 // cuMemFreeHost or cuMemHostUnregister leaves the memory counted (ledger,
 // budget, registry) and the mapping mapped, and Free can be retried.
 func TestFreeFailureKeepsBooks(t *testing.T) {
@@ -177,7 +177,7 @@ func TestFreeFailureKeepsBooks(t *testing.T) {
 	}
 }
 
-// TestRegisterErrorKeepsSliceAlive is issue 12 #4: when Register fails
+// TestRegisterErrorKeepsSliceAlive: when Register fails
 // with its range claimed, the slice must not be collected (and its address
 // reused by another slice, whose Register would fail with a spurious
 // OverlapError) before the claim is withdrawn.
@@ -210,7 +210,7 @@ func TestRegisterErrorKeepsSliceAlive(t *testing.T) {
 	}
 }
 
-// TestNilBuffer is issue 12 #9 for package pinmem: methods on a nil or
+// TestNilBuffer: methods on a nil or
 // zero Buffer return a typed error or a zero value, never panic, and a nil
 // Reclaimer is refused quietly.
 func TestNilBuffer(t *testing.T) {

@@ -106,3 +106,44 @@ func TestBlockedAndStreams(t *testing.T) {
 		t.Error("Blocked on an unknown stream: no error")
 	}
 }
+
+// TestQueuesWork: the calls that take asynchronous faults are the fake's
+// copies, memsets and launches, each one the fake implements; a rule for
+// a call that queues no work is refused instead of being used up unseen.
+func TestQueuesWork(t *testing.T) {
+	d := newDrv(t, fakedrv.Options{})
+	n := 0
+	for _, op := range append(fakedrv.Ops(), fakedrv.Classes()...) {
+		err := d.FailAsync(op, 1, cudadrv.ErrorLaunchFailed)
+		if fakedrv.QueuesWork(op) != (err == nil) {
+			t.Errorf("FailAsync(%q) = %v, QueuesWork = %v", op, err, fakedrv.QueuesWork(op))
+		}
+		if fakedrv.QueuesWork(op) {
+			n++
+		}
+	}
+	if n != 15 { // 11 copy and memset symbols, cuLaunchKernel, 3 classes
+		t.Errorf("%d ops take asynchronous faults, want 15", n)
+	}
+	d.ClearFaults()
+}
+
+// TestAsyncFaultHitsWork: an asynchronous fault drawn by a call that is
+// refused (it queues no work) goes to the next call's work instead of
+// being lost.
+func TestAsyncFaultHitsWork(t *testing.T) {
+	d := newDrv(t, fakedrv.Options{})
+	s := must[cudadrv.Stream](t)(d.StreamCreate(cudadrv.StreamNonBlocking))
+	defer d.StreamDestroy(s)
+	dev := must[cudadrv.DevicePtr](t)(d.MemAlloc(64))
+	defer d.MemFree(dev)
+	host := must[unsafe.Pointer](t)(d.MemHostAlloc(64, 0))
+	defer d.MemFreeHost(host)
+	ok(t, d.FailAsync(fakedrv.ClassHtoD, 1, cudadrv.ErrorLaunchFailed))
+	wantCode(t, d.MemcpyHtoDAsync(dev+64, host, 64, s), "cuMemcpyHtoDAsync_v2", cudadrv.ErrorInvalidValue)
+	ok(t, d.MemcpyHtoDAsync(dev, host, 64, s))
+	wantCode(t, d.StreamSynchronize(s), "cuStreamSynchronize", cudadrv.ErrorLaunchFailed)
+	// Drawn once: the next copy runs.
+	ok(t, d.MemcpyHtoDAsync(dev, host, 64, s))
+	ok(t, d.StreamSynchronize(s))
+}

@@ -64,6 +64,7 @@ package fakedrv
 
 import (
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -380,6 +381,17 @@ type inject struct {
 	code   cudadrv.Result
 	sticky bool
 	rule   string // the rule's op and nth, for the message
+	r      *rule  // the rule, until the call queued the work it fails (see refund)
+}
+
+// refund gives an asynchronous fault back to its rule when the call that
+// drew it queued no work (the call was refused): the fault is for work,
+// so the next call's work takes it. Call it deferred, with d.mu held, after
+// clearing in.r once the work is queued.
+func (d *Driver) refund(in *inject) {
+	if in.r != nil && in.r.origin > 0 {
+		in.r.spent, in.r.left = false, 0
+	}
 }
 
 // Operation classes: FailOn, FailAsync and Calls take one in place of a
@@ -401,6 +413,22 @@ const (
 	// cuMemAlloc_v2, cuMemHostAlloc, cuMemHostRegister_v2.
 	ClassAlloc = "any allocation"
 )
+
+// QueuesWork reports whether the calls of op (a driver symbol or an
+// operation class) queue work on a stream that can fail when it runs, as
+// FailAsync needs: copies, memsets and kernel launches. The other calls
+// take no asynchronous fault: a rule for them would never fire.
+func QueuesWork(op string) bool { return queuesWork[op] }
+
+var queuesWork = map[string]bool{
+	ClassHtoD: true, ClassDtoH: true, ClassLaunch: true,
+	"cuMemcpyHtoD_v2": true, "cuMemcpyHtoDAsync_v2": true,
+	"cuMemcpyDtoH_v2": true, "cuMemcpyDtoHAsync_v2": true,
+	"cuMemcpyDtoD_v2": true, "cuMemcpyDtoDAsync_v2": true,
+	"cuMemcpyBatchAsync": true, "cuMemcpyBatchAsync_v2": true,
+	"cuMemsetD8_v2": true, "cuMemsetD8Async": true, "cuMemsetD32_v2": true,
+	"cuLaunchKernel": true,
+}
 
 // Classes returns the operation classes.
 func Classes() []string { return []string{ClassHtoD, ClassDtoH, ClassLaunch, ClassAlloc} }
@@ -452,6 +480,9 @@ func (d *Driver) FailAsync(op string, nth int, code cudadrv.Result) error {
 func (d *Driver) AddRule(op string, nth int, code cudadrv.Result, async, sticky bool) error {
 	if !knownOps[op] {
 		return fmt.Errorf("cudatest: unknown driver op %q (want a driver symbol or an operation class)", op)
+	}
+	if async && !QueuesWork(op) {
+		return fmt.Errorf("cudatest: %s queues no work on a stream, so no asynchronous fault can hit it", op)
 	}
 	if code == cudadrv.Success {
 		return fmt.Errorf("cudatest: fault code for %s must not be CUDA_SUCCESS", op)
@@ -510,9 +541,9 @@ func (d *Driver) ClearFaults() {
 	d.rules = nil
 	d.hook = nil
 	for _, s := range d.active {
-		// The legacy default stream serves every context.
-		broken := d.sticky[s.ctx] != nil || s == d.def && len(d.sticky) > 0
-		if broken && s.err != nil {
+		// A fault knows its context: on the legacy default stream, which
+		// serves every context, that of the work that faulted.
+		if s.err != nil && d.sticky[s.err.ctx] != nil {
 			s.err.reported = true
 		}
 	}
@@ -563,7 +594,7 @@ func (d *Driver) begin(op string, classes ...string) (inject, error) {
 	d.mu.Unlock()
 	if fire != nil {
 		if fire.async {
-			return inject{code: fire.code, sticky: fire.sticky, rule: fire.name()}, nil
+			return inject{code: fire.code, sticky: fire.sticky, rule: fire.name(), r: fire}, nil
 		}
 		return inject{}, err
 	}
@@ -1232,6 +1263,7 @@ func (d *Driver) LaunchKernel(f cudadrv.Function, grid, block [3]uint32, sharedM
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.refund(&fail)
 	fn, ok := d.funcs[f]
 	if !ok {
 		return errorWhy(op, cudadrv.ErrorInvalidHandle, "function %#x unknown or its module unloaded", uintptr(f))
@@ -1265,10 +1297,20 @@ func (d *Driver) LaunchKernel(f cudadrv.Function, grid, block [3]uint32, sharedM
 			call.Args = append(call.Args, slices.Clone(unsafe.Slice((*byte)(ptrs[i]), sz)))
 		}
 	}
-	d.enqueue(st, op, fail, func() error {
+	fail.r = nil
+	d.enqueue(st, op, fail, func() (err error) {
 		if k.fn == nil {
 			return nil
 		}
+		// A body that panics fails its launch, as a kernel that traps
+		// does: the panic must not unwind through whichever call runs the
+		// work (a release, another goroutine's synchronize) and leave the
+		// work started but never done, its waiters blocked for good.
+		defer func() {
+			if r := recover(); r != nil {
+				err = errorWhy(op, cudadrv.ErrorLaunchFailed, "kernel %s panicked: %v\n%s", k.name, r, debug.Stack())
+			}
+		}()
 		if err := k.fn(call); err != nil {
 			return errorWhy(op, cudadrv.ErrorLaunchFailed, "kernel %s: %v", k.name, err)
 		}
