@@ -81,11 +81,8 @@ type copier struct {
 	lanes     []*lane    // every lane, idle or taken
 	free      chan *lane // the idle lanes
 
-	mu     sync.Mutex
-	closed bool
-	active int           // transfers, pipeline runs and abandoned drains in progress
-	idle   chan struct{} // closed when closed and active is 0
-	rel    releaser
+	gate // transfers, pipeline runs and abandoned drains in progress
+	rel  releaser
 	// undestroyed holds events of single calls (RunMapped) whose
 	// destruction failed: the driver still holds them; release retries.
 	undestroyed []*cuda.Event
@@ -157,7 +154,7 @@ func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 }
 
 func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
-	cp = &copier{cctx: c, o: o, idle: make(chan struct{}), pinned: map[*pinmem.Buffer]struct{}{}}
+	cp = &copier{cctx: c, o: o, gate: newGate(), pinned: map[*pinmem.Buffer]struct{}{}}
 	defer func() {
 		if err != nil {
 			cp.markClosed()
@@ -338,20 +335,6 @@ func (c *Copier) Close(ctx context.Context) error {
 	return closeOwner(ctx, "Copier", first, &c.rel, &c.cleanup, c.idle, c.release)
 }
 
-// markClosed closes c to new work; false if it already was.
-func (c *copier) markClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return false
-	}
-	c.closed = true
-	if c.active == 0 {
-		close(c.idle)
-	}
-	return true
-}
-
 // dropped is the cleanup of a Copier that became unreachable without
 // Close: nothing can be in progress (every transfer and drain holds the
 // Copier), so everything is released.
@@ -423,35 +406,6 @@ func (c *copier) releaseStep() (left int, err error) {
 		c.stream = nil
 	}
 	return left, errors.Join(errs...)
-}
-
-// begin registers work in progress, or fails after Close.
-func (c *copier) begin() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClosed
-	}
-	c.active++
-	return nil
-}
-
-// end ends what begin (or hold) registered.
-func (c *copier) end() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.active--
-	if c.active == 0 && c.closed {
-		close(c.idle)
-	}
-}
-
-// hold registers one more piece of work for a caller that already holds
-// one (an abandoned drain taking over from its transfer), closed or not.
-func (c *copier) hold() {
-	c.mu.Lock()
-	c.active++
-	c.mu.Unlock()
 }
 
 // enter checks the receiver and the context of a blocking call and

@@ -38,11 +38,8 @@ type multi struct {
 	o      options
 	ring   chan struct{}
 
-	mu     sync.Mutex
-	closed bool
-	active int           // calls and abandoned drains in progress
-	idle   chan struct{} // closed when closed and active is 0
-	rel    releaser
+	gate // calls and abandoned drains in progress
+	rel  releaser
 
 	pinMu  sync.RWMutex
 	pinned map[*pinmem.Buffer]struct{}
@@ -122,7 +119,7 @@ func NewMulti(ctxs []*cuda.Context, opts ...Option) (*Multi, error) {
 }
 
 func newMultiState(ctxs []*cuda.Context, o options) (m *multi, err error) {
-	m = &multi{o: o, ring: make(chan struct{}, 1), idle: make(chan struct{}), pinned: map[*pinmem.Buffer]struct{}{}}
+	m = &multi{o: o, ring: make(chan struct{}, 1), gate: newGate(), pinned: map[*pinmem.Buffer]struct{}{}}
 	defer func() {
 		if err != nil {
 			m.markClosed()
@@ -259,19 +256,6 @@ func (m *Multi) Close(ctx context.Context) error {
 	return closeOwner(ctx, "Multi", first, &m.rel, &m.cleanup, m.idle, m.release)
 }
 
-func (m *multi) markClosed() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return false
-	}
-	m.closed = true
-	if m.active == 0 {
-		close(m.idle)
-	}
-	return true
-}
-
 // dropped is the cleanup of a Multi that became unreachable without Close.
 func (m *multi) dropped() {
 	if !m.markClosed() {
@@ -315,25 +299,6 @@ func (m *multi) releaseStep() (left int, err error) {
 		errs = append(errs, destroyEvent(&d.done, &left), destroyStream(&d.stream, &left))
 	}
 	return left, errors.Join(errs...)
-}
-
-func (m *multi) begin() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return ErrClosed
-	}
-	m.active++
-	return nil
-}
-
-func (m *multi) end() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.active--
-	if m.active == 0 && m.closed {
-		close(m.idle)
-	}
 }
 
 // enter checks the receiver and the context of a blocking call and
@@ -543,13 +508,6 @@ func (m *multi) abandon(drains []drain) {
 		left.Wait() // the drains above end; this only waits for them
 		<-m.ring
 	}()
-}
-
-// hold registers one more piece of work (an abandoned drain).
-func (m *multi) hold() {
-	m.mu.Lock()
-	m.active++
-	m.mu.Unlock()
 }
 
 // Gather copies, from every device at once, len(dsts[i]) bytes at the start

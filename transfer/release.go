@@ -158,3 +158,57 @@ func closeOwner(ctx context.Context, what string, first bool, rel *releaser, cle
 		return fmt.Errorf("transfer: closing the %s: %w (it is closed; its resources are released once the copies in flight finish)", what, ctx.Err())
 	}
 }
+
+// gate counts the work in progress of a Copier or Multi and closes idle
+// once the owner is closed and no work is left.
+type gate struct {
+	mu     sync.Mutex
+	closed bool
+	active int
+	idle   chan struct{} // closed when closed and active is 0
+}
+
+func newGate() gate { return gate{idle: make(chan struct{})} }
+
+// markClosed closes the owner to new work; false if it already was.
+func (g *gate) markClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.closed = true
+	if g.active == 0 {
+		close(g.idle)
+	}
+	return true
+}
+
+// begin registers work in progress, or fails after Close.
+func (g *gate) begin() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return ErrClosed
+	}
+	g.active++
+	return nil
+}
+
+// end ends what begin (or hold) registered.
+func (g *gate) end() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.active--
+	if g.active == 0 && g.closed {
+		close(g.idle)
+	}
+}
+
+// hold registers one more piece of work for a caller that already holds
+// one (an abandoned drain taking over from its call), closed or not.
+func (g *gate) hold() {
+	g.mu.Lock()
+	g.active++
+	g.mu.Unlock()
+}
