@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -87,8 +86,7 @@ type copier struct {
 	// destruction failed: the driver still holds them; release retries.
 	undestroyed []*cuda.Event
 
-	pinMu  sync.RWMutex
-	pinned map[*pinmem.Buffer]struct{}
+	pinned pinnedSet // AddPinned
 
 	// fence orders every call's copies after those that earlier calls of
 	// the Copier, its Pipelines and its Multi left queued (Fence).
@@ -154,7 +152,7 @@ func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 }
 
 func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
-	cp = &copier{cctx: c, o: o, gate: newGate(), pinned: map[*pinmem.Buffer]struct{}{}}
+	cp = &copier{cctx: c, o: o, gate: newGate()}
 	defer func() {
 		if err != nil {
 			cp.markClosed()
@@ -295,21 +293,7 @@ func (c *Copier) AddPinned(b *pinmem.Buffer) (remove func()) {
 	if !c.ok() || b == nil {
 		return func() {}
 	}
-	return c.addPinned(b)
-}
-
-func (c *copier) addPinned(b *pinmem.Buffer) (remove func()) {
-	c.pinMu.Lock()
-	c.pinned[b] = struct{}{}
-	c.pinMu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			c.pinMu.Lock()
-			delete(c.pinned, b)
-			c.pinMu.Unlock()
-		})
-	}
+	return c.pinned.add(b)
 }
 
 // Close stops the Copier: later calls return ErrClosed. It waits for the
@@ -658,11 +642,7 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 	}
 	var spans []span
 	var cuts []int
-	c.pinMu.RLock()
-	for b := range c.pinned {
-		spans, cuts = regSpans(host, b, spans, cuts)
-	}
-	c.pinMu.RUnlock()
+	spans, cuts = c.pinned.spans(host, spans, cuts)
 	spans, cuts = lookupSpansIf(host, spans, cuts, c.pinnedHere)
 	spans = normalize(spans)
 	if c.cache == nil {

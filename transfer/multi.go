@@ -41,8 +41,7 @@ type multi struct {
 	gate // calls and abandoned drains in progress
 	rel  releaser
 
-	pinMu  sync.RWMutex
-	pinned map[*pinmem.Buffer]struct{}
+	pinned pinnedSet // AddPinned
 }
 
 // multiDev is one context's share of a Multi.
@@ -119,7 +118,7 @@ func NewMulti(ctxs []*cuda.Context, opts ...Option) (*Multi, error) {
 }
 
 func newMultiState(ctxs []*cuda.Context, o options) (m *multi, err error) {
-	m = &multi{o: o, ring: make(chan struct{}, 1), gate: newGate(), pinned: map[*pinmem.Buffer]struct{}{}}
+	m = &multi{o: o, ring: make(chan struct{}, 1), gate: newGate()}
 	defer func() {
 		if err != nil {
 			m.markClosed()
@@ -199,23 +198,14 @@ func (m *Multi) AddPinned(b *pinmem.Buffer) (remove func()) {
 	if !m.ok() || b == nil {
 		return func() {}
 	}
-	m.pinMu.Lock()
-	m.pinned[b] = struct{}{}
-	m.pinMu.Unlock()
-	rms := make([]func(), len(m.devs))
-	for i, d := range m.devs {
-		rms[i] = d.cp.addPinned(b)
+	rms := []func(){m.pinned.add(b)}
+	for _, d := range m.devs {
+		rms = append(rms, d.cp.pinned.add(b))
 	}
-	var once sync.Once
 	return func() {
-		once.Do(func() {
-			m.pinMu.Lock()
-			delete(m.pinned, b)
-			m.pinMu.Unlock()
-			for _, rm := range rms {
-				rm()
-			}
-		})
+		for _, rm := range rms {
+			rm() // each removes once
+		}
 	}
 }
 
@@ -333,11 +323,7 @@ func (m *multi) checkBufs(op string, bufs []*cuda.DeviceBuffer) error {
 // pinmem pinned). ok is false when part of host is not.
 func (m *multi) directSpans(host []byte) (spans []span, ok bool) {
 	var cuts []int
-	m.pinMu.RLock()
-	for b := range m.pinned {
-		spans, cuts = regSpans(host, b, spans, cuts)
-	}
-	m.pinMu.RUnlock()
+	spans, cuts = m.pinned.spans(host, spans, cuts)
 	spans, cuts = lookupSpansIf(host, spans, cuts, func(b *pinmem.Buffer) bool {
 		return len(m.devs) == 1 || b.Flags()&pinmem.Portable != 0
 	})

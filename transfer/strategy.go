@@ -12,6 +12,48 @@ import (
 // copy (another Copier's cache could evict one in the middle of it).
 var cacheBufs sync.Map // *pinmem.Buffer -> struct{}
 
+// pinnedSet is the buffers made known with AddPinned.
+type pinnedSet struct {
+	mu   sync.RWMutex
+	bufs map[*pinmem.Buffer]struct{}
+}
+
+// add makes b known until remove is called (once or more).
+func (p *pinnedSet) add(b *pinmem.Buffer) (remove func()) {
+	p.mu.Lock()
+	if p.bufs == nil {
+		p.bufs = map[*pinmem.Buffer]struct{}{}
+	}
+	p.bufs[b] = struct{}{}
+	p.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			delete(p.bufs, b)
+			p.mu.Unlock()
+		})
+	}
+}
+
+// spans appends the parts of host in known buffers to spans and their
+// registration boundaries to cuts (regSpans).
+func (p *pinnedSet) spans(host []byte, spans []span, cuts []int) ([]span, []int) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for b := range p.bufs {
+		spans, cuts = regSpans(host, b, spans, cuts)
+	}
+	return spans, cuts
+}
+
+// empty reports whether no buffer is known.
+func (p *pinnedSet) empty() bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.bufs) == 0
+}
+
 // regSpans appends to spans the parts of host that lie in b, and to cuts
 // the offsets in host of the boundaries of b's registrations.
 func regSpans(host []byte, b *pinmem.Buffer, spans []span, cuts []int) ([]span, []int) {
@@ -120,10 +162,7 @@ func (c *copier) mayBePinned(host []byte) bool {
 	if c.cache != nil && len(host) >= c.cache.min {
 		return true
 	}
-	c.pinMu.RLock()
-	n := len(c.pinned)
-	c.pinMu.RUnlock()
-	if n > 0 {
+	if !c.pinned.empty() {
 		return true
 	}
 	b, ok := pinmem.Lookup(host)
