@@ -10,7 +10,7 @@ import (
 )
 
 // TestCapsTransientFailure fails each cuDeviceGetAttribute call that the
-// first Alloc makes, once, in turn (issue 12 #5): that Alloc may fail,
+// first Alloc makes, once, in turn: that Alloc may fail,
 // with the driver's error, but the next Alloc(Mapped), Register(Mapped)
 // and MethodMmapRegister must work. A capability guessed after the failed
 // read and cached would refuse them for good.

@@ -40,12 +40,12 @@ func hasCode(err error, code cudadrv.Result) bool {
 	return errors.As(err, &de) && de.Code == code
 }
 
-// TestFreeUnregisterFailsGoSlice is issue 12 #1 and #7 for a registered Go
+// TestFreeUnregisterFailsGoSlice checks a failed release of a registered Go
 // slice: cuMemHostUnregister fails once on one of its chunks. Free returns
 // the error, the slice stays pinned (the driver still holds part of it),
 // the books count what the driver holds, the garbage collector runs
-// (before the fix it aborted the process on the leaked pinned pointer once
-// the buffer was dropped), and a second Free releases the rest.
+// after the buffer is dropped without aborting the process on the pinned
+// pointer, and a second Free releases the rest.
 func TestFreeUnregisterFailsGoSlice(t *testing.T) {
 	d := testutil.UseFake(t, fakedrv.Options{})
 	setChunk(t, 1<<20)
@@ -113,6 +113,8 @@ func TestFreeFailedThenDropped(t *testing.T) {
 			t.Fatal("Free with a failing unregister succeeded")
 		}
 	}()
+	// Nothing signals that the garbage collector ran a cleanup: poll,
+	// bounded, collecting between looks.
 	deadline := time.Now().Add(5 * time.Second)
 	for Stats().Dropped == base.Dropped && time.Now().Before(deadline) {
 		runtime.GC()
@@ -131,7 +133,7 @@ func TestFreeFailedThenDropped(t *testing.T) {
 	checkBooks(t, d, base, 0, 0)
 }
 
-// TestFreeFailureKeepsBooks is issue 12 #7 for the other kinds: a failed
+// TestFreeFailureKeepsBooks checks a failed release of the other kinds: a failed
 // cuMemFreeHost or cuMemHostUnregister leaves the memory counted (ledger,
 // budget, registry) and the mapping mapped, and Free can be retried.
 func TestFreeFailureKeepsBooks(t *testing.T) {
@@ -177,7 +179,7 @@ func TestFreeFailureKeepsBooks(t *testing.T) {
 	}
 }
 
-// TestRegisterErrorKeepsSliceAlive is issue 12 #4: when Register fails
+// TestRegisterErrorKeepsSliceAlive checks that when Register fails
 // with its range claimed, the slice must not be collected (and its address
 // reused by another slice, whose Register would fail with a spurious
 // OverlapError) before the claim is withdrawn.
@@ -210,7 +212,7 @@ func TestRegisterErrorKeepsSliceAlive(t *testing.T) {
 	}
 }
 
-// TestNilBuffer is issue 12 #9 for package pinmem: methods on a nil or
+// TestNilBuffer checks that methods on a nil or
 // zero Buffer return a typed error or a zero value, never panic, and a nil
 // Reclaimer is refused quietly.
 func TestNilBuffer(t *testing.T) {

@@ -32,20 +32,18 @@ func within(t *testing.T, limit time.Duration, unblock func(), f func()) {
 	}
 }
 
-// waitGone waits, up to 10 s, until the fake driver holds no stream, event
-// or pinned host allocation: what a Loader releases in the background.
-func waitGone(t *testing.T, d *fakedrv.Driver) {
+// waitReleased waits, up to 10 s, for the background release that a Close
+// on a hung device left to l, then checks that the fake driver holds no
+// stream, event, pinned host allocation or registration.
+func waitReleased(t *testing.T, l *Loader, d *fakedrv.Driver) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c := d.Live()
-		if c.Streams == 0 && c.Events == 0 && c.HostAllocs == 0 && c.Registrations == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("objects still live 10 s after the device resumed: %+v", c)
-		}
-		time.Sleep(time.Millisecond)
+	select {
+	case <-l.released:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("resources not released 10 s after the device resumed: %+v", d.Live())
+	}
+	if c := d.Live(); c.Streams != 0 || c.Events != 0 || c.HostAllocs != 0 || c.Registrations != 0 {
+		t.Fatalf("objects still live after the background release: %+v", c)
 	}
 }
 
@@ -116,7 +114,7 @@ func TestFakeCloseHungDevice(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 	e.d.Resume()
-	waitGone(t, e.d)
+	waitReleased(t, l, e.d)
 }
 
 // TestFakeLoadFIFO: a path naming a FIFO is refused at once, not opened
