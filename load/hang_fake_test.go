@@ -51,7 +51,7 @@ func waitReleased(t *testing.T, l *Loader, d *fakedrv.Driver) {
 // returns at its deadline, and once the device resumes the same Loader
 // loads again, every byte right.
 func TestFakeLoadHungDevice(t *testing.T) {
-	e := useFake(t, fakedrv.Options{WaitTimeout: -1})
+	e := newFakeEnv(t, fakedrv.Options{WaitTimeout: -1})
 	path, data := tempFile(t, 1<<20, 21)
 	l := e.loader(t)
 	dst := e.devbuf(t, len(data))
@@ -89,7 +89,7 @@ func TestFakeLoadHungDevice(t *testing.T) {
 // TestFakeCloseHungDevice: Close returns at its deadline while copies
 // hang, and releases everything once the device resumes.
 func TestFakeCloseHungDevice(t *testing.T) {
-	e := useFake(t, fakedrv.Options{WaitTimeout: -1})
+	e := newFakeEnv(t, fakedrv.Options{WaitTimeout: -1})
 	path, data := tempFile(t, 1<<20, 22)
 	l, err := New(e.ctx, WithStageSize(64<<10), WithReaders(4), WithStages(6))
 	if err != nil {
@@ -120,7 +120,7 @@ func TestFakeCloseHungDevice(t *testing.T) {
 // TestFakeLoadFIFO: a path naming a FIFO is refused at once, not opened
 // for ever waiting for a writer.
 func TestFakeLoadFIFO(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	fifo := filepath.Join(t.TempDir(), "weights.fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Skipf("mkfifo: %v", err)
@@ -153,7 +153,7 @@ func TestFakeLoadFIFO(t *testing.T) {
 // on its caller's goroutine, leaves nothing pinned, and the Loader loads
 // again afterwards.
 func TestFakeCallbackPanics(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	path, data := tempFile(t, 1<<20, 23)
 	arm := true
 	l := e.loader(t, WithProgress(func(done, total int64) {

@@ -116,7 +116,7 @@ func TestFakeCheckpoint(t *testing.T) {
 	if testing.Short() {
 		total, hidden = 6<<20, 256
 	}
-	e := useFake(t)
+	e := newFakeEnv(t)
 	ck := writeCheckpoint(t, 4, total, hidden)
 	bufs := e.buffers(t, ck)
 	noIndex := t.TempDir()
@@ -191,7 +191,7 @@ func TestFakeCheckpoint(t *testing.T) {
 // TestFakeCheckpointRankSlice loads one rank's rows of every 2-D weight
 // (rank 1 of 4 along dimension 0) and nothing else.
 func TestFakeCheckpointRankSlice(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	ck := writeCheckpoint(t, 3, 4<<20, 256)
 	const rank, ranks = 1, 4
 	bufs := map[string]*cuda.DeviceBuffer{}
@@ -235,7 +235,7 @@ func TestFakeCheckpointRankSlice(t *testing.T) {
 // TestFakeCheckpointBadInput: each malformed checkpoint is a typed error
 // before anything is read, and nothing stays allocated or pinned.
 func TestFakeCheckpointBadInput(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	ck := writeCheckpoint(t, 3, 1<<20, 128)
 	names := ck.names()
 	index := func(t *testing.T, body string) string {
@@ -329,7 +329,7 @@ func TestFakeCheckpointBadInput(t *testing.T) {
 // TestFakeCheckpointChanges: a shard modified while the checkpoint loads
 // is an error matching load.ErrChanged, and nothing stays pinned.
 func TestFakeCheckpointChanges(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	ck := writeCheckpoint(t, 2, 2<<20, 256)
 	bufs := e.buffers(t, ck)
 	var once sync.Once
