@@ -105,14 +105,15 @@ func (e fakeEnv) buffers(t *testing.T, ck checkpoint) map[string]*cuda.DeviceBuf
 	return bufs
 }
 
-// TestFakeCheckpoint loads a sharded checkpoint (about 1 GiB, a few MiB
-// with -short) by its index, by its directory and as a directory without
+// TestFakeCheckpoint loads a sharded checkpoint (64 MiB, 64 times the
+// stages' bytes so every stage is reused many times; a few MiB with
+// -short; the GPU suite loads 1 GiB) by its index, by its directory and as a directory without
 // index, by every read path, and checks every tensor's bytes, that each
 // tensor is announced once, when its bytes are on the device, and that
 // the pinned memory stayed within the budget while the shards loaded in
 // parallel.
 func TestFakeCheckpoint(t *testing.T) {
-	total, hidden := int64(1<<30), int64(4096)
+	total, hidden := int64(64<<20), int64(1024)
 	if testing.Short() {
 		total, hidden = 6<<20, 256
 	}
@@ -136,7 +137,7 @@ func TestFakeCheckpoint(t *testing.T) {
 		}
 		paths := []string{ck.index, ck.dir, noIndex}
 		if !testing.Short() && mode != load.ModeBuffered {
-			paths = paths[:1] // 1 GiB: each path once, every way of naming the checkpoint once
+			paths = paths[:1] // each path once, every way of naming the checkpoint once
 		}
 		for _, path := range paths {
 			t.Run(fmt.Sprintf("%v/%s", mode, filepath.Base(path)), func(t *testing.T) {
