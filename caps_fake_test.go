@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
@@ -55,6 +56,6 @@ func TestCapsTransientFailure(t *testing.T) {
 }
 
 func errorsHasCode(err error, code cudadrv.Result) bool {
-	var de *cudadrv.Error
-	return errors.As(err, &de) && de.Code == code
+	var de *cuda.Error
+	return errors.As(err, &de) && de.Code == cuda.Result(code)
 }

@@ -90,9 +90,9 @@ func BenchmarkCopyVsC(b *testing.B) {
 			for i := 0; i < reps; i++ {
 				var err error
 				if h2d {
-					err = s.CopyHtoD(d.Ptr(), host)
+					err = s.CopyHtoD(d, 0, host)
 				} else {
-					err = s.CopyDtoH(host, d.Ptr())
+					err = s.CopyDtoH(host, d, 0)
 				}
 				if err != nil {
 					return 0, err

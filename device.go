@@ -6,6 +6,8 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudaerr"
+	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/sysinfo"
 )
 
@@ -20,9 +22,35 @@ type caps struct {
 // target is where memory is pinned: a device, the driver, its primary context.
 type target struct {
 	dev  *cuda.Device
-	drv  cudadrv.Driver
+	drv  binding
 	ctx  cudadrv.Context
 	caps caps
+}
+
+// binding is the one place this package calls the driver binding: the
+// calls that pin, map and unpin host memory. Their failures come back as
+// package cuda's error types, as cuda's own calls return them, so that
+// errors.As finds a *cuda.Error in any error of pinmem.
+type binding struct{ d cudadrv.Driver }
+
+func (b binding) MemHostAlloc(size uint64, flags uint32) (hostptr.Ptr, error) {
+	p, err := b.d.MemHostAlloc(size, flags)
+	return p, cudaerr.Public(err)
+}
+
+func (b binding) MemFreeHost(p hostptr.Ptr) error { return cudaerr.Public(b.d.MemFreeHost(p)) }
+
+func (b binding) MemHostRegister(p hostptr.Ptr, size uint64, flags uint32) error {
+	return cudaerr.Public(b.d.MemHostRegister(p, size, flags))
+}
+
+func (b binding) MemHostUnregister(p hostptr.Ptr) error {
+	return cudaerr.Public(b.d.MemHostUnregister(p))
+}
+
+func (b binding) MemHostGetDevicePointer(p hostptr.Ptr, flags uint32) (cudadrv.DevicePtr, error) {
+	dp, err := b.d.MemHostGetDevicePointer(p, flags)
+	return dp, cudaerr.Public(err)
 }
 
 // deviceCaps reads dev's capabilities from its properties. Package cuda
@@ -47,7 +75,7 @@ func deviceCaps(dev *cuda.Device) (caps, error) {
 func resolve(o options) (target, error) {
 	drv, err := cudadrv.Get()
 	if err != nil {
-		return target{}, fmt.Errorf("pinmem: %w", err)
+		return target{}, fmt.Errorf("pinmem: %w", cudaerr.Public(err))
 	}
 	dev := o.dev
 	if dev == nil {
@@ -63,11 +91,13 @@ func resolve(o options) (target, error) {
 	if err != nil {
 		return target{}, err
 	}
-	return target{dev: dev, drv: drv, ctx: cudadrv.Context(ctx.Handle()), caps: c}, nil
+	return target{dev: dev, drv: binding{drv}, ctx: cudadrv.Context(ctx.Handle()), caps: c}, nil
 }
 
 // do runs fn on a locked OS thread with the target's primary context current.
-func (t target) do(fn func() error) error { return cudadrv.With(t.drv, t.ctx, fn) }
+func (t target) do(fn func() error) error {
+	return cudaerr.Public(cudadrv.With(t.drv.d, t.ctx, fn))
+}
 
 var (
 	thpOnce sync.Once

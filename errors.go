@@ -19,6 +19,29 @@ var (
 	ErrNotMapped = errors.New("pinmem: buffer not mapped into the device address space")
 )
 
+// OptionError is returned by a constructor (pool.New, ...) for an option it
+// refuses. It matches cuda.ErrInvalidValue. Every package of pinmem uses
+// this one type.
+type OptionError struct {
+	Func   string // the constructor, e.g. "pool.New"
+	Option string // the option's name, e.g. "WithPrewarm"
+	Value  string // its arguments as given, e.g. "0, 1"
+	Reason string // why they were refused
+}
+
+// Error names the constructor, the option, its arguments and the reason.
+func (e *OptionError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("%s: %s(%s): %s", e.Func, e.Option, e.Value, e.Reason)
+}
+
+// Is matches cuda.ErrInvalidValue.
+func (e *OptionError) Is(target error) bool {
+	return e != nil && target == cuda.ErrInvalidValue
+}
+
 // BudgetError is returned when a request would take the pinned total over
 // the budget (after the reclaimers were asked for memory). It matches
 // ErrBudget.

@@ -34,8 +34,8 @@ func ExampleAlloc() {
 	defer s.Destroy()
 
 	copy(buf.Bytes(), "hello, GPU")
-	_ = s.CopyHtoD(d.Ptr(), buf.Bytes()) // asynchronous: the source is pinned
-	_ = s.CopyDtoH(buf.Bytes(), d.Ptr())
+	_ = s.CopyHtoD(d, 0, buf.Bytes()) // asynchronous: the source is pinned
+	_ = s.CopyDtoH(buf.Bytes(), d, 0)
 	_ = s.Synchronize(context.Background())
 	fmt.Println(pinmem.Stats())
 }
@@ -106,7 +106,7 @@ func ExampleBuffer_Segments() {
 	defer s.Destroy()
 	off := 0
 	for _, seg := range buf.Segments() {
-		if err := s.CopyHtoD(d.Ptr().Add(off), seg); err != nil {
+		if err := s.CopyHtoD(d, off, seg); err != nil {
 			log.Fatal(err)
 		}
 		off += len(seg)

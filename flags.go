@@ -54,10 +54,10 @@ func (f Flags) String() string {
 // MarshalText encodes the flags as String does (for JSON map keys).
 func (f Flags) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
 
-// UnmarshalText parses the form MarshalText writes (see ParseFlags), so
+// UnmarshalText parses the form MarshalText writes, so
 // that LedgerStats round-trips through JSON.
 func (f *Flags) UnmarshalText(b []byte) error {
-	v, err := ParseFlags(string(b))
+	v, err := parseFlags(string(b))
 	if err != nil {
 		return err
 	}
@@ -65,12 +65,12 @@ func (f *Flags) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// ParseFlags parses the form String returns: "default" (or the empty
+// parseFlags parses the form String returns: "default" (or the empty
 // string) for no flag, otherwise flag names joined by "|" ("portable",
 // "mapped", "write-combined", ...), in any order. Names are matched
 // without regard to case and surrounding spaces; an empty name (as in
 // "mapped|") is an error.
-func ParseFlags(s string) (Flags, error) {
+func parseFlags(s string) (Flags, error) {
 	s = strings.TrimSpace(s)
 	if s == "" || s == "default" {
 		return 0, nil

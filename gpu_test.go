@@ -79,9 +79,9 @@ func (g *gpuEnv) copyTimed(tb testing.TB, host []byte, h2d bool) time.Duration {
 	tb.Helper()
 	must(tb, g.start.Record(g.s))
 	if h2d {
-		must(tb, g.s.CopyHtoD(g.dbuf.Ptr(), host))
+		must(tb, g.s.CopyHtoD(g.dbuf, 0, host))
 	} else {
-		must(tb, g.s.CopyDtoH(host, g.dbuf.Ptr()))
+		must(tb, g.s.CopyDtoH(host, g.dbuf, 0))
 	}
 	must(tb, g.end.Record(g.s))
 	must(tb, g.end.Synchronize(context.Background()))
@@ -98,7 +98,7 @@ func (g *gpuEnv) roundTrip(t *testing.T, src, dst []byte, seed uint64) {
 	t.Helper()
 	data := testutil.RandomBytes(len(src), seed)
 	copy(src, data)
-	must(t, g.s.Memset(g.dbuf.Ptr(), 0x5A, g.dbuf.Size()))
+	must(t, g.s.Memset(g.dbuf, 0, 0x5A, g.dbuf.Size()))
 	g.copyTimed(t, src, true)
 	testutil.Poison(dst)
 	g.copyTimed(t, dst, false)
@@ -153,7 +153,7 @@ func loadKernels(t *testing.T, ctx *cuda.Context) *cuda.Module {
 	if err != nil {
 		t.Fatalf("loading the kernels (driver too old for the PTX?): %v", err)
 	}
-	t.Cleanup(func() { _ = mod.Unload() })
+	t.Cleanup(func() { _ = mod.Destroy() })
 	return mod
 }
 
@@ -296,11 +296,10 @@ func TestGPUCopySpanningChunks(t *testing.T) {
 		must(t, g.start.Record(g.s))
 		off := 0
 		for _, sg := range segs {
-			dp := g.dbuf.Ptr() + cuda.DevicePtr(off)
 			if h2d {
-				must(t, g.s.CopyHtoD(dp, sg))
+				must(t, g.s.CopyHtoD(g.dbuf, off, sg))
 			} else {
-				must(t, g.s.CopyDtoH(sg, dp))
+				must(t, g.s.CopyDtoH(sg, g.dbuf, off))
 			}
 			off += len(sg)
 		}
@@ -314,7 +313,7 @@ func TestGPUCopySpanningChunks(t *testing.T) {
 	check := func() {
 		t.Helper()
 		copy(b.Bytes(), data)
-		must(t, g.s.Memset(g.dbuf.Ptr(), 0x5A, g.dbuf.Size()))
+		must(t, g.s.Memset(g.dbuf, 0, 0x5A, g.dbuf.Size()))
 		perSegment(true)
 		testutil.Poison(b.Bytes())
 		perSegment(false)
@@ -340,9 +339,9 @@ func TestGPUCopySpanningChunks(t *testing.T) {
 	for _, h2d := range []bool{true, false} {
 		var err error
 		if h2d {
-			err = g.s.CopyHtoD(g.dbuf.Ptr(), span)
+			err = g.s.CopyHtoD(g.dbuf, 0, span)
 		} else {
-			err = g.s.CopyDtoH(span, g.dbuf.Ptr())
+			err = g.s.CopyDtoH(span, g.dbuf, 0)
 		}
 		if err == nil {
 			err = g.s.Synchronize(context.Background())
@@ -497,13 +496,13 @@ func TestGPUPortable(t *testing.T) {
 				data := testutil.RandomBytes(size, uint64(f)+10)
 				copy(b.Bytes(), data)
 				must(t, e0.Record(s2))
-				must(t, s2.CopyHtoD(d2.Ptr(), b.Bytes()))
+				must(t, s2.CopyHtoD(d2, 0, b.Bytes()))
 				must(t, e1.Record(s2))
 				must(t, e1.Synchronize(context.Background()))
 				h2d, err := e1.Elapsed(e0)
 				must(t, err)
 				testutil.Poison(b.Bytes())
-				must(t, s2.CopyDtoH(b.Bytes(), d2.Ptr()))
+				must(t, s2.CopyDtoH(b.Bytes(), d2, 0))
 				must(t, s2.Synchronize(context.Background()))
 				testutil.CheckBytes(t, data, b.Bytes())
 				in1, err1 := queryPointer(b, g.ctx)

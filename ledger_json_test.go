@@ -36,8 +36,8 @@ func TestLedgerStatsJSONRoundTrip(t *testing.T) {
 		t.Errorf("Kind.UnmarshalText(bogus) = %v", err)
 	}
 	for _, bad := range []string{"mapped|", "|||", "mapped||portable", "bogus"} {
-		if _, err := ParseFlags(bad); !errors.Is(err, cuda.ErrInvalidValue) {
-			t.Errorf("ParseFlags(%q) = %v, want ErrInvalidValue", bad, err)
+		if _, err := parseFlags(bad); !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("parseFlags(%q) = %v, want ErrInvalidValue", bad, err)
 		}
 	}
 }

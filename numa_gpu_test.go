@@ -52,10 +52,10 @@ func TestGPUNUMAPlacement(t *testing.T) {
 			// Poison on the copy's own stream: a memset on the legacy
 			// stream is not ordered before work on a non-blocking stream
 			// (a GPU run caught exactly that race here).
-			if err := s.Memset(d.Ptr(), 0xEE, n); err != nil {
+			if err := s.Memset(d, 0, 0xEE, n); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.CopyHtoD(d.Ptr(), b.Bytes()); err != nil {
+			if err := s.CopyHtoD(d, 0, b.Bytes()); err != nil {
 				t.Fatalf("portable buffer of %v to %v: %v", dev, other, err)
 			}
 			if err := s.Synchronize(context.Background()); err != nil {
@@ -63,7 +63,7 @@ func TestGPUNUMAPlacement(t *testing.T) {
 			}
 			back := make([]byte, n)
 			testutil.Poison(back)
-			if err := d.CopyToHost(0, back); err != nil {
+			if _, err := d.ReadAt(back, 0); err != nil {
 				t.Fatal(err)
 			}
 			testutil.CheckBytes(t, src, back)

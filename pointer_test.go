@@ -35,9 +35,9 @@ func queryPointer(b *Buffer, ctx *cuda.Context) (pointerInfo, error) {
 		h = cudadrv.Context(ctx.Handle())
 	}
 	info := pointerInfo{Errors: map[string]error{}}
-	err = cudadrv.With(s.t.drv, h, func() error {
+	err = cudadrv.With(s.t.drv.d, h, func() error {
 		var err error
-		if info.HostFlags, err = s.t.drv.MemHostGetFlags(s.ptr); err != nil {
+		if info.HostFlags, err = s.t.drv.d.MemHostGetFlags(s.ptr); err != nil {
 			info.Errors["HostFlags"] = err
 		}
 		attrs := []struct {
@@ -55,7 +55,7 @@ func queryPointer(b *Buffer, ctx *cuda.Context) (pointerInfo, error) {
 			{"Mapped", cudadrv.PointerAttrMapped, func(v uint64) { info.Mapped = v != 0 }},
 		}
 		for _, a := range attrs {
-			v, err := s.t.drv.PointerGetAttribute(a.a, cudadrv.DevicePtr(uintptr(s.ptr)))
+			v, err := s.t.drv.d.PointerGetAttribute(a.a, cudadrv.DevicePtr(uintptr(s.ptr)))
 			if err != nil {
 				info.Errors[a.name] = err
 				continue

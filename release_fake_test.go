@@ -36,12 +36,12 @@ func checkBooks(t *testing.T, d *fakedrv.Driver, base LedgerStats, buffers int64
 }
 
 func hasCode(err error, code cudadrv.Result) bool {
-	var de *cudadrv.Error
-	return errors.As(err, &de) && de.Code == code
+	var de *cuda.Error
+	return errors.As(err, &de) && de.Code == cuda.Result(code)
 }
 
-// TestFreeUnregisterFailsGoSlice checks a failed release of a registered Go
-// slice: cuMemHostUnregister fails once on one of its chunks. Free returns
+// TestFreeUnregisterFailsGoSlice: a registered Go slice whose
+// cuMemHostUnregister fails once on one of its chunks. Free returns
 // the error, the slice stays pinned (the driver still holds part of it),
 // the books count what the driver holds, the garbage collector runs
 // after the buffer is dropped without aborting the process on the pinned
@@ -133,7 +133,7 @@ func TestFreeFailedThenDropped(t *testing.T) {
 	checkBooks(t, d, base, 0, 0)
 }
 
-// TestFreeFailureKeepsBooks checks a failed release of the other kinds: a failed
+// TestFreeFailureKeepsBooks, for the other kinds: a failed
 // cuMemFreeHost or cuMemHostUnregister leaves the memory counted (ledger,
 // budget, registry) and the mapping mapped, and Free can be retried.
 func TestFreeFailureKeepsBooks(t *testing.T) {
@@ -179,7 +179,7 @@ func TestFreeFailureKeepsBooks(t *testing.T) {
 	}
 }
 
-// TestRegisterErrorKeepsSliceAlive checks that when Register fails
+// TestRegisterErrorKeepsSliceAlive: when Register fails
 // with its range claimed, the slice must not be collected (and its address
 // reused by another slice, whose Register would fail with a spurious
 // OverlapError) before the claim is withdrawn.
@@ -212,7 +212,7 @@ func TestRegisterErrorKeepsSliceAlive(t *testing.T) {
 	}
 }
 
-// TestNilBuffer checks that methods on a nil or
+// TestNilBuffer: methods on a nil or
 // zero Buffer return a typed error or a zero value, never panic, and a nil
 // Reclaimer is refused quietly.
 func TestNilBuffer(t *testing.T) {

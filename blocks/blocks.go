@@ -5,9 +5,10 @@
 // two streams.
 //
 // Queuing one driver copy per block costs 1.3-2 us of CPU per block, while
-// a 16 KiB block takes 0.3 us on the bus. A Copier queues a list with the
-// driver's batch copy (cuMemcpyBatchAsync, CUDA 12.8+), with one copy per
-// block crossing into the driver once per 16 blocks, or, given a kernel
+// a 16 KiB block takes 0.3 us on the bus. A Copier queues a list in one of
+// three ways (Strategy): with the driver's batch copy (cuMemcpyBatchAsync,
+// CUDA 12.8+), up to 1024 blocks a call; with one copy per block, crossing
+// from Go into the driver once per 16 blocks; or, given a kernel
 // (WithKernel), with one launch of a gather/scatter kernel that moves the
 // blocks over mapped host memory with the SMs. Report says which ran.
 //
@@ -16,6 +17,8 @@
 //	bc, err := blocks.New(gpu)
 //	...
 //	rep, err := bc.Copy(ctx, blocks.ToHost(outStream, evicted), blocks.ToDevice(inStream, restored))
+//	...
+//	err = outStream.Synchronize(ctx) // the evicted blocks are in host memory now
 //
 // Copy checks every list before it queues anything and refuses bad input
 // with an *ArgError, which matches cuda.ErrInvalidValue: a device block
@@ -31,10 +34,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
+	"sync/atomic"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudaerr"
 )
 
 // Block is one block of a list: the len(Host) bytes of pinned host memory
@@ -184,15 +188,50 @@ func WithStrategy(s Strategy) Option { return func(o *options) { o.strategy = s 
 func WithKernel(maxBlocks int) Option { return func(o *options) { o.maxBlocks = maxBlocks } }
 
 // Copier copies lists of blocks on the streams of one context. It is safe
-// for concurrent use; with a kernel, calls take its tables in turn.
+// for concurrent use; with a kernel, calls take its tables in turn, each
+// waiting for its turn no longer than its context allows. Make one with
+// New: the zero Copier refuses every call.
 type Copier struct {
 	ctx      *cuda.Context
 	strategy Strategy
 	k        *kernel // nil without WithKernel
 
-	mu      sync.Mutex // serialises the kernel's use, and Close
-	closing bool       // Close began: Copy refuses
-	closed  bool       // Close released everything
+	// turn holds a token while a call uses the kernel or Close runs: a
+	// channel rather than a mutex, so that the wait for it is bounded by
+	// the caller's context.
+	turn    chan struct{}
+	closing atomic.Bool // Close began: Copy refuses
+	closed  bool        // Close released everything; guarded by turn
+}
+
+// take waits, bounded by ctx, for the Copier's turn. A free turn is taken
+// even when ctx has ended, so that a call with nothing to wait for does
+// not fail at random.
+func (c *Copier) take(ctx context.Context) error {
+	select {
+	case c.turn <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case c.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Copier) give() { <-c.turn }
+
+// usable refuses a nil or zero Copier and a nil ctx.
+func (c *Copier) usable(ctx context.Context) error {
+	switch {
+	case c == nil || c.turn == nil:
+		return argErr(-1, -1, "a Copier not made by New")
+	case ctx == nil:
+		return argErr(-1, -1, "nil context.Context")
+	}
+	return nil
 }
 
 // New returns a Copier for the streams of c. With WithKernel it loads the
@@ -220,7 +259,7 @@ func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 	if err := c.Do(func() error { return nil }); err != nil { // a destroyed context
 		return nil, err
 	}
-	bc := &Copier{ctx: c, strategy: o.strategy}
+	bc := &Copier{ctx: c, strategy: o.strategy, turn: make(chan struct{}, 1)}
 	if o.maxBlocks > 0 {
 		k, err := newKernel(c, o.maxBlocks)
 		if err != nil {
@@ -234,19 +273,25 @@ func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 	return bc, nil
 }
 
-// Close waits, bounded by ctx, for the kernel's last launches to finish
-// reading its tables and releases the kernel; a Copier without one has
+// Close waits, bounded by ctx, for a Copy using the kernel to queue its
+// launches and for the kernel's last launches to finish reading its
+// tables, and releases the kernel; a Copier without one has
 // nothing to wait for. Copy fails after Close. When ctx ends or the
 // release fails, Close returns the error and may be called again for what
 // is left; a second Close after a successful one returns an error
 // matching cuda.ErrInvalidHandle.
 func (c *Copier) Close(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	if err := c.usable(ctx); err != nil {
+		return err
+	}
+	if err := c.take(ctx); err != nil {
+		return err
+	}
+	defer c.give()
 	if c.closed {
 		return errClosed
 	}
-	c.closing = true
+	c.closing.Store(true)
 	if c.k != nil {
 		if err := c.k.close(ctx); err != nil {
 			return err
@@ -269,7 +314,9 @@ var errClosed = fmt.Errorf("blocks: copier already closed: %w", cuda.ErrInvalidH
 // waits behind the other's queue.
 //
 // Copy checks every list before it queues anything and refuses bad input
-// with an *ArgError (see the package doc). Host blocks must stay alive and
+// with an *ArgError (see the package doc); a block of a freed device
+// buffer, or a list on a destroyed stream, gets package cuda's error
+// instead, which matches cuda.ErrInvalidHandle. Host blocks must stay alive and
 // unchanged until their copies have run. A host block may lie in several
 // pinned ranges that follow one another (pinmem registers a buffer over 4
 // GiB in chunks): the driver refuses one copy across two registrations,
@@ -277,23 +324,21 @@ var errClosed = fmt.Errorf("blocks: copier already closed: %w", cuda.ErrInvalidH
 // reaches host memory through device addresses, takes it whole where the
 // ranges map to one device range.
 //
-// With a kernel, Copy may wait, bounded by ctx, for the launch that last
-// read the table it takes (four lists back). When the driver fails, or
+// With a kernel, Copy may wait, bounded by ctx, for its turn (another
+// call's launches, or Close) and for the launch that last read the table
+// it takes (four lists back). When the driver fails, or
 // ctx ends during that wait, part way through a call, some of its copies
 // may be queued: they run in stream order, so wait for the streams before
 // reusing the blocks' memory; calling Copy again with the same lists is
 // safe.
 func (c *Copier) Copy(ctx context.Context, lists ...List) (Report, error) {
-	if ctx == nil {
-		return Report{}, argErr(-1, -1, "nil context.Context")
+	if err := c.usable(ctx); err != nil {
+		return Report{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Report{}, err
 	}
-	c.mu.Lock()
-	closing := c.closing
-	c.mu.Unlock()
-	if closing {
+	if c.closing.Load() {
 		return Report{}, errClosed
 	}
 	sc := scratchPool.Get().(*scratch)
@@ -305,7 +350,7 @@ func (c *Copier) Copy(ctx context.Context, lists ...List) (Report, error) {
 	if rep.Blocks == 0 {
 		return rep, nil
 	}
-	drv, err := cudadrv.Get()
+	drv, err := cudaerr.Public2(cudadrv.Get())
 	if err != nil {
 		return Report{}, err
 	}
@@ -324,11 +369,12 @@ func (c *Copier) Copy(ctx context.Context, lists ...List) (Report, error) {
 	})
 	if err == nil && rep.Strategy == Kernel {
 		// The launches run outside Do: cuda makes the context current.
-		c.mu.Lock()
-		if err = errClosed; !c.closing {
-			err = c.k.issue(ctx, lists, sc, &rep)
+		if err = c.take(ctx); err == nil {
+			if err = errClosed; !c.closing.Load() {
+				err = c.k.issue(ctx, lists, sc, &rep)
+			}
+			c.give()
 		}
-		c.mu.Unlock()
 	}
 	runtime.KeepAlive(lists)
 	if err != nil {
@@ -367,7 +413,9 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 		if l.s == nil {
 			return rep, argErr(li, -1, "nil stream")
 		}
-		if l.s.Context() != c.ctx {
+		// Contexts compare by handle: a stream or buffer borrowed through
+		// another WrapContext of the same context is the copier's.
+		if l.s.Context().Handle() != c.ctx.Handle() {
 			return rep, argErr(li, -1, "stream of context %#x, the copier's is %#x", l.s.Context().Handle(), c.ctx.Handle())
 		}
 		if c.strategy == DriverBatch && l.s.Handle() == 0 {
@@ -382,7 +430,7 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 			if err := b.Dev.Err(); err != nil {
 				return rep, fmt.Errorf("blocks: list %d, block %d: %w", li, i, err)
 			}
-			if b.Dev.Context() != c.ctx {
+			if b.Dev.Context().Handle() != c.ctx.Handle() {
 				return rep, argErr(li, i, "device buffer %#x is of context %#x, the copier's is %#x", uint64(b.Dev.Ptr()), b.Dev.Context().Handle(), c.ctx.Handle())
 			}
 			if b.Off < 0 || b.Off > b.Dev.Size() || n > b.Dev.Size()-b.Off {

@@ -31,6 +31,9 @@ func must(t testing.TB, err error) {
 	}
 }
 
+// errOf returns the error of an io call (ReadAt, WriteAt).
+func errOf(_ int, err error) error { return err }
+
 // env is a KV cache on the fake: nblk blocks of bs bytes in each of two
 // device buffers (out: the blocks paged out; in: the slots paged into),
 // two pinned, mapped host buffers of as many blocks (src: the blocks
@@ -68,7 +71,7 @@ func newEnv(t testing.TB, opts fakedrv.Options, bs, nblk int, flags pinmem.Flags
 		*h = b
 	}
 	copy(e.src.Bytes(), testutil.RandomBytes(bs*nblk, 1))
-	must(t, e.out.CopyFromHost(0, testutil.RandomBytes(bs*nblk, 2)))
+	must(t, errOf(e.out.WriteAt(testutil.RandomBytes(bs*nblk, 2), 0)))
 	r := rand.New(rand.NewPCG(3, 4))
 	e.slot, e.hslots = r.Perm(nblk), r.Perm(nblk)
 	return e
@@ -90,7 +93,7 @@ func (e *env) check(t testing.TB, l []blocks.Block) {
 	t.Helper()
 	got := make([]byte, e.bs)
 	for i, b := range l {
-		must(t, b.Dev.CopyToHost(b.Off, got[:len(b.Host)]))
+		must(t, errOf(b.Dev.ReadAt(got[:len(b.Host)], int64(b.Off))))
 		if !bytes.Equal(got[:len(b.Host)], b.Host) {
 			t.Fatalf("block %d differs between host and device", i)
 		}
@@ -322,7 +325,7 @@ func TestFakeRefused(t *testing.T) {
 		{"destroyed stream", []blocks.List{blocks.ToHost(dead, to(blk(d, 0, 0)))}, -2, 0, cuda.ErrInvalidHandle},
 	}
 	devBefore := make([]byte, e.in.Size())
-	must(t, e.in.CopyToHost(0, devBefore))
+	must(t, errOf(e.in.ReadAt(devBefore, 0)))
 	hostBefore, dstBefore := bytes.Clone(h), bytes.Clone(d)
 	for _, strategy := range []blocks.Strategy{blocks.Auto, blocks.DriverBatch, blocks.PerCopy} {
 		bc := newCopier(t, e.ctx, blocks.WithStrategy(strategy))
@@ -346,7 +349,7 @@ func TestFakeRefused(t *testing.T) {
 		}
 	}
 	devAfter := make([]byte, e.in.Size())
-	must(t, e.in.CopyToHost(0, devAfter))
+	must(t, errOf(e.in.ReadAt(devAfter, 0)))
 	testutil.CheckBytes(t, devBefore, devAfter)
 	testutil.CheckBytes(t, hostBefore, h)
 	testutil.CheckBytes(t, dstBefore, d)
@@ -471,7 +474,7 @@ func TestFakeQueuedNotRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := make([]byte, e.in.Size())
-		must(t, e.in.CopyToHost(0, got))
+		must(t, errOf(e.in.ReadAt(got, 0)))
 		if !bytes.Equal(got, make([]byte, len(got))) {
 			t.Fatal("a block landed while the stream was held")
 		}
@@ -648,4 +651,113 @@ func TestFakeAcrossRegistrations(t *testing.T) {
 		must(t, e.s1.Synchronize(context.Background()))
 		e.check(t, l)
 	}
+}
+
+// TestFakeKernelTurn: a call waiting for another's use of the kernel, or
+// Close waiting for it, gives up when its own context ends, not when the
+// other call's does.
+func TestFakeKernelTurn(t *testing.T) {
+	e := newEnv(t, fakedrv.Options{}, 4096, 8, pinmem.Mapped)
+	bc := newCopier(t, e.ctx, blocks.WithKernel(8))
+	l := e.list(e.src.Bytes(), e.in)[:1]
+	s1 := cudadrv.Stream(e.s1.Handle())
+	must(t, e.fd.HoldStream(s1))
+	for range 4 { // every table read by a held launch
+		_, err := bc.Copy(context.Background(), blocks.ToDevice(e.s1, l))
+		must(t, err)
+	}
+	// The fifth call holds the kernel while it waits for the first launch.
+	first := make(chan error, 1)
+	go func() {
+		_, err := bc.Copy(context.Background(), blocks.ToDevice(e.s1, l))
+		first <- err
+	}()
+	waitBlocked(t, e.fd, s1)
+	for name, call := range map[string]func(ctx context.Context) error{
+		"Copy": func(ctx context.Context) error {
+			_, err := bc.Copy(ctx, blocks.ToDevice(e.s2, l))
+			return err
+		},
+		"Close": bc.Close,
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- call(ctx) }()
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("%s while another call holds the kernel, its context cancelled: %v", name, err)
+		}
+	}
+	must(t, e.fd.ReleaseStream(s1))
+	must(t, <-first)
+	must(t, e.s1.Synchronize(context.Background()))
+	e.check(t, l)
+}
+
+// TestFakeCloseEndedContext: Close with a context that has ended
+// releases a Copier whose kernel has nothing to wait for, every time.
+func TestFakeCloseEndedContext(t *testing.T) {
+	e := newEnv(t, fakedrv.Options{}, 4096, 1, pinmem.Mapped)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 20 {
+		bc, err := blocks.New(e.ctx, blocks.WithKernel(1))
+		must(t, err)
+		if err := bc.Close(ctx); err != nil {
+			t.Fatalf("Close %d with an ended context and nothing to wait for: %v", i, err)
+		}
+	}
+}
+
+// TestFakeZeroCopier: a nil or zero Copier refuses calls with an
+// *ArgError instead of panicking.
+func TestFakeZeroCopier(t *testing.T) {
+	e := newEnv(t, fakedrv.Options{}, 4096, 1, 0)
+	l := blocks.ToDevice(e.s1, e.list(e.src.Bytes(), e.in))
+	for name, bc := range map[string]*blocks.Copier{"nil": nil, "zero": {}} {
+		var ae *blocks.ArgError
+		if _, err := bc.Copy(context.Background(), l); !errors.As(err, &ae) || !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("Copy of a %s Copier: %v, want an *ArgError", name, err)
+		}
+		if err := bc.Close(context.Background()); !errors.As(err, &ae) {
+			t.Errorf("Close of a %s Copier: %v, want an *ArgError", name, err)
+		}
+	}
+}
+
+// waitBlocked waits until a call waits for held work on s, with a bound
+// that only a broken test reaches.
+func waitBlocked(t *testing.T, fd *fakedrv.Driver, s cudadrv.Stream) {
+	t.Helper()
+	limit := time.After(time.Minute)
+	for seen := -1; ; {
+		changed := fd.Changed()
+		op, polls, err := fd.Blocked(s, false, seen)
+		must(t, err)
+		if op != "" {
+			return
+		}
+		seen = polls
+		select {
+		case <-changed:
+		case <-limit:
+			t.Fatal("no call blocked on the held stream within a minute")
+		}
+	}
+}
+
+// TestFakeBorrowed: a stream and a device buffer borrowed through another
+// wrapper of the copier's context (cuda.WrapContext of its handle, as code
+// that takes handles from another library makes) are the copier's.
+func TestFakeBorrowed(t *testing.T) {
+	e := newEnv(t, fakedrv.Options{}, 4096, 4, 0)
+	bc := newCopier(t, e.ctx)
+	w := cuda.WrapContext(e.ctx.Device(), e.ctx.Handle())
+	in := cuda.WrapDevicePtr(w, e.in.Ptr(), e.in.Size())
+	l := e.list(e.src.Bytes(), in)
+	if _, err := bc.Copy(context.Background(), blocks.ToDevice(cuda.WrapStream(w, e.s1.Handle()), l)); err != nil {
+		t.Fatalf("a borrowed stream and buffer of the copier's context: %v", err)
+	}
+	must(t, e.s1.Synchronize(context.Background()))
+	e.check(t, l)
 }

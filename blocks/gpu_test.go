@@ -105,7 +105,8 @@ func (g *gpuKV) prepare(tb testing.TB, bs int, seed uint64) {
 	h1, off1 := g.region(1)
 	g.chunks(tb, n, func(off int, b []byte) error {
 		fill(b, off, ^seed)
-		return g.dev.CopyFromHost(off1+off, b)
+		_, err := g.dev.WriteAt(b, int64(off1+off))
+		return err
 	})
 	testutil.Poison(h1[:n])
 	d0, err := g.dev.Slice(0, n)
@@ -135,7 +136,7 @@ func (g *gpuKV) verify(tb testing.TB, bs int, seed uint64, in, out, contiguous b
 			hostOf[d] = h
 		}
 		g.chunks(tb, n, func(off int, b []byte) error {
-			if err := g.dev.CopyToHost(off, b); err != nil {
+			if _, err := g.dev.ReadAt(b, int64(off)); err != nil {
 				return err
 			}
 			for d := off / bs; d < (off+len(b))/bs; d++ {
@@ -225,7 +226,7 @@ func TestGPUBothWays(t *testing.T) {
 	_, err = bc.Copy(context.Background(), blocks.ToDevice(g.in, l))
 	must(t, err)
 	g.sync(t)
-	must(t, g.dev.CopyToHost(0, g.back[:64<<10]))
+	must(t, errOf(g.dev.ReadAt(g.back[:64<<10], 0)))
 	testutil.CheckBytes(t, b.Bytes()[:64<<10], g.back[:64<<10])
 	var le *blocks.ArgError
 	if _, err := bc.Copy(context.Background(), blocks.ToDevice(g.in, []blocks.Block{{Host: make([]byte, 4096), Dev: g.dev}})); !errors.As(err, &le) {
@@ -356,10 +357,10 @@ func BenchmarkGPUBlocks(b *testing.B) {
 		contiguous := func() error {
 			var err error
 			if dirs.out {
-				err = g.out.CopyDtoH(h1[:n], g.dev.Ptr().Add(off1))
+				err = g.out.CopyDtoH(h1[:n], g.dev, off1)
 			}
 			if dirs.in && err == nil {
-				err = g.in.CopyHtoD(g.dev.Ptr(), h0[:n])
+				err = g.in.CopyHtoD(g.dev, 0, h0[:n])
 			}
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudaerr"
 	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
@@ -52,7 +53,7 @@ func issuePerCopy(drv cudadrv.Driver, lists []List, sc *scratch, rep *Report) er
 		sc.ops = append(sc.ops, op)
 		return nil
 	})
-	n, err := cudadrv.RunBatch(drv, sc.ops)
+	n, err := cudaerr.Public2(cudadrv.RunBatch(drv, sc.ops))
 	rep.Calls = n
 	if err != nil {
 		return fmt.Errorf("blocks: copy %d of %d: %w", n+1, len(sc.ops), err)
@@ -80,7 +81,7 @@ func issueBatch(drv cudadrv.Driver, lists []List, sc *scratch, rep *Report) erro
 			sc.sizes = append(sc.sizes, uint64(p.n))
 		}
 		rep.Calls++
-		if _, err := bc.MemcpyBatchAsync(sc.dsts, sc.srcs, sc.sizes, attrs, idxs, cudadrv.Stream(lists[l].s.Handle())); err != nil {
+		if _, err := cudaerr.Public2(bc.MemcpyBatchAsync(sc.dsts, sc.srcs, sc.sizes, attrs, idxs, cudadrv.Stream(lists[l].s.Handle()))); err != nil {
 			return fmt.Errorf("blocks: list %d: batch copy of copies %d to %d: %w", l, lo, hi-1, err)
 		}
 		return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudaerr"
 	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/internal/track"
@@ -19,7 +20,7 @@ import (
 // and descriptor tables in pinned, mapped host memory, which the kernel
 // reads through their device addresses. Each list takes the next table;
 // before rewriting one, issue waits for the launch that last read it
-// (four lists back), which is rarely a wait at all. The Copier's mutex
+// (four lists back), which is rarely a wait at all. The Copier's turn
 // serialises its use.
 type kernel struct {
 	ctx   *cuda.Context
@@ -77,7 +78,7 @@ func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
 	if k.fn, err = k.mod.Function(kernels.KernelBlockCopy); err != nil {
 		return k, err
 	}
-	drv, err := cudadrv.Get()
+	drv, err := cudaerr.Public2(cudadrv.Get())
 	if err != nil {
 		return k, err
 	}
@@ -88,13 +89,13 @@ func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
 			return k, err
 		}
 		err = c.Do(func() error {
-			p, err := drv.MemHostAlloc(uint64(size), cudadrv.MemHostAllocDeviceMap)
+			p, err := cudaerr.Public2(drv.MemHostAlloc(uint64(size), cudadrv.MemHostAllocDeviceMap))
 			if err != nil {
 				return fmt.Errorf("blocks: kernel table of %d bytes: %w", size, err)
 			}
 			sl.host, sl.table = p, hostptr.BytesAt(p, uintptr(size))
 			track.Add(track.HostAlloc, addrOf(sl.table), int64(size))
-			d, err := drv.MemHostGetDevicePointer(p, 0)
+			d, err := cudaerr.Public2(drv.MemHostGetDevicePointer(p, 0))
 			if err != nil {
 				return fmt.Errorf("blocks: device address of the kernel's table: %w", err)
 			}
@@ -212,7 +213,7 @@ func (k *kernel) close(ctx context.Context) error {
 // release frees what was made and forgets each part it freed, so that a
 // failed release can be repeated for the rest.
 func (k *kernel) release() error {
-	drv, err := cudadrv.Get()
+	drv, err := cudaerr.Public2(cudadrv.Get())
 	if err != nil {
 		return err
 	}
@@ -239,7 +240,7 @@ func (k *kernel) release() error {
 		}
 	}
 	if k.mod != nil {
-		err := k.mod.Unload()
+		err := k.mod.Destroy()
 		if err == nil || errors.Is(err, cuda.ErrInvalidHandle) {
 			k.mod, err = nil, nil
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudaerr"
 	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
@@ -282,7 +283,7 @@ type hostCheck struct {
 // decide (memory type, device pointer) is kept in qerr; the range
 // queries only save work, so their failures count as "no range".
 func (c *hostCheck) attr(a cudadrv.PointerAttribute, p uint64) (uint64, bool) {
-	v, err := c.drv.PointerGetAttribute(a, cudadrv.DevicePtr(p))
+	v, err := cudaerr.Public2(c.drv.PointerGetAttribute(a, cudadrv.DevicePtr(p)))
 	decides := a == cudadrv.PointerAttrMemoryType || a == cudadrv.PointerAttrDevicePointer
 	if err != nil && decides && !errors.Is(err, cuda.ErrInvalidValue) && c.qerr == nil {
 		c.qerr = err

@@ -1,7 +1,9 @@
 /*
- * blocks.c: the C reference for pinmem's block copies (cuda.Stream.CopyBlocks):
- * thousands of small blocks scattered on both sides, as an inference server
- * pages a KV cache between pinned host memory and the GPU.
+ * blocks.c: the C reference for pinmem's block copies (package blocks,
+ * blocks.Copier.Copy): thousands of blocks scattered on both sides, as an
+ * inference server pages a KV cache between pinned host memory and the GPU.
+ * It copies one direction at a time; BenchmarkGPUBlocks in blocks/gpu_test.go
+ * runs it (PINMEM_CREF_BLOCKS) beside the Go copies of the same sizes.
  *
  * usage: blocks [--samples N] [--blocks B] [--size S]...
  *

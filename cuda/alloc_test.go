@@ -40,8 +40,8 @@ func TestHotPathAllocs(t *testing.T) {
 	defer mem.Free()
 	host := make([]byte, 4096)
 	for name, fn := range map[string]func() error{
-		"Stream.CopyHtoD": func() error { return s.CopyHtoD(mem.Ptr(), host) },
-		"Stream.CopyDtoH": func() error { return s.CopyDtoH(host, mem.Ptr()) },
+		"Stream.CopyHtoD": func() error { return s.CopyHtoD(mem, 0, host) },
+		"Stream.CopyDtoH": func() error { return s.CopyDtoH(host, mem, 0) },
 		"Event.Record":    func() error { return ev.Record(s) },
 	} {
 		if n := testing.AllocsPerRun(200, func() {

@@ -69,7 +69,7 @@ func callCostCases(b *testing.B) (cases map[string]func() error, sync func() err
 	b.Cleanup(func() { dev.Free() })
 	host := pinnedHost(b, ctx, 4096)
 	return map[string]func() error{
-		"asyncH2D4KiB": func() error { return s.CopyHtoD(dev.Ptr(), host) },
+		"asyncH2D4KiB": func() error { return s.CopyHtoD(dev, 0, host) },
 	}, func() error { return s.Synchronize(context.Background()) }
 }
 

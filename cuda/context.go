@@ -54,11 +54,11 @@ func NewContext(dev *Device, flags ContextFlags) (*Context, error) {
 	// back, as Context methods do when they return.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	prev, err := dev.drv.CtxGetCurrent()
+	prev, err := pub2(dev.drv.CtxGetCurrent())
 	if err != nil {
 		return nil, err
 	}
-	h, err := dev.drv.CtxCreate(uint32(flags), dev.dev)
+	h, err := pub2(dev.drv.CtxCreate(uint32(flags), dev.dev))
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,8 @@ func (c *Context) enter() (cudadrv.Scope, error) {
 	if err := c.alive(); err != nil {
 		return cudadrv.Scope{}, err
 	}
-	return cudadrv.Enter(c.drv, c.h)
+	sc, err := cudadrv.Enter(c.drv, c.h)
+	return sc, pub(err)
 }
 
 // Do runs fn on a goroutine locked to its OS thread with c current, for
@@ -133,7 +134,7 @@ func (c *Context) Do(fn func() error) error {
 	if err != nil {
 		return err
 	}
-	return fn()
+	return pub(fn())
 }
 
 // Synchronize waits until all work in the context has finished, or until
@@ -155,7 +156,7 @@ func (c *Context) Synchronize(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		return c.drv.CtxSynchronize()
+		return pub(c.drv.CtxSynchronize())
 	}
 	if ctx.Done() == nil {
 		return wait()
@@ -177,7 +178,8 @@ func (c *Context) MemInfo() (free, total uint64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return c.drv.MemGetInfo()
+	free, total, err = c.drv.MemGetInfo()
+	return free, total, pub(err)
 }
 
 // Destroy destroys a context made by NewContext. Destroying a primary or
@@ -194,7 +196,7 @@ func (c *Context) Destroy() error {
 	if !c.destroyed.CompareAndSwap(false, true) {
 		return c.alive()
 	}
-	if err := c.drv.CtxDestroy(c.h); err != nil {
+	if err := pub(c.drv.CtxDestroy(c.h)); err != nil {
 		// The driver still holds the context: it stays usable, and
 		// Destroy may be called again.
 		c.destroyed.Store(false)
@@ -215,7 +217,7 @@ func release(ctx *Context, flag *atomic.Bool, kind track.Kind, id uint64, call f
 	sc, err := ctx.enter()
 	defer sc.Exit()
 	if err == nil {
-		err = call()
+		err = pub(call())
 	}
 	switch {
 	case err == nil, ctx.destroyed.Load():

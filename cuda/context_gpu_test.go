@@ -25,7 +25,7 @@ func TestGPUStreamWorkUnderAnyCurrentContext(t *testing.T) {
 	defer s.Destroy()
 	mod, err := ctx.LoadModule(kernels.PTX())
 	must(t, err)
-	defer mod.Unload()
+	defer mod.Destroy()
 	fill, err := mod.Function(kernels.KernelFill)
 	must(t, err)
 	other, err := cuda.NewContext(ctx.Device(), cuda.SchedAuto)
@@ -51,9 +51,9 @@ func TestGPUStreamWorkUnderAnyCurrentContext(t *testing.T) {
 		must(t, drv.CtxSetCurrent(cur.h))
 		copy(in, testutil.RandomBytes(n, uint64(len(cur.name))))
 		testutil.Poison(out)
-		must(t, s.Memset(d.Ptr(), 0, n))
-		must(t, s.CopyHtoD(d.Ptr(), in))
-		must(t, s.CopyDtoH(out, d.Ptr()))
+		must(t, s.Memset(d, 0, 0, n))
+		must(t, s.CopyHtoD(d, 0, in))
+		must(t, s.CopyDtoH(out, d, 0))
 		must(t, ev.Record(s))
 		must(t, ev.Synchronize(context.Background()))
 		if done, err := s.Query(); !done || err != nil {
@@ -63,16 +63,16 @@ func TestGPUStreamWorkUnderAnyCurrentContext(t *testing.T) {
 
 		seed := uint32(len(cur.name))
 		must(t, fill.Launch(s, cuda.D1(64), cuda.D1(256), 0, d.Ptr(), uint64(n/4), seed))
-		must(t, s.CopyDtoH(out, d.Ptr()))
+		must(t, s.CopyDtoH(out, d, 0))
 		must(t, s.Synchronize(context.Background()))
 		w := unsafe.Slice((*uint32)(unsafe.Pointer(&out[0])), n/4)
 		if bad := kernels.VerifyPattern(w, seed, 0); bad >= 0 {
 			t.Errorf("%s: kernel output wrong at word %d", cur.name, bad)
 		}
 		// Synchronous copies enter ctx and leave.
-		must(t, d.CopyFromHost(0, in))
+		must(t, errOf(d.WriteAt(in, 0)))
 		testutil.Poison(out)
-		must(t, d.CopyToHost(0, out))
+		must(t, errOf(d.ReadAt(out, 0)))
 		testutil.CheckBytes(t, in, out)
 		// The caller's context is current afterwards: the fast path leaves
 		// the thread's context alone, and entering ctx (a rejected call's
@@ -115,7 +115,7 @@ func BenchmarkIssueBreakdown(b *testing.B) {
 	cc := cudadrv.Context(ctx.Handle())
 	dp := cudadrv.DevicePtr(d.Ptr())
 	raw := func() error { return drv.MemcpyHtoDAsync(dp, hp, 4096, cs) }
-	public := func() error { return s.CopyHtoD(d.Ptr(), host) }
+	public := func() error { return s.CopyHtoD(d, 0, host) }
 	getCurrent := func() error { _, err := drv.CtxGetCurrent(); return err }
 	// thread: "" runs on whatever thread the benchmark goroutine gets (it is
 	// not locked; the context is current there only if an earlier call on

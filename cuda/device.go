@@ -10,7 +10,7 @@ import (
 )
 
 // driver returns the process's driver or an error matching ErrNoDriver/ErrNoDevice.
-func driver() (cudadrv.Driver, error) { return cudadrv.Get() }
+func driver() (cudadrv.Driver, error) { return pub2(cudadrv.Get()) }
 
 // DriverVersion returns the CUDA version the installed driver supports,
 // as major*1000 + minor*10 (13000 for CUDA 13.0).
@@ -19,7 +19,7 @@ func DriverVersion() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return d.DriverGetVersion()
+	return pub2(d.DriverGetVersion())
 }
 
 // DeviceCount returns the number of CUDA devices.
@@ -28,7 +28,7 @@ func DeviceCount() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return d.DeviceGetCount()
+	return pub2(d.DeviceGetCount())
 }
 
 var (
@@ -59,7 +59,7 @@ func GetDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, err := d.DeviceGetCount()
+	n, err := pub2(d.DeviceGetCount())
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func GetDevice(ordinal int) (*Device, error) {
 	if dev, ok := devices[k]; ok {
 		return dev, nil
 	}
-	h, err := d.DeviceGet(ordinal)
+	h, err := pub2(d.DeviceGet(ordinal))
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func (d *Device) Name() (string, error) {
 	if d == nil {
 		return "", errNilDevice
 	}
-	return d.drv.DeviceGetName(d.dev)
+	return pub2(d.drv.DeviceGetName(d.dev))
 }
 
 // Attribute is a CUdevice_attribute: one integer property of a device.
@@ -165,7 +165,7 @@ func (d *Device) Attribute(a Attribute) (int, error) {
 	if d == nil {
 		return 0, errNilDevice
 	}
-	return d.drv.DeviceGetAttribute(cudadrv.DeviceAttribute(a), d.dev)
+	return pub2(d.drv.DeviceGetAttribute(cudadrv.DeviceAttribute(a), d.dev))
 }
 
 // PrimaryContext returns the device's primary context, retained once for
@@ -184,7 +184,7 @@ func (d *Device) PrimaryContext() (*Context, error) {
 	if c := d.ctx.Load(); c != nil {
 		return c, nil
 	}
-	h, err := d.drv.DevicePrimaryCtxRetain(d.dev)
+	h, err := pub2(d.drv.DevicePrimaryCtxRetain(d.dev))
 	if err != nil {
 		return nil, fmt.Errorf("cuda: retaining the primary context of %v: %w", d, err)
 	}
@@ -253,10 +253,10 @@ func (d *Device) readProperties() (Properties, error) {
 	if p.Name, err = d.Name(); err != nil {
 		return p, err
 	}
-	if p.TotalMemory, err = d.drv.DeviceTotalMem(d.dev); err != nil {
+	if p.TotalMemory, err = pub2(d.drv.DeviceTotalMem(d.dev)); err != nil {
 		return p, err
 	}
-	if p.PCIBusID, err = d.drv.DeviceGetPCIBusID(d.dev); err != nil {
+	if p.PCIBusID, err = pub2(d.drv.DeviceGetPCIBusID(d.dev)); err != nil {
 		return p, err
 	}
 	ints := []struct {
@@ -290,7 +290,7 @@ func (d *Device) readProperties() (Properties, error) {
 		{AttrCanUseHostPointerForRegisteredMem, &p.CanUseHostPointerForRegMem},
 		{AttrConcurrentManagedAccess, &p.ConcurrentManagedAccess},
 	}
-	version, err := d.drv.DriverGetVersion()
+	version, err := pub2(d.drv.DriverGetVersion())
 	if err != nil {
 		return p, err
 	}

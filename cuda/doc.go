@@ -20,6 +20,20 @@
 // Pinning host memory is deliberately absent here: it belongs to the
 // pinmem package, which accounts for every pinned byte.
 //
+// Device memory is a DeviceBuffer. Its synchronous copies are ReadAt and
+// WriteAt (io.ReaderAt and io.WriterAt); the stream-ordered ones
+// (Stream.CopyHtoD, CopyDtoH, CopyDtoD, Memset) take a DeviceBuffer and an
+// offset, and every copy checks that the buffer is live and the range lies
+// inside it before any driver call: a freed buffer (or a view of one) is
+// refused with ErrInvalidHandle, a range outside it with ErrInvalidValue.
+//
+// Every wait takes a context.Context that bounds it (Stream.Synchronize,
+// Event.Synchronize, Context.Synchronize): when ctx ends first, the call
+// returns ctx.Err() and the queued work may still be running. The driver's
+// synchronous copies (ReadAt, WriteAt, DeviceBuffer.Memset) cannot be
+// interrupted and are not bounded; their bounded form is the stream copy
+// followed by Stream.Synchronize(ctx).
+//
 // A failed driver call is an *Error (get it with errors.As) carrying the
 // driver function, the CUresult and the driver's own name and text; every
 // error matches the sentinels (ErrOutOfMemory ...) through errors.Is.

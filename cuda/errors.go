@@ -1,6 +1,10 @@
 package cuda
 
-import "github.com/pinmem/pinmem/internal/cudadrv"
+import (
+	"errors"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+)
 
 // Sentinel errors, matched with errors.Is. Every error pinmem returns (from
 // this package, from pinmem, pool and transfer) matches at most one of them.
@@ -17,6 +21,11 @@ var (
 	ErrKernelImage       = cudadrv.ErrKernelImage       // a PTX/cubin module cannot be loaded
 	ErrLaunchFailed      = cudadrv.ErrLaunchFailed      // a kernel faulted or could not launch
 )
+
+// ErrClosed is the error of a call on something already closed: pool.ErrClosed
+// is the same value, as os.ErrClosed is fs.ErrClosed, so that one errors.Is
+// check serves every package of pinmem.
+var ErrClosed = errors.New("already closed")
 
 // Result is a CUresult, the status code of a driver call, with the values
 // of cuda.h. Codes without a constant here are still reported as they are.
@@ -122,38 +131,20 @@ func (e *LoadError) Unwrap() error {
 	return e.Err
 }
 
-// The binding (internal/cudadrv) builds its failures as its own types, and
-// so does the fake driver; pinmem's root package and the transfer package
-// call that binding directly as well as through this package. Rather than
-// convert at every one of those boundaries (and miss one), the binding's
-// error types answer errors.As for a *Error or *LoadError target through
-// the converter installed here: whichever package returned a driver
-// failure, errors.As(err, &cudaErr) finds it, with the same fields. The
-// converter is installed at init, before any code of this module can make
-// a driver call, and a program that does not link this package has no
-// *cuda.Error to ask for.
-func init() {
-	cudadrv.SetPublicErrors(asPublic)
+// pub returns err with the binding's error types replaced by this
+// package's: a *cudadrv.Error becomes an *Error, a *cudadrv.LoadError a
+// *LoadError, with the same fields, so that errors.As finds the public
+// types. Every driver failure this package returns passes through it once,
+// where the driver call is made (before any wrapping).
+func pub(err error) error {
+	switch e := err.(type) {
+	case *cudadrv.Error:
+		return &Error{Op: e.Op, Code: Result(e.Code), Name: e.Name, Message: e.Detail}
+	case *cudadrv.LoadError:
+		return &LoadError{Path: e.Path, Symbol: e.Symbol, Err: e.Err}
+	}
+	return err
 }
 
-// asPublic stores the public form of a binding error in target when target
-// is a **Error or **LoadError.
-func asPublic(err error, target any) bool {
-	switch t := target.(type) {
-	case **Error:
-		e, ok := err.(*cudadrv.Error)
-		if !ok {
-			return false
-		}
-		*t = &Error{Op: e.Op, Code: Result(e.Code), Name: e.Name, Message: e.Detail}
-		return true
-	case **LoadError:
-		e, ok := err.(*cudadrv.LoadError)
-		if !ok {
-			return false
-		}
-		*t = &LoadError{Path: e.Path, Symbol: e.Symbol, Err: e.Err}
-		return true
-	}
-	return false
-}
+// pub2 is pub for a driver call that returns a value and an error.
+func pub2[T any](v T, err error) (T, error) { return v, pub(err) }

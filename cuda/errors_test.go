@@ -15,10 +15,27 @@ import (
 
 // Driver failures reach users as *cuda.Error through errors.As, whether
 // they come through package cuda or through pinmem, which calls the
-// binding directly; wrapped, they still match their sentinel.
+// binding directly; wrapped, they still match their sentinel. Each package
+// converts where it calls the binding: there is no hook.
 func TestErrorAsFromEveryPackage(t *testing.T) {
 	fd := testutil.UseFake(t, fakedrv.Options{})
 	ctx := testutil.PrimaryContext(t)
+	s, err := ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	ev, err := ctx.NewEvent(cuda.EventDisableTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	dev, err := ctx.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free()
+	host := make([]byte, 64)
 	cases := []struct {
 		name string
 		op   string
@@ -27,6 +44,10 @@ func TestErrorAsFromEveryPackage(t *testing.T) {
 		do   func() error
 	}{
 		{"cuda Alloc", "cuMemAlloc_v2", cudadrv.ErrorOutOfMemory, cuda.ErrOutOfMemory, func() error { _, err := ctx.Alloc(4096); return err }},
+		{"cuda Stream.CopyHtoD", "cuMemcpyHtoDAsync_v2", cudadrv.ErrorInvalidValue, cuda.ErrInvalidValue, func() error { return s.CopyHtoD(dev, 0, host) }},
+		{"cuda Event.Record", "cuEventRecord", cudadrv.ErrorLaunchFailed, cuda.ErrLaunchFailed, func() error { return ev.Record(s) }},
+		{"cuda DeviceBuffer.ReadAt", "cuMemcpyDtoH_v2", cudadrv.ErrorIllegalAddress, cuda.ErrLaunchFailed, func() error { _, err := dev.ReadAt(host, 0); return err }},
+		{"cuda NewStream", "cuStreamCreate", cudadrv.ErrorOutOfMemory, cuda.ErrOutOfMemory, func() error { _, err := ctx.NewStream(0); return err }},
 		{"pinmem Alloc", "cuMemHostAlloc", cudadrv.ErrorOutOfMemory, cuda.ErrOutOfMemory, func() error {
 			b, err := pinmem.Alloc(1<<20, pinmem.WriteCombined)
 			if err == nil {

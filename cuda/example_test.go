@@ -37,7 +37,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer buf.Free()
-	if err := buf.CopyFromHost(0, make([]byte, 1<<20)); err != nil {
+	if _, err := buf.WriteAt(make([]byte, 1<<20), 0); err != nil {
 		log.Fatal(err)
 	}
 
@@ -49,7 +49,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	add, err := mod.Function(kernels.KernelAdd)
 	if err != nil {
 		log.Fatal(err)
@@ -58,7 +58,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	out := make([]byte, buf.Size())
-	if err := s.CopyDtoH(out, buf.Ptr()); err != nil {
+	if err := s.CopyDtoH(out, buf, 0); err != nil {
 		log.Fatal(err)
 	}
 	if err := s.Synchronize(context.Background()); err != nil {

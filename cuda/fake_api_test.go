@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
@@ -108,12 +107,12 @@ func TestFakeLifecyclesAndBorrowed(t *testing.T) {
 		}
 	}
 
-	must(t, m.Unload())
+	must(t, m.Destroy())
 	must(t, e.Destroy())
 	must(t, b.Free())
 	must(t, s.Destroy())
 	for name, err := range map[string]error{
-		"unload twice":         m.Unload(),
+		"unload twice":         m.Destroy(),
 		"destroy event twice":  e.Destroy(),
 		"free twice":           b.Free(),
 		"destroy stream twice": s.Destroy(),
@@ -121,7 +120,7 @@ func TestFakeLifecyclesAndBorrowed(t *testing.T) {
 		"use event after":      e.Record(bs),
 		"query event after":    func() error { _, err := e.Query(); return err }(),
 		"function after":       func() error { _, err := m.Function("x"); return err }(),
-		"write after free":     b.CopyFromHost(0, []byte{1}),
+		"write after free":     errOf(b.WriteAt([]byte{1}, 0)),
 	} {
 		if !errors.Is(err, cuda.ErrInvalidHandle) {
 			t.Errorf("%s = %v, want ErrInvalidHandle", name, err)
@@ -171,11 +170,11 @@ func TestFakeCopiesAndBounds(t *testing.T) {
 	defer b.Free()
 	src := testutil.RandomBytes(n, 9)
 	must(t, a.Memset(0x11))
-	must(t, a.CopyFromHost(100, src[:n-100]))
-	must(t, s.CopyDtoD(b.Ptr(), a.Ptr(), n))
+	must(t, errOf(a.WriteAt(src[:n-100], 100)))
+	must(t, s.CopyDtoD(b, 0, a, 0, n))
 	must(t, s.Synchronize(context.Background()))
 	got := make([]byte, n)
-	must(t, b.CopyToHost(0, got))
+	must(t, errOf(b.ReadAt(got, 0)))
 	for i := 0; i < 100; i++ {
 		if got[i] != 0x11 {
 			t.Fatalf("byte %d = %#x, want the memset value", i, got[i])
@@ -189,28 +188,27 @@ func TestFakeCopiesAndBounds(t *testing.T) {
 	if view.Size() != 20 || view.Ptr() != b.Ptr().Add(10) || view.Context() != ctx {
 		t.Errorf("view %d bytes at %#x", view.Size(), view.Ptr())
 	}
-	must(t, s.Memset(view.Ptr(), 0x22, view.Size()))
-	must(t, s.CopyHtoD(view.Ptr().Add(5), []byte{1, 2, 3}))
-	must(t, s.CopyDtoD(a.Ptr(), b.Ptr(), 64))
+	must(t, s.Memset(view, 0, 0x22, view.Size()))
+	must(t, s.CopyHtoD(view, 5, []byte{1, 2, 3}))
+	must(t, s.CopyDtoD(a, 0, b, 0, 64))
 	out := make([]byte, 20)
-	must(t, s.CopyDtoH(out, view.Ptr()))
+	must(t, s.CopyDtoH(out, view, 0))
 	must(t, s.Synchronize(context.Background()))
 	want := []byte{0x22, 0x22, 0x22, 0x22, 0x22, 1, 2, 3, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22}
 	testutil.CheckBytes(t, want, out)
 
 	// Zero-length operations are no-ops; negative or out-of-range ones are typed errors.
-	must(t, a.CopyFromHost(0, nil))
-	must(t, a.CopyToHost(0, nil))
-	must(t, s.CopyHtoD(a.Ptr(), nil))
-	must(t, s.CopyDtoH(nil, a.Ptr()))
-	must(t, s.CopyDtoD(a.Ptr(), b.Ptr(), 0))
-	must(t, s.Memset(a.Ptr(), 0, 0))
+	must(t, errOf(a.WriteAt(nil, 0)))
+	must(t, errOf(a.ReadAt(nil, 0)))
+	must(t, s.CopyHtoD(a, 0, nil))
+	must(t, s.CopyDtoH(nil, a, 0))
+	must(t, s.CopyDtoD(a, 0, b, 0, 0))
+	must(t, s.Memset(a, 0, 0, 0))
 	for name, err := range map[string]error{
-		"s dtod -1":      s.CopyDtoD(a.Ptr(), b.Ptr(), -1),
-		"s memset -1":    s.Memset(a.Ptr(), 0, -1),
-		"read past end":  a.CopyToHost(n-1, make([]byte, 2)),
-		"write past end": a.CopyFromHost(n, []byte{1}),
-		"read -1":        a.CopyToHost(-1, make([]byte, 1)),
+		"s dtod -1":      s.CopyDtoD(a, 0, b, 0, -1),
+		"s memset -1":    s.Memset(a, 0, 0, -1),
+		"write past end": errOf(a.WriteAt([]byte{1}, int64(n))),
+		"read -1":        errOf(a.ReadAt(make([]byte, 1), -1)),
 		"alloc -5":       func() error { _, err := ctx.Alloc(-5); return err }(),
 		"slice past end": func() error { _, err := a.Slice(n, 1); return err }(),
 	} {
@@ -237,7 +235,7 @@ func TestFakeEventsOrderAndTiming(t *testing.T) {
 
 	must(t, fd.HoldStream(cudadrv.Stream(s.Handle())))
 	must(t, start.Record(s))
-	must(t, s.Memset(d.Ptr(), 7, 16))
+	must(t, s.Memset(d, 0, 7, 16))
 	must(t, end.Record(s))
 	if done, err := end.Query(); done || err != nil {
 		t.Errorf("event behind a held stream: done %v, %v", done, err)
@@ -246,10 +244,7 @@ func TestFakeEventsOrderAndTiming(t *testing.T) {
 		t.Errorf("held stream: done %v, %v", done, err)
 	}
 	released := make(chan error, 1)
-	go func() {
-		time.Sleep(5 * time.Millisecond)
-		released <- fd.ReleaseStream(cudadrv.Stream(s.Handle()))
-	}()
+	go func() { released <- fd.ReleaseStream(cudadrv.Stream(s.Handle())) }()
 	must(t, end.Synchronize(context.Background()))
 	must(t, <-released)
 	if done, err := end.Query(); !done || err != nil {
@@ -264,7 +259,7 @@ func TestFakeEventsOrderAndTiming(t *testing.T) {
 	defer s2.Destroy()
 	must(t, s2.WaitEvent(end))
 	out := make([]byte, 16)
-	must(t, s2.CopyDtoH(out, d.Ptr()))
+	must(t, s2.CopyDtoH(out, d, 0))
 	must(t, s2.Synchronize(context.Background()))
 	for i, v := range out {
 		if v != 7 {
@@ -296,7 +291,7 @@ func TestFakeLaunchArguments(t *testing.T) {
 	defer s.Destroy()
 	m, err := ctx.LoadModule([]byte("// ptx"))
 	must(t, err)
-	defer m.Unload()
+	defer m.Destroy()
 	f, err := m.Function("args")
 	must(t, err)
 	if f.Name() != "args" || f.Handle() == 0 {

@@ -66,7 +66,7 @@ func TestFakeAsyncFailureAndDestroyOrder(t *testing.T) {
 	}
 	// A persistent failure comes back typed.
 	must(t, fd.FailOn("cuMemcpyHtoDAsync_v2", 0, cudadrv.ErrorInvalidValue))
-	if err := s.CopyHtoD(b.Ptr(), make([]byte, 16)); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := s.CopyHtoD(b, 0, make([]byte, 16)); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("failing async copy = %v", err)
 	}
 	fd.ClearFaults()
@@ -75,7 +75,7 @@ func TestFakeAsyncFailureAndDestroyOrder(t *testing.T) {
 	// current before is put back (two switches).
 	before := fd.Calls("cuCtxSetCurrent")
 	must(t, fd.FailOn("cuMemcpyHtoDAsync_v2", 1, cudadrv.ErrorInvalidContext))
-	if err := s.CopyHtoD(b.Ptr(), make([]byte, 16)); err != nil {
+	if err := s.CopyHtoD(b, 0, make([]byte, 16)); err != nil {
 		t.Errorf("async copy after a wrong-context rejection = %v, want success", err)
 	}
 	if got := fd.Calls("cuCtxSetCurrent") - before; got != 2 {
@@ -83,7 +83,7 @@ func TestFakeAsyncFailureAndDestroyOrder(t *testing.T) {
 	}
 	// The fast path makes no context switch at all.
 	before = fd.Calls("cuCtxSetCurrent")
-	must(t, s.CopyHtoD(b.Ptr(), make([]byte, 16)))
+	must(t, s.CopyHtoD(b, 0, make([]byte, 16)))
 	must(t, s.Synchronize(context.Background()))
 	if got := fd.Calls("cuCtxSetCurrent") - before; got != 0 {
 		t.Errorf("%d cuCtxSetCurrent calls on the fast path, want 0", got)
@@ -111,7 +111,7 @@ func TestLaunchRejectsBadArguments(t *testing.T) {
 	defer s.Destroy()
 	m, err := ctx.LoadModule([]byte("// ptx"))
 	must(t, err)
-	defer m.Unload()
+	defer m.Destroy()
 	if _, err := m.Function("missing"); !errors.Is(err, cuda.ErrInvalidHandle) {
 		t.Errorf("missing kernel = %v", err)
 	}

@@ -79,7 +79,7 @@ func TestGPUStreamsAndEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := 0; i < 8; i++ {
-				if err := s.Memset(buf.Ptr(), byte(i), buf.Size()); err != nil {
+				if err := s.Memset(buf, 0, byte(i), buf.Size()); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -173,12 +173,12 @@ func TestGPUCopiesRandomData(t *testing.T) {
 		// Synchronous: pageable Go memory -> device -> device -> Go memory.
 		must(t, a.Memset(0x5A))
 		must(t, b.Memset(0xA5))
-		must(t, a.CopyFromHost(0, src))
-		must(t, s.CopyDtoD(b.Ptr(), a.Ptr(), n))
+		must(t, errOf(a.WriteAt(src, 0)))
+		must(t, s.CopyDtoD(b, 0, a, 0, n))
 		must(t, s.Synchronize(context.Background()))
 		got := make([]byte, n)
 		testutil.Poison(got)
-		must(t, b.CopyToHost(0, got))
+		must(t, errOf(b.ReadAt(got, 0)))
 		testutil.CheckBytes(t, src, got)
 
 		// Asynchronous from pinned memory, at an odd offset.
@@ -188,15 +188,15 @@ func TestGPUCopiesRandomData(t *testing.T) {
 		copy(hin, src[off:])
 		hout := pinnedHost(t, ctx, part)
 		testutil.Poison(hout)
-		must(t, s.Memset(b.Ptr(), 0xEE, n))
-		must(t, s.CopyHtoD(b.Ptr().Add(off), hin))
-		must(t, s.CopyDtoD(a.Ptr(), b.Ptr(), n))
-		must(t, s.CopyDtoH(hout, a.Ptr().Add(off)))
+		must(t, s.Memset(b, 0, 0xEE, n))
+		must(t, s.CopyHtoD(b, off, hin))
+		must(t, s.CopyDtoD(a, 0, b, 0, n))
+		must(t, s.CopyDtoH(hout, a, off))
 		must(t, s.Synchronize(context.Background()))
 		testutil.CheckBytes(t, src[off:], hout)
 		// The bytes before off were set by the async memset.
 		head := make([]byte, off)
-		must(t, a.CopyToHost(0, head))
+		must(t, errOf(a.ReadAt(head, 0)))
 		if !bytes.Equal(head, bytes.Repeat([]byte{0xEE}, off)) {
 			t.Errorf("size %d: async memset did not reach the first %d bytes", n, off)
 		}
@@ -211,7 +211,7 @@ func TestGPUKernels(t *testing.T) {
 	if err != nil {
 		t.Fatalf("loading pinmem's PTX: %v", err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fill, err := mod.Function(kernels.KernelFill)
 	if err != nil {
 		t.Fatal(err)
@@ -239,11 +239,11 @@ func TestGPUKernels(t *testing.T) {
 	seed := rand.Uint32()
 	must(t, buf.Memset(0xCD))
 	must(t, fill.Launch(s, cuda.D1(264), cuda.D1(256), 0, buf.Ptr(), uint64(words), seed))
-	must(t, s.Memset(out.Ptr(), 0, 8))
+	must(t, s.Memset(out, 0, 0, 8))
 	must(t, sum.Launch(s, cuda.D1(264), cuda.D1(256), 0, buf.Ptr(), uint64(words), out.Ptr()))
 	must(t, s.Synchronize(context.Background()))
 	host := make([]byte, words*4)
-	must(t, buf.CopyToHost(0, host))
+	must(t, errOf(buf.ReadAt(host, 0)))
 	w := unsafe.Slice((*uint32)(unsafe.Pointer(&host[0])), words)
 	for i, v := range w {
 		if want := kernels.Pattern(seed, uint64(i)); v != want {
@@ -251,7 +251,7 @@ func TestGPUKernels(t *testing.T) {
 		}
 	}
 	var got [8]byte
-	must(t, out.CopyToHost(0, got[:]))
+	must(t, errOf(out.ReadAt(got[:], 0)))
 	if g, want := *(*uint64)(unsafe.Pointer(&got[0])), kernels.Checksum(w); g != want {
 		t.Errorf("device checksum %#x, host %#x", g, want)
 	}
@@ -272,7 +272,7 @@ func TestGPUMisuseIsTyped(t *testing.T) {
 		t.Errorf("Alloc(0) = %v, want ErrInvalidValue", err)
 	}
 	// An address that is no allocation: the driver must reject it, typed.
-	err := cuda.WrapDevicePtr(ctx, 0x10, 3).CopyFromHost(0, []byte{1, 2, 3})
+	err := errOf(cuda.WrapDevicePtr(ctx, 0x10, 3).WriteAt([]byte{1, 2, 3}, 0))
 	var de *cuda.Error
 	if !errors.As(err, &de) || !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("copy to a bogus device address = %v, want a *cuda.Error matching ErrInvalidValue", err)
@@ -281,7 +281,7 @@ func TestGPUMisuseIsTyped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.CopyFromHost(4000, make([]byte, 100)); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := errOf(b.WriteAt(make([]byte, 100), int64(4000))); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("write past the end = %v, want ErrInvalidValue", err)
 	}
 	if _, err := b.Slice(-1, 2); !errors.Is(err, cuda.ErrInvalidValue) {
@@ -296,7 +296,7 @@ func TestGPUMisuseIsTyped(t *testing.T) {
 	if err := b.Free(); !errors.Is(err, cuda.ErrInvalidHandle) {
 		t.Errorf("double Free = %v, want ErrInvalidHandle", err)
 	}
-	if err := b.CopyFromHost(0, []byte{1}); !errors.Is(err, cuda.ErrInvalidHandle) {
+	if err := errOf(b.WriteAt([]byte{1}, 0)); !errors.Is(err, cuda.ErrInvalidHandle) {
 		t.Errorf("use after Free = %v, want ErrInvalidHandle", err)
 	}
 	if _, err := ctx.LoadModule([]byte("this is not PTX")); !errors.Is(err, cuda.ErrKernelImage) {
@@ -332,9 +332,9 @@ func TestGPUBorrowedAndSecondContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := testutil.RandomBytes(1<<20, 7)
-	must(t, buf.CopyFromHost(0, data))
+	must(t, errOf(buf.WriteAt(data, 0)))
 	got := make([]byte, len(data))
-	must(t, buf.CopyToHost(0, got))
+	must(t, errOf(buf.ReadAt(got, 0)))
 	testutil.CheckBytes(t, data, got)
 	must(t, buf.Free())
 	must(t, c2.Destroy())
@@ -349,3 +349,6 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// errOf returns the error of an io call (ReadAt, WriteAt).
+func errOf(_ int, err error) error { return err }

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"io"
 	"sync/atomic"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
@@ -43,7 +44,7 @@ func (c *Context) Alloc(size int) (*DeviceBuffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.drv.MemAlloc(uint64(size))
+	p, err := pub2(c.drv.MemAlloc(uint64(size)))
 	if err != nil {
 		return nil, fmt.Errorf("cuda: device allocation of %d bytes: %w", size, err)
 	}
@@ -123,6 +124,17 @@ func (b *DeviceBuffer) check(off, n int) error {
 	return nil
 }
 
+// check64 is check for an io offset.
+func (b *DeviceBuffer) check64(off int64, n int) error {
+	if off < 0 || off > int64(b.Size()) {
+		if err := b.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("cuda: range [%d,+%d) outside device buffer of %d bytes: %w", off, n, b.Size(), ErrInvalidValue)
+	}
+	return b.check(int(off), n)
+}
+
 // Free releases the memory. A second Free returns an error matching
 // ErrInvalidHandle; freeing a borrowed buffer or a view is refused with
 // ErrInvalidValue. When the driver fails to free it, the buffer stays
@@ -142,45 +154,76 @@ func (b *DeviceBuffer) Free() error {
 	})
 }
 
-// CopyFromHost copies src into the buffer at off and returns when the data is in
-// place. src may be any Go memory. (The driver's synchronous copy from
+// WriteAt copies p into the buffer at off and returns when the data is in
+// place (io.WriterAt). p may be any Go memory. A range outside the buffer is
+// refused with an error matching ErrInvalidValue and nothing is written;
+// a freed buffer with ErrInvalidHandle. (The driver's synchronous copy from
 // pageable memory returns once the data is staged, before the last DMA has
-// landed, and work on non-blocking streams is not ordered after it; CopyFromHost
-// waits for the legacy default stream so that "done" means done.) The
-// stream-ordered form is Stream.CopyHtoD.
-func (b *DeviceBuffer) CopyFromHost(off int, src []byte) error {
-	if err := b.check(off, len(src)); err != nil {
-		return err
+// landed, and work on non-blocking streams is not ordered after it; WriteAt
+// waits for the legacy default stream so that "done" means done.)
+//
+// WriteAt is the driver's synchronous copy, which cannot be interrupted:
+// it is not bounded by a context. The bounded form is Stream.CopyHtoD
+// followed by Stream.Synchronize(ctx).
+func (b *DeviceBuffer) WriteAt(p []byte, off int64) (n int, err error) {
+	if err := b.check64(off, len(p)); err != nil {
+		return 0, err
 	}
-	if len(src) == 0 {
-		return nil
+	if len(p) == 0 {
+		return 0, nil
 	}
 	sc, err := b.ctx.enter()
 	defer sc.Exit()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if err := b.ctx.drv.MemcpyHtoD(cudadrv.DevicePtr(b.ptr.Add(off)), hostPtr(src), uint64(len(src))); err != nil {
-		return err
+	if err := pub(b.ctx.drv.MemcpyHtoD(cudadrv.DevicePtr(b.ptr.Add(int(off))), hostPtr(p), uint64(len(p)))); err != nil {
+		return 0, err
 	}
-	return b.ctx.drv.StreamSynchronize(0)
+	if err := pub(b.ctx.drv.StreamSynchronize(0)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
-// CopyToHost copies len(dst) bytes at off out of the buffer and returns when they
-// are in dst. The stream-ordered form is Stream.CopyDtoH.
-func (b *DeviceBuffer) CopyToHost(off int, dst []byte) error {
-	if err := b.check(off, len(dst)); err != nil {
-		return err
+// ReadAt copies len(p) bytes at off out of the buffer into p and returns
+// when they are there (io.ReaderAt). As with a file, a read that reaches
+// the end of the buffer reads what is there and returns io.EOF; a negative
+// off is refused with an error matching ErrInvalidValue, a freed buffer
+// with ErrInvalidHandle.
+//
+// ReadAt is the driver's synchronous copy, which cannot be interrupted: it
+// is not bounded by a context. The bounded form is Stream.CopyDtoH
+// followed by Stream.Synchronize(ctx).
+func (b *DeviceBuffer) ReadAt(p []byte, off int64) (n int, err error) {
+	if err := b.Err(); err != nil {
+		return 0, err
 	}
-	if len(dst) == 0 {
-		return nil
+	if off < 0 {
+		return 0, fmt.Errorf("cuda: read at offset %d of a device buffer: %w", off, ErrInvalidValue)
 	}
-	sc, err := b.ctx.enter()
+	n = len(p)
+	if off >= int64(b.size) {
+		if n == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	if rest := int64(b.size) - off; int64(n) > rest {
+		n, err = int(rest), io.EOF
+	}
+	if n == 0 {
+		return 0, err
+	}
+	sc, serr := b.ctx.enter()
 	defer sc.Exit()
-	if err != nil {
-		return err
+	if serr != nil {
+		return 0, serr
 	}
-	return b.ctx.drv.MemcpyDtoH(hostPtr(dst), cudadrv.DevicePtr(b.ptr.Add(off)), uint64(len(dst)))
+	if cerr := pub(b.ctx.drv.MemcpyDtoH(hostPtr(p[:n]), cudadrv.DevicePtr(b.ptr.Add(int(off))), uint64(n))); cerr != nil {
+		return 0, cerr
+	}
+	return n, err
 }
 
 // Memset sets every byte of the buffer to v and returns when it is done
@@ -199,67 +242,81 @@ func (b *DeviceBuffer) Memset(v byte) error {
 	if err != nil {
 		return err
 	}
-	if err := b.ctx.drv.MemsetD8(cudadrv.DevicePtr(b.ptr), v, uint64(b.size)); err != nil {
+	if err := pub(b.ctx.drv.MemsetD8(cudadrv.DevicePtr(b.ptr), v, uint64(b.size))); err != nil {
 		return err
 	}
-	return b.ctx.drv.StreamSynchronize(0)
+	return pub(b.ctx.drv.StreamSynchronize(0))
 }
 
 func hostPtr(p []byte) hostptr.Ptr { return hostptr.PtrOf(p) }
 
-// The stream-ordered copies take raw device addresses, so that a copy can
-// start anywhere in an allocation; the driver checks only that an address
-// lies in some allocation of the context. Code that derives them from a
-// DeviceBuffer checks its Err and the range first (the synchronous
-// DeviceBuffer methods do both).
+// The stream-ordered copies take a DeviceBuffer and an offset and check,
+// as the synchronous methods do, that the buffer is live and the range lies
+// inside it: a freed buffer (or a view of one) is refused with an error
+// matching ErrInvalidHandle, a range outside it with ErrInvalidValue, both
+// before any driver call. Slice and WrapDevicePtr make buffers of memory
+// allocated elsewhere or of part of an allocation.
 
-// CopyHtoD queues a copy of src to device address dst. src must stay alive
-// and unchanged until the stream reaches the copy; the copy is truly
+// CopyHtoD queues a copy of src to dst at off. src must stay alive and
+// unchanged until the stream reaches the copy; the copy is truly
 // asynchronous, and runs at full speed, only when src is pinned. The
-// synchronous form is DeviceBuffer.CopyFromHost.
-func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
+// synchronous form is DeviceBuffer.WriteAt.
+func (s *Stream) CopyHtoD(dst *DeviceBuffer, off int, src []byte) error {
+	if err := dst.check(off, len(src)); err != nil {
+		return err
+	}
 	if len(src) == 0 {
 		return s.usable()
 	}
+	p := dst.ptr.Add(off)
 	return s.call(func() error {
-		return s.ctx.drv.MemcpyHtoDAsync(cudadrv.DevicePtr(dst), hostPtr(src), uint64(len(src)), s.h)
+		return s.ctx.drv.MemcpyHtoDAsync(cudadrv.DevicePtr(p), hostPtr(src), uint64(len(src)), s.h)
 	})
 }
 
-// CopyDtoH queues a copy of len(dst) bytes from device address src into
-// dst. dst must stay alive and must not be read until the stream reaches
-// the copy. The synchronous form is DeviceBuffer.CopyToHost.
-func (s *Stream) CopyDtoH(dst []byte, src DevicePtr) error {
+// CopyDtoH queues a copy of len(dst) bytes of src at off into dst. dst
+// must stay alive and must not be read until the stream reaches the copy.
+// The synchronous form is DeviceBuffer.ReadAt.
+func (s *Stream) CopyDtoH(dst []byte, src *DeviceBuffer, off int) error {
+	if err := src.check(off, len(dst)); err != nil {
+		return err
+	}
 	if len(dst) == 0 {
 		return s.usable()
 	}
+	p := src.ptr.Add(off)
 	return s.call(func() error {
-		return s.ctx.drv.MemcpyDtoHAsync(hostPtr(dst), cudadrv.DevicePtr(src), uint64(len(dst)), s.h)
+		return s.ctx.drv.MemcpyDtoHAsync(hostPtr(dst), cudadrv.DevicePtr(p), uint64(len(dst)), s.h)
 	})
 }
 
-// CopyDtoD queues a copy of n bytes between device addresses (there is no
-// synchronous form: queue it and Synchronize the stream).
-func (s *Stream) CopyDtoD(dst, src DevicePtr, n int) error {
-	if n < 0 {
-		return fmt.Errorf("cuda: copy of %d bytes: %w", n, ErrInvalidValue)
+// CopyDtoD queues a copy of n bytes of src at srcOff to dst at dstOff
+// (there is no synchronous form: queue it and Synchronize the stream).
+func (s *Stream) CopyDtoD(dst *DeviceBuffer, dstOff int, src *DeviceBuffer, srcOff, n int) error {
+	if err := dst.check(dstOff, n); err != nil {
+		return err
+	}
+	if err := src.check(srcOff, n); err != nil {
+		return err
 	}
 	if n == 0 {
 		return s.usable()
 	}
+	d, p := dst.ptr.Add(dstOff), src.ptr.Add(srcOff)
 	return s.call(func() error {
-		return s.ctx.drv.MemcpyDtoDAsync(cudadrv.DevicePtr(dst), cudadrv.DevicePtr(src), uint64(n), s.h)
+		return s.ctx.drv.MemcpyDtoDAsync(cudadrv.DevicePtr(d), cudadrv.DevicePtr(p), uint64(n), s.h)
 	})
 }
 
-// Memset queues setting n bytes at dst to v. The synchronous form is
-// DeviceBuffer.Memset.
-func (s *Stream) Memset(dst DevicePtr, v byte, n int) error {
-	if n < 0 {
-		return fmt.Errorf("cuda: memset of %d bytes: %w", n, ErrInvalidValue)
+// Memset queues setting n bytes of dst at off to v. The synchronous form
+// is DeviceBuffer.Memset.
+func (s *Stream) Memset(dst *DeviceBuffer, off int, v byte, n int) error {
+	if err := dst.check(off, n); err != nil {
+		return err
 	}
 	if n == 0 {
 		return s.usable()
 	}
-	return s.call(func() error { return s.ctx.drv.MemsetD8Async(cudadrv.DevicePtr(dst), v, uint64(n), s.h) })
+	p := dst.ptr.Add(off)
+	return s.call(func() error { return s.ctx.drv.MemsetD8Async(cudadrv.DevicePtr(p), v, uint64(n), s.h) })
 }

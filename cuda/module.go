@@ -26,7 +26,7 @@ func (c *Context) LoadModule(image []byte) (*Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := c.drv.ModuleLoadData(image)
+	h, err := pub2(c.drv.ModuleLoadData(image))
 	if err != nil {
 		v, _ := c.drv.DriverGetVersion()
 		return nil, fmt.Errorf("cuda: loading a %d-byte module with driver CUDA %d.%d: %w", len(image), v/1000, v%1000/10, err)
@@ -65,17 +65,19 @@ func (m *Module) Function(name string) (*Function, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := m.ctx.drv.ModuleGetFunction(m.h, name)
+	f, err := pub2(m.ctx.drv.ModuleGetFunction(m.h, name))
 	if err != nil {
 		return nil, fmt.Errorf("cuda: kernel %q: %w", name, err)
 	}
 	return &Function{mod: m, h: f, name: name}, nil
 }
 
-// Unload unloads the module. Its functions become invalid. A second
-// Unload returns an error matching ErrInvalidHandle. When the driver fails to release it,
-// it stays usable and the call may be repeated.
-func (m *Module) Unload() error {
+// Destroy unloads the module (cuModuleUnload), as Stream, Event and
+// Context release their driver objects with Destroy. Its functions become
+// invalid. A second Destroy returns an error matching ErrInvalidHandle.
+// When the driver fails to release it, it stays usable and the call may
+// be repeated.
+func (m *Module) Destroy() error {
 	if m == nil {
 		return m.usable()
 	}

@@ -21,7 +21,7 @@ import (
 func threadID() int { return unix.Gettid() }
 
 // A failed primary-context retain is not remembered: the next call retries
-// and succeeds (issue 12 #5).
+// and succeeds.
 func TestPrimaryContextRetriesAfterFailure(t *testing.T) {
 	fd := testutil.UseFake(t, fakedrv.Options{})
 	dev, err := cuda.GetDevice(0)
@@ -83,9 +83,9 @@ func TestPropertiesCoreAttributeInvalidValueFails(t *testing.T) {
 	}
 }
 
-// Using a destroyed context leaves the caller's own thread lock in place
-// (issue 12 #6): before the fix, enter released one lock level itself and
-// the deferred release took a second, undoing the caller's LockOSThread.
+// Using a destroyed context leaves the caller's own thread lock in place:
+// enter must not release a lock level itself when the deferred Exit
+// releases one too, which would undo the caller's LockOSThread.
 func TestDestroyedContextKeepsCallersThreadLock(t *testing.T) {
 	testutil.UseFake(t, fakedrv.Options{})
 	dev, err := cuda.GetDevice(0)
@@ -149,7 +149,7 @@ func TestEnterRestoresPreviousContext(t *testing.T) {
 	must(t, fd.CtxSetCurrent(cudadrv.Context(other.Handle())))
 	b, err := ctx.Alloc(4096)
 	must(t, err)
-	must(t, b.CopyFromHost(0, []byte{1, 2, 3}))
+	must(t, errOf(b.WriteAt([]byte{1, 2, 3}, 0)))
 	must(t, ctx.Synchronize(context.Background()))
 	must(t, ctx.Do(func() error { return nil }))
 	s, err := ctx.NewStream(cuda.StreamNonBlocking)
@@ -171,7 +171,7 @@ func TestEnterRestoresPreviousContext(t *testing.T) {
 }
 
 // Methods on nil objects and nil arguments return typed errors, never
-// panic (issue 12 #9).
+// panic.
 func TestNilReceiversAndArguments(t *testing.T) {
 	_, ctx := fakeContext(t)
 	s, err := ctx.NewStream(cuda.StreamNonBlocking)
@@ -190,50 +190,57 @@ func TestNilReceiversAndArguments(t *testing.T) {
 		nd *cuda.Device
 	)
 	host := make([]byte, 8)
+	dev, err := ctx.Alloc(8)
+	must(t, err)
+	defer dev.Free()
 	cases := map[string]func() error{
-		"Context.Alloc":             func() error { _, err := nc.Alloc(8); return err },
-		"Context.NewStream":         func() error { _, err := nc.NewStream(0); return err },
-		"Context.NewEvent":          func() error { _, err := nc.NewEvent(0); return err },
-		"Context.LoadModule":        func() error { _, err := nc.LoadModule([]byte("x")); return err },
-		"Context.Do":                func() error { return nc.Do(func() error { return nil }) },
-		"Context.Do(nil)":           func() error { return ctx.Do(nil) },
-		"Context.Synchronize":       func() error { return nc.Synchronize(context.Background()) },
-		"Context.MemInfo":           func() error { _, _, err := nc.MemInfo(); return err },
-		"Context.Destroy":           nc.Destroy,
-		"Stream.CopyHtoD":           func() error { return ns.CopyHtoD(0, host) },
-		"Stream.CopyDtoH":           func() error { return ns.CopyDtoH(host, 0) },
-		"Stream.CopyDtoD":           func() error { return ns.CopyDtoD(0, 0, 8) },
-		"Stream.Memset":             func() error { return ns.Memset(0, 0, 8) },
-		"Stream.Synchronize":        func() error { return ns.Synchronize(context.Background()) },
-		"Stream.Query":              func() error { _, err := ns.Query(); return err },
-		"Stream.WaitEvent":          func() error { return ns.WaitEvent(ev) },
-		"Stream.WaitEvent(nil)":     func() error { return s.WaitEvent(nil) },
-		"Stream.Destroy":            ns.Destroy,
-		"WrapStream(nil)":           func() error { return cuda.WrapStream(nil, 1).Synchronize(context.Background()) },
-		"Event.Record":              func() error { return ne.Record(s) },
-		"Event.Record(nil)":         func() error { return ev.Record(nil) },
-		"Event.Synchronize":         func() error { return ne.Synchronize(context.Background()) },
-		"Event.Query":               func() error { _, err := ne.Query(); return err },
-		"Event.Elapsed":             func() error { _, err := ne.Elapsed(ev); return err },
-		"Event.Elapsed(nil)":        func() error { _, err := ev.Elapsed(nil); return err },
-		"Event.Destroy":             ne.Destroy,
-		"WrapEvent(nil)":            func() error { return cuda.WrapEvent(nil, 1).Synchronize(context.Background()) },
-		"DeviceBuffer.CopyFromHost": func() error { return nb.CopyFromHost(0, host) },
-		"DeviceBuffer.CopyToHost":   func() error { return nb.CopyToHost(0, host) },
-		"DeviceBuffer.Memset":       func() error { return nb.Memset(0) },
-		"DeviceBuffer.Slice":        func() error { _, err := nb.Slice(0, 1); return err },
-		"DeviceBuffer.Free":         nb.Free,
-		"DeviceBuffer.Err":          nb.Err,
-		"WrapDevicePtr(nil)":        func() error { return cuda.WrapDevicePtr(nil, 1, 8).CopyFromHost(0, host) },
-		"Module.Function":           func() error { _, err := nm.Function("k"); return err },
-		"Module.Unload":             nm.Unload,
-		"Function.Launch":           func() error { return nf.Launch(s, cuda.D1(1), cuda.D1(1), 0) },
-		"Device.Name":               func() error { _, err := nd.Name(); return err },
-		"Device.Attribute":          func() error { _, err := nd.Attribute(cuda.AttrIntegrated); return err },
-		"Device.Properties":         func() error { _, err := nd.Properties(); return err },
-		"Device.PrimaryContext":     func() error { _, err := nd.PrimaryContext(); return err },
-		"NewContext(nil)":           func() error { _, err := cuda.NewContext(nil, 0); return err },
-		"WrapContext(nil)":          func() error { return cuda.WrapContext(nil, 1).Synchronize(context.Background()) },
+		"Context.Alloc":         func() error { _, err := nc.Alloc(8); return err },
+		"Context.NewStream":     func() error { _, err := nc.NewStream(0); return err },
+		"Context.NewEvent":      func() error { _, err := nc.NewEvent(0); return err },
+		"Context.LoadModule":    func() error { _, err := nc.LoadModule([]byte("x")); return err },
+		"Context.Do":            func() error { return nc.Do(func() error { return nil }) },
+		"Context.Do(nil)":       func() error { return ctx.Do(nil) },
+		"Context.Synchronize":   func() error { return nc.Synchronize(context.Background()) },
+		"Context.MemInfo":       func() error { _, _, err := nc.MemInfo(); return err },
+		"Context.Destroy":       nc.Destroy,
+		"Stream.CopyHtoD":       func() error { return ns.CopyHtoD(dev, 0, host) },
+		"Stream.CopyHtoD(nil)":  func() error { return s.CopyHtoD(nb, 0, host) },
+		"Stream.CopyDtoH":       func() error { return ns.CopyDtoH(host, dev, 0) },
+		"Stream.CopyDtoH(nil)":  func() error { return s.CopyDtoH(host, nb, 0) },
+		"Stream.CopyDtoD":       func() error { return ns.CopyDtoD(dev, 0, dev, 0, 8) },
+		"Stream.CopyDtoD(nil)":  func() error { return s.CopyDtoD(dev, 0, nb, 0, 8) },
+		"Stream.Memset":         func() error { return ns.Memset(dev, 0, 0, 8) },
+		"Stream.Memset(nil)":    func() error { return s.Memset(nb, 0, 0, 8) },
+		"Stream.Synchronize":    func() error { return ns.Synchronize(context.Background()) },
+		"Stream.Query":          func() error { _, err := ns.Query(); return err },
+		"Stream.WaitEvent":      func() error { return ns.WaitEvent(ev) },
+		"Stream.WaitEvent(nil)": func() error { return s.WaitEvent(nil) },
+		"Stream.Destroy":        ns.Destroy,
+		"WrapStream(nil)":       func() error { return cuda.WrapStream(nil, 1).Synchronize(context.Background()) },
+		"Event.Record":          func() error { return ne.Record(s) },
+		"Event.Record(nil)":     func() error { return ev.Record(nil) },
+		"Event.Synchronize":     func() error { return ne.Synchronize(context.Background()) },
+		"Event.Query":           func() error { _, err := ne.Query(); return err },
+		"Event.Elapsed":         func() error { _, err := ne.Elapsed(ev); return err },
+		"Event.Elapsed(nil)":    func() error { _, err := ev.Elapsed(nil); return err },
+		"Event.Destroy":         ne.Destroy,
+		"WrapEvent(nil)":        func() error { return cuda.WrapEvent(nil, 1).Synchronize(context.Background()) },
+		"DeviceBuffer.WriteAt":  func() error { _, err := nb.WriteAt(host, 0); return err },
+		"DeviceBuffer.ReadAt":   func() error { _, err := nb.ReadAt(host, 0); return err },
+		"DeviceBuffer.Memset":   func() error { return nb.Memset(0) },
+		"DeviceBuffer.Slice":    func() error { _, err := nb.Slice(0, 1); return err },
+		"DeviceBuffer.Free":     nb.Free,
+		"DeviceBuffer.Err":      nb.Err,
+		"WrapDevicePtr(nil)":    func() error { _, err := cuda.WrapDevicePtr(nil, 1, 8).WriteAt(host, 0); return err },
+		"Module.Function":       func() error { _, err := nm.Function("k"); return err },
+		"Module.Destroy":        nm.Destroy,
+		"Function.Launch":       func() error { return nf.Launch(s, cuda.D1(1), cuda.D1(1), 0) },
+		"Device.Name":           func() error { _, err := nd.Name(); return err },
+		"Device.Attribute":      func() error { _, err := nd.Attribute(cuda.AttrIntegrated); return err },
+		"Device.Properties":     func() error { _, err := nd.Properties(); return err },
+		"Device.PrimaryContext": func() error { _, err := nd.PrimaryContext(); return err },
+		"NewContext(nil)":       func() error { _, err := cuda.NewContext(nil, 0); return err },
+		"WrapContext(nil)":      func() error { return cuda.WrapContext(nil, 1).Synchronize(context.Background()) },
 	}
 	for name, f := range cases {
 		func() {
@@ -274,10 +281,10 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 		release func() error
 		use     func() error
 	}{
-		{"cuMemFree_v2", b.Free, func() error { return b.CopyFromHost(0, []byte{1}) }},
+		{"cuMemFree_v2", b.Free, func() error { _, err := b.WriteAt([]byte{1}, 0); return err }},
 		{"cuStreamDestroy_v2", s.Destroy, func() error { return s.Synchronize(context.Background()) }},
 		{"cuEventDestroy_v2", ev.Destroy, func() error { return ev.Record(s) }},
-		{"cuModuleUnload", mod.Unload, func() error {
+		{"cuModuleUnload", mod.Destroy, func() error {
 			// The fake registers no kernels: any answer but "unloaded" will do.
 			if _, err := mod.Function(kernels.KernelFill); err != nil && strings.Contains(err.Error(), "already unloaded") {
 				return err
@@ -298,7 +305,7 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 		}
 	}
 	fd.ClearFaults()
-	for _, f := range []func() error{b.Free, ev.Destroy, s.Destroy, mod.Unload, own.Destroy} {
+	for _, f := range []func() error{b.Free, ev.Destroy, s.Destroy, mod.Destroy, own.Destroy} {
 		must(t, f())
 		before--
 	}

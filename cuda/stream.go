@@ -36,7 +36,7 @@ func (c *Context) NewStream(flags StreamFlags) (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := c.drv.StreamCreate(uint32(flags))
+	h, err := pub2(c.drv.StreamCreate(uint32(flags)))
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (s *Stream) usable() error {
 }
 
 // call runs f, a driver call that names s (or an event of s's context)
-// explicitly. The driver takes such work's context from the stream, so when
+// explicitly, and returns its error in this package's types (pub). The driver takes such work's context from the stream, so when
 // no context, or s's own, is current on the calling OS thread, f needs no
 // cuCtxSetCurrent (a driver call of its own) and no thread lock. When another context is current the driver validates against
 // it and rejects the call; f is then run again with s's context made current
@@ -94,7 +94,7 @@ func (s *Stream) call(f func() error) error {
 	}
 	if s.h != 0 {
 		if err := f(); !retryInContext(err) {
-			return err
+			return pub(err)
 		}
 	}
 	sc, err := s.ctx.enter()
@@ -102,7 +102,7 @@ func (s *Stream) call(f func() error) error {
 	if err != nil {
 		return err
 	}
-	return f()
+	return pub(f())
 }
 
 // retryInContext reports whether err is how the driver rejects a call made
@@ -168,7 +168,7 @@ func doneOrErr(err error) (bool, error) {
 	if err == nil {
 		return true, nil
 	}
-	if e, ok := err.(*cudadrv.Error); ok && e.Code == cudadrv.ErrorNotReady {
+	if e, ok := err.(*Error); ok && e.Code == ResultNotReady {
 		return false, nil
 	}
 	return false, err
@@ -202,7 +202,7 @@ func (c *Context) NewEvent(flags EventFlags) (*Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := c.drv.EventCreate(uint32(flags))
+	h, err := pub2(c.drv.EventCreate(uint32(flags)))
 	if err != nil {
 		return nil, err
 	}
@@ -244,14 +244,14 @@ func (e *Event) call(f func() error) error {
 		return err
 	}
 	if err := f(); !retryInContext(err) {
-		return err
+		return pub(err)
 	}
 	sc, err := e.ctx.enter()
 	defer sc.Exit()
 	if err != nil {
 		return err
 	}
-	return f()
+	return pub(f())
 }
 
 // Record captures the work queued on s so far; the event completes when that work has.

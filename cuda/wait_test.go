@@ -27,7 +27,7 @@ func TestSynchronizeIsBoundedByContext(t *testing.T) {
 	defer d.Free()
 
 	must(t, fd.HoldStream(cudadrv.Stream(s.Handle())))
-	must(t, s.Memset(d.Ptr(), 7, 16))
+	must(t, s.Memset(d, 0, 7, 16))
 	must(t, ev.Record(s))
 	waits := map[string]func(context.Context) error{
 		"Stream.Synchronize":  s.Synchronize,

@@ -26,7 +26,9 @@ var ErrInstalled = errors.New("cudatest: a fake CUDA driver is already installed
 var ErrLeak = errors.New("cudatest: driver objects leaked")
 
 // Driver is an installed fake CUDA driver. Its methods are safe for
-// concurrent use.
+// concurrent use. Once it is closed, those that act on the fake (FailOn,
+// FailAsync, HoldStream, ReleaseStream, WaitBlocked, RegisterKernel)
+// return an error matching cuda.ErrInvalidValue.
 type Driver struct {
 	fake      *fakedrv.Driver
 	restore   func()
@@ -169,6 +171,17 @@ func (d *Driver) Close() error {
 	return d.closeErr
 }
 
+// usable refuses a nil Driver, and one closed, for the method what.
+func (d *Driver) usable(what string) error {
+	switch {
+	case d == nil:
+		return invalid("%s of a nil Driver", what)
+	case d.closed.Load():
+		return invalid("%s of a closed Driver", what)
+	}
+	return nil
+}
+
 // When says which calls of a driver function an injected fault hits: make
 // one with Once, Nth or Always. The zero When is refused by FailOn.
 type When struct {
@@ -208,7 +221,8 @@ func (w When) Sticky() When {
 const (
 	// AnyHtoD is any host-to-device copy: cuMemcpyHtoD_v2,
 	// cuMemcpyHtoDAsync_v2, and a batch copy (cuMemcpyBatchAsync_v2) with a
-	// copy from host to device memory.
+	// copy from host to device memory. A kernel that copies (as a
+	// blocks.Copier given WithKernel does) is a launch: AnyLaunch.
 	AnyHtoD = "any host-to-device copy"
 	// AnyDtoH is any device-to-host copy: cuMemcpyDtoH_v2,
 	// cuMemcpyDtoHAsync_v2, and a batch copy with a copy from device to
@@ -229,8 +243,8 @@ const (
 func Ops() []string { return fakedrv.Ops() }
 
 func (d *Driver) fault(what, op string, when When, code cuda.Result, async bool) error {
-	if d == nil {
-		return invalid("%s of a nil Driver", what)
+	if err := d.usable(what); err != nil {
+		return err
 	}
 	if !slices.Contains(Ops(), op) && !slices.Contains(fakedrv.Classes(), op) {
 		return invalid("%s(%q): neither a driver function the fake implements (see Ops) nor an operation class", what, op)
@@ -247,6 +261,9 @@ func (d *Driver) fault(what, op string, when When, code cuda.Result, async bool)
 	if code == cuda.ResultSuccess {
 		return invalid("%s(%q): cuda.ResultSuccess is not a failure", what, op)
 	}
+	if async && !fakedrv.QueuesWork(op) {
+		return invalid("%s(%q): the call queues no work on a stream, so no asynchronous fault can hit it (use FailOn)", what, op)
+	}
 	return d.fake.AddRule(op, nth, cudadrv.Result(code), async, when.sticky)
 }
 
@@ -258,14 +275,17 @@ func (d *Driver) fault(what, op string, when When, code cuda.Result, async bool)
 // be given, with or without a constant in package cuda. Rules add up: each
 // counts the calls of its op from the moment it was made. FailOn returns
 // an error matching cuda.ErrInvalidValue for an op neither in Ops nor a
-// class, a zero When or cuda.ResultSuccess.
+// class, a zero When or cuda.ResultSuccess; FailAsync also for an op that
+// queues no work (AnyAlloc, cuStreamCreate, ...).
 func (d *Driver) FailOn(op string, when When, code cuda.Result) error {
 	return d.fault("FailOn", op, when, code, false)
 }
 
 // FailAsync is FailOn for asynchronous work (a copy, memset or kernel
-// launch on a stream): the call succeeds, and the work fails when it runs,
-// as device work faults on a GPU. The fault is reported once, by the first
+// launch on a stream: AnyHtoD, AnyDtoH, AnyLaunch or a cuMemcpy*,
+// cuMemset* or cuLaunchKernel symbol): the call succeeds, and the work
+// fails when it runs, as device work faults on a GPU. A synchronous copy
+// or memset reports the fault itself. The fault is reported once, by the first
 // of these that observes it: a query or synchronization of an event
 // recorded on the work's stream after the work, a query or synchronization
 // of that stream, a synchronization of its context. With When.Sticky it
@@ -317,8 +337,8 @@ func (d *Driver) ReleaseStream(s *cuda.Stream) error {
 }
 
 func (d *Driver) hold(what string, s *cuda.Stream, on bool) error {
-	if d == nil {
-		return invalid("%s of a nil Driver", what)
+	if err := d.usable(what); err != nil {
+		return err
 	}
 	if s == nil {
 		return invalid("%s(nil)", what)
@@ -387,17 +407,21 @@ func (d *Driver) Streams() []*cuda.Stream {
 // It returns the driver function of that call, such as
 // "cuStreamSynchronize" or "cuEventQuery", so that a test can release the
 // work knowing the code reached its wait, with no sleep standing in for
-// it; or ctx's error when ctx ends first. A stream unknown to this driver
-// is an error matching cuda.ErrInvalidValue.
+// it; or ctx's error when ctx ends first. A stream unknown to this driver,
+// and a Driver closed before or during the wait, are errors matching
+// cuda.ErrInvalidValue.
 func (d *Driver) WaitBlocked(ctx context.Context, s *cuda.Stream) (string, error) {
-	if d == nil {
-		return "", invalid("WaitBlocked of a nil Driver")
+	if err := d.usable("WaitBlocked"); err != nil {
+		return "", err
 	}
 	var h cudadrv.Stream
 	if s != nil {
 		h = cudadrv.Stream(s.Handle())
 	}
 	for seen := -1; ; {
+		if err := d.usable("WaitBlocked"); err != nil {
+			return "", err // closed while waiting
+		}
 		changed := d.fake.Changed()
 		op, polls, err := d.fake.Blocked(h, s == nil, seen)
 		if err != nil {

@@ -82,11 +82,11 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(buf.Bytes(), pattern(1<<20, 2))
-	if err := dst.CopyFromHost(0, buf.Bytes()); err != nil {
+	if _, err := dst.WriteAt(buf.Bytes(), 0); err != nil {
 		t.Fatal(err)
 	}
 	back := make([]byte, 1<<20)
-	if err := dst.CopyToHost(0, back); err != nil {
+	if _, err := dst.ReadAt(back, 0); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(back, buf.Bytes()) {
@@ -388,19 +388,36 @@ func TestFailAsync(t *testing.T) {
 	if err := d.FailAsync("cuMemsetD8Async", cudatest.Once(), cuda.ResultLaunchFailed); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Memset(buf.Ptr(), 9, 64); err != nil {
+	if err := s.Memset(buf, 0, 9, 64); err != nil {
 		t.Fatalf("the failing memset's call: %v, want success", err)
 	}
 	if err := s.Synchronize(context.Background()); !errors.Is(err, cuda.ErrLaunchFailed) {
 		t.Errorf("Synchronize after the failed memset: %v, want ErrLaunchFailed", err)
 	}
 	got := make([]byte, 64)
-	if err := buf.CopyToHost(0, got); err != nil {
+	if _, err := buf.ReadAt(got, 0); err != nil {
 		t.Fatal(err)
 	}
 	if bytes.Contains(got, []byte{9}) {
 		t.Error("the failed memset wrote memory")
 	}
+}
+
+// TestFailAsyncRefusesCallsWithoutWork: FailAsync refuses the calls that
+// queue no work, whose rule would be used up by a call and never fire.
+func TestFailAsyncRefusesCallsWithoutWork(t *testing.T) {
+	d := cudatest.Install(t)
+	for _, op := range []string{cudatest.AnyAlloc, "cuMemAlloc_v2", "cuStreamCreate", "cuEventRecord"} {
+		if err := d.FailAsync(op, cudatest.Once(), cuda.ResultLaunchFailed); !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("FailAsync(%q) = %v, want an error matching ErrInvalidValue", op, err)
+		}
+	}
+	for _, op := range []string{cudatest.AnyHtoD, cudatest.AnyDtoH, cudatest.AnyLaunch, "cuMemcpyHtoD_v2", "cuMemsetD8Async", "cuLaunchKernel"} {
+		if err := d.FailAsync(op, cudatest.Once(), cuda.ResultLaunchFailed); err != nil {
+			t.Errorf("FailAsync(%q) = %v", op, err)
+		}
+	}
+	d.ClearFaults()
 }
 
 // TestLeaks: Leaks and the cleanup of Install report what is left, with

@@ -136,7 +136,7 @@ func ExampleWhen_Sticky() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("memset queued:", s.Memset(buf.Ptr(), 0, 256))
+	fmt.Println("memset queued:", s.Memset(buf, 0, 0, 256))
 	var ce *cuda.Error
 	errors.As(s.Synchronize(context.Background()), &ce)
 	fmt.Println("synchronize:", ce.Name)
@@ -182,7 +182,7 @@ func ExampleDriver_WaitBlocked() {
 		fmt.Println(err)
 		return
 	}
-	if err := s.Memset(buf.Ptr(), 1, 256); err != nil { // held: it waits
+	if err := s.Memset(buf, 0, 1, 256); err != nil { // held: it waits
 		fmt.Println(err)
 		return
 	}

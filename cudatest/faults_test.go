@@ -17,7 +17,7 @@ import (
 // memsetOn queues a memset of buf on s and records ev after it.
 func memsetOn(t *testing.T, s *cuda.Stream, buf *cuda.DeviceBuffer, ev *cuda.Event) {
 	t.Helper()
-	if err := s.Memset(buf.Ptr(), 9, buf.Size()); err != nil {
+	if err := s.Memset(buf, 0, 9, buf.Size()); err != nil {
 		t.Fatalf("queueing the memset: %v", err)
 	}
 	if ev != nil {
@@ -103,9 +103,9 @@ func TestStickyFault(t *testing.T) {
 		"stream synchronize":  func() error { return s.Synchronize(context.Background()) },
 		"event record":        func() error { return ev.Record(s) },
 		"event synchronize":   func() error { return ev.Synchronize(context.Background()) },
-		"memset":              func() error { return s.Memset(buf.Ptr(), 1, 64) },
+		"memset":              func() error { return s.Memset(buf, 0, 1, 64) },
 		"context synchronize": func() error { return ctx.Synchronize(context.Background()) },
-		"copy to host":        func() error { return buf.CopyToHost(0, make([]byte, 64)) },
+		"copy to host":        func() error { _, err := buf.ReadAt(make([]byte, 64), 0); return err },
 		"allocation": func() error {
 			b, err := ctx.Alloc(64)
 			if err == nil {
@@ -251,7 +251,7 @@ func TestKernelReplaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fn, err := mod.Function("fill")
 	if err != nil {
 		t.Fatal(err)
@@ -277,12 +277,94 @@ func TestKernelReplaced(t *testing.T) {
 		if err := s.Synchronize(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if err := buf.CopyToHost(0, got); err != nil {
+		if _, err := buf.ReadAt(got, 0); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, bytes.Repeat([]byte{v}, 16)) {
 			t.Errorf("after registering the body that writes %d: %v", v, got)
 		}
+	}
+}
+
+// TestKernelPanics: a body that panics fails its launch, reported to the
+// code waiting for it, instead of unwinding through the call that ran the
+// work (here the test's ReleaseStream) and leaving the waiter blocked.
+func TestKernelPanics(t *testing.T) {
+	d := cudatest.Install(t)
+	ctx := primary(t)
+	if err := d.RegisterKernel("trap", 0, func(*cudatest.Kernel) error { panic("trap") }); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := ctx.LoadModule([]byte("// fake PTX\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mod.Destroy()
+	fn, err := mod.Function("trap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ctx.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	if err := d.HoldStream(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := fn.Launch(s, cuda.D1(1), cuda.D1(1), 0); err != nil {
+		t.Fatal(err)
+	}
+	synced := make(chan error, 1)
+	go func() { synced <- s.Synchronize(context.Background()) }()
+	waitBlocked(t, d, s)
+	if err := d.ReleaseStream(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-synced; !errors.Is(err, cuda.ErrLaunchFailed) || !strings.Contains(err.Error(), "panicked: trap") {
+		t.Errorf("Synchronize after a kernel body panicked: %v, want ErrLaunchFailed naming the panic", err)
+	}
+}
+
+// TestKernelMemRefused: Kernel.Mem past an allocation fails the launch
+// with ErrLaunchFailed, and its error says what Mem refused, once.
+func TestKernelMemRefused(t *testing.T) {
+	d := cudatest.Install(t)
+	ctx := primary(t)
+	if err := d.RegisterKernel("over", 1, func(k *cudatest.Kernel) error {
+		_, err := k.Mem(cuda.DevicePtr(k.Arg(0)), 17)
+		if !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("Kernel.Mem past the allocation: %v, want an error matching ErrInvalidValue", err)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := ctx.LoadModule([]byte("// fake PTX\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mod.Destroy()
+	fn, err := mod.Function("over")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := ctx.Alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	s, err := ctx.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	if err := fn.Launch(s, cuda.D1(1), cuda.D1(1), 0, buf.Ptr()); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Synchronize(context.Background())
+	if !errors.Is(err, cuda.ErrLaunchFailed) || !strings.Contains(err.Error(), "Kernel.Mem(") || strings.Count(err.Error(), "kernel over") != 1 {
+		t.Errorf("Synchronize after Kernel.Mem was refused: %v, want ErrLaunchFailed naming Kernel.Mem and the kernel once", err)
 	}
 }
 
@@ -299,7 +381,7 @@ func TestKernelFaultInPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fn, err := mod.Function("work")
 	if err != nil {
 		t.Fatal(err)

@@ -44,7 +44,7 @@ func TestHoldStream(t *testing.T) {
 	if err := d.HoldStream(s); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Memset(buf.Ptr(), 3, 16); err != nil {
+	if err := s.Memset(buf, 0, 3, 16); err != nil {
 		t.Fatal(err)
 	}
 	if done, err := s.Query(); done || err != nil {
@@ -86,7 +86,7 @@ func TestHoldStream(t *testing.T) {
 		t.Fatalf("Synchronize released by another goroutine: %v", err)
 	}
 	got := make([]byte, 16)
-	if err := buf.CopyToHost(0, got); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{3}, 16)) {
+	if _, err := buf.ReadAt(got, 0); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{3}, 16)) {
 		t.Errorf("after release: %v, %v", got, err)
 	}
 	if err := d.HoldStream(nil); !errors.Is(err, cuda.ErrInvalidValue) {
@@ -110,6 +110,43 @@ func TestWaitBlockedEnds(t *testing.T) {
 	}
 }
 
+// TestWaitBlockedClosed: WaitBlocked on a closed Driver, or one closed
+// while it waits, returns at once instead of waiting for ctx, and the
+// other methods that act on the fake refuse a closed Driver instead of
+// doing nothing.
+func TestWaitBlockedClosed(t *testing.T) {
+	d := cudatest.Install(t)
+	s, err := primary(t).NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := d.WaitBlocked(context.Background(), nil)
+		waiting <- err
+	}()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiting; !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("WaitBlocked while the Driver closes: %v, want an error matching ErrInvalidValue", err)
+	}
+	for name, err := range map[string]error{
+		"WaitBlocked":    func() error { _, err := d.WaitBlocked(context.Background(), nil); return err }(),
+		"FailOn":         d.FailOn(cudatest.AnyAlloc, cudatest.Once(), cuda.ResultOutOfMemory),
+		"FailAsync":      d.FailAsync(cudatest.AnyHtoD, cudatest.Once(), cuda.ResultLaunchFailed),
+		"RegisterKernel": d.RegisterKernel("k", 0, nil),
+		"HoldStream":     d.HoldStream(s),
+	} {
+		if !errors.Is(err, cuda.ErrInvalidValue) || !strings.Contains(err.Error(), "closed") {
+			t.Errorf("%s of a closed Driver: %v, want an error matching ErrInvalidValue", name, err)
+		}
+	}
+}
+
 // TestReleaseOrder: released work runs stream by stream in creation order,
 // each stream's work in queue order.
 func TestReleaseOrder(t *testing.T) {
@@ -126,7 +163,7 @@ func TestReleaseOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fn, err := mod.Function("mark")
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package cudatest
 
 import (
+	"strings"
+
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
@@ -50,7 +52,13 @@ func (k *Kernel) Mem(p cuda.DevicePtr, n int) ([]byte, error) {
 	}
 	b, err := k.call.Mem(cudadrv.DevicePtr(p), uint64(n))
 	if err != nil {
-		return nil, invalid("kernel %s: %v", k.Name, err)
+		// The fake's reason, without the driver error around it: this is
+		// no driver call, and the launch's error names the kernel.
+		why := err.Error()
+		if _, after, ok := strings.Cut(why, "; cudatest: "); ok {
+			why = after
+		}
+		return nil, invalid("Kernel.Mem(%#x, %d): %s", uint64(p), n, why)
 	}
 	return b, nil
 }
@@ -62,13 +70,14 @@ func (k *Kernel) Mem(p cuda.DevicePtr, n int) ([]byte, error) {
 // order, like device work. body must not call pinmem or the driver, and
 // may use Kernel.Mem to reach device memory; an error from it fails the
 // launch asynchronously with CUDA_ERROR_LAUNCH_FAILED (cuda.ErrLaunchFailed),
-// reported as FailAsync says. A nil body does nothing. Registering a name
+// reported as FailAsync says, and so does a panic in it (the error holds
+// the panic's value and stack). A nil body does nothing. Registering a name
 // again replaces the kernel for every launch from then on, those of
 // Functions looked up before included. RegisterKernel fails with an error matching
 // cuda.ErrInvalidValue for an empty name or nargs outside [0, 64].
 func (d *Driver) RegisterKernel(name string, nargs int, body func(k *Kernel) error) error {
-	if d == nil {
-		return invalid("RegisterKernel of a nil Driver")
+	if err := d.usable("RegisterKernel"); err != nil {
+		return err
 	}
 	if name == "" {
 		return invalid("RegisterKernel: empty name")

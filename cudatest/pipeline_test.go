@@ -47,12 +47,12 @@ func TestPoolAndPipeline(t *testing.T) {
 	c := newCopier(t, ctx)
 	pl := newPipeline(t, c, transfer.WithChunkSize(64<<10), transfer.WithStreamCount(2))
 
-	in, err := p.Get(1<<20 + 100)
+	in, err := p.Get(context.Background(), 1<<20+100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Put(in)
-	out, err := p.Get(in.Len())
+	out, err := p.Get(context.Background(), in.Len())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestKernelInPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fn, err := mod.Function("invert")
 	if err != nil {
 		t.Fatal(err)

@@ -72,7 +72,7 @@ func TestPublishPool(t *testing.T) {
 	if err := PublishPool(DefaultPoolName, p); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("duplicate name: %v", err)
 	}
-	blk, err := p.Get(1000)
+	blk, err := p.Get(context.Background(), 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

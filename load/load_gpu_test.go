@@ -81,7 +81,7 @@ func TestGPULoadFile(t *testing.T) {
 		}
 		t.Logf("%v: %d bytes in %v, %.2f GB/s, %d reads, mode %v, resident %.2f, fallback %q", m, st.Bytes, st.Wall, st.GBps(), st.Reads, st.Mode, st.Resident, st.Fallback)
 		testutil.Poison(back)
-		if err := dst.CopyToHost(0, back); err != nil {
+		if _, err := dst.ReadAt(back, 0); err != nil {
 			t.Fatal(err)
 		}
 		testutil.CheckBytes(t, data, back)
@@ -117,7 +117,7 @@ func TestGPULoadRanges(t *testing.T) {
 			t.Fatal(err)
 		}
 		back := make([]byte, n)
-		if err := dst.CopyToHost(0, back); err != nil {
+		if _, err := dst.ReadAt(back, 0); err != nil {
 			t.Fatal(err)
 		}
 		for i, r := range rs {
@@ -169,7 +169,7 @@ func BenchmarkGPUReadFileCopy(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := dst.CopyFromHost(0, data); err != nil {
+		if _, err := dst.WriteAt(data, 0); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -589,7 +589,7 @@ func (r *run) fill(s *stage, rd *read) (k int, wait func() error, err error) {
 	}
 	for ; err == nil && k < len(rd.pieces); k++ {
 		p := rd.pieces[k]
-		if cerr := s.stream.CopyHtoD(p.dst, src[p.stageOff:p.stageOff+p.n]); cerr != nil {
+		if cerr := s.stream.CopyHtoD(cuda.WrapDevicePtr(s.stream.Context(), p.dst, p.n), 0, src[p.stageOff:p.stageOff+p.n]); cerr != nil {
 			err = fmt.Errorf("load: copy of %d bytes to the device: %w", p.n, cerr)
 			break
 		}

@@ -35,7 +35,7 @@ func BenchmarkGetPut1MiB(b *testing.B) {
 		p := newBenchPool(b)
 		b.ReportAllocs()
 		for b.Loop() {
-			blk, err := p.Get(size)
+			blk, err := p.Get(context.Background(), size)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -51,7 +51,7 @@ func BenchmarkGetPut1MiB(b *testing.B) {
 		_, s := newStream(b)
 		b.ReportAllocs()
 		for b.Loop() {
-			blk, err := p.Get(size)
+			blk, err := p.Get(context.Background(), size)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -13,12 +13,12 @@
 //		return err
 //	}
 //	defer func() { err = errors.Join(err, p.Close(ctx)) }()
-//	b, err := p.Get(3 << 20) // 3 MiB, pinned
+//	b, err := p.Get(ctx, 3<<20) // 3 MiB, pinned
 //	if err != nil {
 //		return err
 //	}
 //	copy(b.Bytes(), data)
-//	if err := stream.CopyHtoD(dst.Ptr(), b.Bytes()); err != nil {
+//	if err := stream.CopyHtoD(dst, 0, b.Bytes()); err != nil {
 //		return errors.Join(err, p.Put(b))
 //	}
 //	return p.Put(b, stream) // reused only once the copy has run
@@ -65,9 +65,14 @@
 //
 // # Close, failures and dropped pools
 //
-// Close takes a context that bounds its wait for the stream work of
-// blocks Put with streams; when it expires the pool is closed but those
-// blocks stay pinned until a later Put or Close sees their work finished.
+// Every call that can wait takes a context that bounds the wait: Get (a
+// miss pins memory, which may wait for the device), Trim (unpinning may
+// too) and Close (which also waits for the stream work of blocks Put with
+// streams). Pinning and unpinning cannot be interrupted in the driver:
+// when ctx ends first they finish in the background, a pinned block goes
+// to the pool's cache, and Close waits for them. When Close's ctx expires
+// the pool is closed but blocks whose stream work has not run stay pinned
+// until a later Put or Close sees their work finished.
 // A failed unpinning keeps the memory in the pool's books (the driver still
 // holds it) and is retried by the next miss, Trim, budget reclaim or Close.
 // A Pool dropped without Close is reported through pinmem's logger and
@@ -83,15 +88,15 @@
 // cuMemFreeHost and cuMemHostUnregister wait for the device in current
 // drivers (cuMemHostAlloc and cuMemHostRegister do in some). A Get that
 // misses pins new memory, and may first unpin idle memory (see
-// WithRetainOnMiss and the budget), so a miss may block the calling thread
-// until every kernel and copy queued on the device has finished, including
-// work on other streams that waits for the host (a kernel polling a host
-// flag then deadlocks until it times out). Trim, the budget's reclaim and
-// Close unpin and may synchronize too. The hit paths never synchronize: a
-// Get hit and a Put make no pinning or unpinning driver call (an ordered
-// Put records events, which never waits; only if recording fails does it
-// synchronize that one stream), and idle memory that a Put takes over
-// WithMaxCached leaves the cache at once but is unpinned at the next miss,
+// WithRetainOnMiss and the budget), so a miss may wait until every kernel
+// and copy queued on the device has finished, including work on other
+// streams that waits for the host (a kernel polling a host flag then
+// deadlocks until it times out); Get's ctx bounds that wait. Trim, the
+// budget's reclaim and Close unpin and may synchronize too. The hit paths
+// never synchronize: a Get hit and a Put make no pinning or unpinning
+// driver call (an ordered Put records events, which never waits), and idle
+// memory that a Put takes over WithMaxCached leaves the cache at once but
+// is unpinned at the next miss,
 // Trim, budget reclaim or Close (Stats.DeferredBytes). Code that must not
 // stall while the device is busy should warm the pool first (WithPrewarm,
 // or Get and Put the sizes it needs) so that its Gets hit.

@@ -10,8 +10,8 @@ import (
 
 var (
 	// ErrClosed is returned by Get and Trim on a closed pool, and by Close
-	// once the pool has released everything.
-	ErrClosed = errors.New("pool: closed")
+	// once the pool has released everything. It is cuda.ErrClosed.
+	ErrClosed = cuda.ErrClosed
 	// ErrOutstanding matches the *OutstandingError Close returns when
 	// blocks were still out.
 	ErrOutstanding = errors.New("pool: blocks still out at Close")
@@ -65,28 +65,4 @@ func (e *OutstandingError) Is(target error) bool {
 		return false
 	}
 	return target == ErrOutstanding
-}
-
-// OptionError is returned by New for an option it refuses. It matches
-// cuda.ErrInvalidValue.
-type OptionError struct {
-	Option string // the option's name, e.g. "WithPrewarm"
-	Value  string // its arguments as given, e.g. "0, 1"
-	Reason string // why New refused them
-}
-
-// Error names the option, its arguments and the reason.
-func (e *OptionError) Error() string {
-	if e == nil {
-		return "<nil>"
-	}
-	return fmt.Sprintf("pool: %s(%s): %s", e.Option, e.Value, e.Reason)
-}
-
-// Is matches cuda.ErrInvalidValue.
-func (e *OptionError) Is(target error) bool {
-	if e == nil {
-		return false
-	}
-	return target == cuda.ErrInvalidValue
 }

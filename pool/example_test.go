@@ -42,14 +42,14 @@ func Example() {
 	defer dst.Free()
 
 	for i := range 10 {
-		b, err := p.Get(3 << 20) // pinned; a hit after the first round
+		b, err := p.Get(context.Background(), 3<<20) // pinned; a hit after the first round
 		if err != nil {
 			log.Fatal(err)
 		}
 		for j := range b.Bytes() {
 			b.Bytes()[j] = byte(i)
 		}
-		if err := s.CopyHtoD(dst.Ptr(), b.Bytes()); err != nil {
+		if err := s.CopyHtoD(dst, 0, b.Bytes()); err != nil {
 			log.Fatal(err)
 		}
 		// Returns at once; the block is handed out again only after the copy.

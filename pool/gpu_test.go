@@ -39,7 +39,7 @@ func newSpinHold(t testing.TB, ctx *cuda.Context) *spinHold {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := mod.Unload(); err != nil {
+		if err := mod.Destroy(); err != nil {
 			t.Error(err)
 		}
 	})
@@ -135,14 +135,14 @@ func TestGPUMappedPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	fillK, err := mod.Function(kernels.KernelFill)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := newPool(t, WithFlags(pinmem.Mapped))
 	for i, size := range []int{4096, 4096, 64 << 10, 3 << 20, 8 << 20} {
-		b, err := p.Get(size)
+		b, err := p.Get(context.Background(), size)
 		testutil.SkipIfNotSupported(t, err)
 		dp, err := b.DevicePtr()
 		if err != nil {

@@ -61,7 +61,7 @@ func newPool(t *testing.T, opts ...Option) *Pool {
 
 func mustGet(t testing.TB, p *Pool, size int) *Block {
 	t.Helper()
-	b, err := p.Get(size)
+	b, err := p.Get(context.Background(), size)
 	if err != nil {
 		t.Fatalf("Get(%d): %v", size, err)
 	}

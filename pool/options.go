@@ -8,7 +8,7 @@ import (
 )
 
 // Option configures a Pool in New. Options only record their values; New
-// checks them and returns an *OptionError for the first one it refuses.
+// checks them and returns a *pinmem.OptionError for the first one it refuses.
 type Option func(*config)
 
 type config struct {
@@ -33,20 +33,20 @@ const knownFlags = pinmem.Portable | pinmem.Mapped | pinmem.WriteCombined | pinm
 func (c *config) check() error {
 	switch {
 	case c.nameSet && c.name == "":
-		return &OptionError{Option: "WithName", Value: fmt.Sprintf("%q", c.name), Reason: "the name is empty"}
+		return &pinmem.OptionError{Func: "pool.New", Option: "WithName", Value: fmt.Sprintf("%q", c.name), Reason: "the name is empty"}
 	case c.flags&^knownFlags != 0:
-		return &OptionError{Option: "WithFlags", Value: fmt.Sprintf("%#x", uint32(c.flags)), Reason: fmt.Sprintf("unknown flag bits %#x", uint32(c.flags&^knownFlags))}
+		return &pinmem.OptionError{Func: "pool.New", Option: "WithFlags", Value: fmt.Sprintf("%#x", uint32(c.flags)), Reason: fmt.Sprintf("unknown flag bits %#x", uint32(c.flags&^knownFlags))}
 	case c.deviceSet && c.device == nil:
-		return &OptionError{Option: "WithDevice", Value: "nil", Reason: "the device is nil"}
+		return &pinmem.OptionError{Func: "pool.New", Option: "WithDevice", Value: "nil", Reason: "the device is nil"}
 	case c.method > pinmem.MethodMmapRegister:
-		return &OptionError{Option: "WithMethod", Value: fmt.Sprint(uint8(c.method)), Reason: "unknown method"}
+		return &pinmem.OptionError{Func: "pool.New", Option: "WithMethod", Value: fmt.Sprint(uint8(c.method)), Reason: "unknown method"}
 	case c.prewarmSet && (c.prewarmSize <= 0 || c.prewarmSize > maxSize):
-		return &OptionError{Option: "WithPrewarm", Value: fmt.Sprintf("%d, %d", c.prewarmSize, c.prewarmBytes),
+		return &pinmem.OptionError{Func: "pool.New", Option: "WithPrewarm", Value: fmt.Sprintf("%d, %d", c.prewarmSize, c.prewarmBytes),
 			Reason: fmt.Sprintf("block size outside [1, %d]", int64(maxSize))}
 	case c.prewarmSet && c.prewarmBytes < 0:
-		return &OptionError{Option: "WithPrewarm", Value: fmt.Sprintf("%d, %d", c.prewarmSize, c.prewarmBytes), Reason: "negative total"}
+		return &pinmem.OptionError{Func: "pool.New", Option: "WithPrewarm", Value: fmt.Sprintf("%d, %d", c.prewarmSize, c.prewarmBytes), Reason: "negative total"}
 	case c.prewarmSet && c.maxCached >= 0 && c.prewarmBytes > c.maxCached:
-		return &OptionError{Option: "WithPrewarm", Value: fmt.Sprintf("%d, %d", c.prewarmSize, c.prewarmBytes),
+		return &pinmem.OptionError{Func: "pool.New", Option: "WithPrewarm", Value: fmt.Sprintf("%d, %d", c.prewarmSize, c.prewarmBytes),
 			Reason: fmt.Sprintf("the total exceeds WithMaxCached(%d)", c.maxCached)}
 	}
 	return nil

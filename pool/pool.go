@@ -48,7 +48,7 @@ var poolSeq atomic.Uint64
 // New creates a pool. With no options it pins default (non-portable,
 // unmapped) memory of device 0 with pinmem.MethodAuto, caches without a
 // byte cap and releases idle memory on misses (see WithRetainOnMiss). It
-// returns an *OptionError (matching cuda.ErrInvalidValue) for an option it
+// returns a *pinmem.OptionError (matching cuda.ErrInvalidValue) for an option it
 // refuses, and the error of pinning for WithPrewarm.
 //
 // When prewarming fails, New unpins what it had pinned before returning
@@ -61,7 +61,7 @@ func New(opts ...Option) (*Pool, error) {
 	cfg := config{method: pinmem.MethodAuto, maxCached: -1}
 	for _, o := range opts {
 		if o == nil {
-			return nil, &OptionError{Option: "Option", Value: "nil", Reason: "a nil option"}
+			return nil, &pinmem.OptionError{Func: "pool.New", Option: "Option", Value: "nil", Reason: "a nil option"}
 		}
 		o(&cfg)
 	}
@@ -153,18 +153,28 @@ func (p *Pool) Flags() pinmem.Flags {
 
 // Get returns a pinned block of at least size bytes (Len() == size). Its
 // contents are whatever the block held before. It fails with an error
-// matching cuda.ErrInvalidValue for a size outside [1, pinmem.MaxSize],
-// ErrClosed after Close, pinmem.ErrBudget (a *pinmem.BudgetError) when the
-// pinned budget does not allow the memory even after the pool released
-// its idle blocks, or the driver's error. Get never waits for memory to
-// come back: over the budget it fails at once. A hit makes no driver call
-// other than cuEventQuery; a miss pins memory (and may unpin idle memory
-// first), which may wait for all work queued on the device.
-func (p *Pool) Get(size int) (*Block, error) {
+// matching cuda.ErrInvalidValue for a size outside [1, pinmem.MaxSize] or a
+// nil ctx, ErrClosed after Close, pinmem.ErrBudget (a *pinmem.BudgetError)
+// when the pinned budget does not allow the memory even after the pool
+// released its idle blocks, or the driver's error. Get never waits for
+// memory to come back: over the budget it fails at once.
+//
+// A hit makes no driver call other than cuEventQuery and does not wait. A
+// miss pins memory (and may unpin idle memory first), which may wait for
+// all work queued on the device (see the package documentation); that wait
+// is bounded by ctx: when ctx is done first, Get returns an error matching
+// ctx.Err(), and the pinning, which the driver cannot interrupt, goes on in
+// the background and leaves its block idle in the pool (Close waits for
+// it). A ctx that can never end (context.Background) pins on the calling
+// goroutine.
+func (p *Pool) Get(ctx context.Context, size int) (*Block, error) {
 	if p == nil || p.s == nil {
 		return nil, errNilPool("Get")
 	}
-	return p.s.get(size)
+	if ctx == nil {
+		return nil, fmt.Errorf("pool %s: Get with a nil context: %w", p.s.name, cuda.ErrInvalidValue)
+	}
+	return p.s.get(ctx, size)
 }
 
 // Put gives b back to the pool. With no streams the block is idle at once
@@ -173,10 +183,10 @@ func (p *Pool) Get(size int) (*Block, error) {
 // synchronize the device). With streams, the block must be in use by
 // asynchronous work queued on them (copies, kernels): Put records an event
 // on each stream and does not wait; the block is reused only after those
-// events have completed. A stream whose event cannot be recorded is
-// synchronized instead (the one wait Put can make, on a driver failure);
-// if that fails too, the block is kept out of use until Close and the
-// error is returned.
+// events have completed. Put never waits: on a stream where no event can
+// be recorded (a driver failure, counted in Stats.EventErrors) the block
+// waits instead until the stream itself is idle, polled as events are, so
+// such a stream must not be destroyed before the block is reused.
 //
 // Putting a block twice fails with an error matching pinmem.ErrFreed; a
 // nil block, a block of another pool or a nil stream with
@@ -196,21 +206,30 @@ func (p *Pool) Put(b *Block, streams ...*cuda.Stream) error {
 // retries the releases that failed before (Stats.UnreleasedBytes,
 // Stats.UndestroyedEvents); what the driver fails to release again stays
 // counted, and the error is returned. It fails with an error matching
-// ErrClosed after Close.
-func (p *Pool) Trim() (freed int64, err error) {
+// ErrClosed after Close, and with cuda.ErrInvalidValue for a nil ctx.
+//
+// Unpinning may wait for all work queued on the device; that wait is
+// bounded by ctx as Get's is: when ctx is done first, Trim returns an
+// error matching ctx.Err() (and 0 bytes) while the unpinning finishes in
+// the background.
+func (p *Pool) Trim(ctx context.Context) (freed int64, err error) {
 	if p == nil || p.s == nil {
 		return 0, errNilPool("Trim")
 	}
-	return p.s.trim()
+	if ctx == nil {
+		return 0, fmt.Errorf("pool %s: Trim with a nil context: %w", p.s.name, cuda.ErrInvalidValue)
+	}
+	return p.s.trim(ctx)
 }
 
 // Close closes the pool: Get and Trim fail with ErrClosed from then on.
 // It unpins all idle memory, destroys the pool's spare events, withdraws
 // the pool from pinmem's reclaimers, and waits, by polling their events,
 // for the stream work of blocks Put with streams, unpinning each block once
-// its work has run. Blocks still out stay valid and pinned until they are
-// Put, which then unpins them; Close reports them in an *OutstandingError
-// (matching ErrOutstanding).
+// its work has run, and for the pinning or unpinning that a Get or Trim
+// whose ctx ended left running. Blocks still out stay valid and pinned
+// until they are Put, which then unpins them; Close reports them in an
+// *OutstandingError (matching ErrOutstanding).
 //
 // The wait is bounded by ctx: when ctx is done first, Close returns an
 // error matching ctx.Err() (context.DeadlineExceeded for an expired

@@ -94,7 +94,7 @@ func TestSlabCarving(t *testing.T) {
 	for _, b := range blocks {
 		mustPut(t, p, b)
 	}
-	freed, err := p.Trim()
+	freed, err := p.Trim(context.Background())
 	if err != nil || freed != 3*int64(slabBytes) {
 		t.Errorf("Trim freed %d (%v)", freed, err)
 	}
@@ -140,7 +140,7 @@ func TestTrim(t *testing.T) {
 		mustPut(t, p, b)
 	}
 	before := p.Stats()
-	freed, err := p.Trim()
+	freed, err := p.Trim(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestTrim(t *testing.T) {
 		t.Errorf("ledger %d bytes pinned", pinmem.Stats().Pinned.Bytes)
 	}
 	mustPut(t, p, keep)
-	if _, err := p.Trim(); err != nil {
+	if _, err := p.Trim(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if s := p.Stats(); s.PinnedBytes != 0 {
@@ -269,7 +269,7 @@ func TestBudget(t *testing.T) {
 	if s.BudgetRetries != 1 || s.PinnedBytes != 5<<20 || s.CachedBytes != 0 {
 		t.Errorf("after the budget retry: %v", s)
 	}
-	_, err := p.Get(6 << 20) // 5 in use + 6 > 10 with nothing idle
+	_, err := p.Get(context.Background(), 6<<20) // 5 in use + 6 > 10 with nothing idle
 	var be *pinmem.BudgetError
 	if !errors.Is(err, pinmem.ErrBudget) || !errors.As(err, &be) || be.Limit != 10<<20 {
 		t.Fatalf("over the budget with nothing idle: %v", err)
@@ -333,10 +333,10 @@ func TestCloseReportsOutstanding(t *testing.T) {
 	if s := p.Stats(); s.PinnedBytes == 0 || s.InUseBlocks != 2 {
 		t.Errorf("after Close: %v", s)
 	}
-	if _, err := p.Get(10); !errors.Is(err, ErrClosed) {
+	if _, err := p.Get(context.Background(), 10); !errors.Is(err, ErrClosed) {
 		t.Errorf("Get after Close: %v", err)
 	}
-	if _, err := p.Trim(); !errors.Is(err, ErrClosed) {
+	if _, err := p.Trim(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("Trim after Close: %v", err)
 	}
 	if err := p.Close(context.Background()); !errors.Is(err, ErrClosed) {
@@ -371,7 +371,7 @@ func TestPutMisuse(t *testing.T) {
 		t.Errorf("DevicePtr after Put: %v", err)
 	}
 	for _, n := range []int{0, -5, maxSize + 1} {
-		if _, err := p.Get(n); !errors.Is(err, cuda.ErrInvalidValue) {
+		if _, err := p.Get(context.Background(), n); !errors.Is(err, cuda.ErrInvalidValue) {
 			t.Errorf("Get(%d): %v", n, err)
 		}
 	}
@@ -434,7 +434,7 @@ func TestFaultsLeaveNothingPinned(t *testing.T) {
 			if err := d.FailOn(tc.op, 1, cudadrv.ErrorOutOfMemory); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := p.Get(tc.size); err == nil || !strings.Contains(err.Error(), p.Name()) {
+			if _, err := p.Get(context.Background(), tc.size); err == nil || !strings.Contains(err.Error(), p.Name()) {
 				t.Fatalf("Get with %s failing: %v", tc.op, err)
 			}
 			if d.Calls(tc.op) == 0 {
@@ -489,7 +489,7 @@ func TestNamesNeedNotBeUnique(t *testing.T) {
 	}
 }
 
-// TestOptionErrors: New refuses bad options with an *OptionError naming
+// TestOptionErrors: New refuses bad options with a *pinmem.OptionError naming
 // the option and its value, matching cuda.ErrInvalidValue.
 func TestOptionErrors(t *testing.T) {
 	useFake(t)
@@ -510,7 +510,7 @@ func TestOptionErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		p, err := New(tc.opts...)
-		var oe *OptionError
+		var oe *pinmem.OptionError
 		if p != nil || !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &oe) || oe.Option != tc.option || oe.Value != tc.arg {
 			t.Errorf("%s(%s): pool %v, error %v (%#v)", tc.option, tc.arg, p, err, oe)
 			continue
@@ -557,7 +557,7 @@ func TestNoLockAcrossDriverCalls(t *testing.T) {
 		mustPut(t, p, mustGet(t, p, n), s)
 	}
 	_ = p.s.Reclaim(1 << 20)
-	if _, err := p.Trim(); err != nil {
+	if _, err := p.Trim(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, mustGet(t, p, 1<<20), s)
@@ -624,5 +624,20 @@ func TestSegments(t *testing.T) {
 		if want := (n + 3) / 4; total != n || len(got) != want {
 			t.Errorf("n=%d: %d pieces of %d bytes, want %d pieces", n, len(got), total, want)
 		}
+	}
+}
+
+// A closed pool's errors match cuda.ErrClosed, the one closed sentinel.
+func TestClosedIsTheSharedSentinel(t *testing.T) {
+	useFake(t)
+	p, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Get(context.Background(), 8); !errors.Is(err, cuda.ErrClosed) || !errors.Is(err, ErrClosed) {
+		t.Errorf("Get after Close = %v, want cuda.ErrClosed", err)
 	}
 }

@@ -21,7 +21,7 @@ func putOrdered(t *testing.T, p *Pool) {
 	}
 	t.Cleanup(func() { _ = dev.Free() })
 	b := mustGet(t, p, 4096)
-	if err := s.CopyHtoD(dev.Ptr(), b.Bytes()); err != nil {
+	if err := s.CopyHtoD(dev, 0, b.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, b, s)
@@ -70,13 +70,13 @@ func TestTrimRetriesEvents(t *testing.T) {
 	if err := d.FailOn("cuEventDestroy_v2", 1, cudadrv.ErrorLaunchFailed); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Trim(); !errors.Is(err, cudadrv.ErrLaunchFailed) {
+	if _, err := p.Trim(context.Background()); !errors.Is(err, cudadrv.ErrLaunchFailed) {
 		t.Fatalf("Trim with cuEventDestroy failing: %v", err)
 	}
 	if n := d.Live().Events; n != 1 || p.Stats().UndestroyedEvents != 1 {
 		t.Fatalf("after the failed Trim: driver holds %d events, pool says %d undestroyed", n, p.Stats().UndestroyedEvents)
 	}
-	if _, err := p.Trim(); err != nil {
+	if _, err := p.Trim(context.Background()); err != nil {
 		t.Fatalf("second Trim: %v", err)
 	}
 	if n := d.Live().Events; n != 0 || p.Stats().UndestroyedEvents != 0 {
@@ -144,7 +144,7 @@ func TestCloseQueryFailureOnceKeepsBusyBlock(t *testing.T) {
 			_ = d.ReleaseStream(fakeStream(s))
 		}
 	}()
-	if err := s.CopyHtoD(dev.Ptr(), b.Bytes()); err != nil {
+	if err := s.CopyHtoD(dev, 0, b.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, b, s)
@@ -187,7 +187,7 @@ func TestCloseQueryFailingForGoodCountsAsFinished(t *testing.T) {
 	if err := d.HoldStream(fakeStream(s)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CopyHtoD(dev.Ptr(), b.Bytes()); err != nil {
+	if err := s.CopyHtoD(dev, 0, b.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, p, b, s)

@@ -45,9 +45,32 @@ type slab struct {
 	hasDptr bool
 }
 
+// evRec is one wait of a block Put with streams: an event recorded on a
+// stream, or, when no event could be recorded there, the stream itself
+// (ev nil), whose Query reports all its work finished.
 type evRec struct {
 	ev  *cuda.Event
 	ctx *cuda.Context
+	s   *cuda.Stream
+}
+
+// query reports whether the work r waits for has finished.
+func (r evRec) query() (bool, error) {
+	if r.ev == nil {
+		return r.s.Query()
+	}
+	return r.ev.Query()
+}
+
+// eventsOf returns the events among rs, for the free list or destruction.
+func eventsOf(rs []evRec) []evRec {
+	var evs []evRec
+	for _, r := range rs {
+		if r.ev != nil {
+			evs = append(evs, r)
+		}
+	}
+	return evs
 }
 
 // pendingEntry is a block Put with stream work: it becomes idle when every
@@ -82,13 +105,12 @@ type state struct {
 	removeReclaimer func()
 	driverNS        atomic.Int64
 
-	mu         sync.Mutex
-	closed     bool
-	idle       [][]*chunk // per class: LIFO stack of idle blocks (index 0 is the oldest)
-	huge       []*chunk   // idle huge blocks, by size
-	pending    [][]*pendingEntry
-	slabs      map[*slab]struct{}
-	quarantine []*chunk // blocks whose stream work could not be tracked; freed at Close
+	mu      sync.Mutex
+	closed  bool
+	idle    [][]*chunk // per class: LIFO stack of idle blocks (index 0 is the oldest)
+	huge    []*chunk   // idle huge blocks, by size
+	pending [][]*pendingEntry
+	slabs   map[*slab]struct{}
 	// deferred holds idle memory evicted by the cap on the hit path (a
 	// Put, or a Get or Put that found stream-ordered blocks finished):
 	// unpinning may synchronize the device, so it waits for the next
@@ -99,6 +121,9 @@ type state struct {
 	// open pool still holding blocks taken from pending.
 	closePending []*pendingEntry
 	polling      int
+	// busy counts pinning and unpinning left running by a Get or Trim
+	// whose ctx ended (see bounded); Close waits for it.
+	busy int
 	// unreleased holds buffers whose release failed while the driver kept
 	// their memory: still in PinnedBytes, retried with the deferred ones.
 	unreleased []*pinmem.Buffer
@@ -118,7 +143,7 @@ func (p *state) prewarm(size int, total int64) error {
 	var err error
 	for got < total {
 		var b *Block
-		if b, err = p.get(size); err != nil {
+		if b, err = p.get(context.Background(), size); err != nil {
 			break
 		}
 		blocks = append(blocks, b)
@@ -139,7 +164,7 @@ func (p *state) prewarm(size int, total int64) error {
 	return nil
 }
 
-func (p *state) get(size int) (*Block, error) {
+func (p *state) get(ctx context.Context, size int) (*Block, error) {
 	if size <= 0 || size > maxSize {
 		return nil, fmt.Errorf("pool %s: Get(%d): size outside [1, %d]: %w", p.name, size, maxSize, cuda.ErrInvalidValue)
 	}
@@ -170,10 +195,57 @@ func (p *state) get(size int) (*Block, error) {
 		}
 		p.poll(ci, maxPollPerGet, false)
 	}
-	if err := p.pin(b, ci, size, csize); err != nil {
+	if err := p.bounded(ctx, fmt.Sprintf("Get(%d)", size), func(h *handoff) error { return p.pin(h, b, ci, size, csize) }); err != nil {
 		return nil, err
 	}
 	return b, nil
+}
+
+// handoff is what a Get or Trim whose ctx ended and the pinning or
+// unpinning it left running share, under p.mu: the work sets done when it
+// hands its result to the caller, the caller sets left when it returns
+// without one, and work that finds left set keeps its result in the pool.
+type handoff struct{ done, left bool }
+
+// bounded runs f, pinning or unpinning, which the driver cannot interrupt
+// and which may wait for all work on the device, bounded by ctx. With a
+// ctx that can never end, f runs on the calling goroutine. Otherwise f
+// runs on a goroutine of its own, counted in busy (Close waits for it);
+// when ctx is done before f has handed over its result, bounded returns an
+// error matching ctx.Err() and f, finding its handoff left, keeps the
+// result in the pool.
+func (p *state) bounded(ctx context.Context, what string, f func(h *handoff) error) error {
+	h := &handoff{}
+	if ctx.Done() == nil {
+		return f(h)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pool %s: %s: %w", p.name, what, err)
+	}
+	p.mu.Lock()
+	p.busy++
+	p.mu.Unlock()
+	done := make(chan error, 1) // buffered: work left behind never blocks
+	go func() {
+		err := f(h)
+		p.mu.Lock()
+		p.busy--
+		p.mu.Unlock()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	if h.done {
+		p.mu.Unlock()
+		return <-done
+	}
+	h.left = true
+	p.mu.Unlock()
+	return fmt.Errorf("pool %s: %s: the driver is still busy (it finishes in the background): %w", p.name, what, ctx.Err())
 }
 
 // takeIdleLocked removes and returns an idle block fit for a request of n bytes of class ci.
@@ -420,8 +492,8 @@ func (p *state) alloc(n int) (*pinmem.Buffer, error) {
 }
 
 // pin serves a miss: it pins a new block (or slab) of class ci and checks
-// one block of it out to b.
-func (p *state) pin(b *Block, ci, size, csize int) error {
+// one block of it out to b, or, when the caller has left h, makes it idle.
+func (p *state) pin(h *handoff, b *Block, ci, size, csize int) error {
 	isSlab := ci <= lastSlabCls
 	nblocks, nbytes := 1, csize
 	if isSlab {
@@ -501,7 +573,13 @@ func (p *state) pin(b *Block, ci, size, csize int) error {
 			p.releaseLocked(s.chunks[i]) // the next Get takes the block at the lowest address
 		}
 	}
-	p.checkoutLocked(b, c, false)
+	if h.left {
+		p.releaseLocked(c)
+		p.capLocked()
+	} else {
+		p.checkoutLocked(b, c, false)
+		h.done = true
+	}
 	p.mu.Unlock()
 	return nil
 }
@@ -520,23 +598,11 @@ func (p *state) put(b *Block, streams ...*cuda.Stream) error {
 	}
 	c := b.c
 	var evs []evRec
-	var recErr error
 	if len(streams) > 0 && !p.unordered {
-		evs, recErr = p.record(streams)
+		evs = p.record(streams)
 	}
 	p.mu.Lock()
 	p.unlinkLocked(b)
-	if recErr != nil {
-		var bufs []*pinmem.Buffer
-		if p.closed {
-			bufs = p.dropAfterCloseLocked(c)
-		} else {
-			p.quarantine = append(p.quarantine, c)
-		}
-		p.mu.Unlock()
-		p.retireEvents(evs)
-		return errors.Join(fmt.Errorf("pool %s: Put of block %d: %w", p.name, b.id, recErr), p.releaseErr(bufs, true))
-	}
 	if p.closed {
 		// No wait after Close either: a block with stream work joins the
 		// blocks Close waits for; it is unpinned as soon as a later Put or
@@ -575,8 +641,10 @@ func (p *state) put(b *Block, streams ...*cuda.Stream) error {
 	return nil
 }
 
-// record records one event per distinct stream.
-func (p *state) record(streams []*cuda.Stream) ([]evRec, error) {
+// record records one event per distinct stream. Where no event can be
+// recorded (the event cannot be created, or recording fails) the block
+// waits for the stream itself to be idle: nothing waits here.
+func (p *state) record(streams []*cuda.Stream) []evRec {
 	evs := make([]evRec, 0, len(streams))
 	for i, s := range streams {
 		if slices.ContainsFunc(streams[:i], func(t *cuda.Stream) bool {
@@ -591,24 +659,19 @@ func (p *state) record(streams []*cuda.Stream) ([]evRec, error) {
 			err = ev.Record(s)
 			p.driverNS.Add(int64(time.Since(t)))
 			if err != nil {
-				p.retireEvents([]evRec{{ev, ctx}})
+				p.retireEvents([]evRec{{ev: ev, ctx: ctx}})
 			}
 		}
 		if err != nil {
 			p.mu.Lock()
 			p.st.EventErrors++
 			p.mu.Unlock()
-			t := time.Now()
-			serr := s.Synchronize(context.Background())
-			p.driverNS.Add(int64(time.Since(t)))
-			if serr != nil {
-				return evs, fmt.Errorf("cannot record an event on stream %#x (%w) nor synchronize it: %w", s.Handle(), err, serr)
-			}
+			evs = append(evs, evRec{ctx: ctx, s: s})
 			continue
 		}
-		evs = append(evs, evRec{ev, ctx})
+		evs = append(evs, evRec{ev: ev, ctx: ctx})
 	}
-	return evs, nil
+	return evs
 }
 
 // event returns an idle event of ctx, creating one when none is free.
@@ -710,7 +773,7 @@ func (p *state) poll(ci, limit int, skipNewest bool) {
 	for _, e := range batch {
 		for e.next < len(e.evs) {
 			t := time.Now()
-			done, err := e.evs[e.next].ev.Query()
+			done, err := e.evs[e.next].query()
 			p.driverNS.Add(int64(time.Since(t)))
 			if err != nil {
 				queryErrs++ // keep the block pending; Close synchronizes it
@@ -733,7 +796,7 @@ func (p *state) poll(ci, limit int, skipNewest bool) {
 	}
 	var keep []*pendingEntry
 	for _, e := range batch {
-		for _, r := range e.evs[e.retired:e.next] {
+		for _, r := range eventsOf(e.evs[e.retired:e.next]) {
 			p.evFree[r.ctx] = append(p.evFree[r.ctx], r.ev)
 		}
 		p.st.EventsOutstanding -= int64(e.next - e.retired)
@@ -783,7 +846,7 @@ func (p *state) pollClosed() (left int, err error) {
 	for _, e := range batch {
 		failed := false
 		for e.next < len(e.evs) {
-			ok, qerr := p.queryClosed(e.evs[e.next].ev)
+			ok, qerr := p.queryClosed(e.evs[e.next])
 			if qerr != nil {
 				errs = append(errs, fmt.Errorf("pool %s: event of block on close: %w", p.name, qerr))
 				failed = true
@@ -808,13 +871,13 @@ func (p *state) pollClosed() (left int, err error) {
 	for _, e := range done {
 		rest := e.evs[e.retired:]
 		e.retired = len(e.evs)
-		evs = append(evs, rest...)
+		evs = append(evs, eventsOf(rest)...)
 		p.st.EventsOutstanding -= int64(len(rest))
 		p.st.PendingBlocks--
 		p.st.PendingBytes -= int64(e.c.size)
 		bufs = append(bufs, p.dropAfterCloseLocked(e.c)...)
 	}
-	left = len(p.closePending) + p.polling
+	left = len(p.closePending) + p.polling + p.busy
 	p.mu.Unlock()
 	errs = append(errs, p.destroyEvents(evs), p.releaseErr(bufs, true))
 	return left, errors.Join(errs...)
@@ -829,10 +892,10 @@ const queryAttempts = 3
 // lasts: the query is repeated, and only an event that fails every
 // attempt is reported with the last error. A failure that does not last
 // is counted in EventErrors and the event's answer stands.
-func (p *state) queryClosed(ev *cuda.Event) (done bool, err error) {
+func (p *state) queryClosed(r evRec) (done bool, err error) {
 	for range queryAttempts {
 		t := time.Now()
-		done, err = ev.Query()
+		done, err = r.query()
 		p.driverNS.Add(int64(time.Since(t)))
 		if err == nil {
 			return done, nil
@@ -891,14 +954,14 @@ func (p *state) spareEventsLocked() []evRec {
 	var evs []evRec
 	for ctx, l := range p.evFree {
 		for _, ev := range l {
-			evs = append(evs, evRec{ev, ctx})
+			evs = append(evs, evRec{ev: ev, ctx: ctx})
 		}
 	}
 	clear(p.evFree)
 	return evs
 }
 
-func (p *state) trim() (freed int64, err error) {
+func (p *state) trim(ctx context.Context) (freed int64, err error) {
 	p.pollAll()
 	p.mu.Lock()
 	if p.closed {
@@ -910,8 +973,17 @@ func (p *state) trim() (freed int64, err error) {
 	bufs = append(bufs, more...)
 	evs := append(p.takeUndestroyedLocked(), p.spareEventsLocked()...)
 	p.mu.Unlock()
-	freed, err = p.release(bufs, true)
-	return freed, errors.Join(err, p.destroyEvents(evs))
+	err = p.bounded(ctx, "Trim", func(h *handoff) error {
+		n, err := p.release(bufs, true)
+		err = errors.Join(err, p.destroyEvents(evs))
+		p.mu.Lock()
+		if !h.left {
+			freed, h.done = n, true
+		}
+		p.mu.Unlock()
+		return err
+	})
+	return freed, err
 }
 
 // Reclaim unpins idle memory, least recently released first, until at
@@ -966,10 +1038,6 @@ func (p *state) close(ctx context.Context) error {
 			p.closePending = append(p.closePending, l...)
 			p.pending[ci] = nil
 		}
-		for _, c := range p.quarantine {
-			bufs = append(bufs, p.dropAfterCloseLocked(c)...)
-		}
-		p.quarantine = nil
 		bufs = append(bufs, p.takeDeferredLocked()...)
 		evicted, _ := p.evictLocked(-1)
 		bufs = append(bufs, evicted...)
@@ -1010,7 +1078,7 @@ func (p *state) done() bool {
 
 // doneLocked reports whether nothing is left to wait for or to retry.
 func (p *state) doneLocked() bool {
-	return len(p.closePending) == 0 && p.polling == 0 && len(p.unreleased) == 0 && len(p.undestroyed) == 0
+	return len(p.closePending) == 0 && p.polling == 0 && p.busy == 0 && len(p.unreleased) == 0 && len(p.undestroyed) == 0
 }
 
 // collect releases what a pool dropped without Close holds and no one can

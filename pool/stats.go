@@ -48,7 +48,7 @@ type Stats struct {
 	ReleaseErrors   uint64
 	UnreleasedBytes int64
 
-	EventsOutstanding int64  // events recorded by Put whose completion has not been seen
+	EventsOutstanding int64  // events recorded by Put (or streams, where none could be recorded) whose completion has not been seen
 	EventsCreated     uint64 // events created (they are reused)
 	EventErrors       uint64 // event record or query failures
 	// Events whose destruction failed: the driver still holds them, and

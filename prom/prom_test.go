@@ -95,7 +95,7 @@ func TestPoolCollector(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	b, err := p.Get(1500)
+	b, err := p.Get(context.Background(), 1500)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ func roundsFor(n int) int { return max(5, min(25, (1<<30)/n)) }
 // BenchmarkCopierVsDriver compares, side by side with interleaved samples,
 // the Copier (default options: the driver's copy below DefaultThresholds, staging
 // above) moving a Go heap slice with the driver's own pageable copy of
-// the same slice (DeviceBuffer.CopyFromHost/CopyToHost), the Copier with
+// the same slice (DeviceBuffer.WriteAt/ReadAt), the Copier with
 // a context that can end (copier-ctx: the driver's copy runs on a
 // goroutine of its own) and the forced staged path, at 4 KiB to 1 GiB
 // (4 GiB with PINMEM_BENCH_4G=1), both directions. It reports the medians
@@ -167,10 +167,10 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 			m, g := sideBySideRounds(b, n, rounds*b.N, []variant{
 				{"copier", func() error { _, err := c.HtoD(bg, d, h); return err }},
 				{"copier-ctx", func() error { _, err := c.HtoD(cctx, d, h); return err }},
-				{"driver", func() error { return d.CopyFromHost(0, h) }},
+				{"driver", func() error { _, err := d.WriteAt(h, 0); return err }},
 				{"staged", func() error { _, err := staged.HtoD(bg, d, h); return err }},
 				{"memcpy", func() error { cpu.copy(p, h); return nil }},
-				{"dma", func() error { return streamCopies(s, d.Ptr(), pinned, n, true) }},
+				{"dma", func() error { return streamCopies(s, d, pinned, n, true) }},
 			})
 			reportBound(b, m, g)
 		})
@@ -179,10 +179,10 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 			m, g := sideBySideRounds(b, n, rounds*b.N, []variant{
 				{"copier", func() error { _, err := c.DtoH(bg, h, d); return err }},
 				{"copier-ctx", func() error { _, err := c.DtoH(cctx, h, d); return err }},
-				{"driver", func() error { return d.CopyToHost(0, h) }},
+				{"driver", func() error { _, err := d.ReadAt(h, 0); return err }},
 				{"staged", func() error { _, err := staged.DtoH(bg, h, d); return err }},
 				{"memcpy", func() error { cpu.copy(h, p); return nil }},
-				{"dma", func() error { return streamCopies(s, d.Ptr(), pinned, n, false) }},
+				{"dma", func() error { return streamCopies(s, d, pinned, n, false) }},
 			})
 			reportBound(b, m, g)
 		})
@@ -216,7 +216,7 @@ func reportBound(b *testing.B, m []float64, g [][]float64) {
 
 // streamCopies copies the first n bytes of buf to or from dev on s, one
 // copy per registration, and waits.
-func streamCopies(s *cuda.Stream, dev cuda.DevicePtr, buf *pinmem.Buffer, n int, htod bool) error {
+func streamCopies(s *cuda.Stream, dev *cuda.DeviceBuffer, buf *pinmem.Buffer, n int, htod bool) error {
 	off := 0
 	for _, seg := range buf.Segments() {
 		if off >= n {
@@ -225,9 +225,9 @@ func streamCopies(s *cuda.Stream, dev cuda.DevicePtr, buf *pinmem.Buffer, n int,
 		seg = seg[:min(len(seg), n-off)]
 		var err error
 		if htod {
-			err = s.CopyHtoD(dev.Add(off), seg)
+			err = s.CopyHtoD(dev, off, seg)
 		} else {
-			err = s.CopyDtoH(seg, dev.Add(off))
+			err = s.CopyDtoH(seg, dev, off)
 		}
 		if err != nil {
 			return err
@@ -558,7 +558,7 @@ func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function
 			t.Fatal(err)
 		}
 		defer pl.Close(context.Background())
-		blk, err := pl.Get(size)
+		blk, err := pl.Get(context.Background(), size)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -625,7 +625,7 @@ func BenchmarkStagingKnobs(b *testing.B) {
 						}
 						return nil
 					}},
-					variant{"dma", func() error { return streamCopies(s, d.Ptr(), pinned, n, htod) }})
+					variant{"dma", func() error { return streamCopies(s, d, pinned, n, htod) }})
 				_, g := sideBySideRounds(b, n, roundsFor(n)*b.N, vs)
 				bounds := make([]float64, len(g[knobs]))
 				for r := range bounds {
@@ -901,13 +901,13 @@ func BenchmarkHostBoundOverlap(b *testing.B) {
 			b.SetBytes(int64(n))
 			overlap := func() error {
 				done := make(chan error, 1)
-				go func() { done <- streamCopies(s, d.Ptr(), pins[1], n, true) }()
+				go func() { done <- streamCopies(s, d, pins[1], n, true) }()
 				cpu.copy(a, h)
 				return <-done
 			}
 			m, g := sideBySideRounds(b, n, 15*b.N, []variant{
 				{"memcpy", func() error { cpu.copy(a, h); return nil }},
-				{"dma", func() error { return streamCopies(s, d.Ptr(), pins[1], n, true) }},
+				{"dma", func() error { return streamCopies(s, d, pins[1], n, true) }},
 				{"overlap", overlap},
 				{"copier", func() error { _, err := c.HtoD(bg, d, h); return err }},
 			})

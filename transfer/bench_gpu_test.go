@@ -59,7 +59,7 @@ func measure(b *testing.B, n int, fn func() error) {
 
 // BenchmarkGoHeap compares, for a Go heap slice, the Copier (registration
 // cache off: every byte staged) with the driver's own pageable path
-// (cuda.DeviceBuffer.CopyFromHost/CopyToHost on the same slice), both directions, 256
+// (cuda.DeviceBuffer.WriteAt/ReadAt on the same slice), both directions, 256
 // MiB and 1 GiB.
 func BenchmarkGoHeap(b *testing.B) {
 	ctx := gpuCtx(b)
@@ -76,13 +76,13 @@ func BenchmarkGoHeap(b *testing.B) {
 			measure(b, n, func() error { _, err := c.HtoD(bg, d, h); return err })
 		})
 		b.Run("H2D/"+name+"/pageable", func(b *testing.B) {
-			measure(b, n, func() error { return d.CopyFromHost(0, h) })
+			measure(b, n, func() error { _, err := d.WriteAt(h, 0); return err })
 		})
 		b.Run("D2H/"+name+"/copier", func(b *testing.B) {
 			measure(b, n, func() error { _, err := c.DtoH(bg, h, d); return err })
 		})
 		b.Run("D2H/"+name+"/pageable", func(b *testing.B) {
-			measure(b, n, func() error { return d.CopyToHost(0, h) })
+			measure(b, n, func() error { _, err := d.ReadAt(h, 0); return err })
 		})
 	}
 }
@@ -157,7 +157,7 @@ func BenchmarkPinnedDirect(b *testing.B) {
 				{"copier-sleep", func() error { _, err := sleeper.HtoD(bg, d, h); return err }},
 				{"copier-poll", func() error { _, err := poller.HtoD(bg, d, h); return err }},
 				{"stream", func() error {
-					if err := s.CopyHtoD(d.Ptr(), h); err != nil {
+					if err := s.CopyHtoD(d, 0, h); err != nil {
 						return err
 					}
 					return s.Synchronize(context.Background())
@@ -170,7 +170,7 @@ func BenchmarkPinnedDirect(b *testing.B) {
 				{"copier-sleep", func() error { _, err := sleeper.DtoH(bg, h, d); return err }},
 				{"copier-poll", func() error { _, err := poller.DtoH(bg, h, d); return err }},
 				{"stream", func() error {
-					if err := s.CopyDtoH(h, d.Ptr()); err != nil {
+					if err := s.CopyDtoH(h, d, 0); err != nil {
 						return err
 					}
 					return s.Synchronize(context.Background())

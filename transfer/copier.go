@@ -988,13 +988,19 @@ func (l *lane) queued(s *stage, err error) error {
 // htod queues the copy of the stage's bytes [lo, hi) to dev+lo on st,
 // one copy per registration of the stage.
 func (s *stage) htod(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
-	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyHtoD(dev.Add(a), s.mem[a:b]) })
+	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyHtoD(rawDev(st, dev.Add(a), b-a), 0, s.mem[a:b]) })
+}
+
+// rawDev wraps n bytes at p, an address inside a DeviceBuffer the caller
+// checked, for the stream copies, which take buffers.
+func rawDev(st *cuda.Stream, p cuda.DevicePtr, n int) *cuda.DeviceBuffer {
+	return cuda.WrapDevicePtr(st.Context(), p, n)
 }
 
 // dtoh queues the copy of dev+lo .. dev+hi into the stage's bytes
 // [lo, hi) on st, one copy per registration of the stage.
 func (s *stage) dtoh(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
-	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], dev.Add(a)) })
+	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], rawDev(st, dev.Add(a), b-a), 0) })
 }
 
 // waitStage waits for stage event ev inside a transfer holding l
@@ -1024,7 +1030,7 @@ func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, st *Stats) 
 		}
 		c.markNear(l, i, len(ops))
 		if o.direct {
-			first = l.stream.CopyHtoD(o.dev, o.host)
+			first = l.stream.CopyHtoD(rawDev(l.stream, o.dev, len(o.host)), 0, o.host)
 			continue
 		}
 		s := l.stageAt(k)
@@ -1061,7 +1067,7 @@ func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, st *Stats) 
 			c.markNear(l, next, len(ops))
 			next++
 			if o.direct {
-				if err := l.stream.CopyDtoH(o.host, o.dev); err != nil {
+				if err := l.stream.CopyDtoH(o.host, rawDev(l.stream, o.dev, len(o.host)), 0); err != nil {
 					first = err
 					break
 				}

@@ -218,7 +218,7 @@ func TestEarlyExitPipelinePanicKeepsStages(t *testing.T) {
 	const chunk = 64 << 10
 	dev := e.devbuf(t, chunk)
 	_ = dev
-	work := func(s *cuda.Stream, ch Chunk) error { return s.Memset(ch.Dev.Ptr(), 0xee, ch.Len) }
+	work := func(s *cuda.Stream, ch Chunk) error { return s.Memset(ch.Dev, 0, 0xee, ch.Len) }
 	p2 := e.pipeline(t, c, pipelineCfg{ChunkSize: chunk, Streams: 1, InFlight: 2, PinStages: true})
 	p1 := e.pipeline(t, c, pipelineCfg{ChunkSize: chunk, Streams: 2, InFlight: 2, Work: work,
 		Done: func(ch Chunk) error { panic("done callback") }})
@@ -308,7 +308,7 @@ func TestEarlyExitRunMappedDoesNotBlockLanes(t *testing.T) {
 	mapped := make(chan error, 1)
 	go func() {
 		mapped <- c.RunMapped(context.Background(), s, b, func(s *cuda.Stream, p cuda.DevicePtr, n int) error {
-			return s.Memset(p, 1, n)
+			return s.Memset(cuda.WrapDevicePtr(s.Context(), p, n), 0, 1, n)
 		})
 	}()
 	e.waitCalls(t, "cuEventRecord", 0)

@@ -295,7 +295,7 @@ func TestFakeTwoLanes(t *testing.T) {
 	n := 10 * stage
 	devA, devB := e.devbuf(t, n), e.devbuf(t, n)
 	srcA, srcB := testutil.RandomBytes(n, 21), testutil.RandomBytes(n, 22)
-	if err := devB.CopyFromHost(0, srcB); err != nil {
+	if _, err := devB.WriteAt(srcB, 0); err != nil {
 		t.Fatal(err)
 	}
 	sh := cudadrv.Stream(c.lanes[0].stream.Handle())
@@ -377,7 +377,7 @@ func TestFakeTwoLanesUnderBudget(t *testing.T) {
 	n := 10 * stage
 	devA, devB := e.devbuf(t, n), e.devbuf(t, n)
 	srcA, srcB := testutil.RandomBytes(n, 31), testutil.RandomBytes(n, 32)
-	if err := devB.CopyFromHost(0, srcB); err != nil {
+	if _, err := devB.WriteAt(srcB, 0); err != nil {
 		t.Fatal(err)
 	}
 	sh := cudadrv.Stream(c.lanes[0].stream.Handle())
@@ -447,7 +447,7 @@ func TestFakeLanesWaitApart(t *testing.T) {
 			n := 10 * stage
 			devA, devB := e.devbuf(t, n), e.devbuf(t, n)
 			srcA, srcB := testutil.RandomBytes(n, 51), testutil.RandomBytes(n, 52)
-			if err := devB.CopyFromHost(0, srcB); err != nil {
+			if _, err := devB.WriteAt(srcB, 0); err != nil {
 				t.Fatal(err)
 			}
 			sh0 := cudadrv.Stream(c.lanes[0].stream.Handle())

@@ -50,7 +50,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer mod.Unload()
+	defer mod.Destroy()
 	add, err := mod.Function(kernels.KernelAdd)
 	if err != nil {
 		log.Fatal(err)

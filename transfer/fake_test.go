@@ -346,7 +346,7 @@ func TestFakeCancelHalfway(t *testing.T) {
 			host := make([]byte, n)
 			testutil.Poison(host)
 			if dir == DeviceToHost {
-				if err := dev.CopyFromHost(0, src); err != nil {
+				if _, err := dev.WriteAt(src, 0); err != nil {
 					t.Fatal(err)
 				}
 			} else if err := dev.Memset(testutil.PoisonByte); err != nil {

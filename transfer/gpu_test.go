@@ -83,7 +83,7 @@ func gpuKernel(t testing.TB, ctx *cuda.Context, name string) *cuda.Function {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { mod.Unload() })
+	t.Cleanup(func() { mod.Destroy() })
 	f, err := mod.Function(name)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func TestGPUCopies(t *testing.T) {
 					t.Fatal(err)
 				}
 				got := make([]byte, n+64)
-				if err := view.CopyToHost(0, got); err != nil {
+				if _, err := view.ReadAt(got, 0); err != nil {
 					t.Fatal(err)
 				}
 				testutil.CheckBytes(t, src, got[:n])
@@ -166,7 +166,7 @@ func TestGPUReaderWriter(t *testing.T) {
 		t.Fatalf("ReadFrom: %+v, %v", st, err)
 	}
 	got := make([]byte, n+4096)
-	if err := dev.CopyToHost(0, got); err != nil {
+	if _, err := dev.ReadAt(got, 0); err != nil {
 		t.Fatal(err)
 	}
 	testutil.CheckBytes(t, src, got[:n])
@@ -231,7 +231,7 @@ func TestGPUCancelHalfway(t *testing.T) {
 			t.Fatalf("ReadFrom cancelled half-way: %+v, %v", st, err)
 		}
 		got := make([]byte, n)
-		if err := dev.CopyToHost(0, got); err != nil {
+		if _, err := dev.ReadAt(got, 0); err != nil {
 			t.Fatal(err)
 		}
 		if k := check(got); k >= n-1<<20 {
@@ -246,7 +246,7 @@ func TestGPUCancelHalfway(t *testing.T) {
 				if err := dev.Memset(testutil.PoisonByte); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := dev.CopyFromHost(0, src); err != nil {
+			} else if _, err := dev.WriteAt(src, 0); err != nil {
 				t.Fatal(err)
 			}
 			cctx, cancel := context.WithCancel(context.Background())
@@ -273,7 +273,7 @@ func TestGPUCancelHalfway(t *testing.T) {
 			got := host
 			if dir == HostToDevice {
 				got = make([]byte, n)
-				if err := dev.CopyToHost(0, got); err != nil {
+				if _, err := dev.ReadAt(got, 0); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -448,7 +448,7 @@ func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []
 	devices:
 		for i, d := range m.devs {
 			for _, sp := range spans {
-				if err := d.stream.CopyHtoD(dsts[i].Ptr().Add(sp.lo), src[sp.lo:sp.hi]); err != nil {
+				if err := d.stream.CopyHtoD(dsts[i], sp.lo, src[sp.lo:sp.hi]); err != nil {
 					first = fmt.Errorf("device %d: %w", i, err)
 					break devices
 				}
@@ -485,8 +485,8 @@ func (m *multi) broadcastStaged(ctx context.Context, dsts []*cuda.DeviceBuffer, 
 		}
 		st.CopyCPU += m.pool.copy(s.mem[:n], src[off:off+n])
 		for i, d := range m.devs {
-			dst := dsts[i].Ptr().Add(off)
-			if err := eachPiece(s.cuts, 0, n, func(lo, hi int) error { return d.stream.CopyHtoD(dst.Add(lo), s.mem[lo:hi]) }); err != nil {
+			dst := dsts[i]
+			if err := eachPiece(s.cuts, 0, n, func(lo, hi int) error { return d.stream.CopyHtoD(dst, off+lo, s.mem[lo:hi]) }); err != nil {
 				return fmt.Errorf("device %d: %w", i, err)
 			}
 			if err := s.evs[i].Record(d.stream); err != nil {

@@ -109,7 +109,7 @@ func TestFakeMultiBroadcastGatherScatter(t *testing.T) {
 				}
 				// Gather into poisoned host memory, each device its own data.
 				for i, b := range e.bufs {
-					if err := b.CopyFromHost(0, testutil.RandomBytes(n, uint64(1000*i+n))); err != nil {
+					if _, err := b.WriteAt(testutil.RandomBytes(n, uint64(1000*i+n)), 0); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -69,7 +69,7 @@ func TestGPUMultiBroadcastGather(t *testing.T) {
 	back := make([]byte, n)
 	for i, b := range bufs {
 		testutil.Poison(back)
-		if err := b.CopyToHost(0, back); err != nil {
+		if _, err := b.ReadAt(back, 0); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("context %d", i)
@@ -79,7 +79,7 @@ func TestGPUMultiBroadcastGather(t *testing.T) {
 	dsts := make([][]byte, len(bufs))
 	for i, b := range bufs {
 		want[i] = testutil.RandomBytes(n, uint64(100+i))
-		if err := b.CopyFromHost(0, want[i]); err != nil {
+		if _, err := b.WriteAt(want[i], 0); err != nil {
 			t.Fatal(err)
 		}
 		dsts[i] = make([]byte, n)
@@ -102,7 +102,7 @@ func TestGPUMultiBroadcastGather(t *testing.T) {
 	}
 	for i, b := range bufs {
 		testutil.Poison(back)
-		if err := b.CopyToHost(0, back); err != nil {
+		if _, err := b.ReadAt(back, 0); err != nil {
 			t.Fatal(err)
 		}
 		testutil.CheckBytes(t, want[i], back)

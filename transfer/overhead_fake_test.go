@@ -11,7 +11,7 @@ import (
 // BenchmarkSmallOverheadFake measures, on the CPU with the fake driver,
 // what a Copier adds to a small transfer beside the driver's own copy: the
 // same 4 KiB copy through Copier.HtoD/DtoH (one pinned stage) and through
-// DeviceBuffer.CopyFromHost/CopyToHost. The fake driver's copy costs the
+// DeviceBuffer.WriteAt/ReadAt. The fake driver's copy costs the
 // same on both sides, so the difference per operation (ns/op, allocs/op)
 // is pinmem's own. It says nothing about a GPU's figures.
 //
@@ -42,8 +42,8 @@ func BenchmarkSmallOverheadFake(b *testing.B) {
 			}
 		})
 	}
-	run("H2D/driver", func() error { return d.CopyFromHost(0, h) })
+	run("H2D/driver", func() error { _, err := d.WriteAt(h, 0); return err })
 	run("H2D/copier", func() error { _, err := c.HtoD(bg, d, h); return err })
-	run("D2H/driver", func() error { return d.CopyToHost(0, h) })
+	run("D2H/driver", func() error { _, err := d.ReadAt(h, 0); return err })
 	run("D2H/copier", func() error { _, err := c.DtoH(bg, h, d); return err })
 }

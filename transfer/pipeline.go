@@ -927,10 +927,10 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	var err error
 	if st.StagedIn {
 		st.CopyCPU += p.c.cpuCopy(sl.mem[:ch.Len], ch.In)
-		err = eachPiece(sl.cuts, 0, ch.Len, func(lo, hi int) error { return s.CopyHtoD(ch.Dev.Ptr().Add(lo), sl.mem[lo:hi]) })
+		err = eachPiece(sl.cuts, 0, ch.Len, func(lo, hi int) error { return s.CopyHtoD(ch.Dev, lo, sl.mem[lo:hi]) })
 	} else {
 		err = eachSpan(inSpans, ch.Offset, ch.Len, func(lo, hi int) error {
-			return s.CopyHtoD(ch.Dev.Ptr().Add(lo), ch.In[lo:hi])
+			return s.CopyHtoD(ch.Dev, lo, ch.In[lo:hi])
 		})
 	}
 	if err != nil {
@@ -947,10 +947,10 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	}
 	if ch.Out != nil {
 		if st.StagedOut {
-			err = eachPiece(sl.cuts, 0, ch.Len, func(lo, hi int) error { return s.CopyDtoH(sl.mem[lo:hi], ch.Dev.Ptr().Add(lo)) })
+			err = eachPiece(sl.cuts, 0, ch.Len, func(lo, hi int) error { return s.CopyDtoH(sl.mem[lo:hi], ch.Dev, lo) })
 		} else {
 			err = eachSpan(outSpans, ch.Offset, ch.Len, func(lo, hi int) error {
-				return s.CopyDtoH(ch.Out[lo:hi], ch.Dev.Ptr().Add(lo))
+				return s.CopyDtoH(ch.Out[lo:hi], ch.Dev, lo)
 			})
 		}
 		if err != nil {

@@ -32,7 +32,7 @@ func (e fakeEnv) addKernel(t *testing.T) *cuda.Function {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { mod.Unload() })
+	t.Cleanup(func() { mod.Destroy() })
 	f, err := mod.Function(kernels.KernelAdd)
 	if err != nil {
 		t.Fatal(err)

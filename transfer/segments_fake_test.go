@@ -40,7 +40,7 @@ func checkMultiSegment(t *testing.T, e fakeEnv, host []byte, segs [][]byte) {
 	}
 	defer s.Destroy()
 	dev := e.devbuf(t, len(host))
-	if err := s.CopyHtoD(dev.Ptr(), host); !errors.Is(err, cuda.ErrInvalidValue) {
+	if err := s.CopyHtoD(dev, 0, host); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Fatalf("one copy across %d registrations: %v, want an error matching cuda.ErrInvalidValue", len(segs), err)
 	}
 }
@@ -115,7 +115,7 @@ func TestFakeSegmentsCopier(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Close(context.Background())
-		blk, err := p.Get(n)
+		blk, err := p.Get(context.Background(), n)
 		if err != nil {
 			t.Fatal(err)
 		}

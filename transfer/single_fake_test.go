@@ -351,7 +351,7 @@ func TestFakeSingleStageWithStream(t *testing.T) {
 		if err := e.d.HoldStream(sh); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Memset(dev.Ptr(), 0, dev.Size()); err != nil {
+		if err := s.Memset(dev, 0, 0, dev.Size()); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := deadline200ms()

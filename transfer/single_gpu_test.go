@@ -57,9 +57,9 @@ func BenchmarkSingleStage(b *testing.B) {
 						return err
 					}
 				}
-				driver := func() error { return d.CopyFromHost(0, h) }
+				driver := func() error { _, err := d.WriteAt(h, 0); return err }
 				if dir == DeviceToHost {
-					driver = func() error { return d.CopyToHost(0, h) }
+					driver = func() error { _, err := d.ReadAt(h, 0); return err }
 				}
 				m, g := sideBySideRounds(b, n, rounds*b.N, []variant{
 					{"single", via(bg, forceShort, 0)},

@@ -350,7 +350,7 @@ func TestFakeAdaptiveSecondContext(t *testing.T) {
 			t.Errorf("flags %v: %v", tc.flags, st)
 		}
 		got := make([]byte, 64<<10)
-		if err := dev.CopyToHost(0, got); err != nil {
+		if _, err := dev.ReadAt(got, 0); err != nil {
 			t.Fatal(err)
 		}
 		testutil.CheckBytes(t, b.Bytes(), got)

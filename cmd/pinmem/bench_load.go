@@ -279,7 +279,7 @@ func checkDevice(dst *cuda.DeviceBuffer, size int64, want []uint32) error {
 	for i, w := range want {
 		off := int64(i) * crcChunk
 		k := int(min(crcChunk, size-off))
-		if err := dst.CopyToHost(int(off), buf[:k]); err != nil {
+		if _, err := dst.ReadAt(buf[:k], off); err != nil {
 			return err
 		}
 		if got := crc32.Checksum(buf[:k], castagnoli); got != w {

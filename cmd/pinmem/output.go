@@ -16,6 +16,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/internal/bench"
+	"github.com/pinmem/pinmem/internal/budgetspec"
 	"github.com/pinmem/pinmem/internal/units"
 )
 
@@ -293,7 +294,7 @@ func checkBudgetEnv() error {
 	if !ok || strings.TrimSpace(v) == "" {
 		return nil
 	}
-	if _, err := pinmem.ParseBudget(v, 1<<40); err != nil {
+	if _, err := budgetspec.Parse(v, 1<<40); err != nil {
 		var ue *units.Error
 		if errors.As(err, &ue) {
 			err = ue // the size's own message, without the wrapping sentinels

@@ -57,7 +57,7 @@ func run(ctx context.Context, v video, w io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("loading the kernel: %w", err)
 	}
-	defer func() { err = errors.Join(err, mod.Unload()) }()
+	defer func() { err = errors.Join(err, mod.Destroy()) }()
 	blur, err := mod.Function(kernel.Name)
 	if err != nil {
 		return err
@@ -90,7 +90,7 @@ func run(ctx context.Context, v video, w io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		return s.CopyDtoD(ch.Dev.Ptr(), tmp.Ptr(), ch.Len)
+		return s.CopyDtoD(ch.Dev, 0, tmp, 0, ch.Len)
 	}
 
 	cp, err := transfer.New(gpu)

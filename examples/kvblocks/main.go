@@ -123,7 +123,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (rep blocks.Report, err e
 		}
 	}
 	want := bytes.Clone(resumed)
-	if err := kv.CopyFromHost(0, finished); err != nil {
+	if _, err := kv.WriteAt(finished, 0); err != nil {
 		return rep, err
 	}
 
@@ -153,7 +153,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (rep blocks.Report, err e
 		if !bytes.Equal(evict[b].Host, finished[b*bs:][:bs]) {
 			return rep, fmt.Errorf("block %d came out to host slot %d with other bytes", b, hostSlot[b])
 		}
-		if err := kv.CopyToHost((n+gpuSlot[b])*bs, got); err != nil {
+		if _, err := kv.ReadAt(got, int64((n+gpuSlot[b])*bs)); err != nil {
 			return rep, err
 		}
 		if !bytes.Equal(got, want[b*bs:][:bs]) {

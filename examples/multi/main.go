@@ -110,7 +110,7 @@ func run(ctx context.Context, sz sizes, w io.Writer) (err error) {
 			return fmt.Errorf("device %d: the broadcast weights read back differ", i)
 		}
 		back := make([]byte, sz.shard)
-		if err := shards[i].CopyToHost(0, back); err != nil {
+		if _, err := shards[i].ReadAt(back, 0); err != nil {
 			return err
 		}
 		if !bytes.Equal(back, in[i]) {

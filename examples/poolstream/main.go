@@ -72,13 +72,12 @@ func run(ctx context.Context, w io.Writer) (err error) {
 	defer func() { err = errors.Join(err, d.Free()) }()
 
 	for i := range batches {
-		b, err := p.Get(batchSize) // pinned; a block given back earlier when its copy has run
+		b, err := p.Get(ctx, batchSize) // pinned; a block given back earlier when its copy has run
 		if err != nil {
 			return err
 		}
 		fill(b.Bytes(), i)
-		dst := d.Ptr() + cuda.DevicePtr(i*batchSize)
-		if err := s.CopyHtoD(dst, b.Bytes()); err != nil {
+		if err := s.CopyHtoD(d, i*batchSize, b.Bytes()); err != nil {
 			return errors.Join(err, p.Put(b)) // nothing was queued: the block is free at once
 		}
 		// Give the block back with the stream that reads it: Put returns
@@ -95,7 +94,7 @@ func run(ctx context.Context, w io.Writer) (err error) {
 	back := make([]byte, batchSize)
 	want := make([]byte, batchSize)
 	for i := range batches {
-		if err := d.CopyToHost(i*batchSize, back); err != nil {
+		if _, err := d.ReadAt(back, int64(i*batchSize)); err != nil {
 			return err
 		}
 		fill(want, i)

@@ -58,7 +58,7 @@ func run(ctx context.Context, n int, w io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("loading the kernel: %w", err)
 	}
-	defer func() { err = errors.Join(err, mod.Unload()) }()
+	defer func() { err = errors.Join(err, mod.Destroy()) }()
 	add, err := mod.Function(kernel.Name)
 	if err != nil {
 		return err
@@ -92,16 +92,16 @@ func run(ctx context.Context, n int, w io.Writer) (err error) {
 	}
 
 	// Copy in, add, copy out: queued on s, they run in this order.
-	if err := s.CopyHtoD(d[0].Ptr(), host[0].Bytes()); err != nil {
+	if err := s.CopyHtoD(d[0], 0, host[0].Bytes()); err != nil {
 		return err
 	}
-	if err := s.CopyHtoD(d[1].Ptr(), host[1].Bytes()); err != nil {
+	if err := s.CopyHtoD(d[1], 0, host[1].Bytes()); err != nil {
 		return err
 	}
 	if err := add.Launch(s, cuda.D1((n+255)/256), cuda.D1(256), 0, d[0].Ptr(), d[1].Ptr(), d[2].Ptr(), uint64(n)); err != nil {
 		return err
 	}
-	if err := s.CopyDtoH(host[2].Bytes(), d[2].Ptr()); err != nil {
+	if err := s.CopyDtoH(host[2].Bytes(), d[2], 0); err != nil {
 		return err
 	}
 	// Nothing in host[2] may be read before the copy ran.

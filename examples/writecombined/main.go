@@ -70,14 +70,14 @@ func run(size int, w io.Writer) (err error) {
 	copy(up.Bytes(), src)
 
 	// To the GPU: a synchronous copy, by DMA from the pinned buffer.
-	if err := d.CopyFromHost(0, up.Bytes()); err != nil {
+	if _, err := d.WriteAt(up.Bytes(), 0); err != nil {
 		return err
 	}
 
 	// The check reads the device memory back into ordinary memory: reading
 	// up.Bytes() with the CPU would be the slow path this memory has.
 	back := make([]byte, size)
-	if err := d.CopyToHost(0, back); err != nil {
+	if _, err := d.ReadAt(back, 0); err != nil {
 		return err
 	}
 	if !bytes.Equal(back, src) {

@@ -63,7 +63,7 @@ func run(ctx context.Context, n int, w io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("loading the kernel: %w", err)
 	}
-	defer func() { err = errors.Join(err, mod.Unload()) }()
+	defer func() { err = errors.Join(err, mod.Destroy()) }()
 	normalize, err := mod.Function(kernel.Name)
 	if err != nil {
 		return err
@@ -110,7 +110,7 @@ func run(ctx context.Context, n int, w io.Writer) (err error) {
 	}
 
 	got := make([]float32, n)
-	if err := out.CopyToHost(0, transfer.AsBytes(got)); err != nil {
+	if _, err := out.ReadAt(transfer.AsBytes(got), 0); err != nil {
 		return err
 	}
 	want := make([]float32, n)

@@ -373,7 +373,7 @@ func (w *blockWork) prepareData(bs int, dir string) error {
 			continue
 		}
 		w.lists = append(w.lists, blocks.ToHost(w.st, l))
-		if err := w.dev.CopyFromHost(w.devOff(hf.region, 0, bs), w.exp[:n*bs]); err != nil {
+		if _, err := w.dev.WriteAt(w.exp[:n*bs], int64(w.devOff(hf.region, 0, bs))); err != nil {
 			return err
 		}
 	}
@@ -408,7 +408,7 @@ func (w *blockWork) verify(kind string, bs int, dir string) error {
 	for _, hf := range halves(dir) {
 		r := hf.region
 		if hf.dir == DirH2D {
-			if err := w.dev.CopyToHost(w.devOff(r, 0, bs), w.scratch[:total]); err != nil {
+			if _, err := w.dev.ReadAt(w.scratch[:total], int64(w.devOff(r, 0, bs))); err != nil {
 				return err
 			}
 		}
@@ -440,11 +440,11 @@ func (w *blockWork) verify(kind string, bs int, dir string) error {
 // contiguous queues one copy of n bytes in direction dir through region r,
 // contiguous on both sides, on the stream the lists of dir use.
 func (w *blockWork) contiguous(dir string, r, n int) error {
-	h, d := w.h[w.hostBase(r):][:n], w.dev.Ptr().Add(w.devOff(r, 0, 0))
+	h, off := w.h[w.hostBase(r):][:n], w.devOff(r, 0, 0)
 	if dir == DirH2D {
-		return w.st2.CopyHtoD(d, h)
+		return w.st2.CopyHtoD(w.dev, off, h)
 	}
-	return w.st.CopyDtoH(h, d)
+	return w.st.CopyDtoH(h, w.dev, off)
 }
 
 // sync waits for both streams.

@@ -286,7 +286,7 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 			}
 			ver := func(reps int) error {
 				var got [8]byte
-				if err := out.CopyToHost(0, got[:]); err != nil {
+				if _, err := out.ReadAt(got[:], 0); err != nil {
 					return err
 				}
 				want := uint64(reps) * sumWords(exp[:n])
@@ -297,13 +297,13 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 			}
 			return lane{op: op}, prep, ver
 		}
-		op := func(st *cuda.Stream, _ int) error { return st.CopyHtoD(dev.Ptr(), h.b[:n]) }
+		op := func(st *cuda.Stream, _ int) error { return st.CopyHtoD(dev, 0, h.b[:n]) }
 		prep := func() error {
 			copy(h.b[:n], exp[:n])
 			return memsetPrefix(dev, poisonDevice, n)
 		}
 		ver := func(int) error {
-			if err := dev.CopyToHost(0, w.scratch[:n]); err != nil {
+			if _, err := dev.ReadAt(w.scratch[:n], 0); err != nil {
 				return err
 			}
 			if i := firstDiff(w.scratch[:n], exp[:n]); i >= 0 {
@@ -329,10 +329,11 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 			}
 			return lane{op: op}, prep, ver
 		}
-		op := func(st *cuda.Stream, _ int) error { return st.CopyDtoH(h.b[:n], dev.Ptr()) }
+		op := func(st *cuda.Stream, _ int) error { return st.CopyDtoH(h.b[:n], dev, 0) }
 		prep := func() error {
 			poison(h.b[:n], poisonHost)
-			return dev.CopyFromHost(0, exp[:n])
+			_, err := dev.WriteAt(exp[:n], 0)
+			return err
 		}
 		ver := func(int) error {
 			if i := firstDiff(h.b[:n], exp[:n]); i >= 0 {
@@ -577,11 +578,11 @@ func (w *bwWork) wall(kind, dir string, hA, hB *hostMem, n int, ops dirOps) (Res
 // copier kinds are timed.
 func (w *bwWork) pageableSync(hA, hB *hostMem, dir string, n int) (Result, error) {
 	ops := dirOps{
-		h2d: func() error { return w.devA.CopyFromHost(0, hA.b[:n]) },
-		d2h: func() error { return w.devA.CopyToHost(0, hA.b[:n]) },
+		h2d: func() error { _, err := w.devA.WriteAt(hA.b[:n], 0); return err },
+		d2h: func() error { _, err := w.devA.ReadAt(hA.b[:n], 0); return err },
 	}
 	if dir == DirBidir {
-		ops.d2h = func() error { return w.devB.CopyToHost(0, hB.b[:n]) }
+		ops.d2h = func() error { _, err := w.devB.ReadAt(hB.b[:n], 0); return err }
 	}
 	r, err := w.wall(KindPageableSync, dir, hA, hB, n, ops)
 	r.Note = joinNotes([]string{r.Note, "the driver's synchronous pageable copy"})
@@ -596,10 +597,10 @@ func (w *bwWork) pageableSync(hA, hB *hostMem, dir string, n int) (Result, error
 func (w *bwWork) pageableBidir(hA, hB *hostMem, n int) (Result, error) {
 	ops := dirOps{
 		h2d: func() error {
-			return errors.Join(w.stA.CopyHtoD(w.devA.Ptr(), hA.b[:n]), w.stA.Synchronize(w.ctx))
+			return errors.Join(w.stA.CopyHtoD(w.devA, 0, hA.b[:n]), w.stA.Synchronize(w.ctx))
 		},
 		d2h: func() error {
-			return errors.Join(w.stB.CopyDtoH(hB.b[:n], w.devB.Ptr()), w.stB.Synchronize(w.ctx))
+			return errors.Join(w.stB.CopyDtoH(hB.b[:n], w.devB, 0), w.stB.Synchronize(w.ctx))
 		},
 	}
 	r, err := w.wall(KindPageable, DirBidir, hA, hB, n, ops)

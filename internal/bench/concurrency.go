@@ -170,9 +170,11 @@ func (s *Session) concurrent(ctx context.Context, cfg ConcurrencyConfig, cp *tra
 			_, err = cp.DtoH(ctx, h, dv)
 			return err
 		case dir == DirH2D:
-			return devs[i].CopyFromHost(0, h)
+			_, err := devs[i].WriteAt(h, 0)
+			return err
 		}
-		return devs[i].CopyToHost(0, h)
+		_, err := devs[i].ReadAt(h, 0)
+		return err
 	}
 	sample := func() (time.Duration, error) {
 		errs := make([]error, g)
@@ -198,7 +200,7 @@ func (s *Session) concurrent(ctx context.Context, cfg ConcurrencyConfig, cp *tra
 				}
 				continue
 			}
-			if err := devs[i].CopyFromHost(0, want[i]); err != nil {
+			if _, err := devs[i].WriteAt(want[i], 0); err != nil {
 				return err
 			}
 			poison(hosts[i][:n], poisonHost)
@@ -209,7 +211,7 @@ func (s *Session) concurrent(ctx context.Context, cfg ConcurrencyConfig, cp *tra
 		got := make([]byte, n)
 		for i := range g {
 			if dir == DirH2D {
-				if err := devs[i].CopyToHost(0, got); err != nil {
+				if _, err := devs[i].ReadAt(got, 0); err != nil {
 					return err
 				}
 			} else {

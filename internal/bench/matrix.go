@@ -313,7 +313,8 @@ func (d *matrixDev) setup(n int) error {
 	d.expA = randomBytes(n, uint64(10+d.s.Dev.Ordinal()))
 	d.expB = randomBytes(n, uint64(20+d.s.Dev.Ordinal()))
 	copy(d.hA.Bytes(), d.expA)
-	return d.devB.CopyFromHost(0, d.expB)
+	_, err = d.devB.WriteAt(d.expB, 0)
+	return err
 }
 
 // repoison poisons the destinations of both directions, so that the next
@@ -346,8 +347,8 @@ func (d *matrixDev) close() {
 // sample times reps copies in dir: h2d copies host A to device A, d2h
 // device B to host B, bidir both at once on two streams.
 func (d *matrixDev) sample(dir string, n, reps int) (float64, timing, error) {
-	h2d := lane{s: d.stA, op: func(st *cuda.Stream, _ int) error { return st.CopyHtoD(d.devA.Ptr(), d.hA.Bytes()[:n]) }}
-	d2h := lane{s: d.stB, op: func(st *cuda.Stream, _ int) error { return st.CopyDtoH(d.hB.Bytes()[:n], d.devB.Ptr()) }}
+	h2d := lane{s: d.stA, op: func(st *cuda.Stream, _ int) error { return st.CopyHtoD(d.devA, 0, d.hA.Bytes()[:n]) }}
+	d2h := lane{s: d.stB, op: func(st *cuda.Stream, _ int) error { return st.CopyDtoH(d.hB.Bytes()[:n], d.devB, 0) }}
 	var lanes []lane
 	switch dir {
 	case DirH2D:
@@ -368,7 +369,7 @@ func (d *matrixDev) sample(dir string, n, reps int) (float64, timing, error) {
 func (d *matrixDev) verify(dir string, n int) error {
 	if dir != DirD2H {
 		got := make([]byte, n)
-		if err := d.devA.CopyToHost(0, got); err != nil {
+		if _, err := d.devA.ReadAt(got, 0); err != nil {
 			return err
 		}
 		if i := firstDiff(got, d.expA[:n]); i >= 0 {

@@ -177,7 +177,7 @@ func (s *Session) Overlap(ctx context.Context, cfg OverlapConfig) ([]Result, err
 			start := time.Now()
 			for c := range cfg.Chunks {
 				off := c * cs
-				if err := dev.CopyFromHost(off, hin[off:off+cs]); err != nil {
+				if _, err := dev.WriteAt(hin[off:off+cs], int64(off)); err != nil {
 					return out, err
 				}
 				// On the legacy stream, after the H2D's DMA; the
@@ -185,7 +185,7 @@ func (s *Session) Overlap(ctx context.Context, cfg OverlapConfig) ([]Result, err
 				if err := kernel(legacy, off); err != nil {
 					return out, err
 				}
-				if err := dev.CopyToHost(off, hout[off:off+cs]); err != nil {
+				if _, err := dev.ReadAt(hout[off:off+cs], int64(off)); err != nil {
 					return out, err
 				}
 			}
@@ -228,13 +228,13 @@ func (s *Session) Overlap(ctx context.Context, cfg OverlapConfig) ([]Result, err
 					return nil
 				}
 				off := c * cs
-				if err := st.CopyHtoD(dev.Ptr().Add(off), hin.Bytes()[off:off+cs]); err != nil {
+				if err := st.CopyHtoD(dev, off, hin.Bytes()[off:off+cs]); err != nil {
 					return err
 				}
 				if err := kernel(st, off); err != nil {
 					return err
 				}
-				return st.CopyDtoH(hout.Bytes()[off:off+cs], dev.Ptr().Add(off))
+				return st.CopyDtoH(hout.Bytes()[off:off+cs], dev, off)
 			}}
 		}
 		reps := (cfg.Chunks + k - 1) / k

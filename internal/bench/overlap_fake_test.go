@@ -238,7 +238,7 @@ func useLateDMAFake(t *testing.T) *lateDMADriver {
 
 // TestLateDMAModel checks the model against the ordering rule it stands
 // for: a pageable synchronous H2D, add_u8 on a stream, a synchronous D2H
-// must give back every byte plus the delta. cuda.DeviceBuffer.CopyFromHost orders
+// must give back every byte plus the delta. cuda.DeviceBuffer.WriteAt orders
 // the legacy stream after the driver returns, so even a kernel on a
 // non-blocking stream sees the whole copy; on the legacy stream it always
 // does.
@@ -279,9 +279,9 @@ func TestLateDMAModel(t *testing.T) {
 		{"legacy stream", cuda.WrapStream(s.Ctx, 0), true},
 	} {
 		got := make([]byte, n)
-		err := firstErr(dev.CopyFromHost(0, in),
+		err := firstErr(errOf(dev.WriteAt(in, 0)),
 			s.fns[kernels.KernelAdd].Launch(c.st, grid, block, 0, dev.Ptr(), uint64(n), uint8(pipelineDelta)),
-			c.st.Synchronize(context.Background()), dev.CopyToHost(0, got))
+			c.st.Synchronize(context.Background()), errOf(dev.ReadAt(got, 0)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -244,11 +244,11 @@ func roundTrip(ctx *cuda.Context, b []byte, probe *cuda.DeviceBuffer) error {
 	for _, off := range []int{0, len(b) - n} {
 		want := randomBytes(n, uint64(off)+7)
 		copy(b[off:off+n], want)
-		if err := probe.CopyFromHost(0, b[off:off+n]); err != nil {
+		if _, err := probe.WriteAt(b[off:off+n], 0); err != nil {
 			return err
 		}
 		poison(b[off:off+n], poisonHost)
-		if err := probe.CopyToHost(0, b[off:off+n]); err != nil {
+		if _, err := probe.ReadAt(b[off:off+n], 0); err != nil {
 			return err
 		}
 		if i := firstDiff(b[off:off+n], want); i >= 0 {

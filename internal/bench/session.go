@@ -239,7 +239,7 @@ func (s *Session) loadKernels() {
 	for _, name := range []string{kernels.KernelSpinWait, kernels.KernelReadSum, kernels.KernelFill, kernels.KernelAdd} {
 		f, err := mod.Function(name)
 		if err != nil {
-			_ = mod.Unload()
+			_ = mod.Destroy()
 			s.kernErr = err
 			return
 		}
@@ -261,7 +261,7 @@ func (s *Session) Close() error {
 		s.flagBuf = nil
 	}
 	if s.mod != nil {
-		errs = append(errs, s.mod.Unload())
+		errs = append(errs, s.mod.Destroy())
 		s.mod = nil
 	}
 	return errors.Join(errs...)

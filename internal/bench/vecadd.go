@@ -64,9 +64,9 @@ func (s *Session) vecAdd(ctx context.Context, n, samples int) ([]Result, error) 
 			start := time.Now()
 			var err error
 			if async {
-				err = firstErr(st.CopyHtoD(da.Ptr(), ha), st.CopyHtoD(db.Ptr(), hb), kernel(st), st.CopyDtoH(hc, da.Ptr()), st.Synchronize(context.Background()))
+				err = firstErr(st.CopyHtoD(da, 0, ha), st.CopyHtoD(db, 0, hb), kernel(st), st.CopyDtoH(hc, da, 0), st.Synchronize(context.Background()))
 			} else {
-				err = firstErr(da.CopyFromHost(0, ha), db.CopyFromHost(0, hb), kernel(legacy), da.CopyToHost(0, hc))
+				err = firstErr(errOf(da.WriteAt(ha, 0)), errOf(db.WriteAt(hb, 0)), kernel(legacy), errOf(da.ReadAt(hc, 0)))
 			}
 			d := time.Since(start)
 			if err != nil {
@@ -114,6 +114,9 @@ func (s *Session) vecAdd(ctx context.Context, n, samples int) ([]Result, error) 
 
 // firstErr returns the first non-nil error. Its arguments are evaluated
 // in order by the caller, so use it only where every call may run.
+// errOf returns the error of an io call (ReadAt, WriteAt).
+func errOf(_ int, err error) error { return err }
+
 func firstErr(errs ...error) error {
 	for _, e := range errs {
 		if e != nil {

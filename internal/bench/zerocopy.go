@@ -133,7 +133,7 @@ func (s *Session) ZeroCopy(ctx context.Context, cfg ZeroCopyConfig) ([]Result, e
 					return readSum.Launch(st, grid, block, 0, mptr, uint64(n/4), acc.Ptr())
 				}
 				if rep == 0 {
-					if err := st.CopyHtoD(dev.Ptr(), pinned.Bytes()); err != nil {
+					if err := st.CopyHtoD(dev, 0, pinned.Bytes()); err != nil {
 						return err
 					}
 				}
@@ -166,7 +166,7 @@ func (s *Session) ZeroCopy(ctx context.Context, cfg ZeroCopyConfig) ([]Result, e
 				}
 				if i == 1 {
 					var got [8]byte
-					if err := acc.CopyToHost(0, got[:]); err != nil {
+					if _, err := acc.ReadAt(got[:], 0); err != nil {
 						return out, err
 					}
 					if g, want := binary.LittleEndian.Uint64(got[:]), uint64(reuse)*sum; g != want {

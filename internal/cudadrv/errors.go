@@ -94,20 +94,6 @@ func (e *Error) Is(target error) bool {
 	return s != nil && s == target
 }
 
-// As gives errors.As the public form of e (a *cuda.Error) when target asks
-// for it; see SetPublicErrors.
-func (e *Error) As(target any) bool { return publicAs != nil && publicAs(e, target) }
-
-// publicAs converts a binding error into the public type target points to.
-// It is set once, by package cuda's init, before any driver call.
-var publicAs func(err error, target any) bool
-
-// SetPublicErrors installs the converter through which *Error and
-// *LoadError answer errors.As for the public error types of package cuda,
-// which this package cannot name. Package cuda calls it from its init; no
-// other code may.
-func SetPublicErrors(as func(err error, target any) bool) { publicAs = as }
-
 // Sentinel returns the sentinel error that the code r matches, or nil.
 func Sentinel(r Result) error {
 	switch r {
@@ -161,7 +147,3 @@ func (e *LoadError) Is(target error) bool {
 }
 
 func (e *LoadError) Unwrap() error { return e.Err }
-
-// As gives errors.As the public form of e (a *cuda.LoadError) when target
-// asks for it; see SetPublicErrors.
-func (e *LoadError) As(target any) bool { return publicAs != nil && publicAs(e, target) }

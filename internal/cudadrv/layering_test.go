@@ -18,12 +18,14 @@ const module = "github.com/pinmem/pinmem"
 var layer = map[string]int{
 	"internal/hostptr": -1, "internal/testhook": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0, "internal/units": 0,
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
-	"internal/testutil": 2, "": 2,
-	"pool": 3, "cudatest": 3, "blocks": 3,
-	"load": 3, "safetensors": 4, // the weight loader and the safetensors reader on top of it
-	"transfer": 4, "prom": 4, "expvars": 4,
-	"internal/bench": 5, "internal/diag": 5,
-	"cmd/pinmem": 6,
+	"internal/budgetspec": 2, // the budget as PINMEM_BUDGET and the command give it
+	"internal/cudaerr":    2, // the binding's errors as cuda's types, for the packages above cuda that call the binding
+	"internal/testutil":   3, "": 3,
+	"pool": 4, "cudatest": 4, "blocks": 4,
+	"load": 4, "safetensors": 5, // the weight loader and the safetensors reader on top of it
+	"transfer": 5, "prom": 5, "expvars": 5,
+	"internal/bench": 6, "internal/diag": 6,
+	"cmd/pinmem": 7,
 }
 
 // bindingImporters are the only packages that may import internal/cudadrv,
@@ -37,6 +39,7 @@ var bindingImporters = map[string]string{
 	"":                         "the host-memory face of the driver beside cuda: cuMemHostAlloc/Register, mapped pointers, pointer attributes, with the ledger that accounts for them",
 	"internal/diag":            "doctor reports which driver library is loaded and the variable that chooses it",
 	"internal/testutil":        "tests install the fake driver and detect the real one",
+	"internal/cudaerr":         "converts the binding's errors into cuda's types for the packages above cuda that call the binding",
 	"blocks":                   "block lists need the driver's batch copy (cuMemcpyBatchAsync), copies queued 16 per crossing (RunBatch) and host pointer attributes, which cuda does not offer",
 	"cudatest":                 "hands users' options, faults, stream holds and kernels to the fake driver, whose API speaks the binding's types (CUresult, attributes, handles)",
 }
@@ -79,7 +82,7 @@ func TestLayering(t *testing.T) {
 		checked++
 		mine, ranked := layer[pkg]
 		if strings.HasPrefix(pkg, "examples/") {
-			mine, ranked = 7, true
+			mine, ranked = 8, true
 		}
 		for _, imp := range f.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)

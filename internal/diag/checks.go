@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/internal/budgetspec"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/units"
 )
@@ -54,7 +55,7 @@ func budgetOf(h Host) Budget {
 	env, set := os.LookupEnv(pinmem.EnvBudget)
 	switch {
 	case set && strings.TrimSpace(env) != "":
-		if _, err := pinmem.ParseBudget(env, max(physicalMemory(h), 1)); err != nil {
+		if _, err := budgetspec.Parse(env, max(physicalMemory(h), 1)); err != nil {
 			b.Error = err.Error()
 			b.Source = fmt.Sprintf("default (half of physical memory): %s=%q does not parse", pinmem.EnvBudget, env)
 		} else {

@@ -233,7 +233,7 @@ func collectDevice(d *cuda.Device) Device {
 		return out
 	}
 	out.KernelsLoad = true
-	if err := m.Unload(); err != nil {
+	if err := m.Destroy(); err != nil {
 		out.KernelsError = "unloading: " + err.Error()
 	}
 	return out

@@ -39,7 +39,7 @@ func blocksOp(s blocks.Strategy) op {
 			}
 			e.defer_((*d).Free)
 		}
-		if err := out.CopyFromHost(0, want); err != nil {
+		if _, err := out.WriteAt(want, 0); err != nil {
 			return err
 		}
 		var s1, s2 *cuda.Stream
@@ -86,7 +86,7 @@ func blocksOp(s blocks.Strategy) op {
 			return err
 		}
 		got := make([]byte, bs*n)
-		if err := in.CopyToHost(0, got); err != nil {
+		if _, err := in.ReadAt(got, 0); err != nil {
 			return err
 		}
 		for i := range n {

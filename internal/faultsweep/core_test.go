@@ -146,11 +146,11 @@ func deviceMemOp() op {
 		}
 		e.defer_(d.Free)
 		src := testutil.RandomBytes(64<<10, 1)
-		if err := d.CopyFromHost(0, src); err != nil {
+		if _, err := d.WriteAt(src, 0); err != nil {
 			return err
 		}
 		got := make([]byte, len(src))
-		if err := d.CopyToHost(0, got); err != nil {
+		if _, err := d.ReadAt(got, 0); err != nil {
 			return err
 		}
 		if !bytes.Equal(got, src) {
@@ -163,7 +163,7 @@ func deviceMemOp() op {
 		if err := sl.Memset(7); err != nil {
 			return err
 		}
-		if err := d.CopyToHost(4096, got[:1]); err != nil {
+		if _, err := d.ReadAt(got[:1], 4096); err != nil {
 			return err
 		}
 		if got[0] != 7 {
@@ -179,10 +179,10 @@ func deviceMemOp() op {
 			return err
 		}
 		e.defer_(s.Destroy)
-		if err := s.CopyDtoD(d2.Ptr(), d.Ptr(), d.Size()); err != nil {
+		if err := s.CopyDtoD(d2, 0, d, 0, d.Size()); err != nil {
 			return errors.Join(err, s.Synchronize(context.Background()))
 		}
-		if err := s.Memset(d2.Ptr(), 1, 16); err != nil {
+		if err := s.Memset(d2, 0, 1, 16); err != nil {
 			return errors.Join(err, s.Synchronize(context.Background()))
 		}
 		return errors.Join(s.Synchronize(context.Background()), s.Destroy(), d2.Free(), d.Free())
@@ -229,7 +229,7 @@ func streamEventOp() op {
 		if err := start.Record(s1); err != nil {
 			return sync(err)
 		}
-		if err := s1.CopyHtoD(d.Ptr(), host.Bytes()); err != nil {
+		if err := s1.CopyHtoD(d, 0, host.Bytes()); err != nil {
 			return sync(err)
 		}
 		if err := end.Record(s1); err != nil {
@@ -238,7 +238,7 @@ func streamEventOp() op {
 		if err := s2.WaitEvent(end); err != nil {
 			return sync(err)
 		}
-		if err := s2.CopyDtoH(host.Bytes(), d.Ptr()); err != nil {
+		if err := s2.CopyDtoH(host.Bytes(), d, 0); err != nil {
 			return sync(err)
 		}
 		if err := end.Synchronize(context.Background()); err != nil {
@@ -275,7 +275,7 @@ func moduleOp() op {
 		if err != nil {
 			return err
 		}
-		e.defer_(mod.Unload)
+		e.defer_(mod.Destroy)
 		f, err := mod.Function("sweep_fill")
 		if err != nil {
 			return err
@@ -287,13 +287,13 @@ func moduleOp() op {
 			return err
 		}
 		got := make([]byte, 16)
-		if err := d.CopyToHost(0, got); err != nil {
+		if _, err := d.ReadAt(got, 0); err != nil {
 			return err
 		}
 		if !bytes.Equal(got, bytes.Repeat([]byte{0x5a}, 16)) {
 			return fmt.Errorf("kernel wrote %x", got)
 		}
-		return errors.Join(mod.Unload(), s.Destroy(), d.Free())
+		return errors.Join(mod.Destroy(), s.Destroy(), d.Free())
 	}}
 }
 

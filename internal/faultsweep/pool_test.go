@@ -53,7 +53,7 @@ func poolOp(name string, opts ...pool.Option) op {
 		e.defer_(dev.Free)
 		var errs []error
 		for _, n := range []int{4 << 10, 1 << 20, 4 << 10, 300 << 10} {
-			b, err := p.Get(n)
+			b, err := p.Get(context.Background(), n)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -63,14 +63,14 @@ func poolOp(name string, opts ...pool.Option) op {
 					errs = append(errs, err)
 				}
 			}
-			if err := s.CopyHtoD(dev.Ptr(), b.Bytes()[:min(n, dev.Size())]); err != nil {
+			if err := s.CopyHtoD(dev, 0, b.Bytes()[:min(n, dev.Size())]); err != nil {
 				errs = append(errs, err)
 			}
 			if err := p.Put(b, s); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		if _, err := p.Trim(); err != nil {
+		if _, err := p.Trim(context.Background()); err != nil {
 			errs = append(errs, err)
 		}
 		errs = append(errs, s.Synchronize(context.Background()), p.Close(context.Background()))
@@ -89,7 +89,7 @@ func poolCapOp() op {
 		var errs []error
 		var blocks []*pool.Block
 		for range 3 {
-			b, err := p.Get(64 << 10)
+			b, err := p.Get(context.Background(), 64<<10)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -100,7 +100,7 @@ func poolCapOp() op {
 			errs = append(errs, p.Put(b)) // over the cap: unpinning deferred
 		}
 		for _, n := range []int{1 << 20, pool.HugeThreshold + 1} {
-			b, err := p.Get(n) // a miss: the deferred unpinning happens here
+			b, err := p.Get(context.Background(), n) // a miss: the deferred unpinning happens here
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -133,7 +133,7 @@ func poolBudgetOp() op {
 			p *pool.Pool
 			n int
 		}{{p1, blk}, {p2, blk}, {p2, blk + blk/4}, {p1, blk}} {
-			b, err := step.p.Get(step.n)
+			b, err := step.p.Get(context.Background(), step.n)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -173,12 +173,12 @@ func poolCloseOp() op {
 			return err
 		}
 		e.defer_(dev.Free)
-		out, err := p.Get(4 << 10)
+		out, err := p.Get(context.Background(), 4<<10)
 		if err != nil {
 			return err
 		}
 		e.defer_(func() error { return p.Put(out) })
-		busy, err := p.Get(64 << 10)
+		busy, err := p.Get(context.Background(), 64<<10)
 		if err != nil {
 			return err
 		}
@@ -188,7 +188,7 @@ func poolCloseOp() op {
 		}
 		e.defer_(func() error { return e.fd.ReleaseStream(h) })
 		var errs []error
-		if err := s2.CopyHtoD(dev.Ptr(), busy.Bytes()); err != nil {
+		if err := s2.CopyHtoD(dev, 0, busy.Bytes()); err != nil {
 			errs = append(errs, err)
 		}
 		// Two streams, one of them twice: one event each.

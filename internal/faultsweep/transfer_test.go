@@ -182,7 +182,7 @@ func pipelineOp(name string, popts ...transfer.PipelineOption) op {
 		if err != nil {
 			return err
 		}
-		e.defer_(mod.Unload)
+		e.defer_(mod.Destroy)
 		f, err := mod.Function("sweep_inc")
 		if err != nil {
 			return err
@@ -221,7 +221,7 @@ func pipelineOp(name string, popts ...transfer.PipelineOption) op {
 		if done != st.Chunks || st.Chunks != (xferSize+stageSize-1)/stageSize {
 			return fmt.Errorf("%d Done callbacks, %d chunks", done, st.Chunks)
 		}
-		return errors.Join(p.Close(bg), cp.Close(bg), mod.Unload())
+		return errors.Join(p.Close(bg), cp.Close(bg), mod.Destroy())
 	}}
 }
 
@@ -323,7 +323,7 @@ func mappedStreamOp() op {
 		}
 		e.defer_(b.Free)
 		if err := cp.RunMapped(bg, s, b, func(s *cuda.Stream, p cuda.DevicePtr, n int) error {
-			return s.Memset(p, 7, n)
+			return s.Memset(cuda.WrapDevicePtr(s.Context(), p, n), 0, 7, n)
 		}); err != nil {
 			return err
 		}
@@ -351,7 +351,7 @@ func mappedOp() op {
 		if err != nil {
 			return err
 		}
-		e.defer_(mod.Unload)
+		e.defer_(mod.Destroy)
 		f, err := mod.Function("sweep_fill")
 		if err != nil {
 			return err
@@ -364,7 +364,7 @@ func mappedOp() op {
 		if !bytes.Equal(b.Bytes()[:16], bytes.Repeat([]byte{9}, 16)) {
 			return errors.New("the kernel did not write the mapped memory")
 		}
-		return errors.Join(cp.Close(bg), mod.Unload(), b.Free())
+		return errors.Join(cp.Close(bg), mod.Destroy(), b.Free())
 	}}
 }
 
@@ -420,7 +420,7 @@ func multiOp() op {
 			return err
 		}
 		for i, d := range dsts {
-			if err := d.CopyToHost(0, got[i]); err != nil {
+			if _, err := d.ReadAt(got[i], 0); err != nil {
 				return err
 			}
 		}

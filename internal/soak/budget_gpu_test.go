@@ -79,7 +79,7 @@ func TestGPUBudgetUnderPressure(t *testing.T) {
 				} else {
 					p := pools[g%4/2]
 					var b *pool.Block
-					if b, err = p.Get(n); err == nil {
+					if b, err = p.Get(context.Background(), n); err == nil {
 						b.Bytes()[0] = 1
 						time.Sleep(time.Millisecond)
 						err = p.Put(b)

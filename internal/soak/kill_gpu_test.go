@@ -156,7 +156,7 @@ func killChild() {
 			src = reg.Bytes()
 		}
 		off := (i * (256 << 20)) % (killPin - (256 << 20))
-		if err := s.CopyHtoD(dev.Ptr(), src[off:off+256<<20]); err != nil {
+		if err := s.CopyHtoD(dev, 0, src[off:off+256<<20]); err != nil {
 			fail(err)
 		}
 		if err := s.Synchronize(context.Background()); err != nil {

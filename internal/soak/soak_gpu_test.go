@@ -160,7 +160,7 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 				if r.IntN(4) == 0 {
 					size = 1 + r.IntN(64<<10)
 				}
-				b, err := p.Get(size)
+				b, err := p.Get(context.Background(), size)
 				if err != nil {
 					report(fmt.Errorf("pool Get(%d): %w", size, err))
 					return

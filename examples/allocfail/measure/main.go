@@ -41,6 +41,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/budgetspec"
 )
 
 type config struct {
@@ -84,7 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	l, err := pinmem.ParseBudget(*limit, 0)
+	l, err := budgetspec.Parse(*limit, 0)
 	if err != nil || l < 1<<20 {
 		return config{}, fmt.Errorf("-cgroup-limit %q: want at least 1MiB", *limit)
 	}

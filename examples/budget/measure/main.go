@@ -42,6 +42,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/budgetspec"
 )
 
 type config struct {
@@ -73,7 +74,7 @@ func main() {
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("budget", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	budget := fs.String("budget", "1GiB", "the pinned-memory budget for the run (pinmem.ParseBudget syntax: 512MiB, 2GiB, 5%)")
+	budget := fs.String("budget", "1GiB", "the pinned-memory budget for the run (syntax: 512MiB, 2GiB, 5%)")
 	chunk := fs.String("chunk", "128MiB", "bytes per buffer, a multiple of 2 MiB")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -85,11 +86,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if err != nil {
 		return config{}, err
 	}
-	b, err := pinmem.ParseBudget(*budget, uint64(mem["MemTotal"]))
+	b, err := budgetspec.Parse(*budget, uint64(mem["MemTotal"]))
 	if err != nil {
 		return config{}, fmt.Errorf("-budget: %w", err)
 	}
-	c, err := pinmem.ParseBudget(*chunk, uint64(mem["MemTotal"]))
+	c, err := budgetspec.Parse(*chunk, uint64(mem["MemTotal"]))
 	if err != nil || c <= 0 || c%(2<<20) != 0 {
 		return config{}, fmt.Errorf("-chunk %q: want a positive multiple of 2 MiB", *chunk)
 	}
@@ -231,11 +232,11 @@ func roundTrip(d *cuda.DeviceBuffer, b []byte) error {
 	for i := range b {
 		b[i] = byte(i*13 + i>>9)
 	}
-	if err := d.CopyFromHost(0, b); err != nil {
+	if _, err := d.WriteAt(b, 0); err != nil {
 		return err
 	}
 	back := make([]byte, len(b))
-	if err := d.CopyToHost(0, back); err != nil {
+	if _, err := d.ReadAt(back, 0); err != nil {
 		return err
 	}
 	if !bytes.Equal(back, b) {

@@ -11,7 +11,7 @@
 // write-combined one of the same size, and measures for each:
 //
 //   - the CPU writing it (copy from a Go slice into it);
-//   - copying it to the GPU (a synchronous DeviceBuffer.CopyFromHost; the bytes
+//   - copying it to the GPU (a synchronous DeviceBuffer.WriteAt; the bytes
 //     are read back and compared after every copy);
 //   - the CPU reading it (copy from it into a Go slice, -readsize bytes).
 //
@@ -175,7 +175,7 @@ func measure(d *cuda.DeviceBuffer, f pinmem.Flags, src, back []byte, cfg config)
 		t0 := time.Now()
 		copy(b, src)
 		t1 := time.Now()
-		if err := d.CopyFromHost(0, b); err != nil {
+		if _, err := d.WriteAt(b, 0); err != nil {
 			return fig, err
 		}
 		t2 := time.Now()
@@ -187,7 +187,7 @@ func measure(d *cuda.DeviceBuffer, f pinmem.Flags, src, back []byte, cfg config)
 			return fig, errors.New("the CPU read back other bytes than it wrote")
 		}
 		clear(back)
-		if err := d.CopyToHost(0, back); err != nil {
+		if _, err := d.ReadAt(back, 0); err != nil {
 			return fig, err
 		}
 		if !bytes.Equal(back, src) {

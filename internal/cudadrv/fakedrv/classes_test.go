@@ -106,3 +106,24 @@ func TestBlockedAndStreams(t *testing.T) {
 		t.Error("Blocked on an unknown stream: no error")
 	}
 }
+
+// TestQueuesWork: the calls that take asynchronous faults are the fake's
+// copies, memsets and launches, each one the fake implements; a rule for
+// a call that queues no work is refused instead of being used up unseen.
+func TestQueuesWork(t *testing.T) {
+	d := newDrv(t, fakedrv.Options{})
+	n := 0
+	for _, op := range append(fakedrv.Ops(), fakedrv.Classes()...) {
+		err := d.FailAsync(op, 1, cudadrv.ErrorLaunchFailed)
+		if fakedrv.QueuesWork(op) != (err == nil) {
+			t.Errorf("FailAsync(%q) = %v, QueuesWork = %v", op, err, fakedrv.QueuesWork(op))
+		}
+		if fakedrv.QueuesWork(op) {
+			n++
+		}
+	}
+	if n != 15 { // 11 copy and memset symbols, cuLaunchKernel, 3 classes
+		t.Errorf("%d ops take asynchronous faults, want 15", n)
+	}
+	d.ClearFaults()
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
@@ -159,4 +160,83 @@ func TestInstallProcessWide(t *testing.T) {
 		t.Errorf("Get returned %v, want the process-wide fake", got)
 	}
 	restoreA()
+}
+
+// TestCtxSynchronizeOwnContext: cuCtxSynchronize waits for the work of
+// the current context and reports its faults only: another context's held
+// work does not block it, and another context's fault stays for that
+// context to report.
+func TestCtxSynchronizeOwnContext(t *testing.T) {
+	d := newDrv(t, fakedrv.Options{DeviceCount: 2, WaitTimeout: time.Minute})
+	c0 := must[cudadrv.Context](t)(d.CtxGetCurrent())
+	c1 := must[cudadrv.Context](t)(d.DevicePrimaryCtxRetain(1))
+	defer d.DevicePrimaryCtxRelease(1)
+	ok(t, d.CtxSetCurrent(c1))
+	s1 := must[cudadrv.Stream](t)(d.StreamCreate(cudadrv.StreamNonBlocking))
+	p1 := must[cudadrv.DevicePtr](t)(d.MemAlloc(16))
+	ok(t, d.FailAsync("cuMemsetD8Async", 1, cudadrv.ErrorLaunchFailed))
+	ok(t, d.MemsetD8Async(p1, 1, 16, s1)) // faults
+	ok(t, d.MemsetD8Async(p1, 2, 16, 0))  // on the legacy default stream, in c1
+	ok(t, d.HoldStream(0))
+	ok(t, d.HoldStream(s1))
+	ok(t, d.MemsetD8Async(p1, 3, 16, s1))
+	ok(t, d.MemsetD8Async(p1, 4, 16, 0))
+
+	ok(t, d.CtxSetCurrent(c0))
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := d.CtxSetCurrent(c0); err != nil {
+			done <- err
+			return
+		}
+		done <- d.CtxSynchronize()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("cuCtxSynchronize of a context with no work of its own: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("cuCtxSynchronize of one context waited for another context's held work")
+	}
+
+	ok(t, d.CtxSetCurrent(c1))
+	ok(t, d.ReleaseStream(s1))
+	ok(t, d.ReleaseStream(0))
+	wantCode(t, d.CtxSynchronize(), "cuCtxSynchronize", cudadrv.ErrorLaunchFailed)
+	ok(t, d.StreamDestroy(s1))
+	ok(t, d.MemFree(p1))
+	ok(t, d.CtxSetCurrent(c0))
+}
+
+// TestClearFaultsKeepsOtherContexts: ClearFaults forgets the unreported
+// faults of the contexts a sticky fault broke, and keeps another
+// context's, on the legacy default stream too.
+func TestClearFaultsKeepsOtherContexts(t *testing.T) {
+	d := newDrv(t, fakedrv.Options{DeviceCount: 2})
+	c0 := must[cudadrv.Context](t)(d.CtxGetCurrent())
+	p0 := must[cudadrv.DevicePtr](t)(d.MemAlloc(16))
+	ok(t, d.FailAsync("cuMemsetD8Async", 1, cudadrv.ErrorLaunchFailed))
+	ok(t, d.MemsetD8Async(p0, 1, 16, 0)) // c0's fault, on the legacy default stream
+
+	c1 := must[cudadrv.Context](t)(d.DevicePrimaryCtxRetain(1))
+	defer d.DevicePrimaryCtxRelease(1)
+	ok(t, d.CtxSetCurrent(c1))
+	s1 := must[cudadrv.Stream](t)(d.StreamCreate(cudadrv.StreamNonBlocking))
+	p1 := must[cudadrv.DevicePtr](t)(d.MemAlloc(16))
+	ok(t, d.AddRule("cuMemsetD8Async", 1, cudadrv.ErrorIllegalAddress, true, true))
+	ok(t, d.MemsetD8Async(p1, 1, 16, s1)) // breaks c1
+	if d.Stuck(c1) == nil {
+		t.Fatal("the sticky fault did not break its context")
+	}
+	d.ClearFaults()
+	ok(t, d.CtxSynchronize()) // c1's fault is forgotten
+	ok(t, d.StreamDestroy(s1))
+	ok(t, d.MemFree(p1))
+
+	ok(t, d.CtxSetCurrent(c0))
+	wantCode(t, d.CtxSynchronize(), "cuCtxSynchronize", cudadrv.ErrorLaunchFailed)
+	ok(t, d.MemFree(p0))
 }

@@ -64,6 +64,7 @@ package fakedrv
 
 import (
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -402,6 +403,22 @@ const (
 	ClassAlloc = "any allocation"
 )
 
+// QueuesWork reports whether the calls of op (a driver symbol or an
+// operation class) queue work on a stream that can fail when it runs, as
+// FailAsync needs: copies, memsets and kernel launches. The other calls
+// take no asynchronous fault: a rule for them would never fire.
+func QueuesWork(op string) bool { return queuesWork[op] }
+
+var queuesWork = map[string]bool{
+	ClassHtoD: true, ClassDtoH: true, ClassLaunch: true,
+	"cuMemcpyHtoD_v2": true, "cuMemcpyHtoDAsync_v2": true,
+	"cuMemcpyDtoH_v2": true, "cuMemcpyDtoHAsync_v2": true,
+	"cuMemcpyDtoD_v2": true, "cuMemcpyDtoDAsync_v2": true,
+	"cuMemcpyBatchAsync": true, "cuMemcpyBatchAsync_v2": true,
+	"cuMemsetD8_v2": true, "cuMemsetD8Async": true, "cuMemsetD32_v2": true,
+	"cuLaunchKernel": true,
+}
+
 // Classes returns the operation classes.
 func Classes() []string { return []string{ClassHtoD, ClassDtoH, ClassLaunch, ClassAlloc} }
 
@@ -452,6 +469,9 @@ func (d *Driver) FailAsync(op string, nth int, code cudadrv.Result) error {
 func (d *Driver) AddRule(op string, nth int, code cudadrv.Result, async, sticky bool) error {
 	if !knownOps[op] {
 		return fmt.Errorf("cudatest: unknown driver op %q (want a driver symbol or an operation class)", op)
+	}
+	if async && !QueuesWork(op) {
+		return fmt.Errorf("cudatest: %s queues no work on a stream, so no asynchronous fault can hit it", op)
 	}
 	if code == cudadrv.Success {
 		return fmt.Errorf("cudatest: fault code for %s must not be CUDA_SUCCESS", op)
@@ -510,9 +530,9 @@ func (d *Driver) ClearFaults() {
 	d.rules = nil
 	d.hook = nil
 	for _, s := range d.active {
-		// The legacy default stream serves every context.
-		broken := d.sticky[s.ctx] != nil || s == d.def && len(d.sticky) > 0
-		if broken && s.err != nil {
+		// A fault knows its context: on the legacy default stream, which
+		// serves every context, that of the work that faulted.
+		if s.err != nil && d.sticky[s.err.ctx] != nil {
 			s.err.reported = true
 		}
 	}
@@ -1265,10 +1285,19 @@ func (d *Driver) LaunchKernel(f cudadrv.Function, grid, block [3]uint32, sharedM
 			call.Args = append(call.Args, slices.Clone(unsafe.Slice((*byte)(ptrs[i]), sz)))
 		}
 	}
-	d.enqueue(st, op, fail, func() error {
+	d.enqueue(st, op, fail, func() (err error) {
 		if k.fn == nil {
 			return nil
 		}
+		// A body that panics fails its launch, as a kernel that traps
+		// does: the panic must not unwind through whichever call runs the
+		// work (a release, another goroutine's synchronize) and leave the
+		// work started but never done, its waiters blocked for good.
+		defer func() {
+			if r := recover(); r != nil {
+				err = errorWhy(op, cudadrv.ErrorLaunchFailed, "kernel %s panicked: %v\n%s", k.name, r, debug.Stack())
+			}
+		}()
 		if err := k.fn(call); err != nil {
 			return errorWhy(op, cudadrv.ErrorLaunchFailed, "kernel %s: %v", k.name, err)
 		}

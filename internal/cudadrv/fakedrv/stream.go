@@ -1,6 +1,7 @@
 package fakedrv
 
 import (
+	"slices"
 	"time"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
@@ -26,6 +27,7 @@ type task struct {
 // synchronization that observes it (see exec).
 type fault struct {
 	err      error
+	ctx      cudadrv.Context // the context of the work that faulted
 	reported bool
 }
 
@@ -189,7 +191,7 @@ func (d *Driver) exec(o *task) {
 	if o.err != nil && !o.sync {
 		d.asyncErrs = append(d.asyncErrs, o.err)
 		if s.err == nil || s.err.reported {
-			s.err = &fault{err: o.err}
+			s.err = &fault{err: o.err, ctx: o.ctx}
 		}
 	}
 	if o.err != nil && o.fail.sticky {
@@ -445,8 +447,9 @@ func (d *Driver) StreamWaitEvent(s cudadrv.Stream, e cudadrv.Event, flags uint32
 	return nil
 }
 
-// CtxSynchronize is cuCtxSynchronize: it waits for all queued work and
-// returns the first asynchronous error not yet reported on any stream.
+// CtxSynchronize is cuCtxSynchronize: it waits for the work queued in the
+// current context and returns the first asynchronous error of that work
+// not yet reported. The work and the faults of other contexts are theirs.
 func (d *Driver) CtxSynchronize() error {
 	const op = "cuCtxSynchronize"
 	if _, err := d.begin(op); err != nil {
@@ -454,12 +457,22 @@ func (d *Driver) CtxSynchronize() error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, _, err := d.needCtx(op); err != nil {
+	ctx, _, err := d.needCtx(op)
+	if err != nil {
 		return err
 	}
 	var lasts []*task
 	for _, s := range d.active {
-		if s.last != nil {
+		if s == d.def {
+			// The fake's one legacy default stream serves every context:
+			// the context's work on it is what it queued there last.
+			for _, o := range slices.Backward(s.queue) {
+				if o.ctx == ctx {
+					lasts = append(lasts, o)
+					break
+				}
+			}
+		} else if s.ctx == ctx && s.last != nil {
 			lasts = append(lasts, s.last)
 		}
 	}
@@ -468,6 +481,9 @@ func (d *Driver) CtxSynchronize() error {
 	}
 	var first error
 	for _, s := range d.active {
+		if s.err == nil || s.err.ctx != ctx {
+			continue
+		}
 		if err := report(s.err, op); err != nil && first == nil {
 			first = err
 		}

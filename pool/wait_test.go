@@ -1,0 +1,128 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+)
+
+// gate makes the fake driver's calls of some ops block until it is opened,
+// as pinning and unpinning block on a GPU that is busy (or hung): they wait
+// for all work on the device. Each blocked call is announced on entered.
+type gate struct {
+	entered chan string
+	open    chan struct{}
+}
+
+func newGate(t *testing.T, d *fakedrv.Driver, ops ...string) *gate {
+	g := &gate{entered: make(chan string, 16), open: make(chan struct{})}
+	d.SetHook(func(op string) cudadrv.Result {
+		for _, o := range ops {
+			if o == op {
+				g.entered <- op
+				<-g.open
+			}
+		}
+		return cudadrv.Success
+	})
+	t.Cleanup(g.release)
+	return g
+}
+
+// release lets blocked and later calls through.
+func (g *gate) release() {
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
+}
+
+// within returns the error sent on got, failing the test if none comes in
+// 10 s: a call bounded by a ctx that has ended returns at once (the driver
+// call it left is still blocked).
+func within(t *testing.T, got <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-got:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not return when its ctx ended")
+		return nil
+	}
+}
+
+var pinOps = []string{"cuMemHostAlloc", "cuMemHostRegister_v2"}
+
+// A miss whose pinning blocks in the driver returns when ctx ends; the
+// pinning goes on, and Close waits for it and unpins what it pinned (the
+// fake's ledger check at the end of the test finds nothing left).
+func TestGetMissBoundedByContext(t *testing.T) {
+	d := useFake(t)
+	p, err := New(WithName("bounded"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGate(t, d, pinOps...)
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := p.Get(ctx, 1<<20)
+		got <- err
+	}()
+	<-g.entered // the miss is in the driver
+	cancel()
+	if err := within(t, got); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get with a cancelled ctx while pinning blocks = %v, want context.Canceled", err)
+	}
+	// Close with a ctx already done reports the pinning still running.
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if err := p.Close(done); !errors.Is(err, context.Canceled) {
+		t.Errorf("Close while the pinning runs = %v, want context.Canceled", err)
+	}
+	g.release()
+	if err := p.Close(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
+		t.Fatalf("Close after the pinning could finish: %v", err)
+	}
+	if st := p.Stats(); st.PinnedBytes != 0 || st.InUseBlocks != 0 {
+		t.Errorf("after Close: %v", st)
+	}
+}
+
+// Trim's unpinning is bounded by ctx as a miss's pinning is.
+func TestTrimBoundedByContext(t *testing.T) {
+	d := useFake(t)
+	p := newPool(t)
+	mustPut(t, p, mustGet(t, p, 1<<20))
+	g := newGate(t, d, "cuMemFreeHost", "cuMemHostUnregister")
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := p.Trim(ctx)
+		got <- err
+	}()
+	<-g.entered
+	cancel()
+	if err := within(t, got); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Trim with a cancelled ctx while unpinning blocks = %v, want context.Canceled", err)
+	}
+	g.release()
+}
+
+// A nil ctx is refused, not a panic.
+func TestNilContextRefused(t *testing.T) {
+	useFake(t)
+	p := newPool(t)
+	var nilCtx context.Context
+	if _, err := p.Get(nilCtx, 8); err == nil {
+		t.Error("Get(nil ctx) succeeded")
+	}
+	if _, err := p.Trim(nilCtx); err == nil {
+		t.Error("Trim(nil ctx) succeeded")
+	}
+}
