@@ -285,7 +285,9 @@ func (d *Driver) FailOn(op string, when When, code cuda.Result) error {
 // launch on a stream: AnyHtoD, AnyDtoH, AnyLaunch or a cuMemcpy*,
 // cuMemset* or cuLaunchKernel symbol): the call succeeds, and the work
 // fails when it runs, as device work faults on a GPU. A synchronous copy
-// or memset reports the fault itself. The fault is reported once, by the first
+// or memset reports the fault itself. A call refused before it queued its
+// work (an argument the driver rejects) takes no fault: the next call's
+// work does. The fault is reported once, by the first
 // of these that observes it: a query or synchronization of an event
 // recorded on the work's stream after the work, a query or synchronization
 // of that stream, a synchronization of its context. With When.Sticky it

@@ -55,6 +55,7 @@ func (d *Driver) MemcpyBatchAsync(dsts, srcs []cudadrv.DevicePtr, sizes []uint64
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.refund(&fail)
 	if s <= 2 {
 		return -1, errorWhy(op, cudadrv.ErrorInvalidValue, "the legacy default stream (%#x) cannot take a batch copy", uintptr(s))
 	}
@@ -94,6 +95,7 @@ func (d *Driver) MemcpyBatchAsync(dsts, srcs []cudadrv.DevicePtr, sizes []uint64
 		}
 		work[i] = pair{dst, src, sizes[i]}
 	}
+	fail.r = nil
 	d.enqueue(st, op, fail, func() error {
 		for _, w := range work {
 			if err := copyWork(op, w.dst, w.src, w.n)(); err != nil {

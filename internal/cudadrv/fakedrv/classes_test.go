@@ -127,3 +127,23 @@ func TestQueuesWork(t *testing.T) {
 	}
 	d.ClearFaults()
 }
+
+// TestAsyncFaultHitsWork: an asynchronous fault drawn by a call that is
+// refused (it queues no work) goes to the next call's work instead of
+// being lost.
+func TestAsyncFaultHitsWork(t *testing.T) {
+	d := newDrv(t, fakedrv.Options{})
+	s := must[cudadrv.Stream](t)(d.StreamCreate(cudadrv.StreamNonBlocking))
+	defer d.StreamDestroy(s)
+	dev := must[cudadrv.DevicePtr](t)(d.MemAlloc(64))
+	defer d.MemFree(dev)
+	host := must[unsafe.Pointer](t)(d.MemHostAlloc(64, 0))
+	defer d.MemFreeHost(host)
+	ok(t, d.FailAsync(fakedrv.ClassHtoD, 1, cudadrv.ErrorLaunchFailed))
+	wantCode(t, d.MemcpyHtoDAsync(dev+64, host, 64, s), "cuMemcpyHtoDAsync_v2", cudadrv.ErrorInvalidValue)
+	ok(t, d.MemcpyHtoDAsync(dev, host, 64, s))
+	wantCode(t, d.StreamSynchronize(s), "cuStreamSynchronize", cudadrv.ErrorLaunchFailed)
+	// Drawn once: the next copy runs.
+	ok(t, d.MemcpyHtoDAsync(dev, host, 64, s))
+	ok(t, d.StreamSynchronize(s))
+}

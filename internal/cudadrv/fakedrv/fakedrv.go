@@ -381,6 +381,17 @@ type inject struct {
 	code   cudadrv.Result
 	sticky bool
 	rule   string // the rule's op and nth, for the message
+	r      *rule  // the rule, until the call queued the work it fails (see refund)
+}
+
+// refund gives an asynchronous fault back to its rule when the call that
+// drew it queued no work (the call was refused): the fault is for work,
+// so the next call's work takes it. Call it deferred, with d.mu held, after
+// clearing in.r once the work is queued.
+func (d *Driver) refund(in *inject) {
+	if in.r != nil && in.r.origin > 0 {
+		in.r.spent, in.r.left = false, 0
+	}
 }
 
 // Operation classes: FailOn, FailAsync and Calls take one in place of a
@@ -583,7 +594,7 @@ func (d *Driver) begin(op string, classes ...string) (inject, error) {
 	d.mu.Unlock()
 	if fire != nil {
 		if fire.async {
-			return inject{code: fire.code, sticky: fire.sticky, rule: fire.name()}, nil
+			return inject{code: fire.code, sticky: fire.sticky, rule: fire.name(), r: fire}, nil
 		}
 		return inject{}, err
 	}
@@ -1252,6 +1263,7 @@ func (d *Driver) LaunchKernel(f cudadrv.Function, grid, block [3]uint32, sharedM
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.refund(&fail)
 	fn, ok := d.funcs[f]
 	if !ok {
 		return errorWhy(op, cudadrv.ErrorInvalidHandle, "function %#x unknown or its module unloaded", uintptr(f))
@@ -1285,6 +1297,7 @@ func (d *Driver) LaunchKernel(f cudadrv.Function, grid, block [3]uint32, sharedM
 			call.Args = append(call.Args, slices.Clone(unsafe.Slice((*byte)(ptrs[i]), sz)))
 		}
 	}
+	fail.r = nil
 	d.enqueue(st, op, fail, func() (err error) {
 		if k.fn == nil {
 			return nil

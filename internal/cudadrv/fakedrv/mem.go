@@ -527,6 +527,7 @@ func (d *Driver) memset(op string, p cudadrv.DevicePtr, v uint32, n, width uint6
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.refund(&fail)
 	if n > 1<<60 {
 		return errorWhy(op, cudadrv.ErrorInvalidValue, "count %d", n)
 	}
@@ -541,6 +542,7 @@ func (d *Driver) memset(op string, p cudadrv.DevicePtr, v uint32, n, width uint6
 	if err != nil {
 		return err
 	}
+	fail.r = nil
 	o := d.enqueue(st, op, fail, memsetWork(op, r, n, width, v))
 	if async {
 		return nil
@@ -579,6 +581,7 @@ func (d *Driver) memcpy(op string, kind copyKind, dstD, srcD cudadrv.DevicePtr, 
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.refund(&fail)
 	st, err := d.streamOf(op, s)
 	if err != nil {
 		return err
@@ -625,6 +628,7 @@ func (d *Driver) memcpy(op string, kind copyKind, dstD, srcD cudadrv.DevicePtr, 
 			}
 		}
 	}
+	fail.r = nil
 	o := d.enqueue(st, op, fail, copyWork(op, dst, src, n))
 	if !waitDone {
 		return nil
