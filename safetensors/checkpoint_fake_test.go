@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -107,8 +108,9 @@ func (e fakeEnv) buffers(t *testing.T, ck checkpoint) map[string]*cuda.DeviceBuf
 
 // TestFakeCheckpoint loads a sharded checkpoint (64 MiB, 64 times the
 // stages' bytes so every stage is reused many times; a few MiB with
-// -short; the GPU suite loads 1 GiB) by its index, by its directory and as a directory without
-// index, by every read path, and checks every tensor's bytes, that each
+// -short; PINMEM_CHECKPOINT_MIB sets another size, e.g. 1024 for the 1 GiB
+// the GPU suite loads) by its index, by its directory and as a directory
+// without index, by every read path, and checks every tensor's bytes, that each
 // tensor is announced once, when its bytes are on the device, and that
 // the pinned memory stayed within the budget while the shards loaded in
 // parallel.
@@ -116,6 +118,13 @@ func TestFakeCheckpoint(t *testing.T) {
 	total, hidden := int64(64<<20), int64(1024)
 	if testing.Short() {
 		total, hidden = 6<<20, 256
+	}
+	if v := os.Getenv("PINMEM_CHECKPOINT_MIB"); v != "" {
+		mib, err := strconv.Atoi(v)
+		if err != nil || mib < 1 {
+			t.Fatalf("PINMEM_CHECKPOINT_MIB=%q: want a positive number of MiB", v)
+		}
+		total = int64(mib) << 20
 	}
 	e := newFakeEnv(t)
 	ck := writeCheckpoint(t, 4, total, hidden)
