@@ -819,8 +819,8 @@ func TestLedger(t *testing.T) {
 
 func TestDroppedBuffer(t *testing.T) {
 	testutil.UseFake(t, fakedrv.Options{})
-	var out syncBuffer
-	prev := SetLogger(slog.New(slog.NewTextHandler(&out, nil)))
+	out := newSyncBuffer()
+	prev := SetLogger(slog.New(slog.NewTextHandler(out, nil)))
 	defer SetLogger(prev)
 	before := Stats().Dropped
 	func() {
@@ -830,6 +830,8 @@ func TestDroppedBuffer(t *testing.T) {
 		}
 		b.Bytes()[0] = 1
 	}()
+	// Nothing signals that the garbage collector ran a cleanup: poll,
+	// bounded, collecting between looks.
 	deadline := time.Now().Add(5 * time.Second)
 	for Stats().Dropped == before && time.Now().Before(deadline) {
 		runtime.GC()
@@ -842,8 +844,12 @@ func TestDroppedBuffer(t *testing.T) {
 		t.Error("a dropped buffer must stay pinned")
 	}
 	// The cleanup counts the drop before it logs it: wait for the line.
-	for !strings.Contains(out.String(), "without Free") && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	for !strings.Contains(out.String(), "without Free") {
+		select {
+		case <-out.wrote:
+		case <-time.After(time.Until(deadline)):
+			t.Fatalf("no log line about the dropped buffer; logs: %q", out.String())
+		}
 	}
 	logs := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(logs) != 1 || !strings.Contains(logs[0], "level=WARN") || !strings.Contains(logs[0], "without Free") ||
@@ -872,14 +878,23 @@ func TestDroppedBuffer(t *testing.T) {
 }
 
 // syncBuffer is a bytes.Buffer safe for the cleanup goroutine's writes.
+// Each Write also leaves a token in wrote, for a
+// reader waiting for a line.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu    sync.Mutex
+	b     bytes.Buffer
+	wrote chan struct{}
 }
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{wrote: make(chan struct{}, 1)} }
 
 func (w *syncBuffer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	select {
+	case w.wrote <- struct{}{}:
+	default:
+	}
 	return w.b.Write(p)
 }
 

@@ -88,6 +88,8 @@ func TestLookupDropped(t *testing.T) {
 		}
 	}()
 	// The drop is detected (Lookup does not keep the buffer reachable)...
+	// Nothing signals that the garbage collector ran a cleanup: poll,
+	// bounded, collecting between looks.
 	deadline := time.Now().Add(5 * time.Second)
 	for Stats().Dropped == base && time.Now().Before(deadline) {
 		runtime.GC()

@@ -44,8 +44,8 @@ func hasCode(err error, code cudadrv.Result) bool {
 // cuMemHostUnregister fails once on one of its chunks. Free returns
 // the error, the slice stays pinned (the driver still holds part of it),
 // the books count what the driver holds, the garbage collector runs
-// (before the fix it aborted the process on the leaked pinned pointer once
-// the buffer was dropped), and a second Free releases the rest.
+// after the buffer is dropped without aborting the process on the pinned
+// pointer, and a second Free releases the rest.
 func TestFreeUnregisterFailsGoSlice(t *testing.T) {
 	d := testutil.UseFake(t, fakedrv.Options{})
 	setChunk(t, 1<<20)
@@ -113,6 +113,8 @@ func TestFreeFailedThenDropped(t *testing.T) {
 			t.Fatal("Free with a failing unregister succeeded")
 		}
 	}()
+	// Nothing signals that the garbage collector ran a cleanup: poll,
+	// bounded, collecting between looks.
 	deadline := time.Now().Add(5 * time.Second)
 	for Stats().Dropped == base.Dropped && time.Now().Before(deadline) {
 		runtime.GC()

@@ -89,7 +89,8 @@ func TestPublishPool(t *testing.T) {
 	closePool(t, p)
 	p = nil
 
-	// The variable does not keep the pool alive.
+	// The variable does not keep the pool alive. Nothing signals that the
+	// garbage collector ran the pool's cleanup: poll, bounded.
 	deadline := time.Now().Add(5 * time.Second)
 	for expvar.Get(DefaultPoolName).String() != "null" && time.Now().Before(deadline) {
 		runtime.GC()

@@ -60,7 +60,7 @@ func TestResidency(t *testing.T) {
 // after its pages were dropped (direct, or buffered with a fallback where
 // the file system refuses O_DIRECT).
 func TestFakeAutoChoosesByCache(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	path, data := tempFile(t, 4<<20, 2)
 	l := e.loader(t)
 	dst := e.devbuf(t, len(data))
@@ -100,7 +100,7 @@ func TestFakeAutoChoosesByCache(t *testing.T) {
 // byte to be read is cached, so ModeAuto must find them resident and read
 // buffered, whatever the pages between the ranges hold.
 func TestFakeAutoSamplesOnlyTheRanges(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	const n, part = 72 << 20, 4 << 20
 	path, data := tempFile(t, n, 17)
 	f, err := os.Open(path)
@@ -140,7 +140,7 @@ func TestFakeAutoSamplesOnlyTheRanges(t *testing.T) {
 // multiple of Align must still read directly to the end, without a
 // fallback, and deliver every byte.
 func TestFakeDirectTailOnStrictKernel(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	prev := directReadAt
 	directReadAt = func(f *os.File, b []byte, off int64) (int, error) {
 		fi, err := f.Stat()
@@ -185,7 +185,7 @@ func TestFakeDirectTailOnStrictKernel(t *testing.T) {
 // TestFakeDecidePerFile: with ModeAuto a warm file is read buffered and a
 // cold one beside it directly, in one load; every byte right.
 func TestFakeDecidePerFile(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	warm, warmData := tempFile(t, 1<<20, 71)
 	cold, coldData := tempFile(t, 1<<20, 72)
 	f, err := os.Open(cold)

@@ -13,7 +13,7 @@ import (
 // TestFakeLoadFiles loads ranges of three files at once: every byte right,
 // each range announced once, with its bytes already on the device.
 func TestFakeLoadFiles(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	var files []File
 	var want [][][]byte
 	for k, n := range []int{1 << 20, 300001, 5} {
@@ -58,7 +58,7 @@ func TestFakeLoadFiles(t *testing.T) {
 // TestFakeLoadFilesOverlap: destinations that overlap across files are a
 // *RangeError naming the file, before anything is read.
 func TestFakeLoadFilesOverlap(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	a, _ := tempFile(t, 4096, 60)
 	b, _ := tempFile(t, 4096, 61)
 	dst := e.devbuf(t, 4096)

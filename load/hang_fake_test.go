@@ -32,20 +32,18 @@ func within(t *testing.T, limit time.Duration, unblock func(), f func()) {
 	}
 }
 
-// waitGone waits, up to 10 s, until the fake driver holds no stream, event
-// or pinned host allocation: what a Loader releases in the background.
-func waitGone(t *testing.T, d *fakedrv.Driver) {
+// waitReleased waits, up to 10 s, for the background release that a Close
+// on a hung device left to l, then checks that the fake driver holds no
+// stream, event, pinned host allocation or registration.
+func waitReleased(t *testing.T, l *Loader, d *fakedrv.Driver) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c := d.Live()
-		if c.Streams == 0 && c.Events == 0 && c.HostAllocs == 0 && c.Registrations == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("objects still live 10 s after the device resumed: %+v", c)
-		}
-		time.Sleep(time.Millisecond)
+	select {
+	case <-l.released:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("resources not released 10 s after the device resumed: %+v", d.Live())
+	}
+	if c := d.Live(); c.Streams != 0 || c.Events != 0 || c.HostAllocs != 0 || c.Registrations != 0 {
+		t.Fatalf("objects still live after the background release: %+v", c)
 	}
 }
 
@@ -53,7 +51,7 @@ func waitGone(t *testing.T, d *fakedrv.Driver) {
 // returns at its deadline, and once the device resumes the same Loader
 // loads again, every byte right.
 func TestFakeLoadHungDevice(t *testing.T) {
-	e := useFake(t, fakedrv.Options{WaitTimeout: -1})
+	e := newFakeEnv(t, fakedrv.Options{WaitTimeout: -1})
 	path, data := tempFile(t, 1<<20, 21)
 	l := e.loader(t)
 	dst := e.devbuf(t, len(data))
@@ -91,7 +89,7 @@ func TestFakeLoadHungDevice(t *testing.T) {
 // TestFakeCloseHungDevice: Close returns at its deadline while copies
 // hang, and releases everything once the device resumes.
 func TestFakeCloseHungDevice(t *testing.T) {
-	e := useFake(t, fakedrv.Options{WaitTimeout: -1})
+	e := newFakeEnv(t, fakedrv.Options{WaitTimeout: -1})
 	path, data := tempFile(t, 1<<20, 22)
 	l, err := New(e.ctx, WithStageSize(64<<10), WithReaders(4), WithStages(6))
 	if err != nil {
@@ -116,13 +114,13 @@ func TestFakeCloseHungDevice(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 	e.d.Resume()
-	waitGone(t, e.d)
+	waitReleased(t, l, e.d)
 }
 
 // TestFakeLoadFIFO: a path naming a FIFO is refused at once, not opened
 // for ever waiting for a writer.
 func TestFakeLoadFIFO(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	fifo := filepath.Join(t.TempDir(), "weights.fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Skipf("mkfifo: %v", err)
@@ -155,7 +153,7 @@ func TestFakeLoadFIFO(t *testing.T) {
 // on its caller's goroutine, leaves nothing pinned, and the Loader loads
 // again afterwards.
 func TestFakeCallbackPanics(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	path, data := tempFile(t, 1<<20, 23)
 	arm := true
 	l := e.loader(t, WithProgress(func(done, total int64) {

@@ -45,6 +45,10 @@ type Loader struct {
 	// turn when its context ends.
 	turn   chan struct{}
 	closed bool // guarded by turn
+
+	// released, set by a Close that returned before the copies in flight
+	// finished, is closed once the background wait has released everything.
+	released chan struct{}
 }
 
 // Stats describes one load.
@@ -194,7 +198,9 @@ func (l *Loader) Close(ctx context.Context) error {
 	}
 	l.closed = true
 	if err := l.idle(ctx); err != nil {
+		l.released = make(chan struct{})
 		go func() { // the one background wait: release once every stage is back
+			defer close(l.released)
 			_ = l.idle(context.Background())
 			_ = l.release()
 		}()

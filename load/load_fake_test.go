@@ -24,23 +24,12 @@ type fakeEnv struct {
 	ctx *cuda.Context
 }
 
-// useFake installs a fake driver and checks at the end of the test that
-// nothing is left: no pinned memory, device memory, stream or event.
-func useFake(t *testing.T, opts fakedrv.Options) fakeEnv {
+// newFakeEnv installs a fake driver (testutil.UseFake, which fails the
+// test if it ends holding driver objects) and retains its primary context.
+func newFakeEnv(t *testing.T, opts fakedrv.Options) fakeEnv {
 	t.Helper()
 	d := testutil.UseFake(t, opts)
-	ctx := testutil.PrimaryContext(t)
-	pinned0 := pinmem.Stats().Pinned
-	t.Cleanup(func() {
-		c := d.Live()
-		if c.HostAllocs != 0 || c.Registrations != 0 || c.DeviceAllocs != 0 || c.Streams != 0 || c.Events != 0 {
-			t.Errorf("fake driver objects left at the end: %+v", c)
-		}
-		if p := pinmem.Stats().Pinned; p != pinned0 {
-			t.Errorf("pinmem ledger: %+v pinned at the end, %+v at the start", p, pinned0)
-		}
-	})
-	return fakeEnv{d, ctx}
+	return fakeEnv{d, testutil.PrimaryContext(t)}
 }
 
 // loader returns a Loader with small stages, closed at the end of the test.
@@ -94,7 +83,7 @@ func tempFile(t *testing.T, n int, seed uint64) (string, []byte) {
 }
 
 func TestFakeLoadFileEveryMode(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	for _, n := range []int{1, 4095, 4096, 64<<10 - 1, 64 << 10, 64<<10 + 1, 1<<20 + 12345} {
 		path, data := tempFile(t, n, uint64(n))
 		for _, m := range []Mode{ModeBuffered, ModeDirect, ModeAuto, ModeMapped} {
@@ -133,7 +122,7 @@ func TestFakeLoadFileEveryMode(t *testing.T) {
 // adjacent, empty, unaligned) into views of one allocation and into
 // separate ones, and checks every destination byte.
 func TestFakeLoadRanges(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	path, data := tempFile(t, 1<<20, 3)
 	big := e.devbuf(t, 1<<20)
 	view := func(off, n int) *cuda.DeviceBuffer {
@@ -192,7 +181,7 @@ func TestFakeLoadRanges(t *testing.T) {
 }
 
 func TestFakeRangeErrors(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	path, _ := tempFile(t, 10000, 4)
 	l := e.loader(t)
 	dst := e.devbuf(t, 20000)
@@ -260,7 +249,7 @@ func TestFakeRangeErrors(t *testing.T) {
 }
 
 func TestFakeOptions(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	for name, opt := range map[string]Option{
 		"nil":             nil,
 		"stage 0":         WithStageSize(0),
@@ -300,9 +289,9 @@ func TestFakeOptions(t *testing.T) {
 }
 
 // TestFakeNewReleasesOnFailure makes New fail at each of its driver
-// calls and at the budget; useFake's cleanup checks nothing is left.
+// calls and at the budget; testutil.UseFake's cleanup checks nothing is left.
 func TestFakeNewReleasesOnFailure(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	for _, op := range []string{"cuStreamCreate", "cuEventCreate"} {
 		for nth := 1; nth <= 3; nth++ {
 			if err := e.d.FailOn(op, nth, cudadrv.ErrorOutOfMemory); err != nil {
@@ -328,9 +317,9 @@ func TestFakeNewReleasesOnFailure(t *testing.T) {
 
 // TestFakeCancel cancels a load from its progress callback: Load returns
 // context.Canceled having delivered part of the data, and everything is
-// released (useFake's cleanup).
+// released (testutil.UseFake's cleanup).
 func TestFakeCancel(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	path, _ := tempFile(t, 4<<20, 5)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -360,7 +349,7 @@ func TestFakeCancel(t *testing.T) {
 // TestFakeFileShrinks truncates the file while it is loaded: the load
 // fails with a *ShortFileError.
 func TestFakeFileShrinks(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	path, _ := tempFile(t, 2<<20, 6)
 	var once sync.Once
 	l := e.loader(t, WithMode(ModeBuffered), WithReaders(1), WithStages(1), WithProgress(func(done, _ int64) {
@@ -383,7 +372,7 @@ func TestFakeFileShrinks(t *testing.T) {
 // TestFakeCopyFailures makes a copy fail when it is queued and when it
 // runs: both end the load with the driver's error, and nothing leaks.
 func TestFakeCopyFailures(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	path, _ := tempFile(t, 1<<20, 7)
 	l := e.loader(t, WithMode(ModeBuffered))
 	dst := e.devbuf(t, 1<<20)
@@ -411,7 +400,7 @@ func TestFakeCopyFailures(t *testing.T) {
 // TestFakeDirectRefused simulates a file system that refuses O_DIRECT:
 // the load reads buffered and says why.
 func TestFakeDirectRefused(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	path, data := tempFile(t, 300000, 8)
 	prev := openDirectFile
 	openDirectFile = func(*os.File) (*os.File, error) { return nil, errors.New("invalid argument (simulated)") }
@@ -431,7 +420,7 @@ func TestFakeDirectRefused(t *testing.T) {
 // TestFakeConcurrentLoads runs loads from several goroutines on one
 // Loader (they take turns) under the race detector.
 func TestFakeConcurrentLoads(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	l := e.loader(t)
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -455,7 +444,7 @@ func TestFakeConcurrentLoads(t *testing.T) {
 // TestFakePinnedMemoryIsBounded checks that a Loader pins its stages in New
 // and nothing more while it loads, and nothing after Close.
 func TestFakePinnedMemoryIsBounded(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	path, _ := tempFile(t, 3<<20, 11)
 	before := pinmem.Stats().Pinned.Bytes
 	var peak int64
@@ -487,7 +476,7 @@ func TestFakePinnedMemoryIsBounded(t *testing.T) {
 // Loader to end gives up with its context's error when the context ends,
 // instead of waiting for the other load however long it takes.
 func TestFakeWaitingLoadCanceled(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	path, data := tempFile(t, 1<<20, 12)
 	started, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -538,7 +527,7 @@ func TestFakeWaitingLoadCanceled(t *testing.T) {
 // another file): the load must read the file it checked the ranges
 // against, not whatever the path names by then.
 func TestFakeDirectOpenFindsAnotherFile(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	path, data := tempFile(t, 300000, 13)
 	replacement, _ := tempFile(t, 300000, 14)
 	prev := openDirectFile
@@ -568,7 +557,7 @@ func TestFakeDirectOpenFindsAnotherFile(t *testing.T) {
 // LoadFile that succeeds must have loaded one of the two files whole (not a
 // prefix of the large one sized by the small one's stat).
 func TestFakeLoadFileWhileReplaced(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	dir := t.TempDir()
 	small, smallData := tempFile(t, 100<<10, 15)
 	large, largeData := tempFile(t, 200<<10, 16)

@@ -16,7 +16,7 @@ import (
 // right, the windows registered read-only, and never more registered at
 // once than the stages' memory.
 func TestFakeMappedWindowsBounded(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
+	e := newFakeEnv(t, fakedrv.Options{})
 	path, data := tempFile(t, 3<<20+777, 31)
 	pinned0 := pinmem.Stats().Pinned.Bytes
 	var mu sync.Mutex
@@ -58,7 +58,7 @@ func TestFakeMappedRefused(t *testing.T) {
 		{"registration fails", fakedrv.Options{}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := useFake(t, c.opts)
+			e := newFakeEnv(t, c.opts)
 			if c.fail {
 				if err := e.d.FailOn("cuMemHostRegister_v2", 0, cudadrv.ErrorNotSupported); err != nil {
 					t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -105,18 +106,27 @@ func (e fakeEnv) buffers(t *testing.T, ck checkpoint) map[string]*cuda.DeviceBuf
 	return bufs
 }
 
-// TestFakeCheckpoint loads a sharded checkpoint (about 1 GiB, a few MiB
-// with -short) by its index, by its directory and as a directory without
-// index, by every read path, and checks every tensor's bytes, that each
+// TestFakeCheckpoint loads a sharded checkpoint (64 MiB, 64 times the
+// stages' bytes so every stage is reused many times; a few MiB with
+// -short; PINMEM_CHECKPOINT_MIB sets another size, e.g. 1024 for the 1 GiB
+// the GPU suite loads) by its index, by its directory and as a directory
+// without index, by every read path, and checks every tensor's bytes, that each
 // tensor is announced once, when its bytes are on the device, and that
 // the pinned memory stayed within the budget while the shards loaded in
 // parallel.
 func TestFakeCheckpoint(t *testing.T) {
-	total, hidden := int64(1<<30), int64(4096)
+	total, hidden := int64(64<<20), int64(1024)
 	if testing.Short() {
 		total, hidden = 6<<20, 256
 	}
-	e := useFake(t)
+	if v := os.Getenv("PINMEM_CHECKPOINT_MIB"); v != "" {
+		mib, err := strconv.Atoi(v)
+		if err != nil || mib < 1 {
+			t.Fatalf("PINMEM_CHECKPOINT_MIB=%q: want a positive number of MiB", v)
+		}
+		total = int64(mib) << 20
+	}
+	e := newFakeEnv(t)
 	ck := writeCheckpoint(t, 4, total, hidden)
 	bufs := e.buffers(t, ck)
 	noIndex := t.TempDir()
@@ -136,7 +146,7 @@ func TestFakeCheckpoint(t *testing.T) {
 		}
 		paths := []string{ck.index, ck.dir, noIndex}
 		if !testing.Short() && mode != load.ModeBuffered {
-			paths = paths[:1] // 1 GiB: each path once, every way of naming the checkpoint once
+			paths = paths[:1] // each path once, every way of naming the checkpoint once
 		}
 		for _, path := range paths {
 			t.Run(fmt.Sprintf("%v/%s", mode, filepath.Base(path)), func(t *testing.T) {
@@ -191,7 +201,7 @@ func TestFakeCheckpoint(t *testing.T) {
 // TestFakeCheckpointRankSlice loads one rank's rows of every 2-D weight
 // (rank 1 of 4 along dimension 0) and nothing else.
 func TestFakeCheckpointRankSlice(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	ck := writeCheckpoint(t, 3, 4<<20, 256)
 	const rank, ranks = 1, 4
 	bufs := map[string]*cuda.DeviceBuffer{}
@@ -235,7 +245,7 @@ func TestFakeCheckpointRankSlice(t *testing.T) {
 // TestFakeCheckpointBadInput: each malformed checkpoint is a typed error
 // before anything is read, and nothing stays allocated or pinned.
 func TestFakeCheckpointBadInput(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	ck := writeCheckpoint(t, 3, 1<<20, 128)
 	names := ck.names()
 	index := func(t *testing.T, body string) string {
@@ -329,7 +339,7 @@ func TestFakeCheckpointBadInput(t *testing.T) {
 // TestFakeCheckpointChanges: a shard modified while the checkpoint loads
 // is an error matching load.ErrChanged, and nothing stays pinned.
 func TestFakeCheckpointChanges(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	ck := writeCheckpoint(t, 2, 2<<20, 256)
 	bufs := e.buffers(t, ck)
 	var once sync.Once

@@ -14,7 +14,7 @@ import (
 // TestFakeFIFORefused: a path naming a FIFO is refused at once by
 // ReadHeader, Load and LoadAll, not opened for ever waiting for a writer.
 func TestFakeFIFORefused(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	fifo := filepath.Join(t.TempDir(), "model.safetensors")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Skipf("mkfifo: %v", err)

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
@@ -21,21 +20,13 @@ type fakeEnv struct {
 	l   *load.Loader
 }
 
-// useFake installs a fake driver with a Loader of small stages, and checks
-// at the end that nothing is left allocated.
-func useFake(t *testing.T) fakeEnv {
+// newFakeEnv installs a fake driver (testutil.UseFake, which fails the
+// test if it ends holding driver objects) with a Loader of small stages,
+// closed at the end of the test.
+func newFakeEnv(t *testing.T) fakeEnv {
 	t.Helper()
 	d := testutil.UseFake(t, fakedrv.Options{})
 	ctx := testutil.PrimaryContext(t)
-	pinned0 := pinmem.Stats().Pinned
-	t.Cleanup(func() {
-		if c := d.Live(); c.HostAllocs != 0 || c.Registrations != 0 || c.DeviceAllocs != 0 || c.Streams != 0 || c.Events != 0 {
-			t.Errorf("fake driver objects left at the end: %+v", c)
-		}
-		if p := pinmem.Stats().Pinned; p != pinned0 {
-			t.Errorf("pinmem ledger: %+v pinned at the end, %+v at the start", p, pinned0)
-		}
-	})
 	l, err := load.New(ctx, load.WithStageSize(64<<10), load.WithReaders(3), load.WithStages(5))
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +49,7 @@ func (e fakeEnv) bytes(t *testing.T, b *cuda.DeviceBuffer) []byte {
 }
 
 func TestFakeLoadAll(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	path, h, seed := writeModel(t, t.TempDir(), 2<<20, 256)
 	ts, err := LoadAll(context.Background(), e.l, path)
 	if err != nil {
@@ -96,7 +87,7 @@ func TestFakeLoadAll(t *testing.T) {
 // TestFakeLoadChosenBuffers loads each tensor into its own allocation,
 // leaves some out, and checks every loaded byte.
 func TestFakeLoadChosenBuffers(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	path, _, seed := writeModel(t, t.TempDir(), 1<<20, 128)
 	bufs := map[string]*cuda.DeviceBuffer{}
 	defer func() {
@@ -140,7 +131,7 @@ func TestFakeLoadChosenBuffers(t *testing.T) {
 // oversized files, and bad destinations, are typed errors and leave
 // nothing allocated.
 func TestFakeLoadRefusesBadFiles(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	dir := t.TempDir()
 	path, h, _ := writeModel(t, dir, 256<<10, 64)
 	good, err := os.ReadFile(path)
@@ -214,7 +205,7 @@ func TestFakeLoadRefusesBadFiles(t *testing.T) {
 }
 
 func TestFakeLoadAllEmpty(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	p := filepath.Join(t.TempDir(), "empty.safetensors")
 	f, err := os.Create(p)
 	if err != nil {
@@ -236,7 +227,7 @@ func TestFakeLoadAllEmpty(t *testing.T) {
 // TestFakeLoadInto loads two tensors named in a map, one of them into a
 // view of a larger buffer, and nothing else.
 func TestFakeLoadInto(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	path, h, seed := writeModel(t, t.TempDir(), 512<<10, 64)
 	a, _ := h.Lookup("layers.0.weight")
 	b, _ := h.Lookup("embed.ids")
@@ -262,7 +253,7 @@ func TestFakeLoadInto(t *testing.T) {
 // the file's tensors (the header is unchanged) but hands out no view of
 // the freed memory.
 func TestFakeTensorAfterFree(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	path, h, _ := writeModel(t, t.TempDir(), 64<<10, 64)
 	ts, err := LoadAll(context.Background(), e.l, path)
 	if err != nil {
@@ -284,7 +275,7 @@ func TestFakeTensorAfterFree(t *testing.T) {
 // holding tensor "a" and the other tensor "b": every load that succeeds
 // must deliver the data of the file whose header it returned.
 func TestFakeLoadWhileReplaced(t *testing.T) {
-	e := useFake(t)
+	e := newFakeEnv(t)
 	dir := t.TempDir()
 	const n = 96 << 10
 	files := map[string]string{}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,6 +37,10 @@ const (
 	loadKindBuffered = "read-buffered" // sequential buffered reads, one at a time
 )
 
+// loadKinds are every kind of the load bench's rows, the choices of --baseline.
+var loadKinds = []string{loadKindLoader, loadKindMapped, loadKindParallel, loadKindDirect, loadKindBuffered,
+	loadKindCheckpoint, loadKindCkMapped, loadKindFirst}
+
 // loadBenchConfig is the load bench's configuration, as the report's
 // metadata records it.
 type loadBenchConfig struct {
@@ -58,6 +64,7 @@ func newBenchLoad() *cobra.Command {
 		stageSize string
 		device    int
 		quiet     bool
+		baseline  string
 	)
 	c := &cobra.Command{
 		Use:   "load FILE",
@@ -104,6 +111,9 @@ the host, against the same of the device memory copied back.
 			}
 			if device < 0 {
 				return usagef("--device %d: must be 0 or more", device)
+			}
+			if baseline != "" && !slices.Contains(loadKinds, baseline) {
+				return usagef("--baseline %q: want one of %s, or empty", baseline, strings.Join(loadKinds, ", "))
 			}
 			m, err := load.ParseMode(mode)
 			if err != nil {
@@ -175,12 +185,14 @@ the host, against the same of the device memory copied back.
 			pr.done()
 			mt := meta(s.Meta("pinmem bench load"), cfg)
 			mt.Timing = "host wall clock around each whole load or read of the file; CPU time from getrusage(RUSAGE_SELF)"
-			return o.emit(cmd, f, mt, rs, bench.TableOptions{Baseline: loadKindParallel}, runErr)
+			return o.emit(cmd, f, mt, rs, bench.TableOptions{Baseline: baseline}, runErr)
 		},
 	}
-	o.register(c, reportFormats, false)
+	o.register(c, reportFormats, true)
 	fl := c.Flags()
 	fl.IntVar(&device, "device", 0, "GPU ordinal to load to")
+	fl.StringVar(&baseline, "baseline", loadKindParallel, "the row the table's ratio column compares with: "+strings.Join(loadKinds, ", ")+" (empty: no ratio column)")
+	_ = c.RegisterFlagCompletionFunc("baseline", fixedCompletion(loadKinds...))
 	fl.IntVar(&cfg.Samples, "samples", 3, "timed samples per measurement (median, min and max are reported)")
 	fl.StringVar(&mode, "mode", "auto", "the loader's read mode for the warm file: auto, direct, buffered or mapped (cold loads use auto)")
 	fl.IntVar(&cfg.Readers, "readers", min(load.DefaultReaders, runtime.NumCPU()), "loader reader goroutines, and goroutines of the parallel page-cache read")

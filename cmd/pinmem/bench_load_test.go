@@ -23,9 +23,13 @@ func TestBenchLoadFake(t *testing.T) {
 	if err := os.WriteFile(path, testutil.RandomBytes(3<<20+5, 9), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, line, code := cli(t, "bench", "load", path, "--samples", "2", "--quiet", "--stage-size", "256KiB", "--readers", "3", "--format", "json")
+	plot := filepath.Join(t.TempDir(), "load.svg")
+	out, line, code := cli(t, "bench", "load", path, "--samples", "2", "--quiet", "--stage-size", "256KiB", "--readers", "3", "--format", "json", "--plot", plot)
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, line)
+	}
+	if svg, err := os.ReadFile(plot); err != nil || !strings.Contains(string(svg), "<svg") {
+		t.Errorf("--plot %s: %v, %d bytes", plot, err, len(svg))
 	}
 	var rep bench.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -91,6 +95,7 @@ func TestBenchLoadBadCommandLines(t *testing.T) {
 		{"bench", "load", file, "--readers", "0"},
 		{"bench", "load", file, "--depth", "0"},
 		{"bench", "load", file, "--format", "xml"},
+		{"bench", "load", file, "--baseline", "nope"},
 	} {
 		out, errb, code := cli(t, args...)
 		if code != exitUsage || out != "" || strings.Count(errb, "\n") != 1 {

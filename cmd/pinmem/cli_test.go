@@ -301,14 +301,18 @@ func checkPNG(t *testing.T, path string) {
 // valid report marked partial and exits 130.
 func TestSIGINTWritesPartialResults(t *testing.T) {
 	d := testutil.UseFake(t, fakedrv.Options{})
+	canceled := make(chan struct{})
+	canceledBySignal = func() { close(canceled) }
+	t.Cleanup(func() { canceledBySignal = nil })
 	syncs := 0
 	d.SetHook(func(op string) cudadrv.Result {
 		if op == "cuEventSynchronize" {
 			if syncs++; syncs == 3 {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
 				// Wait until the handler has canceled the run.
-				for end := time.Now().Add(10 * time.Second); interrupted.Load() == 0 && time.Now().Before(end); {
-					time.Sleep(time.Millisecond)
+				select {
+				case <-canceled:
+				case <-time.After(10 * time.Second):
 				}
 			}
 		}

@@ -58,6 +58,10 @@ func main() {
 // interrupted is the number of the signal that stopped the run (0: none).
 var interrupted atomic.Int32
 
+// canceledBySignal, when not nil, is called once the first signal has
+// canceled the run: tests wait on it instead of polling interrupted.
+var canceledBySignal func()
+
 // argv is the command line a report records.
 var argv []string
 
@@ -83,6 +87,9 @@ func run(args []string) int {
 		case s := <-sigs:
 			interrupted.Store(int32(signalStatus(s) - 128))
 			cancel()
+			if canceledBySignal != nil {
+				canceledBySignal()
+			}
 			fmt.Fprintf(os.Stderr, "pinmem: %v: stopping after the current sample and writing the results so far (%v again quits at once)\n", s, s)
 		case <-done:
 			return

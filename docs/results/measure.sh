@@ -41,6 +41,7 @@ reports() {
 render() {
 	mapfile -t files < <(reports)
 	"$bin" report --format markdown "${files[@]}" -o docs/PERF.md
+	# shellcheck disable=SC2016 # the backquotes are markdown, written as they are
 	local begin='<!-- figures: rendered from the result files of docs/results by `pinmem report --format summary FILE...`; do not edit -->'
 	local end='<!-- end of figures -->' table
 	table=$("$bin" report --format summary "${files[@]}")

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -26,8 +27,29 @@ var (
 // regenerate is the command that rewrites the API file.
 const regenerate = "go test ./internal/apicheck -update"
 
-// surface reads the module's public surface with the budget file's tables.
+// read is what surface read first: the tests that need the surface share
+// one run of go list, the slow part.
+var read struct {
+	sync.Mutex
+	done  bool
+	lines []Line
+	b     Budget
+}
+
+// surface reads the module's public surface with the budget file's tables,
+// once per test binary.
 func surface(t *testing.T) ([]Line, Budget) {
+	t.Helper()
+	read.Lock()
+	defer read.Unlock()
+	if !read.done || *update { // -update rewrites the budget file: read it again
+		read.lines, read.b = readSurface(t)
+		read.done = true
+	}
+	return read.lines, read.b
+}
+
+func readSurface(t *testing.T) ([]Line, Budget) {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		// A test binary carried to a machine without Go (the GPU suite).

@@ -112,7 +112,8 @@ func styleSeries(i int, l *plotter.Line, s *plotter.Scatter) {
 // kind (bw), block copies against block size per strategy (blocks),
 // pinning cost against size per method (pin), the pipeline's FPS
 // per variant (overlap), vector-add time (vecadd), zero-copy against explicit
-// copies per reuse factor (zerocopy) and the device matrix (matrix). Sizes
+// copies per reuse factor (zerocopy), the device matrix (matrix) and the
+// loader against plain reads, one panel per unit (load). Sizes
 // are log-scaled, bars and points carry min/max marks, bandwidth panels draw
 // the PCIe limit when m records the link, and a panel says when its timing
 // fell back to plain events. It returns an error matching ErrInvalid when
@@ -201,6 +202,18 @@ func groups(results []Result) []*group {
 func buildPanels(m Meta, results []Result) ([]*plot.Plot, error) {
 	var out []*plot.Plot
 	for _, g := range groups(results) {
+		if g.bench == "load" {
+			// The loader's rows mix units (GB/s, CPU-s/GB, ms to the first
+			// tensor): one bar panel per unit.
+			for _, sub := range byUnit(g) {
+				p, err := barPanel(sub)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, p)
+			}
+			continue
+		}
 		var p *plot.Plot
 		var err error
 		switch {
@@ -238,6 +251,22 @@ func buildPanels(m Meta, results []Result) ([]*plot.Plot, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// byUnit splits g into groups of one unit each, in order of first appearance.
+func byUnit(g *group) []*group {
+	var out []*group
+	idx := map[Unit]int{}
+	for _, r := range g.rs {
+		i, ok := idx[r.Unit]
+		if !ok {
+			i = len(out)
+			idx[r.Unit] = i
+			out = append(out, &group{bench: g.bench, dir: g.dir})
+		}
+		out[i].rs = append(out[i].rs, r)
+	}
+	return out
 }
 
 // oneSize reports whether every result has the same size.

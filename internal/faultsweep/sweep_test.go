@@ -198,7 +198,8 @@ func trace(t *testing.T, fd *fakedrv.Driver, ctx *cuda.Context, o op) ([]string,
 
 // settled returns the state once it equals base, or after the cleanups
 // of dropped objects (which run after a garbage collection) have had a
-// few chances to release what they hold.
+// few chances to release what they hold. Nothing signals that a cleanup
+// ran, so this is a short bounded poll.
 func settled(fd *fakedrv.Driver, base baseline) baseline {
 	now := snapshot(fd)
 	for i := 0; i < 4 && now != base; i++ {
@@ -361,7 +362,8 @@ func sweep(t *testing.T, ops []op) {
 			}
 			t.Logf("%d driver calls, %d faulted runs, %d returned an error, %d hit another call than the traced one (after three tries)", len(calls), opRuns, failedRuns, moved)
 			// An object dropped without its release (a Buffer, a Pool) is
-			// counted once a garbage collection has run its cleanup.
+			// counted once a garbage collection has run its cleanup;
+			// nothing signals that cleanups ran, so they get a moment.
 			runtime.GC()
 			time.Sleep(time.Millisecond)
 			runtime.GC()

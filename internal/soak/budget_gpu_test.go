@@ -55,7 +55,7 @@ func TestGPUBudgetUnderPressure(t *testing.T) {
 			if p := pinmem.Stats().Pinned.Bytes - base; p > limit {
 				over.Store(p)
 			}
-			time.Sleep(50 * time.Microsecond)
+			time.Sleep(50 * time.Microsecond) // the sampling period, not a wait for an event
 		}
 	}()
 	var budgetErrs, okCount, otherErrs atomic.Int64
@@ -73,7 +73,7 @@ func TestGPUBudgetUnderPressure(t *testing.T) {
 					var b *pinmem.Buffer
 					if b, err = pinmem.Alloc(n, 0); err == nil {
 						b.Bytes()[0], b.Bytes()[n-1] = 1, 2
-						time.Sleep(time.Millisecond)
+						time.Sleep(time.Millisecond) // holds the buffer a while, as a user would
 						err = b.Free()
 					}
 				} else {
@@ -81,7 +81,7 @@ func TestGPUBudgetUnderPressure(t *testing.T) {
 					var b *pool.Block
 					if b, err = p.Get(context.Background(), n); err == nil {
 						b.Bytes()[0] = 1
-						time.Sleep(time.Millisecond)
+						time.Sleep(time.Millisecond) // holds the block a while, as a user would
 						err = p.Put(b)
 					}
 				}

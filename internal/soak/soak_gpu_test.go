@@ -316,6 +316,8 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 	runtime.GC()
 	ledger := pinmem.Stats().Pinned.Bytes
 	var after *sysinfo.Meminfo
+	// Nothing signals when the driver has returned the pages: poll, bounded
+	// at 5 s.
 	for i := 0; ; i++ {
 		after = meminfo(t)
 		if int64(after.Shmem)-int64(baseMem.Shmem) < 64<<20 || i == 50 {

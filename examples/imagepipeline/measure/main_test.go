@@ -62,11 +62,6 @@ func TestBlur(t *testing.T) {
 	}
 }
 
-// useFake installs cudatest's fake driver with blur3x3_rgba as a Go
-// function (kernel.Blur); wrong, when true, makes it change one byte of
-// every frame.
-func useFake(t *testing.T, wrong bool) { kerneltest.Install(t, wrong) }
-
 func fakeConfig() config {
 	return config{res: []Resolution{{"16x8", 16, 8}, {"5x3", 5, 3}}, frames: 10, ring: 4, streams: 2, reps: 2}
 }
@@ -74,7 +69,7 @@ func fakeConfig() config {
 // TestRunOnFakeDriver runs every mode on the fake driver: the frames go
 // through each loop and the Pipeline and are checked.
 func TestRunOnFakeDriver(t *testing.T) {
-	useFake(t, false)
+	kerneltest.Install(t, false)
 	var out strings.Builder
 	res, err := run(context.Background(), fakeConfig(), &out)
 	if err != nil {
@@ -104,7 +99,7 @@ func TestRunOnFakeDriver(t *testing.T) {
 // resolution come out as result rows, in order, the measured ones with
 // their runs' spread and the bounds marked computed.
 func TestJSONRows(t *testing.T) {
-	useFake(t, false)
+	kerneltest.Install(t, false)
 	cfg := fakeConfig()
 	var js bytes.Buffer
 	cfg.jsonOut = &js
@@ -153,7 +148,7 @@ func TestJSONRows(t *testing.T) {
 
 // TestWrongFrameIsAnError checks that one wrong byte in a frame fails run.
 func TestWrongFrameIsAnError(t *testing.T) {
-	useFake(t, true)
+	kerneltest.Install(t, true)
 	_, err := run(context.Background(), fakeConfig(), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "naive: output frame 0, pixel (15, 7), channel 3") {
 		t.Fatalf("run with a wrong kernel = %v, want the naive mode's first frame's last byte", err)
@@ -212,7 +207,7 @@ func TestOnGPU(t *testing.T) {
 // TestCompareWithC runs a stand-in for the C baseline (a script printing
 // its JSON lines) and checks that its rows are read and set beside Go's.
 func TestCompareWithC(t *testing.T) {
-	useFake(t, false)
+	kerneltest.Install(t, false)
 	script := filepath.Join(t.TempDir(), "imagepipeline")
 	lines := `{"bench":"imagepipeline","kind":"bidir","width":16,"height":8,"streams":2,"median":100}
 {"bench":"imagepipeline","kind":"naive","width":16,"height":8,"streams":1,"median":1000,"verified":true}

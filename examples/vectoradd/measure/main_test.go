@@ -35,16 +35,11 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-// useFake installs cudatest's fake driver with vector_add as a Go function
-// (the way to test a program with its own kernel without a GPU); wrong, when
-// true, makes it add one to element 5.
-func useFake(t *testing.T, wrong bool) { kerneltest.Install(t, wrong) }
-
 // TestRunOnFakeDriver runs the example on the fake driver: every mode's
 // copies and kernel run, every element is checked, and the report names
 // the article's claim.
 func TestRunOnFakeDriver(t *testing.T) {
-	useFake(t, false)
+	kerneltest.Install(t, false)
 	var out strings.Builder
 	res, err := run(context.Background(), config{sizes: []int{64 << 10, 1 << 20}, reps: 2}, &out)
 	if err != nil {
@@ -68,7 +63,7 @@ func TestRunOnFakeDriver(t *testing.T) {
 // TestWrongResultIsAnError checks that a kernel computing one element wrong
 // makes run fail, naming the element.
 func TestWrongResultIsAnError(t *testing.T) {
-	useFake(t, true)
+	kerneltest.Install(t, true)
 	_, err := run(context.Background(), config{sizes: []int{64 << 10}, reps: 1}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "c[5]") {
 		t.Fatalf("run with a wrong kernel = %v, want an error naming c[5]", err)
@@ -122,7 +117,7 @@ func TestOnGPU(t *testing.T) {
 // TestCompareWithC runs a stand-in for the C baseline (a script printing
 // its JSON lines) and checks that its rows are read and set beside Go's.
 func TestCompareWithC(t *testing.T) {
-	useFake(t, false)
+	kerneltest.Install(t, false)
 	script := filepath.Join(t.TempDir(), "vectoradd")
 	lines := `{"bench":"vectoradd","kind":"info","device":"x"}
 {"bench":"vectoradd","kind":"pageable","size":65536,"unit":"ms","median":2,"copy_in_ms":1,"kernel_ms":0.5,"copy_out_ms":0.5,"transfer_ms":1.5,"verified":true}

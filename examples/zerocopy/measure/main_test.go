@@ -28,12 +28,8 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-// useFake installs cudatest's fake driver with normalize_hwc as a Go
-// function; wrong, when true, makes it skip the last element.
-func useFake(t *testing.T, wrong bool) { kerneltest.Install(t, wrong) }
-
 func TestRunOnFakeDriver(t *testing.T) {
-	useFake(t, false)
+	kerneltest.Install(t, false)
 	var out strings.Builder
 	rows, err := run(context.Background(), config{batch: 1, passes: []int{1, 4}, reps: 2}, &out)
 	if err != nil {
@@ -50,7 +46,7 @@ func TestRunOnFakeDriver(t *testing.T) {
 }
 
 func TestWrongResultIsAnError(t *testing.T) {
-	useFake(t, true)
+	kerneltest.Install(t, true)
 	_, err := run(context.Background(), config{batch: 1, passes: []int{1}, reps: 1}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "output 150527 (image 0, channel 2)") {
 		t.Fatalf("run with a kernel that skips the last value = %v", err)
