@@ -138,9 +138,7 @@ wall clock), pinned (cuMemHostAlloc), portable, write-combined, mmap-register
 (mmap + cuMemHostRegister), go-register (pinmem.Register of a Go slice),
 mapped (zero-copy: a kernel reads/writes host memory), copier (a Go slice
 moved by a default transfer.Copier, what users of package transfer get; each
-row's path says which path the Copier took at that size), copier-staged (a
-Copier forced to stage every size through its pinned ring; "staged" is an
-alias). The wall-clock kinds compare like with like: copier against
+row's path says which path the Copier took at that size). The wall-clock kinds compare like with like: copier against
 pageable-sync is the Copier against the driver's own copy of Go memory.
 Directions: h2d, d2h, bidir (both at once: two streams, or for the wall-clock
 kinds and pageable two goroutines; the figure is the sum).

@@ -192,10 +192,7 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 		return skipAll("kernels unavailable: " + w.s.kernErr.Error()), nil
 	}
 	var copier *transfer.Copier
-	if kind == KindCopier || kind == KindCopierStaged {
-		// Both copier kinds measure a default Copier: copier-staged once
-		// forced staging where a Copier used the driver's pageable copy;
-		// a Copier now stages every pageable byte.
+	if kind == KindCopier {
 		cp, err := transfer.New(w.s.Ctx)
 		if err != nil {
 			return skipAll("transfer.New: " + err.Error()), nil
@@ -224,7 +221,7 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 				r = skipped("bw", kind, d, n, GBps, "second host buffer could not be allocated")
 			case kind == KindMapped && n%4 != 0:
 				r = skipped("bw", kind, d, n, GBps, "mapped kernels need a multiple of 4 bytes")
-			case kind == KindCopier || kind == KindCopierStaged:
+			case kind == KindCopier:
 				r, err = w.copier(kind, copier, hA, hB, d, int(n))
 			case kind == KindPageableSync:
 				r, err = w.pageableSync(hA, hB, d, int(n))
@@ -643,9 +640,6 @@ func (w *bwWork) copier(kind string, cp *transfer.Copier, hA, hB *hostMem, dir s
 	}
 	r.Path = strings.Join(paths, " / ")
 	what := "a default transfer.Copier"
-	if kind == KindCopierStaged {
-		what = "a default transfer.Copier (copier-staged: every pageable byte is staged)"
-	}
 	r.Note = joinNotes([]string{r.Note, fmt.Sprintf("Go slice moved by %s (%s stages x %d, %d goroutines)",
 		what, FormatSize(int64(cp.StageSize())), cp.Depth(), cp.Parallelism())})
 	return r, err

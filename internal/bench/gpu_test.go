@@ -65,7 +65,7 @@ func TestGPUBandwidthEveryKind(t *testing.T) {
 			if r.Dir == DirBidir {
 				want = TimingWall
 			}
-		case KindPageableSync, KindCopier, KindCopierStaged:
+		case KindPageableSync, KindCopier:
 			want = TimingWall
 		}
 		if r.Timing != want {

@@ -23,7 +23,7 @@ func (s *Session) allocHost(kind string, n int) (*hostMem, error) {
 	hostAlloc := pinmem.WithMethod(pinmem.MethodHostAlloc)
 	var err error
 	switch kind {
-	case KindPageable, KindPageableSync, KindCopier, KindCopierStaged:
+	case KindPageable, KindPageableSync, KindCopier:
 		h.b = make([]byte, n)
 		return h, nil
 	case KindPinned:

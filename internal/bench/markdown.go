@@ -61,13 +61,12 @@ var kindNotes = map[string]string{
 	KindPageable:     "Go heap memory, the driver's asynchronous pageable copy, timed by events",
 	KindPageableSync: "Go heap memory, the driver's synchronous copy, timed by the wall clock",
 	KindCopier:       "Go heap memory moved by a default transfer.Copier, timed by the wall clock",
-	KindCopierStaged: "a Copier forced to stage every size through its pinned ring",
 	// The image pipeline's kinds (bench imagepipeline); its pinned-Nstreams
 	// and bound share their names with the overlap bench's.
 	"naive":              "Go frames, copied in and out synchronously, one frame at a time",
 	"pipeline":           "Go frames staged through pinned buffers by a transfer.Pipeline",
 	KindImageStagedBound: "computed from the measured rate of Go memory staged both ways at once, not measured",
-	"staged":             "results before the copier kinds existed: a Copier forced to stage every size through its pinned ring (now copier-staged), timed by the wall clock",
+	"staged":             "results before the copier kinds existed: a Copier forced to stage every size through its pinned ring, timed by the wall clock",
 	VariantBound:         "computed from the measured bidirectional bandwidth, not measured",
 }
 

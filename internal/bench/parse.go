@@ -20,10 +20,6 @@ const (
 	// what a user of package transfer gets. Each row's Path says which
 	// path the Copier took at that size.
 	KindCopier = "copier"
-	// KindCopierStaged is a Copier that stages every pageable byte: once
-	// forced, now what every Copier does (it measures a default Copier);
-	// results before this kind existed called it "staged".
-	KindCopierStaged = "copier-staged"
 )
 
 // Directions of the bandwidth bench.
@@ -36,7 +32,7 @@ const (
 // AllKinds returns every host memory kind, in report order.
 func AllKinds() []string {
 	return []string{KindPageable, KindPageableSync, KindPinned, KindPortable, KindWriteCombined,
-		KindMmapRegister, KindGoRegister, KindMapped, KindCopier, KindCopierStaged}
+		KindMmapRegister, KindGoRegister, KindMapped, KindCopier}
 }
 
 // AllDirs returns every direction, in report order.
@@ -53,7 +49,6 @@ var kindAliases = map[string]string{
 	"mapped": KindMapped, "zerocopy": KindMapped, "zero-copy": KindMapped,
 	"pageable-sync": KindPageableSync, "sync": KindPageableSync,
 	"copier": KindCopier, "transfer": KindCopier,
-	"copier-staged": KindCopierStaged, "staged": KindCopierStaged,
 }
 
 var dirAliases = map[string]string{

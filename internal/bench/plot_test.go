@@ -43,7 +43,7 @@ func fixtures() map[string]Report {
 	var bw []Result
 	sizes := []int64{64 << 10, 1 << 20, 16 << 20, 256 << 20}
 	peak := map[string]float64{KindPageable: 20, KindPinned: 55.3, KindPortable: 55.2, KindWriteCombined: 55.1,
-		KindMmapRegister: 55.25, KindGoRegister: 55.15, KindMapped: 50, KindCopier: 25, KindCopierStaged: 22, KindPageableSync: 19}
+		KindMmapRegister: 55.25, KindGoRegister: 55.15, KindMapped: 50, KindCopier: 25, KindPageableSync: 19}
 	for _, k := range AllKinds() {
 		for _, d := range AllDirs() {
 			for i, n := range sizes {
@@ -55,7 +55,7 @@ func fixtures() map[string]Report {
 				switch k {
 				case KindPageable:
 					timing = TimingEvents
-				case KindPageableSync, KindCopier, KindCopierStaged:
+				case KindPageableSync, KindCopier:
 					timing = TimingWall
 				}
 				bw = append(bw, res("bw", k, d, n, GBps, v, 0.01, timing))

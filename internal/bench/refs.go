@@ -36,7 +36,7 @@ func referenceKind(bench, kind string) string {
 	switch bench {
 	case "bw":
 		switch kind {
-		case KindCopier, KindCopierStaged, KindGoRegister:
+		case KindCopier, KindGoRegister:
 			ref = KindPageableSync
 		case KindPageable, KindPinned, KindPortable, KindWriteCombined, KindMapped:
 			ref = CRefPrefix + kind
