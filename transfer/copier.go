@@ -543,8 +543,9 @@ func (c *Copier) DtoHAsync(ctx context.Context, dst []byte, src *cuda.DeviceBuff
 }
 
 func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context) (Stats, error)) *Op {
-	t := &Op{cancel: func() {}, done: make(chan struct{})}
+	t := &Op{cancel: func() {}, done: make(chan struct{}), returned: make(chan struct{})}
 	if err := c.enter(ctx); err != nil {
+		close(t.returned)
 		t.finish(Stats{Direction: d}, err)
 		return t
 	}
@@ -553,6 +554,7 @@ func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context
 	go func() {
 		defer c.end()
 		st, err := fn(tctx)
+		close(t.returned)
 		if err != nil {
 			// Done only once nothing the transfer queued touches its
 			// memory: wait for the drains handed off so far.
@@ -567,8 +569,12 @@ func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context
 type Op struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	stats  Stats
-	err    error
+	// returned is closed once the transfer's own call has returned: no
+	// CPU copy of it reads or writes the caller's memory any more (copies
+	// it left queued on the device are the fence's).
+	returned chan struct{}
+	stats    Stats
+	err      error
 }
 
 func (t *Op) finish(s Stats, err error) {

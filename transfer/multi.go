@@ -502,8 +502,10 @@ func (m *multi) abandon(drains []drain) {
 // its own Copier (its own stream, staging ring and waiter), so the devices
 // run concurrently. An error or the end of ctx stops every device's
 // transfer and Gather returns the first error without waiting for copies
-// already queued (see the package documentation); a device's error names
-// the device. The Multi's next call waits for those copies.
+// already queued on a device (see the package documentation), but never
+// before every CPU copy into dsts has stopped; a device's error names the
+// device. The Multi's next call is ordered after the queued copies; for
+// pinned dsts, Fence waits for them.
 func (m *Multi) Gather(ctx context.Context, dsts [][]byte, srcs []*cuda.DeviceBuffer) (MultiStats, error) {
 	return m.each(ctx, DeviceToHost, len(dsts), srcs, func(i int, ctx context.Context) *Op {
 		return m.devs[i].cp.DtoHAsync(ctx, dsts[i], srcs[i])
@@ -567,6 +569,15 @@ func (m *Multi) each(ctx context.Context, dir Direction, nHost int, devBufs []*c
 	}
 	if first == nil {
 		first = cancelled
+	}
+	// A Wait that ended with ctx left its Op running: stop every Op and
+	// return only once each one's own call has, so that no CPU copy of
+	// this call reads or writes the caller's memory after it returns.
+	// The calls are bounded by cctx; copies they left queued on a device
+	// are ordered before the Multi's next call by each Copier's fence.
+	cancel()
+	for _, t := range ts {
+		<-t.returned
 	}
 	st.Wall = time.Since(t0)
 	if first != nil {
