@@ -92,9 +92,12 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 		return err
 	}
 
-	back := make([]byte, cfg.size)
+	var back []byte
 	var want uint32
 	down, err := retry(ctx, cfg, w, "device to host", func(ctx context.Context) *transfer.Op {
+		// Each attempt reads into a slice of its own: one that missed its
+		// deadline may still be written until its Op is done.
+		back = make([]byte, cfg.size)
 		op := cp.DtoHAsync(ctx, back, d)
 		want = crc32.ChecksumIEEE(src) // the CPU's work while the copy runs
 		return op
@@ -120,8 +123,10 @@ func retry(ctx context.Context, cfg config, w io.Writer, what string, start func
 		opCtx, cancel := context.WithTimeout(ctx, timeout)
 		op := start(opCtx)
 		// Wait bounded by the attempt's deadline. A missed attempt's Op may
-		// not be done yet (its copies are queued on a stuck device); the
-		// Copier's fence queues the retry's copies behind them, so the
+		// not be done yet (its copies are queued on a stuck device): its
+		// source may still be read and its destination written until it
+		// is, so a retry reads into fresh memory. The Copier's fence
+		// queues the retry's device copies behind the missed ones, so the
 		// retry's data is never overwritten by them.
 		st, err := op.Wait(opCtx)
 		cancel()
