@@ -38,18 +38,8 @@ func TestServiceUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := transfer.New(cctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := transfer.NewMulti([]*cuda.Context{cctx})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A device that stalls at random, as a busy GPU does.
-	stop := make(chan struct{})
-	var chaos sync.WaitGroup
-	chaos.Go(func() {
+	serviceUse(t, cctx, 8, func(stop <-chan struct{}) {
 		r := rand.New(rand.NewPCG(1, 2))
 		for {
 			select {
@@ -66,6 +56,27 @@ func TestServiceUse(t *testing.T) {
 			drv.ReleaseAll()
 		}
 	})
+}
+
+// serviceUse runs the service program on cctx: 16 Copier workers of
+// rounds round trips each, a Pipeline worker and a Multi worker, with
+// stall running beside them until they are done (nil: none). It checks
+// every byte, and that pinmem's ledger is back where it was at the start.
+func serviceUse(t *testing.T, cctx *cuda.Context, rounds int, stall func(stop <-chan struct{})) {
+	before := pinmem.Stats().Pinned
+	c, err := transfer.New(cctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := transfer.NewMulti([]*cuda.Context{cctx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var chaos sync.WaitGroup
+	if stall != nil {
+		chaos.Go(func() { stall(stop) })
+	}
 	var devs []*cuda.DeviceBuffer
 	for range 17 {
 		b, err := cctx.Alloc(maxSize)
@@ -74,10 +85,11 @@ func TestServiceUse(t *testing.T) {
 		}
 		devs = append(devs, b)
 	}
+	timeouts.Store(0)
 	errs := make(chan error, 32)
 	var wg sync.WaitGroup
 	for i := range 16 {
-		wg.Go(func() { errs <- worker(i, c, devs[i], 8) })
+		wg.Go(func() { errs <- worker(i, c, devs[i], rounds) })
 	}
 	wg.Go(func() { errs <- pipelineWorker(c) })
 	wg.Go(func() { errs <- multiWorker(m, devs[16]) })
@@ -100,8 +112,8 @@ func TestServiceUse(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if p := pinmem.Stats().Pinned; p.Bytes != 0 || p.Buffers != 0 {
-		t.Errorf("pinmem ledger at the end: %+v", p)
+	if p := pinmem.Stats().Pinned; p.Bytes != before.Bytes || p.Buffers != before.Buffers {
+		t.Errorf("pinmem ledger at the end: %+v, before: %+v", p, before)
 	}
 	t.Logf("%d transfers retried after their deadline", timeouts.Load())
 }
