@@ -10,7 +10,7 @@
 // CopyHtoD) while the readers fill others. A stage is refilled only after
 // the event recorded behind its copies has completed.
 //
-//	l, err := load.New(gpu)                     // 16 stages of 16 MiB
+//	l, err := load.New(gpu)                     // a depth of 16 stages of 16 MiB
 //	...
 //	defer l.Close(ctx)
 //	st, err := l.LoadFile(ctx, "model.bin", dst) // the whole file into dst
@@ -50,7 +50,7 @@
 //
 // # Errors and cancellation
 //
-// Options are checked by New (an *OptionError matching
+// Options are checked by New (a *pinmem.OptionError matching
 // cuda.ErrInvalidValue); invalid ranges are a *RangeError (ErrRange) and a
 // file shorter than the ranges a *ShortFileError (ErrShortFile), both
 // before anything is read; only regular files are opened (a FIFO or a
