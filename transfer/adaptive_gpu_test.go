@@ -509,7 +509,7 @@ func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function
 		if i := checkPattern(host, 1, 0); i >= 0 {
 			t.Fatalf("after the round trip through the Copier, byte %d differs (%v)", i, st)
 		}
-		p, err := c.NewPipeline(WithChunkSize(chunk), WithStreamCount(4), WithInFlight(6),
+		p, err := c.NewPipeline(WithChunkSize(chunk), WithStreams(4), WithInFlight(6),
 			WithWork(func(s *cuda.Stream, ch Chunk) error {
 				return f.Launch(s, cuda.D1(132*4), cuda.D1(256), 0, ch.Dev.Ptr(), uint64(ch.Len), uint8(1))
 			}))
@@ -809,12 +809,12 @@ func BenchmarkPipelineKnobs(b *testing.B) {
 		w, h int
 	}{{"1080p", 1920, 1080}, {"4K", 3840, 2160}} {
 		frame := res.w * res.h * 4
-		p, err := c.NewPipeline(WithChunkSize(frame), WithStreamCount(4), WithPinStages(true))
+		p, err := c.NewPipeline(WithChunkSize(frame), WithStreams(4), WithPinStages(true))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { p.Close(context.Background()) })
-		pw, err := c.NewPipeline(WithChunkSize(frame), WithStreamCount(4), WithPinStages(true), WithWork(add))
+		pw, err := c.NewPipeline(WithChunkSize(frame), WithStreams(4), WithPinStages(true), WithWork(add))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -251,30 +251,6 @@ func (c *Copier) Fence(ctx context.Context) error {
 	return c.fence.wait(ctx, c.fence.last())
 }
 
-// StageSize returns the size of each staging buffer.
-func (c *Copier) StageSize() int {
-	if !c.ok() {
-		return 0
-	}
-	return c.o.stageSize
-}
-
-// Depth returns the number of staging buffers a transfer uses at most.
-func (c *Copier) Depth() int {
-	if !c.ok() {
-		return 0
-	}
-	return c.o.depth
-}
-
-// Parallelism returns the number of goroutines a CPU copy is split over.
-func (c *Copier) Parallelism() int {
-	if !c.ok() {
-		return 0
-	}
-	return c.o.parallelism
-}
-
 // Cache returns the registration cache, or nil when it is off.
 func (c *Copier) Cache() *RegCache {
 	if !c.ok() {

@@ -26,3 +26,11 @@ func multiStreams(m *Multi) []*cuda.Stream {
 // tune returns the tuning of c, for tests and benchmarks to vary (not
 // while c is in use).
 func (c *Copier) tune() *tuning { return &c.o.tune }
+
+// StageSize returns the size of each staging buffer of c.
+func (c *Copier) StageSize() int {
+	if !c.ok() {
+		return 0
+	}
+	return c.o.stageSize
+}

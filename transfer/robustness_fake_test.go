@@ -233,7 +233,7 @@ func TestRobustBoundedWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := c.NewPipeline(WithChunkSize(64<<10), WithStreamCount(2), WithInFlight(2))
+	p, err := c.NewPipeline(WithChunkSize(64<<10), WithStreams(2), WithInFlight(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestRobustDroppedOwners(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.NewPipeline(WithChunkSize(4096), WithStreamCount(1), WithPinStages(true)); err != nil {
+		if _, err := c.NewPipeline(WithChunkSize(4096), WithStreams(1), WithPinStages(true)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.HtoD(context.Background(), e.devbuf(t, 4096), make([]byte, 4096)); err != nil {
