@@ -110,3 +110,12 @@ func fill(b []byte, v byte) {
 		b[i] = v
 	}
 }
+
+// Flags returns the pinmem flags of the pool's memory (see WithFlags); 0
+// for a nil Pool.
+func (p *Pool) Flags() pinmem.Flags {
+	if p == nil || p.s == nil {
+		return 0
+	}
+	return p.s.flags
+}

@@ -21,7 +21,7 @@ import (
 // polling (cuEventQuery) on later Gets and Puts: no goroutine or thread
 // ever waits for them.
 //
-// Size classes waste less than 1/8 of a request (see RoundedSize); small
+// Size classes waste less than 1/8 of a request (see Block.Cap); small
 // blocks are carved from shared slabs; requests above HugeThreshold are
 // pinned on their own. A pool respects pinmem's budget: when pinning fails
 // on it, the pool releases its idle memory and retries once, then returns
@@ -58,7 +58,7 @@ var poolSeq atomic.Uint64
 // behind.
 func New(opts ...Option) (*Pool, error) {
 	retryOrphans()
-	cfg := config{method: pinmem.MethodAuto, maxCached: -1}
+	cfg := config{maxCached: -1}
 	for _, o := range opts {
 		if o == nil {
 			return nil, &pinmem.OptionError{Func: "pool.New", Option: "Option", Value: "nil", Reason: "a nil option"}
@@ -74,8 +74,7 @@ func New(opts ...Option) (*Pool, error) {
 	s := &state{
 		name:         cfg.name,
 		flags:        cfg.flags,
-		device:       cfg.device,
-		method:       cfg.method,
+		pinOpts:      cfg.pinOpts,
 		maxCached:    cfg.maxCached,
 		retainOnMiss: cfg.retainOnMiss,
 		stacks:       cfg.stacks,
@@ -140,15 +139,6 @@ func (p *Pool) Name() string {
 		return ""
 	}
 	return p.s.name
-}
-
-// Flags returns the pinmem flags of the pool's memory (see WithFlags); 0
-// for a nil Pool.
-func (p *Pool) Flags() pinmem.Flags {
-	if p == nil || p.s == nil {
-		return 0
-	}
-	return p.s.flags
 }
 
 // Get returns a pinned block of at least size bytes (Len() == size). Its
