@@ -50,7 +50,8 @@
 // settable with the PINMEM_BUDGET environment variable (bytes with an
 // optional K, M, G, T, Ki, Mi, Gi or Ti suffix, or a percentage of physical
 // memory such as "40%") and with [SetBudget]. A request that would exceed it
-// first asks the registered [Reclaimer]s (caching pools) to give idle
+// first asks pinmem's caches of pinned memory (the idle blocks of every
+// pool.Pool, the registration caches of transfer's Copiers) to give idle
 // memory back and then fails, before the driver is called, with a
 // [*BudgetError] saying how much was asked, how much is pinned and what the
 // limit is.

@@ -1,5 +1,7 @@
 package pinmem
 
+import "github.com/pinmem/pinmem/internal/reclaim"
+
 // Test access to pinmem's internal state.
 
 // regCount returns the number of claimed ranges.
@@ -28,3 +30,6 @@ func freeDropped() error {
 	}
 	return first
 }
+
+// AddReclaimer registers r with pinmem's budget (see internal/reclaim).
+func AddReclaimer(r reclaim.Reclaimer) func() { return reclaim.Add(r) }

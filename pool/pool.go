@@ -9,6 +9,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/reclaim"
 )
 
 // Pool is a caching allocator of pinned host memory. Get returns a block
@@ -25,8 +26,8 @@ import (
 // blocks are carved from shared slabs; requests above HugeThreshold are
 // pinned on their own. A pool respects pinmem's budget: when pinning fails
 // on it, the pool releases its idle memory and retries once, then returns
-// the budget error. It also registers with pinmem.AddReclaimer, so the
-// budget can take its idle memory on behalf of other allocations.
+// the budget error. pinmem's budget can also take its idle memory on behalf
+// of other allocations.
 //
 // A Pool is safe for concurrent use. It publishes nothing by itself: read
 // Stats, or export them with package prom.
@@ -85,7 +86,7 @@ func New(opts ...Option) (*Pool, error) {
 	}
 	s.st.Name = s.name
 	s.out.next, s.out.prev = &s.out, &s.out
-	s.removeReclaimer = pinmem.AddReclaimer(s)
+	s.removeReclaimer = reclaim.Add(s)
 	if cfg.prewarmSet && cfg.prewarmBytes > 0 {
 		if err := s.prewarm(cfg.prewarmSize, cfg.prewarmBytes); err != nil {
 			if cerr := s.close(context.Background()); cerr != nil && !s.done() {

@@ -983,7 +983,7 @@ func (p *state) trim(ctx context.Context) (freed int64, err error) {
 
 // Reclaim unpins idle memory, least recently released first, until at
 // least want bytes are freed or nothing idle is left, and returns the
-// bytes freed. It makes the state a pinmem.Reclaimer: pinmem's budget
+// bytes freed. It makes the state a reclaim.Reclaimer: pinmem's budget
 // calls it when an allocation anywhere in the process would exceed the
 // budget.
 func (p *state) Reclaim(want int64) (freed int64) {

@@ -41,7 +41,7 @@ type Stats struct {
 	DeferredBytes  int64
 	BudgetRetries  uint64 // Gets that hit the pinned budget and retried after releasing idle memory
 	BudgetErrors   uint64 // Gets that failed on the budget after that
-	Reclaimed      int64  // bytes released at the budget's request (pinmem.AddReclaimer)
+	Reclaimed      int64  // bytes released at the budget's request
 	// Unpinning calls that failed, and the bytes whose release failed and
 	// that the driver still holds: they stay in PinnedBytes and are
 	// retried by the next miss, Trim, budget reclaim and Close.

@@ -489,7 +489,7 @@ func TestGPUHugeBuffers(t *testing.T) {
 
 // testHugeBuffers is TestGPUHugeBuffers for buffers of size bytes, with f
 // the add_u8 kernel and Pipeline chunks of chunk bytes.
-func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function, chunk int, poolOpts ...pool.Option) {
+func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function, chunk int, pinOpts ...pinmem.Option) {
 	dev := gpuAlloc(t, ctx, size)
 	run := func(t *testing.T, c *Copier, host []byte, wantSegs bool) {
 		t.Helper()
@@ -552,7 +552,7 @@ func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function
 		c.Cache().Forget(host)
 	})
 	t.Run("pool", func(t *testing.T) {
-		pl, err := pool.New(append([]pool.Option{pool.WithDevice(ctx.Device())}, poolOpts...)...)
+		pl, err := pool.New(pool.WithFlags(0, append([]pinmem.Option{pinmem.WithDevice(ctx.Device())}, pinOpts...)...))
 		if err != nil {
 			t.Fatal(err)
 		}

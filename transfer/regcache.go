@@ -7,6 +7,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/reclaim"
 )
 
 // RegCache is a Copier's registration cache: it pins large Go slices in
@@ -19,7 +20,7 @@ import (
 // it overlaps are idle, replaces them with one registration of the union
 // (a merge). Idle registrations are evicted least recently used first when
 // the cache's limit would be exceeded and when pinmem's budget asks
-// (RegCache is a pinmem.Reclaimer). The cache holds a reference to the
+// (the cache is one of the caches pinmem asks for idle memory). The cache holds a reference to the
 // memory it registered, so that memory stays alive until it is evicted,
 // forgotten (Forget) or the Copier is closed.
 type RegCache struct {
@@ -69,7 +70,7 @@ var pageSize = uintptr(os.Getpagesize())
 
 func newRegCache(limit int64, minSize int, opts ...pinmem.Option) *RegCache {
 	c := &RegCache{limit: limit, min: max(minSize, int(pageSize)), opts: opts}
-	c.remove = pinmem.AddReclaimer(c)
+	c.remove = reclaim.Add(reclaim.Func(c.reclaim))
 	return c
 }
 
@@ -372,10 +373,10 @@ func (c *RegCache) release(h *regHold) {
 	_ = c.freeAll(toFree)
 }
 
-// Reclaim releases idle registrations, least recently used first, until
+// reclaim releases idle registrations, least recently used first, until
 // at least want bytes were freed or none is idle, and returns the bytes
 // freed. pinmem calls it when its budget is short.
-func (c *RegCache) Reclaim(want int64) (freed int64) {
+func (c *RegCache) reclaim(want int64) (freed int64) {
 	if c == nil {
 		return 0
 	}

@@ -466,7 +466,7 @@ func TestRobustNilArgs(t *testing.T) {
 		nm.AddPinned(nil)()
 		nop.Cancel()
 		<-nop.Done()
-		if c.Cache().Stats() != (CacheStats{}) || c.Cache().Forget([]byte{1}) != 0 || c.Cache().Reclaim(1) != 0 {
+		if c.Cache().Stats() != (CacheStats{}) || c.Cache().Forget([]byte{1}) != 0 || c.Cache().reclaim(1) != 0 {
 			t.Error("a nil cache reports something")
 		}
 	})
