@@ -196,10 +196,6 @@ func (b *Buffer) Device() *cuda.Device {
 	return b.s.t.dev
 }
 
-// HugePages reports whether the buffer is pinmem's own mapping and the
-// kernel accepted the request to back it with transparent huge pages.
-func (b *Buffer) HugePages() bool { return b != nil && b.s != nil && b.s.huge }
-
 // String describes the buffer.
 func (b *Buffer) String() string {
 	if b == nil || b.s == nil {

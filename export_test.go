@@ -33,3 +33,7 @@ func freeDropped() error {
 
 // AddReclaimer registers r with pinmem's budget (see internal/reclaim).
 func AddReclaimer(r reclaim.Reclaimer) func() { return reclaim.Add(r) }
+
+// HugePages reports whether the buffer is pinmem's own mapping and the
+// kernel accepted the request to back it with transparent huge pages.
+func (b *Buffer) HugePages() bool { return b != nil && b.s != nil && b.s.huge }

@@ -494,11 +494,3 @@ func (d *Driver) Leaks() error {
 	return fmt.Errorf("%w: %s%s", ErrLeak, strings.Join(parts, ", "), stacks)
 }
 
-// CheckLeaks fails t (without stopping it) with the report of Leaks when
-// objects are left.
-func (d *Driver) CheckLeaks(t testing.TB) {
-	t.Helper()
-	if err := d.Leaks(); err != nil {
-		t.Error(err)
-	}
-}

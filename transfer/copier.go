@@ -208,14 +208,6 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 // ok reports whether c may be used: not nil.
 func (c *Copier) ok() bool { return c != nil && c.copier != nil }
 
-// Context returns the Copier's CUDA context (nil for a nil Copier).
-func (c *Copier) Context() *cuda.Context {
-	if !c.ok() {
-		return nil
-	}
-	return c.cctx
-}
-
 // Stream returns the stream of the Copier's first lane: the stream given
 // by WithStream, else the first of the two streams the Copier issues its
 // copies on (nil for a nil Copier). A transfer that returns without error

@@ -34,3 +34,19 @@ func (c *Copier) StageSize() int {
 	}
 	return c.o.stageSize
 }
+
+// Context returns the Copier's CUDA context (nil for a nil Copier).
+func (c *Copier) Context() *cuda.Context {
+	if !c.ok() {
+		return nil
+	}
+	return c.cctx
+}
+
+// Devices returns the number of contexts the Multi serves.
+func (m *Multi) Devices() int {
+	if !m.ok() {
+		return 0
+	}
+	return len(m.devs)
+}
