@@ -493,4 +493,3 @@ func (d *Driver) Leaks() error {
 	}
 	return fmt.Errorf("%w: %s%s", ErrLeak, strings.Join(parts, ", "), stacks)
 }
-
