@@ -76,7 +76,7 @@ type copier struct {
 	eng       *engine // the staging engine shared with the context's other Copiers
 	member    bool    // this Copier still counts in eng
 	w         *waiter // the first lane's, for RunMapped on a stream of the caller's
-	cache     *RegCache
+	cache     *regCache
 	lanes     []*lane    // every lane, idle or taken
 	free      chan *lane // the idle lanes
 
@@ -241,14 +241,6 @@ func (c *Copier) Fence(ctx context.Context) error {
 		return err
 	}
 	return c.fence.wait(ctx, c.fence.last())
-}
-
-// Cache returns the registration cache, or nil when it is off.
-func (c *Copier) Cache() *RegCache {
-	if !c.ok() {
-		return nil
-	}
-	return c.cache
 }
 
 // AddPinned tells the Copier that b is pinned: copies from or to any part
@@ -564,8 +556,8 @@ func (t *Op) Done() <-chan struct{} {
 }
 
 // Wait waits until the transfer has finished and returns its result. When
-// ctx is done first, Wait returns ctx.Err() and the transfer goes on (use
-// Cancel to stop it).
+// ctx is done first, Wait returns ctx.Err() and the transfer goes on
+// (cancel the context given to HtoDAsync or DtoHAsync to stop it).
 func (t *Op) Wait(ctx context.Context) (Stats, error) {
 	if t == nil {
 		return Stats{}, errNil("Op")
@@ -578,15 +570,6 @@ func (t *Op) Wait(ctx context.Context) (Stats, error) {
 		return t.stats, t.err
 	case <-ctx.Done():
 		return Stats{}, ctx.Err()
-	}
-}
-
-// Cancel asks the transfer to stop: it stops issuing copies and finishes
-// with an error matching context.Canceled (unless it had already
-// finished). A nil Op is ignored.
-func (t *Op) Cancel() {
-	if t != nil {
-		t.cancel()
 	}
 }
 

@@ -50,3 +50,26 @@ func (m *Multi) Devices() int {
 	}
 	return len(m.devs)
 }
+
+// Cancel asks the transfer to stop: it stops issuing copies and finishes
+// with an error matching context.Canceled (unless it had already
+// finished). A nil Op is ignored.
+func (t *Op) Cancel() {
+	if t != nil {
+		t.cancel()
+	}
+}
+
+// Cache returns the registration cache, or nil when it is off.
+func (c *Copier) Cache() *regCache {
+	if !c.ok() {
+		return nil
+	}
+	return c.cache
+}
+
+// Stats is Copier.CacheStats of the cache's Copier.
+func (c *regCache) Stats() CacheStats { return c.snapshot() }
+
+// Forget is Copier.Forget of the cache's Copier.
+func (c *regCache) Forget(p []byte) int64 { return c.forget(p) }

@@ -164,7 +164,9 @@ func WithStream(s *cuda.Stream) Option { return func(o *options) { o.stream = s 
 // copy and copied directly afterwards. limit bounds the bytes the cache
 // keeps registered (0: bounded only by pinmem's budget; not negative).
 // Off by default: registering a slice costs far more than copying it
-// once, and pays only for slices copied again and again.
+// once, and pays only for slices copied again and again. The cache holds
+// the slices it registered until Copier.Forget or Close; Copier.CacheStats
+// reports its counters.
 func WithRegistrationCache(limit int64) Option {
 	return func(o *options) { o.cacheOn, o.cacheLimit = true, limit }
 }

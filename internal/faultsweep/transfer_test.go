@@ -163,8 +163,8 @@ func registrationOp() op {
 		if !bytes.Equal(got, src) {
 			return errors.New("the data came back different")
 		}
-		cp.Cache().Forget(src)
-		cp.Cache().Forget(got)
+		cp.Forget(src)
+		cp.Forget(got)
 		return errors.Join(cp.Close(bg), d.Free())
 	}}
 }
