@@ -61,7 +61,7 @@
 // load and of Close is bounded by its context, also on a device that
 // never finishes a copy: a stage comes back to the Loader only once its
 // copies have run, and the next load or Close waits for it (bounded by
-// its own context). A panic in a Progress or ready callback is recovered
+// its own context). A panic in a WithProgress or ready callback is recovered
 // on the loader goroutine and raised again on the caller's. No error path
 // leaves pinned memory behind: New releases what it created when it
 // fails, and Close releases the rest (in the background, once the copies

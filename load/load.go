@@ -262,7 +262,7 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // ready, when not nil, is called with a file's and a range's index as soon
 // as that range is entirely in device memory, in the order ranges land
 // (once for each range that has a byte);
-// its calls and the Progress calls never overlap. Both run on a loader
+// its calls and the WithProgress calls never overlap. Both run on a loader
 // goroutine and must return quickly. A panic in either stops the load:
 // the copies in flight are left to finish in the background, and the
 // panic is raised again by LoadFiles on the caller's goroutine. Neither

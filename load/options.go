@@ -80,14 +80,6 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
 
-// Progress is called as data lands in device memory with the bytes
-// delivered so far and in all (the sum of the ranges' lengths). Calls of one
-// load never overlap and done never decreases; the last call has done ==
-// total unless the load failed. It runs on a loader goroutine: it must
-// return quickly and must not call the Loader. A panic in it stops the
-// load and is raised again by the load on its caller's goroutine.
-type Progress func(done, total int64)
-
 // Option configures a Loader in New. Options only record their values; New
 // checks them and returns a *pinmem.OptionError for the first one it
 // refuses.
@@ -101,7 +93,7 @@ type config struct {
 	streams   int
 	mode      Mode
 	warm      float64
-	progress  Progress
+	progress  func(done, total int64)
 }
 
 func defaults() config {
@@ -171,9 +163,16 @@ func WithMode(m Mode) Option { return func(c *config) { c.mode = m } }
 // DefaultWarmThreshold.
 func WithWarmThreshold(f float64) Option { return func(c *config) { c.warm = f } }
 
-// WithProgress sets a function called as data lands on the device (see
-// Progress). nil, the default, reports nothing.
-func WithProgress(p Progress) Option { return func(c *config) { c.progress = p } }
+// WithProgress sets a function called as data lands in device memory with
+// the bytes delivered so far and in all (the sum of the ranges' lengths).
+// Calls of one load never overlap and done never decreases; the last call
+// has done == total unless the load failed. It runs on a loader goroutine:
+// it must return quickly and must not call the Loader. A panic in it stops
+// the load and is raised again by the load on its caller's goroutine. nil,
+// the default, reports nothing.
+func WithProgress(p func(done, total int64)) Option {
+	return func(c *config) { c.progress = p }
+}
 
 // optionError is the *pinmem.OptionError of load.New for option opt.
 func optionError(opt, value, reason string) *pinmem.OptionError {

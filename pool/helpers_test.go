@@ -119,3 +119,12 @@ func (p *Pool) Flags() pinmem.Flags {
 	}
 	return p.s.flags
 }
+
+// ID returns the block's sequence number in its pool, as Close's
+// OutstandingError reports it.
+func (b *Block) ID() uint64 {
+	if b == nil {
+		return 0
+	}
+	return b.id
+}
