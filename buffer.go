@@ -180,14 +180,6 @@ func (b *Buffer) Flags() Flags {
 	return b.s.flags
 }
 
-// Kind returns where the memory came from.
-func (b *Buffer) Kind() Kind {
-	if b == nil || b.s == nil {
-		return 0
-	}
-	return b.s.kind
-}
-
 // Device returns the device whose primary context pinned the memory.
 func (b *Buffer) Device() *cuda.Device {
 	if b == nil || b.s == nil {

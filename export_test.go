@@ -37,3 +37,11 @@ func AddReclaimer(r reclaim.Reclaimer) func() { return reclaim.Add(r) }
 // HugePages reports whether the buffer is pinmem's own mapping and the
 // kernel accepted the request to back it with transparent huge pages.
 func (b *Buffer) HugePages() bool { return b != nil && b.s != nil && b.s.huge }
+
+// Kind returns where the memory came from.
+func (b *Buffer) Kind() Kind {
+	if b == nil || b.s == nil {
+		return 0
+	}
+	return b.s.kind
+}

@@ -128,3 +128,11 @@ func (b *Block) ID() uint64 {
 	}
 	return b.id
 }
+
+// Name returns the pool's name (see WithName); "" for a nil Pool.
+func (p *Pool) Name() string {
+	if p == nil || p.s == nil {
+		return ""
+	}
+	return p.s.name
+}

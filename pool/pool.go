@@ -134,14 +134,6 @@ func retryOrphans() {
 // Close and releases, off the cleanup goroutine, what is safe to release.
 func collect(s *state) { go s.collect() }
 
-// Name returns the pool's name (see WithName); "" for a nil Pool.
-func (p *Pool) Name() string {
-	if p == nil || p.s == nil {
-		return ""
-	}
-	return p.s.name
-}
-
 // Get returns a pinned block of at least size bytes (Len() == size). Its
 // contents are whatever the block held before. It fails with an error
 // matching cuda.ErrInvalidValue for a size outside [1, pinmem.MaxSize] or a

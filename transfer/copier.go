@@ -208,19 +208,6 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 // ok reports whether c may be used: not nil.
 func (c *Copier) ok() bool { return c != nil && c.copier != nil }
 
-// Stream returns the stream of the Copier's first lane: the stream given
-// by WithStream, else the first of the two streams the Copier issues its
-// copies on (nil for a nil Copier). A transfer that returns without error
-// has had all its copies run, whichever lane it took; after an error, a
-// transfer's copies may sit on either lane: wait with Fence, not on this
-// stream, before reusing pinned memory.
-func (c *Copier) Stream() *cuda.Stream {
-	if !c.ok() {
-		return nil
-	}
-	return c.stream
-}
-
 // Fence waits, bounded by ctx, until no copy left queued by a call of the
 // Copier that returned before Fence was called (a transfer, a Pipeline
 // Run or RunMapped of the Copier, a Broadcast of the Multi it belongs

@@ -73,3 +73,16 @@ func (c *regCache) Stats() CacheStats { return c.snapshot() }
 
 // Forget is Copier.Forget of the cache's Copier.
 func (c *regCache) Forget(p []byte) int64 { return c.forget(p) }
+
+// Stream returns the stream of the Copier's first lane: the stream given
+// by WithStream, else the first of the two streams the Copier issues its
+// copies on (nil for a nil Copier). A transfer that returns without error
+// has had all its copies run, whichever lane it took; after an error, a
+// transfer's copies may sit on either lane: wait with Fence, not on this
+// stream, before reusing pinned memory.
+func (c *Copier) Stream() *cuda.Stream {
+	if !c.ok() {
+		return nil
+	}
+	return c.stream
+}
