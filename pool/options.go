@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/pinmem/pinmem"
@@ -69,6 +70,7 @@ func WithName(name string) Option {
 // nil one, a nil device, an unknown method); combinations pinmem cannot
 // serve fail on the first Get that pins (or in New with WithPrewarm).
 func WithFlags(f pinmem.Flags, opts ...pinmem.Option) Option {
+	opts = slices.Clone(opts) // the caller's slice may change after New
 	return func(c *config) { c.flags, c.pinOpts = f, opts }
 }
 
