@@ -95,8 +95,8 @@ func (s Stats) GBps() float64 {
 // cuda.ErrInvalidValue; a nil option too), before it looks at ctx, so
 // that New(nil, opts...) checks a command line's options without a GPU:
 // it returns the *pinmem.OptionError, or for valid options an error
-// matching cuda.ErrInvalidValue for the nil context. It then pins the stages with
-// pinmem.Alloc on ctx's device (a request over pinmem's budget is a
+// matching cuda.ErrInvalidValue for the nil context. It then pins the
+// stages with pinmem.Alloc on ctx's device (a request over pinmem's budget is a
 // *pinmem.BudgetError) and creates the streams and events. On any error
 // whatever it had created is released again.
 func New(ctx *cuda.Context, opts ...Option) (_ *Loader, err error) {
@@ -248,13 +248,12 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // Only regular files are opened (anything else, a FIFO or a device, is an
 // error matching fs.ErrInvalid, and opening never blocks).
 //
-// Goroutines (WithParallelism) read in parallel into free stages, taking the files' reads in
-// turn (the first read of every file, then the second ...); each stage is
-// drained by an asynchronous copy on one of the Loader's streams and is
-// refilled only once that copy has finished, so the pinned memory in use
-// never exceeds the stages' (the depth times the stage size): reading
-// waits for copying.
-// Neighbouring ranges share reads. How each file is read is decided for
+// Goroutines (WithParallelism) read in parallel into free stages, taking
+// the files' reads in turn (the first read of every file, then the
+// second ...); each stage is drained by an asynchronous copy on one of the
+// Loader's streams and is refilled only once that copy has finished, so
+// the pinned memory in use never exceeds the stages' (the depth times the
+// stage size): reading waits for copying. Neighbouring ranges share reads. How each file is read is decided for
 // that file, from the Loader's mode and, for ModeAuto, the page-cache
 // residency of its ranges: a warm shard is read buffered while a cold one
 // beside it is read directly.
