@@ -32,13 +32,14 @@ const knownFlags = pinmem.Portable | pinmem.Mapped | pinmem.WriteCombined | pinm
 
 // check validates the options as New sees them.
 func (c *config) check() error {
+	pinErr := pinopt.Check(c.pinOpts) // what pinmem.Alloc would refuse
 	switch {
 	case c.nameSet && c.name == "":
 		return &pinmem.OptionError{Func: "pool.New", Option: "WithName", Value: fmt.Sprintf("%q", c.name), Reason: "the name is empty"}
 	case c.flags&^knownFlags != 0:
 		return &pinmem.OptionError{Func: "pool.New", Option: "WithFlags", Value: fmt.Sprintf("%#x", uint32(c.flags)), Reason: fmt.Sprintf("unknown flag bits %#x", uint32(c.flags&^knownFlags))}
-	case pinopt.Check(c.pinOpts) != nil:
-		reason := strings.TrimPrefix(pinopt.Check(c.pinOpts).Error(), "pinmem: ")
+	case pinErr != nil:
+		reason := strings.TrimPrefix(pinErr.Error(), "pinmem: ")
 		reason = "pinmem " + strings.TrimSuffix(reason, ": "+cuda.ErrInvalidValue.Error())
 		return &pinmem.OptionError{Func: "pool.New", Option: "WithFlags", Value: fmt.Sprintf("%#x, %d options", uint32(c.flags), len(c.pinOpts)), Reason: reason}
 	case c.prewarmSet && (c.prewarmSize <= 0 || c.prewarmSize > maxSize):
