@@ -13,6 +13,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/pinopt"
 	"github.com/pinmem/pinmem/internal/testhook"
 	"github.com/pinmem/pinmem/internal/track"
 )
@@ -513,6 +514,10 @@ func registerClaimed(mem []byte, p hostptr.Ptr, lo, hi uintptr, flags Flags, o o
 }
 
 func init() {
+	pinopt.Check = func(opts any) error {
+		_, err := buildOptions(opts.([]Option))
+		return err
+	}
 	testhook.SetRegChunk = func(n uintptr) func() {
 		old := regChunk
 		regChunk = n

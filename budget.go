@@ -10,6 +10,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/budgetspec"
+	"github.com/pinmem/pinmem/internal/reclaim"
 	"github.com/pinmem/pinmem/internal/sysinfo"
 )
 
@@ -96,43 +97,6 @@ func defaultBudget(env string) (int64, error) {
 	return n, nil
 }
 
-// Reclaimer is implemented by caches of pinned memory (pools, registration
-// caches) that can give idle memory back when the budget is short.
-type Reclaimer interface {
-	// Reclaim frees up to (or more than) want bytes of idle pinned memory
-	// and returns how much it freed. It is called without any pinmem lock
-	// held and may call Buffer.Free.
-	Reclaim(want int64) (freed int64)
-}
-
-var (
-	reclaimMu  sync.Mutex
-	reclaimers = map[*reclaimerEntry]struct{}{}
-)
-
-type reclaimerEntry struct{ r Reclaimer }
-
-// AddReclaimer registers r to be asked for memory when a request would
-// exceed the budget. The returned function removes it again. A nil r is
-// not registered (its remove does nothing).
-func AddReclaimer(r Reclaimer) (remove func()) {
-	if r == nil {
-		return func() {}
-	}
-	e := &reclaimerEntry{r}
-	reclaimMu.Lock()
-	reclaimers[e] = struct{}{}
-	reclaimMu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			reclaimMu.Lock()
-			delete(reclaimers, e)
-			reclaimMu.Unlock()
-		})
-	}
-}
-
 // tryReserve adds n to reserved if that stays within limit.
 func tryReserve(n, limit int64) (ok bool, cur int64) {
 	for {
@@ -164,13 +128,7 @@ func reserve(n int64) (limit, before int64, err error) {
 	}
 	// Ask the caches; no lock is held while they run. Retry after each one
 	// that freed something, so that no more is reclaimed than needed.
-	reclaimMu.Lock()
-	rs := make([]Reclaimer, 0, len(reclaimers))
-	for e := range reclaimers {
-		rs = append(rs, e.r)
-	}
-	reclaimMu.Unlock()
-	for _, r := range rs {
+	for _, r := range reclaim.All() {
 		want := reserved.Load() + n - limit
 		if want <= 0 {
 			want = n

@@ -180,14 +180,6 @@ func (b *Buffer) Flags() Flags {
 	return b.s.flags
 }
 
-// Kind returns where the memory came from.
-func (b *Buffer) Kind() Kind {
-	if b == nil || b.s == nil {
-		return 0
-	}
-	return b.s.kind
-}
-
 // Device returns the device whose primary context pinned the memory.
 func (b *Buffer) Device() *cuda.Device {
 	if b == nil || b.s == nil {
@@ -195,10 +187,6 @@ func (b *Buffer) Device() *cuda.Device {
 	}
 	return b.s.t.dev
 }
-
-// HugePages reports whether the buffer is pinmem's own mapping and the
-// kernel accepted the request to back it with transparent huge pages.
-func (b *Buffer) HugePages() bool { return b != nil && b.s != nil && b.s.huge }
 
 // String describes the buffer.
 func (b *Buffer) String() string {

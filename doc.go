@@ -27,6 +27,29 @@
 // set with [SetLogger] (silent by default), but never freed behind the
 // caller's back: its memory may still be in use by the GPU.
 //
+// # Releasing what you made
+//
+// Every package of pinmem names a release by what it releases, with one of
+// three verbs:
+//
+//   - Free releases memory and returns at once: [Buffer.Free],
+//     cuda.DeviceBuffer.Free, safetensors.Tensors.Free. No copy or kernel
+//     queued on the memory may still run: wait for it first.
+//   - Destroy releases one driver handle, as the driver's own call does
+//     (cuStreamDestroy ...): cuda.Context, cuda.Stream, cuda.Event and
+//     cuda.Module. Work already queued still completes.
+//   - Close(ctx) stops something that owns goroutines or streams
+//     (transfer.Copier, transfer.Pipeline, transfer.Multi, load.Loader,
+//     pool.Pool, blocks.Copier): it waits, bounded by ctx, for the copies
+//     it queued, then releases everything it holds; when ctx ends first it
+//     returns ctx's error, and what is left is released once those copies
+//     have run, in the background or by a later Close (each Close says
+//     which).
+//
+// cudatest.Driver.Close takes no context: it uninstalls the fake driver
+// and waits for nothing. transfer.Copier.Forget is not a release of the
+// Copier: it drops the registration cache's hold on one slice.
+//
 // # Segments: one copy must not span two registrations
 //
 // cuMemHostRegister pins at most 4 GiB per call in pinmem (one call pinning
@@ -50,7 +73,8 @@
 // settable with the PINMEM_BUDGET environment variable (bytes with an
 // optional K, M, G, T, Ki, Mi, Gi or Ti suffix, or a percentage of physical
 // memory such as "40%") and with [SetBudget]. A request that would exceed it
-// first asks the registered [Reclaimer]s (caching pools) to give idle
+// first asks pinmem's caches of pinned memory (the idle blocks of every
+// pool.Pool, the registration caches of transfer's Copiers) to give idle
 // memory back and then fails, before the driver is called, with a
 // [*BudgetError] saying how much was asked, how much is pinned and what the
 // limit is.

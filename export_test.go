@@ -1,5 +1,7 @@
 package pinmem
 
+import "github.com/pinmem/pinmem/internal/reclaim"
+
 // Test access to pinmem's internal state.
 
 // regCount returns the number of claimed ranges.
@@ -27,4 +29,19 @@ func freeDropped() error {
 		s.relMu.Unlock()
 	}
 	return first
+}
+
+// AddReclaimer registers r with pinmem's budget (see internal/reclaim).
+func AddReclaimer(r reclaim.Reclaimer) func() { return reclaim.Add(r) }
+
+// HugePages reports whether the buffer is pinmem's own mapping and the
+// kernel accepted the request to back it with transparent huge pages.
+func (b *Buffer) HugePages() bool { return b != nil && b.s != nil && b.s.huge }
+
+// Kind returns where the memory came from.
+func (b *Buffer) Kind() Kind {
+	if b == nil || b.s == nil {
+		return 0
+	}
+	return b.s.kind
 }

@@ -16,9 +16,17 @@ import (
 // pinned for one device serves all of them.
 func TestGPUNUMAPlacement(t *testing.T) {
 	testutil.RequireGPU(t)
-	devs, err := cuda.Devices()
+	count, err := cuda.DeviceCount()
 	if err != nil {
 		t.Fatal(err)
+	}
+	var devs []*cuda.Device
+	for i := range count {
+		dev, err := cuda.GetDevice(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs = append(devs, dev)
 	}
 	const n = 64 << 20
 	for _, dev := range devs {

@@ -94,9 +94,6 @@ func (c *Context) Device() *Device {
 	return c.dev
 }
 
-// Borrowed reports whether the context belongs to other code.
-func (c *Context) Borrowed() bool { return c != nil && c.kind == ctxBorrowed }
-
 // alive returns nil for a usable context, an error matching ErrInvalidValue
 // for a nil one and ErrInvalidHandle for a destroyed one.
 func (c *Context) alive() error {

@@ -84,23 +84,6 @@ func GetDevice(ordinal int) (*Device, error) {
 	return dev, nil
 }
 
-// Devices returns every CUDA device.
-func Devices() ([]*Device, error) {
-	n, err := DeviceCount()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*Device, 0, n)
-	for i := 0; i < n; i++ {
-		d, err := GetDevice(i)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, nil
-}
-
 // Ordinal returns the device's index among the process's CUDA devices (-1
 // for a nil Device).
 func (d *Device) Ordinal() int {
@@ -108,14 +91,6 @@ func (d *Device) Ordinal() int {
 		return -1
 	}
 	return d.ordinal
-}
-
-// Handle returns the raw CUdevice (-1 for a nil Device).
-func (d *Device) Handle() int32 {
-	if d == nil {
-		return -1
-	}
-	return int32(d.dev)
 }
 
 // Name returns the device's marketing name, e.g. "NVIDIA H200".

@@ -16,7 +16,6 @@ var (
 	ErrInvalidValue      = cudadrv.ErrInvalidValue      // an argument was rejected (nil objects included)
 	ErrNotReady          = cudadrv.ErrNotReady          // asynchronous work has not finished
 	ErrAlreadyRegistered = cudadrv.ErrAlreadyRegistered // host range already page-locked
-	ErrNotRegistered     = cudadrv.ErrNotRegistered     // host range not page-locked
 	ErrInvalidHandle     = cudadrv.ErrInvalidHandle     // object invalid, destroyed or freed
 	ErrKernelImage       = cudadrv.ErrKernelImage       // a PTX/cubin module cannot be loaded
 	ErrLaunchFailed      = cudadrv.ErrLaunchFailed      // a kernel faulted or could not launch

@@ -82,9 +82,6 @@ func (b *DeviceBuffer) Context() *Context {
 	return b.ctx
 }
 
-// Borrowed reports whether the memory belongs to other code.
-func (b *DeviceBuffer) Borrowed() bool { return b != nil && b.borrowed }
-
 // Slice returns a borrowed view of n bytes at off. The view shares b's
 // state: once b (or the buffer b is a view of) is freed, the view's Err
 // reports it and its copies are refused.

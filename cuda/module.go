@@ -35,14 +35,6 @@ func (c *Context) LoadModule(image []byte) (*Module, error) {
 	return &Module{ctx: c, h: h}, nil
 }
 
-// Handle returns the raw CUmodule (0 for a nil Module).
-func (m *Module) Handle() uintptr {
-	if m == nil {
-		return 0
-	}
-	return uintptr(m.h)
-}
-
 // usable returns nil for a loaded module, an error matching ErrInvalidValue
 // for a nil one and ErrInvalidHandle for an unloaded one.
 func (m *Module) usable() error {
@@ -92,22 +84,6 @@ type Function struct {
 	mod  *Module
 	h    cudadrv.Function
 	name string
-}
-
-// Handle returns the raw CUfunction (0 for a nil Function).
-func (f *Function) Handle() uintptr {
-	if f == nil {
-		return 0
-	}
-	return uintptr(f.h)
-}
-
-// Name returns the kernel's name ("" for a nil Function).
-func (f *Function) Name() string {
-	if f == nil {
-		return ""
-	}
-	return f.name
 }
 
 // Dim3 is a grid or block shape.

@@ -210,13 +210,6 @@ func (c *Context) NewEvent(flags EventFlags) (*Event, error) {
 	return &Event{ctx: c, h: h}, nil
 }
 
-// WrapEvent borrows a CUevent created by other code. pinmem never destroys it.
-// With a nil c, every method of the Event returns an error matching
-// ErrInvalidValue.
-func WrapEvent(c *Context, handle uintptr) *Event {
-	return &Event{ctx: c, h: cudadrv.Event(handle), borrowed: true}
-}
-
 // Handle returns the raw CUevent (0 for a nil Event).
 func (e *Event) Handle() uintptr {
 	if e == nil {

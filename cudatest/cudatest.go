@@ -235,19 +235,12 @@ const (
 	AnyAlloc = "any allocation"
 )
 
-// Ops returns, sorted, the driver functions the fake implements, by the
-// names FailOn, FailAsync and Calls take: the CUDA driver API symbols as
-// libcuda exports them, e.g. "cuMemAlloc_v2", "cuMemHostAlloc",
-// "cuStreamCreate", "cuMemcpyHtoDAsync_v2". Those functions also take the
-// operation classes AnyHtoD, AnyDtoH, AnyLaunch and AnyAlloc.
-func Ops() []string { return fakedrv.Ops() }
-
 func (d *Driver) fault(what, op string, when When, code cuda.Result, async bool) error {
 	if err := d.usable(what); err != nil {
 		return err
 	}
-	if !slices.Contains(Ops(), op) && !slices.Contains(fakedrv.Classes(), op) {
-		return invalid("%s(%q): neither a driver function the fake implements (see Ops) nor an operation class", what, op)
+	if !slices.Contains(fakedrv.Ops(), op) && !slices.Contains(fakedrv.Classes(), op) {
+		return invalid("%s(%q): neither a driver function the fake implements (by its libcuda symbol name, e.g. cuMemAlloc_v2) nor an operation class", what, op)
 	}
 	nth := when.n
 	switch {
@@ -274,8 +267,9 @@ func (d *Driver) fault(what, op string, when When, code cuda.Result, async bool)
 // (cuda.ResultOutOfMemory matches cuda.ErrOutOfMemory). Any CUresult may
 // be given, with or without a constant in package cuda. Rules add up: each
 // counts the calls of its op from the moment it was made. FailOn returns
-// an error matching cuda.ErrInvalidValue for an op neither in Ops nor a
-// class, a zero When or cuda.ResultSuccess; FailAsync also for an op that
+// an error matching cuda.ErrInvalidValue for an op that is neither a
+// driver function the fake implements (by its libcuda symbol name, as
+// "cuMemAlloc_v2" or "cuMemcpyHtoDAsync_v2") nor a class, a zero When or cuda.ResultSuccess; FailAsync also for an op that
 // queues no work (AnyAlloc, cuStreamCreate, ...).
 func (d *Driver) FailOn(op string, when When, code cuda.Result) error {
 	return d.fault("FailOn", op, when, code, false)
@@ -441,36 +435,6 @@ func (d *Driver) WaitBlocked(ctx context.Context, s *cuda.Stream) (string, error
 	}
 }
 
-// Objects counts the driver objects live in the fake.
-type Objects struct {
-	Streams         int    // streams created and not destroyed
-	Events          int    // events created and not destroyed
-	Modules         int    // modules loaded and not unloaded
-	Contexts        int    // contexts created (cuda.NewContext) and not destroyed; primary contexts are not counted
-	DeviceAllocs    int    // device memory allocations not freed
-	DeviceBytes     uint64 // their bytes
-	PinnedAllocs    int    // pinned host allocations (cuMemHostAlloc) not freed
-	PinnedBytes     uint64 // their bytes
-	Registrations   int    // host ranges registered (cuMemHostRegister) and not unregistered
-	RegisteredBytes uint64 // their bytes
-	PendingOps      int    // queued asynchronous operations that have not run (held, or waiting for held work)
-}
-
-// Live returns the objects live in the fake now.
-func (d *Driver) Live() Objects {
-	if d == nil {
-		return Objects{}
-	}
-	c := d.fake.Live()
-	return Objects{
-		Streams: c.Streams, Events: c.Events, Modules: c.Modules, Contexts: c.Contexts,
-		DeviceAllocs: c.DeviceAllocs, DeviceBytes: c.DeviceBytes,
-		PinnedAllocs: c.HostAllocs, PinnedBytes: c.HostAllocBytes,
-		Registrations: c.Registrations, RegisteredBytes: c.RegisteredBytes,
-		PendingOps: c.PendingOps,
-	}
-}
-
 // Leaks returns nil when nothing this driver made is left: no stream,
 // event, module, created context, device allocation, pinned allocation or
 // registration is live in it, no queued work is still waiting, and
@@ -492,13 +456,4 @@ func (d *Driver) Leaks() error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s%s", ErrLeak, strings.Join(parts, ", "), stacks)
-}
-
-// CheckLeaks fails t (without stopping it) with the report of Leaks when
-// objects are left.
-func (d *Driver) CheckLeaks(t testing.TB) {
-	t.Helper()
-	if err := d.Leaks(); err != nil {
-		t.Error(err)
-	}
 }

@@ -36,7 +36,7 @@
 // code under test from Streams; HoldAll), wait until the code under test
 // is blocked on held work (WaitBlocked) instead of sleeping, count calls
 // (Calls), give a kernel a Go body (RegisterKernel), and check that every
-// object it created was released (Leaks, CheckLeaks; Install checks at
+// object it created was released (Leaks; Install checks at
 // cleanup). The errors the fake makes name cudatest and say what it
 // injected or refused.
 //

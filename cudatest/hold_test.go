@@ -199,7 +199,7 @@ func TestHoldPipelineStream(t *testing.T) {
 	ctx := primary(t)
 	c := newCopier(t, ctx)
 	before := len(d.Streams())
-	pl := newPipeline(t, c, transfer.WithChunkSize(32<<10), transfer.WithStreamCount(2))
+	pl := newPipeline(t, c, transfer.WithChunkSize(32<<10), transfer.WithStreams(2))
 	own := d.Streams()[before:]
 	if len(own) != 2 {
 		t.Fatalf("the Pipeline made %d streams, want 2", len(own))

@@ -20,14 +20,6 @@ type Kernel struct {
 	call        *fakedrv.KernelCall
 }
 
-// NumArgs returns how many arguments the kernel takes.
-func (k *Kernel) NumArgs() int {
-	if k == nil || k.call == nil {
-		return 0
-	}
-	return len(k.call.Args)
-}
-
 // Arg returns argument i as cuda.Function.Launch passed it: the value in the
 // low bytes of an 8-byte little-endian slot (a cuda.DevicePtr, an integer,
 // the bits of a float, 0 or 1 for a bool), or 0 for an argument the kernel

@@ -75,7 +75,7 @@ func WithWaitTimeout(d time.Duration) Option {
 }
 
 // WithoutLeakCheck turns off the leak check Install runs at cleanup, for a
-// test that leaves objects behind on purpose. Leaks and CheckLeaks still work.
+// test that leaves objects behind on purpose. Leaks still works.
 func WithoutLeakCheck() Option {
 	return func(c *config) { c.noLeaks = true }
 }

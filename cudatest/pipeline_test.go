@@ -45,7 +45,7 @@ func TestPoolAndPipeline(t *testing.T) {
 		}
 	})
 	c := newCopier(t, ctx)
-	pl := newPipeline(t, c, transfer.WithChunkSize(64<<10), transfer.WithStreamCount(2))
+	pl := newPipeline(t, c, transfer.WithChunkSize(64<<10), transfer.WithStreams(2))
 
 	in, err := p.Get(context.Background(), 1<<20+100)
 	if err != nil {

@@ -10,7 +10,7 @@
 // CopyHtoD) while the readers fill others. A stage is refilled only after
 // the event recorded behind its copies has completed.
 //
-//	l, err := load.New(gpu)                     // 16 stages of 16 MiB
+//	l, err := load.New(gpu)                     // a depth of 16 stages of 16 MiB
 //	...
 //	defer l.Close(ctx)
 //	st, err := l.LoadFile(ctx, "model.bin", dst) // the whole file into dst
@@ -50,7 +50,7 @@
 //
 // # Errors and cancellation
 //
-// Options are checked by New (an *OptionError matching
+// Options are checked by New (a *pinmem.OptionError matching
 // cuda.ErrInvalidValue); invalid ranges are a *RangeError (ErrRange) and a
 // file shorter than the ranges a *ShortFileError (ErrShortFile), both
 // before anything is read; only regular files are opened (a FIFO or a
@@ -61,7 +61,7 @@
 // load and of Close is bounded by its context, also on a device that
 // never finishes a copy: a stage comes back to the Loader only once its
 // copies have run, and the next load or Close waits for it (bounded by
-// its own context). A panic in a Progress or ready callback is recovered
+// its own context). A panic in a WithProgress or ready callback is recovered
 // on the loader goroutine and raised again on the caller's. No error path
 // leaves pinned memory behind: New releases what it created when it
 // fails, and Close releases the rest (in the background, once the copies

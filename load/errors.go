@@ -25,25 +25,6 @@ var (
 	ErrClosed = errors.New("load: loader closed")
 )
 
-// OptionError is returned by New for an option it refuses. It matches
-// cuda.ErrInvalidValue.
-type OptionError struct {
-	Option string // the option's name, e.g. "WithStageSize"
-	Value  string // its argument as given
-	Reason string // why New refused it
-}
-
-// Error names the option, its argument and the reason.
-func (e *OptionError) Error() string {
-	if e == nil {
-		return "<nil>"
-	}
-	return fmt.Sprintf("load: %s(%s): %s", e.Option, e.Value, e.Reason)
-}
-
-// Is matches cuda.ErrInvalidValue.
-func (e *OptionError) Is(target error) bool { return e != nil && target == cuda.ErrInvalidValue }
-
 // RangeError says which range of a load is invalid and why. It matches
 // ErrRange and cuda.ErrInvalidValue.
 type RangeError struct {

@@ -91,7 +91,7 @@ func TestFakeLoadHungDevice(t *testing.T) {
 func TestFakeCloseHungDevice(t *testing.T) {
 	e := newFakeEnv(t, fakedrv.Options{WaitTimeout: -1})
 	path, data := tempFile(t, 1<<20, 22)
-	l, err := New(e.ctx, WithStageSize(64<<10), WithReaders(4), WithStages(6))
+	l, err := New(e.ctx, WithStageSize(64<<10), WithParallelism(4), WithDepth(6))
 	if err != nil {
 		t.Fatal(err)
 	}

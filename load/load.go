@@ -91,9 +91,12 @@ func (s Stats) GBps() float64 {
 }
 
 // New returns a Loader for device memory of ctx. It checks the options
-// (an *OptionError for the first it refuses, matching
-// cuda.ErrInvalidValue; a nil option too), then pins the stages with
-// pinmem.Alloc on ctx's device (a request over pinmem's budget is a
+// first (a *pinmem.OptionError for the first it refuses, matching
+// cuda.ErrInvalidValue; a nil option too), before it looks at ctx, so
+// that New(nil, opts...) checks a command line's options without a GPU:
+// it returns the *pinmem.OptionError, or for valid options an error
+// matching cuda.ErrInvalidValue for the nil context. It then pins the
+// stages with pinmem.Alloc on ctx's device (a request over pinmem's budget is a
 // *pinmem.BudgetError) and creates the streams and events. On any error
 // whatever it had created is released again.
 func New(ctx *cuda.Context, opts ...Option) (_ *Loader, err error) {
@@ -104,7 +107,7 @@ func New(ctx *cuda.Context, opts ...Option) (_ *Loader, err error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("load: nil context: %w", cuda.ErrInvalidValue)
 	}
-	l := &Loader{ctx: ctx, cfg: cfg, free: make(chan *stage, cfg.stages), aligned: true, turn: make(chan struct{}, 1)}
+	l := &Loader{ctx: ctx, cfg: cfg, free: make(chan *stage, cfg.depth), aligned: true, turn: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, l.release())
@@ -117,14 +120,14 @@ func New(ctx *cuda.Context, opts ...Option) (_ *Loader, err error) {
 		}
 		l.streams = append(l.streams, s)
 	}
-	for i := range cfg.stages {
+	for i := range cfg.depth {
 		st := &stage{stream: l.streams[i%len(l.streams)]}
 		if st.ev, err = ctx.NewEvent(cuda.EventDisableTiming | cuda.EventBlockingSync); err != nil {
 			return nil, fmt.Errorf("load: creating an event: %w", err)
 		}
 		l.stages = append(l.stages, st)
 		if st.buf, err = pinmem.Alloc(cfg.stageSize, 0, pinmem.WithDevice(ctx.Device())); err != nil {
-			return nil, fmt.Errorf("load: pinning stage %d of %d (%d bytes each): %w", i+1, cfg.stages, cfg.stageSize, err)
+			return nil, fmt.Errorf("load: pinning stage %d of %d (%d bytes each): %w", i+1, cfg.depth, cfg.stageSize, err)
 		}
 		st.mem = st.buf.Bytes()
 		if hostptr.AddrOf(st.mem)%Align != 0 {
@@ -143,34 +146,16 @@ func (l *Loader) Context() *cuda.Context {
 	return l.ctx
 }
 
-// CheckOptions returns the *OptionError New would return for opts, or nil,
-// without creating anything: a command line can check its flags before it
-// opens a GPU.
-func CheckOptions(opts ...Option) error {
-	_, err := buildConfig(opts)
-	return err
-}
-
 // buildConfig applies opts to the defaults and checks the result.
 func buildConfig(opts []Option) (config, error) {
 	cfg := defaults()
 	for i, o := range opts {
 		if o == nil {
-			return cfg, &OptionError{Option: fmt.Sprintf("option %d", i), Value: "nil", Reason: "the option is nil"}
+			return cfg, optionError(fmt.Sprintf("option %d", i), "nil", "the option is nil")
 		}
 		o(&cfg)
 	}
 	return cfg, cfg.check()
-}
-
-// PinnedBytes returns the bytes of pinned memory the Loader's stages hold.
-// A load in ModeMapped registers, besides, at most as many bytes of the
-// files' pages at a time (one window in place of each stage it fills).
-func (l *Loader) PinnedBytes() int64 {
-	if l == nil {
-		return 0
-	}
-	return int64(l.cfg.stages) * int64(l.cfg.stageSize)
 }
 
 // Close stops the Loader: later loads return ErrClosed. It waits for a
@@ -197,14 +182,14 @@ func (l *Loader) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	l.closed = true
-	if err := l.idle(ctx); err != nil {
+	if busy, err := l.idle(ctx); err != nil {
 		l.released = make(chan struct{})
 		go func() { // the one background wait: release once every stage is back
 			defer close(l.released)
-			_ = l.idle(context.Background())
+			_, _ = l.idle(context.Background())
 			_ = l.release()
 		}()
-		return fmt.Errorf("load: Close waiting for the copies in flight: %w", err)
+		return fmt.Errorf("load: Close waiting for the copies of %d stages in flight: %w", busy, err)
 	}
 	return l.release()
 }
@@ -263,12 +248,12 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // Only regular files are opened (anything else, a FIFO or a device, is an
 // error matching fs.ErrInvalid, and opening never blocks).
 //
-// Readers read in parallel into free stages, taking the files' reads in
-// turn (the first read of every file, then the second ...); each stage is
-// drained by an asynchronous copy on one of the Loader's streams and is
-// refilled only once that copy has finished, so the pinned memory in use
-// never exceeds the stages' (PinnedBytes): reading waits for copying.
-// Neighbouring ranges share reads. How each file is read is decided for
+// Goroutines (WithParallelism) read in parallel into free stages, taking
+// the files' reads in turn (the first read of every file, then the
+// second ...); each stage is drained by an asynchronous copy on one of the
+// Loader's streams and is refilled only once that copy has finished, so
+// the pinned memory in use never exceeds the stages' (the depth times the
+// stage size): reading waits for copying. Neighbouring ranges share reads. How each file is read is decided for
 // that file, from the Loader's mode and, for ModeAuto, the page-cache
 // residency of its ranges: a warm shard is read buffered while a cold one
 // beside it is read directly.
@@ -276,7 +261,7 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // ready, when not nil, is called with a file's and a range's index as soon
 // as that range is entirely in device memory, in the order ranges land
 // (once for each range that has a byte);
-// its calls and the Progress calls never overlap. Both run on a loader
+// its calls and the WithProgress calls never overlap. Both run on a loader
 // goroutine and must return quickly. A panic in either stops the load:
 // the copies in flight are left to finish in the background, and the
 // panic is raised again by LoadFiles on the caller's goroutine. Neither

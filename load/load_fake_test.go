@@ -35,7 +35,7 @@ func newFakeEnv(t *testing.T, opts fakedrv.Options) fakeEnv {
 // loader returns a Loader with small stages, closed at the end of the test.
 func (e fakeEnv) loader(t *testing.T, opts ...Option) *Loader {
 	t.Helper()
-	l, err := New(e.ctx, append([]Option{WithStageSize(64 << 10), WithReaders(4), WithStages(6)}, opts...)...)
+	l, err := New(e.ctx, append([]Option{WithStageSize(64 << 10), WithParallelism(4), WithDepth(6)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,17 +255,22 @@ func TestFakeOptions(t *testing.T) {
 		"stage 0":         WithStageSize(0),
 		"stage unaligned": WithStageSize(5000),
 		"stage huge":      WithStageSize(2 << 30),
-		"readers 0":       WithReaders(0),
-		"stages 0":        WithStages(0),
+		"parallelism 0":   WithParallelism(0),
+		"depth 0":         WithDepth(0),
 		"streams 0":       WithStreams(0),
 		"mode":            WithMode(Mode(9)),
 		"warm":            WithWarmThreshold(1.5),
-		"too much":        func(c *config) { c.stageSize, c.stages, c.stagesSet = MaxStageSize, 1000, true },
+		"too much":        func(c *config) { c.stageSize, c.depth, c.depthSet = MaxStageSize, 1000, true },
 	} {
 		l, err := New(e.ctx, opt)
-		var oe *OptionError
-		if !errors.As(err, &oe) || !errors.Is(err, cuda.ErrInvalidValue) {
-			t.Errorf("%s: New = %v, %v; want an *OptionError", name, l, err)
+		var oe *pinmem.OptionError
+		if !errors.As(err, &oe) || !errors.Is(err, cuda.ErrInvalidValue) || oe.Func != "load.New" || oe.Option == "" {
+			t.Errorf("%s: New = %v, %v; want a *pinmem.OptionError of load.New", name, l, err)
+		}
+		// New checks the options before the context: a command line
+		// checks its flags with New(nil, ...).
+		if _, err := New(nil, opt); !errors.As(err, &oe) {
+			t.Errorf("%s: New(nil) = %v; want the *pinmem.OptionError", name, err)
 		}
 		if l != nil {
 			_ = l.Close(context.Background())
@@ -274,15 +279,10 @@ func TestFakeOptions(t *testing.T) {
 	if _, err := New(nil); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("New(nil): %v", err)
 	}
-	for _, s := range []string{"auto", "direct", "buffered", "mapped"} {
-		if m, err := ParseMode(s); err != nil || m.String() != s {
-			t.Errorf("ParseMode(%q) = %v, %v", s, m, err)
-		}
+	if _, err := New(nil, WithDepth(2)); !errors.Is(err, cuda.ErrInvalidValue) || errors.As(err, new(*pinmem.OptionError)) {
+		t.Errorf("New(nil, valid options) = %v; want the nil context's error, not an *OptionError", err)
 	}
-	if _, err := ParseMode("fast"); err == nil {
-		t.Error("ParseMode(fast) accepted")
-	}
-	l := e.loader(t, WithStages(3), WithStageSize(8192))
+	l := e.loader(t, WithDepth(3), WithStageSize(8192))
 	if l.PinnedBytes() != 3*8192 {
 		t.Errorf("PinnedBytes %d", l.PinnedBytes())
 	}
@@ -297,7 +297,7 @@ func TestFakeNewReleasesOnFailure(t *testing.T) {
 			if err := e.d.FailOn(op, nth, cudadrv.ErrorOutOfMemory); err != nil {
 				t.Fatal(err)
 			}
-			l, err := New(e.ctx, WithStageSize(64<<10), WithStages(4), WithStreams(2))
+			l, err := New(e.ctx, WithStageSize(64<<10), WithDepth(4), WithStreams(2))
 			if err == nil {
 				_ = l.Close(context.Background())
 				if nth <= 2 || op == "cuEventCreate" {
@@ -309,7 +309,7 @@ func TestFakeNewReleasesOnFailure(t *testing.T) {
 	}
 	prev := pinmem.SetBudget(pinmem.Stats().Reserved + 200<<10)
 	defer pinmem.SetBudget(prev)
-	_, err := New(e.ctx, WithStageSize(64<<10), WithStages(8))
+	_, err := New(e.ctx, WithStageSize(64<<10), WithDepth(8))
 	if !errors.Is(err, pinmem.ErrBudget) {
 		t.Fatalf("8 stages of 64 KiB under a 200 KiB budget: %v", err)
 	}
@@ -346,13 +346,34 @@ func TestFakeCancel(t *testing.T) {
 	}
 }
 
+// TestFakeCanceledFirstLoad loads with a canceled context on a Loader that
+// never loaded: the error says the load was canceled before it began, not
+// that it waited for an earlier load's copies (there were none).
+func TestFakeCanceledFirstLoad(t *testing.T) {
+	e := newFakeEnv(t, fakedrv.Options{})
+	path, _ := tempFile(t, 1<<20, 5)
+	dst := e.devbuf(t, 1<<20)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 { // the waits were selects that could pick ctx.Done() at random
+		l := e.loader(t)
+		st, err := l.LoadFile(ctx, path, dst)
+		if !errors.Is(err, context.Canceled) || st.ReadBytes != 0 {
+			t.Fatalf("first load with a canceled context: %+v, %v", st, err)
+		}
+		if msg := err.Error(); msg != "load: canceled before it began: context canceled" {
+			t.Fatalf("first load with a canceled context: %q", msg)
+		}
+	}
+}
+
 // TestFakeFileShrinks truncates the file while it is loaded: the load
 // fails with a *ShortFileError.
 func TestFakeFileShrinks(t *testing.T) {
 	e := newFakeEnv(t, fakedrv.Options{})
 	path, _ := tempFile(t, 2<<20, 6)
 	var once sync.Once
-	l := e.loader(t, WithMode(ModeBuffered), WithReaders(1), WithStages(1), WithProgress(func(done, _ int64) {
+	l := e.loader(t, WithMode(ModeBuffered), WithParallelism(1), WithDepth(1), WithProgress(func(done, _ int64) {
 		if done > 0 {
 			once.Do(func() {
 				if err := os.Truncate(path, 1<<20); err != nil {
@@ -448,7 +469,7 @@ func TestFakePinnedMemoryIsBounded(t *testing.T) {
 	path, _ := tempFile(t, 3<<20, 11)
 	before := pinmem.Stats().Pinned.Bytes
 	var peak int64
-	l, err := New(e.ctx, WithStageSize(64<<10), WithStages(5), WithReaders(3), WithProgress(func(int64, int64) {
+	l, err := New(e.ctx, WithStageSize(64<<10), WithDepth(5), WithParallelism(3), WithProgress(func(int64, int64) {
 		peak = max(peak, pinmem.Stats().Pinned.Bytes)
 	}))
 	if err != nil {

@@ -3,6 +3,8 @@ package load
 import (
 	"fmt"
 	"runtime"
+
+	"github.com/pinmem/pinmem"
 )
 
 // Loader defaults, chosen for a PCIe Gen5 x16 GPU fed from NVMe or the page
@@ -12,11 +14,11 @@ const (
 	// of that size reaches full NVMe and memcpy speed, and one copy of it
 	// reaches full PCIe speed.
 	DefaultStageSize = 16 << 20
-	// DefaultReaders is the most goroutines that read the file at once by
-	// default (capped by runtime.NumCPU): enough requests in flight for an
-	// NVMe drive, and enough memcpy threads to outrun PCIe from the page
-	// cache.
-	DefaultReaders = 8
+	// DefaultParallelism is the most goroutines that fill stages (read the
+	// files) at once by default (capped by runtime.NumCPU): enough requests
+	// in flight for an NVMe drive, and enough memcpy threads to outrun PCIe
+	// from the page cache.
+	DefaultParallelism = 8
 	// DefaultStreams is the number of CUDA streams the copies are spread
 	// over.
 	DefaultStreams = 2
@@ -78,43 +80,26 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
 
-// ParseMode parses the names String returns.
-func ParseMode(s string) (Mode, error) {
-	for _, m := range []Mode{ModeAuto, ModeDirect, ModeBuffered, ModeMapped} {
-		if s == m.String() {
-			return m, nil
-		}
-	}
-	return 0, &OptionError{Option: "Mode", Value: fmt.Sprintf("%q", s), Reason: "want auto, direct, buffered or mapped"}
-}
-
-// Progress is called as data lands in device memory with the bytes
-// delivered so far and in all (the sum of the ranges' lengths). Calls of one
-// load never overlap and done never decreases; the last call has done ==
-// total unless the load failed. It runs on a loader goroutine: it must
-// return quickly and must not call the Loader. A panic in it stops the
-// load and is raised again by the load on its caller's goroutine.
-type Progress func(done, total int64)
-
 // Option configures a Loader in New. Options only record their values; New
-// checks them and returns an *OptionError for the first one it refuses.
+// checks them and returns a *pinmem.OptionError for the first one it
+// refuses.
 type Option func(*config)
 
 type config struct {
 	stageSize int
-	stages    int
-	stagesSet bool
-	readers   int
+	depth     int
+	depthSet  bool
+	parallel  int
 	streams   int
 	mode      Mode
 	warm      float64
-	progress  Progress
+	progress  func(done, total int64)
 }
 
 func defaults() config {
 	return config{
 		stageSize: DefaultStageSize,
-		readers:   min(DefaultReaders, runtime.NumCPU()),
+		parallel:  min(DefaultParallelism, runtime.NumCPU()),
 		streams:   DefaultStreams,
 		warm:      DefaultWarmThreshold,
 	}
@@ -125,23 +110,23 @@ func defaults() config {
 func (c *config) check() error {
 	switch {
 	case c.stageSize < Align || c.stageSize > MaxStageSize || c.stageSize%Align != 0:
-		return &OptionError{Option: "WithStageSize", Value: fmt.Sprint(c.stageSize), Reason: fmt.Sprintf("want a multiple of %d from %d to %d", Align, Align, MaxStageSize)}
-	case c.readers < 1 || c.readers > 256:
-		return &OptionError{Option: "WithReaders", Value: fmt.Sprint(c.readers), Reason: "want 1 to 256"}
-	case c.stagesSet && (c.stages < 1 || c.stages > 1024):
-		return &OptionError{Option: "WithStages", Value: fmt.Sprint(c.stages), Reason: "want 1 to 1024"}
+		return optionError("WithStageSize", fmt.Sprint(c.stageSize), fmt.Sprintf("want a multiple of %d from %d to %d", Align, Align, MaxStageSize))
+	case c.parallel < 1 || c.parallel > 256:
+		return optionError("WithParallelism", fmt.Sprint(c.parallel), "want 1 to 256")
+	case c.depthSet && (c.depth < 1 || c.depth > 1024):
+		return optionError("WithDepth", fmt.Sprint(c.depth), "want 1 to 1024")
 	case c.streams < 1 || c.streams > 64:
-		return &OptionError{Option: "WithStreams", Value: fmt.Sprint(c.streams), Reason: "want 1 to 64"}
+		return optionError("WithStreams", fmt.Sprint(c.streams), "want 1 to 64")
 	case c.mode > ModeMapped:
-		return &OptionError{Option: "WithMode", Value: fmt.Sprint(uint8(c.mode)), Reason: "unknown mode"}
+		return optionError("WithMode", fmt.Sprint(uint8(c.mode)), "unknown mode")
 	case !(c.warm >= 0 && c.warm <= 1): // NaN fails too
-		return &OptionError{Option: "WithWarmThreshold", Value: fmt.Sprint(c.warm), Reason: "want a fraction from 0 to 1"}
+		return optionError("WithWarmThreshold", fmt.Sprint(c.warm), "want a fraction from 0 to 1")
 	}
-	if !c.stagesSet {
-		c.stages = 2 * c.readers
+	if !c.depthSet {
+		c.depth = 2 * c.parallel
 	}
-	if int64(c.stages)*int64(c.stageSize) > 64<<30 {
-		return &OptionError{Option: "WithStages", Value: fmt.Sprint(c.stages), Reason: fmt.Sprintf("%d stages of %d bytes exceed 64 GiB of pinned memory", c.stages, c.stageSize)}
+	if int64(c.depth)*int64(c.stageSize) > 64<<30 {
+		return optionError("WithDepth", fmt.Sprint(c.depth), fmt.Sprintf("%d stages of %d bytes exceed 64 GiB of pinned memory", c.depth, c.stageSize))
 	}
 	return nil
 }
@@ -151,15 +136,19 @@ func (c *config) check() error {
 // most one stage and one copy drains it.
 func WithStageSize(n int) Option { return func(c *config) { c.stageSize = n } }
 
-// WithStages sets how many pinned stages the Loader holds (1 to 1024): its
-// pinned memory is stages times the stage size, allocated by New and
-// charged to pinmem's budget until Close. Default twice the readers, so
-// that every reader has a stage to fill while another's copy runs.
-func WithStages(n int) Option { return func(c *config) { c.stages, c.stagesSet = n, true } }
+// WithDepth sets how many pinned stages the Loader holds, its ring of
+// staging buffers (1 to 1024), as transfer.WithDepth does for a Copier:
+// its pinned memory is the depth times the stage size, allocated by New
+// and charged to pinmem's budget until Close. Default twice the
+// parallelism, so that every reading goroutine has a stage to fill while
+// another's copy runs.
+func WithDepth(n int) Option { return func(c *config) { c.depth, c.depthSet = n, true } }
 
-// WithReaders sets how many goroutines read the file in parallel (1 to
-// 256). Default DefaultReaders, at most runtime.NumCPU().
-func WithReaders(n int) Option { return func(c *config) { c.readers = n } }
+// WithParallelism sets how many goroutines fill stages at once, reading
+// the files in parallel (1 to 256): the CPU side of a load, as
+// transfer.WithParallelism sets the goroutines that fill a Copier's stages
+// from Go memory. Default DefaultParallelism, at most runtime.NumCPU().
+func WithParallelism(n int) Option { return func(c *config) { c.parallel = n } }
 
 // WithStreams sets how many CUDA streams the host-to-device copies are
 // spread over (1 to 64). Default DefaultStreams.
@@ -174,6 +163,18 @@ func WithMode(m Mode) Option { return func(c *config) { c.mode = m } }
 // DefaultWarmThreshold.
 func WithWarmThreshold(f float64) Option { return func(c *config) { c.warm = f } }
 
-// WithProgress sets a function called as data lands on the device (see
-// Progress). nil, the default, reports nothing.
-func WithProgress(p Progress) Option { return func(c *config) { c.progress = p } }
+// WithProgress sets a function called as data lands in device memory with
+// the bytes delivered so far and in all (the sum of the ranges' lengths).
+// Calls of one load never overlap and done never decreases; the last call
+// has done == total unless the load failed. It runs on a loader goroutine:
+// it must return quickly and must not call the Loader. A panic in it stops
+// the load and is raised again by the load on its caller's goroutine. nil,
+// the default, reports nothing.
+func WithProgress(p func(done, total int64)) Option {
+	return func(c *config) { c.progress = p }
+}
+
+// optionError is the *pinmem.OptionError of load.New for option opt.
+func optionError(opt, value, reason string) *pinmem.OptionError {
+	return &pinmem.OptionError{Func: "load.New", Option: opt, Value: value, Reason: reason}
+}

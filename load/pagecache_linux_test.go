@@ -130,7 +130,7 @@ type readSetup struct {
 }
 
 // setupRead opens $PINMEM_BENCH_FILE, or 1 GiB written to a temporary
-// directory, and makes the buffers and rings of min(DefaultReaders,
+// directory, and makes the buffers and rings of min(DefaultParallelism,
 // NumCPU) readers. Everything is released at the end of the benchmark.
 func setupRead(b *testing.B) *readSetup {
 	s := &readSetup{path: os.Getenv("PINMEM_BENCH_FILE")}
@@ -150,7 +150,7 @@ func setupRead(b *testing.B) *readSetup {
 		b.Fatal(err)
 	}
 	s.size = fi.Size()
-	readers := min(DefaultReaders, runtime.NumCPU())
+	readers := min(DefaultParallelism, runtime.NumCPU())
 	const perReader = 2
 	s.heap = make([][][]byte, readers)
 	s.stages = make([][][]byte, readers)

@@ -88,15 +88,22 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 	}
 	select {
 	case l.turn <- struct{}{}:
-	case <-ctx.Done():
-		return st, ctx.Err()
+	default:
+		select {
+		case l.turn <- struct{}{}:
+		case <-ctx.Done():
+			return st, fmt.Errorf("load: waiting for another load on the Loader to end: %w", ctx.Err())
+		}
 	}
 	defer func() { <-l.turn }()
 	if l.closed {
 		return st, ErrClosed
 	}
-	if err := l.idle(ctx); err != nil {
-		return st, fmt.Errorf("load: waiting for the copies of an earlier load: %w", err)
+	if busy, err := l.idle(ctx); err != nil {
+		return st, fmt.Errorf("load: waiting for %d stages still copying for an earlier load: %w", busy, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return st, fmt.Errorf("load: canceled before it began: %w", err)
 	}
 	r := &run{l: l, ready: ready}
 	defer r.closeFiles()
@@ -138,8 +145,11 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 }
 
 // idle waits until every stage is back in the free channel, that is until
-// no copy that an earlier load queued can still run, or until ctx ends.
-func (l *Loader) idle(ctx context.Context) error {
+// no copy that an earlier load queued can still run, or until ctx ends. It
+// takes the stages already back without waiting, so that a load finding
+// them all free never reports a wait; on ctx's end it returns how many
+// stages were still out.
+func (l *Loader) idle(ctx context.Context) (busy int, err error) {
 	back := make([]*stage, 0, len(l.stages))
 	defer func() {
 		for _, s := range back {
@@ -150,11 +160,17 @@ func (l *Loader) idle(ctx context.Context) error {
 		select {
 		case s := <-l.free:
 			back = append(back, s)
+			continue
+		default:
+		}
+		select {
+		case s := <-l.free:
+			back = append(back, s)
 		case <-ctx.Done():
-			return ctx.Err()
+			return len(l.stages) - len(back), ctx.Err()
 		}
 	}
-	return nil
+	return 0, nil
 }
 
 // open checks the ranges and opens the files, before anything is read.
@@ -239,7 +255,7 @@ func (r *run) plan() {
 // copies and the files for changes.
 func (r *run) copyAll(ctx context.Context) {
 	var wg sync.WaitGroup
-	for range min(r.l.cfg.readers, len(r.reads)) {
+	for range min(r.l.cfg.parallel, len(r.reads)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

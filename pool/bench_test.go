@@ -77,7 +77,7 @@ func BenchmarkGetPut1MiB(b *testing.B) {
 
 func reportPool(b *testing.B, p *Pool) {
 	st := p.Stats()
-	b.ReportMetric(100*st.HitRate(), "hit%")
+	b.ReportMetric(100*st.hitRate(), "hit%")
 	b.ReportMetric(float64(st.EventsCreated), "events-created")
 	b.ReportMetric(float64(st.DriverTime.Nanoseconds())/float64(max(st.Gets, 1)), "driver-ns/get")
 }

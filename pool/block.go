@@ -83,15 +83,6 @@ func (b *Block) Cap() int {
 	return b.c.size
 }
 
-// ID returns the block's sequence number in its pool, as Close's
-// OutstandingError reports it.
-func (b *Block) ID() uint64 {
-	if b == nil {
-		return 0
-	}
-	return b.id
-}
-
 // out reports whether b is a block from Get that has not been Put.
 func (b *Block) out() bool { return b != nil && b.c != nil && b.state.Load() == stateOut }
 

@@ -81,11 +81,11 @@ func slabLayout(ci int) (blocks, bytes int) {
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
 
-// RoundedSize returns the capacity of the block Get(size) hands out: the
+// roundedSize returns the capacity of the block Get(size) hands out: the
 // size class for size <= HugeThreshold, the size rounded up to a page
 // above it. A cached huge block may be reused for a request up to 1/8
 // smaller than its capacity. It returns 0 for sizes Get rejects.
-func RoundedSize(size int) int {
+func roundedSize(size int) int {
 	switch {
 	case size <= 0 || size > maxSize:
 		return 0

@@ -8,22 +8,22 @@ import (
 // checkClass checks the rounding of one request size.
 func checkClass(t *testing.T, n int) {
 	t.Helper()
-	c := RoundedSize(n)
+	c := roundedSize(n)
 	if c < n {
-		t.Fatalf("RoundedSize(%d) = %d, smaller than the request", n, c)
+		t.Fatalf("roundedSize(%d) = %d, smaller than the request", n, c)
 	}
 	waste := c - n
 	if n > smallMax && n <= HugeThreshold && 8*waste >= n {
-		t.Fatalf("RoundedSize(%d) = %d wastes %d bytes, %.2f%% (bound 12.5%%)", n, c, waste, 100*float64(waste)/float64(n))
+		t.Fatalf("roundedSize(%d) = %d wastes %d bytes, %.2f%% (bound 12.5%%)", n, c, waste, 100*float64(waste)/float64(n))
 	}
 	if n <= smallMax && waste >= Align {
-		t.Fatalf("RoundedSize(%d) = %d wastes %d bytes, bound %d for requests up to %d bytes", n, c, waste, Align, smallMax)
+		t.Fatalf("roundedSize(%d) = %d wastes %d bytes, bound %d for requests up to %d bytes", n, c, waste, Align, smallMax)
 	}
 	if n > HugeThreshold && waste >= pageSize {
-		t.Fatalf("RoundedSize(%d) = %d: a huge request is only page-rounded", n, c)
+		t.Fatalf("roundedSize(%d) = %d: a huge request is only page-rounded", n, c)
 	}
 	if c%Align != 0 {
-		t.Fatalf("RoundedSize(%d) = %d is not a multiple of %d", n, c, Align)
+		t.Fatalf("roundedSize(%d) = %d is not a multiple of %d", n, c, Align)
 	}
 }
 
@@ -60,12 +60,12 @@ func TestSizeClassWasteSweep(t *testing.T) {
 		t.Errorf("numClasses %d, last class %d", numClasses, classSize(numClasses-1))
 	}
 	for _, n := range []int{0, -1, maxSize + 1} {
-		if RoundedSize(n) != 0 {
-			t.Errorf("RoundedSize(%d) = %d, want 0", n, RoundedSize(n))
+		if roundedSize(n) != 0 {
+			t.Errorf("roundedSize(%d) = %d, want 0", n, roundedSize(n))
 		}
 	}
 	// Power-of-two rounding, for contrast, wastes up to (almost) 100%.
-	if w := float64(RoundedSize(4<<30+1)) / float64(4<<30+1); w > 1.001 {
+	if w := float64(roundedSize(4<<30+1)) / float64(4<<30+1); w > 1.001 {
 		t.Errorf("a 4 GiB + 1 request pins %.4fx", w)
 	}
 }

@@ -43,7 +43,7 @@
 //     other sizes on a miss that would exceed it (unless WithRetainOnMiss);
 //     WithMaxCached caps idle bytes, Trim releases them, Close releases
 //     everything and reports blocks still out, and pinmem's budget can
-//     reclaim idle memory (the pool registers with pinmem.AddReclaimer).
+//     reclaim idle memory on behalf of other allocations.
 //     When pinning fails on the budget, the pool releases its idle memory
 //     and retries once before returning the *pinmem.BudgetError; Get never
 //     waits for memory to come back.

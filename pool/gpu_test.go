@@ -108,7 +108,7 @@ func TestGPUStreamOrderedReuse(t *testing.T) {
 			}
 			ctx, s := newStream(t)
 			h := newSpinHold(t, ctx)
-			p := newPool(t, WithDevice(dev))
+			p := newPool(t, WithFlags(0, pinmem.WithDevice(dev)))
 			p.s.unordered = !ordered
 			for i, size := range sizes {
 				reused, got, want, over := orderingCase(t, p, ctx, s, size, seed+uint64(i), func() { h.hold(s) }, h.release)

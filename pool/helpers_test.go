@@ -110,3 +110,29 @@ func fill(b []byte, v byte) {
 		b[i] = v
 	}
 }
+
+// Flags returns the pinmem flags of the pool's memory (see WithFlags); 0
+// for a nil Pool.
+func (p *Pool) Flags() pinmem.Flags {
+	if p == nil || p.s == nil {
+		return 0
+	}
+	return p.s.flags
+}
+
+// ID returns the block's sequence number in its pool, as Close's
+// OutstandingError reports it.
+func (b *Block) ID() uint64 {
+	if b == nil {
+		return 0
+	}
+	return b.id
+}
+
+// Name returns the pool's name (see WithName); "" for a nil Pool.
+func (p *Pool) Name() string {
+	if p == nil || p.s == nil {
+		return ""
+	}
+	return p.s.name
+}

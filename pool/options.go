@@ -2,9 +2,12 @@ package pool
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/pinopt"
 )
 
 // Option configures a Pool in New. Options only record their values; New
@@ -15,9 +18,7 @@ type config struct {
 	name         string
 	nameSet      bool
 	flags        pinmem.Flags
-	device       *cuda.Device
-	deviceSet    bool
-	method       pinmem.Method
+	pinOpts      []pinmem.Option
 	prewarmSize  int
 	prewarmBytes int64
 	prewarmSet   bool
@@ -31,15 +32,16 @@ const knownFlags = pinmem.Portable | pinmem.Mapped | pinmem.WriteCombined | pinm
 
 // check validates the options as New sees them.
 func (c *config) check() error {
+	pinErr := pinopt.Check(c.pinOpts) // what pinmem.Alloc would refuse
 	switch {
 	case c.nameSet && c.name == "":
 		return &pinmem.OptionError{Func: "pool.New", Option: "WithName", Value: fmt.Sprintf("%q", c.name), Reason: "the name is empty"}
 	case c.flags&^knownFlags != 0:
 		return &pinmem.OptionError{Func: "pool.New", Option: "WithFlags", Value: fmt.Sprintf("%#x", uint32(c.flags)), Reason: fmt.Sprintf("unknown flag bits %#x", uint32(c.flags&^knownFlags))}
-	case c.deviceSet && c.device == nil:
-		return &pinmem.OptionError{Func: "pool.New", Option: "WithDevice", Value: "nil", Reason: "the device is nil"}
-	case c.method > pinmem.MethodMmapRegister:
-		return &pinmem.OptionError{Func: "pool.New", Option: "WithMethod", Value: fmt.Sprint(uint8(c.method)), Reason: "unknown method"}
+	case pinErr != nil:
+		reason := strings.TrimPrefix(pinErr.Error(), "pinmem: ")
+		reason = "pinmem " + strings.TrimSuffix(reason, ": "+cuda.ErrInvalidValue.Error())
+		return &pinmem.OptionError{Func: "pool.New", Option: "WithFlags", Value: fmt.Sprintf("%#x, %d options", uint32(c.flags), len(c.pinOpts)), Reason: reason}
 	case c.prewarmSet && (c.prewarmSize <= 0 || c.prewarmSize > maxSize):
 		return &pinmem.OptionError{Func: "pool.New", Option: "WithPrewarm", Value: fmt.Sprintf("%d, %d", c.prewarmSize, c.prewarmBytes),
 			Reason: fmt.Sprintf("block size outside [1, %d]", int64(maxSize))}
@@ -60,26 +62,17 @@ func WithName(name string) Option {
 }
 
 // WithFlags sets the pinmem flags (Portable, Mapped, WriteCombined,
-// ReadOnly) of all memory the pool pins. Blocks of a Mapped pool have
-// device pointers. New refuses unknown flag bits; combinations pinmem
-// cannot serve fail on the first Get that pins (or in New with
-// WithPrewarm).
-func WithFlags(f pinmem.Flags) Option {
-	return func(c *config) { c.flags = f }
-}
-
-// WithDevice sets the device the pool's memory is pinned for (passed to
-// pinmem.Alloc as pinmem.WithDevice). The default is device 0; New
-// refuses a nil device.
-func WithDevice(d *cuda.Device) Option {
-	return func(c *config) { c.device, c.deviceSet = d, true }
-}
-
-// WithMethod sets how the pool pins memory; the default, MethodAuto,
-// lets pinmem choose (mmap + cuMemHostRegister for large allocations).
-// New refuses an unknown method.
-func WithMethod(m pinmem.Method) Option {
-	return func(c *config) { c.method = m }
+// ReadOnly) and pinmem options (pinmem.WithDevice, pinmem.WithMethod,
+// pinmem.WithNUMANode ...) all memory the pool pins is allocated with, as
+// transfer.WithStageFlags does for a Copier's stages. Blocks of a Mapped
+// pool have device pointers. The default is no flags, on device 0, with
+// pinmem.MethodAuto (mmap + cuMemHostRegister for large allocations). New
+// refuses unknown flag bits and the options pinmem.Alloc would refuse (a
+// nil one, a nil device, an unknown method); combinations pinmem cannot
+// serve fail on the first Get that pins (or in New with WithPrewarm).
+func WithFlags(f pinmem.Flags, opts ...pinmem.Option) Option {
+	opts = slices.Clone(opts) // the caller's slice may change after New
+	return func(c *config) { c.flags, c.pinOpts = f, opts }
 }
 
 // WithPrewarm pins total bytes in blocks sized for Get(blockSize) when the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/reclaim"
 )
 
 // Pool is a caching allocator of pinned host memory. Get returns a block
@@ -21,12 +22,12 @@ import (
 // polling (cuEventQuery) on later Gets and Puts: no goroutine or thread
 // ever waits for them.
 //
-// Size classes waste less than 1/8 of a request (see RoundedSize); small
+// Size classes waste less than 1/8 of a request (see Block.Cap); small
 // blocks are carved from shared slabs; requests above HugeThreshold are
 // pinned on their own. A pool respects pinmem's budget: when pinning fails
 // on it, the pool releases its idle memory and retries once, then returns
-// the budget error. It also registers with pinmem.AddReclaimer, so the
-// budget can take its idle memory on behalf of other allocations.
+// the budget error. pinmem's budget can also take its idle memory on behalf
+// of other allocations.
 //
 // A Pool is safe for concurrent use. It publishes nothing by itself: read
 // Stats, or export them with package prom.
@@ -58,7 +59,7 @@ var poolSeq atomic.Uint64
 // behind.
 func New(opts ...Option) (*Pool, error) {
 	retryOrphans()
-	cfg := config{method: pinmem.MethodAuto, maxCached: -1}
+	cfg := config{maxCached: -1}
 	for _, o := range opts {
 		if o == nil {
 			return nil, &pinmem.OptionError{Func: "pool.New", Option: "Option", Value: "nil", Reason: "a nil option"}
@@ -74,8 +75,7 @@ func New(opts ...Option) (*Pool, error) {
 	s := &state{
 		name:         cfg.name,
 		flags:        cfg.flags,
-		device:       cfg.device,
-		method:       cfg.method,
+		pinOpts:      cfg.pinOpts,
 		maxCached:    cfg.maxCached,
 		retainOnMiss: cfg.retainOnMiss,
 		stacks:       cfg.stacks,
@@ -86,7 +86,7 @@ func New(opts ...Option) (*Pool, error) {
 	}
 	s.st.Name = s.name
 	s.out.next, s.out.prev = &s.out, &s.out
-	s.removeReclaimer = pinmem.AddReclaimer(s)
+	s.removeReclaimer = reclaim.Add(s)
 	if cfg.prewarmSet && cfg.prewarmBytes > 0 {
 		if err := s.prewarm(cfg.prewarmSize, cfg.prewarmBytes); err != nil {
 			if cerr := s.close(context.Background()); cerr != nil && !s.done() {
@@ -133,23 +133,6 @@ func retryOrphans() {
 // everything (which stops the cleanup), it reports a pool dropped without
 // Close and releases, off the cleanup goroutine, what is safe to release.
 func collect(s *state) { go s.collect() }
-
-// Name returns the pool's name (see WithName); "" for a nil Pool.
-func (p *Pool) Name() string {
-	if p == nil || p.s == nil {
-		return ""
-	}
-	return p.s.name
-}
-
-// Flags returns the pinmem flags of the pool's memory (see WithFlags); 0
-// for a nil Pool.
-func (p *Pool) Flags() pinmem.Flags {
-	if p == nil || p.s == nil {
-		return 0
-	}
-	return p.s.flags
-}
 
 // Get returns a pinned block of at least size bytes (Len() == size). Its
 // contents are whatever the block held before. It fails with an error

@@ -105,7 +105,7 @@ func TestSlabCarving(t *testing.T) {
 
 func TestHugeBlocks(t *testing.T) {
 	useFake(t)
-	p := newPool(t, WithMethod(pinmem.MethodHostAlloc))
+	p := newPool(t, WithFlags(0, pinmem.WithMethod(pinmem.MethodHostAlloc)))
 	const size = 40 << 20
 	b := mustGet(t, p, size+1)
 	if b.Cap() != size+pageSize {
@@ -471,7 +471,7 @@ func TestStats(t *testing.T) {
 		t.Errorf("stats: %+v", s)
 	}
 	mustPut(t, p, b)
-	if (Stats{}).HitRate() != 0 || (Stats{Gets: 4, Hits: 1}).HitRate() != 0.25 {
+	if (Stats{}).hitRate() != 0 || (Stats{Gets: 4, Hits: 1}).hitRate() != 0.25 {
 		t.Error("HitRate")
 	}
 }
@@ -499,8 +499,8 @@ func TestOptionErrors(t *testing.T) {
 	}{
 		{[]Option{WithName("")}, "WithName", `""`},
 		{[]Option{WithFlags(1 << 9)}, "WithFlags", "0x200"},
-		{[]Option{WithDevice(nil)}, "WithDevice", "nil"},
-		{[]Option{WithMethod(pinmem.Method(77))}, "WithMethod", "77"},
+		{[]Option{WithFlags(0, pinmem.WithDevice(nil))}, "WithFlags", "0x0, 1 options"},
+		{[]Option{WithFlags(pinmem.Mapped, nil, pinmem.WithMethod(pinmem.Method(77)))}, "WithFlags", "0x2, 2 options"},
 		{[]Option{WithPrewarm(0, 1)}, "WithPrewarm", "0, 1"},
 		{[]Option{WithPrewarm(maxSize+1, 1)}, "WithPrewarm", fmt.Sprintf("%d, 1", maxSize+1)},
 		{[]Option{WithPrewarm(4096, -1)}, "WithPrewarm", "4096, -1"},

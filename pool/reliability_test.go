@@ -278,7 +278,7 @@ func TestDroppedPoolKeepsBusyMemory(t *testing.T) {
 // on the next Trim.
 func TestFailedReleaseKeepsBooks(t *testing.T) {
 	d := useFake(t)
-	p := newPool(t, WithMethod(pinmem.MethodHostAlloc))
+	p := newPool(t, WithFlags(0, pinmem.WithMethod(pinmem.MethodHostAlloc)))
 	b := mustGet(t, p, 1000)
 	mem := b.Bytes()
 	mustPut(t, p, b)
@@ -320,7 +320,7 @@ func TestBudgetUnderConcurrentGets(t *testing.T) {
 	const budget = 6 << 20
 	d := useFakeOpts(t, fakedrv.Options{HostAllocLimit: budget})
 	pinmem.SetBudget(budget)
-	pools := []*Pool{newPool(t, WithMethod(pinmem.MethodHostAlloc)), newPool(t, WithMethod(pinmem.MethodHostAlloc), WithMaxCached(1<<20))}
+	pools := []*Pool{newPool(t, WithFlags(0, pinmem.WithMethod(pinmem.MethodHostAlloc))), newPool(t, WithFlags(0, pinmem.WithMethod(pinmem.MethodHostAlloc)), WithMaxCached(1<<20))}
 	var ok, budgetErrs atomic.Int64
 	var peak atomic.Uint64
 	stopSampling := make(chan struct{})

@@ -98,7 +98,7 @@ func TestFailedPrewarmReleasedByNextNew(t *testing.T) {
 	if err := d.FailOn("cuMemFreeHost", 0, cudadrv.ErrorLaunchFailed); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(WithPrewarm(4096, 64<<10), WithFlags(pinmem.Mapped), WithMethod(pinmem.MethodHostAlloc))
+	p, err := New(WithPrewarm(4096, 64<<10), WithFlags(pinmem.Mapped, pinmem.WithMethod(pinmem.MethodHostAlloc)))
 	if p != nil || !errors.Is(err, cudadrv.ErrLaunchFailed) {
 		t.Fatalf("New with the device pointer failing: %v, %v", p, err)
 	}
@@ -127,7 +127,7 @@ func TestFailedPrewarmReleasedByNextNew(t *testing.T) {
 // unpinned memory.
 func TestCloseQueryFailureOnceKeepsBusyBlock(t *testing.T) {
 	d := useFake(t)
-	p := newPool(t, WithMethod(pinmem.MethodHostAlloc))
+	p := newPool(t, WithFlags(0, pinmem.WithMethod(pinmem.MethodHostAlloc)))
 	ctx, s := newStream(t)
 	dev, err := ctx.Alloc(1 << 20)
 	if err != nil {
@@ -176,7 +176,7 @@ func TestCloseQueryFailureOnceKeepsBusyBlock(t *testing.T) {
 // returns the error and unpins the block instead of waiting forever.
 func TestCloseQueryFailingForGoodCountsAsFinished(t *testing.T) {
 	d := useFake(t)
-	p := newPool(t, WithMethod(pinmem.MethodHostAlloc))
+	p := newPool(t, WithFlags(0, pinmem.WithMethod(pinmem.MethodHostAlloc)))
 	ctx, s := newStream(t)
 	dev, err := ctx.Alloc(1 << 20)
 	if err != nil {

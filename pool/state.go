@@ -92,8 +92,7 @@ const (
 type state struct {
 	name         string
 	flags        pinmem.Flags
-	device       *cuda.Device
-	method       pinmem.Method
+	pinOpts      []pinmem.Option // pinmem.Alloc options (WithFlags)
 	maxCached    int64
 	retainOnMiss bool
 	stacks       bool
@@ -477,12 +476,8 @@ func (p *state) release(bufs []*pinmem.Buffer, counted bool) (freed int64, err e
 }
 
 func (p *state) alloc(n int) (*pinmem.Buffer, error) {
-	opts := []pinmem.Option{pinmem.WithMethod(p.method)}
-	if p.device != nil {
-		opts = append(opts, pinmem.WithDevice(p.device))
-	}
 	t := time.Now()
-	buf, err := pinmem.Alloc(n, p.flags, opts...)
+	buf, err := pinmem.Alloc(n, p.flags, p.pinOpts...)
 	p.driverNS.Add(int64(time.Since(t)))
 	if err == nil && len(buf.Bytes()) < n {
 		_, _ = p.release([]*pinmem.Buffer{buf}, false)
@@ -988,7 +983,7 @@ func (p *state) trim(ctx context.Context) (freed int64, err error) {
 
 // Reclaim unpins idle memory, least recently released first, until at
 // least want bytes are freed or nothing idle is left, and returns the
-// bytes freed. It makes the state a pinmem.Reclaimer: pinmem's budget
+// bytes freed. It makes the state a reclaim.Reclaimer: pinmem's budget
 // calls it when an allocation anywhere in the process would exceed the
 // budget.
 func (p *state) Reclaim(want int64) (freed int64) {

@@ -41,7 +41,7 @@ type Stats struct {
 	DeferredBytes  int64
 	BudgetRetries  uint64 // Gets that hit the pinned budget and retried after releasing idle memory
 	BudgetErrors   uint64 // Gets that failed on the budget after that
-	Reclaimed      int64  // bytes released at the budget's request (pinmem.AddReclaimer)
+	Reclaimed      int64  // bytes released at the budget's request
 	// Unpinning calls that failed, and the bytes whose release failed and
 	// that the driver still holds: they stay in PinnedBytes and are
 	// retried by the next miss, Trim, budget reclaim and Close.
@@ -58,8 +58,8 @@ type Stats struct {
 	DriverTime time.Duration // time spent pinning, unpinning and in event calls
 }
 
-// HitRate returns Hits / Gets, or 0 before any Get.
-func (s Stats) HitRate() float64 {
+// hitRate returns Hits / Gets, or 0 before any Get.
+func (s Stats) hitRate() float64 {
 	if s.Gets == 0 {
 		return 0
 	}
@@ -72,7 +72,7 @@ func (s Stats) String() string {
 		"in use %d blocks %s (requested %s, wasted %s); cached %d blocks %s; pending %d blocks %s; "+
 		"pinned %s in %d slab(s) and own blocks (peak %s; peak requested %s); pins %d unpins %d evictions %d (deferred %d, %s); "+
 		"budget retries %d errors %d reclaimed %s; release errors %d (unreleased %s); events outstanding %d created %d errors %d undestroyed %d; driver %v",
-		s.Name, s.Gets, s.Hits, 100*s.HitRate(), s.Misses, s.Puts, s.OrderedPuts,
+		s.Name, s.Gets, s.Hits, 100*s.hitRate(), s.Misses, s.Puts, s.OrderedPuts,
 		s.InUseBlocks, human(s.InUseBytes), human(s.RequestedBytes), human(s.WastedBytes),
 		s.CachedBlocks, human(s.CachedBytes), s.PendingBlocks, human(s.PendingBytes),
 		human(s.PinnedBytes), s.Slabs, human(s.PeakPinnedBytes), human(s.PeakRequestedBytes),

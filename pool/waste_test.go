@@ -61,7 +61,7 @@ func wasteSeq(mix string, n, slots int, seed uint64) (ops []wasteOp, peakLive in
 func runPoolSeq(tb testing.TB, ops []wasteOp, slots int) Stats {
 	tb.Helper()
 	// MethodHostAlloc: with the fake driver the memory is then never touched.
-	p, err := New(WithMethod(pinmem.MethodHostAlloc))
+	p, err := New(WithFlags(0, pinmem.WithMethod(pinmem.MethodHostAlloc)))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func measureWaste(tb testing.TB, mix string) wasteReport {
 	live := float64(peakLive)
 	return wasteReport{
 		pool: float64(st.PeakPinnedBytes) / live, pow2: float64(pt.peakPinned) / live, pow2Evict: float64(pe.peakPinned) / live,
-		poolHit: st.HitRate(), pow2Hit: float64(pt.hits) / float64(pt.gets), pow2EvictHit: float64(pe.hits) / float64(pe.gets),
+		poolHit: st.hitRate(), pow2Hit: float64(pt.hits) / float64(pt.gets), pow2EvictHit: float64(pe.hits) / float64(pe.gets),
 	}
 }
 

@@ -111,7 +111,7 @@ type poolCollector struct {
 }
 
 // NewPoolCollector returns a collector of p's Stats, labelled
-// pool="<p.Name()>": blocks and bytes in use, cached, pending and pinned,
+// pool="<p.Stats().Name>": blocks and bytes in use, cached, pending and pinned,
 // gets, hits, misses, puts, evictions, budget and release errors and time
 // spent in the driver. Pool names need not be unique, but a registry refuses a second
 // collector of the same name (Register returns a
@@ -119,7 +119,7 @@ type poolCollector struct {
 // distinct names with pool.WithName. Stats stay readable after Close, so
 // the collector of a closed pool keeps reporting its last figures.
 func NewPoolCollector(p *pool.Pool) prometheus.Collector {
-	return newPoolCollector(p.Name(), p.Stats)
+	return newPoolCollector(p.Stats().Name, p.Stats)
 }
 
 func newPoolCollector(name string, stats func() pool.Stats) *poolCollector {

@@ -136,11 +136,11 @@ func TestFakeCheckpoint(t *testing.T) {
 		}
 	}
 	for _, mode := range []load.Mode{load.ModeBuffered, load.ModeMapped, load.ModeDirect} {
-		l, err := load.New(e.ctx, load.WithStageSize(1<<20), load.WithReaders(4), load.WithStages(8), load.WithMode(mode))
+		l, err := load.New(e.ctx, load.WithStageSize(1<<20), load.WithParallelism(4), load.WithDepth(8), load.WithMode(mode))
 		if err != nil {
 			t.Fatal(err)
 		}
-		limit := l.PinnedBytes()
+		limit := int64(8 << 20) // the stages: depth 8 of 1 MiB
 		if mode == load.ModeMapped {
 			limit *= 2 // the stages, and at most as many registered windows
 		}

@@ -27,7 +27,7 @@ func newFakeEnv(t *testing.T) fakeEnv {
 	t.Helper()
 	d := testutil.UseFake(t, fakedrv.Options{})
 	ctx := testutil.PrimaryContext(t)
-	l, err := load.New(ctx, load.WithStageSize(64<<10), load.WithReaders(3), load.WithStages(5))
+	l, err := load.New(ctx, load.WithStageSize(64<<10), load.WithParallelism(3), load.WithDepth(5))
 	if err != nil {
 		t.Fatal(err)
 	}

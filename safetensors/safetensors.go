@@ -190,19 +190,10 @@ type Tensor struct {
 	Begin, End int64
 }
 
-// Size returns the length of the tensor's data in bytes, End - Begin.
+// Size returns the length of the tensor's data in bytes, End - Begin. For
+// tensors from Parse or Write it is the product of Shape (1 for a scalar)
+// times DType.ElemSize, and that product does not overflow.
 func (t Tensor) Size() int64 { return t.End - t.Begin }
-
-// NumElements returns the product of the dimensions (1 for a scalar). For
-// tensors from Parse or Write it does not overflow and Size equals
-// NumElements times DType.ElemSize.
-func (t Tensor) NumElements() int64 {
-	n := int64(1)
-	for _, d := range t.Shape {
-		n *= d
-	}
-	return n
-}
 
 // Header is a parsed safetensors header.
 type Header struct {

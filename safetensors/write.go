@@ -16,8 +16,8 @@ type Spec struct {
 	DType DType
 	// Shape lists the dimensions; empty for a scalar.
 	Shape []int64
-	// Data writes the tensor's bytes, exactly NumElements * ElemSize of
-	// them, to w (in as many calls as it likes); nil writes zeros. It is
+	// Data writes the tensor's bytes, exactly the product of Shape times
+	// DType.ElemSize of them, to w (in as many calls as it likes); nil writes zeros. It is
 	// called once, in the order of the tensors given to Write.
 	Data func(w io.Writer) error
 }

@@ -489,7 +489,7 @@ func TestGPUHugeBuffers(t *testing.T) {
 
 // testHugeBuffers is TestGPUHugeBuffers for buffers of size bytes, with f
 // the add_u8 kernel and Pipeline chunks of chunk bytes.
-func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function, chunk int, poolOpts ...pool.Option) {
+func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function, chunk int, pinOpts ...pinmem.Option) {
 	dev := gpuAlloc(t, ctx, size)
 	run := func(t *testing.T, c *Copier, host []byte, wantSegs bool) {
 		t.Helper()
@@ -509,7 +509,7 @@ func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function
 		if i := checkPattern(host, 1, 0); i >= 0 {
 			t.Fatalf("after the round trip through the Copier, byte %d differs (%v)", i, st)
 		}
-		p, err := c.NewPipeline(WithChunkSize(chunk), WithStreamCount(4), WithInFlight(6),
+		p, err := c.NewPipeline(WithChunkSize(chunk), WithStreams(4), WithInFlight(6),
 			WithWork(func(s *cuda.Stream, ch Chunk) error {
 				return f.Launch(s, cuda.D1(132*4), cuda.D1(256), 0, ch.Dev.Ptr(), uint64(ch.Len), uint8(1))
 			}))
@@ -552,7 +552,7 @@ func testHugeBuffers(t *testing.T, ctx *cuda.Context, size int, f *cuda.Function
 		c.Cache().Forget(host)
 	})
 	t.Run("pool", func(t *testing.T) {
-		pl, err := pool.New(append([]pool.Option{pool.WithDevice(ctx.Device())}, poolOpts...)...)
+		pl, err := pool.New(pool.WithFlags(0, append([]pinmem.Option{pinmem.WithDevice(ctx.Device())}, pinOpts...)...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -809,12 +809,12 @@ func BenchmarkPipelineKnobs(b *testing.B) {
 		w, h int
 	}{{"1080p", 1920, 1080}, {"4K", 3840, 2160}} {
 		frame := res.w * res.h * 4
-		p, err := c.NewPipeline(WithChunkSize(frame), WithStreamCount(4), WithPinStages(true))
+		p, err := c.NewPipeline(WithChunkSize(frame), WithStreams(4), WithPinStages(true))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { p.Close(context.Background()) })
-		pw, err := c.NewPipeline(WithChunkSize(frame), WithStreamCount(4), WithPinStages(true), WithWork(add))
+		pw, err := c.NewPipeline(WithChunkSize(frame), WithStreams(4), WithPinStages(true), WithWork(add))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -76,7 +76,7 @@ type copier struct {
 	eng       *engine // the staging engine shared with the context's other Copiers
 	member    bool    // this Copier still counts in eng
 	w         *waiter // the first lane's, for RunMapped on a stream of the caller's
-	cache     *RegCache
+	cache     *regCache
 	lanes     []*lane    // every lane, idle or taken
 	free      chan *lane // the idle lanes
 
@@ -208,27 +208,6 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 // ok reports whether c may be used: not nil.
 func (c *Copier) ok() bool { return c != nil && c.copier != nil }
 
-// Context returns the Copier's CUDA context (nil for a nil Copier).
-func (c *Copier) Context() *cuda.Context {
-	if !c.ok() {
-		return nil
-	}
-	return c.cctx
-}
-
-// Stream returns the stream of the Copier's first lane: the stream given
-// by WithStream, else the first of the two streams the Copier issues its
-// copies on (nil for a nil Copier). A transfer that returns without error
-// has had all its copies run, whichever lane it took; after an error, a
-// transfer's copies may sit on either lane: wait with Fence, not on this
-// stream, before reusing pinned memory.
-func (c *Copier) Stream() *cuda.Stream {
-	if !c.ok() {
-		return nil
-	}
-	return c.stream
-}
-
 // Fence waits, bounded by ctx, until no copy left queued by a call of the
 // Copier that returned before Fence was called (a transfer, a Pipeline
 // Run or RunMapped of the Copier, a Broadcast of the Multi it belongs
@@ -249,38 +228,6 @@ func (c *Copier) Fence(ctx context.Context) error {
 		return err
 	}
 	return c.fence.wait(ctx, c.fence.last())
-}
-
-// StageSize returns the size of each staging buffer.
-func (c *Copier) StageSize() int {
-	if !c.ok() {
-		return 0
-	}
-	return c.o.stageSize
-}
-
-// Depth returns the number of staging buffers a transfer uses at most.
-func (c *Copier) Depth() int {
-	if !c.ok() {
-		return 0
-	}
-	return c.o.depth
-}
-
-// Parallelism returns the number of goroutines a CPU copy is split over.
-func (c *Copier) Parallelism() int {
-	if !c.ok() {
-		return 0
-	}
-	return c.o.parallelism
-}
-
-// Cache returns the registration cache, or nil when it is off.
-func (c *Copier) Cache() *RegCache {
-	if !c.ok() {
-		return nil
-	}
-	return c.cache
 }
 
 // AddPinned tells the Copier that b is pinned: copies from or to any part
@@ -596,8 +543,8 @@ func (t *Op) Done() <-chan struct{} {
 }
 
 // Wait waits until the transfer has finished and returns its result. When
-// ctx is done first, Wait returns ctx.Err() and the transfer goes on (use
-// Cancel to stop it).
+// ctx is done first, Wait returns ctx.Err() and the transfer goes on
+// (cancel the context given to HtoDAsync or DtoHAsync to stop it).
 func (t *Op) Wait(ctx context.Context) (Stats, error) {
 	if t == nil {
 		return Stats{}, errNil("Op")
@@ -610,15 +557,6 @@ func (t *Op) Wait(ctx context.Context) (Stats, error) {
 		return t.stats, t.err
 	case <-ctx.Done():
 		return Stats{}, ctx.Err()
-	}
-}
-
-// Cancel asks the transfer to stop: it stops issuing copies and finishes
-// with an error matching context.Canceled (unless it had already
-// finished). A nil Op is ignored.
-func (t *Op) Cancel() {
-	if t != nil {
-		t.cancel()
 	}
 }
 

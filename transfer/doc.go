@@ -71,7 +71,8 @@
 // The registration cache (WithRegistrationCache, off by default) pins large
 // slices in place the first time they are copied and reuses the
 // registration afterwards, so that a slice copied again and again moves at
-// pinned speed (see RegCache).
+// pinned speed; Copier.Forget releases a slice's registrations before its
+// memory is reused, Copier.CacheStats counts the cache's work.
 //
 // A Pipeline splits a large input into chunks and runs, for each chunk,
 // host-to-device, the caller's device work and device-to-host, across

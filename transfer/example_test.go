@@ -55,7 +55,7 @@ func Example() {
 	}
 	p, err := c.NewPipeline(
 		transfer.WithChunkSize(32<<20),
-		transfer.WithStreamCount(4),
+		transfer.WithStreams(4),
 		transfer.WithOrdered(true),
 		transfer.WithWork(transfer.LaunchWork(add, cuda.D1(528), cuda.D1(256), func(ch transfer.Chunk) []any {
 			return []any{ch.Dev.Ptr(), uint64(ch.Len), uint8(1)}

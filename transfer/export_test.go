@@ -26,3 +26,63 @@ func multiStreams(m *Multi) []*cuda.Stream {
 // tune returns the tuning of c, for tests and benchmarks to vary (not
 // while c is in use).
 func (c *Copier) tune() *tuning { return &c.o.tune }
+
+// StageSize returns the size of each staging buffer of c.
+func (c *Copier) StageSize() int {
+	if !c.ok() {
+		return 0
+	}
+	return c.o.stageSize
+}
+
+// Context returns the Copier's CUDA context (nil for a nil Copier).
+func (c *Copier) Context() *cuda.Context {
+	if !c.ok() {
+		return nil
+	}
+	return c.cctx
+}
+
+// Devices returns the number of contexts the Multi serves.
+func (m *Multi) Devices() int {
+	if !m.ok() {
+		return 0
+	}
+	return len(m.devs)
+}
+
+// Cancel asks the transfer to stop: it stops issuing copies and finishes
+// with an error matching context.Canceled (unless it had already
+// finished). A nil Op is ignored.
+func (t *Op) Cancel() {
+	if t != nil {
+		t.cancel()
+	}
+}
+
+// Cache returns the registration cache, or nil when it is off.
+func (c *Copier) Cache() *regCache {
+	if !c.ok() {
+		return nil
+	}
+	return c.cache
+}
+
+// Stats is Copier.CacheStats of the cache's Copier.
+func (c *regCache) Stats() CacheStats { return c.snapshot() }
+
+// Forget is Copier.Forget of the cache's Copier.
+func (c *regCache) Forget(p []byte) int64 { return c.forget(p) }
+
+// Stream returns the stream of the Copier's first lane: the stream given
+// by WithStream, else the first of the two streams the Copier issues its
+// copies on (nil for a nil Copier). A transfer that returns without error
+// has had all its copies run, whichever lane it took; after an error, a
+// transfer's copies may sit on either lane: wait with Fence, not on this
+// stream, before reusing pinned memory.
+func (c *Copier) Stream() *cuda.Stream {
+	if !c.ok() {
+		return nil
+	}
+	return c.stream
+}

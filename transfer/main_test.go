@@ -25,7 +25,7 @@ func (c pipelineCfg) opts() []PipelineOption {
 		o = append(o, WithChunkSize(c.ChunkSize))
 	}
 	if c.Streams != 0 {
-		o = append(o, WithStreamCount(c.Streams))
+		o = append(o, WithStreams(c.Streams))
 	}
 	if c.InFlight != 0 {
 		o = append(o, WithInFlight(c.InFlight))

@@ -170,14 +170,6 @@ func newMultiState(ctxs []*cuda.Context, o options) (m *multi, err error) {
 
 func (m *Multi) ok() bool { return m != nil && m.multi != nil }
 
-// Devices returns the number of contexts the Multi serves.
-func (m *Multi) Devices() int {
-	if !m.ok() {
-		return 0
-	}
-	return len(m.devs)
-}
-
 // Copier returns the Copier of context i, for single-device transfers,
 // or nil when i is out of range. It belongs to the Multi: do not Close it.
 func (m *Multi) Copier(i int) *Copier {

@@ -26,7 +26,7 @@ type multiEnv struct {
 func useMultiFake(t *testing.T, n, size int) multiEnv {
 	t.Helper()
 	e := multiEnv{fakeEnv: useFake(t, fakedrv.Options{DeviceCount: n})}
-	devs, err := cuda.Devices()
+	devs, err := allDevices()
 	if err != nil || len(devs) != n {
 		t.Fatalf("%d devices (%v), want %d", len(devs), err, n)
 	}

@@ -16,7 +16,7 @@ import (
 // second context; with more it uses all of them.
 func TestGPUMultiBroadcastGather(t *testing.T) {
 	testutil.RequireGPU(t)
-	devs, err := cuda.Devices()
+	devs, err := allDevices()
 	if err != nil {
 		t.Fatal(err)
 	}

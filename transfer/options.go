@@ -142,12 +142,13 @@ func WithStageSize(n int) Option { return func(o *options) { o.stageSize = n } }
 // WithDepth sets the number of staging buffers a transfer uses, its ring
 // (at least 1; 2 or more for any overlap), borrowed from the context's
 // staging engine, which holds one or two rings (see Copier). Default
-// DefaultDepth.
+// DefaultDepth. load.WithDepth is the same knob for a Loader's stages.
 func WithDepth(n int) Option { return func(o *options) { o.depth = n } }
 
 // WithParallelism sets the number of goroutines that copy between Go memory
 // and a stage (1 means the transfer's own goroutine only). Default:
-// DefaultParallelism, at most runtime.NumCPU().
+// DefaultParallelism, at most runtime.NumCPU(). load.WithParallelism is
+// the same knob for the goroutines that fill a Loader's stages from files.
 func WithParallelism(n int) Option { return func(o *options) { o.parallelism = n } }
 
 // WithStream makes the Copier issue its copies on s (borrowed: the Copier
@@ -164,7 +165,9 @@ func WithStream(s *cuda.Stream) Option { return func(o *options) { o.stream = s 
 // copy and copied directly afterwards. limit bounds the bytes the cache
 // keeps registered (0: bounded only by pinmem's budget; not negative).
 // Off by default: registering a slice costs far more than copying it
-// once, and pays only for slices copied again and again.
+// once, and pays only for slices copied again and again. The cache holds
+// the slices it registered until Copier.Forget or Close; Copier.CacheStats
+// reports its counters.
 func WithRegistrationCache(limit int64) Option {
 	return func(o *options) { o.cacheOn, o.cacheLimit = true, limit }
 }

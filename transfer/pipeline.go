@@ -53,9 +53,9 @@ type pipelineConfig struct {
 // DefaultChunkSize.
 func WithChunkSize(n int) PipelineOption { return func(c *pipelineConfig) { c.chunkSize = n } }
 
-// WithStreamCount sets the number of streams the chunks are spread over,
+// WithStreams sets the number of streams the chunks are spread over,
 // round robin (positive). Default DefaultStreams.
-func WithStreamCount(n int) PipelineOption { return func(c *pipelineConfig) { c.streams = n } }
+func WithStreams(n int) PipelineOption { return func(c *pipelineConfig) { c.streams = n } }
 
 // WithInFlight bounds the chunks issued and not yet completed (positive;
 // default twice the stream count). Each holds a chunk of device memory
@@ -201,7 +201,7 @@ func (c *Copier) NewPipeline(opts ...PipelineOption) (*Pipeline, error) {
 		return nil, fmt.Errorf("transfer: WithChunkSize(%d): the size must be positive: %w", cfg.chunkSize, cuda.ErrInvalidValue)
 	}
 	if cfg.streams <= 0 || cfg.streams > 1024 {
-		return nil, fmt.Errorf("transfer: WithStreamCount(%d): must be 1 to 1024: %w", cfg.streams, cuda.ErrInvalidValue)
+		return nil, fmt.Errorf("transfer: WithStreams(%d): must be 1 to 1024: %w", cfg.streams, cuda.ErrInvalidValue)
 	}
 	if cfg.inFlight == 0 {
 		cfg.inFlight = 2 * cfg.streams

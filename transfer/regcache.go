@@ -7,9 +7,10 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/reclaim"
 )
 
-// RegCache is a Copier's registration cache: it pins large Go slices in
+// regCache is a Copier's registration cache (WithRegistrationCache): it pins large Go slices in
 // place (pinmem.Register) the first time they are copied and keeps them
 // registered, so later copies of the same memory go directly at pinned
 // speed. Registrations are keyed by page ranges: only the whole pages
@@ -19,10 +20,10 @@ import (
 // it overlaps are idle, replaces them with one registration of the union
 // (a merge). Idle registrations are evicted least recently used first when
 // the cache's limit would be exceeded and when pinmem's budget asks
-// (RegCache is a pinmem.Reclaimer). The cache holds a reference to the
+// (the cache is one of the caches pinmem asks for idle memory). The cache holds a reference to the
 // memory it registered, so that memory stays alive until it is evicted,
-// forgotten (Forget) or the Copier is closed.
-type RegCache struct {
+// forgotten (Copier.Forget) or the Copier is closed.
+type regCache struct {
 	mu      sync.Mutex
 	entries []*regEntry // sorted by lo, disjoint; pending ones included
 	bytes   int64       // registered and pending bytes
@@ -67,14 +68,14 @@ type regHold struct{ entries []*regEntry }
 
 var pageSize = uintptr(os.Getpagesize())
 
-func newRegCache(limit int64, minSize int, opts ...pinmem.Option) *RegCache {
-	c := &RegCache{limit: limit, min: max(minSize, int(pageSize)), opts: opts}
-	c.remove = pinmem.AddReclaimer(c)
+func newRegCache(limit int64, minSize int, opts ...pinmem.Option) *regCache {
+	c := &regCache{limit: limit, min: max(minSize, int(pageSize)), opts: opts}
+	c.remove = reclaim.Add(reclaim.Func(c.reclaim))
 	return c
 }
 
 // overlapping returns the indexes [i, j) of entries overlapping [lo, hi). c.mu held.
-func (c *RegCache) overlapping(lo, hi uintptr) (int, int) {
+func (c *regCache) overlapping(lo, hi uintptr) (int, int) {
 	i := 0
 	for i < len(c.entries) && c.entries[i].hi <= lo {
 		i++
@@ -86,7 +87,7 @@ func (c *RegCache) overlapping(lo, hi uintptr) (int, int) {
 	return i, j
 }
 
-func (c *RegCache) insert(e *regEntry) {
+func (c *regCache) insert(e *regEntry) {
 	i, _ := c.overlapping(e.lo, e.hi)
 	c.entries = append(c.entries, nil)
 	copy(c.entries[i+1:], c.entries[i:])
@@ -94,7 +95,7 @@ func (c *RegCache) insert(e *regEntry) {
 	c.bytes += e.size()
 }
 
-func (c *RegCache) unlink(e *regEntry) {
+func (c *regCache) unlink(e *regEntry) {
 	for i, x := range c.entries {
 		if x == e {
 			c.entries = append(c.entries[:i], c.entries[i+1:]...)
@@ -107,7 +108,7 @@ func (c *RegCache) unlink(e *regEntry) {
 // makeRoom evicts idle entries, least recently used first, until need more
 // bytes fit under the limit. It returns the buffers to free (outside the
 // lock) and whether the bytes fit. c.mu held.
-func (c *RegCache) makeRoom(need int64) ([]*pinmem.Buffer, bool) {
+func (c *regCache) makeRoom(need int64) ([]*pinmem.Buffer, bool) {
 	if c.limit == 0 {
 		return nil, true
 	}
@@ -128,7 +129,7 @@ func (c *RegCache) makeRoom(need int64) ([]*pinmem.Buffer, bool) {
 }
 
 // lru returns the least recently used idle entry, or nil. c.mu held.
-func (c *RegCache) lru() *regEntry {
+func (c *regCache) lru() *regEntry {
 	var v *regEntry
 	for _, e := range c.entries {
 		if e.refs == 0 && !e.pending && (v == nil || e.last < v.last) {
@@ -141,7 +142,7 @@ func (c *RegCache) lru() *regEntry {
 // freeAll frees bufs, and the registrations whose release failed before.
 // One the driver fails to release again is kept in unfreed, for the next
 // freeAll or close.
-func (c *RegCache) freeAll(bufs []*pinmem.Buffer) error {
+func (c *regCache) freeAll(bufs []*pinmem.Buffer) error {
 	c.mu.Lock()
 	bufs = append(bufs, c.unfreed...)
 	c.unfreed = nil
@@ -177,7 +178,7 @@ func sliceAt(base []byte, baseLo, lo uintptr, n int) []byte {
 // acquire returns the parts of p the cache has (or now gets) registered,
 // as offsets into p, and a hold to release when the copy is done. It
 // returns no spans when p is too small or registration fails.
-func (c *RegCache) acquire(p []byte) ([]span, *regHold) {
+func (c *regCache) acquire(p []byte) ([]span, *regHold) {
 	pl := addr(p)
 	ph := pl + uintptr(len(p))
 	a := (pl + pageSize - 1) &^ (pageSize - 1)
@@ -224,7 +225,7 @@ type regJob struct {
 // scan returns the entries overlapping the pages [a, b), whether they
 // are all idle (none pending, dead or held), and the gaps between them
 // (as addresses); it holds in h the usable ones. c.mu held.
-func (c *RegCache) scan(a, b uintptr, h *regHold) (over []*regEntry, idle bool, gaps []span) {
+func (c *regCache) scan(a, b uintptr, h *regHold) (over []*regEntry, idle bool, gaps []span) {
 	i, j := c.overlapping(a, b)
 	over = c.entries[i:j:j]
 	idle = len(over) > 0
@@ -252,7 +253,7 @@ func (c *RegCache) scan(a, b uintptr, h *regHold) (over []*regEntry, idle bool, 
 
 // planMerge replaces the idle entries over, which overlap the pages
 // [a, b) of p, with one pending registration of the union. c.mu held.
-func (c *RegCache) planMerge(p []byte, a, b uintptr, over []*regEntry, h *regHold) ([]regJob, []*pinmem.Buffer) {
+func (c *regCache) planMerge(p []byte, a, b uintptr, over []*regEntry, h *regHold) ([]regJob, []*pinmem.Buffer) {
 	pl := addr(p)
 	lo, hi := min(a, over[0].lo), max(b, over[len(over)-1].hi)
 	var mem []byte
@@ -282,7 +283,7 @@ func (c *RegCache) planMerge(p []byte, a, b uintptr, over []*regEntry, h *regHol
 
 // planGaps adds a pending registration for each gap of p (addresses) of
 // a page or more that fits under the limit. c.mu held.
-func (c *RegCache) planGaps(p []byte, gaps []span) (jobs []regJob, toFree []*pinmem.Buffer) {
+func (c *regCache) planGaps(p []byte, gaps []span) (jobs []regJob, toFree []*pinmem.Buffer) {
 	pl := addr(p)
 	for _, g := range gaps {
 		lo, hi := uintptr(g.lo), uintptr(g.hi)
@@ -303,7 +304,7 @@ func (c *RegCache) planGaps(p []byte, gaps []span) (jobs []regJob, toFree []*pin
 
 // register makes the registrations of jobs (without the lock) and holds
 // in h those that succeeded.
-func (c *RegCache) register(jobs []regJob, h *regHold) {
+func (c *regCache) register(jobs []regJob, h *regHold) {
 	for _, jb := range jobs {
 		buf, err := pinmem.Register(jb.mem, pinmem.Portable, c.opts...)
 		c.mu.Lock()
@@ -356,7 +357,7 @@ func (h *regHold) cuts(base uintptr, cuts []int) []int {
 }
 
 // release ends a transfer's hold.
-func (c *RegCache) release(h *regHold) {
+func (c *regCache) release(h *regHold) {
 	if h == nil {
 		return
 	}
@@ -372,10 +373,10 @@ func (c *RegCache) release(h *regHold) {
 	_ = c.freeAll(toFree)
 }
 
-// Reclaim releases idle registrations, least recently used first, until
+// reclaim releases idle registrations, least recently used first, until
 // at least want bytes were freed or none is idle, and returns the bytes
 // freed. pinmem calls it when its budget is short.
-func (c *RegCache) Reclaim(want int64) (freed int64) {
+func (c *regCache) reclaim(want int64) (freed int64) {
 	if c == nil {
 		return 0
 	}
@@ -397,11 +398,20 @@ func (c *RegCache) Reclaim(want int64) (freed int64) {
 	return freed
 }
 
-// Forget releases the registrations overlapping p: at once for idle ones,
-// after the copy using them for busy ones. Call it before p's memory is
-// reused for something else or unmapped. It returns the bytes released now
-// (0 for a nil cache).
-func (c *RegCache) Forget(p []byte) int64 {
+// Forget releases the registration cache's registrations overlapping p
+// (see WithRegistrationCache): at once for idle ones, after the copy using
+// them for busy ones. Call it before p's memory is reused for something
+// else or unmapped. It returns the bytes released now (0 when the cache is
+// off, and for a nil Copier).
+func (c *Copier) Forget(p []byte) int64 {
+	if !c.ok() {
+		return 0
+	}
+	return c.cache.forget(p)
+}
+
+// forget is Copier.Forget; 0 for a nil cache.
+func (c *regCache) forget(p []byte) int64 {
 	if c == nil || len(p) == 0 {
 		return 0
 	}
@@ -428,9 +438,17 @@ func (c *RegCache) Forget(p []byte) int64 {
 	return freed
 }
 
-// Stats returns the cache's counters (zero for a nil cache, as Copier.Cache
-// returns when the cache is off).
-func (c *RegCache) Stats() CacheStats {
+// CacheStats returns the registration cache's counters (zero when the
+// cache is off, see WithRegistrationCache, and for a nil Copier).
+func (c *Copier) CacheStats() CacheStats {
+	if !c.ok() {
+		return CacheStats{}
+	}
+	return c.cache.snapshot()
+}
+
+// snapshot returns the cache's counters (zero for a nil cache).
+func (c *regCache) snapshot() CacheStats {
 	if c == nil {
 		return CacheStats{}
 	}
@@ -450,7 +468,7 @@ func (c *RegCache) Stats() CacheStats {
 // The Copier closes its cache when it is closed. A registration the
 // driver fails to release is kept and released by the next close; left
 // is how many are kept.
-func (c *RegCache) close() (left int, err error) {
+func (c *regCache) close() (left int, err error) {
 	c.remove()
 	c.mu.Lock()
 	c.closed = true

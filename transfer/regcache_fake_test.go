@@ -94,7 +94,7 @@ func TestFakeRegCacheShare(t *testing.T) {
 		t.Fatalf("shared spans %v (base %d, len %d)", spans, base, len(big))
 	}
 	// Busy entries are not reclaimed; Forget defers them.
-	if n := rc.Reclaim(1 << 30); n != 0 {
+	if n := rc.reclaim(1 << 30); n != 0 {
 		t.Fatalf("reclaimed %d bytes of busy registrations", n)
 	}
 	if n := rc.Forget(mid); n != 0 {
@@ -105,7 +105,7 @@ func TestFakeRegCacheShare(t *testing.T) {
 	if cs := rc.Stats(); cs.Entries != 2 {
 		t.Fatalf("after release: %+v", cs)
 	}
-	if n := rc.Reclaim(1); n == 0 || rc.Stats().Entries != 1 {
+	if n := rc.reclaim(1); n == 0 || rc.Stats().Entries != 1 {
 		t.Fatalf("Reclaim(1) freed %d, %+v", n, rc.Stats())
 	}
 	if e.d.Live().Registrations != 1 {

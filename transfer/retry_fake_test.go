@@ -56,7 +56,7 @@ func TestPipelineCloseRetriesRelease(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t, smallRing()...)
 	base := e.d.Live()
-	p, err := c.NewPipeline(WithChunkSize(64<<10), WithStreamCount(2), WithInFlight(2))
+	p, err := c.NewPipeline(WithChunkSize(64<<10), WithStreams(2), WithInFlight(2))
 	if err != nil {
 		t.Fatal(err)
 	}

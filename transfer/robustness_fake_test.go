@@ -233,7 +233,7 @@ func TestRobustBoundedWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := c.NewPipeline(WithChunkSize(64<<10), WithStreamCount(2), WithInFlight(2))
+	p, err := c.NewPipeline(WithChunkSize(64<<10), WithStreams(2), WithInFlight(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestRobustDroppedOwners(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.NewPipeline(WithChunkSize(4096), WithStreamCount(1), WithPinStages(true)); err != nil {
+		if _, err := c.NewPipeline(WithChunkSize(4096), WithStreams(1), WithPinStages(true)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.HtoD(context.Background(), e.devbuf(t, 4096), make([]byte, 4096)); err != nil {
@@ -466,7 +466,7 @@ func TestRobustNilArgs(t *testing.T) {
 		nm.AddPinned(nil)()
 		nop.Cancel()
 		<-nop.Done()
-		if c.Cache().Stats() != (CacheStats{}) || c.Cache().Forget([]byte{1}) != 0 || c.Cache().Reclaim(1) != 0 {
+		if c.Cache().Stats() != (CacheStats{}) || c.Cache().Forget([]byte{1}) != 0 || c.Cache().reclaim(1) != 0 {
 			t.Error("a nil cache reports something")
 		}
 	})

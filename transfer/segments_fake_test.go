@@ -110,7 +110,7 @@ func TestFakeSegmentsCopier(t *testing.T) {
 		roundTripDirect(t, e, c, mem)
 	})
 	t.Run("pool", func(t *testing.T) {
-		p, err := pool.New(pool.WithMethod(pinmem.MethodMmapRegister))
+		p, err := pool.New(pool.WithFlags(0, pinmem.WithMethod(pinmem.MethodMmapRegister)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,7 +227,7 @@ func TestFakeGPUSuiteLogic(t *testing.T) {
 	smallSegments(t)
 	e := useFake(t, fakedrv.Options{})
 	t.Run("huge buffers", func(t *testing.T) {
-		testHugeBuffers(t, e.ctx, 1<<20+64<<10, e.addKernel(t), 100<<10, pool.WithMethod(pinmem.MethodMmapRegister))
+		testHugeBuffers(t, e.ctx, 1<<20+64<<10, e.addKernel(t), 100<<10, pinmem.WithMethod(pinmem.MethodMmapRegister))
 	})
 	// One iteration (-test.benchtime 1x, as the GPU runs use).
 	bt := flag.Lookup("test.benchtime")

@@ -171,7 +171,7 @@ func worker(id int, c *transfer.Copier, dev *cuda.DeviceBuffer, rounds int) erro
 
 func pipelineWorker(c *transfer.Copier) error {
 	panicked := false
-	p, err := c.NewPipeline(transfer.WithChunkSize(1<<20), transfer.WithStreamCount(2),
+	p, err := c.NewPipeline(transfer.WithChunkSize(1<<20), transfer.WithStreams(2),
 		transfer.WithWork(func(s *cuda.Stream, ch transfer.Chunk) error { return nil }),
 		transfer.WithDone(func(ch transfer.Chunk) error {
 			if !panicked && ch.Index == 2 {

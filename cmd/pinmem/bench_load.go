@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/hostptr"
@@ -115,7 +116,7 @@ the host, against the same of the device memory copied back.
 			if baseline != "" && !slices.Contains(loadKinds, baseline) {
 				return usagef("--baseline %q: want one of %s, or empty", baseline, strings.Join(loadKinds, ", "))
 			}
-			m, err := load.ParseMode(mode)
+			m, err := parseLoadMode(mode)
 			if err != nil {
 				return usagef("--mode %q: want auto, direct, buffered or mapped", mode)
 			}
@@ -128,13 +129,16 @@ the host, against the same of the device memory copied back.
 			if cfg.Depth < 1 || cfg.Depth > 256 {
 				return usagef("--depth %d: must be from 1 to 256", cfg.Depth)
 			}
-			opts := []load.Option{load.WithMode(m), load.WithStageSize(cfg.StageSize), load.WithReaders(cfg.Readers), load.WithStreams(cfg.Streams)}
+			opts := []load.Option{load.WithMode(m), load.WithStageSize(cfg.StageSize), load.WithParallelism(cfg.Readers), load.WithStreams(cfg.Streams)}
 			if cfg.Stages > 0 {
-				opts = append(opts, load.WithStages(cfg.Stages))
+				opts = append(opts, load.WithDepth(cfg.Stages))
 			} else {
 				cfg.Stages = 2 * cfg.Readers
 			}
-			if err := load.CheckOptions(opts...); err != nil {
+			// load.New checks its options before its context: with a nil
+			// context it opens nothing, and only an option it refuses is
+			// the user's error.
+			if _, err := load.New(nil, opts...); errors.As(err, new(*pinmem.OptionError)) {
 				return usage(err)
 			}
 			fi, err := os.Stat(cfg.File)
@@ -195,8 +199,8 @@ the host, against the same of the device memory copied back.
 	_ = c.RegisterFlagCompletionFunc("baseline", fixedCompletion(loadKinds...))
 	fl.IntVar(&cfg.Samples, "samples", 3, "timed samples per measurement (median, min and max are reported)")
 	fl.StringVar(&mode, "mode", "auto", "the loader's read mode for the warm file: auto, direct, buffered or mapped (cold loads use auto)")
-	fl.IntVar(&cfg.Readers, "readers", min(load.DefaultReaders, runtime.NumCPU()), "loader reader goroutines, and goroutines of the parallel page-cache read")
-	fl.IntVar(&cfg.Stages, "stages", 0, "pinned stages of the loader (0: twice --readers)")
+	fl.IntVar(&cfg.Readers, "readers", min(load.DefaultParallelism, runtime.NumCPU()), "loader reader goroutines (load.WithParallelism), and goroutines of the parallel page-cache read")
+	fl.IntVar(&cfg.Stages, "stages", 0, "pinned stages of the loader (load.WithDepth; 0: twice --readers)")
 	fl.StringVar(&stageSize, "stage-size", "16MiB", "bytes per stage and per read request")
 	fl.IntVar(&cfg.Streams, "streams", load.DefaultStreams, "CUDA streams of the loader")
 	fl.IntVar(&cfg.Depth, "depth", 8, "O_DIRECT requests in flight in the cold sequential read")
@@ -204,6 +208,16 @@ the host, against the same of the device memory copied back.
 	fl.BoolVar(&quiet, "quiet", false, "no progress bar on standard error")
 	_ = c.RegisterFlagCompletionFunc("mode", fixedCompletion("auto", "direct", "buffered", "mapped"))
 	return c
+}
+
+// parseLoadMode parses the names load.Mode's String returns.
+func parseLoadMode(s string) (load.Mode, error) {
+	for _, m := range []load.Mode{load.ModeAuto, load.ModeDirect, load.ModeBuffered, load.ModeMapped} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown load mode %q", s)
 }
 
 // cpuTime returns the process's user plus system CPU time.

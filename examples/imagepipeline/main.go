@@ -100,7 +100,7 @@ func run(ctx context.Context, v video, w io.Writer) (err error) {
 	defer func() { err = errors.Join(err, cp.Close(ctx)) }()
 	pl, err := cp.NewPipeline(
 		transfer.WithChunkSize(frame), // one chunk is one frame
-		transfer.WithStreamCount(4),
+		transfer.WithStreams(4),
 		transfer.WithWork(work),
 	)
 	if err != nil {

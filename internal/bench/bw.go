@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -641,7 +642,7 @@ func (w *bwWork) copier(kind string, cp *transfer.Copier, hA, hB *hostMem, dir s
 	r.Path = strings.Join(paths, " / ")
 	what := "a default transfer.Copier"
 	r.Note = joinNotes([]string{r.Note, fmt.Sprintf("Go slice moved by %s (%s stages x %d, %d goroutines)",
-		what, FormatSize(int64(cp.StageSize())), cp.Depth(), cp.Parallelism())})
+		what, FormatSize(transfer.DefaultStageSize), transfer.DefaultDepth, min(transfer.DefaultParallelism, runtime.NumCPU()))})
 	return r, err
 }
 

@@ -16,6 +16,7 @@ const module = "github.com/pinmem/pinmem"
 // is the root package pinmem). Data flows one way, from higher layers to
 // lower ones: a package may import only packages of a lower rank.
 var layer = map[string]int{
+	"internal/pinopt": -1, "internal/reclaim": -1, // pinmem's option check and budget reclaimers, for pool and transfer
 	"internal/hostptr": -1, "internal/testhook": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0, "internal/units": 0,
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
 	"internal/budgetspec": 2, // the budget as PINMEM_BUDGET and the command give it

@@ -165,12 +165,17 @@ func collect() *Report {
 	}
 	r.DriverFound = true
 	r.DriverVersion = v
-	devs, err := cuda.Devices()
+	n, err := cuda.DeviceCount()
 	if err != nil {
 		r.Notes = append(r.Notes, "listing devices: "+err.Error())
 		return r
 	}
-	for _, d := range devs {
+	for i := range n {
+		d, err := cuda.GetDevice(i)
+		if err != nil {
+			r.Notes = append(r.Notes, "listing devices: "+err.Error())
+			return r
+		}
 		r.Devices = append(r.Devices, collectDevice(d))
 	}
 	if v < kernels.MinDriverVersion {

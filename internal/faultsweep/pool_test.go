@@ -34,8 +34,9 @@ func newPool(e *env, opts ...pool.Option) (*pool.Pool, error) {
 }
 
 // poolOp runs a pool's life: New (with prewarm), hits and misses, a Put
-// ordered after a stream's work, Trim and Close.
-func poolOp(name string, opts ...pool.Option) op {
+// ordered after a stream's work, Trim and Close. mapped says opts make a
+// Mapped pool, whose blocks' device pointers are taken too.
+func poolOp(name string, mapped bool, opts ...pool.Option) op {
 	return op{name: "pool " + name, run: func(e *env) error {
 		p, err := newPool(e, opts...)
 		if err != nil {
@@ -58,7 +59,7 @@ func poolOp(name string, opts ...pool.Option) op {
 				errs = append(errs, err)
 				continue
 			}
-			if p.Flags()&pinmem.Mapped != 0 {
+			if mapped {
 				if _, err := b.DevicePtr(); err != nil {
 					errs = append(errs, err)
 				}
@@ -82,7 +83,7 @@ func poolOp(name string, opts ...pool.Option) op {
 // miss, and takes a huge block (pinned on its own).
 func poolCapOp() op {
 	return op{name: "pool cap and huge block", run: func(e *env) error {
-		p, err := newPool(e, pool.WithMaxCached(64<<10), pool.WithMethod(pinmem.MethodHostAlloc))
+		p, err := newPool(e, pool.WithMaxCached(64<<10), pool.WithFlags(0, pinmem.WithMethod(pinmem.MethodHostAlloc)))
 		if err != nil {
 			return err
 		}
@@ -154,7 +155,7 @@ func poolBudgetOp() op {
 // it is released.
 func poolCloseOp() op {
 	return op{name: "pool Close with work pending", run: func(e *env) error {
-		p, err := newPool(e, pool.WithMethod(pinmem.MethodHostAlloc))
+		p, err := newPool(e, pool.WithFlags(0, pinmem.WithMethod(pinmem.MethodHostAlloc)))
 		if err != nil {
 			return err
 		}
@@ -226,8 +227,8 @@ func poolCloseOp() op {
 
 func TestSweepPool(t *testing.T) {
 	sweep(t, []op{
-		poolOp("defaults"),
-		poolOp("prewarmed, mapped", pool.WithPrewarm(64<<10, 256<<10), pool.WithFlags(pinmem.Mapped)),
+		poolOp("defaults", false),
+		poolOp("prewarmed, mapped", true, pool.WithPrewarm(64<<10, 256<<10), pool.WithFlags(pinmem.Mapped)),
 		poolCapOp(),
 		poolBudgetOp(),
 		poolCloseOp(),

@@ -83,7 +83,7 @@ func typed(err error) bool {
 	}
 	for _, s := range []error{
 		cuda.ErrNoDriver, cuda.ErrNoDevice, cuda.ErrNotSupported, cuda.ErrOutOfMemory, cuda.ErrInvalidValue,
-		cuda.ErrNotReady, cuda.ErrAlreadyRegistered, cuda.ErrNotRegistered, cuda.ErrInvalidHandle,
+		cuda.ErrNotReady, cuda.ErrAlreadyRegistered, cudadrv.ErrNotRegistered, cuda.ErrInvalidHandle,
 		cuda.ErrKernelImage, cuda.ErrLaunchFailed, pinmem.ErrBudget, pinmem.ErrFreed, pinmem.ErrNotMapped,
 		context.DeadlineExceeded, context.Canceled,
 	} {

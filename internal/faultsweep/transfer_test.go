@@ -163,8 +163,8 @@ func registrationOp() op {
 		if !bytes.Equal(got, src) {
 			return errors.New("the data came back different")
 		}
-		cp.Cache().Forget(src)
-		cp.Cache().Forget(got)
+		cp.Forget(src)
+		cp.Forget(got)
 		return errors.Join(cp.Close(bg), d.Free())
 	}}
 }
@@ -189,7 +189,7 @@ func pipelineOp(name string, popts ...transfer.PipelineOption) op {
 		}
 		var done int
 		opts := append([]transfer.PipelineOption{
-			transfer.WithChunkSize(stageSize), transfer.WithStreamCount(2), transfer.WithInFlight(2),
+			transfer.WithChunkSize(stageSize), transfer.WithStreams(2), transfer.WithInFlight(2),
 			transfer.WithWork(transfer.LaunchWork(f, cuda.D1(1), cuda.D1(32), func(ch transfer.Chunk) []any {
 				return []any{ch.Dev.Ptr(), uint32(ch.Len)}
 			})),
@@ -249,7 +249,7 @@ func pipelinePanicOp(inWork bool) op {
 				panic(errCallback)
 			}
 		}
-		opts := []transfer.PipelineOption{transfer.WithChunkSize(stageSize), transfer.WithStreamCount(2), transfer.WithInFlight(2)}
+		opts := []transfer.PipelineOption{transfer.WithChunkSize(stageSize), transfer.WithStreams(2), transfer.WithInFlight(2)}
 		if inWork {
 			opts = append(opts, transfer.WithWork(func(_ *cuda.Stream, ch transfer.Chunk) error { hook(ch); return nil }))
 		} else {

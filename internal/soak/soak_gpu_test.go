@@ -254,7 +254,7 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pl, err := shared.NewPipeline(transfer.WithChunkSize(4<<20), transfer.WithStreamCount(3), transfer.WithPinStages(true))
+			pl, err := shared.NewPipeline(transfer.WithChunkSize(4<<20), transfer.WithStreams(3), transfer.WithPinStages(true))
 			if err != nil {
 				report(err)
 				return

@@ -592,7 +592,7 @@ func (p *pipe) newPipeline() (*transfer.Pipeline, error) {
 	}
 	pl, err := cp.NewPipeline(
 		transfer.WithChunkSize(p.res.Bytes()),
-		transfer.WithStreamCount(p.cfg.streams),
+		transfer.WithStreams(p.cfg.streams),
 		transfer.WithWork(work),
 		transfer.WithPinStages(true), // pin the staging buffers now, not in the first Run
 	)
