@@ -15,7 +15,8 @@
 //
 // There is one way to do each copy: HtoD and DtoH copy a byte slice and
 // return when the data is in place; HtoDAsync and DtoHAsync start the same
-// copies and return an *Op with Wait, Done and Cancel; HtoDFrom and DtoHTo
+// copies and return an *Op with Wait and Done (cancel the context given to
+// start one to stop it); HtoDFrom and DtoHTo
 // stream an io.Reader into device memory and device memory into an
 // io.Writer through the pinned stages, with no extra heap copy (they are
 // not io.ReaderFrom and io.WriterTo, whose signatures cannot name a device
