@@ -128,14 +128,15 @@ type stage struct {
 // membership of the context's staging engine, which New creates or grows
 // (depth x stage size of pinned memory from pinmem.Alloc for the first
 // Copier, twice that once two or more share it; copy goroutines up to
-// the largest parallelism asked for). An invalid option is reported
-// here, naming it. The caller must Close the Copier.
+// the largest parallelism asked for). A refused option is a
+// *pinmem.OptionError (matching cuda.ErrInvalidValue) naming it. The
+// caller must Close the Copier.
 func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 	retryOrphans()
 	if c == nil {
 		return nil, fmt.Errorf("transfer: nil context: %w", cuda.ErrInvalidValue)
 	}
-	o, err := buildOptions(opts)
+	o, err := buildOptions("transfer.New", opts)
 	if err != nil {
 		return nil, err
 	}

@@ -169,13 +169,49 @@ func TestFakeTooSmall(t *testing.T) {
 
 func TestFakeOptionsRejected(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
-	for _, o := range []Option{WithStageSize(0), WithDepth(0), WithParallelism(0), WithStageFlags(pinmem.WriteCombined), WithRegistrationCache(-1)} {
-		if c, err := New(e.ctx, o); !errors.Is(err, cuda.ErrInvalidValue) {
-			if c != nil {
-				c.Close(context.Background())
-			}
-			t.Errorf("New with a bad option: %v", err)
+	bad := []struct {
+		o    Option
+		name string
+	}{
+		{WithStageSize(0), "WithStageSize"}, {WithDepth(0), "WithDepth"}, {WithParallelism(0), "WithParallelism"},
+		{WithStageFlags(pinmem.WriteCombined), "WithStageFlags"}, {WithRegistrationCache(-1), "WithRegistrationCache"},
+		{WithRegistrationMin(-1), "WithRegistrationMin"}, {WithWait(WaitPoll + 1), "WithWait"}, {nil, "Option"},
+	}
+	check := func(what, name string, err error) {
+		t.Helper()
+		var oe *pinmem.OptionError
+		if !errors.As(err, &oe) || oe.Option != name || !errors.Is(err, cuda.ErrInvalidValue) {
+			t.Errorf("%s: %v, want a *pinmem.OptionError naming %s", what, err, name)
 		}
+	}
+	for _, b := range bad {
+		c, err := New(e.ctx, b.o)
+		if c != nil {
+			c.Close(context.Background())
+		}
+		check("New", b.name, err)
+		m, err := NewMulti([]*cuda.Context{e.ctx}, b.o)
+		if m != nil {
+			m.Close(context.Background())
+		}
+		check("NewMulti", b.name, err)
+	}
+	_, err := NewMulti([]*cuda.Context{e.ctx}, WithStream(&cuda.Stream{}))
+	check("NewMulti", "WithStream", err)
+	c, err := New(e.ctx, smallRing()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	for _, b := range []struct {
+		o    PipelineOption
+		name string
+	}{{WithChunkSize(0), "WithChunkSize"}, {WithStreams(0), "WithStreams"}, {WithInFlight(-1), "WithInFlight"}, {nil, "PipelineOption"}} {
+		p, err := c.NewPipeline(b.o)
+		if p != nil {
+			p.Close(context.Background())
+		}
+		check("NewPipeline", b.name, err)
 	}
 	if _, err := New(nil); !errors.Is(err, cuda.ErrInvalidValue) {
 		t.Errorf("New(nil): %v", err)

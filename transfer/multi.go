@@ -90,7 +90,8 @@ func (s MultiStats) GBps() float64 {
 // The options apply to every device's Copier and to the shared ring;
 // WithParallelism is the total number of CPU copy goroutines, shared out
 // between the devices' Copiers. WithStream is refused: each device needs
-// its own stream. The caller must Close the Multi.
+// its own stream. A refused option is a *pinmem.OptionError (matching
+// cuda.ErrInvalidValue) naming it. The caller must Close the Multi.
 func NewMulti(ctxs []*cuda.Context, opts ...Option) (*Multi, error) {
 	retryOrphans()
 	if len(ctxs) == 0 {
@@ -101,12 +102,12 @@ func NewMulti(ctxs []*cuda.Context, opts ...Option) (*Multi, error) {
 			return nil, fmt.Errorf("transfer: NewMulti: context %d is nil: %w", i, cuda.ErrInvalidValue)
 		}
 	}
-	o, err := buildOptions(opts)
+	o, err := buildOptions("transfer.NewMulti", opts)
 	if err != nil {
 		return nil, err
 	}
 	if o.stream != nil {
-		return nil, fmt.Errorf("transfer: NewMulti with WithStream: each device needs its own stream: %w", cuda.ErrInvalidValue)
+		return nil, &pinmem.OptionError{Func: "transfer.NewMulti", Option: "WithStream", Value: "a stream", Reason: "each device needs its own stream"}
 	}
 	s, err := newMultiState(ctxs, o)
 	if err != nil {

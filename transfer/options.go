@@ -194,7 +194,7 @@ func WithStageFlags(f pinmem.Flags, opts ...pinmem.Option) Option {
 // copies; Bytes, StagedBytes, DirectBytes, Stages and Wall are always set.
 func WithStats(on bool) Option { return func(o *options) { o.stats = on } }
 
-func buildOptions(opts []Option) (options, error) {
+func buildOptions(fn string, opts []Option) (options, error) {
 	o := options{
 		tune:      defaultTuning(),
 		stageSize: DefaultStageSize,
@@ -204,34 +204,31 @@ func buildOptions(opts []Option) (options, error) {
 	o.parallelism = min(DefaultParallelism, runtime.NumCPU())
 	for i, f := range opts {
 		if f == nil {
-			return o, fmt.Errorf("transfer: option %d is nil: %w", i, cuda.ErrInvalidValue)
+			return o, &pinmem.OptionError{Func: fn, Option: "Option", Value: "nil", Reason: fmt.Sprintf("option %d is nil", i)}
 		}
 		f(&o)
 	}
-	if o.stageSize <= 0 {
-		return o, fmt.Errorf("transfer: WithStageSize(%d): the size must be positive: %w", o.stageSize, cuda.ErrInvalidValue)
+	refuse := func(opt string, v any, reason string) (options, error) {
+		return o, &pinmem.OptionError{Func: fn, Option: opt, Value: fmt.Sprint(v), Reason: reason}
 	}
-	if o.stageSize > 1<<40 {
-		return o, fmt.Errorf("transfer: WithStageSize(%d): more than 1 TiB: %w", o.stageSize, cuda.ErrInvalidValue)
+	switch {
+	case o.stageSize <= 0:
+		return refuse("WithStageSize", o.stageSize, "the size must be positive")
+	case o.stageSize > 1<<40:
+		return refuse("WithStageSize", o.stageSize, "more than 1 TiB")
+	case o.depth < 1 || o.depth > 1024:
+		return refuse("WithDepth", o.depth, "the depth must be 1 to 1024")
+	case o.parallelism < 1 || o.parallelism > 4096:
+		return refuse("WithParallelism", o.parallelism, "must be 1 to 4096")
+	case o.stageFlags&pinmem.WriteCombined != 0:
+		return refuse("WithStageFlags", o.stageFlags, "write-combined staging buffers are refused (device-to-host staging reads them with the CPU)")
+	case o.wait > WaitPoll:
+		return refuse("WithWait", o.wait, "unknown wait mode")
+	case o.cacheLimit < 0:
+		return refuse("WithRegistrationCache", o.cacheLimit, "the limit must not be negative")
+	case o.cacheMin < 0:
+		return refuse("WithRegistrationMin", o.cacheMin, "must not be negative")
 	}
 	o.stageSize = (o.stageSize + 4095) &^ 4095
-	if o.depth < 1 || o.depth > 1024 {
-		return o, fmt.Errorf("transfer: WithDepth(%d): the depth must be 1 to 1024: %w", o.depth, cuda.ErrInvalidValue)
-	}
-	if o.parallelism < 1 || o.parallelism > 4096 {
-		return o, fmt.Errorf("transfer: WithParallelism(%d): must be 1 to 4096: %w", o.parallelism, cuda.ErrInvalidValue)
-	}
-	if o.stageFlags&pinmem.WriteCombined != 0 {
-		return o, fmt.Errorf("transfer: WithStageFlags(%v): write-combined staging buffers are refused (device-to-host staging reads them with the CPU): %w", o.stageFlags, cuda.ErrInvalidValue)
-	}
-	if o.wait > WaitPoll {
-		return o, fmt.Errorf("transfer: WithWait(%v): unknown wait mode: %w", o.wait, cuda.ErrInvalidValue)
-	}
-	if o.cacheLimit < 0 {
-		return o, fmt.Errorf("transfer: WithRegistrationCache(%d): the limit must not be negative: %w", o.cacheLimit, cuda.ErrInvalidValue)
-	}
-	if o.cacheMin < 0 {
-		return o, fmt.Errorf("transfer: WithRegistrationMin(%d): must not be negative: %w", o.cacheMin, cuda.ErrInvalidValue)
-	}
 	return o, nil
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/track"
 )
@@ -178,8 +179,8 @@ func LaunchWork(f *cuda.Function, grid, block cuda.Dim3, args func(ch Chunk) []a
 }
 
 // NewPipeline creates a Pipeline: its streams, events and per-slot device
-// memory. An invalid option is reported here, naming it. The caller must
-// Close it; closing the Copier first makes the Pipeline's Run fail with
+// memory. A refused option is a *pinmem.OptionError (matching
+// cuda.ErrInvalidValue) naming it. The caller must Close it; closing the Copier first makes the Pipeline's Run fail with
 // ErrClosed.
 func (c *Copier) NewPipeline(opts ...PipelineOption) (*Pipeline, error) {
 	retryOrphans()
@@ -191,23 +192,8 @@ func (c *Copier) NewPipeline(opts ...PipelineOption) (*Pipeline, error) {
 	}
 	defer c.end()
 	cfg := pipelineConfig{chunkSize: DefaultChunkSize, streams: DefaultStreams}
-	for i, f := range opts {
-		if f == nil {
-			return nil, fmt.Errorf("transfer: pipeline option %d is nil: %w", i, cuda.ErrInvalidValue)
-		}
-		f(&cfg)
-	}
-	if cfg.chunkSize <= 0 {
-		return nil, fmt.Errorf("transfer: WithChunkSize(%d): the size must be positive: %w", cfg.chunkSize, cuda.ErrInvalidValue)
-	}
-	if cfg.streams <= 0 || cfg.streams > 1024 {
-		return nil, fmt.Errorf("transfer: WithStreams(%d): must be 1 to 1024: %w", cfg.streams, cuda.ErrInvalidValue)
-	}
-	if cfg.inFlight == 0 {
-		cfg.inFlight = 2 * cfg.streams
-	}
-	if cfg.inFlight < 0 || cfg.inFlight > 4096 {
-		return nil, fmt.Errorf("transfer: WithInFlight(%d): must be 1 to 4096: %w", cfg.inFlight, cuda.ErrInvalidValue)
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
 	}
 	s, err := newPipelineState(c.copier, cfg)
 	if err != nil {
@@ -216,6 +202,32 @@ func (c *Copier) NewPipeline(opts ...PipelineOption) (*Pipeline, error) {
 	p := &Pipeline{pipeline: s}
 	p.cleanup = runtime.AddCleanup(p, func(s *pipeline) { s.dropped() }, s)
 	return p, nil
+}
+
+// apply applies opts to cfg and checks the result: a refused option is a
+// *pinmem.OptionError.
+func (cfg *pipelineConfig) apply(opts []PipelineOption) error {
+	refuse := func(opt string, v any, reason string) error {
+		return &pinmem.OptionError{Func: "Copier.NewPipeline", Option: opt, Value: fmt.Sprint(v), Reason: reason}
+	}
+	for i, f := range opts {
+		if f == nil {
+			return refuse("PipelineOption", "nil", fmt.Sprintf("option %d is nil", i))
+		}
+		f(cfg)
+	}
+	if cfg.inFlight == 0 {
+		cfg.inFlight = 2 * cfg.streams
+	}
+	switch {
+	case cfg.chunkSize <= 0:
+		return refuse("WithChunkSize", cfg.chunkSize, "the size must be positive")
+	case cfg.streams <= 0 || cfg.streams > 1024:
+		return refuse("WithStreams", cfg.streams, "must be 1 to 1024")
+	case cfg.inFlight < 0 || cfg.inFlight > 4096:
+		return refuse("WithInFlight", cfg.inFlight, "must be 1 to 4096")
+	}
+	return nil
 }
 
 func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
