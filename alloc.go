@@ -13,7 +13,6 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/hostptr"
-	"github.com/pinmem/pinmem/internal/pinopt"
 	"github.com/pinmem/pinmem/internal/testhook"
 	"github.com/pinmem/pinmem/internal/track"
 )
@@ -51,17 +50,18 @@ func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
 // memory is zeroed for pinmem's own mappings; cuMemHostAlloc memory is as
 // the driver returns it (normally zeroed pages, not guaranteed).
 //
-// Errors, all before any driver call unless said otherwise: an option with
-// a bad value (the error names it), a size <= 0 or above MaxSize, unknown
-// flags, or flags that contradict each other or the
-// method (ReadOnly with MethodHostAlloc, WriteCombined with
-// MethodMmapRegister or ReadOnly) match cuda.ErrInvalidValue; flags or a method
+// Errors, all before any driver call unless said otherwise: a nil option
+// or one with a bad value is an *OptionError with Func "pinmem.Alloc"
+// naming it; a size <= 0 or above MaxSize, unknown flags, or flags that
+// contradict each other or the method (ReadOnly with MethodHostAlloc,
+// WriteCombined with MethodMmapRegister or ReadOnly) match
+// cuda.ErrInvalidValue, as an *OptionError does; flags or a method
 // the device cannot serve (Mapped without CanMapHostMemory, ReadOnly or
 // MethodMmapRegister without host registration support) match
 // cuda.ErrNotSupported; a request over the budget is a *BudgetError; an
 // allocation failure of the driver or the host is an *OutOfMemoryError.
 func Alloc(size int, flags Flags, opts ...Option) (*Buffer, error) {
-	o, err := buildOptions(opts)
+	o, err := buildOptions("pinmem.Alloc", opts)
 	var b *Buffer
 	if err == nil {
 		b, err = alloc(size, flags, o)
@@ -103,7 +103,7 @@ func alloc(size int, flags Flags, o options) (*Buffer, error) {
 	if flags&WriteCombined != 0 && flags&ReadOnly != 0 {
 		return nil, fmt.Errorf("pinmem: Alloc with %s: write-combined memory comes from cuMemHostAlloc, read-only from registration: %w", flags, cuda.ErrInvalidValue)
 	}
-	switch o.method {
+	switch Method(o.Method) {
 	case MethodAuto:
 	case MethodHostAlloc:
 		if flags&ReadOnly != 0 {
@@ -121,7 +121,7 @@ func alloc(size int, flags Flags, o options) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	method := o.method
+	method := Method(o.Method)
 	if method == MethodAuto {
 		switch {
 		case flags&ReadOnly != 0:
@@ -193,8 +193,8 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 	}
 	start := time.Now()
 	huge := thpAvailable()
-	if o.huge != nil {
-		huge = *o.huge && huge
+	if o.Huge != nil {
+		huge = *o.Huge && huge
 	}
 	p, hugeOn, err := mapAnon(length, huge)
 	if err != nil {
@@ -206,7 +206,7 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 	}
 	placed := placeMapping(t, p, length, o) // before any page is touched
 	mapped := time.Since(start)
-	touch(p, length, o.threads, hugeOn)
+	touch(p, length, o.Threads, hugeOn)
 	touched := time.Since(start)
 	var chunks []chunk
 	err = t.do(func() (err error) {
@@ -424,10 +424,11 @@ func keepOrphan(s *bufState, reserved int64) {
 //
 // Flags may be Portable, Mapped and ReadOnly; WriteCombined is refused with
 // cuda.ErrInvalidValue. An empty mem is cuda.ErrInvalidValue; a device that cannot
-// register host memory gives cuda.ErrNotSupported. Options are checked and the
-// budget applies as for Alloc.
+// register host memory gives cuda.ErrNotSupported. Options are checked as
+// for Alloc (an *OptionError with Func "pinmem.Register") and the budget
+// applies as for Alloc.
 func Register(mem []byte, flags Flags, opts ...Option) (*Buffer, error) {
-	o, err := buildOptions(opts)
+	o, err := buildOptions("pinmem.Register", opts)
 	var b *Buffer
 	if err == nil {
 		b, err = register(mem, flags, o)
@@ -514,10 +515,6 @@ func registerClaimed(mem []byte, p hostptr.Ptr, lo, hi uintptr, flags Flags, o o
 }
 
 func init() {
-	pinopt.Check = func(opts any) error {
-		_, err := buildOptions(opts.([]Option))
-		return err
-	}
 	testhook.SetRegChunk = func(n uintptr) func() {
 		old := regChunk
 		regChunk = n

@@ -77,7 +77,7 @@ func resolve(o options) (target, error) {
 	if err != nil {
 		return target{}, fmt.Errorf("pinmem: %w", cudaerr.Public(err))
 	}
-	dev := o.dev
+	dev := o.Dev
 	if dev == nil {
 		if dev, err = cuda.GetDevice(0); err != nil {
 			return target{}, fmt.Errorf("pinmem: %w", err)

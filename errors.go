@@ -19,11 +19,15 @@ var (
 	ErrNotMapped = errors.New("pinmem: buffer not mapped into the device address space")
 )
 
-// OptionError is returned by a constructor (pool.New, ...) for an option it
-// refuses. It matches cuda.ErrInvalidValue. Every package of pinmem uses
-// this one type.
+// OptionError is returned for an option that a function taking options
+// (Alloc, Register, pool.New, blocks.New, load.New, transfer.New ...)
+// refuses, or a nil option. It matches cuda.ErrInvalidValue. Every package
+// of pinmem uses this one type. A function that checks options meant for
+// another (pool.New those of pool.WithFlags, which pinmem.Alloc takes)
+// refuses them as that one would, under its own Func, with Option
+// qualified ("pinmem.WithThreads").
 type OptionError struct {
-	Func   string // the constructor, e.g. "pool.New"
+	Func   string // the function, e.g. "pool.New" or "pinmem.Alloc"
 	Option string // the option's name, e.g. "WithPrewarm"
 	Value  string // its arguments as given, e.g. "0, 1"
 	Reason string // why they were refused

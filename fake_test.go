@@ -424,21 +424,44 @@ func TestBadInput(t *testing.T) {
 			t.Logf("%s: %v", tc.name, err)
 		}
 	}
+	// Every refused option is an *OptionError of the function given it,
+	// naming the option and its value.
+	dev0, err := cuda.GetDevice(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc := func(opts ...Option) func() error {
+		return func() error { _, err := Alloc(8<<20, 0, opts...); return err }
+	}
+	register := func(opts ...Option) func() error {
+		return func() error { _, err := Register(make([]byte, 4096), 0, opts...); return err }
+	}
 	for _, tc := range []struct {
-		option string
-		call   func() error
+		fn, option, value string
+		call              func() error
 	}{
-		{"WithThreads(-1)", func() error { _, err := Alloc(8<<20, 0, WithThreads(-1)); return err }},
-		{"WithThreads(0)", func() error { _, err := Alloc(4096, 0, WithThreads(0)); return err }},
-		{"WithThreads(-1)", func() error { _, err := Register(make([]byte, 4096), 0, WithThreads(-1)); return err }},
-		{"WithNUMANode(-7)", func() error { _, err := Alloc(8<<20, 0, WithNUMANode(-7)); return err }},
-		{"WithDevice(nil)", func() error { _, err := Alloc(4096, 0, WithDevice(nil)); return err }},
-		{"WithMethod(method(9))", func() error { _, err := Alloc(4096, 0, WithMethod(9)); return err }},
-		{"WithMethod(method(9))", func() error { _, err := Register(make([]byte, 4096), 0, WithMethod(9)); return err }},
+		{"pinmem.Alloc", "WithThreads", "-1", alloc(WithThreads(-1))},
+		{"pinmem.Alloc", "WithThreads", "0", alloc(WithThreads(0))},
+		{"pinmem.Alloc", "WithThreads", "65537", alloc(WithThreads(1<<16 + 1))},
+		{"pinmem.Register", "WithThreads", "-1", register(WithThreads(-1))},
+		{"pinmem.Alloc", "WithNUMANode", "-7", alloc(WithNUMANode(-7))},
+		{"pinmem.Register", "WithNUMANode", "-3", register(WithNUMANode(-3))},
+		{"pinmem.Alloc", "WithDevice", "nil", alloc(WithDevice(nil))},
+		{"pinmem.Register", "WithDevice", "nil", register(WithDevice(nil))},
+		{"pinmem.Alloc", "WithMethod", "9", alloc(WithMethod(9))},
+		{"pinmem.Register", "WithMethod", "9", register(WithMethod(9))},
+		{"pinmem.Alloc", "Option", "nil", alloc(WithThreads(1), nil)},
+		{"pinmem.Register", "Option", "nil", register(nil)},
+		{"pinmem.Alloc", "WithThreads", "0", alloc(WithDevice(nil), WithThreads(0), WithDevice(dev0))}, // an option's last value counts
 	} {
 		err := tc.call()
-		if !errors.Is(err, cuda.ErrInvalidValue) || !strings.Contains(fmt.Sprint(err), tc.option) {
-			t.Errorf("%s: got %v, want ErrInvalidValue naming the option", tc.option, err)
+		var oe *OptionError
+		if !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &oe) || oe.Func != tc.fn || oe.Option != tc.option || oe.Value != tc.value || oe.Reason == "" {
+			t.Errorf("%s: %s(%s): got %v (%#v), want an *OptionError naming the option", tc.fn, tc.option, tc.value, err, oe)
+			continue
+		}
+		if want := tc.fn + ": " + tc.option + "(" + tc.value + "): "; !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("message %q does not start with %q", err, want)
 		}
 	}
 	if got := pinCalls(d); got != calls {
@@ -446,9 +469,6 @@ func TestBadInput(t *testing.T) {
 	}
 	if freed.Bytes() != nil || freed.Len() != 0 {
 		t.Error("freed buffer still has bytes")
-	}
-	if _, err := Alloc(4096, 0, nil); !errors.Is(err, cuda.ErrInvalidValue) {
-		t.Errorf("a nil option: %v, want ErrInvalidValue", err)
 	}
 	for _, ok := range []Option{WithThreads(1), WithNUMANode(NUMANone), WithNUMANode(NUMAAuto), WithNUMANode(3)} {
 		b, err := Alloc(4096, 0, ok)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/pinopt"
 )
 
 // Flags select how memory is pinned. The zero value is plain pinned memory
@@ -195,77 +196,44 @@ func (m Method) String() string {
 // Mappings under 2 MiB are rounded to the page, not to a huge page.
 const AutoMmapThreshold = 256 << 10
 
-// options are Alloc's and Register's settings, as the options set them;
-// validate checks them.
-type options struct {
-	dev     *cuda.Device
-	devSet  bool // WithDevice was given
-	method  Method
-	huge    *bool
-	threads int // 0: not given (runtime.NumCPU())
-	thrSet  bool
-	numa    numaOptions // NUMA placement of pinmem's own mappings (numa.go)
-}
+// options are Alloc's and Register's settings, as the options set them.
+type options = pinopt.Options
 
 // Option sets an option of Alloc or Register. Options only record their
-// values: Alloc and Register check them and return an error matching
-// cuda.ErrInvalidValue that names the option with a bad value.
-type Option func(*options)
+// values: Alloc and Register check them before anything else and return an
+// *OptionError, which matches cuda.ErrInvalidValue, naming an option with
+// a bad value (or a nil option).
+type Option func(*pinopt.Options)
 
 // WithDevice pins the memory for device d (its primary context). The
 // default is device 0; a nil d is an error.
-func WithDevice(d *cuda.Device) Option { return func(o *options) { o.dev, o.devSet = d, true } }
+func WithDevice(d *cuda.Device) Option { return func(o *options) { o.Dev, o.DevSet = d, true } }
 
 // WithMethod chooses how Alloc obtains the memory (default MethodAuto); a
-// Method other than the constants is an error. Register ignores it.
-func WithMethod(m Method) Option { return func(o *options) { o.method = m } }
+// Method other than the constants is an error. Register ignores the
+// method but refuses an unknown one as Alloc does.
+func WithMethod(m Method) Option { return func(o *options) { o.Method = uint8(m) } }
 
 // WithHugePages turns transparent huge pages for pinmem's own mappings on
 // or off. The default is on when the kernel offers them (THP mode
 // "madvise" or "always"); off asks the kernel not to use them
 // (MADV_NOHUGEPAGE).
-func WithHugePages(on bool) Option { return func(o *options) { o.huge = &on } }
+func WithHugePages(on bool) Option { return func(o *options) { o.Huge = &on } }
 
 // WithThreads sets how many goroutines fault in the pages of a mapping
-// before it is registered: at least 1. The default is runtime.NumCPU().
-func WithThreads(n int) Option { return func(o *options) { o.threads, o.thrSet = n, true } }
+// before it is registered: 1 to 65536. The default is runtime.NumCPU().
+func WithThreads(n int) Option { return func(o *options) { o.Threads, o.ThrSet = n, true } }
 
-// maxThreads bounds WithThreads: more goroutines than this only cost.
-const maxThreads = 1 << 16
-
-// buildOptions applies opts and validates the result.
-func buildOptions(opts []Option) (options, error) {
-	var o options
-	for i, fn := range opts {
-		if fn == nil {
-			return options{}, fmt.Errorf("pinmem: option %d is nil: %w", i, cuda.ErrInvalidValue)
-		}
-		fn(&o)
+// buildOptions applies opts for fn ("pinmem.Alloc" or "pinmem.Register")
+// and validates them (internal/pinopt, as pool.New does), returning an
+// *OptionError for the first one refused.
+func buildOptions(fn string, opts []Option) (options, error) {
+	o, r := pinopt.Build(opts)
+	if r != nil {
+		return options{}, &OptionError{Func: fn, Option: r.Option, Value: r.Value, Reason: r.Reason}
 	}
-	if err := o.validate(); err != nil {
-		return options{}, err
-	}
-	if !o.thrSet {
-		o.threads = runtime.NumCPU()
+	if !o.ThrSet {
+		o.Threads = runtime.NumCPU()
 	}
 	return o, nil
-}
-
-func (o *options) validate() error {
-	bad := func(opt string, v any, why string) error {
-		return fmt.Errorf("pinmem: option %s(%v): %s: %w", opt, v, why, cuda.ErrInvalidValue)
-	}
-	if o.devSet && o.dev == nil {
-		return bad("WithDevice", "nil", "no device")
-	}
-	if o.method > MethodMmapRegister {
-		return bad("WithMethod", o.method, "unknown method")
-	}
-	if o.thrSet && (o.threads < 1 || o.threads > maxThreads) {
-		return bad("WithThreads", o.threads, fmt.Sprintf("want 1..%d goroutines", maxThreads))
-	}
-	if o.numa.set && o.numa.node < 0 && o.numa.node != NUMAAuto && o.numa.node != NUMANone {
-		return bad("WithNUMANode", o.numa.node, "want a node number, NUMAAuto or NUMANone")
-	}
-	return nil
 }

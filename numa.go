@@ -44,34 +44,20 @@ const (
 	NUMANone = -1
 )
 
-// numaOptions are the NUMA settings of Alloc.
-type numaOptions struct {
-	node int  // NUMAAuto (the zero value is mapped to it by numaNodeOpt), NUMANone or a node
-	set  bool // WithNUMANode was given
-	bind bool // MPOL_BIND instead of MPOL_PREFERRED
-}
-
-func (n numaOptions) requested() int {
-	if !n.set {
-		return NUMAAuto
-	}
-	return n.node
-}
-
 // WithNUMANode places pinmem's own mappings on NUMA node n (a node number,
 // NUMAAuto or NUMANone). It has no effect on cuMemHostAlloc memory, whose
 // placement the driver decides, nor on Register. A negative n other than
-// NUMAAuto and NUMANone is an error of Alloc; a node the host does not have
+// NUMAAuto and NUMANone is an error (of Register too); a node the host does not have
 // is not: the buffer is allocated unplaced and Buffer.Placement says why.
 func WithNUMANode(n int) Option {
-	return func(o *options) { o.numa.node, o.numa.set = n, true }
+	return func(o *options) { o.NUMA.Node, o.NUMA.Set = n, true }
 }
 
 // WithNUMABind makes placement strict: mbind with MPOL_BIND, so the pages
 // come only from the chosen node (an allocation larger than the node's free
 // memory then fails when pages are faulted in, instead of spilling over to
 // other nodes as MPOL_PREFERRED, the default, lets it).
-func WithNUMABind(on bool) Option { return func(o *options) { o.numa.bind = on } }
+func WithNUMABind(on bool) Option { return func(o *options) { o.NUMA.Bind = on } }
 
 // Placement methods reported in Placement.Method.
 const (
@@ -179,7 +165,7 @@ var firstTouchFunc = firstTouch
 // placeMapping places a fresh, untouched mapping for the target device as
 // o asks. It never fails: what could not be done is in the result's Note.
 func placeMapping(t target, p hostptr.Ptr, length uintptr, o options) *Placement {
-	req := o.numa.requested()
+	req := o.NUMA.Requested()
 	pl := &Placement{Node: -1, Requested: req, Method: PlaceNone}
 	node := req
 	switch {
@@ -200,10 +186,10 @@ func placeMapping(t target, p hostptr.Ptr, length uintptr, o options) *Placement
 			return pl
 		}
 	}
-	err := mbindFunc(p, length, node, o.numa.bind)
+	err := mbindFunc(p, length, node, o.NUMA.Bind)
 	if err == nil {
 		pl.Node, pl.Method = node, PlaceMbindPref
-		if o.numa.bind {
+		if o.NUMA.Bind {
 			pl.Method = PlaceMbindBind
 		}
 		return pl
@@ -213,7 +199,7 @@ func placeMapping(t target, p hostptr.Ptr, length uintptr, o options) *Placement
 		pl.Note = fmt.Sprintf("mbind to node %d failed (%v) and the node's CPUs are unknown: not placed", node, err)
 		return pl
 	}
-	if terr := firstTouchFunc(p, length, cpus, o.threads); terr != nil {
+	if terr := firstTouchFunc(p, length, cpus, o.Threads); terr != nil {
 		pl.Note = fmt.Sprintf("mbind to node %d failed (%v); first touch on its CPUs failed too (%v): not placed", node, err, terr)
 		return pl
 	}

@@ -26,7 +26,9 @@
 // pinned all through (the driver's pointer attributes decide, so memory
 // pinned by pinmem and by other libraries is accepted alike), or a byte
 // that one copy of the call writes and another reads or writes. Host
-// memory that is not pinned goes through package transfer instead.
+// memory that is not pinned goes through package transfer instead. New
+// refuses a bad option with a *pinmem.OptionError naming it, which
+// matches cuda.ErrInvalidValue too.
 package blocks
 
 import (
@@ -36,6 +38,7 @@ import (
 	"runtime"
 	"sync/atomic"
 
+	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudaerr"
@@ -133,12 +136,14 @@ type Report struct {
 	Calls int
 }
 
-// ArgError is an argument New or Copy refused before doing anything. It
-// matches cuda.ErrInvalidValue through errors.Is; its message says which
+// ArgError is an argument Copy or Close refused before doing anything, or
+// New's nil context (New's options are refused with a *pinmem.OptionError).
+// It matches cuda.ErrInvalidValue through errors.Is; its message says which
 // value is wrong and why.
 type ArgError struct {
 	// List is the list at fault (its index among Copy's lists), or -1 when
-	// the fault is not a list's (New's arguments, Copy's ctx).
+	// the fault is not a list's (New's context, Copy's ctx, a Copier not
+	// made by New).
 	List int
 	// Block is the block at fault within the list, or -1 when the fault is
 	// not one block's (the list's stream, its length).
@@ -173,7 +178,8 @@ type options struct {
 }
 
 // WithStrategy makes every Copy use s instead of Auto. Kernel needs
-// WithKernel too.
+// WithKernel too; New refuses it without, and a Strategy other than the
+// constants.
 func WithStrategy(s Strategy) Option { return func(o *options) { o.strategy = s } }
 
 // WithKernel loads the gather/scatter kernel into the Copier's context
@@ -184,8 +190,12 @@ func WithStrategy(s Strategy) Option { return func(o *options) { o.strategy = s 
 // always map to one). On an H200 the kernel was the fastest strategy at
 // every block size from 16 to 256 KiB, one way. It runs on the SMs beside
 // the caller's kernels; the tables, 4 x 24 x maxBlocks bytes, are pinned
-// by the driver outside pinmem's budget.
+// by the driver outside pinmem's budget. WithKernel(0) loads no kernel;
+// New refuses a negative maxBlocks and one above 1<<26.
 func WithKernel(maxBlocks int) Option { return func(o *options) { o.maxBlocks = maxBlocks } }
+
+// maxKernelBlocks bounds WithKernel: the tables of 1<<26 blocks take 6 GiB.
+const maxKernelBlocks = 1 << 26
 
 // Copier copies lists of blocks on the streams of one context. It is safe
 // for concurrent use; with a kernel, calls take its tables in turn, each
@@ -234,27 +244,33 @@ func (c *Copier) usable(ctx context.Context) error {
 	return nil
 }
 
-// New returns a Copier for the streams of c. With WithKernel it loads the
-// kernel: a driver that cannot load its PTX (ISA 7.0) gives an error
-// matching cuda.ErrKernelImage, a device that cannot map host memory one
-// matching cuda.ErrNotSupported or the driver's refusal.
+// New returns a Copier for the streams of c. A nil c is an *ArgError; a
+// nil option or one with a bad value is a *pinmem.OptionError with Func
+// "blocks.New" naming it; both match cuda.ErrInvalidValue. With WithKernel
+// New loads the kernel: a driver that cannot load its PTX (ISA 7.0) gives
+// an error matching cuda.ErrKernelImage, a device that cannot map host
+// memory one matching cuda.ErrNotSupported or the driver's refusal.
 func New(c *cuda.Context, opts ...Option) (*Copier, error) {
+	if c == nil {
+		return nil, argErr(-1, -1, "nil context")
+	}
 	var o options
 	for i, f := range opts {
 		if f == nil {
-			return nil, argErr(-1, -1, "option %d is nil", i)
+			return nil, &pinmem.OptionError{Func: "blocks.New", Option: "Option", Value: "nil", Reason: fmt.Sprintf("option %d is nil", i)}
 		}
 		f(&o)
 	}
+	refuse := func(opt string, v any, reason string) (*Copier, error) {
+		return nil, &pinmem.OptionError{Func: "blocks.New", Option: opt, Value: fmt.Sprint(v), Reason: reason}
+	}
 	switch {
-	case c == nil:
-		return nil, argErr(-1, -1, "nil context")
 	case o.strategy > Kernel:
-		return nil, argErr(-1, -1, "WithStrategy(%v): no such strategy", o.strategy)
+		return refuse("WithStrategy", o.strategy, "no such strategy (want Auto, DriverBatch, PerCopy or Kernel)")
 	case o.strategy == Kernel && o.maxBlocks == 0:
-		return nil, argErr(-1, -1, "WithStrategy(Kernel) needs WithKernel")
-	case o.maxBlocks < 0 || o.maxBlocks > 1<<26:
-		return nil, argErr(-1, -1, "WithKernel(%d): want 1 to %d blocks", o.maxBlocks, 1<<26)
+		return refuse("WithStrategy", o.strategy, "the kernel strategy needs WithKernel")
+	case o.maxBlocks < 0 || o.maxBlocks > maxKernelBlocks:
+		return refuse("WithKernel", o.maxBlocks, fmt.Sprintf("want 1 to %d blocks", maxKernelBlocks))
 	}
 	if err := c.Do(func() error { return nil }); err != nil { // a destroyed context
 		return nil, err

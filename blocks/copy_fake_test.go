@@ -380,20 +380,27 @@ func TestFakeRefused(t *testing.T) {
 // TestFakeNew: New's refusals, and Close.
 func TestFakeNew(t *testing.T) {
 	e := newEnv(t, fakedrv.Options{}, 4096, 2, 0)
-	for name, opts := range map[string][]blocks.Option{
-		"nil option":           {nil},
-		"strategy 9":           {blocks.WithStrategy(9)},
-		"kernel strategy only": {blocks.WithStrategy(blocks.Kernel)},
-		"kernel of 0 blocks":   {blocks.WithStrategy(blocks.Kernel), blocks.WithKernel(0)},
-		"kernel of -1 blocks":  {blocks.WithKernel(-1)},
+	for _, tc := range []struct {
+		name          string
+		opts          []blocks.Option
+		option, value string
+	}{
+		{"nil option", []blocks.Option{blocks.WithKernel(8), nil}, "Option", "nil"},
+		{"strategy 9", []blocks.Option{blocks.WithStrategy(9)}, "WithStrategy", "Strategy(9)"},
+		{"kernel strategy only", []blocks.Option{blocks.WithStrategy(blocks.Kernel)}, "WithStrategy", "kernel"},
+		{"kernel of 0 blocks", []blocks.Option{blocks.WithStrategy(blocks.Kernel), blocks.WithKernel(0)}, "WithStrategy", "kernel"},
+		{"kernel of -1 blocks", []blocks.Option{blocks.WithKernel(-1)}, "WithKernel", "-1"},
+		{"kernel of 1<<26+1 blocks", []blocks.Option{blocks.WithKernel(1<<26 + 1)}, "WithKernel", "67108865"},
 	} {
-		var ae *blocks.ArgError
-		if _, err := blocks.New(e.ctx, opts...); !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &ae) || ae.List != -1 {
-			t.Errorf("%s: %v, want an *ArgError of no list", name, err)
+		bc, err := blocks.New(e.ctx, tc.opts...)
+		var oe *pinmem.OptionError
+		if bc != nil || !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &oe) || oe.Func != "blocks.New" || oe.Option != tc.option || oe.Value != tc.value || oe.Reason == "" {
+			t.Errorf("%s: %v (%#v), want a *pinmem.OptionError of blocks.New for %s(%s)", tc.name, err, oe, tc.option, tc.value)
 		}
 	}
-	if _, err := blocks.New(nil); !errors.Is(err, cuda.ErrInvalidValue) {
-		t.Errorf("nil context: %v", err)
+	var ae *blocks.ArgError
+	if _, err := blocks.New(nil, nil); !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &ae) || ae.List != -1 {
+		t.Errorf("nil context: %v, want an *ArgError of no list", err)
 	}
 	bc, err := blocks.New(e.ctx)
 	must(t, err)

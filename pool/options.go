@@ -3,10 +3,8 @@ package pool
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/pinmem/pinmem"
-	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/pinopt"
 )
 
@@ -32,16 +30,14 @@ const knownFlags = pinmem.Portable | pinmem.Mapped | pinmem.WriteCombined | pinm
 
 // check validates the options as New sees them.
 func (c *config) check() error {
-	pinErr := pinopt.Check(c.pinOpts) // what pinmem.Alloc would refuse
+	_, pinBad := pinopt.Build(c.pinOpts) // what pinmem.Alloc would refuse
 	switch {
 	case c.nameSet && c.name == "":
 		return &pinmem.OptionError{Func: "pool.New", Option: "WithName", Value: fmt.Sprintf("%q", c.name), Reason: "the name is empty"}
 	case c.flags&^knownFlags != 0:
 		return &pinmem.OptionError{Func: "pool.New", Option: "WithFlags", Value: fmt.Sprintf("%#x", uint32(c.flags)), Reason: fmt.Sprintf("unknown flag bits %#x", uint32(c.flags&^knownFlags))}
-	case pinErr != nil:
-		reason := strings.TrimPrefix(pinErr.Error(), "pinmem: ")
-		reason = "pinmem " + strings.TrimSuffix(reason, ": "+cuda.ErrInvalidValue.Error())
-		return &pinmem.OptionError{Func: "pool.New", Option: "WithFlags", Value: fmt.Sprintf("%#x, %d options", uint32(c.flags), len(c.pinOpts)), Reason: reason}
+	case pinBad != nil:
+		return &pinmem.OptionError{Func: "pool.New", Option: "pinmem." + pinBad.Option, Value: pinBad.Value, Reason: pinBad.Reason + " (in WithFlags)"}
 	case c.prewarmSet && (c.prewarmSize <= 0 || c.prewarmSize > maxSize):
 		return &pinmem.OptionError{Func: "pool.New", Option: "WithPrewarm", Value: fmt.Sprintf("%d, %d", c.prewarmSize, c.prewarmBytes),
 			Reason: fmt.Sprintf("block size outside [1, %d]", int64(maxSize))}
@@ -67,9 +63,12 @@ func WithName(name string) Option {
 // transfer.WithStageFlags does for a Copier's stages. Blocks of a Mapped
 // pool have device pointers. The default is no flags, on device 0, with
 // pinmem.MethodAuto (mmap + cuMemHostRegister for large allocations). New
-// refuses unknown flag bits and the options pinmem.Alloc would refuse (a
-// nil one, a nil device, an unknown method); combinations pinmem cannot
-// serve fail on the first Get that pins (or in New with WithPrewarm).
+// refuses unknown flag bits (Option "WithFlags") and the options
+// pinmem.Alloc would refuse, with the *pinmem.OptionError Alloc would
+// return but for Func "pool.New" and the option's name qualified (Option
+// "pinmem.WithThreads", "pinmem.Option" for a nil one); combinations
+// pinmem cannot serve fail on the first Get that pins (or in New with
+// WithPrewarm).
 func WithFlags(f pinmem.Flags, opts ...pinmem.Option) Option {
 	opts = slices.Clone(opts) // the caller's slice may change after New
 	return func(c *config) { c.flags, c.pinOpts = f, opts }

@@ -60,9 +60,9 @@ var poolSeq atomic.Uint64
 func New(opts ...Option) (*Pool, error) {
 	retryOrphans()
 	cfg := config{maxCached: -1}
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			return nil, &pinmem.OptionError{Func: "pool.New", Option: "Option", Value: "nil", Reason: "a nil option"}
+			return nil, &pinmem.OptionError{Func: "pool.New", Option: "Option", Value: "nil", Reason: fmt.Sprintf("option %d is nil", i)}
 		}
 		o(&cfg)
 	}

@@ -489,8 +489,9 @@ func TestNamesNeedNotBeUnique(t *testing.T) {
 	}
 }
 
-// TestOptionErrors: New refuses bad options with a *pinmem.OptionError naming
-// the option and its value, matching cuda.ErrInvalidValue.
+// TestOptionErrors: New refuses bad options, its own and pinmem's given to
+// WithFlags, with a *pinmem.OptionError naming the option and its value,
+// matching cuda.ErrInvalidValue.
 func TestOptionErrors(t *testing.T) {
 	useFake(t)
 	cases := []struct {
@@ -499,8 +500,13 @@ func TestOptionErrors(t *testing.T) {
 	}{
 		{[]Option{WithName("")}, "WithName", `""`},
 		{[]Option{WithFlags(1 << 9)}, "WithFlags", "0x200"},
-		{[]Option{WithFlags(0, pinmem.WithDevice(nil))}, "WithFlags", "0x0, 1 options"},
-		{[]Option{WithFlags(pinmem.Mapped, nil, pinmem.WithMethod(pinmem.Method(77)))}, "WithFlags", "0x2, 2 options"},
+		// pinmem's options in WithFlags, refused as pinmem.Alloc refuses them
+		{[]Option{WithFlags(0, pinmem.WithDevice(nil))}, "pinmem.WithDevice", "nil"},
+		{[]Option{WithFlags(pinmem.Mapped, pinmem.WithMethod(pinmem.Method(77)))}, "pinmem.WithMethod", "77"},
+		{[]Option{WithFlags(pinmem.Mapped, nil, pinmem.WithMethod(pinmem.Method(77)))}, "pinmem.Option", "nil"},
+		{[]Option{WithFlags(0, pinmem.WithThreads(0))}, "pinmem.WithThreads", "0"},
+		{[]Option{WithFlags(0, pinmem.WithThreads(1<<16+1))}, "pinmem.WithThreads", "65537"},
+		{[]Option{WithFlags(0, pinmem.WithNUMANode(-3))}, "pinmem.WithNUMANode", "-3"},
 		{[]Option{WithPrewarm(0, 1)}, "WithPrewarm", "0, 1"},
 		{[]Option{WithPrewarm(maxSize+1, 1)}, "WithPrewarm", fmt.Sprintf("%d, 1", maxSize+1)},
 		{[]Option{WithPrewarm(4096, -1)}, "WithPrewarm", "4096, -1"},
@@ -511,7 +517,7 @@ func TestOptionErrors(t *testing.T) {
 	for _, tc := range cases {
 		p, err := New(tc.opts...)
 		var oe *pinmem.OptionError
-		if p != nil || !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &oe) || oe.Option != tc.option || oe.Value != tc.arg {
+		if p != nil || !errors.Is(err, cuda.ErrInvalidValue) || !errors.As(err, &oe) || oe.Func != "pool.New" || oe.Option != tc.option || oe.Value != tc.arg {
 			t.Errorf("%s(%s): pool %v, error %v (%#v)", tc.option, tc.arg, p, err, oe)
 			continue
 		}

@@ -16,10 +16,11 @@ const module = "github.com/pinmem/pinmem"
 // is the root package pinmem). Data flows one way, from higher layers to
 // lower ones: a package may import only packages of a lower rank.
 var layer = map[string]int{
-	"internal/pinopt": -1, "internal/reclaim": -1, // pinmem's option check and budget reclaimers, for pool and transfer
+	"internal/reclaim": -1, // pinmem's budget reclaimers, for pool and transfer
 	"internal/hostptr": -1, "internal/testhook": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0, "internal/units": 0,
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
 	"internal/budgetspec": 2, // the budget as PINMEM_BUDGET and the command give it
+	"internal/pinopt":     2, // pinmem's options (a *cuda.Device among them) and their validation, for pinmem and pool
 	"internal/cudaerr":    2, // the binding's errors as cuda's types, for the packages above cuda that call the binding
 	"internal/testutil":   3, "": 3,
 	"pool": 4, "cudatest": 4, "blocks": 4,
