@@ -176,6 +176,7 @@ func TestFakeOptionsRejected(t *testing.T) {
 		{WithStageSize(0), "WithStageSize"}, {WithDepth(0), "WithDepth"}, {WithParallelism(0), "WithParallelism"},
 		{WithStageFlags(pinmem.WriteCombined), "WithStageFlags"}, {WithRegistrationCache(-1), "WithRegistrationCache"},
 		{WithRegistrationMin(-1), "WithRegistrationMin"}, {WithWait(WaitPoll + 1), "WithWait"}, {nil, "Option"},
+		{WithStageFlags(0, pinmem.WithThreads(0)), "pinmem.WithThreads"},
 	}
 	check := func(what, name string, err error) {
 		t.Helper()

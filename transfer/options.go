@@ -7,6 +7,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/pinopt"
 )
 
 // Copier defaults, chosen for a PCIe Gen5 x16 GPU on a 16-core host.
@@ -179,7 +180,8 @@ func WithRegistrationMin(n int) Option { return func(o *options) { o.cacheMin = 
 // WithStageFlags sets the pinmem flags and options the staging buffers are
 // allocated with (default: no flags, on the Copier's device). WriteCombined
 // is refused: device-to-host staging reads the stages with the CPU, which
-// is very slow on write-combined memory.
+// is very slow on write-combined memory; so are the pinmem options
+// pinmem.Alloc would refuse (checked by New).
 func WithStageFlags(f pinmem.Flags, opts ...pinmem.Option) Option {
 	return func(o *options) { o.stageFlags, o.stageOpts = f, opts }
 }
@@ -193,6 +195,13 @@ func WithStageFlags(f pinmem.Flags, opts ...pinmem.Option) Option {
 // zero and a transfer makes no driver call and no system call beyond its
 // copies; Bytes, StagedBytes, DirectBytes, Stages and Wall are always set.
 func WithStats(on bool) Option { return func(o *options) { o.stats = on } }
+
+// badStageOpt returns what pinmem.Alloc would refuse in the pinmem options
+// of WithStageFlags, or nil.
+func badStageOpt(opts []pinmem.Option) *pinopt.Refusal {
+	_, r := pinopt.Build(opts)
+	return r
+}
 
 func buildOptions(fn string, opts []Option) (options, error) {
 	o := options{
@@ -222,6 +231,9 @@ func buildOptions(fn string, opts []Option) (options, error) {
 		return refuse("WithParallelism", o.parallelism, "must be 1 to 4096")
 	case o.stageFlags&pinmem.WriteCombined != 0:
 		return refuse("WithStageFlags", o.stageFlags, "write-combined staging buffers are refused (device-to-host staging reads them with the CPU)")
+	case badStageOpt(o.stageOpts) != nil:
+		r := badStageOpt(o.stageOpts)
+		return refuse("pinmem."+r.Option, r.Value, r.Reason+" (in WithStageFlags)")
 	case o.wait > WaitPoll:
 		return refuse("WithWait", o.wait, "unknown wait mode")
 	case o.cacheLimit < 0:
