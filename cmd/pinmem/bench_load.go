@@ -437,7 +437,7 @@ func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, o
 		return nil, fmt.Errorf("allocating %d bytes of device memory: %w", cfg.Size, err)
 	}
 	defer func() { _ = dst.Free() }()
-	r := &loadRun{ctx: ctx, gpu: gpu, cfg: cfg, opts: opts, dst: dst, crcs: crcs, progress: progress}
+	r := &loadRun{rowLog: rowLog{progress: progress}, ctx: ctx, gpu: gpu, cfg: cfg, opts: opts, dst: dst, crcs: crcs}
 	warmLoader, err := load.New(gpu, opts...)
 	if err != nil {
 		return nil, err
@@ -452,24 +452,13 @@ func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, o
 // loadRun is one run of the load bench: the device memory the file is
 // loaded into, the file's checksums to verify it by, and the rows so far.
 type loadRun struct {
-	ctx      context.Context
-	gpu      *cuda.Context
-	cfg      loadBenchConfig
-	opts     []load.Option
-	dst      *cuda.DeviceBuffer
-	crcs     []uint32
-	progress io.Writer
-	rs       []bench.Result
-}
-
-// add appends rows, each also a progress line.
-func (r *loadRun) add(part []bench.Result) {
-	for _, row := range part {
-		r.rs = append(r.rs, row)
-		if r.progress != nil {
-			fmt.Fprintf(r.progress, "pinmem: %s\n", row)
-		}
-	}
+	rowLog
+	ctx  context.Context
+	gpu  *cuda.Context
+	cfg  loadBenchConfig
+	opts []load.Option
+	dst  *cuda.DeviceBuffer
+	crcs []uint32
 }
 
 // loader returns a loader of the run's options and then extra.
