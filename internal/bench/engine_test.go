@@ -134,6 +134,9 @@ func TestPinOverlapZeroCopyOnFakeDriver(t *testing.T) {
 		if r.Skipped || !r.Verified || r.Median <= 0 {
 			t.Errorf("overlap result %+v", r)
 		}
+		if pipeline := r.Bench == "overlap" && r.Unit == Ms; pipeline && (s.KernelError() != nil) != strings.Contains(r.Note, "copies only, no kernel") {
+			t.Errorf("overlap result %+v: its note should say whether the kernel ran (kernel error %v)", r, s.KernelError())
+		}
 	}
 	for _, k := range []string{KindPinned, VariantBound, VariantPageableSync, VariantPinned1, "pinned-2streams", KindPageable} {
 		if !kinds[k] {
