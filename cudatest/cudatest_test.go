@@ -46,6 +46,48 @@ func newCopier(t *testing.T, ctx *cuda.Context) *transfer.Copier {
 	return c
 }
 
+// kernelFunc registers body as the fake kernel name taking nargs
+// arguments and returns its Function, looked up in a module unloaded when
+// t ends.
+func kernelFunc(t *testing.T, d *cudatest.Driver, ctx *cuda.Context, name string, nargs int, body func(*cudatest.Kernel) error) *cuda.Function {
+	t.Helper()
+	if err := d.RegisterKernel(name, nargs, body); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := ctx.LoadModule([]byte("// fake PTX\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mod.Destroy() })
+	fn, err := mod.Function(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fn
+}
+
+// newStream returns a stream of ctx destroyed when t ends.
+func newStream(t *testing.T, ctx *cuda.Context, flags cuda.StreamFlags) *cuda.Stream {
+	t.Helper()
+	s, err := ctx.NewStream(flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	return s
+}
+
+// deviceBuf returns n bytes of device memory of ctx freed when t ends.
+func deviceBuf(t *testing.T, ctx *cuda.Context, n int) *cuda.DeviceBuffer {
+	t.Helper()
+	buf, err := ctx.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { buf.Free() })
+	return buf
+}
+
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)
 	for i := range b {

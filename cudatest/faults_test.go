@@ -31,16 +31,7 @@ func memsetOn(t *testing.T, s *cuda.Stream, buf *cuda.DeviceBuffer, ev *cuda.Eve
 // when t ends.
 func streamBufEvent(t *testing.T, ctx *cuda.Context) (*cuda.Stream, *cuda.DeviceBuffer, *cuda.Event) {
 	t.Helper()
-	s, err := ctx.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Destroy() })
-	buf, err := ctx.Alloc(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { buf.Free() })
+	s, buf := newStream(t, ctx, cuda.StreamNonBlocking), deviceBuf(t, ctx, 64)
 	ev, err := ctx.NewEvent(0)
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +76,68 @@ func TestAsyncFaultReporters(t *testing.T) {
 				t.Errorf("%s after %s reported the fault: %v, want it reported once", again.name, r.name, err)
 			}
 		}
+	}
+}
+
+// TestStreamQueryReportsCopyFault: a stream query reports the fault of an
+// asynchronous copy on the stream once the copy has run, as cuStreamQuery
+// does on a GPU: once for a fault, on every query for a sticky one. While
+// the faulting copy is held, the query says only that the stream is busy.
+func TestStreamQueryReportsCopyFault(t *testing.T) {
+	for _, c := range []struct {
+		op     string
+		sticky bool
+	}{
+		{cudatest.AnyHtoD, false},
+		{cudatest.AnyDtoH, false},
+		{cudatest.AnyHtoD, true},
+		{cudatest.AnyDtoH, true},
+	} {
+		t.Run(fmt.Sprintf("%s/sticky=%v", c.op, c.sticky), func(t *testing.T) {
+			d := cudatest.Install(t)
+			ctx := primary(t)
+			s, buf := newStream(t, ctx, cuda.StreamNonBlocking), deviceBuf(t, ctx, 64)
+			host, err := pinmem.Alloc(64, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer host.Free()
+			defer d.ClearFaults()
+			when := cudatest.Once()
+			if c.sticky {
+				when = when.Sticky()
+			}
+			if err := d.FailAsync(c.op, when, cuda.ResultIllegalAddress); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.HoldStream(s); err != nil {
+				t.Fatal(err)
+			}
+			if c.op == cudatest.AnyHtoD {
+				err = s.CopyHtoD(buf, 0, host.Bytes())
+			} else {
+				err = s.CopyDtoH(host.Bytes(), buf, 0)
+			}
+			if err != nil {
+				t.Fatalf("queueing the copy: %v", err)
+			}
+			if done, err := s.Query(); done || err != nil {
+				t.Errorf("Query with the faulting copy held = %v, %v; want not done and no error", done, err)
+			}
+			if err := d.ReleaseStream(s); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Query(); !isCode(err, cuda.ResultIllegalAddress) || !strings.Contains(err.Error(), "cuStreamQuery") {
+				t.Fatalf("Query after the copy faulted: %v, want CUDA_ERROR_ILLEGAL_ADDRESS reported by cuStreamQuery", err)
+			}
+			done, err := s.Query()
+			if c.sticky && !isCode(err, cuda.ResultIllegalAddress) {
+				t.Errorf("second Query after a sticky fault: %v, want CUDA_ERROR_ILLEGAL_ADDRESS again", err)
+			}
+			if !c.sticky && (!done || err != nil) {
+				t.Errorf("second Query after the fault was reported = %v, %v; want done, reported once", done, err)
+			}
+		})
 	}
 }
 
@@ -244,28 +297,8 @@ func TestKernelReplaced(t *testing.T) {
 			return nil
 		}
 	}
-	if err := d.RegisterKernel("fill", 1, fill(1)); err != nil {
-		t.Fatal(err)
-	}
-	mod, err := ctx.LoadModule([]byte("// fake PTX\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mod.Destroy()
-	fn, err := mod.Function("fill")
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf, err := ctx.Alloc(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer buf.Free()
-	s, err := ctx.NewStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	fn := kernelFunc(t, d, ctx, "fill", 1, fill(1))
+	buf, s := deviceBuf(t, ctx, 16), newStream(t, ctx, 0)
 	for _, v := range []byte{1, 2} {
 		if err := d.RegisterKernel("fill", 1, fill(v)); err != nil {
 			t.Fatal(err)
@@ -292,23 +325,8 @@ func TestKernelReplaced(t *testing.T) {
 func TestKernelPanics(t *testing.T) {
 	d := cudatest.Install(t)
 	ctx := primary(t)
-	if err := d.RegisterKernel("trap", 0, func(*cudatest.Kernel) error { panic("trap") }); err != nil {
-		t.Fatal(err)
-	}
-	mod, err := ctx.LoadModule([]byte("// fake PTX\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mod.Destroy()
-	fn, err := mod.Function("trap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ctx.NewStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	fn := kernelFunc(t, d, ctx, "trap", 0, func(*cudatest.Kernel) error { panic("trap") })
+	s := newStream(t, ctx, 0)
 	if err := d.HoldStream(s); err != nil {
 		t.Fatal(err)
 	}
@@ -331,38 +349,18 @@ func TestKernelPanics(t *testing.T) {
 func TestKernelMemRefused(t *testing.T) {
 	d := cudatest.Install(t)
 	ctx := primary(t)
-	if err := d.RegisterKernel("over", 1, func(k *cudatest.Kernel) error {
+	fn := kernelFunc(t, d, ctx, "over", 1, func(k *cudatest.Kernel) error {
 		_, err := k.Mem(cuda.DevicePtr(k.Arg(0)), 17)
 		if !errors.Is(err, cuda.ErrInvalidValue) {
 			t.Errorf("Kernel.Mem past the allocation: %v, want an error matching ErrInvalidValue", err)
 		}
 		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	mod, err := ctx.LoadModule([]byte("// fake PTX\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mod.Destroy()
-	fn, err := mod.Function("over")
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf, err := ctx.Alloc(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer buf.Free()
-	s, err := ctx.NewStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	})
+	buf, s := deviceBuf(t, ctx, 16), newStream(t, ctx, 0)
 	if err := fn.Launch(s, cuda.D1(1), cuda.D1(1), 0, buf.Ptr()); err != nil {
 		t.Fatal(err)
 	}
-	err = s.Synchronize(context.Background())
+	err := s.Synchronize(context.Background())
 	if !errors.Is(err, cuda.ErrLaunchFailed) || !strings.Contains(err.Error(), "Kernel.Mem(") || strings.Count(err.Error(), "kernel over") != 1 {
 		t.Errorf("Synchronize after Kernel.Mem was refused: %v, want ErrLaunchFailed naming Kernel.Mem and the kernel once", err)
 	}
@@ -374,18 +372,7 @@ func TestKernelMemRefused(t *testing.T) {
 func TestKernelFaultInPipeline(t *testing.T) {
 	d := cudatest.Install(t)
 	ctx := primary(t)
-	if err := d.RegisterKernel("work", 0, nil); err != nil {
-		t.Fatal(err)
-	}
-	mod, err := ctx.LoadModule([]byte("// fake PTX\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mod.Destroy()
-	fn, err := mod.Function("work")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fn := kernelFunc(t, d, ctx, "work", 0, nil)
 	c := newCopier(t, ctx)
 	pl := newPipeline(t, c, transfer.WithChunkSize(32<<10),
 		transfer.WithWork(transfer.LaunchWork(fn, cuda.D1(1), cuda.D1(32), func(transfer.Chunk) []any { return nil })))
@@ -393,7 +380,7 @@ func TestKernelFaultInPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := pattern(256<<10, 3)
-	_, err = pl.Run(context.Background(), in, make([]byte, len(in)))
+	_, err := pl.Run(context.Background(), in, make([]byte, len(in)))
 	var ce *transfer.ChunkError
 	if !errors.As(err, &ce) || !isCode(err, cuda.ResultIllegalAddress) {
 		t.Fatalf("Run with the third chunk's kernel faulting: %v (%T), want a *transfer.ChunkError matching ErrIllegalAddress", err, err)

@@ -31,16 +31,7 @@ func waitBlocked(t *testing.T, d *cudatest.Driver, s *cuda.Stream) string {
 func TestHoldStream(t *testing.T) {
 	d := cudatest.Install(t)
 	ctx := primary(t)
-	s, err := ctx.NewStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	buf, err := ctx.Alloc(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer buf.Free()
+	s, buf := newStream(t, ctx, 0), deviceBuf(t, ctx, 16)
 	if err := d.HoldStream(s); err != nil {
 		t.Fatal(err)
 	}
@@ -153,29 +144,13 @@ func TestReleaseOrder(t *testing.T) {
 	d := cudatest.Install(t)
 	ctx := primary(t)
 	var order []string
-	if err := d.RegisterKernel("mark", 1, func(k *cudatest.Kernel) error {
+	fn := kernelFunc(t, d, ctx, "mark", 1, func(k *cudatest.Kernel) error {
 		order = append(order, string(rune('a'+k.Arg(0))))
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	mod, err := ctx.LoadModule([]byte("// fake PTX\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mod.Destroy()
-	fn, err := mod.Function("mark")
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	var streams []*cuda.Stream
 	for range 3 {
-		s, err := ctx.NewStream(cuda.StreamNonBlocking)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Destroy()
-		streams = append(streams, s)
+		streams = append(streams, newStream(t, ctx, cuda.StreamNonBlocking))
 	}
 	d.HoldAll()
 	// Queued newest stream first: the order of release is the streams'.
@@ -284,11 +259,7 @@ func TestWaitTimeout(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	d := cudatest.Install(t, cudatest.WithWaitTimeout(timeout))
 	ctx := primary(t)
-	s, err := ctx.NewStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	s := newStream(t, ctx, 0)
 	d.HoldAll()
 	defer d.ReleaseAll()
 	ev, err := ctx.NewEvent(0)

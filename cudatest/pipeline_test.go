@@ -82,7 +82,7 @@ func TestKernelInPipeline(t *testing.T) {
 	d := cudatest.Install(t)
 	ctx := primary(t)
 	var fail atomic.Bool
-	err := d.RegisterKernel("invert", 2, func(k *cudatest.Kernel) error {
+	fn := kernelFunc(t, d, ctx, "invert", 2, func(k *cudatest.Kernel) error {
 		if fail.Load() {
 			return errors.New("boom")
 		}
@@ -95,18 +95,6 @@ func TestKernelInPipeline(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mod, err := ctx.LoadModule([]byte("// fake PTX\n.version 8.0\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mod.Destroy()
-	fn, err := mod.Function("invert")
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := newCopier(t, ctx)
 	pl := newPipeline(t, c, transfer.WithChunkSize(32<<10),
 		transfer.WithWork(transfer.LaunchWork(fn, cuda.D1(1), cuda.D1(256), func(ch transfer.Chunk) []any {

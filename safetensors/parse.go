@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -292,6 +293,10 @@ func (p *parser) metadata() (map[string]string, error) {
 	return m, err
 }
 
+// entryFields are the fields of a tensor's object, each required once, in
+// the order a missing one is reported.
+var entryFields = []string{"dtype", "shape", "data_offsets"}
+
 // entry parses the object of tensor name, whose key began at file offset
 // at, checking it against the data region of dataLen bytes at dataStart.
 func (p *parser) entry(name string, at, dataStart, dataLen int64) (entry, error) {
@@ -300,7 +305,7 @@ func (p *parser) entry(name string, at, dataStart, dataLen int64) (entry, error)
 		return entry{}, err
 	}
 	e := entry{Tensor: Tensor{Name: name}, at: at}
-	var haveDType, haveShape, haveOffsets bool
+	have := map[string]bool{}
 	var offsets []int64
 	for p.dec.More() {
 		fat := p.at()
@@ -308,72 +313,74 @@ func (p *parser) entry(name string, at, dataStart, dataLen int64) (entry, error)
 		if err != nil {
 			return entry{}, err
 		}
-		dup := false
-		switch field {
-		case "dtype":
-			dup, haveDType = haveDType, true
-			if !dup {
-				var s string
-				if s, err = p.str(what + " dtype"); err != nil {
-					return entry{}, err
-				}
-				e.DType = DType(s)
-				if e.DType.ElemSize() == 0 {
-					return entry{}, formatErr(fat, "%s has unknown dtype %s", what, quote(s))
-				}
-			}
-		case "shape":
-			dup, haveShape = haveShape, true
-			if !dup {
-				if e.Shape, err = p.ints(what+" shape", "dimensions", MaxRank, fat); err != nil {
-					return entry{}, err
-				}
-			}
-		case "data_offsets":
-			dup, haveOffsets = haveOffsets, true
-			if !dup {
-				if offsets, err = p.ints(what+" data_offsets", "elements", 2, fat); err != nil {
-					return entry{}, err
-				}
-				if len(offsets) != 2 {
-					return entry{}, formatErr(fat, "%s data_offsets has %d elements, not 2", what, len(offsets))
-				}
-			}
-		default:
+		switch {
+		case !slices.Contains(entryFields, field):
 			return entry{}, formatErr(fat, "%s has unknown field %s (only dtype, shape and data_offsets)", what, quote(field))
-		}
-		if dup {
+		case have[field]:
 			return entry{}, formatErr(fat, "%s has field %s twice", what, field)
+		}
+		have[field] = true
+		if err := p.entryField(field, what, fat, &e, &offsets); err != nil {
+			return entry{}, err
 		}
 	}
 	if _, err := p.token(); err != nil { // '}'
 		return entry{}, err
 	}
-	switch {
-	case !haveDType:
-		return entry{}, formatErr(at, "%s has no dtype", what)
-	case !haveShape:
-		return entry{}, formatErr(at, "%s has no shape", what)
-	case !haveOffsets:
-		return entry{}, formatErr(at, "%s has no data_offsets", what)
+	for _, f := range entryFields {
+		if !have[f] {
+			return entry{}, formatErr(at, "%s has no %s", what, f)
+		}
 	}
-	begin, end := offsets[0], offsets[1]
+	if err := e.place(what, offsets[0], offsets[1], dataStart, dataLen); err != nil {
+		return entry{}, err
+	}
+	return e, nil
+}
+
+// entryField parses the value of field (one of entryFields), which began
+// at file offset fat, into e or offsets.
+func (p *parser) entryField(field, what string, fat int64, e *entry, offsets *[]int64) error {
+	var err error
+	switch field {
+	case "dtype":
+		var s string
+		if s, err = p.str(what + " dtype"); err != nil {
+			return err
+		}
+		e.DType = DType(s)
+		if e.DType.ElemSize() == 0 {
+			return formatErr(fat, "%s has unknown dtype %s", what, quote(s))
+		}
+	case "shape":
+		e.Shape, err = p.ints(what+" shape", "dimensions", MaxRank, fat)
+	case "data_offsets":
+		if *offsets, err = p.ints(what+" data_offsets", "elements", 2, fat); err == nil && len(*offsets) != 2 {
+			err = formatErr(fat, "%s data_offsets has %d elements, not 2", what, len(*offsets))
+		}
+	}
+	return err
+}
+
+// place checks the data offsets [begin, end) against the data region of
+// dataLen bytes and e's shape and dtype, and sets e's file offsets.
+func (e *entry) place(what string, begin, end, dataStart, dataLen int64) error {
 	if begin > end {
-		return entry{}, formatErr(at, "%s data_offsets [%d, %d] begin after they end", what, begin, end)
+		return formatErr(e.at, "%s data_offsets [%d, %d] begin after they end", what, begin, end)
 	}
 	if end > dataLen {
-		return entry{}, formatErr(at, "%s data_offsets [%d, %d] run past the end of the file (%d data bytes)", what, begin, end, dataLen)
+		return formatErr(e.at, "%s data_offsets [%d, %d] run past the end of the file (%d data bytes)", what, begin, end, dataLen)
 	}
 	_, n, reason := byteLen(e.Shape, e.DType)
 	if reason != "" {
-		return entry{}, formatErr(at, "%s: %s", what, reason)
+		return formatErr(e.at, "%s: %s", what, reason)
 	}
 	if end-begin != n {
-		return entry{}, formatErr(at, "%s data_offsets [%d, %d] hold %d bytes, but shape %v of %s needs %d",
+		return formatErr(e.at, "%s data_offsets [%d, %d] hold %d bytes, but shape %v of %s needs %d",
 			what, begin, end, end-begin, e.Shape, e.DType, n)
 	}
 	e.Begin, e.End = dataStart+begin, dataStart+end
-	return e, nil
+	return nil
 }
 
 // ints parses an array of at most max non-negative integers; one more is

@@ -45,12 +45,52 @@ func Write(w io.Writer, tensors []Spec, metadata map[string]string) (*Header, er
 	if w == nil {
 		return nil, fmt.Errorf("%w: nil writer", ErrInvalid)
 	}
-	layout := make([]Tensor, len(tensors))
-	seen := make(map[string]bool, len(tensors))
-	var off int64
-	// least is a lower bound on the header's length (the names and
-	// metadata strings alone), so that a header far too long is refused
-	// before it is built.
+	if err := checkLeast(tensors, metadata); err != nil {
+		return nil, err
+	}
+	layout, off, err := layOut(tensors)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := metadataKeys(metadata)
+	if err != nil {
+		return nil, err
+	}
+	b := encodeHeader(layout, keys, metadata)
+	n := int64(len(b) - 8)
+	if n > maxHeaderSize {
+		return nil, fmt.Errorf("%w: the header would be %d bytes, more than %d", ErrInvalid, n, maxHeaderSize)
+	}
+	if off > 1<<63-1-8-n {
+		return nil, fmt.Errorf("%w: the file's length overflows int64", ErrInvalid)
+	}
+	binary.LittleEndian.PutUint64(b[:8], uint64(n))
+	if _, err := w.Write(b); err != nil {
+		return nil, fmt.Errorf("safetensors: write header: %w", err)
+	}
+	dataStart := 8 + n
+	for i, s := range tensors {
+		t := &layout[i]
+		t.Begin += dataStart
+		t.End += dataStart
+		if err := writeTensor(w, s, t); err != nil {
+			return nil, err
+		}
+	}
+	h := &Header{Tensors: layout, DataStart: dataStart, DataEnd: dataStart + off}
+	if len(keys) > 0 {
+		h.Metadata = make(map[string]string, len(keys))
+		for _, k := range keys {
+			h.Metadata[k] = metadata[k]
+		}
+	}
+	h.index = sortTensors(h.Tensors)
+	return h, nil
+}
+
+// checkLeast refuses a header far too long before it is built: the names
+// and metadata strings alone are a lower bound on its length.
+func checkLeast(tensors []Spec, metadata map[string]string) error {
 	least := 0
 	for _, s := range tensors {
 		least += len(s.Name)
@@ -59,33 +99,56 @@ func Write(w io.Writer, tensors []Spec, metadata map[string]string) (*Header, er
 		least += len(k) + len(v)
 	}
 	if int64(least) > maxHeaderSize {
-		return nil, fmt.Errorf("%w: the header would be more than %d bytes (the names and metadata alone take %d)", ErrInvalid, maxHeaderSize, least)
+		return fmt.Errorf("%w: the header would be more than %d bytes (the names and metadata alone take %d)", ErrInvalid, maxHeaderSize, least)
 	}
+	return nil
+}
+
+// layOut checks the tensors and places them one after the other: their
+// offsets in the data region, and the region's length.
+func layOut(tensors []Spec) ([]Tensor, int64, error) {
+	layout := make([]Tensor, len(tensors))
+	seen := make(map[string]bool, len(tensors))
+	var off int64
 	for i, s := range tensors {
 		what := fmt.Sprintf("tensor %d (%s)", i, quote(s.Name))
-		switch {
-		case !utf8.ValidString(s.Name):
-			return nil, fmt.Errorf("%w: %s: name is not valid UTF-8", ErrInvalid, what)
-		case s.Name == metadataKey:
-			return nil, fmt.Errorf("%w: %s: the name %s is reserved for metadata", ErrInvalid, what, metadataKey)
-		case seen[s.Name]:
-			return nil, fmt.Errorf("%w: %s: name given twice", ErrInvalid, what)
-		case s.DType.ElemSize() == 0:
-			return nil, fmt.Errorf("%w: %s: unknown dtype %s", ErrInvalid, what, quote(string(s.DType)))
-		case len(s.Shape) > MaxRank:
-			return nil, fmt.Errorf("%w: %s: %d dimensions, more than %d", ErrInvalid, what, len(s.Shape), MaxRank)
+		if reason := specProblem(s, seen); reason != "" {
+			return nil, 0, fmt.Errorf("%w: %s: %s", ErrInvalid, what, reason)
 		}
 		seen[s.Name] = true
 		_, n, reason := byteLen(s.Shape, s.DType)
 		if reason != "" {
-			return nil, fmt.Errorf("%w: %s: %s", ErrInvalid, what, reason)
+			return nil, 0, fmt.Errorf("%w: %s: %s", ErrInvalid, what, reason)
 		}
 		if off > 1<<63-1-n {
-			return nil, fmt.Errorf("%w: %s: the data region's length overflows int64", ErrInvalid, what)
+			return nil, 0, fmt.Errorf("%w: %s: the data region's length overflows int64", ErrInvalid, what)
 		}
 		layout[i] = Tensor{Name: s.Name, DType: s.DType, Shape: slices.Clone(s.Shape), Begin: off, End: off + n}
 		off += n
 	}
+	return layout, off, nil
+}
+
+// specProblem says what is wrong with s's name, dtype or rank, given the
+// names seen before it, or "".
+func specProblem(s Spec, seen map[string]bool) string {
+	switch {
+	case !utf8.ValidString(s.Name):
+		return "name is not valid UTF-8"
+	case s.Name == metadataKey:
+		return "the name " + metadataKey + " is reserved for metadata"
+	case seen[s.Name]:
+		return "name given twice"
+	case s.DType.ElemSize() == 0:
+		return "unknown dtype " + quote(string(s.DType))
+	case len(s.Shape) > MaxRank:
+		return fmt.Sprintf("%d dimensions, more than %d", len(s.Shape), MaxRank)
+	}
+	return ""
+}
+
+// metadataKeys checks the metadata's strings and returns its keys, sorted.
+func metadataKeys(metadata map[string]string) ([]string, error) {
 	keys := make([]string, 0, len(metadata))
 	for k, v := range metadata {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
@@ -94,9 +157,15 @@ func Write(w io.Writer, tensors []Spec, metadata map[string]string) (*Header, er
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	return keys, nil
+}
 
+// encodeHeader returns the file's first bytes: 8 for the header's length
+// (left zero), then the header, the metadata first, padded with spaces to
+// a multiple of 8 bytes.
+func encodeHeader(layout []Tensor, keys []string, metadata map[string]string) []byte {
 	var hdr bytes.Buffer
-	hdr.Write(make([]byte, 8)) // the length, filled in below
+	hdr.Write(make([]byte, 8))
 	hdr.WriteByte('{')
 	comma := false
 	if len(keys) > 0 {
@@ -132,50 +201,29 @@ func Write(w io.Writer, tensors []Spec, metadata map[string]string) (*Header, er
 	for hdr.Len()%8 != 0 {
 		hdr.WriteByte(' ')
 	}
-	n := int64(hdr.Len() - 8)
-	if n > maxHeaderSize {
-		return nil, fmt.Errorf("%w: the header would be %d bytes, more than %d", ErrInvalid, n, maxHeaderSize)
-	}
-	if off > 1<<63-1-8-n {
-		return nil, fmt.Errorf("%w: the file's length overflows int64", ErrInvalid)
-	}
-	b := hdr.Bytes()
-	binary.LittleEndian.PutUint64(b[:8], uint64(n))
-	if _, err := w.Write(b); err != nil {
-		return nil, fmt.Errorf("safetensors: write header: %w", err)
-	}
+	return hdr.Bytes()
+}
 
-	dataStart := 8 + n
-	for i, s := range tensors {
-		t := &layout[i]
-		t.Begin += dataStart
-		t.End += dataStart
-		lw := &limitWriter{w: w, left: t.Size()}
-		var err error
-		if s.Data == nil {
-			err = writeZeros(lw, t.Size())
-		} else {
-			err = s.Data(lw)
-		}
-		if lw.err != nil {
-			err = lw.err // the callback may have dropped it
-		}
-		if err != nil {
-			return nil, fmt.Errorf("safetensors: write tensor %s: %w", quote(t.Name), err)
-		}
-		if lw.left != 0 {
-			return nil, fmt.Errorf("%w: tensor %s: Data wrote %d of its %d bytes", ErrInvalid, quote(t.Name), t.Size()-lw.left, t.Size())
-		}
+// writeTensor writes the bytes of tensor t from s's Data callback, or
+// zeros, to w, exactly t's size of them.
+func writeTensor(w io.Writer, s Spec, t *Tensor) error {
+	lw := &limitWriter{w: w, left: t.Size()}
+	var err error
+	if s.Data == nil {
+		err = writeZeros(lw, t.Size())
+	} else {
+		err = s.Data(lw)
 	}
-	h := &Header{Tensors: layout, DataStart: dataStart, DataEnd: dataStart + off}
-	if len(keys) > 0 {
-		h.Metadata = make(map[string]string, len(keys))
-		for _, k := range keys {
-			h.Metadata[k] = metadata[k]
-		}
+	if lw.err != nil {
+		err = lw.err // the callback may have dropped it
 	}
-	h.index = sortTensors(h.Tensors)
-	return h, nil
+	if err != nil {
+		return fmt.Errorf("safetensors: write tensor %s: %w", quote(t.Name), err)
+	}
+	if lw.left != 0 {
+		return fmt.Errorf("%w: tensor %s: Data wrote %d of its %d bytes", ErrInvalid, quote(t.Name), t.Size()-lw.left, t.Size())
+	}
+	return nil
 }
 
 // writeString writes s as a JSON string (s is valid UTF-8).

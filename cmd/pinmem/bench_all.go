@@ -132,16 +132,71 @@ func selectSuite(list string) ([]bench.SuitePart, []string, error) {
 
 func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 	if f.list {
-		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-		for _, p := range allPartsList() {
-			fmt.Fprintf(tw, "%s\t%s\n", p[0], p[1])
-		}
-		return tw.Flush()
+		return listSuite(cmd.OutOrStdout())
 	}
 	parts, outside, err := selectSuite(f.tests)
 	if err != nil {
 		return err
 	}
+	if err := f.check(outside); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return usagef("--out %s: %v", f.out, unwrapPath(err))
+	}
+	if err := checkOutPath("--out", filepath.Join(f.out, "bw.json")); err != nil {
+		return err
+	}
+	if err := checkBudgetEnv(); err != nil {
+		return err
+	}
+	r := &suiteRun{cmd: cmd, f: f, total: len(parts) + len(outside)}
+	// Progress: a line per test as it starts and ends, and one per
+	// finished measurement (the session's).
+	var lines io.Writer
+	if !f.quiet {
+		lines = &indented{w: cmd.ErrOrStderr(), start: true}
+	}
+	r.s, err = bench.Open(cmd.Context(), f.device, bench.SessionConfig{Progress: lines})
+	if err != nil {
+		return err
+	}
+	defer closeSession(r.s, &err)
+	r.env = bench.SuiteEnv{Quick: f.quick, Samples: f.samples, CRefDir: f.cref, Progress: lines,
+		Open: func(ctx context.Context, cfg bench.SessionConfig) (*bench.Session, error) {
+			cfg.Progress = lines
+			return bench.Open(ctx, f.device, cfg)
+		}}
+	start := time.Now()
+	for i, p := range parts {
+		if err := r.part(i+1, p); err != nil {
+			return err
+		}
+	}
+	for j, name := range outside {
+		if err := r.outside(len(parts)+j+1, name); err != nil {
+			return err
+		}
+	}
+	r.say("done in %s: %s; render it with: pinmem report --format markdown %s", time.Since(start).Round(time.Second), f.out, filepath.Join(f.out, "*.json"))
+	if len(r.problems) > 0 {
+		return &problemError{errors.Join(r.problems...).Error()}
+	}
+	return nil
+}
+
+// listSuite writes -l's list: every test and what it measures.
+func listSuite(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, p := range allPartsList() {
+		fmt.Fprintf(tw, "%s\t%s\n", p[0], p[1])
+	}
+	return tw.Flush()
+}
+
+// check refuses flags out of range and inputs that are not there; outside
+// is the outside parts selected.
+func (f suiteFlags) check(outside []string) error {
 	if f.out == "" {
 		return usagef("--out DIR: name the directory for the reports")
 	}
@@ -159,8 +214,13 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 			return usagef("--cref %s: not a directory (build the C reference with cref/build -o DIR)", f.cref)
 		}
 	}
-	// A test named in -t that cannot run is a usage error; with every
-	// test, the ones without their input are skipped with a line.
+	return f.checkOutside(outside)
+}
+
+// checkOutside refuses an outside part named in -t without its input (with
+// every test, the ones without their input are skipped with a line), and
+// an --imagepipeline that is not an executable file.
+func (f suiteFlags) checkOutside(outside []string) error {
 	named := strings.TrimSpace(f.tests) != "all" && strings.TrimSpace(f.tests) != ""
 	if named && contains(outside, partLoad) && f.weights == "" {
 		return usagef("-t %s: the load test needs --weights FILE (a safetensors file)", partLoad)
@@ -173,99 +233,82 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 			return usagef("--imagepipeline %s: not an executable file (go build -o BIN ./examples/imagepipeline/measure)", f.imagepipeline)
 		}
 	}
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
-		return usagef("--out %s: %v", f.out, unwrapPath(err))
+	return nil
+}
+
+// suiteRun is one run of bench all: its session, the tests' environment
+// and the problems found so far, which do not end the run.
+type suiteRun struct {
+	cmd      *cobra.Command
+	f        suiteFlags
+	s        *bench.Session
+	env      bench.SuiteEnv
+	total    int // tests to run
+	problems []error
+}
+
+// say writes a progress line unless --quiet.
+func (r *suiteRun) say(format string, args ...any) {
+	if !r.f.quiet {
+		fmt.Fprintf(r.cmd.ErrOrStderr(), "pinmem bench all: "+format+"\n", args...)
 	}
-	if err := checkOutPath("--out", filepath.Join(f.out, "bw.json")); err != nil {
+}
+
+// part runs the n-th test, an internal/bench part, and writes its report;
+// an error it returns ends the run.
+func (r *suiteRun) part(n int, p bench.SuitePart) error {
+	r.say("[%d/%d] %s: %s", n, r.total, p.Name, p.About)
+	t0 := time.Now()
+	rs, cfg, runErr := p.Run(r.cmd.Context(), r.s, r.env)
+	m := meta(r.s.Meta("pinmem bench all -t "+p.Name), map[string]any{"suite": r.env, "test": cfg})
+	m.Part = p.Name
+	if r.f.quick {
+		m.Note = strings.TrimPrefix(m.Note+"; "+quickNote, "; ")
+	}
+	if err := writePart(r.f, p.Name, m, rs, runErr); err != nil {
 		return err
 	}
-	if err := checkBudgetEnv(); err != nil {
+	r.say("[%d/%d] %s: %d rows in %s -> %s", n, r.total, p.Name, len(rs), time.Since(t0).Round(time.Millisecond), filepath.Join(r.f.out, p.Name+".json"))
+	if runErr != nil {
+		return r.failed(p.Name, runErr)
+	}
+	// A test whose every row was skipped (no kernels, one GPU for the
+	// matrix) is said, not a failure of the run; wrong data is.
+	if err := verdict(rs); err != nil && slices.ContainsFunc(rs, bench.Result.Failed) {
+		r.problems = append(r.problems, fmt.Errorf("%s: %w", p.Name, err))
+	} else if err != nil {
+		r.say("[%d/%d] %s: %v", n, r.total, p.Name, err)
+	}
+	return nil
+}
+
+// outside runs the n-th test, one measured outside internal/bench, or
+// skips it with a line when its input was not given.
+func (r *suiteRun) outside(n int, name string) error {
+	input, flag, run := r.f.weights, "--weights FILE", func() error { return suiteLoad(r.cmd, r.f) }
+	if name == partImagePipeline {
+		input, flag, run = r.f.imagepipeline, "--imagepipeline BIN", func() error {
+			return suiteImagePipeline(r.cmd.Context(), r.f, r.s, r.env)
+		}
+	}
+	if input == "" {
+		r.say("[%d/%d] %s: skipped (no %s)", n, r.total, name, flag)
+		return nil
+	}
+	r.say("[%d/%d] %s: %s", n, r.total, name, input)
+	if err := run(); err != nil {
+		return r.failed(name, err)
+	}
+	return nil
+}
+
+// failed returns err when it ends the whole run, or keeps it as a problem
+// of the test name.
+func (r *suiteRun) failed(name string, err error) error {
+	if isFatalRun(err) {
 		return err
 	}
-	ctx := cmd.Context()
-	stderr := cmd.ErrOrStderr()
-	say := func(format string, args ...any) {
-		if !f.quiet {
-			fmt.Fprintf(stderr, "pinmem bench all: "+format+"\n", args...)
-		}
-	}
-	// Progress: a line per test as it starts and ends, and one per
-	// finished measurement (the session's).
-	var lines io.Writer
-	if !f.quiet {
-		lines = &indented{w: stderr, start: true}
-	}
-	s, err := bench.Open(ctx, f.device, bench.SessionConfig{Progress: lines})
-	if err != nil {
-		return err
-	}
-	defer closeSession(s, &err)
-	env := bench.SuiteEnv{Quick: f.quick, Samples: f.samples, CRefDir: f.cref, Progress: lines,
-		Open: func(ctx context.Context, cfg bench.SessionConfig) (*bench.Session, error) {
-			cfg.Progress = lines
-			return bench.Open(ctx, f.device, cfg)
-		}}
-	total := len(parts) + len(outside)
-	var problems []error
-	start := time.Now()
-	for i, p := range parts {
-		say("[%d/%d] %s: %s", i+1, total, p.Name, p.About)
-		t0 := time.Now()
-		rs, cfg, runErr := p.Run(ctx, s, env)
-		m := meta(s.Meta("pinmem bench all -t "+p.Name), map[string]any{"suite": env, "test": cfg})
-		m.Part = p.Name
-		if f.quick {
-			m.Note = strings.TrimPrefix(m.Note+"; "+quickNote, "; ")
-		}
-		if err := writePart(f, p.Name, m, rs, runErr); err != nil {
-			return err
-		}
-		say("[%d/%d] %s: %d rows in %s -> %s", i+1, total, p.Name, len(rs), time.Since(t0).Round(time.Millisecond), filepath.Join(f.out, p.Name+".json"))
-		if runErr != nil {
-			if isFatalRun(runErr) {
-				return runErr
-			}
-			problems = append(problems, fmt.Errorf("%s: %w", p.Name, runErr))
-			continue
-		}
-		// A test whose every row was skipped (no kernels, one GPU for
-		// the matrix) is said, not a failure of the run; wrong data is.
-		if err := verdict(rs); err != nil && slices.ContainsFunc(rs, bench.Result.Failed) {
-			problems = append(problems, fmt.Errorf("%s: %w", p.Name, err))
-		} else if err != nil {
-			say("[%d/%d] %s: %v", i+1, total, p.Name, err)
-		}
-	}
-	for j, name := range outside {
-		n := len(parts) + j + 1
-		var err error
-		switch name {
-		case partLoad:
-			if f.weights == "" {
-				say("[%d/%d] %s: skipped (no --weights FILE)", n, total, name)
-				continue
-			}
-			say("[%d/%d] %s: %s", n, total, name, f.weights)
-			err = suiteLoad(cmd, f)
-		case partImagePipeline:
-			if f.imagepipeline == "" {
-				say("[%d/%d] %s: skipped (no --imagepipeline BIN)", n, total, name)
-				continue
-			}
-			say("[%d/%d] %s: %s", n, total, name, f.imagepipeline)
-			err = suiteImagePipeline(ctx, f, s, env)
-		}
-		if err != nil {
-			if isFatalRun(err) {
-				return err
-			}
-			problems = append(problems, fmt.Errorf("%s: %w", name, err))
-		}
-	}
-	say("done in %s: %s; render it with: pinmem report --format markdown %s", time.Since(start).Round(time.Second), f.out, filepath.Join(f.out, "*.json"))
-	if len(problems) > 0 {
-		return &problemError{errors.Join(problems...).Error()}
-	}
+	r.problems = append(r.problems, fmt.Errorf("%s: %w", name, err))
 	return nil
 }
 

@@ -51,6 +51,13 @@ func TestBenchAllOnFake(t *testing.T) {
 			t.Errorf("%s: no plot: %v", p.Name, err)
 		}
 	}
+	// The tests measured outside internal/bench are skipped without their
+	// inputs, with a line each.
+	for _, want := range []string{"load: skipped (no --weights FILE)", "imagepipeline: skipped (no --imagepipeline BIN)"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("no line %q in:\n%s", want, stderr)
+		}
+	}
 	if !strings.Contains(stderr, "render it with: pinmem report --format markdown "+filepath.Join(dir, "*.json")) {
 		t.Errorf("the last line does not say how to render the run:\n%s", stderr)
 	}
@@ -109,6 +116,11 @@ func TestBenchAllListAndSelect(t *testing.T) {
 		{[]string{"-t", "load"}, "needs --weights FILE"},
 		{[]string{"-t", "pin,imagepipeline"}, "needs --imagepipeline BIN"},
 		{[]string{"--imagepipeline", filepath.Join(t.TempDir(), "none")}, "not an executable file"},
+		{[]string{"--plot-format", "gif"}, "want png or svg"},
+		{[]string{"--samples", "-1"}, "--samples -1: must be from 0"},
+		{[]string{"--device", "-1"}, "--device -1: must be 0 or more"},
+		{[]string{"--cref", filepath.Join(t.TempDir(), "none")}, "not a directory"},
+		{[]string{"--out", ""}, "--out DIR: name the directory"},
 	} {
 		_, stderr, code := cli(t, append([]string{"bench", "all", "--out", t.TempDir()}, c.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, c.want) {

@@ -58,15 +58,7 @@ type loadBenchConfig struct {
 }
 
 func newBenchLoad() *cobra.Command {
-	var (
-		o         output
-		cfg       loadBenchConfig
-		mode      string
-		stageSize string
-		device    int
-		quiet     bool
-		baseline  string
-	)
+	var f benchLoadFlags
 	c := &cobra.Command{
 		Use:   "load FILE",
 		Short: "File to GPU: the weight loader against plain reads of the same file",
@@ -105,119 +97,143 @@ the host, against the same of the device memory copied back.
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) (err error) {
-			cfg.File = args[0]
-			if cfg.Samples < 1 || cfg.Samples > bench.MaxSamples {
-				return usagef("--samples %d: must be from 1 to %d", cfg.Samples, bench.MaxSamples)
-			}
-			if device < 0 {
-				return usagef("--device %d: must be 0 or more", device)
-			}
-			if baseline != "" && !slices.Contains(loadKinds, baseline) {
-				return usagef("--baseline %q: want one of %s, or empty", baseline, strings.Join(loadKinds, ", "))
-			}
-			m, err := parseLoadMode(mode)
-			if err != nil {
-				return usagef("--mode %q: want auto, direct, buffered or mapped", mode)
-			}
-			cfg.Mode = m.String()
-			n, err := units.ParseSize(stageSize, load.MaxStageSize)
-			if err != nil {
-				return usagef("--stage-size: %v", err)
-			}
-			cfg.StageSize = int(n)
-			if cfg.Depth < 1 || cfg.Depth > 256 {
-				return usagef("--depth %d: must be from 1 to 256", cfg.Depth)
-			}
-			opts := []load.Option{load.WithMode(m), load.WithStageSize(cfg.StageSize), load.WithParallelism(cfg.Readers), load.WithStreams(cfg.Streams)}
-			if cfg.Stages > 0 {
-				opts = append(opts, load.WithDepth(cfg.Stages))
-			} else {
-				cfg.Stages = 2 * cfg.Readers
-			}
-			// load.New checks its options before its context: with a nil
-			// context it opens nothing, and only an option it refuses is
-			// the user's error.
-			if _, err := load.New(nil, opts...); errors.As(err, new(*pinmem.OptionError)) {
-				return usage(err)
-			}
-			fi, err := os.Stat(cfg.File)
-			checkpoint := err == nil && isCheckpoint(cfg.File, fi)
-			switch {
-			case err != nil:
-				return usagef("%s: %v", cfg.File, unwrapPath(err))
-			case checkpoint && cfg.DropCaches:
-				return usagef("--drop-caches: a checkpoint is measured warm only")
-			case checkpoint:
-				if shards, err := checkpointShards(cfg.File); err != nil || len(shards) == 0 {
-					return usagef("%s: not a safetensors checkpoint (no index, no .safetensors file): %v", cfg.File, err)
-				}
-			case !fi.Mode().IsRegular():
-				return usagef("%s: not a regular file", cfg.File)
-			case fi.Size() == 0:
-				return usagef("%s: the file is empty", cfg.File)
-			case int64(int(fi.Size())) != fi.Size():
-				return usagef("%s: too large for this platform", cfg.File)
-			}
-			if !checkpoint {
-				cfg.Size = fi.Size() // a checkpoint's is its tensors' bytes, found by runCheckpointBench
-			}
-			if cfg.DropCaches && os.Geteuid() != 0 {
-				return usagef("--drop-caches needs root (it writes /proc/sys/vm/drop_caches)")
-			}
-			f, err := o.check()
-			if err != nil {
-				return err
-			}
-			if err := checkBudgetEnv(); err != nil {
-				return err
-			}
-			pr := newProgress(cmd.ErrOrStderr(), quiet, 12, "bench load") // 6 measurements, 2 results each
-			s, err := bench.Open(cmd.Context(), device, bench.SessionConfig{Progress: pr.writer(), NoSpin: true})
-			if err != nil {
-				pr.done()
-				return err
-			}
-			defer closeSession(s, &err)
-			var rs []bench.Result
-			var runErr error
-			if checkpoint {
-				rs, runErr = runCheckpointBench(cmd.Context(), s.Ctx, &cfg, opts, pr.writer())
-			} else {
-				rs, runErr = runLoadBench(cmd.Context(), s.Ctx, cfg, opts, pr.writer())
-			}
-			pr.done()
-			mt := meta(s.Meta("pinmem bench load"), cfg)
-			mt.Timing = "host wall clock around each whole load or read of the file; CPU time from getrusage(RUSAGE_SELF)"
-			return o.emit(cmd, f, mt, rs, bench.TableOptions{Baseline: baseline}, runErr)
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return f.run(cmd, args[0]) },
 	}
-	o.register(c, reportFormats, true)
+	f.o.register(c, reportFormats, true)
 	fl := c.Flags()
-	fl.IntVar(&device, "device", 0, "GPU ordinal to load to")
-	fl.StringVar(&baseline, "baseline", loadKindParallel, "the row the table's ratio column compares with: "+strings.Join(loadKinds, ", ")+" (empty: no ratio column)")
+	fl.IntVar(&f.device, "device", 0, "GPU ordinal to load to")
+	fl.StringVar(&f.baseline, "baseline", loadKindParallel, "the row the table's ratio column compares with: "+strings.Join(loadKinds, ", ")+" (empty: no ratio column)")
 	_ = c.RegisterFlagCompletionFunc("baseline", fixedCompletion(loadKinds...))
-	fl.IntVar(&cfg.Samples, "samples", 3, "timed samples per measurement (median, min and max are reported)")
-	fl.StringVar(&mode, "mode", "auto", "the loader's read mode for the warm file: auto, direct, buffered or mapped (cold loads use auto)")
-	fl.IntVar(&cfg.Readers, "readers", min(load.DefaultParallelism, runtime.NumCPU()), "loader reader goroutines (load.WithParallelism), and goroutines of the parallel page-cache read")
-	fl.IntVar(&cfg.Stages, "stages", 0, "pinned stages of the loader (load.WithDepth; 0: twice --readers)")
-	fl.StringVar(&stageSize, "stage-size", "16MiB", "bytes per stage and per read request")
-	fl.IntVar(&cfg.Streams, "streams", load.DefaultStreams, "CUDA streams of the loader")
-	fl.IntVar(&cfg.Depth, "depth", 8, "O_DIRECT requests in flight in the cold sequential read")
-	fl.BoolVar(&cfg.DropCaches, "drop-caches", false, "measure the cold file too, dropping the page cache before each cold sample (root only)")
-	fl.BoolVar(&quiet, "quiet", false, "no progress bar on standard error")
+	fl.IntVar(&f.cfg.Samples, "samples", 3, "timed samples per measurement (median, min and max are reported)")
+	fl.StringVar(&f.mode, "mode", "auto", "the loader's read mode for the warm file: auto, direct, buffered or mapped (cold loads use auto)")
+	fl.IntVar(&f.cfg.Readers, "readers", min(load.DefaultParallelism, runtime.NumCPU()), "loader reader goroutines (load.WithParallelism), and goroutines of the parallel page-cache read")
+	fl.IntVar(&f.cfg.Stages, "stages", 0, "pinned stages of the loader (load.WithDepth; 0: twice --readers)")
+	fl.StringVar(&f.stageSize, "stage-size", "16MiB", "bytes per stage and per read request")
+	fl.IntVar(&f.cfg.Streams, "streams", load.DefaultStreams, "CUDA streams of the loader")
+	fl.IntVar(&f.cfg.Depth, "depth", 8, "O_DIRECT requests in flight in the cold sequential read")
+	fl.BoolVar(&f.cfg.DropCaches, "drop-caches", false, "measure the cold file too, dropping the page cache before each cold sample (root only)")
+	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar on standard error")
 	_ = c.RegisterFlagCompletionFunc("mode", fixedCompletion("auto", "direct", "buffered", "mapped"))
 	return c
 }
 
-// parseLoadMode parses the names load.Mode's String returns.
-func parseLoadMode(s string) (load.Mode, error) {
-	for _, m := range []load.Mode{load.ModeAuto, load.ModeDirect, load.ModeBuffered, load.ModeMapped} {
-		if s == m.String() {
-			return m, nil
-		}
+// benchLoadFlags are bench load's flags.
+type benchLoadFlags struct {
+	o                         output
+	cfg                       loadBenchConfig
+	mode, stageSize, baseline string
+	device                    int
+	quiet                     bool
+}
+
+// run measures the file (or checkpoint) file and writes the report.
+func (f *benchLoadFlags) run(cmd *cobra.Command, file string) (err error) {
+	f.cfg.File = file
+	opts, err := f.options()
+	if err != nil {
+		return err
 	}
-	return 0, fmt.Errorf("unknown load mode %q", s)
+	checkpoint, err := f.checkFile()
+	if err != nil {
+		return err
+	}
+	format, err := f.o.check()
+	if err != nil {
+		return err
+	}
+	if err := checkBudgetEnv(); err != nil {
+		return err
+	}
+	pr := newProgress(cmd.ErrOrStderr(), f.quiet, 12, "bench load") // 6 measurements, 2 results each
+	s, err := bench.Open(cmd.Context(), f.device, bench.SessionConfig{Progress: pr.writer(), NoSpin: true})
+	if err != nil {
+		pr.done()
+		return err
+	}
+	defer closeSession(s, &err)
+	var rs []bench.Result
+	var runErr error
+	if checkpoint {
+		rs, runErr = runCheckpointBench(cmd.Context(), s.Ctx, &f.cfg, opts, pr.writer())
+	} else {
+		rs, runErr = runLoadBench(cmd.Context(), s.Ctx, f.cfg, opts, pr.writer())
+	}
+	pr.done()
+	mt := meta(s.Meta("pinmem bench load"), f.cfg)
+	mt.Timing = "host wall clock around each whole load or read of the file; CPU time from getrusage(RUSAGE_SELF)"
+	return f.o.emit(cmd, format, mt, rs, bench.TableOptions{Baseline: f.baseline}, runErr)
+}
+
+// options checks the flags and returns the loader's options; it fills in
+// the configuration's mode, stage size and stages.
+func (f *benchLoadFlags) options() ([]load.Option, error) {
+	cfg := &f.cfg
+	if cfg.Samples < 1 || cfg.Samples > bench.MaxSamples {
+		return nil, usagef("--samples %d: must be from 1 to %d", cfg.Samples, bench.MaxSamples)
+	}
+	if f.device < 0 {
+		return nil, usagef("--device %d: must be 0 or more", f.device)
+	}
+	if f.baseline != "" && !slices.Contains(loadKinds, f.baseline) {
+		return nil, usagef("--baseline %q: want one of %s, or empty", f.baseline, strings.Join(loadKinds, ", "))
+	}
+	m, err := parseLoadMode(f.mode)
+	if err != nil {
+		return nil, usagef("--mode %q: want auto, direct, buffered or mapped", f.mode)
+	}
+	cfg.Mode = m.String()
+	n, err := units.ParseSize(f.stageSize, load.MaxStageSize)
+	if err != nil {
+		return nil, usagef("--stage-size: %v", err)
+	}
+	cfg.StageSize = int(n)
+	if cfg.Depth < 1 || cfg.Depth > 256 {
+		return nil, usagef("--depth %d: must be from 1 to 256", cfg.Depth)
+	}
+	opts := []load.Option{load.WithMode(m), load.WithStageSize(cfg.StageSize), load.WithParallelism(cfg.Readers), load.WithStreams(cfg.Streams)}
+	if cfg.Stages > 0 {
+		opts = append(opts, load.WithDepth(cfg.Stages))
+	} else {
+		cfg.Stages = 2 * cfg.Readers
+	}
+	// load.New checks its options before its context: with a nil
+	// context it opens nothing, and only an option it refuses is the
+	// user's error.
+	if _, err := load.New(nil, opts...); errors.As(err, new(*pinmem.OptionError)) {
+		return nil, usage(err)
+	}
+	return opts, nil
+}
+
+// checkFile checks the file to measure and reports whether it is a
+// checkpoint; a single file's size goes into the configuration.
+func (f *benchLoadFlags) checkFile() (checkpoint bool, err error) {
+	cfg := &f.cfg
+	fi, err := os.Stat(cfg.File)
+	checkpoint = err == nil && isCheckpoint(cfg.File, fi)
+	switch {
+	case err != nil:
+		return false, usagef("%s: %v", cfg.File, unwrapPath(err))
+	case checkpoint && cfg.DropCaches:
+		return false, usagef("--drop-caches: a checkpoint is measured warm only")
+	case checkpoint:
+		if shards, err := checkpointShards(cfg.File); err != nil || len(shards) == 0 {
+			return false, usagef("%s: not a safetensors checkpoint (no index, no .safetensors file): %v", cfg.File, err)
+		}
+	case !fi.Mode().IsRegular():
+		return false, usagef("%s: not a regular file", cfg.File)
+	case fi.Size() == 0:
+		return false, usagef("%s: the file is empty", cfg.File)
+	case int64(int(fi.Size())) != fi.Size():
+		return false, usagef("%s: too large for this platform", cfg.File)
+	}
+	if !checkpoint {
+		cfg.Size = fi.Size() // a checkpoint's is its tensors' bytes, found by runCheckpointBench
+	}
+	if cfg.DropCaches && os.Geteuid() != 0 {
+		return false, usagef("--drop-caches needs root (it writes /proc/sys/vm/drop_caches)")
+	}
+	return checkpoint, nil
 }
 
 // cpuTime returns the process's user plus system CPU time.
@@ -416,15 +432,6 @@ func bufferedRead(path string, chunk int) error {
 
 // runLoadBench runs every measurement of the load bench.
 func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, opts []load.Option, progress io.Writer) ([]bench.Result, error) {
-	var rs []bench.Result
-	add := func(part []bench.Result) {
-		for _, r := range part {
-			rs = append(rs, r)
-			if progress != nil {
-				fmt.Fprintf(progress, "pinmem: %s\n", r)
-			}
-		}
-	}
 	crcs, err := fileCRCs(cfg.File, cfg.Size, cfg.Readers)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", cfg.File, err)
@@ -434,97 +441,94 @@ func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, o
 		return nil, fmt.Errorf("allocating %d bytes of device memory: %w", cfg.Size, err)
 	}
 	defer func() { _ = dst.Free() }()
-
+	r := &loadRun{rowLog: rowLog{progress: progress}, ctx: ctx, gpu: gpu, cfg: cfg, opts: opts, dst: dst, crcs: crcs}
 	warmLoader, err := load.New(gpu, opts...)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = warmLoader.Close(ctx) }()
-	var last load.Stats
-	// timedLoad returns a timed sample of l, and the check of the device
-	// data that follows the samples (untimed).
-	timedLoad := func(l *load.Loader) (func(int) error, func() error) {
-		return func(i int) error {
-				st, err := l.LoadFile(ctx, cfg.File, dst)
-				last = st
-				return err
-			}, func() error {
-				return checkDevice(dst, cfg.Size, crcs)
-			}
+	if err := r.warm(warmLoader); err != nil {
+		return r.rs, err
 	}
-	note := func() string {
-		n := fmt.Sprintf("mode %s", last.Mode)
-		if last.Resident >= 0 {
-			n += fmt.Sprintf(", %.0f%% resident", 100*last.Resident)
-		}
-		if last.Fallback != "" {
-			n += ", fell back: " + last.Fallback
-		}
-		return n
-	}
-	withVerify := func(part []bench.Result, verify func() error) []bench.Result {
-		if len(part) == 0 || part[0].Skipped || part[0].Failed() {
-			return part
-		}
-		err := verify()
-		for i := range part {
-			switch {
-			case err == nil:
-				part[i].Verified = true
-			default:
-				part[i].VerifyFailed, part[i].Note = true, "VERIFY FAILED: "+err.Error()
-			}
-			if err == nil {
-				part[i].Note = note()
-			}
-		}
-		return part
-	}
+	return r.rs, r.cold()
+}
 
-	part, err := measure(ctx, loadKindParallel, "warm", cfg.Size, cfg.Samples, nil, func(int) error {
+// loadRun is one run of the load bench: the device memory the file is
+// loaded into, the file's checksums to verify it by, and the rows so far.
+type loadRun struct {
+	rowLog
+	ctx  context.Context
+	gpu  *cuda.Context
+	cfg  loadBenchConfig
+	opts []load.Option
+	dst  *cuda.DeviceBuffer
+	crcs []uint32
+}
+
+// loader returns a loader of the run's options and then extra.
+func (r *loadRun) loader(extra ...load.Option) (*load.Loader, error) {
+	return load.New(r.gpu, append(append([]load.Option{}, r.opts...), extra...)...)
+}
+
+// warm measures the warm file: read in parallel into Go memory, loaded by
+// l (closed after it, so that one loader's stages are pinned at a time),
+// and loaded through its mapping, registered read-only window by window
+// so that the copy engine reads the page cache.
+func (r *loadRun) warm(l *load.Loader) error {
+	cfg := r.cfg
+	part, err := measure(r.ctx, loadKindParallel, "warm", cfg.Size, cfg.Samples, nil, func(int) error {
 		return parallelRead(cfg.File, cfg.Size, cfg.Readers, cfg.StageSize)
 	}, fmt.Sprintf("%d goroutines, %s requests, into Go memory", cfg.Readers, bench.FormatSize(int64(cfg.StageSize))))
 	if err != nil {
-		return rs, err
+		return err
 	}
-	add(part)
-
-	fn, verify := timedLoad(warmLoader)
-	if err := dst.Memset(0); err != nil {
-		return rs, err
+	r.add(part)
+	if part, err = r.loads(l, loadKindLoader, "warm", nil); err != nil {
+		return err
 	}
-	part, err = measure(ctx, loadKindLoader, "warm", cfg.Size, cfg.Samples, nil, fn, "")
+	r.add(part)
+	if err := l.Close(r.ctx); err != nil {
+		return err
+	}
+	mapped, err := r.loader(load.WithMode(load.ModeMapped))
 	if err != nil {
-		return rs, err
+		return err
 	}
-	add(withVerify(part, verify))
-	// One loader's stages pinned at a time.
-	if err := warmLoader.Close(ctx); err != nil {
-		return rs, err
-	}
-
-	// The warm file again through its mapping, registered read-only
-	// window by window: the copy engine reads the page cache.
-	mappedLoader, err := load.New(gpu, append(append([]load.Option{}, opts...), load.WithMode(load.ModeMapped))...)
-	if err != nil {
-		return rs, err
-	}
-	fn, verify = timedLoad(mappedLoader)
-	if err := dst.Memset(0); err != nil {
-		_ = mappedLoader.Close(ctx)
-		return rs, err
-	}
-	part, err = measure(ctx, loadKindMapped, "warm", cfg.Size, cfg.Samples, nil, fn, "")
-	if cerr := mappedLoader.Close(ctx); err == nil {
+	part, err = r.loads(mapped, loadKindMapped, "warm", nil)
+	if cerr := mapped.Close(r.ctx); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return rs, err
+		return err
 	}
-	add(withVerify(part, verify))
+	r.add(part)
+	return nil
+}
 
-	coldNote := "needs --drop-caches, as root"
-	cold := []struct {
+// cold measures the cold file, the page cache dropped before each sample:
+// the loader, O_DIRECT reads and buffered reads; without --drop-caches
+// their rows are skipped.
+func (r *loadRun) cold() error {
+	cfg := r.cfg
+	if !cfg.DropCaches {
+		for _, k := range []string{loadKindLoader, loadKindDirect, loadKindBuffered} {
+			for _, u := range []bench.Unit{bench.GBps, bench.CPUsPerGB} {
+				r.add([]bench.Result{{Bench: "load", Kind: k, Dir: "cold", Size: cfg.Size, Unit: u, Timing: bench.TimingWall, Skipped: true, Note: "needs --drop-caches, as root"}})
+			}
+		}
+		return nil
+	}
+	l, err := r.loader(load.WithMode(load.ModeAuto))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = l.Close(r.ctx) }()
+	part, err := r.loads(l, loadKindLoader, "cold", dropCaches)
+	if err != nil {
+		return err
+	}
+	r.add(part)
+	reads := []struct {
 		kind string
 		fn   func(int) error
 		note string
@@ -534,35 +538,62 @@ func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, o
 		{loadKindBuffered, func(int) error { return bufferedRead(cfg.File, cfg.StageSize) },
 			fmt.Sprintf("one request of %s at a time", bench.FormatSize(int64(cfg.StageSize)))},
 	}
-	if !cfg.DropCaches {
-		for _, k := range append([]string{loadKindLoader}, loadKindDirect, loadKindBuffered) {
-			for _, u := range []bench.Unit{bench.GBps, bench.CPUsPerGB} {
-				add([]bench.Result{{Bench: "load", Kind: k, Dir: "cold", Size: cfg.Size, Unit: u, Timing: bench.TimingWall, Skipped: true, Note: coldNote}})
-			}
-		}
-		return rs, nil
-	}
-	coldOpts := append(append([]load.Option{}, opts...), load.WithMode(load.ModeAuto))
-	coldLoader, err := load.New(gpu, coldOpts...)
-	if err != nil {
-		return rs, err
-	}
-	defer func() { _ = coldLoader.Close(ctx) }()
-	fn, verify = timedLoad(coldLoader)
-	if err := dst.Memset(0); err != nil {
-		return rs, err
-	}
-	part, err = measure(ctx, loadKindLoader, "cold", cfg.Size, cfg.Samples, dropCaches, fn, "")
-	if err != nil {
-		return rs, err
-	}
-	add(withVerify(part, verify))
-	for _, k := range cold {
-		part, err := measure(ctx, k.kind, "cold", cfg.Size, cfg.Samples, dropCaches, k.fn, k.note)
+	for _, k := range reads {
+		part, err := measure(r.ctx, k.kind, "cold", cfg.Size, cfg.Samples, dropCaches, k.fn, k.note)
 		if err != nil {
-			return rs, err
+			return err
 		}
-		add(part)
+		r.add(part)
 	}
-	return rs, nil
+	return nil
+}
+
+// loads measures l loading the file into the device memory, cleared
+// first, with before (when not nil) ahead of each sample: rows of kind,
+// the device data verified after the samples.
+func (r *loadRun) loads(l *load.Loader, kind, dir string, before func() error) ([]bench.Result, error) {
+	if err := r.dst.Memset(0); err != nil {
+		return nil, err
+	}
+	var last load.Stats
+	part, err := measure(r.ctx, kind, dir, r.cfg.Size, r.cfg.Samples, before, func(int) error {
+		st, err := l.LoadFile(r.ctx, r.cfg.File, r.dst)
+		last = st
+		return err
+	}, "")
+	if err != nil || len(part) == 0 || part[0].Skipped || part[0].Failed() {
+		return part, err
+	}
+	verr := checkDevice(r.dst, r.cfg.Size, r.crcs)
+	for i := range part {
+		if verr != nil {
+			part[i].VerifyFailed, part[i].Note = true, "VERIFY FAILED: "+verr.Error()
+		} else {
+			part[i].Verified, part[i].Note = true, loadNote(last)
+		}
+	}
+	return part, nil
+}
+
+// loadNote says how the last load read the file: its mode, how much of
+// the file was resident, and why it fell back, if it did.
+func loadNote(last load.Stats) string {
+	n := fmt.Sprintf("mode %s", last.Mode)
+	if last.Resident >= 0 {
+		n += fmt.Sprintf(", %.0f%% resident", 100*last.Resident)
+	}
+	if last.Fallback != "" {
+		n += ", fell back: " + last.Fallback
+	}
+	return n
+}
+
+// parseLoadMode parses the names load.Mode's String returns.
+func parseLoadMode(s string) (load.Mode, error) {
+	for _, m := range []load.Mode{load.ModeAuto, load.ModeDirect, load.ModeBuffered, load.ModeMapped} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown load mode %q", s)
 }

@@ -80,47 +80,19 @@ func runCheckpointBench(ctx context.Context, gpu *cuda.Context, cfg *loadBenchCo
 	if err != nil {
 		return nil, err
 	}
-	var placed []placedTensor
-	byName := map[string]int{}
-	var fileBytes int64
-	for _, s := range shards {
-		h, err := safetensors.ReadHeader(s)
-		if err != nil {
-			return nil, err
-		}
-		fileBytes += h.DataEnd
-		for _, t := range h.Tensors {
-			byName[t.Name] = len(placed)
-			placed = append(placed, placedTensor{t, s, cfg.Size})
-			cfg.Size += t.Size()
-		}
+	r := &checkpointRun{rowLog: rowLog{progress: progress}, ctx: ctx, gpu: gpu, cfg: cfg, opts: opts, shards: shards, byName: map[string]int{}}
+	if err := r.place(); err != nil {
+		return nil, err
 	}
 	if cfg.Size == 0 {
 		return nil, fmt.Errorf("%s: no tensor bytes", cfg.File)
 	}
-	dst, err := gpu.Alloc(int(cfg.Size))
+	r.dst, err = gpu.Alloc(int(cfg.Size))
 	if err != nil {
 		return nil, fmt.Errorf("allocating %d bytes of device memory: %w", cfg.Size, err)
 	}
-	defer func() { _ = dst.Free() }()
-	part := func(t safetensors.Tensor) (load.Range, error) {
-		i, ok := byName[t.Name]
-		if !ok || t.Size() == 0 {
-			return load.Range{}, nil
-		}
-		v, err := dst.Slice(int(placed[i].off), int(t.Size()))
-		return load.Range{Length: t.Size(), Dst: v}, err
-	}
-	var rs []bench.Result
-	add := func(part []bench.Result) {
-		for _, r := range part {
-			rs = append(rs, r)
-			if progress != nil {
-				fmt.Fprintf(progress, "pinmem: %s\n", r)
-			}
-		}
-	}
-	part0, err := measure(ctx, loadKindParallel, "warm", fileBytes, cfg.Samples, nil, func(int) error {
+	defer func() { _ = r.dst.Free() }()
+	part, err := measure(ctx, loadKindParallel, "warm", r.fileBytes, cfg.Samples, nil, func(int) error {
 		for _, s := range shards {
 			if err := parallelRead(s, fileSize(s), cfg.Readers, cfg.StageSize); err != nil {
 				return err
@@ -129,64 +101,139 @@ func runCheckpointBench(ctx context.Context, gpu *cuda.Context, cfg *loadBenchCo
 		return nil
 	}, fmt.Sprintf("%d shards, one after the other, %d goroutines each, into Go memory", len(shards), cfg.Readers))
 	if err != nil {
-		return rs, err
+		return r.rs, err
 	}
-	add(part0)
+	r.add(part)
 	for _, k := range []struct {
 		kind string
 		mode []load.Option
 	}{{loadKindCheckpoint, nil}, {loadKindCkMapped, []load.Option{load.WithMode(load.ModeMapped)}}} {
-		l, err := load.New(gpu, append(append([]load.Option{}, opts...), k.mode...)...)
+		part, err := r.loads(k.kind, k.mode...)
 		if err != nil {
-			return rs, err
+			return r.rs, err
 		}
-		var mu sync.Mutex
-		var firsts []float64
-		var last load.Stats
-		if err := dst.Memset(0); err != nil {
-			_ = l.Close(ctx)
-			return rs, err
-		}
-		part1, err := measure(ctx, k.kind, "warm", cfg.Size, cfg.Samples, nil, func(int) error {
-			t0, first := time.Now(), time.Duration(0)
-			st, err := safetensors.LoadCheckpoint(ctx, l, cfg.File, part, func(safetensors.Tensor) {
-				mu.Lock()
-				if first == 0 {
-					first = time.Since(t0)
-				}
-				mu.Unlock()
-			})
-			last = st
-			firsts = append(firsts, float64(first)/float64(time.Millisecond))
-			return err
-		}, "")
-		if cerr := l.Close(ctx); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return rs, err
-		}
-		if len(part1) > 0 && !part1[0].Skipped {
-			verr := verifyCheckpoint(dst, placed)
-			for i := range part1 {
-				part1[i].Verified, part1[i].Note = verr == nil, fmt.Sprintf("%d tensors, %d shards, mode %s", len(placed), len(shards), last.Mode)
-				if last.Fallback != "" {
-					part1[i].Note += ", fell back: " + last.Fallback
-				}
-				if verr != nil {
-					part1[i].VerifyFailed, part1[i].Note = true, "VERIFY FAILED: "+verr.Error()
-				}
-			}
-			if k.kind == loadKindCheckpoint {
-				sum := bench.Summarize(firsts)
-				part1 = append(part1, bench.Result{Bench: "load", Kind: loadKindFirst, Dir: "warm", Size: cfg.Size, Unit: bench.Ms,
-					Timing: bench.TimingWall, Median: sum.Median, Min: sum.Min, Max: sum.Max, Samples: sum.N,
-					Note: fmt.Sprintf("the first tensor on the device; the whole load %.3g ms (median)", 1e3*float64(cfg.Size)/1e9/part1[0].Median)})
-			}
-		}
-		add(part1)
+		r.add(part)
 	}
-	return rs, nil
+	return r.rs, nil
+}
+
+// rowLog collects a bench's rows, writing each as a progress line.
+type rowLog struct {
+	progress io.Writer
+	rs       []bench.Result
+}
+
+// add appends rows, each also a progress line.
+func (l *rowLog) add(part []bench.Result) {
+	for _, row := range part {
+		l.rs = append(l.rs, row)
+		if l.progress != nil {
+			fmt.Fprintf(l.progress, "pinmem: %s\n", row)
+		}
+	}
+}
+
+// checkpointRun is one run of the checkpoint bench: every tensor of the
+// checkpoint and its place in the one device allocation.
+type checkpointRun struct {
+	rowLog
+	ctx       context.Context
+	gpu       *cuda.Context
+	cfg       *loadBenchConfig
+	opts      []load.Option
+	shards    []string
+	placed    []placedTensor
+	byName    map[string]int // index in placed
+	fileBytes int64          // the shards' bytes up to their data's end
+	dst       *cuda.DeviceBuffer
+}
+
+// place reads every shard's header and packs its tensors one after the
+// other; cfg.Size becomes their bytes.
+func (r *checkpointRun) place() error {
+	for _, s := range r.shards {
+		h, err := safetensors.ReadHeader(s)
+		if err != nil {
+			return err
+		}
+		r.fileBytes += h.DataEnd
+		for _, t := range h.Tensors {
+			r.byName[t.Name] = len(r.placed)
+			r.placed = append(r.placed, placedTensor{t, s, r.cfg.Size})
+			r.cfg.Size += t.Size()
+		}
+	}
+	return nil
+}
+
+// part is LoadCheckpoint's part function: each tensor whole, at its place.
+func (r *checkpointRun) part(t safetensors.Tensor) (load.Range, error) {
+	i, ok := r.byName[t.Name]
+	if !ok || t.Size() == 0 {
+		return load.Range{}, nil
+	}
+	v, err := r.dst.Slice(int(r.placed[i].off), int(t.Size()))
+	return load.Range{Length: t.Size(), Dst: v}, err
+}
+
+// loads measures LoadCheckpoint by a loader of the run's options and then
+// mode, into the device memory cleared first: rows of kind, verified, and
+// for the loader's own mode the time to the first tensor.
+func (r *checkpointRun) loads(kind string, mode ...load.Option) ([]bench.Result, error) {
+	ctx, cfg := r.ctx, r.cfg
+	l, err := load.New(r.gpu, append(append([]load.Option{}, r.opts...), mode...)...)
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var firsts []float64
+	var last load.Stats
+	if err := r.dst.Memset(0); err != nil {
+		_ = l.Close(ctx)
+		return nil, err
+	}
+	part, err := measure(ctx, kind, "warm", cfg.Size, cfg.Samples, nil, func(int) error {
+		t0, first := time.Now(), time.Duration(0)
+		st, err := safetensors.LoadCheckpoint(ctx, l, cfg.File, r.part, func(safetensors.Tensor) {
+			mu.Lock()
+			if first == 0 {
+				first = time.Since(t0)
+			}
+			mu.Unlock()
+		})
+		last = st
+		firsts = append(firsts, float64(first)/float64(time.Millisecond))
+		return err
+	}, "")
+	if cerr := l.Close(ctx); err == nil {
+		err = cerr
+	}
+	if err != nil || len(part) == 0 || part[0].Skipped {
+		return part, err
+	}
+	r.verify(part, last)
+	if kind == loadKindCheckpoint {
+		sum := bench.Summarize(firsts)
+		part = append(part, bench.Result{Bench: "load", Kind: loadKindFirst, Dir: "warm", Size: cfg.Size, Unit: bench.Ms,
+			Timing: bench.TimingWall, Median: sum.Median, Min: sum.Min, Max: sum.Max, Samples: sum.N,
+			Note: fmt.Sprintf("the first tensor on the device; the whole load %.3g ms (median)", 1e3*float64(cfg.Size)/1e9/part[0].Median)})
+	}
+	return part, nil
+}
+
+// verify checks every tensor on the device against its shard and says so
+// in the rows, with how the last load read the checkpoint.
+func (r *checkpointRun) verify(part []bench.Result, last load.Stats) {
+	verr := verifyCheckpoint(r.dst, r.placed)
+	for i := range part {
+		part[i].Verified, part[i].Note = verr == nil, fmt.Sprintf("%d tensors, %d shards, mode %s", len(r.placed), len(r.shards), last.Mode)
+		if last.Fallback != "" {
+			part[i].Note += ", fell back: " + last.Fallback
+		}
+		if verr != nil {
+			part[i].VerifyFailed, part[i].Note = true, "VERIFY FAILED: "+verr.Error()
+		}
+	}
 }
 
 // fileSize returns the size of the file at path, 0 if it cannot be read.

@@ -159,18 +159,26 @@ func (o *output) check() (bench.Format, error) {
 	if base := filepath.Base(o.out); o.out != "" && filepath.Ext(base) == "" && contains(append(o.formats, "text", "table"), strings.ToLower(base)) {
 		return "", usagef("-o %s: a file named after a format; for that format use --format %s (and -o FILE.%s for a file)", o.out, base, base)
 	}
+	ff, err := o.chosenFormat()
+	if err != nil {
+		return "", err
+	}
+	if err := checkOutPath("--out", o.out); err != nil {
+		return "", err
+	}
+	if err := o.checkPlot(); err != nil {
+		return "", err
+	}
+	return bench.Format(ff), nil
+}
+
+// chosenFormat returns the format --format names, or -o's extension
+// (which becomes --format), "text" meaning "table".
+func (o *output) chosenFormat() (string, error) {
 	ff := strings.ToLower(strings.TrimSpace(o.format))
 	if ext, ok := extFormats[strings.ToLower(filepath.Ext(o.out))]; ok && o.out != "-" {
-		explicit := o.flags != nil && o.flags.Changed("format")
-		switch {
-		case !contains(o.formats, ext):
-			hint := ""
-			if o.plot == "" && (ext == "svg" || ext == "png") && !contains(o.formats, "png") {
-				hint = " (--plot FILE writes an image)"
-			}
-			return "", usagef("-o %s: this command does not write %s; it writes %s%s", o.out, ext, strings.Join(o.formats, ", "), hint)
-		case explicit && ext != ff && !(ff == "text" && ext == "table"):
-			return "", usagef("-o %s names %s but --format is %s: drop one or make them agree", o.out, ext, o.format)
+		if err := o.checkExt(ext, ff); err != nil {
+			return "", err
 		}
 		ff = ext
 		o.format = ext
@@ -181,21 +189,42 @@ func (o *output) check() (bench.Format, error) {
 	if !contains(o.formats, ff) {
 		return "", usagef("--format %q: want one of %s", o.format, strings.Join(o.formats, ", "))
 	}
-	if err := checkOutPath("--out", o.out); err != nil {
-		return "", err
+	return ff, nil
+}
+
+// checkExt refuses -o's extension, naming format ext, when the command
+// does not write it or --format, given as ff, names another.
+func (o *output) checkExt(ext, ff string) error {
+	explicit := o.flags != nil && o.flags.Changed("format")
+	switch {
+	case !contains(o.formats, ext):
+		hint := ""
+		if o.plot == "" && (ext == "svg" || ext == "png") && !contains(o.formats, "png") {
+			hint = " (--plot FILE writes an image)"
+		}
+		return usagef("-o %s: this command does not write %s; it writes %s%s", o.out, ext, strings.Join(o.formats, ", "), hint)
+	case explicit && ext != ff && !(ff == "text" && ext == "table"):
+		return usagef("-o %s names %s but --format is %s: drop one or make them agree", o.out, ext, o.format)
 	}
-	if o.plot != "" {
-		if _, err := bench.ImageFormatOf(o.plot); err != nil {
-			return "", usagef("--plot: %v", err)
-		}
-		if err := checkOutPath("--plot", o.plot); err != nil {
-			return "", err
-		}
-		if o.out != "" && filepath.Clean(o.plot) == filepath.Clean(o.out) {
-			return "", usagef("--plot and --out name the same file %s", o.out)
-		}
+	return nil
+}
+
+// checkPlot refuses a --plot that is not an image file name or that is
+// --out's file.
+func (o *output) checkPlot() error {
+	if o.plot == "" {
+		return nil
 	}
-	return bench.Format(ff), nil
+	if _, err := bench.ImageFormatOf(o.plot); err != nil {
+		return usagef("--plot: %v", err)
+	}
+	if err := checkOutPath("--plot", o.plot); err != nil {
+		return err
+	}
+	if o.out != "" && filepath.Clean(o.plot) == filepath.Clean(o.out) {
+		return usagef("--plot and --out name the same file %s", o.out)
+	}
+	return nil
 }
 
 func contains(list []string, s string) bool {

@@ -162,82 +162,94 @@ valid reports are refused with one line saying where and why (exit status 2).
   pinmem bench --format json | pinmem report - -o bw.svg`,
 		Args:              reportArgs(1),
 		ValidArgsFunction: jsonFiles,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := o.check(); err != nil {
-				return err
-			}
-			if o.format == "png" && (o.out == "" || o.out == "-") {
-				return usagef("--format png writes binary data: name a file with --out")
-			}
-			args, err := skipShippedJSON(cmd, args)
-			if err != nil {
-				return err
-			}
-			reps, err := readReports(args, cmd.InOrStdin())
-			if err != nil {
-				return err
-			}
-			m := reps[0].Meta
-			var rs []bench.Result
-			for _, r := range reps {
-				rs = append(rs, r.Results...)
-			}
-			if baseline != "" && !slices.ContainsFunc(rs, func(r bench.Result) bool { return r.Kind == baseline }) {
-				return usagef("--baseline %q: no result of that kind, method or variant in %s", baseline, strings.Join(args, ", "))
-			}
-			var buf bytes.Buffer
-			switch o.format {
-			case "markdown":
-				if err := bench.WriteMarkdown(&buf, reps); err != nil {
-					return usage(err)
-				}
-			case "summary":
-				if err := bench.WriteSummary(&buf, reps); err != nil {
-					return usage(err)
-				}
-			case "csv":
-				var srcs []bench.CSVSource
-				for i, r := range reps {
-					srcs = append(srcs, bench.CSVSource{File: args[i], Meta: r.Meta, Results: r.Results})
-				}
-				if err := bench.WriteCSV(&buf, srcs...); err != nil {
-					return err
-				}
-			case "svg", "png":
-				if err := bench.WritePlot(&buf, bench.ImageFormat(o.format), m, rs); err != nil {
-					return err
-				}
-				return o.write(cmd, buf.Bytes())
-			case "table":
-				for i, r := range reps {
-					if i > 0 {
-						buf.WriteString("\n")
-					}
-					fmt.Fprintf(&buf, "# %s\n", args[i])
-					var err error
-					if r.Meta.Command == "pinmem bench matrix" && baseline == "" {
-						err = bench.WriteMatrix(&buf, r.Meta, r.Results)
-					} else {
-						err = bench.WriteTable(&buf, r.Meta, r.Results, bench.TableOptions{Baseline: baseline})
-					}
-					if err != nil {
-						return err
-					}
-				}
-			default:
-				for _, r := range reps[1:] {
-					m.Partial = m.Partial || r.Meta.Partial
-				}
-				if err := bench.Write(&buf, bench.Format(o.format), m, rs, bench.TableOptions{}); err != nil {
-					return err
-				}
-			}
-			return o.write(cmd, buf.Bytes())
-		},
+		RunE:              func(cmd *cobra.Command, args []string) error { return runReport(cmd, &o, baseline, args) },
 	}
 	o.register(c, []string{"table", "json", "csv", "markdown", "summary", "svg", "png"}, false)
 	c.Flags().StringVar(&baseline, "baseline", "", "kind, method or variant the table's ratio column compares with (empty: none)")
 	return c
+}
+
+// runReport renders the reports in files as o says.
+func runReport(cmd *cobra.Command, o *output, baseline string, files []string) error {
+	if _, err := o.check(); err != nil {
+		return err
+	}
+	if o.format == "png" && (o.out == "" || o.out == "-") {
+		return usagef("--format png writes binary data: name a file with --out")
+	}
+	files, err := skipShippedJSON(cmd, files)
+	if err != nil {
+		return err
+	}
+	reps, err := readReports(files, cmd.InOrStdin())
+	if err != nil {
+		return err
+	}
+	var rs []bench.Result
+	for _, r := range reps {
+		rs = append(rs, r.Results...)
+	}
+	if baseline != "" && !slices.ContainsFunc(rs, func(r bench.Result) bool { return r.Kind == baseline }) {
+		return usagef("--baseline %q: no result of that kind, method or variant in %s", baseline, strings.Join(files, ", "))
+	}
+	var buf bytes.Buffer
+	if err := renderReports(&buf, o.format, baseline, files, reps, rs); err != nil {
+		return err
+	}
+	return o.write(cmd, buf.Bytes())
+}
+
+// renderReports writes the reports read from files, whose rows together
+// are rs, in format.
+func renderReports(buf *bytes.Buffer, format, baseline string, files []string, reps []bench.Report, rs []bench.Result) error {
+	m := reps[0].Meta
+	switch format {
+	case "markdown":
+		if err := bench.WriteMarkdown(buf, reps); err != nil {
+			return usage(err)
+		}
+	case "summary":
+		if err := bench.WriteSummary(buf, reps); err != nil {
+			return usage(err)
+		}
+	case "csv":
+		var srcs []bench.CSVSource
+		for i, r := range reps {
+			srcs = append(srcs, bench.CSVSource{File: files[i], Meta: r.Meta, Results: r.Results})
+		}
+		return bench.WriteCSV(buf, srcs...)
+	case "svg", "png":
+		return bench.WritePlot(buf, bench.ImageFormat(format), m, rs)
+	case "table":
+		return writeReportTables(buf, baseline, files, reps)
+	default:
+		for _, r := range reps[1:] {
+			m.Partial = m.Partial || r.Meta.Partial
+		}
+		return bench.Write(buf, bench.Format(format), m, rs, bench.TableOptions{})
+	}
+	return nil
+}
+
+// writeReportTables writes each report as a table under its file's name;
+// a matrix as a matrix unless a baseline asks for ratios.
+func writeReportTables(buf *bytes.Buffer, baseline string, files []string, reps []bench.Report) error {
+	for i, r := range reps {
+		if i > 0 {
+			buf.WriteString("\n")
+		}
+		fmt.Fprintf(buf, "# %s\n", files[i])
+		var err error
+		if r.Meta.Command == "pinmem bench matrix" && baseline == "" {
+			err = bench.WriteMatrix(buf, r.Meta, r.Results)
+		} else {
+			err = bench.WriteTable(buf, r.Meta, r.Results, bench.TableOptions{Baseline: baseline})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func newCompare() *cobra.Command {

@@ -147,86 +147,16 @@ func (s *Session) Concurrency(ctx context.Context, cfg ConcurrencyConfig) ([]Res
 
 func (s *Session) concurrent(ctx context.Context, cfg ConcurrencyConfig, cp *transfer.Copier, kind, dir string, g, n int, devs []*cuda.DeviceBuffer, hosts [][]byte) (Result, error) {
 	r := Result{Bench: "concurrency", Kind: kind, Dir: ConcurrencyDir(dir, g), Size: int64(n), Unit: GBps, Timing: TimingWall}
-	reps := int(min(max((cfg.MinBytes+int64(g*n)-1)/int64(g*n), 1), 64))
-	want := make([][]byte, g)
+	c := &concurrentCopies{ctx: ctx, cp: cp, kind: kind, dir: dir, n: n, devs: devs[:g], hosts: hosts[:g]}
+	c.reps = int(min(max((cfg.MinBytes+int64(g*n)-1)/int64(g*n), 1), 64))
+	c.want = make([][]byte, g)
 	for i := range g {
-		want[i] = append([]byte(nil), hosts[i][:n]...)
+		c.want[i] = append([]byte(nil), hosts[i][:n]...)
 	}
-	one := func(i int) error {
-		h := hosts[i][:n]
-		switch {
-		case kind == KindCopier && dir == DirH2D:
-			dv, err := devs[i].Slice(0, n)
-			if err != nil {
-				return err
-			}
-			_, err = cp.HtoD(ctx, dv, h)
-			return err
-		case kind == KindCopier:
-			dv, err := devs[i].Slice(0, n)
-			if err != nil {
-				return err
-			}
-			_, err = cp.DtoH(ctx, h, dv)
-			return err
-		case dir == DirH2D:
-			_, err := devs[i].WriteAt(h, 0)
-			return err
-		}
-		_, err := devs[i].ReadAt(h, 0)
-		return err
-	}
-	sample := func() (time.Duration, error) {
-		errs := make([]error, g)
-		var wg sync.WaitGroup
-		start := time.Now()
-		for i := range g {
-			wg.Go(func() {
-				for range reps {
-					if errs[i] = one(i); errs[i] != nil {
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		return time.Since(start), errors.Join(errs...)
-	}
-	prepare := func() error {
-		for i := range g {
-			if dir == DirH2D {
-				if err := memsetPrefix(devs[i], poisonDevice, n); err != nil {
-					return err
-				}
-				continue
-			}
-			if _, err := devs[i].WriteAt(want[i], 0); err != nil {
-				return err
-			}
-			poison(hosts[i][:n], poisonHost)
-		}
-		return nil
-	}
-	verify := func() error {
-		got := make([]byte, n)
-		for i := range g {
-			if dir == DirH2D {
-				if _, err := devs[i].ReadAt(got, 0); err != nil {
-					return err
-				}
-			} else {
-				got = hosts[i][:n]
-			}
-			if j := firstDiff(got, want[i]); j >= 0 {
-				return fmt.Errorf("goroutine %d: byte %d is %#x, want %#x", i, j, got[j], want[i][j])
-			}
-		}
-		return nil
-	}
-	if err := prepare(); err != nil {
+	if err := c.prepare(); err != nil {
 		return r, err
 	}
-	if _, err := sample(); err != nil { // warm-up
+	if _, err := c.sample(); err != nil { // warm-up
 		return r, err
 	}
 	var vals []float64
@@ -238,29 +168,119 @@ func (s *Session) concurrent(ctx context.Context, cfg ConcurrencyConfig, cp *tra
 			break
 		}
 		if i == 0 {
-			if err := prepare(); err != nil {
+			if err := c.prepare(); err != nil {
 				return r, err
 			}
 		}
-		d, err := sample()
+		d, err := c.sample()
 		if err != nil {
 			return r, err
 		}
 		if i == 0 {
-			if err := verify(); err != nil {
+			if err := c.verify(); err != nil {
 				notes = append(notes, verifyFailedMark+": "+err.Error())
 			} else {
 				r.Verified = true
 			}
 		}
-		vals = append(vals, Rate(int64(g)*int64(n)*int64(reps), d))
+		vals = append(vals, Rate(int64(g)*int64(n)*int64(c.reps), d))
 	}
 	r.fill(vals)
 	what := "each goroutine calls the driver's synchronous pageable copy"
 	if kind == KindCopier {
 		what = "every goroutine shares one default transfer.Copier"
 	}
-	notes = append(notes, fmt.Sprintf("%d goroutines, %s each, %d copies each per sample; %s", g, FormatSize(int64(n)), reps, what))
+	notes = append(notes, fmt.Sprintf("%d goroutines, %s each, %d copies each per sample; %s", g, FormatSize(int64(n)), c.reps, what))
 	r.Note = strings.Join(notes, "; ")
 	return r, stopErr
+}
+
+// concurrentCopies is one measurement of concurrent: a goroutine per
+// device buffer copying n bytes between it and its host slice, reps times
+// a sample, by the Copier or the driver's synchronous copy (kind).
+type concurrentCopies struct {
+	ctx         context.Context
+	cp          *transfer.Copier
+	kind, dir   string
+	n, reps     int
+	devs        []*cuda.DeviceBuffer
+	hosts, want [][]byte
+}
+
+// one makes goroutine i's copy.
+func (c *concurrentCopies) one(i int) error {
+	h := c.hosts[i][:c.n]
+	if c.kind != KindCopier {
+		if c.dir == DirH2D {
+			_, err := c.devs[i].WriteAt(h, 0)
+			return err
+		}
+		_, err := c.devs[i].ReadAt(h, 0)
+		return err
+	}
+	dv, err := c.devs[i].Slice(0, c.n)
+	if err != nil {
+		return err
+	}
+	if c.dir == DirH2D {
+		_, err = c.cp.HtoD(c.ctx, dv, h)
+	} else {
+		_, err = c.cp.DtoH(c.ctx, h, dv)
+	}
+	return err
+}
+
+// sample runs every goroutine's reps copies at once and returns the time
+// until the last is done.
+func (c *concurrentCopies) sample() (time.Duration, error) {
+	errs := make([]error, len(c.devs))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range c.devs {
+		wg.Go(func() {
+			for range c.reps {
+				if errs[i] = c.one(i); errs[i] != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start), errors.Join(errs...)
+}
+
+// prepare poisons every destination and puts the wanted bytes in every
+// source.
+func (c *concurrentCopies) prepare() error {
+	for i, dev := range c.devs {
+		if c.dir == DirH2D {
+			if err := memsetPrefix(dev, poisonDevice, c.n); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := dev.WriteAt(c.want[i], 0); err != nil {
+			return err
+		}
+		poison(c.hosts[i][:c.n], poisonHost)
+	}
+	return nil
+}
+
+// verify checks that every destination holds the wanted bytes.
+func (c *concurrentCopies) verify() error {
+	got := make([]byte, c.n)
+	for i, dev := range c.devs {
+		if c.dir == DirH2D {
+			if _, err := dev.ReadAt(got, 0); err != nil {
+				return err
+			}
+		} else {
+			got = c.hosts[i][:c.n]
+		}
+		if j := firstDiff(got, c.want[i]); j >= 0 {
+			return fmt.Errorf("goroutine %d: byte %d is %#x, want %#x", i, j, got[j], c.want[i][j])
+		}
+	}
+	return nil
 }

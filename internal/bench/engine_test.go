@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -134,16 +135,29 @@ func TestPinOverlapZeroCopyOnFakeDriver(t *testing.T) {
 		if r.Skipped || !r.Verified || r.Median <= 0 {
 			t.Errorf("overlap result %+v", r)
 		}
+		if pipeline := r.Bench == "overlap" && r.Unit == Ms; pipeline && (s.KernelError() != nil) != strings.Contains(r.Note, "copies only, no kernel") {
+			t.Errorf("overlap result %+v: its note should say whether the kernel ran (kernel error %v)", r, s.KernelError())
+		}
 	}
 	for _, k := range []string{KindPinned, VariantBound, VariantPageableSync, VariantPinned1, "pinned-2streams", KindPageable} {
 		if !kinds[k] {
 			t.Errorf("no %q result", k)
 		}
 	}
+	rs, err = s.ZeroCopy(t.Context(), ZeroCopyConfig{Size: 64 << 10, Reuse: []int{1, 2}, Samples: 2})
 	if s.KernelError() != nil {
-		rs, err = s.ZeroCopy(t.Context(), ZeroCopyConfig{Size: 64 << 10, Reuse: []int{1, 2}})
 		if err != nil || len(rs) != 4 || !rs[0].Skipped {
 			t.Errorf("zero-copy without kernels: %v, %+v", err, rs)
+		}
+		return
+	}
+	if err != nil || len(rs) != 4 {
+		t.Fatalf("zero-copy: %v, %d results, want 4", err, len(rs))
+	}
+	for i, r := range rs {
+		wantKind := []string{VariantZeroCopy, VariantExplicit}[i%2]
+		if r.Kind != wantKind || r.Dir != fmt.Sprintf("reuse=%d", 1+i/2) || r.Skipped || !r.Verified || r.Samples != 2 || r.Median <= 0 {
+			t.Errorf("zero-copy result %d: %+v", i, r)
 		}
 	}
 }

@@ -100,35 +100,17 @@ func Matrix(ctx context.Context, cfg MatrixConfig) ([]Result, Meta, error) {
 	if err := cfg.resolve(); err != nil {
 		return nil, Meta{}, err
 	}
-	if len(cfg.Devices) == 0 {
-		n, err := cuda.DeviceCount()
-		if err != nil {
-			return nil, Meta{}, err
-		}
-		for i := range n {
-			cfg.Devices = append(cfg.Devices, i)
-		}
-		if n == 0 {
-			return nil, Meta{}, fmt.Errorf("bench: matrix: %w", cuda.ErrNoDevice)
-		}
+	if err := cfg.everyDevice(); err != nil {
+		return nil, Meta{}, err
 	}
-	var devs []*matrixDev
+	devs, err := openMatrix(ctx, cfg)
 	defer func() {
 		for _, d := range devs {
 			d.close()
 		}
 	}()
-	n := int(cfg.Size)
-	for _, ord := range cfg.Devices {
-		s, err := Open(ctx, ord, cfg.Session)
-		if err != nil {
-			return nil, Meta{}, fmt.Errorf("bench: device %d: %w", ord, err)
-		}
-		d := &matrixDev{s: s}
-		devs = append(devs, d)
-		if err := d.setup(n); err != nil {
-			return nil, Meta{}, fmt.Errorf("bench: device %d: %w", ord, err)
-		}
+	if err != nil {
+		return nil, Meta{}, err
 	}
 	m := devs[0].s.Meta("pinmem bench matrix")
 	for _, d := range devs[1:] {
@@ -142,36 +124,9 @@ func Matrix(ctx context.Context, cfg MatrixConfig) ([]Result, Meta, error) {
 	per := map[string][]Result{}
 	for _, d := range devs {
 		for _, dir := range cfg.Dirs {
-			r := Result{Bench: "matrix", Kind: DeviceKind(d.s.Dev.Ordinal()), Dir: dir, Size: cfg.Size, Unit: GBps}
-			var vals []float64
-			err := d.repoison(n)
-			for i := 0; err == nil && i < cfg.Samples; i++ {
-				if err = ctx.Err(); err != nil {
-					break
-				}
-				var v float64
-				var t timing
-				if v, t, err = d.sample(dir, n, cfg.Reps); err != nil {
-					break
-				}
-				r.Timing = t.method
-				vals = append(vals, v)
-				if i == 0 {
-					if verr := d.verify(dir, n); verr != nil {
-						r.Note = joinNotes([]string{r.Note, verifyFailedMark + ": " + verr.Error()})
-					} else {
-						r.Verified = true
-					}
-				}
-			}
+			r, err := d.alone(ctx, cfg, dir)
 			if err != nil {
-				if isFatal(err) {
-					return out, m, err
-				}
-				r = skipped("matrix", r.Kind, dir, cfg.Size, GBps, "error: "+err.Error())
-			} else {
-				r.fill(vals)
-				r.Note = joinNotes([]string{r.Note, d.placement})
+				return out, m, err
 			}
 			d.s.progress(r)
 			out = append(out, r)
@@ -180,58 +135,139 @@ func Matrix(ctx context.Context, cfg MatrixConfig) ([]Result, Meta, error) {
 	}
 	// Every device at once.
 	for _, dir := range cfg.Dirs {
-		conc := make([][]float64, len(devs))
-		var errs []error
-		methods := make([]string, len(devs))
-		for _, d := range devs {
-			if err := d.repoison(int(cfg.Size)); err != nil {
-				return out, m, err
-			}
-		}
-		for range cfg.Samples {
-			if err := ctx.Err(); err != nil {
-				return out, m, err
-			}
-			var wg sync.WaitGroup
-			errc := make([]error, len(devs))
-			for i, d := range devs {
-				wg.Go(func() {
-					v, t, err := d.sample(dir, n, cfg.Reps)
-					errc[i] = err
-					if err == nil {
-						conc[i] = append(conc[i], v)
-						methods[i] = t.method
-					}
-				})
-			}
-			wg.Wait()
-			if err := errors.Join(errc...); err != nil {
-				errs = append(errs, err)
-				break
-			}
-		}
-		var r Result
-		if err := errors.Join(errs...); err != nil {
-			if isFatal(err) {
-				return out, m, err
-			}
-			r = skipped("matrix", KindAll, dir, cfg.Size, GBps, "error: "+err.Error())
-		} else {
-			r = aggregate(dir, cfg.Size, per[dir], conc)
-			r.Timing = methods[0]
-			allOK := true
-			for _, d := range devs {
-				if err := d.verify(dir, n); err != nil {
-					allOK = false
-					r.Note = joinNotes([]string{verifyFailedMark + ": " + err.Error(), r.Note})
-				}
-			}
-			r.Verified = allOK
+		r, err := atOnce(ctx, cfg, devs, dir, per[dir])
+		if err != nil {
+			return out, m, err
 		}
 		devs[0].s.progress(r)
 		out = append(out, r)
 	}
 	return out, m, nil
+}
+
+// everyDevice makes an empty device list every device there is.
+func (c *MatrixConfig) everyDevice() error {
+	if len(c.Devices) > 0 {
+		return nil
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		c.Devices = append(c.Devices, i)
+	}
+	if n == 0 {
+		return fmt.Errorf("bench: matrix: %w", cuda.ErrNoDevice)
+	}
+	return nil
+}
+
+// openMatrix opens a session on every device of cfg and sets up its
+// buffers; it returns the devices opened so far also on error, to close.
+func openMatrix(ctx context.Context, cfg MatrixConfig) ([]*matrixDev, error) {
+	var devs []*matrixDev
+	for _, ord := range cfg.Devices {
+		s, err := Open(ctx, ord, cfg.Session)
+		if err != nil {
+			return devs, fmt.Errorf("bench: device %d: %w", ord, err)
+		}
+		d := &matrixDev{s: s}
+		devs = append(devs, d)
+		if err := d.setup(int(cfg.Size)); err != nil {
+			return devs, fmt.Errorf("bench: device %d: %w", ord, err)
+		}
+	}
+	return devs, nil
+}
+
+// alone measures direction dir on d while no other device copies: the
+// result, skipped with the reason on a failure that does not end the run.
+func (d *matrixDev) alone(ctx context.Context, cfg MatrixConfig, dir string) (Result, error) {
+	n := int(cfg.Size)
+	r := Result{Bench: "matrix", Kind: DeviceKind(d.s.Dev.Ordinal()), Dir: dir, Size: cfg.Size, Unit: GBps}
+	var vals []float64
+	err := d.repoison(n)
+	for i := 0; err == nil && i < cfg.Samples; i++ {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		var v float64
+		var t timing
+		if v, t, err = d.sample(dir, n, cfg.Reps); err != nil {
+			break
+		}
+		r.Timing = t.method
+		vals = append(vals, v)
+		if i == 0 {
+			if verr := d.verify(dir, n); verr != nil {
+				r.Note = joinNotes([]string{r.Note, verifyFailedMark + ": " + verr.Error()})
+			} else {
+				r.Verified = true
+			}
+		}
+	}
+	if err != nil {
+		if isFatal(err) {
+			return r, err
+		}
+		return skipped("matrix", r.Kind, dir, cfg.Size, GBps, "error: "+err.Error()), nil
+	}
+	r.fill(vals)
+	r.Note = joinNotes([]string{r.Note, d.placement})
+	return r, nil
+}
+
+// atOnce measures direction dir on every device at the same time: the
+// aggregate of the devices' concurrent samples beside their rows measured
+// alone (per), or a skipped result on a failure that does not end the run.
+func atOnce(ctx context.Context, cfg MatrixConfig, devs []*matrixDev, dir string, per []Result) (Result, error) {
+	n := int(cfg.Size)
+	conc := make([][]float64, len(devs))
+	methods := make([]string, len(devs))
+	for _, d := range devs {
+		if err := d.repoison(n); err != nil {
+			return Result{}, err
+		}
+	}
+	var sampleErr error
+	for range cfg.Samples {
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		var wg sync.WaitGroup
+		errc := make([]error, len(devs))
+		for i, d := range devs {
+			wg.Go(func() {
+				v, t, err := d.sample(dir, n, cfg.Reps)
+				errc[i] = err
+				if err == nil {
+					conc[i] = append(conc[i], v)
+					methods[i] = t.method
+				}
+			})
+		}
+		wg.Wait()
+		if sampleErr = errors.Join(errc...); sampleErr != nil {
+			break
+		}
+	}
+	if sampleErr != nil {
+		if isFatal(sampleErr) {
+			return Result{}, sampleErr
+		}
+		return skipped("matrix", KindAll, dir, cfg.Size, GBps, "error: "+sampleErr.Error()), nil
+	}
+	r := aggregate(dir, cfg.Size, per, conc)
+	r.Timing = methods[0]
+	r.Verified = true
+	for _, d := range devs {
+		if err := d.verify(dir, n); err != nil {
+			r.Verified = false
+			r.Note = joinNotes([]string{verifyFailedMark + ": " + err.Error(), r.Note})
+		}
+	}
+	return r, nil
 }
 
 // aggregate builds the "all devices at once" result of one direction:
@@ -397,59 +433,96 @@ func WriteMatrix(w io.Writer, m Meta, results []Result) error {
 	if m.Timing != "" {
 		fmt.Fprintf(&b, "# timing: %s\n", m.Timing)
 	}
-	var rows, dirs []string
-	cell := map[[2]string]Result{}
-	size := int64(0)
+	g := gridOf(results)
+	if g.size > 0 {
+		fmt.Fprintf(&b, "# host<->GPU bandwidth, GB/s (median), %s per copy\n", FormatSize(g.size))
+	}
+	writeColumns(&b, g.table())
+	for _, d := range g.dirs {
+		if r, ok := g.cell[[2]string{KindAll, d}]; ok && r.Note != "" {
+			fmt.Fprintf(&b, "# all %s: %s\n", d, r.Note)
+		}
+	}
+	for _, k := range g.rows {
+		if r, ok := g.cell[[2]string{k, g.dirs[0]}]; ok && k != KindAll && r.Note != "" {
+			fmt.Fprintf(&b, "# %s: %s\n", k, r.Note)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// matrixGrid is the matrix results by row (kind) and column (direction),
+// in the order they first appear.
+type matrixGrid struct {
+	rows, dirs []string
+	cell       map[[2]string]Result // by kind and direction
+	size       int64                // bytes per copy
+}
+
+func gridOf(results []Result) matrixGrid {
+	g := matrixGrid{cell: map[[2]string]Result{}}
 	for _, r := range results {
 		if r.Bench != "matrix" {
 			continue
 		}
-		if !contains(rows, r.Kind) {
-			rows = append(rows, r.Kind)
+		if !contains(g.rows, r.Kind) {
+			g.rows = append(g.rows, r.Kind)
 		}
-		if !contains(dirs, r.Dir) {
-			dirs = append(dirs, r.Dir)
+		if !contains(g.dirs, r.Dir) {
+			g.dirs = append(g.dirs, r.Dir)
 		}
-		cell[[2]string{r.Kind, r.Dir}] = r
-		size = r.Size
+		g.cell[[2]string{r.Kind, r.Dir}] = r
+		g.size = r.Size
 	}
-	if size > 0 {
-		fmt.Fprintf(&b, "# host<->GPU bandwidth, GB/s (median), %s per copy\n", FormatSize(size))
-	}
+	return g
+}
+
+// table returns the matrix's cells as text, the header first; with more
+// than one row, a last row sums the devices' own rows.
+func (g matrixGrid) table() [][]string {
 	sums := map[string]float64{}
-	table := [][]string{append([]string{"DEVICE"}, upper(dirs)...)}
-	for _, k := range rows {
+	table := [][]string{append([]string{"DEVICE"}, upper(g.dirs)...)}
+	for _, k := range g.rows {
 		line := []string{k}
 		if k == KindAll {
 			line[0] = "all at once"
 		}
-		for _, d := range dirs {
-			r, ok := cell[[2]string{k, d}]
-			switch {
-			case !ok:
-				line = append(line, "-")
-			case r.Skipped:
-				line = append(line, "skipped")
-			default:
-				v := formatValue(r.Median)
-				if !r.Verified {
-					v += "!"
-				}
-				line = append(line, v)
-				if k != KindAll {
-					sums[d] += r.Median
-				}
+		for _, d := range g.dirs {
+			r, ok := g.cell[[2]string{k, d}]
+			line = append(line, matrixCell(r, ok))
+			if ok && !r.Skipped && k != KindAll {
+				sums[d] += r.Median
 			}
 		}
 		table = append(table, line)
 	}
-	if len(rows) > 1 {
+	if len(g.rows) > 1 {
 		line := []string{"sum of rows"}
-		for _, d := range dirs {
+		for _, d := range g.dirs {
 			line = append(line, formatValue(sums[d]))
 		}
 		table = append(table, line)
 	}
+	return table
+}
+
+// matrixCell is a cell's text: the median, marked "!" when not verified.
+func matrixCell(r Result, ok bool) string {
+	switch {
+	case !ok:
+		return "-"
+	case r.Skipped:
+		return "skipped"
+	case !r.Verified:
+		return formatValue(r.Median) + "!"
+	}
+	return formatValue(r.Median)
+}
+
+// writeColumns writes table's lines, the first column left-aligned and
+// the others right-aligned, two spaces apart.
+func writeColumns(b *strings.Builder, table [][]string) {
 	widths := make([]int, len(table[0]))
 	for _, l := range table {
 		for i, c := range l {
@@ -459,25 +532,13 @@ func WriteMatrix(w io.Writer, m Meta, results []Result) error {
 	for _, l := range table {
 		for i, c := range l {
 			if i == 0 {
-				fmt.Fprintf(&b, "%-*s", widths[i], c)
+				fmt.Fprintf(b, "%-*s", widths[i], c)
 			} else {
-				fmt.Fprintf(&b, "  %*s", widths[i], c)
+				fmt.Fprintf(b, "  %*s", widths[i], c)
 			}
 		}
 		b.WriteString("\n")
 	}
-	for _, d := range dirs {
-		if r, ok := cell[[2]string{KindAll, d}]; ok && r.Note != "" {
-			fmt.Fprintf(&b, "# all %s: %s\n", d, r.Note)
-		}
-	}
-	for _, k := range rows {
-		if r, ok := cell[[2]string{k, dirs[0]}]; ok && k != KindAll && r.Note != "" {
-			fmt.Fprintf(&b, "# %s: %s\n", k, r.Note)
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 func contains(s []string, x string) bool {

@@ -79,3 +79,33 @@ func TestMatrixAggregateMath(t *testing.T) {
 		t.Fatalf("one device: %+v", r)
 	}
 }
+
+// TestWriteMatrixCells: a missing cell is "-", a skipped one "skipped", an
+// unverified median is marked "!"; the sum row adds the devices' own
+// measured cells only; the notes follow the table.
+func TestWriteMatrixCells(t *testing.T) {
+	rs := []Result{
+		{Bench: "matrix", Kind: "gpu0", Dir: DirH2D, Size: 1 << 20, Median: 10, Verified: true, Note: "host memory: node 0"},
+		{Bench: "matrix", Kind: "gpu0", Dir: DirD2H, Size: 1 << 20, Median: 12},
+		{Bench: "matrix", Kind: "gpu1", Dir: DirH2D, Size: 1 << 20, Skipped: true},
+		{Bench: "matrix", Kind: KindAll, Dir: DirH2D, Size: 1 << 20, Median: 9, Verified: true, Note: "sum of per-device figures 10"},
+		{Bench: "bw", Kind: KindPinned, Dir: DirH2D, Size: 1 << 20, Median: 99},
+	}
+	var b bytes.Buffer
+	if err := WriteMatrix(&b, Meta{Command: "pinmem bench matrix", Device: "Fake", Driver: "13.0"}, rs); err != nil {
+		t.Fatal(err)
+	}
+	want := `# pinmem bench matrix on Fake, driver 13.0
+# host<->GPU bandwidth, GB/s (median), 1MiB per copy
+DEVICE           H2D     D2H
+gpu0           10.00  12.00!
+gpu1         skipped       -
+all at once     9.00       -
+sum of rows    10.00   12.00
+# all h2d: sum of per-device figures 10
+# gpu0: host memory: node 0
+`
+	if got := b.String(); got != want {
+		t.Errorf("WriteMatrix:\n%s\nwant:\n%s", got, want)
+	}
+}

@@ -99,179 +99,229 @@ func (s *Session) Overlap(ctx context.Context, cfg OverlapConfig) ([]Result, err
 	if err := cfg.resolve(); err != nil {
 		return nil, err
 	}
-	cs := int(cfg.ChunkSize)
-	total := cs * cfg.Chunks
-	var out []Result
-	emit := func(rs ...Result) {
-		for _, r := range rs {
-			s.progress(r)
-		}
-		out = append(out, rs...)
+	o := &overlapRun{s: s, ctx: ctx, cfg: cfg, cs: int(cfg.ChunkSize), total: int(cfg.ChunkSize) * cfg.Chunks}
+	if err := o.bound(); err != nil {
+		return o.out, err
 	}
-
-	// The bound: each direction moves total bytes; with copies in both
-	// directions overlapped, each runs at the bidirectional per-direction rate.
-	bw, err := s.Bandwidth(ctx, BandwidthConfig{Kinds: []string{KindPinned}, Sizes: []int64{cfg.ChunkSize},
-		Dirs: []string{DirBidir}, Samples: cfg.Samples, MinBytes: int64(total)})
+	in := randomBytes(o.total, 11)
+	o.want = append([]byte(nil), in...)
+	if s.kernErr == nil {
+		kernels.AddBytes(o.want, pipelineDelta)
+	} else {
+		o.note = "copies only, no kernel (kernels unavailable: " + s.kernErr.Error() + ")"
+	}
+	dev, err := s.Ctx.Alloc(o.total)
 	if err != nil {
-		return bw, err
-	}
-	out = append(out, bw...)
-	if len(bw) == 1 && !bw[0].Skipped && bw[0].Median > 0 {
-		perDir := bw[0].Median / 2
-		ms := float64(total) / (perDir * 1e9) * 1e3
-		b := Result{Bench: "overlap", Kind: VariantBound, Dir: "pipeline", Size: int64(total), Unit: Ms,
-			Median: ms, Min: ms, Max: ms, Timing: TimingComputed,
-			Note: fmt.Sprintf("computed, not measured: %s each way at the bidirectional %s GB/s per direction measured just before", FormatSize(int64(total)), formatValue(perDir))}
-		emit(b, fpsOf(b, cfg.Chunks))
-	}
-
-	in := randomBytes(total, 11)
-	want := append([]byte(nil), in...)
-	noKernel := s.kernErr != nil
-	if !noKernel {
-		kernels.AddBytes(want, pipelineDelta)
-	}
-	dev, err := s.Ctx.Alloc(total)
-	if err != nil {
-		return out, err
+		return o.out, err
 	}
 	defer dev.Free()
+	o.dev = dev
 	streams := make([]*cuda.Stream, cfg.Streams)
 	for i := range streams {
 		if streams[i], err = s.Ctx.NewStream(cuda.StreamNonBlocking); err != nil {
-			return out, err
+			return o.out, err
 		}
 		defer streams[i].Destroy()
 	}
-	// The pageable variant is the baseline: synchronous copies and the
-	// kernel all on the legacy default stream. The kernel must not run
-	// on one of the non-blocking streams above: cuMemcpyHtoD from pageable
-	// memory returns once the source is in the driver's staging buffers,
-	// before the last DMA to the device has landed, and only work on the
-	// legacy stream (or a blocking stream) is ordered after that DMA.
-	legacy := cuda.WrapStream(s.Ctx, 0)
-	grid, block := s.grid()
-	kernel := func(st *cuda.Stream, off int) error {
-		if noKernel {
-			return nil
+	if err := o.pageable(in); err != nil {
+		return o.out, err
+	}
+	if err := o.pinned(in, streams); err != nil {
+		return o.out, err
+	}
+	if cfg.VecAddSize > 0 {
+		rs, err := s.vecAdd(ctx, int(cfg.VecAddSize), cfg.Samples)
+		o.emit(rs...)
+		if err != nil {
+			return o.out, err
 		}
-		return s.fns[kernels.KernelAdd].Launch(st, grid, block, 0, dev.Ptr().Add(off), uint64(cs), uint8(pipelineDelta))
 	}
-	note := ""
-	if noKernel {
-		note = "copies only, no kernel (kernels unavailable: " + s.kernErr.Error() + ")"
-	}
+	return o.out, nil
+}
 
-	// pageable, synchronous, one (the legacy default) stream.
-	{
-		hin, hout := make([]byte, total), make([]byte, total)
-		copy(hin, in)
-		r := Result{Bench: "overlap", Kind: VariantPageableSync, Dir: "pipeline", Size: int64(total), Unit: Ms, Timing: TimingWall}
-		var vals []float64
-		for i := range cfg.Samples + 1 { // the first run warms up
-			if err := ctx.Err(); err != nil {
-				return out, err
-			}
-			poison(hout, poisonHost)
-			start := time.Now()
-			for c := range cfg.Chunks {
-				off := c * cs
-				if _, err := dev.WriteAt(hin[off:off+cs], int64(off)); err != nil {
-					return out, err
-				}
-				// On the legacy stream, after the H2D's DMA; the
-				// synchronous D2H (same stream) waits for the kernel.
-				if err := kernel(legacy, off); err != nil {
-					return out, err
-				}
-				if _, err := dev.ReadAt(hout[off:off+cs], int64(off)); err != nil {
-					return out, err
-				}
-			}
-			d := time.Since(start)
-			if i == 1 {
-				r.Verified = firstDiff(hout, want) < 0
-			}
-			if i > 0 {
-				vals = append(vals, Millis(d))
-			}
-		}
-		r.fill(vals)
-		r.Note = joinNotes([]string{verifyNote(r.Verified), note})
-		emit(r, fpsOf(r, cfg.Chunks))
-	}
+// overlapRun is one run of Overlap: total bytes in chunks of cs, the
+// device memory they pass through and the output they should come back as.
+type overlapRun struct {
+	s         *Session
+	ctx       context.Context
+	cfg       OverlapConfig
+	cs, total int
+	want      []byte
+	dev       *cuda.DeviceBuffer
+	note      string // every measured row's, when there is no kernel
+	out       []Result
+}
 
-	// pinned, on 1 and on cfg.Streams streams.
-	hin, err := pinmem.Alloc(total, 0, pinmem.WithDevice(s.Dev), pinmem.WithMethod(pinmem.MethodHostAlloc))
+// emit adds rows, each also a progress line.
+func (o *overlapRun) emit(rs ...Result) {
+	for _, r := range rs {
+		o.s.progress(r)
+	}
+	o.out = append(o.out, rs...)
+}
+
+// bound measures the bidirectional bandwidth and adds the bound it sets:
+// each direction moves total bytes; with copies in both directions
+// overlapped, each runs at the bidirectional per-direction rate.
+func (o *overlapRun) bound() error {
+	bw, err := o.s.Bandwidth(o.ctx, BandwidthConfig{Kinds: []string{KindPinned}, Sizes: []int64{o.cfg.ChunkSize},
+		Dirs: []string{DirBidir}, Samples: o.cfg.Samples, MinBytes: int64(o.total)})
+	o.out = append(o.out, bw...)
 	if err != nil {
-		return out, err
+		return err
+	}
+	if len(bw) == 1 && !bw[0].Skipped && bw[0].Median > 0 {
+		perDir := bw[0].Median / 2
+		ms := float64(o.total) / (perDir * 1e9) * 1e3
+		b := Result{Bench: "overlap", Kind: VariantBound, Dir: "pipeline", Size: int64(o.total), Unit: Ms,
+			Median: ms, Min: ms, Max: ms, Timing: TimingComputed,
+			Note: fmt.Sprintf("computed, not measured: %s each way at the bidirectional %s GB/s per direction measured just before", FormatSize(int64(o.total)), formatValue(perDir))}
+		o.emit(b, fpsOf(b, o.cfg.Chunks))
+	}
+	return nil
+}
+
+// kernel queues the pipeline's kernel on the chunk at off, unless there
+// are no kernels.
+func (o *overlapRun) kernel(st *cuda.Stream, off int) error {
+	if o.s.kernErr != nil {
+		return nil
+	}
+	grid, block := o.s.grid()
+	return o.s.fns[kernels.KernelAdd].Launch(st, grid, block, 0, o.dev.Ptr().Add(off), uint64(o.cs), uint8(pipelineDelta))
+}
+
+// samples runs run once to warm up and then cfg.Samples times, hout
+// poisoned before each run; it returns the timed runs' milliseconds and
+// whether the first timed run's output, hout, was the wanted one.
+func (o *overlapRun) samples(hout []byte, run func() (time.Duration, error)) (ms []float64, verified bool, err error) {
+	for i := range o.cfg.Samples + 1 {
+		if err := o.ctx.Err(); err != nil {
+			return nil, false, err
+		}
+		poison(hout, poisonHost)
+		d, err := run()
+		if err != nil {
+			return nil, false, err
+		}
+		if i == 1 {
+			verified = firstDiff(hout, o.want) < 0
+		}
+		if i > 0 {
+			ms = append(ms, Millis(d))
+		}
+	}
+	return ms, verified, nil
+}
+
+// pageable measures the baseline: pageable memory, synchronous copies and
+// the kernel all on the legacy default stream. The kernel must not run on
+// a non-blocking stream: cuMemcpyHtoD from pageable memory returns once
+// the source is in the driver's staging buffers, before the last DMA to
+// the device has landed, and only work on the legacy stream (or a
+// blocking stream) is ordered after that DMA.
+func (o *overlapRun) pageable(in []byte) error {
+	legacy := cuda.WrapStream(o.s.Ctx, 0)
+	hin, hout := make([]byte, o.total), make([]byte, o.total)
+	copy(hin, in)
+	r := Result{Bench: "overlap", Kind: VariantPageableSync, Dir: "pipeline", Size: int64(o.total), Unit: Ms, Timing: TimingWall}
+	vals, verified, err := o.samples(hout, func() (time.Duration, error) {
+		start := time.Now()
+		for c := range o.cfg.Chunks {
+			off := c * o.cs
+			if _, err := o.dev.WriteAt(hin[off:off+o.cs], int64(off)); err != nil {
+				return 0, err
+			}
+			// On the legacy stream, after the H2D's DMA; the
+			// synchronous D2H (same stream) waits for the kernel.
+			if err := o.kernel(legacy, off); err != nil {
+				return 0, err
+			}
+			if _, err := o.dev.ReadAt(hout[off:off+o.cs], int64(off)); err != nil {
+				return 0, err
+			}
+		}
+		return time.Since(start), nil
+	})
+	if err != nil {
+		return err
+	}
+	r.Verified = verified
+	r.fill(vals)
+	r.Note = joinNotes([]string{verifyNote(r.Verified), o.note})
+	o.emit(r, fpsOf(r, o.cfg.Chunks))
+	return nil
+}
+
+// pinned measures pinned memory with asynchronous copies, chunks dealt
+// round-robin to one stream and then to every stream of streams.
+func (o *overlapRun) pinned(in []byte, streams []*cuda.Stream) error {
+	hin, err := pinmem.Alloc(o.total, 0, pinmem.WithDevice(o.s.Dev), pinmem.WithMethod(pinmem.MethodHostAlloc))
+	if err != nil {
+		return err
 	}
 	defer hin.Free()
-	hout, err := pinmem.Alloc(total, 0, pinmem.WithDevice(s.Dev), pinmem.WithMethod(pinmem.MethodHostAlloc))
+	hout, err := pinmem.Alloc(o.total, 0, pinmem.WithDevice(o.s.Dev), pinmem.WithMethod(pinmem.MethodHostAlloc))
 	if err != nil {
-		return out, err
+		return err
 	}
 	defer hout.Free()
 	copy(hin.Bytes(), in)
 	counts := []int{1}
-	if cfg.Streams > 1 {
-		counts = append(counts, cfg.Streams)
+	if o.cfg.Streams > 1 {
+		counts = append(counts, o.cfg.Streams)
 	}
 	for _, k := range counts {
-		r := Result{Bench: "overlap", Kind: VariantPinnedN(k), Dir: "pipeline", Size: int64(total), Unit: Ms}
-		lanes := make([]lane, k)
-		for j := range lanes {
-			lanes[j] = lane{s: streams[j], op: func(st *cuda.Stream, rep int) error {
-				c := rep*k + j
-				if c >= cfg.Chunks {
-					return nil
-				}
-				off := c * cs
-				if err := st.CopyHtoD(dev, off, hin.Bytes()[off:off+cs]); err != nil {
-					return err
-				}
-				if err := kernel(st, off); err != nil {
-					return err
-				}
-				return st.CopyDtoH(hout.Bytes()[off:off+cs], dev, off)
-			}}
+		if err := o.pinnedOn(streams[:k], hin.Bytes(), hout.Bytes()); err != nil {
+			return err
 		}
-		reps := (cfg.Chunks + k - 1) / k
-		var vals []float64
-		tnote := ""
-		for i := range cfg.Samples + 1 {
-			if err := ctx.Err(); err != nil {
-				return out, err
-			}
-			poison(hout.Bytes(), poisonHost)
-			t, err := s.timeLanes(lanes, reps, true)
-			if err != nil {
-				return out, err
-			}
-			r.Timing = t.method
-			if t.note != "" {
-				tnote = t.note
-			}
-			if i == 1 {
-				r.Verified = firstDiff(hout.Bytes(), want) < 0
-			}
-			if i > 0 {
-				vals = append(vals, Millis(t.span))
-			}
-		}
-		r.fill(vals)
-		r.Note = joinNotes([]string{verifyNote(r.Verified), tnote, note})
-		emit(r, fpsOf(r, cfg.Chunks))
 	}
-	if cfg.VecAddSize > 0 {
-		rs, err := s.vecAdd(ctx, int(cfg.VecAddSize), cfg.Samples)
-		emit(rs...)
+	return nil
+}
+
+// pinnedOn measures the pipeline on streams, chunk c on stream c mod
+// len(streams), from the pinned hin to the pinned hout.
+func (o *overlapRun) pinnedOn(streams []*cuda.Stream, hin, hout []byte) error {
+	k, cs := len(streams), o.cs
+	r := Result{Bench: "overlap", Kind: VariantPinnedN(k), Dir: "pipeline", Size: int64(o.total), Unit: Ms}
+	lanes := make([]lane, k)
+	for j := range lanes {
+		lanes[j] = lane{s: streams[j], op: func(st *cuda.Stream, rep int) error {
+			c := rep*k + j
+			if c >= o.cfg.Chunks {
+				return nil
+			}
+			off := c * cs
+			if err := st.CopyHtoD(o.dev, off, hin[off:off+cs]); err != nil {
+				return err
+			}
+			if err := o.kernel(st, off); err != nil {
+				return err
+			}
+			return st.CopyDtoH(hout[off:off+cs], o.dev, off)
+		}}
+	}
+	reps := (o.cfg.Chunks + k - 1) / k
+	tnote := ""
+	vals, verified, err := o.samples(hout, func() (time.Duration, error) {
+		t, err := o.s.timeLanes(lanes, reps, true)
 		if err != nil {
-			return out, err
+			return 0, err
 		}
+		r.Timing = t.method
+		if t.note != "" {
+			tnote = t.note
+		}
+		return t.span, nil
+	})
+	if err != nil {
+		return err
 	}
-	return out, nil
+	r.Verified = verified
+	r.fill(vals)
+	r.Note = joinNotes([]string{verifyNote(r.Verified), tnote, o.note})
+	o.emit(r, fpsOf(r, o.cfg.Chunks))
+	return nil
 }
 
 func verifyNote(ok bool) string {

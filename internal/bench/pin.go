@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -119,22 +120,12 @@ func (s *Session) Pin(ctx context.Context, cfg PinConfig) ([]Result, error) {
 // taken so far are returned as results (none if there were none) with
 // ctx's error.
 func (s *Session) pinOne(ctx context.Context, method string, n, samples int, probe *cuda.DeviceBuffer) ([]Result, error) {
-	dev := pinmem.WithDevice(s.Dev)
-	ops := []string{OpPin, OpUnpin}
+	p := &pinRun{method: method, n: n, dev: pinmem.WithDevice(s.Dev), threads: runtime.NumCPU(), vals: map[string][]float64{}}
+	p.ops = []string{OpPin, OpUnpin}
 	if method == PinGoRegister {
-		ops = []string{OpTouch, OpPin, OpUnpin}
+		p.ops = []string{OpTouch, OpPin, OpUnpin}
 	}
-	vals := map[string][]float64{}
-	verified := true
-	var verr error
-	fail := func(err error) []Result {
-		var rs []Result
-		for _, op := range ops {
-			rs = append(rs, skipped("pin", method, op, int64(n), Ms, err.Error()))
-		}
-		return rs
-	}
-	threads := runtime.NumCPU()
+	known := slices.Contains(AllPinMethods(), method)
 	var stopErr error
 	done := 0
 	for i := 0; i < samples; i++ {
@@ -144,72 +135,103 @@ func (s *Session) pinOne(ctx context.Context, method string, n, samples int, pro
 			}
 			break
 		}
-		var buf *pinmem.Buffer
-		var err error
-		var heap []byte
-		start := time.Now()
-		switch method {
-		case PinHostAlloc:
-			buf, err = pinmem.Alloc(n, 0, dev, pinmem.WithMethod(pinmem.MethodHostAlloc))
-		case PinMmapRegister:
-			buf, err = pinmem.Alloc(n, 0, dev, pinmem.WithMethod(pinmem.MethodMmapRegister))
-		case PinGoRegister:
-			heap = make([]byte, n)
-			touch(heap, 1)
-			vals[OpTouch] = append(vals[OpTouch], Millis(time.Since(start)))
-			start = time.Now()
-			buf, err = pinmem.Register(heap, 0, dev)
-		case PinMallocRegister:
-			heap = make([]byte, n)
-			touch(heap, threads)
-			buf, err = pinmem.Register(heap, 0, dev)
-		default:
+		if !known {
 			return nil, invalid("unknown pinning method %q", method)
 		}
-		pinT := time.Since(start)
+		buf, pinT, err := p.pin()
 		if err != nil {
-			return fail(err), nil
+			return p.failed(err), nil
 		}
-		vals[OpPin] = append(vals[OpPin], Millis(pinT))
+		p.vals[OpPin] = append(p.vals[OpPin], Millis(pinT))
 		if i == 0 {
-			if err := roundTrip(s.Ctx, buf.Bytes(), probe); err != nil {
-				verified, verr = false, err
-			}
+			p.verr = roundTrip(s.Ctx, buf.Bytes(), probe)
 		}
-		start = time.Now()
+		start := time.Now()
 		err = buf.Free()
-		vals[OpUnpin] = append(vals[OpUnpin], Millis(time.Since(start)))
+		p.vals[OpUnpin] = append(p.vals[OpUnpin], Millis(time.Since(start)))
 		if err != nil {
-			return fail(err), err
+			return p.failed(err), err
 		}
-		heap = nil
-		_ = heap
 		if method == PinGoRegister || method == PinMallocRegister {
 			debug.FreeOSMemory() // the next sample gets fresh pages, as malloc would
 		}
 		done++
 	}
+	rs := p.results()
+	if stopErr != nil {
+		for i := range rs {
+			rs[i].Note = joinNotes([]string{rs[i].Note, stoppedNote(done, samples)})
+		}
+	}
+	return rs, stopErr
+}
+
+// pinRun is the measurement of one pinning method and size: the times of
+// each operation (ops) so far and the round trip's failure, if any.
+type pinRun struct {
+	method  string
+	n       int
+	dev     pinmem.Option
+	threads int // goroutines pre-faulting for PinMallocRegister
+	ops     []string
+	vals    map[string][]float64
+	verr    error
+}
+
+// pin pins n bytes by the method and returns the buffer and the time it
+// took; for PinGoRegister it records the time to touch the pages apart.
+func (p *pinRun) pin() (*pinmem.Buffer, time.Duration, error) {
+	var buf *pinmem.Buffer
+	var err error
+	start := time.Now()
+	switch p.method {
+	case PinHostAlloc:
+		buf, err = pinmem.Alloc(p.n, 0, p.dev, pinmem.WithMethod(pinmem.MethodHostAlloc))
+	case PinMmapRegister:
+		buf, err = pinmem.Alloc(p.n, 0, p.dev, pinmem.WithMethod(pinmem.MethodMmapRegister))
+	case PinGoRegister:
+		heap := make([]byte, p.n)
+		touch(heap, 1)
+		p.vals[OpTouch] = append(p.vals[OpTouch], Millis(time.Since(start)))
+		start = time.Now()
+		buf, err = pinmem.Register(heap, 0, p.dev)
+	default: // PinMallocRegister
+		heap := make([]byte, p.n)
+		touch(heap, p.threads)
+		buf, err = pinmem.Register(heap, 0, p.dev)
+	}
+	return buf, time.Since(start), err
+}
+
+// failed returns every operation's result, skipped for err.
+func (p *pinRun) failed(err error) []Result {
 	var rs []Result
-	for _, op := range ops {
-		r := Result{Bench: "pin", Kind: method, Dir: op, Size: int64(n), Unit: Ms, Timing: TimingWall, Verified: verified}
-		r.fill(vals[op])
+	for _, op := range p.ops {
+		rs = append(rs, skipped("pin", p.method, op, int64(p.n), Ms, err.Error()))
+	}
+	return rs
+}
+
+// results returns every operation's result from the samples taken.
+func (p *pinRun) results() []Result {
+	var rs []Result
+	for _, op := range p.ops {
+		r := Result{Bench: "pin", Kind: p.method, Dir: op, Size: int64(p.n), Unit: Ms, Timing: TimingWall, Verified: p.verr == nil}
+		r.fill(p.vals[op])
 		switch {
 		case op == OpTouch:
 			r.Note = "make + write every page on one goroutine (malloc + memset)"
-		case op == OpPin && method == PinMallocRegister:
-			r.Note = fmt.Sprintf("make + pre-fault on %d goroutines + cuMemHostRegister (PyTorch-like)", threads)
-		case op == OpPin && method == PinGoRegister:
+		case op == OpPin && p.method == PinMallocRegister:
+			r.Note = fmt.Sprintf("make + pre-fault on %d goroutines + cuMemHostRegister (PyTorch-like)", p.threads)
+		case op == OpPin && p.method == PinGoRegister:
 			r.Note = "cuMemHostRegister of touched memory"
 		}
-		if verr != nil {
-			r.Note = joinNotes([]string{verifyFailedMark + ": " + verr.Error(), r.Note})
-		}
-		if stopErr != nil {
-			r.Note = joinNotes([]string{r.Note, stoppedNote(done, samples)})
+		if p.verr != nil {
+			r.Note = joinNotes([]string{verifyFailedMark + ": " + p.verr.Error(), r.Note})
 		}
 		rs = append(rs, r)
 	}
-	return rs, stopErr
+	return rs
 }
 
 // touch writes one byte in every page of b, spread over the given number

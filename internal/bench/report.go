@@ -97,22 +97,7 @@ func TimingOf(m Meta, results []Result) string {
 // Text columns are left-aligned and numbers right-aligned.
 func WriteTable(w io.Writer, m Meta, results []Result, opts TableOptions) error {
 	var b strings.Builder
-	if m.Command != "" || m.Device != "" {
-		fmt.Fprintf(&b, "# %s", m.Command)
-		if m.Device != "" {
-			fmt.Fprintf(&b, " on %s", m.Device)
-		}
-		if m.Driver != "" {
-			fmt.Fprintf(&b, ", driver %s", m.Driver)
-		}
-		b.WriteString("\n")
-	}
-	if t := TimingOf(m, results); t != "" {
-		fmt.Fprintf(&b, "# timing: %s\n", t)
-	}
-	if m.Partial {
-		b.WriteString("# PARTIAL: the run was interrupted or ended early; not every configured measurement is present\n")
-	}
+	writeTableHeader(&b, m, results)
 	head := []string{"BENCH", "KIND", "DIR", "SIZE", "MEDIAN", "MIN", "MAX", "UNIT", "N", "VERIFIED"}
 	right := []bool{false, false, false, true, true, true, true, false, true, false}
 	var ratios map[int]float64
@@ -125,20 +110,7 @@ func WriteTable(w io.Writer, m Meta, results []Result, opts TableOptions) error 
 	right = append(right, false)
 	rows := [][]string{head}
 	for i, r := range results {
-		row := []string{r.Bench, r.Kind, r.Dir, FormatSize(r.Size)}
-		switch {
-		case r.Skipped:
-			row = append(row, "-", "-", "-", string(r.Unit), "0", "skipped")
-		case r.Timing == TimingComputed:
-			row = append(row, formatValue(r.Median), "-", "-", string(r.Unit), "-", "computed")
-		default:
-			ver := "yes"
-			if !r.Verified {
-				ver = "NO"
-			}
-			row = append(row, formatValue(r.Median), formatValue(r.Min), formatValue(r.Max),
-				string(r.Unit), strconv.Itoa(r.Samples), ver)
-		}
+		row := tableCells(r)
 		if ratios != nil {
 			if x, ok := ratios[i]; ok {
 				row = append(row, strconv.FormatFloat(x, 'f', 2, 64)+"x")
@@ -146,17 +118,67 @@ func WriteTable(w io.Writer, m Meta, results []Result, opts TableOptions) error 
 				row = append(row, "")
 			}
 		}
-		note := r.Note
-		if !r.Skipped && r.Timing != "" && r.Timing != TimingSpin {
-			if note != "" {
-				note = "[" + r.Timing + "] " + note
-			} else {
-				note = "[" + r.Timing + "]"
-			}
-		}
-		rows = append(rows, append(row, note))
+		rows = append(rows, append(row, tableNote(r)))
 	}
-	widths := make([]int, len(head))
+	writeAligned(&b, rows, right)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeTableHeader writes the table's comment lines: the command, device
+// and driver; the timing; whether the run was partial.
+func writeTableHeader(b *strings.Builder, m Meta, results []Result) {
+	if m.Command != "" || m.Device != "" {
+		fmt.Fprintf(b, "# %s", m.Command)
+		if m.Device != "" {
+			fmt.Fprintf(b, " on %s", m.Device)
+		}
+		if m.Driver != "" {
+			fmt.Fprintf(b, ", driver %s", m.Driver)
+		}
+		b.WriteString("\n")
+	}
+	if t := TimingOf(m, results); t != "" {
+		fmt.Fprintf(b, "# timing: %s\n", t)
+	}
+	if m.Partial {
+		b.WriteString("# PARTIAL: the run was interrupted or ended early; not every configured measurement is present\n")
+	}
+}
+
+// tableCells returns a result's cells from BENCH to VERIFIED.
+func tableCells(r Result) []string {
+	row := []string{r.Bench, r.Kind, r.Dir, FormatSize(r.Size)}
+	switch {
+	case r.Skipped:
+		return append(row, "-", "-", "-", string(r.Unit), "0", "skipped")
+	case r.Timing == TimingComputed:
+		return append(row, formatValue(r.Median), "-", "-", string(r.Unit), "-", "computed")
+	}
+	ver := "yes"
+	if !r.Verified {
+		ver = "NO"
+	}
+	return append(row, formatValue(r.Median), formatValue(r.Min), formatValue(r.Max),
+		string(r.Unit), strconv.Itoa(r.Samples), ver)
+}
+
+// tableNote is a result's note, led by its timing in brackets unless it
+// was skipped or timed with spin-wait (the default).
+func tableNote(r Result) string {
+	if r.Skipped || r.Timing == "" || r.Timing == TimingSpin {
+		return r.Note
+	}
+	if r.Note != "" {
+		return "[" + r.Timing + "] " + r.Note
+	}
+	return "[" + r.Timing + "]"
+}
+
+// writeAligned writes rows as columns two spaces apart, right-aligned
+// where right says, left-aligned otherwise; the last column is not padded.
+func writeAligned(b *strings.Builder, rows [][]string, right []bool) {
+	widths := make([]int, len(rows[0]))
 	for _, row := range rows {
 		for j, c := range row {
 			widths[j] = max(widths[j], len(c))
@@ -181,8 +203,6 @@ func WriteTable(w io.Writer, m Meta, results []Result, opts TableOptions) error 
 		b.WriteString(strings.TrimRight(line.String(), " "))
 		b.WriteString("\n")
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 // WriteJSON writes the report as indented JSON: {"meta": ..., "results": [...]}.

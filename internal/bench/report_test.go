@@ -52,6 +52,27 @@ const goldenTable = "# pinmem bench on NVIDIA H200 (device 0), driver CUDA 13.0\
 	"bw     pinned    d2h  256MiB   55.25  55.00  55.30  GB/s  5  yes           1.00x\n" +
 	"bw     mapped    h2d    1MiB       -      -      -  GB/s  0  skipped              kernels unavailable: placeholder\n"
 
+// TestWriteTableComputedUnverifiedPartial: a computed row shows only its
+// median, an unverified one says NO, a partial run says so in the header.
+func TestWriteTableComputedUnverifiedPartial(t *testing.T) {
+	rs := []Result{
+		{Bench: "overlap", Kind: VariantBound, Dir: "pipeline", Size: 1 << 20, Unit: Ms, Median: 1.5, Min: 1.5, Max: 1.5, Timing: TimingComputed, Note: "computed"},
+		{Bench: "overlap", Kind: VariantPinned1, Dir: "pipeline", Size: 1 << 20, Unit: Ms, Median: 2, Min: 1, Max: 3, Samples: 2, Timing: TimingWall},
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, Meta{Device: "Fake", Partial: true}, rs, TableOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := "#  on Fake\n" +
+		"# PARTIAL: the run was interrupted or ended early; not every configured measurement is present\n" +
+		"BENCH    KIND            DIR       SIZE  MEDIAN   MIN   MAX  UNIT  N  VERIFIED  NOTE\n" +
+		"overlap  bound           pipeline  1MiB    1.50     -     -  ms    -  computed  [computed] computed\n" +
+		"overlap  pinned-1stream  pipeline  1MiB    2.00  1.00  3.00  ms    2  NO        [wall]\n"
+	if got := b.String(); got != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+}
+
 func TestWriteTableNoBaseline(t *testing.T) {
 	var b bytes.Buffer
 	if err := WriteTable(&b, Meta{}, sampleResults()[:1], TableOptions{}); err != nil {

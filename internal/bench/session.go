@@ -345,19 +345,8 @@ type timing struct {
 func (s *Session) timeLanes(lanes []lane, reps int, hold bool) (timing, error) {
 	t := timing{method: TimingEvents}
 	hold = hold && s.spinErr == nil
-	var evs []*cuda.Event
-	defer func() {
-		for _, e := range evs {
-			_ = e.Destroy()
-		}
-	}()
-	newEv := func() (*cuda.Event, error) {
-		e, err := s.Ctx.NewEvent(cuda.EventDefault)
-		if err == nil {
-			evs = append(evs, e)
-		}
-		return e, err
-	}
+	var ev laneEvents
+	defer ev.destroy()
 	released := false
 	release := func() {
 		if hold && !released {
@@ -367,53 +356,19 @@ func (s *Session) timeLanes(lanes []lane, reps int, hold bool) (timing, error) {
 	}
 	defer release()
 	if hold {
-		atomic.StoreUint32(&s.flagWords[flagWord], 0)
-		atomic.StoreUint32(&s.flagWords[statusWord], 0)
-		err := s.fns[kernels.KernelSpinWait].Launch(lanes[0].s, cuda.D1(1), cuda.D1(1), 0,
-			s.flagDev.Add(4*flagWord), uint64(s.cfg.SpinTimeout.Nanoseconds()), s.flagDev.Add(4*statusWord))
-		if err != nil {
+		if err := s.holdStream(lanes[0].s); err != nil {
 			return t, err
 		}
 		t.method = TimingSpin
 	}
-	starts := make([]*cuda.Event, len(lanes))
-	ends := make([]*cuda.Event, len(lanes))
-	for i := range lanes {
-		var err error
-		if starts[i], err = newEv(); err != nil {
-			return t, err
-		}
-		if ends[i], err = newEv(); err != nil {
-			return t, err
-		}
-	}
-	// Lane 0's start event is the gate the other lanes wait for.
-	if err := starts[0].Record(lanes[0].s); err != nil {
+	if err := ev.create(s.Ctx, len(lanes)); err != nil {
 		return t, err
 	}
-	for i := 1; i < len(lanes); i++ {
-		if err := lanes[i].s.WaitEvent(starts[0]); err != nil {
-			return t, err
-		}
-		if err := starts[i].Record(lanes[i].s); err != nil {
-			return t, err
-		}
-	}
-	// Interleave the lanes' work so that no lane's queue runs ahead.
-	for r := range reps {
-		for _, l := range lanes {
-			if err := l.op(l.s, r); err != nil {
-				return t, err
-			}
-		}
-	}
-	for i, l := range lanes {
-		if err := ends[i].Record(l.s); err != nil {
-			return t, err
-		}
+	if err := ev.queue(lanes, reps); err != nil {
+		return t, err
 	}
 	release()
-	for _, e := range ends {
+	for _, e := range ev.ends {
 		if err := e.Synchronize(context.Background()); err != nil {
 			return t, err
 		}
@@ -424,17 +379,91 @@ func (s *Session) timeLanes(lanes []lane, reps int, hold bool) (timing, error) {
 			t.note = fmt.Sprintf("spin-wait timed out after %v while queueing (status %d): queueing time included", s.cfg.SpinTimeout, st)
 		}
 	}
-	for i := range lanes {
-		d, err := ends[i].Elapsed(starts[i])
+	err := ev.times(&t)
+	return t, err
+}
+
+// holdStream queues spin_wait on st: st's later work waits until the
+// session's flag is set (or the spin timeout passes).
+func (s *Session) holdStream(st *cuda.Stream) error {
+	atomic.StoreUint32(&s.flagWords[flagWord], 0)
+	atomic.StoreUint32(&s.flagWords[statusWord], 0)
+	return s.fns[kernels.KernelSpinWait].Launch(st, cuda.D1(1), cuda.D1(1), 0,
+		s.flagDev.Add(4*flagWord), uint64(s.cfg.SpinTimeout.Nanoseconds()), s.flagDev.Add(4*statusWord))
+}
+
+// laneEvents are the start and end events of each lane of timeLanes.
+type laneEvents struct {
+	starts, ends []*cuda.Event
+}
+
+// create makes a start and an end event for each of n lanes.
+func (ev *laneEvents) create(ctx *cuda.Context, n int) error {
+	for range n {
+		start, err := ctx.NewEvent(cuda.EventDefault)
 		if err != nil {
-			return t, err
+			return err
+		}
+		ev.starts = append(ev.starts, start)
+		end, err := ctx.NewEvent(cuda.EventDefault)
+		if err != nil {
+			return err
+		}
+		ev.ends = append(ev.ends, end)
+	}
+	return nil
+}
+
+func (ev *laneEvents) destroy() {
+	for _, e := range append(ev.starts, ev.ends...) {
+		_ = e.Destroy()
+	}
+}
+
+// queue queues reps units of every lane's work between its start and end
+// events; lane 0's start event is the gate the other lanes wait for.
+func (ev *laneEvents) queue(lanes []lane, reps int) error {
+	if err := ev.starts[0].Record(lanes[0].s); err != nil {
+		return err
+	}
+	for i := 1; i < len(lanes); i++ {
+		if err := lanes[i].s.WaitEvent(ev.starts[0]); err != nil {
+			return err
+		}
+		if err := ev.starts[i].Record(lanes[i].s); err != nil {
+			return err
+		}
+	}
+	// Interleave the lanes' work so that no lane's queue runs ahead.
+	for r := range reps {
+		for _, l := range lanes {
+			if err := l.op(l.s, r); err != nil {
+				return err
+			}
+		}
+	}
+	for i, l := range lanes {
+		if err := ev.ends[i].Record(l.s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// times sets t's per-lane times and its span, from lane 0's start to the
+// last end.
+func (ev *laneEvents) times(t *timing) error {
+	for i, end := range ev.ends {
+		d, err := end.Elapsed(ev.starts[i])
+		if err != nil {
+			return err
 		}
 		t.perLane = append(t.perLane, d)
-		d0, err := ends[i].Elapsed(starts[0])
+		d0, err := end.Elapsed(ev.starts[0])
 		if err != nil {
-			return t, err
+			return err
 		}
 		t.span = max(t.span, d0)
 	}
-	return t, nil
+	return nil
 }

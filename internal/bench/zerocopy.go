@@ -78,119 +78,158 @@ func (s *Session) ZeroCopy(ctx context.Context, cfg ZeroCopyConfig) ([]Result, e
 		return nil, err
 	}
 	n := int(cfg.Size)
-	var out []Result
-	skipAll := func(why string) []Result {
-		for _, r := range cfg.Reuse {
-			for _, v := range []string{VariantZeroCopy, VariantExplicit} {
-				out = append(out, skipped("zerocopy", v, fmt.Sprintf("reuse=%d", r), cfg.Size, Ms, why))
-			}
-		}
-		return out
-	}
 	if s.kernErr != nil {
-		return skipAll("kernels unavailable: " + s.kernErr.Error()), nil
+		return zeroCopySkipped(cfg, "kernels unavailable: "+s.kernErr.Error()), nil
 	}
 	data := randomBytes(n, 31)
-	sum := sumWords(data)
+	z := &zeroCopyRun{s: s, ctx: ctx, n: n, sum: sumWords(data)}
 	mapped, err := pinmem.Alloc(n, pinmem.Mapped, pinmem.WithDevice(s.Dev), pinmem.WithMethod(pinmem.MethodHostAlloc))
 	if err != nil {
-		return skipAll("mapped memory: " + err.Error()), nil
+		return zeroCopySkipped(cfg, "mapped memory: "+err.Error()), nil
 	}
 	defer mapped.Free()
-	mptr, err := mapped.DevicePtr()
-	if err != nil {
-		return skipAll("mapped memory: " + err.Error()), nil
+	if z.mptr, err = mapped.DevicePtr(); err != nil {
+		return zeroCopySkipped(cfg, "mapped memory: "+err.Error()), nil
 	}
 	copy(mapped.Bytes(), data)
-	pinned, err := pinmem.Alloc(n, 0, pinmem.WithDevice(s.Dev), pinmem.WithMethod(pinmem.MethodHostAlloc))
-	if err != nil {
-		return out, err
+	if z.pinned, err = pinmem.Alloc(n, 0, pinmem.WithDevice(s.Dev), pinmem.WithMethod(pinmem.MethodHostAlloc)); err != nil {
+		return nil, err
 	}
-	defer pinned.Free()
-	copy(pinned.Bytes(), data)
-	dev, err := s.Ctx.Alloc(n)
-	if err != nil {
-		return out, err
+	defer z.pinned.Free()
+	copy(z.pinned.Bytes(), data)
+	if z.dev, err = s.Ctx.Alloc(n); err != nil {
+		return nil, err
 	}
-	defer dev.Free()
-	acc, err := s.Ctx.Alloc(256)
-	if err != nil {
-		return out, err
+	defer z.dev.Free()
+	if z.acc, err = s.Ctx.Alloc(256); err != nil {
+		return nil, err
 	}
-	defer acc.Free()
-	st, err := s.Ctx.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		return out, err
+	defer z.acc.Free()
+	if z.st, err = s.Ctx.NewStream(cuda.StreamNonBlocking); err != nil {
+		return nil, err
 	}
-	defer st.Destroy()
-	grid, block := s.grid()
-	readSum := s.fns[kernels.KernelReadSum]
+	defer z.st.Destroy()
+	var out []Result
 	for _, reuse := range cfg.Reuse {
 		for _, v := range []string{VariantZeroCopy, VariantExplicit} {
-			r := Result{Bench: "zerocopy", Kind: v, Dir: fmt.Sprintf("reuse=%d", reuse), Size: cfg.Size, Unit: Ms}
-			op := func(st *cuda.Stream, rep int) error {
-				if v == VariantZeroCopy {
-					return readSum.Launch(st, grid, block, 0, mptr, uint64(n/4), acc.Ptr())
-				}
-				if rep == 0 {
-					if err := st.CopyHtoD(dev, 0, pinned.Bytes()); err != nil {
-						return err
-					}
-				}
-				return readSum.Launch(st, grid, block, 0, dev.Ptr(), uint64(n/4), acc.Ptr())
+			r, err := z.measure(v, reuse, cfg)
+			if err != nil {
+				return out, err
 			}
-			lanes := []lane{{s: st, op: op}}
-			var vals []float64
-			var notes []string
-			for i := range cfg.Samples + 1 {
-				if err := ctx.Err(); err != nil {
-					return out, err
-				}
-				if i == 1 {
-					if err := memsetPrefix(acc, 0, 8); err != nil {
-						return out, err
-					}
-					if v == VariantExplicit {
-						if err := memsetPrefix(dev, poisonDevice, n); err != nil {
-							return out, err
-						}
-					}
-				}
-				t, err := s.timeLanes(lanes, reuse, true)
-				if err != nil {
-					return out, err
-				}
-				r.Timing = t.method
-				if t.note != "" && len(notes) == 0 {
-					notes = append(notes, t.note)
-				}
-				if i == 1 {
-					var got [8]byte
-					if _, err := acc.ReadAt(got[:], 0); err != nil {
-						return out, err
-					}
-					if g, want := binary.LittleEndian.Uint64(got[:]), uint64(reuse)*sum; g != want {
-						notes = append(notes, fmt.Sprintf("VERIFY FAILED: sum %#x, want %#x", g, want))
-					} else {
-						r.Verified = true
-					}
-				}
-				if i > 0 {
-					vals = append(vals, Millis(t.span))
-				}
-			}
-			r.fill(vals)
-			if v == VariantZeroCopy {
-				notes = append(notes, fmt.Sprintf("%s of read_sum_u32 over mapped host memory", passes(reuse)))
-			} else {
-				notes = append(notes, fmt.Sprintf("one H2D copy from pinned memory, %s over device memory", passes(reuse)))
-			}
-			r.Note = joinNotes(notes)
 			s.progress(r)
 			out = append(out, r)
 		}
 	}
 	return out, nil
+}
+
+// zeroCopySkipped returns every row of cfg, skipped for why.
+func zeroCopySkipped(cfg ZeroCopyConfig, why string) []Result {
+	var out []Result
+	for _, r := range cfg.Reuse {
+		for _, v := range []string{VariantZeroCopy, VariantExplicit} {
+			out = append(out, skipped("zerocopy", v, fmt.Sprintf("reuse=%d", r), cfg.Size, Ms, why))
+		}
+	}
+	return out
+}
+
+// zeroCopyRun is one run of ZeroCopy: the data, as mapped host memory
+// (mptr), pinned memory and device memory, the sum of its words, and the
+// device word read_sum_u32 adds into.
+type zeroCopyRun struct {
+	s      *Session
+	ctx    context.Context
+	n      int
+	sum    uint64
+	mptr   cuda.DevicePtr
+	pinned *pinmem.Buffer
+	dev    *cuda.DeviceBuffer
+	acc    *cuda.DeviceBuffer
+	st     *cuda.Stream
+}
+
+// measure times variant v reading the data reuse times: a warm-up run,
+// then cfg.Samples timed ones, the first of which is verified.
+func (z *zeroCopyRun) measure(v string, reuse int, cfg ZeroCopyConfig) (Result, error) {
+	r := Result{Bench: "zerocopy", Kind: v, Dir: fmt.Sprintf("reuse=%d", reuse), Size: cfg.Size, Unit: Ms}
+	grid, block := z.s.grid()
+	readSum := z.s.fns[kernels.KernelReadSum]
+	op := func(st *cuda.Stream, rep int) error {
+		if v == VariantZeroCopy {
+			return readSum.Launch(st, grid, block, 0, z.mptr, uint64(z.n/4), z.acc.Ptr())
+		}
+		if rep == 0 {
+			if err := st.CopyHtoD(z.dev, 0, z.pinned.Bytes()); err != nil {
+				return err
+			}
+		}
+		return readSum.Launch(st, grid, block, 0, z.dev.Ptr(), uint64(z.n/4), z.acc.Ptr())
+	}
+	lanes := []lane{{s: z.st, op: op}}
+	var vals []float64
+	var notes []string
+	for i := range cfg.Samples + 1 {
+		if err := z.ctx.Err(); err != nil {
+			return r, err
+		}
+		if i == 1 {
+			if err := z.clear(v); err != nil {
+				return r, err
+			}
+		}
+		t, err := z.s.timeLanes(lanes, reuse, true)
+		if err != nil {
+			return r, err
+		}
+		r.Timing = t.method
+		if t.note != "" && len(notes) == 0 {
+			notes = append(notes, t.note)
+		}
+		if i == 1 {
+			failed, err := z.verify(reuse)
+			if err != nil {
+				return r, err
+			}
+			notes = append(notes, failed...)
+			r.Verified = len(failed) == 0
+		}
+		if i > 0 {
+			vals = append(vals, Millis(t.span))
+		}
+	}
+	r.fill(vals)
+	if v == VariantZeroCopy {
+		notes = append(notes, fmt.Sprintf("%s of read_sum_u32 over mapped host memory", passes(reuse)))
+	} else {
+		notes = append(notes, fmt.Sprintf("one H2D copy from pinned memory, %s over device memory", passes(reuse)))
+	}
+	r.Note = joinNotes(notes)
+	return r, nil
+}
+
+// clear zeroes the sum ahead of the verified run, and for the explicit
+// variant poisons the device copy, so that the run must write both.
+func (z *zeroCopyRun) clear(v string) error {
+	if err := memsetPrefix(z.acc, 0, 8); err != nil {
+		return err
+	}
+	if v == VariantExplicit {
+		return memsetPrefix(z.dev, poisonDevice, z.n)
+	}
+	return nil
+}
+
+// verify checks the sum of a run of reuse passes: a note when it is wrong.
+func (z *zeroCopyRun) verify(reuse int) ([]string, error) {
+	var got [8]byte
+	if _, err := z.acc.ReadAt(got[:], 0); err != nil {
+		return nil, err
+	}
+	if g, want := binary.LittleEndian.Uint64(got[:]), uint64(reuse)*z.sum; g != want {
+		return []string{fmt.Sprintf("VERIFY FAILED: sum %#x, want %#x", g, want)}, nil
+	}
+	return nil, nil
 }
 
 // passes is "1 pass" or "n passes".

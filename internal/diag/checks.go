@@ -71,88 +71,118 @@ func budgetOf(h Host) Budget {
 
 // evaluate fills in the report's checks, budget and commands.
 func (r *Report) evaluate() {
-	add := func(name string, l Level, detail, advice string) {
-		r.Checks = append(r.Checks, Check{Name: name, Level: l, Detail: detail, Advice: advice})
-	}
 	r.Budget = budgetOf(r.Host)
 	gpu := r.DriverFound && r.DriverVersion != 0 && len(r.Devices) > 0
-	switch {
-	case !r.DriverFound:
-		add("driver", Problem, "no NVIDIA driver found ("+r.DriverError+")",
-			"install the NVIDIA driver, or set "+cudadrv.EnvLibrary+" to the path of libcuda.so.1")
-	case r.DriverError != "":
-		add("driver", Problem, "driver found but not usable: "+r.DriverError, "check that the driver and kernel module versions match (nvidia-smi)")
-	default:
-		add("driver", OK, fmt.Sprintf("%s, CUDA %s", r.Library, verString(r.DriverVersion)), "")
-		if len(r.Devices) == 0 {
-			add("devices", Problem, "the driver sees no CUDA device", "check nvidia-smi and CUDA_VISIBLE_DEVICES")
-		} else {
-			add("devices", OK, fmt.Sprintf("%d CUDA device(s)", len(r.Devices)), "")
-		}
-		if r.DriverVersion < r.KernelsNeed {
-			add("driver version", Warning, fmt.Sprintf("CUDA %s; pinmem's kernels need CUDA %s", verString(r.DriverVersion), verString(r.KernelsNeed)),
-				"upgrade the driver for spin-wait timing, mapped, overlap and zerocopy benches")
-		}
-	}
+	r.checkDriver()
 	kernelsEverywhere := gpu
 	for _, d := range r.Devices {
-		name := fmt.Sprintf("GPU %d", d.Ordinal)
-		if d.Error != "" {
-			add(name, Problem, d.Error, "check nvidia-smi for this device")
+		if !r.checkDevice(d) {
 			kernelsEverywhere = false
-			continue
-		}
-		if !d.KernelsLoad {
-			kernelsEverywhere = false
-			add(name+" kernels", Warning, "kernels do not load: "+d.KernelsError, "copies are timed with plain events and kernel benches are skipped; upgrade the driver")
-		}
-		switch {
-		case d.LinkWidth == 0:
-			add(name+" PCIe link", Warning, "link unknown (no sysfs entry)", "bandwidth plots will have no PCIe limit line")
-		case d.LinkWidth < d.LinkMaxWidth:
-			add(name+" PCIe link", Problem, fmt.Sprintf("x%d of x%d lanes", d.LinkWidth, d.LinkMaxWidth),
-				"the card runs on fewer lanes than it has: reseat it or use a full-width slot")
-		case d.LinkGen < d.LinkMaxGen:
-			add(name+" PCIe link", Warning, fmt.Sprintf("Gen%d x%d, card supports Gen%d", d.LinkGen, d.LinkWidth, d.LinkMaxGen),
-				"an idle GPU lowers its link speed; if it stays low under load, check the slot and BIOS settings")
-		default:
-			add(name+" PCIe link", OK, fmt.Sprintf("Gen%d x%d, %.1f GB/s per direction raw", d.LinkGen, d.LinkWidth, d.LinkBandwidth), "")
 		}
 	}
+	r.checkTHP()
+	r.checkBudget()
+	if len(r.Host.Errors) > 0 {
+		r.add("host facts", Warning, strings.Join(r.Host.Errors, "; "), "some host figures are unknown; doctor's other verdicts may be incomplete")
+	}
+	r.Commands = commandsFor(gpu, r.Budget.Error == "", kernelsEverywhere)
+}
+
+// add appends a check.
+func (r *Report) add(name string, l Level, detail, advice string) {
+	r.Checks = append(r.Checks, Check{Name: name, Level: l, Detail: detail, Advice: advice})
+}
+
+// checkDriver checks the driver, its devices and its version.
+func (r *Report) checkDriver() {
+	switch {
+	case !r.DriverFound:
+		r.add("driver", Problem, "no NVIDIA driver found ("+r.DriverError+")",
+			"install the NVIDIA driver, or set "+cudadrv.EnvLibrary+" to the path of libcuda.so.1")
+		return
+	case r.DriverError != "":
+		r.add("driver", Problem, "driver found but not usable: "+r.DriverError, "check that the driver and kernel module versions match (nvidia-smi)")
+		return
+	}
+	r.add("driver", OK, fmt.Sprintf("%s, CUDA %s", r.Library, verString(r.DriverVersion)), "")
+	if len(r.Devices) == 0 {
+		r.add("devices", Problem, "the driver sees no CUDA device", "check nvidia-smi and CUDA_VISIBLE_DEVICES")
+	} else {
+		r.add("devices", OK, fmt.Sprintf("%d CUDA device(s)", len(r.Devices)), "")
+	}
+	if r.DriverVersion < r.KernelsNeed {
+		r.add("driver version", Warning, fmt.Sprintf("CUDA %s; pinmem's kernels need CUDA %s", verString(r.DriverVersion), verString(r.KernelsNeed)),
+			"upgrade the driver for spin-wait timing, mapped, overlap and zerocopy benches")
+	}
+}
+
+// checkDevice checks a device, its kernels and its PCIe link; it reports
+// whether the device is usable and loads the kernels.
+func (r *Report) checkDevice(d Device) (kernels bool) {
+	name := fmt.Sprintf("GPU %d", d.Ordinal)
+	if d.Error != "" {
+		r.add(name, Problem, d.Error, "check nvidia-smi for this device")
+		return false
+	}
+	if !d.KernelsLoad {
+		r.add(name+" kernels", Warning, "kernels do not load: "+d.KernelsError, "copies are timed with plain events and kernel benches are skipped; upgrade the driver")
+	}
+	switch {
+	case d.LinkWidth == 0:
+		r.add(name+" PCIe link", Warning, "link unknown (no sysfs entry)", "bandwidth plots will have no PCIe limit line")
+	case d.LinkWidth < d.LinkMaxWidth:
+		r.add(name+" PCIe link", Problem, fmt.Sprintf("x%d of x%d lanes", d.LinkWidth, d.LinkMaxWidth),
+			"the card runs on fewer lanes than it has: reseat it or use a full-width slot")
+	case d.LinkGen < d.LinkMaxGen:
+		r.add(name+" PCIe link", Warning, fmt.Sprintf("Gen%d x%d, card supports Gen%d", d.LinkGen, d.LinkWidth, d.LinkMaxGen),
+			"an idle GPU lowers its link speed; if it stays low under load, check the slot and BIOS settings")
+	default:
+		r.add(name+" PCIe link", OK, fmt.Sprintf("Gen%d x%d, %.1f GB/s per direction raw", d.LinkGen, d.LinkWidth, d.LinkBandwidth), "")
+	}
+	return d.KernelsLoad
+}
+
+// checkTHP checks transparent huge pages.
+func (r *Report) checkTHP() {
 	switch r.Host.THP {
 	case "never":
-		add("huge pages", Warning, "transparent huge pages: never",
+		r.add("huge pages", Warning, "transparent huge pages: never",
 			"mmap-register touches and registers 4 KiB pages; echo madvise > /sys/kernel/mm/transparent_hugepage/enabled")
 	case "unknown", "":
-		add("huge pages", Warning, "transparent huge pages: unknown", "")
+		r.add("huge pages", Warning, "transparent huge pages: unknown", "")
 	default:
-		add("huge pages", OK, "transparent huge pages: "+r.Host.THP, "")
+		r.add("huge pages", OK, "transparent huge pages: "+r.Host.THP, "")
 	}
+}
+
+// checkBudget checks the pinned-memory budget against the memory there is.
+func (r *Report) checkBudget() {
 	b := r.Budget
 	switch {
 	case b.Error != "":
-		add("budget", Problem, b.Error, "fix "+pinmem.EnvBudget+" (e.g. 40%, 16GiB) or unset it; pinmem bench refuses to run with it")
+		r.add("budget", Problem, b.Error, "fix "+pinmem.EnvBudget+" (e.g. 40%, 16GiB) or unset it; pinmem bench refuses to run with it")
 	case b.Bytes == math.MaxInt64:
-		add("budget", Warning, "no limit ("+b.Source+")", "set "+pinmem.EnvBudget+" (e.g. 40%) so that pinning cannot take all memory")
+		r.add("budget", Warning, "no limit ("+b.Source+")", "set "+pinmem.EnvBudget+" (e.g. 40%) so that pinning cannot take all memory")
 	case r.Host.CgroupLimitBytes > 0 && uint64(b.Bytes) > r.Host.CgroupLimitBytes:
-		add("budget", Warning, fmt.Sprintf("%s (%s) is above the cgroup limit %s", human(b.Bytes), b.Source, human(int64(min(r.Host.CgroupLimitBytes, math.MaxInt64)))),
+		r.add("budget", Warning, fmt.Sprintf("%s (%s) is above the cgroup limit %s", human(b.Bytes), b.Source, human(int64(min(r.Host.CgroupLimitBytes, math.MaxInt64)))),
 			"lower "+pinmem.EnvBudget+": pinning up to the budget would get the process OOM-killed")
 	case r.Host.MemAvailable > 0 && uint64(b.Bytes) > r.Host.MemAvailable:
-		add("budget", Warning, fmt.Sprintf("%s (%s) is more than the %s available now", human(b.Bytes), b.Source, human(int64(min(r.Host.MemAvailable, math.MaxInt64)))),
+		r.add("budget", Warning, fmt.Sprintf("%s (%s) is more than the %s available now", human(b.Bytes), b.Source, human(int64(min(r.Host.MemAvailable, math.MaxInt64)))),
 			"other processes use memory: large pinned buffers may fail or push the host into swap")
 	default:
-		add("budget", OK, fmt.Sprintf("%s (%s)", human(b.Bytes), b.Source), "")
+		r.add("budget", OK, fmt.Sprintf("%s (%s)", human(b.Bytes), b.Source), "")
 	}
-	if len(r.Host.Errors) > 0 {
-		add("host facts", Warning, strings.Join(r.Host.Errors, "; "), "some host figures are unknown; doctor's other verdicts may be incomplete")
-	}
-	why := "needs an NVIDIA driver and a GPU"
-	budgetOK := b.Error == ""
+}
+
+// commandsFor says which of pinmem's commands work: the measuring ones
+// need a GPU and a budget that parses, and some need the kernels on every
+// device.
+func commandsFor(gpu, budgetOK, kernelsEverywhere bool) []Command {
 	measure := func(name, extra string, needKernels bool) Command {
 		c := Command{Name: name, Works: gpu && budgetOK}
 		switch {
 		case !gpu:
-			c.Note = why
+			c.Note = "needs an NVIDIA driver and a GPU"
 		case !budgetOK:
 			c.Note = "refused until " + pinmem.EnvBudget + " parses"
 		case needKernels && !kernelsEverywhere:
@@ -162,7 +192,7 @@ func (r *Report) evaluate() {
 		}
 		return c
 	}
-	r.Commands = []Command{
+	return []Command{
 		{Name: "doctor", Works: true}, {Name: "version", Works: true},
 		{Name: "report", Works: true, Note: "renders saved results, no GPU needed"},
 		{Name: "compare", Works: true, Note: "no GPU needed"},

@@ -106,69 +106,96 @@ func (r Reader) CgroupMemory() (*CgroupMemory, error) {
 		return nil, err
 	}
 	cg := &CgroupMemory{Limit: Unlimited}
-	var limitFile, usageFile, defMount string
 	switch {
 	case v1Path != "":
 		cg.Version, cg.Path = CgroupV1, v1Path
-		limitFile, usageFile, defMount = "memory.limit_in_bytes", "memory.usage_in_bytes", DefaultCgroupV1MemoryMount
 	case v2Path != "":
 		cg.Version, cg.Path = CgroupV2, v2Path
-		limitFile, usageFile, defMount = "memory.max", "memory.current", DefaultCgroupV2Mount
 	default:
 		return &CgroupMemory{Version: CgroupNone, Limit: Unlimited}, nil
 	}
-
-	mountPoint, mountRoot := defMount, "/"
-	mi, err := r.readFile(ProcMountinfoPath)
-	switch {
-	case err == nil:
-		mp, mr, found, perr := findCgroupMount(r.path(ProcMountinfoPath), mi, cg.Version)
-		if perr != nil {
-			return nil, perr
-		}
-		if found {
-			mountPoint, mountRoot = mp, mr
-		}
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("sysinfo: reading mountinfo: %w", err)
+	files := cgroupFiles[cg.Version]
+	mountPoint, mountRoot, err := r.cgroupMount(cg.Version, files.mount)
+	if err != nil {
+		return nil, err
 	}
-
-	// The cgroup path is relative to the hierarchy's root; the mount shows
-	// the subtree starting at mountRoot.
-	rel := cg.Path
-	if mountRoot != "/" && (rel == mountRoot || strings.HasPrefix(rel, mountRoot+"/")) {
-		rel = strings.TrimPrefix(rel, mountRoot)
+	if cg.Dir, err = r.cgroupDir(cg.Path, mountPoint, mountRoot); err != nil {
+		return nil, err
 	}
-	dir := path.Join(mountPoint, rel)
-	if !r.isDir(dir) {
-		// Inside a cgroup namespace or a container whose mount root does not
-		// match the path, the mount point itself is the process's cgroup.
-		if !r.isDir(mountPoint) {
-			return nil, fmt.Errorf("sysinfo: cgroup %s directory %s not found (mount point %s missing too)", cg.Path, r.path(dir), r.path(mountPoint))
-		}
-		dir = mountPoint
+	if err := r.smallestLimit(cg, mountPoint, files.limit); err != nil {
+		return nil, err
 	}
-	cg.Dir = dir
-
-	for d := dir; ; d = path.Dir(d) {
-		lim, ok, err := r.readCgroupLimit(path.Join(d, limitFile), cg.Version)
-		if err != nil {
-			return nil, err
-		}
-		if ok && lim < cg.Limit {
-			cg.Limit, cg.LimitDir = lim, d
-		}
-		if d == mountPoint || d == "/" || d == "." || !strings.HasPrefix(d, mountPoint) {
-			break
-		}
-	}
-
-	if s, err := r.readString(path.Join(dir, usageFile)); err == nil {
+	if s, err := r.readString(path.Join(cg.Dir, files.usage)); err == nil {
 		if u, perr := strconv.ParseUint(s, 10, 64); perr == nil {
 			cg.Usage, cg.UsageKnown = u, true
 		}
 	}
 	return cg, nil
+}
+
+// smallestLimit walks from cg.Dir up to the mount point and keeps, in cg,
+// the smallest limit of the limit files found on the way.
+func (r Reader) smallestLimit(cg *CgroupMemory, mountPoint, limitFile string) error {
+	for d := cg.Dir; ; d = path.Dir(d) {
+		lim, ok, err := r.readCgroupLimit(path.Join(d, limitFile), cg.Version)
+		if err != nil {
+			return err
+		}
+		if ok && lim < cg.Limit {
+			cg.Limit, cg.LimitDir = lim, d
+		}
+		if d == mountPoint || d == "/" || d == "." || !strings.HasPrefix(d, mountPoint) {
+			return nil
+		}
+	}
+}
+
+// cgroupFiles are, by cgroup version, the files of a memory cgroup's
+// limit and usage, and where the hierarchy is mounted when mountinfo does
+// not say.
+var cgroupFiles = map[CgroupVersion]struct{ limit, usage, mount string }{
+	CgroupV1: {"memory.limit_in_bytes", "memory.usage_in_bytes", DefaultCgroupV1MemoryMount},
+	CgroupV2: {"memory.max", "memory.current", DefaultCgroupV2Mount},
+}
+
+// cgroupMount returns the mount point of the hierarchy of version v and
+// the hierarchy's directory mounted there, from mountinfo, or defMount and
+// "/" when mountinfo does not say.
+func (r Reader) cgroupMount(v CgroupVersion, defMount string) (mountPoint, mountRoot string, err error) {
+	mi, err := r.readFile(ProcMountinfoPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return defMount, "/", nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("sysinfo: reading mountinfo: %w", err)
+	}
+	mp, mr, found, err := findCgroupMount(r.path(ProcMountinfoPath), mi, v)
+	if err != nil {
+		return "", "", err
+	}
+	if !found {
+		return defMount, "/", nil
+	}
+	return mp, mr, nil
+}
+
+// cgroupDir returns the directory of the cgroup at cgPath (relative to the
+// hierarchy's root) under the mount of the subtree starting at mountRoot.
+func (r Reader) cgroupDir(cgPath, mountPoint, mountRoot string) (string, error) {
+	rel := cgPath
+	if mountRoot != "/" && (rel == mountRoot || strings.HasPrefix(rel, mountRoot+"/")) {
+		rel = strings.TrimPrefix(rel, mountRoot)
+	}
+	dir := path.Join(mountPoint, rel)
+	if r.isDir(dir) {
+		return dir, nil
+	}
+	// Inside a cgroup namespace or a container whose mount root does not
+	// match the path, the mount point itself is the process's cgroup.
+	if !r.isDir(mountPoint) {
+		return "", fmt.Errorf("sysinfo: cgroup %s directory %s not found (mount point %s missing too)", cgPath, r.path(dir), r.path(mountPoint))
+	}
+	return mountPoint, nil
 }
 
 // isDir reports whether the system path p is a directory.

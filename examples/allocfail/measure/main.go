@@ -31,7 +31,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -41,6 +40,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/examples/internal/harness"
 	"github.com/pinmem/pinmem/internal/budgetspec"
 )
 
@@ -54,36 +54,18 @@ func main() {
 	if dir := os.Getenv(envCgroupChild); dir != "" {
 		os.Exit(cgroupChild(dir, os.Stdout))
 	}
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "allocfail:", err)
-		os.Exit(2)
-	}
-	if _, err := run(context.Background(), cfg, os.Stdout); err != nil {
-		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
-		if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
-			fmt.Fprintln(os.Stderr, "allocfail: this needs an NVIDIA GPU:", msg)
-			os.Exit(3) // as the pinmem command: no NVIDIA driver or no CUDA device
-		} else {
-			fmt.Fprintln(os.Stderr, "allocfail:", msg)
-		}
-		os.Exit(1)
-	}
+	harness.Main("allocfail", parseFlags, func(cfg config) error {
+		_, err := run(context.Background(), cfg, os.Stdout)
+		return err
+	})
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
-	fs := flag.NewFlagSet("allocfail", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := harness.Flags("allocfail", stderr)
 	cg := fs.Bool("cgroup", false, "also pin beyond a new memory cgroup's limit, in a child process")
 	limit := fs.String("cgroup-limit", "64MiB", "memory.max of that cgroup")
-	if err := fs.Parse(args); err != nil {
+	if err := harness.Parse(fs, args); err != nil {
 		return config{}, err
-	}
-	if fs.NArg() > 0 {
-		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	l, err := budgetspec.Parse(*limit, 0)
 	if err != nil || l < 1<<20 {

@@ -33,7 +33,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -42,6 +41,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/examples/internal/harness"
 	"github.com/pinmem/pinmem/internal/budgetspec"
 )
 
@@ -51,36 +51,18 @@ type config struct {
 }
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "budget:", err)
-		os.Exit(2)
-	}
-	if _, err := run(context.Background(), cfg, os.Stdout); err != nil {
-		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
-		if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
-			fmt.Fprintln(os.Stderr, "budget: this needs an NVIDIA GPU:", msg)
-			os.Exit(3) // as the pinmem command: no NVIDIA driver or no CUDA device
-		} else {
-			fmt.Fprintln(os.Stderr, "budget:", msg)
-		}
-		os.Exit(1)
-	}
+	harness.Main("budget", parseFlags, func(cfg config) error {
+		_, err := run(context.Background(), cfg, os.Stdout)
+		return err
+	})
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
-	fs := flag.NewFlagSet("budget", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := harness.Flags("budget", stderr)
 	budget := fs.String("budget", "1GiB", "the pinned-memory budget for the run (syntax: 512MiB, 2GiB, 5%)")
 	chunk := fs.String("chunk", "128MiB", "bytes per buffer, a multiple of 2 MiB")
-	if err := fs.Parse(args); err != nil {
+	if err := harness.Parse(fs, args); err != nil {
 		return config{}, err
-	}
-	if fs.NArg() > 0 {
-		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	mem, err := readMeminfo()
 	if err != nil {
@@ -112,15 +94,11 @@ type Round struct {
 }
 
 func run(ctx context.Context, cfg config, w io.Writer) (rounds []Round, err error) {
-	dev, err := cuda.GetDevice(0)
+	g, err := harness.OpenGPU(0)
 	if err != nil {
 		return nil, err
 	}
-	gpu, err := dev.PrimaryContext()
-	if err != nil {
-		return nil, err
-	}
-	d, err := gpu.Alloc(cfg.chunk)
+	d, err := g.Ctx.Alloc(cfg.chunk)
 	if err != nil {
 		return nil, err
 	}

@@ -1,18 +1,14 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/pinmem/pinmem/examples/internal/harness"
 )
 
 // CRow is one result line of the C baseline (cref/imagepipeline.c): kind
@@ -36,42 +32,27 @@ type CRow struct {
 // frames, ring and streams, prints its figures beside the Go ones and
 // returns them. The C program checks its output frames itself.
 func compareWithC(ctx context.Context, cfg config, res Result, w io.Writer) ([]CRow, error) {
-	dir, err := os.MkdirTemp("", "imagepipeline-ptx")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	ptx := filepath.Join(dir, "kernel.ptx")
-	if err := os.WriteFile(ptx, kernelPTX, 0o644); err != nil {
-		return nil, err
-	}
 	dims := make([]string, len(cfg.res))
 	for i, r := range cfg.res {
 		dims[i] = fmt.Sprintf("%dx%d", r.Width, r.Height)
 	}
-	cmd := exec.CommandContext(ctx, cfg.cref, ptx, "--res", strings.Join(dims, ","),
+	out, err := harness.RunCRef(ctx, cfg.cref, kernelPTX, "--res", strings.Join(dims, ","),
 		"--frames", strconv.Itoa(cfg.frames), "--ring", strconv.Itoa(cfg.ring),
 		"--streams", strconv.Itoa(cfg.streams), "--reps", strconv.Itoa(cfg.reps))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("the C baseline %s: %w: %s", cfg.cref, err, strings.TrimSpace(stderr.String()))
+		return nil, err
 	}
-	var crows []CRow
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		var r CRow
-		if json.Unmarshal(sc.Bytes(), &r) != nil || r.Bench != "imagepipeline" || r.Median <= 0 {
-			continue
+	crows, err := harness.CRows(out, func(r CRow) (bool, error) {
+		if r.Bench != "imagepipeline" || r.Median <= 0 {
+			return false, nil
 		}
 		if r.Kind != "bidir" && !r.Verified {
-			return nil, fmt.Errorf("the C baseline: %s %dx%d: output not verified", r.Kind, r.Width, r.Height)
+			return false, fmt.Errorf("the C baseline: %s %dx%d: output not verified", r.Kind, r.Width, r.Height)
 		}
-		crows = append(crows, r)
-	}
-	if len(crows) == 0 {
-		return nil, errors.New("the C baseline printed no result line")
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	fmt.Fprintf(w, "C baseline (%s, same kernel.ptx, same loops, this run):\n", filepath.Base(cfg.cref))
 	for _, r := range cfg.res {

@@ -1,19 +1,15 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pinmem/pinmem/examples/internal/harness"
 )
 
 // CRow is one result line of the C baseline (cref/vectoradd.c): the same
@@ -34,40 +30,25 @@ type CRow struct {
 // its rows beside the Go ones and returns them. The C program checks c
 // itself and exits non-zero when an element is wrong.
 func compareWithC(ctx context.Context, cfg config, rows []Row, w io.Writer) ([]CRow, error) {
-	dir, err := os.MkdirTemp("", "vectoradd-ptx")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	ptx := filepath.Join(dir, "kernel.ptx")
-	if err := os.WriteFile(ptx, kernelPTX, 0o644); err != nil {
-		return nil, err
-	}
 	sizes := make([]string, len(cfg.sizes))
 	for i, s := range cfg.sizes {
 		sizes[i] = strconv.Itoa(s)
 	}
-	cmd := exec.CommandContext(ctx, cfg.cref, ptx, "--sizes", strings.Join(sizes, ","), "--reps", strconv.Itoa(cfg.reps))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := harness.RunCRef(ctx, cfg.cref, kernelPTX, "--sizes", strings.Join(sizes, ","), "--reps", strconv.Itoa(cfg.reps))
 	if err != nil {
-		return nil, fmt.Errorf("the C baseline %s: %w: %s", cfg.cref, err, strings.TrimSpace(stderr.String()))
+		return nil, err
 	}
-	var crows []CRow
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		var r CRow
-		if json.Unmarshal(sc.Bytes(), &r) != nil || r.Bench != "vectoradd" || r.Median <= 0 {
-			continue // the info line, or not a result
+	crows, err := harness.CRows(out, func(r CRow) (bool, error) {
+		if r.Bench != "vectoradd" || r.Median <= 0 {
+			return false, nil // not a result
 		}
 		if !r.Verified {
-			return nil, fmt.Errorf("the C baseline: %s %d bytes: result not verified", r.Kind, r.Size)
+			return false, fmt.Errorf("the C baseline: %s %d bytes: result not verified", r.Kind, r.Size)
 		}
-		crows = append(crows, r)
-	}
-	if len(crows) == 0 {
-		return nil, errors.New("the C baseline printed no result line")
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	fmt.Fprintf(w, "C baseline (%s, same kernel.ptx, same loop, this run):\n", filepath.Base(cfg.cref))
 	for _, c := range crows {

@@ -24,16 +24,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/examples/internal/harness"
 )
 
 type config struct {
@@ -43,37 +42,19 @@ type config struct {
 }
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "writecombined:", err)
-		os.Exit(2)
-	}
-	if _, err := run(context.Background(), cfg, os.Stdout); err != nil {
-		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
-		if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
-			fmt.Fprintln(os.Stderr, "writecombined: this needs an NVIDIA GPU:", msg)
-			os.Exit(3) // as the pinmem command: no NVIDIA driver or no CUDA device
-		} else {
-			fmt.Fprintln(os.Stderr, "writecombined:", msg)
-		}
-		os.Exit(1)
-	}
+	harness.Main("writecombined", parseFlags, func(cfg config) error {
+		_, err := run(context.Background(), cfg, os.Stdout)
+		return err
+	})
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
-	fs := flag.NewFlagSet("writecombined", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := harness.Flags("writecombined", stderr)
 	size := fs.Int("size", 64<<20, "bytes of each pinned buffer")
 	readSize := fs.Int("readsize", 4<<20, "bytes the CPU reads out of each buffer (reads of write-combined memory are slow)")
 	reps := fs.Int("reps", 10, "timed runs per figure (the median is printed)")
-	if err := fs.Parse(args); err != nil {
+	if err := harness.Parse(fs, args); err != nil {
 		return config{}, err
-	}
-	if fs.NArg() > 0 {
-		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	cfg := config{size: *size, readSize: *readSize, reps: *reps}
 	switch {
@@ -103,18 +84,11 @@ type Figures struct {
 type Result struct{ Default, WC Figures }
 
 func run(ctx context.Context, cfg config, w io.Writer) (res Result, err error) {
-	dev, err := cuda.GetDevice(0)
+	g, err := harness.OpenGPU(0)
 	if err != nil {
 		return res, err
 	}
-	gpu, err := dev.PrimaryContext()
-	if err != nil {
-		return res, err
-	}
-	name, err := dev.Name()
-	if err != nil {
-		return res, err
-	}
+	gpu, name := g.Ctx, g.Name
 	d, err := gpu.Alloc(cfg.size)
 	if err != nil {
 		return res, err
