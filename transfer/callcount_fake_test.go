@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
@@ -38,14 +39,22 @@ func TestDriverCallsPerTransfer(t *testing.T) {
 		"H2D 256MiB": "EventRecord=10 MemcpyHtoDAsync_v2=8 StreamSynchronize=1",
 		"D2H 256MiB": "EventRecord=10 MemcpyDtoHAsync_v2=8 StreamSynchronize=1",
 	}
+	t.Run("plain", func(t *testing.T) { driverCalls(t, context.Background(), want) })
+	// With statistics and a context that can end: the timing events and
+	// the polled waits (logged only).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	t.Run("stats+deadline", func(t *testing.T) { driverCalls(t, ctx, nil, WithStats(true)) })
+}
+
+func driverCalls(t *testing.T, ctx context.Context, want map[string]string, opts ...Option) {
 	d := testutil.UseFake(t, fakedrv.Options{})
 	cctx := testutil.PrimaryContext(t)
-	c, err := New(cctx)
+	c, err := New(cctx, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
-	ctx := context.Background()
 	for _, n := range []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20} {
 		dev, err := cctx.Alloc(n)
 		if err != nil {

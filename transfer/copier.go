@@ -104,6 +104,7 @@ type lane struct {
 	stream  *cuda.Stream
 	w       *waiter     // the lane's own, so that a wait on one lane never queues behind another's
 	stages  []*stage    // borrowed from the engine for the transfer in progress
+	ops     []piece     // the schedule of a transfer through one stage, kept to be reused
 	done    *cuda.Event // end of a transfer (blocking sync, no timing)
 	near    *cuda.Event // all but the transfer's last piece (see waitLast)
 	nearSet bool        // near is recorded for the transfer in progress
@@ -432,6 +433,8 @@ func (c *copier) releaseLane(l *lane) {
 		clear(l.stages)
 		l.stages = l.stages[:0]
 	}
+	clear(l.ops) // no reference to the caller's memory stays
+	l.ops = l.ops[:0]
 	l.staging.Store(false)
 	c.free <- l
 }
@@ -624,11 +627,15 @@ func (t *Op) Cancel() {
 
 // ---- planning ----
 
-// piece is one copy: direct (host memory pinned) or staged (at most one stage).
+// piece is one copy of a transfer: direct (host memory pinned) or
+// through stage s at [lo, lo+len(host)) of the stage; dev is where host
+// goes or comes from.
 type piece struct {
 	host   []byte
 	dev    cuda.DevicePtr
 	direct bool
+	s      *stage
+	lo     int
 }
 
 // span is a pinned sub-range [lo, hi) of a host slice, as offsets.
@@ -860,13 +867,13 @@ func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.Devic
 			return *st, err
 		}
 	}
-	var first error
-	if st.Direction == HostToDevice {
-		first = c.execHtoD(ctx, l, ops, st)
-	} else {
-		first = c.execDtoH(ctx, l, ops, st)
+	for i, k := 0, 0; i < len(ops); i++ {
+		if !ops[i].direct {
+			ops[i].s = l.stageAt(k)
+			k++
+		}
 	}
-	err = c.finish(ctx, l, first, st, release)
+	err = c.exec(ctx, l, ops, true, st, release)
 	m.stop(st)
 	if err != nil {
 		return *st, fmt.Errorf("transfer: %s copy of %d bytes: %w", st.Direction, len(host), err)
@@ -899,10 +906,10 @@ func (l *lane) queued(s *stage, err error) error {
 	return nil
 }
 
-// htod queues the copy of the stage's bytes [lo, hi) to dev+lo on st,
-// one copy per registration of the stage.
+// htod queues the copy of the stage's bytes [lo, hi) to dev on st, one
+// copy per registration of the stage.
 func (s *stage) htod(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
-	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyHtoD(rawDev(st, dev.Add(a), b-a), 0, s.mem[a:b]) })
+	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyHtoD(rawDev(st, dev.Add(a-lo), b-a), 0, s.mem[a:b]) })
 }
 
 // rawDev wraps n bytes at p, an address inside a DeviceBuffer the caller
@@ -911,10 +918,10 @@ func rawDev(st *cuda.Stream, p cuda.DevicePtr, n int) *cuda.DeviceBuffer {
 	return cuda.WrapDevicePtr(st.Context(), p, n)
 }
 
-// dtoh queues the copy of dev+lo .. dev+hi into the stage's bytes
+// dtoh queues the copy of hi-lo bytes at dev into the stage's bytes
 // [lo, hi) on st, one copy per registration of the stage.
 func (s *stage) dtoh(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
-	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], rawDev(st, dev.Add(a), b-a), 0) })
+	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], rawDev(st, dev.Add(a-lo), b-a), 0) })
 }
 
 // waitStage waits for stage event ev inside a transfer holding l
@@ -931,128 +938,188 @@ func (l *lane) startTimer() error {
 	return l.t0.Record(l.stream)
 }
 
-func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, st *Stats) error {
-	first := l.startTimer()
-	k := 0
-	for i, o := range ops {
-		if first != nil {
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			first = err
-			break
-		}
-		c.markNear(l, i, len(ops))
-		if o.direct {
-			first = l.stream.CopyHtoD(rawDev(l.stream, o.dev, len(o.host)), 0, o.host)
-			continue
-		}
-		s := l.stageAt(k)
-		k++
-		if err := c.reuse(ctx, l, s); err != nil {
-			first = err
-			break
-		}
-		n := len(o.host)
-		st.CopyCPU += c.cpuCopy(s.mem[:n], o.host)
-		if err := l.queued(s, s.htod(l.stream, o.dev, 0, n)); err != nil {
-			first = err
-			break
-		}
+// The staged executor: one schedule of pieces on a lane, in one of two
+// shapes that route's bands choose. In a ring (ring true) the staged
+// pieces take the transfer's borrowed stages in turn, each recording its
+// stage's event so that the stage is refilled (host to device) or copied
+// out (device to host) only once its copy ran, up to a stage per piece in
+// flight, and the end is the lane's done event. Through one stage (ring
+// false) the pieces are parts of one stage, so nothing is reused within
+// the transfer and no stage event is recorded: device to host, the lane's
+// near event between the two halves says when the first can be copied
+// out, and the end is a wait for the lane's stream (singleWait).
+
+// exec runs ops, a schedule whose staged pieces have their stages, on
+// lane l and ends the transfer (finish).
+func (c *copier) exec(ctx context.Context, l *lane, ops []piece, ring bool, st *Stats, release func()) error {
+	var first error
+	if st.Direction == HostToDevice {
+		first = c.execHtoD(ctx, l, ops, ring, st)
+	} else {
+		first = c.execDtoH(ctx, l, ops, ring, st)
 	}
-	return first
+	return c.finish(ctx, l, ops, ring, first, st, release)
 }
 
-func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, st *Stats) error {
-	first := l.startTimer()
-	type pending struct {
-		o piece
-		s *stage
-	}
-	var q []pending
-	next, k := 0, 0
-	for first == nil {
-		for next < len(ops) && (ops[next].direct || len(q) < len(l.stages)) {
-			if err := ctx.Err(); err != nil {
-				first = err
-				break
-			}
-			o := ops[next]
-			c.markNear(l, next, len(ops))
-			next++
-			if o.direct {
-				if err := l.stream.CopyDtoH(o.host, rawDev(l.stream, o.dev, len(o.host)), 0); err != nil {
-					first = err
-					break
+// execHtoD fills each staged piece's part of its stage and queues each
+// piece's copy as soon as it is in place, so that its DMA overlaps the
+// CPU's copy of the next.
+func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, ring bool, st *Stats) error {
+	for i, o := range ops {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if ring {
+			c.markNear(l, i, len(ops))
+		}
+		if !o.direct {
+			if ring {
+				if err := c.reuse(ctx, l, o.s); err != nil {
+					return err
 				}
-				continue
 			}
-			s := l.stageAt(k)
-			k++
-			if err := l.queued(s, s.dtoh(l.stream, o.dev, 0, len(o.host))); err != nil {
-				first = err
-				break
+			st.CopyCPU += c.copyStage(o.s.mem[o.lo:o.lo+len(o.host)], o.host)
+		}
+		if i == 0 {
+			if err := l.startTimer(); err != nil {
+				return err
 			}
-			q = append(q, pending{o, s})
 		}
-		if first != nil || len(q) == 0 {
-			break
-		}
-		h := q[0]
-		q = q[1:]
 		var err error
-		if len(q) == 0 && next == len(ops) {
-			err = c.waitLast(ctx, l, h.s.ev) // the transfer's last piece
-		} else {
-			err = c.waitStage(ctx, l, h.s.ev)
+		if o.direct {
+			err = l.stream.CopyHtoD(rawDev(l.stream, o.dev, len(o.host)), 0, o.host)
+		} else if err = o.s.htod(l.stream, o.dev, o.lo, o.lo+len(o.host)); ring {
+			err = l.queued(o.s, err)
 		}
 		if err != nil {
-			first = err
-			break
+			return err
 		}
-		st.CopyCPU += c.cpuCopy(h.o.host, h.s.mem[:len(h.o.host)])
 	}
-	return first
+	return nil
+}
+
+// execDtoH queues the pieces' copies, as many staged ones at once as the
+// transfer has stages (through one stage: all), and copies each staged
+// piece out once its copy ran, while the later ones are in flight. The
+// last staged piece is copied out here in a ring and by finish through
+// one stage.
+func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, ring bool, st *Stats) error {
+	window := len(ops)
+	if ring {
+		window = len(l.stages)
+	}
+	head, next, inFlight := 0, 0, 0
+	for {
+		for next < len(ops) && (ops[next].direct || inFlight < window) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := c.queueOut(l, ops, next, ring); err != nil {
+				return err
+			}
+			if !ops[next].direct {
+				inFlight++
+			}
+			next++
+		}
+		for head < next && ops[head].direct {
+			head++
+		}
+		if head == next {
+			return nil
+		}
+		o := ops[head]
+		last := next == len(ops) && inFlight == 1
+		var err error
+		switch {
+		case !ring && last:
+			return nil
+		case !ring:
+			err = l.w.wait(ctx, l.near)
+		case last:
+			err = c.waitLast(ctx, l, o.s.ev)
+		default:
+			err = c.waitStage(ctx, l, o.s.ev)
+		}
+		if err != nil {
+			return err
+		}
+		st.CopyCPU += c.copyStage(o.host, o.s.mem[o.lo:o.lo+len(o.host)])
+		head++
+		inFlight--
+	}
+}
+
+// queueOut queues the copy of ops[i] to the host or into its stage,
+// with the events its shape records before it (the timer's start, near)
+// and, in a ring, its stage's event behind it.
+func (c *copier) queueOut(l *lane, ops []piece, i int, ring bool) error {
+	o := ops[i]
+	if i == 0 {
+		if err := l.startTimer(); err != nil {
+			return err
+		}
+	}
+	if ring {
+		c.markNear(l, i, len(ops))
+	} else if i > 0 && i == len(ops)-1 {
+		if err := l.near.Record(l.stream); err != nil {
+			return err
+		}
+	}
+	if o.direct {
+		return l.stream.CopyDtoH(o.host, rawDev(l.stream, o.dev, len(o.host)), 0)
+	}
+	err := o.s.dtoh(l.stream, o.dev, o.lo, o.lo+len(o.host))
+	if ring {
+		return l.queued(o.s, err)
+	}
+	return err
 }
 
 // finish ends a transfer that holds lane l: it waits, bounded by ctx,
-// for everything the transfer queued, so that no stage or destination is
-// still in use by the copy engine when the transfer returns, then releases
-// l and runs release. When ctx ends first, the wait and the
-// releases go on in the background (abandon) and the transfer returns at
-// once. It reports the first error: the one that stopped the transfer,
-// else an asynchronous one, else ctx's.
-func (c *copier) finish(ctx context.Context, l *lane, first error, st *Stats, release func()) error {
-	timed := l.t1 != nil && first == nil && l.t1.Record(l.stream) == nil
-	errs := []error{first}
-	err := l.done.Record(l.stream)
-	if err == nil {
-		err = c.waitLast(ctx, l, l.done)
-	}
-	if err != nil || first != nil {
-		// Copies may still be queued: the fence takes them.
+// for everything the transfer queued (through one stage, then copies the
+// last piece out), so that no stage or destination is still in use by the
+// copy engine when the transfer returns, then releases l and runs
+// release. When the transfer stopped early (first) or ctx ends first, the
+// copies queued go to the fence with l and release (abandon) and the
+// transfer returns at once. It reports the first error: the one that
+// stopped the transfer, else an asynchronous one, else ctx's.
+func (c *copier) finish(ctx context.Context, l *lane, ops []piece, ring bool, first error, st *Stats, release func()) error {
+	if first != nil {
 		c.abandon(l, release)
-		return firstErr(first, err)
+		return first
 	}
-	l.nearSet = false
-	// Collect asynchronous errors of the copies: everything on a stream
-	// of the Copier's own has run. A caller's stream (WithStream) may hold
-	// the caller's later work, which the transfer does not wait for; its
-	// errors are the caller's to collect.
-	if c.ownStream {
-		errs = append(errs, streamErr(ctx, l.stream))
+	timed := l.t1 != nil && l.t1.Record(l.stream) == nil
+	var err error
+	if ring {
+		if err = l.done.Record(l.stream); err == nil {
+			err = c.waitLast(ctx, l, l.done)
+		}
+		// Everything on a stream of the Copier's own has run: collect the
+		// copies' asynchronous errors. A caller's stream (WithStream) may
+		// hold the caller's later work, which the transfer does not wait
+		// for; its errors are the caller's to collect.
+		if err == nil && c.ownStream {
+			err = streamErr(ctx, l.stream)
+		}
+	} else {
+		err = c.singleWait(ctx, l)
+	}
+	if err != nil {
+		c.abandon(l, release)
+		return err
 	}
 	if timed {
 		if d, err := l.t1.Elapsed(l.t0); err == nil {
 			st.Device = d
 		}
 	}
+	if !ring && st.Direction == DeviceToHost {
+		o := ops[len(ops)-1]
+		st.CopyCPU += c.copyStage(o.host, o.s.mem[o.lo:o.lo+len(o.host)])
+	}
 	release()
 	c.releaseLane(l)
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
 	return nil
 }

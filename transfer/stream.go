@@ -65,7 +65,7 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 			first = fmt.Errorf("setting the reader's offset: %w", err)
 		}
 	}
-	err = c.finish(ctx, l, first, &st, func() {})
+	err = c.finish(ctx, l, nil, true, first, &st, func() {})
 	m.stop(&st)
 	if err != nil {
 		return st, fmt.Errorf("transfer: reading into device memory after %d bytes: %w", st.Bytes, err)
@@ -116,7 +116,7 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 	if err := sk.done(st.Bytes); err != nil && first == nil {
 		first = err
 	}
-	err = c.finish(ctx, l, first, &st, func() {})
+	err = c.finish(ctx, l, nil, true, first, &st, func() {})
 	m.stop(&st)
 	if err != nil {
 		return st, fmt.Errorf("transfer: writing device memory after %d bytes: %w", st.Bytes, err)
