@@ -161,8 +161,7 @@ type slot struct {
 	streamIdx int // the index of stream in the Pipeline's streams
 	dev       *cuda.DeviceBuffer
 	ev        *cuda.Event
-	mem       []byte // the stage borrowed for the Run in progress (nil: none)
-	cuts      []int  // registration boundaries in mem (segCuts)
+	stage     *stage // borrowed for the Run in progress (nil: none)
 }
 
 // LaunchWork returns a Pipeline work function (WithWork) that launches f
@@ -371,11 +370,11 @@ func (p *pipeline) borrowStages(ctx context.Context) (int, func(), error) {
 		return 0, nil, err
 	}
 	for i, s := range got {
-		p.slots[i].mem, p.slots[i].cuts = s.mem, s.cuts
+		p.slots[i].stage = s
 	}
 	return len(got), func() {
 		for _, sl := range p.slots[:len(got)] {
-			sl.mem, sl.cuts = nil, nil
+			sl.stage = nil
 		}
 		p.eng.give(got)
 	}, nil
@@ -862,7 +861,7 @@ func (p *pipeline) startOutCopier(ctx context.Context, queues, slots int) *outCo
 					continue
 				}
 				if !o.stopped.Load() {
-					o.cpu.Add(int64(p.c.cpuCopy(f.ch.Out, f.sl.mem[:f.ch.Len])))
+					o.cpu.Add(int64(p.c.cpuCopy(f.ch.Out, f.sl.stage.mem[:f.ch.Len])))
 				}
 				o.done <- outResult{f: f, waited: true}
 			}
@@ -904,8 +903,8 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	s := sl.stream
 	var err error
 	if st.StagedIn {
-		st.CopyCPU += p.c.cpuCopy(sl.mem[:ch.Len], ch.In)
-		err = eachPiece(sl.cuts, 0, ch.Len, func(lo, hi int) error { return s.CopyHtoD(ch.Dev, lo, sl.mem[lo:hi]) })
+		st.CopyCPU += p.c.cpuCopy(sl.stage.mem[:ch.Len], ch.In)
+		err = sl.stage.htod(s, ch.Dev.Ptr(), 0, ch.Len)
 	} else {
 		err = eachSpan(inSpans, ch.Offset, ch.Len, func(lo, hi int) error {
 			return s.CopyHtoD(ch.Dev, lo, ch.In[lo:hi])
@@ -925,7 +924,7 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	}
 	if ch.Out != nil {
 		if st.StagedOut {
-			err = eachPiece(sl.cuts, 0, ch.Len, func(lo, hi int) error { return s.CopyDtoH(sl.mem[lo:hi], ch.Dev, lo) })
+			err = sl.stage.dtoh(s, ch.Dev.Ptr(), 0, ch.Len)
 		} else {
 			err = eachSpan(outSpans, ch.Offset, ch.Len, func(lo, hi int) error {
 				return s.CopyDtoH(ch.Out[lo:hi], ch.Dev, lo)
