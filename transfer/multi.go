@@ -434,30 +434,19 @@ func (b *broadcast) staged(ctx context.Context, dsts []*cuda.DeviceBuffer, src [
 	return nil
 }
 
-// finish waits, bounded by ctx, for everything the Broadcast queued on
-// every device, then gives back the lanes, the stages and the ring, and
-// returns first, else the first asynchronous error. When the Broadcast
-// stopped early (first) or ctx ends first, each device's lane goes to its
-// Copier's fence (abandon; later calls on that device are queued behind
-// its copies), the stages and the ring are given back once every device's
-// copies ran, and finish returns at once.
+// finish ends the Broadcast on every device as a Copier's transfer ends
+// (copier.finish): it waits, bounded by ctx, for the device's copies and
+// gives its lane back, or, once the Broadcast stopped early (first) or ctx
+// ended, hands the lane and its copies to the device's Copier's fence. The
+// stages and the ring are given back once every device's copies ran. It
+// returns first, else the first error of a device.
 func (b *broadcast) finish(ctx context.Context, first error) error {
 	m := b.m
-	if first == nil {
-		for i, l := range b.lanes {
-			if err := l.done.Record(l.stream); err != nil {
-				first = fmt.Errorf("device %d: %w", i, err)
-				break
-			}
-		}
-	}
+	var left sync.WaitGroup
+	left.Add(len(b.lanes))
 	for i, l := range b.lanes {
-		if first != nil {
-			break
-		}
-		if err := l.w.wait(ctx, l.done); err != nil {
-			first = fmt.Errorf("device %d: %w", i, err)
-		} else if err := streamErr(ctx, l.stream); err != nil {
+		var st Stats
+		if err := m.devs[i].cp.finish(ctx, l, nil, true, first, &st, left.Done); err != nil && first == nil {
 			first = fmt.Errorf("device %d: %w", i, err)
 		}
 	}
@@ -465,25 +454,17 @@ func (b *broadcast) finish(ctx context.Context, first error) error {
 		m.devs[0].cp.eng.give(b.stages)
 		<-m.ring
 	}
-	if first != nil {
-		var left sync.WaitGroup
-		left.Add(len(b.lanes))
-		for i, l := range b.lanes {
-			m.devs[i].cp.abandon(l, left.Done)
-		}
-		m.hold()
-		go func() {
-			defer m.end()
-			left.Wait() // the drains above end; this only waits for them
-			give()
-		}()
-		return first
+	if first == nil {
+		give() // every device's lane came back: its copies ran
+		return nil
 	}
-	for i, l := range b.lanes {
-		m.devs[i].cp.releaseLane(l)
-	}
-	give()
-	return nil
+	m.hold()
+	go func() {
+		defer m.end()
+		left.Wait() // the drains handed off above end; this only waits for them
+		give()
+	}()
+	return first
 }
 
 // Gather copies, from every device at once, len(dsts[i]) bytes at the start
