@@ -104,7 +104,7 @@ type lane struct {
 	stream  *cuda.Stream
 	w       *waiter     // the lane's own, so that a wait on one lane never queues behind another's
 	stages  []*stage    // borrowed from the engine for the transfer in progress
-	ops     []piece     // the schedule of a transfer through one stage, kept to be reused
+	ops     []piece     // the schedule of the transfer in progress (kept to be reused)
 	done    *cuda.Event // end of a transfer (blocking sync, no timing)
 	near    *cuda.Event // all but the transfer's last piece (see waitLast)
 	nearSet bool        // near is recorded for the transfer in progress
@@ -812,10 +812,7 @@ func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, h
 	if len(src) > dst.Size() {
 		return st, &SizeError{Op: HostToDevice.String(), Need: len(src), Have: dst.Size()}
 	}
-	if out, err, ok := c.shortOrOne(ctx, &st, dst, src, how); ok {
-		return out, err
-	}
-	return c.run(ctx, &st, src, dst.Ptr())
+	return c.move(ctx, &st, src, dst.Ptr(), how)
 }
 
 func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, how strategy) (Stats, error) {
@@ -826,27 +823,12 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 	if len(dst) > src.Size() {
 		return st, &SizeError{Op: DeviceToHost.String(), Need: len(dst), Have: src.Size()}
 	}
-	if out, err, ok := c.shortOrOne(ctx, &st, src, dst, how); ok {
-		return out, err
-	}
-	return c.run(ctx, &st, dst, src.Ptr())
+	return c.move(ctx, &st, dst, src.Ptr(), how)
 }
 
-// shortOrOne moves a pageable transfer that route gives to one stage
-// through one pinned stage when a lane and a stage are idle at once
-// (single). handled is false when the transfer goes through the ring
-// (run): it is empty, route says so, it may hold pinned memory to copy
-// directly, or no stage or lane was idle.
-func (c *copier) shortOrOne(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte, how strategy) (out Stats, err error, handled bool) {
-	n := len(host)
-	if n == 0 || route(n, c.o.stageSize, how) == pathRing || c.mayBePinned(host) {
-		return *st, nil, false
-	}
-	return c.single(ctx, st, dev, host)
-}
-
-// run plans and executes one copy in st.Direction.
-func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.DevicePtr) (Stats, error) {
+// move moves host to or from dev in st.Direction through the staged
+// executor, in the shape schedule chooses.
+func (c *copier) move(ctx context.Context, st *Stats, host []byte, dev cuda.DevicePtr, how strategy) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return *st, err
 	}
@@ -854,31 +836,54 @@ func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.Devic
 		return *st, nil
 	}
 	m := startMeter(c.o.stats)
-	l, err := c.acquire(ctx)
+	l, ring, release, err := c.schedule(ctx, st, host, dev, how)
 	if err != nil {
 		return *st, err
 	}
-	spans, release := c.pinnedSpans(host)
-	ops := c.plan(host, dev, spans, st)
-	if st.Stages > 0 {
-		if err := c.borrow(ctx, l, st.Stages); err != nil {
-			release()
-			c.releaseLane(l)
-			return *st, err
-		}
-	}
-	for i, k := 0, 0; i < len(ops); i++ {
-		if !ops[i].direct {
-			ops[i].s = l.stageAt(k)
-			k++
-		}
-	}
-	err = c.exec(ctx, l, ops, true, st, release)
+	err = c.exec(ctx, l, l.ops, ring, st, release)
 	m.stop(st)
 	if err != nil {
 		return *st, fmt.Errorf("transfer: %s copy of %d bytes: %w", st.Direction, len(host), err)
 	}
+	if !ring {
+		st.StagedBytes = int64(len(host))
+		st.Stages = 1
+	}
 	return *st, nil
+}
+
+// schedule takes a lane and stages for a transfer of host to or from dev
+// and lays the transfer out in l.ops: through one stage (ring false) when
+// route gives it to one stage, no part of host may be pinned and a lane
+// and a stage are idle at once (oneStage); else through the ring, on a
+// lane waited for bounded by ctx, the parts of host known to be pinned
+// copied directly and the rest staged in the stages borrowed (release
+// ends the registration cache's holds).
+func (c *copier) schedule(ctx context.Context, st *Stats, host []byte, dev cuda.DevicePtr, how strategy) (l *lane, ring bool, release func(), err error) {
+	if route(len(host), c.o.stageSize, how) == pathStage && !c.mayBePinned(host) {
+		if l, err = c.oneStage(st.Direction, host, dev); l != nil || err != nil {
+			return l, false, func() {}, err
+		}
+	}
+	if l, err = c.acquire(ctx); err != nil {
+		return nil, true, nil, err
+	}
+	spans, release := c.pinnedSpans(host)
+	l.ops = c.plan(host, dev, spans, st)
+	if st.Stages > 0 {
+		if err := c.borrow(ctx, l, st.Stages); err != nil {
+			release()
+			c.releaseLane(l)
+			return nil, true, nil, err
+		}
+	}
+	for i, k := 0, 0; i < len(l.ops); i++ {
+		if !l.ops[i].direct {
+			l.ops[i].s = l.stageAt(k)
+			k++
+		}
+	}
+	return l, true, release, nil
 }
 
 // stageAt returns stage k (mod the stages) of the transfer holding l.

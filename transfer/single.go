@@ -3,7 +3,6 @@ package transfer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"time"
 
@@ -18,52 +17,36 @@ import (
 // a stage are idle at once; otherwise the transfer goes through the ring,
 // which waits for them bounded by ctx.
 
-// single tries the single-stage path for a pageable transfer of host in
-// st.Direction. handled is false when it did not take the transfer (no
-// idle lane or stage, or too large): nothing was done and the caller goes
-// on with another path.
-func (c *copier) single(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte) (out Stats, err error, handled bool) {
-	n := len(host)
-	if err := ctx.Err(); err != nil {
-		return *st, err, true
-	}
-	if n > c.o.stageSize {
-		return *st, nil, false
-	}
+// oneStage takes an idle lane and an idle stage without waiting and lays
+// a transfer of host to or from dev out in l.ops, in stagePieces parts of
+// the stage. l is nil when none is idle, or a transfer waits for stages
+// already (it is not overtaken): the transfer then takes the ring.
+func (c *copier) oneStage(d Direction, host []byte, dev cuda.DevicePtr) (*lane, error) {
 	var l *lane
 	select {
 	case l = <-c.free:
 	default:
-		return *st, nil, false
+		return nil, nil
 	}
 	// The copies earlier calls left queued run first, as in acquire: a
 	// retry is never overwritten by them.
 	if err := c.fence.order(l.stream); err != nil {
 		c.free <- l
-		return *st, err, true
+		return nil, err
 	}
 	s := c.eng.tryTake()
 	if s == nil {
 		c.free <- l
-		return *st, nil, false
+		return nil, nil
 	}
 	l.stages = append(l.stages[:0], s)
-	_, size := stagePieces(st.Direction, n, c.o.tune.stagePieces)
-	ops := l.ops[:0]
+	n := len(host)
+	_, size := stagePieces(d, n, c.o.tune.stagePieces)
+	l.ops = l.ops[:0]
 	for lo := 0; lo < n; lo += size {
-		hi := min(lo+size, n)
-		ops = append(ops, piece{host: host[lo:hi], dev: dev.Ptr().Add(lo), s: s, lo: lo})
+		l.ops = append(l.ops, piece{host: host[lo:min(lo+size, n)], dev: dev.Add(lo), s: s, lo: lo})
 	}
-	l.ops = ops
-	m := startMeter(c.o.stats)
-	err = c.exec(ctx, l, ops, false, st, func() {})
-	m.stop(st)
-	if err != nil {
-		return *st, fmt.Errorf("transfer: %s copy of %d bytes: %w", st.Direction, n, err), true
-	}
-	st.StagedBytes = int64(n)
-	st.Stages = 1
-	return *st, nil, true
+	return l, nil
 }
 
 // copyStage copies src into dst, on the caller's goroutine when small,
