@@ -63,7 +63,7 @@ type MultiStats struct {
 	Staged    bool          // the host side went through pinned stages
 	CopyCPU   time.Duration // CPU time spent copying between Go memory and stages (WithStats(true); zero otherwise)
 	// PerDevice holds each device's own Stats for Gather and Scatter (nil
-	// for Broadcast, whose copies share one staging ring).
+	// for Broadcast, whose copies share their stages).
 	PerDevice []Stats
 }
 
@@ -78,9 +78,9 @@ func (s MultiStats) GBps() float64 {
 
 // NewMulti creates a Multi for the contexts ctxs (typically every device's
 // primary context; one context, or two contexts of one device, work too).
-// The options apply to every device's Copier and to the shared ring;
-// WithParallelism is the total number of CPU copy goroutines, shared out
-// between the devices' Copiers. WithStream is refused: each device needs
+// The options apply to every device's Copier; WithParallelism is the
+// total number of CPU copy goroutines, shared out between the devices'
+// Copiers (a Broadcast's CPU copy takes them all). WithStream is refused: each device needs
 // its own stream. The caller must Close the Multi.
 func NewMulti(ctxs []*cuda.Context, opts ...Option) (*Multi, error) {
 	retryOrphans()
