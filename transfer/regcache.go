@@ -3,6 +3,7 @@ package transfer
 import (
 	"errors"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/pinmem/pinmem"
@@ -263,7 +264,7 @@ func (c *RegCache) planMerge(p []byte, a, b uintptr, over []*regEntry, h *regHol
 		mem = sliceAt(first, over[0].lo, lo, int(hi-lo))
 	}
 	var toFree []*pinmem.Buffer
-	for _, e := range slicesClone(over) {
+	for _, e := range slices.Clone(over) {
 		e.refs--
 		c.unlink(e)
 		toFree = append(toFree, e.buf)
@@ -325,8 +326,6 @@ func (c *RegCache) register(jobs []regJob, h *regHold) {
 		c.mu.Unlock()
 	}
 }
-
-func slicesClone(s []*regEntry) []*regEntry { return append([]*regEntry(nil), s...) }
 
 // spans returns the held entries clipped to [pl, ph), as offsets from pl.
 func (h *regHold) spans(pl, ph uintptr) []span {
@@ -411,7 +410,7 @@ func (c *RegCache) Forget(p []byte) int64 {
 	var freed int64
 	c.mu.Lock()
 	i, j := c.overlapping(pl, ph)
-	for _, e := range slicesClone(c.entries[i:j]) {
+	for _, e := range slices.Clone(c.entries[i:j]) {
 		if e.pending {
 			continue
 		}
