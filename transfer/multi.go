@@ -402,7 +402,7 @@ func (b *broadcast) direct(dsts []*cuda.DeviceBuffer, src []byte, spans []span) 
 func (b *broadcast) staged(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte, st *MultiStats) error {
 	m := b.m
 	c0 := m.devs[0].cp
-	chunk := max(min((len(src)/4+65535)&^65535, m.o.stageSize), min(minChunk, m.o.stageSize))
+	chunk := c0.chunkSize(len(src))
 	ss, err := c0.eng.take(ctx, min((len(src)+chunk-1)/chunk, len(m.devs[0].evs)))
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package transfer
 
 import (
 	"context"
-	"errors"
 	"runtime"
 	"time"
 
@@ -83,53 +82,33 @@ func (c *copier) copyStage(dst, src []byte) time.Duration {
 // (WaitPoll: until done), checking ctx between queries. On a caller's
 // stream (WithStream), which may take more work meanwhile, it polls the
 // lane's done event recorded behind the copies instead. Then it sleeps on
-// that event through the lane's waiter. l.done is recorded behind the
-// copies whenever the wait returns early, so that abandon can wait for it.
+// that event through the lane's waiter. When the wait returns early,
+// abandon records l.done behind the copies for the fence.
 func (c *copier) singleWait(ctx context.Context, l *lane) error {
 	own := c.ownStream
 	if own && ctx.Done() == nil && c.o.wait != WaitSleep {
 		return streamErr(ctx, l.stream)
 	}
-	recorded := false
-	record := func() error {
-		if recorded {
-			return nil
-		}
-		recorded = true
-		return l.done.Record(l.stream)
-	}
+	query := l.stream.Query
 	if !own {
-		if err := record(); err != nil {
+		if err := l.done.Record(l.stream); err != nil {
 			return err
 		}
+		query = l.done.Query
 	}
 	if c.o.wait != WaitSleep {
 		start := time.Now()
-		for i := 0; ; i++ {
-			var done bool
-			var err error
-			if own {
-				done, err = l.stream.Query()
-			} else {
-				done, err = l.done.Query()
-			}
-			if err != nil || done {
-				return err
-			}
-			if err := ctx.Err(); err != nil {
-				if rerr := record(); rerr != nil {
-					return errors.Join(err, rerr)
-				}
-				return err
-			}
-			if c.o.wait == WaitHybrid && i%16 == 15 && time.Since(start) > tailSpin {
-				break
-			}
-			runtime.Gosched()
+		done, err := poll(ctx, query, func(i int) bool {
+			return c.o.wait == WaitPoll || i%16 != 15 || time.Since(start) <= tailSpin
+		})
+		if done || err != nil {
+			return err
 		}
 	}
-	if err := record(); err != nil {
-		return err
+	if own {
+		if err := l.done.Record(l.stream); err != nil {
+			return err
+		}
 	}
 	if err := l.w.wait(ctx, l.done); err != nil {
 		return err
