@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
-	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
@@ -457,13 +456,6 @@ func (c *copier) borrow(ctx context.Context, l *lane, want int) error {
 	}
 	l.stages = ss
 	return nil
-}
-
-// cpuCopy copies src into dst with the engine's copy goroutines, split
-// over up to the Copier's parallelism, and returns the CPU time it took
-// (WithStats only).
-func (c *copier) cpuCopy(dst, src []byte) time.Duration {
-	return c.eng.pool.copyN(c.o.parallelism, c.o.tune.subPieces, dst, src)
 }
 
 // abandon hands the copies a transfer left queued on l, when it returns

@@ -861,7 +861,7 @@ func (p *pipeline) startOutCopier(ctx context.Context, queues, slots int) *outCo
 					continue
 				}
 				if !o.stopped.Load() {
-					o.cpu.Add(int64(p.c.cpuCopy(f.ch.Out, f.sl.stage.mem[:f.ch.Len])))
+					o.cpu.Add(int64(p.c.copyStage(f.ch.Out, f.sl.stage.mem[:f.ch.Len])))
 				}
 				o.done <- outResult{f: f, waited: true}
 			}
@@ -903,7 +903,7 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	s := sl.stream
 	var err error
 	if st.StagedIn {
-		st.CopyCPU += p.c.cpuCopy(sl.stage.mem[:ch.Len], ch.In)
+		st.CopyCPU += p.c.copyStage(sl.stage.mem[:ch.Len], ch.In)
 		err = sl.stage.htod(s, ch.Dev.Ptr(), 0, ch.Len)
 	} else {
 		err = eachSpan(inSpans, ch.Offset, ch.Len, func(lo, hi int) error {

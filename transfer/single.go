@@ -48,14 +48,15 @@ func (c *copier) oneStage(d Direction, host []byte, dev cuda.DevicePtr) (*lane, 
 	return l, nil
 }
 
-// copyStage copies src into dst, on the caller's goroutine when small,
-// else with the engine's copy goroutines, and returns the CPU time it
+// copyStage copies src into dst, between host memory and a stage: on the
+// caller's goroutine when small, else with the engine's copy goroutines
+// split over up to the Copier's parallelism, and returns the CPU time it
 // took when the Copier measures (WithStats): the caller's thread CPU time
 // where getrusage(RUSAGE_THREAD) exists (the goroutine locked to its
 // thread meanwhile), else the copy's wall time.
 func (c *copier) copyStage(dst, src []byte) time.Duration {
 	if len(src) > singleCopyInline {
-		return c.cpuCopy(dst, src)
+		return c.eng.pool.copyN(c.o.parallelism, c.o.tune.subPieces, dst, src)
 	}
 	if !c.o.stats {
 		copy(dst, src)
