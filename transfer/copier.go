@@ -620,11 +620,12 @@ func (t *Op) Cancel() {
 // ---- planning ----
 
 // piece is one copy of a transfer: direct (host memory pinned) or
-// through stage s at [lo, lo+len(host)) of the stage; dev is where host
-// goes or comes from.
+// through stage s at [lo, lo+len(host)) of the stage; dev at off is where
+// host goes or comes from.
 type piece struct {
 	host   []byte
-	dev    cuda.DevicePtr
+	dev    *cuda.DeviceBuffer
+	off    int
 	direct bool
 	s      *stage
 	lo     int
@@ -737,7 +738,7 @@ func (c *copier) chunkSize(n int) int {
 // The pageable rest of a partly pinned transfer is staged whatever its
 // size: queued on the stream, the driver's copy of pageable memory would
 // wait for the device inside the driver call, beyond the reach of ctx.
-func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) []piece {
+func (c *copier) plan(host []byte, dev *cuda.DeviceBuffer, spans []span, st *Stats) []piece {
 	var ops []piece
 	staged := len(host)
 	for _, s := range spans {
@@ -747,7 +748,7 @@ func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 	stage := func(a, b int) {
 		for off := a; off < b; off += chunk {
 			end := min(off+chunk, b)
-			ops = append(ops, piece{host: host[off:end], dev: dev.Add(off)})
+			ops = append(ops, piece{host: host[off:end], dev: dev, off: off})
 			st.StagedBytes += int64(end - off)
 			st.Stages++
 		}
@@ -755,7 +756,7 @@ func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 	prev := 0
 	for _, s := range spans {
 		stage(prev, s.lo)
-		ops = append(ops, piece{host: host[s.lo:s.hi], dev: dev.Add(s.lo), direct: true})
+		ops = append(ops, piece{host: host[s.lo:s.hi], dev: dev, off: s.lo, direct: true})
 		st.DirectBytes += int64(s.hi - s.lo)
 		prev = s.hi
 	}
@@ -765,8 +766,8 @@ func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 	if n := len(ops); c.o.wait == WaitHybrid && n > 0 && ops[n-1].direct && len(ops[n-1].host) >= 2*tailBytes {
 		last := ops[n-1]
 		cut := len(last.host) - tailBytes
-		ops[n-1] = piece{host: last.host[:cut], dev: last.dev, direct: true}
-		ops = append(ops, piece{host: last.host[cut:], dev: last.dev.Add(cut), direct: true})
+		ops[n-1] = piece{host: last.host[:cut], dev: last.dev, off: last.off, direct: true}
+		ops = append(ops, piece{host: last.host[cut:], dev: last.dev, off: last.off + cut, direct: true})
 	}
 	return ops
 }
@@ -804,7 +805,7 @@ func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, h
 	if len(src) > dst.Size() {
 		return st, &SizeError{Op: HostToDevice.String(), Need: len(src), Have: dst.Size()}
 	}
-	return c.move(ctx, &st, src, dst.Ptr(), how)
+	return c.move(ctx, &st, src, dst, how)
 }
 
 func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, how strategy) (Stats, error) {
@@ -815,12 +816,12 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 	if len(dst) > src.Size() {
 		return st, &SizeError{Op: DeviceToHost.String(), Need: len(dst), Have: src.Size()}
 	}
-	return c.move(ctx, &st, dst, src.Ptr(), how)
+	return c.move(ctx, &st, dst, src, how)
 }
 
 // move moves host to or from dev in st.Direction through the staged
 // executor, in the shape schedule chooses.
-func (c *copier) move(ctx context.Context, st *Stats, host []byte, dev cuda.DevicePtr, how strategy) (Stats, error) {
+func (c *copier) move(ctx context.Context, st *Stats, host []byte, dev *cuda.DeviceBuffer, how strategy) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return *st, err
 	}
@@ -851,7 +852,7 @@ func (c *copier) move(ctx context.Context, st *Stats, host []byte, dev cuda.Devi
 // lane waited for bounded by ctx, the parts of host known to be pinned
 // copied directly and the rest staged in the stages borrowed (release
 // ends the registration cache's holds).
-func (c *copier) schedule(ctx context.Context, st *Stats, host []byte, dev cuda.DevicePtr, how strategy) (l *lane, ring bool, release func(), err error) {
+func (c *copier) schedule(ctx context.Context, st *Stats, host []byte, dev *cuda.DeviceBuffer, how strategy) (l *lane, ring bool, release func(), err error) {
 	if route(len(host), c.o.stageSize, how) == pathStage && !c.mayBePinned(host) {
 		if l, err = c.oneStage(st.Direction, host, dev); l != nil || err != nil {
 			return l, false, func() {}, err
@@ -903,22 +904,16 @@ func (l *lane) queued(s *stage, err error) error {
 	return nil
 }
 
-// htod queues the copy of the stage's bytes [lo, hi) to dev on st, one
-// copy per registration of the stage.
-func (s *stage) htod(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
-	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyHtoD(rawDev(st, dev.Add(a-lo), b-a), 0, s.mem[a:b]) })
+// htod queues the copy of the stage's bytes [lo, hi) to dev at off on
+// st, one copy per registration of the stage.
+func (s *stage) htod(st *cuda.Stream, dev *cuda.DeviceBuffer, off, lo, hi int) error {
+	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyHtoD(dev, off+a-lo, s.mem[a:b]) })
 }
 
-// rawDev wraps n bytes at p, an address inside a DeviceBuffer the caller
-// checked, for the stream copies, which take buffers.
-func rawDev(st *cuda.Stream, p cuda.DevicePtr, n int) *cuda.DeviceBuffer {
-	return cuda.WrapDevicePtr(st.Context(), p, n)
-}
-
-// dtoh queues the copy of hi-lo bytes at dev into the stage's bytes
-// [lo, hi) on st, one copy per registration of the stage.
-func (s *stage) dtoh(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
-	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], rawDev(st, dev.Add(a-lo), b-a), 0) })
+// dtoh queues the copy of hi-lo bytes of dev at off into the stage's
+// bytes [lo, hi) on st, one copy per registration of the stage.
+func (s *stage) dtoh(st *cuda.Stream, dev *cuda.DeviceBuffer, off, lo, hi int) error {
+	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], dev, off+a-lo) })
 }
 
 // waitStage waits for stage event ev inside a transfer holding l
@@ -984,8 +979,8 @@ func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, ring bool, 
 		}
 		var err error
 		if o.direct {
-			err = l.stream.CopyHtoD(rawDev(l.stream, o.dev, len(o.host)), 0, o.host)
-		} else if err = o.s.htod(l.stream, o.dev, o.lo, o.lo+len(o.host)); ring {
+			err = l.stream.CopyHtoD(o.dev, o.off, o.host)
+		} else if err = o.s.htod(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host)); ring {
 			err = l.queued(o.s, err)
 		}
 		if err != nil {
@@ -1065,9 +1060,9 @@ func (c *copier) queueOut(l *lane, ops []piece, i int, ring bool) error {
 		}
 	}
 	if o.direct {
-		return l.stream.CopyDtoH(o.host, rawDev(l.stream, o.dev, len(o.host)), 0)
+		return l.stream.CopyDtoH(o.host, o.dev, o.off)
 	}
-	err := o.s.dtoh(l.stream, o.dev, o.lo, o.lo+len(o.host))
+	err := o.s.dtoh(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host))
 	if ring {
 		return l.queued(o.s, err)
 	}

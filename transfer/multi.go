@@ -423,7 +423,7 @@ func (b *broadcast) staged(ctx context.Context, dsts []*cuda.DeviceBuffer, src [
 		}
 		st.CopyCPU += c0.eng.pool.copyN(m.o.parallelism, c0.o.tune.subPieces, s.mem[:n], src[off:off+n])
 		for i, l := range b.lanes {
-			if err := s.htod(l.stream, dsts[i].Ptr().Add(off), 0, n); err != nil {
+			if err := s.htod(l.stream, dsts[i], off, 0, n); err != nil {
 				return fmt.Errorf("device %d: %w", i, err)
 			}
 			if err := m.devs[i].evs[k%len(ss)].Record(l.stream); err != nil {

@@ -904,7 +904,7 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	var err error
 	if st.StagedIn {
 		st.CopyCPU += p.c.copyStage(sl.stage.mem[:ch.Len], ch.In)
-		err = sl.stage.htod(s, ch.Dev.Ptr(), 0, ch.Len)
+		err = sl.stage.htod(s, ch.Dev, 0, 0, ch.Len)
 	} else {
 		err = eachSpan(inSpans, ch.Offset, ch.Len, func(lo, hi int) error {
 			return s.CopyHtoD(ch.Dev, lo, ch.In[lo:hi])
@@ -924,7 +924,7 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	}
 	if ch.Out != nil {
 		if st.StagedOut {
-			err = sl.stage.dtoh(s, ch.Dev.Ptr(), 0, ch.Len)
+			err = sl.stage.dtoh(s, ch.Dev, 0, 0, ch.Len)
 		} else {
 			err = eachSpan(outSpans, ch.Offset, ch.Len, func(lo, hi int) error {
 				return s.CopyDtoH(ch.Out[lo:hi], ch.Dev, lo)

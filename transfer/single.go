@@ -20,7 +20,7 @@ import (
 // a transfer of host to or from dev out in l.ops, in stagePieces parts of
 // the stage. l is nil when none is idle, or a transfer waits for stages
 // already (it is not overtaken): the transfer then takes the ring.
-func (c *copier) oneStage(d Direction, host []byte, dev cuda.DevicePtr) (*lane, error) {
+func (c *copier) oneStage(d Direction, host []byte, dev *cuda.DeviceBuffer) (*lane, error) {
 	var l *lane
 	select {
 	case l = <-c.free:
@@ -43,7 +43,7 @@ func (c *copier) oneStage(d Direction, host []byte, dev cuda.DevicePtr) (*lane, 
 	_, size := stagePieces(d, n, c.o.tune.stagePieces)
 	l.ops = l.ops[:0]
 	for lo := 0; lo < n; lo += size {
-		l.ops = append(l.ops, piece{host: host[lo:min(lo+size, n)], dev: dev.Add(lo), s: s, lo: lo})
+		l.ops = append(l.ops, piece{host: host[lo:min(lo+size, n)], dev: dev, off: lo, s: s, lo: lo})
 	}
 	return l, nil
 }

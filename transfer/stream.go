@@ -124,7 +124,7 @@ func (c *copier) ringIn(ctx context.Context, l *lane, dst *cuda.DeviceBuffer, st
 		want := min(len(s.mem), dst.Size()-off)
 		n, rerr := read(int64(off), s.mem[:want])
 		if n > 0 {
-			if err := l.queued(s, s.htod(l.stream, dst.Ptr().Add(off), 0, n)); err != nil {
+			if err := l.queued(s, s.htod(l.stream, dst, off, 0, n)); err != nil {
 				return err
 			}
 			off += n
@@ -203,7 +203,7 @@ func (c *copier) ringOut(ctx context.Context, l *lane, src *cuda.DeviceBuffer, s
 			s := l.stageAt(k)
 			k++
 			n := min(len(s.mem), size-next)
-			if err := l.queued(s, s.dtoh(l.stream, src.Ptr().Add(next), 0, n)); err != nil {
+			if err := l.queued(s, s.dtoh(l.stream, src, next, 0, n)); err != nil {
 				return err
 			}
 			q = append(q, pending{next, n, s})
