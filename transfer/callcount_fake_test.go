@@ -111,3 +111,35 @@ func callSizeName(n int) string {
 	}
 	return fmt.Sprintf("%dKiB", n>>10)
 }
+
+// TestDriverCallsPerBroadcast counts the driver calls of one staged
+// Broadcast to two devices (queries left out): per chunk and device one
+// copy out of the shared stage and one event, per device one end event
+// and one synchronisation.
+func TestDriverCallsPerBroadcast(t *testing.T) {
+	want := map[int]string{
+		64 << 10: "EventRecord=4 MemcpyHtoDAsync_v2=2 StreamSynchronize=2",
+		4 << 20:  "EventRecord=10 MemcpyHtoDAsync_v2=8 StreamSynchronize=2",
+		64 << 20: "EventRecord=10 MemcpyHtoDAsync_v2=8 StreamSynchronize=2",
+	}
+	for _, n := range []int{64 << 10, 4 << 20, 64 << 20} {
+		t.Run(callSizeName(n), func(t *testing.T) {
+			e := useMultiFake(t, 2, n)
+			m, err := NewMulti(e.ctxs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = m.Close(context.Background()) })
+			src := make([]byte, n)
+			for range 2 { // the first warms up
+				before := e.d.CallCounts()
+				if _, err := m.Broadcast(context.Background(), e.bufs, src); err != nil {
+					t.Fatal(err)
+				}
+				if got := callDiff(before, e.d.CallCounts()); got != want[n] {
+					t.Errorf("driver calls %s, want %s", got, want[n])
+				}
+			}
+		})
+	}
+}
