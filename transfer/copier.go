@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
-	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
@@ -104,6 +103,7 @@ type lane struct {
 	stream  *cuda.Stream
 	w       *waiter     // the lane's own, so that a wait on one lane never queues behind another's
 	stages  []*stage    // borrowed from the engine for the transfer in progress
+	ops     []piece     // the schedule of the transfer in progress (kept to be reused)
 	done    *cuda.Event // end of a transfer (blocking sync, no timing)
 	near    *cuda.Event // all but the transfer's last piece (see waitLast)
 	nearSet bool        // near is recorded for the transfer in progress
@@ -380,6 +380,8 @@ func (c *copier) releaseLane(l *lane) {
 		clear(l.stages)
 		l.stages = l.stages[:0]
 	}
+	clear(l.ops) // no reference to the caller's memory stays
+	l.ops = l.ops[:0]
 	l.staging.Store(false)
 	c.free <- l
 }
@@ -402,13 +404,6 @@ func (c *copier) borrow(ctx context.Context, l *lane, want int) error {
 	}
 	l.stages = ss
 	return nil
-}
-
-// cpuCopy copies src into dst with the engine's copy goroutines, split
-// over up to the Copier's parallelism, and returns the CPU time it took
-// (WithStats only).
-func (c *copier) cpuCopy(dst, src []byte) time.Duration {
-	return c.eng.pool.copyN(c.o.parallelism, c.o.tune.subPieces, dst, src)
 }
 
 // abandon hands the copies a transfer left queued on l, when it returns
@@ -563,11 +558,16 @@ func (t *Op) Wait(ctx context.Context) (Stats, error) {
 
 // ---- planning ----
 
-// piece is one copy: direct (host memory pinned) or staged (at most one stage).
+// piece is one copy of a transfer: direct (host memory pinned) or
+// through stage s at [lo, lo+len(host)) of the stage; dev at off is where
+// host goes or comes from.
 type piece struct {
 	host   []byte
-	dev    cuda.DevicePtr
+	dev    *cuda.DeviceBuffer
+	off    int
 	direct bool
+	s      *stage
+	lo     int
 }
 
 // span is a pinned sub-range [lo, hi) of a host slice, as offsets.
@@ -677,7 +677,7 @@ func (c *copier) chunkSize(n int) int {
 // The pageable rest of a partly pinned transfer is staged whatever its
 // size: queued on the stream, the driver's copy of pageable memory would
 // wait for the device inside the driver call, beyond the reach of ctx.
-func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) []piece {
+func (c *copier) plan(host []byte, dev *cuda.DeviceBuffer, spans []span, st *Stats) []piece {
 	var ops []piece
 	staged := len(host)
 	for _, s := range spans {
@@ -687,7 +687,7 @@ func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 	stage := func(a, b int) {
 		for off := a; off < b; off += chunk {
 			end := min(off+chunk, b)
-			ops = append(ops, piece{host: host[off:end], dev: dev.Add(off)})
+			ops = append(ops, piece{host: host[off:end], dev: dev, off: off})
 			st.StagedBytes += int64(end - off)
 			st.Stages++
 		}
@@ -695,7 +695,7 @@ func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 	prev := 0
 	for _, s := range spans {
 		stage(prev, s.lo)
-		ops = append(ops, piece{host: host[s.lo:s.hi], dev: dev.Add(s.lo), direct: true})
+		ops = append(ops, piece{host: host[s.lo:s.hi], dev: dev, off: s.lo, direct: true})
 		st.DirectBytes += int64(s.hi - s.lo)
 		prev = s.hi
 	}
@@ -705,8 +705,8 @@ func (c *copier) plan(host []byte, dev cuda.DevicePtr, spans []span, st *Stats) 
 	if n := len(ops); c.o.wait == WaitHybrid && n > 0 && ops[n-1].direct && len(ops[n-1].host) >= 2*tailBytes {
 		last := ops[n-1]
 		cut := len(last.host) - tailBytes
-		ops[n-1] = piece{host: last.host[:cut], dev: last.dev, direct: true}
-		ops = append(ops, piece{host: last.host[cut:], dev: last.dev.Add(cut), direct: true})
+		ops[n-1] = piece{host: last.host[:cut], dev: last.dev, off: last.off, direct: true}
+		ops = append(ops, piece{host: last.host[cut:], dev: last.dev, off: last.off + cut, direct: true})
 	}
 	return ops
 }
@@ -744,10 +744,7 @@ func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, h
 	if len(src) > dst.Size() {
 		return st, &SizeError{Op: HostToDevice.String(), Need: len(src), Have: dst.Size()}
 	}
-	if out, err, ok := c.shortOrOne(ctx, &st, dst, src, how); ok {
-		return out, err
-	}
-	return c.run(ctx, &st, src, dst.Ptr())
+	return c.move(ctx, &st, src, dst, how)
 }
 
 func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, how strategy) (Stats, error) {
@@ -758,27 +755,12 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 	if len(dst) > src.Size() {
 		return st, &SizeError{Op: DeviceToHost.String(), Need: len(dst), Have: src.Size()}
 	}
-	if out, err, ok := c.shortOrOne(ctx, &st, src, dst, how); ok {
-		return out, err
-	}
-	return c.run(ctx, &st, dst, src.Ptr())
+	return c.move(ctx, &st, dst, src, how)
 }
 
-// shortOrOne moves a pageable transfer that route gives to one stage
-// through one pinned stage when a lane and a stage are idle at once
-// (single). handled is false when the transfer goes through the ring
-// (run): it is empty, route says so, it may hold pinned memory to copy
-// directly, or no stage or lane was idle.
-func (c *copier) shortOrOne(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte, how strategy) (out Stats, err error, handled bool) {
-	n := len(host)
-	if n == 0 || route(n, c.o.stageSize, how) == pathRing || c.mayBePinned(host) {
-		return *st, nil, false
-	}
-	return c.single(ctx, st, dev, host)
-}
-
-// run plans and executes one copy in st.Direction.
-func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.DevicePtr) (Stats, error) {
+// move moves host to or from dev in st.Direction through the staged
+// executor, in the shape schedule chooses.
+func (c *copier) move(ctx context.Context, st *Stats, host []byte, dev *cuda.DeviceBuffer, how strategy) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return *st, err
 	}
@@ -786,31 +768,54 @@ func (c *copier) run(ctx context.Context, st *Stats, host []byte, dev cuda.Devic
 		return *st, nil
 	}
 	m := startMeter(c.o.stats)
-	l, err := c.acquire(ctx)
+	l, ring, release, err := c.schedule(ctx, st, host, dev, how)
 	if err != nil {
 		return *st, err
 	}
-	spans, release := c.pinnedSpans(host)
-	ops := c.plan(host, dev, spans, st)
-	if st.Stages > 0 {
-		if err := c.borrow(ctx, l, st.Stages); err != nil {
-			release()
-			c.releaseLane(l)
-			return *st, err
-		}
-	}
-	var first error
-	if st.Direction == HostToDevice {
-		first = c.execHtoD(ctx, l, ops, st)
-	} else {
-		first = c.execDtoH(ctx, l, ops, st)
-	}
-	err = c.finish(ctx, l, first, st, release)
+	err = c.exec(ctx, l, l.ops, ring, st, release)
 	m.stop(st)
 	if err != nil {
 		return *st, fmt.Errorf("transfer: %s copy of %d bytes: %w", st.Direction, len(host), err)
 	}
+	if !ring {
+		st.StagedBytes = int64(len(host))
+		st.Stages = 1
+	}
 	return *st, nil
+}
+
+// schedule takes a lane and stages for a transfer of host to or from dev
+// and lays the transfer out in l.ops: through one stage (ring false) when
+// route gives it to one stage, no part of host may be pinned and a lane
+// and a stage are idle at once (oneStage); else through the ring, on a
+// lane waited for bounded by ctx, the parts of host known to be pinned
+// copied directly and the rest staged in the stages borrowed (release
+// ends the registration cache's holds).
+func (c *copier) schedule(ctx context.Context, st *Stats, host []byte, dev *cuda.DeviceBuffer, how strategy) (l *lane, ring bool, release func(), err error) {
+	if route(len(host), c.o.stageSize, how) == pathStage && !c.mayBePinned(host) {
+		if l, err = c.oneStage(st.Direction, host, dev); l != nil || err != nil {
+			return l, false, func() {}, err
+		}
+	}
+	if l, err = c.acquire(ctx); err != nil {
+		return nil, true, nil, err
+	}
+	spans, release := c.pinnedSpans(host)
+	l.ops = c.plan(host, dev, spans, st)
+	if st.Stages > 0 {
+		if err := c.borrow(ctx, l, st.Stages); err != nil {
+			release()
+			c.releaseLane(l)
+			return nil, true, nil, err
+		}
+	}
+	for i, k := 0, 0; i < len(l.ops); i++ {
+		if !l.ops[i].direct {
+			l.ops[i].s = l.stageAt(k)
+			k++
+		}
+	}
+	return l, true, release, nil
 }
 
 // stageAt returns stage k (mod the stages) of the transfer holding l.
@@ -838,22 +843,16 @@ func (l *lane) queued(s *stage, err error) error {
 	return nil
 }
 
-// htod queues the copy of the stage's bytes [lo, hi) to dev+lo on st,
-// one copy per registration of the stage.
-func (s *stage) htod(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
-	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyHtoD(rawDev(st, dev.Add(a), b-a), 0, s.mem[a:b]) })
+// htod queues the copy of the stage's bytes [lo, hi) to dev at off on
+// st, one copy per registration of the stage.
+func (s *stage) htod(st *cuda.Stream, dev *cuda.DeviceBuffer, off, lo, hi int) error {
+	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyHtoD(dev, off+a-lo, s.mem[a:b]) })
 }
 
-// rawDev wraps n bytes at p, an address inside a DeviceBuffer the caller
-// checked, for the stream copies, which take buffers.
-func rawDev(st *cuda.Stream, p cuda.DevicePtr, n int) *cuda.DeviceBuffer {
-	return cuda.WrapDevicePtr(st.Context(), p, n)
-}
-
-// dtoh queues the copy of dev+lo .. dev+hi into the stage's bytes
-// [lo, hi) on st, one copy per registration of the stage.
-func (s *stage) dtoh(st *cuda.Stream, dev cuda.DevicePtr, lo, hi int) error {
-	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], rawDev(st, dev.Add(a), b-a), 0) })
+// dtoh queues the copy of hi-lo bytes of dev at off into the stage's
+// bytes [lo, hi) on st, one copy per registration of the stage.
+func (s *stage) dtoh(st *cuda.Stream, dev *cuda.DeviceBuffer, off, lo, hi int) error {
+	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], dev, off+a-lo) })
 }
 
 // waitStage waits for stage event ev inside a transfer holding l
@@ -870,128 +869,188 @@ func (l *lane) startTimer() error {
 	return l.t0.Record(l.stream)
 }
 
-func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, st *Stats) error {
-	first := l.startTimer()
-	k := 0
-	for i, o := range ops {
-		if first != nil {
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			first = err
-			break
-		}
-		c.markNear(l, i, len(ops))
-		if o.direct {
-			first = l.stream.CopyHtoD(rawDev(l.stream, o.dev, len(o.host)), 0, o.host)
-			continue
-		}
-		s := l.stageAt(k)
-		k++
-		if err := c.reuse(ctx, l, s); err != nil {
-			first = err
-			break
-		}
-		n := len(o.host)
-		st.CopyCPU += c.cpuCopy(s.mem[:n], o.host)
-		if err := l.queued(s, s.htod(l.stream, o.dev, 0, n)); err != nil {
-			first = err
-			break
-		}
+// The staged executor: one schedule of pieces on a lane, in one of two
+// shapes that route's bands choose. In a ring (ring true) the staged
+// pieces take the transfer's borrowed stages in turn, each recording its
+// stage's event so that the stage is refilled (host to device) or copied
+// out (device to host) only once its copy ran, up to a stage per piece in
+// flight, and the end is the lane's done event. Through one stage (ring
+// false) the pieces are parts of one stage, so nothing is reused within
+// the transfer and no stage event is recorded: device to host, the lane's
+// near event between the two halves says when the first can be copied
+// out, and the end is a wait for the lane's stream (singleWait).
+
+// exec runs ops, a schedule whose staged pieces have their stages, on
+// lane l and ends the transfer (finish).
+func (c *copier) exec(ctx context.Context, l *lane, ops []piece, ring bool, st *Stats, release func()) error {
+	var first error
+	if st.Direction == HostToDevice {
+		first = c.execHtoD(ctx, l, ops, ring, st)
+	} else {
+		first = c.execDtoH(ctx, l, ops, ring, st)
 	}
-	return first
+	return c.finish(ctx, l, ops, ring, first, st, release)
 }
 
-func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, st *Stats) error {
-	first := l.startTimer()
-	type pending struct {
-		o piece
-		s *stage
-	}
-	var q []pending
-	next, k := 0, 0
-	for first == nil {
-		for next < len(ops) && (ops[next].direct || len(q) < len(l.stages)) {
-			if err := ctx.Err(); err != nil {
-				first = err
-				break
-			}
-			o := ops[next]
-			c.markNear(l, next, len(ops))
-			next++
-			if o.direct {
-				if err := l.stream.CopyDtoH(o.host, rawDev(l.stream, o.dev, len(o.host)), 0); err != nil {
-					first = err
-					break
+// execHtoD fills each staged piece's part of its stage and queues each
+// piece's copy as soon as it is in place, so that its DMA overlaps the
+// CPU's copy of the next.
+func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, ring bool, st *Stats) error {
+	for i, o := range ops {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if ring {
+			c.markNear(l, i, len(ops))
+		}
+		if !o.direct {
+			if ring {
+				if err := c.reuse(ctx, l, o.s); err != nil {
+					return err
 				}
-				continue
 			}
-			s := l.stageAt(k)
-			k++
-			if err := l.queued(s, s.dtoh(l.stream, o.dev, 0, len(o.host))); err != nil {
-				first = err
-				break
+			st.CopyCPU += c.copyStage(o.s.mem[o.lo:o.lo+len(o.host)], o.host)
+		}
+		if i == 0 {
+			if err := l.startTimer(); err != nil {
+				return err
 			}
-			q = append(q, pending{o, s})
 		}
-		if first != nil || len(q) == 0 {
-			break
-		}
-		h := q[0]
-		q = q[1:]
 		var err error
-		if len(q) == 0 && next == len(ops) {
-			err = c.waitLast(ctx, l, h.s.ev) // the transfer's last piece
-		} else {
-			err = c.waitStage(ctx, l, h.s.ev)
+		if o.direct {
+			err = l.stream.CopyHtoD(o.dev, o.off, o.host)
+		} else if err = o.s.htod(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host)); ring {
+			err = l.queued(o.s, err)
 		}
 		if err != nil {
-			first = err
-			break
+			return err
 		}
-		st.CopyCPU += c.cpuCopy(h.o.host, h.s.mem[:len(h.o.host)])
 	}
-	return first
+	return nil
+}
+
+// execDtoH queues the pieces' copies, as many staged ones at once as the
+// transfer has stages (through one stage: all), and copies each staged
+// piece out once its copy ran, while the later ones are in flight. The
+// last staged piece is copied out here in a ring and by finish through
+// one stage.
+func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, ring bool, st *Stats) error {
+	window := len(ops)
+	if ring {
+		window = len(l.stages)
+	}
+	head, next, inFlight := 0, 0, 0
+	for {
+		for next < len(ops) && (ops[next].direct || inFlight < window) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := c.queueOut(l, ops, next, ring); err != nil {
+				return err
+			}
+			if !ops[next].direct {
+				inFlight++
+			}
+			next++
+		}
+		for head < next && ops[head].direct {
+			head++
+		}
+		if head == next {
+			return nil
+		}
+		o := ops[head]
+		last := next == len(ops) && inFlight == 1
+		var err error
+		switch {
+		case !ring && last:
+			return nil
+		case !ring:
+			err = l.w.wait(ctx, l.near)
+		case last:
+			err = c.waitLast(ctx, l, o.s.ev)
+		default:
+			err = c.waitStage(ctx, l, o.s.ev)
+		}
+		if err != nil {
+			return err
+		}
+		st.CopyCPU += c.copyStage(o.host, o.s.mem[o.lo:o.lo+len(o.host)])
+		head++
+		inFlight--
+	}
+}
+
+// queueOut queues the copy of ops[i] to the host or into its stage,
+// with the events its shape records before it (the timer's start, near)
+// and, in a ring, its stage's event behind it.
+func (c *copier) queueOut(l *lane, ops []piece, i int, ring bool) error {
+	o := ops[i]
+	if i == 0 {
+		if err := l.startTimer(); err != nil {
+			return err
+		}
+	}
+	if ring {
+		c.markNear(l, i, len(ops))
+	} else if i > 0 && i == len(ops)-1 {
+		if err := l.near.Record(l.stream); err != nil {
+			return err
+		}
+	}
+	if o.direct {
+		return l.stream.CopyDtoH(o.host, o.dev, o.off)
+	}
+	err := o.s.dtoh(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host))
+	if ring {
+		return l.queued(o.s, err)
+	}
+	return err
 }
 
 // finish ends a transfer that holds lane l: it waits, bounded by ctx,
-// for everything the transfer queued, so that no stage or destination is
-// still in use by the copy engine when the transfer returns, then releases
-// l and runs release. When ctx ends first, the wait and the
-// releases go on in the background (abandon) and the transfer returns at
-// once. It reports the first error: the one that stopped the transfer,
-// else an asynchronous one, else ctx's.
-func (c *copier) finish(ctx context.Context, l *lane, first error, st *Stats, release func()) error {
-	timed := l.t1 != nil && first == nil && l.t1.Record(l.stream) == nil
-	errs := []error{first}
-	err := l.done.Record(l.stream)
-	if err == nil {
-		err = c.waitLast(ctx, l, l.done)
-	}
-	if err != nil || first != nil {
-		// Copies may still be queued: the fence takes them.
+// for everything the transfer queued (through one stage, then copies the
+// last piece out), so that no stage or destination is still in use by the
+// copy engine when the transfer returns, then releases l and runs
+// release. When the transfer stopped early (first) or ctx ends first, the
+// copies queued go to the fence with l and release (abandon) and the
+// transfer returns at once. It reports the first error: the one that
+// stopped the transfer, else an asynchronous one, else ctx's.
+func (c *copier) finish(ctx context.Context, l *lane, ops []piece, ring bool, first error, st *Stats, release func()) error {
+	if first != nil {
 		c.abandon(l, release)
-		return firstErr(first, err)
+		return first
 	}
-	l.nearSet = false
-	// Collect asynchronous errors of the copies: everything on a stream
-	// of the Copier's own has run. A caller's stream (WithStream) may hold
-	// the caller's later work, which the transfer does not wait for; its
-	// errors are the caller's to collect.
-	if c.ownStream {
-		errs = append(errs, streamErr(ctx, l.stream))
+	timed := l.t1 != nil && l.t1.Record(l.stream) == nil
+	var err error
+	if ring {
+		if err = l.done.Record(l.stream); err == nil {
+			err = c.waitLast(ctx, l, l.done)
+		}
+		// Everything on a stream of the Copier's own has run: collect the
+		// copies' asynchronous errors. A caller's stream (WithStream) may
+		// hold the caller's later work, which the transfer does not wait
+		// for; its errors are the caller's to collect.
+		if err == nil && c.ownStream {
+			err = streamErr(ctx, l.stream)
+		}
+	} else {
+		err = c.singleWait(ctx, l)
+	}
+	if err != nil {
+		c.abandon(l, release)
+		return err
 	}
 	if timed {
 		if d, err := l.t1.Elapsed(l.t0); err == nil {
 			st.Device = d
 		}
 	}
+	if !ring && st.Direction == DeviceToHost {
+		o := ops[len(ops)-1]
+		st.CopyCPU += c.copyStage(o.host, o.s.mem[o.lo:o.lo+len(o.host)])
+	}
 	release()
 	c.releaseLane(l)
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
 	return nil
 }

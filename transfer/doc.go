@@ -100,15 +100,16 @@
 // A Multi serves several contexts at once (every GPU's primary context;
 // one GPU, or two contexts of one GPU, work too). Broadcast sends the same
 // host data to every device: each chunk is copied once by the CPU into a
-// shared ring of portable pinned stages and then queued on every device's
-// own stream, so the copies to different GPUs run concurrently and in step,
-// and a stage is refilled only when every device has finished with it.
+// portable pinned stage of the first device's Copier and then queued on a
+// lane of every device's Copier, so the copies to different GPUs run
+// concurrently and in step, and a stage is refilled only when every device
+// has finished with it.
 // Gather brings every device's data to host memory at once and Scatter
 // sends different data to each, each device through its own Copier, whose
 // staging memory pinmem places on that device's NUMA node on a multi-socket
 // host (see Buffer.Placement). A source already pinned portable (AddPinned) is
-// copied directly to every device. The shared Broadcast ring is placed on
-// the first context's device's node. MultiStats.GBps is the aggregate
+// copied directly to every device. Broadcast's stages, the first
+// device's Copier's, are placed on that device's node. MultiStats.GBps is the aggregate
 // bandwidth over all devices.
 //
 // # Defaults

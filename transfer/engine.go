@@ -122,15 +122,7 @@ func joinEngineKey(c *cuda.Context, o options, key engineKey) (*engine, error) {
 	}
 	if err != nil && len(e.all)+len(added) < o.depth {
 		// Not even one ring: give the new stages back and fail.
-		left := 0
-		var errs []error
-		for _, s := range added {
-			errs = append(errs, s.free(&left))
-		}
-		if left > 0 {
-			orphan(&stageSet{stages: added})
-		}
-		return nil, errors.Join(append([]error{err}, errs...)...)
+		return nil, errors.Join(err, freeStages(added))
 	}
 	// Short of the doubled set (the budget, say): run with what there is.
 	e.all = append(e.all, added...)
@@ -167,12 +159,7 @@ func newStage(c *cuda.Context, size int, flags pinmem.Flags, popts []pinmem.Opti
 	s.mem, s.cuts = s.buf.Bytes(), segCuts(s.buf)
 	if event {
 		if s.ev, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
-			left := 0
-			_ = freeBuf(&s.buf, &left)
-			if left > 0 {
-				orphan(&stageSet{stages: []*stage{s}})
-			}
-			return nil, err
+			return nil, errors.Join(err, freeStages([]*stage{s}))
 		}
 	}
 	return s, nil
@@ -182,6 +169,20 @@ func newStage(c *cuda.Context, size int, flags pinmem.Flags, popts []pinmem.Opti
 // driver still holds.
 func (s *stage) free(left *int) error {
 	return errors.Join(freeBuf(&s.buf, left), destroyEvent(&s.ev, left))
+}
+
+// freeStages frees ss, keeping those the driver fails to release as an
+// orphan for a later retry.
+func freeStages(ss []*stage) error {
+	left := 0
+	var errs []error
+	for _, s := range ss {
+		errs = append(errs, s.free(&left))
+	}
+	if left > 0 {
+		orphan(&stageSet{stages: ss})
+	}
+	return errors.Join(errs...)
 }
 
 // stageSet is stages to release, kept as an orphan when the driver fails
@@ -347,13 +348,7 @@ func (e *engine) growForTwo() {
 	e.idle = append(e.idle, added[:keep]...)
 	e.serve()
 	e.mu.Unlock()
-	left := 0
-	for _, s := range added[keep:] {
-		_ = s.free(&left)
-	}
-	if left > 0 {
-		orphan(&stageSet{stages: added[keep:]})
-	}
+	_ = freeStages(added[keep:])
 }
 
 // isClosed reports whether the engine's last member has left.

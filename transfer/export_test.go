@@ -14,11 +14,12 @@ func copierStreams(c *Copier) []*cuda.Stream {
 // pipelineStreams returns the streams of p.
 func pipelineStreams(p *Pipeline) []*cuda.Stream { return p.streams }
 
-// multiStreams returns the Broadcast stream of each device of m.
+// multiStreams returns, for each device of m, the stream a Broadcast
+// takes when the device's Copier is idle: its first lane's.
 func multiStreams(m *Multi) []*cuda.Stream {
 	var ss []*cuda.Stream
 	for _, d := range m.devs {
-		ss = append(ss, d.stream)
+		ss = append(ss, d.cp.lanes[0].stream)
 	}
 	return ss
 }

@@ -37,9 +37,9 @@ type drain struct {
 }
 
 // order makes s wait on the device for every drain in progress. The
-// events cannot be recorded again meanwhile: each belongs to a lane, a
-// stage, a Pipeline Run or a Broadcast ring that its drain holds until
-// it ends, and a drain ends under f.mu.
+// events cannot be recorded again meanwhile: each belongs to a lane or a
+// Pipeline Run that its drain holds until it ends, and a drain ends under
+// f.mu.
 func (f *fence) order(s *cuda.Stream) error {
 	if f.pending.Load() == 0 {
 		return nil

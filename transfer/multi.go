@@ -16,11 +16,12 @@ import (
 // Multi moves data between host memory and several devices (or several
 // contexts) at once: Broadcast sends the same host data to every device,
 // Gather brings every device's data to the host. Each device has its own
-// stream, its own waiter and its own Copier (for Gather and Scatter, with
-// staging memory allocated for that device, so on a multi-socket host it is
-// placed on the device's NUMA node); Broadcast stages through one shared
-// ring of portable pinned buffers, which every context can copy from. Its
-// methods are safe for concurrent use; Broadcasts run one at a time.
+// Copier, with staging memory allocated for that device (so on a
+// multi-socket host it is placed on the device's NUMA node); every call
+// copies on the devices' Copiers' lanes. Broadcast stages through the
+// first device's Copier's stages, which are pinned portable, so that every
+// context can copy from them. Its methods are safe for concurrent use;
+// Broadcasts run one at a time.
 //
 // A Multi dropped without Close is reported (track: "multi") and its
 // Copiers, streams, events, staging memory and goroutines are released by
@@ -32,11 +33,11 @@ type Multi struct {
 
 // multi is a Multi's state; it never refers back to the Multi.
 type multi struct {
-	devs   []*multiDev
-	stages []*multiStage
-	pool   *copyPool
-	o      options
-	ring   chan struct{}
+	devs []*multiDev
+	o    options
+	// ring is held by the Broadcast in progress (and the copies it left
+	// queued): the devices' Broadcast events are its.
+	ring chan struct{}
 
 	gate // calls and abandoned drains in progress
 	rel  releaser
@@ -46,21 +47,11 @@ type multi struct {
 
 // multiDev is one context's share of a Multi.
 type multiDev struct {
-	ctx    *cuda.Context
-	stream *cuda.Stream
-	w      *waiter
-	cp     *Copier
-	done   *cuda.Event
-}
-
-// multiStage is one shared portable staging buffer with one event per
-// device: the stage may be refilled once every device's copy from it ran.
-type multiStage struct {
-	buf  *pinmem.Buffer
-	mem  []byte
-	cuts []int // registration boundaries in mem (segCuts)
-	evs  []*cuda.Event
-	used bool
+	ctx *cuda.Context
+	cp  *Copier
+	// evs: one per stage of a Broadcast, recorded behind the device's
+	// copy out of it; the stage is refilled once every device's ran.
+	evs []*cuda.Event
 }
 
 // MultiStats describe one multi-device transfer.
@@ -72,7 +63,7 @@ type MultiStats struct {
 	Staged    bool          // the host side went through pinned stages
 	CopyCPU   time.Duration // CPU time spent copying between Go memory and stages (WithStats(true); zero otherwise)
 	// PerDevice holds each device's own Stats for Gather and Scatter (nil
-	// for Broadcast, whose copies share one staging ring).
+	// for Broadcast, whose copies share their stages).
 	PerDevice []Stats
 }
 
@@ -87,11 +78,12 @@ func (s MultiStats) GBps() float64 {
 
 // NewMulti creates a Multi for the contexts ctxs (typically every device's
 // primary context; one context, or two contexts of one device, work too).
-// The options apply to every device's Copier and to the shared ring;
-// WithParallelism is the total number of CPU copy goroutines, shared out
-// between the devices' Copiers. WithStream is refused: each device needs
-// its own stream. A refused option is a *pinmem.OptionError (matching
-// cuda.ErrInvalidValue) naming it. The caller must Close the Multi.
+// The options apply to every device's Copier; WithParallelism is the
+// total number of CPU copy goroutines, shared out between the devices'
+// Copiers (a Broadcast's CPU copy takes them all). WithStream is refused:
+// each device needs its own stream. A refused option is a
+// *pinmem.OptionError (matching cuda.ErrInvalidValue) naming it. The
+// caller must Close the Multi.
 func NewMulti(ctxs []*cuda.Context, opts ...Option) (*Multi, error) {
 	retryOrphans()
 	if len(ctxs) == 0 {
@@ -133,39 +125,23 @@ func newMultiState(ctxs []*cuda.Context, o options) (m *multi, err error) {
 	for i, c := range ctxs {
 		d := &multiDev{ctx: c}
 		m.devs = append(m.devs, d)
-		if d.stream, err = c.NewStream(cuda.StreamNonBlocking); err != nil {
-			return m, fmt.Errorf("transfer: stream of device %d: %w", i, err)
-		}
-		if d.done, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
-			return m, err
-		}
-		d.w = newWaiter()
 		// The Copiers belong to the Multi: no cleanup of their own.
 		cs, err := newCopierState(c, co)
 		if err != nil {
 			return m, fmt.Errorf("transfer: copier of device %d: %w", i, err)
 		}
 		d.cp = &Copier{copier: cs}
-	}
-	// The shared ring is pinned portable in the first context, so that
-	// every context's copy engine can read it.
-	popts := append([]pinmem.Option{pinmem.WithDevice(ctxs[0].Device())}, o.stageOpts...)
-	for i := 0; i < o.depth; i++ {
-		s := &multiStage{}
-		m.stages = append(m.stages, s)
-		if s.buf, err = pinmem.Alloc(o.stageSize, o.stageFlags|pinmem.Portable, popts...); err != nil {
-			return m, fmt.Errorf("transfer: shared staging buffer %d of %d bytes: %w", i, o.stageSize, err)
-		}
-		s.mem, s.cuts = s.buf.Bytes(), segCuts(s.buf)
-		for _, d := range m.devs {
-			ev, err := d.ctx.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming)
+		for range o.depth {
+			ev, err := c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming)
 			if err != nil {
 				return m, err
 			}
-			s.evs = append(s.evs, ev)
+			d.evs = append(d.evs, ev)
 		}
 	}
-	m.pool = newCopyPool(o.parallelism, o.stats)
+	// Broadcast's CPU copies take the whole parallelism, with the first
+	// device's copy goroutines.
+	m.devs[0].cp.eng.pool.grow(min(o.parallelism, runtime.NumCPU()) - 1)
 	return m, nil
 }
 
@@ -258,18 +234,9 @@ func (m *multi) released() bool { return m.rel.released() }
 
 func (m *multi) releaseStep() (left int, err error) {
 	var errs []error
-	if m.pool != nil {
-		m.pool.close()
-	}
-	for _, s := range m.stages {
-		errs = append(errs, freeBuf(&s.buf, &left))
-		for i := range s.evs {
-			errs = append(errs, destroyEvent(&s.evs[i], &left))
-		}
-	}
 	for _, d := range m.devs {
-		if d.w != nil {
-			d.w.close()
+		for i := range d.evs {
+			errs = append(errs, destroyEvent(&d.evs[i], &left))
 		}
 		if d.cp != nil {
 			d.cp.markClosed()
@@ -279,7 +246,6 @@ func (m *multi) releaseStep() (left int, err error) {
 				left++
 			}
 		}
-		errs = append(errs, destroyEvent(&d.done, &left), destroyStream(&d.stream, &left))
 	}
 	return left, errors.Join(errs...)
 }
@@ -326,13 +292,13 @@ func (m *multi) directSpans(host []byte) (spans []span, ok bool) {
 
 // Broadcast copies src to the start of every device buffer dsts[i] (one per
 // context, in NewMulti's order) and returns when the data is on every
-// device. The host data is staged once per chunk into the shared portable
-// ring; each chunk is then queued on every device's own stream, so the
-// copies to different devices run concurrently and in step: a device never
-// waits for another device's copy, only, when the ring is full, for the
-// slowest device to finish with a stage before it is refilled. A src
-// pinned for every context (see AddPinned) is copied directly, one copy
-// per registration it spans.
+// device. The host data is staged once per chunk into a portable stage of
+// the first device's Copier; each chunk is then queued on a lane of every
+// device's Copier, so the copies to different devices run concurrently
+// and in step: a device never waits for another device's copy, only, when
+// the stages are all in use, for the slowest device to finish with a
+// stage before it is refilled. A src pinned for every context (see
+// AddPinned) is copied directly, one copy per registration it spans.
 //
 // Cancellation stops issuing chunks and returns an error matching
 // ctx.Err() without waiting for the copies already queued (see the package
@@ -365,26 +331,16 @@ func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []
 	case <-ctx.Done():
 		return st, ctx.Err()
 	}
-	// The copies earlier calls left queued on these devices run first.
-	first := m.order()
-	if spans, ok := m.directSpans(src); first != nil {
-		// Nothing queued.
-	} else if ok {
-		// One copy per registration: a copy must not span two.
-	devices:
-		for i, d := range m.devs {
-			for _, sp := range spans {
-				if err := d.stream.CopyHtoD(dsts[i], sp.lo, src[sp.lo:sp.hi]); err != nil {
-					first = fmt.Errorf("device %d: %w", i, err)
-					break devices
-				}
-			}
+	b, err := m.startBroadcast(ctx)
+	if err == nil {
+		if spans, ok := m.directSpans(src); ok {
+			err = b.direct(dsts, src, spans)
+		} else {
+			st.Staged = true
+			err = b.staged(ctx, dsts, src, &st)
 		}
-	} else {
-		st.Staged = true
-		first = m.broadcastStaged(ctx, dsts, src, &st)
+		err = b.finish(ctx, err)
 	}
-	err := m.drainAll(ctx, first)
 	st.Wall = time.Since(start)
 	if err != nil {
 		return st, fmt.Errorf("transfer: broadcast of %d bytes to %d devices: %w", len(src), len(m.devs), err)
@@ -392,101 +348,117 @@ func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []
 	return st, nil
 }
 
-func (m *multi) broadcastStaged(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte, st *MultiStats) error {
-	chunk := max(min((len(src)/4+65535)&^65535, m.o.stageSize), min(minChunk, m.o.stageSize))
-	k := 0
-	for off := 0; off < len(src); off += chunk {
+// broadcast is a Broadcast in progress: a lane of every device's Copier
+// (each ordered after the copies earlier calls left queued on that
+// device) and the stages it borrowed from the first device's engine.
+type broadcast struct {
+	m      *multi
+	lanes  []*lane
+	stages []*stage
+}
+
+// startBroadcast takes a lane of every device's Copier, bounded by ctx.
+// On an error it gives back the lanes taken (nothing is queued) and the
+// ring.
+func (m *multi) startBroadcast(ctx context.Context) (*broadcast, error) {
+	b := &broadcast{m: m}
+	for i, d := range m.devs {
+		l, err := d.cp.acquire(ctx)
+		if err != nil {
+			for j, l := range b.lanes {
+				m.devs[j].cp.releaseLane(l)
+			}
+			<-m.ring
+			return nil, fmt.Errorf("device %d: %w", i, err)
+		}
+		b.lanes = append(b.lanes, l)
+	}
+	return b, nil
+}
+
+// direct queues the copies of a src pinned for every context: one per
+// registration (a copy must not span two) and device.
+func (b *broadcast) direct(dsts []*cuda.DeviceBuffer, src []byte, spans []span) error {
+	for i, l := range b.lanes {
+		for _, sp := range spans {
+			if err := l.stream.CopyHtoD(dsts[i], sp.lo, src[sp.lo:sp.hi]); err != nil {
+				return fmt.Errorf("device %d: %w", i, err)
+			}
+		}
+	}
+	return nil
+}
+
+// staged copies src chunk by chunk into the borrowed stages in turn and
+// queues each chunk's copy out of its stage on every device's lane, with
+// the device's event for that stage behind it; a stage is refilled once
+// every device's copy out of it ran.
+func (b *broadcast) staged(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte, st *MultiStats) error {
+	m := b.m
+	c0 := m.devs[0].cp
+	chunk := c0.chunkSize(len(src))
+	ss, err := c0.eng.take(ctx, min((len(src)+chunk-1)/chunk, len(m.devs[0].evs)))
+	if err != nil {
+		return err
+	}
+	b.stages = ss
+	for k, off := 0, 0; off < len(src); k, off = k+1, off+chunk {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		n := min(chunk, len(src)-off)
-		s := m.stages[k%len(m.stages)]
-		k++
-		if s.used {
-			for i, d := range m.devs {
-				if err := d.w.wait(ctx, s.evs[i]); err != nil {
+		s := ss[k%len(ss)]
+		if k >= len(ss) {
+			for i, l := range b.lanes {
+				if err := l.w.wait(ctx, m.devs[i].evs[k%len(ss)]); err != nil {
 					return err
 				}
 			}
 		}
-		st.CopyCPU += m.pool.copy(s.mem[:n], src[off:off+n])
-		for i, d := range m.devs {
-			dst := dsts[i]
-			if err := eachPiece(s.cuts, 0, n, func(lo, hi int) error { return d.stream.CopyHtoD(dst, off+lo, s.mem[lo:hi]) }); err != nil {
+		st.CopyCPU += c0.eng.pool.copyN(m.o.parallelism, c0.o.tune.subPieces, s.mem[:n], src[off:off+n])
+		for i, l := range b.lanes {
+			if err := s.htod(l.stream, dsts[i], off, 0, n); err != nil {
 				return fmt.Errorf("device %d: %w", i, err)
 			}
-			if err := s.evs[i].Record(d.stream); err != nil {
+			if err := m.devs[i].evs[k%len(ss)].Record(l.stream); err != nil {
 				return fmt.Errorf("device %d: %w", i, err)
 			}
-		}
-		s.used = true
-	}
-	return nil
-}
-
-// order makes every device's Broadcast stream wait for the copies that
-// earlier calls left queued on that device (its Copier's fence).
-func (m *multi) order() error {
-	for i, d := range m.devs {
-		if err := d.cp.fence.order(d.stream); err != nil {
-			return fmt.Errorf("device %d: %w", i, err)
 		}
 	}
 	return nil
 }
 
-// drainAll waits, bounded by ctx, for everything queued on every
-// device's stream, whatever happened, then releases the ring, and returns
-// first, else the first asynchronous error. When ctx ends first, or a
-// copy may still be queued after an error, the copies are handed to each
-// device's Copier fence, which releases the ring once they ran (later
-// calls on those devices are queued behind them), and drainAll returns at
-// once.
-func (m *multi) drainAll(ctx context.Context, first error) error {
-	errs := []error{first}
-	drains := make([]drain, len(m.devs))
-	for i, d := range m.devs {
-		drains[i] = drain{evs: []*cuda.Event{d.done}}
-		if err := d.done.Record(d.stream); err != nil {
-			drains[i] = drain{streams: []*cuda.Stream{d.stream}}
-			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
-		}
-	}
-	for i, d := range m.devs {
-		if errs[0] != nil || len(errs) > 1 {
-			break
-		}
-		if err := d.w.wait(ctx, d.done); err != nil {
-			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
-		}
-	}
-	if err := firstErr(errs...); err != nil {
-		m.abandon(drains)
-		return err
-	}
-	for i, d := range m.devs {
-		if err := streamErr(ctx, d.stream); err != nil {
-			errs = append(errs, fmt.Errorf("device %d: %w", i, err))
-		}
-	}
-	<-m.ring
-	return firstErr(errs...)
-}
-
-// abandon hands each device's drain to its Copier's fence; the ring is
-// released once every one of them ran.
-func (m *multi) abandon(drains []drain) {
+// finish ends the Broadcast on every device as a Copier's transfer ends
+// (copier.finish): it waits, bounded by ctx, for the device's copies and
+// gives its lane back, or, once the Broadcast stopped early (first) or ctx
+// ended, hands the lane and its copies to the device's Copier's fence. The
+// stages and the ring are given back once every device's copies ran. It
+// returns first, else the first error of a device.
+func (b *broadcast) finish(ctx context.Context, first error) error {
+	m := b.m
 	var left sync.WaitGroup
-	left.Add(len(m.devs))
-	for i, d := range m.devs {
-		d.cp.fence.handOff(m.hold, m.end, drains[i], left.Done)
+	left.Add(len(b.lanes))
+	for i, l := range b.lanes {
+		var st Stats
+		if err := m.devs[i].cp.finish(ctx, l, nil, true, first, &st, left.Done); err != nil && first == nil {
+			first = fmt.Errorf("device %d: %w", i, err)
+		}
+	}
+	give := func() {
+		m.devs[0].cp.eng.give(b.stages)
+		<-m.ring
+	}
+	if first == nil {
+		give() // every device's lane came back: its copies ran
+		return nil
 	}
 	m.hold()
 	go func() {
 		defer m.end()
-		left.Wait() // the drains above end; this only waits for them
-		<-m.ring
+		left.Wait() // the drains handed off above end; this only waits for them
+		give()
 	}()
+	return first
 }
 
 // Gather copies, from every device at once, len(dsts[i]) bytes at the start

@@ -221,7 +221,7 @@ func TestFakeMultiCancel(t *testing.T) {
 	m := e.multi(t, e.ctxs)
 	src := testutil.RandomBytes(n, 5)
 	// Hold device 2's stream: Broadcast fills the ring and blocks on it.
-	h := cudadrv.Stream(m.devs[2].stream.Handle())
+	h := cudadrv.Stream(multiStreams(m)[2].Handle())
 	if err := e.d.HoldStream(h); err != nil {
 		t.Fatal(err)
 	}

@@ -162,8 +162,7 @@ type slot struct {
 	streamIdx int // the index of stream in the Pipeline's streams
 	dev       *cuda.DeviceBuffer
 	ev        *cuda.Event
-	mem       []byte // the stage borrowed for the Run in progress (nil: none)
-	cuts      []int  // registration boundaries in mem (segCuts)
+	stage     *stage // borrowed for the Run in progress (nil: none)
 }
 
 // LaunchWork returns a Pipeline work function (WithWork) that launches f
@@ -383,11 +382,11 @@ func (p *pipeline) borrowStages(ctx context.Context) (int, func(), error) {
 		return 0, nil, err
 	}
 	for i, s := range got {
-		p.slots[i].mem, p.slots[i].cuts = s.mem, s.cuts
+		p.slots[i].stage = s
 	}
 	return len(got), func() {
 		for _, sl := range p.slots[:len(got)] {
-			sl.mem, sl.cuts = nil, nil
+			sl.stage = nil
 		}
 		p.eng.give(got)
 	}, nil
@@ -874,7 +873,7 @@ func (p *pipeline) startOutCopier(ctx context.Context, queues, slots int) *outCo
 					continue
 				}
 				if !o.stopped.Load() {
-					o.cpu.Add(int64(p.c.cpuCopy(f.ch.Out, f.sl.mem[:f.ch.Len])))
+					o.cpu.Add(int64(p.c.copyStage(f.ch.Out, f.sl.stage.mem[:f.ch.Len])))
 				}
 				o.done <- outResult{f: f, waited: true}
 			}
@@ -916,8 +915,8 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	s := sl.stream
 	var err error
 	if st.StagedIn {
-		st.CopyCPU += p.c.cpuCopy(sl.mem[:ch.Len], ch.In)
-		err = eachPiece(sl.cuts, 0, ch.Len, func(lo, hi int) error { return s.CopyHtoD(ch.Dev, lo, sl.mem[lo:hi]) })
+		st.CopyCPU += p.c.copyStage(sl.stage.mem[:ch.Len], ch.In)
+		err = sl.stage.htod(s, ch.Dev, 0, 0, ch.Len)
 	} else {
 		err = eachSpan(inSpans, ch.Offset, ch.Len, func(lo, hi int) error {
 			return s.CopyHtoD(ch.Dev, lo, ch.In[lo:hi])
@@ -937,7 +936,7 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 	}
 	if ch.Out != nil {
 		if st.StagedOut {
-			err = eachPiece(sl.cuts, 0, ch.Len, func(lo, hi int) error { return s.CopyDtoH(sl.mem[lo:hi], ch.Dev, lo) })
+			err = sl.stage.dtoh(s, ch.Dev, 0, 0, ch.Len)
 		} else {
 			err = eachSpan(outSpans, ch.Offset, ch.Len, func(lo, hi int) error {
 				return s.CopyDtoH(ch.Out[lo:hi], ch.Dev, lo)

@@ -3,6 +3,7 @@ package transfer
 import (
 	"errors"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/pinmem/pinmem"
@@ -264,7 +265,7 @@ func (c *regCache) planMerge(p []byte, a, b uintptr, over []*regEntry, h *regHol
 		mem = sliceAt(first, over[0].lo, lo, int(hi-lo))
 	}
 	var toFree []*pinmem.Buffer
-	for _, e := range slicesClone(over) {
+	for _, e := range slices.Clone(over) {
 		e.refs--
 		c.unlink(e)
 		toFree = append(toFree, e.buf)
@@ -326,8 +327,6 @@ func (c *regCache) register(jobs []regJob, h *regHold) {
 		c.mu.Unlock()
 	}
 }
-
-func slicesClone(s []*regEntry) []*regEntry { return append([]*regEntry(nil), s...) }
 
 // spans returns the held entries clipped to [pl, ph), as offsets from pl.
 func (h *regHold) spans(pl, ph uintptr) []span {
@@ -421,7 +420,7 @@ func (c *regCache) forget(p []byte) int64 {
 	var freed int64
 	c.mu.Lock()
 	i, j := c.overlapping(pl, ph)
-	for _, e := range slicesClone(c.entries[i:j]) {
+	for _, e := range slices.Clone(c.entries[i:j]) {
 		if e.pending {
 			continue
 		}

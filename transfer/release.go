@@ -21,43 +21,31 @@ import (
 // stay.
 
 func freeBuf(p **pinmem.Buffer, left *int) error {
-	if *p == nil {
-		return nil
-	}
-	err := (*p).Free()
-	return settle(err, errors.Is(err, pinmem.ErrFreed), func() { *p = nil }, left)
+	return drop(p, left, (*pinmem.Buffer).Free, pinmem.ErrFreed)
 }
 
 func destroyEvent(p **cuda.Event, left *int) error {
-	if *p == nil {
-		return nil
-	}
-	err := (*p).Destroy()
-	return settle(err, errors.Is(err, cuda.ErrInvalidHandle), func() { *p = nil }, left)
+	return drop(p, left, (*cuda.Event).Destroy, cuda.ErrInvalidHandle)
 }
 
 func destroyStream(p **cuda.Stream, left *int) error {
-	if *p == nil {
-		return nil
-	}
-	err := (*p).Destroy()
-	return settle(err, errors.Is(err, cuda.ErrInvalidHandle), func() { *p = nil }, left)
+	return drop(p, left, (*cuda.Stream).Destroy, cuda.ErrInvalidHandle)
 }
 
 func freeDev(p **cuda.DeviceBuffer, left *int) error {
+	return drop(p, left, (*cuda.DeviceBuffer).Free, cuda.ErrInvalidHandle)
+}
+
+// drop releases *p with rel and clears it when the release succeeded or
+// failed with an error matching gone; otherwise it counts it in left. It
+// returns the release's error.
+func drop[T any](p **T, left *int, rel func(*T) error, gone error) error {
 	if *p == nil {
 		return nil
 	}
-	err := (*p).Free()
-	return settle(err, errors.Is(err, cuda.ErrInvalidHandle), func() { *p = nil }, left)
-}
-
-// settle clears the object (gone) when its release succeeded or it was
-// gone already, and counts it in left otherwise. It returns the release's
-// error in both failure cases.
-func settle(err error, gone bool, clearIt func(), left *int) error {
-	if err == nil || gone {
-		clearIt()
+	err := rel(*p)
+	if err == nil || errors.Is(err, gone) {
+		*p = nil
 		return err
 	}
 	*left++

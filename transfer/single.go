@@ -2,159 +2,61 @@ package transfer
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"runtime"
 	"time"
 
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// The single-stage path moves a pageable transfer that route gives to
-// one stage through one of the engine's pinned stages on the caller's
-// goroutine: the CPU copy (into the stage before the DMA, out of it
-// after; by the engine's copy goroutines above singleCopyInline), one
-// asynchronous copy per piece (stagePieces) on a lane's stream, and a wait
-// for that stream. There is no ring and no stage event. It is bounded by
-// ctx: when ctx ends first, the transfer returns and its copies are handed
-// to the fence with the lane and the stage. It is taken only when a lane
-// and a stage are idle at once; otherwise the transfer goes through the
-// ring, which waits for them bounded by ctx.
+// The one-stage shape of the staged executor (exec with ring false)
+// moves a pageable transfer that route gives to one stage through one of
+// the engine's pinned stages on the caller's goroutine, in stagePieces
+// pieces of that stage: no ring and no stage event, and a wait for the
+// lane's stream at the end (singleWait). It is taken only when a lane and
+// a stage are idle at once; otherwise the transfer goes through the ring,
+// which waits for them bounded by ctx.
 
-// single tries the single-stage path for a pageable transfer of host in
-// st.Direction. handled is false when it did not take the transfer (no
-// idle lane or stage, or too large): nothing was done and the caller goes
-// on with another path.
-func (c *copier) single(ctx context.Context, st *Stats, dev *cuda.DeviceBuffer, host []byte) (out Stats, err error, handled bool) {
-	n := len(host)
-	if err := ctx.Err(); err != nil {
-		return *st, err, true
-	}
-	if n > c.o.stageSize {
-		return *st, nil, false
-	}
+// oneStage takes an idle lane and an idle stage without waiting and lays
+// a transfer of host to or from dev out in l.ops, in stagePieces parts of
+// the stage. l is nil when none is idle, or a transfer waits for stages
+// already (it is not overtaken): the transfer then takes the ring.
+func (c *copier) oneStage(d Direction, host []byte, dev *cuda.DeviceBuffer) (*lane, error) {
 	var l *lane
 	select {
 	case l = <-c.free:
 	default:
-		return *st, nil, false
+		return nil, nil
 	}
 	// The copies earlier calls left queued run first, as in acquire: a
 	// retry is never overwritten by them.
 	if err := c.fence.order(l.stream); err != nil {
 		c.free <- l
-		return *st, err, true
+		return nil, err
 	}
 	s := c.eng.tryTake()
 	if s == nil {
 		c.free <- l
-		return *st, nil, false
+		return nil, nil
 	}
 	l.stages = append(l.stages[:0], s)
-	m := startMeter(c.o.stats)
-	err = c.singleExec(ctx, l, s, st.Direction, dev.Ptr(), host, st)
-	m.stop(st)
-	if err != nil {
-		return *st, fmt.Errorf("transfer: %s copy of %d bytes: %w", st.Direction, n, err), true
-	}
-	st.StagedBytes = int64(n)
-	st.Stages = 1
-	return *st, nil, true
-}
-
-// singleExec runs the single-stage copy on lane l with stage s and gives
-// both back (at once, or after the copy drained when ctx ended first).
-func (c *copier) singleExec(ctx context.Context, l *lane, s *stage, d Direction, dev cuda.DevicePtr, host []byte, st *Stats) error {
 	n := len(host)
-	k, size := stagePieces(d, n, c.o.tune.stagePieces)
-	var err error
-	if d == HostToDevice {
-		err = c.singleIn(ctx, l, s, dev, host, k, size, st)
-	} else {
-		err = c.singleQueueOut(l, s, dev, n, k, size)
+	_, size := stagePieces(d, n, c.o.tune.stagePieces)
+	l.ops = l.ops[:0]
+	for lo := 0; lo < n; lo += size {
+		l.ops = append(l.ops, piece{host: host[lo:min(lo+size, n)], dev: dev, off: lo, s: s, lo: lo})
 	}
-	if err != nil {
-		// Whatever was queued before must run before the stage goes back.
-		c.abandon(l, func() {})
-		return err
-	}
-	timed := l.t1 != nil && l.t1.Record(l.stream) == nil
-	if d == DeviceToHost && k > 1 {
-		// The first half is copied out while the second is in flight.
-		if werr := l.w.wait(ctx, l.near); werr != nil {
-			c.abandon(l, func() {})
-			return werr
-		}
-		st.CopyCPU += c.singleCopy(host[:size], s.mem[:size])
-	}
-	if werr := c.singleWait(ctx, l); werr != nil {
-		c.abandon(l, func() {})
-		return werr
-	}
-	if timed {
-		if dt, err := l.t1.Elapsed(l.t0); err == nil {
-			st.Device = dt
-		}
-	}
-	if d == DeviceToHost {
-		lo := 0
-		if k > 1 {
-			lo = size
-		}
-		st.CopyCPU += c.singleCopy(host[lo:], s.mem[lo:n])
-	}
-	c.releaseLane(l)
-	return nil
+	return l, nil
 }
 
-// singleIn fills stage s with host in k pieces of size bytes, queueing
-// each piece's copy to dev as soon as it is in the stage. It queues no
-// more pieces once ctx ended (those queued are then abandoned).
-func (c *copier) singleIn(ctx context.Context, l *lane, s *stage, dev cuda.DevicePtr, host []byte, k, size int, st *Stats) error {
-	n := len(host)
-	for i := range k {
-		if i > 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		lo, hi := i*size, min((i+1)*size, n)
-		st.CopyCPU += c.singleCopy(s.mem[lo:hi], host[lo:hi])
-		if i == 0 {
-			if err := l.startTimer(); err != nil {
-				return err
-			}
-		}
-		if err := s.htod(l.stream, dev, lo, hi); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// singleQueueOut queues the copy of n bytes at dev into stage s, in two
-// halves (l.near recorded between them) when k > 1.
-func (c *copier) singleQueueOut(l *lane, s *stage, dev cuda.DevicePtr, n, k, size int) error {
-	if err := l.startTimer(); err != nil {
-		return err
-	}
-	if err := s.dtoh(l.stream, dev, 0, size); err != nil || k <= 1 {
-		return err
-	}
-	if err := l.near.Record(l.stream); err != nil {
-		return err
-	}
-	return s.dtoh(l.stream, dev, size, n)
-}
-
-// singleCopy copies src into dst, on the caller's goroutine when small,
-// else with the engine's copy goroutines, and returns the CPU time it
+// copyStage copies src into dst, between host memory and a stage: on the
+// caller's goroutine when small, else with the engine's copy goroutines
+// split over up to the Copier's parallelism, and returns the CPU time it
 // took when the Copier measures (WithStats): the caller's thread CPU time
 // where getrusage(RUSAGE_THREAD) exists (the goroutine locked to its
 // thread meanwhile), else the copy's wall time.
-func (c *copier) singleCopy(dst, src []byte) time.Duration {
+func (c *copier) copyStage(dst, src []byte) time.Duration {
 	if len(src) > singleCopyInline {
-		return c.cpuCopy(dst, src)
+		return c.eng.pool.copyN(c.o.parallelism, c.o.tune.subPieces, dst, src)
 	}
 	if !c.o.stats {
 		copy(dst, src)
@@ -181,53 +83,33 @@ func (c *copier) singleCopy(dst, src []byte) time.Duration {
 // (WaitPoll: until done), checking ctx between queries. On a caller's
 // stream (WithStream), which may take more work meanwhile, it polls the
 // lane's done event recorded behind the copies instead. Then it sleeps on
-// that event through the lane's waiter. l.done is recorded behind the
-// copies whenever the wait returns early, so that abandon can wait for it.
+// that event through the lane's waiter. When the wait returns early,
+// abandon records l.done behind the copies for the fence.
 func (c *copier) singleWait(ctx context.Context, l *lane) error {
 	own := c.ownStream
 	if own && ctx.Done() == nil && c.o.wait != WaitSleep {
 		return streamErr(ctx, l.stream)
 	}
-	recorded := false
-	record := func() error {
-		if recorded {
-			return nil
-		}
-		recorded = true
-		return l.done.Record(l.stream)
-	}
+	query := l.stream.Query
 	if !own {
-		if err := record(); err != nil {
+		if err := l.done.Record(l.stream); err != nil {
 			return err
 		}
+		query = l.done.Query
 	}
 	if c.o.wait != WaitSleep {
 		start := time.Now()
-		for i := 0; ; i++ {
-			var done bool
-			var err error
-			if own {
-				done, err = l.stream.Query()
-			} else {
-				done, err = l.done.Query()
-			}
-			if err != nil || done {
-				return err
-			}
-			if err := ctx.Err(); err != nil {
-				if rerr := record(); rerr != nil {
-					return errors.Join(err, rerr)
-				}
-				return err
-			}
-			if c.o.wait == WaitHybrid && i%16 == 15 && time.Since(start) > tailSpin {
-				break
-			}
-			runtime.Gosched()
+		done, err := poll(ctx, query, func(i int) bool {
+			return c.o.wait == WaitPoll || i%16 != 15 || time.Since(start) <= tailSpin
+		})
+		if done || err != nil {
+			return err
 		}
 	}
-	if err := record(); err != nil {
-		return err
+	if own {
+		if err := l.done.Record(l.stream); err != nil {
+			return err
+		}
 	}
 	if err := l.w.wait(ctx, l.done); err != nil {
 		return err

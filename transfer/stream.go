@@ -26,51 +26,22 @@ import (
 // where a plain Read loop would have left it: just past the bytes copied.
 // Other readers are read with io.ReadFull, one stage after another.
 func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Reader) (Stats, error) {
-	st := Stats{Direction: HostToDevice}
-	if err := c.enter(ctx); err != nil {
-		return st, err
-	}
-	defer c.end()
-	if err := checkBuf(dst, c.cctx.Device(), "destination device buffer"); err != nil {
-		return st, err
-	}
-	if r == nil {
-		return st, fmt.Errorf("transfer: HtoDFrom a nil io.Reader: %w", cuda.ErrInvalidValue)
-	}
-	if err := ctx.Err(); err != nil {
-		return st, err
-	}
-	m := startMeter(c.o.stats)
-	l, err := c.acquire(ctx)
-	if err != nil {
-		return st, err
-	}
-	if err := c.borrow(ctx, l, c.o.depth); err != nil {
-		c.releaseLane(l)
-		return st, err
-	}
-	first := l.startTimer()
-	read := func(_ int64, p []byte) (int, error) { return io.ReadFull(r, p) }
-	pa, pos, positional := positionalReader(r)
-	if positional {
-		read = func(off int64, p []byte) (int, error) { return c.readAt(pa, pos+off, p) }
-	}
-	if first == nil {
-		first = c.ringIn(ctx, l, dst, &st, read)
-	}
-	if positional {
-		// Leave the offset where a Read loop would have: past the bytes
-		// read.
-		if _, err := r.(io.Seeker).Seek(pos+st.Bytes, io.SeekStart); err != nil && first == nil {
-			first = fmt.Errorf("setting the reader's offset: %w", err)
+	return c.ioRing(ctx, HostToDevice, dst, r == nil, func(l *lane, st *Stats) error {
+		read := func(_ int64, p []byte) (int, error) { return io.ReadFull(r, p) }
+		pa, pos, positional := positionalReader(r)
+		if positional {
+			read = func(off int64, p []byte) (int, error) { return c.readAt(pa, pos+off, p) }
 		}
-	}
-	err = c.finish(ctx, l, first, &st, func() {})
-	m.stop(&st)
-	if err != nil {
-		return st, fmt.Errorf("transfer: reading into device memory after %d bytes: %w", st.Bytes, err)
-	}
-	return st, nil
+		err := c.ringIn(ctx, l, dst, st, read)
+		if positional {
+			// Leave the offset where a Read loop would have: past the
+			// bytes read.
+			if _, serr := r.(io.Seeker).Seek(pos+st.Bytes, io.SeekStart); serr != nil && err == nil {
+				err = fmt.Errorf("setting the reader's offset: %w", serr)
+			}
+		}
+		return err
+	})
 }
 
 // DtoHTo writes the whole device buffer src to w, copying it out through
@@ -85,16 +56,34 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 // once per stage (of at least 1 MiB each); afterwards its offset is just
 // past the bytes written, as after a plain Write loop.
 func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer) (Stats, error) {
-	st := Stats{Direction: DeviceToHost}
+	return c.ioRing(ctx, DeviceToHost, src, w == nil, func(l *lane, st *Stats) error {
+		sk := c.newSink(w)
+		err := c.ringOut(ctx, l, src, st, sk)
+		if serr := sk.done(st.Bytes); serr != nil && err == nil {
+			err = serr
+		}
+		return err
+	})
+}
+
+// ioRing runs HtoDFrom or DtoHTo (move) in direction d on dev through a
+// lane and the Copier's ring of stages; nilIO: the reader or writer is
+// nil.
+func (c *Copier) ioRing(ctx context.Context, d Direction, dev *cuda.DeviceBuffer, nilIO bool, move func(l *lane, st *Stats) error) (Stats, error) {
+	st := Stats{Direction: d}
 	if err := c.enter(ctx); err != nil {
 		return st, err
 	}
 	defer c.end()
-	if err := checkBuf(src, c.cctx.Device(), "source device buffer"); err != nil {
+	what, op, verb := "destination", "HtoDFrom a nil io.Reader", "reading into device memory"
+	if d == DeviceToHost {
+		what, op, verb = "source", "DtoHTo a nil io.Writer", "writing device memory"
+	}
+	if err := checkBuf(dev, c.cctx.Device(), what+" device buffer"); err != nil {
 		return st, err
 	}
-	if w == nil {
-		return st, fmt.Errorf("transfer: DtoHTo a nil io.Writer: %w", cuda.ErrInvalidValue)
+	if nilIO {
+		return st, fmt.Errorf("transfer: %s: %w", op, cuda.ErrInvalidValue)
 	}
 	if err := ctx.Err(); err != nil {
 		return st, err
@@ -108,18 +97,14 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 		c.releaseLane(l)
 		return st, err
 	}
-	sk := c.newSink(w)
 	first := l.startTimer()
 	if first == nil {
-		first = c.ringOut(ctx, l, src, &st, sk)
+		first = move(l, &st)
 	}
-	if err := sk.done(st.Bytes); err != nil && first == nil {
-		first = err
-	}
-	err = c.finish(ctx, l, first, &st, func() {})
+	err = c.finish(ctx, l, nil, true, first, &st, func() {})
 	m.stop(&st)
 	if err != nil {
-		return st, fmt.Errorf("transfer: writing device memory after %d bytes: %w", st.Bytes, err)
+		return st, fmt.Errorf("transfer: %s after %d bytes: %w", verb, st.Bytes, err)
 	}
 	return st, nil
 }
@@ -139,7 +124,7 @@ func (c *copier) ringIn(ctx context.Context, l *lane, dst *cuda.DeviceBuffer, st
 		want := min(len(s.mem), dst.Size()-off)
 		n, rerr := read(int64(off), s.mem[:want])
 		if n > 0 {
-			if err := l.queued(s, s.htod(l.stream, dst.Ptr().Add(off), 0, n)); err != nil {
+			if err := l.queued(s, s.htod(l.stream, dst, off, 0, n)); err != nil {
 				return err
 			}
 			off += n
@@ -218,7 +203,7 @@ func (c *copier) ringOut(ctx context.Context, l *lane, src *cuda.DeviceBuffer, s
 			s := l.stageAt(k)
 			k++
 			n := min(len(s.mem), size-next)
-			if err := l.queued(s, s.dtoh(l.stream, src.Ptr().Add(next), 0, n)); err != nil {
+			if err := l.queued(s, s.dtoh(l.stream, src, next, 0, n)); err != nil {
 				return err
 			}
 			q = append(q, pending{next, n, s})

@@ -47,7 +47,7 @@ func newWaiter() *waiter {
 // wait returns nil once ev has completed, the driver's error, or ctx.Err()
 // when ctx is done first (the event may then still be pending).
 func (w *waiter) wait(ctx context.Context, ev *cuda.Event) error {
-	if done, err := poll(ctx, ev, func(i int) bool { return i < querySpins }); done || err != nil {
+	if done, err := poll(ctx, ev.Query, func(i int) bool { return i < querySpins }); done || err != nil {
 		return err
 	}
 	ch := make(chan error, 1)
@@ -74,18 +74,19 @@ func (w *waiter) waitTail(ctx context.Context, ev *cuda.Event, spin time.Duratio
 		return w.wait(ctx, ev)
 	}
 	start := time.Now()
-	if done, err := poll(ctx, ev, func(int) bool { return time.Since(start) <= spin }); done || err != nil {
+	if done, err := poll(ctx, ev.Query, func(int) bool { return time.Since(start) <= spin }); done || err != nil {
 		return err
 	}
 	return w.wait(ctx, ev)
 }
 
-// poll queries ev, yielding the processor between queries, until it has
-// completed (true), the query fails or ctx is done (the error), or more(i)
-// reports false after the i-th query (counting from 0) found it pending.
-func poll(ctx context.Context, ev *cuda.Event, more func(i int) bool) (bool, error) {
+// poll queries an event or a stream (query), yielding the processor
+// between queries, until its work has completed (true), the query fails
+// or ctx is done (the error), or more(i) reports false after the i-th
+// query (counting from 0) found it pending.
+func poll(ctx context.Context, query func() (bool, error), more func(i int) bool) (bool, error) {
 	for i := 0; ; i++ {
-		done, err := ev.Query()
+		done, err := query()
 		if err != nil || done {
 			return done, err
 		}
