@@ -138,12 +138,28 @@ func (e *LoadError) Unwrap() error {
 func pub(err error) error {
 	switch e := err.(type) {
 	case *cudadrv.Error:
+		if e.Code == cudadrv.ErrorNotReady {
+			// A poll of work still running: Query turns it into false,
+			// so no caller keeps it; one value per query, no allocation.
+			switch e.Op {
+			case errEventNotReady.Op:
+				return errEventNotReady
+			case errStreamNotReady.Op:
+				return errStreamNotReady
+			}
+		}
 		return &Error{Op: e.Op, Code: Result(e.Code), Name: e.Name, Message: e.Detail}
 	case *cudadrv.LoadError:
 		return &LoadError{Path: e.Path, Symbol: e.Symbol, Err: e.Err}
 	}
 	return err
 }
+
+// The not-ready errors of the polling queries (pub).
+var (
+	errEventNotReady  = &Error{Op: "cuEventQuery", Code: ResultNotReady, Name: "CUDA_ERROR_NOT_READY", Message: "device not ready"}
+	errStreamNotReady = &Error{Op: "cuStreamQuery", Code: ResultNotReady, Name: "CUDA_ERROR_NOT_READY", Message: "device not ready"}
+)
 
 // pub2 is pub for a driver call that returns a value and an error.
 func pub2[T any](v T, err error) (T, error) { return v, pub(err) }

@@ -173,3 +173,25 @@ func TestFlagConstantsMatchDriver(t *testing.T) {
 		t.Error("event flags differ from the driver's")
 	}
 }
+
+// TestNotReadyWithoutAllocation: a poll of running work (cuEventQuery or
+// cuStreamQuery answering CUDA_ERROR_NOT_READY) becomes a *cuda.Error
+// with the code and operation, without an allocation per poll, while
+// every other failure is a fresh *cuda.Error.
+func TestNotReadyWithoutAllocation(t *testing.T) {
+	for _, op := range []string{"cuEventQuery", "cuStreamQuery"} {
+		in := &cudadrv.Error{Op: op, Code: cudadrv.ErrorNotReady, Name: "CUDA_ERROR_NOT_READY"}
+		var ce *cuda.Error
+		if err := cuda.Pub(in); !errors.As(err, &ce) || ce.Code != cuda.ResultNotReady || ce.Op != op {
+			t.Fatalf("%s not ready: %#v", op, err)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = cuda.Pub(in) }); n != 0 {
+			t.Errorf("%s not ready: %v allocations per conversion, want 0", op, n)
+		}
+	}
+	in := &cudadrv.Error{Op: "cuMemcpyHtoDAsync_v2", Code: cudadrv.ErrorOutOfMemory, Name: "CUDA_ERROR_OUT_OF_MEMORY"}
+	a, b := cuda.Pub(in), cuda.Pub(in)
+	if a == b || !errors.Is(a, cuda.ErrOutOfMemory) {
+		t.Errorf("other failures: %v and %v, want two values matching ErrOutOfMemory", a, b)
+	}
+}

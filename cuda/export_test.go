@@ -65,3 +65,6 @@ func Devices() ([]*Device, error) {
 	}
 	return out, nil
 }
+
+// Pub is pub, the conversion of the binding's errors.
+func Pub(err error) error { return pub(err) }

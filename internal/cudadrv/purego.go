@@ -189,7 +189,23 @@ func Load(path string) (Driver, error) {
 	return l, nil
 }
 
+// The errors of the polling queries that find work still running: polls
+// return CUDA_ERROR_NOT_READY over and over, so theirs are made once,
+// without an allocation and the two name lookups (driver calls) per poll.
+var (
+	eventNotReady  = &Error{Op: "cuEventQuery", Code: ErrorNotReady, Name: "CUDA_ERROR_NOT_READY", Detail: "device not ready"}
+	streamNotReady = &Error{Op: "cuStreamQuery", Code: ErrorNotReady, Name: "CUDA_ERROR_NOT_READY", Detail: "device not ready"}
+)
+
 func (l *lib) errorOf(op string, r Result) error {
+	if r == ErrorNotReady {
+		switch op {
+		case eventNotReady.Op:
+			return eventNotReady
+		case streamNotReady.Op:
+			return streamNotReady
+		}
+	}
 	return &Error{Op: op, Code: r, Name: l.ErrorName(r), Detail: l.ErrorString(r)}
 }
 
