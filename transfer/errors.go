@@ -64,17 +64,13 @@ func checkCtx(ctx context.Context) error {
 	return nil
 }
 
-// deviceBufErr reports whether b may be used: nil when it is alive, an
-// error matching cuda.ErrInvalidHandle when it or its parent was freed.
-func deviceBufErr(b *cuda.DeviceBuffer) error { return b.Err() }
-
 // checkBuf checks a device buffer a copy is about to use: not nil, not
 // freed, and on device dev (when the buffer knows its context).
 func checkBuf(b *cuda.DeviceBuffer, dev *cuda.Device, what string) error {
 	if b == nil {
 		return fmt.Errorf("transfer: nil %s: %w", what, cuda.ErrInvalidValue)
 	}
-	if err := deviceBufErr(b); err != nil {
+	if err := b.Err(); err != nil {
 		return fmt.Errorf("transfer: %s: %w", what, err)
 	}
 	if bc := b.Context(); bc != nil && dev != nil {

@@ -88,14 +88,6 @@ func (c *regCache) overlapping(lo, hi uintptr) (int, int) {
 	return i, j
 }
 
-func (c *regCache) insert(e *regEntry) {
-	i, _ := c.overlapping(e.lo, e.hi)
-	c.entries = append(c.entries, nil)
-	copy(c.entries[i+1:], c.entries[i:])
-	c.entries[i] = e
-	c.bytes += e.size()
-}
-
 func (c *regCache) unlink(e *regEntry) {
 	for i, x := range c.entries {
 		if x == e {
@@ -118,26 +110,44 @@ func (c *regCache) makeRoom(need int64) ([]*pinmem.Buffer, bool) {
 	}
 	var free []*pinmem.Buffer
 	for c.bytes+need > c.limit {
-		v := c.lru()
+		v := c.evictLRU()
 		if v == nil {
 			return free, false
 		}
-		c.unlink(v)
 		free = append(free, v.buf)
-		c.stats.Evictions++
 	}
 	return free, true
 }
 
-// lru returns the least recently used idle entry, or nil. c.mu held.
-func (c *regCache) lru() *regEntry {
+// evictLRU unlinks and returns the least recently used idle entry, or
+// nil. c.mu held.
+func (c *regCache) evictLRU() *regEntry {
 	var v *regEntry
 	for _, e := range c.entries {
 		if e.refs == 0 && !e.pending && (v == nil || e.last < v.last) {
 			v = e
 		}
 	}
+	if v != nil {
+		c.unlink(v)
+		c.stats.Evictions++
+	}
 	return v
+}
+
+// addPending adds a pending registration of [lo, hi), held once, when it
+// fits under the limit (nil when not), and returns the buffers evicted
+// to make room. c.mu held.
+func (c *regCache) addPending(lo, hi uintptr) (*regEntry, []*pinmem.Buffer) {
+	free, ok := c.makeRoom(int64(hi - lo))
+	if !ok {
+		return nil, free
+	}
+	e := &regEntry{lo: lo, hi: hi, pending: true, refs: 1, last: c.tick}
+	i, _ := c.overlapping(lo, hi)
+	c.entries = slices.Insert(c.entries, i, e)
+	c.bytes += e.size()
+	return e, free
 }
 
 // freeAll frees bufs, and the registrations whose release failed before.
@@ -271,34 +281,26 @@ func (c *regCache) planMerge(p []byte, a, b uintptr, over []*regEntry, h *regHol
 		toFree = append(toFree, e.buf)
 	}
 	h.entries = nil
-	ev, ok := c.makeRoom(int64(hi - lo))
+	e, ev := c.addPending(lo, hi)
 	toFree = append(toFree, ev...)
-	if !ok {
+	if e == nil {
 		return nil, toFree
 	}
-	e := &regEntry{lo: lo, hi: hi, pending: true, refs: 1, last: c.tick}
-	c.insert(e)
 	c.stats.Merges++
 	return []regJob{{e, mem}}, toFree
 }
 
-// planGaps adds a pending registration for each gap of p (addresses) of
-// a page or more that fits under the limit. c.mu held.
+// planGaps adds a pending registration for each gap of p (addresses,
+// whole pages) that fits under the limit. c.mu held.
 func (c *regCache) planGaps(p []byte, gaps []span) (jobs []regJob, toFree []*pinmem.Buffer) {
 	pl := addr(p)
 	for _, g := range gaps {
 		lo, hi := uintptr(g.lo), uintptr(g.hi)
-		if int(hi-lo) < int(pageSize) {
-			continue
-		}
-		ev, ok := c.makeRoom(int64(hi - lo))
+		e, ev := c.addPending(lo, hi)
 		toFree = append(toFree, ev...)
-		if !ok {
-			continue
+		if e != nil {
+			jobs = append(jobs, regJob{e, sliceAt(p, pl, lo, int(hi-lo))})
 		}
-		e := &regEntry{lo: lo, hi: hi, pending: true, refs: 1, last: c.tick}
-		c.insert(e)
-		jobs = append(jobs, regJob{e, sliceAt(p, pl, lo, int(hi-lo))})
 	}
 	return jobs, toFree
 }
@@ -382,14 +384,12 @@ func (c *regCache) reclaim(want int64) (freed int64) {
 	var toFree []*pinmem.Buffer
 	c.mu.Lock()
 	for freed < want {
-		v := c.lru()
+		v := c.evictLRU()
 		if v == nil {
 			break
 		}
-		c.unlink(v)
 		toFree = append(toFree, v.buf)
 		freed += v.size()
-		c.stats.Evictions++
 	}
 	c.stats.Reclaimed += freed
 	c.mu.Unlock()

@@ -61,10 +61,6 @@ func (s Stats) GBps() float64 {
 // without WithStats(true)).
 func (s Stats) CPUPerGB() float64 { return perGB(s.ProcessCPU, s.Bytes) }
 
-// copyCPUPerGB returns the copy goroutines' CPU-seconds per GB moved
-// (zero without WithStats(true)).
-func (s Stats) copyCPUPerGB() float64 { return perGB(s.CopyCPU, s.Bytes) }
-
 func perGB(d time.Duration, n int64) float64 {
 	if n <= 0 {
 		return 0
@@ -75,7 +71,7 @@ func perGB(d time.Duration, n int64) float64 {
 // String summarises the transfer: bytes, path, time, GB/s and CPU-s/GB.
 func (s Stats) String() string {
 	return fmt.Sprintf("%s %d bytes (%d staged in %d stages, %d direct) in %v: %.2f GB/s, %.3f CPU-s/GB (copy %.3f)",
-		s.Direction, s.Bytes, s.StagedBytes, s.Stages, s.DirectBytes, s.Wall, s.GBps(), s.CPUPerGB(), s.copyCPUPerGB())
+		s.Direction, s.Bytes, s.StagedBytes, s.Stages, s.DirectBytes, s.Wall, s.GBps(), s.CPUPerGB(), perGB(s.CopyCPU, s.Bytes))
 }
 
 // meter measures a transfer's wall time and, when asked, its process

@@ -28,12 +28,12 @@ import (
 func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Reader) (Stats, error) {
 	return c.ioRing(ctx, HostToDevice, dst, r == nil, func(l *lane, st *Stats) error {
 		read := func(_ int64, p []byte) (int, error) { return io.ReadFull(r, p) }
-		pa, pos, positional := positionalReader(r)
-		if positional {
+		pa, pos, isPositional := positional[io.ReaderAt](r)
+		if isPositional {
 			read = func(off int64, p []byte) (int, error) { return c.readAt(pa, pos+off, p) }
 		}
 		err := c.ringIn(ctx, l, dst, st, read)
-		if positional {
+		if isPositional {
 			// Leave the offset where a Read loop would have: past the
 			// bytes read.
 			if _, serr := r.(io.Seeker).Seek(pos+st.Bytes, io.SeekStart); serr != nil && err == nil {
@@ -153,8 +153,8 @@ type sink struct {
 }
 
 func (c *copier) newSink(w io.Writer) *sink {
-	wa, pos, positional := positionalWriter(w)
-	return &sink{c: c, w: w, wa: wa, pos: pos, positional: positional}
+	wa, pos, ok := positional[io.WriterAt](w)
+	return &sink{c: c, w: w, wa: wa, pos: pos, positional: ok}
 }
 
 // write writes p, the bytes at offset off of the transfer.
@@ -234,48 +234,27 @@ func (c *copier) ringOut(ctx context.Context, l *lane, src *cuda.DeviceBuffer, s
 // ReadAt or WriteAt call.
 const minIOPiece = 1 << 20
 
-// positionalReader reports whether r can be read at offsets (io.ReaderAt
-// and io.Seeker) and returns it and its current offset.
-func positionalReader(r io.Reader) (io.ReaderAt, int64, bool) {
-	ra, ok := r.(io.ReaderAt)
-	pos, known := seekOffset(r)
-	return ra, pos, ok && known
-}
-
-// positionalWriter is positionalReader for writers.
-func positionalWriter(w io.Writer) (io.WriterAt, int64, bool) {
-	wa, ok := w.(io.WriterAt)
-	pos, known := seekOffset(w)
-	return wa, pos, ok && known
-}
-
-// seekOffset returns the current offset of x when it is an io.Seeker that
-// knows one (a pipe or a terminal does not: it is read or written as a
-// stream).
-func seekOffset(x any) (int64, bool) {
-	sk, ok := x.(io.Seeker)
-	if !ok {
-		return 0, false
+// positional returns x as a T (io.ReaderAt or io.WriterAt) and its
+// current offset when it is one and an io.Seeker that knows its offset
+// (a pipe or a terminal does not: it is read or written as a stream).
+func positional[T any](x any) (at T, pos int64, ok bool) {
+	at, isAt := x.(T)
+	sk, isSeeker := x.(io.Seeker)
+	if !isAt || !isSeeker {
+		return at, 0, false
 	}
 	pos, err := sk.Seek(0, io.SeekCurrent)
-	return pos, err == nil
+	return at, pos, err == nil
 }
 
-// ioParts splits n bytes into the pieces one stage's parallel ReadAt or
-// WriteAt calls take: up to the Copier's parallelism, at least minIOPiece
-// each.
-func (c *copier) ioParts(n int) (parts, size int) {
-	parts = max(1, min(c.o.parallelism, n/minIOPiece))
-	size = (n + parts - 1) / parts
-	return parts, size
-}
-
-// eachAt calls f on the ioParts pieces of p at off+their offset, all at
-// once (the caller takes the last), and returns the bytes done from the
+// eachAt calls f on the pieces of p (up to the Copier's parallelism, at
+// least minIOPiece each) at off+their offset, all at once (the caller
+// takes the last), and returns the bytes done from the
 // start of p without a gap; short reports that a piece came back with
 // fewer bytes than asked, with err its error (which may be nil).
 func (c *copier) eachAt(p []byte, off int64, f func(p []byte, off int64) (int, error)) (done int, short bool, err error) {
-	parts, size := c.ioParts(len(p))
+	parts := max(1, min(c.o.parallelism, len(p)/minIOPiece))
+	size := (len(p) + parts - 1) / parts
 	ns := make([]int, parts)
 	errs := make([]error, parts)
 	var wg sync.WaitGroup
