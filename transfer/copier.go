@@ -154,11 +154,12 @@ func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 
 func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 	cp = &copier{cctx: c, o: o, gate: newGate()}
+	cp.rel.step = cp.releaseStep
 	defer func() {
 		if err != nil {
 			cp.markClosed()
-			err = errors.Join(err, cp.release())
-			orphan(cp)
+			err = errors.Join(err, cp.rel.release())
+			orphan(&cp.rel)
 			cp = nil
 		}
 	}()
@@ -264,7 +265,7 @@ func (c *Copier) Close(ctx context.Context) error {
 		return err
 	}
 	first := c.markClosed()
-	return closeOwner(ctx, "Copier", first, &c.rel, &c.cleanup, c.idle, c.release)
+	return closeOwner(ctx, "Copier", first, &c.rel, &c.cleanup, c.idle)
 }
 
 // dropped is the cleanup of a Copier that became unreachable without
@@ -275,17 +276,10 @@ func (c *copier) dropped(kind string) {
 		return
 	}
 	track.Dropped(kind, "stages", c.o.depth, "stage_size", c.o.stageSize)
-	go func() { <-c.idle; _ = c.release() }() // off the cleanup goroutine: release calls the driver
+	go func() { <-c.idle; _ = c.rel.release() }() // off the cleanup goroutine: release calls the driver
 }
 
-// release frees whatever newCopierState created. What the driver fails
-// to release stays held (and counted) and a later call retries it; once
-// a call has released everything, further calls do nothing.
-func (c *copier) release() error { return c.rel.run(c.releaseStep) }
-
-// released reports whether release has released everything.
-func (c *copier) released() bool { return c.rel.released() }
-
+// releaseStep frees whatever newCopierState created (rel.step).
 // destroyEvent destroys an event made for one call; when the driver fails
 // to, the event is kept for release to retry.
 func (c *copier) destroyEvent(ev *cuda.Event) error {

@@ -174,36 +174,18 @@ func (s *stage) free(left *int) error {
 // freeStages frees ss, keeping those the driver fails to release as an
 // orphan for a later retry.
 func freeStages(ss []*stage) error {
-	left := 0
-	var errs []error
-	for _, s := range ss {
-		errs = append(errs, s.free(&left))
-	}
-	if left > 0 {
-		orphan(&stageSet{stages: ss})
-	}
-	return errors.Join(errs...)
-}
-
-// stageSet is stages to release, kept as an orphan when the driver fails
-// to release some of them.
-type stageSet struct {
-	rel    releaser
-	stages []*stage
-}
-
-func (ss *stageSet) release() error {
-	return ss.rel.run(func() (int, error) {
+	r := &releaser{step: func() (int, error) {
 		left := 0
 		var errs []error
-		for _, s := range ss.stages {
+		for _, s := range ss {
 			errs = append(errs, s.free(&left))
 		}
 		return left, errors.Join(errs...)
-	})
+	}}
+	err := r.release()
+	orphan(r)
+	return err
 }
-
-func (ss *stageSet) released() bool { return ss.rel.released() }
 
 // take borrows up to want idle stages (at least one), waiting in FIFO
 // order behind earlier requests, bounded by ctx.

@@ -112,11 +112,12 @@ func NewMulti(ctxs []*cuda.Context, opts ...Option) (*Multi, error) {
 
 func newMultiState(ctxs []*cuda.Context, o options) (m *multi, err error) {
 	m = &multi{o: o, ring: make(chan struct{}, 1), gate: newGate()}
+	m.rel.step = m.releaseStep
 	defer func() {
 		if err != nil {
 			m.markClosed()
-			err = errors.Join(err, m.release())
-			orphan(m)
+			err = errors.Join(err, m.rel.release())
+			orphan(&m.rel)
 			m = nil
 		}
 	}()
@@ -212,7 +213,7 @@ func (m *Multi) Close(ctx context.Context) error {
 		return err
 	}
 	first := m.markClosed()
-	return closeOwner(ctx, "Multi", first, &m.rel, &m.cleanup, m.idle, m.release)
+	return closeOwner(ctx, "Multi", first, &m.rel, &m.cleanup, m.idle)
 }
 
 // dropped is the cleanup of a Multi that became unreachable without Close.
@@ -221,17 +222,10 @@ func (m *multi) dropped() {
 		return
 	}
 	track.Dropped("multi", "devices", len(m.devs))
-	go func() { <-m.idle; _ = m.release() }()
+	go func() { <-m.idle; _ = m.rel.release() }()
 }
 
-// release frees whatever newMultiState created. What the driver fails to
-// release stays held (and counted) and a later call retries it; once a
-// call has released everything, further calls do nothing.
-func (m *multi) release() error { return m.rel.run(m.releaseStep) }
-
-// released reports whether release has released everything.
-func (m *multi) released() bool { return m.rel.released() }
-
+// releaseStep frees whatever newMultiState created (rel.step).
 func (m *multi) releaseStep() (left int, err error) {
 	var errs []error
 	for _, d := range m.devs {
@@ -241,8 +235,8 @@ func (m *multi) releaseStep() (left int, err error) {
 		if d.cp != nil {
 			d.cp.markClosed()
 			<-d.cp.idle
-			errs = append(errs, d.cp.release())
-			if !d.cp.released() {
+			errs = append(errs, d.cp.rel.release())
+			if !d.cp.rel.released() {
 				left++
 			}
 		}

@@ -231,11 +231,12 @@ func (cfg *pipelineConfig) apply(opts []PipelineOption) error {
 
 func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
 	p = &pipeline{c: c, cfg: cfg, run: make(chan struct{}, 1), stopped: make(chan struct{})}
+	p.rel.step = p.releaseStep
 	defer func() {
 		if err != nil {
 			p.markClosed()
-			err = errors.Join(err, p.release())
-			orphan(p)
+			err = errors.Join(err, p.rel.release())
+			orphan(&p.rel)
 			p = nil
 		}
 	}()
@@ -283,7 +284,7 @@ func (p *Pipeline) Close(ctx context.Context) error {
 		return err
 	}
 	first := p.markClosed()
-	return closeOwner(ctx, "Pipeline", first, &p.rel, &p.cleanup, p.waitStopped(), p.release)
+	return closeOwner(ctx, "Pipeline", first, &p.rel, &p.cleanup, p.waitStopped())
 }
 
 func (p *pipeline) markClosed() bool {
@@ -312,7 +313,7 @@ func (p *pipeline) dropped() {
 	track.Dropped("pipeline", "slots", len(p.slots), "chunk_size", p.cfg.chunkSize)
 	go func() {
 		<-p.waitStopped()
-		_ = p.release()
+		_ = p.rel.release()
 	}()
 }
 
@@ -329,14 +330,7 @@ func (p *pipeline) waitStopped() <-chan struct{} {
 	return p.stopped
 }
 
-// release frees whatever newPipelineState created. What the driver fails
-// to release stays held (and counted) and a later call retries it; once
-// a call has released everything, further calls do nothing.
-func (p *pipeline) release() error { return p.rel.run(p.releaseStep) }
-
-// released reports whether release has released everything.
-func (p *pipeline) released() bool { return p.rel.released() }
-
+// releaseStep frees whatever newPipelineState created (rel.step).
 func (p *pipeline) releaseStep() (left int, err error) {
 	var errs []error
 	if p.w != nil {

@@ -53,12 +53,18 @@ func drop[T any](p **T, left *int, rel func(*T) error, gone error) error {
 }
 
 // releaser makes a state's release retryable: release runs step under a
-// lock until a pass leaves nothing behind, and reports whether that has
-// happened.
+// lock until a pass leaves nothing behind (what the driver fails to
+// release stays held and counted, and the next call retries it), and
+// released reports whether that has happened. A releaser is an
+// orphanState.
 type releaser struct {
 	mu   sync.Mutex
 	done bool
+	step func() (left int, err error) // for release
 }
+
+// release runs step unless an earlier pass released everything.
+func (r *releaser) release() error { return r.run(r.step) }
 
 // run runs step unless an earlier pass released everything; step returns
 // the number of objects it could not release and its error.
@@ -126,7 +132,7 @@ func retryOrphans() {
 // progress) and then for release; when ctx ends first the release still
 // happens in the background.
 func closeOwner(ctx context.Context, what string, first bool, rel *releaser, cleanup *runtime.Cleanup,
-	idle <-chan struct{}, release func() error) error {
+	idle <-chan struct{}) error {
 	if first {
 		cleanup.Stop()
 	} else if rel.released() {
@@ -135,7 +141,7 @@ func closeOwner(ctx context.Context, what string, first bool, rel *releaser, cle
 	done := make(chan error, 1)
 	go func() {
 		<-idle
-		err := release()
+		err := rel.release()
 		retryOrphans() // staging buffers a failed New or Run could not release
 		done <- err
 	}()

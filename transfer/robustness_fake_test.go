@@ -346,7 +346,7 @@ func TestRobustCloseWaitsForRun(t *testing.T) {
 	testutil.CheckBytes(t, in, out)
 	// The timed-out Close releases the Copier once the Run ended.
 	<-c.idle
-	if err := c.release(); err != nil {
+	if err := c.rel.release(); err != nil {
 		t.Error(err)
 	}
 }
