@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync/atomic"
 
 	"github.com/pinmem/pinmem"
@@ -579,9 +580,7 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 	if len(host) == 0 {
 		return nil, func() {}
 	}
-	var spans []span
-	var cuts []int
-	spans, cuts = c.pinned.spans(host, spans, cuts)
+	spans, cuts := c.pinned.spans(host, nil, nil)
 	spans, cuts = lookupSpansIf(host, spans, cuts, c.pinnedHere)
 	spans = normalize(spans)
 	if c.cache == nil {
@@ -641,11 +640,7 @@ func normalize(s []span) []span {
 	if len(s) < 2 {
 		return s
 	}
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j].lo < s[j-1].lo; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
+	slices.SortFunc(s, func(a, b span) int { return a.lo - b.lo })
 	out := s[:1]
 	for _, x := range s[1:] {
 		last := &out[len(out)-1]

@@ -114,7 +114,7 @@ func joinEngineKey(c *cuda.Context, o options, key engineKey) (*engine, error) {
 	var err error
 	for len(e.all)+len(added) < target {
 		var s *stage
-		if s, err = newStage(c, o.stageSize, e.flags, e.popts, !key.pipeline); err != nil {
+		if s, err = e.newStage(); err != nil {
 			err = fmt.Errorf("transfer: allocating staging buffer %d of %d bytes: %w", len(e.all)+len(added), o.stageSize, err)
 			break
 		}
@@ -148,17 +148,17 @@ func joinEngineKey(c *cuda.Context, o options, key engineKey) (*engine, error) {
 	return e, nil
 }
 
-// newStage allocates a stage and, for a Copier's stage (event), the event
-// that guards its reuse (a Pipeline's slots have events of their own).
-func newStage(c *cuda.Context, size int, flags pinmem.Flags, popts []pinmem.Option, event bool) (*stage, error) {
+// newStage allocates a stage and, for a Copier's stage, the event that
+// guards its reuse (a Pipeline's slots have events of their own).
+func (e *engine) newStage() (*stage, error) {
 	s := &stage{}
 	var err error
-	if s.buf, err = pinmem.Alloc(size, flags, popts...); err != nil {
+	if s.buf, err = pinmem.Alloc(e.key.stageSize, e.flags, e.popts...); err != nil {
 		return nil, err
 	}
 	s.mem, s.cuts = s.buf.Bytes(), segCuts(s.buf)
-	if event {
-		if s.ev, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
+	if !e.key.pipeline {
+		if s.ev, err = e.cctx.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
 			return nil, errors.Join(err, freeStages([]*stage{s}))
 		}
 	}
@@ -314,7 +314,7 @@ func (e *engine) growForTwo() {
 	e.mu.Unlock()
 	var added []*stage
 	for range want {
-		s, err := newStage(e.cctx, e.key.stageSize, e.flags, e.popts, !e.key.pipeline)
+		s, err := e.newStage()
 		if err != nil {
 			break
 		}
@@ -338,14 +338,6 @@ func (e *engine) isClosed() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.closed
-}
-
-// stageCount returns the stages the engine holds and the most borrowed at
-// once so far.
-func (e *engine) stageCount() (all, peak int) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.all), e.peak
 }
 
 // tryTake borrows one idle stage without waiting: nil when none is idle

@@ -87,3 +87,11 @@ func (c *Copier) Stream() *cuda.Stream {
 	}
 	return c.stream
 }
+
+// stageCount returns the stages the engine holds and the most borrowed at
+// once so far.
+func (e *engine) stageCount() (all, peak int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.all), e.peak
+}

@@ -275,8 +275,7 @@ func (m *multi) checkBufs(op string, bufs []*cuda.DeviceBuffer) error {
 // Portable buffers pinmem pinned (with a single context, any buffer
 // pinmem pinned). ok is false when part of host is not.
 func (m *multi) directSpans(host []byte) (spans []span, ok bool) {
-	var cuts []int
-	spans, cuts = m.pinned.spans(host, spans, cuts)
+	spans, cuts := m.pinned.spans(host, nil, nil)
 	spans, cuts = lookupSpansIf(host, spans, cuts, func(b *pinmem.Buffer) bool {
 		return len(m.devs) == 1 || b.Flags()&pinmem.Portable != 0
 	})

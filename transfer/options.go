@@ -196,13 +196,6 @@ func WithStageFlags(f pinmem.Flags, opts ...pinmem.Option) Option {
 // copies; Bytes, StagedBytes, DirectBytes, Stages and Wall are always set.
 func WithStats(on bool) Option { return func(o *options) { o.stats = on } }
 
-// badStageOpt returns what pinmem.Alloc would refuse in the pinmem options
-// of WithStageFlags, or nil.
-func badStageOpt(opts []pinmem.Option) *pinopt.Refusal {
-	_, r := pinopt.Build(opts)
-	return r
-}
-
 func buildOptions(fn string, opts []Option) (options, error) {
 	o := options{
 		tune:      defaultTuning(),
@@ -220,6 +213,8 @@ func buildOptions(fn string, opts []Option) (options, error) {
 	refuse := func(opt string, v any, reason string) (options, error) {
 		return o, &pinmem.OptionError{Func: fn, Option: opt, Value: fmt.Sprint(v), Reason: reason}
 	}
+	// What pinmem.Alloc would refuse in the pinmem options of WithStageFlags.
+	_, bad := pinopt.Build(o.stageOpts)
 	switch {
 	case o.stageSize <= 0:
 		return refuse("WithStageSize", o.stageSize, "the size must be positive")
@@ -231,9 +226,8 @@ func buildOptions(fn string, opts []Option) (options, error) {
 		return refuse("WithParallelism", o.parallelism, "must be 1 to 4096")
 	case o.stageFlags&pinmem.WriteCombined != 0:
 		return refuse("WithStageFlags", o.stageFlags, "write-combined staging buffers are refused (device-to-host staging reads them with the CPU)")
-	case badStageOpt(o.stageOpts) != nil:
-		r := badStageOpt(o.stageOpts)
-		return refuse("pinmem."+r.Option, r.Value, r.Reason+" (in WithStageFlags)")
+	case bad != nil:
+		return refuse("pinmem."+bad.Option, bad.Value, bad.Reason+" (in WithStageFlags)")
 	case o.wait > WaitPoll:
 		return refuse("WithWait", o.wait, "unknown wait mode")
 	case o.cacheLimit < 0:
