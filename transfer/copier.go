@@ -95,11 +95,8 @@ type copier struct {
 
 // lane is what one transfer that uses the copy engines holds while it
 // runs: a stream, the events that end and time the transfer, and the
-// stages it borrowed from the engine. A Copier with a stream of its own
-// has two lanes, so that two of its transfers run at once (typically one
-// each way, on the device's two copy engines), from as many goroutines
-// as call it; one given WithStream has one, so that its transfers stay in
-// order on that stream.
+// stages it borrowed from the engine (see Copier for why a Copier has one
+// or two).
 type lane struct {
 	stream  *cuda.Stream
 	w       *waiter     // the lane's own, so that a wait on one lane never queues behind another's

@@ -11,19 +11,10 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// engine is the staging engine of one device context: the pinned stages
-// and the CPU copy goroutines that every Copier of that context with the
-// same stage size, stage flags and statistics setting shares. A transfer
-// borrows up to its Copier's depth of stages for its duration, waiting in
-// FIFO order when none is idle, so that N concurrent transfers neither
-// multiply pinned memory nor oversubscribe the cores: the engine holds
-// depth stages while one Copier uses it one transfer at a time and twice
-// that (two transfers in flight at once, typically one each way, on the
-// two copy engines) once two or more Copiers do or one runs two
-// transfers at once (growForTwo), however many Copiers there are; its
-// copy goroutines are the largest parallelism asked for, capped by the
-// number of CPUs.
-//
+// engine is the staging engine of one device context, shared as the
+// Copier's documentation says: the pinned stages, which transfers borrow
+// in FIFO order, and the CPU copy goroutines. It holds one ring (the
+// largest depth) and two once two transfers stage at once (growForTwo).
 // A Copier with WithStageFlags options (pinmem options cannot be
 // compared) has an engine of its own, sized like a shared one.
 type engine struct {
