@@ -141,8 +141,7 @@ type pipeline struct {
 	w       *waiter
 	run     chan struct{} // one Run (or a Run's abandoned drain) at a time
 
-	mu     sync.Mutex
-	closed bool
+	closed atomic.Bool // Close (or the cleanup) has run
 	// stopped is closed once the closing Pipeline holds the run token
 	// (the Run in progress and its drain have ended); stop starts that
 	// wait once.
@@ -234,7 +233,7 @@ func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
 	p.rel.step = p.releaseStep
 	defer func() {
 		if err != nil {
-			p.markClosed()
+			p.closed.CompareAndSwap(false, true)
 			err = errors.Join(err, p.rel.release())
 			orphan(&p.rel)
 			p = nil
@@ -283,31 +282,15 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	first := p.markClosed()
+	first := p.closed.CompareAndSwap(false, true)
 	return closeOwner(ctx, "Pipeline", first, &p.rel, &p.cleanup, p.waitStopped())
-}
-
-func (p *pipeline) markClosed() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	p.closed = true
-	return true
-}
-
-func (p *pipeline) isClosed() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.closed
 }
 
 // dropped is the cleanup of a Pipeline that became unreachable without
 // Close: no Run is in progress (a Run holds the Pipeline), but an
 // abandoned drain may be; release waits for it.
 func (p *pipeline) dropped() {
-	if !p.markClosed() {
+	if !p.closed.CompareAndSwap(false, true) {
 		return
 	}
 	track.Dropped("pipeline", "slots", len(p.slots), "chunk_size", p.cfg.chunkSize)
@@ -349,9 +332,6 @@ func (p *pipeline) releaseStep() (left int, err error) {
 	}
 	return left, errors.Join(errs...)
 }
-
-// staged reports whether the Pipeline has joined its staging engine.
-func (p *pipeline) staged() bool { return p.eng != nil }
 
 // stages joins the engine of the context's Pipeline staging buffers
 // (chunk-sized, pinned Portable), which allocates or grows them, once.
@@ -424,7 +404,7 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	if err := checkCtx(ctx); err != nil {
 		return st, err
 	}
-	if p.isClosed() {
+	if p.closed.Load() {
 		return st, ErrClosed
 	}
 	if out != nil && len(out) < len(in) {
@@ -456,7 +436,7 @@ func (p *pipeline) runHeld(ctx context.Context, in, out []byte) (st PipelineStat
 			<-p.run
 		}
 	}()
-	if p.isClosed() {
+	if p.closed.Load() {
 		return st, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
@@ -508,7 +488,7 @@ func (p *pipeline) prepare(ctx context.Context, in, out []byte, st *PipelineStat
 		*holds = append(*holds, relOut)
 		st.StagedOut = len(in) > 0 && !covers(outSpans, len(in))
 	}
-	if (st.StagedIn || st.StagedOut) && !p.staged() {
+	if (st.StagedIn || st.StagedOut) && p.eng == nil {
 		t0 := time.Now()
 		if err := p.stages(); err != nil {
 			return nil, nil, 0, err
