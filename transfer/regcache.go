@@ -221,10 +221,7 @@ func (c *regCache) acquire(p []byte) ([]span, *regHold) {
 	c.mu.Unlock()
 	_ = c.freeAll(toFree)
 	c.register(jobs, h)
-	c.mu.Lock()
-	spans := h.spans(pl, ph)
-	c.mu.Unlock()
-	return spans, h
+	return h.spans(pl, ph), h
 }
 
 // regJob is a registration acquire makes outside the cache's lock.
@@ -240,7 +237,6 @@ func (c *regCache) scan(a, b uintptr, h *regHold) (over []*regEntry, idle bool, 
 	i, j := c.overlapping(a, b)
 	over = c.entries[i:j:j]
 	idle = len(over) > 0
-	gaps = []span{}
 	cur := a
 	for _, e := range over {
 		if e.pending || e.dead || e.refs > 0 {

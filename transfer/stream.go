@@ -57,10 +57,27 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 // past the bytes written, as after a plain Write loop.
 func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer) (Stats, error) {
 	return c.ioRing(ctx, DeviceToHost, src, w == nil, func(l *lane, st *Stats) error {
-		sk := c.newSink(w)
-		err := c.ringOut(ctx, l, src, st, sk)
-		if serr := sk.done(st.Bytes); serr != nil && err == nil {
-			err = serr
+		wa, pos, isPositional := positional[io.WriterAt](w)
+		write := func(off int64, p []byte) (int, error) {
+			if isPositional {
+				n, err := c.writeAt(wa, pos+off, p)
+				if err == nil || n > 0 || off > 0 {
+					return n, err
+				}
+				// WriteAt refused before anything was written (an
+				// *os.File opened with O_APPEND refuses every WriteAt):
+				// write as a stream from here on.
+				isPositional = false
+			}
+			return w.Write(p)
+		}
+		err := c.ringOut(ctx, l, src, st, write)
+		if isPositional {
+			// Leave the offset where a Write loop would have: past the
+			// bytes written.
+			if _, serr := w.(io.Seeker).Seek(pos+st.Bytes, io.SeekStart); serr != nil && err == nil {
+				err = fmt.Errorf("setting the writer's offset: %w", serr)
+			}
 		}
 		return err
 	})
@@ -142,52 +159,10 @@ func (c *copier) ringIn(ctx context.Context, l *lane, dst *cuda.DeviceBuffer, st
 	return nil
 }
 
-// sink writes the stages of DtoHTo to its writer: at offsets with
-// WriteAt (writeAt) when it is positional, else with Write.
-type sink struct {
-	c          *copier
-	w          io.Writer
-	wa         io.WriterAt
-	pos        int64
-	positional bool
-}
-
-func (c *copier) newSink(w io.Writer) *sink {
-	wa, pos, ok := positional[io.WriterAt](w)
-	return &sink{c: c, w: w, wa: wa, pos: pos, positional: ok}
-}
-
-// write writes p, the bytes at offset off of the transfer.
-func (k *sink) write(off int64, p []byte) (int, error) {
-	if !k.positional {
-		return k.w.Write(p)
-	}
-	n, err := k.c.writeAt(k.wa, k.pos+off, p)
-	if err != nil && n == 0 && off == 0 {
-		// WriteAt refused before anything was written (an *os.File opened
-		// with O_APPEND refuses every WriteAt): write as a stream from
-		// here on.
-		k.positional = false
-		return k.w.Write(p)
-	}
-	return n, err
-}
-
-// done leaves a positional writer's offset just past the n bytes
-// written, as a Write loop would have.
-func (k *sink) done(n int64) error {
-	if !k.positional {
-		return nil
-	}
-	if _, err := k.w.(io.Seeker).Seek(k.pos+n, io.SeekStart); err != nil {
-		return fmt.Errorf("setting the writer's offset: %w", err)
-	}
-	return nil
-}
-
-// ringOut copies src out through l's stages into sk, the DMA of later
-// stages queued ahead of the writes.
-func (c *copier) ringOut(ctx context.Context, l *lane, src *cuda.DeviceBuffer, st *Stats, sk *sink) error {
+// ringOut copies src out through l's stages, handing write each stage's
+// bytes and their offset in src, the DMA of later stages queued ahead of
+// the writes.
+func (c *copier) ringOut(ctx context.Context, l *lane, src *cuda.DeviceBuffer, st *Stats, write func(off int64, p []byte) (int, error)) error {
 	type pending struct {
 		off, n int
 		s      *stage
@@ -217,7 +192,7 @@ func (c *copier) ringOut(ctx context.Context, l *lane, src *cuda.DeviceBuffer, s
 		if err := c.waitStage(ctx, l, h.s.ev); err != nil {
 			return err
 		}
-		nw, werr := sk.write(int64(h.off), h.s.mem[:h.n])
+		nw, werr := write(int64(h.off), h.s.mem[:h.n])
 		st.Bytes += int64(nw)
 		st.StagedBytes += int64(nw)
 		st.Stages++
