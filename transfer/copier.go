@@ -146,7 +146,7 @@ func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 		return nil, err
 	}
 	cp := &Copier{copier: s}
-	cp.cleanup = runtime.AddCleanup(cp, func(s *copier) { s.dropped("copier") }, s)
+	cp.cleanup = runtime.AddCleanup(cp, func(s *copier) { s.dropped() }, s)
 	return cp, nil
 }
 
@@ -269,15 +269,14 @@ func (c *Copier) Close(ctx context.Context) error {
 // dropped is the cleanup of a Copier that became unreachable without
 // Close: nothing can be in progress (every transfer and drain holds the
 // Copier), so everything is released.
-func (c *copier) dropped(kind string) {
+func (c *copier) dropped() {
 	if !c.markClosed() {
 		return
 	}
-	track.Dropped(kind, "stages", c.o.depth, "stage_size", c.o.stageSize)
+	track.Dropped("copier", "stages", c.o.depth, "stage_size", c.o.stageSize)
 	go func() { <-c.idle; _ = c.rel.release() }() // off the cleanup goroutine: release calls the driver
 }
 
-// releaseStep frees whatever newCopierState created (rel.step).
 // destroyEvent destroys an event made for one call; when the driver fails
 // to, the event is kept for release to retry.
 func (c *copier) destroyEvent(ev *cuda.Event) error {
@@ -291,6 +290,7 @@ func (c *copier) destroyEvent(ev *cuda.Event) error {
 	return err
 }
 
+// releaseStep frees whatever newCopierState created (rel.step).
 func (c *copier) releaseStep() (left int, err error) {
 	var errs []error
 	for _, l := range c.lanes {
@@ -314,14 +314,10 @@ func (c *copier) releaseStep() (left int, err error) {
 		}
 	}
 	c.mu.Lock()
-	evs := c.undestroyed
-	c.undestroyed = nil
-	c.mu.Unlock()
-	for _, ev := range evs {
-		errs = append(errs, c.destroyEvent(ev))
+	for i := range c.undestroyed {
+		errs = append(errs, destroyEvent(&c.undestroyed[i], &left))
 	}
-	c.mu.Lock()
-	left += len(c.undestroyed)
+	c.undestroyed = slices.DeleteFunc(c.undestroyed, func(ev *cuda.Event) bool { return ev == nil })
 	c.mu.Unlock()
 	if c.ownStream {
 		for _, l := range c.lanes {
