@@ -192,7 +192,7 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 		cp.free <- l
 	}
 	cp.stream = cp.lanes[0].stream
-	if cp.eng, err = joinEngine(c, o); err != nil {
+	if cp.eng, err = joinEngine(c, o, false); err != nil {
 		return cp, err
 	}
 	cp.member = true

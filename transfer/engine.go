@@ -63,22 +63,11 @@ var engines struct {
 }
 
 // joinEngine returns the engine for a Copier of context c with options o,
-// made or grown for it: the stages it needs are allocated here, so that
-// New reports a failure.
-func joinEngine(c *cuda.Context, o options) (*engine, error) {
-	return joinEngineKey(c, o, engineKey{ctx: c, stageSize: o.stageSize, flags: o.stageFlags, stats: o.stats})
-}
-
-// joinPipelineEngine returns the engine of the staging buffers of the
-// Pipelines of context c with chunks of chunk bytes and inFlight chunks in
-// flight: Pipelines share them as Copiers share theirs, one Run borrowing
-// up to inFlight stages.
-func joinPipelineEngine(c *cuda.Context, chunk, inFlight int) (*engine, error) {
-	o := options{stageSize: chunk, depth: inFlight, parallelism: 1}
-	return joinEngineKey(c, o, engineKey{ctx: c, stageSize: chunk, pipeline: true})
-}
-
-func joinEngineKey(c *cuda.Context, o options, key engineKey) (*engine, error) {
+// or, with pipeline, for a Pipeline (o's stage size its chunk size, o's
+// depth its chunks in flight), made or grown for it: the stages it needs
+// are allocated here, so that the caller reports a failure.
+func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
+	key := engineKey{ctx: c, stageSize: o.stageSize, flags: o.stageFlags, stats: o.stats, pipeline: pipeline}
 	shared := len(o.stageOpts) == 0
 	engines.Lock()
 	defer engines.Unlock()
@@ -245,7 +234,7 @@ func (e *engine) give(ss []*stage) {
 // and the copy goroutines. It returns what the driver failed to release
 // (retried by the next call of the last member's release).
 func (e *engine) leave(member *bool) (left int, err error) {
-	// The registry's lock is taken first, as joinEngineKey takes it: the
+	// The registry's lock is taken first, as joinEngine takes it: the
 	// last member's leaving and the engine's removal from the registry are
 	// one step, so no new Copier can join an engine whose stages are about
 	// to be freed.

@@ -339,7 +339,10 @@ func (p *pipeline) stages() error {
 	if p.eng != nil {
 		return nil
 	}
-	eng, err := joinPipelineEngine(p.c.cctx, p.cfg.chunkSize, p.cfg.inFlight)
+	// Pipelines share their staging buffers as Copiers share theirs, one
+	// Run borrowing up to inFlight stages.
+	o := options{stageSize: p.cfg.chunkSize, depth: p.cfg.inFlight, parallelism: 1}
+	eng, err := joinEngine(p.c.cctx, o, true)
 	if err != nil {
 		return fmt.Errorf("transfer: pipeline staging buffers: %w", err)
 	}
