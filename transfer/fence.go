@@ -9,16 +9,12 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// fence orders every copy that a Copier, its Pipelines and a Multi it
-// belongs to queue after the copies that earlier calls left behind when
-// they returned early (a deadline, a cancellation, a panicking callback, a
-// failed enqueue): those copies are handed to the fence as a drain (the
-// events recorded behind them), and every later call makes each of its
-// streams wait for them on the device (cuStreamWaitEvent) before it
-// queues anything. So a retry is never overwritten by an attempt that
-// timed out, whichever stream either took. Callers wait for the drains on
-// the host with Copier.Fence, bounded by their context, before they reuse
-// pinned memory a failed call was copying.
+// fence is the Copier's fence of the package documentation: the copies
+// an early exit left queued are handed to it as a drain (the events
+// recorded behind them), and every later call of the Copier, its
+// Pipelines and its Multi makes each of its streams wait for them on the
+// device (cuStreamWaitEvent) before it queues anything, whichever stream
+// either took. Copier.Fence waits for the drains on the host.
 type fence struct {
 	pending atomic.Int32 // drains in progress: the small path reads only this
 

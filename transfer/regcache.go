@@ -27,7 +27,6 @@ import (
 type regCache struct {
 	mu      sync.Mutex
 	entries []*regEntry // sorted by lo, disjoint; pending ones included
-	bytes   int64       // registered and pending bytes
 	limit   int64       // 0: no limit of its own
 	min     int
 	opts    []pinmem.Option
@@ -92,7 +91,6 @@ func (c *regCache) unlink(e *regEntry) {
 	for i, x := range c.entries {
 		if x == e {
 			c.entries = append(c.entries[:i], c.entries[i+1:]...)
-			c.bytes -= e.size()
 			return
 		}
 	}
@@ -108,12 +106,17 @@ func (c *regCache) makeRoom(need int64) ([]*pinmem.Buffer, bool) {
 	if need > c.limit {
 		return nil, false
 	}
+	var used int64 // registered and pending
+	for _, e := range c.entries {
+		used += e.size()
+	}
 	var free []*pinmem.Buffer
-	for c.bytes+need > c.limit {
+	for used+need > c.limit {
 		v := c.evictLRU()
 		if v == nil {
 			return free, false
 		}
+		used -= v.size()
 		free = append(free, v.buf)
 	}
 	return free, true
@@ -146,7 +149,6 @@ func (c *regCache) addPending(lo, hi uintptr) (*regEntry, []*pinmem.Buffer) {
 	e := &regEntry{lo: lo, hi: hi, pending: true, refs: 1, last: c.tick}
 	i, _ := c.overlapping(lo, hi)
 	c.entries = slices.Insert(c.entries, i, e)
-	c.bytes += e.size()
 	return e, free
 }
 
@@ -474,7 +476,6 @@ func (c *regCache) close() (left int, err error) {
 		}
 	}
 	c.entries = nil
-	c.bytes = 0
 	c.mu.Unlock()
 	err = c.freeAll(toFree)
 	c.mu.Lock()

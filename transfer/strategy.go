@@ -76,7 +76,7 @@ func regSpans(host []byte, b *pinmem.Buffer, spans []span, cuts []int) ([]span, 
 }
 
 // lookupSpansIf appends the parts of host that lie in buffers pinmem
-// pinned (pinmem.Lookup) and ok accepts (nil: all), except those of
+// pinned (pinmem.Lookup) and ok accepts, except those of
 // registration caches, and the boundaries of their registrations.
 func lookupSpansIf(host []byte, spans []span, cuts []int, ok func(*pinmem.Buffer) bool) ([]span, []int) {
 	off := 0
@@ -90,7 +90,7 @@ func lookupSpansIf(host []byte, spans []span, cuts []int, ok func(*pinmem.Buffer
 		if end <= off { // freed meanwhile
 			break
 		}
-		if _, cached := cacheBufs.Load(b); !cached && (ok == nil || ok(b)) {
+		if _, cached := cacheBufs.Load(b); !cached && ok(b) {
 			spans, cuts = regSpans(host, b, spans, cuts)
 		}
 		off = end
