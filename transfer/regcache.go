@@ -163,11 +163,8 @@ func (c *regCache) freeAll(bufs []*pinmem.Buffer) error {
 	var errs []error
 	var kept []*pinmem.Buffer
 	for _, b := range bufs {
-		n := 0
-		kb := b
-		if err := freeBuf(&b, &n); err != nil {
-			errs = append(errs, err)
-		}
+		n, kb := 0, b
+		errs = append(errs, freeBuf(&b, &n))
 		if n > 0 {
 			kept = append(kept, b)
 		} else {
