@@ -69,12 +69,7 @@ type MultiStats struct {
 
 // GBps returns the aggregate bandwidth: the bytes moved to or from all
 // devices together per second of wall time (10^9 bytes per second).
-func (s MultiStats) GBps() float64 {
-	if s.Wall <= 0 {
-		return 0
-	}
-	return float64(s.Bytes) * float64(s.Devices) / s.Wall.Seconds() / 1e9
-}
+func (s MultiStats) GBps() float64 { return gbps(float64(s.Bytes)*float64(s.Devices), s.Wall) }
 
 // NewMulti creates a Multi for the contexts ctxs (typically every device's
 // primary context; one context, or two contexts of one device, work too).

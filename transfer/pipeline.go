@@ -103,12 +103,7 @@ type PipelineStats struct {
 }
 
 // GBps returns input bytes per second of wall time, in GB/s.
-func (s PipelineStats) GBps() float64 {
-	if s.Wall <= 0 {
-		return 0
-	}
-	return float64(s.Bytes) / s.Wall.Seconds() / 1e9
-}
+func (s PipelineStats) GBps() float64 { return gbps(float64(s.Bytes), s.Wall) }
 
 // Pipeline runs chunked host-to-device, device work, device-to-host
 // sequences over several streams. Create it with Copier.NewPipeline; it

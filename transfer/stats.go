@@ -50,11 +50,13 @@ type Stats struct {
 }
 
 // GBps returns the transfer's speed in GB/s (10^9 bytes per second) of wall time.
-func (s Stats) GBps() float64 {
-	if s.Wall <= 0 {
+func (s Stats) GBps() float64 { return gbps(float64(s.Bytes), s.Wall) }
+
+func gbps(bytes float64, wall time.Duration) float64 {
+	if wall <= 0 {
 		return 0
 	}
-	return float64(s.Bytes) / s.Wall.Seconds() / 1e9
+	return bytes / wall.Seconds() / 1e9
 }
 
 // CPUPerGB returns the process CPU-seconds spent per GB moved (zero
