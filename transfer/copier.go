@@ -71,11 +71,9 @@ type Copier struct {
 type copier struct {
 	cctx      *cuda.Context
 	o         options
-	stream    *cuda.Stream // the first lane's stream (Stream)
 	ownStream bool
 	eng       *engine // the staging engine shared with the context's other Copiers
 	member    bool    // this Copier still counts in eng
-	w         *waiter // the first lane's, for RunMapped on a stream of the caller's
 	cache     *regCache
 	lanes     []*lane    // every lane, idle or taken
 	free      chan *lane // the idle lanes
@@ -191,14 +189,10 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 		}
 		cp.free <- l
 	}
-	cp.stream = cp.lanes[0].stream
 	if cp.eng, err = joinEngine(c, o, false); err != nil {
 		return cp, err
 	}
 	cp.member = true
-	// Calls on a stream of the caller's (RunMapped) wait through the
-	// first lane's waiter.
-	cp.w = cp.lanes[0].w
 	if o.cacheOn {
 		cp.cache = newRegCache(o.cacheLimit, o.cacheMin, pinmem.WithDevice(c.Device()))
 	}
@@ -323,7 +317,6 @@ func (c *copier) releaseStep() (left int, err error) {
 		for _, l := range c.lanes {
 			errs = append(errs, destroyStream(&l.stream, &left))
 		}
-		c.stream = nil
 	}
 	return left, errors.Join(errs...)
 }

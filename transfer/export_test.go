@@ -85,7 +85,7 @@ func (c *Copier) Stream() *cuda.Stream {
 	if !c.ok() {
 		return nil
 	}
-	return c.stream
+	return c.lanes[0].stream
 }
 
 // stageCount returns the stages the engine holds and the most borrowed at
