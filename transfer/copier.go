@@ -390,10 +390,7 @@ func (c *copier) borrow(ctx context.Context, l *lane, want int) error {
 // abandon hands the copies a transfer left queued on l, when it returns
 // early, to the fence (handOff): l.done is recorded behind them (else
 // the drain watches the whole stream), and once they ran, release runs
-// (the registration cache's holds) and l and its stages go back. Until
-// then later transfers take the Copier's other lane, their copies queued
-// on the device behind these, or wait for a lane, bounded by their own
-// contexts; Close and Fence wait for them too.
+// (the registration cache's holds) and l and its stages go back.
 func (c *copier) abandon(l *lane, release func()) {
 	d := drain{evs: []*cuda.Event{l.done}}
 	if l.done.Record(l.stream) != nil {

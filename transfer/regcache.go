@@ -11,18 +11,15 @@ import (
 	"github.com/pinmem/pinmem/internal/reclaim"
 )
 
-// regCache is a Copier's registration cache (WithRegistrationCache): it pins large Go slices in
-// place (pinmem.Register) the first time they are copied and keeps them
-// registered, so later copies of the same memory go directly at pinned
-// speed. Registrations are keyed by page ranges: only the whole pages
-// inside a slice are registered (the partial pages at its ends are
-// staged); a request overlapping registered ranges shares them (reference
-// counts), and fills the gaps with new registrations, or, when the ranges
-// it overlaps are idle, replaces them with one registration of the union
-// (a merge). Idle registrations are evicted least recently used first when
+// regCache is a Copier's registration cache (WithRegistrationCache).
+// Registrations are keyed by page ranges: only the whole pages inside a
+// slice are registered (the partial pages at its ends are staged); a
+// request overlapping registered ranges shares them (reference counts),
+// and fills the gaps with new registrations, or, when the ranges it
+// overlaps are idle, replaces them with one registration of the union (a
+// merge). Idle registrations are evicted least recently used first when
 // the cache's limit would be exceeded and when pinmem's budget asks
-// (the cache is one of the caches pinmem asks for idle memory). The cache holds a reference to the
-// memory it registered, so that memory stays alive until it is evicted,
+// (reclaim). The memory it registered stays alive until it is evicted,
 // forgotten (Copier.Forget) or the Copier is closed.
 type regCache struct {
 	mu      sync.Mutex
