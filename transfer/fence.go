@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -151,7 +152,7 @@ const drainPoll = 5 * time.Millisecond
 func streamErr(ctx context.Context, s *cuda.Stream) error {
 	if ctx.Done() != nil {
 		if idle, err := s.Query(); err != nil || !idle {
-			return firstErr(err, s.Synchronize(ctx))
+			return cmp.Or(err, s.Synchronize(ctx))
 		}
 	}
 	return s.Synchronize(context.Background())

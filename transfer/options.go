@@ -121,13 +121,8 @@ const (
 
 // String returns "hybrid", "sleep" or "poll".
 func (m WaitMode) String() string {
-	switch m {
-	case WaitHybrid:
-		return "hybrid"
-	case WaitSleep:
-		return "sleep"
-	case WaitPoll:
-		return "poll"
+	if m <= WaitPoll {
+		return [...]string{"hybrid", "sleep", "poll"}[m]
 	}
 	return fmt.Sprintf("WaitMode(%d)", uint8(m))
 }

@@ -120,13 +120,3 @@ func (c *copier) singleWait(ctx context.Context, l *lane) error {
 	}
 	return nil
 }
-
-// firstErr returns the first non-nil error.
-func firstErr(errs ...error) error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
-}
