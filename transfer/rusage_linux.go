@@ -18,18 +18,14 @@ func tvDur(tv syscall.Timeval) time.Duration {
 
 // threadCPU returns the user+system CPU time of the calling OS thread; the
 // caller must be locked to its thread.
-func threadCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(rusageThread, &ru) != nil {
-		return 0
-	}
-	return tvDur(ru.Utime) + tvDur(ru.Stime)
-}
+func threadCPU() time.Duration { return rusage(rusageThread) }
 
 // processCPU returns the user+system CPU time of the whole process.
-func processCPU() time.Duration {
+func processCPU() time.Duration { return rusage(syscall.RUSAGE_SELF) }
+
+func rusage(who int) time.Duration {
 	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+	if syscall.Getrusage(who, &ru) != nil {
 		return 0
 	}
 	return tvDur(ru.Utime) + tvDur(ru.Stime)
