@@ -57,10 +57,10 @@ type stageWaiter struct {
 	ready chan struct{}
 }
 
-var engines struct {
+var engines = struct {
 	sync.Mutex
 	m map[engineKey]*engine
-}
+}{m: map[engineKey]*engine{}}
 
 // joinEngine returns the engine for a Copier of context c with options o,
 // or, with pipeline, for a Pipeline (o's stage size its chunk size, o's
@@ -120,9 +120,6 @@ func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
 	e.refs++
 	e.serve()
 	if fresh && shared {
-		if engines.m == nil {
-			engines.m = map[engineKey]*engine{}
-		}
 		engines.m[key] = e
 	}
 	return e, nil
