@@ -55,8 +55,7 @@ func drop[T any](p **T, left *int, rel func(*T) error, gone error) error {
 // releaser makes a state's release retryable: release runs step under a
 // lock until a pass leaves nothing behind (what the driver fails to
 // release stays held and counted, and the next call retries it), and
-// released reports whether that has happened. A releaser is an
-// orphanState.
+// released reports whether that has happened.
 type releaser struct {
 	mu   sync.Mutex
 	done bool
@@ -86,23 +85,18 @@ func (r *releaser) released() bool {
 	return r.done
 }
 
-// orphans are the states of Copiers, Pipelines and Multis whose
-// constructor failed and could not release everything it had created:
-// the driver still holds what they kept. Every constructor retries their
+// orphans are the releasers whose release left something the driver
+// still holds: those of Copiers, Pipelines and Multis whose constructor
+// failed, and of stages freed outside an engine. Every constructor retries their
 // release first, so that a caller retrying the constructor once the
 // driver works again leaves nothing behind.
 var orphans struct {
 	sync.Mutex
-	states []orphanState
-}
-
-type orphanState interface {
-	release() error
-	released() bool
+	states []*releaser
 }
 
 // orphan keeps s for a later retry when its release left something.
-func orphan(s orphanState) {
+func orphan(s *releaser) {
 	if s.released() {
 		return
 	}
