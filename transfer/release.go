@@ -87,8 +87,8 @@ func (r *releaser) released() bool {
 
 // orphans are the releasers whose release left something the driver
 // still holds: those of Copiers, Pipelines and Multis whose constructor
-// failed, and of stages freed outside an engine. Every constructor retries their
-// release first, so that a caller retrying the constructor once the
+// failed, and of stages freed outside an engine. Every constructor
+// retries them first, so that a caller retrying the constructor once the
 // driver works again leaves nothing behind.
 var orphans struct {
 	sync.Mutex
