@@ -34,11 +34,7 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 		}
 		err := c.ringIn(ctx, l, dst, st, read)
 		if isPositional {
-			// Leave the offset where a Read loop would have: past the
-			// bytes read.
-			if _, serr := r.(io.Seeker).Seek(pos+st.Bytes, io.SeekStart); serr != nil && err == nil {
-				err = fmt.Errorf("setting the reader's offset: %w", serr)
-			}
+			err = seekPast(r, "reader", pos+st.Bytes, err)
 		}
 		return err
 	})
@@ -73,11 +69,7 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 		}
 		err := c.ringOut(ctx, l, src, st, write)
 		if isPositional {
-			// Leave the offset where a Write loop would have: past the
-			// bytes written.
-			if _, serr := w.(io.Seeker).Seek(pos+st.Bytes, io.SeekStart); serr != nil && err == nil {
-				err = fmt.Errorf("setting the writer's offset: %w", serr)
-			}
+			err = seekPast(w, "writer", pos+st.Bytes, err)
 		}
 		return err
 	})
@@ -220,6 +212,16 @@ func positional[T any](x any) (at T, pos int64, ok bool) {
 	}
 	pos, err := sk.Seek(0, io.SeekCurrent)
 	return at, pos, err == nil
+}
+
+// seekPast leaves the offset of x, an io.Seeker read or written at
+// offsets, at end (past the bytes copied), where a Read or Write loop
+// would have left it. err, the transfer's error, comes first.
+func seekPast(x any, what string, end int64, err error) error {
+	if _, serr := x.(io.Seeker).Seek(end, io.SeekStart); serr != nil && err == nil {
+		return fmt.Errorf("setting the %s's offset: %w", what, serr)
+	}
+	return err
 }
 
 // eachAt calls f on the pieces of p (up to the Copier's parallelism, at
