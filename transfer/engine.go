@@ -82,6 +82,7 @@ func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
 	if fresh {
 		e = &engine{key: key, shared: shared, cctx: c, flags: o.stageFlags | pinmem.Portable,
 			popts: append([]pinmem.Option{pinmem.WithDevice(c.Device())}, o.stageOpts...)}
+		e.rel.step = e.releaseStep
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -257,19 +258,21 @@ func (e *engine) leave(member *bool) (left int, err error) {
 	if !last {
 		return 0, nil
 	}
-	err = e.rel.run(func() (int, error) {
-		e.pool.close()
-		n := 0
-		var errs []error
-		for _, s := range e.all {
-			errs = append(errs, s.free(&n))
-		}
-		return n, errors.Join(errs...)
-	})
+	err = e.rel.release()
 	if !e.rel.released() {
 		left = 1
 	}
 	return left, err
+}
+
+// releaseStep stops the copy goroutines and frees the stages (rel.step).
+func (e *engine) releaseStep() (left int, err error) {
+	e.pool.close()
+	var errs []error
+	for _, s := range e.all {
+		errs = append(errs, s.free(&left))
+	}
+	return left, errors.Join(errs...)
 }
 
 // growForTwo grows the engine to two rings (twice the largest depth) when

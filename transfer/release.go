@@ -59,21 +59,17 @@ func drop[T any](p **T, left *int, rel func(*T) error, gone error) error {
 type releaser struct {
 	mu   sync.Mutex
 	done bool
-	step func() (left int, err error) // for release
+	step func() (left int, err error) // left: the objects still held
 }
 
 // release runs step unless an earlier pass released everything.
-func (r *releaser) release() error { return r.run(r.step) }
-
-// run runs step unless an earlier pass released everything; step returns
-// the number of objects it could not release and its error.
-func (r *releaser) run(step func() (int, error)) error {
+func (r *releaser) release() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.done {
 		return nil
 	}
-	left, err := step()
+	left, err := r.step()
 	r.done = left == 0
 	return err
 }
