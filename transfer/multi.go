@@ -47,8 +47,7 @@ type multi struct {
 
 // multiDev is one context's share of a Multi.
 type multiDev struct {
-	ctx *cuda.Context
-	cp  *Copier
+	cp *Copier
 	// evs: one per stage of a Broadcast, recorded behind the device's
 	// copy out of it; the stage is refilled once every device's ran.
 	evs []*cuda.Event
@@ -119,7 +118,7 @@ func newMultiState(ctxs []*cuda.Context, o options) (m *multi, err error) {
 	co := o
 	co.parallelism = max(1, o.parallelism/len(ctxs))
 	for i, c := range ctxs {
-		d := &multiDev{ctx: c}
+		d := &multiDev{}
 		m.devs = append(m.devs, d)
 		// The Copiers belong to the Multi: no cleanup of their own.
 		cs, err := newCopierState(c, co)
@@ -258,7 +257,7 @@ func (m *multi) checkBufs(op string, bufs []*cuda.DeviceBuffer) error {
 		return fmt.Errorf("transfer: %s with %d device buffers for %d devices: %w", op, len(bufs), len(m.devs), cuda.ErrInvalidValue)
 	}
 	for i, b := range bufs {
-		if err := checkBuf(b, m.devs[i].ctx.Device(), fmt.Sprintf("%s device buffer %d", op, i)); err != nil {
+		if err := checkBuf(b, m.devs[i].cp.cctx.Device(), fmt.Sprintf("%s device buffer %d", op, i)); err != nil {
 			return err
 		}
 	}
