@@ -20,7 +20,6 @@ import (
 type engine struct {
 	key    engineKey
 	shared bool
-	cctx   *cuda.Context
 	flags  pinmem.Flags
 	popts  []pinmem.Option
 
@@ -80,7 +79,7 @@ func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
 	}
 	fresh := e == nil
 	if fresh {
-		e = &engine{key: key, shared: shared, cctx: c, flags: o.stageFlags | pinmem.Portable,
+		e = &engine{key: key, shared: shared, flags: o.stageFlags | pinmem.Portable,
 			popts: append([]pinmem.Option{pinmem.WithDevice(c.Device())}, o.stageOpts...)}
 		e.rel.step = e.releaseStep
 	}
@@ -136,7 +135,7 @@ func (e *engine) newStage() (*stage, error) {
 	}
 	s.mem, s.cuts = s.buf.Bytes(), segCuts(s.buf)
 	if !e.key.pipeline {
-		if s.ev, err = e.cctx.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
+		if s.ev, err = e.key.ctx.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
 			return nil, errors.Join(err, freeStages([]*stage{s}))
 		}
 	}
