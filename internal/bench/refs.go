@@ -32,50 +32,61 @@ const KindImageStagedBound = "staged-bound"
 //     the copy bound, the Pipeline from Go memory against the staged
 //     bound (KindImageStagedBound).
 func referenceKind(bench, kind string) string {
-	var ref string
-	switch bench {
-	case "bw":
-		switch kind {
-		case KindCopier, KindGoRegister:
-			ref = KindPageableSync
-		case KindPageable, KindPinned, KindPortable, KindWriteCombined, KindMapped:
-			ref = CRefPrefix + kind
-		case KindMmapRegister:
-			ref = KindPinned
-		}
-	case "pin":
-		ref = PinHostAlloc
-	case "overlap":
-		ref = VariantPageableSync
-	case "vecadd":
-		ref = KindPageable
-	case "zerocopy":
-		ref = VariantExplicit
-	case "blocks":
-		ref = CRefPrefix + "loop"
-		if kind == CRefPrefix+"loop" || kind == CRefPrefix+"batch" {
-			ref = CRefPrefix + "contiguous"
-		}
-	case "concurrency":
-		ref = KindPageableSync
-	case "load":
-		if kind == "loader" {
-			ref = KindTorch
-		}
-	case "imagepipeline":
-		switch {
-		case kind == "naive" || strings.HasPrefix(kind, "pinned-") && kind != VariantPinned1:
-			ref = CRefPrefix + kind
-		case kind == VariantPinned1:
-			ref = VariantBound
-		case kind == "pipeline":
-			ref = KindImageStagedBound
-		}
+	ref, ok := fixedRefs[bench]
+	if !ok && refOf[bench] != nil {
+		ref = refOf[bench](kind)
 	}
 	if ref == kind || kind == VariantBound {
 		return "" // a bound is computed: nothing to compare it with
 	}
 	return ref
+}
+
+// fixedRefs are the benches whose every row has one reference.
+var fixedRefs = map[string]string{
+	"pin":         PinHostAlloc,
+	"overlap":     VariantPageableSync,
+	"vecadd":      KindPageable,
+	"zerocopy":    VariantExplicit,
+	"concurrency": KindPageableSync,
+}
+
+// refOf gives the reference of a row of kind for the other benches.
+var refOf = map[string]func(kind string) string{
+	"bw": func(kind string) string {
+		switch kind {
+		case KindCopier, KindGoRegister:
+			return KindPageableSync
+		case KindPageable, KindPinned, KindPortable, KindWriteCombined, KindMapped:
+			return CRefPrefix + kind
+		case KindMmapRegister:
+			return KindPinned
+		}
+		return ""
+	},
+	"blocks": func(kind string) string {
+		if kind == CRefPrefix+"loop" || kind == CRefPrefix+"batch" {
+			return CRefPrefix + "contiguous"
+		}
+		return CRefPrefix + "loop"
+	},
+	"load": func(kind string) string {
+		if kind == "loader" {
+			return KindTorch
+		}
+		return ""
+	},
+	"imagepipeline": func(kind string) string {
+		switch {
+		case kind == VariantPinned1:
+			return VariantBound
+		case kind == "naive" || strings.HasPrefix(kind, "pinned-"):
+			return CRefPrefix + kind
+		case kind == "pipeline":
+			return KindImageStagedBound
+		}
+		return ""
+	},
 }
 
 // AddReferences sets every result's Ref and Ratio from the rows of the
