@@ -50,3 +50,25 @@ func TestReferences(t *testing.T) {
 		}
 	}
 }
+
+// TestReferenceKind: the reference row of every bench's kinds.
+func TestReferenceKind(t *testing.T) {
+	for _, c := range []struct{ bench, kind, want string }{
+		{"bw", KindCopier, KindPageableSync}, {"bw", KindGoRegister, KindPageableSync},
+		{"bw", KindPinned, CRefPrefix + KindPinned}, {"bw", KindMapped, CRefPrefix + KindMapped},
+		{"bw", KindMmapRegister, KindPinned}, {"bw", KindPageableSync, ""}, {"bw", VariantBound, ""},
+		{"pin", "mmap-register", PinHostAlloc}, {"pin", PinHostAlloc, ""},
+		{"overlap", "pinned", VariantPageableSync}, {"vecadd", "pinned", KindPageable},
+		{"zerocopy", "mapped", VariantExplicit}, {"concurrency", "copier", KindPageableSync},
+		{"blocks", "kernel", CRefPrefix + "loop"}, {"blocks", CRefPrefix + "loop", CRefPrefix + "contiguous"},
+		{"blocks", CRefPrefix + "batch", CRefPrefix + "contiguous"}, {"blocks", CRefPrefix + "contiguous", CRefPrefix + "loop"},
+		{"load", "loader", KindTorch}, {"load", "parallel-read", ""},
+		{"imagepipeline", "naive", CRefPrefix + "naive"}, {"imagepipeline", "pinned-4", CRefPrefix + "pinned-4"},
+		{"imagepipeline", VariantPinned1, VariantBound}, {"imagepipeline", "pipeline", KindImageStagedBound},
+		{"imagepipeline", VariantBound, ""}, {"unknown", "x", ""},
+	} {
+		if got := referenceKind(c.bench, c.kind); got != c.want {
+			t.Errorf("referenceKind(%q, %q) = %q, want %q", c.bench, c.kind, got, c.want)
+		}
+	}
+}
