@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
@@ -141,5 +142,60 @@ func TestDriverCallsPerBroadcast(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDriverCallsPerPipeline counts the driver calls of one warm Pipeline
+// Run (queries left out) for each kind of input and output: per chunk a
+// copy in, the work, a copy out and the chunk's event; per stream one
+// synchronisation that collects its asynchronous errors (11 chunks on 3
+// streams).
+func TestDriverCallsPerPipeline(t *testing.T) {
+	const chunk = 64 << 10
+	n := 10*chunk + 777
+	want := map[string]string{
+		"go":               "EventRecord=11 LaunchKernel=11 MemcpyDtoHAsync_v2=11 MemcpyHtoDAsync_v2=11 StreamSynchronize=3",
+		"pinned":           "EventRecord=11 LaunchKernel=11 MemcpyDtoHAsync_v2=11 MemcpyHtoDAsync_v2=11 StreamSynchronize=3",
+		"nooutput":         "EventRecord=11 LaunchKernel=11 MemcpyHtoDAsync_v2=11 StreamSynchronize=3",
+		"pinned-in-go-out": "EventRecord=11 LaunchKernel=11 MemcpyDtoHAsync_v2=11 MemcpyHtoDAsync_v2=11 StreamSynchronize=3",
+	}
+	for _, mode := range []string{"go", "pinned", "nooutput", "pinned-in-go-out"} {
+		for _, ordered := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/ordered=%v", mode, ordered), func(t *testing.T) {
+				e := useFake(t, fakedrv.Options{})
+				c := e.copier(t, smallRing()...)
+				f := e.addKernel(t)
+				p := e.pipeline(t, c, pipelineCfg{ChunkSize: chunk, Streams: 3, InFlight: 4, Ordered: ordered, Work: addWork(f, 1)})
+				in, out := make([]byte, n), make([]byte, n)
+				switch mode {
+				case "pinned", "pinned-in-go-out":
+					bin, err := pinmem.Alloc(n, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = bin.Free() })
+					in = bin.Bytes()
+					if mode == "pinned" {
+						bout, err := pinmem.Alloc(n, 0)
+						if err != nil {
+							t.Fatal(err)
+						}
+						t.Cleanup(func() { _ = bout.Free() })
+						out = bout.Bytes()
+					}
+				case "nooutput":
+					out = nil
+				}
+				for i := range 2 { // the first warms up: it pins the stages
+					before := e.d.CallCounts()
+					if _, err := p.Run(context.Background(), in, out); err != nil {
+						t.Fatal(err)
+					}
+					if got := callDiff(before, e.d.CallCounts()); i == 1 && got != want[mode] {
+						t.Errorf("driver calls %s, want %s", got, want[mode])
+					}
+				}
+			})
+		}
 	}
 }
