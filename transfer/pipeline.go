@@ -133,7 +133,6 @@ type pipeline struct {
 	cfg     pipelineConfig
 	streams []*cuda.Stream
 	slots   []*slot
-	w       *waiter
 	run     chan struct{} // one Run (or a Run's abandoned drain) at a time
 
 	closed atomic.Bool // Close (or the cleanup) has run
@@ -256,7 +255,6 @@ func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
 			return p, err
 		}
 	}
-	p.w = newWaiter()
 	return p, nil
 }
 
@@ -311,9 +309,6 @@ func (p *pipeline) waitStopped() <-chan struct{} {
 // releaseStep frees whatever newPipelineState created (rel.step).
 func (p *pipeline) releaseStep() (left int, err error) {
 	var errs []error
-	if p.w != nil {
-		p.w.close()
-	}
 	for _, sl := range p.slots {
 		errs = append(errs, destroyEvent(&sl.ev, &left), freeDev(&sl.dev, &left))
 	}
@@ -577,61 +572,43 @@ func eachSpan(s []span, off, n int, f func(lo, hi int) error) error {
 	return nil
 }
 
-// loop issues and completes the chunks. It returns the chunks still in
-// flight when ctx ended during the drain (nil when everything drained),
-// and the first error.
+// loop issues the chunks on Run's goroutine and delivers them as the
+// completers give them back. It returns the chunks that may still be in
+// flight (their waits ended with ctx, or followed a failed wait) and the
+// first error.
 func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans []span, slots int, st *PipelineStats) ([]*flight, error) {
 	cs := p.cfg.chunkSize
 	r := &runLoop{p: p, ctx: ctx, in: in, out: out, inSpans: inSpans, outSpans: outSpans, st: st,
 		n: (len(in) + cs - 1) / cs, free: append([]*slot(nil), p.slots[:slots]...)}
-	// A staged output is handled by goroutines of their own (outs): they
-	// wait for each chunk issued and copy it out of its stage while Run's
-	// goroutine copies the next chunks in, so that the two CPU copies
-	// overlap each other and the DMA of the chunks in flight. With
-	// WithOrdered(true) one goroutine takes the chunks in issue order;
-	// otherwise one per stream takes that stream's chunks in order, which
-	// is the order they complete in. The chunk is delivered (Done, the
-	// counts, its slot freed) on Run's goroutine once outs gives it back.
-	if st.StagedOut && out != nil {
-		queues := len(p.streams)
-		if p.cfg.ordered {
-			queues = 1
-		}
-		r.outs = p.startOutCopier(ctx, queues, slots)
+	queues := len(p.streams)
+	if p.cfg.ordered {
+		queues = 1
 	}
+	r.cm = p.startCompleters(ctx, queues, slots, st.StagedOut && out != nil)
 	defer func() {
-		// Every return stops outs first; outs is still running only when
-		// a function of pinmem's panicked. Then no callback may run, and
-		// outs stops waiting (its waits end at once), so that the panic
-		// goes on promptly, once no copy out still reads a stage.
-		if r.outs != nil {
+		// Reached with chunks out only when a function of pinmem's
+		// panicked: no callback runs any more and the completers stop
+		// waiting, so that the panic goes on once no copy out runs.
+		if r.busy > 0 {
 			r.fail(errPanicked)
-			r.outs.cancel()
-			r.stopOuts()
+			r.cm.cancel()
+			for r.busy > 0 {
+				r.take(<-r.cm.done)
+			}
 		}
+		st.CopyCPU += r.cm.stop()
 	}()
 	for {
 		r.issueReady()
-		if r.copying > 0 {
-			// Slots come back through outs: wait for the next one.
-			r.fromOuts()
-			continue
-		}
-		if len(r.pending) == 0 {
+		if r.busy == 0 {
 			break
 		}
-		if r.collect() {
-			continue
-		}
-		if r.waitFirst() {
-			return r.pending, r.stop
-		}
+		r.take(<-r.cm.done)
 	}
-	r.stopOuts()
 	if err := ctx.Err(); err != nil {
 		r.fail(err) // ctx ended during the Run, if only in the last callback
 	}
-	return nil, r.stop
+	return r.pending, r.stop
 }
 
 // runLoop is the state of one Run's loop, on Run's goroutine.
@@ -643,22 +620,21 @@ type runLoop struct {
 	st                *PipelineStats
 	n, next           int       // chunks, and the next to issue
 	free              []*slot   // slots free to issue into
-	pending           []*flight // issued, not handed to outs, not delivered
+	pending           []*flight // given back without a completed wait: maybe in flight
 	stop              error     // first error; set: issue nothing more, deliver nothing more
-	outs              *outCopier
-	copying           int // chunks handed to outs and not yet back
+	cm                *completers
+	busy              int // chunks given to the completers and not yet back
 }
 
 func (r *runLoop) fail(err error) {
 	if r.stop == nil {
 		r.stop = err
-		if r.outs != nil {
-			r.outs.stopped.Store(true) // copy nothing more out
-		}
+		r.cm.stopped.Store(true) // copy nothing more out
 	}
 }
 
-// issueReady issues chunks while there are chunks, free slots and no error.
+// issueReady issues chunks while there are chunks, free slots and no
+// error, and gives each to the completers.
 func (r *runLoop) issueReady() {
 	cs := r.p.cfg.chunkSize
 	for r.stop == nil && r.next < r.n && len(r.free) > 0 {
@@ -676,26 +652,33 @@ func (r *runLoop) issueReady() {
 			ch.Out = r.out[off : off+l]
 		}
 		r.next++
-		stage, err := r.p.issue(sl, ch, r.st, r.inSpans, r.outSpans)
-		f := &flight{ch: ch, sl: sl, last: r.next == r.n}
-		if err != nil {
+		if stage, err := r.p.issue(sl, ch, r.st, r.inSpans, r.outSpans); err != nil {
 			r.fail(&ChunkError{Chunk: ch.Index, Offset: ch.Offset, Stage: stage, Err: err})
 		}
-		if r.outs != nil && r.stop == nil {
-			r.outs.queue(f)
-			r.copying++
-		} else {
-			r.pending = append(r.pending, f)
-		}
+		r.cm.queue(&flight{ch: ch, sl: sl, last: r.next == r.n})
+		r.busy++
 	}
 }
 
-// deliver calls Done for f, counts it and frees its slot; its output, if
-// any, is in place.
-func (r *runLoop) deliver(f *flight) {
-	if err := r.ctx.Err(); err != nil && r.stop == nil {
+// take handles a chunk the completers gave back: one whose copies ran is
+// delivered (Done, the counts) and its slot freed; one whose wait failed
+// or ended with ctx may still be in flight and is kept for the fence.
+func (r *runLoop) take(o outResult) {
+	r.busy--
+	if !o.waited {
+		switch ctxErr := r.ctx.Err(); {
+		case o.err != nil && !(ctxErr != nil && errors.Is(o.err, ctxErr)):
+			r.fail(&ChunkError{Chunk: o.f.ch.Index, Offset: o.f.ch.Offset, Stage: "complete", Err: o.err})
+		case o.err != nil:
+			r.fail(o.err)
+		}
+		r.pending = append(r.pending, o.f)
+		return
+	}
+	if err := r.ctx.Err(); err != nil {
 		r.fail(err) // ctx ended: no more callbacks
 	}
+	f := o.f
 	if r.stop == nil && r.p.cfg.done != nil {
 		if err := r.p.callback(func() error { return r.p.cfg.done(f.ch) }); err != nil {
 			r.fail(&ChunkError{Chunk: f.ch.Index, Offset: f.ch.Offset, Stage: "callback", Err: err})
@@ -708,109 +691,26 @@ func (r *runLoop) deliver(f *flight) {
 	r.free = append(r.free, f.sl)
 }
 
-// fromOuts takes one chunk back from outs (waiting for it, as long as
-// outs waits for that chunk: bounded by ctx) and delivers it, or puts it
-// in pending when outs could not say that it is done.
-func (r *runLoop) fromOuts() {
-	o := <-r.outs.done
-	r.copying--
-	switch {
-	case o.err == nil && o.waited:
-		r.deliver(o.f) // after an error outs copied nothing out and deliver only frees
-	case o.err != nil && !(r.ctx.Err() != nil && errors.Is(o.err, r.ctx.Err())):
-		r.fail(&ChunkError{Chunk: o.f.ch.Index, Offset: o.f.ch.Offset, Stage: "complete", Err: o.err})
-		r.free = append(r.free, o.f.sl)
-	default: // ctx ended, or outs stopped waiting: the chunk may be in flight
-		if o.err != nil {
-			r.fail(o.err)
-		}
-		r.pending = append(r.pending, o.f)
-	}
-}
-
-// stopOuts takes back every chunk outs holds and ends it.
-func (r *runLoop) stopOuts() {
-	if r.outs == nil {
-		return
-	}
-	for r.copying > 0 {
-		r.fromOuts()
-	}
-	r.st.CopyCPU += r.outs.stop()
-	r.outs = nil
-}
-
-// collect delivers completed chunks and reports whether any was.
-func (r *runLoop) collect() bool {
-	progress := false
-	for i := 0; i < len(r.pending); {
-		f := r.pending[i]
-		done, err := f.sl.ev.Query()
-		if err != nil {
-			r.fail(&ChunkError{Chunk: f.ch.Index, Offset: f.ch.Offset, Stage: "complete", Err: err})
-			done = true
-		}
-		if !done {
-			if r.p.cfg.ordered || r.stop != nil {
-				break
-			}
-			i++
-			continue
-		}
-		// A chunk with a staged output is in pending only after an error
-		// (stop is set): nothing is copied out here.
-		r.deliver(f)
-		r.pending = append(r.pending[:i], r.pending[i+1:]...)
-		progress = true
-	}
-	return progress
-}
-
-// waitFirst waits for the first pending chunk, bounded by ctx. It reports
-// true when ctx ended with chunks still in flight: the loop then stops and
-// Run hands them off.
-func (r *runLoop) waitFirst() bool {
-	var err error
-	if r.next == r.n && len(r.pending) == 1 {
-		// The run's last chunk: wait as the Copier's WaitMode says (poll
-		// rather than wait for the driver to wake a sleeper).
-		err = r.p.w.waitEnd(r.ctx, r.pending[0].sl.ev, r.p.c.o.wait)
-	} else {
-		err = r.p.w.wait(r.ctx, r.pending[0].sl.ev)
-	}
-	if err == nil {
-		return false
-	}
-	if ctxErr := r.ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-		// ctx ended: stop here; the caller hands off what is in flight.
-		r.fail(err)
-		r.collect()
-		return len(r.pending) > 0
-	}
-	f := r.pending[0]
-	r.fail(&ChunkError{Chunk: f.ch.Index, Offset: f.ch.Offset, Stage: "complete", Err: err})
-	r.pending = r.pending[1:]
-	r.free = append(r.free, f.sl)
-	return false
-}
-
-// outCopier waits for the chunks of a Run with a staged output and copies
-// each out of its stage into the Run's output, on goroutines of their
-// own: one per queue, each taking its queue's chunks in the order they
-// were queued. Its queues and its done channel hold every chunk in
-// flight, so no side ever blocks on a send. Once a wait fails a goroutine
-// stops waiting: the chunks after it in its queue come back unwaited.
-type outCopier struct {
+// completers wait for a Run's chunks on goroutines of their own, one per
+// queue, each taking its queue's chunks in the order they were issued:
+// one per stream (the order a stream's chunks complete in), or one for
+// every chunk with WithOrdered(true). A completer copies a staged output
+// out of its stage while Run's goroutine copies the next chunks in, so
+// that the two CPU copies overlap each other and the DMA in flight, and
+// gives the chunk back. Its queue and the done channel hold every chunk
+// in flight, so no side ever blocks on a send. Once a wait fails, a
+// completer gives the rest of its queue back unwaited.
+type completers struct {
 	qs      []chan *flight
 	done    chan outResult
 	stopped atomic.Bool // the Run stopped: wait, but copy nothing more out
 	cancel  context.CancelFunc
-	cpu     atomic.Int64 // nanoseconds of CPU time of the copies (WithStats)
+	cpu     atomic.Int64 // nanoseconds of CPU time of the copies out (WithStats)
 	wg      sync.WaitGroup
 }
 
-// outResult is a chunk outCopier gives back: waited for (err nil and
-// waited), not waited for (waited false), or its wait failed.
+// outResult is a chunk given back: waited is true once its copies ran
+// (and its staged output, unless the Run stopped, was copied out).
 type outResult struct {
 	f      *flight
 	waited bool
@@ -820,64 +720,65 @@ type outResult struct {
 // errPanicked stops a Run whose Done or work function panicked.
 var errPanicked = errors.New("transfer: a pipeline callback panicked")
 
-func (p *pipeline) startOutCopier(ctx context.Context, queues, slots int) *outCopier {
+// startCompleters starts the completers of a Run with up to slots chunks
+// in flight; copyOut: the output is staged.
+func (p *pipeline) startCompleters(ctx context.Context, queues, slots int, copyOut bool) *completers {
 	wctx, cancel := context.WithCancel(ctx)
-	o := &outCopier{done: make(chan outResult, slots), cancel: cancel}
+	cm := &completers{done: make(chan outResult, slots), cancel: cancel}
 	for range queues {
 		q := make(chan *flight, slots)
-		o.qs = append(o.qs, q)
-		o.wg.Add(1)
-		go func() {
-			defer o.wg.Done()
+		cm.qs = append(cm.qs, q)
+		cm.wg.Go(func() {
 			// A waiter of its own, so that a chunk this goroutine sleeps
-			// on never holds up another stream's.
+			// on never holds up another queue's.
 			w := newWaiter()
 			defer w.stop()
-			failed := false
+			var failed error
 			for f := range q {
-				if failed {
-					o.done <- outResult{f: f}
+				if failed == nil {
+					failed = p.waitChunk(wctx, w, f, copyOut)
+				}
+				if failed != nil {
+					cm.done <- outResult{f: f, err: failed}
 					continue
 				}
-				if err := p.waitOut(wctx, w, f); err != nil {
-					failed = true
-					o.done <- outResult{f: f, err: err}
-					continue
+				if copyOut && !cm.stopped.Load() {
+					cm.cpu.Add(int64(p.c.copyStage(f.ch.Out, f.sl.stage.mem[:f.ch.Len])))
 				}
-				if !o.stopped.Load() {
-					o.cpu.Add(int64(p.c.copyStage(f.ch.Out, f.sl.stage.mem[:f.ch.Len])))
-				}
-				o.done <- outResult{f: f, waited: true}
+				cm.done <- outResult{f: f, waited: true}
 			}
-		}()
+		})
 	}
-	return o
+	return cm
 }
 
-// waitOut waits for f's chunk through w as the Copier's WaitMode says, the Run's
-// last chunk like a transfer's end, the others polled for at most tune.outSpin
-// with WaitHybrid.
-func (p *pipeline) waitOut(ctx context.Context, w *waiter, f *flight) error {
-	if p.c.o.wait == WaitHybrid && !f.last {
+// waitChunk waits for f's chunk through w as the Copier's WaitMode says:
+// the Run's last chunk like a transfer's end; with a staged output the
+// others polled for up to tune.outSpin first under WaitHybrid (the copy
+// out is on the Run's critical path), else asleep in the driver.
+func (p *pipeline) waitChunk(ctx context.Context, w *waiter, f *flight, copyOut bool) error {
+	mode := p.c.o.wait
+	if f.last || (copyOut && mode != WaitHybrid) {
+		return w.waitEnd(ctx, f.sl.ev, mode)
+	}
+	if copyOut {
 		return w.waitTail(ctx, f.sl.ev, p.c.o.tune.outSpin)
 	}
-	return w.waitEnd(ctx, f.sl.ev, p.c.o.wait)
+	return w.wait(ctx, f.sl.ev)
 }
 
-// queue gives f to the goroutine of its stream (or the only one).
-func (o *outCopier) queue(f *flight) {
-	o.qs[f.sl.streamIdx%len(o.qs)] <- f
-}
+// queue gives f to the completer of its stream (or the only one).
+func (cm *completers) queue(f *flight) { cm.qs[f.sl.streamIdx%len(cm.qs)] <- f }
 
-// stop ends the goroutines, once every chunk queued came back, and
+// stop ends the completers, once every chunk queued came back, and
 // returns the CPU time of their copies.
-func (o *outCopier) stop() time.Duration {
-	for _, q := range o.qs {
+func (cm *completers) stop() time.Duration {
+	for _, q := range cm.qs {
 		close(q)
 	}
-	o.wg.Wait()
-	o.cancel()
-	return time.Duration(o.cpu.Load())
+	cm.wg.Wait()
+	cm.cancel()
+	return time.Duration(cm.cpu.Load())
 }
 
 // issue queues one chunk on its slot's stream; it returns which step failed.
