@@ -15,59 +15,35 @@ import (
 )
 
 // Copier moves data between host memory and the device memory of one CUDA
-// context, picking per transfer the fastest way to move each part of the
-// host memory:
+// context, each part of the host memory the fastest way (see the package
+// documentation): pinned memory directly, one driver copy per
+// registration it spans (pinmem.Buffer.Segments); pageable memory through
+// one pinned stage or the ring of stages, as measured for its direction
+// and size. Stats says which path a transfer took.
 //
-//   - Memory pinned for the Copier's context is copied directly, with one
-//     driver copy per registration it spans (a driver copy must not span
-//     two: see pinmem.Buffer.Segments). Pinned memory is recognised
-//     wherever pinmem pinned it (pinmem.Alloc, pinmem.Register, pool
-//     blocks, any registration cache: pinmem.Lookup), in buffers made
-//     known with AddPinned, and in slices the registration cache holds.
-//   - Pageable memory (ordinary Go memory) takes the fastest path
-//     measured for its direction and size: one pinned stage of the
-//     staging engine around one asynchronous copy (or a few, in pieces)
-//     when a stage holds it and one is idle, else the Copier's ring of
-//     pinned buffers, CPU goroutines filling one stage while the copy
-//     engine drains another. Stats says which path a transfer took. The
-//     driver's own pageable copy is never used (it cannot be interrupted
-//     and would outlive a call whose context ended).
+// Its methods are safe for concurrent use. A Copier with a stream of its
+// own has two lanes, each with a stream, so that two transfers run at once
+// (typically one each way, on the device's two copy engines) and the
+// others wait for a lane in the order they ask; one given WithStream has
+// one lane, that stream, and runs its transfers in order on it.
 //
-// Its methods are safe for concurrent use. Transfers that use the copy
-// engines through the Copier (staged or direct) run on its lanes: a
-// Copier with a stream of its own has two, each with a stream, so that
-// two such transfers run at once (typically one each way, on the
-// device's two copy engines) and the others wait for a lane in the order
-// they ask (asynchronous transfers queue, two at a time); one given WithStream has one
-// lane, that stream, so that its transfers run one at a time, in order
-// on it.
-//
-// Every Copier of one context with the same stage size, stage flags and
-// WithStats setting shares one staging engine: its pinned stages and its
-// CPU copy goroutines. A staged transfer borrows up to Depth stages for
-// its duration, waiting first come, first served when they are all in
-// use; the engine holds one ring (Depth stages) for a single Copier
-// running one transfer at a time, and two rings once two or more Copiers
-// share it or a Copier runs two transfers at once (both lanes staging),
-// never more, and copy goroutines for the largest parallelism asked for,
-// capped by the number of CPUs. So N Copiers moving data at once neither
-// multiply pinned memory nor oversubscribe the cores; pinmem's budget
-// bounds the engine as any other pinned memory. A Copier with
-// WithStageFlags pinmem options has an engine of its own. Goroutines that
-// move data at the same time can share one Copier or have one each: a
-// Copier costs two streams and a few events, not pinned memory or copy
-// goroutines.
-//
-// A Copier dropped without Close is reported (track: "copier") and its
-// stream, events, staging memory and goroutines are released by the
-// garbage collector's cleanup; until then they stay allocated.
+// The Copiers of one context with the same stage size, stage flags and
+// WithStats setting share one staging engine: its pinned stages and CPU
+// copy goroutines. A staged transfer borrows up to Depth stages, first
+// come, first served; the engine holds one ring for one Copier running
+// one transfer at a time and two once two transfers stage at once, never
+// more, and copy goroutines for the largest parallelism asked for, capped
+// by the number of CPUs. N Copiers therefore neither multiply pinned
+// memory nor oversubscribe the cores, and a Copier costs two streams and a
+// few events. A Copier with WithStageFlags pinmem options has an engine of
+// its own.
 type Copier struct {
 	*copier
 	cleanup runtime.Cleanup
 }
 
 // copier is a Copier's state; it never refers back to the Copier, so that
-// a dropped Copier becomes unreachable and its cleanup can release this.
+// a dropped Copier's cleanup can release it.
 type copier struct {
 	cctx      *cuda.Context
 	o         options
@@ -78,35 +54,25 @@ type copier struct {
 	lanes     []*lane    // every lane, idle or taken
 	free      chan *lane // the idle lanes
 
-	gate // transfers, pipeline runs and abandoned drains in progress
-	rel  releaser
-	// undestroyed holds events of single calls (RunMapped) whose
-	// destruction failed: the driver still holds them; release retries.
-	undestroyed []*cuda.Event
-
-	pinned pinnedSet // AddPinned
-
-	// fence orders every call's copies after those that earlier calls of
-	// the Copier, its Pipelines and its Multi left queued (Fence).
-	fence fence
+	gate        // transfers, pipeline runs and abandoned drains in progress
+	rel         releaser
+	undestroyed []*cuda.Event // RunMapped events the driver failed to destroy; release retries
+	pinned      pinnedSet     // AddPinned
+	fence       fence         // orders every call after the copies earlier calls left queued
 }
 
-// lane is what one transfer that uses the copy engines holds while it
-// runs: a stream, the events that end and time the transfer, and the
-// stages it borrowed from the engine (see Copier for why a Copier has one
-// or two).
+// lane is what one transfer holds while it runs: a stream, its events and
+// the stages it borrowed.
 type lane struct {
 	stream  *cuda.Stream
-	w       *waiter     // the lane's own, so that a wait on one lane never queues behind another's
-	stages  []*stage    // borrowed from the engine for the transfer in progress
-	ops     []piece     // the schedule of the transfer in progress (kept to be reused)
-	done    *cuda.Event // end of a transfer (blocking sync, no timing)
-	near    *cuda.Event // all but the transfer's last piece (see waitLast)
+	w       *waiter     // the lane's own: a wait never queues behind another lane's
+	stages  []*stage    // borrowed for the transfer in progress
+	ops     []piece     // the transfer's schedule (kept to be reused)
+	done    *cuda.Event // the transfer's end
+	near    *cuda.Event // all but the transfer's last piece (waitLast)
 	nearSet bool        // near is recorded for the transfer in progress
-	t0, t1  *cuda.Event // timing of a transfer (WithStats only)
-	// staging: the transfer holding the lane holds or waits for stages
-	// (borrow); growForTwo grows the engine only for two of those.
-	staging atomic.Bool
+	t0, t1  *cuda.Event // timing (WithStats only)
+	staging atomic.Bool // the transfer holds or waits for stages (growForTwo)
 }
 
 // lanesOwn is the number of lanes of a Copier with a stream of its own.
@@ -120,13 +86,11 @@ type stage struct {
 	used bool // ev has been recorded
 }
 
-// New creates a Copier for the context c: its lanes' streams and events, and its
-// membership of the context's staging engine, which New creates or grows
-// (depth x stage size of pinned memory from pinmem.Alloc for the first
-// Copier, twice that once two or more share it; copy goroutines up to
-// the largest parallelism asked for). A refused option is a
-// *pinmem.OptionError (matching cuda.ErrInvalidValue) naming it. The
-// caller must Close the Copier.
+// New creates a Copier for the context c: its lanes' streams and events,
+// and its membership of the context's staging engine, which New creates or
+// grows (depth x stage size of pinned memory for the first Copier, twice
+// that once two share it). A refused option is a *pinmem.OptionError
+// (matching cuda.ErrInvalidValue) naming it. The caller must Close it.
 func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 	retryOrphans()
 	if c == nil {
@@ -202,18 +166,12 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 // ok reports whether c may be used: not nil.
 func (c *Copier) ok() bool { return c != nil && c.copier != nil }
 
-// Fence waits, bounded by ctx, until no copy left queued by a call of the
-// Copier that returned before Fence was called (a transfer, a Pipeline
-// Run or RunMapped of the Copier, a Broadcast of the Multi it belongs
-// to) will touch memory again. A call that fails (a deadline, a
-// cancellation, a panicking callback, a failed enqueue) returns without
-// waiting for the copies it already queued; they are handed to the
-// Copier's fence, and every later call's copies are queued on the device
-// behind them. Pageable (Go) memory is never touched after a call
-// returns; pinned memory copied directly (pinmem buffers, pool blocks,
-// AddPinned, the registration cache) may be until those copies ran: call
-// Fence after an error before reusing it. It returns nil at once when
-// nothing is queued, and an error matching ctx.Err() when ctx ends first.
+// Fence waits, bounded by ctx, until no copy left queued by a call that
+// returned before Fence was called (a transfer, Pipeline Run or RunMapped
+// of the Copier, a Broadcast of its Multi) will touch memory again. Call
+// it after an error before reusing pinned memory the call copied directly
+// (see the package documentation). It returns nil at once when nothing is
+// queued, and an error matching ctx.Err() when ctx ends first.
 func (c *Copier) Fence(ctx context.Context) error {
 	if !c.ok() {
 		return errNil("Copier")
@@ -224,12 +182,11 @@ func (c *Copier) Fence(ctx context.Context) error {
 	return c.fence.wait(ctx, c.fence.last())
 }
 
-// AddPinned tells the Copier that b is pinned: copies from or to any part
-// of b.Bytes() then go directly, without staging. Buffers pinmem pinned
-// for the Copier's context (or Portable) are recognised without it; it
-// makes a buffer pinned for another device's context count as pinned
-// too. The returned function forgets b again; call it before freeing b. A
-// nil Copier or buffer is ignored (the function does nothing).
+// AddPinned tells the Copier that b is pinned, so that copies from or to
+// b.Bytes() go directly: needed only for a buffer pinned for another
+// context (pinmem's own buffers for this context, or Portable, are
+// recognised). The returned function forgets b; call it before freeing b.
+// A nil Copier or buffer is ignored.
 func (c *Copier) AddPinned(b *pinmem.Buffer) (remove func()) {
 	if !c.ok() || b == nil {
 		return func() {}
@@ -237,18 +194,10 @@ func (c *Copier) AddPinned(b *pinmem.Buffer) (remove func()) {
 	return c.pinned.add(b)
 }
 
-// Close stops the Copier: later calls return ErrClosed. It waits for the
-// transfers and pipeline runs in progress (and for copies that a transfer
-// left queued when its context ended), then releases the stream, the events,
-// the staging ring, the registration cache and the copy goroutines. The wait
-// is bounded by ctx: when ctx ends first, Close returns an error matching
-// ctx.Err() and the Copier stays closed; its resources are then released in
-// the background as soon as the copies in flight finish (never, if the
-// device never finishes them). A release the driver fails keeps the object
-// held (and counted by pinmem and cuda) and returns the error; a later Close
-// waits again for what an earlier one left (bounded by its own ctx) and
-// retries those releases. Once everything is released, a further Close
-// returns ErrClosed.
+// Close stops the Copier (later calls return ErrClosed), waits for the
+// calls in progress and the copies they left queued, and releases its
+// streams, events, its share of the staging engine and the registration
+// cache, as the package documentation's Close contract says.
 func (c *Copier) Close(ctx context.Context) error {
 	if !c.ok() {
 		return errNil("Copier")
@@ -260,9 +209,7 @@ func (c *Copier) Close(ctx context.Context) error {
 	return closeOwner(ctx, "Copier", first, &c.rel, &c.cleanup, c.idle)
 }
 
-// dropped is the cleanup of a Copier that became unreachable without
-// Close: nothing can be in progress (every transfer and drain holds the
-// Copier), so everything is released.
+// dropped is the cleanup of a Copier dropped without Close.
 func (c *copier) dropped() {
 	if !c.markClosed() {
 		return
@@ -271,8 +218,8 @@ func (c *copier) dropped() {
 	go func() { <-c.idle; _ = c.rel.release() }() // off the cleanup goroutine: release calls the driver
 }
 
-// destroyEvent destroys an event made for one call; when the driver fails
-// to, the event is kept for release to retry.
+// destroyEvent destroys an event made for one call, keeping it for
+// release to retry when the driver fails.
 func (c *copier) destroyEvent(ev *cuda.Event) error {
 	left := 0
 	err := destroyEvent(&ev, &left)
@@ -321,8 +268,8 @@ func (c *copier) releaseStep() (left int, err error) {
 	return left, errors.Join(errs...)
 }
 
-// enter checks the receiver and the context of a blocking call and
-// registers it; the caller must call c.end() when enter returned nil.
+// enter checks the receiver and ctx of a call and registers it; the
+// caller calls c.end() when enter returned nil.
 func (c *Copier) enter(ctx context.Context) error {
 	if !c.ok() {
 		return errNil("Copier")
@@ -333,10 +280,8 @@ func (c *Copier) enter(ctx context.Context) error {
 	return c.begin()
 }
 
-// acquire takes an idle lane for one transfer, waiting for one bounded by
-// ctx, and orders its stream after the copies that earlier calls left
-// queued (fence.order): a transfer retried after a timeout is never
-// overwritten by the copies of the attempt that timed out.
+// acquire takes an idle lane, bounded by ctx, and orders its stream after
+// the copies earlier calls left queued (fence.order).
 func (c *copier) acquire(ctx context.Context) (*lane, error) {
 	var l *lane
 	select {
@@ -351,13 +296,12 @@ func (c *copier) acquire(ctx context.Context) (*lane, error) {
 	return l, nil
 }
 
-// releaseLane gives the stages l borrowed back to the engine (everything
-// queued on them has run) and l back to the idle lanes.
+// releaseLane gives l's stages back to the engine (everything queued on
+// them ran) and l back to the idle lanes.
 func (c *copier) releaseLane(l *lane) {
 	if len(l.stages) > 0 {
 		c.eng.give(l.stages)
-		// give copied them: the slice is kept for the lane's next
-		// transfer through one stage, which then allocates nothing.
+		// Kept for the next one-stage transfer, which allocates nothing.
 		clear(l.stages)
 		l.stages = l.stages[:0]
 	}
@@ -367,10 +311,9 @@ func (c *copier) releaseLane(l *lane) {
 	c.free <- l
 }
 
-// borrow takes up to want stages from the engine for the transfer holding
-// l (at least one), waiting for them bounded by ctx. When another lane's
-// transfer stages too, the engine first grows to two rings if it holds
-// one (engine.growForTwo), so that the two transfers overlap.
+// borrow takes 1 to want stages for the transfer holding l, bounded by
+// ctx, first growing the engine to two rings when another lane stages
+// too, so that the two transfers overlap.
 func (c *copier) borrow(ctx context.Context, l *lane, want int) error {
 	l.staging.Store(true)
 	for _, o := range c.lanes {
@@ -387,10 +330,9 @@ func (c *copier) borrow(ctx context.Context, l *lane, want int) error {
 	return nil
 }
 
-// abandon hands the copies a transfer left queued on l, when it returns
-// early, to the fence (handOff): l.done is recorded behind them (else
-// the drain watches the whole stream), and once they ran, release runs
-// (the registration cache's holds) and l and its stages go back.
+// abandon hands the copies an early exit left queued on l to the fence,
+// with l.done recorded behind them (else the drain watches the stream);
+// once they ran, release runs and l and its stages go back.
 func (c *copier) abandon(l *lane, release func()) {
 	d := drain{evs: []*cuda.Event{l.done}}
 	if l.done.Record(l.stream) != nil {
@@ -407,19 +349,11 @@ func (c *copier) abandon(l *lane, release func()) {
 
 // HtoD copies src into the device buffer dst (from offset 0; use
 // dst.Slice for another offset) and returns when the data is there. dst
-// must hold at least len(src) bytes, else a *SizeError; it must be alive
-// (an error matching cuda.ErrInvalidHandle otherwise) and on the Copier's
-// device (else ErrWrongDevice).
-//
-// ctx bounds the whole call. When it ends, HtoD stops issuing copies and
-// returns an error matching ctx.Err() without waiting for the copies
-// already queued (on a hung device they may never finish): they are
-// handed to the Copier's fence, the Copier stays usable, and every later
-// call's copies are queued on the device behind them, so a retry is never
-// overwritten by the attempt that timed out. A pageable (Go) src is never
-// read after HtoD returns, success or error: it is only read by the CPU
-// copy into the pinned stages. A pinned src copied directly may still be
-// read by the queued copies: call Fence before reusing it.
+// must hold len(src) bytes (else a *SizeError), be alive (else an error
+// matching cuda.ErrInvalidHandle) and be on the Copier's device (else
+// ErrWrongDevice). ctx bounds the call; an early exit follows the package
+// documentation's rules: src is never read after HtoD returns if pageable,
+// and after an error a pinned src may be until Fence returns.
 func (c *Copier) HtoD(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (Stats, error) {
 	if err := c.enter(ctx); err != nil {
 		return Stats{Direction: HostToDevice}, err
@@ -429,13 +363,10 @@ func (c *Copier) HtoD(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (
 }
 
 // DtoH copies len(dst) bytes from the start of the device buffer src into
-// dst and returns when they are there. src must hold at least len(dst)
-// bytes, else a *SizeError; it is checked as HtoD checks its destination.
-// ctx bounds the call as it bounds HtoD. A pageable dst is never written
-// after DtoH returns; after an error, a pinned destination copied directly
-// may still be written by the copies already queued: Fence waits for
-// them, bounded by its context, and must be called before the memory is
-// reused (freed, put back to a pool, handed to another call).
+// dst and returns when they are there. src is checked as HtoD checks dst,
+// and ctx bounds the call as it bounds HtoD: a pageable dst is never
+// written after DtoH returns, and after an error a pinned dst may be until
+// Fence returns.
 func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (Stats, error) {
 	if err := c.enter(ctx); err != nil {
 		return Stats{Direction: DeviceToHost}, err
@@ -444,21 +375,18 @@ func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 	return c.dtoh(ctx, dst, src, byRoute)
 }
 
-// HtoDAsync starts HtoD and returns at once; the Op reports its result.
-// src must not be modified, nor dst used, until the Op is done; the Op is
-// done only once no copy of it will read src again (after a cancellation
-// or an error, once the copies it left queued ran: on a hung device,
-// never; Wait is bounded by its own context). Errors,
-// including a nil context or Copier, are reported by the Op. Ops started
-// one after the other are not ordered with each other (two may run at
-// once on the Copier's two lanes): wait for an Op before starting one
-// that touches the same memory.
+// HtoDAsync starts HtoD and returns at once; the Op reports its result,
+// errors included. src must not be modified, nor dst used, until the Op is
+// done, which is once no copy of it will read src again (after an error,
+// once the copies it left queued ran). Ops are not ordered with each other
+// (two may run at once on the two lanes): wait for one before starting
+// another that touches the same memory.
 func (c *Copier) HtoDAsync(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) *Op {
 	return c.async(ctx, HostToDevice, func(ctx context.Context) (Stats, error) { return c.htod(ctx, dst, src, byRoute) })
 }
 
-// DtoHAsync starts DtoH and returns at once; the Op reports its result.
-// dst must not be used until the Op is done.
+// DtoHAsync starts DtoH and returns at once, as HtoDAsync starts HtoD; dst
+// must not be used until the Op is done.
 func (c *Copier) DtoHAsync(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) *Op {
 	return c.async(ctx, DeviceToHost, func(ctx context.Context) (Stats, error) { return c.dtoh(ctx, dst, src, byRoute) })
 }
@@ -477,8 +405,7 @@ func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context
 		st, err := fn(tctx)
 		close(t.returned)
 		if err != nil {
-			// Done only once nothing the transfer queued touches its
-			// memory: wait for the drains handed off so far.
+			// Done once nothing it queued touches its memory.
 			_ = c.fence.wait(context.Background(), c.fence.last())
 		}
 		t.finish(st, err)
@@ -490,9 +417,8 @@ func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context
 type Op struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	// returned is closed once the transfer's own call has returned: no
-	// CPU copy of it reads or writes the caller's memory any more (copies
-	// it left queued on the device are the fence's).
+	// returned is closed once the transfer's call returned: no CPU copy
+	// of it touches the caller's memory any more.
 	returned chan struct{}
 	stats    Stats
 	err      error
@@ -507,8 +433,8 @@ func (t *Op) finish(s Stats, err error) {
 // closedChan is returned by a nil Op's Done.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// Done returns a channel closed when the transfer has finished (the data
-// is in place, or it failed or was cancelled). A nil Op is done.
+// Done returns a channel closed when the transfer has finished, in place
+// or failed. A nil Op is done.
 func (t *Op) Done() <-chan struct{} {
 	if t == nil {
 		return closedChan
@@ -516,9 +442,9 @@ func (t *Op) Done() <-chan struct{} {
 	return t.done
 }
 
-// Wait waits until the transfer has finished and returns its result. When
-// ctx is done first, Wait returns ctx.Err() and the transfer goes on
-// (cancel the context given to HtoDAsync or DtoHAsync to stop it).
+// Wait returns the transfer's result once it finished, or ctx.Err() when
+// ctx ends first; the transfer then goes on (cancel the context given to
+// HtoDAsync or DtoHAsync to stop it).
 func (t *Op) Wait(ctx context.Context) (Stats, error) {
 	if t == nil {
 		return Stats{}, errNil("Op")
@@ -536,9 +462,8 @@ func (t *Op) Wait(ctx context.Context) (Stats, error) {
 
 // ---- planning ----
 
-// piece is one copy of a transfer: direct (host memory pinned) or
-// through stage s at [lo, lo+len(host)) of the stage; dev at off is where
-// host goes or comes from.
+// piece is one copy of a transfer, between host and dev at off: direct
+// (host pinned) or through stage s at [lo, lo+len(host)).
 type piece struct {
 	host   []byte
 	dev    *cuda.DeviceBuffer
@@ -553,12 +478,9 @@ type span struct{ lo, hi int }
 
 func addr(b []byte) uintptr { return hostptr.AddrOf(b) }
 
-// pinnedSpans returns the parts of host known to be pinned, sorted and
-// split at registration boundaries (one driver copy must not span two
-// registrations), and a function that releases the registration cache's
-// hold on them. Pinned memory is what AddPinned made known, what pinmem
-// pinned (pinmem.Lookup: Alloc, Register, pool blocks) and what the
-// registration cache holds or now registers.
+// pinnedSpans returns the parts of host known to be pinned (AddPinned,
+// pinmem.Lookup, the registration cache), sorted and split at
+// registration boundaries, and the function that ends the cache's holds.
 func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 	if len(host) == 0 {
 		return nil, func() {}
@@ -600,10 +522,9 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 }
 
 // pinnedHere reports whether b is pinned for the Copier's context:
-// Portable, or pinned by that context (pinmem pins in its device's
-// primary context). Other memory is pageable for this context: the driver
-// would copy it as such, and a queued copy of pageable memory waits for
-// the device inside the driver call, beyond the reach of ctx.
+// Portable, or pinned in it (pinmem pins in the primary context). Other
+// memory would be copied as pageable, which waits inside the driver call,
+// beyond ctx.
 func (c *copier) pinnedHere(b *pinmem.Buffer) bool {
 	if b.Flags()&pinmem.Portable != 0 {
 		return true
@@ -612,8 +533,7 @@ func (c *copier) pinnedHere(b *pinmem.Buffer) bool {
 	if d == nil || d.Ordinal() != c.cctx.Device().Ordinal() {
 		return false
 	}
-	// The buffer's device has its primary context retained already (pinmem
-	// pinned in it): this reads it, it retains nothing.
+	// Retained already by pinmem: this only reads it.
 	pc, err := d.PrimaryContext()
 	return err == nil && pc.Handle() == c.cctx.Handle()
 }
@@ -636,19 +556,15 @@ func normalize(s []span) []span {
 	return out
 }
 
-// chunkSize is the staged piece size for n staged bytes: a stage, or less
-// when the transfer is small, so that at least tune.chunkPieces pieces
-// overlap.
+// chunkSize is the piece size for n staged bytes: a stage, or less so
+// that at least tune.chunkPieces pieces overlap.
 func (c *copier) chunkSize(n int) int {
 	ch := (n/c.o.tune.chunkPieces + 65535) &^ 65535
 	return max(min(ch, c.o.stageSize), min(minChunk, c.o.stageSize))
 }
 
 // plan splits a copy between host and dev into pieces: one direct copy per
-// pinned span and the pageable rest staged, in chunks of at most a stage.
-// The pageable rest of a partly pinned transfer is staged whatever its
-// size: queued on the stream, the driver's copy of pageable memory would
-// wait for the device inside the driver call, beyond the reach of ctx.
+// pinned span, the pageable rest staged in chunks of at most a stage.
 func (c *copier) plan(host []byte, dev *cuda.DeviceBuffer, spans []span, st *Stats) []piece {
 	var ops []piece
 	staged := len(host)
@@ -672,8 +588,8 @@ func (c *copier) plan(host []byte, dev *cuda.DeviceBuffer, spans []span, st *Sta
 		prev = s.hi
 	}
 	stage(prev, len(host))
-	// A long direct copy at the end goes in two pieces, so that waitLast
-	// sleeps through the first and polls only the last tailBytes.
+	// A long direct copy at the end goes in two: waitLast polls only the
+	// last tailBytes.
 	if n := len(ops); c.o.wait == WaitHybrid && n > 0 && ops[n-1].direct && len(ops[n-1].host) >= 2*tailBytes {
 		last := ops[n-1]
 		cut := len(last.host) - tailBytes
@@ -683,19 +599,16 @@ func (c *copier) plan(host []byte, dev *cuda.DeviceBuffer, spans []span, st *Sta
 	return ops
 }
 
-// markNear records l.near before the last of n ops (index i) is queued,
-// when there is work before it: waitLast then sleeps until the rest has run
-// and polls only the last piece.
+// markNear records l.near before the last of n ops (index i) when work
+// precedes it, so that waitLast polls only the last piece.
 func (c *copier) markNear(l *lane, i, n int) {
 	if i == n-1 && n > 1 && c.o.wait == WaitHybrid {
 		l.nearSet = l.near.Record(l.stream) == nil
 	}
 }
 
-// waitLast waits for ev, the end of the transfer in progress: asleep in
-// the driver until l.near (when recorded) and then polling for at most the
-// tail spin, so that the driver's wake-up latency does not land on the
-// transfer's end.
+// waitLast waits for ev, the transfer's end: asleep until l.near (when
+// recorded), then as the WaitMode says.
 func (c *copier) waitLast(ctx context.Context, l *lane, ev *cuda.Event) error {
 	if l.nearSet {
 		l.nearSet = false
@@ -703,7 +616,7 @@ func (c *copier) waitLast(ctx context.Context, l *lane, ev *cuda.Event) error {
 			return err
 		}
 	}
-	return l.w.waitEnd(ctx, ev, c.o.wait)
+	return l.w.waitAs(ctx, ev, c.o.wait, tailSpin)
 }
 
 // ---- execution ----
@@ -730,8 +643,7 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 	return c.move(ctx, &st, dst, src, how)
 }
 
-// move moves host to or from dev in st.Direction through the staged
-// executor, in the shape schedule chooses.
+// move moves host to or from dev in st.Direction through the executor.
 func (c *copier) move(ctx context.Context, st *Stats, host []byte, dev *cuda.DeviceBuffer, how strategy) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return *st, err
@@ -756,13 +668,11 @@ func (c *copier) move(ctx context.Context, st *Stats, host []byte, dev *cuda.Dev
 	return *st, nil
 }
 
-// schedule takes a lane and stages for a transfer of host to or from dev
-// and lays the transfer out in l.ops: through one stage (ring false) when
-// route gives it to one stage, no part of host may be pinned and a lane
-// and a stage are idle at once (oneStage); else through the ring, on a
-// lane waited for bounded by ctx, the parts of host known to be pinned
-// copied directly and the rest staged in the stages borrowed (release
-// ends the registration cache's holds).
+// schedule takes a lane and stages and lays the transfer out in l.ops:
+// through one stage (ring false) when route says so, no part of host may
+// be pinned and a lane and a stage are idle (oneStage); else through the
+// ring, bounded by ctx, pinned spans copied directly (release ends the
+// registration cache's holds).
 func (c *copier) schedule(ctx context.Context, st *Stats, host []byte, dev *cuda.DeviceBuffer, how strategy) (l *lane, ring bool, release func(), err error) {
 	if route(len(host), c.o.stageSize, how) == pathStage && !c.mayBePinned(host) {
 		if l, err = c.oneStage(st.Direction, host, dev); l != nil || err != nil {
@@ -798,12 +708,11 @@ func (c *copier) reuse(ctx context.Context, l *lane, s *stage) error {
 	if !s.used {
 		return nil
 	}
-	return l.w.waitStage(ctx, s.ev, c.o.wait, c.o.tune.stageSpin)
+	return c.waitStage(ctx, l, s.ev)
 }
 
-// queued takes the result of queueing a copy into or out of stage s on
-// l's stream and, if it was queued, records s's event behind it, so that s
-// is reused only after that copy has run.
+// queued records s's event behind a copy into or out of s that was queued
+// (err nil), so that s is reused only once that copy ran.
 func (l *lane) queued(s *stage, err error) error {
 	if err != nil {
 		return err
@@ -827,13 +736,12 @@ func (s *stage) dtoh(st *cuda.Stream, dev *cuda.DeviceBuffer, off, lo, hi int) e
 	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], dev, off+a-lo) })
 }
 
-// waitStage waits for stage event ev inside a transfer holding l
-// (waiter.waitStage).
+// waitStage waits for stage event ev inside a transfer holding l.
 func (c *copier) waitStage(ctx context.Context, l *lane, ev *cuda.Event) error {
-	return l.w.waitStage(ctx, ev, c.o.wait, c.o.tune.stageSpin)
+	return l.w.waitAs(ctx, ev, c.o.wait, c.o.tune.stageSpin)
 }
 
-// startTimer records the transfer's first timing event (WithStats only).
+// startTimer records the transfer's first timing event (WithStats).
 func (l *lane) startTimer() error {
 	if l.t0 == nil {
 		return nil
@@ -841,19 +749,15 @@ func (l *lane) startTimer() error {
 	return l.t0.Record(l.stream)
 }
 
-// The staged executor: one schedule of pieces on a lane, in one of two
-// shapes that route's bands choose. In a ring (ring true) the staged
-// pieces take the transfer's borrowed stages in turn, each recording its
-// stage's event so that the stage is refilled (host to device) or copied
-// out (device to host) only once its copy ran, up to a stage per piece in
-// flight, and the end is the lane's done event. Through one stage (ring
-// false) the pieces are parts of one stage, so nothing is reused within
-// the transfer and no stage event is recorded: device to host, the lane's
-// near event between the two halves says when the first can be copied
-// out, and the end is a wait for the lane's stream (singleWait).
+// The executor runs a schedule of pieces on a lane in one of two shapes.
+// In a ring the staged pieces take the borrowed stages in turn, each
+// recording its stage's event so that the stage is refilled or copied out
+// only once its copy ran, and the end is the lane's done event. Through
+// one stage the pieces are parts of one stage, so no stage event is
+// recorded: device to host, the near event between the two halves says
+// when the first can be copied out, and the end is singleWait.
 
-// exec runs ops, a schedule whose staged pieces have their stages, on
-// lane l and ends the transfer (finish).
+// exec runs ops on lane l and ends the transfer (finish).
 func (c *copier) exec(ctx context.Context, l *lane, ops []piece, ring bool, st *Stats, release func()) error {
 	var first error
 	if st.Direction == HostToDevice {
@@ -864,9 +768,8 @@ func (c *copier) exec(ctx context.Context, l *lane, ops []piece, ring bool, st *
 	return c.finish(ctx, l, ops, ring, first, st, release)
 }
 
-// execHtoD fills each staged piece's part of its stage and queues each
-// piece's copy as soon as it is in place, so that its DMA overlaps the
-// CPU's copy of the next.
+// execHtoD fills each staged piece's part of its stage and queues its copy
+// at once, so that its DMA overlaps the CPU's copy of the next.
 func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, ring bool, st *Stats) error {
 	for i, o := range ops {
 		if err := ctx.Err(); err != nil {
@@ -901,11 +804,9 @@ func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, ring bool, 
 	return nil
 }
 
-// execDtoH queues the pieces' copies, as many staged ones at once as the
-// transfer has stages (through one stage: all), and copies each staged
-// piece out once its copy ran, while the later ones are in flight. The
-// last staged piece is copied out here in a ring and by finish through
-// one stage.
+// execDtoH queues the copies, as many staged ones at once as there are
+// stages, and copies each staged piece out once its copy ran while later
+// ones fly (through one stage, finish copies the last piece out).
 func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, ring bool, st *Stats) error {
 	window := len(ops)
 	if ring {
@@ -953,9 +854,8 @@ func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, ring bool, 
 	}
 }
 
-// queueOut queues the copy of ops[i] to the host or into its stage,
-// with the events its shape records before it (the timer's start, near)
-// and, in a ring, its stage's event behind it.
+// queueOut queues the copy of ops[i] to the host or into its stage, with
+// the events its shape records around it.
 func (c *copier) queueOut(l *lane, ops []piece, i int, ring bool) error {
 	o := ops[i]
 	if i == 0 {
@@ -980,14 +880,11 @@ func (c *copier) queueOut(l *lane, ops []piece, i int, ring bool) error {
 	return err
 }
 
-// finish ends a transfer that holds lane l: it waits, bounded by ctx,
-// for everything the transfer queued (through one stage, then copies the
-// last piece out), so that no stage or destination is still in use by the
-// copy engine when the transfer returns, then releases l and runs
-// release. When the transfer stopped early (first) or ctx ends first, the
-// copies queued go to the fence with l and release (abandon) and the
-// transfer returns at once. It reports the first error: the one that
-// stopped the transfer, else an asynchronous one, else ctx's.
+// finish waits, bounded by ctx, for everything the transfer on l queued
+// (through one stage, then copies the last piece out), then runs release
+// and gives l back. When the transfer stopped early (first) or ctx ends,
+// l and release go to the fence (abandon) and finish returns at once. It
+// reports the first error.
 func (c *copier) finish(ctx context.Context, l *lane, ops []piece, ring bool, first error, st *Stats, release func()) error {
 	if first != nil {
 		c.abandon(l, release)
@@ -999,10 +896,8 @@ func (c *copier) finish(ctx context.Context, l *lane, ops []piece, ring bool, fi
 		if err = l.done.Record(l.stream); err == nil {
 			err = c.waitLast(ctx, l, l.done)
 		}
-		// Everything on a stream of the Copier's own has run: collect the
-		// copies' asynchronous errors. A caller's stream (WithStream) may
-		// hold the caller's later work, which the transfer does not wait
-		// for; its errors are the caller's to collect.
+		// Collect the copies' asynchronous errors on a stream of our own;
+		// a caller's stream may hold later work, its errors are the caller's.
 		if err == nil && c.ownStream {
 			err = streamErr(ctx, l.stream)
 		}

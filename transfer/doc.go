@@ -50,7 +50,15 @@
 //     goroutine that ran it, the Run's chunks in flight are handed to the
 //     fence, and the panic is raised again on Run's caller.
 //
-// Close(ctx) of a Copier, Pipeline or Multi is bounded the same way.
+// Close(ctx) of a Copier, Pipeline or Multi closes it to new calls (they
+// return ErrClosed), waits for the calls in progress and the copies they
+// left queued, and releases what it holds. The wait is bounded by ctx:
+// when ctx ends first, Close returns an error matching ctx.Err(), the
+// owner stays closed and is released in the background once its copies
+// ran (on a hung device, never). A release the driver fails keeps the
+// object held (and counted by pinmem and cuda) and returns the error; a
+// later Close waits again, bounded by its own ctx, and retries it. Once
+// everything is released, Close returns ErrClosed.
 //
 // Waiting never holds one OS thread per waiting goroutine: each lane of a
 // Copier (and each output goroutine of a Pipeline Run) has one waiter

@@ -83,11 +83,9 @@ func WithDone(f func(ch Chunk) error) PipelineOption {
 	return func(c *pipelineConfig) { c.done = f }
 }
 
-// WithPinStages pins the staging buffers (a chunk per chunk in flight) in
-// NewPipeline (on) instead of in the first Run with Go memory, which then
-// pays the time to pin them (PipelineStats.Setup). Default off. The
-// staging buffers are shared by the context's Pipelines with the same
-// chunk size (see Pipeline): only the first two pin any.
+// WithPinStages pins the staging buffers (one chunk per chunk in flight,
+// shared as Pipeline says) in NewPipeline instead of in the first Run from
+// Go memory, which then pays for it (PipelineStats.Setup). Default off.
 func WithPinStages(on bool) PipelineOption { return func(c *pipelineConfig) { c.pinStages = on } }
 
 // PipelineStats describe one Run.
@@ -107,19 +105,14 @@ func (s PipelineStats) GBps() float64 { return gbps(float64(s.Bytes), s.Wall) }
 
 // Pipeline runs chunked host-to-device, device work, device-to-host
 // sequences over several streams. Create it with Copier.NewPipeline; it
-// uses the Copier's context, copy goroutines and pinned-memory knowledge
-// (AddPinned, registration cache). One Run at a time.
+// uses the Copier's context, copy goroutines, fence and pinned-memory
+// knowledge (AddPinned, registration cache). One Run at a time.
 //
-// The Pipelines of one context with the same chunk size share their
-// pinned staging buffers as Copiers share their stages: a Run from Go
-// memory borrows one per chunk in flight (WithInFlight) for its duration,
-// first come first served, and the set holds that many for one Pipeline
-// and twice that however many Pipelines share it. A Run that finds fewer
-// free keeps fewer chunks in flight.
-//
-// A Pipeline dropped without Close is reported (track: "pipeline") and its
-// streams, events, device memory and staging memory are released by the
-// garbage collector's cleanup; until then they stay allocated.
+// The Pipelines of one context with the same chunk size share their pinned
+// staging buffers as Copiers share their stages: a Run from Go memory
+// borrows one per chunk in flight, first come first served, from a set of
+// that many for one Pipeline and twice that for more. A Run that finds
+// fewer free keeps fewer chunks in flight.
 type Pipeline struct {
 	*pipeline
 	cleanup runtime.Cleanup
@@ -172,8 +165,8 @@ func LaunchWork(f *cuda.Function, grid, block cuda.Dim3, args func(ch Chunk) []a
 
 // NewPipeline creates a Pipeline: its streams, events and per-slot device
 // memory. A refused option is a *pinmem.OptionError (matching
-// cuda.ErrInvalidValue) naming it. The caller must Close it; closing the Copier first makes the Pipeline's Run fail with
-// ErrClosed.
+// cuda.ErrInvalidValue) naming it. The caller must Close it; once the
+// Copier is closed, Run fails with ErrClosed.
 func (c *Copier) NewPipeline(opts ...PipelineOption) (*Pipeline, error) {
 	retryOrphans()
 	if !c.ok() {
@@ -196,8 +189,7 @@ func (c *Copier) NewPipeline(opts ...PipelineOption) (*Pipeline, error) {
 	return p, nil
 }
 
-// apply applies opts to cfg and checks the result: a refused option is a
-// *pinmem.OptionError.
+// apply applies opts to cfg and checks the result.
 func (cfg *pipelineConfig) apply(opts []PipelineOption) error {
 	refuse := func(opt string, v any, reason string) error {
 		return &pinmem.OptionError{Func: "Copier.NewPipeline", Option: opt, Value: fmt.Sprint(v), Reason: reason}
@@ -259,15 +251,8 @@ func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
 }
 
 // Close stops the Pipeline (later Runs return ErrClosed), waits for the Run
-// in progress and for the chunks it left in flight, and releases the
-// Pipeline's streams, events and memory. The wait is bounded by ctx: when
-// ctx ends first, Close returns an error matching ctx.Err(), the Pipeline
-// stays closed, and its resources are released in the background once its
-// chunks in flight finish. A release the driver fails keeps the object held
-// (and counted by pinmem and cuda) and returns the error; a later Close
-// waits again for what an earlier one left (bounded by its own ctx) and
-// retries those releases. Once everything is released, a further Close
-// returns ErrClosed.
+// in progress and the chunks it left in flight, and releases its streams,
+// events and memory, as the package documentation's Close contract says.
 func (p *Pipeline) Close(ctx context.Context) error {
 	if p == nil || p.pipeline == nil {
 		return errNil("Pipeline")
@@ -279,9 +264,8 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	return closeOwner(ctx, "Pipeline", first, &p.rel, &p.cleanup, p.waitStopped())
 }
 
-// dropped is the cleanup of a Pipeline that became unreachable without
-// Close: no Run is in progress (a Run holds the Pipeline), but an
-// abandoned drain may be; release waits for it.
+// dropped is the cleanup of a Pipeline dropped without Close; a drain a
+// Run left may still be in progress, and release waits for it.
 func (p *pipeline) dropped() {
 	if !p.closed.CompareAndSwap(false, true) {
 		return
@@ -294,8 +278,7 @@ func (p *pipeline) dropped() {
 }
 
 // waitStopped returns a channel closed once the closed Pipeline holds the
-// run token: no Run, and no drain a Run left, is in progress. The token is
-// never given back.
+// run token for good: no Run or drain is in progress.
 func (p *pipeline) waitStopped() <-chan struct{} {
 	p.stop.Do(func() {
 		go func() {
@@ -323,14 +306,12 @@ func (p *pipeline) releaseStep() (left int, err error) {
 	return left, errors.Join(errs...)
 }
 
-// stages joins the engine of the context's Pipeline staging buffers
-// (chunk-sized, pinned Portable), which allocates or grows them, once.
+// stages joins, once, the engine of the context's Pipeline staging
+// buffers, which allocates or grows them.
 func (p *pipeline) stages() error {
 	if p.eng != nil {
 		return nil
 	}
-	// Pipelines share their staging buffers as Copiers share theirs, one
-	// Run borrowing up to inFlight stages.
 	o := options{stageSize: p.cfg.chunkSize, depth: p.cfg.inFlight, parallelism: 1}
 	eng, err := joinEngine(p.c.cctx, o, true)
 	if err != nil {
@@ -340,9 +321,8 @@ func (p *pipeline) stages() error {
 	return nil
 }
 
-// borrowStages lends up to one stage per slot from the engine to the Run
-// in progress, bounded by ctx, and returns how many slots got one and the
-// function that gives them back once the Run's copies have run.
+// borrowStages lends up to a stage per slot to the Run, bounded by ctx,
+// and returns how many slots got one and the function that gives them back.
 func (p *pipeline) borrowStages(ctx context.Context) (int, func(), error) {
 	got, err := p.eng.take(ctx, len(p.slots))
 	if err != nil {
@@ -366,29 +346,22 @@ type flight struct {
 }
 
 // Run processes in, chunk by chunk: host-to-device, the work (WithWork),
-// and, when out is not nil, device-to-host into out (which must be at
-// least as long as in; it may be in itself). Pinned input or output (known
-// to the Copier) is copied directly; Go memory goes through one pinned
-// stage per chunk in flight, copied in on Run's goroutine and, for the
-// output, copied out on goroutines of their own (one per stream, or one
-// taking the chunks in order with WithOrdered(true)), so that both CPU
-// copies run at once. At most WithInFlight chunks are in flight;
-// the WithDone function is called for each completed chunk, in order with
-// WithOrdered(true).
+// and, when out is not nil, device-to-host into out (at least as long as
+// in; it may be in itself). Pinned input or output is copied directly; Go
+// memory goes through one pinned stage per chunk in flight, copied in on
+// Run's goroutine and out on goroutines of their own, so that both CPU
+// copies run at once. At most WithInFlight chunks are in flight; Done is
+// called for each completed chunk, in order with WithOrdered(true).
 //
-// The first error (an enqueue, the work function, a copy or kernel
-// failing asynchronously, a Done callback) or the end of ctx stops the
-// issue of new chunks; the chunks in flight are drained without further
-// callbacks, and Run returns the error (a *ChunkError when a chunk is to
-// blame; one matching ctx.Err() when ctx ended). Run never reports success
-// for work that did not complete.
-//
-// ctx bounds the whole call, the drain included: when ctx ends while
-// chunks are still in flight (a hung or slow device), Run returns at once
-// and the chunks are drained in the background; the Pipeline stays
-// usable, and the next Run (or Close) waits for that drain, bounded by
-// its own context. in and out may be read and written by the copies in
-// flight until then.
+// The first error (an enqueue, the work, an asynchronous fault, Done) or
+// the end of ctx stops the issue of chunks; those in flight are waited for
+// without further callbacks, bounded by ctx, and Run returns the error (a
+// *ChunkError naming the chunk to blame, or one matching ctx.Err()). Run
+// never reports success for work that did not complete. Chunks still in
+// flight when ctx ends go to the Copier's fence, as the package
+// documentation says: the next Run waits for them, and pinned in or out
+// may be touched until Fence returns. A panicking callback is raised again
+// on Run's caller once its chunks are handed off.
 func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, error) {
 	var st PipelineStats
 	if p == nil || p.pipeline == nil {
@@ -415,9 +388,8 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	return p.runHeld(ctx, in, out)
 }
 
-// runHeld is Run with the run token held: it gives the token back, at
-// once or, when chunks may still be in flight, through the fence once
-// they ran.
+// runHeld is Run with the run token held; the token goes back at once or,
+// with chunks in flight, through the fence once they ran.
 func (p *pipeline) runHeld(ctx context.Context, in, out []byte) (st PipelineStats, err error) {
 	handedOff := false
 	var holds []func()
@@ -469,8 +441,8 @@ func (p *pipeline) runHeld(ctx context.Context, in, out []byte) (st PipelineStat
 }
 
 // prepare finds the pinned parts of in and out, borrows the stages a
-// staged Run needs (appending to holds what gives them back) and orders
-// the Pipeline's streams after the copies earlier calls left queued.
+// staged Run needs (holds gives them back) and orders the streams after
+// the copies earlier calls left queued.
 func (p *pipeline) prepare(ctx context.Context, in, out []byte, st *PipelineStats, holds *[]func()) (inSpans, outSpans []span, slots int, err error) {
 	inSpans, relIn := p.c.pinnedSpans(in)
 	*holds = append(*holds, relIn)
@@ -505,8 +477,8 @@ func (p *pipeline) prepare(ctx context.Context, in, out []byte, st *PipelineStat
 	return inSpans, outSpans, slots, nil
 }
 
-// handOff gives the chunks that may still be in flight to the fence,
-// with the stages and the run token (holds, p.run), until they ran.
+// handOff gives the chunks that may be in flight to the fence, with the
+// stages and the run token until they ran.
 func (p *pipeline) handOff(pending []*flight, holds []func()) {
 	d := drain{}
 	for _, f := range pending {
@@ -523,9 +495,8 @@ func (p *pipeline) handOff(pending []*flight, holds []func()) {
 	})
 }
 
-// callback runs a user callback (Done, work) and turns a panic into
-// errPanicked, keeping its value to raise again once the Run has handed
-// off its chunks in flight.
+// callback runs a user callback (Done, work), turning a panic into
+// errPanicked and keeping its value for Run to raise again.
 func (p *pipeline) callback(f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -691,15 +662,12 @@ func (r *runLoop) take(o outResult) {
 	r.free = append(r.free, f.sl)
 }
 
-// completers wait for a Run's chunks on goroutines of their own, one per
-// queue, each taking its queue's chunks in the order they were issued:
-// one per stream (the order a stream's chunks complete in), or one for
-// every chunk with WithOrdered(true). A completer copies a staged output
-// out of its stage while Run's goroutine copies the next chunks in, so
-// that the two CPU copies overlap each other and the DMA in flight, and
-// gives the chunk back. Its queue and the done channel hold every chunk
-// in flight, so no side ever blocks on a send. Once a wait fails, a
-// completer gives the rest of its queue back unwaited.
+// completers wait for a Run's chunks, one goroutine per stream (the
+// order its chunks complete in) or one for all with WithOrdered(true),
+// copy a staged output out while Run's goroutine copies the next chunks
+// in, and give each chunk back. The queues and done hold every chunk in
+// flight, so no send blocks. After a failed wait a completer gives the
+// rest of its queue back unwaited.
 type completers struct {
 	qs      []chan *flight
 	done    chan outResult
@@ -752,14 +720,14 @@ func (p *pipeline) startCompleters(ctx context.Context, queues, slots int, copyO
 	return cm
 }
 
-// waitChunk waits for f's chunk through w as the Copier's WaitMode says:
-// the Run's last chunk like a transfer's end; with a staged output the
-// others polled for up to tune.outSpin first under WaitHybrid (the copy
-// out is on the Run's critical path), else asleep in the driver.
+// waitChunk waits for f's chunk as the WaitMode says: the last like a
+// transfer's end; with a staged output, whose copy out is on the critical
+// path, the others polled for up to tune.outSpin under WaitHybrid; else
+// asleep.
 func (p *pipeline) waitChunk(ctx context.Context, w *waiter, f *flight, copyOut bool) error {
 	mode := p.c.o.wait
 	if f.last || (copyOut && mode != WaitHybrid) {
-		return w.waitEnd(ctx, f.sl.ev, mode)
+		return w.waitAs(ctx, f.sl.ev, mode, tailSpin)
 	}
 	if copyOut {
 		return w.waitTail(ctx, f.sl.ev, p.c.o.tune.outSpin)
@@ -781,9 +749,9 @@ func (cm *completers) stop() time.Duration {
 	return time.Duration(cm.cpu.Load())
 }
 
-// issue queues one chunk on its slot's stream; it returns which step failed.
-// A pinned input or output is copied directly, one copy per registration
-// the chunk overlaps (inSpans, outSpans: a copy must not span two).
+// issue queues one chunk on its slot's stream and returns which step
+// failed; pinned input or output is copied directly, a copy per
+// registration.
 func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpans []span) (string, error) {
 	s := sl.stream
 	var err error
