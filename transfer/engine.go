@@ -11,12 +11,10 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// engine is the staging engine of one device context, shared as the
-// Copier's documentation says: the pinned stages, which transfers borrow
-// in FIFO order, and the CPU copy goroutines. It holds one ring (the
-// largest depth) and two once two transfers stage at once (growForTwo).
-// A Copier with WithStageFlags options (pinmem options cannot be
-// compared) has an engine of its own, sized like a shared one.
+// engine is the staging engine of one context, shared as Copier says: the
+// pinned stages, borrowed in FIFO order, and the CPU copy goroutines. A
+// Copier with WithStageFlags pinmem options (which cannot be compared) has
+// one of its own.
 type engine struct {
 	key    engineKey
 	shared bool
@@ -34,13 +32,10 @@ type engine struct {
 	pool    *copyPool
 	closed  bool
 	rel     releaser
-	// grown: growForTwo has run (whether or not it got every stage).
-	grown bool
+	grown   bool // growForTwo ran
 }
 
-// engineKey identifies a shared engine. The context is keyed by its
-// *cuda.Context (a device's primary context is one per driver; a wrapped
-// or created context has engines of its own).
+// engineKey identifies a shared engine.
 type engineKey struct {
 	ctx       *cuda.Context
 	stageSize int
@@ -61,10 +56,9 @@ var engines = struct {
 	m map[engineKey]*engine
 }{m: map[engineKey]*engine{}}
 
-// joinEngine returns the engine for a Copier of context c with options o,
-// or, with pipeline, for a Pipeline (o's stage size its chunk size, o's
-// depth its chunks in flight), made or grown for it: the stages it needs
-// are allocated here, so that the caller reports a failure.
+// joinEngine returns the engine for a Copier of c with options o (with
+// pipeline, for a Pipeline: stage size its chunk, depth its chunks in
+// flight), made or grown for it here, so that the caller reports a failure.
 func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
 	key := engineKey{ctx: c, stageSize: o.stageSize, flags: o.stageFlags, stats: o.stats, pipeline: pipeline}
 	shared := len(o.stageOpts) == 0
@@ -104,7 +98,7 @@ func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
 		// Not even one ring: give the new stages back and fail.
 		return nil, errors.Join(err, freeStages(added))
 	}
-	// Short of the doubled set (the budget, say): run with what there is.
+	// Short of two rings (the budget, say): run with what there is.
 	e.all = append(e.all, added...)
 	e.idle = append(e.idle, added...)
 	e.depth, e.par = depth, par
@@ -125,8 +119,8 @@ func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
 	return e, nil
 }
 
-// newStage allocates a stage and, for a Copier's stage, the event that
-// guards its reuse (a Pipeline's slots have events of their own).
+// newStage allocates a stage and, for a Copier, the event that guards its
+// reuse (a Pipeline's slots have their own).
 func (e *engine) newStage() (*stage, error) {
 	s := &stage{}
 	var err error
@@ -142,14 +136,12 @@ func (e *engine) newStage() (*stage, error) {
 	return s, nil
 }
 
-// free releases the stage's buffer and event, counting in left what the
-// driver still holds.
+// free releases the stage, counting in left what the driver still holds.
 func (s *stage) free(left *int) error {
 	return errors.Join(freeBuf(&s.buf, left), destroyEvent(&s.ev, left))
 }
 
-// freeStages frees ss, keeping those the driver fails to release as an
-// orphan for a later retry.
+// freeStages frees ss; what the driver fails to release is retried later.
 func freeStages(ss []*stage) error {
 	r := &releaser{step: func() (int, error) {
 		left := 0
@@ -164,8 +156,7 @@ func freeStages(ss []*stage) error {
 	return err
 }
 
-// take borrows up to want idle stages (at least one), waiting in FIFO
-// order behind earlier requests, bounded by ctx.
+// take borrows 1 to want stages, waiting in FIFO order, bounded by ctx.
 func (e *engine) take(ctx context.Context, want int) ([]*stage, error) {
 	e.mu.Lock()
 	want = max(1, min(want, e.depth))
@@ -227,14 +218,11 @@ func (e *engine) give(ss []*stage) {
 	e.mu.Unlock()
 }
 
-// leave ends a Copier's membership: the last member releases the stages
-// and the copy goroutines. It returns what the driver failed to release
-// (retried by the next call of the last member's release).
+// leave ends a membership; the last member releases the stages and copy
+// goroutines and returns what the driver failed to release (retried).
 func (e *engine) leave(member *bool) (left int, err error) {
-	// The registry's lock is taken first, as joinEngine takes it: the
-	// last member's leaving and the engine's removal from the registry are
-	// one step, so no new Copier can join an engine whose stages are about
-	// to be freed.
+	// Under the registry's lock, as in joinEngine: no Copier joins an
+	// engine whose stages are about to be freed.
 	if e.shared {
 		engines.Lock()
 	}
@@ -274,14 +262,10 @@ func (e *engine) releaseStep() (left int, err error) {
 	return left, errors.Join(errs...)
 }
 
-// growForTwo grows the engine to two rings (twice the largest depth) when
-// it holds fewer, for a Copier running two staged transfers at once (one
-// on each of its lanes); the stages stay until the engine closes. It runs
-// once: a failure to allocate (the budget, say) is not an error, the
-// transfers then share the stages there are. The stages are allocated
-// without the engine's lock, so that other transfers give and take
-// stages meanwhile; the caller is a member of the engine, which therefore
-// cannot close before the new stages are in it.
+// growForTwo grows the engine to two rings, once, for a Copier running two
+// staged transfers at once; a failed allocation (the budget, say) leaves
+// them sharing the stages there are. It allocates outside the lock; the
+// caller's membership keeps the engine open meanwhile.
 func (e *engine) growForTwo() {
 	e.mu.Lock()
 	if e.closed || e.grown || len(e.all) >= 2*e.depth {
@@ -319,15 +303,15 @@ func (e *engine) isClosed() bool {
 	return e.closed
 }
 
-// tryTake borrows one idle stage without waiting: nil when none is idle
-// or a transfer waits for stages already (it is not overtaken).
+// tryTake borrows an idle stage without waiting: nil when none is idle or
+// a transfer waits already (it is not overtaken).
 func (e *engine) tryTake() *stage {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.waiters) > 0 || len(e.idle) == 0 {
 		return nil
 	}
-	// grant(1) without its slice: the small path allocates nothing here.
+	// grant(1) without allocating.
 	s := e.idle[len(e.idle)-1]
 	e.idle = e.idle[:len(e.idle)-1]
 	e.peak = max(e.peak, len(e.all)-len(e.idle))

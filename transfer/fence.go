@@ -10,12 +10,11 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// fence is the Copier's fence of the package documentation: the copies
-// an early exit left queued are handed to it as a drain (the events
-// recorded behind them), and every later call of the Copier, its
-// Pipelines and its Multi makes each of its streams wait for them on the
-// device (cuStreamWaitEvent) before it queues anything, whichever stream
-// either took. Copier.Fence waits for the drains on the host.
+// fence is the Copier's fence: an early exit hands it the copies it left
+// queued as a drain, and every later call of the Copier, its Pipelines and
+// its Multi makes each stream it uses wait for them on the device
+// (cuStreamWaitEvent) before queueing anything. Copier.Fence waits for the
+// drains on the host.
 type fence struct {
 	pending atomic.Int32 // drains in progress: the small path reads only this
 
@@ -25,18 +24,17 @@ type fence struct {
 	changed chan struct{}     // closed and replaced when a drain ends
 }
 
-// drain is the copies one early exit left queued: they have run once
-// every event in evs has completed and every stream in streams is idle
-// (a stream is named only where no event could be recorded behind them).
+// drain is the copies one early exit left queued: they ran once every
+// event in evs completed and every stream in streams (named only where no
+// event could be recorded) is idle.
 type drain struct {
 	evs     []*cuda.Event
 	streams []*cuda.Stream
 }
 
-// order makes s wait on the device for every drain in progress. The
-// events cannot be recorded again meanwhile: each belongs to a lane or a
-// Pipeline Run that its drain holds until it ends, and a drain ends under
-// f.mu.
+// order makes s wait on the device for every drain in progress. Their
+// events are not recorded again meanwhile: the drain holds their lane or
+// Run until it ends, under f.mu.
 func (f *fence) order(s *cuda.Stream) error {
 	if f.pending.Load() == 0 {
 		return nil
@@ -84,12 +82,10 @@ func (f *fence) wait(ctx context.Context, upTo uint64) error {
 	}
 }
 
-// handOff is the one place that waits in the background: it takes the
-// copies an early exit left queued (d), waits for them to run (as long
-// as the device takes; on a hung device, for ever) and then calls then,
-// which gives back what they used (a lane, stages, a ring). Meanwhile
-// later calls are ordered after them (order) and hold registers the work
-// so that Close waits for it.
+// handOff is the one place that waits in the background: it waits for d
+// to run (on a hung device, for ever), then calls then, which gives back
+// what the copies used. Meanwhile later calls are ordered after them and
+// hold/end register the wait so that Close waits for it.
 func (f *fence) handOff(hold func(), end func(), d drain, then func()) {
 	f.mu.Lock()
 	if f.drains == nil {
@@ -117,10 +113,10 @@ func (f *fence) handOff(hold func(), end func(), d drain, then func()) {
 	}()
 }
 
-// settle returns once the drain's copies have run, or the driver fails
-// the queries (a destroyed context: nothing will run any more). It polls,
-// backing off to drainPoll, so that no OS thread stays blocked in the
-// driver for a drain. It does not change d, which order reads.
+// settle returns once the drain's copies ran or the driver fails the
+// queries (nothing will run any more). It polls, backing off to drainPoll,
+// so that no OS thread stays blocked in the driver; it does not change d,
+// which order reads.
 func (d *drain) settle() {
 	pause := 50 * time.Microsecond
 	for i := 0; i < len(d.evs)+len(d.streams); {
@@ -143,12 +139,10 @@ func (d *drain) settle() {
 // drainPoll is the longest pause between two queries of a drain.
 const drainPoll = 5 * time.Millisecond
 
-// streamErr returns the asynchronous errors of the work of ours queued on
-// s, a stream that holds nothing else (never a caller's stream): the
-// caller waited for its last event, so it returns at once. Bounded by
-// ctx; a stream found idle is synchronized in the driver, which returns
-// at once with the errors of its work (a poll reports only whether it
-// is idle).
+// streamErr returns the asynchronous errors of our work on s, a stream
+// that holds nothing else, bounded by ctx: a stream found idle is
+// synchronized in the driver, which returns at once with its errors (a
+// query reports only whether it is idle).
 func streamErr(ctx context.Context, s *cuda.Stream) error {
 	if ctx.Done() != nil {
 		if idle, err := s.Query(); err != nil || !idle {

@@ -1,25 +1,20 @@
 package transfer
 
-// The per-size choices of a pageable transfer, written once. Measured
-// side by side on an H200, PCIe Gen5 x16 (BenchmarkSingleStage,
-// BenchmarkCopierVsDriver, BenchmarkCopierConcurrent; docs/PERF.md):
+// The per-size choices of a pageable transfer, written once, as measured
+// on an H200, PCIe Gen5 x16 (BenchmarkSingleStage, BenchmarkCopierVsDriver;
+// docs/PERF.md):
 //
-//   - Up to 32 MiB (singleStagedMax) and a stage, one pinned stage beats
-//     the ring both ways: the ring's pieces each pay a fork and join of
-//     the copy goroutines, a stage event and a wait, and its CPU copies
-//     run beside DMA that slows them. Larger transfers take the ring.
-//   - One stage is cut into pieces (stagePieces): host to device below
-//     2 MiB (singleWholeMin) into 4 pieces of at least 256 KiB filled on
-//     the caller's goroutine, so that each piece's DMA overlaps the copy
-//     of the next (at 1 MiB on a par with the driver's copy, which
-//     overlaps its own bounce copies); from 16 MiB (singleHalvesMin) into
-//     two halves both ways; otherwise whole.
-//   - The driver's own pageable copy won only host to device from 64 KiB
-//     to 1 MiB, by a few percent, and cannot be interrupted (it would
-//     outlive a call whose context ended): it is not used; those sizes
-//     take one stage.
-//   - A transfer that no stage holds (a Copier with small stages) takes
+//   - Up to 32 MiB and a stage, one pinned stage beats the ring both ways:
+//     each ring piece pays a fork and join of the copy goroutines, an
+//     event and a wait. Larger transfers, and those no stage holds, take
 //     the ring.
+//   - One stage is cut into pieces (stagePieces): host to device below
+//     2 MiB into 4 pieces of at least 256 KiB, so that each piece's DMA
+//     overlaps the copy of the next; from 16 MiB two halves both ways;
+//     otherwise whole.
+//   - The driver's own pageable copy, a few percent faster only host to
+//     device at 64 KiB-1 MiB, cannot be interrupted (it would outlive a
+//     call whose context ended): it is not used.
 const (
 	singleStagedMax  = 32 << 20             // the largest transfer one stage takes
 	singleCopyInline = 2 * minPiece         // up to here the caller's goroutine copies alone
@@ -44,9 +39,8 @@ func (p path) String() string {
 	return "stage"
 }
 
-// route chooses the path of a pageable transfer of n bytes for a Copier
-// with stages of stageSize bytes, as the measured bands above say; how
-// forces a path (tests). It is pure: the same arguments give the same path.
+// route chooses the path of a pageable transfer of n bytes with stages of
+// stageSize bytes; how forces a path (tests). It is pure.
 func route(n, stageSize int, how strategy) path {
 	if how == forceStaged || n > stageSize || (how != forceShort && n > singleStagedMax) {
 		return pathRing
@@ -54,12 +48,9 @@ func route(n, stageSize int, how strategy) path {
 	return pathStage
 }
 
-// stagePieces returns the number of pieces of a transfer of n bytes in
-// direction d through one stage and the size of all but the last (a
-// multiple of 4 KiB): host to device, the DMA of each piece is queued as
-// soon as the CPU has copied it into the stage, so that it overlaps the
-// CPU's copy of the next; device to host, the transfer goes in two halves
-// at most, the CPU copying the first out while the second is in flight.
+// stagePieces returns the pieces of a one-stage transfer of n bytes in
+// direction d and the size of all but the last (a multiple of 4 KiB); device
+// to host at most two halves, the first copied out while the second flies.
 // forced, when not 0, is the number of pieces (tuning.stagePieces).
 func stagePieces(d Direction, n, forced int) (k, size int) {
 	k = forced

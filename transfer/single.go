@@ -8,18 +8,10 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// The one-stage shape of the staged executor (exec with ring false)
-// moves a pageable transfer that route gives to one stage through one of
-// the engine's pinned stages on the caller's goroutine, in stagePieces
-// pieces of that stage: no ring and no stage event, and a wait for the
-// lane's stream at the end (singleWait). It is taken only when a lane and
-// a stage are idle at once; otherwise the transfer goes through the ring,
-// which waits for them bounded by ctx.
-
-// oneStage takes an idle lane and an idle stage without waiting and lays
-// a transfer of host to or from dev out in l.ops, in stagePieces parts of
-// the stage. l is nil when none is idle, or a transfer waits for stages
-// already (it is not overtaken): the transfer then takes the ring.
+// oneStage takes an idle lane and stage without waiting and lays the
+// transfer out in l.ops, in stagePieces parts of the stage. l is nil when
+// none is idle or a transfer waits for stages already: the transfer then
+// takes the ring, which waits bounded by ctx.
 func (c *copier) oneStage(d Direction, host []byte, dev *cuda.DeviceBuffer) (*lane, error) {
 	var l *lane
 	select {
@@ -27,8 +19,7 @@ func (c *copier) oneStage(d Direction, host []byte, dev *cuda.DeviceBuffer) (*la
 	default:
 		return nil, nil
 	}
-	// The copies earlier calls left queued run first, as in acquire: a
-	// retry is never overwritten by them.
+	// Behind the copies earlier calls left queued, as in acquire.
 	if err := c.fence.order(l.stream); err != nil {
 		c.free <- l
 		return nil, err
@@ -48,12 +39,10 @@ func (c *copier) oneStage(d Direction, host []byte, dev *cuda.DeviceBuffer) (*la
 	return l, nil
 }
 
-// copyStage copies src into dst, between host memory and a stage: on the
-// caller's goroutine when small, else with the engine's copy goroutines
-// split over up to the Copier's parallelism, and returns the CPU time it
-// took when the Copier measures (WithStats): the caller's thread CPU time
-// where getrusage(RUSAGE_THREAD) exists (the goroutine locked to its
-// thread meanwhile), else the copy's wall time.
+// copyStage copies between host memory and a stage, on the caller's
+// goroutine when small, else with the engine's copy goroutines, and
+// returns its CPU time with WithStats (thread CPU time where
+// getrusage(RUSAGE_THREAD) exists, else wall time).
 func (c *copier) copyStage(dst, src []byte) time.Duration {
 	if len(src) > singleCopyInline {
 		return c.eng.pool.copyN(c.o.parallelism, c.o.tune.subPieces, dst, src)
@@ -74,17 +63,12 @@ func (c *copier) copyStage(dst, src []byte) time.Duration {
 	return threadCPU() - c0
 }
 
-// singleWait waits for the copies queued on l's stream, bounded by ctx.
-// On a stream of the Copier's own, which holds nothing else: a context
-// that cannot end, under WaitHybrid or WaitPoll, waits in the driver's
-// stream synchronisation (which spins while the process has fewer
-// contexts than CPUs); one that can end polls the stream (one driver call
-// a query, no event recorded while it polls) for up to the tail spin
-// (WaitPoll: until done), checking ctx between queries. On a caller's
-// stream (WithStream), which may take more work meanwhile, it polls the
-// lane's done event recorded behind the copies instead. Then it sleeps on
-// that event through the lane's waiter. When the wait returns early,
-// abandon records l.done behind the copies for the fence.
+// singleWait waits, bounded by ctx, for the one-stage transfer on l. On a
+// stream of our own: with a context that cannot end (and not WaitSleep)
+// the driver's stream synchronisation, which spins; else polling the
+// stream for up to the tail spin (WaitPoll: until done) and then sleeping
+// on l.done. On a caller's stream, which may take later work, it polls and
+// sleeps on l.done recorded behind the copies.
 func (c *copier) singleWait(ctx context.Context, l *lane) error {
 	own := c.ownStream
 	if own && ctx.Done() == nil && c.o.wait != WaitSleep {
@@ -115,7 +99,7 @@ func (c *copier) singleWait(ctx context.Context, l *lane) error {
 		return err
 	}
 	if own {
-		// Collects the copies' asynchronous errors; nothing else is queued.
+		// The copies' asynchronous errors.
 		return streamErr(ctx, l.stream)
 	}
 	return nil
