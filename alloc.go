@@ -93,29 +93,11 @@ func checkDeviceFlags(t target, flags Flags, register bool) error {
 	return nil
 }
 
+// alloc checks the request, resolves the device and pins size bytes by
+// the method o asks for or, for MethodAuto, the one autoMethod chooses.
 func alloc(size int, flags Flags, o options) (*Buffer, error) {
-	if err := checkSize("Alloc", size); err != nil {
+	if err := checkAllocRequest(size, flags, Method(o.Method)); err != nil {
 		return nil, err
-	}
-	if flags&^allFlags != 0 {
-		return nil, fmt.Errorf("pinmem: Alloc with unknown flags %#x: %w", uint32(flags&^allFlags), cuda.ErrInvalidValue)
-	}
-	if flags&WriteCombined != 0 && flags&ReadOnly != 0 {
-		return nil, fmt.Errorf("pinmem: Alloc with %s: write-combined memory comes from cuMemHostAlloc, read-only from registration: %w", flags, cuda.ErrInvalidValue)
-	}
-	switch Method(o.Method) {
-	case MethodAuto:
-	case MethodHostAlloc:
-		if flags&ReadOnly != 0 {
-			return nil, fmt.Errorf("pinmem: Alloc with ReadOnly and MethodHostAlloc: ReadOnly is a registration flag: %w", cuda.ErrInvalidValue)
-		}
-	case MethodMmapRegister:
-		if flags&WriteCombined != 0 {
-			return nil, fmt.Errorf("pinmem: Alloc with WriteCombined and MethodMmapRegister: write-combined memory only comes from cuMemHostAlloc: %w", cuda.ErrInvalidValue)
-		}
-		if !mmapSupported {
-			return nil, fmt.Errorf("pinmem: MethodMmapRegister on %s: %w", runtime.GOOS, cuda.ErrNotSupported)
-		}
 	}
 	t, err := resolve(o)
 	if err != nil {
@@ -123,22 +105,7 @@ func alloc(size int, flags Flags, o options) (*Buffer, error) {
 	}
 	method := Method(o.Method)
 	if method == MethodAuto {
-		switch {
-		case flags&ReadOnly != 0:
-			method = MethodMmapRegister
-		case flags&WriteCombined != 0:
-			method = MethodHostAlloc
-		case t.caps.integrated:
-			// Host and device share memory: mapped memory avoids copies altogether.
-			method = MethodHostAlloc
-			if t.caps.canMap {
-				flags |= Mapped
-			}
-		case !mmapSupported || !t.caps.hostRegister || size < AutoMmapThreshold:
-			method = MethodHostAlloc
-		default:
-			method = MethodMmapRegister
-		}
+		method, flags = autoMethod(t, size, flags)
 	}
 	if err := checkDeviceFlags(t, flags, method == MethodMmapRegister); err != nil {
 		return nil, err
@@ -150,6 +117,59 @@ func alloc(size int, flags Flags, o options) (*Buffer, error) {
 		return allocHost(t, size, flags)
 	}
 	return allocMmap(t, size, flags, o)
+}
+
+// checkAllocRequest refuses what no device could serve: a size out of
+// range, unknown flags, and flags that contradict each other or method.
+// It needs no driver, so Alloc runs it before resolving the device.
+func checkAllocRequest(size int, flags Flags, method Method) error {
+	if err := checkSize("Alloc", size); err != nil {
+		return err
+	}
+	if flags&^allFlags != 0 {
+		return fmt.Errorf("pinmem: Alloc with unknown flags %#x: %w", uint32(flags&^allFlags), cuda.ErrInvalidValue)
+	}
+	if flags&WriteCombined != 0 && flags&ReadOnly != 0 {
+		return fmt.Errorf("pinmem: Alloc with %s: write-combined memory comes from cuMemHostAlloc, read-only from registration: %w", flags, cuda.ErrInvalidValue)
+	}
+	switch method {
+	case MethodAuto:
+	case MethodHostAlloc:
+		if flags&ReadOnly != 0 {
+			return fmt.Errorf("pinmem: Alloc with ReadOnly and MethodHostAlloc: ReadOnly is a registration flag: %w", cuda.ErrInvalidValue)
+		}
+	case MethodMmapRegister:
+		if flags&WriteCombined != 0 {
+			return fmt.Errorf("pinmem: Alloc with WriteCombined and MethodMmapRegister: write-combined memory only comes from cuMemHostAlloc: %w", cuda.ErrInvalidValue)
+		}
+		if !mmapSupported {
+			return fmt.Errorf("pinmem: MethodMmapRegister on %s: %w", runtime.GOOS, cuda.ErrNotSupported)
+		}
+	}
+	return nil
+}
+
+// autoMethod chooses MethodAuto's method for size bytes with flags on
+// target t, and returns the flags to pin with: the flags that need one
+// method get it, integrated GPUs get cuMemHostAlloc memory (Mapped where
+// the device can map it), and otherwise buffers of AutoMmapThreshold bytes
+// or more are mapped and registered where the platform and device allow.
+func autoMethod(t target, size int, flags Flags) (Method, Flags) {
+	switch {
+	case flags&ReadOnly != 0:
+		return MethodMmapRegister, flags
+	case flags&WriteCombined != 0:
+		return MethodHostAlloc, flags
+	case t.caps.integrated:
+		// Host and device share memory: mapped memory avoids copies altogether.
+		if t.caps.canMap {
+			flags |= Mapped
+		}
+		return MethodHostAlloc, flags
+	case !mmapSupported || !t.caps.hostRegister || size < AutoMmapThreshold:
+		return MethodHostAlloc, flags
+	}
+	return MethodMmapRegister, flags
 }
 
 func allocHost(t target, size int, flags Flags) (*Buffer, error) {
