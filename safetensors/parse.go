@@ -176,16 +176,8 @@ func describe(tok json.Token) string {
 // parseHeader validates the header bytes hdr of a file of size bytes.
 func parseHeader(hdr []byte, size int64) (*Header, error) {
 	dataStart := 8 + int64(len(hdr))
-	if !utf8.Valid(hdr) {
-		i := 0
-		for i < len(hdr) {
-			r, n := utf8.DecodeRune(hdr[i:])
-			if r == utf8.RuneError && n <= 1 {
-				break
-			}
-			i += n
-		}
-		return nil, formatErr(8+int64(i), "header is not valid UTF-8")
+	if err := checkUTF8(hdr); err != nil {
+		return nil, err
 	}
 	if len(hdr) == 0 || hdr[0] != '{' {
 		return nil, formatErr(8, "header does not begin with '{'")
@@ -197,31 +189,11 @@ func parseHeader(hdr []byte, size int64) (*Header, error) {
 		return nil, err
 	}
 	h := &Header{DataStart: dataStart}
-	dataLen := size - dataStart
-	var entries []entry
-	seen := map[string]bool{}
-	for dec.More() {
-		at := p.at()
-		name, err := p.str("key")
-		if err != nil {
-			return nil, err
-		}
-		if seen[name] {
-			return nil, formatErr(at, "key %s appears twice", quote(name))
-		}
-		seen[name] = true
-		if name == metadataKey {
-			if h.Metadata, err = p.metadata(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		e, err := p.entry(name, at, dataStart, dataLen)
-		if err != nil {
-			return nil, err
-		}
-		entries = append(entries, e)
+	entries, metadata, err := p.members(dataStart, size-dataStart)
+	if err != nil {
+		return nil, err
 	}
+	h.Metadata = metadata
 	if _, err := p.token(); err != nil { // the closing '}': More said so
 		return nil, err
 	}
@@ -237,27 +209,91 @@ func parseHeader(hdr []byte, size int64) (*Header, error) {
 		where[e.Name] = e.at
 	}
 	h.index = sortTensors(h.Tensors)
-	end := dataStart
-	prev := ""
-	for i, t := range h.Tensors {
-		switch {
-		case t.Begin < end:
-			return nil, formatErr(where[t.Name], "tensor %s, bytes [%d, %d) of the data, overlaps tensor %s, which ends at %d",
-				quote(t.Name), t.Begin-dataStart, t.End-dataStart, quote(prev), end-dataStart)
-		case t.Begin > end && i == 0:
-			return nil, formatErr(where[t.Name], "the first tensor, %s, begins at data offset %d, leaving bytes [0, %d) unused",
-				quote(t.Name), t.Begin-dataStart, t.Begin-dataStart)
-		case t.Begin > end:
-			return nil, formatErr(where[t.Name], "tensor %s begins at data offset %d, leaving bytes [%d, %d) after tensor %s unused",
-				quote(t.Name), t.Begin-dataStart, end-dataStart, t.Begin-dataStart, quote(prev))
-		}
-		end, prev = t.End, t.Name
+	end, err := checkLayout(h.Tensors, where, dataStart)
+	if err != nil {
+		return nil, err
 	}
 	if end != size {
 		return nil, formatErr(end, "%d bytes after the last tensor's data (the data region ends at %d, the file at %d)", size-end, end, size)
 	}
 	h.DataEnd = end
 	return h, nil
+}
+
+// checkUTF8 reports a header that is not valid UTF-8, at the file offset
+// of its first invalid byte: the format requires UTF-8, and encoding/json
+// would replace invalid bytes in strings with U+FFFD rather than fail.
+func checkUTF8(hdr []byte) error {
+	if utf8.Valid(hdr) {
+		return nil
+	}
+	i := 0
+	for i < len(hdr) {
+		r, n := utf8.DecodeRune(hdr[i:])
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		i += n
+	}
+	return formatErr(8+int64(i), "header is not valid UTF-8")
+}
+
+// members parses the members of the header's object up to its closing
+// '}', which it leaves unread, and returns the tensors, checked against
+// the data region of dataLen bytes at dataStart, in the order they
+// appear, and the metadata (nil when absent or null). A key may appear
+// only once.
+func (p *parser) members(dataStart, dataLen int64) ([]entry, map[string]string, error) {
+	var entries []entry
+	var metadata map[string]string
+	seen := map[string]bool{}
+	for p.dec.More() {
+		at := p.at()
+		name, err := p.str("key")
+		if err != nil {
+			return nil, nil, err
+		}
+		if seen[name] {
+			return nil, nil, formatErr(at, "key %s appears twice", quote(name))
+		}
+		seen[name] = true
+		if name == metadataKey {
+			if metadata, err = p.metadata(); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		e, err := p.entry(name, at, dataStart, dataLen)
+		if err != nil {
+			return nil, nil, err
+		}
+		entries = append(entries, e)
+	}
+	return entries, metadata, nil
+}
+
+// checkLayout checks that the tensors, sorted by offset, tile the data
+// region from dataStart without gaps or overlaps, naming a tensor at
+// fault by where its entry began, and returns the file offset at which
+// the last one ends (dataStart when there are none).
+func checkLayout(tensors []Tensor, where map[string]int64, dataStart int64) (int64, error) {
+	end := dataStart
+	prev := ""
+	for i, t := range tensors {
+		switch {
+		case t.Begin < end:
+			return 0, formatErr(where[t.Name], "tensor %s, bytes [%d, %d) of the data, overlaps tensor %s, which ends at %d",
+				quote(t.Name), t.Begin-dataStart, t.End-dataStart, quote(prev), end-dataStart)
+		case t.Begin > end && i == 0:
+			return 0, formatErr(where[t.Name], "the first tensor, %s, begins at data offset %d, leaving bytes [0, %d) unused",
+				quote(t.Name), t.Begin-dataStart, t.Begin-dataStart)
+		case t.Begin > end:
+			return 0, formatErr(where[t.Name], "tensor %s begins at data offset %d, leaving bytes [%d, %d) after tensor %s unused",
+				quote(t.Name), t.Begin-dataStart, end-dataStart, t.Begin-dataStart, quote(prev))
+		}
+		end, prev = t.End, t.Name
+	}
+	return end, nil
 }
 
 // metadata parses the value of "__metadata__": null or an object of strings.
