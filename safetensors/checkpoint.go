@@ -80,38 +80,9 @@ func LoadCheckpoint(ctx context.Context, l *load.Loader, path string, part func(
 	if err != nil {
 		return st, err
 	}
-	files := make([]load.File, len(shards))
-	tensors := make([][]Tensor, len(shards)) // the loaded tensors, as their ranges in files
-	where := map[string]string{}             // tensor name -> shard it was found in
-	for i, s := range shards {
-		files[i].Path = s.lp
-		for _, t := range s.h.Tensors {
-			if prev, dup := where[t.Name]; dup {
-				return st, formatErr(-1, "tensor %s is in shards %s and %s", quote(t.Name), quote(prev), quote(s.name))
-			}
-			where[t.Name] = s.name
-			if weights != nil && weights[t.Name] != s.name {
-				return st, formatErr(-1, "shard %s holds tensor %s, which the index places in %s", quote(s.name), quote(t.Name), quote(weights[t.Name]))
-			}
-			rg, err := part(t)
-			if err != nil {
-				return st, fmt.Errorf("safetensors: part of tensor %s: %w", quote(t.Name), err)
-			}
-			if rg.Length == 0 {
-				continue
-			}
-			if rg.Offset < 0 || rg.Length < 0 || rg.Offset > t.Size() || rg.Length > t.Size()-rg.Offset {
-				return st, fmt.Errorf("%w: part [%d, +%d) of tensor %s of %d bytes", ErrInvalid, rg.Offset, rg.Length, quote(t.Name), t.Size())
-			}
-			rg.Offset += t.Begin
-			files[i].Ranges = append(files[i].Ranges, rg)
-			tensors[i] = append(tensors[i], t)
-		}
-	}
-	for name, sh := range weights {
-		if _, ok := where[name]; !ok {
-			return st, formatErr(-1, "the index places tensor %s in shard %s, which does not hold it", quote(name), quote(sh))
-		}
+	files, tensors, err := planShards(shards, weights, part)
+	if err != nil {
+		return st, err
 	}
 	var landed func(int, int)
 	if ready != nil {
@@ -119,14 +90,75 @@ func LoadCheckpoint(ctx context.Context, l *load.Loader, path string, part func(
 	}
 	st, err = l.LoadFiles(ctx, files, landed)
 	if err != nil {
-		for _, s := range shards {
-			if se, ok := errors.AsType[*load.ShortFileError](err); ok && se.Path == s.lp {
-				se.Path = s.name
-			}
-		}
+		nameShortShard(err, shards)
 		return st, fmt.Errorf("safetensors: loading %s: %w", path, err)
 	}
 	return st, nil
+}
+
+// planShards checks the tensors of the shards against each other and the
+// index's weight map (nil without an index), and asks part for each
+// tensor's range. It returns one load.File per shard, with the ranges to
+// load as offsets in the file, and for each the tensors those ranges hold.
+func planShards(shards []*shard, weights map[string]string, part func(Tensor) (load.Range, error)) ([]load.File, [][]Tensor, error) {
+	files := make([]load.File, len(shards))
+	tensors := make([][]Tensor, len(shards)) // the loaded tensors, as their ranges in files
+	where := map[string]string{}             // tensor name -> shard it was found in
+	for i, s := range shards {
+		files[i].Path = s.lp
+		for _, t := range s.h.Tensors {
+			if prev, dup := where[t.Name]; dup {
+				return nil, nil, formatErr(-1, "tensor %s is in shards %s and %s", quote(t.Name), quote(prev), quote(s.name))
+			}
+			where[t.Name] = s.name
+			if weights != nil && weights[t.Name] != s.name {
+				return nil, nil, formatErr(-1, "shard %s holds tensor %s, which the index places in %s", quote(s.name), quote(t.Name), quote(weights[t.Name]))
+			}
+			rg, err := tensorPart(t, part)
+			if err != nil {
+				return nil, nil, err
+			}
+			if rg.Length == 0 {
+				continue
+			}
+			files[i].Ranges = append(files[i].Ranges, rg)
+			tensors[i] = append(tensors[i], t)
+		}
+	}
+	for name, sh := range weights {
+		if _, ok := where[name]; !ok {
+			return nil, nil, formatErr(-1, "the index places tensor %s in shard %s, which does not hold it", quote(name), quote(sh))
+		}
+	}
+	return files, tensors, nil
+}
+
+// tensorPart returns the range part chooses of tensor t, checked against
+// t's bounds and moved from t's first byte to the file's; a range of
+// length 0 (the tensor left out) is returned as part gave it.
+func tensorPart(t Tensor, part func(Tensor) (load.Range, error)) (load.Range, error) {
+	rg, err := part(t)
+	if err != nil {
+		return rg, fmt.Errorf("safetensors: part of tensor %s: %w", quote(t.Name), err)
+	}
+	if rg.Length == 0 {
+		return rg, nil
+	}
+	if rg.Offset < 0 || rg.Length < 0 || rg.Offset > t.Size() || rg.Length > t.Size()-rg.Offset {
+		return rg, fmt.Errorf("%w: part [%d, +%d) of tensor %s of %d bytes", ErrInvalid, rg.Offset, rg.Length, quote(t.Name), t.Size())
+	}
+	rg.Offset += t.Begin
+	return rg, nil
+}
+
+// nameShortShard names the shard in err's *load.ShortFileError, if any, as
+// the checkpoint names it rather than by the path the load opened.
+func nameShortShard(err error, shards []*shard) {
+	for _, s := range shards {
+		if se, ok := errors.AsType[*load.ShortFileError](err); ok && se.Path == s.lp {
+			se.Path = s.name
+		}
+	}
 }
 
 // openCheckpoint opens and parses the shards of the checkpoint at path
