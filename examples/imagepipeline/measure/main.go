@@ -398,71 +398,96 @@ func (p *pipe) measure(ctx context.Context) ([]Row, Bound, error) {
 	}
 	var rows []Row
 	for _, mode := range []string{ModeNaive, ModePinned1, ModePinnedN, ModePipeline} {
-		in, out := p.pinIn.Bytes(), p.pinOut.Bytes()
-		if mode == ModeNaive || mode == ModePipeline {
-			in, out = p.goIn, p.goOut
-		}
-		loop := func(frames int) error {
-			switch mode {
-			case ModeNaive:
-				return p.naive(in, out, frames)
-			case ModePinned1:
-				return p.async(in, out, frames, 1)
-			case ModePinnedN:
-				return p.async(in, out, frames, p.cfg.streams)
-			default:
-				// One Run per pass over the ring (the last one maybe
-				// partial): Run returns when its frames are out.
-				for f := 0; f < frames; f += p.cfg.ring {
-					n := min(frames-f, p.cfg.ring) * p.res.Bytes()
-					if _, err := pl.Run(ctx, in[:n], out[:n]); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-		}
-		var fps, shares []float64
-		for rep := range p.cfg.reps + 1 {
-			clear(out) // a frame that never arrived cannot pass the check
-			frames := p.cfg.frames
-			if rep == 0 {
-				frames = p.cfg.ring // warm-up: first launch, first pipeline run
-			}
-			var staged float64
-			if mode == ModePipeline && rep > 0 {
-				// The staged bound again, just before this run, after an
-				// untimed measurement (as the bound has), so that both
-				// start with the staging engine and its goroutines warm.
-				for range 2 {
-					if staged, err = p.staged.rate(); err != nil {
-						return nil, Bound{}, fmt.Errorf("staged bound: %w", err)
-					}
-				}
-				clear(out)
-			}
-			start := time.Now()
-			if err := loop(frames); err != nil {
-				return nil, Bound{}, fmt.Errorf("%s: %w", mode, err)
-			}
-			elapsed := time.Since(start)
-			if err := p.check(out); err != nil {
-				return nil, Bound{}, fmt.Errorf("%s: %w", mode, err)
-			}
-			if rep > 0 {
-				fps = append(fps, float64(frames)/elapsed.Seconds())
-				if staged > 0 {
-					shares = append(shares, fps[len(fps)-1]*float64(2*p.res.Bytes())/staged)
-				}
-			}
-		}
-		row := Row{Res: p.res, Mode: mode, FPS: median(fps), Min: slices.Min(fps), Max: slices.Max(fps), Samples: len(fps)}
-		if len(shares) > 0 {
-			row.StagedShare = median(shares)
+		row, err := p.measureMode(ctx, pl, mode)
+		if err != nil {
+			return nil, Bound{}, err
 		}
 		rows = append(rows, row)
 	}
 	return rows, bound, nil
+}
+
+// measureMode times one mode: a warm-up run of one ring's frames, then
+// p.cfg.reps timed runs of p.cfg.frames, each run's output checked. For
+// the Pipeline it measures the staged bound again before each timed run
+// and reports the run's share of it.
+func (p *pipe) measureMode(ctx context.Context, pl *transfer.Pipeline, mode string) (Row, error) {
+	in, out := p.pinIn.Bytes(), p.pinOut.Bytes()
+	if mode == ModeNaive || mode == ModePipeline {
+		in, out = p.goIn, p.goOut
+	}
+	var fps, shares []float64
+	for rep := range p.cfg.reps + 1 {
+		clear(out) // a frame that never arrived cannot pass the check
+		frames := p.cfg.frames
+		if rep == 0 {
+			frames = p.cfg.ring // warm-up: first launch, first pipeline run
+		}
+		var staged float64
+		if mode == ModePipeline && rep > 0 {
+			var err error
+			if staged, err = p.warmStagedRate(); err != nil {
+				return Row{}, fmt.Errorf("staged bound: %w", err)
+			}
+			clear(out)
+		}
+		start := time.Now()
+		if err := p.runFrames(ctx, pl, mode, in, out, frames); err != nil {
+			return Row{}, fmt.Errorf("%s: %w", mode, err)
+		}
+		elapsed := time.Since(start)
+		if err := p.check(out); err != nil {
+			return Row{}, fmt.Errorf("%s: %w", mode, err)
+		}
+		if rep > 0 {
+			fps = append(fps, float64(frames)/elapsed.Seconds())
+			if staged > 0 {
+				shares = append(shares, fps[len(fps)-1]*float64(2*p.res.Bytes())/staged)
+			}
+		}
+	}
+	row := Row{Res: p.res, Mode: mode, FPS: median(fps), Min: slices.Min(fps), Max: slices.Max(fps), Samples: len(fps)}
+	if len(shares) > 0 {
+		row.StagedShare = median(shares)
+	}
+	return row, nil
+}
+
+// warmStagedRate measures the staged bound just before a timed Pipeline
+// run, after an untimed measurement (as the bound has), so that both
+// start with the staging engine and its goroutines warm.
+func (p *pipe) warmStagedRate() (float64, error) {
+	var staged float64
+	for range 2 {
+		var err error
+		if staged, err = p.staged.rate(); err != nil {
+			return 0, err
+		}
+	}
+	return staged, nil
+}
+
+// runFrames processes frames frames from in to out in mode: in and out
+// are the rings the mode works on, and pl is the Pipeline of ModePipeline.
+func (p *pipe) runFrames(ctx context.Context, pl *transfer.Pipeline, mode string, in, out []byte, frames int) error {
+	switch mode {
+	case ModeNaive:
+		return p.naive(in, out, frames)
+	case ModePinned1:
+		return p.async(in, out, frames, 1)
+	case ModePinnedN:
+		return p.async(in, out, frames, p.cfg.streams)
+	default:
+		// One Run per pass over the ring (the last one maybe
+		// partial): Run returns when its frames are out.
+		for f := 0; f < frames; f += p.cfg.ring {
+			n := min(frames-f, p.cfg.ring) * p.res.Bytes()
+			if _, err := pl.Run(ctx, in[:n], out[:n]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // naive is the article's starting point: one frame at a time, every copy
