@@ -39,13 +39,6 @@ func (d *Driver) MemcpyBatchAsync(dsts, srcs []cudadrv.DevicePtr, sizes []uint64
 	if op == "" {
 		return -1, &cudadrv.LoadError{Path: "cudatest", Symbol: cudadrv.SymMemcpyBatchAsyncV1, Err: cudadrv.ErrNotSupported}
 	}
-	v1 := op == cudadrv.SymMemcpyBatchAsyncV1
-	at := func(i int) int { // the failIdx the form reports
-		if v1 {
-			return i
-		}
-		return -1
-	}
 	d.mu.Lock()
 	classes := d.batchClasses(dsts, srcs)
 	d.mu.Unlock()
@@ -63,37 +56,16 @@ func (d *Driver) MemcpyBatchAsync(dsts, srcs []cudadrv.DevicePtr, sizes []uint64
 	if err != nil {
 		return -1, err
 	}
-	n := len(dsts)
-	if n == 0 || len(srcs) != n || len(sizes) != n {
-		return -1, errorWhy(op, cudadrv.ErrorInvalidValue, "batch of %d destinations, %d sources, %d sizes", len(dsts), len(srcs), len(sizes))
-	}
-	if len(attrs) == 0 || len(attrIdxs) != len(attrs) || attrIdxs[0] != 0 {
-		return -1, errorWhy(op, cudadrv.ErrorInvalidValue, "%d attributes with %d indexes (the first must be 0)", len(attrs), len(attrIdxs))
-	}
-	for k := range attrs {
-		if k > 0 && (attrIdxs[k] <= attrIdxs[k-1] || attrIdxs[k] >= uint64(n)) {
-			return -1, errorWhy(op, cudadrv.ErrorInvalidValue, "attribute index %d (%d) out of order or past the %d copies", k, attrIdxs[k], n)
-		}
-		if o := attrs[k].SrcAccessOrder; o < cudadrv.MemcpySrcAccessOrderStream || o > cudadrv.MemcpySrcAccessOrderAny {
-			return -1, errorWhy(op, cudadrv.ErrorInvalidValue, "attribute %d: source access order %d", k, o)
-		}
+	if err := checkBatchArgs(op, dsts, srcs, sizes, attrs, attrIdxs); err != nil {
+		return -1, err
 	}
 	dev, haveDev := d.ctxDevice(st.ctx)
-	type pair struct {
-		dst, src region
-		n        uint64
-	}
-	work := make([]pair, n)
-	for i := range n {
-		dst, err := d.resolveUnified(op, dsts[i], sizes[i], dev, haveDev)
-		if err != nil {
-			return at(i), err
+	work, i, err := d.resolveBatch(op, dsts, srcs, sizes, dev, haveDev)
+	if err != nil {
+		if op != cudadrv.SymMemcpyBatchAsyncV1 {
+			i = -1 // the 13.0 form does not report the copy at fault
 		}
-		src, err := d.resolveUnified(op, srcs[i], sizes[i], dev, haveDev)
-		if err != nil {
-			return at(i), err
-		}
-		work[i] = pair{dst, src, sizes[i]}
+		return i, err
 	}
 	fail.r = nil
 	d.enqueue(st, op, fail, func() error {
@@ -105,6 +77,54 @@ func (d *Driver) MemcpyBatchAsync(dsts, srcs []cudadrv.DevicePtr, sizes []uint64
 		return nil
 	})
 	return -1, nil
+}
+
+// checkBatchArgs checks the shape of a batch copy's arguments as the
+// driver does before it looks at any address: non-empty arrays of one
+// length, attribute indexes that start at 0, increase and stay below the
+// number of copies, and a valid source access order in every attribute.
+func checkBatchArgs(op string, dsts, srcs []cudadrv.DevicePtr, sizes []uint64, attrs []cudadrv.MemcpyAttributes, attrIdxs []uint64) error {
+	n := len(dsts)
+	if n == 0 || len(srcs) != n || len(sizes) != n {
+		return errorWhy(op, cudadrv.ErrorInvalidValue, "batch of %d destinations, %d sources, %d sizes", len(dsts), len(srcs), len(sizes))
+	}
+	if len(attrs) == 0 || len(attrIdxs) != len(attrs) || attrIdxs[0] != 0 {
+		return errorWhy(op, cudadrv.ErrorInvalidValue, "%d attributes with %d indexes (the first must be 0)", len(attrs), len(attrIdxs))
+	}
+	for k := range attrs {
+		if k > 0 && (attrIdxs[k] <= attrIdxs[k-1] || attrIdxs[k] >= uint64(n)) {
+			return errorWhy(op, cudadrv.ErrorInvalidValue, "attribute index %d (%d) out of order or past the %d copies", k, attrIdxs[k], n)
+		}
+		if o := attrs[k].SrcAccessOrder; o < cudadrv.MemcpySrcAccessOrderStream || o > cudadrv.MemcpySrcAccessOrderAny {
+			return errorWhy(op, cudadrv.ErrorInvalidValue, "attribute %d: source access order %d", k, o)
+		}
+	}
+	return nil
+}
+
+// batchPair is one copy of an accepted batch, its ends resolved.
+type batchPair struct {
+	dst, src region
+	n        uint64
+}
+
+// resolveBatch resolves both ends of every copy of a batch (see
+// resolveUnified), so that a batch with one bad copy queues nothing. On
+// error it also returns the index of the copy at fault. d.mu must be held.
+func (d *Driver) resolveBatch(op string, dsts, srcs []cudadrv.DevicePtr, sizes []uint64, dev cudadrv.Device, haveDev bool) ([]batchPair, int, error) {
+	work := make([]batchPair, len(dsts))
+	for i := range work {
+		dst, err := d.resolveUnified(op, dsts[i], sizes[i], dev, haveDev)
+		if err != nil {
+			return nil, i, err
+		}
+		src, err := d.resolveUnified(op, srcs[i], sizes[i], dev, haveDev)
+		if err != nil {
+			return nil, i, err
+		}
+		work[i] = batchPair{dst, src, sizes[i]}
+	}
+	return work, -1, nil
 }
 
 // resolveUnified finds the memory of a unified address a batch copy
