@@ -199,6 +199,9 @@ func groups(results []Result) []*group {
 	return out
 }
 
+// buildPanels makes the panels of results, one per group (see groups) in
+// order; the loader's groups make one panel per unit, and groups of
+// benches without a plot make none.
 func buildPanels(m Meta, results []Result) ([]*plot.Plot, error) {
 	var out []*plot.Plot
 	for _, g := range groups(results) {
@@ -214,36 +217,12 @@ func buildPanels(m Meta, results []Result) ([]*plot.Plot, error) {
 			}
 			continue
 		}
-		var p *plot.Plot
-		var err error
-		switch {
-		case oneSize(g.rs) && (g.bench == "bw" || g.bench == "pin" || g.bench == "blocks" || g.bench == "concurrency"):
-			// One size: bars, not a one-point line on a log axis.
-			p, err = barPanel(g)
-		case g.bench == "bw":
-			p, err = sizePanel(m, g, "bandwidth, "+dirTitle(g.dir), "GB/s (higher is better)", false)
-		case g.bench == "blocks":
-			p, err = sizePanel(m, g, "scattered block copies by strategy, against one contiguous copy, "+dirTitle(g.dir), "GB/s (higher is better)", false)
-			if err == nil {
-				p.X.Label.Text = "block size (bytes, log scale)"
-			}
-		case g.bench == "concurrency":
-			d, n, _ := strings.Cut(g.dir, "/")
-			p, err = sizePanel(m, g, "goroutines at once ("+strings.TrimSuffix(n, "g")+"), "+dirTitle(d)+": a shared Copier against the driver's copy", "GB/s in all (higher is better)", false)
-			if err == nil {
-				p.X.Label.Text = "bytes per goroutine per copy (log scale)"
-			}
-		case g.bench == "pin":
-			p, err = sizePanel(m, g, "pinning cost: "+opTitle(g.dir), "ms (log scale, lower is better)", true)
-		case g.bench == "zerocopy":
-			p, err = reusePanel(g)
-		case g.bench == "overlap" || g.bench == "vecadd" || g.bench == "matrix" || g.bench == "imagepipeline":
-			p, err = barPanel(g)
-		default:
-			continue
-		}
+		p, err := groupPanel(m, g)
 		if err != nil {
 			return nil, err
+		}
+		if p == nil {
+			continue
 		}
 		if note := timingNote(m, g.rs); note != "" {
 			p.Title.Text += "\n" + note
@@ -251,6 +230,38 @@ func buildPanels(m Meta, results []Result) ([]*plot.Plot, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// groupPanel makes the panel of g as its bench plots, or returns a nil
+// panel for a bench that has no plot.
+func groupPanel(m Meta, g *group) (*plot.Plot, error) {
+	var p *plot.Plot
+	var err error
+	switch {
+	case oneSize(g.rs) && (g.bench == "bw" || g.bench == "pin" || g.bench == "blocks" || g.bench == "concurrency"):
+		// One size: bars, not a one-point line on a log axis.
+		p, err = barPanel(g)
+	case g.bench == "bw":
+		p, err = sizePanel(m, g, "bandwidth, "+dirTitle(g.dir), "GB/s (higher is better)", false)
+	case g.bench == "blocks":
+		p, err = sizePanel(m, g, "scattered block copies by strategy, against one contiguous copy, "+dirTitle(g.dir), "GB/s (higher is better)", false)
+		if err == nil {
+			p.X.Label.Text = "block size (bytes, log scale)"
+		}
+	case g.bench == "concurrency":
+		d, n, _ := strings.Cut(g.dir, "/")
+		p, err = sizePanel(m, g, "goroutines at once ("+strings.TrimSuffix(n, "g")+"), "+dirTitle(d)+": a shared Copier against the driver's copy", "GB/s in all (higher is better)", false)
+		if err == nil {
+			p.X.Label.Text = "bytes per goroutine per copy (log scale)"
+		}
+	case g.bench == "pin":
+		p, err = sizePanel(m, g, "pinning cost: "+opTitle(g.dir), "ms (log scale, lower is better)", true)
+	case g.bench == "zerocopy":
+		p, err = reusePanel(g)
+	case g.bench == "overlap" || g.bench == "vecadd" || g.bench == "matrix" || g.bench == "imagepipeline":
+		p, err = barPanel(g)
+	}
+	return p, err
 }
 
 // byUnit splits g into groups of one unit each, in order of first appearance.
@@ -487,41 +498,71 @@ func reusePanel(g *group) (*plot.Plot, error) {
 // direction (matrix), with min/max marks and the figure above the bar.
 func barPanel(g *group) (*plot.Plot, error) {
 	unit := g.rs[0].Unit
-	var title string
-	switch g.bench {
-	case "overlap":
-		title = "pipeline (H2D, kernel, D2H per chunk): " + FormatSize(g.rs[0].Size) + " in all"
-	case "vecadd":
-		title = "vector add end to end: " + FormatSize(g.rs[0].Size) + " moved"
-	case "matrix":
-		title = "host<->GPU matrix, " + FormatSize(g.rs[0].Size) + " per copy: each device alone and all at once"
-	case "imagepipeline":
-		title = "image pipeline (frame in, blur, frame out), " + g.dir + " frames of " + FormatSize(g.rs[0].Size)
-	default:
-		title = g.bench + ", " + dirTitle(g.dir) + ", " + FormatSize(g.rs[0].Size)
-	}
-	p := newPlot(title)
+	p := newPlot(barTitle(g))
 	better := "higher is better"
 	if !unit.HigherIsBetter() {
 		better = "lower is better"
 	}
 	p.Y.Label.Text = fmt.Sprintf("%s (%s)", unit, better)
 	p.Y.Min = 0
+	b, err := addBars(p, g, unit)
+	if err != nil {
+		return nil, err
+	}
+	if err := addBarMarks(p, b); err != nil {
+		return nil, err
+	}
+	if err := addBoundLines(p, b.bounds, len(b.cats)); err != nil {
+		return nil, err
+	}
+	p.NominalX(b.cats...)
+	if len(b.cats) > 6 {
+		p.X.Tick.Label.Rotation = math.Pi / 6
+		p.X.Tick.Label.XAlign = draw.XRight
+	}
+	return p, nil
+}
+
+// barTitle is the title of g's bar panel, which says what one bar
+// measured.
+func barTitle(g *group) string {
+	switch g.bench {
+	case "overlap":
+		return "pipeline (H2D, kernel, D2H per chunk): " + FormatSize(g.rs[0].Size) + " in all"
+	case "vecadd":
+		return "vector add end to end: " + FormatSize(g.rs[0].Size) + " moved"
+	case "matrix":
+		return "host<->GPU matrix, " + FormatSize(g.rs[0].Size) + " per copy: each device alone and all at once"
+	case "imagepipeline":
+		return "image pipeline (frame in, blur, frame out), " + g.dir + " frames of " + FormatSize(g.rs[0].Size)
+	}
+	return g.bench + ", " + dirTitle(g.dir) + ", " + FormatSize(g.rs[0].Size)
+}
+
+// bars records the bars addBars drew, for the marks and lines drawn over
+// them; bar i is at x = i.
+type bars struct {
+	cats   []string        // each bar's category, its x axis label
+	xys    plotter.XYs     // each bar's median
+	errs   plotter.YErrors // each bar's distances down to its min and up to its max
+	vals   plotter.Values  // each bar's median, for its label
+	bounds []Result        // the computed rows, drawn as lines rather than bars
+}
+
+// addBars adds to p one bar per result of g in unit, in order, and keeps
+// its computed rows (VariantBound, TimingComputed) for addBoundLines.
+func addBars(p *plot.Plot, g *group, unit Unit) (bars, error) {
 	// One bar per category: the kind, or for the matrix the kind in each
 	// direction, coloured by direction. Each bar is its own chart at an
 	// integer x so that its min/max mark and label sit on it.
-	var cats []string
-	var xys plotter.XYs
-	var errs plotter.YErrors
-	var vals plotter.Values
+	var b bars
 	var sets []string
-	var bounds []Result
 	for _, r := range g.rs {
 		if r.Unit != unit {
 			continue
 		}
 		if r.Kind == VariantBound || r.Timing == TimingComputed {
-			bounds = append(bounds, r) // computed: a line, not a measured bar
+			b.bounds = append(b.bounds, r) // computed: a line, not a measured bar
 			continue
 		}
 		set, cat := "", r.Kind
@@ -534,11 +575,11 @@ func barPanel(g *group) (*plot.Plot, error) {
 			sets = append(sets, set)
 			si = len(sets) - 1
 		}
-		x := float64(len(cats))
-		cats = append(cats, cat)
+		x := float64(len(b.cats))
+		b.cats = append(b.cats, cat)
 		bc, err := plotter.NewBarChart(plotter.Values{r.Median}, vg.Points(min(56, 420/float64(len(g.rs)))))
 		if err != nil {
-			return nil, err
+			return bars{}, err
 		}
 		bc.XMin = x
 		bc.Color = palette[si%len(palette)]
@@ -547,26 +588,32 @@ func barPanel(g *group) (*plot.Plot, error) {
 		if set != "" && first {
 			p.Legend.Add(set, bc)
 		}
-		xys = append(xys, plotter.XY{X: x, Y: r.Median})
-		errs = append(errs, struct{ Low, High float64 }{r.Median - r.Min, r.Max - r.Median})
-		vals = append(vals, r.Median)
+		b.xys = append(b.xys, plotter.XY{X: x, Y: r.Median})
+		b.errs = append(b.errs, struct{ Low, High float64 }{r.Median - r.Min, r.Max - r.Median})
+		b.vals = append(b.vals, r.Median)
 	}
+	return b, nil
+}
+
+// addBarMarks adds to p the min/max mark of every bar of b and its figure
+// above the mark.
+func addBarMarks(p *plot.Plot, b bars) error {
 	eb, err := plotter.NewYErrorBars(struct {
 		plotter.XYs
 		plotter.YErrors
-	}{xys, errs})
+	}{b.xys, b.errs})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	eb.CapWidth = vg.Points(6)
 	p.Add(eb)
-	top := make(plotter.XYs, len(xys))
-	for i, xy := range xys {
-		top[i] = plotter.XY{X: xy.X, Y: xy.Y + errs[i].High}
+	top := make(plotter.XYs, len(b.xys))
+	for i, xy := range b.xys {
+		top[i] = plotter.XY{X: xy.X, Y: xy.Y + b.errs[i].High}
 	}
-	labels, err := plotter.NewLabels(plotter.XYLabels{XYs: top, Labels: valueLabels(vals)})
+	labels, err := plotter.NewLabels(plotter.XYLabels{XYs: top, Labels: valueLabels(b.vals)})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for i := range labels.TextStyle {
 		labels.TextStyle[i].Font.Size = vg.Points(8)
@@ -574,22 +621,23 @@ func barPanel(g *group) (*plot.Plot, error) {
 	}
 	labels.Offset = vg.Point{Y: vg.Points(4)}
 	p.Add(labels)
+	return nil
+}
+
+// addBoundLines adds to p a dashed line across the ncats bars for each
+// computed row of bounds, with a legend entry that says it was computed.
+func addBoundLines(p *plot.Plot, bounds []Result, ncats int) error {
 	for i, b := range bounds {
-		l, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: b.Median}, {X: float64(len(cats)) - 0.5, Y: b.Median}})
+		l, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: b.Median}, {X: float64(ncats) - 0.5, Y: b.Median}})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		l.Color, l.Width, l.Dashes = color.Gray{0x33}, vg.Points(1.4), dashes[1+i%(len(dashes)-1)]
 		p.Add(l)
 		p.Legend.Add(fmt.Sprintf("%s %s %s (computed, not measured)", b.Kind, formatValue(b.Median), b.Unit), l)
 		p.Y.Max = max(p.Y.Max, b.Median*1.15) // room for the legend above the line
 	}
-	p.NominalX(cats...)
-	if len(cats) > 6 {
-		p.X.Tick.Label.Rotation = math.Pi / 6
-		p.X.Tick.Label.XAlign = draw.XRight
-	}
-	return p, nil
+	return nil
 }
 
 func valueLabels(vs plotter.Values) []string {
