@@ -178,32 +178,21 @@ func (w *bwWork) hasDir(d string) bool {
 
 // kind measures one host memory kind at every size and direction.
 func (w *bwWork) kind(kind string) ([]Result, error) {
-	var out []Result
-	skipAll := func(why string) []Result {
-		for _, n := range w.cfg.Sizes {
-			for _, d := range w.cfg.Dirs {
-				r := skipped("bw", kind, d, n, GBps, why)
-				w.s.progress(r)
-				out = append(out, r)
-			}
-		}
-		return out
-	}
 	if kind == KindMapped && w.s.kernErr != nil {
-		return skipAll("kernels unavailable: " + w.s.kernErr.Error()), nil
+		return w.skipAll(kind, "kernels unavailable: "+w.s.kernErr.Error()), nil
 	}
 	var copier *transfer.Copier
 	if kind == KindCopier {
 		cp, err := transfer.New(w.s.Ctx)
 		if err != nil {
-			return skipAll("transfer.New: " + err.Error()), nil
+			return w.skipAll(kind, "transfer.New: "+err.Error()), nil
 		}
 		defer cp.Close(context.Background())
 		copier = cp
 	}
 	hA, err := w.s.allocHost(kind, w.n)
 	if err != nil {
-		return skipAll(fmt.Sprintf("allocating %s: %v", FormatSize(int64(w.n)), err)), nil
+		return w.skipAll(kind, fmt.Sprintf("allocating %s: %v", FormatSize(int64(w.n)), err)), nil
 	}
 	defer hA.free()
 	var hB *hostMem
@@ -213,24 +202,10 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 		}
 		defer hB.free()
 	}
+	var out []Result
 	for _, n := range w.cfg.Sizes {
 		for _, d := range w.cfg.Dirs {
-			var r Result
-			var err error
-			switch {
-			case d == DirBidir && hB == nil:
-				r = skipped("bw", kind, d, n, GBps, "second host buffer could not be allocated")
-			case kind == KindMapped && n%4 != 0:
-				r = skipped("bw", kind, d, n, GBps, "mapped kernels need a multiple of 4 bytes")
-			case kind == KindCopier:
-				r, err = w.copier(kind, copier, hA, hB, d, int(n))
-			case kind == KindPageableSync:
-				r, err = w.pageableSync(hA, hB, d, int(n))
-			case kind == KindPageable && d == DirBidir:
-				r, err = w.pageableBidir(hA, hB, int(n))
-			default:
-				r, err = w.measure(kind, hA, hB, d, int(n))
-			}
+			r, err := w.one(kind, copier, hA, hB, d, n)
 			if err != nil {
 				if isFatal(err) {
 					if r.Samples > 0 {
@@ -246,6 +221,40 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 		}
 	}
 	return out, nil
+}
+
+// skipAll returns, and reports as progress, a skipped result with reason
+// why for every size and direction of kind.
+func (w *bwWork) skipAll(kind, why string) []Result {
+	var out []Result
+	for _, n := range w.cfg.Sizes {
+		for _, d := range w.cfg.Dirs {
+			r := skipped("bw", kind, d, n, GBps, why)
+			w.s.progress(r)
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// one measures kind in direction dir at n bytes by the method the kind
+// needs (copier is the Copier of KindCopier; hB is nil when the second
+// host buffer could not be allocated), or returns it skipped when it
+// cannot be measured.
+func (w *bwWork) one(kind string, copier *transfer.Copier, hA, hB *hostMem, dir string, n int64) (Result, error) {
+	switch {
+	case dir == DirBidir && hB == nil:
+		return skipped("bw", kind, dir, n, GBps, "second host buffer could not be allocated"), nil
+	case kind == KindMapped && n%4 != 0:
+		return skipped("bw", kind, dir, n, GBps, "mapped kernels need a multiple of 4 bytes"), nil
+	case kind == KindCopier:
+		return w.copier(kind, copier, hA, hB, dir, int(n))
+	case kind == KindPageableSync:
+		return w.pageableSync(hA, hB, dir, int(n))
+	case kind == KindPageable && dir == DirBidir:
+		return w.pageableBidir(hA, hB, int(n))
+	}
+	return w.measure(kind, hA, hB, dir, int(n))
 }
 
 // isFatal reports whether err ends the run: the caller's context is done,
@@ -271,79 +280,11 @@ type bwPlan struct {
 	note    string
 }
 
+// plan makes the work of one (kind, direction, size) measurement: for h2d
+// and d2h one lane on stream A, for bidir lane A host to device and lane
+// B device to host at once, on stream B.
 func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
-	s := w.s
-	grid, block := s.grid()
-	const seed = 0x5eed
 	p := bwPlan{hold: kind != KindPageable}
-	h2dLane := func(h *hostMem, dev *cuda.DeviceBuffer, exp []byte, out *cuda.DeviceBuffer) (lane, func() error, func(int) error) {
-		if kind == KindMapped {
-			op := func(st *cuda.Stream, _ int) error {
-				return s.fns[kernels.KernelReadSum].Launch(st, grid, block, 0, h.dptr, uint64(n/4), out.Ptr())
-			}
-			prep := func() error {
-				copy(h.b[:n], exp[:n])
-				return memsetPrefix(out, 0, 8)
-			}
-			ver := func(reps int) error {
-				var got [8]byte
-				if _, err := out.ReadAt(got[:], 0); err != nil {
-					return err
-				}
-				want := uint64(reps) * sumWords(exp[:n])
-				if g := binary.LittleEndian.Uint64(got[:]); g != want {
-					return fmt.Errorf("read_sum_u32 of mapped memory gave %#x, want %#x", g, want)
-				}
-				return nil
-			}
-			return lane{op: op}, prep, ver
-		}
-		op := func(st *cuda.Stream, _ int) error { return st.CopyHtoD(dev, 0, h.b[:n]) }
-		prep := func() error {
-			copy(h.b[:n], exp[:n])
-			return memsetPrefix(dev, poisonDevice, n)
-		}
-		ver := func(int) error {
-			if _, err := dev.ReadAt(w.scratch[:n], 0); err != nil {
-				return err
-			}
-			if i := firstDiff(w.scratch[:n], exp[:n]); i >= 0 {
-				return fmt.Errorf("device byte %d is %#x after the copy, want %#x", i, w.scratch[i], exp[i])
-			}
-			return nil
-		}
-		return lane{op: op}, prep, ver
-	}
-	d2hLane := func(h *hostMem, dev *cuda.DeviceBuffer, exp []byte) (lane, func() error, func(int) error) {
-		if kind == KindMapped {
-			op := func(st *cuda.Stream, _ int) error {
-				return s.fns[kernels.KernelFill].Launch(st, grid, block, 0, h.dptr, uint64(n/4), uint32(seed))
-			}
-			prep := func() error { poison(h.b[:n], poisonHost); return nil }
-			ver := func(int) error {
-				for i := 0; i < n/4; i++ {
-					if g, want := binary.LittleEndian.Uint32(h.b[4*i:]), kernels.Pattern(seed, uint64(i)); g != want {
-						return fmt.Errorf("mapped word %d is %#x after fill_u32, want %#x", i, g, want)
-					}
-				}
-				return nil
-			}
-			return lane{op: op}, prep, ver
-		}
-		op := func(st *cuda.Stream, _ int) error { return st.CopyDtoH(h.b[:n], dev, 0) }
-		prep := func() error {
-			poison(h.b[:n], poisonHost)
-			_, err := dev.WriteAt(exp[:n], 0)
-			return err
-		}
-		ver := func(int) error {
-			if i := firstDiff(h.b[:n], exp[:n]); i >= 0 {
-				return fmt.Errorf("host byte %d is %#x after the copy, want %#x", i, h.b[i], exp[i])
-			}
-			return nil
-		}
-		return lane{op: op}, prep, ver
-	}
 	var preps []func() error
 	var vers []func(int) error
 	add := func(l lane, st *cuda.Stream, prep func() error, ver func(int) error) {
@@ -355,15 +296,15 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 	}
 	switch dir {
 	case DirH2D:
-		l, pr, v := h2dLane(hA, w.devA, w.expA, w.outA)
+		l, pr, v := w.h2dLane(kind, n, hA, w.devA, w.expA, w.outA)
 		add(l, w.stA, pr, v)
 	case DirD2H:
-		l, pr, v := d2hLane(hA, w.devA, w.expA)
+		l, pr, v := w.d2hLane(kind, n, hA, w.devA, w.expA)
 		add(l, w.stA, pr, v)
 	case DirBidir:
-		l, pr, v := h2dLane(hA, w.devA, w.expA, w.outA)
+		l, pr, v := w.h2dLane(kind, n, hA, w.devA, w.expA, w.outA)
 		add(l, w.stA, pr, v)
-		l, pr, v = d2hLane(hB, w.devB, w.expB)
+		l, pr, v = w.d2hLane(kind, n, hB, w.devB, w.expB)
 		add(l, w.stB, pr, v)
 	}
 	p.prepare = func() error {
@@ -396,6 +337,89 @@ func (w *bwWork) plan(kind string, hA, hB *hostMem, dir string, n int) bwPlan {
 		}
 	}
 	return p
+}
+
+// h2dLane returns the lane that moves the first n bytes of h to the
+// device, with its preparation and its verification after reps units:
+// for KindMapped the kernel read_sum_u32 reads h through its device
+// pointer into the accumulator out, and the sum is checked; otherwise a
+// copy into dev, whose bytes are checked against exp.
+func (w *bwWork) h2dLane(kind string, n int, h *hostMem, dev *cuda.DeviceBuffer, exp []byte, out *cuda.DeviceBuffer) (lane, func() error, func(int) error) {
+	if kind == KindMapped {
+		grid, block := w.s.grid()
+		op := func(st *cuda.Stream, _ int) error {
+			return w.s.fns[kernels.KernelReadSum].Launch(st, grid, block, 0, h.dptr, uint64(n/4), out.Ptr())
+		}
+		prep := func() error {
+			copy(h.b[:n], exp[:n])
+			return memsetPrefix(out, 0, 8)
+		}
+		ver := func(reps int) error {
+			var got [8]byte
+			if _, err := out.ReadAt(got[:], 0); err != nil {
+				return err
+			}
+			want := uint64(reps) * sumWords(exp[:n])
+			if g := binary.LittleEndian.Uint64(got[:]); g != want {
+				return fmt.Errorf("read_sum_u32 of mapped memory gave %#x, want %#x", g, want)
+			}
+			return nil
+		}
+		return lane{op: op}, prep, ver
+	}
+	op := func(st *cuda.Stream, _ int) error { return st.CopyHtoD(dev, 0, h.b[:n]) }
+	prep := func() error {
+		copy(h.b[:n], exp[:n])
+		return memsetPrefix(dev, poisonDevice, n)
+	}
+	ver := func(int) error {
+		if _, err := dev.ReadAt(w.scratch[:n], 0); err != nil {
+			return err
+		}
+		if i := firstDiff(w.scratch[:n], exp[:n]); i >= 0 {
+			return fmt.Errorf("device byte %d is %#x after the copy, want %#x", i, w.scratch[i], exp[i])
+		}
+		return nil
+	}
+	return lane{op: op}, prep, ver
+}
+
+// d2hLane returns the lane that moves n bytes from the device into the
+// first n bytes of h, with its preparation and its verification: for
+// KindMapped the kernel fill_u32 writes a pattern into h through its
+// device pointer; otherwise a copy from dev, filled with exp first. The
+// host bytes are checked either way.
+func (w *bwWork) d2hLane(kind string, n int, h *hostMem, dev *cuda.DeviceBuffer, exp []byte) (lane, func() error, func(int) error) {
+	if kind == KindMapped {
+		const seed = 0x5eed
+		grid, block := w.s.grid()
+		op := func(st *cuda.Stream, _ int) error {
+			return w.s.fns[kernels.KernelFill].Launch(st, grid, block, 0, h.dptr, uint64(n/4), uint32(seed))
+		}
+		prep := func() error { poison(h.b[:n], poisonHost); return nil }
+		ver := func(int) error {
+			for i := 0; i < n/4; i++ {
+				if g, want := binary.LittleEndian.Uint32(h.b[4*i:]), kernels.Pattern(seed, uint64(i)); g != want {
+					return fmt.Errorf("mapped word %d is %#x after fill_u32, want %#x", i, g, want)
+				}
+			}
+			return nil
+		}
+		return lane{op: op}, prep, ver
+	}
+	op := func(st *cuda.Stream, _ int) error { return st.CopyDtoH(h.b[:n], dev, 0) }
+	prep := func() error {
+		poison(h.b[:n], poisonHost)
+		_, err := dev.WriteAt(exp[:n], 0)
+		return err
+	}
+	ver := func(int) error {
+		if i := firstDiff(h.b[:n], exp[:n]); i >= 0 {
+			return fmt.Errorf("host byte %d is %#x after the copy, want %#x", i, h.b[i], exp[i])
+		}
+		return nil
+	}
+	return lane{op: op}, prep, ver
 }
 
 // measure runs one (kind, direction, size) measurement with the device's
