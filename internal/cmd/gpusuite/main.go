@@ -369,32 +369,49 @@ func (s *suite) account(name string, rc int, res result, secs string, timeout in
 	} else {
 		if res.Fail == 0 {
 			res.Fail = 1
-			why := fmt.Sprintf("exit status %d", rc)
-			switch {
-			case strings.Contains(res.Text, "panic: test timed out"):
-				why = fmt.Sprintf("test timed out after %ds", timeout)
-			case rc == 124 || rc == 137:
-				why = fmt.Sprintf("killed after %ds+ (hung?)", timeout)
-			case rc == 99:
-				why = "compute-sanitizer reported errors"
-			}
-			if i := strings.Index(res.Text, "\nFAIL: leaked"); i >= 0 {
-				why, _, _ = strings.Cut(res.Text[i+1:], "\n")
-			}
-			s.fails = append(s.fails, name+": "+why)
+			s.fails = append(s.fails, name+": "+failureWhy(rc, res.Text, timeout))
 		}
 		s.row(name, "FAIL", res.Pass, res.Fail, res.Skip, secs)
 	}
 	if s.tier == "full" {
-		if f, err := os.OpenFile(filepath.Join(s.out, "bench.txt"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
-			for l := range strings.Lines(res.Text) {
-				if benchLine(l) {
-					fmt.Fprintf(f, "%s: %s", name, l)
-				}
-			}
-			f.Close()
+		s.appendBenchLines(name, res.Text)
+	}
+}
+
+// failureWhy says why a binary that exited with status rc and printed
+// text failed when no test of it failed: the leak report of testutil.Main
+// if it printed one, else a timeout, a kill, a sanitizer finding or the
+// bare exit status (timeout is its -test.timeout in seconds).
+func failureWhy(rc int, text string, timeout int) string {
+	if i := strings.Index(text, "\nFAIL: leaked"); i >= 0 {
+		why, _, _ := strings.Cut(text[i+1:], "\n")
+		return why
+	}
+	switch {
+	case strings.Contains(text, "panic: test timed out"):
+		return fmt.Sprintf("test timed out after %ds", timeout)
+	case rc == 124 || rc == 137:
+		return fmt.Sprintf("killed after %ds+ (hung?)", timeout)
+	case rc == 99:
+		return "compute-sanitizer reported errors"
+	}
+	return fmt.Sprintf("exit status %d", rc)
+}
+
+// appendBenchLines appends the benchmark result lines of text to
+// bench.txt in the output directory, each prefixed with the binary's
+// name; the file is best effort, so an error opening it is ignored.
+func (s *suite) appendBenchLines(name, text string) {
+	f, err := os.OpenFile(filepath.Join(s.out, "bench.txt"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	for l := range strings.Lines(text) {
+		if benchLine(l) {
+			fmt.Fprintf(f, "%s: %s", name, l)
 		}
 	}
+	f.Close()
 }
 
 // benchLine reports whether l is a benchmark result ("BenchmarkX-8  100  12 ns/op").
