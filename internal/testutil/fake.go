@@ -76,6 +76,23 @@ func OnFake(start func(t testing.TB, d *fakedrv.Driver) (check func())) {
 	fakeChecks.start = append(fakeChecks.start, start)
 }
 
+// CheckPinned adds to every fake UseFake installs, by OnFake, a check that
+// pinned returns at the fake's cleanup what it returned at its install,
+// so that a test that leaves memory pinned fails. pinned reads pinmem's
+// ledger (pinmem.Stats().Pinned, say): it is a parameter because testutil
+// cannot import pinmem, whose own tests import testutil. Call it from
+// TestMain, before Main.
+func CheckPinned[T comparable](pinned func() T) {
+	OnFake(func(t testing.TB, _ *fakedrv.Driver) func() {
+		pinned0 := pinned()
+		return func() {
+			if p := pinned(); p != pinned0 {
+				t.Errorf("pinmem ledger: %+v pinned at the end, %+v at the start", p, pinned0)
+			}
+		}
+	})
+}
+
 // AllowLeaks turns off the leak check of UseFake for d, for a test that
 // leaves driver objects behind on purpose.
 func AllowLeaks(d *fakedrv.Driver) {

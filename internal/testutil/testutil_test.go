@@ -59,6 +59,14 @@ func TestHelper(t *testing.T) {
 	case "leakgoroutine":
 		ch := make(chan struct{})
 		go func() { <-ch }()
+	case "pinnedleak", "pinnedkept":
+		var pinned int
+		CheckPinned(func() int { return pinned })
+		UseFake(t, fakedrv.Options{})
+		if os.Getenv(envHelper) == "pinnedleak" {
+			pinned++ // as if the test left memory pinned
+		}
+		t.Log("test done")
 	case "fakeleak", "fakeleak-allowed":
 		d := UseFake(t, fakedrv.Options{})
 		if os.Getenv(envHelper) == "fakeleak-allowed" {
@@ -106,6 +114,18 @@ func TestUseFakeLeakCheck(t *testing.T) {
 	})
 	if checked != 1 {
 		t.Errorf("OnFake's check ran %d times at the fake's cleanup, want 1", checked)
+	}
+}
+
+// TestCheckPinned: CheckPinned fails a test whose fake's cleanup finds
+// the ledger changed since the fake was installed, and only such a test.
+func TestCheckPinned(t *testing.T) {
+	out, ok := child(t, "pinnedleak")
+	if ok || !strings.Contains(out, "pinmem ledger: 1 pinned at the end, 0 at the start") {
+		t.Errorf("a test leaving memory pinned: ok=%v, want a failure naming the ledger:\n%s", ok, out)
+	}
+	if out, ok := child(t, "pinnedkept"); !ok || !strings.Contains(out, "test done") {
+		t.Errorf("a test leaving the ledger as it found it: ok=%v, want a pass:\n%s", ok, out)
 	}
 }
 
