@@ -137,19 +137,11 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 				return cp, fmt.Errorf("transfer: creating the copy stream: %w", err)
 			}
 		}
-		if l.done, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
-			return cp, err
+		if err = newEvents(c, syncEvent, &l.done, &l.near); err == nil && o.stats {
+			err = newEvents(c, cuda.EventDefault, &l.t0, &l.t1)
 		}
-		if l.near, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
+		if err != nil {
 			return cp, err
-		}
-		if o.stats {
-			if l.t0, err = c.NewEvent(cuda.EventDefault); err != nil {
-				return cp, err
-			}
-			if l.t1, err = c.NewEvent(cuda.EventDefault); err != nil {
-				return cp, err
-			}
 		}
 		cp.free <- l
 	}
@@ -161,6 +153,19 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 		cp.cache = newRegCache(o.cacheLimit, o.cacheMin, pinmem.WithDevice(c.Device()))
 	}
 	return cp, nil
+}
+
+// syncEvent are the flags of the events a wait sleeps on.
+const syncEvent = cuda.EventBlockingSync | cuda.EventDisableTiming
+
+// newEvents creates an event with flags for each of evs.
+func newEvents(c *cuda.Context, flags cuda.EventFlags, evs ...**cuda.Event) (err error) {
+	for _, ev := range evs {
+		if *ev, err = c.NewEvent(flags); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ok reports whether c may be used: not nil.

@@ -129,7 +129,7 @@ func (e *engine) newStage() (*stage, error) {
 	}
 	s.mem, s.cuts = s.buf.Bytes(), segCuts(s.buf)
 	if !e.key.pipeline {
-		if s.ev, err = e.key.ctx.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
+		if s.ev, err = e.key.ctx.NewEvent(syncEvent); err != nil {
 			return nil, errors.Join(err, freeStages([]*stage{s}))
 		}
 	}

@@ -235,7 +235,7 @@ func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
 	for i := 0; i < cfg.inFlight; i++ {
 		sl := &slot{stream: p.streams[i%cfg.streams], streamIdx: i % cfg.streams}
 		p.slots = append(p.slots, sl)
-		if sl.ev, err = c.cctx.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
+		if sl.ev, err = c.cctx.NewEvent(syncEvent); err != nil {
 			return p, err
 		}
 		if sl.dev, err = c.cctx.Alloc(cfg.chunkSize); err != nil {
