@@ -7,9 +7,9 @@ import (
 	"github.com/pinmem/pinmem"
 )
 
-// cacheBufs are the buffers registration caches registered. The registry
-// lookup leaves them to their cache, which holds them for the length of a
-// copy (another Copier's cache could evict one in the middle of it).
+// cacheBufs are the buffers registration caches registered: lookups leave
+// them to their cache, which holds them for a copy (another Copier's
+// cache could evict one in the middle of it).
 var cacheBufs sync.Map // *pinmem.Buffer -> struct{}
 
 // pinnedSet is the buffers made known with AddPinned.
@@ -36,8 +36,7 @@ func (p *pinnedSet) add(b *pinmem.Buffer) (remove func()) {
 	}
 }
 
-// spans appends the parts of host in known buffers to spans and their
-// registration boundaries to cuts (regSpans).
+// spans appends the parts of host in known buffers and their cuts (regSpans).
 func (p *pinnedSet) spans(host []byte, spans []span, cuts []int) ([]span, []int) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -75,9 +74,8 @@ func regSpans(host []byte, b *pinmem.Buffer, spans []span, cuts []int) ([]span, 
 	return spans, cuts
 }
 
-// lookupSpansIf appends the parts of host that lie in buffers pinmem
-// pinned (pinmem.Lookup) and ok accepts, except those of
-// registration caches, and the boundaries of their registrations.
+// lookupSpansIf appends the parts of host in buffers pinmem pinned that ok
+// accepts, registration caches' excepted, and their registrations' cuts.
 func lookupSpansIf(host []byte, spans []span, cuts []int, ok func(*pinmem.Buffer) bool) ([]span, []int) {
 	off := 0
 	for off < len(host) {
@@ -98,10 +96,8 @@ func lookupSpansIf(host []byte, spans []span, cuts []int, ok func(*pinmem.Buffer
 	return spans, cuts
 }
 
-// segCuts returns the offsets in b.Bytes() at which one registration of b
-// ends and the next begins (none for a buffer of one registration).
-// Staging buffers larger than a registration (over 4 GiB) are copied
-// piece by piece at these offsets.
+// segCuts returns the offsets in b.Bytes() where one registration of b ends
+// and the next begins: a stage over 4 GiB is copied piece by piece there.
 func segCuts(b *pinmem.Buffer) []int {
 	segs := b.Segments()
 	var cuts []int
@@ -155,9 +151,7 @@ func splitAtCuts(spans []span, cuts []int) []span {
 	return out
 }
 
-// mayBePinned reports, cheaply, whether part of host could be copied
-// directly: it lies in a buffer made known with AddPinned or pinned by
-// pinmem, or the registration cache would consider it.
+// mayBePinned reports cheaply whether part of host could be copied directly.
 func (c *copier) mayBePinned(host []byte) bool {
 	if c.cache != nil && len(host) >= c.cache.min {
 		return true

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,6 +19,7 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/bench"
+	"github.com/pinmem/pinmem/internal/cpuclock"
 	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/units"
 	"github.com/pinmem/pinmem/load"
@@ -236,15 +236,6 @@ func (f *benchLoadFlags) checkFile() (checkpoint bool, err error) {
 	return checkpoint, nil
 }
 
-// cpuTime returns the process's user plus system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // loadSample is one timed run: its wall time and the process CPU time.
 type loadSample struct {
 	wall, cpu time.Duration
@@ -267,9 +258,9 @@ func measure(ctx context.Context, kind, dir string, size int64, samples int, bef
 				return skippedPair(rate, cpu, err), nil
 			}
 		}
-		c0, t0 := cpuTime(), time.Now()
+		c0, t0 := cpuclock.Process(), time.Now()
 		err := fn(i)
-		s := loadSample{time.Since(t0), cpuTime() - c0}
+		s := loadSample{time.Since(t0), cpuclock.Process() - c0}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
