@@ -12,13 +12,11 @@ import (
 // (and by a Pipeline whose Copier was closed).
 var ErrClosed = errors.New("transfer: closed")
 
-// ErrWrongDevice is returned when a device buffer belongs to another
-// device than the one the call copies with: a Copier's context's device,
-// or, for a Multi, the device of the context at the buffer's index.
+// ErrWrongDevice is returned when a device buffer is not on the device
+// the call copies with (for a Multi, the one at the buffer's index).
 var ErrWrongDevice = errors.New("transfer: device buffer on another device")
 
-// SizeError says that host and device memory of a copy disagree in size:
-// the device buffer (or the host destination) is too small. It matches
+// SizeError says that a copy's destination is too small. It matches
 // cuda.ErrInvalidValue.
 type SizeError struct {
 	Op   string // "host-to-device", "device-to-host", "pipeline output" ...
@@ -64,8 +62,8 @@ func checkCtx(ctx context.Context) error {
 	return nil
 }
 
-// checkBuf checks a device buffer a copy is about to use: not nil, not
-// freed, and on device dev (when the buffer knows its context).
+// checkBuf checks that b is not nil, not freed and (when it knows its
+// context) on device dev.
 func checkBuf(b *cuda.DeviceBuffer, dev *cuda.Device, what string) error {
 	if b == nil {
 		return fmt.Errorf("transfer: nil %s: %w", what, cuda.ErrInvalidValue)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"sort"
 	"sync"
 
 	"github.com/pinmem/pinmem"
@@ -11,16 +12,14 @@ import (
 	"github.com/pinmem/pinmem/internal/reclaim"
 )
 
-// regCache is a Copier's registration cache (WithRegistrationCache).
-// Registrations are keyed by page ranges: only the whole pages inside a
-// slice are registered (the partial pages at its ends are staged); a
-// request overlapping registered ranges shares them (reference counts),
-// and fills the gaps with new registrations, or, when the ranges it
-// overlaps are idle, replaces them with one registration of the union (a
-// merge). Idle registrations are evicted least recently used first when
-// the cache's limit would be exceeded and when pinmem's budget asks
-// (reclaim). The memory it registered stays alive until it is evicted,
-// forgotten (Copier.Forget) or the Copier is closed.
+// regCache is a Copier's registration cache (WithRegistrationCache),
+// keyed by page ranges: only the whole pages inside a slice are
+// registered (the partial pages at its ends are staged). A request shares
+// the registered ranges it overlaps (reference counts) and fills the gaps
+// with new registrations or, when every range it overlaps is idle,
+// replaces them with one registration of the union (a merge). Idle
+// registrations are evicted least recently used first, for the cache's
+// limit and when pinmem's budget asks (reclaim).
 type regCache struct {
 	mu      sync.Mutex
 	entries []*regEntry // sorted by lo, disjoint; pending ones included
@@ -31,9 +30,7 @@ type regCache struct {
 	closed  bool
 	remove  func()
 	stats   CacheStats
-	// unfreed holds registrations whose release failed: the driver still
-	// holds them; the next release of the cache retries them.
-	unfreed []*pinmem.Buffer
+	unfreed []*pinmem.Buffer // releases the driver failed: the next freeAll retries them
 }
 
 // CacheStats are a registration cache's counters.
@@ -53,9 +50,9 @@ type regEntry struct {
 	lo, hi  uintptr
 	buf     *pinmem.Buffer
 	refs    int
-	last    uint64
-	pending bool // being registered; not usable yet
-	dead    bool // forgotten while in use: released on the last release
+	last    uint64 // tick of the last use
+	pending bool   // being registered; not usable yet
+	dead    bool   // forgotten while in use: released on the last release
 }
 
 func (e *regEntry) size() int64 { return int64(e.hi - e.lo) }
@@ -65,6 +62,7 @@ type regHold struct{ entries []*regEntry }
 
 var pageSize = uintptr(os.Getpagesize())
 
+// newRegCache makes a cache that also answers pinmem's budget (reclaim).
 func newRegCache(limit int64, minSize int, opts ...pinmem.Option) *regCache {
 	c := &regCache{limit: limit, min: max(minSize, int(pageSize)), opts: opts}
 	c.remove = reclaim.Add(reclaim.Func(c.reclaim))
@@ -73,74 +71,54 @@ func newRegCache(limit int64, minSize int, opts ...pinmem.Option) *regCache {
 
 // overlapping returns the indexes [i, j) of entries overlapping [lo, hi). c.mu held.
 func (c *regCache) overlapping(lo, hi uintptr) (int, int) {
-	i := 0
-	for i < len(c.entries) && c.entries[i].hi <= lo {
-		i++
-	}
-	j := i
-	for j < len(c.entries) && c.entries[j].lo < hi {
-		j++
-	}
-	return i, j
+	i := sort.Search(len(c.entries), func(k int) bool { return c.entries[k].hi > lo })
+	return i, i + sort.Search(len(c.entries)-i, func(k int) bool { return c.entries[i+k].lo >= hi })
 }
 
+// unlink removes e from the entries. c.mu held.
 func (c *regCache) unlink(e *regEntry) {
-	for i, x := range c.entries {
-		if x == e {
-			c.entries = append(c.entries[:i], c.entries[i+1:]...)
-			return
-		}
+	if i := slices.Index(c.entries, e); i >= 0 {
+		c.entries = slices.Delete(c.entries, i, i+1)
 	}
 }
 
-// makeRoom evicts idle entries, least recently used first, until need more
-// bytes fit under the limit. It returns the buffers to free (outside the
-// lock) and whether the bytes fit. c.mu held.
-func (c *regCache) makeRoom(need int64) ([]*pinmem.Buffer, bool) {
-	if c.limit == 0 {
-		return nil, true
+// evict unlinks idle entries, least recently used first, until enough
+// (given the bytes freed so far) or none is idle, and returns their
+// buffers, to free outside the lock. c.mu held.
+func (c *regCache) evict(enough func(freed int64) bool) (bufs []*pinmem.Buffer, freed int64) {
+	for !enough(freed) {
+		var v *regEntry
+		for _, e := range c.entries {
+			if e.refs == 0 && !e.pending && (v == nil || e.last < v.last) {
+				v = e
+			}
+		}
+		if v == nil {
+			break
+		}
+		c.unlink(v)
+		c.stats.Evictions++
+		bufs = append(bufs, v.buf)
+		freed += v.size()
 	}
-	if need > c.limit {
-		return nil, false
-	}
+	return bufs, freed
+}
+
+// addPending adds a pending registration of [lo, hi), held once, when it
+// fits under the limit after evictions (nil when not), and returns the
+// buffers evicted. c.mu held.
+func (c *regCache) addPending(lo, hi uintptr) (*regEntry, []*pinmem.Buffer) {
+	need := int64(hi - lo)
 	var used int64 // registered and pending
 	for _, e := range c.entries {
 		used += e.size()
 	}
-	var free []*pinmem.Buffer
-	for used+need > c.limit {
-		v := c.evictLRU()
-		if v == nil {
-			return free, false
-		}
-		used -= v.size()
-		free = append(free, v.buf)
+	fits := func(freed int64) bool { return c.limit == 0 || used-freed+need <= c.limit }
+	if c.limit > 0 && need > c.limit {
+		return nil, nil
 	}
-	return free, true
-}
-
-// evictLRU unlinks and returns the least recently used idle entry, or
-// nil. c.mu held.
-func (c *regCache) evictLRU() *regEntry {
-	var v *regEntry
-	for _, e := range c.entries {
-		if e.refs == 0 && !e.pending && (v == nil || e.last < v.last) {
-			v = e
-		}
-	}
-	if v != nil {
-		c.unlink(v)
-		c.stats.Evictions++
-	}
-	return v
-}
-
-// addPending adds a pending registration of [lo, hi), held once, when it
-// fits under the limit (nil when not), and returns the buffers evicted
-// to make room. c.mu held.
-func (c *regCache) addPending(lo, hi uintptr) (*regEntry, []*pinmem.Buffer) {
-	free, ok := c.makeRoom(int64(hi - lo))
-	if !ok {
+	free, freed := c.evict(fits)
+	if !fits(freed) {
 		return nil, free
 	}
 	e := &regEntry{lo: lo, hi: hi, pending: true, refs: 1, last: c.tick}
@@ -149,9 +127,8 @@ func (c *regCache) addPending(lo, hi uintptr) (*regEntry, []*pinmem.Buffer) {
 	return e, free
 }
 
-// freeAll frees bufs, and the registrations whose release failed before.
-// One the driver fails to release again is kept in unfreed, for the next
-// freeAll or close.
+// freeAll frees bufs and retries the registrations whose release failed
+// before; one that fails again stays in unfreed.
 func (c *regCache) freeAll(bufs []*pinmem.Buffer) error {
 	c.mu.Lock()
 	bufs = append(bufs, c.unfreed...)
@@ -176,15 +153,23 @@ func (c *regCache) freeAll(bufs []*pinmem.Buffer) error {
 	return errors.Join(errs...)
 }
 
-// sliceAt returns the n bytes at address lo, which lie inside the memory
-// of base (a slice starting at baseLo) or of the entries' buffers.
+// locked runs f under c.mu and then frees the buffers it returns.
+func (c *regCache) locked(f func() []*pinmem.Buffer) {
+	c.mu.Lock()
+	bufs := f()
+	c.mu.Unlock()
+	_ = c.freeAll(bufs)
+}
+
+// sliceAt returns the n bytes at address lo inside base, a slice starting
+// at baseLo.
 func sliceAt(base []byte, baseLo, lo uintptr, n int) []byte {
 	return hostptr.BytesAt(hostptr.Offset(hostptr.PtrOf(base), lo-baseLo), uintptr(n))
 }
 
 // acquire returns the parts of p the cache has (or now gets) registered,
-// as offsets into p, and a hold to release when the copy is done. It
-// returns no spans when p is too small or registration fails.
+// as offsets into p, and a hold to release when the copy is done; no
+// spans when p is too small or registration fails.
 func (c *regCache) acquire(p []byte) ([]span, *regHold) {
 	pl := addr(p)
 	ph := pl + uintptr(len(p))
@@ -220,15 +205,15 @@ func (c *regCache) acquire(p []byte) ([]span, *regHold) {
 	return h.spans(pl, ph), h
 }
 
-// regJob is a registration acquire makes outside the cache's lock.
+// regJob is a registration acquire makes outside the lock.
 type regJob struct {
 	e   *regEntry
 	mem []byte
 }
 
 // scan returns the entries overlapping the pages [a, b), whether they
-// are all idle (none pending, dead or held), and the gaps between them
-// (as addresses); it holds in h the usable ones. c.mu held.
+// are all idle, and the gaps between them (as addresses); it holds the
+// usable ones in h. c.mu held.
 func (c *regCache) scan(a, b uintptr, h *regHold) (over []*regEntry, idle bool, gaps []span) {
 	i, j := c.overlapping(a, b)
 	over = c.entries[i:j:j]
@@ -257,15 +242,12 @@ func (c *regCache) scan(a, b uintptr, h *regHold) (over []*regEntry, idle bool, 
 // planMerge replaces the idle entries over, which overlap the pages
 // [a, b) of p, with one pending registration of the union. c.mu held.
 func (c *regCache) planMerge(p []byte, a, b uintptr, over []*regEntry, h *regHold) ([]regJob, []*pinmem.Buffer) {
-	pl := addr(p)
 	lo, hi := min(a, over[0].lo), max(b, over[len(over)-1].hi)
-	var mem []byte
-	if lo == a {
-		mem = sliceAt(p, pl, lo, int(hi-lo))
-	} else {
-		first := over[0].buf.Bytes()
-		mem = sliceAt(first, over[0].lo, lo, int(hi-lo))
+	base, baseLo := p, addr(p) // the union starts in p or in the first entry
+	if lo != a {
+		base, baseLo = over[0].buf.Bytes(), over[0].lo
 	}
+	mem := sliceAt(base, baseLo, lo, int(hi-lo))
 	var toFree []*pinmem.Buffer
 	for _, e := range slices.Clone(over) {
 		e.refs--
@@ -285,20 +267,19 @@ func (c *regCache) planMerge(p []byte, a, b uintptr, over []*regEntry, h *regHol
 // planGaps adds a pending registration for each gap of p (addresses,
 // whole pages) that fits under the limit. c.mu held.
 func (c *regCache) planGaps(p []byte, gaps []span) (jobs []regJob, toFree []*pinmem.Buffer) {
-	pl := addr(p)
 	for _, g := range gaps {
 		lo, hi := uintptr(g.lo), uintptr(g.hi)
 		e, ev := c.addPending(lo, hi)
 		toFree = append(toFree, ev...)
 		if e != nil {
-			jobs = append(jobs, regJob{e, sliceAt(p, pl, lo, int(hi-lo))})
+			jobs = append(jobs, regJob{e, sliceAt(p, addr(p), lo, int(hi-lo))})
 		}
 	}
 	return jobs, toFree
 }
 
-// register makes the registrations of jobs (without the lock) and holds
-// in h those that succeeded.
+// register makes the registrations of jobs without the lock and holds in
+// h those that succeeded.
 func (c *regCache) register(jobs []regJob, h *regHold) {
 	for _, jb := range jobs {
 		buf, err := pinmem.Register(jb.mem, pinmem.Portable, c.opts...)
@@ -306,8 +287,7 @@ func (c *regCache) register(jobs []regJob, h *regHold) {
 		if err != nil {
 			c.unlink(jb.e)
 			c.stats.Failures++
-		} else if c.closed {
-			// Closed meanwhile: the entry is gone, so is its registration.
+		} else if c.closed { // the entry is gone: so is its registration
 			c.mu.Unlock()
 			_ = c.freeAll([]*pinmem.Buffer{buf})
 			continue
@@ -334,7 +314,7 @@ func (h *regHold) spans(pl, ph uintptr) []span {
 	return normalize(out)
 }
 
-// cuts appends the boundaries of the held entries' registrations, as
+// cuts appends the boundaries of the held registrations' segments, as
 // offsets from base.
 func (h *regHold) cuts(base uintptr, cuts []int) []int {
 	for _, e := range h.entries {
@@ -354,45 +334,35 @@ func (c *regCache) release(h *regHold) {
 	if h == nil {
 		return
 	}
-	var toFree []*pinmem.Buffer
-	c.mu.Lock()
-	for _, e := range h.entries {
-		e.refs--
-		if e.refs == 0 && e.dead {
-			toFree = append(toFree, e.buf)
+	c.locked(func() (toFree []*pinmem.Buffer) {
+		for _, e := range h.entries {
+			if e.refs--; e.refs == 0 && e.dead {
+				toFree = append(toFree, e.buf)
+			}
 		}
-	}
-	c.mu.Unlock()
-	_ = c.freeAll(toFree)
+		return toFree
+	})
 }
 
-// reclaim releases idle registrations, least recently used first, until
-// at least want bytes were freed or none is idle, and returns the bytes
-// freed. pinmem calls it when its budget is short.
+// reclaim, which pinmem calls when its budget is short, releases idle
+// registrations, least recently used first, until at least want bytes
+// were freed or none is idle, and returns the bytes freed.
 func (c *regCache) reclaim(want int64) (freed int64) {
 	if c == nil {
 		return 0
 	}
-	var toFree []*pinmem.Buffer
-	c.mu.Lock()
-	for freed < want {
-		v := c.evictLRU()
-		if v == nil {
-			break
-		}
-		toFree = append(toFree, v.buf)
-		freed += v.size()
-	}
-	c.stats.Reclaimed += freed
-	c.mu.Unlock()
-	_ = c.freeAll(toFree)
+	c.locked(func() (toFree []*pinmem.Buffer) {
+		toFree, freed = c.evict(func(f int64) bool { return f >= want })
+		c.stats.Reclaimed += freed
+		return toFree
+	})
 	return freed
 }
 
 // Forget releases the registration cache's registrations overlapping p
-// (see WithRegistrationCache): at once for idle ones, after the copy using
-// them for busy ones. Call it before p's memory is reused for something
-// else or unmapped. It returns the bytes released now (0 when the cache is
+// (see WithRegistrationCache): idle ones at once, busy ones after the
+// copy using them. Call it before p's memory is reused for something else
+// or unmapped. It returns the bytes released now (0 when the cache is
 // off, and for a nil Copier).
 func (c *Copier) Forget(p []byte) int64 {
 	if !c.ok() {
@@ -402,35 +372,33 @@ func (c *Copier) Forget(p []byte) int64 {
 }
 
 // forget is Copier.Forget; 0 for a nil cache.
-func (c *regCache) forget(p []byte) int64 {
+func (c *regCache) forget(p []byte) (freed int64) {
 	if c == nil || len(p) == 0 {
 		return 0
 	}
 	pl := addr(p) &^ (pageSize - 1)
 	ph := (addr(p) + uintptr(len(p)) + pageSize - 1) &^ (pageSize - 1)
-	var toFree []*pinmem.Buffer
-	var freed int64
-	c.mu.Lock()
-	i, j := c.overlapping(pl, ph)
-	for _, e := range slices.Clone(c.entries[i:j]) {
-		if e.pending {
-			continue
+	c.locked(func() (toFree []*pinmem.Buffer) {
+		i, j := c.overlapping(pl, ph)
+		for _, e := range slices.Clone(c.entries[i:j]) {
+			if e.pending {
+				continue
+			}
+			c.unlink(e)
+			if e.refs == 0 {
+				toFree = append(toFree, e.buf)
+				freed += e.size()
+			} else {
+				e.dead = true
+			}
 		}
-		c.unlink(e)
-		if e.refs == 0 {
-			toFree = append(toFree, e.buf)
-			freed += e.size()
-		} else {
-			e.dead = true
-		}
-	}
-	c.mu.Unlock()
-	_ = c.freeAll(toFree)
+		return toFree
+	})
 	return freed
 }
 
 // CacheStats returns the registration cache's counters (zero when the
-// cache is off, see WithRegistrationCache, and for a nil Copier).
+// cache is off, and for a nil Copier).
 func (c *Copier) CacheStats() CacheStats {
 	if !c.ok() {
 		return CacheStats{}
@@ -455,10 +423,9 @@ func (c *regCache) snapshot() CacheStats {
 	return s
 }
 
-// close releases every registration and stops answering pinmem's budget.
-// The Copier closes its cache when it is closed. A registration the
-// driver fails to release is kept and released by the next close; left
-// is how many are kept.
+// close releases every registration and stops answering pinmem's budget;
+// left counts the registrations the driver failed to release, which the
+// next close retries.
 func (c *regCache) close() (left int, err error) {
 	c.remove()
 	c.mu.Lock()
@@ -473,7 +440,6 @@ func (c *regCache) close() (left int, err error) {
 	c.mu.Unlock()
 	err = c.freeAll(toFree)
 	c.mu.Lock()
-	left = len(c.unfreed)
-	c.mu.Unlock()
-	return left, err
+	defer c.mu.Unlock()
+	return len(c.unfreed), err
 }

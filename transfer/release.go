@@ -11,14 +11,9 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// The release helpers free what *p points to and clear it once the
-// driver no longer holds it, so that a release that failed can be
-// retried by calling them again: a failed release leaves the object in
-// place (the driver still holds it; pinmem and cuda keep counting it).
-// An error matching pinmem.ErrFreed or cuda.ErrInvalidHandle says the
-// object is gone already (freed before, or released with its destroyed
-// context): there is nothing left to retry. left counts the objects that
-// stay.
+// The release helpers free *p and clear it unless the driver still holds
+// it (counted in left), so that calling them again retries a failed
+// release (see drop).
 
 func freeBuf(p **pinmem.Buffer, left *int) error {
 	return drop(p, left, (*pinmem.Buffer).Free, pinmem.ErrFreed)
@@ -36,9 +31,9 @@ func freeDev(p **cuda.DeviceBuffer, left *int) error {
 	return drop(p, left, (*cuda.DeviceBuffer).Free, cuda.ErrInvalidHandle)
 }
 
-// drop releases *p with rel and clears it when the release succeeded or
-// failed with an error matching gone; otherwise it counts it in left. It
-// returns the release's error.
+// drop releases *p with rel and clears it when that succeeded or failed
+// with gone (the object is gone already: freed before, or with its
+// destroyed context), else counts it in left; it returns rel's error.
 func drop[T any](p **T, left *int, rel func(*T) error, gone error) error {
 	if *p == nil {
 		return nil
@@ -52,14 +47,12 @@ func drop[T any](p **T, left *int, rel func(*T) error, gone error) error {
 	return err
 }
 
-// releaser makes a state's release retryable: release runs step under a
-// lock until a pass leaves nothing behind (what the driver fails to
-// release stays held and counted, and the next call retries it), and
-// released reports whether that has happened.
+// releaser makes a state's release retryable: each release runs step,
+// under a lock, until a pass leaves nothing held.
 type releaser struct {
 	mu   sync.Mutex
 	done bool
-	step func() (left int, err error) // left: the objects still held
+	step func() (left int, err error) // left: the objects the driver still holds
 }
 
 // release runs step unless an earlier pass released everything.
@@ -81,17 +74,16 @@ func (r *releaser) released() bool {
 	return r.done
 }
 
-// orphans are the releasers whose release left something the driver
-// still holds: those of Copiers, Pipelines and Multis whose constructor
-// failed, and of stages freed outside an engine. Every constructor
-// retries them first, so that a caller retrying the constructor once the
-// driver works again leaves nothing behind.
+// orphans are the releasers of failed constructors and of stages freed
+// outside an engine whose release left something held. Every constructor
+// (and Close) retries them, so that a retry once the driver works again
+// leaves nothing behind.
 var orphans struct {
 	sync.Mutex
 	states []*releaser
 }
 
-// orphan keeps s for a later retry when its release left something.
+// orphan keeps s for retryOrphans when its release left something.
 func orphan(s *releaser) {
 	if s.released() {
 		return
@@ -101,8 +93,7 @@ func orphan(s *releaser) {
 	orphans.Unlock()
 }
 
-// retryOrphans retries the release of every orphan and forgets those
-// that released everything.
+// retryOrphans retries every orphan's release, keeping those still held.
 func retryOrphans() {
 	orphans.Lock()
 	states := orphans.states
@@ -114,15 +105,11 @@ func retryOrphans() {
 	}
 }
 
-// closeOwner is the body of the Close of a Copier, Pipeline or Multi,
-// after its nil and ctx checks. first says whether this call closed it
-// (markClosed): the first stops the cleanup; a later one returns ErrClosed
-// once everything is released, else waits again and retries what an
-// earlier Close left. It waits, bounded by ctx, for idle (no work in
-// progress) and then for release; when ctx ends first the release still
-// happens in the background.
-func closeOwner(ctx context.Context, what string, first bool, rel *releaser, cleanup *runtime.Cleanup,
-	idle <-chan struct{}) error {
+// closeOwner is the Close of a Copier, Pipeline or Multi after its nil
+// and ctx checks; first: this call closed it (markClosed), so it stops
+// the cleanup. It waits, bounded by ctx, for idle and then for release,
+// which goes on in the background when ctx ends first.
+func closeOwner(ctx context.Context, what string, first bool, rel *releaser, cleanup *runtime.Cleanup, idle <-chan struct{}) error {
 	if first {
 		cleanup.Stop()
 	} else if rel.released() {
@@ -132,7 +119,7 @@ func closeOwner(ctx context.Context, what string, first bool, rel *releaser, cle
 	go func() {
 		<-idle
 		err := rel.release()
-		retryOrphans() // staging buffers a failed New or Run could not release
+		retryOrphans()
 		done <- err
 	}()
 	select {
@@ -143,15 +130,16 @@ func closeOwner(ctx context.Context, what string, first bool, rel *releaser, cle
 	}
 }
 
-// gate counts the work in progress of a Copier or Multi and closes idle
+// gate counts the work in progress of a Copier or Multi; idle is closed
 // once the owner is closed and no work is left.
 type gate struct {
 	mu     sync.Mutex
 	closed bool
 	active int
-	idle   chan struct{} // closed when closed and active is 0
+	idle   chan struct{}
 }
 
+// newGate returns an open gate.
 func newGate() gate { return gate{idle: make(chan struct{})} }
 
 // markClosed closes the owner to new work; false if it already was.
@@ -183,14 +171,13 @@ func (g *gate) begin() error {
 func (g *gate) end() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.active--
-	if g.active == 0 && g.closed {
+	if g.active--; g.active == 0 && g.closed {
 		close(g.idle)
 	}
 }
 
-// hold registers one more piece of work for a caller that already holds
-// one (an abandoned drain taking over from its call), closed or not.
+// hold registers one more piece of work, closed or not, for a caller that
+// already holds one (a drain taking over from its call).
 func (g *gate) hold() {
 	g.mu.Lock()
 	g.active++

@@ -33,25 +33,20 @@ type Stats struct {
 	DirectBytes int64         // of which directly from or to pinned memory
 	Stages      int           // staged chunks
 	Wall        time.Duration // from the call until the data was in place
-	// Device is the stream time between the transfer's first and last
-	// operation. It is measured only with WithStats(true) (zero
-	// otherwise, and when the driver could not time it).
-	Device time.Duration
-	// CopyCPU is the CPU time the copy goroutines spent moving bytes
-	// between Go memory and the stages (thread CPU time from
-	// getrusage(RUSAGE_THREAD); wall time of the pieces where that is not
-	// available). Measured only with WithStats(true); zero otherwise.
-	CopyCPU time.Duration
-	// ProcessCPU is the whole process's CPU time (getrusage(RUSAGE_SELF))
-	// during the transfer. It includes anything else the process did
-	// meanwhile, so it is exact only when the transfer ran alone.
-	// Measured only with WithStats(true); zero otherwise.
-	ProcessCPU time.Duration
+	// Device, CopyCPU and ProcessCPU are measured only with
+	// WithStats(true), else zero. Device is the stream time between the
+	// transfer's first and last operation (zero when the driver could not
+	// time it); CopyCPU the copy goroutines' CPU time moving bytes between
+	// Go memory and the stages (wall time where thread CPU time is not
+	// available); ProcessCPU the whole process's CPU time during the
+	// transfer, exact only when nothing else ran.
+	Device, CopyCPU, ProcessCPU time.Duration
 }
 
 // GBps returns the transfer's speed in GB/s (10^9 bytes per second) of wall time.
 func (s Stats) GBps() float64 { return gbps(float64(s.Bytes), s.Wall) }
 
+// gbps is bytes per second of wall time, in 10^9 (0 without time).
 func gbps(bytes float64, wall time.Duration) float64 {
 	if wall <= 0 {
 		return 0
@@ -63,6 +58,7 @@ func gbps(bytes float64, wall time.Duration) float64 {
 // without WithStats(true)).
 func (s Stats) CPUPerGB() float64 { return perGB(s.ProcessCPU, s.Bytes) }
 
+// perGB is d per 10^9 of n bytes (0 without bytes).
 func perGB(d time.Duration, n int64) float64 {
 	if n <= 0 {
 		return 0
@@ -76,14 +72,14 @@ func (s Stats) String() string {
 		s.Direction, s.Bytes, s.StagedBytes, s.Stages, s.DirectBytes, s.Wall, s.GBps(), s.CPUPerGB(), perGB(s.CopyCPU, s.Bytes))
 }
 
-// meter measures a transfer's wall time and, when asked, its process
-// CPU time.
+// meter measures a transfer's wall time and, with cpu, its process CPU time.
 type meter struct {
 	t0   time.Time
 	cpu  bool
 	cpu0 time.Duration
 }
 
+// startMeter starts a meter; cpu: measure process CPU time too.
 func startMeter(cpu bool) meter {
 	m := meter{t0: time.Now(), cpu: cpu}
 	if cpu {
@@ -92,10 +88,10 @@ func startMeter(cpu bool) meter {
 	return m
 }
 
+// stop sets s's Wall and ProcessCPU.
 func (m meter) stop(s *Stats) { s.Wall, s.ProcessCPU = m.elapsed() }
 
-// elapsed returns the wall time and (when measured) the process CPU time
-// since the meter started.
+// elapsed returns the wall and (with cpu) process CPU time since start.
 func (m meter) elapsed() (wall, cpu time.Duration) {
 	wall = time.Since(m.t0)
 	if m.cpu {

@@ -10,21 +10,17 @@ import (
 )
 
 // HtoDFrom reads r into the device buffer dst (from offset 0) until r
-// reports io.EOF or dst is full, reading straight into the pinned stages
-// (no extra heap copy) while the copy engine drains the previous stage.
-// Stats.Bytes is the number of bytes read and copied. When dst fills up,
-// HtoDFrom stops without reading further; the reader may have more. A
-// read error other than io.EOF stops the transfer and is returned. dst is
-// checked and ctx bounds the call as for HtoD; a read in progress is not
-// interrupted.
+// reports io.EOF or dst is full (then it reads no further), straight into
+// the pinned stages while the copy engine drains the previous one.
+// Stats.Bytes is the number of bytes read and copied. A read error other
+// than io.EOF stops the transfer and is returned. dst is checked and ctx
+// bounds the call as for HtoD; a read in progress is not interrupted.
 //
 // A reader that is also an io.ReaderAt and an io.Seeker (*os.File,
-// *io.SectionReader, *bytes.Reader, *strings.Reader) is read from its
-// current offset with up to Parallelism ReadAt calls at once per stage
-// (of at least 1 MiB each), which a file in the page cache serves several
-// times faster than one Read after another; afterwards its offset is
-// where a plain Read loop would have left it: just past the bytes copied.
-// Other readers are read with io.ReadFull, one stage after another.
+// *bytes.Reader, ...) is read from its current offset with up to
+// Parallelism ReadAt calls at once per stage (of at least 1 MiB each),
+// and its offset is left just past the bytes copied, as a Read loop
+// would; other readers are read with io.ReadFull.
 func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Reader) (Stats, error) {
 	return c.ioRing(ctx, HostToDevice, dst, r == nil, func(l *lane, st *Stats) error {
 		read := func(_ int64, p []byte) (int, error) { return io.ReadFull(r, p) }
@@ -40,17 +36,13 @@ func (c *Copier) HtoDFrom(ctx context.Context, dst *cuda.DeviceBuffer, r io.Read
 	})
 }
 
-// DtoHTo writes the whole device buffer src to w, copying it out through
-// the pinned stages with the DMA of later stages running ahead, and
-// handing w the stage's own bytes (no extra heap copy; as io.Writer
-// requires, w must not retain them). A write error stops the transfer; a
-// short write is io.ErrShortWrite. src is checked and ctx bounds the call
-// as for DtoH; a write in progress is not interrupted.
-//
-// A writer that is also an io.WriterAt and an io.Seeker (*os.File) is
-// written at its current offset with up to Parallelism WriteAt calls at
-// once per stage (of at least 1 MiB each); afterwards its offset is just
-// past the bytes written, as after a plain Write loop.
+// DtoHTo writes the whole device buffer src to w through the pinned
+// stages, the DMA of later stages running ahead, handing w the stages'
+// own bytes (as io.Writer requires, w must not retain them). A write
+// error stops the transfer; a short write is io.ErrShortWrite. src is
+// checked and ctx bounds the call as for DtoH; a write in progress is not
+// interrupted. A writer that is also an io.WriterAt and an io.Seeker
+// (*os.File) is written as HtoDFrom reads an io.ReaderAt.
 func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer) (Stats, error) {
 	return c.ioRing(ctx, DeviceToHost, src, w == nil, func(l *lane, st *Stats) error {
 		wa, pos, isPositional := positional[io.WriterAt](w)
@@ -60,9 +52,8 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 				if err == nil || n > 0 || off > 0 {
 					return n, err
 				}
-				// WriteAt refused before anything was written (an
-				// *os.File opened with O_APPEND refuses every WriteAt):
-				// write as a stream from here on.
+				// Refused before anything was written (O_APPEND):
+				// write as a stream.
 				isPositional = false
 			}
 			return w.Write(p)
@@ -75,9 +66,8 @@ func (c *Copier) DtoHTo(ctx context.Context, w io.Writer, src *cuda.DeviceBuffer
 	})
 }
 
-// ioRing runs HtoDFrom or DtoHTo (move) in direction d on dev through a
-// lane and the Copier's ring of stages; nilIO: the reader or writer is
-// nil.
+// ioRing runs move, the body of HtoDFrom or DtoHTo, on a lane with the
+// Copier's ring of stages; nilIO: the reader or writer is nil.
 func (c *Copier) ioRing(ctx context.Context, d Direction, dev *cuda.DeviceBuffer, nilIO bool, move func(l *lane, st *Stats) error) (Stats, error) {
 	st := Stats{Direction: d}
 	if err := c.enter(ctx); err != nil {
@@ -118,9 +108,8 @@ func (c *Copier) ioRing(ctx context.Context, d Direction, dev *cuda.DeviceBuffer
 	return st, nil
 }
 
-// ringIn reads into l's stages with read, each stage's copy to dst
-// queued as soon as it is read, until read reports the end or dst is
-// full.
+// ringIn reads into l's stages in turn, queuing each stage's copy to dst
+// once it is read, until read reports the end or dst is full.
 func (c *copier) ringIn(ctx context.Context, l *lane, dst *cuda.DeviceBuffer, st *Stats, read func(off int64, p []byte) (int, error)) error {
 	for k, off := 0, 0; off < dst.Size(); k++ {
 		if err := ctx.Err(); err != nil {
@@ -152,18 +141,15 @@ func (c *copier) ringIn(ctx context.Context, l *lane, dst *cuda.DeviceBuffer, st
 }
 
 // ringOut copies src out through l's stages, handing write each stage's
-// bytes and their offset in src, the DMA of later stages queued ahead of
-// the writes.
+// bytes and their offset in src, with later stages' DMA queued ahead.
 func (c *copier) ringOut(ctx context.Context, l *lane, src *cuda.DeviceBuffer, st *Stats, write func(off int64, p []byte) (int, error)) error {
 	type pending struct {
 		off, n int
 		s      *stage
 	}
 	var q []pending
-	size := src.Size()
-	next, k := 0, 0
-	for {
-		for next < size && len(q) < len(l.stages) {
+	for next, k, size := 0, 0, src.Size(); next < size || len(q) > 0; {
+		if next < size && len(q) < len(l.stages) { // queue the next stage's DMA first
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -175,9 +161,7 @@ func (c *copier) ringOut(ctx context.Context, l *lane, src *cuda.DeviceBuffer, s
 			}
 			q = append(q, pending{next, n, s})
 			next += n
-		}
-		if len(q) == 0 {
-			return nil
+			continue
 		}
 		h := q[0]
 		q = q[1:]
@@ -195,15 +179,15 @@ func (c *copier) ringOut(ctx context.Context, l *lane, src *cuda.DeviceBuffer, s
 			return fmt.Errorf("writing: %w", werr)
 		}
 	}
+	return nil
 }
 
-// minIOPiece is the smallest share of a stage read or written by one
-// ReadAt or WriteAt call.
+// minIOPiece is the smallest share of a stage for one ReadAt or WriteAt.
 const minIOPiece = 1 << 20
 
 // positional returns x as a T (io.ReaderAt or io.WriterAt) and its
-// current offset when it is one and an io.Seeker that knows its offset
-// (a pipe or a terminal does not: it is read or written as a stream).
+// offset when it is one and an io.Seeker that knows its offset (a pipe
+// does not).
 func positional[T any](x any) (at T, pos int64, ok bool) {
 	at, isAt := x.(T)
 	sk, isSeeker := x.(io.Seeker)
@@ -214,9 +198,8 @@ func positional[T any](x any) (at T, pos int64, ok bool) {
 	return at, pos, err == nil
 }
 
-// seekPast leaves the offset of x, an io.Seeker read or written at
-// offsets, at end (past the bytes copied), where a Read or Write loop
-// would have left it. err, the transfer's error, comes first.
+// seekPast sets the offset of x, an io.Seeker, to end; err, the
+// transfer's error, comes first.
 func seekPast(x any, what string, end int64, err error) error {
 	if _, serr := x.(io.Seeker).Seek(end, io.SeekStart); serr != nil && err == nil {
 		return fmt.Errorf("setting the %s's offset: %w", what, serr)
@@ -224,11 +207,10 @@ func seekPast(x any, what string, end int64, err error) error {
 	return err
 }
 
-// eachAt calls f on the pieces of p (up to the Copier's parallelism, at
-// least minIOPiece each) at off+their offset, all at once (the caller
-// takes the last), and returns the bytes done from the
-// start of p without a gap; short reports that a piece came back with
-// fewer bytes than asked, with err its error (which may be nil).
+// eachAt calls f on up to parallelism pieces of p (of at least
+// minIOPiece) at once, at off plus their offset, and returns the bytes
+// done from the start of p without a gap; short: a piece came back short,
+// with err its error (maybe nil).
 func (c *copier) eachAt(p []byte, off int64, f func(p []byte, off int64) (int, error)) (done int, short bool, err error) {
 	parts := max(1, min(c.o.parallelism, len(p)/minIOPiece))
 	size := (len(p) + parts - 1) / parts
@@ -255,11 +237,8 @@ func (c *copier) eachAt(p []byte, off int64, f func(p []byte, off int64) (int, e
 	return done, false, nil
 }
 
-// readAt fills p from ra at off with parallel ReadAt calls and returns the
-// bytes read from the start of p without a gap, and io.EOF (or
-// io.ErrUnexpectedEOF after some bytes) when the source ended before p
-// was full, as io.ReadFull does. (ReadAt may return io.EOF with a full
-// piece at the end: that piece is not short.)
+// readAt is io.ReadFull of p with parallel ReadAt calls at off (a full
+// last piece with io.EOF is not short).
 func (c *copier) readAt(ra io.ReaderAt, off int64, p []byte) (int, error) {
 	n, short, err := c.eachAt(p, off, ra.ReadAt)
 	switch {
@@ -274,8 +253,8 @@ func (c *copier) readAt(ra io.ReaderAt, off int64, p []byte) (int, error) {
 }
 
 // writeAt writes p to wa at off with parallel WriteAt calls and returns
-// the bytes written from the start of p without a gap and the first error
-// (io.ErrShortWrite for a short write without one).
+// the bytes written without a gap and the first error (io.ErrShortWrite
+// for a short write without one).
 func (c *copier) writeAt(wa io.WriterAt, off int64, p []byte) (int, error) {
 	n, short, err := c.eachAt(p, off, wa.WriteAt)
 	if short && err == nil {

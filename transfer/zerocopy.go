@@ -9,21 +9,14 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// RunMapped runs device work directly on the Mapped buffer b (zero-copy:
-// the kernels read and write the host memory over PCIe): work enqueues
-// kernels on s (nil: the stream of one of the Copier's lanes, which the
-// call holds until the kernels have run) using the buffer's device
-// address p (b.DevicePtr) and length n, and RunMapped returns when they
-// have finished, with their error. A buffer without pinmem.Mapped gives an error matching
-// pinmem.ErrNotMapped.
-//
-// ctx bounds the wait: when it ends first, RunMapped returns an error
-// matching ctx.Err() at once; the kernels may still use b until they
-// finish, so b must not be freed before the stream has run them (with
-// s == nil, the lane stays taken until they have). The kernels are then
-// handed to the Copier's fence: later transfers of the Copier are queued
-// behind them, and Fence waits for them. The wait goes through a waiter
-// of the call's own, so that it never holds up the Copier's transfers.
+// RunMapped runs device work directly on the Mapped buffer b (zero-copy):
+// work enqueues kernels on s (nil: the stream of one of the Copier's
+// lanes) using b's device address p and length n, and RunMapped returns
+// when they have run, with their error. A buffer without pinmem.Mapped
+// gives an error matching pinmem.ErrNotMapped. When ctx ends first,
+// RunMapped returns an error matching ctx.Err() at once and the kernels,
+// which may still use b, go to the Copier's fence (see Fence). The wait
+// never holds up the Copier's transfers.
 func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer, work func(s *cuda.Stream, p cuda.DevicePtr, n int) error) error {
 	if err := c.enter(ctx); err != nil {
 		return err
@@ -59,16 +52,14 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 	d := drain{evs: []*cuda.Event{ev}}
 	err = ev.Record(s)
 	if err == nil {
-		// A waiter of the call's own: a wait for the caller's kernels
-		// never holds up the waits of the Copier's transfers.
-		w := newWaiter()
+		w := newWaiter() // the call's own: the lanes' waiters stay free
 		err = w.wait(ctx, ev)
 		w.stop()
 	} else {
 		d = drain{streams: []*cuda.Stream{s}}
 	}
 	if err != nil && (ctx.Err() != nil || d.streams != nil) {
-		// The kernels may still run: the fence takes them.
+		// The kernels may still run.
 		c.fence.handOff(c.hold, c.end, d, func() {
 			_ = c.destroyEvent(ev)
 			release()
