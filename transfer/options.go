@@ -50,19 +50,17 @@ func defaultTuning() tuning {
 	return tuning{chunkPieces: 4, subPieces: 4, stageSpin: time.Millisecond, outSpin: 2 * time.Millisecond}
 }
 
+// options are the settings the Option functions record.
 type options struct {
-	tune        tuning
-	stageSize   int
-	depth       int
-	parallelism int
-	stream      *cuda.Stream
-	cacheOn     bool
-	cacheLimit  int64
-	cacheMin    int
-	stageFlags  pinmem.Flags
-	stageOpts   []pinmem.Option
-	stats       bool
-	wait        WaitMode
+	tune                          tuning
+	stageSize, depth, parallelism int
+	stream                        *cuda.Stream
+	cacheOn, stats                bool
+	cacheLimit                    int64
+	cacheMin                      int
+	stageFlags                    pinmem.Flags
+	stageOpts                     []pinmem.Option
+	wait                          WaitMode
 }
 
 // Option configures a Copier or a Multi. Options only record their value;
@@ -148,13 +146,8 @@ func WithStats(on bool) Option { return func(o *options) { o.stats = on } }
 
 // buildOptions applies opts to the defaults and validates them for fn.
 func buildOptions(fn string, opts []Option) (options, error) {
-	o := options{
-		tune:      defaultTuning(),
-		stageSize: DefaultStageSize,
-		depth:     DefaultDepth,
-		cacheMin:  DefaultRegistrationMin,
-	}
-	o.parallelism = min(DefaultParallelism, runtime.NumCPU())
+	o := options{tune: defaultTuning(), stageSize: DefaultStageSize, depth: DefaultDepth,
+		parallelism: min(DefaultParallelism, runtime.NumCPU()), cacheMin: DefaultRegistrationMin}
 	for i, f := range opts {
 		if f == nil {
 			return o, &pinmem.OptionError{Func: fn, Option: "Option", Value: "nil", Reason: fmt.Sprintf("option %d is nil", i)}

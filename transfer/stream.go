@@ -216,17 +216,15 @@ func (c *copier) eachAt(p []byte, off int64, f func(p []byte, off int64) (int, e
 	size := (len(p) + parts - 1) / parts
 	ns := make([]int, parts)
 	errs := make([]error, parts)
-	var wg sync.WaitGroup
-	for i := range parts {
+	piece := func(i int) {
 		lo := i * size
-		hi := min(lo+size, len(p))
-		piece := func() { ns[i], errs[i] = f(p[lo:hi], off+int64(lo)) }
-		if i == parts-1 {
-			piece()
-			continue
-		}
-		wg.Go(piece)
+		ns[i], errs[i] = f(p[lo:min(lo+size, len(p))], off+int64(lo))
 	}
+	var wg sync.WaitGroup
+	for i := range parts - 1 {
+		wg.Go(func() { piece(i) })
+	}
+	piece(parts - 1) // the caller takes the last
 	wg.Wait()
 	for i := range parts {
 		done += ns[i]
