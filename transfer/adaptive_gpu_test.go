@@ -21,6 +21,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cpuclock"
 	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/pool"
 )
@@ -68,7 +69,7 @@ func sideBySideRounds(b *testing.B, n, rounds int, vs []variant) ([]float64, [][
 			if err := vs[k].fn(); err != nil {
 				b.Fatalf("%s: %v", vs[k].name, err)
 			}
-			c0 := processCPU()
+			c0 := cpuclock.Process()
 			t0 := time.Now()
 			for range reps {
 				if err := vs[k].fn(); err != nil {
@@ -78,7 +79,7 @@ func sideBySideRounds(b *testing.B, n, rounds int, vs []variant) ([]float64, [][
 			el := time.Since(t0).Seconds()
 			gb := float64(n) * float64(reps) / 1e9
 			gbps[k] = append(gbps[k], gb/el)
-			cpu[k] = append(cpu[k], (processCPU()-c0).Seconds()/gb)
+			cpu[k] = append(cpu[k], (cpuclock.Process()-c0).Seconds()/gb)
 		}
 	}
 	meds := make([]float64, len(vs))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cpuclock"
 	"github.com/pinmem/pinmem/internal/kernels"
 )
 
@@ -42,7 +43,7 @@ func measure(b *testing.B, n int, fn func() error) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := cpuclock.Process()
 	t0 := time.Now()
 	for range b.N {
 		if err := fn(); err != nil {
@@ -50,7 +51,7 @@ func measure(b *testing.B, n int, fn func() error) {
 		}
 	}
 	wall := time.Since(t0)
-	cpu := processCPU() - cpu0
+	cpu := cpuclock.Process() - cpu0
 	b.StopTimer()
 	total := float64(n) * float64(b.N)
 	b.ReportMetric(total/wall.Seconds()/1e9, "GB/s")

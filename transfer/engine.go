@@ -9,6 +9,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/copypool"
 )
 
 // engine is the staging engine of one context, shared as Copier says: the
@@ -29,7 +30,7 @@ type engine struct {
 	idle    []*stage
 	waiters []*stageWaiter // FIFO
 	peak    int            // most stages borrowed at once (tests)
-	pool    *copyPool
+	pool    *copypool.Pool
 	closed  bool
 	rel     releaser
 	grown   bool // growForTwo ran
@@ -107,9 +108,9 @@ func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
 		workers = max(1, min(par, runtime.NumCPU())-1)
 	}
 	if e.pool == nil {
-		e.pool = newCopyPool(workers+1, o.stats)
+		e.pool = copypool.New(workers, o.stats)
 	} else {
-		e.pool.grow(workers)
+		e.pool.Grow(workers)
 	}
 	e.refs++
 	e.serve()
@@ -254,7 +255,7 @@ func (e *engine) leave(member *bool) (left int, err error) {
 
 // releaseStep stops the copy goroutines and frees the stages (rel.step).
 func (e *engine) releaseStep() (left int, err error) {
-	e.pool.close()
+	e.pool.Close()
 	var errs []error
 	for _, s := range e.all {
 		errs = append(errs, s.free(&left))

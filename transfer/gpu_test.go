@@ -12,6 +12,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/copypool"
 	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
@@ -62,17 +63,26 @@ func gpuPinned(t testing.TB, ctx *cuda.Context, n int) *pinmem.Buffer {
 // with: a stream for the pinned DMA and a pool of Go copy goroutines as
 // many as a Copier's (DefaultParallelism, at most the CPUs), both closed
 // at the end of the test.
-func boundTools(t testing.TB, ctx *cuda.Context) (*cuda.Stream, *copyPool) {
+func boundTools(t testing.TB, ctx *cuda.Context) (*cuda.Stream, hostCopier) {
 	t.Helper()
 	s, err := ctx.NewStream(cuda.StreamNonBlocking)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Destroy() })
-	cpu := newCopyPool(min(DefaultParallelism, runtime.NumCPU()), false)
-	t.Cleanup(cpu.close)
+	n := min(DefaultParallelism, runtime.NumCPU())
+	cpu := hostCopier{copypool.New(n-1, false), n}
+	t.Cleanup(cpu.Close)
 	return s, cpu
 }
+
+// hostCopier copies as a default Copier's CPU copies do.
+type hostCopier struct {
+	*copypool.Pool
+	n int
+}
+
+func (h hostCopier) copy(dst, src []byte) { h.Copy(h.n, defaultTuning().subPieces, dst, src) }
 
 func gpuKernel(t testing.TB, ctx *cuda.Context, name string) *cuda.Function {
 	t.Helper()

@@ -119,7 +119,7 @@ func newMultiState(ctxs []*cuda.Context, o options) (m *multi, err error) {
 		}
 	}
 	// Broadcast's CPU copies run on the first device's copy goroutines.
-	m.devs[0].cp.eng.pool.grow(min(o.parallelism, runtime.NumCPU()) - 1)
+	m.devs[0].cp.eng.pool.Grow(min(o.parallelism, runtime.NumCPU()) - 1)
 	return m, nil
 }
 
@@ -352,7 +352,7 @@ func (b *broadcast) staged(ctx context.Context, dsts []*cuda.DeviceBuffer, src [
 				}
 			}
 		}
-		st.CopyCPU += c0.eng.pool.copyN(m.o.parallelism, c0.o.tune.subPieces, s.mem[:n], src[off:off+n])
+		st.CopyCPU += c0.eng.pool.Copy(m.o.parallelism, c0.o.tune.subPieces, s.mem[:n], src[off:off+n])
 		for i, l := range b.lanes {
 			err := s.htod(l.stream, dsts[i], off, 0, n)
 			if err == nil {

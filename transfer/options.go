@@ -27,7 +27,6 @@ const (
 
 // Tuning constants of the copy planner.
 const (
-	minPiece  = 256 << 10            // the smallest share of a CPU copy per goroutine
 	minChunk  = 1 << 20              // the smallest piece of a transfer cut for overlap
 	tailSpin  = 2 * time.Millisecond // the longest WaitHybrid polls a transfer's last event
 	tailBytes = 8 << 20              // the last piece of a long direct copy, polled under WaitHybrid
@@ -37,7 +36,7 @@ const (
 // that the GPU benchmarks can vary them (export_test.go).
 type tuning struct {
 	chunkPieces int // a staged transfer below this many stages is cut into at least this many pieces
-	subPieces   int // sub-pieces of a CPU copy per goroutine (of at least minPiece)
+	subPieces   int // sub-pieces of a CPU copy per goroutine (of at least copypool.MinPiece)
 	stagePieces int // when not 0, the pieces of a transfer through one stage (route.go's schedule otherwise)
 	// stageSpin and outSpin: how long WaitHybrid polls a stage, and a
 	// Pipeline chunk that is not the Run's last, before it sleeps in the

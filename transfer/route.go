@@ -1,5 +1,7 @@
 package transfer
 
+import "github.com/pinmem/pinmem/internal/copypool"
+
 // The per-size choices of a pageable transfer, written once, as measured
 // on an H200, PCIe Gen5 x16 (BenchmarkSingleStage, BenchmarkCopierVsDriver;
 // docs/PERF.md):
@@ -16,11 +18,11 @@ package transfer
 //     device at 64 KiB-1 MiB, cannot be interrupted (it would outlive a
 //     call whose context ended): it is not used.
 const (
-	singleStagedMax  = 32 << 20             // the largest transfer one stage takes
-	singleCopyInline = 2 * minPiece         // up to here the caller's goroutine copies alone
-	singlePieceMin   = 256 << 10            // the smallest piece of one stage
-	singleWholeMin   = 4 * singleCopyInline // host to device from here: whole (or halves)
-	singleHalvesMin  = 16 << 20             // from here: two halves both ways
+	singleStagedMax  = 32 << 20              // the largest transfer one stage takes
+	singleCopyInline = 2 * copypool.MinPiece // up to here the caller's goroutine copies alone
+	singlePieceMin   = 256 << 10             // the smallest piece of one stage
+	singleWholeMin   = 4 * singleCopyInline  // host to device from here: whole (or halves)
+	singleHalvesMin  = 16 << 20              // from here: two halves both ways
 )
 
 // path is how a pageable transfer moves.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cpuclock"
 )
 
 // oneStage takes an idle lane and stage without waiting and lays the
@@ -45,22 +46,22 @@ func (c *copier) oneStage(d Direction, host []byte, dev *cuda.DeviceBuffer) (*la
 // getrusage(RUSAGE_THREAD) exists, else wall time).
 func (c *copier) copyStage(dst, src []byte) time.Duration {
 	if len(src) > singleCopyInline {
-		return c.eng.pool.copyN(c.o.parallelism, c.o.tune.subPieces, dst, src)
+		return c.eng.pool.Copy(c.o.parallelism, c.o.tune.subPieces, dst, src)
 	}
 	if !c.o.stats {
 		copy(dst, src)
 		return 0
 	}
-	if !haveThreadCPU {
+	if !cpuclock.HaveThread {
 		t0 := time.Now()
 		copy(dst, src)
 		return time.Since(t0)
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	c0 := threadCPU()
+	c0 := cpuclock.Thread()
 	copy(dst, src)
-	return threadCPU() - c0
+	return cpuclock.Thread() - c0
 }
 
 // singleWait waits, bounded by ctx, for the one-stage transfer on l. On a

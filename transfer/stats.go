@@ -3,6 +3,8 @@ package transfer
 import (
 	"fmt"
 	"time"
+
+	"github.com/pinmem/pinmem/internal/cpuclock"
 )
 
 // Direction is the direction of a copy.
@@ -83,7 +85,7 @@ type meter struct {
 func startMeter(cpu bool) meter {
 	m := meter{t0: time.Now(), cpu: cpu}
 	if cpu {
-		m.cpu0 = processCPU()
+		m.cpu0 = cpuclock.Process()
 	}
 	return m
 }
@@ -95,7 +97,7 @@ func (m meter) stop(s *Stats) { s.Wall, s.ProcessCPU = m.elapsed() }
 func (m meter) elapsed() (wall, cpu time.Duration) {
 	wall = time.Since(m.t0)
 	if m.cpu {
-		cpu = processCPU() - m.cpu0
+		cpu = cpuclock.Process() - m.cpu0
 	}
 	return wall, cpu
 }
