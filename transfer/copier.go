@@ -11,6 +11,7 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/regcache"
 	"github.com/pinmem/pinmem/internal/track"
 )
 
@@ -50,7 +51,7 @@ type copier struct {
 	ownStream bool
 	eng       *engine // the staging engine shared with the context's other Copiers
 	member    bool    // this Copier still counts in eng
-	cache     *regCache
+	cache     *regcache.Cache
 	lanes     []*lane    // every lane, idle or taken
 	free      chan *lane // the idle lanes
 
@@ -150,7 +151,7 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 	}
 	cp.member = true
 	if o.cacheOn {
-		cp.cache = newRegCache(o.cacheLimit, o.cacheMin, pinmem.WithDevice(c.Device()))
+		cp.cache = regcache.New(o.cacheLimit, o.cacheMin, pinmem.WithDevice(c.Device()))
 	}
 	return cp, nil
 }
@@ -199,6 +200,27 @@ func (c *Copier) AddPinned(b *pinmem.Buffer) (remove func()) {
 	return c.pinned.add(b)
 }
 
+// Forget releases the registration cache's registrations overlapping p
+// (see WithRegistrationCache): idle ones at once, busy ones after the copy
+// using them. Call it before p's memory is reused for something else or
+// unmapped. It returns the bytes released now (0 when the cache is off,
+// and for a nil Copier).
+func (c *Copier) Forget(p []byte) int64 {
+	if !c.ok() {
+		return 0
+	}
+	return c.cache.Forget(p)
+}
+
+// CacheStats returns the registration cache's counters (zero when the
+// cache is off, and for a nil Copier).
+func (c *Copier) CacheStats() CacheStats {
+	if !c.ok() {
+		return CacheStats{}
+	}
+	return CacheStats(c.cache.Stats())
+}
+
 // Close stops the Copier (later calls return ErrClosed), waits for the
 // calls in progress and the copies they left queued, and releases its
 // streams, events, its share of the staging engine and the registration
@@ -245,7 +267,7 @@ func (c *copier) releaseStep() (left int, err error) {
 		}
 	}
 	if c.cache != nil {
-		n, err := c.cache.close()
+		n, err := c.cache.Close()
 		left += n
 		errs = append(errs, err)
 	}
@@ -497,20 +519,20 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 		return splitAtCuts(spans, cuts), func() {}
 	}
 	// Ask the cache about the gaps.
-	var holds []*regHold
+	var holds []*regcache.Hold
 	var out []span
 	prev := 0
 	gap := func(a, b int) {
-		if b-a < c.cache.min {
+		if b-a < c.cache.Min() {
 			return
 		}
-		got, h := c.cache.acquire(host[a:b])
+		got, h := c.cache.Acquire(host[a:b])
 		if h != nil {
 			holds = append(holds, h)
-			cuts = h.cuts(addr(host), cuts)
+			cuts = h.Cuts(addr(host), cuts)
 		}
 		for _, s := range got {
-			out = append(out, span{s.lo + a, s.hi + a})
+			out = append(out, span{s.Lo + a, s.Hi + a})
 		}
 	}
 	for _, s := range spans {
@@ -521,7 +543,7 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 	spans = splitAtCuts(normalize(append(out, spans...)), cuts)
 	return spans, func() {
 		for _, h := range holds {
-			c.cache.release(h)
+			c.cache.Release(h)
 		}
 	}
 }

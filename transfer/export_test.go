@@ -1,6 +1,11 @@
 package transfer
 
-import "github.com/pinmem/pinmem/cuda"
+import (
+	"os"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/regcache"
+)
 
 // copierStreams returns the streams c issues its copies on.
 func copierStreams(c *Copier) []*cuda.Stream {
@@ -61,19 +66,43 @@ func (t *Op) Cancel() {
 	}
 }
 
+// pageSize is the host's page size, as the registration cache pins.
+var pageSize = uintptr(os.Getpagesize())
+
+// cacheView is a Copier's registration cache as the tests read it.
+type cacheView struct{ c *regcache.Cache }
+
 // Cache returns the registration cache, or nil when it is off.
-func (c *Copier) Cache() *regCache {
-	if !c.ok() {
+func (c *Copier) Cache() *cacheView {
+	if !c.ok() || c.cache == nil {
 		return nil
 	}
-	return c.cache
+	return &cacheView{c.cache}
 }
 
-// Stats is Copier.CacheStats of the cache's Copier.
-func (c *regCache) Stats() CacheStats { return c.snapshot() }
+// Stats is Copier.CacheStats.
+func (v *cacheView) Stats() CacheStats {
+	if v == nil {
+		return CacheStats{}
+	}
+	return CacheStats(v.c.Stats())
+}
 
-// Forget is Copier.Forget of the cache's Copier.
-func (c *regCache) Forget(p []byte) int64 { return c.forget(p) }
+// Forget is Copier.Forget.
+func (v *cacheView) Forget(p []byte) int64 {
+	if v == nil {
+		return 0
+	}
+	return v.c.Forget(p)
+}
+
+// reclaim is what pinmem's budget calls.
+func (v *cacheView) reclaim(want int64) int64 {
+	if v == nil {
+		return 0
+	}
+	return v.c.Reclaim(want)
+}
 
 // Stream returns the stream of the Copier's first lane: the stream given
 // by WithStream, else the first of the two streams the Copier issues its

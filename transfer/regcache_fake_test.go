@@ -74,45 +74,6 @@ func TestFakeRegCache(t *testing.T) {
 	}
 }
 
-func TestFakeRegCacheShare(t *testing.T) {
-	e := useFake(t, fakedrv.Options{})
-	c := e.copier(t, append(smallRing(), WithRegistrationCache(0), WithRegistrationMin(4096))...)
-	rc := c.Cache()
-	big := make([]byte, 64*int(pageSize))
-	base := int((pageSize - addr(big)%pageSize) % pageSize)
-	mid := big[base+10*int(pageSize) : base+20*int(pageSize)]
-	spans, h1 := rc.acquire(mid)
-	if len(spans) != 1 || spans[0] != (span{0, len(mid)}) {
-		t.Fatalf("spans %v", spans)
-	}
-	// While mid is in use, the whole slice shares its entry and registers the gaps.
-	spans, h2 := rc.acquire(big)
-	if cs := rc.Stats(); cs.Entries != 3 || cs.Merges != 0 {
-		t.Fatalf("shared: %+v", cs)
-	}
-	if len(spans) != 1 || spans[0].lo != base || spans[0].hi < len(big)-int(pageSize) {
-		t.Fatalf("shared spans %v (base %d, len %d)", spans, base, len(big))
-	}
-	// Busy entries are not reclaimed; Forget defers them.
-	if n := rc.reclaim(1 << 30); n != 0 {
-		t.Fatalf("reclaimed %d bytes of busy registrations", n)
-	}
-	if n := rc.Forget(mid); n != 0 {
-		t.Fatalf("Forget freed %d bytes of a busy registration", n)
-	}
-	rc.release(h1)
-	rc.release(h2)
-	if cs := rc.Stats(); cs.Entries != 2 {
-		t.Fatalf("after release: %+v", cs)
-	}
-	if n := rc.reclaim(1); n == 0 || rc.Stats().Entries != 1 {
-		t.Fatalf("Reclaim(1) freed %d, %+v", n, rc.Stats())
-	}
-	if e.d.Live().Registrations != 1 {
-		t.Fatalf("fake has %d registrations", e.d.Live().Registrations)
-	}
-}
-
 func TestFakeRegCacheLimit(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	c := e.copier(t, append(smallRing(), WithRegistrationCache(3<<19), WithRegistrationMin(4096))...)

@@ -5,12 +5,8 @@ import (
 	"sync"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/internal/regcache"
 )
-
-// cacheBufs are the buffers registration caches registered: lookups leave
-// them to their cache, which holds them for a copy (another Copier's
-// cache could evict one in the middle of it).
-var cacheBufs sync.Map // *pinmem.Buffer -> struct{}
 
 // pinnedSet is the buffers made known with AddPinned.
 type pinnedSet struct {
@@ -88,7 +84,7 @@ func lookupSpansIf(host []byte, spans []span, cuts []int, ok func(*pinmem.Buffer
 		if end <= off { // freed meanwhile
 			break
 		}
-		if _, cached := cacheBufs.Load(b); !cached && ok(b) {
+		if !regcache.Owns(b) && ok(b) {
 			spans, cuts = regSpans(host, b, spans, cuts)
 		}
 		off = end
@@ -153,7 +149,7 @@ func splitAtCuts(spans []span, cuts []int) []span {
 
 // mayBePinned reports cheaply whether part of host could be copied directly.
 func (c *copier) mayBePinned(host []byte) bool {
-	if c.cache != nil && len(host) >= c.cache.min {
+	if c.cache != nil && len(host) >= c.cache.Min() {
 		return true
 	}
 	if !c.pinned.empty() {

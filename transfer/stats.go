@@ -101,3 +101,16 @@ func (m meter) elapsed() (wall, cpu time.Duration) {
 	}
 	return wall, cpu
 }
+
+// CacheStats are a registration cache's counters (WithRegistrationCache).
+type CacheStats struct {
+	Entries       int   // live registrations
+	Bytes         int64 // bytes registered
+	Hits          int64 // requests fully served by existing registrations
+	Misses        int64 // requests that needed a new registration
+	Registrations int64 // pinmem.Register calls that succeeded
+	Merges        int64 // registrations that replaced overlapping idle ones
+	Evictions     int64 // registrations released to make room (limit or budget)
+	Reclaimed     int64 // bytes released because pinmem's budget asked
+	Failures      int64 // pinmem.Register calls that failed (the memory was staged)
+}

@@ -1,4 +1,15 @@
-package transfer
+// Package regcache is a cache of pinmem registrations of Go memory, for
+// a transfer.Copier's registration cache: a slice copied again and again
+// is registered (pinned in place) once and copied directly afterwards.
+//
+// Registrations are keyed by page ranges: only the whole pages inside a
+// slice are registered (the partial pages at its ends are the caller's to
+// stage). A request shares the registered ranges it overlaps (reference
+// counts) and fills the gaps with new registrations or, when every range
+// it overlaps is idle, replaces them with one registration of the union
+// (a merge). Idle registrations are evicted least recently used first,
+// for the cache's limit and when pinmem's budget asks (Reclaim).
+package regcache
 
 import (
 	"errors"
@@ -12,29 +23,23 @@ import (
 	"github.com/pinmem/pinmem/internal/reclaim"
 )
 
-// regCache is a Copier's registration cache (WithRegistrationCache),
-// keyed by page ranges: only the whole pages inside a slice are
-// registered (the partial pages at its ends are staged). A request shares
-// the registered ranges it overlaps (reference counts) and fills the gaps
-// with new registrations or, when every range it overlaps is idle,
-// replaces them with one registration of the union (a merge). Idle
-// registrations are evicted least recently used first, for the cache's
-// limit and when pinmem's budget asks (reclaim).
-type regCache struct {
+// Cache is a registration cache. Its methods are safe for concurrent use;
+// those that read it accept a nil Cache.
+type Cache struct {
 	mu      sync.Mutex
-	entries []*regEntry // sorted by lo, disjoint; pending ones included
-	limit   int64       // 0: no limit of its own
+	entries []*entry // sorted by lo, disjoint; pending ones included
+	limit   int64    // 0: no limit of its own
 	min     int
 	opts    []pinmem.Option
 	tick    uint64
 	closed  bool
 	remove  func()
-	stats   CacheStats
-	unfreed []*pinmem.Buffer // releases the driver failed: the next freeAll retries them
+	stats   Stats
+	unfreed []*pinmem.Buffer // releases the driver failed: the next free retries them
 }
 
-// CacheStats are a registration cache's counters.
-type CacheStats struct {
+// Stats are a cache's counters.
+type Stats struct {
 	Entries       int   // live registrations
 	Bytes         int64 // bytes registered
 	Hits          int64 // requests fully served by existing registrations
@@ -46,7 +51,10 @@ type CacheStats struct {
 	Failures      int64 // pinmem.Register calls that failed (the memory was staged)
 }
 
-type regEntry struct {
+// Span is a registered part [Lo, Hi) of a slice, as offsets into it.
+type Span struct{ Lo, Hi int }
+
+type entry struct {
 	lo, hi  uintptr
 	buf     *pinmem.Buffer
 	refs    int
@@ -55,28 +63,44 @@ type regEntry struct {
 	dead    bool   // forgotten while in use: released on the last release
 }
 
-func (e *regEntry) size() int64 { return int64(e.hi - e.lo) }
+func (e *entry) size() int64 { return int64(e.hi - e.lo) }
 
-// regHold is one transfer's hold on cache entries.
-type regHold struct{ entries []*regEntry }
+// Hold is one copy's hold on registrations, from Acquire to Release.
+type Hold struct{ entries []*entry }
 
 var pageSize = uintptr(os.Getpagesize())
 
-// newRegCache makes a cache that also answers pinmem's budget (reclaim).
-func newRegCache(limit int64, minSize int, opts ...pinmem.Option) *regCache {
-	c := &regCache{limit: limit, min: max(minSize, int(pageSize)), opts: opts}
-	c.remove = reclaim.Add(reclaim.Func(c.reclaim))
+// owned are the buffers caches registered (Owns).
+var owned sync.Map // *pinmem.Buffer -> struct{}
+
+// Owns reports whether b is a registration of a cache: a lookup of pinned
+// memory must leave it to its cache, which holds it for a copy (another
+// cache could evict it in the middle of one).
+func Owns(b *pinmem.Buffer) bool {
+	_, ok := owned.Load(b)
+	return ok
+}
+
+// New makes a cache of at most limit registered bytes (0: bounded only by
+// pinmem's budget, which it answers through Reclaim) that registers
+// ranges of at least minSize bytes with opts.
+func New(limit int64, minSize int, opts ...pinmem.Option) *Cache {
+	c := &Cache{limit: limit, min: max(minSize, int(pageSize)), opts: opts}
+	c.remove = reclaim.Add(reclaim.Func(c.Reclaim))
 	return c
 }
 
+// Min returns the smallest range the cache registers.
+func (c *Cache) Min() int { return c.min }
+
 // overlapping returns the indexes [i, j) of entries overlapping [lo, hi). c.mu held.
-func (c *regCache) overlapping(lo, hi uintptr) (int, int) {
+func (c *Cache) overlapping(lo, hi uintptr) (int, int) {
 	i := sort.Search(len(c.entries), func(k int) bool { return c.entries[k].hi > lo })
 	return i, i + sort.Search(len(c.entries)-i, func(k int) bool { return c.entries[i+k].lo >= hi })
 }
 
 // unlink removes e from the entries. c.mu held.
-func (c *regCache) unlink(e *regEntry) {
+func (c *Cache) unlink(e *entry) {
 	if i := slices.Index(c.entries, e); i >= 0 {
 		c.entries = slices.Delete(c.entries, i, i+1)
 	}
@@ -85,9 +109,9 @@ func (c *regCache) unlink(e *regEntry) {
 // evict unlinks idle entries, least recently used first, until enough
 // (given the bytes freed so far) or none is idle, and returns their
 // buffers, to free outside the lock. c.mu held.
-func (c *regCache) evict(enough func(freed int64) bool) (bufs []*pinmem.Buffer, freed int64) {
+func (c *Cache) evict(enough func(freed int64) bool) (bufs []*pinmem.Buffer, freed int64) {
 	for !enough(freed) {
-		var v *regEntry
+		var v *entry
 		for _, e := range c.entries {
 			if e.refs == 0 && !e.pending && (v == nil || e.last < v.last) {
 				v = e
@@ -107,7 +131,7 @@ func (c *regCache) evict(enough func(freed int64) bool) (bufs []*pinmem.Buffer, 
 // addPending adds a pending registration of [lo, hi), held once, when it
 // fits under the limit after evictions (nil when not), and returns the
 // buffers evicted. c.mu held.
-func (c *regCache) addPending(lo, hi uintptr) (*regEntry, []*pinmem.Buffer) {
+func (c *Cache) addPending(lo, hi uintptr) (*entry, []*pinmem.Buffer) {
 	need := int64(hi - lo)
 	var used int64 // registered and pending
 	for _, e := range c.entries {
@@ -121,15 +145,15 @@ func (c *regCache) addPending(lo, hi uintptr) (*regEntry, []*pinmem.Buffer) {
 	if !fits(freed) {
 		return nil, free
 	}
-	e := &regEntry{lo: lo, hi: hi, pending: true, refs: 1, last: c.tick}
+	e := &entry{lo: lo, hi: hi, pending: true, refs: 1, last: c.tick}
 	i, _ := c.overlapping(lo, hi)
 	c.entries = slices.Insert(c.entries, i, e)
 	return e, free
 }
 
-// freeAll frees bufs and retries the registrations whose release failed
-// before; one that fails again stays in unfreed.
-func (c *regCache) freeAll(bufs []*pinmem.Buffer) error {
+// free frees bufs and retries the registrations whose release failed
+// before; one that fails again (not freed already) stays in unfreed.
+func (c *Cache) free(bufs []*pinmem.Buffer) error {
 	c.mu.Lock()
 	bufs = append(bufs, c.unfreed...)
 	c.unfreed = nil
@@ -137,13 +161,13 @@ func (c *regCache) freeAll(bufs []*pinmem.Buffer) error {
 	var errs []error
 	var kept []*pinmem.Buffer
 	for _, b := range bufs {
-		n, kb := 0, b
-		errs = append(errs, freeBuf(&b, &n))
-		if n > 0 {
+		err := b.Free()
+		if err != nil && !errors.Is(err, pinmem.ErrFreed) {
 			kept = append(kept, b)
 		} else {
-			cacheBufs.Delete(kb)
+			owned.Delete(b)
 		}
+		errs = append(errs, err)
 	}
 	if len(kept) > 0 {
 		c.mu.Lock()
@@ -154,11 +178,11 @@ func (c *regCache) freeAll(bufs []*pinmem.Buffer) error {
 }
 
 // locked runs f under c.mu and then frees the buffers it returns.
-func (c *regCache) locked(f func() []*pinmem.Buffer) {
+func (c *Cache) locked(f func() []*pinmem.Buffer) {
 	c.mu.Lock()
 	bufs := f()
 	c.mu.Unlock()
-	_ = c.freeAll(bufs)
+	_ = c.free(bufs)
 }
 
 // sliceAt returns the n bytes at address lo inside base, a slice starting
@@ -167,11 +191,11 @@ func sliceAt(base []byte, baseLo, lo uintptr, n int) []byte {
 	return hostptr.BytesAt(hostptr.Offset(hostptr.PtrOf(base), lo-baseLo), uintptr(n))
 }
 
-// acquire returns the parts of p the cache has (or now gets) registered,
-// as offsets into p, and a hold to release when the copy is done; no
-// spans when p is too small or registration fails.
-func (c *regCache) acquire(p []byte) ([]span, *regHold) {
-	pl := addr(p)
+// Acquire returns the parts of p the cache has (or now gets) registered,
+// as offsets into p in no particular order, and a hold to Release once
+// the copy is done; no spans when p is too small or registration fails.
+func (c *Cache) Acquire(p []byte) ([]Span, *Hold) {
+	pl := hostptr.AddrOf(p)
 	ph := pl + uintptr(len(p))
 	a := (pl + pageSize - 1) &^ (pageSize - 1)
 	b := ph &^ (pageSize - 1)
@@ -184,7 +208,7 @@ func (c *regCache) acquire(p []byte) ([]span, *regHold) {
 		return nil, nil
 	}
 	c.tick++
-	h := &regHold{}
+	h := &Hold{}
 	over, idle, gaps := c.scan(a, b, h)
 	if len(gaps) == 0 {
 		c.stats.Hits++
@@ -192,7 +216,7 @@ func (c *regCache) acquire(p []byte) ([]span, *regHold) {
 		return h.spans(pl, ph), h
 	}
 	c.stats.Misses++
-	var jobs []regJob
+	var jobs []job
 	var toFree []*pinmem.Buffer
 	if idle {
 		jobs, toFree = c.planMerge(p, a, b, over, h)
@@ -200,21 +224,21 @@ func (c *regCache) acquire(p []byte) ([]span, *regHold) {
 		jobs, toFree = c.planGaps(p, gaps)
 	}
 	c.mu.Unlock()
-	_ = c.freeAll(toFree)
+	_ = c.free(toFree)
 	c.register(jobs, h)
 	return h.spans(pl, ph), h
 }
 
-// regJob is a registration acquire makes outside the lock.
-type regJob struct {
-	e   *regEntry
+// job is a registration Acquire makes outside the lock.
+type job struct {
+	e   *entry
 	mem []byte
 }
 
 // scan returns the entries overlapping the pages [a, b), whether they
 // are all idle, and the gaps between them (as addresses); it holds the
 // usable ones in h. c.mu held.
-func (c *regCache) scan(a, b uintptr, h *regHold) (over []*regEntry, idle bool, gaps []span) {
+func (c *Cache) scan(a, b uintptr, h *Hold) (over []*entry, idle bool, gaps [][2]uintptr) {
 	i, j := c.overlapping(a, b)
 	over = c.entries[i:j:j]
 	idle = len(over) > 0
@@ -224,7 +248,7 @@ func (c *regCache) scan(a, b uintptr, h *regHold) (over []*regEntry, idle bool, 
 			idle = false
 		}
 		if e.lo > cur {
-			gaps = append(gaps, span{int(cur), int(e.lo)})
+			gaps = append(gaps, [2]uintptr{cur, e.lo})
 		}
 		cur = max(cur, e.hi)
 		if !e.pending && !e.dead {
@@ -234,16 +258,16 @@ func (c *regCache) scan(a, b uintptr, h *regHold) (over []*regEntry, idle bool, 
 		}
 	}
 	if cur < b {
-		gaps = append(gaps, span{int(cur), int(b)})
+		gaps = append(gaps, [2]uintptr{cur, b})
 	}
 	return over, idle, gaps
 }
 
 // planMerge replaces the idle entries over, which overlap the pages
 // [a, b) of p, with one pending registration of the union. c.mu held.
-func (c *regCache) planMerge(p []byte, a, b uintptr, over []*regEntry, h *regHold) ([]regJob, []*pinmem.Buffer) {
+func (c *Cache) planMerge(p []byte, a, b uintptr, over []*entry, h *Hold) ([]job, []*pinmem.Buffer) {
 	lo, hi := min(a, over[0].lo), max(b, over[len(over)-1].hi)
-	base, baseLo := p, addr(p) // the union starts in p or in the first entry
+	base, baseLo := p, hostptr.AddrOf(p) // the union starts in p or in the first entry
 	if lo != a {
 		base, baseLo = over[0].buf.Bytes(), over[0].lo
 	}
@@ -261,18 +285,17 @@ func (c *regCache) planMerge(p []byte, a, b uintptr, over []*regEntry, h *regHol
 		return nil, toFree
 	}
 	c.stats.Merges++
-	return []regJob{{e, mem}}, toFree
+	return []job{{e, mem}}, toFree
 }
 
 // planGaps adds a pending registration for each gap of p (addresses,
 // whole pages) that fits under the limit. c.mu held.
-func (c *regCache) planGaps(p []byte, gaps []span) (jobs []regJob, toFree []*pinmem.Buffer) {
+func (c *Cache) planGaps(p []byte, gaps [][2]uintptr) (jobs []job, toFree []*pinmem.Buffer) {
 	for _, g := range gaps {
-		lo, hi := uintptr(g.lo), uintptr(g.hi)
-		e, ev := c.addPending(lo, hi)
+		e, ev := c.addPending(g[0], g[1])
 		toFree = append(toFree, ev...)
 		if e != nil {
-			jobs = append(jobs, regJob{e, sliceAt(p, addr(p), lo, int(hi-lo))})
+			jobs = append(jobs, job{e, sliceAt(p, hostptr.AddrOf(p), g[0], int(g[1]-g[0]))})
 		}
 	}
 	return jobs, toFree
@@ -280,7 +303,7 @@ func (c *regCache) planGaps(p []byte, gaps []span) (jobs []regJob, toFree []*pin
 
 // register makes the registrations of jobs without the lock and holds in
 // h those that succeeded.
-func (c *regCache) register(jobs []regJob, h *regHold) {
+func (c *Cache) register(jobs []job, h *Hold) {
 	for _, jb := range jobs {
 		buf, err := pinmem.Register(jb.mem, pinmem.Portable, c.opts...)
 		c.mu.Lock()
@@ -289,11 +312,11 @@ func (c *regCache) register(jobs []regJob, h *regHold) {
 			c.stats.Failures++
 		} else if c.closed { // the entry is gone: so is its registration
 			c.mu.Unlock()
-			_ = c.freeAll([]*pinmem.Buffer{buf})
+			_ = c.free([]*pinmem.Buffer{buf})
 			continue
 		} else {
 			jb.e.buf = buf
-			cacheBufs.Store(buf, struct{}{})
+			owned.Store(buf, struct{}{})
 			jb.e.pending = false
 			c.stats.Registrations++
 			h.entries = append(h.entries, jb.e)
@@ -303,34 +326,34 @@ func (c *regCache) register(jobs []regJob, h *regHold) {
 }
 
 // spans returns the held entries clipped to [pl, ph), as offsets from pl.
-func (h *regHold) spans(pl, ph uintptr) []span {
-	var out []span
+func (h *Hold) spans(pl, ph uintptr) []Span {
+	var out []Span
 	for _, e := range h.entries {
 		lo, hi := max(e.lo, pl), min(e.hi, ph)
 		if lo < hi {
-			out = append(out, span{int(lo - pl), int(hi - pl)})
+			out = append(out, Span{int(lo - pl), int(hi - pl)})
 		}
 	}
-	return normalize(out)
+	return out
 }
 
-// cuts appends the boundaries of the held registrations' segments, as
-// offsets from base.
-func (h *regHold) cuts(base uintptr, cuts []int) []int {
+// Cuts appends the boundaries of the held registrations' segments (a
+// driver copy must not span two), as offsets from base.
+func (h *Hold) Cuts(base uintptr, cuts []int) []int {
 	for _, e := range h.entries {
 		if e.buf == nil {
 			continue
 		}
 		for _, seg := range e.buf.Segments() {
-			a := int(addr(seg)) - int(base)
+			a := int(hostptr.AddrOf(seg)) - int(base)
 			cuts = append(cuts, a, a+len(seg))
 		}
 	}
 	return cuts
 }
 
-// release ends a transfer's hold.
-func (c *regCache) release(h *regHold) {
+// Release ends a hold (nil is ignored).
+func (c *Cache) Release(h *Hold) {
 	if h == nil {
 		return
 	}
@@ -344,10 +367,10 @@ func (c *regCache) release(h *regHold) {
 	})
 }
 
-// reclaim, which pinmem calls when its budget is short, releases idle
-// registrations, least recently used first, until at least want bytes
-// were freed or none is idle, and returns the bytes freed.
-func (c *regCache) reclaim(want int64) (freed int64) {
+// Reclaim releases idle registrations, least recently used first, until
+// at least want bytes were freed or none is idle, and returns the bytes
+// freed. pinmem calls it when its budget is short.
+func (c *Cache) Reclaim(want int64) (freed int64) {
 	if c == nil {
 		return 0
 	}
@@ -359,25 +382,14 @@ func (c *regCache) reclaim(want int64) (freed int64) {
 	return freed
 }
 
-// Forget releases the registration cache's registrations overlapping p
-// (see WithRegistrationCache): idle ones at once, busy ones after the
-// copy using them. Call it before p's memory is reused for something else
-// or unmapped. It returns the bytes released now (0 when the cache is
-// off, and for a nil Copier).
-func (c *Copier) Forget(p []byte) int64 {
-	if !c.ok() {
-		return 0
-	}
-	return c.cache.forget(p)
-}
-
-// forget is Copier.Forget; 0 for a nil cache.
-func (c *regCache) forget(p []byte) (freed int64) {
+// Forget releases the registrations overlapping p: idle ones at once, busy
+// ones on their last Release. It returns the bytes released now.
+func (c *Cache) Forget(p []byte) (freed int64) {
 	if c == nil || len(p) == 0 {
 		return 0
 	}
-	pl := addr(p) &^ (pageSize - 1)
-	ph := (addr(p) + uintptr(len(p)) + pageSize - 1) &^ (pageSize - 1)
+	pl := hostptr.AddrOf(p) &^ (pageSize - 1)
+	ph := (hostptr.AddrOf(p) + uintptr(len(p)) + pageSize - 1) &^ (pageSize - 1)
 	c.locked(func() (toFree []*pinmem.Buffer) {
 		i, j := c.overlapping(pl, ph)
 		for _, e := range slices.Clone(c.entries[i:j]) {
@@ -397,19 +409,10 @@ func (c *regCache) forget(p []byte) (freed int64) {
 	return freed
 }
 
-// CacheStats returns the registration cache's counters (zero when the
-// cache is off, and for a nil Copier).
-func (c *Copier) CacheStats() CacheStats {
-	if !c.ok() {
-		return CacheStats{}
-	}
-	return c.cache.snapshot()
-}
-
-// snapshot returns the cache's counters (zero for a nil cache).
-func (c *regCache) snapshot() CacheStats {
+// Stats returns the cache's counters.
+func (c *Cache) Stats() Stats {
 	if c == nil {
-		return CacheStats{}
+		return Stats{}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -423,10 +426,10 @@ func (c *regCache) snapshot() CacheStats {
 	return s
 }
 
-// close releases every registration and stops answering pinmem's budget;
+// Close releases every registration and stops answering pinmem's budget;
 // left counts the registrations the driver failed to release, which the
-// next close retries.
-func (c *regCache) close() (left int, err error) {
+// next Close retries.
+func (c *Cache) Close() (left int, err error) {
 	c.remove()
 	c.mu.Lock()
 	c.closed = true
@@ -438,7 +441,7 @@ func (c *regCache) close() (left int, err error) {
 	}
 	c.entries = nil
 	c.mu.Unlock()
-	err = c.freeAll(toFree)
+	err = c.free(toFree)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.unfreed), err
