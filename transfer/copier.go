@@ -10,7 +10,6 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/regcache"
 	"github.com/pinmem/pinmem/internal/track"
 )
@@ -386,7 +385,7 @@ func (c *Copier) HtoD(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (
 		return Stats{Direction: HostToDevice}, err
 	}
 	defer c.end()
-	return c.htod(ctx, dst, src, byRoute)
+	return c.move(ctx, HostToDevice, src, dst, byRoute)
 }
 
 // DtoH copies len(dst) bytes from the start of the device buffer src into
@@ -399,7 +398,7 @@ func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 		return Stats{Direction: DeviceToHost}, err
 	}
 	defer c.end()
-	return c.dtoh(ctx, dst, src, byRoute)
+	return c.move(ctx, DeviceToHost, dst, src, byRoute)
 }
 
 // HtoDAsync starts HtoD and returns at once; the Op reports its result,
@@ -409,82 +408,13 @@ func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 // (two may run at once on the two lanes): wait for one before starting
 // another that touches the same memory.
 func (c *Copier) HtoDAsync(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) *Op {
-	return c.async(ctx, HostToDevice, func(ctx context.Context) (Stats, error) { return c.htod(ctx, dst, src, byRoute) })
+	return c.async(ctx, HostToDevice, func(ctx context.Context) (Stats, error) { return c.move(ctx, HostToDevice, src, dst, byRoute) })
 }
 
 // DtoHAsync starts DtoH and returns at once, as HtoDAsync starts HtoD; dst
 // must not be used until the Op is done.
 func (c *Copier) DtoHAsync(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) *Op {
-	return c.async(ctx, DeviceToHost, func(ctx context.Context) (Stats, error) { return c.dtoh(ctx, dst, src, byRoute) })
-}
-
-func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context) (Stats, error)) *Op {
-	t := &Op{cancel: func() {}, done: make(chan struct{}), returned: make(chan struct{})}
-	if err := c.enter(ctx); err != nil {
-		close(t.returned)
-		t.finish(Stats{Direction: d}, err)
-		return t
-	}
-	tctx, cancel := context.WithCancel(ctx)
-	t.cancel = cancel
-	go func() {
-		defer c.end()
-		st, err := fn(tctx)
-		close(t.returned)
-		if err != nil {
-			// Done once nothing it queued touches its memory.
-			_ = c.fence.wait(context.Background(), c.fence.last())
-		}
-		t.finish(st, err)
-	}()
-	return t
-}
-
-// Op is an asynchronous transfer in progress.
-type Op struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	// returned is closed once the transfer's call returned: no CPU copy
-	// of it touches the caller's memory any more.
-	returned chan struct{}
-	stats    Stats
-	err      error
-}
-
-func (t *Op) finish(s Stats, err error) {
-	t.stats, t.err = s, err
-	t.cancel()
-	close(t.done)
-}
-
-// closedChan is returned by a nil Op's Done.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// Done returns a channel closed when the transfer has finished, in place
-// or failed. A nil Op is done.
-func (t *Op) Done() <-chan struct{} {
-	if t == nil {
-		return closedChan
-	}
-	return t.done
-}
-
-// Wait returns the transfer's result once it finished, or ctx.Err() when
-// ctx ends first; the transfer then goes on (cancel the context given to
-// HtoDAsync or DtoHAsync to stop it).
-func (t *Op) Wait(ctx context.Context) (Stats, error) {
-	if t == nil {
-		return Stats{}, errNil("Op")
-	}
-	if err := checkCtx(ctx); err != nil {
-		return Stats{}, err
-	}
-	select {
-	case <-t.done:
-		return t.stats, t.err
-	case <-ctx.Done():
-		return Stats{}, ctx.Err()
-	}
+	return c.async(ctx, DeviceToHost, func(ctx context.Context) (Stats, error) { return c.move(ctx, DeviceToHost, dst, src, byRoute) })
 }
 
 // ---- planning ----
@@ -498,89 +428,6 @@ type piece struct {
 	direct bool
 	s      *stage
 	lo     int
-}
-
-// span is a pinned sub-range [lo, hi) of a host slice, as offsets.
-type span struct{ lo, hi int }
-
-func addr(b []byte) uintptr { return hostptr.AddrOf(b) }
-
-// pinnedSpans returns the parts of host known to be pinned (AddPinned,
-// pinmem.Lookup, the registration cache), sorted and split at
-// registration boundaries, and the function that ends the cache's holds.
-func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
-	if len(host) == 0 {
-		return nil, func() {}
-	}
-	spans, cuts := c.pinned.spans(host, nil, nil)
-	spans, cuts = lookupSpansIf(host, spans, cuts, c.pinnedHere)
-	spans = normalize(spans)
-	if c.cache == nil {
-		return splitAtCuts(spans, cuts), func() {}
-	}
-	// Ask the cache about the gaps.
-	var holds []*regcache.Hold
-	var out []span
-	prev := 0
-	gap := func(a, b int) {
-		if b-a < c.cache.Min() {
-			return
-		}
-		got, h := c.cache.Acquire(host[a:b])
-		if h != nil {
-			holds = append(holds, h)
-			cuts = h.Cuts(addr(host), cuts)
-		}
-		for _, s := range got {
-			out = append(out, span{s.Lo + a, s.Hi + a})
-		}
-	}
-	for _, s := range spans {
-		gap(prev, s.lo)
-		prev = s.hi
-	}
-	gap(prev, len(host))
-	spans = splitAtCuts(normalize(append(out, spans...)), cuts)
-	return spans, func() {
-		for _, h := range holds {
-			c.cache.Release(h)
-		}
-	}
-}
-
-// pinnedHere reports whether b is pinned for the Copier's context:
-// Portable, or pinned in it (pinmem pins in the primary context). Other
-// memory would be copied as pageable, which waits inside the driver call,
-// beyond ctx.
-func (c *copier) pinnedHere(b *pinmem.Buffer) bool {
-	if b.Flags()&pinmem.Portable != 0 {
-		return true
-	}
-	d := b.Device()
-	if d == nil || d.Ordinal() != c.cctx.Device().Ordinal() {
-		return false
-	}
-	// Retained already by pinmem: this only reads it.
-	pc, err := d.PrimaryContext()
-	return err == nil && pc.Handle() == c.cctx.Handle()
-}
-
-// normalize sorts spans and merges overlapping or touching ones.
-func normalize(s []span) []span {
-	if len(s) < 2 {
-		return s
-	}
-	slices.SortFunc(s, func(a, b span) int { return a.lo - b.lo })
-	out := s[:1]
-	for _, x := range s[1:] {
-		last := &out[len(out)-1]
-		if x.lo <= last.hi {
-			last.hi = max(last.hi, x.hi)
-			continue
-		}
-		out = append(out, x)
-	}
-	return out
 }
 
 // chunkSize is the piece size for n staged bytes: a stage, or less so
@@ -648,30 +495,20 @@ func (c *copier) waitLast(ctx context.Context, l *lane, ev *cuda.Event) error {
 
 // ---- execution ----
 
-func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, how strategy) (Stats, error) {
-	st := Stats{Direction: HostToDevice, Bytes: int64(len(src))}
-	if err := checkBuf(dst, c.cctx.Device(), "destination device buffer"); err != nil {
-		return st, err
+// move checks dev and moves host to or from it in direction d through the
+// executor; how forces a path (tests).
+func (c *copier) move(ctx context.Context, d Direction, host []byte, dev *cuda.DeviceBuffer, how strategy) (Stats, error) {
+	st := &Stats{Direction: d, Bytes: int64(len(host))}
+	what := "destination device buffer"
+	if d == DeviceToHost {
+		what = "source device buffer"
 	}
-	if len(src) > dst.Size() {
-		return st, &SizeError{Op: HostToDevice.String(), Need: len(src), Have: dst.Size()}
+	if err := checkBuf(dev, c.cctx.Device(), what); err != nil {
+		return *st, err
 	}
-	return c.move(ctx, &st, src, dst, how)
-}
-
-func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, how strategy) (Stats, error) {
-	st := Stats{Direction: DeviceToHost, Bytes: int64(len(dst))}
-	if err := checkBuf(src, c.cctx.Device(), "source device buffer"); err != nil {
-		return st, err
+	if len(host) > dev.Size() {
+		return *st, &SizeError{Op: d.String(), Need: len(host), Have: dev.Size()}
 	}
-	if len(dst) > src.Size() {
-		return st, &SizeError{Op: DeviceToHost.String(), Need: len(dst), Have: src.Size()}
-	}
-	return c.move(ctx, &st, dst, src, how)
-}
-
-// move moves host to or from dev in st.Direction through the executor.
-func (c *copier) move(ctx context.Context, st *Stats, host []byte, dev *cuda.DeviceBuffer, how strategy) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return *st, err
 	}

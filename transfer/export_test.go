@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"context"
 	"os"
 
 	"github.com/pinmem/pinmem/cuda"
@@ -123,4 +124,14 @@ func (e *engine) stageCount() (all, peak int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return len(e.all), e.peak
+}
+
+// htod is HtoD with path forced by how.
+func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, how strategy) (Stats, error) {
+	return c.move(ctx, HostToDevice, src, dst, how)
+}
+
+// dtoh is DtoH with path forced by how.
+func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, how strategy) (Stats, error) {
+	return c.move(ctx, DeviceToHost, dst, src, how)
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/regcache"
 )
 
@@ -167,3 +168,86 @@ const (
 	forceStaged                 // the ring at every size
 	forceShort                  // one stage when one is idle and holds the transfer, else the ring
 )
+
+// span is a pinned sub-range [lo, hi) of a host slice, as offsets.
+type span struct{ lo, hi int }
+
+func addr(b []byte) uintptr { return hostptr.AddrOf(b) }
+
+// pinnedSpans returns the parts of host known to be pinned (AddPinned,
+// pinmem.Lookup, the registration cache), sorted and split at
+// registration boundaries, and the function that ends the cache's holds.
+func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
+	if len(host) == 0 {
+		return nil, func() {}
+	}
+	spans, cuts := c.pinned.spans(host, nil, nil)
+	spans, cuts = lookupSpansIf(host, spans, cuts, c.pinnedHere)
+	spans = normalize(spans)
+	if c.cache == nil {
+		return splitAtCuts(spans, cuts), func() {}
+	}
+	// Ask the cache about the gaps.
+	var holds []*regcache.Hold
+	var out []span
+	prev := 0
+	gap := func(a, b int) {
+		if b-a < c.cache.Min() {
+			return
+		}
+		got, h := c.cache.Acquire(host[a:b])
+		if h != nil {
+			holds = append(holds, h)
+			cuts = h.Cuts(addr(host), cuts)
+		}
+		for _, s := range got {
+			out = append(out, span{s.Lo + a, s.Hi + a})
+		}
+	}
+	for _, s := range spans {
+		gap(prev, s.lo)
+		prev = s.hi
+	}
+	gap(prev, len(host))
+	spans = splitAtCuts(normalize(append(out, spans...)), cuts)
+	return spans, func() {
+		for _, h := range holds {
+			c.cache.Release(h)
+		}
+	}
+}
+
+// pinnedHere reports whether b is pinned for the Copier's context:
+// Portable, or pinned in it (pinmem pins in the primary context). Other
+// memory would be copied as pageable, which waits inside the driver call,
+// beyond ctx.
+func (c *copier) pinnedHere(b *pinmem.Buffer) bool {
+	if b.Flags()&pinmem.Portable != 0 {
+		return true
+	}
+	d := b.Device()
+	if d == nil || d.Ordinal() != c.cctx.Device().Ordinal() {
+		return false
+	}
+	// Retained already by pinmem: this only reads it.
+	pc, err := d.PrimaryContext()
+	return err == nil && pc.Handle() == c.cctx.Handle()
+}
+
+// normalize sorts spans and merges overlapping or touching ones.
+func normalize(s []span) []span {
+	if len(s) < 2 {
+		return s
+	}
+	slices.SortFunc(s, func(a, b span) int { return a.lo - b.lo })
+	out := s[:1]
+	for _, x := range s[1:] {
+		last := &out[len(out)-1]
+		if x.lo <= last.hi {
+			last.hi = max(last.hi, x.hi)
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}

@@ -1,0 +1,72 @@
+package transfer
+
+import "context"
+
+func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context) (Stats, error)) *Op {
+	t := &Op{cancel: func() {}, done: make(chan struct{}), returned: make(chan struct{})}
+	if err := c.enter(ctx); err != nil {
+		close(t.returned)
+		t.finish(Stats{Direction: d}, err)
+		return t
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	t.cancel = cancel
+	go func() {
+		defer c.end()
+		st, err := fn(tctx)
+		close(t.returned)
+		if err != nil {
+			// Done once nothing it queued touches its memory.
+			_ = c.fence.wait(context.Background(), c.fence.last())
+		}
+		t.finish(st, err)
+	}()
+	return t
+}
+
+// Op is an asynchronous transfer in progress.
+type Op struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	// returned is closed once the transfer's call returned: no CPU copy
+	// of it touches the caller's memory any more.
+	returned chan struct{}
+	stats    Stats
+	err      error
+}
+
+func (t *Op) finish(s Stats, err error) {
+	t.stats, t.err = s, err
+	t.cancel()
+	close(t.done)
+}
+
+// closedChan is returned by a nil Op's Done.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Done returns a channel closed when the transfer has finished, in place
+// or failed. A nil Op is done.
+func (t *Op) Done() <-chan struct{} {
+	if t == nil {
+		return closedChan
+	}
+	return t.done
+}
+
+// Wait returns the transfer's result once it finished, or ctx.Err() when
+// ctx ends first; the transfer then goes on (cancel the context given to
+// HtoDAsync or DtoHAsync to stop it).
+func (t *Op) Wait(ctx context.Context) (Stats, error) {
+	if t == nil {
+		return Stats{}, errNil("Op")
+	}
+	if err := checkCtx(ctx); err != nil {
+		return Stats{}, err
+	}
+	select {
+	case <-t.done:
+		return t.stats, t.err
+	case <-ctx.Done():
+		return Stats{}, ctx.Err()
+	}
+}
