@@ -413,8 +413,8 @@ func (m *Multi) Scatter(ctx context.Context, dsts []*cuda.DeviceBuffer, srcs [][
 	return m.each(ctx, HostToDevice, srcs, dsts)
 }
 
-// each runs one asynchronous transfer per device in direction dir and
-// waits for all.
+// each runs one transfer per device in direction dir, at once, and waits
+// for all.
 func (m *Multi) each(ctx context.Context, dir Direction, hosts [][]byte, devs []*cuda.DeviceBuffer) (MultiStats, error) {
 	st := MultiStats{Direction: dir}
 	if err := m.enter(ctx); err != nil {
@@ -431,38 +431,29 @@ func (m *Multi) each(ctx context.Context, dir Direction, hosts [][]byte, devs []
 	cctx, cancel := context.WithCancel(ctx) // one failure stops every device
 	defer cancel()
 	t0 := time.Now()
-	ts := make([]*Op, len(m.devs))
+	errs := make([]error, len(m.devs))
+	st.PerDevice = make([]Stats, len(m.devs))
+	var wg sync.WaitGroup
 	for i, d := range m.devs {
 		st.Bytes = max(st.Bytes, int64(len(hosts[i])))
-		if dir == HostToDevice {
-			ts[i] = d.cp.HtoDAsync(cctx, devs[i], hosts[i])
-		} else {
-			ts[i] = d.cp.DtoHAsync(cctx, hosts[i], devs[i])
-		}
+		wg.Go(func() {
+			// Bounded by cctx; the copies an early exit leaves queued go
+			// to the device's fence, and no CPU copy outlives the call.
+			if st.PerDevice[i], errs[i] = d.cp.move(cctx, dir, hosts[i], devs[i], byRoute); errs[i] != nil {
+				cancel()
+			}
+		})
 	}
-	// The wait is bounded by the caller's ctx: on a hung device an Op is
-	// never done.
+	wg.Wait()
 	var first error
-	for i, t := range ts {
-		s, err := t.Wait(ctx)
-		st.PerDevice = append(st.PerDevice, s)
+	for i, s := range st.PerDevice {
 		st.CopyCPU += s.CopyCPU
 		st.Staged = st.Staged || s.StagedBytes > 0
-		if err != nil {
-			cancel()
-			err = fmt.Errorf("device %d: %w", i, err)
-			// Report the error that stopped the others, not the
-			// cancellation it caused in them.
-			if first == nil || errors.Is(first, context.Canceled) && !errors.Is(err, context.Canceled) {
-				first = err
-			}
+		// Report the error that stopped the others, not the cancellation
+		// it caused in them.
+		if err := errs[i]; err != nil && (first == nil || errors.Is(first, context.Canceled) && !errors.Is(err, context.Canceled)) {
+			first = fmt.Errorf("device %d: %w", i, err)
 		}
-	}
-	// Return only once every Op's call has, so that no CPU copy touches
-	// the caller's memory afterwards.
-	cancel()
-	for _, t := range ts {
-		<-t.returned
 	}
 	st.Wall = time.Since(t0)
 	if first != nil {

@@ -3,9 +3,8 @@ package transfer
 import "context"
 
 func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context) (Stats, error)) *Op {
-	t := &Op{cancel: func() {}, done: make(chan struct{}), returned: make(chan struct{})}
+	t := &Op{cancel: func() {}, done: make(chan struct{})}
 	if err := c.enter(ctx); err != nil {
-		close(t.returned)
 		t.finish(Stats{Direction: d}, err)
 		return t
 	}
@@ -14,7 +13,6 @@ func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context
 	go func() {
 		defer c.end()
 		st, err := fn(tctx)
-		close(t.returned)
 		if err != nil {
 			// Done once nothing it queued touches its memory.
 			_ = c.fence.wait(context.Background(), c.fence.last())
@@ -28,11 +26,8 @@ func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context
 type Op struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	// returned is closed once the transfer's call returned: no CPU copy
-	// of it touches the caller's memory any more.
-	returned chan struct{}
-	stats    Stats
-	err      error
+	stats  Stats
+	err    error
 }
 
 func (t *Op) finish(s Stats, err error) {
