@@ -127,13 +127,7 @@ type pipeline struct {
 	streams []*cuda.Stream
 	slots   []*slot
 	run     chan struct{} // one Run (or a Run's abandoned drain) at a time
-
-	closed atomic.Bool // Close (or the cleanup) has run
-	// stopped is closed once the closing Pipeline holds the run token
-	// (the Run in progress and its drain have ended); stop starts that
-	// wait once.
-	stopped chan struct{}
-	stop    sync.Once
+	gate                  // Runs and abandoned drains in progress
 	rel     releaser
 	// panicked is the value a callback of the Run in progress panicked
 	// with; dirty: an event could not be recorded behind a chunk, so its
@@ -215,11 +209,11 @@ func (cfg *pipelineConfig) apply(opts []PipelineOption) error {
 }
 
 func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
-	p = &pipeline{c: c, cfg: cfg, run: make(chan struct{}, 1), stopped: make(chan struct{})}
+	p = &pipeline{c: c, cfg: cfg, run: make(chan struct{}, 1), gate: newGate()}
 	p.rel.step = p.releaseStep
 	defer func() {
 		if err != nil {
-			p.closed.CompareAndSwap(false, true)
+			p.markClosed()
 			err = errors.Join(err, p.rel.release())
 			orphan(&p.rel)
 			p = nil
@@ -260,33 +254,17 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	first := p.closed.CompareAndSwap(false, true)
-	return closeOwner(ctx, "Pipeline", first, &p.rel, &p.cleanup, p.waitStopped())
+	return closeOwner(ctx, "Pipeline", p.markClosed(), &p.rel, &p.cleanup, p.idle)
 }
 
 // dropped is the cleanup of a Pipeline dropped without Close; a drain a
 // Run left may still be in progress, and release waits for it.
 func (p *pipeline) dropped() {
-	if !p.closed.CompareAndSwap(false, true) {
+	if !p.markClosed() {
 		return
 	}
 	track.Dropped("pipeline", "slots", len(p.slots), "chunk_size", p.cfg.chunkSize)
-	go func() {
-		<-p.waitStopped()
-		_ = p.rel.release()
-	}()
-}
-
-// waitStopped returns a channel closed once the closed Pipeline holds the
-// run token for good: no Run or drain is in progress.
-func (p *pipeline) waitStopped() <-chan struct{} {
-	p.stop.Do(func() {
-		go func() {
-			p.run <- struct{}{}
-			close(p.stopped)
-		}()
-	})
-	return p.stopped
+	go func() { <-p.idle; _ = p.rel.release() }()
 }
 
 // releaseStep frees whatever newPipelineState created (rel.step).
@@ -370,12 +348,13 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	if err := checkCtx(ctx); err != nil {
 		return st, err
 	}
-	if p.closed.Load() {
-		return st, ErrClosed
-	}
 	if out != nil && len(out) < len(in) {
 		return st, &SizeError{Op: "pipeline output", Need: len(in), Have: len(out)}
 	}
+	if err := p.begin(); err != nil {
+		return st, err
+	}
+	defer p.end()
 	if err := p.c.begin(); err != nil {
 		return st, err
 	}
@@ -401,7 +380,7 @@ func (p *pipeline) runHeld(ctx context.Context, in, out []byte) (st PipelineStat
 			<-p.run
 		}
 	}()
-	if p.closed.Load() {
+	if p.isClosed() { // closed while this Run waited for the token
 		return st, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
@@ -487,7 +466,7 @@ func (p *pipeline) handOff(pending []*flight, holds []func()) {
 	if p.dirty {
 		d.streams = p.streams
 	}
-	p.c.fence.handOff(p.c.hold, p.c.end, d, func() {
+	p.c.fence.handOff(func() { p.c.hold(); p.hold() }, func() { p.end(); p.c.end() }, d, func() {
 		for _, h := range holds {
 			h()
 		}

@@ -130,7 +130,7 @@ func closeOwner(ctx context.Context, what string, first bool, rel *releaser, cle
 	}
 }
 
-// gate counts the work in progress of a Copier or Multi; idle is closed
+// gate counts the work in progress of a Copier, Pipeline or Multi; idle is closed
 // once the owner is closed and no work is left.
 type gate struct {
 	mu     sync.Mutex
@@ -154,6 +154,13 @@ func (g *gate) markClosed() bool {
 		close(g.idle)
 	}
 	return true
+}
+
+// isClosed reports whether the owner is closed.
+func (g *gate) isClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
 }
 
 // begin registers work in progress, or fails after Close.
