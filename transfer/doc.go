@@ -14,13 +14,10 @@
 // outlive a call whose context ended.
 //
 // There is one way to do each copy: HtoD and DtoH copy a byte slice and
-// return when the data is in place; HtoDAsync and DtoHAsync start the same
-// copies and return an *Op with Wait and Done (cancel the context given to
-// start one to stop it); HtoDFrom and DtoHTo
-// stream an io.Reader into device memory and device memory into an
-// io.Writer through the pinned stages, with no extra heap copy (they are
-// not io.ReaderFrom and io.WriterTo, whose signatures cannot name a device
-// buffer). AsBytes turns a slice of numbers into the bytes to copy.
+// return when the data is in place; HtoDAsync and DtoHAsync start them and
+// return an *Op; HtoDFrom and DtoHTo stream an io.Reader into device
+// memory and device memory into an io.Writer through the pinned stages,
+// with no extra heap copy. AsBytes turns a slice of numbers into bytes.
 //
 // Every blocking call takes a context.Context first (nil is refused with an
 // error matching cuda.ErrInvalidValue) and returns when it ends, within
@@ -60,65 +57,47 @@
 // later Close waits again, bounded by its own ctx, and retries it. Once
 // everything is released, Close returns ErrClosed.
 //
-// Waiting never holds one OS thread per waiting goroutine: each lane of a
-// Copier (and each output goroutine of a Pipeline Run) has one waiter
-// goroutine that blocks in the driver on the events it is asked about,
-// and everyone else parks on channels. The end of a transfer
-// is where the driver's wake-up latency would show, so by default
-// (WithWait(WaitHybrid)) a transfer sleeps until all but its last piece has
-// run and then polls the end; WaitPoll polls throughout (lowest latency,
-// one busy core) and WaitSleep never polls.
+// Waiting never holds one OS thread per waiting goroutine: one waiter
+// goroutine per lane of a Copier (and per completer of a Pipeline Run)
+// sleeps in the driver, everyone else parks on channels. By default
+// (WaitHybrid) a transfer sleeps until all but its last piece has run and
+// then polls the end, where the driver's wake-up latency would show;
+// WaitPoll polls throughout and WaitSleep never polls.
 //
 // Each transfer returns Stats: bytes, the path taken and wall time.
 // WithStats(true) adds the device time (two timing events per transfer)
-// and the CPU it cost (the copy goroutines' thread CPU time from
-// getrusage(RUSAGE_THREAD), with those goroutines locked to their threads,
-// and the whole process's CPU time from getrusage(RUSAGE_SELF)); without
-// it those fields are zero and a small transfer costs no extra driver or
-// system call.
+// and the CPU it cost (thread and process CPU time from getrusage); without
+// it a small transfer costs no extra driver or system call.
 //
-// The registration cache (WithRegistrationCache, off by default) pins large
-// slices in place the first time they are copied and reuses the
-// registration afterwards, so that a slice copied again and again moves at
-// pinned speed; Copier.Forget releases a slice's registrations before its
-// memory is reused, Copier.CacheStats counts the cache's work.
+// The registration cache (WithRegistrationCache, off by default) pins
+// large slices in place on their first copy, so that a slice copied again
+// and again moves at pinned speed; Copier.Forget releases a slice's
+// registrations before its memory is reused.
 //
-// A Pipeline splits a large input into chunks and runs, for each chunk,
-// host-to-device, the caller's device work and device-to-host, across
-// several streams, with a bounded number of chunks in flight and ordered
-// or unordered completion callbacks (see Pipeline).
-//
-// RunMapped runs a kernel directly on a Mapped pinmem.Buffer's device
-// pointer (zero-copy): it saves the device memory and the copy, and every
-// read crosses the bus; measure with `pinmem zerocopy` (on the shipped
-// H200 run an explicit copy was faster even at one read).
+// A Pipeline runs host-to-device, the caller's device work and
+// device-to-host per chunk of a large input, across several streams.
+// RunMapped runs a kernel directly on a Mapped pinmem.Buffer (zero-copy):
+// every read crosses the bus; measure with `pinmem zerocopy`.
 //
 // Device buffers are checked before any copy is queued: a freed buffer
 // gives an error matching cuda.ErrInvalidHandle, a buffer of another
 // device ErrWrongDevice.
 //
 // A Copier, Pipeline or Multi dropped without Close is counted and
-// reported (pinmem.Stats, the logger set with pinmem.SetLogger) when the
-// garbage collector finds it, and its resources are released then; until
-// that collection a dropped owner keeps its stream, events, pinned stages,
-// device memory and goroutines.
+// reported (pinmem.Stats, pinmem.SetLogger) when the garbage collector
+// finds it, and released then; until then it keeps what it holds.
 //
 // # Several GPUs
 //
 // A Multi serves several contexts at once (every GPU's primary context;
 // one GPU, or two contexts of one GPU, work too). Broadcast sends the same
 // host data to every device: each chunk is copied once by the CPU into a
-// portable pinned stage of the first device's Copier and then queued on a
-// lane of every device's Copier, so the copies to different GPUs run
-// concurrently and in step, and a stage is refilled only when every device
-// has finished with it.
-// Gather brings every device's data to host memory at once and Scatter
-// sends different data to each, each device through its own Copier, whose
-// staging memory pinmem places on that device's NUMA node on a multi-socket
-// host (see Buffer.Placement). A source already pinned portable (AddPinned) is
-// copied directly to every device. Broadcast's stages, the first
-// device's Copier's, are placed on that device's node. MultiStats.GBps is the aggregate
-// bandwidth over all devices.
+// portable stage of the first device's Copier and queued on a lane of
+// every device's Copier, so the copies run concurrently and in step; a
+// stage is refilled once every device is done with it. Gather and Scatter
+// move each device's own data through its own Copier, whose stages pinmem
+// places on the device's NUMA node. A source pinned portable is copied
+// directly to every device.
 //
 // # Defaults
 //
