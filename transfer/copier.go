@@ -10,6 +10,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/hostspan"
 	"github.com/pinmem/pinmem/internal/regcache"
 	"github.com/pinmem/pinmem/internal/track"
 )
@@ -81,7 +82,7 @@ const lanesOwn = 2
 type stage struct {
 	buf  *pinmem.Buffer
 	mem  []byte
-	cuts []int // registration boundaries in mem (segCuts)
+	cuts []int // registration boundaries in mem (hostspan.Cuts)
 	ev   *cuda.Event
 	used bool // ev has been recorded
 }
@@ -443,7 +444,7 @@ func (c *copier) plan(host []byte, dev *cuda.DeviceBuffer, spans []span, st *Sta
 	var ops []piece
 	staged := len(host)
 	for _, s := range spans {
-		staged -= s.hi - s.lo
+		staged -= s.Hi - s.Lo
 	}
 	chunk := c.chunkSize(staged)
 	stage := func(a, b int) {
@@ -456,10 +457,10 @@ func (c *copier) plan(host []byte, dev *cuda.DeviceBuffer, spans []span, st *Sta
 	}
 	prev := 0
 	for _, s := range spans {
-		stage(prev, s.lo)
-		ops = append(ops, piece{host: host[s.lo:s.hi], dev: dev, off: s.lo, direct: true})
-		st.DirectBytes += int64(s.hi - s.lo)
-		prev = s.hi
+		stage(prev, s.Lo)
+		ops = append(ops, piece{host: host[s.Lo:s.Hi], dev: dev, off: s.Lo, direct: true})
+		st.DirectBytes += int64(s.Hi - s.Lo)
+		prev = s.Hi
 	}
 	stage(prev, len(host))
 	// A long direct copy at the end goes in two: waitLast polls only the
@@ -591,13 +592,13 @@ func (l *lane) queued(s *stage, err error) error {
 // htod queues the copy of the stage's bytes [lo, hi) to dev at off on
 // st, one copy per registration of the stage.
 func (s *stage) htod(st *cuda.Stream, dev *cuda.DeviceBuffer, off, lo, hi int) error {
-	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyHtoD(dev, off+a-lo, s.mem[a:b]) })
+	return hostspan.EachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyHtoD(dev, off+a-lo, s.mem[a:b]) })
 }
 
 // dtoh queues the copy of hi-lo bytes of dev at off into the stage's
 // bytes [lo, hi) on st, one copy per registration of the stage.
 func (s *stage) dtoh(st *cuda.Stream, dev *cuda.DeviceBuffer, off, lo, hi int) error {
-	return eachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], dev, off+a-lo) })
+	return hostspan.EachPiece(s.cuts, lo, hi, func(a, b int) error { return st.CopyDtoH(s.mem[a:b], dev, off+a-lo) })
 }
 
 // waitStage waits for stage event ev inside a transfer holding l.

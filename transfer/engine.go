@@ -10,6 +10,7 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/copypool"
+	"github.com/pinmem/pinmem/internal/hostspan"
 )
 
 // engine is the staging engine of one context, shared as Copier says: the
@@ -128,7 +129,7 @@ func (e *engine) newStage() (*stage, error) {
 	if s.buf, err = pinmem.Alloc(e.key.stageSize, e.flags, e.popts...); err != nil {
 		return nil, err
 	}
-	s.mem, s.cuts = s.buf.Bytes(), segCuts(s.buf)
+	s.mem, s.cuts = s.buf.Bytes(), hostspan.Cuts(s.buf)
 	if !e.key.pipeline {
 		if s.ev, err = e.key.ctx.NewEvent(syncEvent); err != nil {
 			return nil, errors.Join(err, freeStages([]*stage{s}))

@@ -10,6 +10,8 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/hostspan"
+	"github.com/pinmem/pinmem/internal/regcache"
 	"github.com/pinmem/pinmem/internal/track"
 )
 
@@ -236,12 +238,13 @@ func (m *multi) checkBufs(op string, bufs []*cuda.DeviceBuffer) error {
 // cover it, counting only buffers pinned for every context (AddPinned,
 // Portable, or any with a single context).
 func (m *multi) directSpans(host []byte) (spans []span, ok bool) {
-	spans, cuts := m.pinned.spans(host, nil, nil)
-	spans, cuts = lookupSpansIf(host, spans, cuts, func(b *pinmem.Buffer) bool {
-		return len(m.devs) == 1 || b.Flags()&pinmem.Portable != 0
+	var set hostspan.Set
+	m.pinned.addTo(&set, host)
+	set.AddLookup(host, func(b *pinmem.Buffer) bool {
+		return !regcache.Owns(b) && (len(m.devs) == 1 || b.Flags()&pinmem.Portable != 0)
 	})
-	spans = splitAtCuts(normalize(spans), cuts)
-	return spans, covers(spans, len(host))
+	spans = set.Split()
+	return spans, hostspan.Covers(spans, len(host))
 }
 
 // Broadcast copies src to the start of every device buffer dsts[i] (one
@@ -320,7 +323,7 @@ func (m *multi) startBroadcast(ctx context.Context) (*broadcast, error) {
 func (b *broadcast) direct(dsts []*cuda.DeviceBuffer, src []byte, spans []span) error {
 	for i, l := range b.lanes {
 		for _, sp := range spans {
-			if err := l.stream.CopyHtoD(dsts[i], sp.lo, src[sp.lo:sp.hi]); err != nil {
+			if err := l.stream.CopyHtoD(dsts[i], sp.Lo, src[sp.Lo:sp.Hi]); err != nil {
 				return fmt.Errorf("device %d: %w", i, err)
 			}
 		}

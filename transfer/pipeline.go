@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/hostspan"
 	"github.com/pinmem/pinmem/internal/track"
 )
 
@@ -425,12 +425,12 @@ func (p *pipeline) runHeld(ctx context.Context, in, out []byte) (st PipelineStat
 func (p *pipeline) prepare(ctx context.Context, in, out []byte, st *PipelineStats, holds *[]func()) (inSpans, outSpans []span, slots int, err error) {
 	inSpans, relIn := p.c.pinnedSpans(in)
 	*holds = append(*holds, relIn)
-	st.StagedIn = len(in) > 0 && !covers(inSpans, len(in))
+	st.StagedIn = len(in) > 0 && !hostspan.Covers(inSpans, len(in))
 	if out != nil {
 		var relOut func()
 		outSpans, relOut = p.c.pinnedSpans(out[:len(in)])
 		*holds = append(*holds, relOut)
-		st.StagedOut = len(in) > 0 && !covers(outSpans, len(in))
+		st.StagedOut = len(in) > 0 && !hostspan.Covers(outSpans, len(in))
 	}
 	if (st.StagedIn || st.StagedOut) && p.eng == nil {
 		t0 := time.Now()
@@ -485,41 +485,6 @@ func (p *pipeline) callback(f func() error) (err error) {
 		}
 	}()
 	return f()
-}
-
-// covers reports whether the sorted, disjoint spans s cover [0, n).
-func covers(s []span, n int) bool {
-	at := 0
-	for _, x := range s {
-		if x.lo != at {
-			return false
-		}
-		at = x.hi
-	}
-	return at == n
-}
-
-// eachSpan calls f for the parts of [off, off+n) in the sorted spans s, as
-// offsets from off, in order, until f fails.
-func eachSpan(s []span, off, n int, f func(lo, hi int) error) error {
-	i, _ := slices.BinarySearchFunc(s, off, func(x span, t int) int {
-		if x.hi <= t {
-			return -1
-		}
-		if x.lo > t {
-			return 1
-		}
-		return 0
-	})
-	for ; i < len(s) && s[i].lo < off+n; i++ {
-		lo, hi := max(s[i].lo, off), min(s[i].hi, off+n)
-		if lo < hi {
-			if err := f(lo-off, hi-off); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // loop issues the chunks on Run's goroutine and delivers them as the
@@ -738,7 +703,7 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 		st.CopyCPU += p.c.copyStage(sl.stage.mem[:ch.Len], ch.In)
 		err = sl.stage.htod(s, ch.Dev, 0, 0, ch.Len)
 	} else {
-		err = eachSpan(inSpans, ch.Offset, ch.Len, func(lo, hi int) error {
+		err = hostspan.Within(inSpans, ch.Offset, ch.Len, func(lo, hi int) error {
 			return s.CopyHtoD(ch.Dev, lo, ch.In[lo:hi])
 		})
 	}
@@ -758,7 +723,7 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 		if st.StagedOut {
 			err = sl.stage.dtoh(s, ch.Dev, 0, 0, ch.Len)
 		} else {
-			err = eachSpan(outSpans, ch.Offset, ch.Len, func(lo, hi int) error {
+			err = hostspan.Within(outSpans, ch.Offset, ch.Len, func(lo, hi int) error {
 				return s.CopyDtoH(ch.Out[lo:hi], ch.Dev, lo)
 			})
 		}

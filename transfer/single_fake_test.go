@@ -421,27 +421,3 @@ func TestFakeSinglePieces(t *testing.T) {
 		}
 	}
 }
-
-// TestEachPiece: the parts of a range between registration cuts.
-func TestEachPiece(t *testing.T) {
-	for _, tc := range []struct {
-		cuts   []int
-		lo, hi int
-		want   [][2]int
-	}{
-		{nil, 0, 10, [][2]int{{0, 10}}},
-		{[]int{5}, 0, 10, [][2]int{{0, 5}, {5, 10}}},
-		{[]int{5}, 5, 10, [][2]int{{5, 10}}},
-		{[]int{5}, 0, 5, [][2]int{{0, 5}}},
-		{[]int{2, 4, 8}, 3, 9, [][2]int{{3, 4}, {4, 8}, {8, 9}}},
-		{[]int{2, 4, 8}, 9, 12, [][2]int{{9, 12}}},
-	} {
-		var got [][2]int
-		if err := eachPiece(tc.cuts, tc.lo, tc.hi, func(a, b int) error { got = append(got, [2]int{a, b}); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("cuts %v, [%d, %d): %v, want %v", tc.cuts, tc.lo, tc.hi, got, tc.want)
-		}
-	}
-}

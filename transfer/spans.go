@@ -1,11 +1,11 @@
 package transfer
 
 import (
-	"slices"
 	"sync"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/hostspan"
 	"github.com/pinmem/pinmem/internal/regcache"
 )
 
@@ -33,14 +33,13 @@ func (p *pinnedSet) add(b *pinmem.Buffer) (remove func()) {
 	}
 }
 
-// spans appends the parts of host in known buffers and their cuts (regSpans).
-func (p *pinnedSet) spans(host []byte, spans []span, cuts []int) ([]span, []int) {
+// addTo adds to set the parts of host in known buffers.
+func (p *pinnedSet) addTo(set *hostspan.Set, host []byte) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	for b := range p.bufs {
-		spans, cuts = regSpans(host, b, spans, cuts)
+		set.AddBuffer(host, b)
 	}
-	return spans, cuts
 }
 
 // empty reports whether no buffer is known.
@@ -48,104 +47,6 @@ func (p *pinnedSet) empty() bool {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return len(p.bufs) == 0
-}
-
-// regSpans appends to spans the parts of host that lie in b, and to cuts
-// the offsets in host of the boundaries of b's registrations.
-func regSpans(host []byte, b *pinmem.Buffer, spans []span, cuts []int) ([]span, []int) {
-	lo := addr(host)
-	hi := lo + uintptr(len(host))
-	for _, seg := range b.Segments() {
-		if len(seg) == 0 {
-			continue
-		}
-		sl := addr(seg)
-		sh := sl + uintptr(len(seg))
-		if sl >= hi || sh <= lo {
-			continue
-		}
-		a, z := int(max(sl, lo)-lo), int(min(sh, hi)-lo)
-		spans = append(spans, span{a, z})
-		cuts = append(cuts, a, z)
-	}
-	return spans, cuts
-}
-
-// lookupSpansIf appends the parts of host in buffers pinmem pinned that ok
-// accepts, registration caches' excepted, and their registrations' cuts.
-func lookupSpansIf(host []byte, spans []span, cuts []int, ok func(*pinmem.Buffer) bool) ([]span, []int) {
-	off := 0
-	for off < len(host) {
-		b, found := pinmem.Lookup(host[off:])
-		if !found {
-			break
-		}
-		mem := b.Bytes()
-		end := int(addr(mem) + uintptr(len(mem)) - addr(host))
-		if end <= off { // freed meanwhile
-			break
-		}
-		if !regcache.Owns(b) && ok(b) {
-			spans, cuts = regSpans(host, b, spans, cuts)
-		}
-		off = end
-	}
-	return spans, cuts
-}
-
-// segCuts returns the offsets in b.Bytes() where one registration of b ends
-// and the next begins: a stage over 4 GiB is copied piece by piece there.
-func segCuts(b *pinmem.Buffer) []int {
-	segs := b.Segments()
-	var cuts []int
-	off := 0
-	for _, s := range segs[:max(len(segs)-1, 0)] {
-		off += len(s)
-		cuts = append(cuts, off)
-	}
-	return cuts
-}
-
-// eachPiece calls f for the parts of [lo, hi) between the sorted cut
-// offsets, in order, until f fails.
-func eachPiece(cuts []int, lo, hi int, f func(lo, hi int) error) error {
-	for _, c := range cuts {
-		if c <= lo {
-			continue
-		}
-		if c >= hi {
-			break
-		}
-		if err := f(lo, c); err != nil {
-			return err
-		}
-		lo = c
-	}
-	return f(lo, hi)
-}
-
-// splitAtCuts splits sorted, disjoint spans at the cut offsets inside them,
-// so that no span crosses a registration boundary.
-func splitAtCuts(spans []span, cuts []int) []span {
-	if len(cuts) == 0 || len(spans) == 0 {
-		return spans
-	}
-	slices.Sort(cuts)
-	cuts = slices.Compact(cuts)
-	var out []span
-	k := 0
-	for _, s := range spans {
-		for k < len(cuts) && cuts[k] <= s.lo {
-			k++
-		}
-		lo := s.lo
-		for j := k; j < len(cuts) && cuts[j] < s.hi; j++ {
-			out = append(out, span{lo, cuts[j]})
-			lo = cuts[j]
-		}
-		out = append(out, span{lo, s.hi})
-	}
-	return out
 }
 
 // mayBePinned reports cheaply whether part of host could be copied directly.
@@ -169,8 +70,8 @@ const (
 	forceShort                  // one stage when one is idle and holds the transfer, else the ring
 )
 
-// span is a pinned sub-range [lo, hi) of a host slice, as offsets.
-type span struct{ lo, hi int }
+// span is a pinned sub-range of a host slice.
+type span = hostspan.Span
 
 func addr(b []byte) uintptr { return hostptr.AddrOf(b) }
 
@@ -181,11 +82,11 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 	if len(host) == 0 {
 		return nil, func() {}
 	}
-	spans, cuts := c.pinned.spans(host, nil, nil)
-	spans, cuts = lookupSpansIf(host, spans, cuts, c.pinnedHere)
-	spans = normalize(spans)
+	var set hostspan.Set
+	c.pinned.addTo(&set, host)
+	set.AddLookup(host, func(b *pinmem.Buffer) bool { return !regcache.Owns(b) && c.pinnedHere(b) })
 	if c.cache == nil {
-		return splitAtCuts(spans, cuts), func() {}
+		return set.Split(), func() {}
 	}
 	// Ask the cache about the gaps.
 	var holds []*regcache.Hold
@@ -198,19 +99,20 @@ func (c *copier) pinnedSpans(host []byte) ([]span, func()) {
 		got, h := c.cache.Acquire(host[a:b])
 		if h != nil {
 			holds = append(holds, h)
-			cuts = h.Cuts(addr(host), cuts)
+			set.Cuts = h.Cuts(addr(host), set.Cuts)
 		}
 		for _, s := range got {
-			out = append(out, span{s.Lo + a, s.Hi + a})
+			out = append(out, span{Lo: s.Lo + a, Hi: s.Hi + a})
 		}
 	}
-	for _, s := range spans {
-		gap(prev, s.lo)
-		prev = s.hi
+	set.Spans = hostspan.Normalize(set.Spans)
+	for _, s := range set.Spans {
+		gap(prev, s.Lo)
+		prev = s.Hi
 	}
 	gap(prev, len(host))
-	spans = splitAtCuts(normalize(append(out, spans...)), cuts)
-	return spans, func() {
+	set.Spans = append(set.Spans, out...)
+	return set.Split(), func() {
 		for _, h := range holds {
 			c.cache.Release(h)
 		}
@@ -232,22 +134,4 @@ func (c *copier) pinnedHere(b *pinmem.Buffer) bool {
 	// Retained already by pinmem: this only reads it.
 	pc, err := d.PrimaryContext()
 	return err == nil && pc.Handle() == c.cctx.Handle()
-}
-
-// normalize sorts spans and merges overlapping or touching ones.
-func normalize(s []span) []span {
-	if len(s) < 2 {
-		return s
-	}
-	slices.SortFunc(s, func(a, b span) int { return a.lo - b.lo })
-	out := s[:1]
-	for _, x := range s[1:] {
-		last := &out[len(out)-1]
-		if x.lo <= last.hi {
-			last.hi = max(last.hi, x.hi)
-			continue
-		}
-		out = append(out, x)
-	}
-	return out
 }

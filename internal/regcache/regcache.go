@@ -20,6 +20,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/hostspan"
 	"github.com/pinmem/pinmem/internal/reclaim"
 )
 
@@ -50,9 +51,6 @@ type Stats struct {
 	Reclaimed     int64 // bytes released because pinmem's budget asked
 	Failures      int64 // pinmem.Register calls that failed (the memory was staged)
 }
-
-// Span is a registered part [Lo, Hi) of a slice, as offsets into it.
-type Span struct{ Lo, Hi int }
 
 type entry struct {
 	lo, hi  uintptr
@@ -194,7 +192,7 @@ func sliceAt(base []byte, baseLo, lo uintptr, n int) []byte {
 // Acquire returns the parts of p the cache has (or now gets) registered,
 // as offsets into p in no particular order, and a hold to Release once
 // the copy is done; no spans when p is too small or registration fails.
-func (c *Cache) Acquire(p []byte) ([]Span, *Hold) {
+func (c *Cache) Acquire(p []byte) ([]hostspan.Span, *Hold) {
 	pl := hostptr.AddrOf(p)
 	ph := pl + uintptr(len(p))
 	a := (pl + pageSize - 1) &^ (pageSize - 1)
@@ -326,12 +324,12 @@ func (c *Cache) register(jobs []job, h *Hold) {
 }
 
 // spans returns the held entries clipped to [pl, ph), as offsets from pl.
-func (h *Hold) spans(pl, ph uintptr) []Span {
-	var out []Span
+func (h *Hold) spans(pl, ph uintptr) []hostspan.Span {
+	var out []hostspan.Span
 	for _, e := range h.entries {
 		lo, hi := max(e.lo, pl), min(e.hi, ph)
 		if lo < hi {
-			out = append(out, Span{int(lo - pl), int(hi - pl)})
+			out = append(out, hostspan.Span{Lo: int(lo - pl), Hi: int(hi - pl)})
 		}
 	}
 	return out

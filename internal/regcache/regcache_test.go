@@ -7,22 +7,9 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/hostspan"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
-
-// covered returns spans sorted with touching ones merged.
-func covered(s []Span) []Span {
-	slices.SortFunc(s, func(a, b Span) int { return a.Lo - b.Lo })
-	var out []Span
-	for _, x := range s {
-		if n := len(out); n > 0 && x.Lo <= out[n-1].Hi {
-			out[n-1].Hi = max(out[n-1].Hi, x.Hi)
-			continue
-		}
-		out = append(out, x)
-	}
-	return out
-}
 
 // TestShare: a request overlapping a busy registration shares it and
 // registers the gaps; busy registrations are neither reclaimed nor freed
@@ -36,7 +23,7 @@ func TestShare(t *testing.T) {
 	base := (ps - int(hostptr.AddrOf(big))%ps) % ps
 	mid := big[base+10*ps : base+20*ps]
 	spans, h1 := c.Acquire(mid)
-	if !slices.Equal(spans, []Span{{0, len(mid)}}) {
+	if !slices.Equal(spans, []hostspan.Span{{Lo: 0, Hi: len(mid)}}) {
 		t.Fatalf("spans %v", spans)
 	}
 	for _, b := range []*pinmem.Buffer{lookup(t, mid)} {
@@ -48,7 +35,7 @@ func TestShare(t *testing.T) {
 	if cs := c.Stats(); cs.Entries != 3 || cs.Merges != 0 || cs.Hits != 0 || cs.Misses != 2 {
 		t.Fatalf("shared: %+v", cs)
 	}
-	if got := covered(spans); len(got) != 1 || got[0].Lo != base || got[0].Hi < len(big)-ps {
+	if got := hostspan.Normalize(spans); len(got) != 1 || got[0].Lo != base || got[0].Hi < len(big)-ps {
 		t.Fatalf("shared spans %v (base %d, len %d)", got, base, len(big))
 	}
 	if cuts := h2.Cuts(hostptr.AddrOf(big), nil); len(cuts) != 6 {
