@@ -29,15 +29,12 @@ import (
 // one lane, that stream, and runs its transfers in order on it.
 //
 // The Copiers of one context with the same stage size, stage flags and
-// WithStats setting share one staging engine: its pinned stages and CPU
-// copy goroutines. A staged transfer borrows up to Depth stages, first
-// come, first served; the engine holds one ring for one Copier running
-// one transfer at a time and two once two transfers stage at once, never
-// more, and copy goroutines for the largest parallelism asked for, capped
-// by the number of CPUs. N Copiers therefore neither multiply pinned
-// memory nor oversubscribe the cores, and a Copier costs two streams and a
-// few events. A Copier with WithStageFlags pinmem options has an engine of
-// its own.
+// WithStats setting share one staging engine: pinned stages, borrowed
+// first come, first served (one ring, two once two transfers stage at
+// once, never more), and copy goroutines for the largest parallelism asked
+// for, capped by the CPUs. N Copiers neither multiply pinned memory nor
+// oversubscribe the cores. WithStageFlags pinmem options make an engine of
+// the Copier's own.
 type Copier struct {
 	*copier
 	cleanup runtime.Cleanup
@@ -76,8 +73,7 @@ type lane struct {
 	staging atomic.Bool // the transfer holds or waits for stages (growForTwo)
 }
 
-// lanesOwn is the number of lanes of a Copier with a stream of its own.
-const lanesOwn = 2
+const lanesOwn = 2 // the lanes of a Copier with a stream of its own
 
 type stage struct {
 	buf  *pinmem.Buffer
@@ -372,8 +368,6 @@ func (c *copier) abandon(l *lane, release func()) {
 	})
 }
 
-// ---- the public transfers ----
-
 // HtoD copies src into the device buffer dst (from offset 0; use
 // dst.Slice for another offset) and returns when the data is there. dst
 // must hold len(src) bytes (else a *SizeError), be alive (else an error
@@ -401,24 +395,6 @@ func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 	defer c.end()
 	return c.move(ctx, DeviceToHost, dst, src, byRoute)
 }
-
-// HtoDAsync starts HtoD and returns at once; the Op reports its result,
-// errors included. src must not be modified, nor dst used, until the Op is
-// done, which is once no copy of it will read src again (after an error,
-// once the copies it left queued ran). Ops are not ordered with each other
-// (two may run at once on the two lanes): wait for one before starting
-// another that touches the same memory.
-func (c *Copier) HtoDAsync(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) *Op {
-	return c.async(ctx, HostToDevice, func(ctx context.Context) (Stats, error) { return c.move(ctx, HostToDevice, src, dst, byRoute) })
-}
-
-// DtoHAsync starts DtoH and returns at once, as HtoDAsync starts HtoD; dst
-// must not be used until the Op is done.
-func (c *Copier) DtoHAsync(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) *Op {
-	return c.async(ctx, DeviceToHost, func(ctx context.Context) (Stats, error) { return c.move(ctx, DeviceToHost, dst, src, byRoute) })
-}
-
-// ---- planning ----
 
 // piece is one copy of a transfer, between host and dev at off: direct
 // (host pinned) or through stage s at [lo, lo+len(host)).
@@ -493,8 +469,6 @@ func (c *copier) waitLast(ctx context.Context, l *lane, ev *cuda.Event) error {
 	}
 	return l.w.waitAs(ctx, ev, c.o.wait, tailSpin)
 }
-
-// ---- execution ----
 
 // move checks dev and moves host to or from it in direction d through the
 // executor; how forces a path (tests).

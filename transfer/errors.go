@@ -37,7 +37,7 @@ func (e *SizeError) Is(target error) bool { return target == cuda.ErrInvalidValu
 type ChunkError struct {
 	Chunk  int    // chunk index
 	Offset int    // offset of the chunk in the input
-	Stage  string // "stage-in", "host-to-device", "work", "device-to-host", "complete", "callback"
+	Stage  string // "host-to-device", "work", "device-to-host", "record", "complete" or "callback"
 	Err    error
 }
 

@@ -1,8 +1,29 @@
 package transfer
 
-import "context"
+import (
+	"context"
 
-func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context) (Stats, error)) *Op {
+	"github.com/pinmem/pinmem/cuda"
+)
+
+// HtoDAsync starts HtoD and returns at once; the Op reports its result,
+// errors included. src must not be modified, nor dst used, until the Op is
+// done, which is once no copy of it will read src again (after an error,
+// once the copies it left queued ran). Ops are not ordered with each other
+// (two may run at once on the two lanes): wait for one before starting
+// another that touches the same memory.
+func (c *Copier) HtoDAsync(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) *Op {
+	return c.async(ctx, HostToDevice, src, dst)
+}
+
+// DtoHAsync starts DtoH and returns at once, as HtoDAsync starts HtoD; dst
+// must not be used until the Op is done.
+func (c *Copier) DtoHAsync(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) *Op {
+	return c.async(ctx, DeviceToHost, dst, src)
+}
+
+// async runs move on a goroutine of its own for an Op.
+func (c *Copier) async(ctx context.Context, d Direction, host []byte, dev *cuda.DeviceBuffer) *Op {
 	t := &Op{cancel: func() {}, done: make(chan struct{})}
 	if err := c.enter(ctx); err != nil {
 		t.finish(Stats{Direction: d}, err)
@@ -12,7 +33,7 @@ func (c *Copier) async(ctx context.Context, d Direction, fn func(context.Context
 	t.cancel = cancel
 	go func() {
 		defer c.end()
-		st, err := fn(tctx)
+		st, err := c.move(tctx, d, host, dev, byRoute)
 		if err != nil {
 			// Done once nothing it queued touches its memory.
 			_ = c.fence.wait(context.Background(), c.fence.last())

@@ -120,21 +120,18 @@ type Pipeline struct {
 
 // pipeline is a Pipeline's state; it never refers back to the Pipeline.
 type pipeline struct {
-	c       *copier
-	eng     *engine // the staging buffers shared with the context's Pipelines; nil until needed
-	member  bool    // this Pipeline still counts in eng
-	cfg     pipelineConfig
-	streams []*cuda.Stream
-	slots   []*slot
-	run     chan struct{} // one Run (or a Run's abandoned drain) at a time
-	gate                  // Runs and abandoned drains in progress
-	rel     releaser
-	// panicked is the value a callback of the Run in progress panicked
-	// with; dirty: an event could not be recorded behind a chunk, so its
-	// copies are known to have run only once the streams are idle.
-	panicked  any
-	cancelRun context.CancelFunc
-	dirty     bool
+	c         *copier
+	eng       *engine // the staging buffers shared with the context's Pipelines; nil until needed
+	member    bool    // this Pipeline still counts in eng
+	cfg       pipelineConfig
+	streams   []*cuda.Stream
+	slots     []*slot
+	run       chan struct{} // one Run (or a Run's abandoned drain) at a time
+	gate                    // Runs and abandoned drains in progress
+	rel       releaser
+	panicked  any                // what a callback of the Run in progress panicked with
+	cancelRun context.CancelFunc // ends the Run in progress
+	dirty     bool               // a chunk's event was not recorded: its drain watches the streams
 }
 
 type slot struct {

@@ -2,11 +2,9 @@ package transfer
 
 import (
 	"context"
-	"runtime"
 	"time"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/cpuclock"
 )
 
 // oneStage takes an idle lane and stage without waiting and lays the
@@ -42,26 +40,17 @@ func (c *copier) oneStage(d Direction, host []byte, dev *cuda.DeviceBuffer) (*la
 
 // copyStage copies between host memory and a stage, on the caller's
 // goroutine when small, else with the engine's copy goroutines, and
-// returns its CPU time with WithStats (thread CPU time where
-// getrusage(RUSAGE_THREAD) exists, else wall time).
+// returns its CPU time with WithStats.
 func (c *copier) copyStage(dst, src []byte) time.Duration {
-	if len(src) > singleCopyInline {
-		return c.eng.pool.Copy(c.o.parallelism, c.o.tune.subPieces, dst, src)
+	parts := c.o.parallelism
+	if len(src) <= singleCopyInline {
+		if !c.o.stats {
+			copy(dst, src)
+			return 0
+		}
+		parts = 1 // timed by the pool's clock
 	}
-	if !c.o.stats {
-		copy(dst, src)
-		return 0
-	}
-	if !cpuclock.HaveThread {
-		t0 := time.Now()
-		copy(dst, src)
-		return time.Since(t0)
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	c0 := cpuclock.Thread()
-	copy(dst, src)
-	return cpuclock.Thread() - c0
+	return c.eng.pool.Copy(parts, c.o.tune.subPieces, dst, src)
 }
 
 // singleWait waits, bounded by ctx, for the one-stage transfer on l. On a
