@@ -18,6 +18,8 @@ const module = "github.com/pinmem/pinmem"
 var layer = map[string]int{
 	"internal/reclaim": -1, // pinmem's budget reclaimers, for pool and transfer
 	"internal/hostptr": -1, "internal/testhook": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0, "internal/units": 0,
+	"internal/cpuclock":        -1, // thread and process CPU time
+	"internal/copypool":        0,  // the staging engine's copy goroutines
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
 	"internal/budgetspec": 2, // the budget as PINMEM_BUDGET and the command give it
 	"internal/pinopt":     2, // pinmem's options (a *cuda.Device among them) and their validation, for pinmem and pool
@@ -25,9 +27,11 @@ var layer = map[string]int{
 	"internal/testutil":   3, "": 3,
 	"pool": 4, "cudatest": 4, "blocks": 4,
 	"load": 4, "safetensors": 5, // the weight loader and the safetensors reader on top of it
-	"transfer": 5, "prom": 5, "expvars": 5,
-	"internal/bench": 6, "internal/diag": 6,
-	"cmd/pinmem": 7,
+	"internal/hostspan": 4, // the pinned spans of host memory, for transfer and its registration cache
+	"internal/regcache": 5, // transfer's registration cache
+	"transfer":          6, "prom": 6, "expvars": 6,
+	"internal/bench": 7, "internal/diag": 7,
+	"cmd/pinmem": 8,
 }
 
 // bindingImporters are the only packages that may import internal/cudadrv,
@@ -48,8 +52,8 @@ var bindingImporters = map[string]string{
 
 // TestLayering is pinmem's depguard: only internal/cudadrv (and its fake)
 // and internal/hostptr may import unsafe or purego, no package imports one
-// above it (cmd -> bench/diag -> transfer/prom -> pool -> pinmem -> cuda ->
-// internal/cudadrv), and only the packages in bindingImporters import the
+// above it (cmd -> bench/diag -> transfer/prom -> regcache -> pool/hostspan
+// -> pinmem -> cuda -> internal/cudadrv), and only the packages in bindingImporters import the
 // binding itself. Test files are exempt (tests may use the raw binding).
 func TestLayering(t *testing.T) {
 	root, err := filepath.Abs("../..")
