@@ -30,7 +30,7 @@
 //     call returns: only the CPU copies into and out of the pinned
 //     stages touch it, on the call's own time.
 //   - Copies already queued when a call returns early (its context ended,
-//     a callback panicked, an enqueue failed) are not waited for: they
+//     a callback panicked, an enqueue or a wait failed) are not waited for: they
 //     are handed to the Copier's fence, which keeps their lane and stages
 //     until they ran (on a hung device, for ever) and queues every later
 //     copy of the Copier, its Pipelines and its Multi behind them on the

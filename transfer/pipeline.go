@@ -125,6 +125,7 @@ type pipeline struct {
 	member    bool    // this Pipeline still counts in eng
 	cfg       pipelineConfig
 	streams   []*cuda.Stream
+	waiters   []*waiter // the completers', one per stream; closed once no drain is left
 	slots     []*slot
 	run       chan struct{} // one Run (or a Run's abandoned drain) at a time
 	gate                    // Runs and abandoned drains in progress
@@ -221,7 +222,7 @@ func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
 		if err != nil {
 			return p, fmt.Errorf("transfer: pipeline stream %d: %w", i, err)
 		}
-		p.streams = append(p.streams, s)
+		p.streams, p.waiters = append(p.streams, s), append(p.waiters, newWaiter())
 	}
 	for i := 0; i < cfg.inFlight; i++ {
 		sl := &slot{stream: p.streams[i%cfg.streams], streamIdx: i % cfg.streams}
@@ -267,6 +268,9 @@ func (p *pipeline) dropped() {
 // releaseStep frees whatever newPipelineState created (rel.step).
 func (p *pipeline) releaseStep() (left int, err error) {
 	var errs []error
+	for _, w := range p.waiters {
+		w.close()
+	}
 	for _, sl := range p.slots {
 		errs = append(errs, destroyEvent(&sl.ev, &left), freeDev(&sl.dev, &left))
 	}
@@ -332,8 +336,8 @@ type flight struct {
 // the end of ctx stops the issue of chunks; those in flight are waited for
 // without further callbacks, bounded by ctx, and Run returns the error (a
 // *ChunkError naming the chunk to blame, or one matching ctx.Err()). Run
-// never reports success for work that did not complete. Chunks still in
-// flight when ctx ends go to the Copier's fence, as the package
+// never reports success for work that did not complete. Chunks whose wait
+// ended with ctx or failed go to the Copier's fence, as the package
 // documentation says: the next Run waits for them, and pinned in or out
 // may be touched until Fence returns. A panicking callback is raised again
 // on Run's caller once its chunks are handed off.
@@ -634,14 +638,10 @@ var errPanicked = errors.New("transfer: a pipeline callback panicked")
 func (p *pipeline) startCompleters(ctx context.Context, queues, slots int, copyOut bool) *completers {
 	wctx, cancel := context.WithCancel(ctx)
 	cm := &completers{done: make(chan outResult, slots), cancel: cancel}
-	for range queues {
-		q := make(chan *flight, slots)
+	for i := range queues {
+		q, w := make(chan *flight, slots), p.waiters[i] // its own waiter: a sleep never holds up another queue
 		cm.qs = append(cm.qs, q)
 		cm.wg.Go(func() {
-			// A waiter of its own, so that a chunk this goroutine sleeps
-			// on never holds up another queue's.
-			w := newWaiter()
-			defer w.stop()
 			var failed error
 			for f := range q {
 				if failed == nil {
@@ -692,48 +692,42 @@ func (cm *completers) stop() time.Duration {
 
 // issue queues one chunk on its slot's stream and returns which step
 // failed; pinned input or output is copied directly, a copy per
-// registration.
-func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpans []span) (string, error) {
+// registration. The slot's event is recorded behind whatever was queued,
+// failed or not, so that a drain waits for it; without the event the
+// drain watches the streams (dirty).
+func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpans []span) (step string, err error) {
 	s := sl.stream
-	var err error
+	defer func() {
+		if rerr := sl.ev.Record(s); rerr != nil {
+			p.dirty = true
+			if err == nil {
+				step, err = "record", rerr
+			}
+		}
+	}()
 	if st.StagedIn {
 		st.CopyCPU += p.c.copyStage(sl.stage.mem[:ch.Len], ch.In)
 		err = sl.stage.htod(s, ch.Dev, 0, 0, ch.Len)
 	} else {
-		err = hostspan.Within(inSpans, ch.Offset, ch.Len, func(lo, hi int) error {
-			return s.CopyHtoD(ch.Dev, lo, ch.In[lo:hi])
-		})
+		err = hostspan.Within(inSpans, ch.Offset, ch.Len, func(lo, hi int) error { return s.CopyHtoD(ch.Dev, lo, ch.In[lo:hi]) })
 	}
 	if err != nil {
-		// Record anyway so that the drain waits for the copies already queued.
-		_ = sl.ev.Record(s)
 		return "host-to-device", err
 	}
 	if p.cfg.work != nil {
 		if err := p.callback(func() error { return p.cfg.work(s, ch) }); err != nil {
-			// Record anyway so that the drain waits for the copy already queued.
-			_ = sl.ev.Record(s)
 			return "work", err
 		}
 	}
-	if ch.Out != nil {
-		if st.StagedOut {
-			err = sl.stage.dtoh(s, ch.Dev, 0, 0, ch.Len)
-		} else {
-			err = hostspan.Within(outSpans, ch.Offset, ch.Len, func(lo, hi int) error {
-				return s.CopyDtoH(ch.Out[lo:hi], ch.Dev, lo)
-			})
-		}
-		if err != nil {
-			_ = sl.ev.Record(s)
-			return "device-to-host", err
-		}
+	switch {
+	case ch.Out == nil:
+	case st.StagedOut:
+		err = sl.stage.dtoh(s, ch.Dev, 0, 0, ch.Len)
+	default:
+		err = hostspan.Within(outSpans, ch.Offset, ch.Len, func(lo, hi int) error { return s.CopyDtoH(ch.Out[lo:hi], ch.Dev, lo) })
 	}
-	if err := sl.ev.Record(s); err != nil {
-		// Without the event the drain cannot see this chunk: wait for it here.
-		// The drain then watches the streams.
-		p.dirty = true
-		return "record", err
+	if err != nil {
+		return "device-to-host", err
 	}
 	return "", nil
 }
