@@ -312,7 +312,7 @@ func (c *copier) acquire(ctx context.Context) (*lane, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	if err := c.fence.order(l.stream); err != nil {
+	if err := c.fence.order(ctx, l.stream); err != nil {
 		c.free <- l
 		return nil, fmt.Errorf("transfer: ordering after an abandoned transfer: %w", err)
 	}
@@ -514,7 +514,7 @@ func (c *copier) move(ctx context.Context, d Direction, host []byte, dev *cuda.D
 // registration cache's holds).
 func (c *copier) schedule(ctx context.Context, st *Stats, host []byte, dev *cuda.DeviceBuffer, how strategy) (l *lane, ring bool, release func(), err error) {
 	if route(len(host), c.o.stageSize, how) == pathStage && !c.mayBePinned(host) {
-		if l, err = c.oneStage(st.Direction, host, dev); l != nil || err != nil {
+		if l, err = c.oneStage(ctx, st.Direction, host, dev); l != nil || err != nil {
 			return l, false, func() {}, err
 		}
 	}

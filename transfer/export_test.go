@@ -135,3 +135,11 @@ func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, h
 func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, how strategy) (Stats, error) {
 	return c.move(ctx, DeviceToHost, dst, src, how)
 }
+
+// String names the path in test messages.
+func (p path) String() string {
+	if p == pathRing {
+		return "ring"
+	}
+	return "stage"
+}

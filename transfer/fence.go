@@ -32,23 +32,31 @@ type drain struct {
 	streams []*cuda.Stream
 }
 
-// order makes s wait on the device for every drain in progress. Their
-// events are not recorded again meanwhile: the drain holds their lane or
-// Run until it ends, under f.mu.
-func (f *fence) order(s *cuda.Stream) error {
+// order makes s wait on the device for every drain in progress (whose
+// lane or Run, holding the events, stays held until it ends under f.mu),
+// and on the host, bounded by ctx, for one without events.
+func (f *fence) order(ctx context.Context, s *cuda.Stream) error {
 	if f.pending.Load() == 0 {
 		return nil
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, d := range f.drains {
+	var upTo uint64 // the latest drain without events
+	for id, d := range f.drains {
+		if len(d.streams) > 0 {
+			upTo = max(upTo, id)
+		}
 		for _, ev := range d.evs {
 			if err := s.WaitEvent(ev); err != nil {
+				f.mu.Unlock()
 				return err
 			}
 		}
 	}
-	return nil
+	f.mu.Unlock()
+	if upTo == 0 {
+		return nil
+	}
+	return f.wait(ctx, upTo)
 }
 
 // last returns the id of the latest drain handed to f (0: none).

@@ -450,7 +450,7 @@ func (p *pipeline) prepare(ctx context.Context, in, out []byte, st *PipelineStat
 		slots = n
 	}
 	for _, s := range p.streams {
-		if err := p.c.fence.order(s); err != nil {
+		if err := p.c.fence.order(ctx, s); err != nil {
 			return nil, nil, 0, fmt.Errorf("transfer: ordering after an abandoned transfer: %w", err)
 		}
 	}
@@ -690,11 +690,10 @@ func (cm *completers) stop() time.Duration {
 	return time.Duration(cm.cpu.Load())
 }
 
-// issue queues one chunk on its slot's stream and returns which step
-// failed; pinned input or output is copied directly, a copy per
-// registration. The slot's event is recorded behind whatever was queued,
-// failed or not, so that a drain waits for it; without the event the
-// drain watches the streams (dirty).
+// issue queues one chunk on its slot's stream (pinned input or output
+// directly) and returns which step failed. The slot's event is recorded
+// behind whatever was queued, so that a drain waits for it; without it
+// the drain watches the streams (dirty).
 func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpans []span) (step string, err error) {
 	s := sl.stream
 	defer func() {

@@ -33,14 +33,6 @@ const (
 	pathRing              // the Copier's ring of stages
 )
 
-// String names the path as Stats and the tests do.
-func (p path) String() string {
-	if p == pathRing {
-		return "ring"
-	}
-	return "stage"
-}
-
 // route chooses the path of a pageable transfer of n bytes with stages of
 // stageSize bytes; how forces a path (tests). It is pure.
 func route(n, stageSize int, how strategy) path {

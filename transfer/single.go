@@ -11,7 +11,7 @@ import (
 // transfer out in l.ops, in stagePieces parts of the stage. l is nil when
 // none is idle or a transfer waits for stages already: the transfer then
 // takes the ring, which waits bounded by ctx.
-func (c *copier) oneStage(d Direction, host []byte, dev *cuda.DeviceBuffer) (*lane, error) {
+func (c *copier) oneStage(ctx context.Context, d Direction, host []byte, dev *cuda.DeviceBuffer) (*lane, error) {
 	var l *lane
 	select {
 	case l = <-c.free:
@@ -19,7 +19,7 @@ func (c *copier) oneStage(d Direction, host []byte, dev *cuda.DeviceBuffer) (*la
 		return nil, nil
 	}
 	// Behind the copies earlier calls left queued, as in acquire.
-	if err := c.fence.order(l.stream); err != nil {
+	if err := c.fence.order(ctx, l.stream); err != nil {
 		c.free <- l
 		return nil, err
 	}

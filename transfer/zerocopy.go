@@ -35,7 +35,7 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 			return err
 		}
 		s = l.stream
-	} else if err := c.fence.order(s); err != nil {
+	} else if err := c.fence.order(ctx, s); err != nil {
 		return err
 	}
 	release := func() {
