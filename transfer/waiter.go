@@ -108,10 +108,6 @@ func poll(ctx context.Context, query func() (bool, error), more func(i int) bool
 	}
 }
 
-// stop closes the waiter without waiting for its goroutine, which exits
-// once the request it serves returns (on a hung device, when it does).
-func (w *waiter) stop() { w.once.Do(func() { close(w.reqs) }) }
-
 // close stops the waiter once its goroutine has served every request.
 func (w *waiter) close() {
 	w.once.Do(func() {

@@ -43,29 +43,29 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 			c.releaseLane(l)
 		}
 	}
-	ev, err := c.cctx.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming)
+	ev, err := c.cctx.NewEvent(syncEvent)
 	if err != nil {
 		release()
 		return err
 	}
 	werr := work(s, p, b.Len())
+	w := newWaiter() // the call's own: the lanes' waiters stay free
 	d := drain{evs: []*cuda.Event{ev}}
-	err = ev.Record(s)
-	if err == nil {
-		w := newWaiter() // the call's own: the lanes' waiters stay free
+	if err = ev.Record(s); err == nil {
 		err = w.wait(ctx, ev)
-		w.stop()
 	} else {
 		d = drain{streams: []*cuda.Stream{s}}
 	}
 	if err != nil && (ctx.Err() != nil || d.streams != nil) {
-		// The kernels may still run.
+		// The kernels may still run, and the waiter still sleep on ev.
 		c.fence.handOff(c.hold, c.end, d, func() {
+			w.close()
 			_ = c.destroyEvent(ev)
 			release()
 		})
 		return errors.Join(werr, err)
 	}
+	w.close() // it served the wait
 	if l != nil && err == nil {
 		// Collect the kernels' asynchronous errors on the lane's stream,
 		// which holds nothing else; a caller's stream is the caller's.
