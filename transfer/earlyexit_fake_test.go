@@ -138,81 +138,51 @@ func TestEarlyExitDtoHNeverWritesAfterReturn(t *testing.T) {
 }
 
 // A HtoD retried after a timeout is never overwritten by the attempt that
-// timed out.
+// timed out, also when no event could be recorded behind the attempt (its
+// drain then watches its stream): the retry's lane is released first, and
+// the retry still runs after the attempt's copy.
 func TestEarlyExitRetryNotOverwritten(t *testing.T) {
-	e := quickFake(t)
-	c := e.copier(t)
-	const n = 128 << 10
-	dev := e.devbuf(t, n)
-	releaseDefault := e.hold(t, nil)
-	var releases []func()
-	for _, s := range copierStreams(c) {
-		releases = append(releases, e.hold(t, s))
-	}
-	old, fresh := testutil.RandomBytes(n, 1), testutil.RandomBytes(n, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-	_, err := c.HtoD(ctx, dev, old)
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("HtoD on a held device: %v, want a deadline error", err)
-	}
-	retry := make(chan error, 1)
-	go func() {
-		_, err := c.HtoD(context.Background(), dev, fresh)
-		retry <- err
-	}()
-	for _, r := range releases {
-		r()
-	}
-	if err := <-retry; err != nil {
-		t.Fatalf("retry: %v", err)
-	}
-	releaseDefault()
-	closeCopier(t, c)
-	if !bytes.Equal(e.deviceBytes(t, dev), fresh) {
-		t.Fatal("the device holds other bytes than the retry's: the attempt that timed out overwrote it")
-	}
-}
-
-// When no event can be recorded behind an attempt that timed out (its
-// drain watches its stream), a retry on the other lane still runs after
-// it: the attempt's copy cannot land on top of the retry's.
-func TestEarlyExitRetryNotOverwrittenWithoutEvent(t *testing.T) {
-	e := quickFake(t)
-	c := e.copier(t)
-	const n = 128 << 10
-	dev := e.devbuf(t, n)
-	releaseDefault := e.hold(t, nil)
-	streams := copierStreams(c)
-	releaseFirst, releaseSecond := e.hold(t, streams[0]), e.hold(t, streams[1])
-	old, fresh := testutil.RandomBytes(n, 3), testutil.RandomBytes(n, 4)
-	// The one-stage HtoD records the lane's end event once before it
-	// waits; the second record, behind the abandoned copy, fails.
-	if err := e.d.FailOn("cuEventRecord", 2, cudadrv.ErrorLaunchFailed); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-	_, err := c.HtoD(ctx, dev, old)
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("HtoD on a held device: %v, want a deadline error", err)
-	}
-	e.d.ClearFaults()
-	retry := make(chan error, 1)
-	go func() {
-		_, err := c.HtoD(context.Background(), dev, fresh)
-		retry <- err
-	}()
-	releaseSecond() // the retry's lane first: it must still wait for the attempt's
-	time.Sleep(50 * time.Millisecond)
-	releaseFirst()
-	if err := <-retry; err != nil {
-		t.Fatalf("retry: %v", err)
-	}
-	releaseDefault()
-	closeCopier(t, c)
-	if !bytes.Equal(e.deviceBytes(t, dev), fresh) {
-		t.Fatal("the device holds other bytes than the retry's: the attempt that timed out overwrote it")
+	for _, noEvent := range []bool{false, true} {
+		t.Run(map[bool]string{false: "event", true: "no-event"}[noEvent], func(t *testing.T) {
+			e := quickFake(t)
+			c := e.copier(t)
+			const n = 128 << 10
+			dev := e.devbuf(t, n)
+			releaseDefault := e.hold(t, nil)
+			streams := copierStreams(c)
+			releaseFirst, releaseSecond := e.hold(t, streams[0]), e.hold(t, streams[1])
+			old, fresh := testutil.RandomBytes(n, 1), testutil.RandomBytes(n, 2)
+			// The one-stage HtoD records the lane's end event once before
+			// it waits; the second record, behind the abandoned copy, fails.
+			if noEvent {
+				if err := e.d.FailOn("cuEventRecord", 2, cudadrv.ErrorLaunchFailed); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+			_, err := c.HtoD(ctx, dev, old)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("HtoD on a held device: %v, want a deadline error", err)
+			}
+			e.d.ClearFaults()
+			retry := make(chan error, 1)
+			go func() {
+				_, err := c.HtoD(context.Background(), dev, fresh)
+				retry <- err
+			}()
+			releaseSecond()
+			time.Sleep(50 * time.Millisecond)
+			releaseFirst()
+			if err := <-retry; err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			releaseDefault()
+			closeCopier(t, c)
+			if !bytes.Equal(e.deviceBytes(t, dev), fresh) {
+				t.Fatal("the device holds other bytes than the retry's: the attempt that timed out overwrote it")
+			}
+		})
 	}
 }
 
