@@ -191,15 +191,17 @@ func allocHost(t target, size int, flags Flags) (*Buffer, error) {
 		unreserve(n)
 		return nil, driverErr("cuMemHostAlloc", fmt.Sprintf("flags %s", flags), err, n, before, limit)
 	}
+	// The driver's bytes, not whole pages: it places small allocations side
+	// by side in pages it pinned already.
 	lo := uintptr(p)
-	if err := regInsert(lo, lo+roundUp(uintptr(size), pageSize)); err != nil {
+	if err := regInsert(lo, lo+uintptr(size), false); err != nil {
 		// Only possible if the driver returned memory pinmem thinks is pinned already.
 		_ = t.do(func() error { track.Remove(track.HostAlloc, uint64(lo)); return t.drv.MemFreeHost(p) })
 		unreserve(n)
 		return nil, err
 	}
 	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindHostAlloc, flags: flags,
-		regLo: lo, regHi: lo + roundUp(uintptr(size), pageSize)}
+		regLo: lo, regHi: lo + uintptr(size)}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
 }
@@ -252,14 +254,14 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 		return nil, driverErr("cuMemHostRegister", fmt.Sprintf("flags %s, mmap", flags), err, n, before, limit)
 	}
 	lo := uintptr(p)
-	if err := regInsert(lo, lo+length); err != nil {
+	if err := regInsert(lo, lo+uintptr(size), true); err != nil {
 		var left []chunk
 		uerr := t.do(func() (err error) { left, err = unregisterChunks(t, chunks); return err })
 		undo(left)
 		return nil, errors.Join(err, uerr)
 	}
 	s := &bufState{t: t, ptr: p, size: size, pinned: n, kind: KindMmapRegister, flags: flags,
-		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo, regHi: lo + length, numa: placed}
+		huge: hugeOn, mapLen: length, chunks: chunks, regLo: lo, regHi: lo + uintptr(size), numa: placed}
 	ledgerAdd(s.kind, flags, n, time.Since(start))
 	return newBuffer(s), nil
 }
@@ -343,20 +345,21 @@ func registerChunks(t target, p hostptr.Ptr, length uintptr, flags Flags) ([]chu
 	}
 	step := regChunk
 	for off := uintptr(0); off < length; {
-		c := chunk{p: hostptr.Offset(p, off), n: min(step, length-off)}
+		c := chunk{p: hostptr.Offset(p, off), n: chunkLen(p, off, step, length)}
 		err := t.drv.MemHostRegister(c.p, uint64(c.n), rf)
 		if err != nil && c.n > regSplitAbove && regSplitChunk < c.n &&
 			(errors.Is(err, cuda.ErrInvalidValue) || errors.Is(err, cuda.ErrOutOfMemory)) {
 			// Perhaps a cap on a single pin: go on in smaller pieces.
 			first := fmt.Errorf("chunk at offset %d of %d bytes (%s in one call): %w", off, length, fmtBytes(int64(c.n)), err)
 			step = regSplitChunk
-			for end := off + c.n; off < end; off += step {
-				pc := chunk{p: hostptr.Offset(p, off), n: min(step, end-off)}
+			for end := off + c.n; off < end; {
+				pc := chunk{p: hostptr.Offset(p, off), n: chunkLen(p, off, step, end)}
 				if err := t.drv.MemHostRegister(pc.p, uint64(pc.n), rf); err != nil {
 					return fail(errors.Join(first, fmt.Errorf("retried as pieces of %s: piece at offset %d: %w", fmtBytes(int64(step)), off, err)))
 				}
 				track.Add(track.Registration, uint64(uintptr(pc.p)), int64(pc.n))
 				chunks = append(chunks, pc)
+				off += pc.n
 			}
 			continue
 		}
@@ -388,6 +391,23 @@ func registerChunks(t target, p hostptr.Ptr, length uintptr, flags Flags) ([]chu
 	}
 	track.Add(track.Registration, uint64(uintptr(p)), int64(length))
 	return []chunk{{p: p, n: length}}, nil
+}
+
+// chunkLen is the length of the registration at offset off of the range
+// at p that ends at offset end: step bytes, cut back to a page boundary of
+// the address space, or the rest when no more than step is left. The
+// driver pins whole pages and refuses to register a page twice
+// (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED), so two chunks of an
+// unaligned range must not share one.
+func chunkLen(p hostptr.Ptr, off, step, end uintptr) uintptr {
+	if end-off <= step {
+		return end - off
+	}
+	a := uintptr(p) + off
+	if n := (a+step)&^(pageSize-1) - a; n > 0 {
+		return n
+	}
+	return min(roundUp(a+1, pageSize)-a, end-off) // step is below a page
 }
 
 // unregisterChunks unregisters every chunk, in reverse order, and returns
@@ -437,8 +457,8 @@ func keepOrphan(s *bufState, reserved int64) {
 // most 4 GiB per call; see Buffer.Segments) in the device's primary
 // context, and keeps it alive and unmovable with a runtime.Pinner until Free. Free unregisters and
 // unpins; it never frees mem. mem must not be pinned by pinmem already: a
-// range that overlaps a buffer pinmem pinned (compared at page granularity)
-// is an *OverlapError, and the driver's own CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+// range that shares a byte or a page with a buffer pinmem pinned (the
+// driver registers whole pages) is an *OverlapError, and the driver's own CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
 // (memory registered by other code) is returned as it is; both match
 // cuda.ErrAlreadyRegistered.
 //
@@ -471,9 +491,8 @@ func register(mem []byte, flags Flags, o options) (*Buffer, error) {
 		return nil, fmt.Errorf("pinmem: Register with WriteCombined: write-combined memory only comes from cuMemHostAlloc: %w", cuda.ErrInvalidValue)
 	}
 	p := hostptr.PtrOf(mem)
-	lo := uintptr(p) &^ (pageSize - 1)
-	hi := roundUp(uintptr(p)+uintptr(len(mem)), pageSize)
-	if err := regInsert(lo, hi); err != nil {
+	lo, hi := uintptr(p), uintptr(p)+uintptr(len(mem))
+	if err := regInsert(lo, hi, true); err != nil {
 		return nil, err
 	}
 	b, err := registerClaimed(mem, p, lo, hi, flags, o)

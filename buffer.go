@@ -52,7 +52,7 @@ type bufState struct {
 	chunks []chunk // registered kinds: the registrations
 	mem    []byte  // KindGoRegister: the caller's slice
 	pinner *runtime.Pinner
-	regLo  uintptr // the registry range [regLo, regHi); regLo 0 if none
+	regLo  uintptr // the registry range [regLo, regHi), the buffer's bytes; regLo 0 if none
 	regHi  uintptr
 
 	self weak.Pointer[Buffer] // the Buffer, for Lookup; nil once it is dropped
@@ -300,7 +300,7 @@ func (s *bufState) release() error {
 	}
 	if err != nil {
 		if s.regLo != 0 {
-			_ = regInsertState(s.regLo, s.regHi, s)
+			_ = regInsertState(s.regLo, s.regHi, s.kind != KindHostAlloc, s)
 		}
 		return err
 	}

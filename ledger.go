@@ -20,7 +20,11 @@ type Usage struct {
 // LedgerStats is pinmem's exact account of the memory it pinned. Bytes are
 // those handed to the driver: the requested size for cuMemHostAlloc and
 // registered Go slices, the mapping (rounded up to whole pages, or to 2 MiB
-// with huge pages) for pinmem's own mappings.
+// with huge pages) for pinmem's own mappings. The driver places small
+// cuMemHostAlloc allocations side by side in pages it pinned for several
+// of them (512 bytes apart on an H100): such a buffer counts its requested
+// bytes, not the pages it shares, which the driver pins once for all of
+// them and keeps pinned as it sees fit, beyond what any ledger can see.
 type LedgerStats struct {
 	// Pinned is the memory pinned now, over all kinds and flags.
 	Pinned Usage `json:"pinned"`

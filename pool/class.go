@@ -12,8 +12,11 @@ import (
 // Above that, every power-of-two interval (2^k, 2^(k+1)] is split into 8
 // equal steps of 2^(k-3), so a request s rounds up by less than s/8: at
 // most 12.5% is wasted, where power-of-two rounding wastes up to 100%.
-// Every block is aligned to at least 16 bytes (to its step size for larger
-// classes, 4096 bytes from 32 KiB up).
+// Every block is aligned to at least 16 bytes. A block lies in its slab at
+// a multiple of its step size, so it is aligned to the smaller of its step
+// size and the alignment of the slab, which is the driver's: small
+// cuMemHostAlloc allocations come back 512-byte aligned, side by side in
+// pages the driver pinned already, so no block is promised page alignment.
 //
 // Classes up to 256 KiB are carved from slabs pinned for many blocks at
 // once; larger classes are pinned one block per allocation. Requests above

@@ -173,6 +173,7 @@ type Driver struct {
 	nextCtx  uintptr
 
 	host           []*hostRange // sorted by base
+	slabs          []*hostSlab  // pinned pages small allocations are placed in
 	hostAllocBytes uint64
 	regBytes       uint64
 	hostAllocLimit uint64

@@ -574,17 +574,27 @@ func TestUseAfterFreeInQueuedWork(t *testing.T) {
 	if !strings.Contains(err.Error(), "freed") {
 		t.Errorf("error does not say why: %v", err)
 	}
-	ok(t, d.StreamSynchronize(s)) // reported once
+	// On the driver an illegal address breaks the context: the error is
+	// sticky, reported again by every later call in it, cuStreamQuery of
+	// any stream included (not once, as an injected non-sticky fault is).
+	wantCode(t, d.StreamSynchronize(s), "cuStreamSynchronize", cudadrv.ErrorIllegalAddress)
+	wantCode(t, d.StreamQuery(s), "cuStreamQuery", cudadrv.ErrorIllegalAddress)
+	wantCode(t, d.StreamQuery(0), "cuStreamQuery", cudadrv.ErrorIllegalAddress)
+	_, err = d.MemAlloc(64)
+	wantCode(t, err, "cuMemAlloc_v2", cudadrv.ErrorIllegalAddress)
 	if len(d.AsyncErrors()) != 1 {
 		t.Errorf("async errors %v", d.AsyncErrors())
 	}
+	d.ClearFaults() // the test's reset of the broken context
+	ok(t, d.StreamQuery(s))
 	// Device memory freed under queued work.
 	ok(t, d.HoldStream(s))
 	ok(t, d.MemsetD8Async(x, 0, 64, s))
 	ok(t, d.MemFree(x))
 	ok(t, d.ReleaseStream(s))
 	wantCode(t, d.CtxSynchronize(), "cuCtxSynchronize", cudadrv.ErrorIllegalAddress)
-	ok(t, d.StreamDestroy(s))
+	wantCode(t, d.CtxSynchronize(), "cuCtxSynchronize", cudadrv.ErrorIllegalAddress)
+	ok(t, d.StreamDestroy(s)) // releases still work, so that a test can clean up
 }
 
 func TestPageableAsync(t *testing.T) {

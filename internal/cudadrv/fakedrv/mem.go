@@ -22,7 +22,8 @@ type hostRange struct {
 	size  uint64
 	flags uint32
 	alloc bool
-	mem   []byte // the whole mapping, for allocations
+	mem   []byte    // the whole mapping, for allocations of their own
+	slab  *hostSlab // the shared pinned pages a small allocation lies in; nil for others
 	dev   cudadrv.Device
 	freed bool
 }
@@ -89,10 +90,26 @@ func (d *Driver) findHost(p uintptr) *hostRange {
 	return nil
 }
 
-// overlapsHost reports whether [p, p+n) overlaps a pinned range.
-func (d *Driver) overlapsHost(p, n uintptr) bool {
-	i := sort.Search(len(d.host), func(i int) bool { return d.host[i].end() > p })
-	return i < len(d.host) && d.host[i].start() < p+n
+// overlapsPinnedPages reports whether a page of [p, p+n) is pinned
+// already: by a registration, an allocation or a slab of small
+// allocations. The driver pins whole pages, and cuMemHostRegister refuses
+// memory whose pages are pinned, even where no byte of the two ranges is
+// shared.
+func (d *Driver) overlapsPinnedPages(p, n uintptr) bool {
+	page := uintptr(unix.Getpagesize())
+	lo, hi := p&^(page-1), (p+n+page-1)&^(page-1)
+	// Ranges are disjoint and sorted by start, so also by end: the first
+	// ending past lo is the only candidate below hi that matters.
+	i := sort.Search(len(d.host), func(i int) bool { return d.host[i].end() > lo })
+	if i < len(d.host) && d.host[i].start() < hi {
+		return true
+	}
+	for _, sl := range d.slabs {
+		if b := uintptr(unsafe.Pointer(&sl.mem[0])); b < hi && lo < b+uintptr(len(sl.mem)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *Driver) insertHost(h *hostRange) {
@@ -190,8 +207,90 @@ func mmap(n uint64) ([]byte, error) {
 
 func munmap(b []byte) error { return unix.Munmap(b) }
 
+// The driver serves small cuMemHostAlloc requests from pages it pinned
+// already: on an H100 (driver 580), two allocations of 12 bytes came back
+// 512 bytes apart in one page, and a 128 KiB one shared pages with them.
+// The fake does the same, so that code which takes an allocation for whole
+// pages of its own fails on the fake as it does on the GPU: requests of up
+// to hostSubMax bytes are placed first-fit, at hostSubUnit granularity, in
+// slabs of hostSlabSize pinned bytes, each mapped on first need and
+// unmapped when its last allocation is freed. Larger requests get a
+// mapping of their own, page-aligned.
+const (
+	hostSubUnit  = 512
+	hostSubMax   = 256 << 10
+	hostSlabSize = 2 << 20
+)
+
+// hostSlab is pinned memory the fake driver sub-allocates small
+// allocations from.
+type hostSlab struct {
+	mem  []byte
+	used [hostSlabSize / hostSubUnit]bool
+	live int // allocations in it
+}
+
+// take reserves n units first-fit and returns the offset of the first, or -1.
+func (sl *hostSlab) take(n int) int {
+	run := 0
+	for i, u := range sl.used {
+		if u {
+			run = 0
+			continue
+		}
+		if run++; run == n {
+			first := i - n + 1
+			for j := first; j <= i; j++ {
+				sl.used[j] = true
+			}
+			sl.live++
+			return first * hostSubUnit
+		}
+	}
+	return -1
+}
+
+// subAlloc places a small allocation of size bytes in a slab. d.mu must be held.
+func (d *Driver) subAlloc(size uint64) (unsafe.Pointer, *hostSlab, error) {
+	units := int((size + hostSubUnit - 1) / hostSubUnit)
+	for _, sl := range d.slabs {
+		if off := sl.take(units); off >= 0 {
+			return unsafe.Pointer(&sl.mem[off]), sl, nil
+		}
+	}
+	mem, err := mmap(hostSlabSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	sl := &hostSlab{mem: mem}
+	d.slabs = append(d.slabs, sl)
+	off := sl.take(units)
+	return unsafe.Pointer(&sl.mem[off]), sl, nil
+}
+
+// subFree releases h's units in its slab, and the slab when it is empty. d.mu must be held.
+func (d *Driver) subFree(h *hostRange) error {
+	sl := h.slab
+	first := int(uintptr(h.base)-uintptr(unsafe.Pointer(&sl.mem[0]))) / hostSubUnit
+	for j := first; j < first+int((h.size+hostSubUnit-1)/hostSubUnit); j++ {
+		sl.used[j] = false
+	}
+	if sl.live--; sl.live > 0 {
+		return nil
+	}
+	for i, x := range d.slabs {
+		if x == sl {
+			d.slabs = append(d.slabs[:i], d.slabs[i+1:]...)
+			break
+		}
+	}
+	return munmap(sl.mem)
+}
+
 // MemHostAlloc is cuMemHostAlloc: it maps anonymous memory (not Go heap)
-// of at least size bytes.
+// of at least size bytes, page-aligned, or for a small request places it
+// in pages shared with other small allocations, 512-byte aligned (see
+// hostSubMax).
 func (d *Driver) MemHostAlloc(size uint64, flags uint32) (unsafe.Pointer, error) {
 	const op = "cuMemHostAlloc"
 	if _, err := d.begin(op); err != nil {
@@ -212,11 +311,17 @@ func (d *Driver) MemHostAlloc(size uint64, flags uint32) (unsafe.Pointer, error)
 	if d.hostAllocLimit != 0 && d.hostAllocBytes+size > d.hostAllocLimit {
 		return nil, errorWhy(op, cudadrv.ErrorOutOfMemory, "%d bytes requested, %d of the limit %d in use", size, d.hostAllocBytes, d.hostAllocLimit)
 	}
-	mem, err := mmap(size)
-	if err != nil {
-		return nil, errorWhy(op, cudadrv.ErrorOutOfMemory, "mmap %d bytes: %v", size, err)
+	h := &hostRange{size: size, flags: flags, alloc: true, dev: dev}
+	if size <= hostSubMax {
+		if h.base, h.slab, err = d.subAlloc(size); err != nil {
+			return nil, errorWhy(op, cudadrv.ErrorOutOfMemory, "mmap %d bytes: %v", hostSlabSize, err)
+		}
+	} else {
+		if h.mem, err = mmap(size); err != nil {
+			return nil, errorWhy(op, cudadrv.ErrorOutOfMemory, "mmap %d bytes: %v", size, err)
+		}
+		h.base = unsafe.Pointer(&h.mem[0])
 	}
-	h := &hostRange{base: unsafe.Pointer(&mem[0]), size: size, flags: flags, alloc: true, mem: mem, dev: dev}
 	d.insertHost(h)
 	d.hostAllocBytes += size
 	return h.base, nil
@@ -237,14 +342,22 @@ func (d *Driver) MemFreeHost(p unsafe.Pointer) error {
 	d.removeHost(h)
 	h.freed = true
 	d.hostAllocBytes -= h.size
-	if err := munmap(h.mem); err != nil {
+	var err error
+	if h.slab != nil {
+		err = d.subFree(h)
+	} else {
+		err = munmap(h.mem)
+	}
+	if err != nil {
 		return errorWhy(op, cudadrv.ErrorUnknown, "munmap: %v", err)
 	}
 	return nil
 }
 
-// MemHostRegister is cuMemHostRegister_v2. Overlapping a pinned range
-// fails with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED; a device without
+// MemHostRegister is cuMemHostRegister_v2. A range with a page pinned
+// already (registered, or allocated with MemHostAlloc), even one it shares
+// no byte with, fails with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, as
+// the driver pins and records whole pages; a device without
 // AttrHostRegisterSupported (or AttrReadOnlyHostRegisterSupported, for the
 // read-only flag) fails with CUDA_ERROR_NOT_SUPPORTED.
 func (d *Driver) MemHostRegister(p unsafe.Pointer, size uint64, flags uint32) error {
@@ -273,8 +386,8 @@ func (d *Driver) MemHostRegister(p unsafe.Pointer, size uint64, flags uint32) er
 			return errorWhy(op, cudadrv.ErrorNotSupported, "device lacks read-only host registration")
 		}
 	}
-	if d.overlapsHost(uintptr(p), uintptr(size)) {
-		return errorWhy(op, cudadrv.ErrorHostMemoryAlreadyRegistered, "[%p, +%d) overlaps pinned memory", p, size)
+	if d.overlapsPinnedPages(uintptr(p), uintptr(size)) {
+		return errorWhy(op, cudadrv.ErrorHostMemoryAlreadyRegistered, "the pages of [%p, +%d) overlap pinned pages", p, size)
 	}
 	if d.regLimit != 0 && d.regBytes+size > d.regLimit {
 		return errorWhy(op, cudadrv.ErrorOutOfMemory, "%d bytes requested, %d of the limit %d registered", size, d.regBytes, d.regLimit)

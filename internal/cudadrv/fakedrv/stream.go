@@ -168,11 +168,12 @@ func ready(wait []*task) bool {
 }
 
 // exec runs o. An asynchronous error becomes the fault of o's stream,
-// reported once, as a GPU reports a fault: by the first of a query or
+// reported as a GPU reports a fault: by the first of a query or
 // synchronization of the stream, a query or synchronization of an event
 // recorded on the stream after o, or a synchronization of the context. A
-// sticky fault (When.Sticky in cudatest) also fails every later call in
-// o's context (see stuck).
+// sticky fault (a fault of the work itself, or an injected one with
+// When.Sticky in cudatest) also fails every later call in o's context
+// (see stuck), as the driver reports an earlier asynchronous failure.
 func (d *Driver) exec(o *task) {
 	marker := o.run == nil
 	if !o.cancelled {
@@ -194,7 +195,12 @@ func (d *Driver) exec(o *task) {
 			s.err = &fault{err: o.err, ctx: o.ctx}
 		}
 	}
-	if o.err != nil && o.fail.sticky {
+	// A fault of the work itself (memory freed or unregistered before it
+	// ran, a kernel that failed) breaks the context, as
+	// CUDA_ERROR_ILLEGAL_ADDRESS does on a GPU: every later call in it,
+	// cuStreamQuery of any of its streams included, reports it again. An
+	// injected fault does so only when the rule is sticky.
+	if o.err != nil && (o.fail.sticky || o.fail.code == cudadrv.Success) {
 		d.stick(o.ctx, o.err)
 	}
 	if marker && s.err != nil && !s.err.reported {
