@@ -3,6 +3,7 @@ package pinmem
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/pinmem/pinmem/cuda"
 )
@@ -18,6 +19,29 @@ var (
 	// (it was not allocated or registered with Mapped).
 	ErrNotMapped = errors.New("pinmem: buffer not mapped into the device address space")
 )
+
+// NameError is returned by UnmarshalText of the enums a user sets from
+// flags or configuration (pinmem.Flags and Method, load.Mode,
+// transfer.WaitMode, blocks.Strategy) for a name they do not know. It
+// matches cuda.ErrInvalidValue. Every package of pinmem uses this one type.
+type NameError struct {
+	Type  string   // the type, e.g. "pinmem.Method"
+	Name  string   // the name refused, as given
+	Known []string // the names the type takes
+}
+
+// Error names the type, the name and the names it takes.
+func (e *NameError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("%s: unknown name %q (want one of %s)", e.Type, e.Name, strings.Join(e.Known, ", "))
+}
+
+// Is matches cuda.ErrInvalidValue.
+func (e *NameError) Is(target error) bool {
+	return e != nil && target == cuda.ErrInvalidValue
+}
 
 // OptionError is returned for an option that a function taking options
 // (Alloc, Register, pool.New, blocks.New, load.New, transfer.New ...)

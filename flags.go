@@ -7,6 +7,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/enumtext"
 	"github.com/pinmem/pinmem/internal/pinopt"
 )
 
@@ -52,11 +53,19 @@ func (f Flags) String() string {
 	return strings.Join(parts, "|")
 }
 
-// MarshalText encodes the flags as String does (for JSON map keys).
-func (f Flags) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
+// MarshalText encodes the flags as String does (for JSON map keys); bits
+// that are no flag are an error matching cuda.ErrInvalidValue.
+func (f Flags) MarshalText() ([]byte, error) {
+	if f&^allFlags != 0 {
+		return nil, fmt.Errorf("pinmem: Flags %s has unknown bits: %w", f, cuda.ErrInvalidValue)
+	}
+	return []byte(f.String()), nil
+}
 
-// UnmarshalText parses the form MarshalText writes, so
-// that LedgerStats round-trips through JSON.
+// UnmarshalText parses the form MarshalText writes (see String), flag
+// names in any order and case, so that LedgerStats round-trips through
+// JSON and flags can be set from configuration; an unknown name is a
+// *NameError.
 func (f *Flags) UnmarshalText(b []byte) error {
 	v, err := parseFlags(string(b))
 	if err != nil {
@@ -68,25 +77,25 @@ func (f *Flags) UnmarshalText(b []byte) error {
 
 // parseFlags parses the form String returns: "default" (or the empty
 // string) for no flag, otherwise flag names joined by "|" ("portable",
-// "mapped", "write-combined", ...), in any order. Names are matched
+// "mapped", "writecombined", "readonly"), in any order. Names are matched
 // without regard to case and surrounding spaces; an empty name (as in
 // "mapped|") is an error.
 func parseFlags(s string) (Flags, error) {
 	s = strings.TrimSpace(s)
-	if s == "" || s == "default" {
+	if s == "" || strings.EqualFold(s, "default") {
 		return 0, nil
 	}
+	names := make([]string, len(flagNames))
+	for i, n := range flagNames {
+		names[i] = n.name
+	}
 	var f Flags
-outer:
 	for _, p := range strings.Split(s, "|") {
-		p = strings.ToLower(strings.TrimSpace(p))
-		for _, n := range flagNames {
-			if p == n.name {
-				f |= n.f
-				continue outer
-			}
+		i := enumtext.Index(names, p)
+		if i < 0 {
+			return 0, &NameError{Type: "pinmem.Flags", Name: p, Known: names}
 		}
-		return 0, fmt.Errorf("pinmem: unknown flag %q in %q: %w", p, s, cuda.ErrInvalidValue)
+		f |= flagNames[i].f
 	}
 	return f, nil
 }
@@ -148,13 +157,12 @@ func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // UnmarshalText parses the names String returns.
 func (k *Kind) UnmarshalText(b []byte) error {
-	for i, n := range kindNames {
-		if string(b) == n {
-			*k = Kind(i)
-			return nil
-		}
+	i := enumtext.Index(kindNames[:], string(b))
+	if i < 0 {
+		return &NameError{Type: "pinmem.Kind", Name: string(b), Known: kindNames[:]}
 	}
-	return fmt.Errorf("pinmem: unknown kind %q (want hostalloc, mmap-register or go-register): %w", b, cuda.ErrInvalidValue)
+	*k = Kind(i)
+	return nil
 }
 
 // Method chooses how Alloc obtains pinned memory.
@@ -174,17 +182,34 @@ const (
 	MethodMmapRegister
 )
 
+var methodNames = []string{"auto", "hostalloc", "mmap-register"}
+
 // String returns "auto", "hostalloc" or "mmap-register".
 func (m Method) String() string {
-	switch m {
-	case MethodAuto:
-		return "auto"
-	case MethodHostAlloc:
-		return "hostalloc"
-	case MethodMmapRegister:
-		return "mmap-register"
+	if int(m) < len(methodNames) {
+		return methodNames[m]
 	}
 	return fmt.Sprintf("method(%d)", uint8(m))
+}
+
+// MarshalText encodes the method as String does; a value that is no
+// method is an error matching cuda.ErrInvalidValue.
+func (m Method) MarshalText() ([]byte, error) {
+	if int(m) >= len(methodNames) {
+		return nil, fmt.Errorf("pinmem: %s is no Method: %w", m, cuda.ErrInvalidValue)
+	}
+	return []byte(m.String()), nil
+}
+
+// UnmarshalText parses a name String returns, without regard to case; an
+// unknown name is a *NameError.
+func (m *Method) UnmarshalText(b []byte) error {
+	i := enumtext.Index(methodNames, string(b))
+	if i < 0 {
+		return &NameError{Type: "pinmem.Method", Name: string(b), Known: methodNames}
+	}
+	*m = Method(i)
+	return nil
 }
 
 // AutoMmapThreshold is the size from which MethodAuto maps and registers

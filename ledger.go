@@ -65,6 +65,40 @@ type LedgerStats struct {
 	// now (Pinned plus requests in flight).
 	Budget   int64 `json:"budget"`
 	Reserved int64 `json:"reserved"`
+	// Objects counts the driver objects pinmem's packages hold now, so that
+	// a long-running process can watch them for growth.
+	Objects DriverObjects `json:"driver_objects"`
+}
+
+// DriverObjects counts the driver objects that pinmem's packages (cuda,
+// pinmem, pool, transfer, blocks, load ...) created and have not released
+// yet. Objects created by other code, and primary contexts, are not
+// counted.
+type DriverObjects struct {
+	Streams int64 `json:"streams"`
+	Events  int64 `json:"events"`
+	Modules int64 `json:"modules"`
+	// Contexts are contexts created with cuda.NewContext.
+	Contexts int64 `json:"contexts"`
+	// DeviceAllocs and DeviceBytes are device memory allocations and their bytes.
+	DeviceAllocs int64 `json:"device_allocs"`
+	DeviceBytes  int64 `json:"device_bytes"`
+	// HostAllocs are cuMemHostAlloc allocations (KindHostAlloc buffers).
+	HostAllocs int64 `json:"host_allocs"`
+	// Registrations are cuMemHostRegister calls not yet undone: a buffer
+	// registered in segments holds one per segment (Buffer.Segments).
+	Registrations int64 `json:"registrations"`
+}
+
+// driverObjects reads the record of live driver objects (internal/track).
+func driverObjects() DriverObjects {
+	t := track.CountAll()
+	n := func(k track.Kind) int64 { return int64(t.N[k]) }
+	return DriverObjects{
+		Streams: n(track.Stream), Events: n(track.Event), Modules: n(track.Module), Contexts: n(track.Context),
+		DeviceAllocs: n(track.DeviceMemory), DeviceBytes: t.Bytes[track.DeviceMemory],
+		HostAllocs: n(track.HostAlloc), Registrations: n(track.Registration),
+	}
 }
 
 var ledger struct {
@@ -179,6 +213,7 @@ func Stats() LedgerStats {
 	if owners := track.DroppedCounts(); len(owners) > 0 {
 		s.DroppedOwners = owners
 	}
+	s.Objects = driverObjects()
 	return s
 }
 
@@ -218,5 +253,8 @@ func (s LedgerStats) String() string {
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "time pinning %v (last %v), unpinning %v (last %v)\n", s.PinTime, s.LastPinTime, s.UnpinTime, s.LastUnpinTime)
+	o := s.Objects
+	fmt.Fprintf(&b, "driver objects: streams %d, events %d, modules %d, contexts %d, device allocations %d (%s), host allocations %d, registrations %d\n",
+		o.Streams, o.Events, o.Modules, o.Contexts, o.DeviceAllocs, fmtBytes(o.DeviceBytes), o.HostAllocs, o.Registrations)
 	return b.String()
 }

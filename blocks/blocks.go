@@ -42,6 +42,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudaerr"
+	"github.com/pinmem/pinmem/internal/enumtext"
 )
 
 // Block is one block of a list: the len(Host) bytes of pinned host memory
@@ -92,19 +93,34 @@ const (
 	Kernel
 )
 
+var strategyNames = []string{"auto", "driver-batch", "per-copy", "kernel"}
+
 // String returns the strategy's name: "auto", "driver-batch", "per-copy" or "kernel".
 func (s Strategy) String() string {
-	switch s {
-	case Auto:
-		return "auto"
-	case DriverBatch:
-		return "driver-batch"
-	case PerCopy:
-		return "per-copy"
-	case Kernel:
-		return "kernel"
+	if int(s) < len(strategyNames) {
+		return strategyNames[s]
 	}
 	return fmt.Sprintf("Strategy(%d)", uint8(s))
+}
+
+// MarshalText encodes the strategy as String does; a value that is no
+// strategy is an error matching cuda.ErrInvalidValue.
+func (s Strategy) MarshalText() ([]byte, error) {
+	if int(s) >= len(strategyNames) {
+		return nil, fmt.Errorf("blocks: %s is no Strategy: %w", s, cuda.ErrInvalidValue)
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText parses a name String returns, without regard to case; an
+// unknown name is a *pinmem.NameError (matching cuda.ErrInvalidValue).
+func (s *Strategy) UnmarshalText(b []byte) error {
+	i := enumtext.Index(strategyNames, string(b))
+	if i < 0 {
+		return &pinmem.NameError{Type: "blocks.Strategy", Name: string(b), Known: strategyNames}
+	}
+	*s = Strategy(i)
+	return nil
 }
 
 // batchMax is the largest mean block, in bytes, for which Auto takes the

@@ -32,8 +32,9 @@ func TestPublish(t *testing.T) {
 	}
 	defer b.Free()
 	var got struct {
-		Pinned pinmem.Usage            `json:"pinned"`
-		ByKind map[string]pinmem.Usage `json:"by_kind"`
+		Pinned  pinmem.Usage            `json:"pinned"`
+		ByKind  map[string]pinmem.Usage `json:"by_kind"`
+		Objects pinmem.DriverObjects    `json:"driver_objects"`
 	}
 	if err := json.Unmarshal([]byte(expvar.Get(DefaultName).String()), &got); err != nil {
 		t.Fatal(err)
@@ -41,6 +42,10 @@ func TestPublish(t *testing.T) {
 	want := pinmem.Stats()
 	if got.Pinned != want.Pinned || got.ByKind["hostalloc"] != want.ByKind[pinmem.KindHostAlloc] || got.Pinned.Buffers < 1 {
 		t.Errorf("published %+v, Stats %+v", got, want.Pinned)
+	}
+	// The driver objects pinmem holds are published too: the buffer's allocation among them.
+	if got.Objects != want.Objects || got.Objects.HostAllocs < 1 {
+		t.Errorf("published driver objects %+v, Stats %+v", got.Objects, want.Objects)
 	}
 	for _, name := range []string{"", DefaultName} {
 		if err := Publish(name); !errors.Is(err, cuda.ErrInvalidValue) {

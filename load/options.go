@@ -5,6 +5,8 @@ import (
 	"runtime"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/enumtext"
 )
 
 // Loader defaults, chosen for a PCIe Gen5 x16 GPU fed from NVMe or the page
@@ -65,19 +67,34 @@ const (
 	ModeMapped
 )
 
+var modeNames = []string{"auto", "direct", "buffered", "mapped"}
+
 // String returns "auto", "direct", "buffered" or "mapped".
 func (m Mode) String() string {
-	switch m {
-	case ModeAuto:
-		return "auto"
-	case ModeDirect:
-		return "direct"
-	case ModeBuffered:
-		return "buffered"
-	case ModeMapped:
-		return "mapped"
+	if int(m) < len(modeNames) {
+		return modeNames[m]
 	}
 	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// MarshalText encodes the mode as String does; a value that is no mode is
+// an error matching cuda.ErrInvalidValue.
+func (m Mode) MarshalText() ([]byte, error) {
+	if int(m) >= len(modeNames) {
+		return nil, fmt.Errorf("load: %s is no Mode: %w", m, cuda.ErrInvalidValue)
+	}
+	return []byte(m.String()), nil
+}
+
+// UnmarshalText parses a name String returns, without regard to case; an
+// unknown name is a *pinmem.NameError (matching cuda.ErrInvalidValue).
+func (m *Mode) UnmarshalText(b []byte) error {
+	i := enumtext.Index(modeNames, string(b))
+	if i < 0 {
+		return &pinmem.NameError{Type: "load.Mode", Name: string(b), Known: modeNames}
+	}
+	*m = Mode(i)
+	return nil
 }
 
 // Option configures a Loader in New. Options only record their values; New

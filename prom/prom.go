@@ -29,12 +29,15 @@ type ledgerCollector struct {
 	dropped                    *prometheus.Desc
 	pinSeconds, unpinSeconds   *prometheus.Desc
 	flagBytes                  *prometheus.Desc
+	objects, deviceBytes       *prometheus.Desc
 }
 
 // NewCollector returns a collector of the process's pinmem ledger
 // (pinmem.Stats): pinned bytes and buffers by kind and by flags, the peak,
-// the budget, and counters of pins, frees, failures, budget rejections,
-// dropped buffers and time spent pinning and unpinning. The process has
+// the budget, counters of pins, frees, failures, budget rejections,
+// dropped buffers and time spent pinning and unpinning, and the driver
+// objects pinmem holds by kind (pinmem_driver_objects) with the device
+// memory allocated (pinmem_device_bytes). The process has
 // one ledger, so register one such collector per registry.
 func NewCollector() prometheus.Collector { return newLedgerCollector(pinmem.Stats) }
 
@@ -58,12 +61,15 @@ func newLedgerCollector(stats func() pinmem.LedgerStats) *ledgerCollector {
 		dropped:       d("dropped_total", "Buffers that became unreachable without Free (still pinned)."),
 		pinSeconds:    d("pin_seconds_total", "Time spent pinning."),
 		unpinSeconds:  d("unpin_seconds_total", "Time spent releasing pinned memory."),
+		objects:       d("driver_objects", "Driver objects pinmem holds now, by kind (stream, event, module, context, device_alloc, host_alloc, registration).", "kind"),
+		deviceBytes:   d("device_bytes", "Device memory pinmem holds allocated now."),
 	}
 }
 
 func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.pinnedBytes, c.pinnedBuffers, c.flagBytes, c.peak, c.budget, c.reserved,
-		c.allocs, c.frees, c.allocBytes, c.failures, c.rejections, c.dropped, c.pinSeconds, c.unpinSeconds} {
+		c.allocs, c.frees, c.allocBytes, c.failures, c.rejections, c.dropped, c.pinSeconds, c.unpinSeconds,
+		c.objects, c.deviceBytes} {
 		ch <- d
 	}
 }
@@ -95,6 +101,15 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	ctr(c.dropped, float64(s.Dropped))
 	ctr(c.pinSeconds, s.PinTime.Seconds())
 	ctr(c.unpinSeconds, s.UnpinTime.Seconds())
+	o := s.Objects
+	for _, kv := range []struct {
+		kind string
+		n    int64
+	}{{"stream", o.Streams}, {"event", o.Events}, {"module", o.Modules}, {"context", o.Contexts},
+		{"device_alloc", o.DeviceAllocs}, {"host_alloc", o.HostAllocs}, {"registration", o.Registrations}} {
+		g(c.objects, float64(kv.n), kv.kind)
+	}
+	g(c.deviceBytes, float64(o.DeviceBytes))
 }
 
 // poolMetric is one figure of pool.Stats.

@@ -3,6 +3,7 @@ package prom
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	itest "github.com/pinmem/pinmem/internal/testutil"
 	"github.com/pinmem/pinmem/pool"
@@ -34,6 +36,7 @@ func TestCollector(t *testing.T) {
 		PinTime:          1500 * time.Millisecond,
 		UnpinTime:        250 * time.Millisecond,
 		Budget:           1 << 30,
+		Objects:          pinmem.DriverObjects{Streams: 4, Events: 8, DeviceAllocs: 2, DeviceBytes: 4096, HostAllocs: 3, Registrations: 5},
 	}
 	c := newLedgerCollector(func() pinmem.LedgerStats { return s })
 	want := `
@@ -63,14 +66,27 @@ pinmem_pin_seconds_total 1.5
 # HELP pinmem_unpin_seconds_total Time spent releasing pinned memory.
 # TYPE pinmem_unpin_seconds_total counter
 pinmem_unpin_seconds_total 0.25
+# HELP pinmem_driver_objects Driver objects pinmem holds now, by kind (stream, event, module, context, device_alloc, host_alloc, registration).
+# TYPE pinmem_driver_objects gauge
+pinmem_driver_objects{kind="context"} 0
+pinmem_driver_objects{kind="device_alloc"} 2
+pinmem_driver_objects{kind="event"} 8
+pinmem_driver_objects{kind="host_alloc"} 3
+pinmem_driver_objects{kind="module"} 0
+pinmem_driver_objects{kind="registration"} 5
+pinmem_driver_objects{kind="stream"} 4
+# HELP pinmem_device_bytes Device memory pinmem holds allocated now.
+# TYPE pinmem_device_bytes gauge
+pinmem_device_bytes 4096
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
 		"pinmem_pinned_bytes", "pinmem_pinned_bytes_by_flags", "pinmem_pinned_peak_bytes", "pinmem_budget_bytes",
-		"pinmem_allocs_total", "pinmem_budget_rejections_total", "pinmem_pin_seconds_total", "pinmem_unpin_seconds_total"); err != nil {
+		"pinmem_allocs_total", "pinmem_budget_rejections_total", "pinmem_pin_seconds_total", "pinmem_unpin_seconds_total",
+		"pinmem_driver_objects", "pinmem_device_bytes"); err != nil {
 		t.Error(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 18 {
-		t.Errorf("%d metrics, want 18", n)
+	if n := testutil.CollectAndCount(c); n != 26 {
+		t.Errorf("%d metrics, want 26", n)
 	}
 	if _, err := testutil.CollectAndLint(c); err != nil {
 		t.Error(err)
@@ -81,6 +97,49 @@ pinmem_unpin_seconds_total 0.25
 	}
 	if _, err := reg.Gather(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The collector reads the driver objects pinmem holds at each scrape: a
+// stream created shows, and is gone once destroyed.
+func TestCollectorDriverObjects(t *testing.T) {
+	itest.UseFake(t, fakedrv.Options{})
+	dev, err := cuda.GetDevice(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := dev.PrimaryContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewCollector()
+	want := func(streams int64) string {
+		o := pinmem.Stats().Objects
+		return fmt.Sprintf(`
+# HELP pinmem_driver_objects Driver objects pinmem holds now, by kind (stream, event, module, context, device_alloc, host_alloc, registration).
+# TYPE pinmem_driver_objects gauge
+pinmem_driver_objects{kind="context"} %d
+pinmem_driver_objects{kind="device_alloc"} %d
+pinmem_driver_objects{kind="event"} %d
+pinmem_driver_objects{kind="host_alloc"} %d
+pinmem_driver_objects{kind="module"} %d
+pinmem_driver_objects{kind="registration"} %d
+pinmem_driver_objects{kind="stream"} %d
+`, o.Contexts, o.DeviceAllocs, o.Events, o.HostAllocs, o.Modules, o.Registrations, streams)
+	}
+	before := pinmem.Stats().Objects.Streams
+	s, err := ctx.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(before+1)), "pinmem_driver_objects"); err != nil {
+		t.Errorf("with one stream more: %v", err)
+	}
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(before)), "pinmem_driver_objects"); err != nil {
+		t.Errorf("after Destroy: %v", err)
 	}
 }
 

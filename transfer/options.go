@@ -7,6 +7,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/enumtext"
 	"github.com/pinmem/pinmem/internal/pinopt"
 )
 
@@ -84,12 +85,34 @@ const (
 	WaitPoll
 )
 
+var waitModeNames = []string{"hybrid", "sleep", "poll"}
+
 // String returns "hybrid", "sleep" or "poll".
 func (m WaitMode) String() string {
-	if m <= WaitPoll {
-		return [...]string{"hybrid", "sleep", "poll"}[m]
+	if int(m) < len(waitModeNames) {
+		return waitModeNames[m]
 	}
 	return fmt.Sprintf("WaitMode(%d)", uint8(m))
+}
+
+// MarshalText encodes the mode as String does; a value that is no mode is
+// an error matching cuda.ErrInvalidValue.
+func (m WaitMode) MarshalText() ([]byte, error) {
+	if int(m) >= len(waitModeNames) {
+		return nil, fmt.Errorf("transfer: %s is no WaitMode: %w", m, cuda.ErrInvalidValue)
+	}
+	return []byte(m.String()), nil
+}
+
+// UnmarshalText parses a name String returns, without regard to case; an
+// unknown name is a *pinmem.NameError (matching cuda.ErrInvalidValue).
+func (m *WaitMode) UnmarshalText(b []byte) error {
+	i := enumtext.Index(waitModeNames, string(b))
+	if i < 0 {
+		return &pinmem.NameError{Type: "transfer.WaitMode", Name: string(b), Known: waitModeNames}
+	}
+	*m = WaitMode(i)
+	return nil
 }
 
 // WithWait sets how transfers wait for the copy engine (default

@@ -177,8 +177,8 @@ func (f *benchLoadFlags) options() ([]load.Option, error) {
 	if f.baseline != "" && !slices.Contains(loadKinds, f.baseline) {
 		return nil, usagef("--baseline %q: want one of %s, or empty", f.baseline, strings.Join(loadKinds, ", "))
 	}
-	m, err := parseLoadMode(f.mode)
-	if err != nil {
+	var m load.Mode
+	if err := m.UnmarshalText([]byte(f.mode)); err != nil {
 		return nil, usagef("--mode %q: want auto, direct, buffered or mapped", f.mode)
 	}
 	cfg.Mode = m.String()
@@ -577,14 +577,4 @@ func loadNote(last load.Stats) string {
 		n += ", fell back: " + last.Fallback
 	}
 	return n
-}
-
-// parseLoadMode parses the names load.Mode's String returns.
-func parseLoadMode(s string) (load.Mode, error) {
-	for _, m := range []load.Mode{load.ModeAuto, load.ModeDirect, load.ModeBuffered, load.ModeMapped} {
-		if s == m.String() {
-			return m, nil
-		}
-	}
-	return 0, fmt.Errorf("unknown load mode %q", s)
 }

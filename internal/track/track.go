@@ -96,6 +96,24 @@ func Count(k Kind) (n int, bytes int64) {
 	return n, bytes
 }
 
+// Totals are the live objects of each kind and their bytes.
+type Totals struct {
+	N     [numKinds]int
+	Bytes [numKinds]int64
+}
+
+// CountAll returns the live objects of every kind, in one pass.
+func CountAll() Totals {
+	var t Totals
+	mu.Lock()
+	defer mu.Unlock()
+	for k, o := range live {
+		t.N[k.k]++
+		t.Bytes[k.k] += o.Size
+	}
+	return t
+}
+
 // Live returns every live object, ordered by kind and ID.
 func Live() []Object {
 	mu.Lock()
