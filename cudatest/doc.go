@@ -21,17 +21,32 @@
 // as in CUDA. Calls that need a current context fail with
 // CUDA_ERROR_INVALID_CONTEXT (matching cuda.ErrInvalidHandle) when the
 // calling thread has none, so code that calls the driver from a goroutine
-// that did not enter a context fails here too. Asynchronous work that
-// touches memory freed or unregistered before it ran fails with
-// CUDA_ERROR_ILLEGAL_ADDRESS, reported as a GPU reports a fault: by the
-// next query or synchronization of an event recorded after it, of its
-// stream or of its context.
+// that did not enter a context fails here too.
+//
+// Where the driver is stricter than a simple model would be, the fake
+// copies it, so that code which relies on the kinder model fails here as
+// it fails on a GPU. Small pinned allocations (cuMemHostAlloc of up to 256
+// KiB) come back as the driver returns them, 512 bytes apart in pages they
+// share with other small allocations, so memory is never pinned in whole
+// pages of its own. Registering memory with a page that is pinned already
+// fails with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (matching
+// cuda.ErrAlreadyRegistered), even with no byte in common. One copy may not
+// span two registrations, or run from one allocation into its neighbour
+// (CUDA_ERROR_INVALID_VALUE). Asynchronous work that touches memory freed
+// or unregistered before it ran fails with CUDA_ERROR_ILLEGAL_ADDRESS, and
+// as on a GPU that fault is sticky: it breaks the context, and every later
+// call in it reports the fault again, cuStreamQuery of any of its streams
+// included. Calls that release objects still work (on a GPU they may not),
+// so that a test can clean up; ClearFaults repairs the context.
 //
 // A test can make driver calls fail (FailOn, FailAsync), chosen by driver
 // function or by operation class (AnyHtoD, AnyDtoH, AnyLaunch, AnyAlloc:
 // every path a size or an option takes), once, on the nth call or always,
 // and sticky (When.Sticky: every later call in the context fails, as after
-// CUDA_ERROR_ILLEGAL_ADDRESS on a GPU). It can hold streams so that queued
+// CUDA_ERROR_ILLEGAL_ADDRESS on a GPU). An injected asynchronous fault that
+// is not sticky is reported once, by the first query or synchronization
+// that observes it: a convenience for testing recovery paths, where a GPU
+// would report CUDA_ERROR_ILLEGAL_ADDRESS or a launch failure every time. It can hold streams so that queued
 // work waits, as on a busy or hung GPU (HoldStream, with the streams of
 // code under test from Streams; HoldAll), wait until the code under test
 // is blocked on held work (WaitBlocked) instead of sleeping, count calls
