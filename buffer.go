@@ -155,7 +155,9 @@ func (b *Buffer) Len() int {
 
 // Pinned returns the bytes the buffer holds page-locked now, as counted by
 // the ledger and the budget: Len rounded up to whole pages for pinmem's own
-// mappings, Len otherwise; 0 once Free has released the memory. After a
+// mappings, Len otherwise (a small cuMemHostAlloc buffer shares pages the
+// driver pinned with its neighbours; it counts its own bytes); 0 once Free
+// has released the memory. After a
 // Free that failed it is what the driver still holds (non-zero: Free must
 // be retried).
 func (b *Buffer) Pinned() int64 {
