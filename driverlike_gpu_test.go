@@ -1,0 +1,97 @@
+package pinmem
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"unsafe"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+// On the GPU: the driver's behaviour the fake copies (cudatest), checked
+// where it decides pinmem's design. Each test logs what the driver did.
+
+// Small cuMemHostAlloc allocations: all succeed as separate buffers, each
+// with its own bytes, found by Lookup, whether or not the driver placed
+// them in shared pages (on an H100 with driver 580 it did, 512 bytes
+// apart, which the fake copies).
+func TestGPUSmallAllocationsShareAPage(t *testing.T) {
+	testutil.RequireGPU(t)
+	page := uintptr(os.Getpagesize())
+	sizes := []int{12, 12, 100, 512, 1000, 4096, 128 << 10}
+	var bufs []*Buffer
+	defer func() {
+		for _, b := range bufs {
+			if err := b.Free(); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	shared := 0
+	for i, n := range sizes {
+		b, err := Alloc(n, 0, WithMethod(MethodHostAlloc))
+		if err != nil {
+			t.Fatalf("Alloc(%d) after %d small allocations: %v", n, i, err)
+		}
+		p := uintptr(unsafe.Pointer(&b.Bytes()[0]))
+		for _, o := range bufs {
+			q := uintptr(unsafe.Pointer(&o.Bytes()[0]))
+			if p/page <= (q+uintptr(o.Len())-1)/page && q/page <= (p+uintptr(n)-1)/page {
+				shared++
+			}
+		}
+		t.Logf("Alloc(%d) at %#x (offset %#x in its page)", n, p, p%page)
+		bufs = append(bufs, b)
+	}
+	t.Logf("%d pairs of buffers share a page", shared)
+	for i, b := range bufs {
+		for j := range b.Bytes() {
+			b.Bytes()[j] = byte(i + 1)
+		}
+	}
+	for i, b := range bufs {
+		for j, v := range b.Bytes() {
+			if v != byte(i+1) {
+				t.Fatalf("buffer %d byte %d = %d: a neighbour's bytes", i, j, v)
+			}
+		}
+		if got, ok := Lookup(b.Bytes()[b.Len()-1:]); !ok || got != b {
+			t.Errorf("Lookup of the last byte of buffer %d: %v %v", i, got, ok)
+		}
+	}
+}
+
+// cuMemHostRegister of memory sharing a page with a registered range, no
+// byte in common: the fake refuses it with
+// CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, and so must the driver, or
+// the fake (and pinmem's registry, which refuses it first) are stricter
+// than it.
+func TestGPUDriverRefusesARegisteredPage(t *testing.T) {
+	testutil.RequireGPU(t)
+	tg, err := resolve(options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := os.Getpagesize()
+	mem := make([]byte, 3*page)
+	o := int(-uintptr(unsafe.Pointer(&mem[0])) & uintptr(page-1))
+	a, b := unsafe.Pointer(&mem[o]), unsafe.Pointer(&mem[o+200])
+	if err := tg.do(func() error { return tg.drv.d.MemHostRegister(a, 100, 0) }); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := tg.do(func() error { return tg.drv.d.MemHostUnregister(a) }); err != nil {
+			t.Error(err)
+		}
+	}()
+	err = tg.do(func() error { return tg.drv.d.MemHostRegister(b, 100, 0) })
+	t.Logf("cuMemHostRegister of bytes 200-300 of a page whose bytes 0-100 are registered: %v", err)
+	if err == nil {
+		_ = tg.do(func() error { return tg.drv.d.MemHostUnregister(b) })
+		t.Errorf("the driver registered a range sharing a page with a registered one: the fake and pinmem's registry refuse it")
+	} else if !errors.Is(err, cuda.ErrAlreadyRegistered) {
+		t.Errorf("the driver refused it with %v; the fake says CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", err)
+	}
+}
