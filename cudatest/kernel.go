@@ -62,8 +62,9 @@ func (k *Kernel) Mem(p cuda.DevicePtr, n int) ([]byte, error) {
 // order, like device work. body must not call pinmem or the driver, and
 // may use Kernel.Mem to reach device memory; an error from it fails the
 // launch asynchronously with CUDA_ERROR_LAUNCH_FAILED (cuda.ErrLaunchFailed),
-// reported as FailAsync says, and so does a panic in it (the error holds
-// the panic's value and stack). A nil body does nothing. Registering a name
+// and so does a panic in it (the error holds the panic's value and stack);
+// as on a GPU the failure is sticky, reported by every later call in the
+// context until ClearFaults. A nil body does nothing. Registering a name
 // again replaces the kernel for every launch from then on, those of
 // Functions looked up before included. RegisterKernel fails with an error matching
 // cuda.ErrInvalidValue for an empty name or nargs outside [0, 64].

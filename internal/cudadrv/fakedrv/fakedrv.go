@@ -7,10 +7,14 @@
 //
 //   - Devices with configurable names, attributes, memory and PCI bus ids.
 //   - Pinned host memory: MemHostAlloc returns real memory obtained with an
-//     anonymous mmap (not Go heap); MemFreeHost unmaps it. Registered ranges
-//     are tracked like the driver does (overlap -> 712, unknown unregister
-//     -> 713). Registering Go memory is allowed (callers pin it with
-//     runtime.Pinner).
+//     anonymous mmap (not Go heap); MemFreeHost unmaps it. Small requests
+//     (up to 256 KiB) are placed as the driver places them, 512 bytes
+//     apart in pages shared with other small allocations. Registered
+//     ranges are tracked like the driver does, by whole pages (a range
+//     with a page pinned already -> 712, unknown unregister -> 713).
+//     Registering Go memory is allowed (callers pin it with
+//     runtime.Pinner). One copy may not span two allocations or
+//     registrations (-> 1).
 //   - Device memory at fake addresses (from 0x7f0000000000, 256-byte
 //     aligned, with a gap between allocations) backed by Go byte slices that
 //     are allocated on first touch. Copies and memsets really move bytes.
@@ -28,10 +32,12 @@
 //     StreamWaitEvent is honoured.
 //   - Asynchronous work that touches memory freed or unregistered before it
 //     ran fails with CUDA_ERROR_ILLEGAL_ADDRESS: this catches reuse of
-//     buffers before the stream is done with them. An asynchronous fault
-//     is reported once, by the first query or synchronization of its
-//     stream, of an event recorded after it, or of the context (and every
-//     one is listed by AsyncErrors). Asynchronous copies to or from pageable (not pinned) host
+//     buffers before the stream is done with them. As on a GPU, such a
+//     fault (and a kernel's failure) is sticky: every later call in its
+//     context reports it again (see stuck). An injected asynchronous
+//     fault that is not sticky is reported once, by the first query or
+//     synchronization of its stream, of an event recorded after it, or of
+//     the context. AsyncErrors lists every one. Asynchronous copies to or from pageable (not pinned) host
 //     memory behave like the driver's: HtoD stages the source at call time,
 //     DtoH returns only once the copy ran.
 //   - Contexts: primary contexts with reference counts, CtxCreate and
