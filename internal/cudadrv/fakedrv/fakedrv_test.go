@@ -708,6 +708,11 @@ func TestModulesAndKernels(t *testing.T) {
 	if !errors.Is(err, cudadrv.ErrLaunchFailed) {
 		t.Errorf("want ErrLaunchFailed: %v", err)
 	}
+	// A kernel's failure is sticky on a GPU: every later call in the
+	// context reports it again.
+	wantCode(t, d.StreamQuery(s), "cuStreamQuery", cudadrv.ErrorLaunchFailed)
+	wantCode(t, d.StreamSynchronize(s), "cuStreamSynchronize", cudadrv.ErrorLaunchFailed)
+	d.ClearFaults()
 
 	ok(t, d.ModuleUnload(m))
 	wantCode(t, d.LaunchKernel(f, one, one, 0, s, nil), "cuLaunchKernel", cudadrv.ErrorInvalidHandle)
