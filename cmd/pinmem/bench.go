@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -162,6 +163,9 @@ copies by each blocks.Copier strategy, one way and both at once), "bench load"
 			cfg := bench.BandwidthConfig{Samples: o.samples}
 			if cfg.Kinds, err = bench.ParseKinds(kinds); err != nil {
 				return usagef("--kinds: %v", err)
+			}
+			if slices.Contains(strings.Split(strings.ToLower(kinds), ","), bench.KindStaged) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "pinmem: --kinds %s is the deprecated name of %s: measuring %s\n", bench.KindStaged, bench.KindCopier, bench.KindCopier)
 			}
 			if cfg.Sizes, err = bench.ParseSizes(sizes); err != nil {
 				return usagef("--sizes: %v", err)

@@ -133,6 +133,7 @@ func newReport() *cobra.Command {
 	var (
 		o        output
 		baseline string
+		into     string
 	)
 	c := &cobra.Command{
 		Use:   "report FILE.json...",
@@ -150,8 +151,11 @@ takes them in) are left out with a line on standard error.
 markdown renders the reports of one run (pinmem bench all) as docs/PERF.md:
 provenance (one commit, one date, the device), the headline table, and every
 row with its same-run reference and ratio; summary is the headline table
-alone (the README's). Reports of different revisions, devices or drivers are
-refused. A png needs --out. Nothing here needs a GPU. Files that are not
+alone (the README's). --into DOC.md rewrites, in place, what DOC.md shows of
+the run: the headline table between its figure markers and each claim
+between <!-- claim NAME --> and <!-- /claim --> (the README's sentences that
+state a ratio: copier, pin, pinned). Reports of different revisions, devices
+or drivers are refused. A png needs --out. Nothing here needs a GPU. Files that are not
 valid reports are refused with one line saying where and why (exit status 2).
 
 ` + exitHelp,
@@ -159,13 +163,20 @@ valid reports are refused with one line saying where and why (exit status 2).
   pinmem report docs/results/bench.json --format png -o bench.png
   pinmem report bw.json pin.json --format csv
   pinmem report --format markdown docs/results/*.json -o docs/PERF.md
+  pinmem report --into README.md docs/results/*.json
   pinmem bench --format json | pinmem report - -o bw.svg`,
 		Args:              reportArgs(1),
 		ValidArgsFunction: jsonFiles,
-		RunE:              func(cmd *cobra.Command, args []string) error { return runReport(cmd, &o, baseline, args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if into != "" {
+				return fillDoc(cmd, into, args)
+			}
+			return runReport(cmd, &o, baseline, args)
+		},
 	}
 	o.register(c, []string{"table", "json", "csv", "markdown", "summary", "svg", "png"}, false)
 	c.Flags().StringVar(&baseline, "baseline", "", "kind, method or variant the table's ratio column compares with (empty: none)")
+	c.Flags().StringVar(&into, "into", "", "rewrite the figure table and the claims of this markdown file (the README) from the results, in place")
 	return c
 }
 
@@ -197,6 +208,36 @@ func runReport(cmd *cobra.Command, o *output, baseline string, files []string) e
 		return err
 	}
 	return o.write(cmd, buf.Bytes())
+}
+
+// fillDoc rewrites the rendered regions of the markdown file doc (the
+// figure table, the claims) from the reports of one run in files.
+func fillDoc(cmd *cobra.Command, doc string, files []string) error {
+	for _, f := range []string{"format", "out", "baseline"} {
+		if cmd.Flags().Changed(f) {
+			return usagef("--into %s rewrites that file: --%s does not apply", doc, f)
+		}
+	}
+	if err := checkOutPath("--into", doc); err != nil {
+		return err
+	}
+	old, err := os.ReadFile(doc)
+	if err != nil {
+		return usagef("--into %s: %v", doc, unwrapPath(err))
+	}
+	files, err = skipShippedJSON(cmd, files)
+	if err != nil {
+		return err
+	}
+	reps, err := readReports(files, cmd.InOrStdin())
+	if err != nil {
+		return err
+	}
+	out, err := bench.FillDoc(old, reps)
+	if err != nil {
+		return usagef("--into %s: %v", doc, err)
+	}
+	return writeAtomic(doc, out)
 }
 
 // renderReports writes the reports read from files, whose rows together

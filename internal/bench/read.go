@@ -58,9 +58,22 @@ func ReadReport(r io.Reader) (Report, error) {
 		if err := r.check(); err != nil {
 			return Report{}, invalid("result %d (%s %s %s): %s", i, r.Bench, r.Kind, r.Dir, err)
 		}
+		renameStaged(r)
 		out.Results = append(out.Results, *r)
 	}
 	return out, nil
+}
+
+// stagedNote is added to a row read as KindStaged.
+const stagedNote = "recorded as kind staged (copier's old name): every size staged through the pinned ring"
+
+// renameStaged reads a bandwidth row of the deprecated kind KindStaged as
+// KindCopier, saying so in its note.
+func renameStaged(r *Result) {
+	if r.Bench == "bw" && r.Kind == KindStaged {
+		r.Kind = KindCopier
+		r.Note = joinNotes([]string{stagedNote, r.Note})
+	}
 }
 
 // check validates a decoded result.
