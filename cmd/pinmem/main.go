@@ -41,8 +41,8 @@ const (
 const exitHelp = `Exit status:
   0    success
   1    measurement problem: verification failed, every result was skipped,
-       a measurement failed, compare --threshold found a regression, or
-       doctor --strict found a problem
+       a measurement failed, compare --threshold found a regression,
+       compare found no result in common, or doctor --strict found a problem
   2    usage error: unknown command or flag, bad flag value, an output path
        that cannot be written, PINMEM_BUDGET unparsable, an unreadable or
        malformed result file

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -298,6 +299,7 @@ func newCompare() *cobra.Command {
 		o         output
 		threshold string
 		devices   bool
+		verbose   bool
 	)
 	c := &cobra.Command{
 		Use:   "compare A.json B.json",
@@ -308,7 +310,13 @@ prints both medians and B's speed relative to A: above 1 means B is better
 (faster transfers, less time), whatever the unit. With --threshold, a result
 where B is worse than A by more than the threshold, and whose samples (min to
 max) do not overlap A's, is a regression: compare lists them and exits with
-status 1. A difference within the samples' spread is marked noise.
+status 1: the last line gives their count and the worst few (every one with
+-v; the table marks each REGRESSION). A difference within the samples' spread
+is marked noise. Files with no result in common exit with status 1 too.
+
+--format json writes {"a", "b" (the files), "meta_a", "meta_b" (their
+metadata), "only_a", "only_b" (rows in one file only), "results" (one object
+per pair)}, as docs/results/compare.schema.json describes.
 
 Files from different devices or drivers are refused (exit status 2): their
 ratios say nothing about a change. --across-devices compares them anyway (two
@@ -340,12 +348,6 @@ machines side by side), with a warning on standard error.
 				fmt.Fprintf(cmd.ErrOrStderr(), "pinmem: WARNING: %s: the ratios compare two setups, not a change\n", why)
 			}
 			cs, onlyA, onlyB := bench.Compare(reps[0].Results, reps[1].Results)
-			var regress []string
-			for _, c := range cs {
-				if th >= 0 && c.OK && c.Ratio < 1-th && !c.Noise {
-					regress = append(regress, fmt.Sprintf("%s %s %s %s %.3fx", c.Bench, c.Kind, c.Dir, bench.FormatSize(c.Size), c.Ratio))
-				}
-			}
 			var buf bytes.Buffer
 			if err := writeComparison(&buf, f, args, reps, cs, onlyA, onlyB, th); err != nil {
 				return err
@@ -353,11 +355,11 @@ machines side by side), with a warning on standard error.
 			if err := o.write(cmd, buf.Bytes()); err != nil {
 				return err
 			}
-			switch {
-			case len(cs) == 0:
+			if len(cs) == 0 {
 				return &problemError{fmt.Sprintf("%s and %s have no result in common", args[0], args[1])}
-			case len(regress) > 0:
-				return &problemError{fmt.Sprintf("%d regression(s) beyond %s: %s", len(regress), threshold, strings.Join(regress, "; "))}
+			}
+			if msg := regressions(cs, th, threshold, verbose); msg != "" {
+				return &problemError{msg}
 			}
 			return nil
 		},
@@ -365,7 +367,45 @@ machines side by side), with a warning on standard error.
 	o.register(c, reportFormats, false)
 	c.Flags().StringVar(&threshold, "threshold", "", "a result of B worse than A by more than this (5% or 0.05), beyond the samples' spread, is a regression: exit status 1")
 	c.Flags().BoolVar(&devices, "across-devices", false, "compare files from different devices or drivers (two machines), with a warning")
+	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "list every regression in the last line, not the worst few")
 	return c
+}
+
+// worstRegressions is how many regressions compare's last line names
+// without -v.
+const worstRegressions = 5
+
+// regressions returns compare's last line for the comparisons of cs
+// worse than the threshold th (given as text) and beyond the samples'
+// spread: their count and the worst few, or every one with verbose; ""
+// when there is none.
+func regressions(cs []bench.Comparison, th float64, text string, verbose bool) string {
+	if th < 0 {
+		return ""
+	}
+	var worse []bench.Comparison
+	for _, c := range cs {
+		if c.OK && c.Ratio < 1-th && !c.Noise {
+			worse = append(worse, c)
+		}
+	}
+	if len(worse) == 0 {
+		return ""
+	}
+	slices.SortStableFunc(worse, func(a, b bench.Comparison) int { return cmp.Compare(a.Ratio, b.Ratio) })
+	shown := worse
+	if !verbose && len(worse) > worstRegressions {
+		shown = worse[:worstRegressions]
+	}
+	var names []string
+	for _, c := range shown {
+		names = append(names, fmt.Sprintf("%s %s %s %s %.3fx", c.Bench, c.Kind, c.Dir, bench.FormatSize(c.Size), c.Ratio))
+	}
+	msg := fmt.Sprintf("%d regression(s) beyond %s", len(worse), text)
+	if len(shown) < len(worse) {
+		return fmt.Sprintf("%s; the worst %d: %s; and %d more (-v lists every one; the table marks them REGRESSION)", msg, len(shown), strings.Join(names, "; "), len(worse)-len(shown))
+	}
+	return msg + ": " + strings.Join(names, "; ")
 }
 
 func exactFiles(cmd *cobra.Command, args []string, n int) error {
@@ -394,6 +434,17 @@ func parseThreshold(s string) (float64, error) {
 		return 0, fmt.Errorf("%q: want at least 0%% and below 100%%", s)
 	}
 	return v, nil
+}
+
+// comparisonJSON is compare's JSON output (docs/results/compare.schema.json).
+type comparisonJSON struct {
+	A       string          `json:"a"` // the files compared
+	B       string          `json:"b"`
+	MetaA   bench.Meta      `json:"meta_a"`
+	MetaB   bench.Meta      `json:"meta_b"`
+	OnlyA   int             `json:"only_a"` // rows of one file only, not compared
+	OnlyB   int             `json:"only_b"`
+	Results []comparisonRow `json:"results"`
 }
 
 // comparisonRow is one line of compare's JSON output.
@@ -425,12 +476,7 @@ func writeComparison(buf *bytes.Buffer, f bench.Format, files []string, reps []b
 	case bench.FormatJSON:
 		enc := json.NewEncoder(buf)
 		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
-			A, B         string
-			MetaA, MetaB bench.Meta
-			OnlyA, OnlyB int
-			Results      []comparisonRow
-		}{files[0], files[1], reps[0].Meta, reps[1].Meta, onlyA, onlyB, rows})
+		return enc.Encode(comparisonJSON{files[0], files[1], reps[0].Meta, reps[1].Meta, onlyA, onlyB, rows})
 	case bench.FormatCSV:
 		w := csv.NewWriter(buf)
 		_ = w.Write([]string{"bench", "kind", "dir", "size_bytes", "unit", "a", "b", "ratio", "noise", "regression"})
