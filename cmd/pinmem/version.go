@@ -86,7 +86,7 @@ which CHANGELOG.md version the build's source contains ("0.1.0+unreleased":
 0.1.0 and the changes listed under [Unreleased]). --format json writes the
 same as the "tool" object of a result file; "modified" is left out when the
 build does not know it.`,
-		Args:  noArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch format {
 			case "table", "text":
