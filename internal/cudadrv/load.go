@@ -42,6 +42,17 @@ var (
 	waitFor = loadWait
 )
 
+// IsFake reports whether the process's driver is, now, a stand-in for
+// the real one (cudatest's fake, which has no timing model), without
+// loading any driver.
+func IsFake() bool {
+	mu.Lock()
+	d := current
+	mu.Unlock()
+	f, ok := d.(interface{ IsFake() bool })
+	return ok && f.IsFake()
+}
+
 // Get returns the process's driver, loading and initialising libcuda the
 // first time. A failure is remembered: the error matches ErrNoDriver (no
 // library, or cuInit failed) or ErrNoDevice (no GPU), and is returned again
