@@ -144,9 +144,18 @@ func selectSuite(list string) ([]bench.SuitePart, []string, error) {
 	if len(names) == 0 {
 		return nil, outside, nil
 	}
+	var known []string
+	for _, p := range allPartsList() {
+		known = append(known, p[0])
+	}
+	for _, n := range names {
+		if !contains(known, n) {
+			return nil, nil, usagef("-t: unknown test %q (want %s, or all; -l lists them)", n, strings.Join(known, ", "))
+		}
+	}
 	parts, err := bench.SelectParts(all, strings.Join(names, ","))
 	if err != nil {
-		return nil, nil, usagef("-t: %v, %s or %s", err, partLoad, partImagePipeline)
+		return nil, nil, usage(err)
 	}
 	return parts, outside, nil
 }
@@ -449,7 +458,7 @@ func suiteLoad(cmd *cobra.Command, f suiteFlags) error {
 	root.SetOut(io.Discard)
 	root.SetErr(&stderr)
 	runErr := root.ExecuteContext(cmd.Context())
-	rep, err := readReports([]string{path})
+	rep, err := readReports(cmd.Context(), []string{path})
 	if err != nil {
 		return errors.Join(runErr, err)
 	}

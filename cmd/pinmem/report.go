@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -20,16 +22,20 @@ import (
 )
 
 // readReports reads result files (as `--format json` writes them); "-" is
-// stdin, read once. A file that cannot be read or is not a valid report is
-// a usage error naming it.
-func readReports(paths []string, stdin ...io.Reader) ([]bench.Report, error) {
+// stdin, read once, and the wait for it ends with ctx (the first signal),
+// as the command's error. A file that cannot be read or is not a valid
+// report is a usage error naming it.
+func readReports(ctx context.Context, paths []string, stdin ...io.Reader) ([]bench.Report, error) {
 	var out []bench.Report
 	if n := countOf(paths, "-"); n > 1 || n == 1 && len(stdin) == 0 {
 		return nil, usagef("-: standard input can be read once")
 	}
 	for _, p := range paths {
 		if p == "-" {
-			rep, err := bench.ReadReport(stdin[0])
+			rep, err := readStdin(ctx, stdin[0])
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("reading standard input: %w", ctx.Err())
+			}
 			if err != nil {
 				return nil, usagef("standard input: %v", err)
 			}
@@ -52,6 +58,33 @@ func readReports(paths []string, stdin ...io.Reader) ([]bench.Report, error) {
 		out = append(out, rep)
 	}
 	return out, nil
+}
+
+// readingStdin is set while a command waits on standard input: the first
+// signal then says it stops reading, not that a measurement stops.
+var readingStdin atomic.Bool
+
+// readStdin reads a report from r on a goroutine of its own, so that the
+// wait ends when ctx does (a read from a terminal or a pipe does not); the
+// goroutine is left blocked on the read, and the process exits.
+func readStdin(ctx context.Context, r io.Reader) (bench.Report, error) {
+	readingStdin.Store(true)
+	defer readingStdin.Store(false)
+	type result struct {
+		rep bench.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := bench.ReadReport(r)
+		done <- result{rep, err}
+	}()
+	select {
+	case res := <-done:
+		return res.rep, res.err
+	case <-ctx.Done():
+		return bench.Report{}, ctx.Err()
+	}
 }
 
 // skipShippedJSON leaves out of several files the JSON files that sit
@@ -116,11 +149,12 @@ func countOf(list []string, s string) int {
 	return n
 }
 
-// reportArgs wants at least min result files.
+// reportArgs wants at least min result files (min is 1: the message
+// asks for one).
 func reportArgs(min int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) < min {
-			return usagef("%s needs %d result file(s) (got %d)", cmd.CommandPath(), min, len(args))
+			return usagef("%s: name a result file written with --format json (or - for standard input)", cmd.CommandPath())
 		}
 		return nil
 	}
@@ -193,7 +227,7 @@ func runReport(cmd *cobra.Command, o *output, baseline string, files []string) e
 	if err != nil {
 		return err
 	}
-	reps, err := readReports(files, cmd.InOrStdin())
+	reps, err := readReports(cmd.Context(), files, cmd.InOrStdin())
 	if err != nil {
 		return err
 	}
@@ -230,7 +264,7 @@ func fillDoc(cmd *cobra.Command, doc string, files []string) error {
 	if err != nil {
 		return err
 	}
-	reps, err := readReports(files, cmd.InOrStdin())
+	reps, err := readReports(cmd.Context(), files, cmd.InOrStdin())
 	if err != nil {
 		return err
 	}
@@ -337,7 +371,7 @@ machines side by side), with a warning on standard error.
 			if err != nil {
 				return usagef("--threshold: %v", err)
 			}
-			reps, err := readReports(args, cmd.InOrStdin())
+			reps, err := readReports(cmd.Context(), args, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
@@ -429,6 +463,9 @@ func parseThreshold(s string) (float64, error) {
 	}
 	if pct {
 		v /= 100
+	}
+	if !pct && v >= 1 && v < 100 {
+		return 0, fmt.Errorf("%q: a fraction is below 1; for %s percent write %s%%", s, s, s)
 	}
 	if v < 0 || v >= 1 {
 		return 0, fmt.Errorf("%q: want at least 0%% and below 100%%", s)

@@ -103,6 +103,21 @@ func Get() (Driver, error) {
 	return current, curErr
 }
 
+// fileKind names the kind of file a non-regular mode is, for messages.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "a special file"
+}
+
 // loadChecked refuses a PINMEM_LIBCUDA path that is not a regular file,
 // then loads the library with load.
 func loadChecked(load func(string) (Driver, error), path string) (Driver, error) {
@@ -112,7 +127,7 @@ func loadChecked(load func(string) (Driver, error), path string) (Driver, error)
 			return nil, &LoadError{Path: path, Err: fmt.Errorf("%s: %w", EnvLibrary, err)}
 		}
 		if !fi.Mode().IsRegular() {
-			return nil, &LoadError{Path: path, Err: fmt.Errorf("%s names a %v, not a regular file", EnvLibrary, fi.Mode().Type())}
+			return nil, &LoadError{Path: path, Err: fmt.Errorf("%s names %s, not a regular file", EnvLibrary, fileKind(fi.Mode()))}
 		}
 	}
 	return load(path)
