@@ -1,11 +1,14 @@
 // Package pinmem allocates, registers, budgets and accounts for page-locked
 // ("pinned") host memory for NVIDIA GPUs.
 //
-// Pinned memory is what lets the GPU's copy engines move data by DMA at the
-// full speed of the PCIe link (about 55 GB/s on a Gen5 x16 link, against
-// 7-15 GB/s for ordinary pageable memory), lets copies run asynchronously
-// and overlap kernels, and, when mapped, lets kernels read and write host
-// memory directly (zero-copy).
+// Pinned memory is what lets the GPU's copy engines move data by DMA,
+// without the driver's own copy through a staging buffer that pageable
+// memory takes; it lets copies run asynchronously and overlap kernels,
+// and, when mapped, lets kernels read and write host memory directly
+// (zero-copy). The repository's README and docs/PERF.md give the rates
+// measured for each kind of memory with their ratio to pageable memory in
+// the same run, and name the device and commit; pinmem bench measures
+// them on your machine.
 //
 // # Getting pinned memory
 //
@@ -15,8 +18,9 @@
 // [AutoMmapThreshold]) are mapped by pinmem itself with mmap, backed by
 // transparent huge pages where the kernel offers them, faulted in by
 // several goroutines in parallel, and then page-locked with
-// cuMemHostRegister in bounded chunks. That is several times faster than
-// cuMemHostAlloc for gigabytes and releases faster too. [Register] pins a
+// cuMemHostRegister in bounded chunks, which pins and releases gigabytes in
+// less time than cuMemHostAlloc (the README and docs/PERF.md give the
+// measured ratio; pinmem bench pin measures it here). [Register] pins a
 // Go slice in place (it is kept alive and unmovable with runtime.Pinner
 // while registered).
 //

@@ -6,12 +6,21 @@ import (
 	"log"
 
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/cudatest"
 	"github.com/pinmem/pinmem/pool"
 )
 
 // A staging pool: blocks carry data to the device asynchronously, and Put
 // with the stream keeps a block from being reused before its copy ran.
+// Here the GPU is cudatest's fake, so that the example runs anywhere:
+// leave the first lines out on a machine with a GPU.
 func Example() {
+	drv, err := cudatest.Start()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer drv.Close()
+
 	p, err := pool.New(pool.WithName("staging"), pool.WithMaxCached(256<<20))
 	if err != nil {
 		log.Fatal(err)
@@ -60,5 +69,7 @@ func Example() {
 	if err := s.Synchronize(context.Background()); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(p.Stats())
+	st := p.Stats()
+	fmt.Println(st.Name, "gets:", st.Gets, "puts:", st.Puts, "in use:", st.InUseBlocks)
+	// Output: staging gets: 10 puts: 10 in use: 0
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cpuclock"
 )
 
@@ -69,7 +70,13 @@ func perGB(d time.Duration, n int64) float64 {
 }
 
 // String summarises the transfer: bytes, path, time, GB/s and CPU-s/GB.
+// On cudatest's fake driver, which has no timing model, it says "no timing
+// on the fake" instead of rates.
 func (s Stats) String() string {
+	if cuda.Fake() {
+		return fmt.Sprintf("%s %d bytes (%d staged in %d stages, %d direct): no timing on the fake",
+			s.Direction, s.Bytes, s.StagedBytes, s.Stages, s.DirectBytes)
+	}
 	return fmt.Sprintf("%s %d bytes (%d staged in %d stages, %d direct) in %v: %.2f GB/s, %.3f CPU-s/GB (copy %.3f)",
 		s.Direction, s.Bytes, s.StagedBytes, s.Stages, s.DirectBytes, s.Wall, s.GBps(), s.CPUPerGB(), perGB(s.CopyCPU, s.Bytes))
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -102,12 +103,17 @@ func closeSession(s *bench.Session, err *error) {
 	}
 }
 
-// oneOf returns a --baseline check against a parser of one name.
+// oneOf returns a --baseline check against a parser of one name: "all"
+// and lists are refused, and so is an unknown name, with the names
+// without parse's "or all".
 func oneOf(parse func(string) ([]string, error)) func(string) (string, error) {
 	return func(s string) (string, error) {
+		if t := strings.ToLower(strings.TrimSpace(s)); t == "all" || strings.Contains(t, ",") {
+			return "", fmt.Errorf("%q: a baseline is one name, not a list or all", s)
+		}
 		l, err := parse(s)
 		if err != nil {
-			return "", err
+			return "", errors.New(strings.Replace(err.Error(), ", or all)", ")", 1))
 		}
 		if len(l) != 1 {
 			return "", fmt.Errorf("%q: want one name", s)
@@ -155,13 +161,16 @@ copies by each blocks.Copier strategy, one way and both at once), "bench load"
 
 ` + exitHelp,
 		Example: `  pinmem bench
-  pinmem bench --kinds pageable,pinned,wc --sizes 1MiB,256MiB --dirs h2d,d2h
+  pinmem bench --kinds pageable,pinned,write-combined --sizes 1MiB,256MiB --dirs h2d,d2h
   pinmem bench --format json -o bw.json --plot bw.png`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			cfg := bench.BandwidthConfig{Samples: o.samples}
 			if cfg.Kinds, err = bench.ParseKinds(kinds); err != nil {
 				return usagef("--kinds: %v", err)
+			}
+			if slices.Contains(strings.Split(strings.ToLower(kinds), ","), bench.KindStaged) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "pinmem: --kinds %s is the deprecated name of %s: measuring %s\n", bench.KindStaged, bench.KindCopier, bench.KindCopier)
 			}
 			if cfg.Sizes, err = bench.ParseSizes(sizes); err != nil {
 				return usagef("--sizes: %v", err)
@@ -188,7 +197,7 @@ copies by each blocks.Copier strategy, one way and both at once), "bench load"
 		},
 	}
 	o.register(c, 5, bench.KindPinned, oneOf(bench.ParseKinds), bench.AllKinds())
-	c.Flags().StringVar(&kinds, "kinds", "all", "host memory kinds, comma-separated: "+strings.Join(bench.AllKinds(), ",")+" (or all)")
+	c.Flags().StringVar(&kinds, "kinds", "all", "host memory kinds, comma-separated: "+strings.Join(bench.AllKinds(), ",")+" (or all; short names: wc, mmap, go, sync, zerocopy)")
 	c.Flags().StringVar(&sizes, "sizes", sizeList(bench.DefaultSizes), "copy sizes, comma-separated (64KiB, 16MiB, 1GiB, 1000000, ...)")
 	c.Flags().StringVar(&dirs, "dirs", "h2d,d2h,bidir", "directions, comma-separated: h2d, d2h, bidir (or all); --dir is the same flag")
 	_ = c.RegisterFlagCompletionFunc("kinds", fixedCompletion(append(bench.AllKinds(), "all")...))

@@ -30,16 +30,17 @@ const (
 	partImagePipeline = "imagepipeline"
 )
 
-// allPartsList returns every part's name and what it measures, in run
-// order, for --list.
-func allPartsList() [][2]string {
-	var out [][2]string
+// allPartsList returns every part's name, what it measures and its weight
+// in a time budget, in run order, for --list.
+func allPartsList() [][3]string {
+	var out [][3]string
 	for _, p := range bench.SuiteParts() {
-		out = append(out, [2]string{p.Name, p.About})
+		out = append(out, [3]string{p.Name, p.About, fmt.Sprint(p.Weight)})
 	}
+	ow := fmt.Sprint(outsideWeight)
 	out = append(out,
-		[2]string{partLoad, "a file to the GPU by the weight loader against plain reads and PyTorch (needs --weights FILE)"},
-		[2]string{partImagePipeline, "the image pipeline example against the C baseline's loops and the copy bounds (needs --imagepipeline BIN)"})
+		[3]string{partLoad, "a file to the GPU by the weight loader against plain reads and PyTorch (needs --weights FILE)", ow},
+		[3]string{partImagePipeline, "the image pipeline example against the C baseline's loops and the copy bounds (needs --imagepipeline BIN)", ow})
 	return out
 }
 
@@ -48,7 +49,17 @@ type suiteFlags struct {
 	out, tests, plotExt, cref, weights, python, imagepipeline string
 	device, samples                                           int
 	list, quick, quiet                                        bool
+	budget                                                    time.Duration
 }
+
+// defaultBudget is bench all's time budget: a full run fits one
+// 10-minute GPU job with the build and doctor beside it.
+const defaultBudget = 8 * time.Minute
+
+// outsideWeight is the share of a time budget of each test measured
+// outside internal/bench (load, imagepipeline), against the parts'
+// weights (bench.SuitePart.Weight).
+const outsideWeight = 1.0
 
 func newBenchAll() *cobra.Command {
 	var f suiteFlags
@@ -63,6 +74,15 @@ the schema version, the tool's version and VCS revision, the host, driver and
 device, and each row's same-run reference and ratio (ref, ratio).
 
   -l lists the tests; -t NAME,NAME runs only those (as nvbandwidth's -l, -t).
+
+--budget bounds the whole run's time (default 8m, so that a full run fits a
+10-minute GPU job; 0: no bound). Each test gets a share of what is left, by
+its weight (-l shows them): bw 3, copier 3, blocks 2, concurrency, pin,
+overlap, load and imagepipeline 1, zerocopy and matrix 0.5. Within its share
+a test keeps every row and bounds each row's samples (at least 2; the row's
+note says when the budget cut them); blocks of more than 256 KiB go in lists
+of 1 GiB (512 blocks of 2 MiB), not 4096 blocks. A test that ran over leaves
+the later ones less; the final line says the run's time against the budget.
 
 With --cref DIR (cref/build -o DIR) the C reference programs run in the same
 run: pinned and pageable rows beside cref/bw's, block copies beside
@@ -91,7 +111,8 @@ Render the docs from the run with:
 	fl.StringVarP(&f.tests, "tests", "t", "all", "tests to run, comma-separated (see -l)")
 	fl.BoolVarP(&f.list, "list", "l", false, "list the tests and exit")
 	fl.BoolVar(&f.quick, "quick", false, "a smoke run: small sizes, two samples (not figures to publish)")
-	fl.IntVar(&f.samples, "samples", 0, "timed samples per measurement (0: each test's default)")
+	fl.IntVar(&f.samples, "samples", 0, "timed samples per measurement (0: each test's default); under --budget, at most this many")
+	fl.DurationVar(&f.budget, "budget", defaultBudget, "time for the whole run, shared by the tests by weight (0: no bound)")
 	fl.IntVar(&f.device, "device", 0, "GPU ordinal to measure")
 	fl.StringVar(&f.plotExt, "plot-format", "png", "format of the plots: png or svg")
 	fl.StringVar(&f.cref, "cref", "", "directory of the built C reference programs (cref/build -o DIR)")
@@ -123,9 +144,18 @@ func selectSuite(list string) ([]bench.SuitePart, []string, error) {
 	if len(names) == 0 {
 		return nil, outside, nil
 	}
+	var known []string
+	for _, p := range allPartsList() {
+		known = append(known, p[0])
+	}
+	for _, n := range names {
+		if !contains(known, n) {
+			return nil, nil, usagef("-t: unknown test %q (want %s, or all; -l lists them)", n, strings.Join(known, ", "))
+		}
+	}
 	parts, err := bench.SelectParts(all, strings.Join(names, ","))
 	if err != nil {
-		return nil, nil, usagef("-t: %v, %s or %s", err, partLoad, partImagePipeline)
+		return nil, nil, usage(err)
 	}
 	return parts, outside, nil
 }
@@ -150,7 +180,15 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 	if err := checkBudgetEnv(); err != nil {
 		return err
 	}
-	r := &suiteRun{cmd: cmd, f: f, total: len(parts) + len(outside)}
+	r := &suiteRun{cmd: cmd, f: f, total: len(parts) + len(outside), start: time.Now()}
+	for _, p := range parts {
+		r.weightsLeft += p.Weight
+	}
+	for _, name := range outside {
+		if r.outsideInput(name) != "" {
+			r.weightsLeft += outsideWeight
+		}
+	}
 	// Progress: a line per test as it starts and ends, and one per
 	// finished measurement (the session's).
 	var lines io.Writer
@@ -167,7 +205,6 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 			cfg.Progress = lines
 			return bench.Open(ctx, f.device, cfg)
 		}}
-	start := time.Now()
 	for i, p := range parts {
 		if err := r.part(i+1, p); err != nil {
 			return err
@@ -178,7 +215,11 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 			return err
 		}
 	}
-	r.say("done in %s: %s; render it with: pinmem report --format markdown %s", time.Since(start).Round(time.Second), f.out, filepath.Join(f.out, "*.json"))
+	took := time.Since(r.start).Round(time.Second).String()
+	if f.budget > 0 {
+		took += " of a budget of " + f.budget.String()
+	}
+	r.say("done in %s: %s; render it with: pinmem report --format markdown %s", took, f.out, filepath.Join(f.out, "*.json"))
 	if len(r.problems) > 0 {
 		return &problemError{errors.Join(r.problems...).Error()}
 	}
@@ -189,7 +230,7 @@ func runSuite(cmd *cobra.Command, f suiteFlags) (err error) {
 func listSuite(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, p := range allPartsList() {
-		fmt.Fprintf(tw, "%s\t%s\n", p[0], p[1])
+		fmt.Fprintf(tw, "%s\tweight %s\t%s\n", p[0], p[2], p[1])
 	}
 	return tw.Flush()
 }
@@ -208,6 +249,9 @@ func (f suiteFlags) check(outside []string) error {
 	}
 	if f.device < 0 {
 		return usagef("--device %d: must be 0 or more", f.device)
+	}
+	if f.budget < 0 || f.budget > 0 && f.budget < 10*time.Second {
+		return usagef("--budget %v: want 0 (no bound) or at least 10s", f.budget)
 	}
 	if f.cref != "" {
 		if fi, err := os.Stat(f.cref); err != nil || !fi.IsDir() {
@@ -245,6 +289,36 @@ type suiteRun struct {
 	env      bench.SuiteEnv
 	total    int // tests to run
 	problems []error
+	// start is when the run began; weightsLeft the budget weights of the
+	// tests not yet run (share).
+	start       time.Time
+	weightsLeft float64
+}
+
+// share returns the next test's share of the time budget left, weight
+// being its weight, and takes the weight off (0: no budget).
+func (r *suiteRun) share(weight float64) time.Duration {
+	defer func() { r.weightsLeft -= weight }()
+	if r.f.budget <= 0 {
+		return 0
+	}
+	return bench.SuiteShare(r.f.budget-time.Since(r.start), weight, r.weightsLeft)
+}
+
+// shareText says a test's share for its progress line.
+func shareText(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return " (budget " + d.Round(time.Second).String() + ")"
+}
+
+// outsideInput is the input an outside test needs ("" when not given).
+func (r *suiteRun) outsideInput(name string) string {
+	if name == partImagePipeline {
+		return r.f.imagepipeline
+	}
+	return r.f.weights
 }
 
 // say writes a progress line unless --quiet.
@@ -257,10 +331,13 @@ func (r *suiteRun) say(format string, args ...any) {
 // part runs the n-th test, an internal/bench part, and writes its report;
 // an error it returns ends the run.
 func (r *suiteRun) part(n int, p bench.SuitePart) error {
-	r.say("[%d/%d] %s: %s", n, r.total, p.Name, p.About)
+	env := r.env
+	env.Budget = r.share(p.Weight)
+	r.say("[%d/%d] %s: %s%s", n, r.total, p.Name, p.About, shareText(env.Budget))
 	t0 := time.Now()
-	rs, cfg, runErr := p.Run(r.cmd.Context(), r.s, r.env)
-	m := meta(r.s.Meta("pinmem bench all -t "+p.Name), map[string]any{"suite": r.env, "test": cfg})
+	rs, cfg, runErr := p.Run(r.cmd.Context(), r.s, env)
+	r.s.SetSampleBudget(0, 1)
+	m := meta(r.s.Meta("pinmem bench all -t "+p.Name), map[string]any{"suite": env, "test": cfg})
 	m.Part = p.Name
 	if r.f.quick {
 		m.Note = strings.TrimPrefix(m.Note+"; "+quickNote, "; ")
@@ -285,9 +362,9 @@ func (r *suiteRun) part(n int, p bench.SuitePart) error {
 // outside runs the n-th test, one measured outside internal/bench, or
 // skips it with a line when its input was not given.
 func (r *suiteRun) outside(n int, name string) error {
-	input, flag, run := r.f.weights, "--weights FILE", func() error { return suiteLoad(r.cmd, r.f) }
+	input, flag, run := r.outsideInput(name), "--weights FILE", func() error { return suiteLoad(r.cmd, r.f) }
 	if name == partImagePipeline {
-		input, flag, run = r.f.imagepipeline, "--imagepipeline BIN", func() error {
+		flag, run = "--imagepipeline BIN", func() error {
 			return suiteImagePipeline(r.cmd.Context(), r.f, r.s, r.env)
 		}
 	}
@@ -295,7 +372,7 @@ func (r *suiteRun) outside(n int, name string) error {
 		r.say("[%d/%d] %s: skipped (no %s)", n, r.total, name, flag)
 		return nil
 	}
-	r.say("[%d/%d] %s: %s", n, r.total, name, input)
+	r.say("[%d/%d] %s: %s%s", n, r.total, name, input, shareText(r.share(outsideWeight)))
 	if err := run(); err != nil {
 		return r.failed(name, err)
 	}
@@ -381,7 +458,7 @@ func suiteLoad(cmd *cobra.Command, f suiteFlags) error {
 	root.SetOut(io.Discard)
 	root.SetErr(&stderr)
 	runErr := root.ExecuteContext(cmd.Context())
-	rep, err := readReports([]string{path})
+	rep, err := readReports(cmd.Context(), []string{path})
 	if err != nil {
 		return errors.Join(runErr, err)
 	}

@@ -162,7 +162,7 @@ func TestBenchBlocksBadCommandLines(t *testing.T) {
 		{[]string{"--blocks", "0"}, "--blocks 0: must be from 1 to 1048576"},
 		{[]string{"--blocks", "-3"}, "--blocks -3"},
 		{[]string{"--blocks", "1048577"}, "--blocks 1048577"},
-		{[]string{"--blocks", "many"}, `invalid argument "many" for "--blocks"`},
+		{[]string{"--blocks", "many"}, `--blocks "many": want a whole number`},
 		{[]string{"--sizes", "0"}, `size "0" is zero`},
 		{[]string{"--sizes", ""}, "--sizes: empty size list"},
 		{[]string{"--sizes", "12Q"}, `unknown suffix "Q"`},

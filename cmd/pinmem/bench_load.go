@@ -217,8 +217,10 @@ func (f *benchLoadFlags) checkFile() (checkpoint bool, err error) {
 	case checkpoint && cfg.DropCaches:
 		return false, usagef("--drop-caches: a checkpoint is measured warm only")
 	case checkpoint:
-		if shards, err := checkpointShards(cfg.File); err != nil || len(shards) == 0 {
-			return false, usagef("%s: not a safetensors checkpoint (no index, no .safetensors file): %v", cfg.File, err)
+		if shards, err := checkpointShards(cfg.File); err != nil {
+			return false, usagef("%s: not a safetensors checkpoint: %v", cfg.File, err)
+		} else if len(shards) == 0 {
+			return false, usagef("%s: not a safetensors checkpoint: a directory with no model.safetensors.index.json and no .safetensors file", cfg.File)
 		}
 	case !fi.Mode().IsRegular():
 		return false, usagef("%s: not a regular file", cfg.File)

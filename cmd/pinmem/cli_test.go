@@ -87,7 +87,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"bench", "extra"}, "", `unknown command "extra" for "pinmem bench"`},
 		{[]string{"bench", "--bogus"}, "", "unknown flag: --bogus"},
 		{[]string{"bench", "-z"}, "", "unknown shorthand flag: 'z'"},
-		{[]string{"bench", "--samples", "x"}, "", `invalid argument "x" for "--samples"`},
+		{[]string{"bench", "--samples", "x"}, "", `--samples "x": want a whole number`},
 		{[]string{"bench", "--samples", "0"}, "", "--samples 0: must be from 1 to 1000"},
 		{[]string{"bench", "--samples", "1001"}, "", "--samples 1001"},
 		{[]string{"bench", "--device", "-1"}, "", "--device -1: must be 0 or more"},
@@ -108,10 +108,10 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"bench", "--out", filepath.Join(dir, "missing", "bw.json")}, "", "does not exist"},
 		{[]string{"bench", "--out", dir}, "", "is a directory"},
 		{[]string{"bench", "-o", link}, "", "is a symbolic link"},
-		{[]string{"bench", "--out", "/dev/null"}, "", "is not a regular file"},
+		{[]string{"bench", "--out", "/dev/zero"}, "", "is not a regular file"},
 		{[]string{"bench", "--plot", filepath.Join(dir, "bw.gif")}, "", "want a name ending in .svg or .png"},
 		{[]string{"bench", "--plot", filepath.Join(dir, "nodir", "bw.png")}, "", "does not exist"},
-		{[]string{"bench", "--out", filepath.Join(dir, "same"), "--plot", filepath.Join(dir, "same")}, "", "want a name ending in .svg or .png"},
+		{[]string{"bench", "--out", filepath.Join(dir, "same.svg"), "--plot", filepath.Join(dir, "same.svg")}, "", "does not write svg"},
 		{[]string{"bench", "--out", filepath.Join(dir, "same.svg"), "--plot", filepath.Join(dir, "same.svg")}, "", "this command does not write svg"},
 		// -o takes its format from the extension, and refuses a mismatch.
 		{[]string{"bench", "--format", "csv", "-o", filepath.Join(dir, "bw.json")}, "", "names json but --format is csv"},
@@ -142,7 +142,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"doctor", "--json"}, "", "unknown flag: --json"},
 		{[]string{"doctor", "extra"}, "", "takes no arguments"},
 		{[]string{"version", "--format", "xml"}, "", "--format"},
-		{[]string{"report"}, "", "needs 1 result file(s)"},
+		{[]string{"report"}, "", "name a result file written with --format json"},
 		{[]string{"report", filepath.Join(dir, "nope.json")}, "", "no such file or directory"},
 		{[]string{"report", dir}, "", "is a directory"},
 		{[]string{"report", notJSON}, "", "not a pinmem report: line 1, column 1"},
@@ -155,7 +155,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"report", unordered}, "", "are not in order"},
 		{[]string{"report", extra}, "", "data after the JSON object"},
 		{[]string{"report", unknownField}, "", `unknown field "bogus"`},
-		{[]string{"report", wrongType}, "", "cannot unmarshal string"},
+		{[]string{"report", wrongType}, "", `a JSON string where "meta.schema_version" wants a whole number`},
 		{[]string{"report", negSize}, "", "negative size"},
 		{[]string{"report", good, "--format", "gif"}, "", `--format "gif"`},
 		{[]string{"report", good, "--format", "png"}, "", "name a file with --out"},
@@ -398,7 +398,8 @@ func TestAllSkippedExits1(t *testing.T) {
 
 // TestNoGPU: every measuring command, on a machine without a driver,
 // prints one line saying a GPU is needed and exits 3, writing no report;
-// doctor still reports and exits 0, and doctor --strict exits 1.
+// doctor still reports and exits 0, and doctor --strict exits 3 as the
+// others do.
 func TestNoGPU(t *testing.T) {
 	if _, err := cudadrv.Get(); err == nil {
 		t.Skip("a driver is present")
@@ -424,7 +425,7 @@ func TestNoGPU(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, "problem  driver: no NVIDIA driver found") || !strings.Contains(stdout, "bench          will not work") {
 		t.Errorf("doctor: exit %d\n%s", code, stdout)
 	}
-	if _, stderr, code := cli(t, "doctor", "--strict"); code != exitProblem || !strings.Contains(stderr, "found a problem") {
+	if _, stderr, code := cli(t, "doctor", "--strict"); code != exitNoGPU || !strings.Contains(stderr, "no NVIDIA driver found") {
 		t.Errorf("doctor --strict: exit %d, %q", code, stderr)
 	}
 }
@@ -671,7 +672,8 @@ func TestVersion(t *testing.T) {
 	}
 	stdout, _, _ = cli(t, "version", "--format", "json")
 	var tool bench.Tool
-	if err := json.Unmarshal([]byte(stdout), &tool); err != nil || tool != (bench.Tool{Name: "pinmem", Version: "v0.1.0", Revision: "abc123", Modified: true, GoVersion: "go1.26.0", Platform: runtime.GOOS + "/" + runtime.GOARCH}) {
+	if err := json.Unmarshal([]byte(stdout), &tool); err != nil || tool.Modified == nil || !*tool.Modified ||
+		(bench.Tool{Name: tool.Name, Version: tool.Version, Revision: tool.Revision, GoVersion: tool.GoVersion, Platform: tool.Platform, Changelog: tool.Changelog}) != (bench.Tool{Name: "pinmem", Version: "v0.1.0", Revision: "abc123", GoVersion: "go1.26.0", Platform: runtime.GOOS + "/" + runtime.GOARCH, Changelog: changelogVersion}) {
 		t.Errorf("version json: %+v, %v", tool, err)
 	}
 	// A build without VCS information (a git worktree, GOFLAGS=-buildvcs=false)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/diag"
 )
@@ -43,7 +44,8 @@ warning or problem, each with one line of advice), the pinned-memory budget in
 force and where it comes from, and which pinmem commands will work here.
 
 doctor exits 0 whenever it could report, also on a machine with no GPU; with
---strict it exits 1 when a check found a problem. Its JSON carries the schema
+--strict it exits 3 without an NVIDIA driver or a GPU, as every command that
+needs one does, and 1 when a check found another problem. Its JSON carries the schema
 version and the build (docs/results/doctor.schema.json).
 
 ` + exitHelp,
@@ -69,13 +71,19 @@ version and the build (docs/results/doctor.schema.json).
 			if err := o.write(cmd, buf.Bytes()); err != nil {
 				return err
 			}
-			if n := r.Problems(); strict && n > 0 {
+			switch n := r.Problems(); {
+			case strict && !r.DriverFound:
+				// As every command that needs a GPU: exit status 3.
+				return fmt.Errorf("doctor --strict: %w", cuda.ErrNoDriver)
+			case strict && len(r.Devices) == 0:
+				return fmt.Errorf("doctor --strict: %w", cuda.ErrNoDevice)
+			case strict && n > 0:
 				return &problemError{fmt.Sprintf("doctor --strict: %d check(s) found a problem", n)}
 			}
 			return nil
 		},
 	}
 	o.register(c, []string{"table", "json"}, false)
-	c.Flags().BoolVar(&strict, "strict", false, "exit 1 when a check finds a problem")
+	c.Flags().BoolVar(&strict, "strict", false, "exit 3 without a driver or GPU, 1 when a check finds another problem")
 	return c
 }

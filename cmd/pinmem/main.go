@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -41,12 +42,13 @@ const (
 const exitHelp = `Exit status:
   0    success
   1    measurement problem: verification failed, every result was skipped,
-       a measurement failed, compare --threshold found a regression, or
-       doctor --strict found a problem
+       a measurement failed, compare --threshold found a regression,
+       compare found no result in common, or doctor --strict found a problem
   2    usage error: unknown command or flag, bad flag value, an output path
        that cannot be written, PINMEM_BUDGET unparsable, an unreadable or
        malformed result file
-  3    no NVIDIA driver or no CUDA device (doctor still exits 0: it reports)
+  3    no NVIDIA driver or no CUDA device (doctor still exits 0: it reports;
+       doctor --strict exits 3)
   130  interrupted by SIGINT (143 for SIGTERM): the run stopped after the
        current sample and wrote what it had measured, marked "partial"; a
        second signal exits at once`
@@ -90,7 +92,11 @@ func run(args []string) int {
 			if canceledBySignal != nil {
 				canceledBySignal()
 			}
-			fmt.Fprintf(os.Stderr, "pinmem: %v: stopping after the current sample and writing the results so far (%v again quits at once)\n", s, s)
+			if readingStdin.Load() {
+				fmt.Fprintf(os.Stderr, "pinmem: %v: no longer reading standard input\n", s)
+			} else {
+				fmt.Fprintf(os.Stderr, "pinmem: %v: stopping after the current sample and writing the results so far (%v again quits at once)\n", s, s)
+			}
 		case <-done:
 			return
 		}
@@ -190,12 +196,34 @@ func describe(err error) string {
 		line = "no NVIDIA driver found: this command needs a GPU (" + err.Error() + ")"
 	case errors.Is(err, cuda.ErrNoDevice):
 		line = "no CUDA device found: this command needs a GPU (" + err.Error() + ")"
+	case errors.Is(err, context.Canceled) && strings.HasPrefix(err.Error(), "reading standard input"):
+		line = "interrupted while reading standard input: nothing was written"
 	case errors.Is(err, context.Canceled):
 		line = "interrupted: stopped after the current sample; the results measured so far were written, marked partial"
 	default:
 		line = err.Error()
 	}
+	// cobra's suggestion for a mistyped command, on the same line.
+	if msg, sugs, ok := strings.Cut(line, "\n\nDid you mean this?\n"); ok {
+		line = msg + " (did you mean " + strings.Join(strings.Fields(sugs), " or ") + "?)"
+	}
 	return strings.Join(strings.Fields(line), " ")
+}
+
+// flagValueError matches pflag's message for a value that does not parse.
+var flagValueError = regexp.MustCompile(`^invalid argument "(.*)" for "(.*)" flag: (?:strconv\.Parse(Int|Uint|Float|Bool): parsing ".*": (?:invalid syntax|value out of range)|time: .*)$`)
+
+// flagError says what a flag wants, not which Go parser refused its value.
+func flagError(err error) error {
+	m := flagValueError.FindStringSubmatch(err.Error())
+	if m == nil {
+		return usage(err)
+	}
+	want := map[string]string{"Int": "a whole number", "Uint": "a whole number of 0 or more", "Float": "a number", "Bool": "true or false", "": "a duration such as 90s or 8m"}[m[3]]
+	if strings.Contains(err.Error(), "value out of range") {
+		want += " in range"
+	}
+	return usagef("%s %q: want %s", m[2], m[1], want)
 }
 
 func newRoot() *cobra.Command {
@@ -224,7 +252,7 @@ Sizes everywhere (flags and PINMEM_BUDGET): 4096, 64K = 64KiB = 65536,
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return flagError(err) })
 	root.AddCommand(newDoctor(), newVersion(), newReport(), newCompare())
 	for _, c := range extraCommands {
 		root.AddCommand(c())

@@ -159,17 +159,46 @@ func (o *output) check() (bench.Format, error) {
 	if base := filepath.Base(o.out); o.out != "" && filepath.Ext(base) == "" && contains(append(o.formats, "text", "table"), strings.ToLower(base)) {
 		return "", usagef("-o %s: a file named after a format; for that format use --format %s (and -o FILE.%s for a file)", o.out, base, base)
 	}
-	ff, err := o.chosenFormat()
-	if err != nil {
+	if o.out != os.DevNull {
+		if err := checkOutPath("--out", o.out); err != nil {
+			return "", err
+		}
+	}
+	if err := o.checkExtKnown(); err != nil {
 		return "", err
 	}
-	if err := checkOutPath("--out", o.out); err != nil {
+	ff, err := o.chosenFormat()
+	if err != nil {
 		return "", err
 	}
 	if err := o.checkPlot(); err != nil {
 		return "", err
 	}
 	return bench.Format(ff), nil
+}
+
+// checkExtKnown refuses, unless --format says the format, an -o file
+// whose extension names no format (r.yaml) or that has none: the format
+// is never guessed. Standard output and /dev/null (the report discarded)
+// need no extension.
+func (o *output) checkExtKnown() error {
+	if o.out == "" || o.out == "-" || o.out == os.DevNull || o.flags != nil && o.flags.Changed("format") {
+		return nil
+	}
+	var exts []string
+	for _, e := range slices.Sorted(maps.Keys(extFormats)) {
+		if contains(o.formats, extFormats[e]) {
+			exts = append(exts, e)
+		}
+	}
+	ext := strings.ToLower(filepath.Ext(filepath.Base(o.out)))
+	switch _, known := extFormats[ext]; {
+	case ext == "":
+		return usagef("-o %s: no extension to say the format (want %s, or --format FORMAT)", o.out, strings.Join(exts, ", "))
+	case !known:
+		return usagef("-o %s: unknown extension %s (want %s, or --format FORMAT)", o.out, ext, strings.Join(exts, ", "))
+	}
+	return nil
 }
 
 // chosenFormat returns the format --format names, or -o's extension
@@ -236,11 +265,15 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// write sends data to --out (atomically) or to stdout.
+// write sends data to --out (atomically) or to stdout; -o /dev/null
+// discards it.
 func (o *output) write(cmd *cobra.Command, data []byte) error {
 	if o.out == "" || o.out == "-" {
 		_, err := cmd.OutOrStdout().Write(data)
 		return err
+	}
+	if o.out == os.DevNull {
+		return nil
 	}
 	if err := writeAtomic(o.out, data); err != nil {
 		return fmt.Errorf("writing the report: %w", err)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -19,16 +22,20 @@ import (
 )
 
 // readReports reads result files (as `--format json` writes them); "-" is
-// stdin, read once. A file that cannot be read or is not a valid report is
-// a usage error naming it.
-func readReports(paths []string, stdin ...io.Reader) ([]bench.Report, error) {
+// stdin, read once, and the wait for it ends with ctx (the first signal),
+// as the command's error. A file that cannot be read or is not a valid
+// report is a usage error naming it.
+func readReports(ctx context.Context, paths []string, stdin ...io.Reader) ([]bench.Report, error) {
 	var out []bench.Report
 	if n := countOf(paths, "-"); n > 1 || n == 1 && len(stdin) == 0 {
 		return nil, usagef("-: standard input can be read once")
 	}
 	for _, p := range paths {
 		if p == "-" {
-			rep, err := bench.ReadReport(stdin[0])
+			rep, err := readStdin(ctx, stdin[0])
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("reading standard input: %w", ctx.Err())
+			}
 			if err != nil {
 				return nil, usagef("standard input: %v", err)
 			}
@@ -51,6 +58,33 @@ func readReports(paths []string, stdin ...io.Reader) ([]bench.Report, error) {
 		out = append(out, rep)
 	}
 	return out, nil
+}
+
+// readingStdin is set while a command waits on standard input: the first
+// signal then says it stops reading, not that a measurement stops.
+var readingStdin atomic.Bool
+
+// readStdin reads a report from r on a goroutine of its own, so that the
+// wait ends when ctx does (a read from a terminal or a pipe does not); the
+// goroutine is left blocked on the read, and the process exits.
+func readStdin(ctx context.Context, r io.Reader) (bench.Report, error) {
+	readingStdin.Store(true)
+	defer readingStdin.Store(false)
+	type result struct {
+		rep bench.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := bench.ReadReport(r)
+		done <- result{rep, err}
+	}()
+	select {
+	case res := <-done:
+		return res.rep, res.err
+	case <-ctx.Done():
+		return bench.Report{}, ctx.Err()
+	}
 }
 
 // skipShippedJSON leaves out of several files the JSON files that sit
@@ -115,11 +149,12 @@ func countOf(list []string, s string) int {
 	return n
 }
 
-// reportArgs wants at least min result files.
+// reportArgs wants at least min result files (min is 1: the message
+// asks for one).
 func reportArgs(min int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) < min {
-			return usagef("%s needs %d result file(s) (got %d)", cmd.CommandPath(), min, len(args))
+			return usagef("%s: name a result file written with --format json (or - for standard input)", cmd.CommandPath())
 		}
 		return nil
 	}
@@ -133,6 +168,7 @@ func newReport() *cobra.Command {
 	var (
 		o        output
 		baseline string
+		into     string
 	)
 	c := &cobra.Command{
 		Use:   "report FILE.json...",
@@ -150,8 +186,11 @@ takes them in) are left out with a line on standard error.
 markdown renders the reports of one run (pinmem bench all) as docs/PERF.md:
 provenance (one commit, one date, the device), the headline table, and every
 row with its same-run reference and ratio; summary is the headline table
-alone (the README's). Reports of different revisions, devices or drivers are
-refused. A png needs --out. Nothing here needs a GPU. Files that are not
+alone (the README's). --into DOC.md rewrites, in place, what DOC.md shows of
+the run: the headline table between its figure markers and each claim
+between <!-- claim NAME --> and <!-- /claim --> (the README's sentences that
+state a ratio: copier, pin, pinned). Reports of different revisions, devices
+or drivers are refused. A png needs --out. Nothing here needs a GPU. Files that are not
 valid reports are refused with one line saying where and why (exit status 2).
 
 ` + exitHelp,
@@ -159,13 +198,20 @@ valid reports are refused with one line saying where and why (exit status 2).
   pinmem report docs/results/bench.json --format png -o bench.png
   pinmem report bw.json pin.json --format csv
   pinmem report --format markdown docs/results/*.json -o docs/PERF.md
+  pinmem report --into README.md docs/results/*.json
   pinmem bench --format json | pinmem report - -o bw.svg`,
 		Args:              reportArgs(1),
 		ValidArgsFunction: jsonFiles,
-		RunE:              func(cmd *cobra.Command, args []string) error { return runReport(cmd, &o, baseline, args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if into != "" {
+				return fillDoc(cmd, into, args)
+			}
+			return runReport(cmd, &o, baseline, args)
+		},
 	}
 	o.register(c, []string{"table", "json", "csv", "markdown", "summary", "svg", "png"}, false)
 	c.Flags().StringVar(&baseline, "baseline", "", "kind, method or variant the table's ratio column compares with (empty: none)")
+	c.Flags().StringVar(&into, "into", "", "rewrite the figure table and the claims of this markdown file (the README) from the results, in place")
 	return c
 }
 
@@ -181,7 +227,7 @@ func runReport(cmd *cobra.Command, o *output, baseline string, files []string) e
 	if err != nil {
 		return err
 	}
-	reps, err := readReports(files, cmd.InOrStdin())
+	reps, err := readReports(cmd.Context(), files, cmd.InOrStdin())
 	if err != nil {
 		return err
 	}
@@ -197,6 +243,36 @@ func runReport(cmd *cobra.Command, o *output, baseline string, files []string) e
 		return err
 	}
 	return o.write(cmd, buf.Bytes())
+}
+
+// fillDoc rewrites the rendered regions of the markdown file doc (the
+// figure table, the claims) from the reports of one run in files.
+func fillDoc(cmd *cobra.Command, doc string, files []string) error {
+	for _, f := range []string{"format", "out", "baseline"} {
+		if cmd.Flags().Changed(f) {
+			return usagef("--into %s rewrites that file: --%s does not apply", doc, f)
+		}
+	}
+	if err := checkOutPath("--into", doc); err != nil {
+		return err
+	}
+	old, err := os.ReadFile(doc)
+	if err != nil {
+		return usagef("--into %s: %v", doc, unwrapPath(err))
+	}
+	files, err = skipShippedJSON(cmd, files)
+	if err != nil {
+		return err
+	}
+	reps, err := readReports(cmd.Context(), files, cmd.InOrStdin())
+	if err != nil {
+		return err
+	}
+	out, err := bench.FillDoc(old, reps)
+	if err != nil {
+		return usagef("--into %s: %v", doc, err)
+	}
+	return writeAtomic(doc, out)
 }
 
 // renderReports writes the reports read from files, whose rows together
@@ -257,6 +333,7 @@ func newCompare() *cobra.Command {
 		o         output
 		threshold string
 		devices   bool
+		verbose   bool
 	)
 	c := &cobra.Command{
 		Use:   "compare A.json B.json",
@@ -267,7 +344,13 @@ prints both medians and B's speed relative to A: above 1 means B is better
 (faster transfers, less time), whatever the unit. With --threshold, a result
 where B is worse than A by more than the threshold, and whose samples (min to
 max) do not overlap A's, is a regression: compare lists them and exits with
-status 1. A difference within the samples' spread is marked noise.
+status 1: the last line gives their count and the worst few (every one with
+-v; the table marks each REGRESSION). A difference within the samples' spread
+is marked noise. Files with no result in common exit with status 1 too.
+
+--format json writes {"a", "b" (the files), "meta_a", "meta_b" (their
+metadata), "only_a", "only_b" (rows in one file only), "results" (one object
+per pair)}, as docs/results/compare.schema.json describes.
 
 Files from different devices or drivers are refused (exit status 2): their
 ratios say nothing about a change. --across-devices compares them anyway (two
@@ -288,7 +371,7 @@ machines side by side), with a warning on standard error.
 			if err != nil {
 				return usagef("--threshold: %v", err)
 			}
-			reps, err := readReports(args, cmd.InOrStdin())
+			reps, err := readReports(cmd.Context(), args, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
@@ -299,12 +382,6 @@ machines side by side), with a warning on standard error.
 				fmt.Fprintf(cmd.ErrOrStderr(), "pinmem: WARNING: %s: the ratios compare two setups, not a change\n", why)
 			}
 			cs, onlyA, onlyB := bench.Compare(reps[0].Results, reps[1].Results)
-			var regress []string
-			for _, c := range cs {
-				if th >= 0 && c.OK && c.Ratio < 1-th && !c.Noise {
-					regress = append(regress, fmt.Sprintf("%s %s %s %s %.3fx", c.Bench, c.Kind, c.Dir, bench.FormatSize(c.Size), c.Ratio))
-				}
-			}
 			var buf bytes.Buffer
 			if err := writeComparison(&buf, f, args, reps, cs, onlyA, onlyB, th); err != nil {
 				return err
@@ -312,11 +389,11 @@ machines side by side), with a warning on standard error.
 			if err := o.write(cmd, buf.Bytes()); err != nil {
 				return err
 			}
-			switch {
-			case len(cs) == 0:
+			if len(cs) == 0 {
 				return &problemError{fmt.Sprintf("%s and %s have no result in common", args[0], args[1])}
-			case len(regress) > 0:
-				return &problemError{fmt.Sprintf("%d regression(s) beyond %s: %s", len(regress), threshold, strings.Join(regress, "; "))}
+			}
+			if msg := regressions(cs, th, threshold, verbose); msg != "" {
+				return &problemError{msg}
 			}
 			return nil
 		},
@@ -324,7 +401,45 @@ machines side by side), with a warning on standard error.
 	o.register(c, reportFormats, false)
 	c.Flags().StringVar(&threshold, "threshold", "", "a result of B worse than A by more than this (5% or 0.05), beyond the samples' spread, is a regression: exit status 1")
 	c.Flags().BoolVar(&devices, "across-devices", false, "compare files from different devices or drivers (two machines), with a warning")
+	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "list every regression in the last line, not the worst few")
 	return c
+}
+
+// worstRegressions is how many regressions compare's last line names
+// without -v.
+const worstRegressions = 5
+
+// regressions returns compare's last line for the comparisons of cs
+// worse than the threshold th (given as text) and beyond the samples'
+// spread: their count and the worst few, or every one with verbose; ""
+// when there is none.
+func regressions(cs []bench.Comparison, th float64, text string, verbose bool) string {
+	if th < 0 {
+		return ""
+	}
+	var worse []bench.Comparison
+	for _, c := range cs {
+		if c.OK && c.Ratio < 1-th && !c.Noise {
+			worse = append(worse, c)
+		}
+	}
+	if len(worse) == 0 {
+		return ""
+	}
+	slices.SortStableFunc(worse, func(a, b bench.Comparison) int { return cmp.Compare(a.Ratio, b.Ratio) })
+	shown := worse
+	if !verbose && len(worse) > worstRegressions {
+		shown = worse[:worstRegressions]
+	}
+	var names []string
+	for _, c := range shown {
+		names = append(names, fmt.Sprintf("%s %s %s %s %.3fx", c.Bench, c.Kind, c.Dir, bench.FormatSize(c.Size), c.Ratio))
+	}
+	msg := fmt.Sprintf("%d regression(s) beyond %s", len(worse), text)
+	if len(shown) < len(worse) {
+		return fmt.Sprintf("%s; the worst %d: %s; and %d more (-v lists every one; the table marks them REGRESSION)", msg, len(shown), strings.Join(names, "; "), len(worse)-len(shown))
+	}
+	return msg + ": " + strings.Join(names, "; ")
 }
 
 func exactFiles(cmd *cobra.Command, args []string, n int) error {
@@ -349,10 +464,24 @@ func parseThreshold(s string) (float64, error) {
 	if pct {
 		v /= 100
 	}
+	if !pct && v >= 1 && v < 100 {
+		return 0, fmt.Errorf("%q: a fraction is below 1; for %s percent write %s%%", s, s, s)
+	}
 	if v < 0 || v >= 1 {
 		return 0, fmt.Errorf("%q: want at least 0%% and below 100%%", s)
 	}
 	return v, nil
+}
+
+// comparisonJSON is compare's JSON output (docs/results/compare.schema.json).
+type comparisonJSON struct {
+	A       string          `json:"a"` // the files compared
+	B       string          `json:"b"`
+	MetaA   bench.Meta      `json:"meta_a"`
+	MetaB   bench.Meta      `json:"meta_b"`
+	OnlyA   int             `json:"only_a"` // rows of one file only, not compared
+	OnlyB   int             `json:"only_b"`
+	Results []comparisonRow `json:"results"`
 }
 
 // comparisonRow is one line of compare's JSON output.
@@ -384,12 +513,7 @@ func writeComparison(buf *bytes.Buffer, f bench.Format, files []string, reps []b
 	case bench.FormatJSON:
 		enc := json.NewEncoder(buf)
 		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
-			A, B         string
-			MetaA, MetaB bench.Meta
-			OnlyA, OnlyB int
-			Results      []comparisonRow
-		}{files[0], files[1], reps[0].Meta, reps[1].Meta, onlyA, onlyB, rows})
+		return enc.Encode(comparisonJSON{files[0], files[1], reps[0].Meta, reps[1].Meta, onlyA, onlyB, rows})
 	case bench.FormatCSV:
 		w := csv.NewWriter(buf)
 		_ = w.Write([]string{"bench", "kind", "dir", "size_bytes", "unit", "a", "b", "ratio", "noise", "regression"})

@@ -26,8 +26,11 @@ var stampedRevision, stampedModified string
 // and whether the tree was modified (when the build recorded them), and
 // the Go version.
 func toolInfo() bench.Tool {
-	t := bench.Tool{Name: "pinmem", Version: "(unknown)", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	t.Revision, t.Modified = stampedRevision, stampedModified == "true"
+	t := bench.Tool{Name: "pinmem", Version: "(unknown)", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, Changelog: changelogVersion}
+	t.Revision = stampedRevision
+	if stampedModified != "" {
+		t.Modified = new(stampedModified == "true")
+	}
 	bi, ok := readBuildInfo()
 	if !ok {
 		return t
@@ -43,7 +46,7 @@ func toolInfo() bench.Tool {
 		case "vcs.revision":
 			t.Revision = s.Value
 		case "vcs.modified":
-			t.Modified = s.Value == "true"
+			t.Modified = new(s.Value == "true")
 		}
 	}
 	return t
@@ -55,22 +58,35 @@ func versionLine() string {
 	s := "pinmem " + t.Version
 	if t.Revision != "" {
 		s += " (revision " + t.Revision
-		if t.Modified {
+		if t.Modified != nil && *t.Modified {
 			s += ", modified"
 		}
 		s += ")"
 	} else {
 		s += " (revision unknown: build with scripts/gpu-suite build or go build -buildvcs=true from a git clone)"
 	}
-	return s + fmt.Sprintf(", %s %s/%s", t.GoVersion, runtime.GOOS, runtime.GOARCH)
+	return s + fmt.Sprintf(", %s %s/%s, CHANGELOG.md %s", t.GoVersion, runtime.GOOS, runtime.GOARCH, t.Changelog)
 }
+
+// changelogVersion is the CHANGELOG.md version this source contains: the
+// latest version the CHANGELOG names, with "+unreleased" while it lists
+// changes under [Unreleased] (TestChangelogVersion keeps it so). Versions
+// are not tagged yet: the revision says which commit a build is.
+const changelogVersion = "0.1.0+unreleased"
 
 func newVersion() *cobra.Command {
 	var format string
 	c := &cobra.Command{
 		Use:   "version",
-		Short: "Print the version, VCS revision and Go version of this build",
-		Args:  noArgs,
+		Short: "Print the version, VCS revision, Go version and CHANGELOG version of this build",
+		Long: `version prints the module version ("(devel)" for a build from a clone), the
+VCS revision and whether the tree was modified (where the build recorded
+them, or the build scripts stamped them), the Go version and platform, and
+which CHANGELOG.md version the build's source contains ("0.1.0+unreleased":
+0.1.0 and the changes listed under [Unreleased]). --format json writes the
+same as the "tool" object of a result file; "modified" is left out when the
+build does not know it.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch format {
 			case "table", "text":

@@ -3,7 +3,8 @@
 # docs/results, and the docs rendered from it (run on the GPU machine from
 # the repository root): `pinmem bench all` writes one report and one plot
 # per test, the C reference beside it where cref/build can build it, and
-# docs/PERF.md and the README's figure table are rendered from the JSON.
+# docs/PERF.md, the README's figure table and claims are rendered from the
+# JSON.
 # Re-render on any machine with: docs/results/measure.sh --render
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -37,18 +38,12 @@ reports() {
 		case "$f" in *.schema.json | */doctor.json) ;; *) echo "$f" ;; esac
 	done
 }
-# render: docs/PERF.md and the README's figure table from the result files.
+# render: docs/PERF.md, the README's figure table and its claims from the
+# result files.
 render() {
 	mapfile -t files < <(reports)
 	"$bin" report --format markdown "${files[@]}" -o docs/PERF.md
-	# shellcheck disable=SC2016 # the backquotes are markdown, written as they are
-	local begin='<!-- figures: rendered from the result files of docs/results by `pinmem report --format summary FILE...`; do not edit -->'
-	local end='<!-- end of figures -->' table
-	table=$("$bin" report --format summary "${files[@]}")
-	awk -v b="$begin" -v e="$end" -v t="$table" '
-		$0 == b { print; print t; skip = 1; next }
-		$0 == e { skip = 0 }
-		!skip { print }' README.md >README.md.tmp && mv README.md.tmp README.md
+	"$bin" report --into README.md "${files[@]}"
 }
 if [[ "${1:-}" == "--render" ]]; then
 	render

@@ -486,6 +486,7 @@ func (w *blockWork) measure(kind string, bs int, dir string) (Result, error) {
 	n := w.cfg.Blocks
 	total := int64(n) * int64(bs) * int64(len(halves(dir)))
 	r := Result{Bench: "blocks", Kind: kind, Dir: dir, Size: int64(bs), Unit: GBps, Timing: TimingWall}
+	rowStart := time.Now()
 	if kind == BlockKindKernel && w.kErr != nil {
 		return skipped("blocks", kind, dir, int64(bs), GBps, "kernel strategy unavailable: "+w.kErr.Error()), nil
 	}
@@ -506,6 +507,10 @@ func (w *blockWork) measure(kind string, bs int, dir string) (Result, error) {
 	for i := range w.cfg.Samples {
 		if stopErr = w.ctx.Err(); stopErr != nil {
 			notes = append(notes, stoppedNote(i, w.cfg.Samples))
+			break
+		}
+		if note, ok := w.s.budgetSpent(i, w.cfg.Samples, rowStart); ok {
+			notes = append(notes, note)
 			break
 		}
 		if err := w.poisonDest(bs, dir); err != nil {

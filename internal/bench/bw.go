@@ -426,6 +426,7 @@ func (w *bwWork) d2hLane(kind string, n int, h *hostMem, dev *cuda.DeviceBuffer,
 // copy engines (or the zero-copy kernels for mapped memory).
 func (w *bwWork) measure(kind string, hA, hB *hostMem, dir string, n int) (Result, error) {
 	r := Result{Bench: "bw", Kind: kind, Dir: dir, Size: int64(n), Unit: GBps}
+	rowStart := time.Now()
 	p := w.plan(kind, hA, hB, dir, n)
 	reps := w.cfg.reps(int64(n))
 	if err := p.prepare(); err != nil {
@@ -449,6 +450,10 @@ func (w *bwWork) measure(kind string, hA, hB *hostMem, dir string, n int) (Resul
 	for i := range w.cfg.Samples {
 		if stopErr = w.ctx.Err(); stopErr != nil {
 			notes = append(notes, stoppedNote(i, w.cfg.Samples))
+			break
+		}
+		if note, ok := w.s.budgetSpent(i, w.cfg.Samples, rowStart); ok {
+			notes = append(notes, note)
 			break
 		}
 		t, err := w.s.timeLanes(p.lanes, reps, p.hold)
@@ -513,6 +518,7 @@ type dirOps struct {
 // another; a sample ends when the last copy has finished.
 func (w *bwWork) wall(kind, dir string, hA, hB *hostMem, n int, ops dirOps) (Result, error) {
 	r := Result{Bench: "bw", Kind: kind, Dir: dir, Size: int64(n), Unit: GBps, Timing: TimingWall}
+	rowStart := time.Now()
 	reps := w.cfg.reps(int64(n))
 	repeat := func(op func() error) error {
 		for range reps {
@@ -562,6 +568,10 @@ func (w *bwWork) wall(kind, dir string, hA, hB *hostMem, n int, ops dirOps) (Res
 	for i := range w.cfg.Samples {
 		if stopErr = w.ctx.Err(); stopErr != nil {
 			notes = append(notes, stoppedNote(i, w.cfg.Samples))
+			break
+		}
+		if note, ok := w.s.budgetSpent(i, w.cfg.Samples, rowStart); ok {
+			notes = append(notes, note)
 			break
 		}
 		d, err := sample()

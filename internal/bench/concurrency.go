@@ -147,6 +147,7 @@ func (s *Session) Concurrency(ctx context.Context, cfg ConcurrencyConfig) ([]Res
 
 func (s *Session) concurrent(ctx context.Context, cfg ConcurrencyConfig, cp *transfer.Copier, kind, dir string, g, n int, devs []*cuda.DeviceBuffer, hosts [][]byte) (Result, error) {
 	r := Result{Bench: "concurrency", Kind: kind, Dir: ConcurrencyDir(dir, g), Size: int64(n), Unit: GBps, Timing: TimingWall}
+	rowStart := time.Now()
 	c := &concurrentCopies{ctx: ctx, cp: cp, kind: kind, dir: dir, n: n, devs: devs[:g], hosts: hosts[:g]}
 	c.reps = int(min(max((cfg.MinBytes+int64(g*n)-1)/int64(g*n), 1), 64))
 	c.want = make([][]byte, g)
@@ -165,6 +166,10 @@ func (s *Session) concurrent(ctx context.Context, cfg ConcurrencyConfig, cp *tra
 	for i := range cfg.Samples {
 		if stopErr = ctx.Err(); stopErr != nil {
 			notes = append(notes, stoppedNote(i, cfg.Samples))
+			break
+		}
+		if note, ok := s.budgetSpent(i, cfg.Samples, rowStart); ok {
+			notes = append(notes, note)
 			break
 		}
 		if i == 0 {

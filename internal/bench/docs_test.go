@@ -39,16 +39,10 @@ func shippedReports(t *testing.T) ([]Report, []string) {
 	return reps, names
 }
 
-// README markers around the figure table that WriteSummary renders.
-const (
-	readmeBegin = "<!-- figures: rendered from the result files of docs/results by `pinmem report --format summary FILE...`; do not edit -->\n"
-	readmeEnd   = "<!-- end of figures -->\n"
-)
-
-// TestDocsAreRendered: docs/PERF.md and the README's figure table are
-// exactly what the committed JSON renders, so that no figure in them is
-// written by hand (PINMEM_UPDATE_DOCS=1 rewrites them), and the shipped
-// reports name the commit they measured.
+// TestDocsAreRendered: docs/PERF.md, the README's figure table and its
+// claims are exactly what the committed JSON renders, so that no figure
+// in them is written by hand (PINMEM_UPDATE_DOCS=1 rewrites them), and the
+// shipped reports name the commit they measured.
 func TestDocsAreRendered(t *testing.T) {
 	reps, names := shippedReports(t)
 	for i, r := range reps {
@@ -59,11 +53,8 @@ func TestDocsAreRendered(t *testing.T) {
 			t.Errorf("%s: measured on the fake driver: never shipped", names[i])
 		}
 	}
-	var perf, summary bytes.Buffer
+	var perf bytes.Buffer
 	if err := WriteMarkdown(&perf, reps); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteSummary(&summary, reps); err != nil {
 		t.Fatal(err)
 	}
 	perfPath := filepath.Join("..", "..", "docs", "PERF.md")
@@ -72,17 +63,23 @@ func TestDocsAreRendered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pre, rest, ok1 := strings.Cut(string(readme), readmeBegin)
-	_, post, ok2 := strings.Cut(rest, readmeEnd)
-	if !ok1 || !ok2 {
-		t.Fatalf("README.md lacks the figure markers %q ... %q", readmeBegin, readmeEnd)
+	if !strings.Contains(string(readme), FiguresBegin) || !strings.Contains(string(readme), FiguresEnd) {
+		t.Fatalf("README.md lacks the figure markers %q ... %q", FiguresBegin, FiguresEnd)
 	}
-	wantReadme := pre + readmeBegin + summary.String() + readmeEnd + post
+	for _, name := range ClaimNames() {
+		if !strings.Contains(string(readme), "<!-- claim "+name+" -->") {
+			t.Errorf("README.md does not state the claim %q", name)
+		}
+	}
+	wantReadme, err := FillDoc(readme, reps)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if os.Getenv("PINMEM_UPDATE_DOCS") == "1" {
 		if err := os.WriteFile(perfPath, perf.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(readmePath, []byte(wantReadme), 0o644); err != nil {
+		if err := os.WriteFile(readmePath, wantReadme, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -93,7 +90,7 @@ func TestDocsAreRendered(t *testing.T) {
 	if !bytes.Equal(got, perf.Bytes()) {
 		t.Errorf("docs/PERF.md is not what docs/results renders: run pinmem report --format markdown docs/results/*.json -o docs/PERF.md (or PINMEM_UPDATE_DOCS=1 go test -run TestDocsAreRendered ./internal/bench)")
 	}
-	if string(readme) != wantReadme && os.Getenv("PINMEM_UPDATE_DOCS") != "1" {
-		t.Errorf("README.md's figure table is not what docs/results renders (PINMEM_UPDATE_DOCS=1 go test -run TestDocsAreRendered ./internal/bench)")
+	if !bytes.Equal(readme, wantReadme) && os.Getenv("PINMEM_UPDATE_DOCS") != "1" {
+		t.Errorf("README.md's figure table or claims are not what docs/results renders: run pinmem report --into README.md docs/results/*.json (or PINMEM_UPDATE_DOCS=1 go test -run TestDocsAreRendered ./internal/bench)")
 	}
 }

@@ -66,7 +66,6 @@ var kindNotes = map[string]string{
 	"naive":              "Go frames, copied in and out synchronously, one frame at a time",
 	"pipeline":           "Go frames staged through pinned buffers by a transfer.Pipeline",
 	KindImageStagedBound: "computed from the measured rate of Go memory staged both ways at once, not measured",
-	"staged":             "results before the copier kinds existed: a Copier forced to stage every size through its pinned ring, timed by the wall clock",
 	VariantBound:         "computed from the measured bidirectional bandwidth, not measured",
 }
 
@@ -253,7 +252,7 @@ type headline struct {
 }
 
 var headlines = []headline{
-	{part: "bw", kinds: []string{KindPinned, KindPageable, KindCopier, "staged"}, dirs: []string{DirH2D, DirD2H, DirBidir}},
+	{part: "bw", kinds: []string{KindPinned, KindPageable, KindCopier}, dirs: []string{DirH2D, DirD2H, DirBidir}},
 	{part: "copier", kinds: []string{KindCopier}, dirs: []string{DirH2D, DirD2H}, sizes: []int64{4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30}},
 	{part: "concurrency", kinds: []string{KindCopier}},
 	{part: "pin", kinds: []string{PinHostAlloc, PinMmapRegister}, dirs: []string{OpPin, OpUnpin}},

@@ -49,7 +49,14 @@ var kindAliases = map[string]string{
 	"mapped": KindMapped, "zerocopy": KindMapped, "zero-copy": KindMapped,
 	"pageable-sync": KindPageableSync, "sync": KindPageableSync,
 	"copier": KindCopier, "transfer": KindCopier,
+	KindStaged: KindCopier, // deprecated: the name before copier
 }
+
+// KindStaged is the deprecated name of KindCopier: results written before
+// the copier kinds existed name their Copier rows so (a Copier forced to
+// stage every size through its pinned ring). ParseKinds and ReadReport
+// take it as KindCopier, so that old and new results pair up.
+const KindStaged = "staged"
 
 var dirAliases = map[string]string{
 	"h2d": DirH2D, "htod": DirH2D,

@@ -63,7 +63,7 @@ func Caption(m Meta) string {
 	rev := "revision unknown"
 	if m.Tool.Revision != "" {
 		rev = "revision " + shortRev(m.Tool.Revision)
-		if m.Tool.Modified {
+		if m.Tool.Modified != nil && *m.Tool.Modified {
 			rev += " (modified)"
 		}
 	}

@@ -21,9 +21,13 @@ type Tool struct {
 	Name      string `json:"name"`               // "pinmem"
 	Version   string `json:"version"`            // module version ("v0.1.0", "(devel)")
 	Revision  string `json:"revision,omitempty"` // VCS revision the binary was built from
-	Modified  bool   `json:"modified"`           // the working tree had uncommitted changes
+	Modified  *bool  `json:"modified,omitempty"` // the working tree had uncommitted changes (nil: unknown, no VCS information)
 	GoVersion string `json:"go_version"`         // e.g. "go1.26.0"
 	Platform  string `json:"platform,omitempty"` // GOOS/GOARCH of the build, e.g. "linux/amd64"
+	// Changelog is the CHANGELOG.md version whose changes the build's
+	// source contains: its latest version, with "+unreleased" when the
+	// source has changes listed under [Unreleased] after it.
+	Changelog string `json:"changelog,omitempty"`
 }
 
 // Host is what a report records about the machine.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"strings"
 )
 
@@ -58,9 +59,22 @@ func ReadReport(r io.Reader) (Report, error) {
 		if err := r.check(); err != nil {
 			return Report{}, invalid("result %d (%s %s %s): %s", i, r.Bench, r.Kind, r.Dir, err)
 		}
+		renameStaged(r)
 		out.Results = append(out.Results, *r)
 	}
 	return out, nil
+}
+
+// stagedNote is added to a row read as KindStaged.
+const stagedNote = "recorded as kind staged (copier's old name): every size staged through the pinned ring"
+
+// renameStaged reads a bandwidth row of the deprecated kind KindStaged as
+// KindCopier, saying so in its note.
+func renameStaged(r *Result) {
+	if r.Bench == "bw" && r.Kind == KindStaged {
+		r.Kind = KindCopier
+		r.Note = joinNotes([]string{stagedNote, r.Note})
+	}
 }
 
 // check validates a decoded result.
@@ -107,7 +121,38 @@ func jsonError(data []byte, err error) string {
 	line := 1 + bytes.Count(data[:off], []byte("\n"))
 	col := off - int64(bytes.LastIndexByte(data[:off], '\n')+1) // the offset is just past the bad byte
 	col = max(col, 1)
-	return fmt.Sprintf("line %d, column %d: %v", line, col, err)
+	msg := err.Error()
+	if te != nil {
+		// Say it in JSON's terms, not Go's types.
+		msg = fmt.Sprintf("a JSON %s where \"%s\" wants %s", te.Value, te.Field, jsonKind(te.Type))
+		if te.Field == "" {
+			msg = fmt.Sprintf("the top level is a JSON %s; a report is an object with \"meta\" and \"results\"", te.Value)
+		}
+	}
+	return fmt.Sprintf("line %d, column %d: %s", line, col, msg)
+}
+
+// jsonKind names what JSON a Go type takes.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "another value"
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

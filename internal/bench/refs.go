@@ -117,10 +117,11 @@ func AddReferences(rs []Result) {
 				cands = append(cands, KindPinned)
 			case KindPageable:
 				cands = append(cands, KindPageableSync)
-			case KindPinned, "staged":
+			case KindPinned, KindCopier:
 				// Without the C reference, pinned memory against the
-				// driver's copy of Go memory; "staged" is the forced
-				// ring of reports before pageable-sync existed.
+				// driver's copy of Go memory; a Copier against the
+				// pageable copy where no pageable-sync row exists (the
+				// reports before pageable-sync, of kind staged).
 				cands = append(cands, KindPageableSync, KindPageable)
 			}
 		}

@@ -147,6 +147,36 @@ type Session struct {
 	flagWords []uint32
 	flagDev   cuda.DevicePtr
 	spinErr   error // why spin-wait timing is unavailable
+
+	budget sampleBudget // SetSampleBudget
+}
+
+// sampleBudget bounds the time of one measurement (SetSampleBudget).
+type sampleBudget struct {
+	perRow     time.Duration // 0: no bound
+	minSamples int
+}
+
+// SetSampleBudget bounds the time of each later measurement of s (one
+// result row) that takes its samples in a loop (bandwidth, copier,
+// concurrency, blocks): once a row has run for perRow, its warm-up
+// included, it takes no further sample beyond minSamples (at least 1), and
+// its note says so; its figures are those of the samples taken. perRow 0
+// removes the bound. bench all sets it from each test's share of its time
+// budget, so that a run fits the time it was given without losing a row.
+func (s *Session) SetSampleBudget(perRow time.Duration, minSamples int) {
+	s.budget = sampleBudget{perRow: max(perRow, 0), minSamples: max(minSamples, 1)}
+}
+
+// budgetSpent reports whether a row that started at start and has taken
+// done samples takes no more (SetSampleBudget), and if so the note that
+// says why.
+func (s *Session) budgetSpent(done, want int, start time.Time) (string, bool) {
+	b := s.budget
+	if b.perRow <= 0 || done < b.minSamples || done >= want || time.Since(start) < b.perRow {
+		return "", false
+	}
+	return fmt.Sprintf("%d of %d samples: the row's share of the time budget (%v) was spent", done, want, b.perRow.Round(time.Millisecond)), true
 }
 
 // check validates a measurement's receiver and context.

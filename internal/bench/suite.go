@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The suite: every headline figure in one run (`pinmem bench all`). Each
@@ -35,6 +36,24 @@ type SuiteEnv struct {
 	// Progress receives a line per finished measurement of the parts that
 	// open sessions of their own (the matrix); nil for none.
 	Progress io.Writer `json:"-"`
+	// Budget is the part's share of the run's time budget (0: none): the
+	// part bounds each row's samples to fit it (Session.SetSampleBudget),
+	// keeping every row with at least MinBudgetSamples samples.
+	Budget time.Duration `json:"budget_ns,omitempty"`
+}
+
+// MinBudgetSamples is the fewest samples a row keeps under a time budget.
+const MinBudgetSamples = 2
+
+// budgetRows bounds the samples of each of the rows s measures next so
+// that they fit env.Budget, with a fifth of it left for setup and
+// verification (no bound without a budget).
+func (e SuiteEnv) budgetRows(s *Session, rows int) {
+	if e.Budget <= 0 || rows <= 0 {
+		s.SetSampleBudget(0, 1)
+		return
+	}
+	s.SetSampleBudget(e.Budget*4/5/time.Duration(rows), MinBudgetSamples)
 }
 
 // SuitePart is one part of the suite.
@@ -42,10 +61,25 @@ type SuitePart struct {
 	Name    string // the part's file name without extension, and its name in -t
 	Command string // the command that measures the same rows alone
 	About   string // what the part measures, one line
+	// Weight is the part's share of a time budget, against the other
+	// parts' weights (SuiteShare).
+	Weight float64
 	// Run measures the part on s and returns its rows and the
 	// configuration it used (reports record it). Rows measured before an
 	// error are returned with it.
 	Run func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error)
+}
+
+// SuiteShare returns a part's share of what is left of a time budget:
+// left in proportion to its weight among the weights of the parts still
+// to run (its own included), at least a second. A run that spent more
+// than its share leaves the later parts less, so that the whole run ends
+// near its budget.
+func SuiteShare(left time.Duration, weight float64, weightsLeft float64) time.Duration {
+	if weightsLeft <= 0 || weight <= 0 {
+		return time.Second
+	}
+	return max(time.Duration(float64(left)*weight/weightsLeft), time.Second)
 }
 
 // samples returns env's sample count, or def.
@@ -63,36 +97,52 @@ func (e SuiteEnv) samples(def int) int {
 // driver: every power of four from 4 KiB to 1 GiB.
 var copierSizes = []int64{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30}
 
+// suiteListBytes bounds the bytes of one list of the blocks part: lists
+// of DefaultBlocks blocks up to 256 KiB, fewer larger blocks (512 of
+// 2 MiB), since every block of every sample is verified by the CPU.
+const suiteListBytes = 1 << 30
+
+// bwRows is how many rows cfg measures.
+func bwRows(cfg BandwidthConfig) int {
+	cfg, _ = cfg.Resolved()
+	return len(cfg.Kinds) * len(cfg.Sizes) * len(cfg.Dirs)
+}
+
 // SuiteParts returns the suite's parts in the order they run.
 func SuiteParts() []SuitePart {
 	return []SuitePart{
-		{Name: "bw", Command: "pinmem bench", About: "every kind of host memory at four sizes, each way; pinned and pageable against the C reference",
+		{Name: "bw", Command: "pinmem bench", About: "every kind of host memory at four sizes, each way; pinned and pageable against the C reference", Weight: 3,
 			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
 				cfg := BandwidthConfig{Samples: env.samples(5)}
 				if env.Quick {
 					cfg.Sizes, cfg.MinBytes = []int64{64 << 10, 1 << 20}, 1<<20
 				}
+				env.budgetRows(s, bwRows(cfg))
 				return bwWithCRef(ctx, s, env, cfg, []string{KindPinned, KindPageable})
 			}},
-		{Name: "copier", Command: "pinmem bench --kinds copier,pageable-sync,pinned --sizes 4KiB,...,1GiB", About: "the Copier users get against the driver's own copy of Go memory, at every size from 4 KiB to 1 GiB",
+		{Name: "copier", Command: "pinmem bench --kinds copier,pageable-sync,pinned --sizes 4KiB,...,1GiB", About: "the Copier users get against the driver's own copy of Go memory, at every size from 4 KiB to 1 GiB", Weight: 3,
 			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
 				cfg := BandwidthConfig{Kinds: []string{KindCopier, KindPageableSync, KindPageable, KindPinned}, Sizes: copierSizes, Samples: env.samples(5)}
 				if env.Quick {
 					cfg.Sizes, cfg.MinBytes = []int64{4 << 10, 1 << 20}, 1<<20
 				}
+				env.budgetRows(s, bwRows(cfg))
 				rs, err := s.Bandwidth(ctx, cfg)
 				return rs, cfg, err
 			}},
-		{Name: "concurrency", Command: "pinmem bench all -t concurrency", About: "many goroutines sharing one default Copier against each calling the driver's copy",
+		{Name: "concurrency", Command: "pinmem bench all -t concurrency", About: "many goroutines sharing one default Copier against each calling the driver's copy", Weight: 1,
 			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
 				cfg := ConcurrencyConfig{Samples: env.samples(5)}
 				if env.Quick {
 					cfg.Goroutines, cfg.Sizes = []int{1, 4}, []int64{64 << 10}
 				}
+				if rc, err := cfg.Resolved(); err == nil {
+					env.budgetRows(s, len(concurrencyKinds)*len(rc.Dirs)*len(rc.Goroutines)*len(rc.Sizes))
+				}
 				rs, err := s.Concurrency(ctx, cfg)
 				return rs, cfg, err
 			}},
-		{Name: "pin", Command: "pinmem bench pin", About: "the cost of pinning and unpinning, per method and size",
+		{Name: "pin", Command: "pinmem bench pin", About: "the cost of pinning and unpinning, per method and size", Weight: 1,
 			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
 				cfg := PinConfig{Samples: env.samples(3)}
 				if env.Quick {
@@ -101,7 +151,7 @@ func SuiteParts() []SuitePart {
 				rs, err := s.Pin(ctx, cfg)
 				return rs, cfg, err
 			}},
-		{Name: "overlap", Command: "pinmem bench overlap", About: "the pipeline (copy in, kernel, copy out per chunk) with and without overlap, and vector add",
+		{Name: "overlap", Command: "pinmem bench overlap", About: "the pipeline (copy in, kernel, copy out per chunk) with and without overlap, and vector add", Weight: 1,
 			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
 				cfg := OverlapConfig{Samples: env.samples(5)}
 				if env.Quick {
@@ -110,7 +160,7 @@ func SuiteParts() []SuitePart {
 				rs, err := s.Overlap(ctx, cfg)
 				return rs, cfg, err
 			}},
-		{Name: "zerocopy", Command: "pinmem zerocopy", About: "zero-copy reads of mapped host memory against an explicit copy, by reuse",
+		{Name: "zerocopy", Command: "pinmem zerocopy", About: "zero-copy reads of mapped host memory against an explicit copy, by reuse", Weight: 0.5,
 			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
 				cfg := ZeroCopyConfig{Samples: env.samples(5)}
 				if env.Quick {
@@ -119,37 +169,9 @@ func SuiteParts() []SuitePart {
 				rs, err := s.ZeroCopy(ctx, cfg)
 				return rs, cfg, err
 			}},
-		{Name: "blocks", Command: "pinmem bench blocks", About: "scattered block copies by each strategy, against one contiguous copy and the C loop",
-			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
-				cfg := BlocksConfig{Samples: env.samples(5)}
-				if env.Quick {
-					cfg.Sizes, cfg.Blocks = []int64{16 << 10}, 16
-				}
-				if cfg, err := cfg.Resolved(); err != nil {
-					return nil, cfg, err
-				}
-				// Blocks are timed from the host, queuing included: a
-				// session without spin-wait, as bench blocks opens.
-				bs := s
-				if env.Open != nil {
-					var err error
-					if bs, err = env.Open(ctx, SessionConfig{NoSpin: true}); err != nil {
-						return nil, cfg, err
-					}
-					defer bs.Close()
-				}
-				rs, err := bs.Blocks(ctx, cfg)
-				if err == nil && env.CRefDir != "" {
-					cfg, _ = cfg.Resolved()
-					args := []string{"--samples", strconv.Itoa(cfg.Samples), "--blocks", strconv.Itoa(cfg.Blocks)}
-					for _, n := range cfg.Sizes {
-						args = append(args, "--size", strconv.FormatInt(n, 10))
-					}
-					rs = append(rs, CRefRows(ctx, filepath.Join(env.CRefDir, "blocks"), args)...)
-				}
-				return rs, cfg, err
-			}},
-		{Name: "matrix", Command: "pinmem bench matrix", About: "every GPU alone and all at once, each way",
+		{Name: "blocks", Command: "pinmem bench blocks", About: "scattered block copies by each strategy, against one contiguous copy and the C loop", Weight: 2,
+			Run: blocksPart},
+		{Name: "matrix", Command: "pinmem bench matrix", About: "every GPU alone and all at once, each way", Weight: 0.5,
 			Run: func(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
 				cfg := MatrixConfig{Samples: env.samples(5), Session: SessionConfig{Progress: env.Progress}} // every device
 				if env.Quick {
@@ -159,6 +181,49 @@ func SuiteParts() []SuitePart {
 				return rs, cfg, err
 			}},
 	}
+}
+
+// blocksPart is the suite's blocks test: each block size in a run of its
+// own, with lists of DefaultBlocks blocks or of suiteListBytes, whichever
+// is smaller, and the C loop beside each with --cref. Its configuration is
+// the list of the runs'.
+func blocksPart(ctx context.Context, s *Session, env SuiteEnv) ([]Result, any, error) {
+	base := BlocksConfig{Samples: env.samples(5)}
+	if env.Quick {
+		base.Sizes, base.Blocks = []int64{16 << 10}, 16
+	}
+	base, err := base.Resolved()
+	if err != nil {
+		return nil, base, err
+	}
+	// Blocks are timed from the host, queuing included: a session
+	// without spin-wait, as bench blocks opens.
+	bs := s
+	if env.Open != nil {
+		if bs, err = env.Open(ctx, SessionConfig{NoSpin: true}); err != nil {
+			return nil, base, err
+		}
+		defer bs.Close()
+	}
+	env.budgetRows(bs, len(base.Sizes)*len(base.Dirs)*len(base.Kinds))
+	var rs []Result
+	var cfgs []BlocksConfig
+	for _, size := range base.Sizes {
+		cfg := base
+		cfg.Sizes = []int64{size}
+		cfg.Blocks = int(min(int64(base.Blocks), max(suiteListBytes/size, 1)))
+		cfgs = append(cfgs, cfg)
+		got, err := bs.Blocks(ctx, cfg)
+		rs = append(rs, got...)
+		if err != nil {
+			return rs, cfgs, err
+		}
+		if env.CRefDir != "" {
+			args := []string{"--samples", strconv.Itoa(cfg.Samples), "--blocks", strconv.Itoa(cfg.Blocks), "--size", strconv.FormatInt(size, 10)}
+			rs = append(rs, CRefRows(ctx, filepath.Join(env.CRefDir, "blocks"), args)...)
+		}
+	}
+	return rs, cfgs, nil
 }
 
 // bwWithCRef measures cfg and, with env.CRefDir, the C reference's rows

@@ -42,6 +42,17 @@ var (
 	waitFor = loadWait
 )
 
+// IsFake reports whether the process's driver is, now, a stand-in for
+// the real one (cudatest's fake, which has no timing model), without
+// loading any driver.
+func IsFake() bool {
+	mu.Lock()
+	d := current
+	mu.Unlock()
+	f, ok := d.(interface{ IsFake() bool })
+	return ok && f.IsFake()
+}
+
 // Get returns the process's driver, loading and initialising libcuda the
 // first time. A failure is remembered: the error matches ErrNoDriver (no
 // library, or cuInit failed) or ErrNoDevice (no GPU), and is returned again
@@ -92,6 +103,21 @@ func Get() (Driver, error) {
 	return current, curErr
 }
 
+// fileKind names the kind of file a non-regular mode is, for messages.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "a special file"
+}
+
 // loadChecked refuses a PINMEM_LIBCUDA path that is not a regular file,
 // then loads the library with load.
 func loadChecked(load func(string) (Driver, error), path string) (Driver, error) {
@@ -101,7 +127,7 @@ func loadChecked(load func(string) (Driver, error), path string) (Driver, error)
 			return nil, &LoadError{Path: path, Err: fmt.Errorf("%s: %w", EnvLibrary, err)}
 		}
 		if !fi.Mode().IsRegular() {
-			return nil, &LoadError{Path: path, Err: fmt.Errorf("%s names a %v, not a regular file", EnvLibrary, fi.Mode().Type())}
+			return nil, &LoadError{Path: path, Err: fmt.Errorf("%s names %s, not a regular file", EnvLibrary, fileKind(fi.Mode()))}
 		}
 	}
 	return load(path)

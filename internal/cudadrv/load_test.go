@@ -21,7 +21,7 @@ func TestLoadRefusesNonRegularFiles(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Skipf("mkfifo: %v", err)
 	}
-	for _, path := range []string{fifo, dir, "/dev/null"} {
+	for path, kind := range map[string]string{fifo: "a named pipe", dir: "a directory", "/dev/null": "a device"} {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			t.Setenv(cudadrv.EnvLibrary, path)
 			defer cudadrv.Swap(nil)()
@@ -30,8 +30,8 @@ func TestLoadRefusesNonRegularFiles(t *testing.T) {
 			select {
 			case err := <-done:
 				var le *cudadrv.LoadError
-				if !errors.As(err, &le) || le.Path != path || !errors.Is(err, cudadrv.ErrNoDriver) || !strings.Contains(err.Error(), "not a regular file") {
-					t.Errorf("Get with %s=%s: %v, want a LoadError saying it is not a regular file", cudadrv.EnvLibrary, path, err)
+				if !errors.As(err, &le) || le.Path != path || !errors.Is(err, cudadrv.ErrNoDriver) || !strings.Contains(err.Error(), "names "+kind+", not a regular file") {
+					t.Errorf("Get with %s=%s: %v, want a LoadError saying it names %s, not a regular file", cudadrv.EnvLibrary, path, err, kind)
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatalf("Get with %s=%s hangs", cudadrv.EnvLibrary, path)

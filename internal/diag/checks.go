@@ -10,6 +10,7 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/internal/budgetspec"
 	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/internal/sysinfo"
 	"github.com/pinmem/pinmem/internal/units"
 )
 
@@ -56,7 +57,7 @@ func budgetOf(h Host) Budget {
 	switch {
 	case set && strings.TrimSpace(env) != "":
 		if _, err := budgetspec.Parse(env, max(physicalMemory(h), 1)); err != nil {
-			b.Error = err.Error()
+			b.Error = strings.TrimPrefix(err.Error(), "budget: ")
 			b.Source = fmt.Sprintf("default (half of physical memory): %s=%q does not parse", pinmem.EnvBudget, env)
 		} else {
 			b.Source = fmt.Sprintf("%s=%s", pinmem.EnvBudget, env)
@@ -196,10 +197,12 @@ func commandsFor(gpu, budgetOK, kernelsEverywhere bool) []Command {
 		{Name: "doctor", Works: true}, {Name: "version", Works: true},
 		{Name: "report", Works: true, Note: "renders saved results, no GPU needed"},
 		{Name: "compare", Works: true, Note: "no GPU needed"},
+		measure("bench all", "the tests that need the kernels are skipped", false),
 		measure("bench", "plain event timing; the mapped kind is skipped", false),
 		measure("bench pin", "", false),
 		measure("bench matrix", "plain event timing", false),
 		measure("bench blocks", "", false),
+		measure("bench load", "", false),
 		measure("bench overlap", "", true),
 		measure("zerocopy", "", true),
 	}
@@ -247,11 +250,19 @@ func budgetString(b int64) string {
 	return human(b)
 }
 
-// human formats a byte count for people: "11.8 GiB", exact units where
-// they fit ("64MiB").
+// limitString is a limit for people: "unlimited" or a size (human).
+func limitString(l sysinfo.Limit) string {
+	if l.IsUnlimited() {
+		return "unlimited"
+	}
+	return human(int64(min(uint64(l), math.MaxInt64)))
+}
+
+// human formats a byte count for people, one way everywhere: "2 GiB" and
+// "64 MiB" where the unit is exact, else "11.8 GiB".
 func human(n int64) string {
 	if s := units.FormatSize(n); strings.HasSuffix(s, "iB") && len(s) <= 8 {
-		return s
+		return s[:len(s)-3] + " " + s[len(s)-3:]
 	}
 	switch {
 	case n >= 1<<40:

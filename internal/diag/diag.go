@@ -149,6 +149,7 @@ func Collect() *Report {
 
 func collect() *Report {
 	r := &Report{
+		Devices:     []Device{}, // [] in JSON without a GPU, not null
 		GoVersion:   runtime.Version(),
 		Platform:    runtime.GOOS + "/" + runtime.GOARCH,
 		Library:     cudadrv.LibraryPath(),
@@ -193,13 +194,13 @@ func collectHost() Host {
 		h.MemTotal, h.MemAvailable = info.Memory.MemTotal, info.Memory.MemAvailable
 	}
 	if info.Cgroup != nil {
-		h.CgroupLimit = info.Cgroup.Limit.String()
+		h.CgroupLimit = limitString(info.Cgroup.Limit)
 		if !info.Cgroup.Limit.IsUnlimited() {
 			h.CgroupLimitBytes = uint64(info.Cgroup.Limit)
 		}
 	}
 	if info.Memlock != nil {
-		h.MemlockLimit = info.Memlock.Soft.String()
+		h.MemlockLimit = limitString(info.Memlock.Soft)
 	}
 	if info.THP != nil {
 		h.THP = info.THP.Enabled
