@@ -48,14 +48,18 @@ type soakCounts struct {
 // blocks of random sizes, each tagging its block and checking the tag
 // survived (a block handed out twice would be caught); 8 goroutines copy
 // random sizes at random device offsets both ways through a shared
-// Copier and their own, checking every byte; 2 goroutines run Pipelines
-// over random inputs with random deadlines, checking every completed run
-// byte for byte and every interrupted one for a context error. At the end
-// everything is closed: the ledger and the host's Shmem and MemAvailable
-// are back to their baseline. RSS is sampled throughout: in a soak of 30 s
-// or more its peak in the second half may not exceed its peak in the first
-// half by more than 10% + 64 MiB (the working set is reached early; growth
-// after that is a leak).
+// Copier and their own (one of them with a registration cache smaller
+// than what it copies, so that it evicts), checking every byte; 2
+// goroutines run Pipelines over random inputs with random deadlines,
+// checking every completed run byte for byte and every interrupted one for
+// a context error. At the end everything is closed: the ledger and the
+// host's Shmem and MemAvailable are back to their baseline. What the
+// process holds (accounting_test.go: Go heap, RSS, ledger, pool,
+// registration caches, driver objects) is reported at the start, middle
+// and end and sampled throughout: the peaks of the resident set, the live
+// Go heap and the streams, events and device allocations in the second
+// half may not exceed those of the first by more than 10% (the working
+// set is reached early; growth after that is a leak).
 func TestGPUSoak(t *testing.T) {
 	secs, _ := strconv.Atoi(os.Getenv(envSoakSeconds))
 	if secs <= 0 {
@@ -80,6 +84,10 @@ func TestSoakOnFake(t *testing.T) {
 	soak(t, testutil.PrimaryContext(t), secs)
 }
 
+// soakCacheLimit is the registration cache's limit in the soak: less than
+// the 128 MiB of Go buffers its Copier copies, so that it evicts.
+const soakCacheLimit = 96 << 20
+
 // envSoakFakeSeconds sets TestSoakOnFake's duration (default 10 s).
 const envSoakFakeSeconds = "PINMEM_SOAK_FAKE_SECONDS"
 
@@ -90,8 +98,11 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 	var own owners
 	start := own.measure()
 	t.Logf("SOAK: start: %v", start)
-	began := time.Now()
-	deadline := began.Add(time.Duration(secs) * time.Second)
+	// The clock starts once every worker has set up (made and written
+	// its buffers), so that both halves run at the working set.
+	var began, deadline time.Time
+	var ready sync.WaitGroup
+	run := make(chan struct{}) // closed when the clock starts
 	stopSampling := make(chan struct{})
 	var n soakCounts
 	// Each part runs until the deadline and, on a slow host (the race
@@ -119,12 +130,12 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 	}
 	own.pool = p
 	own.add(shared)
-	sampled := sample(&own, began, time.Duration(secs)*time.Second, stopSampling)
 	var wg sync.WaitGroup
 	for g := range 64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-run
 			r := rand.New(rand.NewPCG(uint64(g), 1))
 			var streams []*cuda.Stream
 			for more(&n.poolOps) {
@@ -160,11 +171,21 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 	}
 	for g := range 8 {
 		wg.Add(1)
+		ready.Add(1)
 		go func() {
 			defer wg.Done()
+			set := sync.OnceFunc(ready.Done)
+			defer set()
 			cp := shared
 			if g%2 == 1 {
-				mine, err := transfer.New(gctx)
+				var opts []transfer.Option
+				if g == 1 {
+					// Registers the Go slices it copies in place, within
+					// its limit: idle registrations are evicted, least
+					// recently used first, to make room.
+					opts = append(opts, transfer.WithRegistrationCache(soakCacheLimit))
+				}
+				mine, err := transfer.New(gctx, opts...)
 				if err != nil {
 					report(err)
 					return
@@ -198,6 +219,8 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 				report(err)
 				return
 			}
+			set()
+			<-run
 			for more(&n.copies) {
 				size := 1 + r.IntN(64<<20)
 				if r.IntN(3) == 0 {
@@ -236,8 +259,11 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 	}
 	for g := range 2 {
 		wg.Add(1)
+		ready.Add(1)
 		go func() {
 			defer wg.Done()
+			set := sync.OnceFunc(ready.Done)
+			defer set()
 			pl, err := shared.NewPipeline(transfer.WithChunkSize(4<<20), transfer.WithStreams(3), transfer.WithPinStages(true))
 			if err != nil {
 				report(err)
@@ -257,6 +283,8 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 			inBuf, outBuf := make([]byte, maxSize), make([]byte, maxSize)
 			fillRandom(inBuf, r) // every page now, as the copies' buffers
 			fillRandom(outBuf, r)
+			set()
+			<-run
 			for more(&n.pipelines) {
 				size := 1 + r.IntN(maxSize)
 				in, out := inBuf[:size], outBuf[:size]
@@ -285,6 +313,11 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 			}
 		}()
 	}
+	ready.Wait()
+	began = time.Now()
+	deadline = began.Add(time.Duration(secs) * time.Second)
+	sampled := sample(&own, began, time.Duration(secs)*time.Second, stopSampling)
+	close(run)
 	wg.Wait()
 	close(stopSampling)
 	<-sampled.done
@@ -325,11 +358,14 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 		secs, n.poolOps.Load(), n.copies.Load(), float64(n.copiedBytes.Load())/1e9, n.pipelines.Load(), n.canceled.Load())
 	t.Logf("SOAK: RSS start %d MiB, end %d MiB; ledger %d bytes after Close (baseline %d); Shmem %+d MiB, MemAvailable %+d MiB against the baseline",
 		start.rss>>20, end.rss>>20, ledger, baseLedger, (int64(after.Shmem)-int64(baseMem.Shmem))>>20, (int64(after.MemAvailable)-int64(baseMem.MemAvailable))>>20)
-	t.Logf("SOAK: peaks in the first half: RSS %d MiB, Go heap %d MiB, pinned %d MiB, %d driver objects; in the second: RSS %d MiB, Go heap %d MiB, pinned %d MiB, %d driver objects",
+	t.Logf("SOAK: peaks in the first half: RSS %d MiB, Go heap %d MiB, pinned %d MiB, %d streams, events and device allocations; in the second: RSS %d MiB, Go heap %d MiB, pinned %d MiB, %d streams, events and device allocations",
 		sampled.first.rss>>20, sampled.first.heapInuse>>20, sampled.first.pinned>>20, sampled.first.objects,
 		sampled.second.rss>>20, sampled.second.heapInuse>>20, sampled.second.pinned>>20, sampled.second.objects)
 	for _, err := range sampled.growth() {
 		t.Error(err)
+	}
+	if c := max(sampled.first.cachedBytes, sampled.second.cachedBytes); c > soakCacheLimit {
+		t.Errorf("the registration cache held %d MiB, above its limit of %d MiB", c>>20, soakCacheLimit>>20)
 	}
 	if ledger != baseLedger {
 		t.Errorf("ledger %d bytes after Close, want the baseline %d", ledger, baseLedger)
