@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/pinmem/pinmem/cuda"
@@ -50,13 +51,24 @@ func (c *Copier) async(ctx context.Context, d Direction, host []byte, dev *cuda.
 				select {
 				case <-touching:
 				case <-ctx.Done():
-					err = fmt.Errorf("%w; waiting for its copies of pinned memory still queued: %w (Copier.Fence waits for them before the memory is reused)", err, ctx.Err())
+					err = pinnedLeft(err, ctx.Err())
 				}
 			}
 		}
 		t.finish(st, err)
 	}()
 	return t
+}
+
+// pinnedLeft is the error of an Op whose wait for its copies of pinned
+// memory ended with ctx (why) before they ran: the transfer's error err,
+// and why where err does not say it already.
+func pinnedLeft(err, why error) error {
+	const left = "its copies of pinned memory may still run: Copier.Fence waits for them before the memory is reused"
+	if errors.Is(err, why) {
+		return fmt.Errorf("%w (%s)", err, left)
+	}
+	return fmt.Errorf("%w; %w (%s)", err, why, left)
 }
 
 // Op is an asynchronous transfer in progress.
