@@ -31,13 +31,6 @@ const envSoakSeconds = "PINMEM_SOAK_SECONDS"
 
 var crcTable = crc64.MakeTable(crc64.ECMA)
 
-func rss(t *testing.T) uint64 {
-	s, err := sysinfo.Reader{}.ProcStatus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.VmRSS
-}
 
 // soakCounts are the soak's tallies, reported at the end.
 type soakCounts struct {
