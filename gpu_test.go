@@ -263,7 +263,9 @@ func TestGPURegisteredSpeed(t *testing.T) {
 // spans two segments is refused by the driver with a typed error
 // (CUDA_ERROR_INVALID_VALUE, matching cuda.ErrInvalidValue, on driver 580), and
 // the stream still works afterwards. This is the contract Buffer.Segments
-// documents.
+// documents. Under -test.short (the sanitize tier, under compute-sanitizer
+// memcheck) the per-segment copies are checked byte for byte, but neither
+// their speed nor the refusal (see there).
 func TestGPUCopySpanningChunks(t *testing.T) {
 	const size = 128 << 20
 	const seg = 32 << 20
@@ -320,6 +322,20 @@ func TestGPUCopySpanningChunks(t *testing.T) {
 		testutil.CheckBytes(t, data, b.Bytes())
 	}
 	check()
+	if testing.Short() {
+		// The sanitize tier runs under compute-sanitizer memcheck, which
+		// instruments every copy: speed is not measured there (as in
+		// TestGPURegisteredSpeed). Nor is the deliberately invalid copy
+		// below issued: memcheck checks the memory ranges of copy API calls
+		// itself, so a copy made on purpose past its pinned range is the
+		// tool's finding, counted in its ERROR SUMMARY, not the driver's
+		// refusal this test expects (under it the test failed while it
+		// passes on the driver alone). The refusal is the driver's
+		// behaviour; the quick and full tiers, without the sanitizer,
+		// check it.
+		t.Log("-test.short (the sanitize tier): per-segment copies checked; their speed and the driver's refusal of a copy spanning two segments are not")
+		return
+	}
 	var segmented, single [2]float64
 	for range 5 {
 		for i, h2d := range []bool{true, false} {

@@ -21,14 +21,14 @@
 //	err = outStream.Synchronize(ctx) // the evicted blocks are in host memory now
 //
 // Copy checks every list before it queues anything and refuses bad input
-// with an *ArgError, which matches cuda.ErrInvalidValue: a device block
-// outside its buffer or of another context, host memory that is not
-// pinned all through (the driver's pointer attributes decide, so memory
-// pinned by pinmem and by other libraries is accepted alike), or a byte
-// that one copy of the call writes and another reads or writes. Host
-// memory that is not pinned goes through package transfer instead. New
-// refuses a bad option with a *pinmem.OptionError naming it, which
-// matches cuda.ErrInvalidValue too.
+// with an *ArgError, which matches cuda.ErrInvalidValue: a nil, freed or
+// foreign device buffer, a block outside its buffer, a nil, destroyed or
+// foreign stream, host memory that is not pinned all through (the
+// driver's pointer attributes decide, so memory pinned by pinmem and by
+// other libraries is accepted alike), or a byte that one copy of the call
+// writes and another reads or writes. Host memory that is not pinned goes
+// through package transfer instead. New refuses a bad option with a
+// *pinmem.OptionError naming it, which matches cuda.ErrInvalidValue too.
 package blocks
 
 import (
@@ -155,7 +155,9 @@ type Report struct {
 // ArgError is an argument Copy or Close refused before doing anything, or
 // New's nil context (New's options are refused with a *pinmem.OptionError).
 // It matches cuda.ErrInvalidValue through errors.Is; its message says which
-// value is wrong and why.
+// value is wrong and why. A device buffer already freed and a stream
+// already destroyed are refused with one that also matches
+// cuda.ErrInvalidHandle.
 type ArgError struct {
 	// List is the list at fault (its index among Copy's lists), or -1 when
 	// the fault is not a list's (New's context, Copy's ctx, a Copier not
@@ -165,6 +167,7 @@ type ArgError struct {
 	// not one block's (the list's stream, its length).
 	Block int
 	msg   string
+	err   error // the cause, where package cuda gave one
 }
 
 // Error describes the refusal.
@@ -178,11 +181,20 @@ func (e *ArgError) Error() string {
 	return fmt.Sprintf("blocks: list %d, block %d: %s", e.List, e.Block, e.msg)
 }
 
-// Is reports whether target is cuda.ErrInvalidValue.
-func (e *ArgError) Is(target error) bool { return target == cuda.ErrInvalidValue }
+// Is reports whether target is cuda.ErrInvalidValue, or matches the
+// cause package cuda gave (cuda.ErrInvalidHandle for a freed device
+// buffer or a destroyed stream).
+func (e *ArgError) Is(target error) bool {
+	return target == cuda.ErrInvalidValue || (e.err != nil && errors.Is(e.err, target))
+}
 
 func argErr(list, block int, format string, args ...any) *ArgError {
 	return &ArgError{List: list, Block: block, msg: fmt.Sprintf(format, args...)}
+}
+
+// argCause is the *ArgError of an argument package cuda refused with err.
+func argCause(list, block int, what string, err error) *ArgError {
+	return &ArgError{List: list, Block: block, msg: what + ": " + err.Error(), err: err}
 }
 
 // Option configures New.
@@ -346,9 +358,9 @@ var errClosed = fmt.Errorf("blocks: copier already closed: %w", cuda.ErrInvalidH
 // waits behind the other's queue.
 //
 // Copy checks every list before it queues anything and refuses bad input
-// with an *ArgError (see the package doc); a block of a freed device
-// buffer, or a list on a destroyed stream, gets package cuda's error
-// instead, which matches cuda.ErrInvalidHandle. Host blocks must stay alive and
+// with an *ArgError (see the package doc); the one refusing a block of a
+// freed device buffer, or a list on a destroyed stream, matches
+// cuda.ErrInvalidHandle too. Host blocks must stay alive and
 // unchanged until their copies have run. A host block may lie in several
 // pinned ranges that follow one another (pinmem registers a buffer over 4
 // GiB in chunks): the driver refuses one copy across two registrations,
@@ -459,8 +471,11 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 			if n == 0 {
 				continue
 			}
+			if b.Dev == nil {
+				return rep, argErr(li, i, "nil device buffer")
+			}
 			if err := b.Dev.Err(); err != nil {
-				return rep, fmt.Errorf("blocks: list %d, block %d: %w", li, i, err)
+				return rep, argCause(li, i, "device buffer", err)
 			}
 			if b.Dev.Context().Handle() != c.ctx.Handle() {
 				return rep, argErr(li, i, "device buffer %#x is of context %#x, the copier's is %#x", uint64(b.Dev.Ptr()), b.Dev.Context().Handle(), c.ctx.Handle())
@@ -488,9 +503,13 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 			return rep, err
 		}
 	}
-	// Stream liveness last: Query is a driver call.
+	// Stream liveness last: Query is a driver call. A destroyed stream is
+	// a refused argument; another failure (a context's sticky error) is
+	// the driver's.
 	for li, l := range lists {
-		if _, err := l.s.Query(); err != nil && !errors.Is(err, cuda.ErrNotReady) {
+		if _, err := l.s.Query(); errors.Is(err, cuda.ErrInvalidHandle) {
+			return rep, argCause(li, -1, "stream", err)
+		} else if err != nil && !errors.Is(err, cuda.ErrNotReady) {
 			return rep, fmt.Errorf("blocks: list %d: %w", li, err)
 		}
 	}

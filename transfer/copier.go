@@ -355,17 +355,26 @@ func (c *copier) borrow(ctx context.Context, l *lane, want int) error {
 
 // abandon hands the copies an early exit left queued on l to the fence,
 // with l.done recorded behind them (else the drain watches the stream);
-// once they ran, release runs and l and its stages go back.
-func (c *copier) abandon(l *lane, release func()) {
+// once they ran, release runs and l and its stages go back. It returns
+// the channel closed once they ran when the schedule copies host memory
+// directly (the caller's pinned memory, or a slice the registration cache
+// pinned), which those copies may still touch; nil when they touch only
+// the stages, which the drain keeps.
+func (c *copier) abandon(l *lane, release func()) (touching <-chan struct{}) {
+	direct := slices.ContainsFunc(l.ops, func(p piece) bool { return p.direct })
 	d := drain{evs: []*cuda.Event{l.done}}
 	if l.done.Record(l.stream) != nil {
 		d = drain{streams: []*cuda.Stream{l.stream}}
 	}
 	l.nearSet = false
-	c.fence.handOff(c.hold, c.end, d, func() {
+	ran := c.fence.handOff(c.hold, c.end, d, func() {
 		release()
 		c.releaseLane(l)
 	})
+	if !direct {
+		return nil
+	}
+	return ran
 }
 
 // HtoD copies src into the device buffer dst (from offset 0; use
@@ -380,7 +389,8 @@ func (c *Copier) HtoD(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (
 		return Stats{Direction: HostToDevice}, err
 	}
 	defer c.end()
-	return c.move(ctx, HostToDevice, src, dst, byRoute)
+	st, _, err := c.move(ctx, HostToDevice, src, dst, byRoute)
+	return st, err
 }
 
 // DtoH copies len(dst) bytes from the start of the device buffer src into
@@ -393,7 +403,8 @@ func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 		return Stats{Direction: DeviceToHost}, err
 	}
 	defer c.end()
-	return c.move(ctx, DeviceToHost, dst, src, byRoute)
+	st, _, err := c.move(ctx, DeviceToHost, dst, src, byRoute)
+	return st, err
 }
 
 // piece is one copy of a transfer, between host and dev at off: direct
@@ -471,40 +482,42 @@ func (c *copier) waitLast(ctx context.Context, l *lane, ev *cuda.Event) error {
 }
 
 // move checks dev and moves host to or from it in direction d through the
-// executor; how forces a path (tests).
-func (c *copier) move(ctx context.Context, d Direction, host []byte, dev *cuda.DeviceBuffer, how strategy) (Stats, error) {
+// executor; how forces a path (tests). After an early exit, touching is
+// closed once the copies left queued no longer touch host (see abandon);
+// nil when none does, as the stages they use are the drain's.
+func (c *copier) move(ctx context.Context, d Direction, host []byte, dev *cuda.DeviceBuffer, how strategy) (_ Stats, touching <-chan struct{}, _ error) {
 	st := &Stats{Direction: d, Bytes: int64(len(host))}
 	what := "destination device buffer"
 	if d == DeviceToHost {
 		what = "source device buffer"
 	}
 	if err := checkBuf(dev, c.cctx.Device(), what); err != nil {
-		return *st, err
+		return *st, nil, err
 	}
 	if len(host) > dev.Size() {
-		return *st, &SizeError{Op: d.String(), Need: len(host), Have: dev.Size()}
+		return *st, nil, &SizeError{Op: d.String(), Need: len(host), Have: dev.Size()}
 	}
 	if err := ctx.Err(); err != nil {
-		return *st, err
+		return *st, nil, err
 	}
 	if len(host) == 0 {
-		return *st, nil
+		return *st, nil, nil
 	}
 	m := startMeter(c.o.stats)
 	l, ring, release, err := c.schedule(ctx, st, host, dev, how)
 	if err != nil {
-		return *st, err
+		return *st, nil, err
 	}
-	err = c.exec(ctx, l, l.ops, ring, st, release)
+	touching, err = c.exec(ctx, l, l.ops, ring, st, release)
 	m.stop(st)
 	if err != nil {
-		return *st, fmt.Errorf("transfer: %s copy of %d bytes: %w", st.Direction, len(host), err)
+		return *st, touching, fmt.Errorf("transfer: %s copy of %d bytes: %w", st.Direction, len(host), err)
 	}
 	if !ring {
 		st.StagedBytes = int64(len(host))
 		st.Stages = 1
 	}
-	return *st, nil
+	return *st, nil, nil
 }
 
 // schedule takes a lane and stages and lays the transfer out in l.ops:
@@ -597,7 +610,7 @@ func (l *lane) startTimer() error {
 // when the first can be copied out, and the end is singleWait.
 
 // exec runs ops on lane l and ends the transfer (finish).
-func (c *copier) exec(ctx context.Context, l *lane, ops []piece, ring bool, st *Stats, release func()) error {
+func (c *copier) exec(ctx context.Context, l *lane, ops []piece, ring bool, st *Stats, release func()) (touching <-chan struct{}, _ error) {
 	var first error
 	if st.Direction == HostToDevice {
 		first = c.execHtoD(ctx, l, ops, ring, st)
@@ -722,12 +735,11 @@ func (c *copier) queueOut(l *lane, ops []piece, i int, ring bool) error {
 // finish waits, bounded by ctx, for everything the transfer on l queued
 // (through one stage, then copies the last piece out), then runs release
 // and gives l back. When the transfer stopped early (first) or ctx ends,
-// l and release go to the fence (abandon) and finish returns at once. It
-// reports the first error.
-func (c *copier) finish(ctx context.Context, l *lane, ops []piece, ring bool, first error, st *Stats, release func()) error {
+// l and release go to the fence (abandon) and finish returns at once,
+// with abandon's channel. It reports the first error.
+func (c *copier) finish(ctx context.Context, l *lane, ops []piece, ring bool, first error, st *Stats, release func()) (touching <-chan struct{}, _ error) {
 	if first != nil {
-		c.abandon(l, release)
-		return first
+		return c.abandon(l, release), first
 	}
 	timed := l.t1 != nil && l.t1.Record(l.stream) == nil
 	var err error
@@ -744,8 +756,7 @@ func (c *copier) finish(ctx context.Context, l *lane, ops []piece, ring bool, fi
 		err = c.singleWait(ctx, l)
 	}
 	if err != nil {
-		c.abandon(l, release)
-		return err
+		return c.abandon(l, release), err
 	}
 	if timed {
 		if d, err := l.t1.Elapsed(l.t0); err == nil {
@@ -758,5 +769,5 @@ func (c *copier) finish(ctx context.Context, l *lane, ops []piece, ring bool, fi
 	}
 	release()
 	c.releaseLane(l)
-	return nil
+	return nil, nil
 }

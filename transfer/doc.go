@@ -41,7 +41,9 @@
 //   - Pinned memory copied directly may be touched by those copies until
 //     they ran: after an error, call Copier.Fence (Multi.Fence), bounded
 //     by its context, before reusing it (freeing it, putting a pool block
-//     back, handing it to another call).
+//     back, handing it to another call). An Op waits for them itself,
+//     bounded by its context; an Op of pageable memory is done as soon as
+//     its CPU copies stopped.
 //   - Every wait is bounded by the caller's context, and a wait on a
 //     caller's stream (WithStream, RunMapped) waits for the call's own
 //     work only, never for work queued on that stream afterwards.

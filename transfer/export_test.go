@@ -128,12 +128,14 @@ func (e *engine) stageCount() (all, peak int) {
 
 // htod is HtoD with path forced by how.
 func (c *copier) htod(ctx context.Context, dst *cuda.DeviceBuffer, src []byte, how strategy) (Stats, error) {
-	return c.move(ctx, HostToDevice, src, dst, how)
+	st, _, err := c.move(ctx, HostToDevice, src, dst, how)
+	return st, err
 }
 
 // dtoh is DtoH with path forced by how.
 func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, how strategy) (Stats, error) {
-	return c.move(ctx, DeviceToHost, dst, src, how)
+	st, _, err := c.move(ctx, DeviceToHost, dst, src, how)
+	return st, err
 }
 
 // String names the path in test messages.

@@ -93,8 +93,11 @@ func (f *fence) wait(ctx context.Context, upTo uint64) error {
 // handOff is the one place that waits in the background: it waits for d
 // to run (on a hung device, for ever), then calls then, which gives back
 // what the copies used. Meanwhile later calls are ordered after them and
-// hold/end register the wait so that Close waits for it.
-func (f *fence) handOff(hold func(), end func(), d drain, then func()) {
+// hold/end register the wait so that Close waits for it. The returned
+// channel is closed once d's copies ran (before then): a caller whose own
+// memory they touch (pinned memory copied directly) waits on it, bounded
+// by its ctx; one whose copies touch only pinmem's stages need not.
+func (f *fence) handOff(hold func(), end func(), d drain, then func()) <-chan struct{} {
 	f.mu.Lock()
 	if f.drains == nil {
 		f.drains = map[uint64]*drain{}
@@ -106,6 +109,7 @@ func (f *fence) handOff(hold func(), end func(), d drain, then func()) {
 	f.pending.Add(1)
 	f.mu.Unlock()
 	hold()
+	ran := make(chan struct{})
 	go func() {
 		defer end()
 		d.settle()
@@ -115,10 +119,12 @@ func (f *fence) handOff(hold func(), end func(), d drain, then func()) {
 		close(f.changed)
 		f.changed = make(chan struct{})
 		f.mu.Unlock()
+		close(ran)
 		if then != nil {
 			then()
 		}
 	}()
+	return ran
 }
 
 // settle returns once the drain's copies ran or the driver fails the

@@ -379,7 +379,7 @@ func (b *broadcast) finish(ctx context.Context, first error) error {
 	left.Add(len(b.lanes))
 	for i, l := range b.lanes {
 		var st Stats
-		if err := m.devs[i].cp.finish(ctx, l, nil, true, first, &st, left.Done); err != nil && first == nil {
+		if _, err := m.devs[i].cp.finish(ctx, l, nil, true, first, &st, left.Done); err != nil && first == nil {
 			first = fmt.Errorf("device %d: %w", i, err)
 		}
 	}
@@ -442,7 +442,7 @@ func (m *Multi) each(ctx context.Context, dir Direction, hosts [][]byte, devs []
 		wg.Go(func() {
 			// Bounded by cctx; the copies an early exit leaves queued go
 			// to the device's fence, and no CPU copy outlives the call.
-			if st.PerDevice[i], errs[i] = d.cp.move(cctx, dir, hosts[i], devs[i], byRoute); errs[i] != nil {
+			if st.PerDevice[i], _, errs[i] = d.cp.move(cctx, dir, hosts[i], devs[i], byRoute); errs[i] != nil {
 				cancel()
 			}
 		})

@@ -2,22 +2,30 @@ package transfer
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/pinmem/pinmem/cuda"
 )
 
 // HtoDAsync starts HtoD and returns at once; the Op reports its result,
 // errors included. src must not be modified, nor dst used, until the Op is
-// done, which is once no copy of it will read src again (after an error,
-// once the copies it left queued ran). Ops are not ordered with each other
-// (two may run at once on the two lanes): wait for one before starting
-// another that touches the same memory.
+// done, which is once no copy of it will read src again. After an early
+// exit (ctx ended, a failed enqueue) that is as soon as its CPU copies
+// stopped when src is pageable: the copies it left queued touch only
+// pinmem's stages, which the Copier's fence keeps until they ran. Where
+// src is pinned memory copied directly, the Op waits for those copies,
+// bounded by ctx; when ctx ends first, the Op is done with an error
+// saying so, and Copier.Fence waits for them before src is reused. Ops
+// are not ordered with each other (two may run at once on the two lanes):
+// wait for one before starting another that touches the same memory.
 func (c *Copier) HtoDAsync(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) *Op {
 	return c.async(ctx, HostToDevice, src, dst)
 }
 
 // DtoHAsync starts DtoH and returns at once, as HtoDAsync starts HtoD; dst
-// must not be used until the Op is done.
+// must not be used until the Op is done (after an early exit, as for
+// HtoDAsync's src).
 func (c *Copier) DtoHAsync(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) *Op {
 	return c.async(ctx, DeviceToHost, dst, src)
 }
@@ -33,14 +41,34 @@ func (c *Copier) async(ctx context.Context, d Direction, host []byte, dev *cuda.
 	t.cancel = cancel
 	go func() {
 		defer c.end()
-		st, err := c.move(tctx, d, host, dev, byRoute)
-		if err != nil {
-			// Done once nothing it queued touches its memory.
-			_ = c.fence.wait(context.Background(), c.fence.last())
+		st, touching, err := c.move(tctx, d, host, dev, byRoute)
+		// Done once nothing it queued touches its memory: at once when
+		// the copies left queued touch only stages (touching nil).
+		if touching != nil {
+			select {
+			case <-touching:
+			default:
+				select {
+				case <-touching:
+				case <-ctx.Done():
+					err = pinnedLeft(err, ctx.Err())
+				}
+			}
 		}
 		t.finish(st, err)
 	}()
 	return t
+}
+
+// pinnedLeft is the error of an Op whose wait for its copies of pinned
+// memory ended with ctx (why) before they ran: the transfer's error err,
+// and why where err does not say it already.
+func pinnedLeft(err, why error) error {
+	const left = "its copies of pinned memory may still run: Copier.Fence waits for them before the memory is reused"
+	if errors.Is(err, why) {
+		return fmt.Errorf("%w (%s)", err, left)
+	}
+	return fmt.Errorf("%w; %w (%s)", err, why, left)
 }
 
 // Op is an asynchronous transfer in progress.

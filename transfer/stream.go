@@ -100,7 +100,7 @@ func (c *Copier) ioRing(ctx context.Context, d Direction, dev *cuda.DeviceBuffer
 	if first == nil {
 		first = move(l, &st)
 	}
-	err = c.finish(ctx, l, nil, true, first, &st, func() {})
+	_, err = c.finish(ctx, l, nil, true, first, &st, func() {})
 	m.stop(&st)
 	if err != nil {
 		return st, fmt.Errorf("transfer: %s after %d bytes: %w", verb, st.Bytes, err)

@@ -29,8 +29,9 @@ slots; device slots of one device allocation, shuffled), copied by each
 strategy: driver-batch (cuMemcpyBatchAsync, CUDA 12.8+), per-copy (one
 cuMemcpyAsync per block), kernel (pinmem's gather/scatter kernel over mapped
 host memory) and auto (the note says which it chose). Directions h2d and d2h
-move one list one way, beside contiguous: one copy of the same bytes,
-contiguous on both sides, the upper bound. Direction bidir pages one list out
+move one list one way, beside contiguous: the same bytes, contiguous on both
+sides, one copy per registration segment of the host buffer (a driver copy
+may not span two), the upper bound. Direction bidir pages one list out
 and another in at once on two streams with one call, beside contiguous: one
 contiguous copy each way at once, the bidirectional pinned bound; its figure
 is the bytes of both directions over the time of both. The ratio column is

@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/kernels"
+	"github.com/pinmem/pinmem/internal/testhook"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
@@ -98,6 +100,40 @@ func TestBlocksWithoutBatchCopy(t *testing.T) {
 			t.Errorf("result %+v", r)
 		case r.Kind == BlockKindAuto && !strings.Contains(r.Note, "chose per-copy"):
 			t.Errorf("auto on 12.4: %q", r.Note)
+		}
+	}
+}
+
+// TestBlocksContiguousAcrossRegistrations: with the host buffer pinned as
+// several registrations (as pinmem pins a buffer over 4 GiB), the
+// contiguous reference is measured and verified, copying one driver copy
+// per registration (the driver, and the fake, refuse one copy across two),
+// both ways and in bidir.
+func TestBlocksContiguousAcrossRegistrations(t *testing.T) {
+	const chunk = 256 << 10
+	t.Cleanup(testhook.SetRegChunk(chunk))
+	_, s := blocksOnFake(t, fakedrv.Options{})
+	const bs, n = 64 << 10, 16 // 1 MiB a region, and the gaps: 5 registrations at least
+	cfg := BlocksConfig{Sizes: []int64{bs}, Blocks: n, Samples: 2, Kinds: []string{BlockKindContiguous}}
+	rs, err := s.Blocks(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != len(AllBlockDirs()) {
+		t.Fatalf("%d results, want %d", len(rs), len(AllBlockDirs()))
+	}
+	// Region 0 is the buffer's first MiB (4 registrations); bidir's
+	// region 1 starts after 16 slots of 64 KiB and a 4 KiB gap each, at
+	// 1088 KiB, and spans 5.
+	want := map[string]int{DirH2D: 4, DirD2H: 4, DirBidir: 4 + 5}
+	for _, r := range rs {
+		t.Log(r.Dir, r.Note)
+		if r.Skipped || !r.Verified || r.Failed() || r.Samples != 2 {
+			t.Errorf("contiguous %s across registrations: %+v", r.Dir, r)
+			continue
+		}
+		if calls := fmt.Sprintf("; %d driver calls,", want[r.Dir]); !strings.Contains(r.Note, calls) {
+			t.Errorf("contiguous %s: note %q, want %d driver calls (one per registration)", r.Dir, r.Note, want[r.Dir])
 		}
 	}
 }

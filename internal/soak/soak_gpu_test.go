@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,13 +31,6 @@ const envSoakSeconds = "PINMEM_SOAK_SECONDS"
 
 var crcTable = crc64.MakeTable(crc64.ECMA)
 
-func rss(t *testing.T) uint64 {
-	s, err := sysinfo.Reader{}.ProcStatus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.VmRSS
-}
 
 // soakCounts are the soak's tallies, reported at the end.
 type soakCounts struct {
@@ -47,14 +41,18 @@ type soakCounts struct {
 // blocks of random sizes, each tagging its block and checking the tag
 // survived (a block handed out twice would be caught); 8 goroutines copy
 // random sizes at random device offsets both ways through a shared
-// Copier and their own, checking every byte; 2 goroutines run Pipelines
-// over random inputs with random deadlines, checking every completed run
-// byte for byte and every interrupted one for a context error. At the end
-// everything is closed: the ledger and the host's Shmem and MemAvailable
-// are back to their baseline. RSS is sampled throughout: in a soak of 30 s
-// or more its peak in the second half may not exceed its peak in the first
-// half by more than 10% + 64 MiB (the working set is reached early; growth
-// after that is a leak).
+// Copier and their own (one of them with a registration cache smaller
+// than what it copies, so that it evicts), checking every byte; 2
+// goroutines run Pipelines over random inputs with random deadlines,
+// checking every completed run byte for byte and every interrupted one for
+// a context error. At the end everything is closed: the ledger and the
+// host's Shmem and MemAvailable are back to their baseline. What the
+// process holds (accounting_test.go: Go heap, RSS, ledger, pool,
+// registration caches, driver objects) is reported at the start, middle
+// and end and sampled throughout: the peaks of the resident set, the live
+// Go heap and the streams, events and device allocations in the second
+// half may not exceed those of the first by more than 10% (the working
+// set is reached early; growth after that is a leak).
 func TestGPUSoak(t *testing.T) {
 	secs, _ := strconv.Atoi(os.Getenv(envSoakSeconds))
 	if secs <= 0 {
@@ -63,14 +61,15 @@ func TestGPUSoak(t *testing.T) {
 	soak(t, testutil.GPUContext(t), secs)
 }
 
-// TestSoakOnFake runs the soak's logic on the fake driver, for two seconds
-// or PINMEM_SOAK_FAKE_SECONDS: it proves the checks work and that pinmem's
-// own bookkeeping does not grow (RSS), not that data moved on a GPU.
+// TestSoakOnFake runs the soak on the fake driver, for ten seconds or
+// PINMEM_SOAK_FAKE_SECONDS, with the same accounting and checks: it proves
+// the checks work and that pinmem's own bookkeeping does not grow (Go
+// heap, RSS, pinned bytes, driver objects), not that data moved on a GPU.
 func TestSoakOnFake(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	secs := 2
+	secs := 10
 	if v, err := strconv.Atoi(os.Getenv(envSoakFakeSeconds)); err == nil && v > 0 {
 		secs = v
 	}
@@ -78,52 +77,26 @@ func TestSoakOnFake(t *testing.T) {
 	soak(t, testutil.PrimaryContext(t), secs)
 }
 
-// envSoakFakeSeconds sets TestSoakOnFake's duration (default 2 s).
+// soakCacheLimit is the registration cache's limit in the soak: less than
+// the 128 MiB of Go buffers its Copier copies, so that it evicts.
+const soakCacheLimit = 96 << 20
+
+// envSoakFakeSeconds sets TestSoakOnFake's duration (default 10 s).
 const envSoakFakeSeconds = "PINMEM_SOAK_FAKE_SECONDS"
-
-// rssSampler samples the process's RSS every period until stop is closed,
-// keeping the peak of the first and of the second half of the run.
-type rssSampler struct {
-	firstPeak, secondPeak uint64
-	done                  chan struct{}
-}
-
-func sampleRSS(t *testing.T, start time.Time, total time.Duration, stop <-chan struct{}) *rssSampler {
-	s := &rssSampler{done: make(chan struct{})}
-	period := max(total/40, 100*time.Millisecond)
-	go func() {
-		defer close(s.done)
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case now := <-tick.C:
-				st, err := sysinfo.Reader{}.ProcStatus()
-				if err != nil {
-					continue
-				}
-				if now.Sub(start) < total/2 {
-					s.firstPeak = max(s.firstPeak, st.VmRSS)
-				} else {
-					s.secondPeak = max(s.secondPeak, st.VmRSS)
-				}
-			}
-		}
-	}()
-	return s
-}
 
 func soak(t *testing.T, gctx *cuda.Context, secs int) {
 	runtime.GC()
 	baseLedger := pinmem.Stats().Pinned.Bytes
 	baseMem := meminfo(t)
-	rssStart := rss(t)
-	began := time.Now()
-	deadline := began.Add(time.Duration(secs) * time.Second)
-	stopRSS := make(chan struct{})
-	rssPeaks := sampleRSS(t, began, time.Duration(secs)*time.Second, stopRSS)
+	var own owners
+	start := own.measure()
+	t.Logf("SOAK: start: %v", start)
+	// The clock starts once every worker has set up (made and written
+	// its buffers), so that both halves run at the working set.
+	var began, deadline time.Time
+	var ready sync.WaitGroup
+	run := make(chan struct{}) // closed when the clock starts
+	stopSampling := make(chan struct{})
 	var n soakCounts
 	// Each part runs until the deadline and, on a slow host (the race
 	// detector on two cores), on until it has finished at least once, for at
@@ -148,11 +121,14 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	own.pool = p
+	own.add(shared)
 	var wg sync.WaitGroup
 	for g := range 64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-run
 			r := rand.New(rand.NewPCG(uint64(g), 1))
 			var streams []*cuda.Stream
 			for more(&n.poolOps) {
@@ -188,21 +164,33 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 	}
 	for g := range 8 {
 		wg.Add(1)
+		ready.Add(1)
 		go func() {
 			defer wg.Done()
+			set := sync.OnceFunc(ready.Done)
+			defer set()
 			cp := shared
 			if g%2 == 1 {
-				own, err := transfer.New(gctx)
+				var opts []transfer.Option
+				if g == 1 {
+					// Registers the Go slices it copies in place, within
+					// its limit: idle registrations are evicted, least
+					// recently used first, to make room.
+					opts = append(opts, transfer.WithRegistrationCache(soakCacheLimit))
+				}
+				mine, err := transfer.New(gctx, opts...)
 				if err != nil {
 					report(err)
 					return
 				}
+				own.add(mine)
 				defer func() {
-					if err := own.Close(context.Background()); err != nil {
+					own.remove(mine)
+					if err := mine.Close(context.Background()); err != nil {
 						report(err)
 					}
 				}()
-				cp = own
+				cp = mine
 			}
 			const devSize = 96 << 20
 			dev, err := gctx.Alloc(devSize)
@@ -214,6 +202,18 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 			r := rand.New(rand.NewPCG(uint64(g), 2))
 			src := make([]byte, 64<<20+4096)
 			dst := make([]byte, len(src))
+			// Every page written once now, so that the working set is
+			// reached at the start and the halves compare like with like
+			// (random sizes would otherwise touch the buffers' last pages,
+			// and the fake device's, only as the run goes on).
+			fillRandom(src, r)
+			fillRandom(dst, r)
+			if err := dev.Memset(0); err != nil {
+				report(err)
+				return
+			}
+			set()
+			<-run
 			for more(&n.copies) {
 				size := 1 + r.IntN(64<<20)
 				if r.IntN(3) == 0 {
@@ -252,8 +252,11 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 	}
 	for g := range 2 {
 		wg.Add(1)
+		ready.Add(1)
 		go func() {
 			defer wg.Done()
+			set := sync.OnceFunc(ready.Done)
+			defer set()
 			pl, err := shared.NewPipeline(transfer.WithChunkSize(4<<20), transfer.WithStreams(3), transfer.WithPinStages(true))
 			if err != nil {
 				report(err)
@@ -271,6 +274,10 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 			// what the RSS check measures.
 			const maxSize = 48 << 20
 			inBuf, outBuf := make([]byte, maxSize), make([]byte, maxSize)
+			fillRandom(inBuf, r) // every page now, as the copies' buffers
+			fillRandom(outBuf, r)
+			set()
+			<-run
 			for more(&n.pipelines) {
 				size := 1 + r.IntN(maxSize)
 				in, out := inBuf[:size], outBuf[:size]
@@ -299,21 +306,36 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 			}
 		}()
 	}
+	ready.Wait()
+	began = time.Now()
+	deadline = began.Add(time.Duration(secs) * time.Second)
+	sampled := sample(&own, began, time.Duration(secs)*time.Second, stopSampling)
+	close(run)
 	wg.Wait()
-	close(stopRSS)
-	<-rssPeaks.done
+	close(stopSampling)
+	<-sampled.done
 	close(errc)
 	for err := range errc {
 		t.Error(err)
 	}
-	rssEnd := rss(t)
+	end := own.measure()
+	t.Logf("SOAK: middle: %v", sampled.middle)
+	t.Logf("SOAK: end: %v", end)
+	own.remove(shared)
 	if err := shared.Close(context.Background()); err != nil {
 		t.Error(err)
 	}
 	if err := p.Close(context.Background()); err != nil {
 		t.Error(err)
 	}
+	own.pool = nil
 	runtime.GC()
+	t.Logf("SOAK: after Close: %v", own.measure())
+	// The Go runtime keeps the heap the soak's buffers freed resident until
+	// its scavenger returns it, minutes later: give it back now, so that
+	// MemAvailable and RSS below show what pinmem and the driver kept.
+	debug.FreeOSMemory()
+	t.Logf("SOAK: after Close, the freed Go heap returned to the OS: %v", own.measure())
 	ledger := pinmem.Stats().Pinned.Bytes
 	var after *sysinfo.Meminfo
 	// Nothing signals when the driver has returned the pages: poll, bounded
@@ -328,10 +350,15 @@ func soak(t *testing.T, gctx *cuda.Context, secs int) {
 	t.Logf("SOAK: %d s: %d pool Get/Put, %d checked round trips (%.1f GB moved), %d checked pipelines, %d pipelines stopped by their deadline",
 		secs, n.poolOps.Load(), n.copies.Load(), float64(n.copiedBytes.Load())/1e9, n.pipelines.Load(), n.canceled.Load())
 	t.Logf("SOAK: RSS start %d MiB, end %d MiB; ledger %d bytes after Close (baseline %d); Shmem %+d MiB, MemAvailable %+d MiB against the baseline",
-		rssStart>>20, rssEnd>>20, ledger, baseLedger, (int64(after.Shmem)-int64(baseMem.Shmem))>>20, (int64(after.MemAvailable)-int64(baseMem.MemAvailable))>>20)
-	t.Logf("SOAK: RSS peak %d MiB in the first half, %d MiB in the second", rssPeaks.firstPeak>>20, rssPeaks.secondPeak>>20)
-	if secs >= 30 && rssPeaks.secondPeak > rssPeaks.firstPeak+rssPeaks.firstPeak/10+64<<20 {
-		t.Errorf("RSS grew after the first half: peak %d MiB, then %d MiB", rssPeaks.firstPeak>>20, rssPeaks.secondPeak>>20)
+		start.rss>>20, end.rss>>20, ledger, baseLedger, (int64(after.Shmem)-int64(baseMem.Shmem))>>20, (int64(after.MemAvailable)-int64(baseMem.MemAvailable))>>20)
+	t.Logf("SOAK: peaks in the first half: RSS %d MiB, Go heap %d MiB, pinned %d MiB, %d streams, events and device allocations; in the second: RSS %d MiB, Go heap %d MiB, pinned %d MiB, %d streams, events and device allocations",
+		sampled.first.rss>>20, sampled.first.heapInuse>>20, sampled.first.pinned>>20, sampled.first.objects,
+		sampled.second.rss>>20, sampled.second.heapInuse>>20, sampled.second.pinned>>20, sampled.second.objects)
+	for _, err := range sampled.growth() {
+		t.Error(err)
+	}
+	if c := max(sampled.first.cachedBytes, sampled.second.cachedBytes); c > soakCacheLimit {
+		t.Errorf("the registration cache held %d MiB, above its limit of %d MiB", c>>20, soakCacheLimit>>20)
 	}
 	if ledger != baseLedger {
 		t.Errorf("ledger %d bytes after Close, want the baseline %d", ledger, baseLedger)

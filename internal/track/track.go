@@ -11,6 +11,7 @@ package track
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -54,23 +55,38 @@ type key struct {
 	id uint64
 }
 
+// record is a live object as kept: its creation stack as program
+// counters, formatted only when a report asks. A formatted stack is some
+// 6 KiB per object; a process that pins and unpins all day (a pool's
+// misses) would make that much garbage per driver object, which the Go
+// heap keeps until its next collection.
+type record struct {
+	size int64
+	pcs  []uintptr
+}
+
 var (
 	mu     sync.Mutex
-	live   = map[key]*Object{}
+	live   = map[key]record{}
 	stacks atomic.Bool
 )
+
+// maxFrames bounds the frames a creation stack keeps.
+const maxFrames = 32
 
 // EnableStacks turns capture of creation stacks on or off.
 func EnableStacks(on bool) { stacks.Store(on) }
 
 // Add records a live object. Adding the same kind and ID twice replaces the record.
 func Add(k Kind, id uint64, size int64) {
-	o := &Object{Kind: k, ID: id, Size: size}
+	r := record{size: size}
 	if stacks.Load() {
-		o.Stack = Stack(3)
+		var pcs [maxFrames]uintptr
+		n := runtime.Callers(2, pcs[:]) // from Add's caller
+		r.pcs = slices.Clone(pcs[:n])
 	}
 	mu.Lock()
-	live[key{k, id}] = o
+	live[key{k, id}] = r
 	mu.Unlock()
 }
 
@@ -87,10 +103,10 @@ func Remove(k Kind, id uint64) bool {
 func Count(k Kind) (n int, bytes int64) {
 	mu.Lock()
 	defer mu.Unlock()
-	for kk, o := range live {
+	for kk, r := range live {
 		if kk.k == k {
 			n++
-			bytes += o.Size
+			bytes += r.size
 		}
 	}
 	return n, bytes
@@ -118,10 +134,15 @@ func CountAll() Totals {
 func Live() []Object {
 	mu.Lock()
 	out := make([]Object, 0, len(live))
-	for _, o := range live {
-		out = append(out, *o)
+	pcs := make([][]uintptr, 0, len(live))
+	for k, r := range live {
+		out = append(out, Object{Kind: k.k, ID: k.id, Size: r.size})
+		pcs = append(pcs, r.pcs)
 	}
 	mu.Unlock()
+	for i := range out {
+		out[i].Stack = format(pcs[i])
+	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Kind != out[j].Kind {
 			return out[i].Kind < out[j].Kind
@@ -158,9 +179,17 @@ func Report() string {
 // Stack formats the calling goroutine's stack, skipping skip frames (as
 // runtime.Callers counts them), in the form Report prints.
 func Stack(skip int) string {
-	pcs := make([]uintptr, 32)
-	n := runtime.Callers(skip, pcs)
-	frames := runtime.CallersFrames(pcs[:n])
+	var pcs [maxFrames]uintptr
+	n := runtime.Callers(skip, pcs[:])
+	return format(pcs[:n])
+}
+
+// format formats the frames of pcs as Report prints them ("" for none).
+func format(pcs []uintptr) string {
+	if len(pcs) == 0 {
+		return ""
+	}
+	frames := runtime.CallersFrames(pcs)
 	var b strings.Builder
 	for {
 		f, more := frames.Next()

@@ -16,6 +16,11 @@
 //	full      quick + benchmarks + the C reference programs (cref/)
 //	sanitize  the tests under compute-sanitizer memcheck, -test.short
 //
+// Under -test.short a GPU test leaves out what the sanitizer judges
+// itself or distorts: speed, and calls made invalid on purpose to see the
+// driver refuse them (memcheck reports those as its own findings); the
+// quick and full tiers check them.
+//
 // A tier fits in PINMEM_SUITE_BUDGET seconds (default 560): each binary's
 // -test.timeout is cut to the time left. PINMEM_SUITE_ONLY (binary names
 // without .test, space-separated) runs only those binaries.
