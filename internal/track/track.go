@@ -125,7 +125,7 @@ func CountAll() Totals {
 	defer mu.Unlock()
 	for k, o := range live {
 		t.N[k.k]++
-		t.Bytes[k.k] += o.Size
+		t.Bytes[k.k] += o.size
 	}
 	return t
 }
