@@ -194,7 +194,7 @@ func allocHost(t target, size int, flags Flags) (*Buffer, error) {
 	// The driver's bytes, not whole pages: it places small allocations side
 	// by side in pages it pinned already.
 	lo := uintptr(p)
-	if err := regInsert(lo, lo+uintptr(size), false); err != nil {
+	if err := regInsert(lo, lo+uintptr(size)); err != nil {
 		// Only possible if the driver returned memory pinmem thinks is pinned already.
 		_ = t.do(func() error { track.Remove(track.HostAlloc, uint64(lo)); return t.drv.MemFreeHost(p) })
 		unreserve(n)
@@ -254,7 +254,7 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 		return nil, driverErr("cuMemHostRegister", fmt.Sprintf("flags %s, mmap", flags), err, n, before, limit)
 	}
 	lo := uintptr(p)
-	if err := regInsert(lo, lo+uintptr(size), true); err != nil {
+	if err := regInsert(lo, lo+uintptr(size)); err != nil {
 		var left []chunk
 		uerr := t.do(func() (err error) { left, err = unregisterChunks(t, chunks); return err })
 		undo(left)
@@ -395,10 +395,8 @@ func registerChunks(t target, p hostptr.Ptr, length uintptr, flags Flags) ([]chu
 
 // chunkLen is the length of the registration at offset off of the range
 // at p that ends at offset end: step bytes, cut back to a page boundary of
-// the address space, or the rest when no more than step is left. The
-// driver pins whole pages and refuses to register a page twice
-// (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED), so two chunks of an
-// unaligned range must not share one.
+// the address space, or the rest when no more than step is left, so that
+// no page is registered twice by two chunks of one buffer.
 func chunkLen(p hostptr.Ptr, off, step, end uintptr) uintptr {
 	if end-off <= step {
 		return end - off
@@ -457,8 +455,8 @@ func keepOrphan(s *bufState, reserved int64) {
 // most 4 GiB per call; see Buffer.Segments) in the device's primary
 // context, and keeps it alive and unmovable with a runtime.Pinner until Free. Free unregisters and
 // unpins; it never frees mem. mem must not be pinned by pinmem already: a
-// range that shares a byte or a page with a buffer pinmem pinned (the
-// driver registers whole pages) is an *OverlapError, and the driver's own CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+// range that shares a byte with a buffer pinmem pinned is an *OverlapError
+// (one that only shares a page is registered, as the driver does), and the driver's own CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
 // (memory registered by other code) is returned as it is; both match
 // cuda.ErrAlreadyRegistered.
 //
@@ -492,7 +490,7 @@ func register(mem []byte, flags Flags, o options) (*Buffer, error) {
 	}
 	p := hostptr.PtrOf(mem)
 	lo, hi := uintptr(p), uintptr(p)+uintptr(len(mem))
-	if err := regInsert(lo, hi, true); err != nil {
+	if err := regInsert(lo, hi); err != nil {
 		return nil, err
 	}
 	b, err := registerClaimed(mem, p, lo, hi, flags, o)

@@ -302,7 +302,7 @@ func (s *bufState) release() error {
 	}
 	if err != nil {
 		if s.regLo != 0 {
-			_ = regInsertState(s.regLo, s.regHi, s.kind != KindHostAlloc, s)
+			_ = regInsertState(s.regLo, s.regHi, s)
 		}
 		return err
 	}

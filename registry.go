@@ -9,28 +9,21 @@ import (
 	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
-// OverlapError is returned when memory to be pinned is pinned by pinmem
-// already: it shares a byte with a live buffer (the same memory pinned
-// twice), or it is to be registered with cuMemHostRegister and shares a
-// page with a live buffer (the driver pins and records whole pages, and
-// refuses to register a page that is pinned). Two cuMemHostAlloc
-// allocations may share a page: the driver places small ones side by side
-// in pages it pinned already. It matches cuda.ErrAlreadyRegistered.
+// OverlapError is returned when memory to be pinned shares a byte with a
+// buffer pinmem pinned already (the same memory pinned twice). Buffers that
+// only share a page are both valid, as on the driver: it places small
+// cuMemHostAlloc allocations side by side in pages it pinned already, and
+// it registers memory sharing a page with a registered range (both seen on
+// an H100, driver 580). It matches cuda.ErrAlreadyRegistered.
 type OverlapError struct {
 	Start, End           uintptr // the requested range [Start, End), byte for byte
 	OtherStart, OtherEnd uintptr // the bytes of the live buffer it collides with
-	// SharedPage is true when no byte is shared, only a page.
-	SharedPage bool
 }
 
 // Error describes the failure with its figures.
 func (e *OverlapError) Error() string {
 	if e == nil {
 		return "<nil>"
-	}
-	if e.SharedPage {
-		return fmt.Sprintf("pinmem: host range [%#x,%#x) shares a page with already pinned range [%#x,%#x), and the driver registers whole pages: host memory already registered",
-			e.Start, e.End, e.OtherStart, e.OtherEnd)
 	}
 	same := ""
 	if e.Start == e.OtherStart && e.End == e.OtherEnd {
@@ -52,43 +45,35 @@ func (e *OverlapError) Is(target error) bool {
 // buffer (nil while the range is claimed but the buffer is not made yet).
 type hostRange struct {
 	lo, hi uintptr
-	reg    bool // registered with cuMemHostRegister: its pages are the driver's record
 	s      *bufState
 }
 
 // The registry holds the byte ranges of the live buffers, sorted by start
-// and disjoint, so also sorted by end. It refuses what the driver refuses:
-// the same byte pinned twice, and a registration sharing a page with
-// pinned memory. It keeps no page rounding of its own: the driver places
-// small cuMemHostAlloc allocations side by side in one page.
+// and disjoint, so also sorted by end. It refuses what the driver refuses,
+// the same byte pinned twice, and keeps no page rounding of its own.
 var registry struct {
 	mu     sync.RWMutex // Lookup reads on every transfer, concurrently
 	ranges []hostRange
 }
 
-// regInsert claims [lo, hi), registered with cuMemHostRegister when reg,
-// or reports the range it collides with.
-func regInsert(lo, hi uintptr, reg bool) error { return regInsertState(lo, hi, reg, nil) }
+// regInsert claims [lo, hi), or reports the range it collides with.
+func regInsert(lo, hi uintptr) error { return regInsertState(lo, hi, nil) }
 
 // regInsertState claims [lo, hi) for s (nil: bound later by regBind).
-func regInsertState(lo, hi uintptr, reg bool, s *bufState) error {
+func regInsertState(lo, hi uintptr, s *bufState) error {
 	r := &registry
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	pl, ph := lo&^(pageSize-1), roundUp(hi, pageSize)
-	// Every range that shares a page with [lo, hi) ends past pl and starts
-	// before ph; the first ending past pl is found by binary search.
-	for i := sort.Search(len(r.ranges), func(i int) bool { return r.ranges[i].hi > pl }); i < len(r.ranges) && r.ranges[i].lo < ph; i++ {
+	// The first range ending past lo is the only one that can share a byte
+	// with [lo, hi).
+	if i := sort.Search(len(r.ranges), func(i int) bool { return r.ranges[i].hi > lo }); i < len(r.ranges) && r.ranges[i].lo < hi {
 		o := r.ranges[i]
-		bytes := o.lo < hi && lo < o.hi
-		if bytes || reg || o.reg {
-			return &OverlapError{Start: lo, End: hi, OtherStart: o.lo, OtherEnd: o.hi, SharedPage: !bytes}
-		}
+		return &OverlapError{Start: lo, End: hi, OtherStart: o.lo, OtherEnd: o.hi}
 	}
 	i := sort.Search(len(r.ranges), func(i int) bool { return r.ranges[i].lo > lo })
 	r.ranges = append(r.ranges, hostRange{})
 	copy(r.ranges[i+1:], r.ranges[i:])
-	r.ranges[i] = hostRange{lo, hi, reg, s}
+	r.ranges[i] = hostRange{lo, hi, s}
 	return nil
 }
 

@@ -28,9 +28,10 @@
 // it fails on a GPU. Small pinned allocations (cuMemHostAlloc of up to 256
 // KiB) come back as the driver returns them, 512 bytes apart in pages they
 // share with other small allocations, so memory is never pinned in whole
-// pages of its own. Registering memory with a page that is pinned already
+// pages of its own. Registering memory with a byte that is pinned already
 // fails with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (matching
-// cuda.ErrAlreadyRegistered), even with no byte in common. One copy may not
+// cuda.ErrAlreadyRegistered); memory that only shares a page with a
+// registered range is registered, as on the driver. One copy may not
 // span two registrations, or run from one allocation into its neighbour
 // (CUDA_ERROR_INVALID_VALUE). Asynchronous work that touches memory freed
 // or unregistered before it ran fails with CUDA_ERROR_ILLEGAL_ADDRESS, and

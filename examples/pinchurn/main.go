@@ -25,7 +25,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"reflect"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
@@ -182,7 +181,7 @@ func churn(ctx context.Context, gpu *cuda.Context, n int, seed uint64) (res resu
 		size := min(1+int(r.Int64N(1<<r.IntN(21))), 1<<20) // log-uniform: 1 B to 1 MiB, most of them small
 		var b *pinmem.Buffer
 		if wy.register {
-			b, err = pinmem.Register(pageAligned(size), wy.flags)
+			b, err = pinmem.Register(make([]byte, size), wy.flags) // small Go slices may share a page: both register
 		} else {
 			b, err = pinmem.Alloc(size, wy.flags, pinmem.WithMethod(wy.method))
 		}
@@ -235,17 +234,6 @@ func churn(ctx context.Context, gpu *cuda.Context, n int, seed uint64) (res resu
 	}
 	res.ways, res.unsupported = len(all)-len(unsupported), len(unsupported)
 	return res, nil
-}
-
-// pageAligned returns a Go slice of size bytes that starts a page and
-// shares no page with other memory: the driver registers whole pages and
-// refuses to register a page twice, so two small Go slices that the Go
-// allocator placed in one page cannot both be registered.
-func pageAligned(size int) []byte {
-	page := os.Getpagesize()
-	mem := make([]byte, (size+page-1)/page*page+page)
-	o := int(-reflect.ValueOf(mem).Pointer() & uintptr(page-1)) // to the first page boundary
-	return mem[o : o+size : o+size]
 }
 
 // roundTrip sends l's buffer to the device and into a pool block of the

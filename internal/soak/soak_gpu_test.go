@@ -31,7 +31,6 @@ const envSoakSeconds = "PINMEM_SOAK_SECONDS"
 
 var crcTable = crc64.MakeTable(crc64.ECMA)
 
-
 // soakCounts are the soak's tallies, reported at the end.
 type soakCounts struct {
 	poolOps, copies, pipelines, canceled, copiedBytes atomic.Int64

@@ -10,8 +10,9 @@
 //     anonymous mmap (not Go heap); MemFreeHost unmaps it. Small requests
 //     (up to 256 KiB) are placed as the driver places them, 512 bytes
 //     apart in pages shared with other small allocations. Registered
-//     ranges are tracked like the driver does, by whole pages (a range
-//     with a page pinned already -> 712, unknown unregister -> 713).
+//     ranges are tracked byte for byte, as the driver refuses them (a
+//     range with a byte pinned already -> 712, one sharing only a page is
+//     registered; unknown unregister -> 713).
 //     Registering Go memory is allowed (callers pin it with
 //     runtime.Pinner). One copy may not span two allocations or
 //     registrations (-> 1).

@@ -90,14 +90,14 @@ func (d *Driver) findHost(p uintptr) *hostRange {
 	return nil
 }
 
-// overlapsPinnedPages reports whether a page of [p, p+n) is pinned
-// already: by a registration, an allocation or a slab of small
-// allocations. The driver pins whole pages, and cuMemHostRegister refuses
-// memory whose pages are pinned, even where no byte of the two ranges is
-// shared.
-func (d *Driver) overlapsPinnedPages(p, n uintptr) bool {
-	page := uintptr(unix.Getpagesize())
-	lo, hi := p&^(page-1), (p+n+page-1)&^(page-1)
+// overlapsPinned reports whether a byte of [p, p+n) is pinned already: by
+// a registration, an allocation or a slab of small allocations (the
+// driver's own pinned pages, every byte of them). cuMemHostRegister
+// refuses those; memory that only shares a page with a registered range
+// it registers (seen on an H100, driver 580: bytes 200-300 of a page whose
+// bytes 0-100 were registered).
+func (d *Driver) overlapsPinned(p, n uintptr) bool {
+	lo, hi := p, p+n
 	// Ranges are disjoint and sorted by start, so also by end: the first
 	// ending past lo is the only candidate below hi that matters.
 	i := sort.Search(len(d.host), func(i int) bool { return d.host[i].end() > lo })
@@ -354,10 +354,11 @@ func (d *Driver) MemFreeHost(p unsafe.Pointer) error {
 	return nil
 }
 
-// MemHostRegister is cuMemHostRegister_v2. A range with a page pinned
-// already (registered, or allocated with MemHostAlloc), even one it shares
-// no byte with, fails with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, as
-// the driver pins and records whole pages; a device without
+// MemHostRegister is cuMemHostRegister_v2. A range with a byte pinned
+// already (registered, allocated with MemHostAlloc, or in the pages the
+// driver keeps for small allocations) fails with
+// CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED; one that only shares a page
+// with a registered range is registered, as on the driver; a device without
 // AttrHostRegisterSupported (or AttrReadOnlyHostRegisterSupported, for the
 // read-only flag) fails with CUDA_ERROR_NOT_SUPPORTED.
 func (d *Driver) MemHostRegister(p unsafe.Pointer, size uint64, flags uint32) error {
@@ -386,8 +387,8 @@ func (d *Driver) MemHostRegister(p unsafe.Pointer, size uint64, flags uint32) er
 			return errorWhy(op, cudadrv.ErrorNotSupported, "device lacks read-only host registration")
 		}
 	}
-	if d.overlapsPinnedPages(uintptr(p), uintptr(size)) {
-		return errorWhy(op, cudadrv.ErrorHostMemoryAlreadyRegistered, "the pages of [%p, +%d) overlap pinned pages", p, size)
+	if d.overlapsPinned(uintptr(p), uintptr(size)) {
+		return errorWhy(op, cudadrv.ErrorHostMemoryAlreadyRegistered, "[%p, +%d) overlaps pinned memory", p, size)
 	}
 	if d.regLimit != 0 && d.regBytes+size > d.regLimit {
 		return errorWhy(op, cudadrv.ErrorOutOfMemory, "%d bytes requested, %d of the limit %d registered", size, d.regBytes, d.regLimit)
