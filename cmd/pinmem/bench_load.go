@@ -55,6 +55,9 @@ type loadBenchConfig struct {
 	Streams    int    `json:"streams"`
 	Depth      int    `json:"direct_depth"`
 	DropCaches bool   `json:"drop_caches"`
+	// Defaults: the loader ran with its own sizes (load.DefaultSettings on
+	// this machine): no size flag was given.
+	Defaults bool `json:"loader_defaults"`
 }
 
 func newBenchLoad() *cobra.Command {
@@ -106,10 +109,11 @@ the host, against the same of the device memory copied back.
 	_ = c.RegisterFlagCompletionFunc("baseline", fixedCompletion(loadKinds...))
 	fl.IntVar(&f.cfg.Samples, "samples", 3, "timed samples per measurement (median, min and max are reported)")
 	fl.StringVar(&f.mode, "mode", "auto", "the loader's read mode for the warm file: auto, direct, buffered or mapped (cold loads use auto)")
-	fl.IntVar(&f.cfg.Readers, "readers", min(load.DefaultParallelism, runtime.NumCPU()), "loader reader goroutines (load.WithParallelism), and goroutines of the parallel page-cache read")
+	d := load.DefaultSettings()
+	fl.IntVar(&f.cfg.Readers, "readers", d.Parallelism, "loader reader goroutines (load.WithParallelism), and goroutines of the parallel page-cache read (default: the loader's on this machine, load.DefaultSettings)")
 	fl.IntVar(&f.cfg.Stages, "stages", 0, "pinned stages of the loader (load.WithDepth; 0: twice --readers)")
-	fl.StringVar(&f.stageSize, "stage-size", "16MiB", "bytes per stage and per read request")
-	fl.IntVar(&f.cfg.Streams, "streams", load.DefaultStreams, "CUDA streams of the loader")
+	fl.StringVar(&f.stageSize, "stage-size", units.FormatSize(int64(d.StageSize)), "bytes per stage and per read request (default: the loader's)")
+	fl.IntVar(&f.cfg.Streams, "streams", d.Streams, "CUDA streams of the loader (default: the loader's)")
 	fl.IntVar(&f.cfg.Depth, "depth", 8, "O_DIRECT requests in flight in the cold sequential read")
 	fl.BoolVar(&f.cfg.DropCaches, "drop-caches", false, "measure the cold file too, dropping the page cache before each cold sample (root only)")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar on standard error")
@@ -124,11 +128,13 @@ type benchLoadFlags struct {
 	mode, stageSize, baseline string
 	device                    int
 	quiet                     bool
+	set                       func(flag string) bool // whether the user gave the flag
 }
 
 // run measures the file (or checkpoint) file and writes the report.
 func (f *benchLoadFlags) run(cmd *cobra.Command, file string) (err error) {
 	f.cfg.File = file
+	f.set = func(flag string) bool { return cmd.Flags().Changed(flag) }
 	opts, err := f.options()
 	if err != nil {
 		return err
@@ -190,12 +196,28 @@ func (f *benchLoadFlags) options() ([]load.Option, error) {
 	if cfg.Depth < 1 || cfg.Depth > 256 {
 		return nil, usagef("--depth %d: must be from 1 to 256", cfg.Depth)
 	}
-	opts := []load.Option{load.WithMode(m), load.WithStageSize(cfg.StageSize), load.WithParallelism(cfg.Readers), load.WithStreams(cfg.Streams)}
+	// Only the sizes the user set are passed: the rows measure the
+	// loader's own defaults otherwise (load.DefaultSettings), and the
+	// configuration records the values either way.
+	opts := []load.Option{load.WithMode(m)}
+	for _, o := range []struct {
+		flag string
+		opt  load.Option
+	}{
+		{"stage-size", load.WithStageSize(cfg.StageSize)},
+		{"readers", load.WithParallelism(cfg.Readers)},
+		{"streams", load.WithStreams(cfg.Streams)},
+	} {
+		if f.set(o.flag) {
+			opts = append(opts, o.opt)
+		}
+	}
 	if cfg.Stages > 0 {
 		opts = append(opts, load.WithDepth(cfg.Stages))
 	} else {
 		cfg.Stages = 2 * cfg.Readers
 	}
+	cfg.Defaults = !f.set("stage-size") && !f.set("readers") && !f.set("streams") && !f.set("stages")
 	// load.New checks its options before its context: with a nil
 	// context it opens nothing, and only an option it refuses is the
 	// user's error.
@@ -562,16 +584,27 @@ func (r *loadRun) loads(l *load.Loader, kind, dir string, before func() error) (
 		if verr != nil {
 			part[i].VerifyFailed, part[i].Note = true, "VERIFY FAILED: "+verr.Error()
 		} else {
-			part[i].Verified, part[i].Note = true, loadNote(last)
+			part[i].Verified, part[i].Note = true, loadNote(last, r.cfg)
 		}
 	}
 	return part, nil
 }
 
+// settingsNote says the loader's sizes, and whether they were its
+// defaults on this machine.
+func settingsNote(cfg loadBenchConfig) string {
+	n := fmt.Sprintf("%d readers, %d stages of %s, %d streams", cfg.Readers, cfg.Stages, bench.FormatSize(int64(cfg.StageSize)), cfg.Streams)
+	if cfg.Defaults {
+		n += fmt.Sprintf(" (the loader's defaults on %d cores)", runtime.NumCPU())
+	}
+	return n
+}
+
 // loadNote says how the last load read the file: its mode, how much of
-// the file was resident, and why it fell back, if it did.
-func loadNote(last load.Stats) string {
-	n := fmt.Sprintf("mode %s", last.Mode)
+// the file was resident, and why it fell back, if it did; and the
+// loader's sizes.
+func loadNote(last load.Stats, cfg loadBenchConfig) string {
+	n := fmt.Sprintf("mode %s, %s", last.Mode, settingsNote(cfg))
 	if last.Resident >= 0 {
 		n += fmt.Sprintf(", %.0f%% resident", 100*last.Resident)
 	}

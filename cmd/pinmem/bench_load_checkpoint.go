@@ -226,7 +226,7 @@ func (r *checkpointRun) loads(kind string, mode ...load.Option) ([]bench.Result,
 func (r *checkpointRun) verify(part []bench.Result, last load.Stats) {
 	verr := verifyCheckpoint(r.dst, r.placed)
 	for i := range part {
-		part[i].Verified, part[i].Note = verr == nil, fmt.Sprintf("%d tensors, %d shards, mode %s", len(r.placed), len(r.shards), last.Mode)
+		part[i].Verified, part[i].Note = verr == nil, fmt.Sprintf("%d tensors, %d shards, mode %s, %s", len(r.placed), len(r.shards), last.Mode, settingsNote(*r.cfg))
 		if last.Fallback != "" {
 			part[i].Note += ", fell back: " + last.Fallback
 		}
