@@ -32,15 +32,18 @@ func init() {
 // Kinds of the load bench's results.
 const (
 	loadKindLoader   = "loader"        // package load: file to device memory
-	loadKindMapped   = "loader-mapped" // package load, ModeMapped: the mapping registered read-only, no CPU copy
 	loadKindParallel = "read-parallel" // N goroutines pread into Go memory
 	loadKindDirect   = "read-direct"   // sequential O_DIRECT reads, several in flight
 	loadKindBuffered = "read-buffered" // sequential buffered reads, one at a time
 )
 
 // loadKinds are every kind of the load bench's rows, the choices of --baseline.
-var loadKinds = []string{loadKindLoader, loadKindMapped, loadKindParallel, loadKindDirect, loadKindBuffered,
-	loadKindCheckpoint, loadKindCkMapped, loadKindFirst}
+var loadKinds = []string{loadKindLoader, loadKindParallel, loadKindDirect, loadKindBuffered,
+	loadKindCheckpoint, loadKindFirst}
+
+// dropCaches drops the page cache before a cold sample (dropPageCache);
+// tests replace it.
+var dropCaches = dropPageCache
 
 // loadBenchConfig is the load bench's configuration, as the report's
 // metadata records it.
@@ -69,23 +72,26 @@ func newBenchLoad() *cobra.Command {
 seconds per GB of the whole process), beside the rate at which the same run
 reads FILE from the page cache into Go memory with as many goroutines as the
 loader has readers (no GPU): the ratio column shows how close the loader
-comes to the page cache. The loader-mapped row loads the warm FILE again
-through its mapping, registered read-only window by window so that the copy
-engine reads the page cache with no CPU copy (it says where the device
-refuses and the loader fell back to reads).
+comes to the page cache. Unless --readers, --stages, --stage-size or
+--streams is given, the loader runs with its own defaults on this machine
+(load.DefaultSettings), and its rows say which sizes it used.
 
 FILE may also be a sharded safetensors checkpoint, its directory or its
 model.safetensors.index.json: then safetensors.LoadCheckpoint loads every
-tensor into one device allocation, the shards in parallel (rows checkpoint
-and checkpoint-mapped), beside a parallel read of every shard; the
-checkpoint-first row is the time until the first tensor is on the device.
-Every tensor is verified. A checkpoint is measured warm only.
+tensor into one device allocation, the shards in parallel (row
+checkpoint), beside a parallel read of every shard; the checkpoint-first
+row is the time until the first tensor is on the device. Every tensor is
+verified.
 
 With --drop-caches (as root) it also measures a cold FILE, dropping the page
 cache (echo 3 > /proc/sys/vm/drop_caches) before every cold sample: the
 loader, sequential O_DIRECT reads with --depth requests in flight, and
 sequential buffered reads (one request at a time, the kernel's read-ahead).
-Without it the cold rows are listed as skipped.
+Without it the cold rows are listed as skipped. For a checkpoint, the cold
+rows are the disk's parallel reads of every shard at once (O_DIRECT with
+--depth requests in flight per shard, and buffered with --readers
+goroutines per shard) and LoadCheckpoint, whose note gives its ratio to the
+better of the two.
 
 The loader's data is verified: CRC-32C of every 64 MiB of the file, read on
 the host, against the same of the device memory copied back.
@@ -108,7 +114,7 @@ the host, against the same of the device memory copied back.
 	fl.StringVar(&f.baseline, "baseline", loadKindParallel, "the row the table's ratio column compares with: "+strings.Join(loadKinds, ", ")+" (empty: no ratio column)")
 	_ = c.RegisterFlagCompletionFunc("baseline", fixedCompletion(loadKinds...))
 	fl.IntVar(&f.cfg.Samples, "samples", 3, "timed samples per measurement (median, min and max are reported)")
-	fl.StringVar(&f.mode, "mode", "auto", "the loader's read mode for the warm file: auto, direct, buffered or mapped (cold loads use auto)")
+	fl.StringVar(&f.mode, "mode", "auto", "the loader's read mode for the warm file: auto, direct, buffered or mapped (which reads buffered; cold loads use auto)")
 	d := load.DefaultSettings()
 	fl.IntVar(&f.cfg.Readers, "readers", d.Parallelism, "loader reader goroutines (load.WithParallelism), and goroutines of the parallel page-cache read (default: the loader's on this machine, load.DefaultSettings)")
 	fl.IntVar(&f.cfg.Stages, "stages", 0, "pinned stages of the loader (load.WithDepth; 0: twice --readers)")
@@ -236,8 +242,6 @@ func (f *benchLoadFlags) checkFile() (checkpoint bool, err error) {
 	switch {
 	case err != nil:
 		return false, usagef("%s: %v", cfg.File, unwrapPath(err))
-	case checkpoint && cfg.DropCaches:
-		return false, usagef("--drop-caches: a checkpoint is measured warm only")
 	case checkpoint:
 		if shards, err := checkpointShards(cfg.File); err != nil {
 			return false, usagef("%s: not a safetensors checkpoint: %v", cfg.File, err)
@@ -485,10 +489,9 @@ func (r *loadRun) loader(extra ...load.Option) (*load.Loader, error) {
 	return load.New(r.gpu, append(append([]load.Option{}, r.opts...), extra...)...)
 }
 
-// warm measures the warm file: read in parallel into Go memory, loaded by
-// l (closed after it, so that one loader's stages are pinned at a time),
-// and loaded through its mapping, registered read-only window by window
-// so that the copy engine reads the page cache.
+// warm measures the warm file: read in parallel into Go memory, and
+// loaded by l (closed after it, so that one loader's stages are pinned at
+// a time).
 func (r *loadRun) warm(l *load.Loader) error {
 	cfg := r.cfg
 	part, err := measure(r.ctx, loadKindParallel, "warm", cfg.Size, cfg.Samples, nil, func(int) error {
@@ -502,22 +505,7 @@ func (r *loadRun) warm(l *load.Loader) error {
 		return err
 	}
 	r.add(part)
-	if err := l.Close(r.ctx); err != nil {
-		return err
-	}
-	mapped, err := r.loader(load.WithMode(load.ModeMapped))
-	if err != nil {
-		return err
-	}
-	part, err = r.loads(mapped, loadKindMapped, "warm", nil)
-	if cerr := mapped.Close(r.ctx); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	r.add(part)
-	return nil
+	return l.Close(r.ctx)
 }
 
 // cold measures the cold file, the page cache dropped before each sample:
