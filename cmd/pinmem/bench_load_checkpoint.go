@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -22,8 +22,8 @@ import (
 
 // Kinds of the checkpoint rows of the load bench.
 const (
-	loadKindCheckpoint = "checkpoint"        // safetensors.LoadCheckpoint of every tensor
-	loadKindFirst      = "checkpoint-first"  // ms from the call to the first tensor on the device
+	loadKindCheckpoint = "checkpoint"       // safetensors.LoadCheckpoint of every tensor
+	loadKindFirst      = "checkpoint-first" // ms from the call to the first tensor on the device
 )
 
 // isCheckpoint reports whether the load bench's argument names a sharded
