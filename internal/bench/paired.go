@@ -163,7 +163,7 @@ func (w *bwWork) boundMem(n int) error {
 	if w.pinned == nil && w.pinErr == nil {
 		w.pinned, w.pinErr = pinmem.Alloc(w.n, 0, pinmem.WithDevice(w.s.Dev))
 		if w.pinErr == nil {
-			w.pool = copypool.New(min(transfer.DefaultParallelism, runtime.NumCPU()), false)
+			w.pool = copypool.New(min(transfer.DefaultParallelism, runtime.NumCPU())-1, false) // the caller copies too, as in a Copier
 		}
 	}
 	if w.pinErr == nil && len(w.pinned.Bytes()) < n {
