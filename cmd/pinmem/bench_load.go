@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -35,11 +36,12 @@ const (
 	loadKindParallel = "read-parallel" // N goroutines pread into Go memory
 	loadKindDirect   = "read-direct"   // sequential O_DIRECT reads, several in flight
 	loadKindBuffered = "read-buffered" // sequential buffered reads, one at a time
+	loadKindPinned   = "pinned-h2d"    // one copy of pinned host memory to the device: the link's rate in this run
 )
 
 // loadKinds are every kind of the load bench's rows, the choices of --baseline.
 var loadKinds = []string{loadKindLoader, loadKindParallel, loadKindDirect, loadKindBuffered,
-	loadKindCheckpoint, loadKindFirst}
+	loadKindCheckpoint, loadKindFirst, loadKindPinned}
 
 // dropCaches drops the page cache before a cold sample (dropPageCache);
 // tests replace it.
@@ -72,7 +74,9 @@ func newBenchLoad() *cobra.Command {
 seconds per GB of the whole process), beside the rate at which the same run
 reads FILE from the page cache into Go memory with as many goroutines as the
 loader has readers (no GPU): the ratio column shows how close the loader
-comes to the page cache. Unless --readers, --stages, --stage-size or
+comes to the page cache. A pinned-h2d row copies up to 256 MiB of pinned
+host memory to the device, the link's rate in the same run, and the
+loader's row gives its ratio to it. Unless --readers, --stages, --stage-size or
 --streams is given, the loader runs with its own defaults on this machine
 (load.DefaultSettings), and its rows say which sizes it used.
 
@@ -156,7 +160,7 @@ func (f *benchLoadFlags) run(cmd *cobra.Command, file string) (err error) {
 	if err := checkBudgetEnv(); err != nil {
 		return err
 	}
-	pr := newProgress(cmd.ErrOrStderr(), f.quiet, 12, "bench load") // 6 measurements, 2 results each
+	pr := newProgress(cmd.ErrOrStderr(), f.quiet, 13, "bench load") // 6 measurements of 2 results each, and the pinned reference
 	s, err := bench.Open(cmd.Context(), f.device, bench.SessionConfig{Progress: pr.writer(), NoSpin: true})
 	if err != nil {
 		pr.done()
@@ -501,11 +505,72 @@ func (r *loadRun) warm(l *load.Loader) error {
 		return err
 	}
 	r.add(part)
+	pinned, err := pinnedRef(r.ctx, r.gpu, r.dst, cfg.Samples)
+	if err != nil {
+		return err
+	}
+	r.add(pinned)
 	if part, err = r.loads(l, loadKindLoader, "warm", nil); err != nil {
 		return err
 	}
+	notePinned(part, pinned)
 	r.add(part)
 	return l.Close(r.ctx)
+}
+
+// pinnedRef measures the link's host-to-device rate in this run: one copy
+// of up to 256 MiB of pinned host memory into dst on a stream of its own,
+// waited for, per sample; the device bytes are checked after the samples.
+// It is the reference of the loader's rows (notePinned): a load can at
+// best reach it.
+func pinnedRef(ctx context.Context, gpu *cuda.Context, dst *cuda.DeviceBuffer, samples int) ([]bench.Result, error) {
+	n := min(256<<20, dst.Size())
+	host, err := pinmem.Alloc(n, 0, pinmem.WithDevice(gpu.Device()))
+	if err != nil {
+		return nil, fmt.Errorf("pinned reference: %w", err)
+	}
+	defer func() { _ = host.Free() }()
+	st, err := gpu.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = st.Destroy() }()
+	for i := range host.Bytes() {
+		host.Bytes()[i] = byte(i*131 + i>>16)
+	}
+	part, err := measure(ctx, loadKindPinned, "warm", int64(n), samples, nil, func(int) error {
+		off := 0
+		for _, seg := range host.Segments() { // one copy per registration
+			if err := st.CopyHtoD(dst, off, seg); err != nil {
+				return err
+			}
+			off += len(seg)
+		}
+		return st.Synchronize(ctx)
+	}, fmt.Sprintf("%s of pinned host memory to the device, one stream: the link's rate in this run", bench.FormatSize(int64(n))))
+	if err != nil || len(part) == 0 || part[0].Skipped {
+		return part[:min(len(part), 1)], err
+	}
+	back := make([]byte, n)
+	if _, err := dst.ReadAt(back, 0); err != nil {
+		return nil, err
+	}
+	part[0].Verified = bytes.Equal(back, host.Bytes())
+	if !part[0].Verified {
+		part[0].VerifyFailed, part[0].Note = true, "VERIFY FAILED: the device bytes differ from the pinned buffer's"
+	}
+	return part[:1], nil // the GB/s row; the CPU time of a DMA says nothing
+}
+
+// notePinned adds to the loader's GB/s row its ratio to the pinned
+// reference of the same run.
+func notePinned(part, pinned []bench.Result) {
+	if len(part) == 0 || len(pinned) == 0 {
+		return
+	}
+	if x, ok := bench.Ratio(part[0], pinned[0]); ok {
+		part[0].Note += fmt.Sprintf("; %.2f of %s in this run (target: at least 0.9)", x, loadKindPinned)
+	}
 }
 
 // cold measures the cold file, the page cache dropped before each sample:

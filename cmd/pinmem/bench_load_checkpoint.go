@@ -104,9 +104,15 @@ func runCheckpointBench(ctx context.Context, gpu *cuda.Context, cfg *loadBenchCo
 		return r.rs, err
 	}
 	r.add(part)
+	pinned, err := pinnedRef(ctx, gpu, r.dst, cfg.Samples)
+	if err != nil {
+		return r.rs, err
+	}
+	r.add(pinned)
 	if part, err = r.loads(loadKindCheckpoint, "warm", nil); err != nil {
 		return r.rs, err
 	}
+	notePinned(part, pinned)
 	r.add(part)
 	if cfg.DropCaches {
 		return r.rs, r.cold()

@@ -49,8 +49,11 @@ func TestBenchLoadFake(t *testing.T) {
 			}
 		}
 	}
-	if r := got["loader/warm/GB/s"]; !r.Verified || !strings.Contains(r.Note, "mode") {
-		t.Errorf("warm loader not verified: %+v", r)
+	if r := got["loader/warm/GB/s"]; !r.Verified || !strings.Contains(r.Note, "mode") || !strings.Contains(r.Note, "of pinned-h2d in this run") {
+		t.Errorf("warm loader not verified, or without its ratio to the pinned reference: %+v", r)
+	}
+	if r := got["pinned-h2d/warm/GB/s"]; !r.Verified || r.Samples != 2 || r.Median <= 0 {
+		t.Errorf("pinned reference: %+v", r)
 	}
 	if r := got["loader/warm/GB/s"]; !strings.Contains(r.Note, "3 readers, 6 stages of 256KiB, 2 streams") || strings.Contains(r.Note, "defaults") {
 		t.Errorf("the loader's note does not give the sizes set by flags: %q", r.Note)
@@ -202,7 +205,10 @@ func TestBenchLoadCheckpointFake(t *testing.T) {
 				t.Errorf("%s: %+v", k, r)
 			}
 		}
-		if r := got["checkpoint-first/ms"]; r.Samples != 2 || r.Median <= 0 {
+		if r := got["checkpoint/GB/s"]; !strings.Contains(r.Note, "of pinned-h2d in this run") {
+			t.Errorf("checkpoint without its ratio to the pinned reference: %q", r.Note)
+		}
+		if r := got["checkpoint-first/ms"]; r.Samples != 2 || r.Median <= 0 || !strings.Contains(r.Note, "% of it") {
 			t.Errorf("checkpoint-first: %+v", r)
 		}
 		if r := got["read-parallel/GB/s"]; r.Skipped || r.Samples != 2 {
