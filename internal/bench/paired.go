@@ -17,7 +17,7 @@ import (
 // the smaller of the CPU's parallel copy between the Go slice and pinned
 // memory (with the Copier's goroutines) and the copy engine's rate from or
 // to pinned memory, of the same size.
-const KindStagedBound = "staged-bound"
+const KindStagedBound = KindImageStagedBound
 
 // stagedBoundMin is the smallest size at which a copier row has a
 // staged-bound row: below it a default Copier does not stage a transfer
