@@ -506,14 +506,14 @@ func TestFakePinnedQueries(t *testing.T) {
 	}
 }
 
-// TestFakeKernel: the kernel copies blocks whose size or addresses are
+// TestFakeKernel: the kernel (as the Copier's strategy) copies blocks whose size or addresses are
 // not multiples of 16 (the byte path), refuses host memory that is not
 // mapped and lists longer than its tables, and reads no table a queued
 // launch still reads: with four tables, the fifth list waits, bounded by
 // ctx, for the first list's launch.
 func TestFakeKernel(t *testing.T) {
 	e := newEnv(t, fakedrv.Options{}, 4096, 40, pinmem.Mapped)
-	bc := newCopier(t, e.ctx, blocks.WithKernel(8))
+	bc := newCopier(t, e.ctx, blocks.WithStrategy(blocks.Kernel), blocks.WithKernel(8))
 	src := e.src.Bytes()
 	odd := []blocks.Block{{Host: src[1:14], Dev: e.in, Off: 3}, {Host: src[100:113], Dev: e.in, Off: 1000}}
 	_, err := bc.Copy(context.Background(), blocks.ToDevice(e.s1, odd))
@@ -767,4 +767,44 @@ func TestFakeBorrowed(t *testing.T) {
 	}
 	must(t, e.s1.Synchronize(context.Background()))
 	e.check(t, l)
+}
+
+// TestFakeAutoWithKernel: a Copier with a kernel takes it under Auto for
+// small blocks in mapped host memory, and the copy engines for large
+// blocks, for host blocks that are not mapped and for lists longer than
+// its tables; every byte of every call is checked.
+func TestFakeAutoWithKernel(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		bs    int
+		flags pinmem.Flags
+		cap   int
+		want  blocks.Strategy
+	}{
+		{"16KiB mapped", 16 << 10, pinmem.Mapped, 64, blocks.Kernel},
+		{"16KiB not mapped", 16 << 10, 0, 64, blocks.DriverBatch},
+		{"256KiB mapped", 256 << 10, pinmem.Mapped, 64, blocks.DriverBatch},
+		{"2MiB mapped", 2 << 20, pinmem.Mapped, 64, blocks.PerCopy},
+		{"more blocks than the tables hold", 16 << 10, pinmem.Mapped, 3, blocks.DriverBatch},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, fakedrv.Options{DriverVersion: 13000}, c.bs, 4, c.flags)
+			bc := newCopier(t, e.ctx, blocks.WithKernel(c.cap))
+			testutil.Poison(e.dst.Bytes())
+			out, in := e.list(e.dst.Bytes(), e.out), e.list(e.src.Bytes(), e.in)
+			launches := e.fd.Calls("cuLaunchKernel")
+			rep, err := bc.Copy(context.Background(), blocks.ToHost(e.s1, out), blocks.ToDevice(e.s2, in))
+			must(t, err)
+			must(t, e.s1.Synchronize(context.Background()))
+			must(t, e.s2.Synchronize(context.Background()))
+			if rep.Strategy != c.want || rep.Blocks != 8 {
+				t.Fatalf("report %+v, want %v for 8 blocks", rep, c.want)
+			}
+			if n := e.fd.Calls("cuLaunchKernel") - launches; (n == 2) != (c.want == blocks.Kernel) {
+				t.Fatalf("%d launches for %v", n, c.want)
+			}
+			e.check(t, out)
+			e.check(t, in)
+		})
+	}
 }

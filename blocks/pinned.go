@@ -71,12 +71,22 @@ type scratch struct {
 	dsts      []cudadrv.DevicePtr
 	srcs      []cudadrv.DevicePtr
 	sizes     []uint64
+	// unmapped: pinned refused a host block that the kernel cannot reach
+	// (not mapped into the device's address space).
+	unmapped bool
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 func (sc *scratch) reset(nlists int) {
-	sc.host, sc.dev, sc.pieces = sc.host[:0], sc.dev[:0], sc.pieces[:0]
+	sc.host, sc.dev = sc.host[:0], sc.dev[:0]
+	sc.resetPieces(nlists)
+}
+
+// resetPieces forgets the pieces pinned made, so that it can make them
+// again for another strategy.
+func (sc *scratch) resetPieces(nlists int) {
+	sc.pieces, sc.unmapped = sc.pieces[:0], false
 	sc.starts = append(sc.starts[:0], make([]int, nlists+1)...)
 }
 
@@ -210,6 +220,7 @@ func (sc *scratch) addPieces(c *hostCheck, h span, kernel bool) error {
 				if c.qerr != nil {
 					return fmt.Errorf("blocks: list %d, block %d: asking the driver for the device address of its host memory: %w", h.l, h.i, c.qerr)
 				}
+				sc.unmapped = true
 				return argErr(int(h.l), int(h.i), "host memory [%#x,+%d) is not mapped into the device's address space, which the kernel needs (allocate it with pinmem.Mapped)", plo, phi-plo)
 			}
 			p.dev = d

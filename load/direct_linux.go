@@ -21,28 +21,13 @@ func openDirect(f *os.File) (*os.File, error) {
 	return os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), os.O_RDONLY|unix.O_DIRECT|unix.O_NONBLOCK, 0)
 }
 
-// mapping is a read-only shared mapping of a whole file, rounded up to
-// whole pages, with a count of its users: the load and each window
-// registered for a copy out of it. The last to release it unmaps it.
+// mapping is a read-only shared mapping of a whole file with a count of
+// its users; the last to release it unmaps it. Nothing makes one since
+// ModeMapped reads buffered (mappedRetired): the loads' branches for it
+// go with the staging loop's rework.
 type mapping struct {
 	mem  []byte
 	refs atomic.Int64
-}
-
-// mapFile maps the size bytes of f read-only, held by one reference.
-func mapFile(f *os.File, size int64) (*mapping, error) {
-	page := int64(os.Getpagesize())
-	n := (size + page - 1) / page * page
-	if n <= 0 || n != int64(int(n)) {
-		return nil, fmt.Errorf("cannot map %d bytes", size)
-	}
-	mem, err := unix.Mmap(int(f.Fd()), 0, int(n), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return nil, err
-	}
-	m := &mapping{mem: mem}
-	m.refs.Store(1)
-	return m, nil
 }
 
 // release drops one reference; the last unmaps the file.

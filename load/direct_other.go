@@ -18,14 +18,10 @@ func isDirectRefusal(err error) bool { return errors.Is(err, errNoDirect) }
 // residency cannot be sampled outside Linux.
 func residency(*os.File, []extent) (float64, bool) { return 0, false }
 
-// mapping is unused outside Linux, where ModeMapped reads buffered.
+// mapping is unused: ModeMapped reads buffered.
 type mapping struct {
 	mem  []byte
 	refs atomic.Int64
-}
-
-func mapFile(*os.File, int64) (*mapping, error) {
-	return nil, errors.New("ModeMapped is supported on Linux only")
 }
 
 func (m *mapping) release() {}

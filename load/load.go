@@ -56,8 +56,7 @@ type Stats struct {
 	// Bytes is what was delivered to device memory: the sum of the ranges'
 	// lengths on success.
 	Bytes int64
-	// ReadBytes is what was read from the files (or, for ModeMapped,
-	// registered and copied from their mappings): Bytes plus alignment and
+	// ReadBytes is what was read from the files: Bytes plus alignment and
 	// the holes between ranges that a read spanned.
 	ReadBytes int64
 	// Reads is the number of read requests.
@@ -65,9 +64,9 @@ type Stats struct {
 	// Wall is the time from the start of the load to the last byte on the
 	// device (opening the files and sampling the page cache included).
 	Wall time.Duration
-	// Mode is how the files were read: ModeDirect, ModeBuffered or
-	// ModeMapped (never ModeAuto); a file that fell back counts as
-	// ModeBuffered. Where files were read differently, it is the mode
+	// Mode is how the files were read: ModeDirect or ModeBuffered (never
+	// ModeAuto; ModeMapped reads buffered); a file that fell back counts
+	// as ModeBuffered. Where files were read differently, it is the mode
 	// that read the most bytes.
 	Mode Mode
 	// Resident is the share of sampled pages that were in the page cache
@@ -75,7 +74,7 @@ type Stats struct {
 	// from each), or -1 when it was not sampled (the mode was chosen by
 	// option) or could not be.
 	Resident float64
-	// Fallback says why direct I/O or the mapping was asked for (or
+	// Fallback says why direct I/O or ModeMapped was asked for (or
 	// chosen) but a file was read buffered, naming the file when the load
 	// had several; empty when no file fell back.
 	Fallback string

@@ -129,9 +129,8 @@ func TestGPULoadRanges(t *testing.T) {
 	}
 }
 
-// BenchmarkGPULoadFile measures LoadFile of a warm file (buffered, and
-// through its registered mapping) and with direct I/O (which reads the
-// disk whatever the page cache holds).
+// BenchmarkGPULoadFile measures LoadFile of a warm file (buffered) and
+// with direct I/O (which reads the disk whatever the page cache holds).
 func BenchmarkGPULoadFile(b *testing.B) {
 	ctx := testutil.GPUContext(b)
 	n := gpuFileBytes(b)
@@ -140,7 +139,7 @@ func BenchmarkGPULoadFile(b *testing.B) {
 		b.Fatal(err)
 	}
 	dst := gpuAlloc(b, ctx, n)
-	for _, m := range []Mode{ModeBuffered, ModeMapped, ModeDirect} {
+	for _, m := range []Mode{ModeBuffered, ModeDirect} {
 		b.Run(m.String(), func(b *testing.B) {
 			l := gpuLoader(b, ctx, WithMode(m))
 			b.SetBytes(int64(n))

@@ -135,15 +135,12 @@ func TestFakeCheckpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, mode := range []load.Mode{load.ModeBuffered, load.ModeMapped, load.ModeDirect} {
+	for _, mode := range []load.Mode{load.ModeBuffered, load.ModeDirect} {
 		l, err := load.New(e.ctx, load.WithStageSize(1<<20), load.WithParallelism(4), load.WithDepth(8), load.WithMode(mode))
 		if err != nil {
 			t.Fatal(err)
 		}
 		limit := int64(8 << 20) // the stages: depth 8 of 1 MiB
-		if mode == load.ModeMapped {
-			limit *= 2 // the stages, and at most as many registered windows
-		}
 		paths := []string{ck.index, ck.dir, noIndex}
 		if !testing.Short() && mode != load.ModeBuffered {
 			paths = paths[:1] // each path once, every way of naming the checkpoint once

@@ -55,12 +55,17 @@ func sideBySide(b *testing.B, n, rounds int, vs []variant) []float64 {
 // variant k in round r at [k][r].
 func sideBySideRounds(b *testing.B, n, rounds int, vs []variant) ([]float64, [][]float64) {
 	b.Helper()
+	return sideBySideReps(b, n, repsFor(n), rounds, vs)
+}
+
+// sideBySideReps is sideBySideRounds with reps timed calls per sample.
+func sideBySideReps(b *testing.B, n, reps, rounds int, vs []variant) ([]float64, [][]float64) {
+	b.Helper()
 	for _, v := range vs {
 		if err := v.fn(); err != nil {
 			b.Fatalf("%s: %v", v.name, err)
 		}
 	}
-	reps := repsFor(n)
 	gbps := make([][]float64, len(vs))
 	cpu := make([][]float64, len(vs))
 	order := rand.New(rand.NewPCG(uint64(n), 0x51de))
@@ -117,26 +122,43 @@ func roundsFor(n int) int { return max(5, min(25, (1<<30)/n)) }
 // BenchmarkCopierVsDriver compares, side by side with interleaved samples,
 // the Copier (default options) moving a Go heap slice with the driver's own pageable copy of
 // the same slice (DeviceBuffer.WriteAt/ReadAt), the Copier with
-// a context that can end (copier-ctx: the driver's copy runs on a
-// goroutine of its own) and the forced staged path, at 4 KiB to 1 GiB
-// (4 GiB with PINMEM_BENCH_4G=1), both directions. It reports the medians
-// (GB/s), copier/driver, copier-ctx/driver, staged/driver, and the host
+// a context that can end (copier-ctx: as pinmem bench's, whose context
+// ends on an interrupt, and a service's request) and the forced staged
+// path, at 4 KiB to 1 GiB (4 GiB with PINMEM_BENCH_4G=1), both
+// directions. It reports the medians (GB/s), copier/driver,
+// copier-ctx/driver, staged/driver, the paired ratios (the median of the
+// rounds' ratios) of copier and copier-ctx to the driver, and the host
 // bound: the smaller of a parallel Go copy between the heap and pinned
-// memory (12 goroutines, as the Copier's) and the pinned DMA rate of the
-// same size (a stream copy from or to pinned memory). The thresholds are
+// memory (the Copier's goroutines) and the pinned DMA rate of the same
+// size (a stream copy from or to pinned memory). The thresholds are
 // right when copier/driver is at least about 1 everywhere and copier
-// approaches hostbound at large sizes. Under 20 s (under 45 s with 4
-// GiB):
+// approaches hostbound at large sizes.
+//
+// It times as pinmem bench times its copier rows (internal/bench
+// copierPaired, PairedTiming): every sample runs each variant in a random
+// order, one untimed call and then the same number of timed calls back
+// to back as bench's default (64 MiB a sample, at most 64 calls:
+// benchReps), by the wall clock; copier-ctx/driver-paired here is the
+// figure bench's copier row gives against pageable-sync at the same size
+// (pinmem bench --kinds copier,pageable-sync --dirs h2d,d2h --sizes
+// 4KiB,16KiB,64KiB,1MiB,4MiB,16MiB,64MiB,256MiB,1GiB), and
+// copier/hostbound-paired its ratio to the staged-bound row. Under 30 s
+// (under 60 s with 4 GiB):
 //
 //	.gpu/bin/transfer.test -test.run '^$' -test.bench 'CopierVsDriver' -test.benchtime 1x
 func BenchmarkCopierVsDriver(b *testing.B) {
 	ctx := gpuCtx(b)
-	sizes := []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30}
+	sizes := []int{4 << 10, 16 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30}
 	if os.Getenv(EnvBench4G) == "1" {
 		sizes = append(sizes, 4<<30)
 	}
 	benchCopierVsDriver(b, ctx, sizes)
 }
+
+// benchReps is the timed calls per sample of pinmem bench's default
+// (BandwidthConfig's MinBytes 64 MiB and MaxReps 64): ceil(64 MiB / n),
+// at most 64.
+func benchReps(n int) int { return min(64, max(1, (64<<20+n-1)/n)) }
 
 func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 	c := gpuCopier(b, ctx)
@@ -164,7 +186,7 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 		}
 		b.Run("H2D/"+name, func(b *testing.B) {
 			b.SetBytes(int64(n))
-			m, g := sideBySideRounds(b, n, rounds*b.N, []variant{
+			m, g := sideBySideReps(b, n, benchReps(n), rounds*b.N, []variant{
 				{"copier", func() error { _, err := c.HtoD(bg, d, h); return err }},
 				{"copier-ctx", func() error { _, err := c.HtoD(cctx, d, h); return err }},
 				{"driver", func() error { _, err := d.WriteAt(h, 0); return err }},
@@ -176,7 +198,7 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 		})
 		b.Run("D2H/"+name, func(b *testing.B) {
 			b.SetBytes(int64(n))
-			m, g := sideBySideRounds(b, n, rounds*b.N, []variant{
+			m, g := sideBySideReps(b, n, benchReps(n), rounds*b.N, []variant{
 				{"copier", func() error { _, err := c.DtoH(bg, h, d); return err }},
 				{"copier-ctx", func() error { _, err := c.DtoH(cctx, h, d); return err }},
 				{"driver", func() error { _, err := d.ReadAt(h, 0); return err }},
@@ -192,11 +214,12 @@ func benchCopierVsDriver(b *testing.B, ctx *cuda.Context, sizes []int) {
 // reportBound reports copier/driver, copier-ctx/driver, staged/driver
 // and the host bound min(memcpy, dma) from sideBySide's medians (copier,
 // copier-ctx, driver, staged, memcpy, dma), and the paired ratios
-// (pairedRatio) of the copier to the driver and to the round's host
-// bound from the samples g.
+// (pairedRatio) of the copier and copier-ctx to the driver and of the
+// copier to the round's host bound from the samples g.
 func reportBound(b *testing.B, m []float64, g [][]float64) {
 	copier, copierCtx, driver, staged, memcpy, dma := m[0], m[1], m[2], m[3], m[4], m[5]
 	b.ReportMetric(pairedRatio(g[0], g[2]), "copier/driver-paired")
+	b.ReportMetric(pairedRatio(g[1], g[2]), "copier-ctx/driver-paired")
 	bounds := make([]float64, len(g[4]))
 	for r := range bounds {
 		bounds[r] = min(g[4][r], g[5][r])

@@ -50,7 +50,7 @@ func TestBenchBlocksFake(t *testing.T) {
 		if r.Bench != "blocks" || r.Skipped || !r.Verified || r.VerifyFailed || r.Samples != 2 || r.Median <= 0 || r.Timing != bench.TimingWall {
 			t.Errorf("result %+v", r)
 		}
-		if r.Kind == bench.BlockKindAuto && !strings.Contains(r.Note, "chose driver-batch") {
+		if r.Kind == bench.BlockKindAuto && (!strings.Contains(r.Note, "chose kernel") || !strings.Contains(r.Note, "of the best strategy in this run")) {
 			t.Errorf("auto's note: %q", r.Note)
 		}
 	}
@@ -85,12 +85,12 @@ func TestBenchBlocksFake(t *testing.T) {
 }
 
 // TestBenchBlocksOldDriver: on a driver without the batch copy the
-// driver's batch is skipped with the reason, the rest is measured, and the
-// run succeeds.
+// driver's batch is skipped with the reason, the rest is measured (auto
+// takes the kernel at 4 KiB), and the run succeeds.
 func TestBenchBlocksOldDriver(t *testing.T) {
 	testutil.UseFake(t, fakedrv.Options{DriverVersion: 12040})
 	out, line, code := cli(t, "bench", "blocks", "--sizes", "4KiB", "--blocks", "16", "--samples", "1", "--quiet", "--dirs", "h2d")
-	if code != exitOK || !strings.Contains(out, "not supported by this driver") || !strings.Contains(out, "chose per-copy") {
+	if code != exitOK || !strings.Contains(out, "not supported by this driver") || !strings.Contains(out, "chose kernel") {
 		t.Errorf("exit %d (%s):\n%s", code, line, out)
 	}
 }
@@ -111,11 +111,11 @@ func TestBenchBlocksVerifyFailure(t *testing.T) {
 	})
 	out := filepath.Join(t.TempDir(), "blocks.json")
 	_, stderr, code := cli(t, "bench", "blocks", "--sizes", "4KiB", "--blocks", "8", "--samples", "2", "--quiet", "--format", "json", "-o", out)
-	if code != exitProblem || !strings.Contains(stderr, "verification failed in 3 result(s)") || strings.Count(stderr, "\n") != 1 {
+	if code != exitProblem || !strings.Contains(stderr, "verification failed in 6 result(s)") || strings.Count(stderr, "\n") != 1 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 	for _, r := range readReport(t, out).Results {
-		if failed := r.Kind == bench.BlockKindKernel; r.VerifyFailed != failed || r.Verified == failed {
+		if failed := r.Kind == bench.BlockKindKernel || r.Kind == bench.BlockKindAuto; r.VerifyFailed != failed || r.Verified == failed {
 			t.Errorf("result %+v", r)
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,15 +33,19 @@ func init() {
 // Kinds of the load bench's results.
 const (
 	loadKindLoader   = "loader"        // package load: file to device memory
-	loadKindMapped   = "loader-mapped" // package load, ModeMapped: the mapping registered read-only, no CPU copy
 	loadKindParallel = "read-parallel" // N goroutines pread into Go memory
 	loadKindDirect   = "read-direct"   // sequential O_DIRECT reads, several in flight
 	loadKindBuffered = "read-buffered" // sequential buffered reads, one at a time
+	loadKindPinned   = "pinned-h2d"    // one copy of pinned host memory to the device: the link's rate in this run
 )
 
 // loadKinds are every kind of the load bench's rows, the choices of --baseline.
-var loadKinds = []string{loadKindLoader, loadKindMapped, loadKindParallel, loadKindDirect, loadKindBuffered,
-	loadKindCheckpoint, loadKindCkMapped, loadKindFirst}
+var loadKinds = []string{loadKindLoader, loadKindParallel, loadKindDirect, loadKindBuffered,
+	loadKindCheckpoint, loadKindFirst, loadKindPinned}
+
+// dropCaches drops the page cache before a cold sample (dropPageCache);
+// tests replace it.
+var dropCaches = dropPageCache
 
 // loadBenchConfig is the load bench's configuration, as the report's
 // metadata records it.
@@ -55,6 +60,9 @@ type loadBenchConfig struct {
 	Streams    int    `json:"streams"`
 	Depth      int    `json:"direct_depth"`
 	DropCaches bool   `json:"drop_caches"`
+	// Defaults: the loader ran with its own sizes (load.DefaultSettings on
+	// this machine): no size flag was given.
+	Defaults bool `json:"loader_defaults"`
 }
 
 func newBenchLoad() *cobra.Command {
@@ -66,23 +74,28 @@ func newBenchLoad() *cobra.Command {
 seconds per GB of the whole process), beside the rate at which the same run
 reads FILE from the page cache into Go memory with as many goroutines as the
 loader has readers (no GPU): the ratio column shows how close the loader
-comes to the page cache. The loader-mapped row loads the warm FILE again
-through its mapping, registered read-only window by window so that the copy
-engine reads the page cache with no CPU copy (it says where the device
-refuses and the loader fell back to reads).
+comes to the page cache. A pinned-h2d row copies up to 256 MiB of pinned
+host memory to the device, the link's rate in the same run, and the
+loader's row gives its ratio to it. Unless --readers, --stages, --stage-size or
+--streams is given, the loader runs with its own defaults on this machine
+(load.DefaultSettings), and its rows say which sizes it used.
 
 FILE may also be a sharded safetensors checkpoint, its directory or its
 model.safetensors.index.json: then safetensors.LoadCheckpoint loads every
-tensor into one device allocation, the shards in parallel (rows checkpoint
-and checkpoint-mapped), beside a parallel read of every shard; the
-checkpoint-first row is the time until the first tensor is on the device.
-Every tensor is verified. A checkpoint is measured warm only.
+tensor into one device allocation, the shards in parallel (row
+checkpoint), beside a parallel read of every shard; the checkpoint-first
+row is the time until the first tensor is on the device. Every tensor is
+verified.
 
 With --drop-caches (as root) it also measures a cold FILE, dropping the page
 cache (echo 3 > /proc/sys/vm/drop_caches) before every cold sample: the
 loader, sequential O_DIRECT reads with --depth requests in flight, and
 sequential buffered reads (one request at a time, the kernel's read-ahead).
-Without it the cold rows are listed as skipped.
+Without it the cold rows are listed as skipped. For a checkpoint, the cold
+rows are the disk's parallel reads of every shard at once (O_DIRECT with
+--depth requests in flight per shard, and buffered with --readers
+goroutines per shard) and LoadCheckpoint, whose note gives its ratio to the
+better of the two.
 
 The loader's data is verified: CRC-32C of every 64 MiB of the file, read on
 the host, against the same of the device memory copied back.
@@ -105,11 +118,12 @@ the host, against the same of the device memory copied back.
 	fl.StringVar(&f.baseline, "baseline", loadKindParallel, "the row the table's ratio column compares with: "+strings.Join(loadKinds, ", ")+" (empty: no ratio column)")
 	_ = c.RegisterFlagCompletionFunc("baseline", fixedCompletion(loadKinds...))
 	fl.IntVar(&f.cfg.Samples, "samples", 3, "timed samples per measurement (median, min and max are reported)")
-	fl.StringVar(&f.mode, "mode", "auto", "the loader's read mode for the warm file: auto, direct, buffered or mapped (cold loads use auto)")
-	fl.IntVar(&f.cfg.Readers, "readers", min(load.DefaultParallelism, runtime.NumCPU()), "loader reader goroutines (load.WithParallelism), and goroutines of the parallel page-cache read")
+	fl.StringVar(&f.mode, "mode", "auto", "the loader's read mode for the warm file: auto, direct, buffered or mapped (which reads buffered; cold loads use auto)")
+	d := load.DefaultSettings()
+	fl.IntVar(&f.cfg.Readers, "readers", d.Parallelism, "loader reader goroutines (load.WithParallelism), and goroutines of the parallel page-cache read (default: the loader's on this machine, load.DefaultSettings)")
 	fl.IntVar(&f.cfg.Stages, "stages", 0, "pinned stages of the loader (load.WithDepth; 0: twice --readers)")
-	fl.StringVar(&f.stageSize, "stage-size", "16MiB", "bytes per stage and per read request")
-	fl.IntVar(&f.cfg.Streams, "streams", load.DefaultStreams, "CUDA streams of the loader")
+	fl.StringVar(&f.stageSize, "stage-size", units.FormatSize(int64(d.StageSize)), "bytes per stage and per read request (default: the loader's)")
+	fl.IntVar(&f.cfg.Streams, "streams", d.Streams, "CUDA streams of the loader (default: the loader's)")
 	fl.IntVar(&f.cfg.Depth, "depth", 8, "O_DIRECT requests in flight in the cold sequential read")
 	fl.BoolVar(&f.cfg.DropCaches, "drop-caches", false, "measure the cold file too, dropping the page cache before each cold sample (root only)")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar on standard error")
@@ -124,11 +138,13 @@ type benchLoadFlags struct {
 	mode, stageSize, baseline string
 	device                    int
 	quiet                     bool
+	set                       func(flag string) bool // whether the user gave the flag
 }
 
 // run measures the file (or checkpoint) file and writes the report.
 func (f *benchLoadFlags) run(cmd *cobra.Command, file string) (err error) {
 	f.cfg.File = file
+	f.set = func(flag string) bool { return cmd.Flags().Changed(flag) }
 	opts, err := f.options()
 	if err != nil {
 		return err
@@ -144,7 +160,7 @@ func (f *benchLoadFlags) run(cmd *cobra.Command, file string) (err error) {
 	if err := checkBudgetEnv(); err != nil {
 		return err
 	}
-	pr := newProgress(cmd.ErrOrStderr(), f.quiet, 12, "bench load") // 6 measurements, 2 results each
+	pr := newProgress(cmd.ErrOrStderr(), f.quiet, 13, "bench load") // 6 measurements of 2 results each, and the pinned reference
 	s, err := bench.Open(cmd.Context(), f.device, bench.SessionConfig{Progress: pr.writer(), NoSpin: true})
 	if err != nil {
 		pr.done()
@@ -190,12 +206,28 @@ func (f *benchLoadFlags) options() ([]load.Option, error) {
 	if cfg.Depth < 1 || cfg.Depth > 256 {
 		return nil, usagef("--depth %d: must be from 1 to 256", cfg.Depth)
 	}
-	opts := []load.Option{load.WithMode(m), load.WithStageSize(cfg.StageSize), load.WithParallelism(cfg.Readers), load.WithStreams(cfg.Streams)}
+	// Only the sizes the user set are passed: the rows measure the
+	// loader's own defaults otherwise (load.DefaultSettings), and the
+	// configuration records the values either way.
+	opts := []load.Option{load.WithMode(m)}
+	for _, o := range []struct {
+		flag string
+		opt  load.Option
+	}{
+		{"stage-size", load.WithStageSize(cfg.StageSize)},
+		{"readers", load.WithParallelism(cfg.Readers)},
+		{"streams", load.WithStreams(cfg.Streams)},
+	} {
+		if f.set(o.flag) {
+			opts = append(opts, o.opt)
+		}
+	}
 	if cfg.Stages > 0 {
 		opts = append(opts, load.WithDepth(cfg.Stages))
 	} else {
 		cfg.Stages = 2 * cfg.Readers
 	}
+	cfg.Defaults = !f.set("stage-size") && !f.set("readers") && !f.set("streams") && !f.set("stages")
 	// load.New checks its options before its context: with a nil
 	// context it opens nothing, and only an option it refuses is the
 	// user's error.
@@ -214,8 +246,6 @@ func (f *benchLoadFlags) checkFile() (checkpoint bool, err error) {
 	switch {
 	case err != nil:
 		return false, usagef("%s: %v", cfg.File, unwrapPath(err))
-	case checkpoint && cfg.DropCaches:
-		return false, usagef("--drop-caches: a checkpoint is measured warm only")
 	case checkpoint:
 		if shards, err := checkpointShards(cfg.File); err != nil {
 			return false, usagef("%s: not a safetensors checkpoint: %v", cfg.File, err)
@@ -463,10 +493,9 @@ func (r *loadRun) loader(extra ...load.Option) (*load.Loader, error) {
 	return load.New(r.gpu, append(append([]load.Option{}, r.opts...), extra...)...)
 }
 
-// warm measures the warm file: read in parallel into Go memory, loaded by
-// l (closed after it, so that one loader's stages are pinned at a time),
-// and loaded through its mapping, registered read-only window by window
-// so that the copy engine reads the page cache.
+// warm measures the warm file: read in parallel into Go memory, and
+// loaded by l (closed after it, so that one loader's stages are pinned at
+// a time).
 func (r *loadRun) warm(l *load.Loader) error {
 	cfg := r.cfg
 	part, err := measure(r.ctx, loadKindParallel, "warm", cfg.Size, cfg.Samples, nil, func(int) error {
@@ -476,26 +505,72 @@ func (r *loadRun) warm(l *load.Loader) error {
 		return err
 	}
 	r.add(part)
+	pinned, err := pinnedRef(r.ctx, r.gpu, r.dst, cfg.Samples)
+	if err != nil {
+		return err
+	}
+	r.add(pinned)
 	if part, err = r.loads(l, loadKindLoader, "warm", nil); err != nil {
 		return err
 	}
+	notePinned(part, pinned)
 	r.add(part)
-	if err := l.Close(r.ctx); err != nil {
-		return err
-	}
-	mapped, err := r.loader(load.WithMode(load.ModeMapped))
+	return l.Close(r.ctx)
+}
+
+// pinnedRef measures the link's host-to-device rate in this run: one copy
+// of up to 256 MiB of pinned host memory into dst on a stream of its own,
+// waited for, per sample; the device bytes are checked after the samples.
+// It is the reference of the loader's rows (notePinned): a load can at
+// best reach it.
+func pinnedRef(ctx context.Context, gpu *cuda.Context, dst *cuda.DeviceBuffer, samples int) ([]bench.Result, error) {
+	n := min(256<<20, dst.Size())
+	host, err := pinmem.Alloc(n, 0, pinmem.WithDevice(gpu.Device()))
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("pinned reference: %w", err)
 	}
-	part, err = r.loads(mapped, loadKindMapped, "warm", nil)
-	if cerr := mapped.Close(r.ctx); err == nil {
-		err = cerr
-	}
+	defer func() { _ = host.Free() }()
+	st, err := gpu.NewStream(cuda.StreamNonBlocking)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	r.add(part)
-	return nil
+	defer func() { _ = st.Destroy() }()
+	for i := range host.Bytes() {
+		host.Bytes()[i] = byte(i*131 + i>>16)
+	}
+	part, err := measure(ctx, loadKindPinned, "warm", int64(n), samples, nil, func(int) error {
+		off := 0
+		for _, seg := range host.Segments() { // one copy per registration
+			if err := st.CopyHtoD(dst, off, seg); err != nil {
+				return err
+			}
+			off += len(seg)
+		}
+		return st.Synchronize(ctx)
+	}, fmt.Sprintf("%s of pinned host memory to the device, one stream: the link's rate in this run", bench.FormatSize(int64(n))))
+	if err != nil || len(part) == 0 || part[0].Skipped {
+		return part[:min(len(part), 1)], err
+	}
+	back := make([]byte, n)
+	if _, err := dst.ReadAt(back, 0); err != nil {
+		return nil, err
+	}
+	part[0].Verified = bytes.Equal(back, host.Bytes())
+	if !part[0].Verified {
+		part[0].VerifyFailed, part[0].Note = true, "VERIFY FAILED: the device bytes differ from the pinned buffer's"
+	}
+	return part[:1], nil // the GB/s row; the CPU time of a DMA says nothing
+}
+
+// notePinned adds to the loader's GB/s row its ratio to the pinned
+// reference of the same run.
+func notePinned(part, pinned []bench.Result) {
+	if len(part) == 0 || len(pinned) == 0 {
+		return
+	}
+	if x, ok := bench.Ratio(part[0], pinned[0]); ok {
+		part[0].Note += fmt.Sprintf("; %.2f of %s in this run (target: at least 0.9)", x, loadKindPinned)
+	}
 }
 
 // cold measures the cold file, the page cache dropped before each sample:
@@ -562,16 +637,27 @@ func (r *loadRun) loads(l *load.Loader, kind, dir string, before func() error) (
 		if verr != nil {
 			part[i].VerifyFailed, part[i].Note = true, "VERIFY FAILED: "+verr.Error()
 		} else {
-			part[i].Verified, part[i].Note = true, loadNote(last)
+			part[i].Verified, part[i].Note = true, loadNote(last, r.cfg)
 		}
 	}
 	return part, nil
 }
 
+// settingsNote says the loader's sizes, and whether they were its
+// defaults on this machine.
+func settingsNote(cfg loadBenchConfig) string {
+	n := fmt.Sprintf("%d readers, %d stages of %s, %d streams", cfg.Readers, cfg.Stages, bench.FormatSize(int64(cfg.StageSize)), cfg.Streams)
+	if cfg.Defaults {
+		n += fmt.Sprintf(" (the loader's defaults on %d cores)", runtime.NumCPU())
+	}
+	return n
+}
+
 // loadNote says how the last load read the file: its mode, how much of
-// the file was resident, and why it fell back, if it did.
-func loadNote(last load.Stats) string {
-	n := fmt.Sprintf("mode %s", last.Mode)
+// the file was resident, and why it fell back, if it did; and the
+// loader's sizes.
+func loadNote(last load.Stats, cfg loadBenchConfig) string {
+	n := fmt.Sprintf("mode %s, %s", last.Mode, settingsNote(cfg))
 	if last.Resident >= 0 {
 		n += fmt.Sprintf(", %.0f%% resident", 100*last.Resident)
 	}

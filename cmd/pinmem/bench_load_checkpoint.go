@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -21,9 +22,8 @@ import (
 
 // Kinds of the checkpoint rows of the load bench.
 const (
-	loadKindCheckpoint = "checkpoint"        // safetensors.LoadCheckpoint of every tensor
-	loadKindCkMapped   = "checkpoint-mapped" // the same with load.ModeMapped
-	loadKindFirst      = "checkpoint-first"  // ms from the call to the first tensor on the device
+	loadKindCheckpoint = "checkpoint"       // safetensors.LoadCheckpoint of every tensor
+	loadKindFirst      = "checkpoint-first" // ms from the call to the first tensor on the device
 )
 
 // isCheckpoint reports whether the load bench's argument names a sharded
@@ -104,17 +104,70 @@ func runCheckpointBench(ctx context.Context, gpu *cuda.Context, cfg *loadBenchCo
 		return r.rs, err
 	}
 	r.add(part)
-	for _, k := range []struct {
-		kind string
-		mode []load.Option
-	}{{loadKindCheckpoint, nil}, {loadKindCkMapped, []load.Option{load.WithMode(load.ModeMapped)}}} {
-		part, err := r.loads(k.kind, k.mode...)
-		if err != nil {
-			return r.rs, err
-		}
-		r.add(part)
+	pinned, err := pinnedRef(ctx, gpu, r.dst, cfg.Samples)
+	if err != nil {
+		return r.rs, err
+	}
+	r.add(pinned)
+	if part, err = r.loads(loadKindCheckpoint, "warm", nil); err != nil {
+		return r.rs, err
+	}
+	notePinned(part, pinned)
+	r.add(part)
+	if cfg.DropCaches {
+		return r.rs, r.cold()
 	}
 	return r.rs, nil
+}
+
+// cold measures the checkpoint with the page cache dropped before every
+// sample: the disk's parallel reads of every shard at once (O_DIRECT with
+// --depth requests in flight per shard, and buffered with --readers
+// goroutines per shard), then LoadCheckpoint (ModeAuto), whose note gives
+// its ratio to the better of the two reads, the disk's best parallel read
+// in this run.
+func (r *checkpointRun) cold() error {
+	cfg := r.cfg
+	eachShard := func(read func(path string) error) func(int) error {
+		return func(int) error {
+			errs := make([]error, len(r.shards))
+			var wg sync.WaitGroup
+			for i, s := range r.shards {
+				wg.Go(func() { errs[i] = read(s) })
+			}
+			wg.Wait()
+			return errors.Join(errs...)
+		}
+	}
+	var best bench.Result
+	for _, k := range []struct {
+		kind string
+		read func(path string) error
+		note string
+	}{
+		{loadKindDirect, func(s string) error { return directRead(s, fileSize(s), cfg.Depth, cfg.StageSize) },
+			fmt.Sprintf("%d shards at once, O_DIRECT, %d requests of %s in flight each", len(r.shards), cfg.Depth, bench.FormatSize(int64(cfg.StageSize)))},
+		{loadKindParallel, func(s string) error { return parallelRead(s, fileSize(s), cfg.Readers, cfg.StageSize) },
+			fmt.Sprintf("%d shards at once, %d goroutines each, %s requests, into Go memory", len(r.shards), cfg.Readers, bench.FormatSize(int64(cfg.StageSize)))},
+	} {
+		part, err := measure(r.ctx, k.kind, "cold", r.fileBytes, cfg.Samples, dropCaches, eachShard(k.read), k.note)
+		if err != nil {
+			return err
+		}
+		r.add(part)
+		if len(part) > 0 && !part[0].Skipped && part[0].Median > best.Median {
+			best = part[0]
+		}
+	}
+	part, err := r.loads(loadKindCheckpoint, "cold", dropCaches, load.WithMode(load.ModeAuto))
+	if err != nil {
+		return err
+	}
+	if x, ok := bench.Ratio(part[0], best); ok {
+		part[0].Note += fmt.Sprintf("; %.2f of the disk's best parallel read in this run (%s, %.3g GB/s)", x, best.Kind, best.Median)
+	}
+	r.add(part)
+	return nil
 }
 
 // rowLog collects a bench's rows, writing each as a progress line.
@@ -177,9 +230,10 @@ func (r *checkpointRun) part(t safetensors.Tensor) (load.Range, error) {
 }
 
 // loads measures LoadCheckpoint by a loader of the run's options and then
-// mode, into the device memory cleared first: rows of kind, verified, and
-// for the loader's own mode the time to the first tensor.
-func (r *checkpointRun) loads(kind string, mode ...load.Option) ([]bench.Result, error) {
+// mode, into the device memory cleared first, with before (when not nil)
+// ahead of each sample: rows of kind and dir, verified, and for the warm
+// checkpoint the time to the first tensor.
+func (r *checkpointRun) loads(kind, dir string, before func() error, mode ...load.Option) ([]bench.Result, error) {
 	ctx, cfg := r.ctx, r.cfg
 	l, err := load.New(r.gpu, append(append([]load.Option{}, r.opts...), mode...)...)
 	if err != nil {
@@ -192,7 +246,7 @@ func (r *checkpointRun) loads(kind string, mode ...load.Option) ([]bench.Result,
 		_ = l.Close(ctx)
 		return nil, err
 	}
-	part, err := measure(ctx, kind, "warm", cfg.Size, cfg.Samples, nil, func(int) error {
+	part, err := measure(ctx, kind, dir, cfg.Size, cfg.Samples, before, func(int) error {
 		t0, first := time.Now(), time.Duration(0)
 		st, err := safetensors.LoadCheckpoint(ctx, l, cfg.File, r.part, func(safetensors.Tensor) {
 			mu.Lock()
@@ -212,11 +266,12 @@ func (r *checkpointRun) loads(kind string, mode ...load.Option) ([]bench.Result,
 		return part, err
 	}
 	r.verify(part, last)
-	if kind == loadKindCheckpoint {
+	if dir == "warm" {
 		sum := bench.Summarize(firsts)
+		whole := 1e3 * float64(cfg.Size) / 1e9 / part[0].Median // ms
 		part = append(part, bench.Result{Bench: "load", Kind: loadKindFirst, Dir: "warm", Size: cfg.Size, Unit: bench.Ms,
 			Timing: bench.TimingWall, Median: sum.Median, Min: sum.Min, Max: sum.Max, Samples: sum.N,
-			Note: fmt.Sprintf("the first tensor on the device; the whole load %.3g ms (median)", 1e3*float64(cfg.Size)/1e9/part[0].Median)})
+			Note: fmt.Sprintf("the first tensor on the device; the whole load %.3g ms (median): %.1f%% of it (target: at most 5%%)", whole, 100*sum.Median/whole)})
 	}
 	return part, nil
 }
@@ -226,7 +281,7 @@ func (r *checkpointRun) loads(kind string, mode ...load.Option) ([]bench.Result,
 func (r *checkpointRun) verify(part []bench.Result, last load.Stats) {
 	verr := verifyCheckpoint(r.dst, r.placed)
 	for i := range part {
-		part[i].Verified, part[i].Note = verr == nil, fmt.Sprintf("%d tensors, %d shards, mode %s", len(r.placed), len(r.shards), last.Mode)
+		part[i].Verified, part[i].Note = verr == nil, fmt.Sprintf("%d tensors, %d shards, mode %s, %s", len(r.placed), len(r.shards), last.Mode, settingsNote(*r.cfg))
 		if last.Fallback != "" {
 			part[i].Note += ", fell back: " + last.Fallback
 		}

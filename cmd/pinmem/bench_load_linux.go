@@ -13,9 +13,9 @@ func openDirectFile(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDONLY|unix.O_DIRECT, 0)
 }
 
-// dropCaches writes dirty pages back and drops the page cache, dentries
+// dropPageCache writes dirty pages back and drops the page cache, dentries
 // and inodes (echo 3 > /proc/sys/vm/drop_caches); it needs root.
-func dropCaches() error {
+func dropPageCache() error {
 	unix.Sync()
 	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0)
 }

@@ -11,4 +11,4 @@ var errLinuxOnly = errors.New("supported on Linux only")
 
 func openDirectFile(string) (*os.File, error) { return nil, errLinuxOnly }
 
-func dropCaches() error { return errLinuxOnly }
+func dropPageCache() error { return errLinuxOnly }

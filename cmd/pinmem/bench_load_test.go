@@ -6,12 +6,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/load"
 	"github.com/pinmem/pinmem/safetensors"
 )
 
@@ -39,7 +41,7 @@ func TestBenchLoadFake(t *testing.T) {
 	for _, r := range rep.Results {
 		got[r.Kind+"/"+r.Dir+"/"+string(r.Unit)] = r
 	}
-	for _, k := range []string{"read-parallel/warm", "loader/warm", "loader-mapped/warm"} {
+	for _, k := range []string{"read-parallel/warm", "loader/warm"} {
 		for _, u := range []bench.Unit{bench.GBps, bench.CPUsPerGB} {
 			r, ok := got[k+"/"+string(u)]
 			if !ok || r.Skipped || r.Samples != 2 || r.Median <= 0 && u == bench.GBps || r.Size != 3<<20+5 {
@@ -47,11 +49,17 @@ func TestBenchLoadFake(t *testing.T) {
 			}
 		}
 	}
-	if r := got["loader/warm/GB/s"]; !r.Verified || !strings.Contains(r.Note, "mode") {
-		t.Errorf("warm loader not verified: %+v", r)
+	if r := got["loader/warm/GB/s"]; !r.Verified || !strings.Contains(r.Note, "mode") || !strings.Contains(r.Note, "of pinned-h2d in this run") {
+		t.Errorf("warm loader not verified, or without its ratio to the pinned reference: %+v", r)
 	}
-	if r := got["loader-mapped/warm/GB/s"]; !r.Verified || !strings.Contains(r.Note, "mode mapped") {
-		t.Errorf("mapped loader not verified, or not mapped: %+v", r)
+	if r := got["pinned-h2d/warm/GB/s"]; !r.Verified || r.Samples != 2 || r.Median <= 0 {
+		t.Errorf("pinned reference: %+v", r)
+	}
+	if r := got["loader/warm/GB/s"]; !strings.Contains(r.Note, "3 readers, 6 stages of 256KiB, 2 streams") || strings.Contains(r.Note, "defaults") {
+		t.Errorf("the loader's note does not give the sizes set by flags: %q", r.Note)
+	}
+	if rep.Meta.Config.(map[string]any)["loader_defaults"] != false {
+		t.Errorf("config %v: loader_defaults should be false with --readers", rep.Meta.Config)
 	}
 	for _, k := range []string{"loader/cold", "read-direct/cold", "read-buffered/cold"} {
 		if r, ok := got[k+"/GB/s"]; !ok || !r.Skipped || !strings.Contains(r.Note, "--drop-caches") {
@@ -69,6 +77,14 @@ func TestBenchLoadFake(t *testing.T) {
 	table, line, code := cli(t, "bench", "load", path, "--samples", "1", "--quiet", "--stage-size", "64KiB")
 	if code != exitOK || !strings.Contains(table, "read-parallel") || !strings.Contains(table, "CPU-s/GB") {
 		t.Errorf("table (exit %d, %s):\n%s", code, line, table)
+	}
+	// With no size flag the loader runs with its own defaults, and the
+	// table says which.
+	d := load.DefaultSettings()
+	table, line, code = cli(t, "bench", "load", path, "--samples", "1", "--quiet")
+	want := fmt.Sprintf("%d readers, %d stages of %s, %d streams (the loader's defaults on %d cores)", d.Parallelism, d.Depth, bench.FormatSize(int64(d.StageSize)), d.Streams, runtime.NumCPU())
+	if code != exitOK || !strings.Contains(table, want) {
+		t.Errorf("table (exit %d, %s) does not say %q:\n%s", code, line, want, table)
 	}
 	csv, _, code := cli(t, "bench", "load", path, "--samples", "1", "--quiet", "--stage-size", "64KiB", "--format", "csv")
 	if code != exitOK || !strings.Contains(csv, "loader") {
@@ -184,16 +200,54 @@ func TestBenchLoadCheckpointFake(t *testing.T) {
 		for _, r := range rep.Results {
 			got[r.Kind+"/"+string(r.Unit)] = r
 		}
-		for _, k := range []string{"checkpoint/GB/s", "checkpoint-mapped/GB/s"} {
+		for _, k := range []string{"checkpoint/GB/s"} {
 			if r := got[k]; !r.Verified || r.Size != 5*100000+(4+8)+4 || !strings.Contains(r.Note, "5 tensors, 2 shards") {
 				t.Errorf("%s: %+v", k, r)
 			}
 		}
-		if r := got["checkpoint-first/ms"]; r.Samples != 2 || r.Median <= 0 {
+		if r := got["checkpoint/GB/s"]; !strings.Contains(r.Note, "of pinned-h2d in this run") {
+			t.Errorf("checkpoint without its ratio to the pinned reference: %q", r.Note)
+		}
+		if r := got["checkpoint-first/ms"]; r.Samples != 2 || r.Median <= 0 || !strings.Contains(r.Note, "% of it") {
 			t.Errorf("checkpoint-first: %+v", r)
 		}
 		if r := got["read-parallel/GB/s"]; r.Skipped || r.Samples != 2 {
 			t.Errorf("read-parallel: %+v", r)
 		}
+	}
+
+	// --drop-caches takes a checkpoint: the disk's parallel reads of every
+	// shard and the cold load, which says its ratio to the better read.
+	if os.Geteuid() != 0 {
+		t.Skip("--drop-caches needs root")
+	}
+	drops := 0
+	old := dropCaches
+	dropCaches = func() error { drops++; return nil } // the fake's figures mean nothing: no need to drop anything
+	t.Cleanup(func() { dropCaches = old })
+	out, line, code := cli(t, "bench", "load", dir, "--samples", "2", "--quiet", "--stage-size", "64KiB", "--drop-caches", "--format", "json")
+	if code != exitOK {
+		t.Fatalf("--drop-caches on a checkpoint: exit %d: %s", code, line)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	cold := map[string]bench.Result{}
+	for _, r := range rep.Results {
+		if r.Dir == "cold" && r.Unit == bench.GBps {
+			cold[r.Kind] = r
+		}
+	}
+	for _, k := range []string{"read-direct", "read-parallel"} {
+		if r := cold[k]; r.Samples != 2 && !(r.Skipped && strings.Contains(r.Note, "O_DIRECT")) {
+			t.Errorf("cold %s: %+v", k, r)
+		}
+	}
+	if r := cold["checkpoint"]; !r.Verified || r.Samples != 2 || !strings.Contains(r.Note, "of the disk's best parallel read in this run") {
+		t.Errorf("cold checkpoint: %+v", r)
+	}
+	if drops != 3*2 {
+		t.Errorf("%d drops of the page cache, want one before each of 2 samples of 3 rows", drops)
 	}
 }

@@ -103,8 +103,10 @@ func run(ctx context.Context, cfg config, w io.Writer) (rep blocks.Report, err e
 		}
 		defer func() { err = errors.Join(err, (*s).Destroy()) }()
 	}
+	// The kernel for Kernel, and for Auto, which takes it for small blocks
+	// (the pool is mapped), as package blocks recommends.
 	var opts []blocks.Option
-	if cfg.strategy == blocks.Kernel {
+	if cfg.strategy == blocks.Kernel || cfg.strategy == blocks.Auto {
 		opts = append(opts, blocks.WithKernel(n))
 	}
 	bc, err := blocks.New(gpu, append(opts, blocks.WithStrategy(cfg.strategy))...)

@@ -45,7 +45,8 @@ func TestRunOnFakeDriver(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := map[blocks.Strategy]blocks.Strategy{blocks.Auto: blocks.DriverBatch}[s]; want != 0 && res.Strategy != want {
+			// Auto has the kernel and 1 KiB blocks of a mapped pool: it takes it.
+			if want := map[blocks.Strategy]blocks.Strategy{blocks.Auto: blocks.Kernel}[s]; want != 0 && res.Strategy != want {
 				t.Errorf("auto chose %v, want %v", res.Strategy, want)
 			}
 			if res.Blocks != 2*4096 {
@@ -64,7 +65,7 @@ func TestRunReportsDriverFailure(t *testing.T) {
 	if err := d.FailOn("cuMemcpyBatchAsync_v2", cudatest.Once(), cuda.ResultOutOfMemory); err != nil {
 		t.Fatal(err)
 	}
-	_, err := run(context.Background(), config{blocks: 64, blockSize: 1 << 10}, io.Discard)
+	_, err := run(context.Background(), config{blocks: 64, blockSize: 1 << 10, strategy: blocks.DriverBatch}, io.Discard)
 	if !errors.Is(err, cuda.ErrOutOfMemory) || !strings.Contains(err.Error(), "paging") {
 		t.Fatalf("run with a failing batch copy = %v", err)
 	}

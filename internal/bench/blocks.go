@@ -208,8 +208,15 @@ func (s *Session) Blocks(ctx context.Context, cfg BlocksConfig) ([]Result, error
 			if err := w.prepareData(int(bs), dir); err != nil {
 				return out, err
 			}
+			var strategies []Result // this size and direction's strategy rows, for auto's note
 			for _, k := range cfg.Kinds {
 				r, err := w.measure(k, int(bs), dir)
+				if err == nil && k == BlockKindAuto {
+					r.Note = joinNotes([]string{bestNote(r, strategies), r.Note})
+				}
+				if k != BlockKindContiguous && k != BlockKindAuto {
+					strategies = append(strategies, r)
+				}
 				if err != nil && !isFatal(err) {
 					why := "error: " + err.Error()
 					if errors.Is(err, cuda.ErrNotSupported) {
@@ -282,16 +289,25 @@ func (w *blockWork) setup() error {
 	w.h = w.host.Bytes()
 	w.cuts = hostspan.Cuts(w.host)
 	w.copiers = map[string]*blocks.Copier{}
+	// Auto is set up as package blocks' docs recommend: with a kernel
+	// (WithKernel) over mapped host blocks, so that it can take the kernel
+	// for small blocks; where the kernel cannot run, without it.
 	for kind, opts := range map[string][]blocks.Option{
-		BlockKindAuto:    nil,
+		BlockKindAuto:    {blocks.WithKernel(n)},
 		BlockKindBatch:   {blocks.WithStrategy(blocks.DriverBatch)},
 		BlockKindPerCopy: {blocks.WithStrategy(blocks.PerCopy)},
-		BlockKindKernel:  {blocks.WithKernel(n)},
+		BlockKindKernel:  {blocks.WithStrategy(blocks.Kernel), blocks.WithKernel(n)},
 	} {
 		if !contains(w.cfg.Kinds, kind) || (kind == BlockKindKernel && w.kErr != nil) {
 			continue
 		}
+		if kind == BlockKindAuto && w.kErr != nil {
+			opts = nil
+		}
 		c, err := blocks.New(w.s.Ctx, opts...)
+		if err != nil && kind == BlockKindAuto && opts != nil {
+			c, err = blocks.New(w.s.Ctx) // the kernel does not load: Auto without it
+		}
 		if err != nil && kind == BlockKindKernel {
 			w.kErr = fmt.Errorf("block kernel: %w", err)
 			continue
@@ -571,4 +587,21 @@ func (w *blockWork) measure(kind string, bs int, dir string) (Result, error) {
 	notes = append(notes, what, fmt.Sprintf("%s, queued in %s us (median)", calls, formatValue(Summarize(queuing).Median)))
 	r.Note = joinNotes(notes)
 	return r, stopErr
+}
+
+// bestNote says how auto's row compares with the best strategy measured
+// for the same size and direction in the same run (the target: at least
+// 0.9 of it), or "" when none was measured.
+func bestNote(auto Result, strategies []Result) string {
+	var best Result
+	for _, r := range strategies {
+		if !r.Skipped && r.Samples > 0 && !r.Failed() && r.Median > best.Median {
+			best = r
+		}
+	}
+	ratio, ok := Ratio(auto, best)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("%.2f of the best strategy in this run, %s (%s %s)", ratio, best.Kind, formatValue(best.Median), best.Unit)
 }

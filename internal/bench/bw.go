@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/copypool"
 	"github.com/pinmem/pinmem/internal/kernels"
 	"github.com/pinmem/pinmem/transfer"
 )
@@ -128,6 +130,12 @@ type bwWork struct {
 	stA, stB   *cuda.Stream
 	expA, expB []byte
 	scratch    []byte
+	// The staged bound's pinned memory and copy pool (boundMem), and the
+	// bound rows of the kind being measured.
+	pinned *pinmem.Buffer
+	pinErr error
+	pool   *copypool.Pool
+	bounds []Result
 }
 
 func (w *bwWork) setup() error {
@@ -154,6 +162,12 @@ func (w *bwWork) setup() error {
 }
 
 func (w *bwWork) close() {
+	if w.pool != nil {
+		w.pool.Close()
+	}
+	if w.pinned != nil {
+		_ = w.pinned.Free()
+	}
 	for _, st := range []*cuda.Stream{w.stA, w.stB} {
 		if st != nil {
 			_ = st.Synchronize(context.Background())
@@ -220,6 +234,12 @@ func (w *bwWork) kind(kind string) ([]Result, error) {
 			out = append(out, r)
 		}
 	}
+	// The computed bounds follow the kind's measured rows.
+	for _, b := range w.bounds {
+		w.s.progress(b)
+		out = append(out, b)
+	}
+	w.bounds = nil
 	return out, nil
 }
 
@@ -633,7 +653,8 @@ func (w *bwWork) pageableBidir(hA, hB *hostMem, n int) (Result, error) {
 	return r, err
 }
 
-// copier measures a Copier by the wall clock; the row's Path is the path
+// copier measures a Copier by the wall clock, one way paired with the
+// driver's synchronous copy (copierPaired); the row's Path is the path
 // the Copier's Stats report for this size (the last sample's, in each
 // direction). In both directions at once, two goroutines share the one
 // Copier, as a program's goroutines do.
@@ -664,7 +685,12 @@ func (w *bwWork) copier(kind string, cp *transfer.Copier, hA, hB *hostMem, dir s
 			return err
 		}
 	}
-	r, err := w.wall(kind, dir, hA, hB, n, ops)
+	var r Result
+	if dir == DirBidir {
+		r, err = w.wall(kind, dir, hA, hB, n, ops)
+	} else {
+		r, err = w.copierPaired(kind, hA, dir, n, ops)
+	}
 	var paths []string
 	for _, st := range last {
 		if st.Bytes > 0 {

@@ -65,7 +65,7 @@ var kindNotes = map[string]string{
 	// and bound share their names with the overlap bench's.
 	"naive":              "Go frames, copied in and out synchronously, one frame at a time",
 	"pipeline":           "Go frames staged through pinned buffers by a transfer.Pipeline",
-	KindImageStagedBound: "computed from the measured rate of Go memory staged both ways at once, not measured",
+	KindImageStagedBound: "computed from the measured rates of Go memory staged through pinned memory (the CPU's copy and the copy engine's; the image pipeline's both ways at once), not measured",
 	VariantBound:         "computed from the measured bidirectional bandwidth, not measured",
 }
 
@@ -253,7 +253,7 @@ type headline struct {
 
 var headlines = []headline{
 	{part: "bw", kinds: []string{KindPinned, KindPageable, KindCopier}, dirs: []string{DirH2D, DirD2H, DirBidir}},
-	{part: "copier", kinds: []string{KindCopier}, dirs: []string{DirH2D, DirD2H}, sizes: []int64{4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30}},
+	{part: "copier", kinds: []string{KindCopier, KindStagedBound}, dirs: []string{DirH2D, DirD2H}, sizes: []int64{4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30}},
 	{part: "concurrency", kinds: []string{KindCopier}},
 	{part: "pin", kinds: []string{PinHostAlloc, PinMmapRegister}, dirs: []string{OpPin, OpUnpin}},
 	{part: "overlap"},

@@ -109,6 +109,9 @@ func AddReferences(rs []Result) {
 	}
 	for i := range rs {
 		r := &rs[i]
+		if r.Paired && r.Ref != "" && r.Ratio > 0 {
+			continue // measured side by side with its reference: kept
+		}
 		r.Ref, r.Ratio = "", 0
 		cands := []string{referenceKind(r.Bench, r.Kind)}
 		if r.Bench == "bw" {

@@ -63,7 +63,12 @@ type Result struct {
 	// reference in its run.
 	Ref   string  `json:"ref,omitempty"`
 	Ratio float64 `json:"ratio,omitempty"`
-	Note  string  `json:"note,omitempty"` // anything the figures need to be read right
+	// Paired says that Ratio was measured side by side with Ref in the
+	// row's own samples (the median of the samples' ratios: see
+	// PairedTiming), not computed from the two rows' medians; it is kept
+	// as measured.
+	Paired bool   `json:"paired,omitempty"`
+	Note   string `json:"note,omitempty"` // anything the figures need to be read right
 }
 
 // verifyFailedMark starts the note of every result whose data came back

@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"bytes"
 	_ "embed"
 )
 
@@ -60,9 +59,4 @@ func BlockCopyTwin(descs []byte, count int, mem func(addr, n uint64) ([]byte, er
 		copy(t, s)
 	}
 	return nil
-}
-
-// blockPTXHasEntry reports whether the PTX defines KernelBlockCopy with its two parameters.
-func blockPTXHasEntry() bool {
-	return bytes.Contains(blockPTX, []byte(".visible .entry "+KernelBlockCopy+"(\n\t.param .u64 descs,\n\t.param .u32 count\n)"))
 }

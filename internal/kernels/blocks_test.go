@@ -16,19 +16,36 @@ import (
 // without ptxas: the header directives, the entry point with its
 // parameters, balanced braces, every register used is declared within
 // its range, every branch target is a label, and the image is
-// NUL-terminated. The GPU suite loads and runs it (cuda's kernel-strategy tests).
+// NUL-terminated. The GPU suite loads and runs it (cuda's kernel-strategy
+// tests). The candidate blocks_next.ptx, where there is one, is checked
+// the same way.
 func TestBlockPTXShape(t *testing.T) {
-	text := string(blockPTX)
+	checkPTXShape(t, "blocks.ptx", blockPTX)
+	if img := BlockCopyImage(); img[len(img)-1] != 0 || bytes.IndexByte(img[:len(img)-1], 0) >= 0 {
+		t.Errorf("image is not one NUL-terminated string")
+	}
+	if next, err := os.ReadFile(blockNextPTX); err == nil {
+		checkPTXShape(t, blockNextPTX, next)
+	}
+}
+
+// blockNextPTX is the candidate successor of blocks.ptx, not embedded:
+// the GPU run measures it before it replaces blocks.ptx.
+const blockNextPTX = "blocks_next.ptx"
+
+func checkPTXShape(t *testing.T, name string, ptx []byte) {
+	t.Helper()
+	text := string(ptx)
 	for _, want := range []string{".version 7.0\n", ".target sm_70\n", ".address_size 64\n"} {
 		if !strings.Contains(text, want) {
-			t.Errorf("blocks.ptx lacks %q", want)
+			t.Errorf("%s lacks %q", name, want)
 		}
 	}
-	if !blockPTXHasEntry() {
-		t.Errorf("blocks.ptx does not define %s(.u64 descs, .u32 count)", KernelBlockCopy)
+	if !bytes.Contains(ptx, []byte(".visible .entry "+KernelBlockCopy+"(\n\t.param .u64 descs,\n\t.param .u32 count\n)")) {
+		t.Errorf("%s does not define %s(.u64 descs, .u32 count)", name, KernelBlockCopy)
 	}
 	if strings.Count(text, "{") != strings.Count(text, "}") {
-		t.Errorf("unbalanced braces")
+		t.Errorf("%s: unbalanced braces", name)
 	}
 	decl := map[string]int{}
 	for _, m := range regexp.MustCompile(`\.reg \.\w+\s+%(\w+)<(\d+)>;`).FindAllStringSubmatch(text, -1) {
@@ -41,20 +58,47 @@ func TestBlockPTXShape(t *testing.T) {
 		var i int
 		fmt.Sscan(m[2], &i)
 		if n, ok := decl[m[1]]; !ok || i >= n {
-			t.Errorf("register %%%s%s not declared (declared: %v)", m[1], m[2], decl)
+			t.Errorf("%s: register %%%s%s not declared (declared: %v)", name, m[1], m[2], decl)
 		}
 	}
 	labels := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^([A-Z]+):$`).FindAllStringSubmatch(text, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^([A-Z0-9]+):$`).FindAllStringSubmatch(text, -1) {
 		labels[m[1]] = true
 	}
-	for _, m := range regexp.MustCompile(`bra\s+([A-Z]+);`).FindAllStringSubmatch(text, -1) {
+	for _, m := range regexp.MustCompile(`bra\s+([A-Z0-9]+);`).FindAllStringSubmatch(text, -1) {
 		if !labels[m[1]] {
-			t.Errorf("branch to undefined label %s", m[1])
+			t.Errorf("%s: branch to undefined label %s", name, m[1])
 		}
 	}
-	if img := BlockCopyImage(); img[len(img)-1] != 0 || bytes.IndexByte(img[:len(img)-1], 0) >= 0 {
-		t.Errorf("image is not one NUL-terminated string")
+}
+
+// TestBlockNextLoopCoversEveryVector replays, in Go, the vector loops of
+// blocks_next.ptx (four vectors a pass while offset + 3 strides < n, then
+// one a pass) for every thread of a CTA, and checks that every 16-byte
+// vector of a block is copied exactly once, at CTA widths and block sizes
+// around the unrolled loop's edges.
+func TestBlockNextLoopCoversEveryVector(t *testing.T) {
+	for _, ntid := range []uint64{32, 256, 1024} {
+		for _, n := range []uint64{0, 16, 4096, 16 << 10, 16<<10 + 16, 3 * 16 * 256, 4*16*256 - 16, 4*16*256 + 48, 1 << 20} {
+			seen := make([]int, n/16)
+			stride := 16 * ntid
+			for tid := range ntid {
+				off := 16 * tid
+				for ; off+3*stride < n; off += 4 * stride {
+					for k := range uint64(4) {
+						seen[(off+k*stride)/16]++
+					}
+				}
+				for ; off < n; off += stride {
+					seen[off/16]++
+				}
+			}
+			for v, c := range seen {
+				if c != 1 {
+					t.Fatalf("ntid %d, n %d: vector %d copied %d times", ntid, n, v, c)
+				}
+			}
+		}
 	}
 }
 
@@ -125,6 +169,19 @@ func TestBlockPTXAssembles(t *testing.T) {
 	if err := os.WriteFile(src, blockPTX, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	assemble(t, ptxas, dir, src)
+	if _, err := os.Stat(blockNextPTX); err == nil {
+		next, err := filepath.Abs(blockNextPTX)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assemble(t, ptxas, t.TempDir(), next)
+	}
+}
+
+// assemble runs ptxas on src for sm_70 (or sm_75) and sm_90.
+func assemble(t *testing.T, ptxas, dir, src string) {
+	t.Helper()
 	for _, arch := range []string{"sm_70", "sm_90"} {
 		out, err := exec.Command(ptxas, "-arch="+arch, "-o", filepath.Join(dir, arch+".cubin"), src).CombinedOutput()
 		if err != nil && arch == "sm_70" && bytes.Contains(out, []byte("is not defined for option 'gpu-name'")) {
@@ -133,7 +190,7 @@ func TestBlockPTXAssembles(t *testing.T) {
 			out, err = exec.Command(ptxas, "-arch="+arch, "-o", filepath.Join(dir, arch+".cubin"), src).CombinedOutput()
 		}
 		if err != nil {
-			t.Errorf("ptxas -arch=%s blocks.ptx: %v\n%s", arch, err, out)
+			t.Errorf("ptxas -arch=%s %s: %v\n%s", arch, filepath.Base(src), err, out)
 		}
 	}
 }

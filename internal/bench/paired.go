@@ -1,0 +1,197 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/internal/copypool"
+	"github.com/pinmem/pinmem/transfer"
+)
+
+// KindStagedBound is the computed bound of a Copier moving Go memory one
+// way through its pinned stages, measured in the same run (copierPaired):
+// the smaller of the CPU's parallel copy between the Go slice and pinned
+// memory (with the Copier's goroutines) and the copy engine's rate from or
+// to pinned memory, of the same size.
+const KindStagedBound = KindImageStagedBound
+
+// stagedBoundMin is the smallest size at which a copier row has a
+// staged-bound row: below it a default Copier does not stage a transfer
+// over its parallel copy goroutines.
+const stagedBoundMin = 16 << 20
+
+// PairedTiming says how the copier rows of one direction are timed
+// against the driver's synchronous copy of the same slice, as
+// BenchmarkCopierVsDriver (package transfer) times them too.
+const PairedTiming = "paired rounds: in each sample, in a random order, each variant's one untimed call and then the sample's copies back to back, by the wall clock; the ratio is the median of the samples' ratios"
+
+// copierPaired measures a Copier moving n bytes of the Go slice of hA in
+// direction dir (h2d or d2h) side by side with the driver's synchronous
+// copy of the same slice (KindPageableSync's copy): cfg.Samples rounds,
+// each running, in a random order, one untimed call and then reps timed
+// calls of every variant (PairedTiming). The row's Ref is pageable-sync
+// and its Ratio the median of the rounds' ratios (Paired), so that drift
+// of the host between rows does not enter it. From stagedBoundMin up the
+// rounds also time the parts of the staged bound, and the run reports it
+// as a computed KindStagedBound row (see Session.Bandwidth), with the
+// copier's paired ratio to it in the copier row's note.
+func (w *bwWork) copierPaired(kind string, hA *hostMem, dir string, n int, ops dirOps) (Result, error) {
+	r := Result{Bench: "bw", Kind: kind, Dir: dir, Size: int64(n), Unit: GBps, Timing: TimingWall}
+	copierOp, driverOp := ops.h2d, func() error { _, err := w.devA.WriteAt(hA.b[:n], 0); return err }
+	if dir == DirD2H {
+		copierOp, driverOp = ops.d2h, func() error { _, err := w.devA.ReadAt(hA.b[:n], 0); return err }
+	}
+	variants := []func() error{copierOp, driverOp}
+	bound := n >= stagedBoundMin && w.boundMem(n) == nil
+	if bound {
+		workers := min(transfer.DefaultParallelism, runtime.NumCPU())
+		pin := w.pinned.Bytes()[:n]
+		memcpy := func() error { w.pool.Copy(workers, 4, pin, hA.b[:n]); return nil }
+		dma := func() error { return w.pinnedCopy(pin, true) }
+		if dir == DirD2H {
+			memcpy = func() error { w.pool.Copy(workers, 4, hA.b[:n], pin); return nil }
+			dma = func() error { return w.pinnedCopy(pin, false) }
+		}
+		variants = append(variants, memcpy, dma)
+	}
+	p := w.plan(KindPageable, hA, nil, dir, n) // the data, and its check
+	if err := p.prepare(); err != nil {
+		return r, err
+	}
+	reps := w.cfg.reps(int64(n))
+	rowStart := time.Now()
+	order := rand.New(rand.NewPCG(uint64(n), 0x9a1d))
+	rates := make([][]float64, len(variants))
+	var notes []string
+	var stopErr error
+	for range max(0, w.cfg.Warmup) {
+		for _, v := range variants {
+			if err := v(); err != nil {
+				return r, err
+			}
+		}
+	}
+	for i := range w.cfg.Samples {
+		if stopErr = w.ctx.Err(); stopErr != nil {
+			notes = append(notes, stoppedNote(i, w.cfg.Samples))
+			break
+		}
+		if note, ok := w.s.budgetSpent(i, w.cfg.Samples, rowStart); ok {
+			notes = append(notes, note)
+			break
+		}
+		for _, k := range order.Perm(len(variants)) {
+			if err := variants[k](); err != nil { // untimed: no variant inherits its predecessor's state
+				return r, err
+			}
+			t0 := time.Now()
+			for range reps {
+				if err := variants[k](); err != nil {
+					return r, err
+				}
+			}
+			rates[k] = append(rates[k], Rate(int64(n)*int64(reps), time.Since(t0)))
+		}
+	}
+	r.fill(rates[0])
+	// The check: one more copier call on fresh data.
+	if len(rates[0]) > 0 {
+		err := p.prepare()
+		if err == nil {
+			err = copierOp()
+		}
+		if err == nil {
+			err = p.verify(1)
+		}
+		if err != nil {
+			notes = append(notes, verifyFailedMark+": "+err.Error())
+		} else {
+			r.Verified = true
+		}
+	}
+	if x := pairedRatios(rates[0], rates[1]); x > 0 {
+		r.Ref, r.Ratio, r.Paired = KindPageableSync, x, true
+		notes = append(notes, fmt.Sprintf("paired with the driver's synchronous copy of the same slice (%s GB/s): %.2fx", formatValue(Summarize(rates[1]).Median), x))
+	}
+	if bound && len(rates[0]) > 0 {
+		bounds := make([]float64, len(rates[2]))
+		for i := range bounds {
+			bounds[i] = min(rates[2][i], rates[3][i])
+		}
+		b := Result{Bench: "bw", Kind: KindStagedBound, Dir: dir, Size: int64(n), Unit: GBps, Timing: TimingComputed}
+		sb := Summarize(bounds)
+		b.Median, b.Min, b.Max = sb.Median, sb.Min, sb.Max
+		b.Note = fmt.Sprintf("computed: per sample the smaller of the CPU's copy %s with %d goroutines (%s GB/s) and the copy engine's %s (%s GB/s), measured in the copier's rounds",
+			map[string]string{DirH2D: "from the Go slice into pinned memory", DirD2H: "from pinned memory into the Go slice"}[dir],
+			min(transfer.DefaultParallelism, runtime.NumCPU()), formatValue(Summarize(rates[2]).Median),
+			map[string]string{DirH2D: "pinned-to-device copy", DirD2H: "device-to-pinned copy"}[dir], formatValue(Summarize(rates[3]).Median))
+		w.bounds = append(w.bounds, b)
+		notes = append(notes, fmt.Sprintf("%.2f of %s (paired)", pairedRatios(rates[0], bounds), KindStagedBound))
+	}
+	notes = append(notes, PairedTiming)
+	if reps > 1 {
+		notes = append(notes, fmt.Sprintf("%d copies per sample", reps))
+	}
+	r.Note = joinNotes(notes)
+	return r, stopErr
+}
+
+// pairedRatios is the median over the samples of a[i]/b[i] (0 when there
+// is none): samples of one round ran side by side, so their ratio leaves
+// out the host's drift from one round to the next.
+func pairedRatios(a, b []float64) float64 {
+	var rs []float64
+	for i := range min(len(a), len(b)) {
+		if b[i] > 0 {
+			rs = append(rs, a[i]/b[i])
+		}
+	}
+	if len(rs) == 0 {
+		return 0
+	}
+	return Summarize(rs).Median
+}
+
+// boundMem makes, once, what the staged bound needs: pinned memory of the
+// run's largest size and a copy pool as the Copier's. An error leaves the
+// bound out.
+func (w *bwWork) boundMem(n int) error {
+	if w.pinned == nil && w.pinErr == nil {
+		w.pinned, w.pinErr = pinmem.Alloc(w.n, 0, pinmem.WithDevice(w.s.Dev))
+		if w.pinErr == nil {
+			w.pool = copypool.New(min(transfer.DefaultParallelism, runtime.NumCPU())-1, false) // the caller copies too, as in a Copier
+		}
+	}
+	if w.pinErr == nil && len(w.pinned.Bytes()) < n {
+		return fmt.Errorf("bench: %d pinned bytes for the bound, want %d", len(w.pinned.Bytes()), n)
+	}
+	return w.pinErr
+}
+
+// pinnedCopy copies all of pin (pinned, from the start of w.pinned) to or
+// from the start of devA on stream A, one copy per registration, and
+// waits.
+func (w *bwWork) pinnedCopy(pin []byte, htod bool) error {
+	off := 0
+	for _, seg := range w.pinned.Segments() {
+		if off >= len(pin) {
+			break
+		}
+		seg = seg[:min(len(seg), len(pin)-off)]
+		var err error
+		if htod {
+			err = w.stA.CopyHtoD(w.devA, off, seg)
+		} else {
+			err = w.stA.CopyDtoH(seg, w.devA, off)
+		}
+		if err != nil {
+			return err
+		}
+		off += len(seg)
+	}
+	return w.stA.Synchronize(context.Background())
+}

@@ -1,0 +1,64 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+)
+
+// TestCopierPairedOnFake: one way, the copier rows are measured side by
+// side with the driver's synchronous copy of the same slice and keep the
+// paired ratio as their reference; from 16 MiB a computed staged-bound row
+// follows, and the copier's note gives its ratio to it; every row is
+// verified. Both ways at once, the copier row is timed as before. (The
+// fake's figures mean nothing: structure only.)
+func TestCopierPairedOnFake(t *testing.T) {
+	_, s := blocksOnFake(t, fakedrv.Options{})
+	rs, err := s.Bandwidth(t.Context(), BandwidthConfig{Kinds: []string{KindCopier, KindPageableSync}, Sizes: []int64{4 << 10, 16 << 20}, Samples: 3, MinBytes: 1 << 20, MaxReps: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	AddReferences(rs)
+	got := map[string]Result{}
+	for _, r := range rs {
+		t.Log(r, r.Ref, r.Ratio, r.Note)
+		got[r.Kind+" "+r.Dir+" "+FormatSize(r.Size)] = r
+	}
+	for _, size := range []string{"4KiB", "16MiB"} {
+		for _, dir := range []string{DirH2D, DirD2H} {
+			r := got[KindCopier+" "+dir+" "+size]
+			if !r.Verified || r.Samples != 3 || !r.Paired || r.Ref != KindPageableSync || r.Ratio <= 0 || !strings.Contains(r.Note, "paired with the driver's synchronous copy") {
+				t.Errorf("copier %s %s: %+v", dir, size, r)
+			}
+			b, ok := got[KindStagedBound+" "+dir+" "+size]
+			if ok != (size == "16MiB") {
+				t.Errorf("staged-bound %s %s: present %v", dir, size, ok)
+				continue
+			}
+			if ok && (b.Timing != TimingComputed || b.Median <= 0 || b.Median > b.Max || !strings.Contains(r.Note, "of staged-bound (paired)")) {
+				t.Errorf("staged-bound %s %s: %+v; copier note %q", dir, size, b, r.Note)
+			}
+		}
+		if r := got[KindCopier+" "+DirBidir+" "+size]; !r.Verified || r.Paired || r.Samples != 3 {
+			t.Errorf("copier bidir %s: %+v", size, r)
+		}
+	}
+}
+
+// TestReferencesKeepPaired: a row whose ratio was measured side by side
+// keeps it; the others are computed from the medians.
+func TestReferencesKeepPaired(t *testing.T) {
+	rs := []Result{
+		{Bench: "bw", Kind: KindPageableSync, Dir: DirH2D, Size: 4096, Unit: GBps, Median: 2, Samples: 1},
+		{Bench: "bw", Kind: KindCopier, Dir: DirH2D, Size: 4096, Unit: GBps, Median: 3, Samples: 1, Ref: KindPageableSync, Ratio: 1.1, Paired: true},
+		{Bench: "bw", Kind: KindCopier, Dir: DirD2H, Size: 4096, Unit: GBps, Median: 3, Samples: 1, Ref: KindPageableSync, Ratio: 1.1},
+	}
+	AddReferences(rs)
+	if rs[1].Ratio != 1.1 || rs[1].Ref != KindPageableSync {
+		t.Errorf("paired row: %q %v, want its measured 1.1", rs[1].Ref, rs[1].Ratio)
+	}
+	if rs[2].Ratio != 0 || rs[2].Ref != "" {
+		t.Errorf("unpaired row without a reference row: %q %v, want none", rs[2].Ref, rs[2].Ratio)
+	}
+}
