@@ -286,7 +286,7 @@ func (r *run) copyAll(ctx context.Context) {
 // checkRanges checks rs (every range of the load, or the one whole-file
 // range) and names the file and range index of a bad one.
 func (r *run) checkRanges(rs []Range) error {
-	_, _, err := checkRanges(rs, r.l.ctx.Handle())
+	_, _, err := checkRanges(rs, r.l.cctx.Handle())
 	if re, ok := errors.AsType[*RangeError](err); ok && re.Index < len(r.where) {
 		w := r.where[re.Index]
 		re.Index = w[1]
@@ -634,7 +634,7 @@ func (r *run) source(s *stage, rd *read) ([]byte, error) {
 	of := r.files[rd.file]
 	if m := of.mapped; m != nil && of.fallback.Load() == nil {
 		mem := m.mem[rd.off : rd.off+int64(rd.length)]
-		win, err := pinmem.Register(mem, pinmem.ReadOnly, pinmem.WithDevice(r.l.ctx.Device()))
+		win, err := pinmem.Register(mem, pinmem.ReadOnly, pinmem.WithDevice(r.l.cctx.Device()))
 		if err == nil {
 			m.refs.Add(1)
 			s.win, s.mapped = win, m

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/hostspan"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 	"github.com/pinmem/pinmem/internal/regcache"
-	"github.com/pinmem/pinmem/internal/track"
 )
 
 // Copier moves data between host memory and the device memory of one CUDA
@@ -52,9 +53,10 @@ type copier struct {
 	lanes     []*lane    // every lane, idle or taken
 	free      chan *lane // the idle lanes
 
-	gate        // transfers, pipeline runs and abandoned drains in progress
-	rel         releaser
-	undestroyed []*cuda.Event // RunMapped events the driver failed to destroy; release retries
+	gate        *lifecycle.Gate // transfers, pipeline runs and abandoned drains in progress
+	rel         *lifecycle.Releaser
+	mu          sync.Mutex
+	undestroyed []*cuda.Event // RunMapped events the driver failed to destroy; release retries (mu)
 	pinned      pinnedSet     // AddPinned
 	fence       fence         // orders every call after the copies earlier calls left queued
 }
@@ -89,7 +91,7 @@ type stage struct {
 // that once two share it). A refused option is a *pinmem.OptionError
 // (matching cuda.ErrInvalidValue) naming it. The caller must Close it.
 func New(c *cuda.Context, opts ...Option) (*Copier, error) {
-	retryOrphans()
+	lifecycle.RetryOrphans()
 	if c == nil {
 		return nil, fmt.Errorf("transfer: nil context: %w", cuda.ErrInvalidValue)
 	}
@@ -110,13 +112,13 @@ func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 }
 
 func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
-	cp = &copier{cctx: c, o: o, gate: newGate()}
-	cp.rel.step = cp.releaseStep
+	cp = &copier{cctx: c, o: o, gate: lifecycle.NewGate(ErrClosed)}
+	cp.rel = lifecycle.NewReleaser(cp.releaseStep)
 	defer func() {
 		if err != nil {
-			cp.markClosed()
-			err = errors.Join(err, cp.rel.release())
-			orphan(&cp.rel)
+			cp.gate.MarkClosed()
+			err = errors.Join(err, cp.rel.Release())
+			cp.rel.Orphan()
 			cp = nil
 		}
 	}()
@@ -228,17 +230,12 @@ func (c *Copier) Close(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	first := c.markClosed()
-	return closeOwner(ctx, "Copier", first, &c.rel, &c.cleanup, c.idle)
+	return lifecycle.Close(ctx, "transfer: closing the Copier", c.gate, c.rel, &c.cleanup)
 }
 
 // dropped is the cleanup of a Copier dropped without Close.
 func (c *copier) dropped() {
-	if !c.markClosed() {
-		return
-	}
-	track.Dropped("copier", "stages", c.o.depth, "stage_size", c.o.stageSize)
-	go func() { <-c.idle; _ = c.rel.release() }() // off the cleanup goroutine: release calls the driver
+	lifecycle.Dropped(c.gate, c.rel, "copier", "stages", c.o.depth, "stage_size", c.o.stageSize)
 }
 
 // destroyEvent destroys an event made for one call, keeping it for
@@ -292,7 +289,7 @@ func (c *copier) releaseStep() (left int, err error) {
 }
 
 // enter checks the receiver and ctx of a call and registers it; the
-// caller calls c.end() when enter returned nil.
+// caller calls c.gate.End() when enter returned nil.
 func (c *Copier) enter(ctx context.Context) error {
 	if !c.ok() {
 		return errNil("Copier")
@@ -300,7 +297,7 @@ func (c *Copier) enter(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	return c.begin()
+	return c.gate.Begin()
 }
 
 // acquire takes an idle lane, bounded by ctx, and orders its stream after
@@ -367,7 +364,7 @@ func (c *copier) abandon(l *lane, release func()) (touching <-chan struct{}) {
 		d = drain{streams: []*cuda.Stream{l.stream}}
 	}
 	l.nearSet = false
-	ran := c.fence.handOff(c.hold, c.end, d, func() {
+	ran := c.fence.handOff(c.gate.Hold, c.gate.End, d, func() {
 		release()
 		c.releaseLane(l)
 	})
@@ -388,7 +385,7 @@ func (c *Copier) HtoD(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (
 	if err := c.enter(ctx); err != nil {
 		return Stats{Direction: HostToDevice}, err
 	}
-	defer c.end()
+	defer c.gate.End()
 	st, _, err := c.move(ctx, HostToDevice, src, dst, byRoute)
 	return st, err
 }
@@ -402,7 +399,7 @@ func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 	if err := c.enter(ctx); err != nil {
 		return Stats{Direction: DeviceToHost}, err
 	}
-	defer c.end()
+	defer c.gate.End()
 	st, _, err := c.move(ctx, DeviceToHost, dst, src, byRoute)
 	return st, err
 }

@@ -58,8 +58,10 @@
 // owner stays closed and is released in the background once its copies
 // ran (on a hung device, never). A release the driver fails keeps the
 // object held (and counted by pinmem and cuda) and returns the error; a
-// later Close waits again, bounded by its own ctx, and retries it. Once
-// everything is released, Close returns ErrClosed.
+// later Close waits again, bounded by its own ctx, and retries it, as
+// does the package's next constructor (or another owner's of pinmem).
+// Once everything is released, Close returns ErrClosed, which matches
+// cuda.ErrClosed.
 //
 // Waiting never holds one OS thread per waiting goroutine: one waiter
 // goroutine per lane of a Copier (and per completer of a Pipeline Run)

@@ -11,6 +11,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/copypool"
 	"github.com/pinmem/pinmem/internal/hostspan"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 )
 
 // engine is the staging engine of one context, shared as Copier says: the
@@ -33,7 +34,7 @@ type engine struct {
 	peak    int            // most stages borrowed at once (tests)
 	pool    *copypool.Pool
 	closed  bool
-	rel     releaser
+	rel     *lifecycle.Releaser
 	grown   bool // growForTwo ran
 }
 
@@ -77,7 +78,7 @@ func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
 	if fresh {
 		e = &engine{key: key, shared: shared, flags: o.stageFlags | pinmem.Portable,
 			popts: append([]pinmem.Option{pinmem.WithDevice(c.Device())}, o.stageOpts...)}
-		e.rel.step = e.releaseStep
+		e.rel = lifecycle.NewReleaser(e.releaseStep)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -145,16 +146,16 @@ func (s *stage) free(left *int) error {
 
 // freeStages frees ss; what the driver fails to release is retried later.
 func freeStages(ss []*stage) error {
-	r := &releaser{step: func() (int, error) {
+	r := lifecycle.NewReleaser(func() (int, error) {
 		left := 0
 		var errs []error
 		for _, s := range ss {
 			errs = append(errs, s.free(&left))
 		}
 		return left, errors.Join(errs...)
-	}}
-	err := r.release()
-	orphan(r)
+	})
+	err := r.Release()
+	r.Orphan()
 	return err
 }
 
@@ -247,8 +248,8 @@ func (e *engine) leave(member *bool) (left int, err error) {
 	if !last {
 		return 0, nil
 	}
-	err = e.rel.release()
-	if !e.rel.released() {
+	err = e.rel.Release()
+	if !e.rel.Released() {
 		left = 1
 	}
 	return left, err

@@ -11,8 +11,8 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/hostspan"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 	"github.com/pinmem/pinmem/internal/regcache"
-	"github.com/pinmem/pinmem/internal/track"
 )
 
 // Multi moves data between host memory and several contexts at once,
@@ -28,9 +28,9 @@ type Multi struct {
 type multi struct {
 	devs   []*multiDev
 	o      options
-	ring   chan struct{} // held by the Broadcast in progress and the copies it left queued
-	gate                 // calls and abandoned drains in progress
-	rel    releaser
+	ring   chan struct{}   // held by the Broadcast in progress and the copies it left queued
+	gate   *lifecycle.Gate // calls and abandoned drains in progress
+	rel    *lifecycle.Releaser
 	pinned pinnedSet // AddPinned
 }
 
@@ -64,7 +64,7 @@ func (s MultiStats) GBps() float64 { return gbps(float64(s.Bytes)*float64(s.Devi
 // refused option is a *pinmem.OptionError (matching cuda.ErrInvalidValue)
 // naming it. The caller must Close the Multi.
 func NewMulti(ctxs []*cuda.Context, opts ...Option) (*Multi, error) {
-	retryOrphans()
+	lifecycle.RetryOrphans()
 	if len(ctxs) == 0 {
 		return nil, fmt.Errorf("transfer: NewMulti without contexts: %w", cuda.ErrInvalidValue)
 	}
@@ -92,13 +92,13 @@ func NewMulti(ctxs []*cuda.Context, opts ...Option) (*Multi, error) {
 // newMultiState creates a Copier (without a cleanup of its own) and the
 // Broadcast events per context; on an error it releases what it made.
 func newMultiState(ctxs []*cuda.Context, o options) (m *multi, err error) {
-	m = &multi{o: o, ring: make(chan struct{}, 1), gate: newGate()}
-	m.rel.step = m.releaseStep
+	m = &multi{o: o, ring: make(chan struct{}, 1), gate: lifecycle.NewGate(ErrClosed)}
+	m.rel = lifecycle.NewReleaser(m.releaseStep)
 	defer func() {
 		if err != nil {
-			m.markClosed()
-			err = errors.Join(err, m.rel.release())
-			orphan(&m.rel)
+			m.gate.MarkClosed()
+			err = errors.Join(err, m.rel.Release())
+			m.rel.Orphan()
 			m = nil
 		}
 	}()
@@ -178,16 +178,12 @@ func (m *Multi) Close(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	return closeOwner(ctx, "Multi", m.markClosed(), &m.rel, &m.cleanup, m.idle)
+	return lifecycle.Close(ctx, "transfer: closing the Multi", m.gate, m.rel, &m.cleanup)
 }
 
 // dropped is the cleanup of a Multi dropped without Close.
 func (m *multi) dropped() {
-	if !m.markClosed() {
-		return
-	}
-	track.Dropped("multi", "devices", len(m.devs))
-	go func() { <-m.idle; _ = m.rel.release() }()
+	lifecycle.Dropped(m.gate, m.rel, "multi", "devices", len(m.devs))
 }
 
 // releaseStep frees whatever newMultiState created (rel.step).
@@ -198,10 +194,10 @@ func (m *multi) releaseStep() (left int, err error) {
 			errs = append(errs, destroyEvent(&d.evs[i], &left))
 		}
 		if d.cp != nil {
-			d.cp.markClosed()
-			<-d.cp.idle
-			errs = append(errs, d.cp.rel.release())
-			if !d.cp.rel.released() {
+			d.cp.gate.MarkClosed()
+			<-d.cp.gate.Idle()
+			errs = append(errs, d.cp.rel.Release())
+			if !d.cp.rel.Released() {
 				left++
 			}
 		}
@@ -210,7 +206,7 @@ func (m *multi) releaseStep() (left int, err error) {
 }
 
 // enter checks the receiver and ctx of a blocking call and registers it;
-// the caller calls m.end() when it returned nil.
+// the caller calls m.gate.End() when it returned nil.
 func (m *Multi) enter(ctx context.Context) error {
 	if !m.ok() {
 		return errNil("Multi")
@@ -218,7 +214,7 @@ func (m *Multi) enter(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	return m.begin()
+	return m.gate.Begin()
 }
 
 // checkBufs checks one device buffer per context, on its context's device.
@@ -256,7 +252,7 @@ func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []
 	if err := m.enter(ctx); err != nil {
 		return st, err
 	}
-	defer m.end()
+	defer m.gate.End()
 	st.Devices = len(m.devs)
 	if err := m.checkBufs("broadcast", dsts); err != nil {
 		return st, err
@@ -391,9 +387,9 @@ func (b *broadcast) finish(ctx context.Context, first error) error {
 		give() // every lane came back: its copies ran
 		return nil
 	}
-	m.hold()
+	m.gate.Hold()
 	go func() {
-		defer m.end()
+		defer m.gate.End()
 		left.Wait() // ends with the drains handed to the fences
 		give()
 	}()
@@ -423,7 +419,7 @@ func (m *Multi) each(ctx context.Context, dir Direction, hosts [][]byte, devs []
 	if err := m.enter(ctx); err != nil {
 		return st, err
 	}
-	defer m.end()
+	defer m.gate.End()
 	st.Devices = len(m.devs)
 	if len(hosts) != len(m.devs) {
 		return st, fmt.Errorf("transfer: %s with %d host buffers for %d devices: %w", dir, len(hosts), len(m.devs), cuda.ErrInvalidValue)

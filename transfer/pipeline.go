@@ -12,7 +12,7 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/hostspan"
-	"github.com/pinmem/pinmem/internal/track"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 )
 
 // Pipeline defaults.
@@ -127,9 +127,9 @@ type pipeline struct {
 	streams   []*cuda.Stream
 	waiters   []*waiter // the completers', one per stream; closed once no drain is left
 	slots     []*slot
-	run       chan struct{} // one Run (or a Run's abandoned drain) at a time
-	gate                    // Runs and abandoned drains in progress
-	rel       releaser
+	run       chan struct{}   // one Run (or a Run's abandoned drain) at a time
+	gate      *lifecycle.Gate // Runs and abandoned drains in progress
+	rel       *lifecycle.Releaser
 	panicked  any                // what a callback of the Run in progress panicked with
 	cancelRun context.CancelFunc // ends the Run in progress
 	dirty     bool               // a chunk's event was not recorded: its drain watches the streams
@@ -160,14 +160,14 @@ func LaunchWork(f *cuda.Function, grid, block cuda.Dim3, args func(ch Chunk) []a
 // cuda.ErrInvalidValue) naming it. The caller must Close it; once the
 // Copier is closed, Run fails with ErrClosed.
 func (c *Copier) NewPipeline(opts ...PipelineOption) (*Pipeline, error) {
-	retryOrphans()
+	lifecycle.RetryOrphans()
 	if !c.ok() {
 		return nil, errNil("Copier")
 	}
-	if err := c.begin(); err != nil {
+	if err := c.gate.Begin(); err != nil {
 		return nil, err
 	}
-	defer c.end()
+	defer c.gate.End()
 	cfg := pipelineConfig{chunkSize: DefaultChunkSize, streams: DefaultStreams}
 	if err := cfg.apply(opts); err != nil {
 		return nil, err
@@ -207,13 +207,13 @@ func (cfg *pipelineConfig) apply(opts []PipelineOption) error {
 }
 
 func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
-	p = &pipeline{c: c, cfg: cfg, run: make(chan struct{}, 1), gate: newGate()}
-	p.rel.step = p.releaseStep
+	p = &pipeline{c: c, cfg: cfg, run: make(chan struct{}, 1), gate: lifecycle.NewGate(ErrClosed)}
+	p.rel = lifecycle.NewReleaser(p.releaseStep)
 	defer func() {
 		if err != nil {
-			p.markClosed()
-			err = errors.Join(err, p.rel.release())
-			orphan(&p.rel)
+			p.gate.MarkClosed()
+			err = errors.Join(err, p.rel.Release())
+			p.rel.Orphan()
 			p = nil
 		}
 	}()
@@ -252,17 +252,13 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	return closeOwner(ctx, "Pipeline", p.markClosed(), &p.rel, &p.cleanup, p.idle)
+	return lifecycle.Close(ctx, "transfer: closing the Pipeline", p.gate, p.rel, &p.cleanup)
 }
 
 // dropped is the cleanup of a Pipeline dropped without Close; a drain a
 // Run left may still be in progress, and release waits for it.
 func (p *pipeline) dropped() {
-	if !p.markClosed() {
-		return
-	}
-	track.Dropped("pipeline", "slots", len(p.slots), "chunk_size", p.cfg.chunkSize)
-	go func() { <-p.idle; _ = p.rel.release() }()
+	lifecycle.Dropped(p.gate, p.rel, "pipeline", "slots", len(p.slots), "chunk_size", p.cfg.chunkSize)
 }
 
 // releaseStep frees whatever newPipelineState created (rel.step).
@@ -352,14 +348,14 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	if out != nil && len(out) < len(in) {
 		return st, &SizeError{Op: "pipeline output", Need: len(in), Have: len(out)}
 	}
-	if err := p.begin(); err != nil {
+	if err := p.gate.Begin(); err != nil {
 		return st, err
 	}
-	defer p.end()
-	if err := p.c.begin(); err != nil {
+	defer p.gate.End()
+	if err := p.c.gate.Begin(); err != nil {
 		return st, err
 	}
-	defer p.c.end()
+	defer p.c.gate.End()
 	select {
 	case p.run <- struct{}{}:
 	case <-ctx.Done():
@@ -381,7 +377,7 @@ func (p *pipeline) runHeld(ctx context.Context, in, out []byte) (st PipelineStat
 			<-p.run
 		}
 	}()
-	if p.isClosed() { // closed while this Run waited for the token
+	if p.gate.IsClosed() { // closed while this Run waited for the token
 		return st, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
@@ -467,7 +463,7 @@ func (p *pipeline) handOff(pending []*flight, holds []func()) {
 	if p.dirty {
 		d.streams = p.streams
 	}
-	p.c.fence.handOff(func() { p.c.hold(); p.hold() }, func() { p.end(); p.c.end() }, d, func() {
+	p.c.fence.handOff(func() { p.c.gate.Hold(); p.gate.Hold() }, func() { p.gate.End(); p.c.gate.End() }, d, func() {
 		for _, h := range holds {
 			h()
 		}

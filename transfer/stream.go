@@ -73,7 +73,7 @@ func (c *Copier) ioRing(ctx context.Context, d Direction, dev *cuda.DeviceBuffer
 	if err := c.enter(ctx); err != nil {
 		return st, err
 	}
-	defer c.end()
+	defer c.gate.End()
 	what, op, verb := "destination", "HtoDFrom a nil io.Reader", "reading into device memory"
 	if d == DeviceToHost {
 		what, op, verb = "source", "DtoHTo a nil io.Writer", "writing device memory"

@@ -24,6 +24,7 @@ var layer = map[string]int{
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
 	"internal/budgetspec": 2, // the budget as PINMEM_BUDGET and the command give it
 	"internal/pinopt":     2, // pinmem's options (a *cuda.Device among them) and their validation, for pinmem and pool
+	"internal/lifecycle":  2, // the owners' gate, retryable release, orphans and Close, for pinmem, pool, blocks, load and transfer
 	"internal/cudaerr":    2, // the binding's errors as cuda's types, for the packages above cuda that call the binding
 	"internal/testutil":   3, "": 3,
 	"pool": 4, "cudatest": 4, "blocks": 4,
