@@ -77,14 +77,6 @@ type lane struct {
 
 const lanesOwn = 2 // the lanes of a Copier with a stream of its own
 
-type stage struct {
-	buf  *pinmem.Buffer
-	mem  []byte
-	cuts []int // registration boundaries in mem (hostspan.Cuts)
-	ev   *cuda.Event
-	used bool // ev has been recorded
-}
-
 // New creates a Copier for the context c: its lanes' streams and events,
 // and its membership of the context's staging engine, which New creates or
 // grows (depth x stage size of pinned memory for the first Copier, twice
@@ -216,7 +208,7 @@ func (c *Copier) CacheStats() CacheStats {
 	if !c.ok() {
 		return CacheStats{}
 	}
-	return CacheStats(c.cache.Stats())
+	return c.cache.Stats()
 }
 
 // Close stops the Copier (later calls return ErrClosed), waits for the

@@ -40,7 +40,7 @@ type engine struct {
 
 // engineKey identifies a shared engine.
 type engineKey struct {
-	ctx       *cuda.Context
+	cctx      *cuda.Context
 	stageSize int
 	flags     pinmem.Flags
 	stats     bool
@@ -63,7 +63,7 @@ var engines = struct {
 // pipeline, for a Pipeline: stage size its chunk, depth its chunks in
 // flight), made or grown for it here, so that the caller reports a failure.
 func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
-	key := engineKey{ctx: c, stageSize: o.stageSize, flags: o.stageFlags, stats: o.stats, pipeline: pipeline}
+	key := engineKey{cctx: c, stageSize: o.stageSize, flags: o.stageFlags, stats: o.stats, pipeline: pipeline}
 	shared := len(o.stageOpts) == 0
 	engines.Lock()
 	defer engines.Unlock()
@@ -132,31 +132,11 @@ func (e *engine) newStage() (*stage, error) {
 	}
 	s.mem, s.cuts = s.buf.Bytes(), hostspan.Cuts(s.buf)
 	if !e.key.pipeline {
-		if s.ev, err = e.key.ctx.NewEvent(syncEvent); err != nil {
+		if s.ev, err = e.key.cctx.NewEvent(syncEvent); err != nil {
 			return nil, errors.Join(err, freeStages([]*stage{s}))
 		}
 	}
 	return s, nil
-}
-
-// free releases the stage, counting in left what the driver still holds.
-func (s *stage) free(left *int) error {
-	return errors.Join(freeBuf(&s.buf, left), destroyEvent(&s.ev, left))
-}
-
-// freeStages frees ss; what the driver fails to release is retried later.
-func freeStages(ss []*stage) error {
-	r := lifecycle.NewReleaser(func() (int, error) {
-		left := 0
-		var errs []error
-		for _, s := range ss {
-			errs = append(errs, s.free(&left))
-		}
-		return left, errors.Join(errs...)
-	})
-	err := r.Release()
-	r.Orphan()
-	return err
 }
 
 // take borrows 1 to want stages, waiting in FIFO order, bounded by ctx.

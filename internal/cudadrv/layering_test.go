@@ -19,6 +19,7 @@ var layer = map[string]int{
 	"internal/reclaim": -1, // pinmem's budget reclaimers, for pool and transfer
 	"internal/hostptr": -1, "internal/testhook": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0, "internal/units": 0,
 	"internal/cpuclock":        -1, // thread and process CPU time
+	"internal/regfile":         -1, // regular files opened without blocking, for load and safetensors
 	"internal/enumtext":        -1, // the names of the enums set from flags or configuration
 	"internal/copypool":        0,  // the staging engine's copy goroutines
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
