@@ -67,6 +67,7 @@ type lane struct {
 	stream  *cuda.Stream
 	w       *waiter     // the lane's own: a wait never queues behind another lane's
 	stages  []*stage    // borrowed for the transfer in progress
+	ring    ring        // the ring over the stages, for a ring transfer
 	ops     []piece     // the transfer's schedule (kept to be reused)
 	done    *cuda.Event // the transfer's end
 	near    *cuda.Event // all but the transfer's last piece (waitLast)
@@ -122,6 +123,7 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 	cp.free = make(chan *lane, n)
 	for range n {
 		l := &lane{stream: o.stream, w: newWaiter()}
+		l.ring = ring{lanes: []*lane{l}, wait: cp.ringWait}
 		cp.lanes = append(cp.lanes, l)
 		if l.stream == nil {
 			if l.stream, err = c.NewStream(cuda.StreamNonBlocking); err != nil {
@@ -339,6 +341,7 @@ func (c *copier) borrow(ctx context.Context, l *lane, want int) error {
 		return err
 	}
 	l.stages = ss
+	l.ring.reset(ss)
 	return nil
 }
 
@@ -532,37 +535,16 @@ func (c *copier) schedule(ctx context.Context, st *Stats, host []byte, dev *cuda
 			return nil, true, nil, err
 		}
 	}
-	for i, k := 0, 0; i < len(l.ops); i++ {
-		if !l.ops[i].direct {
-			l.ops[i].s = l.stageAt(k)
-			k++
-		}
-	}
 	return l, true, release, nil
 }
 
-// stageAt returns stage k (mod the stages) of the transfer holding l.
-func (l *lane) stageAt(k int) *stage { return l.stages[k%len(l.stages)] }
-
-// reuse waits until stage s's last queued copy has run, if it has one.
-func (c *copier) reuse(ctx context.Context, l *lane, s *stage) error {
-	if !s.used {
-		return nil
+// ringWait is the wait of a lane's ring: for the transfer's end when
+// last (waitLast), else for a stage (waitStage).
+func (c *copier) ringWait(ctx context.Context, l *lane, ev *cuda.Event, last bool) error {
+	if last {
+		return c.waitLast(ctx, l, ev)
 	}
-	return c.waitStage(ctx, l, s.ev)
-}
-
-// queued records s's event behind a copy into or out of s that was queued
-// (err nil), so that s is reused only once that copy ran.
-func (l *lane) queued(s *stage, err error) error {
-	if err != nil {
-		return err
-	}
-	if err := s.ev.Record(l.stream); err != nil {
-		return err
-	}
-	s.used = true
-	return nil
+	return c.waitStage(ctx, l, ev)
 }
 
 // htod queues the copy of the stage's bytes [lo, hi) to dev at off on
@@ -591,9 +573,9 @@ func (l *lane) startTimer() error {
 }
 
 // The executor runs a schedule of pieces on a lane in one of two shapes.
-// In a ring the staged pieces take the borrowed stages in turn, each
-// recording its stage's event so that the stage is refilled or copied out
-// only once its copy ran, and the end is the lane's done event. Through
+// In a ring the staged pieces take the borrowed stages in turn from the
+// lane's ring, which refills a stage or hands it out to be copied out only
+// once its copy ran, and the end is the lane's done event. Through
 // one stage the pieces are parts of one stage, so no stage event is
 // recorded: device to host, the near event between the two halves says
 // when the first can be copied out, and the end is singleWait.
@@ -619,13 +601,15 @@ func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, ring bool, 
 		if ring {
 			c.markNear(l, i, len(ops))
 		}
+		s := o.s
 		if !o.direct {
 			if ring {
-				if err := c.reuse(ctx, l, o.s); err != nil {
+				var err error
+				if s, err = l.ring.next(ctx); err != nil {
 					return err
 				}
 			}
-			st.CopyCPU += c.copyStage(o.s.mem[o.lo:o.lo+len(o.host)], o.host)
+			st.CopyCPU += c.copyStage(s.mem[o.lo:o.lo+len(o.host)], o.host)
 		}
 		if i == 0 {
 			if err := l.startTimer(); err != nil {
@@ -635,8 +619,8 @@ func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, ring bool, 
 		var err error
 		if o.direct {
 			err = l.stream.CopyHtoD(o.dev, o.off, o.host)
-		} else if err = o.s.htod(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host)); ring {
-			err = l.queued(o.s, err)
+		} else if err = s.htod(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host)); ring {
+			err = l.ring.queued(0, false, err)
 		}
 		if err != nil {
 			return err
@@ -646,20 +630,17 @@ func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, ring bool, 
 }
 
 // execDtoH queues the copies, as many staged ones at once as there are
-// stages, and copies each staged piece out once its copy ran while later
-// ones fly (through one stage, finish copies the last piece out).
+// stages (the ring's window), and copies each staged piece out once its
+// copy ran while later ones fly (through one stage, finish copies the
+// last piece out).
 func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, ring bool, st *Stats) error {
-	window := len(ops)
-	if ring {
-		window = len(l.stages)
-	}
 	head, next, inFlight := 0, 0, 0
 	for {
-		for next < len(ops) && (ops[next].direct || inFlight < window) {
+		for next < len(ops) && (ops[next].direct || (ring && !l.ring.full()) || (!ring && inFlight < len(ops))) {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if err := c.queueOut(l, ops, next, ring); err != nil {
+			if err := c.queueOut(ctx, l, ops, next, ring); err != nil {
 				return err
 			}
 			if !ops[next].direct {
@@ -675,21 +656,20 @@ func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, ring bool, 
 		}
 		o := ops[head]
 		last := next == len(ops) && inFlight == 1
+		s := o.s
 		var err error
 		switch {
 		case !ring && last:
 			return nil
 		case !ring:
 			err = l.w.wait(ctx, l.near)
-		case last:
-			err = c.waitLast(ctx, l, o.s.ev)
 		default:
-			err = c.waitStage(ctx, l, o.s.ev)
+			s, err = l.ring.oldest(ctx, last)
 		}
 		if err != nil {
 			return err
 		}
-		st.CopyCPU += c.copyStage(o.host, o.s.mem[o.lo:o.lo+len(o.host)])
+		st.CopyCPU += c.copyStage(o.host, s.mem[o.lo:o.lo+len(o.host)])
 		head++
 		inFlight--
 	}
@@ -697,7 +677,7 @@ func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, ring bool, 
 
 // queueOut queues the copy of ops[i] to the host or into its stage, with
 // the events its shape records around it.
-func (c *copier) queueOut(l *lane, ops []piece, i int, ring bool) error {
+func (c *copier) queueOut(ctx context.Context, l *lane, ops []piece, i int, ring bool) error {
 	o := ops[i]
 	if i == 0 {
 		if err := l.startTimer(); err != nil {
@@ -714,11 +694,14 @@ func (c *copier) queueOut(l *lane, ops []piece, i int, ring bool) error {
 	if o.direct {
 		return l.stream.CopyDtoH(o.host, o.dev, o.off)
 	}
-	err := o.s.dtoh(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host))
-	if ring {
-		return l.queued(o.s, err)
+	if !ring {
+		return o.s.dtoh(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host))
 	}
-	return err
+	s, err := l.ring.next(ctx) // free: the window holds fewer pending stages than there are
+	if err != nil {
+		return err
+	}
+	return l.ring.queued(0, true, s.dtoh(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host)))
 }
 
 // finish waits, bounded by ctx, for everything the transfer on l queued

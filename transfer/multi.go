@@ -327,9 +327,10 @@ func (b *broadcast) direct(dsts []*cuda.DeviceBuffer, src []byte, spans []span) 
 	return nil
 }
 
-// staged copies src chunk by chunk into the borrowed stages in turn and
-// queues each chunk's copy on every device's lane, with the device's event
-// for the stage behind it; a stage is refilled once every device's ran.
+// staged copies src chunk by chunk into the borrowed stages of a ring with
+// a lane per device (each device's events its own, on its context) and
+// queues each chunk's copy on every device's lane; the ring refills a
+// stage once every device's copy out of it ran.
 func (b *broadcast) staged(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte, st *MultiStats) error {
 	m := b.m
 	c0 := m.devs[0].cp
@@ -339,30 +340,34 @@ func (b *broadcast) staged(ctx context.Context, dsts []*cuda.DeviceBuffer, src [
 		return err
 	}
 	b.stages = ss
-	for k, off := 0, 0; off < len(src); k, off = k+1, off+chunk {
+	r := ring{lanes: b.lanes, evs: make([][]*cuda.Event, len(m.devs)), wait: waitBroadcast}
+	for i, d := range m.devs {
+		r.evs[i] = d.evs
+	}
+	r.reset(ss)
+	for off := 0; off < len(src); off += chunk {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		n, s, j := min(chunk, len(src)-off), ss[k%len(ss)], k%len(ss)
-		if k >= len(ss) { // refill: every device's copy out of s ran
-			for i, l := range b.lanes {
-				if err := l.w.wait(ctx, m.devs[i].evs[j]); err != nil {
-					return err
-				}
-			}
+		s, err := r.next(ctx)
+		if err != nil {
+			return err
 		}
+		n := min(chunk, len(src)-off)
 		st.CopyCPU += c0.eng.pool.Copy(m.o.parallelism, c0.o.tune.subPieces, s.mem[:n], src[off:off+n])
 		for i, l := range b.lanes {
-			err := s.htod(l.stream, dsts[i], off, 0, n)
-			if err == nil {
-				err = m.devs[i].evs[j].Record(l.stream)
-			}
-			if err != nil {
+			if err := r.queued(i, false, s.htod(l.stream, dsts[i], off, 0, n)); err != nil {
 				return fmt.Errorf("device %d: %w", i, err)
 			}
 		}
 	}
 	return nil
+}
+
+// waitBroadcast is the wait of a Broadcast's ring: asleep in the lane's
+// waiter.
+func waitBroadcast(ctx context.Context, l *lane, ev *cuda.Event, _ bool) error {
+	return l.w.wait(ctx, ev)
 }
 
 // finish ends the Broadcast on every device as copier.finish ends a

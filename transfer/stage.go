@@ -14,9 +14,8 @@ import (
 type stage struct {
 	buf  *pinmem.Buffer
 	mem  []byte
-	cuts []int // registration boundaries in mem (hostspan.Cuts)
-	ev   *cuda.Event
-	used bool // ev has been recorded
+	cuts []int       // registration boundaries in mem (hostspan.Cuts)
+	ev   *cuda.Event // recorded behind the copies on it (ring)
 }
 
 // copyStage copies between host memory and a stage, on the caller's
