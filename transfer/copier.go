@@ -434,14 +434,15 @@ func (c *copier) plan(host []byte, dev *cuda.DeviceBuffer, spans []span, st *Sta
 			st.Stages++
 		}
 	}
-	prev := 0
-	for _, s := range spans {
-		stage(prev, s.Lo)
-		ops = append(ops, piece{host: host[s.Lo:s.Hi], dev: dev, off: s.Lo, direct: true})
-		st.DirectBytes += int64(s.Hi - s.Lo)
-		prev = s.Hi
-	}
-	stage(prev, len(host))
+	_ = hostspan.Parts(spans, 0, len(host), func(a, b int, pinned bool) error {
+		if !pinned {
+			stage(a, b)
+			return nil
+		}
+		ops = append(ops, piece{host: host[a:b], dev: dev, off: a, direct: true})
+		st.DirectBytes += int64(b - a)
+		return nil
+	})
 	// A long direct copy at the end goes in two: waitLast polls only the
 	// last tailBytes.
 	if n := len(ops); c.o.wait == WaitHybrid && n > 0 && ops[n-1].direct && len(ops[n-1].host) >= 2*tailBytes {

@@ -11,7 +11,10 @@
 // above that through a ring of pinned stages, CPU goroutines filling one
 // stage while the copy engine drains another. The stages and copy
 // goroutines are a staging engine shared by the context's Copiers (see
-// Copier). Stats says which path each transfer took. The driver's own
+// Copier). Partly pinned memory follows one rule in every call (a
+// transfer, each chunk of a Pipeline Run, a Broadcast's source): its
+// pinned parts are copied directly and only the parts between them are
+// staged. Stats says which path each transfer took. The driver's own
 // pageable copy is never used: it cannot be interrupted, so it would
 // outlive a call whose context ended.
 //

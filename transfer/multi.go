@@ -46,7 +46,7 @@ type MultiStats struct {
 	Devices   int           // devices the transfer served
 	Bytes     int64         // bytes per device
 	Wall      time.Duration // from the call to the last device finishing
-	Staged    bool          // the host side went through pinned stages
+	Staged    bool          // the host side, or its parts not pinned, went through pinned stages
 	CopyCPU   time.Duration // CPU time spent copying between Go memory and stages (WithStats(true); zero otherwise)
 	// PerDevice holds each device's own Stats for Gather and Scatter (nil
 	// for Broadcast, whose copies share their stages).
@@ -245,8 +245,8 @@ func (m *multi) directSpans(host []byte) (spans []span, ok bool) {
 
 // Broadcast copies src to the start of every device buffer dsts[i] (one
 // per context, in NewMulti's order) and returns when the data is on every
-// device. A src pinned for every context (see AddPinned) is copied
-// directly. An early exit leaves the device buffers with partial data.
+// device. The parts of src pinned for every context (see AddPinned) are
+// copied directly, the rest staged (see the package documentation). An early exit leaves the device buffers with partial data.
 func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte) (MultiStats, error) {
 	st := MultiStats{Direction: HostToDevice, Bytes: int64(len(src))}
 	if err := m.enter(ctx); err != nil {
@@ -273,11 +273,11 @@ func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []
 	}
 	b, err := m.startBroadcast(ctx)
 	if err == nil {
-		if spans, ok := m.directSpans(src); ok {
-			err = b.direct(dsts, src, spans)
-		} else {
+		spans, covered := m.directSpans(src)
+		err = b.direct(dsts, src, spans)
+		if err == nil && !covered {
 			st.Staged = true
-			err = b.staged(ctx, dsts, src, &st)
+			err = b.staged(ctx, dsts, src, spans, &st)
 		}
 		err = b.finish(ctx, err)
 	}
@@ -331,11 +331,15 @@ func (b *broadcast) direct(dsts []*cuda.DeviceBuffer, src []byte, spans []span) 
 // a lane per device (each device's events its own, on its context) and
 // queues each chunk's copy on every device's lane; the ring refills a
 // stage once every device's copy out of it ran.
-func (b *broadcast) staged(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte, st *MultiStats) error {
+func (b *broadcast) staged(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte, spans []span, st *MultiStats) error {
 	m := b.m
 	c0 := m.devs[0].cp
-	chunk := c0.chunkSize(len(src))
-	ss, err := c0.eng.take(ctx, min((len(src)+chunk-1)/chunk, len(m.devs[0].evs)))
+	staged := len(src)
+	for _, s := range spans {
+		staged -= s.Hi - s.Lo
+	}
+	chunk := c0.chunkSize(staged)
+	ss, err := c0.eng.take(ctx, min((staged+chunk-1)/chunk, len(m.devs[0].evs)))
 	if err != nil {
 		return err
 	}
@@ -345,23 +349,26 @@ func (b *broadcast) staged(ctx context.Context, dsts []*cuda.DeviceBuffer, src [
 		r.evs[i] = d.evs
 	}
 	r.reset(ss)
-	for off := 0; off < len(src); off += chunk {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		s, err := r.next(ctx)
-		if err != nil {
-			return err
-		}
-		n := min(chunk, len(src)-off)
-		st.CopyCPU += c0.eng.pool.Copy(m.o.parallelism, c0.o.tune.subPieces, s.mem[:n], src[off:off+n])
-		for i, l := range b.lanes {
-			if err := r.queued(i, false, s.htod(l.stream, dsts[i], off, 0, n)); err != nil {
-				return fmt.Errorf("device %d: %w", i, err)
+	// The gaps between the pinned parts (hostspan.Parts), chunk by chunk.
+	return hostspan.Parts(spans, 0, len(src), func(lo, hi int, pinned bool) error {
+		for off := lo; off < hi && !pinned; off += chunk {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			s, err := r.next(ctx)
+			if err != nil {
+				return err
+			}
+			n := min(chunk, hi-off)
+			st.CopyCPU += c0.eng.pool.Copy(m.o.parallelism, c0.o.tune.subPieces, s.mem[:n], src[off:off+n])
+			for i, l := range b.lanes {
+				if err := r.queued(i, false, s.htod(l.stream, dsts[i], off, 0, n)); err != nil {
+					return fmt.Errorf("device %d: %w", i, err)
+				}
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // waitBroadcast is the wait of a Broadcast's ring: asleep in the lane's

@@ -92,8 +92,8 @@ func WithPinStages(on bool) PipelineOption { return func(c *pipelineConfig) { c.
 type PipelineStats struct {
 	Chunks     int           // chunks completed and delivered
 	Bytes      int64         // input bytes of those chunks
-	StagedIn   bool          // the input went through pinned stages
-	StagedOut  bool          // the output went through pinned stages
+	StagedIn   bool          // the input, or its parts not pinned, went through pinned stages
+	StagedOut  bool          // the output, or its parts not pinned, went through pinned stages
 	Wall       time.Duration // includes Setup
 	Setup      time.Duration // time spent pinning the staging buffers (the first staged Run, without WithPinStages)
 	CopyCPU    time.Duration // CPU time of the stage-in/stage-out copies (WithStats(true) on the Copier; zero otherwise)
@@ -496,7 +496,7 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 	if p.cfg.ordered {
 		queues = 1
 	}
-	r.cm = p.startCompleters(ctx, queues, slots, st.StagedOut && out != nil)
+	r.cm = p.startCompleters(ctx, queues, slots, st.StagedOut && out != nil, outSpans)
 	defer func() {
 		// Reached with chunks out only when a function of pinmem's
 		// panicked: no callback runs any more and the completers stop
@@ -630,8 +630,9 @@ type outResult struct {
 var errPanicked = errors.New("transfer: a pipeline callback panicked")
 
 // startCompleters starts the completers of a Run with up to slots chunks
-// in flight; copyOut: the output is staged.
-func (p *pipeline) startCompleters(ctx context.Context, queues, slots int, copyOut bool) *completers {
+// in flight; copyOut: the output is staged where outSpans, its pinned
+// parts, leave gaps.
+func (p *pipeline) startCompleters(ctx context.Context, queues, slots int, copyOut bool, outSpans []span) *completers {
 	wctx, cancel := context.WithCancel(ctx)
 	cm := &completers{done: make(chan outResult, slots), cancel: cancel}
 	for i := range queues {
@@ -648,7 +649,12 @@ func (p *pipeline) startCompleters(ctx context.Context, queues, slots int, copyO
 					continue
 				}
 				if copyOut && !cm.stopped.Load() {
-					cm.cpu.Add(int64(p.c.copyStage(f.ch.Out, f.sl.stage.mem[:f.ch.Len])))
+					_ = hostspan.Parts(outSpans, f.ch.Offset, f.ch.Len, func(lo, hi int, pinned bool) error {
+						if !pinned {
+							cm.cpu.Add(int64(p.c.copyStage(f.ch.Out[lo:hi], f.sl.stage.mem[lo:hi])))
+						}
+						return nil
+					})
 				}
 				cm.done <- outResult{f: f, waited: true}
 			}
@@ -700,12 +706,15 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 			}
 		}
 	}()
-	if st.StagedIn {
-		st.CopyCPU += p.c.copyStage(sl.stage.mem[:ch.Len], ch.In)
-		err = sl.stage.htod(s, ch.Dev, 0, 0, ch.Len)
-	} else {
-		err = hostspan.Within(inSpans, ch.Offset, ch.Len, func(lo, hi int) error { return s.CopyHtoD(ch.Dev, lo, ch.In[lo:hi]) })
-	}
+	// The chunk's pinned parts directly, the rest through the slot's stage
+	// at the same offsets (hostspan.Parts).
+	err = hostspan.Parts(inSpans, ch.Offset, ch.Len, func(lo, hi int, pinned bool) error {
+		if pinned {
+			return s.CopyHtoD(ch.Dev, lo, ch.In[lo:hi])
+		}
+		st.CopyCPU += p.c.copyStage(sl.stage.mem[lo:hi], ch.In[lo:hi])
+		return sl.stage.htod(s, ch.Dev, lo, lo, hi)
+	})
 	if err != nil {
 		return "host-to-device", err
 	}
@@ -714,12 +723,13 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 			return "work", err
 		}
 	}
-	switch {
-	case ch.Out == nil:
-	case st.StagedOut:
-		err = sl.stage.dtoh(s, ch.Dev, 0, 0, ch.Len)
-	default:
-		err = hostspan.Within(outSpans, ch.Offset, ch.Len, func(lo, hi int) error { return s.CopyDtoH(ch.Out[lo:hi], ch.Dev, lo) })
+	if ch.Out != nil {
+		err = hostspan.Parts(outSpans, ch.Offset, ch.Len, func(lo, hi int, pinned bool) error {
+			if pinned {
+				return s.CopyDtoH(ch.Out[lo:hi], ch.Dev, lo)
+			}
+			return sl.stage.dtoh(s, ch.Dev, lo, lo, hi) // copied out by the completer
+		})
 	}
 	if err != nil {
 		return "device-to-host", err
