@@ -135,6 +135,12 @@ type pipeline struct {
 	dirty     bool               // a chunk's event was not recorded: its drain watches the streams
 }
 
+// slot is one chunk in flight: a stream, device memory, the event recorded
+// behind the chunk's copies and work, and (staged) a stage. Slots are not
+// a ring (ring.go): the completer of the slot's stream waits for its event
+// and copies its staged output out on a goroutine of its own while Run's
+// goroutine copies the next chunks in, and gives the slot back in the
+// order its stream finishes, not in turn.
 type slot struct {
 	stream    *cuda.Stream
 	streamIdx int // the index of stream in the Pipeline's streams
