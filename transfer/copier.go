@@ -318,6 +318,7 @@ func (c *copier) releaseLane(l *lane) {
 		// Kept for the next one-stage transfer, which allocates nothing.
 		clear(l.stages)
 		l.stages = l.stages[:0]
+		l.ring.stages = nil
 	}
 	clear(l.ops) // no reference to the caller's memory stays
 	l.ops = l.ops[:0]
