@@ -13,6 +13,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 	"github.com/pinmem/pinmem/internal/testhook"
 	"github.com/pinmem/pinmem/internal/track"
 )
@@ -441,9 +442,7 @@ func keepOrphan(s *bufState, reserved int64) {
 	s.freed.Store(true)
 	unreserve(reserved - s.pinned)
 	ledgerOrphan(s.kind, s.flags, s.pinned)
-	droppedMu.Lock()
-	dropped = append(dropped, s)
-	droppedMu.Unlock()
+	lifecycle.Keep(s)
 	ledgerDropped()
 	if l := track.Logger(); l != nil {
 		l.Warn("pinmem: a failed pin could not be undone; its registrations stay pinned",

@@ -15,6 +15,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 	"github.com/pinmem/pinmem/internal/track"
 )
 
@@ -362,15 +363,6 @@ func (s *bufState) credit(n int64) {
 // LedgerStats.DroppedOwners).
 func SetLogger(l *slog.Logger) (prev *slog.Logger) { return track.SetLogger(l) }
 
-var (
-	droppedMu sync.Mutex
-	// dropped keeps the state of every buffer dropped without Free
-	// reachable: its memory is still pinned, and a registered Go slice's
-	// runtime.Pinner must not become unreachable while it pins (the garbage
-	// collector aborts the process on a leaked pinned pointer).
-	dropped []*bufState
-)
-
 // onDrop runs when a Buffer became unreachable. It never frees: the GPU
 // may still be using the memory.
 func onDrop(s *bufState) {
@@ -380,9 +372,10 @@ func onDrop(s *bufState) {
 	if released {
 		return
 	}
-	droppedMu.Lock()
-	dropped = append(dropped, s)
-	droppedMu.Unlock()
+	// Its memory is still pinned, and a registered Go slice's
+	// runtime.Pinner must not become unreachable while it pins (the
+	// garbage collector aborts the process on a leaked pinned pointer).
+	lifecycle.Keep(s)
 	ledgerDropped()
 	l := track.Logger()
 	if l == nil {

@@ -1,6 +1,9 @@
 package pinmem
 
-import "github.com/pinmem/pinmem/internal/reclaim"
+import (
+	"github.com/pinmem/pinmem/internal/lifecycle"
+	"github.com/pinmem/pinmem/internal/reclaim"
+)
 
 // Test access to pinmem's internal state.
 
@@ -13,12 +16,12 @@ func regCount() int {
 
 // freeDropped releases every buffer dropped without Free.
 func freeDropped() error {
-	droppedMu.Lock()
-	ds := dropped
-	dropped = nil
-	droppedMu.Unlock()
 	var first error
-	for _, s := range ds {
+	for _, v := range lifecycle.TakeKept() {
+		s, ok := v.(*bufState)
+		if !ok {
+			continue
+		}
 		s.freed.Store(true)
 		s.relMu.Lock()
 		if !s.released {

@@ -5,13 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudaerr"
 	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/kernels"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 	"github.com/pinmem/pinmem/internal/track"
 )
 
@@ -60,14 +60,16 @@ const kernelThreads = 256
 const kernelMaxGrid = 1 << 16
 
 func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
-	orphans.retry()
+	lifecycle.RetryOrphans()
 	k = &kernel{ctx: c, cap: maxBlocks}
 	defer func() {
 		if err != nil {
 			if rerr := k.release(); rerr != nil {
-				// What could not be released is retried by the next newKernel.
+				// What could not be released is retried by the next
+				// constructor (lifecycle.RetryOrphans).
 				err = errors.Join(err, rerr)
-				orphans.add(k)
+				orphan := k // k is cleared below
+				lifecycle.Orphan(func() bool { return orphan.release() == nil })
 			}
 			k = nil
 		}
@@ -107,35 +109,6 @@ func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
 		}
 	}
 	return k, nil
-}
-
-// orphans are kernels whose construction failed and whose release failed
-// too (a driver failing every call, say): the next newKernel retries
-// their release, so that nothing stays held once the driver recovers.
-var orphans orphanKernels
-
-type orphanKernels struct {
-	mu sync.Mutex
-	ks []*kernel
-}
-
-func (o *orphanKernels) add(k *kernel) {
-	o.mu.Lock()
-	o.ks = append(o.ks, k)
-	o.mu.Unlock()
-}
-
-// retry retries every orphan's release, keeping those that still hold something.
-func (o *orphanKernels) retry() {
-	o.mu.Lock()
-	ks := o.ks
-	o.ks = nil
-	o.mu.Unlock()
-	for _, k := range ks {
-		if k.release() != nil {
-			o.add(k)
-		}
-	}
 }
 
 // ready waits, bounded by ctx, until no launch reads sl's table any more.

@@ -22,8 +22,9 @@ var (
 )
 
 // ErrClosed is the error of a call on something already closed: pool.ErrClosed
-// is the same value, as os.ErrClosed is fs.ErrClosed, so that one errors.Is
-// check serves every package of pinmem.
+// is the same value, as os.ErrClosed is fs.ErrClosed, and transfer.ErrClosed
+// and load.ErrClosed wrap it, so that one errors.Is check serves every
+// package of pinmem.
 var ErrClosed = errors.New("already closed")
 
 // Result is a CUresult, the status code of a driver call, with the values

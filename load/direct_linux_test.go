@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/regfile"
 	"github.com/pinmem/pinmem/internal/testutil"
 )
 
@@ -209,7 +210,7 @@ func TestFakeDecidePerFile(t *testing.T) {
 	r := &run{l: l}
 	for _, fl := range files {
 		of := &openFile{path: fl.Path, ranges: fl.Ranges}
-		if of.f, of.fi, err = openRegular(fl.Path); err != nil {
+		if of.f, of.fi, err = regfile.Open(fl.Path); err != nil {
 			t.Fatal(err)
 		}
 		r.files = append(r.files, of)

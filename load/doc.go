@@ -64,6 +64,20 @@
 // fails, and Close releases the rest (in the background, once the copies
 // in flight finish, when its context ends first).
 //
+// # Why not transfer's staged ring
+//
+// transfer.Copier.HtoDFrom also reads into pinned stages while earlier
+// ones are copied, through the Copier's ring: one stream, the stages
+// taken in turn, each refilled once the copy out of it ran. A Loader keeps
+// the same stage and the same reuse signal (a stage is refilled only once
+// the event recorded behind its copies completed) but hands its stages out
+// through a free channel rather than in turn: several goroutines read at
+// once and finish in any order, each stage's copies run on one of several
+// streams, a direct read needs an aligned stage, and a stage may lend its
+// place in the budget to a registered window of a mapping (ModeMapped).
+// load also sits below transfer (it needs no Copier), so the two paths
+// stay apart.
+//
 // # Checkpoints of several files
 //
 // LoadFiles loads ranges of several files at once under the one pinned

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 )
 
 // Errors of this package, matched with errors.Is.
@@ -21,8 +22,8 @@ var (
 	// change that leaves both as they were (within the file system's
 	// timestamp granularity) goes unseen.
 	ErrChanged = errors.New("load: file changed during the load")
-	// ErrClosed: the Loader was closed.
-	ErrClosed = errors.New("load: loader closed")
+	// ErrClosed: the Loader was closed. It matches cuda.ErrClosed.
+	ErrClosed = lifecycle.Closed("load: loader closed")
 )
 
 // RangeError says which range of a load is invalid and why. It matches

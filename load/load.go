@@ -9,6 +9,7 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 )
 
 // stage is one pinned buffer with the stream its copies run on and the
@@ -33,7 +34,7 @@ type stage struct {
 // concurrent use; loads run one at a time, each using every stage, and a
 // Load waiting for its turn gives up when its context ends.
 type Loader struct {
-	ctx     *cuda.Context
+	cctx    *cuda.Context
 	cfg     config
 	streams []*cuda.Stream
 	stages  []*stage
@@ -46,8 +47,8 @@ type Loader struct {
 	turn   chan struct{}
 	closed bool // guarded by turn
 
-	// released, set by a Close that returned before the copies in flight
-	// finished, is closed once the background wait has released everything.
+	rel *lifecycle.Releaser // frees the stages, events and streams (releaseStep)
+	// released is closed once rel has released everything.
 	released chan struct{}
 }
 
@@ -98,22 +99,25 @@ func (s Stats) GBps() float64 {
 // stages with pinmem.Alloc on ctx's device (a request over pinmem's budget is a
 // *pinmem.BudgetError) and creates the streams and events. On any error
 // whatever it had created is released again.
-func New(ctx *cuda.Context, opts ...Option) (_ *Loader, err error) {
+func New(c *cuda.Context, opts ...Option) (_ *Loader, err error) {
+	lifecycle.RetryOrphans()
 	cfg, err := buildConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	if ctx == nil {
+	if c == nil {
 		return nil, fmt.Errorf("load: nil context: %w", cuda.ErrInvalidValue)
 	}
-	l := &Loader{ctx: ctx, cfg: cfg, free: make(chan *stage, cfg.depth), aligned: true, turn: make(chan struct{}, 1)}
+	l := &Loader{cctx: c, cfg: cfg, free: make(chan *stage, cfg.depth), aligned: true, turn: make(chan struct{}, 1), released: make(chan struct{})}
+	l.rel = lifecycle.NewReleaser(l.releaseStep)
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, l.release())
+			err = errors.Join(err, l.rel.Release())
+			l.rel.Orphan()
 		}
 	}()
 	for range cfg.streams {
-		s, err := ctx.NewStream(cuda.StreamNonBlocking)
+		s, err := c.NewStream(cuda.StreamNonBlocking)
 		if err != nil {
 			return nil, fmt.Errorf("load: creating a stream: %w", err)
 		}
@@ -121,11 +125,11 @@ func New(ctx *cuda.Context, opts ...Option) (_ *Loader, err error) {
 	}
 	for i := range cfg.depth {
 		st := &stage{stream: l.streams[i%len(l.streams)]}
-		if st.ev, err = ctx.NewEvent(cuda.EventDisableTiming | cuda.EventBlockingSync); err != nil {
+		if st.ev, err = c.NewEvent(cuda.EventDisableTiming | cuda.EventBlockingSync); err != nil {
 			return nil, fmt.Errorf("load: creating an event: %w", err)
 		}
 		l.stages = append(l.stages, st)
-		if st.buf, err = pinmem.Alloc(cfg.stageSize, 0, pinmem.WithDevice(ctx.Device())); err != nil {
+		if st.buf, err = pinmem.Alloc(cfg.stageSize, 0, pinmem.WithDevice(c.Device())); err != nil {
 			return nil, fmt.Errorf("load: pinning stage %d of %d (%d bytes each): %w", i+1, cfg.depth, cfg.stageSize, err)
 		}
 		st.mem = st.buf.Bytes()
@@ -142,7 +146,7 @@ func (l *Loader) Context() *cuda.Context {
 	if l == nil {
 		return nil
 	}
-	return l.ctx
+	return l.cctx
 }
 
 // buildConfig applies opts to the defaults and checks the result.
@@ -181,41 +185,33 @@ func (l *Loader) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	l.closed = true
-	if busy, err := l.idle(ctx); err != nil {
-		l.released = make(chan struct{})
-		go func() { // the one background wait: release once every stage is back
-			defer close(l.released)
-			_, _ = l.idle(context.Background())
-			_ = l.release()
-		}()
-		return fmt.Errorf("load: Close waiting for the copies of %d stages in flight: %w", busy, err)
-	}
-	return l.release()
+	idle := make(chan struct{})
+	go func() { // the one background wait: every stage is back
+		_, _ = l.idle(context.Background())
+		close(idle)
+	}()
+	return lifecycle.ReleaseWhenIdle(ctx, "load: Close waiting for the copies in flight", idle, l.rel)
 }
 
-// release frees everything New created. It runs only when no copy out of
-// a stage can still run: after New failed, or once every stage is back.
-func (l *Loader) release() error {
+// releaseStep frees everything New created (rel's step), keeping what the
+// driver fails to release for the next pass. It runs only when no copy
+// out of a stage can still run: after New failed, or once every stage is
+// back.
+func (l *Loader) releaseStep() (left int, err error) {
 	var errs []error
 	for _, st := range l.stages {
-		if st.buf != nil {
-			if err := st.buf.Free(); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if st.ev != nil {
-			if err := st.ev.Destroy(); err != nil {
-				errs = append(errs, err)
-			}
-		}
+		errs = append(errs,
+			lifecycle.Drop(&st.buf, &left, (*pinmem.Buffer).Free, pinmem.ErrFreed),
+			lifecycle.Drop(&st.ev, &left, (*cuda.Event).Destroy, cuda.ErrInvalidHandle))
 	}
-	for _, s := range l.streams {
-		if err := s.Destroy(); err != nil {
-			errs = append(errs, err)
-		}
+	for i := range l.streams {
+		errs = append(errs, lifecycle.Drop(&l.streams[i], &left, (*cuda.Stream).Destroy, cuda.ErrInvalidHandle))
 	}
-	l.stages, l.streams = nil, nil
-	return errors.Join(errs...)
+	if left == 0 {
+		l.stages, l.streams = nil, nil
+		close(l.released)
+	}
+	return left, errors.Join(errs...)
 }
 
 // File is one file of a LoadFiles call: the file at Path and the ranges

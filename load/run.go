@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/regfile"
 )
 
 // openFile is one file of a load, opened.
@@ -54,25 +53,6 @@ type run struct {
 	ended    bool    // load returned: no more callbacks
 	panicked bool
 	panicVal any
-}
-
-// openRegular opens path for reading without blocking (a FIFO would
-// block an ordinary open until a writer came) and refuses anything but a
-// regular file with an error matching fs.ErrInvalid.
-func openRegular(path string) (*os.File, os.FileInfo, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("load: %w", err)
-	}
-	fi, err := f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = fmt.Errorf("%s is not a regular file (%v): %w", path, fi.Mode().Type(), fs.ErrInvalid)
-	}
-	if err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("load: %w", err)
-	}
-	return f, fi, nil
 }
 
 // load is LoadFiles, or LoadFile when whole is set: then the one range is
@@ -193,8 +173,8 @@ func (r *run) open(ctx context.Context, files []File, wholeDst *cuda.DeviceBuffe
 	}
 	for _, of := range r.files {
 		var err error
-		if of.f, of.fi, err = openRegular(of.path); err != nil {
-			return err
+		if of.f, of.fi, err = regfile.Open(of.path); err != nil {
+			return fmt.Errorf("load: %w", err)
 		}
 		if whole {
 			of.ranges = []Range{{Offset: 0, Length: of.fi.Size(), Dst: wholeDst}}
@@ -286,7 +266,7 @@ func (r *run) copyAll(ctx context.Context) {
 // checkRanges checks rs (every range of the load, or the one whole-file
 // range) and names the file and range index of a bad one.
 func (r *run) checkRanges(rs []Range) error {
-	_, _, err := checkRanges(rs, r.l.ctx.Handle())
+	_, _, err := checkRanges(rs, r.l.cctx.Handle())
 	if re, ok := errors.AsType[*RangeError](err); ok && re.Index < len(r.where) {
 		w := r.where[re.Index]
 		re.Index = w[1]
@@ -634,7 +614,7 @@ func (r *run) source(s *stage, rd *read) ([]byte, error) {
 	of := r.files[rd.file]
 	if m := of.mapped; m != nil && of.fallback.Load() == nil {
 		mem := m.mem[rd.off : rd.off+int64(rd.length)]
-		win, err := pinmem.Register(mem, pinmem.ReadOnly, pinmem.WithDevice(r.l.ctx.Device()))
+		win, err := pinmem.Register(mem, pinmem.ReadOnly, pinmem.WithDevice(r.l.cctx.Device()))
 		if err == nil {
 			m.refs.Add(1)
 			s.win, s.mapped = win, m

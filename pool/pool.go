@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 	"github.com/pinmem/pinmem/internal/reclaim"
 )
 
@@ -58,7 +58,7 @@ var poolSeq atomic.Uint64
 // that a caller retrying New once the driver works again leaves nothing
 // behind.
 func New(opts ...Option) (*Pool, error) {
-	retryOrphans()
+	lifecycle.RetryOrphans()
 	cfg := config{maxCached: -1}
 	for i, o := range opts {
 		if o == nil {
@@ -90,7 +90,7 @@ func New(opts ...Option) (*Pool, error) {
 	if cfg.prewarmSet && cfg.prewarmBytes > 0 {
 		if err := s.prewarm(cfg.prewarmSize, cfg.prewarmBytes); err != nil {
 			if cerr := s.close(context.Background()); cerr != nil && !s.done() {
-				orphan(s)
+				lifecycle.Orphan(s.retry)
 			}
 			return nil, err
 		}
@@ -100,33 +100,12 @@ func New(opts ...Option) (*Pool, error) {
 	return p, nil
 }
 
-// orphans are the states of pools New failed to make whose release of
-// prewarmed memory or events failed: the driver still holds what they
-// kept, and the next New retries it.
-var orphans struct {
-	sync.Mutex
-	states []*state
-}
-
-func orphan(s *state) {
-	orphans.Lock()
-	orphans.states = append(orphans.states, s)
-	orphans.Unlock()
-}
-
-// retryOrphans retries the releases of the orphans and forgets those that
-// have released everything.
-func retryOrphans() {
-	orphans.Lock()
-	states := orphans.states
-	orphans.states = nil
-	orphans.Unlock()
-	for _, s := range states {
-		// An orphan has no stream work to wait for: Close returns at once.
-		if _ = s.close(context.Background()); !s.done() {
-			orphan(s)
-		}
-	}
+// retry retries the release of a pool New failed to make (an orphan, see
+// lifecycle.Orphan) and reports whether it released everything. An orphan
+// has no stream work to wait for: close returns at once.
+func (s *state) retry() bool {
+	_ = s.close(context.Background())
+	return s.done()
 }
 
 // collect runs when a Pool has become unreachable. Unless a Close released

@@ -49,9 +49,9 @@ type slab struct {
 // stream, or, when no event could be recorded there, the stream itself
 // (ev nil), whose Query reports all its work finished.
 type evRec struct {
-	ev  *cuda.Event
-	ctx *cuda.Context
-	s   *cuda.Stream
+	ev   *cuda.Event
+	cctx *cuda.Context
+	s    *cuda.Stream
 }
 
 // query reports whether the work r waits for has finished.
@@ -647,40 +647,40 @@ func (p *state) record(streams []*cuda.Stream) []evRec {
 		}) {
 			continue
 		}
-		ctx := s.Context()
-		ev, err := p.event(ctx)
+		cctx := s.Context()
+		ev, err := p.event(cctx)
 		if err == nil {
 			t := time.Now()
 			err = ev.Record(s)
 			p.driverNS.Add(int64(time.Since(t)))
 			if err != nil {
-				p.retireEvents([]evRec{{ev: ev, ctx: ctx}})
+				p.retireEvents([]evRec{{ev: ev, cctx: cctx}})
 			}
 		}
 		if err != nil {
 			p.mu.Lock()
 			p.st.EventErrors++
 			p.mu.Unlock()
-			evs = append(evs, evRec{ctx: ctx, s: s})
+			evs = append(evs, evRec{cctx: cctx, s: s})
 			continue
 		}
-		evs = append(evs, evRec{ev: ev, ctx: ctx})
+		evs = append(evs, evRec{ev: ev, cctx: cctx})
 	}
 	return evs
 }
 
-// event returns an idle event of ctx, creating one when none is free.
-func (p *state) event(ctx *cuda.Context) (*cuda.Event, error) {
+// event returns an idle event of cctx, creating one when none is free.
+func (p *state) event(cctx *cuda.Context) (*cuda.Event, error) {
 	p.mu.Lock()
-	if l := p.evFree[ctx]; len(l) > 0 {
+	if l := p.evFree[cctx]; len(l) > 0 {
 		ev := l[len(l)-1]
-		p.evFree[ctx] = l[:len(l)-1]
+		p.evFree[cctx] = l[:len(l)-1]
 		p.mu.Unlock()
 		return ev, nil
 	}
 	p.mu.Unlock()
 	t := time.Now()
-	ev, err := ctx.NewEvent(cuda.EventDisableTiming)
+	ev, err := cctx.NewEvent(cuda.EventDisableTiming)
 	p.driverNS.Add(int64(time.Since(t)))
 	if err != nil {
 		return nil, err
@@ -696,7 +696,7 @@ func (p *state) retireEvents(evs []evRec) {
 	p.mu.Lock()
 	if !p.closed {
 		for _, r := range evs {
-			p.evFree[r.ctx] = append(p.evFree[r.ctx], r.ev)
+			p.evFree[r.cctx] = append(p.evFree[r.cctx], r.ev)
 		}
 		p.mu.Unlock()
 		return
@@ -792,7 +792,7 @@ func (p *state) poll(ci, limit int, skipNewest bool) {
 	var keep []*pendingEntry
 	for _, e := range batch {
 		for _, r := range eventsOf(e.evs[e.retired:e.next]) {
-			p.evFree[r.ctx] = append(p.evFree[r.ctx], r.ev)
+			p.evFree[r.cctx] = append(p.evFree[r.cctx], r.ev)
 		}
 		p.st.EventsOutstanding -= int64(e.next - e.retired)
 		e.retired = e.next
@@ -947,9 +947,9 @@ func (p *state) dropAfterCloseLocked(c *chunk) []*pinmem.Buffer {
 // spareEventsLocked takes the pool's idle events for destroyEvents.
 func (p *state) spareEventsLocked() []evRec {
 	var evs []evRec
-	for ctx, l := range p.evFree {
+	for cctx, l := range p.evFree {
 		for _, ev := range l {
-			evs = append(evs, evRec{ev: ev, ctx: ctx})
+			evs = append(evs, evRec{ev: ev, cctx: cctx})
 		}
 	}
 	clear(p.evFree)

@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
+	"github.com/pinmem/pinmem/internal/regfile"
 	"github.com/pinmem/pinmem/load"
 )
 
@@ -165,7 +165,7 @@ func nameShortShard(err error, shards []*shard) {
 // (see LoadCheckpoint) and returns them with the index's weight map (nil
 // without an index). The shards it returns are open even on error.
 func openCheckpoint(path string) ([]*shard, map[string]string, error) {
-	f, fi, err := openRegular(func() (*os.File, error) { return openNB(path) }, path)
+	f, fi, err := prefixed(regfile.Open(path))
 	if err != nil && !errors.Is(err, fs.ErrInvalid) {
 		return nil, nil, err
 	}
@@ -220,9 +220,7 @@ func openShards(dir string, names []string) ([]*shard, error) {
 	defer root.Close()
 	var shards []*shard
 	for _, name := range slices.Sorted(slices.Values(names)) {
-		f, fi, err := openRegular(func() (*os.File, error) {
-			return root.OpenFile(filepath.FromSlash(name), os.O_RDONLY|syscall.O_NONBLOCK, 0)
-		}, name)
+		f, fi, err := prefixed(regfile.OpenIn(root, filepath.FromSlash(name)))
 		if err != nil {
 			return shards, fmt.Errorf("safetensors: shard %s of %s: %w", quote(name), dir, err)
 		}
@@ -234,27 +232,9 @@ func openShards(dir string, names []string) ([]*shard, error) {
 	return shards, nil
 }
 
-// openNB opens path for reading without blocking: a FIFO would block an
-// ordinary open until a writer came (O_NONBLOCK changes nothing for a
-// regular file).
-func openNB(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-}
-
-// openRegular opens a file with open and returns it with its FileInfo,
-// or an error matching fs.ErrInvalid when it is not a regular file (a
-// FIFO, a device, a directory).
-func openRegular(open func() (*os.File, error), path string) (*os.File, os.FileInfo, error) {
-	f, err := open()
+// prefixed returns what regfile's open returned, its error prefixed.
+func prefixed(f *os.File, fi os.FileInfo, err error) (*os.File, os.FileInfo, error) {
 	if err != nil {
-		return nil, nil, fmt.Errorf("safetensors: %w", err)
-	}
-	fi, err := f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = fmt.Errorf("%s is not a regular file (%v): %w", path, fi.Mode().Type(), fs.ErrInvalid)
-	}
-	if err != nil {
-		f.Close()
 		return nil, nil, fmt.Errorf("safetensors: %w", err)
 	}
 	return f, fi, nil

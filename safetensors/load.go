@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/regfile"
 	"github.com/pinmem/pinmem/load"
 )
 
@@ -28,7 +29,7 @@ func ReadHeader(path string) (*Header, error) {
 // fs.ErrInvalid, and the open never blocks (O_NONBLOCK, which changes
 // nothing for a regular file).
 func openHeader(path string) (*Header, *os.File, string, error) {
-	f, fi, err := openRegular(func() (*os.File, error) { return openNB(path) }, path)
+	f, fi, err := prefixed(regfile.Open(path))
 	if err != nil {
 		return nil, nil, "", err
 	}

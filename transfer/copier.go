@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/hostspan"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 	"github.com/pinmem/pinmem/internal/regcache"
-	"github.com/pinmem/pinmem/internal/track"
 )
 
 // Copier moves data between host memory and the device memory of one CUDA
@@ -52,9 +53,10 @@ type copier struct {
 	lanes     []*lane    // every lane, idle or taken
 	free      chan *lane // the idle lanes
 
-	gate        // transfers, pipeline runs and abandoned drains in progress
-	rel         releaser
-	undestroyed []*cuda.Event // RunMapped events the driver failed to destroy; release retries
+	gate        *lifecycle.Gate // transfers, pipeline runs and abandoned drains in progress
+	rel         *lifecycle.Releaser
+	mu          sync.Mutex
+	undestroyed []*cuda.Event // RunMapped events the driver failed to destroy; release retries (mu)
 	pinned      pinnedSet     // AddPinned
 	fence       fence         // orders every call after the copies earlier calls left queued
 }
@@ -65,6 +67,7 @@ type lane struct {
 	stream  *cuda.Stream
 	w       *waiter     // the lane's own: a wait never queues behind another lane's
 	stages  []*stage    // borrowed for the transfer in progress
+	ring    ring        // the ring over the stages, for a ring transfer
 	ops     []piece     // the transfer's schedule (kept to be reused)
 	done    *cuda.Event // the transfer's end
 	near    *cuda.Event // all but the transfer's last piece (waitLast)
@@ -75,21 +78,13 @@ type lane struct {
 
 const lanesOwn = 2 // the lanes of a Copier with a stream of its own
 
-type stage struct {
-	buf  *pinmem.Buffer
-	mem  []byte
-	cuts []int // registration boundaries in mem (hostspan.Cuts)
-	ev   *cuda.Event
-	used bool // ev has been recorded
-}
-
 // New creates a Copier for the context c: its lanes' streams and events,
 // and its membership of the context's staging engine, which New creates or
 // grows (depth x stage size of pinned memory for the first Copier, twice
 // that once two share it). A refused option is a *pinmem.OptionError
 // (matching cuda.ErrInvalidValue) naming it. The caller must Close it.
 func New(c *cuda.Context, opts ...Option) (*Copier, error) {
-	retryOrphans()
+	lifecycle.RetryOrphans()
 	if c == nil {
 		return nil, fmt.Errorf("transfer: nil context: %w", cuda.ErrInvalidValue)
 	}
@@ -110,13 +105,13 @@ func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 }
 
 func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
-	cp = &copier{cctx: c, o: o, gate: newGate()}
-	cp.rel.step = cp.releaseStep
+	cp = &copier{cctx: c, o: o, gate: lifecycle.NewGate(ErrClosed)}
+	cp.rel = lifecycle.NewReleaser(cp.releaseStep)
 	defer func() {
 		if err != nil {
-			cp.markClosed()
-			err = errors.Join(err, cp.rel.release())
-			orphan(&cp.rel)
+			cp.gate.MarkClosed()
+			err = errors.Join(err, cp.rel.Release())
+			cp.rel.Orphan()
 			cp = nil
 		}
 	}()
@@ -128,6 +123,7 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 	cp.free = make(chan *lane, n)
 	for range n {
 		l := &lane{stream: o.stream, w: newWaiter()}
+		l.ring = ring{lanes: []*lane{l}, wait: cp.ringWait}
 		cp.lanes = append(cp.lanes, l)
 		if l.stream == nil {
 			if l.stream, err = c.NewStream(cuda.StreamNonBlocking); err != nil {
@@ -214,7 +210,7 @@ func (c *Copier) CacheStats() CacheStats {
 	if !c.ok() {
 		return CacheStats{}
 	}
-	return CacheStats(c.cache.Stats())
+	return c.cache.Stats()
 }
 
 // Close stops the Copier (later calls return ErrClosed), waits for the
@@ -228,17 +224,12 @@ func (c *Copier) Close(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	first := c.markClosed()
-	return closeOwner(ctx, "Copier", first, &c.rel, &c.cleanup, c.idle)
+	return lifecycle.Close(ctx, "transfer: closing the Copier", c.gate, c.rel, &c.cleanup)
 }
 
 // dropped is the cleanup of a Copier dropped without Close.
 func (c *copier) dropped() {
-	if !c.markClosed() {
-		return
-	}
-	track.Dropped("copier", "stages", c.o.depth, "stage_size", c.o.stageSize)
-	go func() { <-c.idle; _ = c.rel.release() }() // off the cleanup goroutine: release calls the driver
+	lifecycle.Dropped(c.gate, c.rel, "copier", "stages", c.o.depth, "stage_size", c.o.stageSize)
 }
 
 // destroyEvent destroys an event made for one call, keeping it for
@@ -292,7 +283,7 @@ func (c *copier) releaseStep() (left int, err error) {
 }
 
 // enter checks the receiver and ctx of a call and registers it; the
-// caller calls c.end() when enter returned nil.
+// caller calls c.gate.End() when enter returned nil.
 func (c *Copier) enter(ctx context.Context) error {
 	if !c.ok() {
 		return errNil("Copier")
@@ -300,7 +291,7 @@ func (c *Copier) enter(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	return c.begin()
+	return c.gate.Begin()
 }
 
 // acquire takes an idle lane, bounded by ctx, and orders its stream after
@@ -327,6 +318,7 @@ func (c *copier) releaseLane(l *lane) {
 		// Kept for the next one-stage transfer, which allocates nothing.
 		clear(l.stages)
 		l.stages = l.stages[:0]
+		l.ring.stages = nil
 	}
 	clear(l.ops) // no reference to the caller's memory stays
 	l.ops = l.ops[:0]
@@ -350,6 +342,7 @@ func (c *copier) borrow(ctx context.Context, l *lane, want int) error {
 		return err
 	}
 	l.stages = ss
+	l.ring.reset(ss)
 	return nil
 }
 
@@ -367,7 +360,7 @@ func (c *copier) abandon(l *lane, release func()) (touching <-chan struct{}) {
 		d = drain{streams: []*cuda.Stream{l.stream}}
 	}
 	l.nearSet = false
-	ran := c.fence.handOff(c.hold, c.end, d, func() {
+	ran := c.fence.handOff(c.gate.Hold, c.gate.End, d, func() {
 		release()
 		c.releaseLane(l)
 	})
@@ -388,7 +381,7 @@ func (c *Copier) HtoD(ctx context.Context, dst *cuda.DeviceBuffer, src []byte) (
 	if err := c.enter(ctx); err != nil {
 		return Stats{Direction: HostToDevice}, err
 	}
-	defer c.end()
+	defer c.gate.End()
 	st, _, err := c.move(ctx, HostToDevice, src, dst, byRoute)
 	return st, err
 }
@@ -402,7 +395,7 @@ func (c *Copier) DtoH(ctx context.Context, dst []byte, src *cuda.DeviceBuffer) (
 	if err := c.enter(ctx); err != nil {
 		return Stats{Direction: DeviceToHost}, err
 	}
-	defer c.end()
+	defer c.gate.End()
 	st, _, err := c.move(ctx, DeviceToHost, dst, src, byRoute)
 	return st, err
 }
@@ -442,14 +435,15 @@ func (c *copier) plan(host []byte, dev *cuda.DeviceBuffer, spans []span, st *Sta
 			st.Stages++
 		}
 	}
-	prev := 0
-	for _, s := range spans {
-		stage(prev, s.Lo)
-		ops = append(ops, piece{host: host[s.Lo:s.Hi], dev: dev, off: s.Lo, direct: true})
-		st.DirectBytes += int64(s.Hi - s.Lo)
-		prev = s.Hi
-	}
-	stage(prev, len(host))
+	_ = hostspan.Parts(spans, 0, len(host), func(a, b int, pinned bool) error {
+		if !pinned {
+			stage(a, b)
+			return nil
+		}
+		ops = append(ops, piece{host: host[a:b], dev: dev, off: a, direct: true})
+		st.DirectBytes += int64(b - a)
+		return nil
+	})
 	// A long direct copy at the end goes in two: waitLast polls only the
 	// last tailBytes.
 	if n := len(ops); c.o.wait == WaitHybrid && n > 0 && ops[n-1].direct && len(ops[n-1].host) >= 2*tailBytes {
@@ -543,37 +537,16 @@ func (c *copier) schedule(ctx context.Context, st *Stats, host []byte, dev *cuda
 			return nil, true, nil, err
 		}
 	}
-	for i, k := 0, 0; i < len(l.ops); i++ {
-		if !l.ops[i].direct {
-			l.ops[i].s = l.stageAt(k)
-			k++
-		}
-	}
 	return l, true, release, nil
 }
 
-// stageAt returns stage k (mod the stages) of the transfer holding l.
-func (l *lane) stageAt(k int) *stage { return l.stages[k%len(l.stages)] }
-
-// reuse waits until stage s's last queued copy has run, if it has one.
-func (c *copier) reuse(ctx context.Context, l *lane, s *stage) error {
-	if !s.used {
-		return nil
+// ringWait is the wait of a lane's ring: for the transfer's end when
+// last (waitLast), else for a stage (waitStage).
+func (c *copier) ringWait(ctx context.Context, l *lane, ev *cuda.Event, last bool) error {
+	if last {
+		return c.waitLast(ctx, l, ev)
 	}
-	return c.waitStage(ctx, l, s.ev)
-}
-
-// queued records s's event behind a copy into or out of s that was queued
-// (err nil), so that s is reused only once that copy ran.
-func (l *lane) queued(s *stage, err error) error {
-	if err != nil {
-		return err
-	}
-	if err := s.ev.Record(l.stream); err != nil {
-		return err
-	}
-	s.used = true
-	return nil
+	return c.waitStage(ctx, l, ev)
 }
 
 // htod queues the copy of the stage's bytes [lo, hi) to dev at off on
@@ -602,9 +575,9 @@ func (l *lane) startTimer() error {
 }
 
 // The executor runs a schedule of pieces on a lane in one of two shapes.
-// In a ring the staged pieces take the borrowed stages in turn, each
-// recording its stage's event so that the stage is refilled or copied out
-// only once its copy ran, and the end is the lane's done event. Through
+// In a ring the staged pieces take the borrowed stages in turn from the
+// lane's ring, which refills a stage or hands it out to be copied out only
+// once its copy ran, and the end is the lane's done event. Through
 // one stage the pieces are parts of one stage, so no stage event is
 // recorded: device to host, the near event between the two halves says
 // when the first can be copied out, and the end is singleWait.
@@ -630,13 +603,15 @@ func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, ring bool, 
 		if ring {
 			c.markNear(l, i, len(ops))
 		}
+		s := o.s
 		if !o.direct {
 			if ring {
-				if err := c.reuse(ctx, l, o.s); err != nil {
+				var err error
+				if s, err = l.ring.next(ctx); err != nil {
 					return err
 				}
 			}
-			st.CopyCPU += c.copyStage(o.s.mem[o.lo:o.lo+len(o.host)], o.host)
+			st.CopyCPU += c.copyStage(s.mem[o.lo:o.lo+len(o.host)], o.host)
 		}
 		if i == 0 {
 			if err := l.startTimer(); err != nil {
@@ -646,8 +621,8 @@ func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, ring bool, 
 		var err error
 		if o.direct {
 			err = l.stream.CopyHtoD(o.dev, o.off, o.host)
-		} else if err = o.s.htod(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host)); ring {
-			err = l.queued(o.s, err)
+		} else if err = s.htod(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host)); ring {
+			err = l.ring.queued(0, false, err)
 		}
 		if err != nil {
 			return err
@@ -657,20 +632,17 @@ func (c *copier) execHtoD(ctx context.Context, l *lane, ops []piece, ring bool, 
 }
 
 // execDtoH queues the copies, as many staged ones at once as there are
-// stages, and copies each staged piece out once its copy ran while later
-// ones fly (through one stage, finish copies the last piece out).
+// stages (the ring's window), and copies each staged piece out once its
+// copy ran while later ones fly (through one stage, finish copies the
+// last piece out).
 func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, ring bool, st *Stats) error {
-	window := len(ops)
-	if ring {
-		window = len(l.stages)
-	}
 	head, next, inFlight := 0, 0, 0
 	for {
-		for next < len(ops) && (ops[next].direct || inFlight < window) {
+		for next < len(ops) && (ops[next].direct || (ring && !l.ring.full()) || (!ring && inFlight < len(ops))) {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if err := c.queueOut(l, ops, next, ring); err != nil {
+			if err := c.queueOut(ctx, l, ops, next, ring); err != nil {
 				return err
 			}
 			if !ops[next].direct {
@@ -686,21 +658,20 @@ func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, ring bool, 
 		}
 		o := ops[head]
 		last := next == len(ops) && inFlight == 1
+		s := o.s
 		var err error
 		switch {
 		case !ring && last:
 			return nil
 		case !ring:
 			err = l.w.wait(ctx, l.near)
-		case last:
-			err = c.waitLast(ctx, l, o.s.ev)
 		default:
-			err = c.waitStage(ctx, l, o.s.ev)
+			s, err = l.ring.oldest(ctx, last)
 		}
 		if err != nil {
 			return err
 		}
-		st.CopyCPU += c.copyStage(o.host, o.s.mem[o.lo:o.lo+len(o.host)])
+		st.CopyCPU += c.copyStage(o.host, s.mem[o.lo:o.lo+len(o.host)])
 		head++
 		inFlight--
 	}
@@ -708,7 +679,7 @@ func (c *copier) execDtoH(ctx context.Context, l *lane, ops []piece, ring bool, 
 
 // queueOut queues the copy of ops[i] to the host or into its stage, with
 // the events its shape records around it.
-func (c *copier) queueOut(l *lane, ops []piece, i int, ring bool) error {
+func (c *copier) queueOut(ctx context.Context, l *lane, ops []piece, i int, ring bool) error {
 	o := ops[i]
 	if i == 0 {
 		if err := l.startTimer(); err != nil {
@@ -725,11 +696,14 @@ func (c *copier) queueOut(l *lane, ops []piece, i int, ring bool) error {
 	if o.direct {
 		return l.stream.CopyDtoH(o.host, o.dev, o.off)
 	}
-	err := o.s.dtoh(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host))
-	if ring {
-		return l.queued(o.s, err)
+	if !ring {
+		return o.s.dtoh(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host))
 	}
-	return err
+	s, err := l.ring.next(ctx) // free: the window holds fewer pending stages than there are
+	if err != nil {
+		return err
+	}
+	return l.ring.queued(0, true, s.dtoh(l.stream, o.dev, o.off, o.lo, o.lo+len(o.host)))
 }
 
 // finish waits, bounded by ctx, for everything the transfer on l queued

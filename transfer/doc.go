@@ -11,7 +11,10 @@
 // above that through a ring of pinned stages, CPU goroutines filling one
 // stage while the copy engine drains another. The stages and copy
 // goroutines are a staging engine shared by the context's Copiers (see
-// Copier). Stats says which path each transfer took. The driver's own
+// Copier). Partly pinned memory follows one rule in every call (a
+// transfer, each chunk of a Pipeline Run, a Broadcast's source): its
+// pinned parts are copied directly and only the parts between them are
+// staged. Stats says which path each transfer took. The driver's own
 // pageable copy is never used: it cannot be interrupted, so it would
 // outlive a call whose context ended.
 //
@@ -58,8 +61,10 @@
 // owner stays closed and is released in the background once its copies
 // ran (on a hung device, never). A release the driver fails keeps the
 // object held (and counted by pinmem and cuda) and returns the error; a
-// later Close waits again, bounded by its own ctx, and retries it. Once
-// everything is released, Close returns ErrClosed.
+// later Close waits again, bounded by its own ctx, and retries it, as
+// does the package's next constructor (or another owner's of pinmem).
+// Once everything is released, Close returns ErrClosed, which matches
+// cuda.ErrClosed.
 //
 // Waiting never holds one OS thread per waiting goroutine: one waiter
 // goroutine per lane of a Copier (and per completer of a Pipeline Run)

@@ -11,6 +11,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/copypool"
 	"github.com/pinmem/pinmem/internal/hostspan"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 )
 
 // engine is the staging engine of one context, shared as Copier says: the
@@ -33,13 +34,13 @@ type engine struct {
 	peak    int            // most stages borrowed at once (tests)
 	pool    *copypool.Pool
 	closed  bool
-	rel     releaser
+	rel     *lifecycle.Releaser
 	grown   bool // growForTwo ran
 }
 
 // engineKey identifies a shared engine.
 type engineKey struct {
-	ctx       *cuda.Context
+	cctx      *cuda.Context
 	stageSize int
 	flags     pinmem.Flags
 	stats     bool
@@ -62,7 +63,7 @@ var engines = struct {
 // pipeline, for a Pipeline: stage size its chunk, depth its chunks in
 // flight), made or grown for it here, so that the caller reports a failure.
 func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
-	key := engineKey{ctx: c, stageSize: o.stageSize, flags: o.stageFlags, stats: o.stats, pipeline: pipeline}
+	key := engineKey{cctx: c, stageSize: o.stageSize, flags: o.stageFlags, stats: o.stats, pipeline: pipeline}
 	shared := len(o.stageOpts) == 0
 	engines.Lock()
 	defer engines.Unlock()
@@ -77,7 +78,7 @@ func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
 	if fresh {
 		e = &engine{key: key, shared: shared, flags: o.stageFlags | pinmem.Portable,
 			popts: append([]pinmem.Option{pinmem.WithDevice(c.Device())}, o.stageOpts...)}
-		e.rel.step = e.releaseStep
+		e.rel = lifecycle.NewReleaser(e.releaseStep)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -131,31 +132,11 @@ func (e *engine) newStage() (*stage, error) {
 	}
 	s.mem, s.cuts = s.buf.Bytes(), hostspan.Cuts(s.buf)
 	if !e.key.pipeline {
-		if s.ev, err = e.key.ctx.NewEvent(syncEvent); err != nil {
+		if s.ev, err = e.key.cctx.NewEvent(syncEvent); err != nil {
 			return nil, errors.Join(err, freeStages([]*stage{s}))
 		}
 	}
 	return s, nil
-}
-
-// free releases the stage, counting in left what the driver still holds.
-func (s *stage) free(left *int) error {
-	return errors.Join(freeBuf(&s.buf, left), destroyEvent(&s.ev, left))
-}
-
-// freeStages frees ss; what the driver fails to release is retried later.
-func freeStages(ss []*stage) error {
-	r := &releaser{step: func() (int, error) {
-		left := 0
-		var errs []error
-		for _, s := range ss {
-			errs = append(errs, s.free(&left))
-		}
-		return left, errors.Join(errs...)
-	}}
-	err := r.release()
-	orphan(r)
-	return err
 }
 
 // take borrows 1 to want stages, waiting in FIFO order, bounded by ctx.
@@ -247,8 +228,8 @@ func (e *engine) leave(member *bool) (left int, err error) {
 	if !last {
 		return 0, nil
 	}
-	err = e.rel.release()
-	if !e.rel.released() {
+	err = e.rel.Release()
+	if !e.rel.Released() {
 		left = 1
 	}
 	return left, err

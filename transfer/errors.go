@@ -6,11 +6,12 @@ import (
 	"fmt"
 
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 )
 
 // ErrClosed is returned by a Copier, Pipeline or Multi used after Close
-// (and by a Pipeline whose Copier was closed).
-var ErrClosed = errors.New("transfer: closed")
+// (and by a Pipeline whose Copier was closed). It matches cuda.ErrClosed.
+var ErrClosed = lifecycle.Closed("transfer: closed")
 
 // ErrWrongDevice is returned when a device buffer is not on the device
 // the call copies with (for a Multi, the one at the buffer's index).

@@ -1,7 +1,6 @@
 package transfer
 
 import (
-	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -152,16 +151,3 @@ func (d *drain) settle() {
 
 // drainPoll is the longest pause between two queries of a drain.
 const drainPoll = 5 * time.Millisecond
-
-// streamErr returns the asynchronous errors of our work on s, a stream
-// that holds nothing else, bounded by ctx: a stream found idle is
-// synchronized in the driver, which returns at once with its errors (a
-// query reports only whether it is idle).
-func streamErr(ctx context.Context, s *cuda.Stream) error {
-	if ctx.Done() != nil {
-		if idle, err := s.Query(); err != nil || !idle {
-			return cmp.Or(err, s.Synchronize(ctx))
-		}
-	}
-	return s.Synchronize(context.Background())
-}

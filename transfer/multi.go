@@ -11,8 +11,8 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/hostspan"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 	"github.com/pinmem/pinmem/internal/regcache"
-	"github.com/pinmem/pinmem/internal/track"
 )
 
 // Multi moves data between host memory and several contexts at once,
@@ -28,9 +28,9 @@ type Multi struct {
 type multi struct {
 	devs   []*multiDev
 	o      options
-	ring   chan struct{} // held by the Broadcast in progress and the copies it left queued
-	gate                 // calls and abandoned drains in progress
-	rel    releaser
+	ring   chan struct{}   // held by the Broadcast in progress and the copies it left queued
+	gate   *lifecycle.Gate // calls and abandoned drains in progress
+	rel    *lifecycle.Releaser
 	pinned pinnedSet // AddPinned
 }
 
@@ -46,7 +46,7 @@ type MultiStats struct {
 	Devices   int           // devices the transfer served
 	Bytes     int64         // bytes per device
 	Wall      time.Duration // from the call to the last device finishing
-	Staged    bool          // the host side went through pinned stages
+	Staged    bool          // the host side, or its parts not pinned, went through pinned stages
 	CopyCPU   time.Duration // CPU time spent copying between Go memory and stages (WithStats(true); zero otherwise)
 	// PerDevice holds each device's own Stats for Gather and Scatter (nil
 	// for Broadcast, whose copies share their stages).
@@ -64,7 +64,7 @@ func (s MultiStats) GBps() float64 { return gbps(float64(s.Bytes)*float64(s.Devi
 // refused option is a *pinmem.OptionError (matching cuda.ErrInvalidValue)
 // naming it. The caller must Close the Multi.
 func NewMulti(ctxs []*cuda.Context, opts ...Option) (*Multi, error) {
-	retryOrphans()
+	lifecycle.RetryOrphans()
 	if len(ctxs) == 0 {
 		return nil, fmt.Errorf("transfer: NewMulti without contexts: %w", cuda.ErrInvalidValue)
 	}
@@ -92,13 +92,13 @@ func NewMulti(ctxs []*cuda.Context, opts ...Option) (*Multi, error) {
 // newMultiState creates a Copier (without a cleanup of its own) and the
 // Broadcast events per context; on an error it releases what it made.
 func newMultiState(ctxs []*cuda.Context, o options) (m *multi, err error) {
-	m = &multi{o: o, ring: make(chan struct{}, 1), gate: newGate()}
-	m.rel.step = m.releaseStep
+	m = &multi{o: o, ring: make(chan struct{}, 1), gate: lifecycle.NewGate(ErrClosed)}
+	m.rel = lifecycle.NewReleaser(m.releaseStep)
 	defer func() {
 		if err != nil {
-			m.markClosed()
-			err = errors.Join(err, m.rel.release())
-			orphan(&m.rel)
+			m.gate.MarkClosed()
+			err = errors.Join(err, m.rel.Release())
+			m.rel.Orphan()
 			m = nil
 		}
 	}()
@@ -178,16 +178,12 @@ func (m *Multi) Close(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	return closeOwner(ctx, "Multi", m.markClosed(), &m.rel, &m.cleanup, m.idle)
+	return lifecycle.Close(ctx, "transfer: closing the Multi", m.gate, m.rel, &m.cleanup)
 }
 
 // dropped is the cleanup of a Multi dropped without Close.
 func (m *multi) dropped() {
-	if !m.markClosed() {
-		return
-	}
-	track.Dropped("multi", "devices", len(m.devs))
-	go func() { <-m.idle; _ = m.rel.release() }()
+	lifecycle.Dropped(m.gate, m.rel, "multi", "devices", len(m.devs))
 }
 
 // releaseStep frees whatever newMultiState created (rel.step).
@@ -198,10 +194,10 @@ func (m *multi) releaseStep() (left int, err error) {
 			errs = append(errs, destroyEvent(&d.evs[i], &left))
 		}
 		if d.cp != nil {
-			d.cp.markClosed()
-			<-d.cp.idle
-			errs = append(errs, d.cp.rel.release())
-			if !d.cp.rel.released() {
+			d.cp.gate.MarkClosed()
+			<-d.cp.gate.Idle()
+			errs = append(errs, d.cp.rel.Release())
+			if !d.cp.rel.Released() {
 				left++
 			}
 		}
@@ -210,7 +206,7 @@ func (m *multi) releaseStep() (left int, err error) {
 }
 
 // enter checks the receiver and ctx of a blocking call and registers it;
-// the caller calls m.end() when it returned nil.
+// the caller calls m.gate.End() when it returned nil.
 func (m *Multi) enter(ctx context.Context) error {
 	if !m.ok() {
 		return errNil("Multi")
@@ -218,7 +214,7 @@ func (m *Multi) enter(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	return m.begin()
+	return m.gate.Begin()
 }
 
 // checkBufs checks one device buffer per context, on its context's device.
@@ -249,14 +245,14 @@ func (m *multi) directSpans(host []byte) (spans []span, ok bool) {
 
 // Broadcast copies src to the start of every device buffer dsts[i] (one
 // per context, in NewMulti's order) and returns when the data is on every
-// device. A src pinned for every context (see AddPinned) is copied
-// directly. An early exit leaves the device buffers with partial data.
+// device. The parts of src pinned for every context (see AddPinned) are
+// copied directly, the rest staged (see the package documentation). An early exit leaves the device buffers with partial data.
 func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte) (MultiStats, error) {
 	st := MultiStats{Direction: HostToDevice, Bytes: int64(len(src))}
 	if err := m.enter(ctx); err != nil {
 		return st, err
 	}
-	defer m.end()
+	defer m.gate.End()
 	st.Devices = len(m.devs)
 	if err := m.checkBufs("broadcast", dsts); err != nil {
 		return st, err
@@ -277,11 +273,11 @@ func (m *Multi) Broadcast(ctx context.Context, dsts []*cuda.DeviceBuffer, src []
 	}
 	b, err := m.startBroadcast(ctx)
 	if err == nil {
-		if spans, ok := m.directSpans(src); ok {
-			err = b.direct(dsts, src, spans)
-		} else {
+		spans, covered := m.directSpans(src)
+		err = b.direct(dsts, src, spans)
+		if err == nil && !covered {
 			st.Staged = true
-			err = b.staged(ctx, dsts, src, &st)
+			err = b.staged(ctx, dsts, src, spans, &st)
 		}
 		err = b.finish(ctx, err)
 	}
@@ -331,42 +327,54 @@ func (b *broadcast) direct(dsts []*cuda.DeviceBuffer, src []byte, spans []span) 
 	return nil
 }
 
-// staged copies src chunk by chunk into the borrowed stages in turn and
-// queues each chunk's copy on every device's lane, with the device's event
-// for the stage behind it; a stage is refilled once every device's ran.
-func (b *broadcast) staged(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte, st *MultiStats) error {
+// staged copies src chunk by chunk into the borrowed stages of a ring with
+// a lane per device (each device's events its own, on its context) and
+// queues each chunk's copy on every device's lane; the ring refills a
+// stage once every device's copy out of it ran.
+func (b *broadcast) staged(ctx context.Context, dsts []*cuda.DeviceBuffer, src []byte, spans []span, st *MultiStats) error {
 	m := b.m
 	c0 := m.devs[0].cp
-	chunk := c0.chunkSize(len(src))
-	ss, err := c0.eng.take(ctx, min((len(src)+chunk-1)/chunk, len(m.devs[0].evs)))
+	staged := len(src)
+	for _, s := range spans {
+		staged -= s.Hi - s.Lo
+	}
+	chunk := c0.chunkSize(staged)
+	ss, err := c0.eng.take(ctx, min((staged+chunk-1)/chunk, len(m.devs[0].evs)))
 	if err != nil {
 		return err
 	}
 	b.stages = ss
-	for k, off := 0, 0; off < len(src); k, off = k+1, off+chunk {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		n, s, j := min(chunk, len(src)-off), ss[k%len(ss)], k%len(ss)
-		if k >= len(ss) { // refill: every device's copy out of s ran
+	r := ring{lanes: b.lanes, evs: make([][]*cuda.Event, len(m.devs)), wait: waitBroadcast}
+	for i, d := range m.devs {
+		r.evs[i] = d.evs
+	}
+	r.reset(ss)
+	// The gaps between the pinned parts (hostspan.Parts), chunk by chunk.
+	return hostspan.Parts(spans, 0, len(src), func(lo, hi int, pinned bool) error {
+		for off := lo; off < hi && !pinned; off += chunk {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			s, err := r.next(ctx)
+			if err != nil {
+				return err
+			}
+			n := min(chunk, hi-off)
+			st.CopyCPU += c0.eng.pool.Copy(m.o.parallelism, c0.o.tune.subPieces, s.mem[:n], src[off:off+n])
 			for i, l := range b.lanes {
-				if err := l.w.wait(ctx, m.devs[i].evs[j]); err != nil {
-					return err
+				if err := r.queued(i, false, s.htod(l.stream, dsts[i], off, 0, n)); err != nil {
+					return fmt.Errorf("device %d: %w", i, err)
 				}
 			}
 		}
-		st.CopyCPU += c0.eng.pool.Copy(m.o.parallelism, c0.o.tune.subPieces, s.mem[:n], src[off:off+n])
-		for i, l := range b.lanes {
-			err := s.htod(l.stream, dsts[i], off, 0, n)
-			if err == nil {
-				err = m.devs[i].evs[j].Record(l.stream)
-			}
-			if err != nil {
-				return fmt.Errorf("device %d: %w", i, err)
-			}
-		}
-	}
-	return nil
+		return nil
+	})
+}
+
+// waitBroadcast is the wait of a Broadcast's ring: asleep in the lane's
+// waiter.
+func waitBroadcast(ctx context.Context, l *lane, ev *cuda.Event, _ bool) error {
+	return l.w.wait(ctx, ev)
 }
 
 // finish ends the Broadcast on every device as copier.finish ends a
@@ -391,9 +399,9 @@ func (b *broadcast) finish(ctx context.Context, first error) error {
 		give() // every lane came back: its copies ran
 		return nil
 	}
-	m.hold()
+	m.gate.Hold()
 	go func() {
-		defer m.end()
+		defer m.gate.End()
 		left.Wait() // ends with the drains handed to the fences
 		give()
 	}()
@@ -423,7 +431,7 @@ func (m *Multi) each(ctx context.Context, dir Direction, hosts [][]byte, devs []
 	if err := m.enter(ctx); err != nil {
 		return st, err
 	}
-	defer m.end()
+	defer m.gate.End()
 	st.Devices = len(m.devs)
 	if len(hosts) != len(m.devs) {
 		return st, fmt.Errorf("transfer: %s with %d host buffers for %d devices: %w", dir, len(hosts), len(m.devs), cuda.ErrInvalidValue)

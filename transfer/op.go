@@ -40,7 +40,7 @@ func (c *Copier) async(ctx context.Context, d Direction, host []byte, dev *cuda.
 	tctx, cancel := context.WithCancel(ctx)
 	t.cancel = cancel
 	go func() {
-		defer c.end()
+		defer c.gate.End()
 		st, touching, err := c.move(tctx, d, host, dev, byRoute)
 		// Done once nothing it queued touches its memory: at once when
 		// the copies left queued touch only stages (touching nil).

@@ -12,7 +12,7 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/hostspan"
-	"github.com/pinmem/pinmem/internal/track"
+	"github.com/pinmem/pinmem/internal/lifecycle"
 )
 
 // Pipeline defaults.
@@ -92,8 +92,8 @@ func WithPinStages(on bool) PipelineOption { return func(c *pipelineConfig) { c.
 type PipelineStats struct {
 	Chunks     int           // chunks completed and delivered
 	Bytes      int64         // input bytes of those chunks
-	StagedIn   bool          // the input went through pinned stages
-	StagedOut  bool          // the output went through pinned stages
+	StagedIn   bool          // the input, or its parts not pinned, went through pinned stages
+	StagedOut  bool          // the output, or its parts not pinned, went through pinned stages
 	Wall       time.Duration // includes Setup
 	Setup      time.Duration // time spent pinning the staging buffers (the first staged Run, without WithPinStages)
 	CopyCPU    time.Duration // CPU time of the stage-in/stage-out copies (WithStats(true) on the Copier; zero otherwise)
@@ -127,14 +127,20 @@ type pipeline struct {
 	streams   []*cuda.Stream
 	waiters   []*waiter // the completers', one per stream; closed once no drain is left
 	slots     []*slot
-	run       chan struct{} // one Run (or a Run's abandoned drain) at a time
-	gate                    // Runs and abandoned drains in progress
-	rel       releaser
+	run       chan struct{}   // one Run (or a Run's abandoned drain) at a time
+	gate      *lifecycle.Gate // Runs and abandoned drains in progress
+	rel       *lifecycle.Releaser
 	panicked  any                // what a callback of the Run in progress panicked with
 	cancelRun context.CancelFunc // ends the Run in progress
 	dirty     bool               // a chunk's event was not recorded: its drain watches the streams
 }
 
+// slot is one chunk in flight: a stream, device memory, the event recorded
+// behind the chunk's copies and work, and (staged) a stage. Slots are not
+// a ring (ring.go): the completer of the slot's stream waits for its event
+// and copies its staged output out on a goroutine of its own while Run's
+// goroutine copies the next chunks in, and gives the slot back in the
+// order its stream finishes, not in turn.
 type slot struct {
 	stream    *cuda.Stream
 	streamIdx int // the index of stream in the Pipeline's streams
@@ -160,14 +166,14 @@ func LaunchWork(f *cuda.Function, grid, block cuda.Dim3, args func(ch Chunk) []a
 // cuda.ErrInvalidValue) naming it. The caller must Close it; once the
 // Copier is closed, Run fails with ErrClosed.
 func (c *Copier) NewPipeline(opts ...PipelineOption) (*Pipeline, error) {
-	retryOrphans()
+	lifecycle.RetryOrphans()
 	if !c.ok() {
 		return nil, errNil("Copier")
 	}
-	if err := c.begin(); err != nil {
+	if err := c.gate.Begin(); err != nil {
 		return nil, err
 	}
-	defer c.end()
+	defer c.gate.End()
 	cfg := pipelineConfig{chunkSize: DefaultChunkSize, streams: DefaultStreams}
 	if err := cfg.apply(opts); err != nil {
 		return nil, err
@@ -207,13 +213,13 @@ func (cfg *pipelineConfig) apply(opts []PipelineOption) error {
 }
 
 func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
-	p = &pipeline{c: c, cfg: cfg, run: make(chan struct{}, 1), gate: newGate()}
-	p.rel.step = p.releaseStep
+	p = &pipeline{c: c, cfg: cfg, run: make(chan struct{}, 1), gate: lifecycle.NewGate(ErrClosed)}
+	p.rel = lifecycle.NewReleaser(p.releaseStep)
 	defer func() {
 		if err != nil {
-			p.markClosed()
-			err = errors.Join(err, p.rel.release())
-			orphan(&p.rel)
+			p.gate.MarkClosed()
+			err = errors.Join(err, p.rel.Release())
+			p.rel.Orphan()
 			p = nil
 		}
 	}()
@@ -252,17 +258,13 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	return closeOwner(ctx, "Pipeline", p.markClosed(), &p.rel, &p.cleanup, p.idle)
+	return lifecycle.Close(ctx, "transfer: closing the Pipeline", p.gate, p.rel, &p.cleanup)
 }
 
 // dropped is the cleanup of a Pipeline dropped without Close; a drain a
 // Run left may still be in progress, and release waits for it.
 func (p *pipeline) dropped() {
-	if !p.markClosed() {
-		return
-	}
-	track.Dropped("pipeline", "slots", len(p.slots), "chunk_size", p.cfg.chunkSize)
-	go func() { <-p.idle; _ = p.rel.release() }()
+	lifecycle.Dropped(p.gate, p.rel, "pipeline", "slots", len(p.slots), "chunk_size", p.cfg.chunkSize)
 }
 
 // releaseStep frees whatever newPipelineState created (rel.step).
@@ -352,14 +354,14 @@ func (p *Pipeline) Run(ctx context.Context, in, out []byte) (PipelineStats, erro
 	if out != nil && len(out) < len(in) {
 		return st, &SizeError{Op: "pipeline output", Need: len(in), Have: len(out)}
 	}
-	if err := p.begin(); err != nil {
+	if err := p.gate.Begin(); err != nil {
 		return st, err
 	}
-	defer p.end()
-	if err := p.c.begin(); err != nil {
+	defer p.gate.End()
+	if err := p.c.gate.Begin(); err != nil {
 		return st, err
 	}
-	defer p.c.end()
+	defer p.c.gate.End()
 	select {
 	case p.run <- struct{}{}:
 	case <-ctx.Done():
@@ -381,7 +383,7 @@ func (p *pipeline) runHeld(ctx context.Context, in, out []byte) (st PipelineStat
 			<-p.run
 		}
 	}()
-	if p.isClosed() { // closed while this Run waited for the token
+	if p.gate.IsClosed() { // closed while this Run waited for the token
 		return st, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
@@ -467,7 +469,7 @@ func (p *pipeline) handOff(pending []*flight, holds []func()) {
 	if p.dirty {
 		d.streams = p.streams
 	}
-	p.c.fence.handOff(func() { p.c.hold(); p.hold() }, func() { p.end(); p.c.end() }, d, func() {
+	p.c.fence.handOff(func() { p.c.gate.Hold(); p.gate.Hold() }, func() { p.gate.End(); p.c.gate.End() }, d, func() {
 		for _, h := range holds {
 			h()
 		}
@@ -500,7 +502,7 @@ func (p *pipeline) loop(ctx context.Context, in, out []byte, inSpans, outSpans [
 	if p.cfg.ordered {
 		queues = 1
 	}
-	r.cm = p.startCompleters(ctx, queues, slots, st.StagedOut && out != nil)
+	r.cm = p.startCompleters(ctx, queues, slots, st.StagedOut && out != nil, outSpans)
 	defer func() {
 		// Reached with chunks out only when a function of pinmem's
 		// panicked: no callback runs any more and the completers stop
@@ -634,8 +636,9 @@ type outResult struct {
 var errPanicked = errors.New("transfer: a pipeline callback panicked")
 
 // startCompleters starts the completers of a Run with up to slots chunks
-// in flight; copyOut: the output is staged.
-func (p *pipeline) startCompleters(ctx context.Context, queues, slots int, copyOut bool) *completers {
+// in flight; copyOut: the output is staged where outSpans, its pinned
+// parts, leave gaps.
+func (p *pipeline) startCompleters(ctx context.Context, queues, slots int, copyOut bool, outSpans []span) *completers {
 	wctx, cancel := context.WithCancel(ctx)
 	cm := &completers{done: make(chan outResult, slots), cancel: cancel}
 	for i := range queues {
@@ -652,7 +655,12 @@ func (p *pipeline) startCompleters(ctx context.Context, queues, slots int, copyO
 					continue
 				}
 				if copyOut && !cm.stopped.Load() {
-					cm.cpu.Add(int64(p.c.copyStage(f.ch.Out, f.sl.stage.mem[:f.ch.Len])))
+					_ = hostspan.Parts(outSpans, f.ch.Offset, f.ch.Len, func(lo, hi int, pinned bool) error {
+						if !pinned {
+							cm.cpu.Add(int64(p.c.copyStage(f.ch.Out[lo:hi], f.sl.stage.mem[lo:hi])))
+						}
+						return nil
+					})
 				}
 				cm.done <- outResult{f: f, waited: true}
 			}
@@ -704,12 +712,15 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 			}
 		}
 	}()
-	if st.StagedIn {
-		st.CopyCPU += p.c.copyStage(sl.stage.mem[:ch.Len], ch.In)
-		err = sl.stage.htod(s, ch.Dev, 0, 0, ch.Len)
-	} else {
-		err = hostspan.Within(inSpans, ch.Offset, ch.Len, func(lo, hi int) error { return s.CopyHtoD(ch.Dev, lo, ch.In[lo:hi]) })
-	}
+	// The chunk's pinned parts directly, the rest through the slot's stage
+	// at the same offsets (hostspan.Parts).
+	err = hostspan.Parts(inSpans, ch.Offset, ch.Len, func(lo, hi int, pinned bool) error {
+		if pinned {
+			return s.CopyHtoD(ch.Dev, lo, ch.In[lo:hi])
+		}
+		st.CopyCPU += p.c.copyStage(sl.stage.mem[lo:hi], ch.In[lo:hi])
+		return sl.stage.htod(s, ch.Dev, lo, lo, hi)
+	})
 	if err != nil {
 		return "host-to-device", err
 	}
@@ -718,12 +729,13 @@ func (p *pipeline) issue(sl *slot, ch Chunk, st *PipelineStats, inSpans, outSpan
 			return "work", err
 		}
 	}
-	switch {
-	case ch.Out == nil:
-	case st.StagedOut:
-		err = sl.stage.dtoh(s, ch.Dev, 0, 0, ch.Len)
-	default:
-		err = hostspan.Within(outSpans, ch.Offset, ch.Len, func(lo, hi int) error { return s.CopyDtoH(ch.Out[lo:hi], ch.Dev, lo) })
+	if ch.Out != nil {
+		err = hostspan.Parts(outSpans, ch.Offset, ch.Len, func(lo, hi int, pinned bool) error {
+			if pinned {
+				return s.CopyDtoH(ch.Out[lo:hi], ch.Dev, lo)
+			}
+			return sl.stage.dtoh(s, ch.Dev, lo, lo, hi) // copied out by the completer
+		})
 	}
 	if err != nil {
 		return "device-to-host", err

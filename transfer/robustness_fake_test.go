@@ -345,8 +345,8 @@ func TestRobustCloseWaitsForRun(t *testing.T) {
 	}
 	testutil.CheckBytes(t, in, out)
 	// The timed-out Close releases the Copier once the Run ended.
-	<-c.idle
-	if err := c.rel.release(); err != nil {
+	<-c.gate.Idle()
+	if err := c.rel.Release(); err != nil {
 		t.Error(err)
 	}
 }

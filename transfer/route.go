@@ -67,3 +67,12 @@ func stagePieces(d Direction, n, forced int) (k, size int) {
 	size = ((n+k-1)/k + 4095) &^ 4095
 	return (n + size - 1) / size, size
 }
+
+// strategy forces a transfer's handling of pageable memory (tests).
+type strategy uint8
+
+const (
+	byRoute     strategy = iota // as route's size bands say
+	forceStaged                 // the ring at every size
+	forceShort                  // one stage when one is idle and holds the transfer, else the ring
+)

@@ -38,21 +38,6 @@ func (c *copier) oneStage(ctx context.Context, d Direction, host []byte, dev *cu
 	return l, nil
 }
 
-// copyStage copies between host memory and a stage, on the caller's
-// goroutine when small, else with the engine's copy goroutines, and
-// returns its CPU time with WithStats.
-func (c *copier) copyStage(dst, src []byte) time.Duration {
-	parts := c.o.parallelism
-	if len(src) <= singleCopyInline {
-		if !c.o.stats {
-			copy(dst, src)
-			return 0
-		}
-		parts = 1 // timed by the pool's clock
-	}
-	return c.eng.pool.Copy(parts, c.o.tune.subPieces, dst, src)
-}
-
 // singleWait waits, bounded by ctx, for the one-stage transfer on l. On a
 // stream of our own: with a context that cannot end (and not WaitSleep)
 // the driver's stream synchronisation, which spins; else polling the

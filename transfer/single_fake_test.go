@@ -38,10 +38,7 @@ func lendAllStages(t *testing.T, c *Copier) []*stage {
 func waitIdle(t *testing.T, c *Copier) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		c.mu.Lock()
-		active := c.active
-		c.mu.Unlock()
-		if active == 0 {
+		if c.gate.Active() == 0 {
 			return
 		}
 		if time.Now().After(deadline) {

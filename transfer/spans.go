@@ -61,15 +61,6 @@ func (c *copier) mayBePinned(host []byte) bool {
 	return ok && c.pinnedHere(b)
 }
 
-// strategy forces a transfer's handling of pageable memory (tests).
-type strategy uint8
-
-const (
-	byRoute     strategy = iota // as route's size bands say
-	forceStaged                 // the ring at every size
-	forceShort                  // one stage when one is idle and holds the transfer, else the ring
-)
-
 // span is a pinned sub-range of a host slice.
 type span = hostspan.Span
 

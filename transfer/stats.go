@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cpuclock"
+	"github.com/pinmem/pinmem/internal/regcache"
 )
 
 // Direction is the direction of a copy.
@@ -109,15 +110,13 @@ func (m meter) elapsed() (wall, cpu time.Duration) {
 	return wall, cpu
 }
 
-// CacheStats are a registration cache's counters (WithRegistrationCache).
-type CacheStats struct {
-	Entries       int   // live registrations
-	Bytes         int64 // bytes registered
-	Hits          int64 // requests fully served by existing registrations
-	Misses        int64 // requests that needed a new registration
-	Registrations int64 // pinmem.Register calls that succeeded
-	Merges        int64 // registrations that replaced overlapping idle ones
-	Evictions     int64 // registrations released to make room (limit or budget)
-	Reclaimed     int64 // bytes released because pinmem's budget asked
-	Failures      int64 // pinmem.Register calls that failed (the memory was staged)
-}
+// CacheStats are a registration cache's counters (WithRegistrationCache):
+// Entries (live registrations), Bytes (registered), Hits (requests fully
+// served by existing registrations), Misses (requests that needed a new
+// registration), Registrations and Failures (pinmem.Register calls that
+// succeeded and failed; the memory of a failure was staged), Merges
+// (registrations that replaced overlapping idle ones), Evictions
+// (registrations released to make room, for the limit or the budget) and
+// Reclaimed (bytes released because pinmem's budget asked). It is the
+// cache's own type.
+type CacheStats = regcache.Stats

@@ -73,7 +73,7 @@ func (c *Copier) ioRing(ctx context.Context, d Direction, dev *cuda.DeviceBuffer
 	if err := c.enter(ctx); err != nil {
 		return st, err
 	}
-	defer c.end()
+	defer c.gate.End()
 	what, op, verb := "destination", "HtoDFrom a nil io.Reader", "reading into device memory"
 	if d == DeviceToHost {
 		what, op, verb = "source", "DtoHTo a nil io.Writer", "writing device memory"
@@ -108,21 +108,21 @@ func (c *Copier) ioRing(ctx context.Context, d Direction, dev *cuda.DeviceBuffer
 	return st, nil
 }
 
-// ringIn reads into l's stages in turn, queuing each stage's copy to dst
-// once it is read, until read reports the end or dst is full.
+// ringIn reads into the stages of l's ring in turn, queuing each stage's
+// copy to dst once it is read, until read reports the end or dst is full.
 func (c *copier) ringIn(ctx context.Context, l *lane, dst *cuda.DeviceBuffer, st *Stats, read func(off int64, p []byte) (int, error)) error {
-	for k, off := 0, 0; off < dst.Size(); k++ {
+	for off := 0; off < dst.Size(); {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		s := l.stageAt(k)
-		if err := c.reuse(ctx, l, s); err != nil {
+		s, err := l.ring.next(ctx)
+		if err != nil {
 			return err
 		}
 		want := min(len(s.mem), dst.Size()-off)
 		n, rerr := read(int64(off), s.mem[:want])
 		if n > 0 {
-			if err := l.queued(s, s.htod(l.stream, dst, off, 0, n)); err != nil {
+			if err := l.ring.queued(0, false, s.htod(l.stream, dst, off, 0, n)); err != nil {
 				return err
 			}
 			off += n
@@ -140,39 +140,38 @@ func (c *copier) ringIn(ctx context.Context, l *lane, dst *cuda.DeviceBuffer, st
 	return nil
 }
 
-// ringOut copies src out through l's stages, handing write each stage's
-// bytes and their offset in src, with later stages' DMA queued ahead.
+// ringOut copies src out through the stages of l's ring, handing write
+// each stage's bytes and their offset in src, with later stages' DMA
+// queued ahead (the ring's window). Every stage holds a stage size, so
+// the oldest pending stage holds src from done, the bytes written.
 func (c *copier) ringOut(ctx context.Context, l *lane, src *cuda.DeviceBuffer, st *Stats, write func(off int64, p []byte) (int, error)) error {
-	type pending struct {
-		off, n int
-		s      *stage
-	}
-	var q []pending
-	for next, k, size := 0, 0, src.Size(); next < size || len(q) > 0; {
-		if next < size && len(q) < len(l.stages) { // queue the next stage's DMA first
+	for next, done, size := 0, 0, src.Size(); done < size; {
+		if next < size && !l.ring.full() { // queue the next stage's DMA first
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			s := l.stageAt(k)
-			k++
-			n := min(len(s.mem), size-next)
-			if err := l.queued(s, s.dtoh(l.stream, src, next, 0, n)); err != nil {
+			s, err := l.ring.next(ctx)
+			if err != nil {
 				return err
 			}
-			q = append(q, pending{next, n, s})
+			n := min(len(s.mem), size-next)
+			if err := l.ring.queued(0, true, s.dtoh(l.stream, src, next, 0, n)); err != nil {
+				return err
+			}
 			next += n
 			continue
 		}
-		h := q[0]
-		q = q[1:]
-		if err := c.waitStage(ctx, l, h.s.ev); err != nil {
+		s, err := l.ring.oldest(ctx, false)
+		if err != nil {
 			return err
 		}
-		nw, werr := write(int64(h.off), h.s.mem[:h.n])
+		n := min(len(s.mem), size-done)
+		nw, werr := write(int64(done), s.mem[:n])
+		done += n
 		st.Bytes += int64(nw)
 		st.StagedBytes += int64(nw)
 		st.Stages++
-		if werr == nil && nw < h.n {
+		if werr == nil && nw < n {
 			werr = io.ErrShortWrite
 		}
 		if werr != nil {

@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"cmp"
 	"context"
 	"runtime"
 	"sync"
@@ -114,4 +115,17 @@ func (w *waiter) close() {
 		close(w.reqs)
 		w.wg.Wait()
 	})
+}
+
+// streamErr returns the asynchronous errors of our work on s, a stream
+// that holds nothing else, bounded by ctx: a stream found idle is
+// synchronized in the driver, which returns at once with its errors (a
+// query reports only whether it is idle).
+func streamErr(ctx context.Context, s *cuda.Stream) error {
+	if ctx.Done() != nil {
+		if idle, err := s.Query(); err != nil || !idle {
+			return cmp.Or(err, s.Synchronize(ctx))
+		}
+	}
+	return s.Synchronize(context.Background())
 }

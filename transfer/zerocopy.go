@@ -21,7 +21,7 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 	if err := c.enter(ctx); err != nil {
 		return err
 	}
-	defer c.end()
+	defer c.gate.End()
 	if b == nil || work == nil {
 		return fmt.Errorf("transfer: RunMapped with a nil buffer or work function: %w", cuda.ErrInvalidValue)
 	}
@@ -58,7 +58,7 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 	}
 	if err != nil && (ctx.Err() != nil || d.streams != nil) {
 		// The kernels may still run, and the waiter still sleep on ev.
-		c.fence.handOff(c.hold, c.end, d, func() {
+		c.fence.handOff(c.gate.Hold, c.gate.End, d, func() {
 			w.close()
 			_ = c.destroyEvent(ev)
 			release()

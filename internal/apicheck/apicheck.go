@@ -225,16 +225,23 @@ func walk(pkg *types.Package, tables map[string]bool) []Line {
 }
 
 // walkType lists a type, its exported fields or interface methods, and the
-// exported methods declared on it.
+// exported methods declared on it. An alias of an internal package's type
+// (which a user cannot name) is listed as that type, under the alias's name:
+// its fields are the public surface.
 func walkType(o *types.TypeName, typ func(types.Type) string, add func(Kind, string, ...any)) {
 	n := o.Name()
-	if a, ok := o.Type().(*types.Alias); ok {
-		add(NonConst, "type %s = %s", n, typ(a.Rhs()))
-		return
+	t := o.Type()
+	if a, ok := t.(*types.Alias); ok {
+		target, ok := a.Rhs().(*types.Named)
+		if !ok || target.Obj().Pkg() == nil || !slices.Contains(strings.Split(target.Obj().Pkg().Path(), "/"), "internal") {
+			add(NonConst, "type %s = %s", n, typ(a.Rhs()))
+			return
+		}
+		t = target
 	}
-	named, ok := o.Type().(*types.Named)
+	named, ok := t.(*types.Named)
 	if !ok {
-		add(NonConst, "type %s %s", n, typ(o.Type().Underlying()))
+		add(NonConst, "type %s %s", n, typ(t.Underlying()))
 		return
 	}
 	head := n + typeParams(named.TypeParams(), typ)

@@ -19,11 +19,13 @@ var layer = map[string]int{
 	"internal/reclaim": -1, // pinmem's budget reclaimers, for pool and transfer
 	"internal/hostptr": -1, "internal/testhook": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0, "internal/units": 0,
 	"internal/cpuclock":        -1, // thread and process CPU time
+	"internal/regfile":         -1, // regular files opened without blocking, for load and safetensors
 	"internal/enumtext":        -1, // the names of the enums set from flags or configuration
 	"internal/copypool":        0,  // the staging engine's copy goroutines
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
 	"internal/budgetspec": 2, // the budget as PINMEM_BUDGET and the command give it
 	"internal/pinopt":     2, // pinmem's options (a *cuda.Device among them) and their validation, for pinmem and pool
+	"internal/lifecycle":  2, // the owners' gate, retryable release, orphans and Close, for pinmem, pool, blocks, load and transfer
 	"internal/cudaerr":    2, // the binding's errors as cuda's types, for the packages above cuda that call the binding
 	"internal/testutil":   3, "": 3,
 	"pool": 4, "cudatest": 4, "blocks": 4,

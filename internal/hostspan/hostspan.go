@@ -146,6 +146,27 @@ func Covers(s []Span, n int) bool {
 	return at == n
 }
 
+// Parts calls f for every part of [off, off+n), as offsets from off, in
+// order, until f fails: pinned, a part in the sorted, disjoint spans s;
+// else a gap between them. It is pinmem's one policy for partly pinned
+// memory: the pinned parts are copied directly, the gaps staged.
+func Parts(s []Span, off, n int, f func(lo, hi int, pinned bool) error) error {
+	at := 0
+	err := Within(s, off, n, func(lo, hi int) error {
+		if at < lo {
+			if err := f(at, lo, false); err != nil {
+				return err
+			}
+		}
+		at = hi
+		return f(lo, hi, true)
+	})
+	if err == nil && at < n {
+		err = f(at, n, false)
+	}
+	return err
+}
+
 // Within calls f for the parts of [off, off+n) in the sorted, disjoint
 // spans s, as offsets from off, in order, until f fails.
 func Within(s []Span, off, n int, f func(lo, hi int) error) error {

@@ -64,3 +64,31 @@ func TestWithin(t *testing.T) {
 		t.Fatalf("Within after an error: %v, %d calls", err, calls)
 	}
 }
+
+// TestParts: the pinned parts and the gaps of a window, in order, as
+// offsets from its start.
+func TestParts(t *testing.T) {
+	type part struct {
+		lo, hi int
+		pinned bool
+	}
+	for _, c := range []struct {
+		s      []Span
+		off, n int
+		want   []part
+	}{
+		{nil, 0, 10, []part{{0, 10, false}}},
+		{[]Span{{0, 10}}, 0, 10, []part{{0, 10, true}}},
+		{[]Span{{2, 4}, {4, 6}, {8, 12}}, 1, 10, []part{{0, 1, false}, {1, 3, true}, {3, 5, true}, {5, 7, false}, {7, 10, true}}},
+		{[]Span{{2, 4}}, 4, 4, []part{{0, 4, false}}},
+	} {
+		var got []part
+		_ = Parts(c.s, c.off, c.n, func(lo, hi int, pinned bool) error {
+			got = append(got, part{lo, hi, pinned})
+			return nil
+		})
+		if !slices.Equal(got, c.want) {
+			t.Errorf("Parts(%v, %d, %d) = %v, want %v", c.s, c.off, c.n, got, c.want)
+		}
+	}
+}
