@@ -248,6 +248,9 @@ func (b *Buffer) Free() error {
 		return fmt.Errorf("pinmem: Free of a nil buffer: %w", cuda.ErrInvalidValue)
 	}
 	s := b.s
+	if err := runFreeHooks(s); err != nil {
+		return err
+	}
 	s.freed.Store(true)
 	s.relMu.Lock()
 	defer s.relMu.Unlock()
