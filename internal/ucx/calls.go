@@ -50,34 +50,34 @@ type requestParam struct { // ucp_request_param_t, 72 bytes
 
 // Field masks and flags (ucp.h, UCX 1.13).
 const (
-	paramFieldFeatures        = 1 << 0
-	paramFieldName            = 1 << 8
-	featureRMA                = 1 << 1
-	featureWakeup             = 1 << 4
-	workerFieldThreadMode     = 1 << 0
-	workerFieldEvents         = 1 << 2
-	wakeupRMA                 = 1 << 0
-	wakeupTX                  = 1 << 10
-	wakeupRX                  = 1 << 11
-	threadModeSingle          = 0
-	epFieldRemoteAddress      = 1 << 0
-	epFieldErrHandlingMode    = 1 << 1
-	errHandlingModePeer       = 1
-	memMapFieldAddress        = 1 << 0
-	memMapFieldLength         = 1 << 1
-	opAttrFieldFlags          = 1 << 4
-	opAttrFieldMemh           = 1 << 8
-	epCloseFlagForce          = 1 << 0
-	_                         = unsafe.Sizeof(params{}) - 80 // compile-time size checks
-	_                         = 80 - unsafe.Sizeof(params{})
-	_                         = unsafe.Sizeof(workerParams{}) - 200
-	_                         = 200 - unsafe.Sizeof(workerParams{})
-	_                         = unsafe.Sizeof(epParams{}) - 104
-	_                         = 104 - unsafe.Sizeof(epParams{})
-	_                         = unsafe.Sizeof(memMapParams{}) - 40
-	_                         = 40 - unsafe.Sizeof(memMapParams{})
-	_                         = unsafe.Sizeof(requestParam{}) - 72
-	_                         = 72 - unsafe.Sizeof(requestParam{})
+	paramFieldFeatures     = 1 << 0
+	paramFieldName         = 1 << 8
+	featureRMA             = 1 << 1
+	featureWakeup          = 1 << 4
+	workerFieldThreadMode  = 1 << 0
+	workerFieldEvents      = 1 << 2
+	wakeupRMA              = 1 << 0
+	wakeupTX               = 1 << 10
+	wakeupRX               = 1 << 11
+	threadModeSingle       = 0
+	epFieldRemoteAddress   = 1 << 0
+	epFieldErrHandlingMode = 1 << 1
+	errHandlingModePeer    = 1
+	memMapFieldAddress     = 1 << 0
+	memMapFieldLength      = 1 << 1
+	opAttrFieldFlags       = 1 << 4
+	opAttrFieldMemh        = 1 << 8
+	epCloseFlagForce       = 1 << 0
+	_                      = unsafe.Sizeof(params{}) - 80 // compile-time size checks
+	_                      = 80 - unsafe.Sizeof(params{})
+	_                      = unsafe.Sizeof(workerParams{}) - 200
+	_                      = 200 - unsafe.Sizeof(workerParams{})
+	_                      = unsafe.Sizeof(epParams{}) - 104
+	_                      = 104 - unsafe.Sizeof(epParams{})
+	_                      = unsafe.Sizeof(memMapParams{}) - 40
+	_                      = 40 - unsafe.Sizeof(memMapParams{})
+	_                      = unsafe.Sizeof(requestParam{}) - 72
+	_                      = 72 - unsafe.Sizeof(requestParam{})
 )
 
 // Init creates a UCP context for RMA (and wakeup events), with UCX's
