@@ -78,6 +78,7 @@ type Agent struct {
 	nextID uint64
 
 	stopping atomic.Bool
+	abandon  atomic.Bool   // Close's ctx ended: tear down with transfers in flight
 	done     chan struct{} // the thread ended
 	ops      []*op         // transfers in flight: thread only
 }
@@ -177,7 +178,7 @@ func (a *Agent) loop(c config, started chan<- error) {
 		}
 		n := a.lib.Progress(a.w)
 		a.checkOps()
-		if a.stopping.Load() && len(a.ops) == 0 && len(jobs) == 0 {
+		if a.stopping.Load() && (len(a.ops) == 0 || a.abandon.Load()) && len(jobs) == 0 {
 			a.mu.Lock()
 			left := len(a.jobs)
 			a.mu.Unlock()
@@ -270,9 +271,9 @@ func (a *Agent) do(ctx context.Context, op string, f func() error) error {
 // Close stops the agent: it waits, bounded by ctx, for the transfers in
 // flight, then closes every connection and remote region, drops every
 // registration (the pinmem buffers stay allocated: they are the caller's),
-// and releases the worker and the context. When ctx ends first the
-// connections are closed at once, failing what is in flight, and Close
-// still releases everything before it returns ctx's error.
+// and releases the worker and the context. When ctx ends first, the worker
+// is destroyed with the transfers still in flight (UCX cancels them; no
+// byte moves afterwards) and Close returns ctx's error.
 func (a *Agent) Close(ctx context.Context) error {
 	if ctx == nil {
 		return &Error{Op: "remote.Agent.Close", Kind: cuda.ErrInvalidValue, Detail: "nil context"}
@@ -294,11 +295,8 @@ func (a *Agent) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = &Error{Op: "remote.Agent.Close", Kind: ctx.Err(), Detail: "transfers were in flight: their connections were closed", Err: ctx.Err()}
 	}
-	a.post(func() {
-		for _, p := range a.peers {
-			p.fail(a, "the agent closed")
-		}
-	}, true)
+	a.abandon.Store(true)
+	a.post(func() {}, true)
 	<-a.done
 	return err
 }
@@ -313,10 +311,16 @@ func (a *Agent) teardown() {
 	for _, p := range peers {
 		p.close(a)
 	}
+	// The worker goes first: destroying it cancels what is still in flight,
+	// after which no transfer can touch the registered memory.
+	a.lib.WorkerDestroy(a.w)
+	for _, o := range a.ops {
+		o.finish(a, &Error{Op: o.name, Kind: ErrClosed, Detail: "the agent closed with the transfer in flight"})
+	}
+	a.ops = nil
 	for _, s := range slabs {
 		s.unmap(a)
 	}
-	a.lib.WorkerDestroy(a.w)
 	a.lib.Cleanup(a.uctx)
 	unix.Close(a.wake)
 }

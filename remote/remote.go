@@ -33,6 +33,7 @@ type Remote struct {
 type peer struct {
 	addr    string
 	ep      ucx.Ep
+	peerErr bool // created with UCP's peer error handling (a force close cancels its requests)
 	remotes map[*Remote]struct{}
 	failed  string // why it failed; "" while usable
 }
@@ -70,14 +71,16 @@ func (a *Agent) Import(ctx context.Context, key []byte) (*Remote, error) {
 		if fresh {
 			// Peer error handling where UCX offers it; shared memory
 			// has none: there a failed peer is seen by the context's end.
+			peerErr := true
 			ep, err := a.lib.EpCreate(a.w, k.worker, true)
 			if e, ok := err.(*ucx.Error); ok && e.Status == ucx.ErrUnreachable {
+				peerErr = false
 				ep, err = a.lib.EpCreate(a.w, k.worker, false)
 			}
 			if err != nil {
 				return &Error{Op: opName, Kind: ErrStaleKey, Detail: "cannot connect to the key's agent", Err: err}
 			}
-			p = &peer{addr: string(k.worker), ep: ep, remotes: map[*Remote]struct{}{}}
+			p = &peer{addr: string(k.worker), ep: ep, peerErr: peerErr, remotes: map[*Remote]struct{}{}}
 			a.mu.Lock()
 			a.peers[p.addr] = p
 			a.mu.Unlock()
@@ -265,26 +268,43 @@ func (a *Agent) checkOps() {
 			continue
 		}
 		a.lib.Free(o.req)
-		a.mu.Lock()
-		if o.local != nil {
-			o.local.busy--
+		var err error
+		if st != ucx.OK {
+			err = &Error{Op: o.name, Kind: ErrPeer, Err: a.lib.Err("ucp_ep_flush_nbx", st)}
 		}
-		if o.remote != nil {
-			o.remote.busy--
-		}
-		a.mu.Unlock()
-		if st != ucx.OK && o.err == nil {
-			o.err = &Error{Op: o.name, Kind: ErrPeer, Err: a.lib.Err("ucp_ep_flush_nbx", st)}
-		}
-		close(o.done)
+		o.finish(a, err)
 	}
 	clear(a.ops[len(kept):])
 	a.ops = kept
 }
 
-// wait waits for o, bounded by ctx: when ctx ends first, p's connection is
-// closed at once, which fails o, and o is waited for (its requests finish
-// as soon as the thread progresses the close).
+// finish completes o (agent's thread): it no longer counts as in flight.
+func (o *op) finish(a *Agent, err error) {
+	a.mu.Lock()
+	if o.local != nil {
+		o.local.busy--
+	}
+	if o.remote != nil {
+		o.remote.busy--
+	}
+	a.mu.Unlock()
+	if o.err == nil {
+		o.err = err
+	}
+	close(o.done)
+}
+
+// cancelWait bounds the wait for a transfer's requests to finish after its
+// connection was force-closed (UCX completes them as the close is
+// progressed, at once).
+const cancelWait = 5 * time.Second
+
+// wait waits for o, bounded by ctx. When ctx ends first, p's connection is
+// failed: where UCX handles peer errors it is closed at once, which
+// cancels o (waited for, so no byte moves after wait returns); over a
+// transport without (shared memory) it is only marked failed, and o stays
+// in flight, its regions busy (their buffers cannot be freed), until it
+// completes or the agent closes.
 func (a *Agent) wait(ctx context.Context, o *op, p *peer) error {
 	select {
 	case <-o.done:
@@ -292,33 +312,46 @@ func (a *Agent) wait(ctx context.Context, o *op, p *peer) error {
 	case <-ctx.Done():
 	}
 	a.post(func() { p.fail(a, o.name+" was cut short by its context") }, true)
-	t := time.NewTimer(jobWait)
-	defer t.Stop()
-	select {
-	case <-o.done:
-	case <-a.done:
-	case <-t.C:
+	detail := "the connection to the remote agent was closed"
+	if !p.peerErr {
+		detail = "the connection was marked failed; the transfer's region stays busy until it completes or the agent closes"
+	} else {
+		t := time.NewTimer(cancelWait)
+		defer t.Stop()
+		select {
+		case <-o.done:
+		case <-a.done:
+		case <-t.C:
+			detail = "the connection was closed; the transfer did not end in " + cancelWait.String() + ", its region stays busy"
+		}
 	}
-	return &Error{Op: o.name, Kind: ctx.Err(), Detail: "the connection to the remote agent was closed", Err: ctx.Err()}
+	return &Error{Op: o.name, Kind: ctx.Err(), Detail: detail, Err: ctx.Err()}
 }
 
-// fail closes the connection at once (agent's thread): its requests
-// complete with an error, and its remotes fail until imported again.
+// fail marks the connection failed (agent's thread): its remotes fail
+// until imported again. With peer error handling the endpoint is closed at
+// once, cancelling its requests; without, it is left to the agent's
+// teardown, since its requests may still use it.
 func (p *peer) fail(a *Agent, why string) {
 	if p.failed != "" {
 		return
 	}
 	p.failed = why
-	p.close(a)
+	if p.peerErr {
+		p.close(a)
+	}
 }
 
-// close closes the endpoint (force: it does not wait for the peer) and
-// destroys the remote keys unpacked on it (agent's thread).
+// close closes the endpoint and destroys the remote keys unpacked on it
+// (agent's thread). With peer error handling the close is forced: it does
+// not wait for the peer. Without, UCX allows only a close that flushes
+// first: it is progressed a little and left to finish on its own (or at
+// the worker's destruction).
 func (p *peer) close(a *Agent) {
 	if p.ep == 0 {
 		return
 	}
-	req, _ := a.lib.EpClose(p.ep, true)
+	req, _ := a.lib.EpClose(p.ep, p.peerErr)
 	if req != 0 {
 		for i := 0; i < 1000 && a.lib.Check(req) == ucx.InProgress; i++ {
 			a.lib.Progress(a.w)

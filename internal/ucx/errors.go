@@ -24,7 +24,7 @@ func (e *LoadError) Is(target error) bool { return target == ErrUnavailable }
 
 func (e *LoadError) Unwrap() error { return e.Err }
 
-// Status is a ucs_status_t: 0 is UCS_OK, 1 UCS_INPROGRESS, negative values
+// Status is a ucs_status_t (a packed enum: one signed byte): 0 is UCS_OK, 1 UCS_INPROGRESS, negative values
 // are errors. The values are those of ucs/type/status.h (UCX 1.x, stable).
 type Status int32
 

@@ -200,4 +200,6 @@ func cbytes(p, n uintptr) []byte {
 	return append([]byte(nil), unsafe.Slice((*byte)(cptr(p)), n)...)
 }
 
-func status(r uintptr) Status { return Status(int32(uint32(r))) }
+// status reads a ucs_status_t returned in a register: a packed enum
+// (UCS_S_PACKED), one signed byte; the bits above it are not defined.
+func status(r uintptr) Status { return Status(int8(r)) }
