@@ -167,7 +167,7 @@ func (a *Agent) loop(c config, started chan<- error) {
 		fds = fds[:1]
 	}
 	var buf [8]byte
-	idle := 0
+	active := time.Now() // the last time there was work
 	for {
 		a.mu.Lock()
 		jobs := a.jobs
@@ -187,26 +187,43 @@ func (a *Agent) loop(c config, started chan<- error) {
 			}
 		}
 		if n > 0 || len(jobs) > 0 {
-			idle = 0
+			active = time.Now()
 			continue
 		}
-		idle++
-		if len(a.ops) > 0 && idle < 2000 {
-			continue // a transfer is in flight: poll for its completion
+		// Keep polling for a while after the last work: a transfer's next
+		// fragments and acknowledgements (this agent's, or another's to
+		// this one's memory) come within microseconds, and not every UCX
+		// transport signals the event descriptor for all of them (a full
+		// shared-memory FIFO that drains, say).
+		spin, timeout := spinIdle, pollIdle
+		if len(a.ops) > 0 {
+			spin, timeout = spinBusy, pollBusy
 		}
-		timeout := 100
-		if len(a.ops) > 0 || a.efd < 0 {
-			timeout = 1
+		if time.Since(active) < spin {
+			continue
 		}
-		if a.efd >= 0 && a.lib.Arm(a.w) == ucx.ErrBusy {
+		if a.efd < 0 {
+			timeout = pollBusy
+		} else if a.lib.Arm(a.w) == ucx.ErrBusy {
 			continue // events to progress
 		}
 		_, _ = unix.Poll(fds, timeout)
 		_, _ = unix.Read(a.wake, buf[:])
-		idle = 0
 	}
 	a.teardown()
 }
+
+// How the agent's thread waits: it polls the worker for spinBusy after the
+// last work while a transfer of its own is in flight (spinIdle otherwise),
+// then sleeps on the worker's event descriptor and its wake-up descriptor
+// for at most pollBusy (pollIdle), a bound for the events UCX does not
+// signal.
+const (
+	spinBusy = 2 * time.Millisecond
+	spinIdle = 1 * time.Millisecond
+	pollBusy = 1  // milliseconds
+	pollIdle = 10 // milliseconds
+)
 
 // post queues f to run on the agent's thread; false once the agent closed
 // (internal: Close's own jobs, queued while the thread still runs).
