@@ -48,9 +48,10 @@ type bufState struct {
 	huge   bool       // huge pages were requested and accepted (mmap only)
 	numa   *Placement // NUMA placement of pinmem's own mapping; nil: none attempted (numa.go)
 
-	mapLen uintptr // KindMmapRegister: the mapping's length
-	chunks []chunk // registered kinds: the registrations
-	mem    []byte  // KindGoRegister: the caller's slice
+	mapLen uintptr     // KindMmapRegister: the mapping's length
+	shared *sharedFile // AllocShared and ReceiveShared buffers: the memory's file (share.go)
+	chunks []chunk     // registered kinds: the registrations
+	mem    []byte      // KindGoRegister: the caller's slice
 	pinner *runtime.Pinner
 	regLo  uintptr // the registry range [regLo, regHi); regLo 0 if none
 	regHi  uintptr
@@ -296,6 +297,9 @@ func (s *bufState) release() error {
 			// Only now: unmapping memory the driver still pins would leave
 			// pinned pages without an owner.
 			err = unmapAnon(s.ptr, s.mapLen)
+			if err == nil {
+				s.shared.close()
+			}
 		} else {
 			// The driver no longer holds the slice: it may move and be freed.
 			s.pinner.Unpin()
