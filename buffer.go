@@ -243,7 +243,10 @@ func (b *Buffer) DevicePtr() (cuda.DevicePtr, error) {
 // released are credited), a registered Go slice stays pinned, and calling
 // Free again retries what is left. A buffer dropped after a failed Free is
 // reported and counted as dropped, like one never freed. Once Free has
-// succeeded, a further call returns an error matching ErrFreed.
+// succeeded, a further call returns an error matching ErrFreed. A buffer
+// registered with package remote's Agent has that registration dropped
+// first; while a transfer uses it, Free is refused (remote.ErrBusy) and
+// changes nothing.
 func (b *Buffer) Free() error {
 	if b == nil || b.s == nil {
 		return fmt.Errorf("pinmem: Free of a nil buffer: %w", cuda.ErrInvalidValue)

@@ -25,29 +25,15 @@ import (
 // handle, the driver's own way to share host memory, is not used: the
 // memfd path needs nothing but cuMemHostRegister on both sides.)
 
-// ErrShareMismatch: what a process received with ReceiveShared is not what
-// it expected (size or flags), or not a shared buffer at all. The error is
-// a *ShareError.
+// ErrShareMismatch: what ReceiveShared received is not what it expected
+// (size or flags), or not a buffer SendShared sent. The error says which
+// field differed, with both values.
 var ErrShareMismatch = errors.New("pinmem: shared buffer does not match")
 
-// ShareError is returned by ReceiveShared for a message that does not
-// match the request or is not one SendShared sent. It matches
-// ErrShareMismatch.
-type ShareError struct {
-	Field     string // "size", "flags", "message" or "file"
-	Want, Got string
+// mismatch is ReceiveShared's error for field.
+func mismatch(field, want, got string) error {
+	return fmt.Errorf("pinmem: ReceiveShared: %s: want %s, got %s: %w", field, want, got, ErrShareMismatch)
 }
-
-// Error says what did not match.
-func (e *ShareError) Error() string {
-	if e == nil {
-		return "<nil>"
-	}
-	return fmt.Sprintf("pinmem: ReceiveShared: %s: want %s, got %s", e.Field, e.Want, e.Got)
-}
-
-// Is reports whether target is ErrShareMismatch.
-func (e *ShareError) Is(target error) bool { return e != nil && target == ErrShareMismatch }
 
 // sharedFile is a shared buffer's file: kept open so that the buffer can
 // be sent again, closed when the buffer is released.

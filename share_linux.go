@@ -152,7 +152,7 @@ func SendShared(ctx context.Context, conn *net.UnixConn, b *Buffer) error {
 // the Buffer is this process's (counted by its ledger and budget, freed
 // with Free), its memory the sender's. size is the size expected (0: any)
 // and flags the flags expected; a message that does not match, or is not
-// SendShared's, is a *ShareError (ErrShareMismatch); a size over the
+// SendShared's, matches ErrShareMismatch; a size over the
 // budget is a *BudgetError. Nothing is left mapped or open on error.
 func ReceiveShared(ctx context.Context, conn *net.UnixConn, size int, flags Flags, opts ...Option) (*Buffer, error) {
 	o, err := buildOptions("pinmem.ReceiveShared", opts)
@@ -190,23 +190,23 @@ func ReceiveShared(ctx context.Context, conn *net.UnixConn, size int, flags Flag
 	le := binary.LittleEndian
 	switch {
 	case n != shareMsgLen || le.Uint32(msg) != shareMagic || le.Uint32(msg[4:]) != shareVersion:
-		return fail(&ShareError{Field: "message", Want: fmt.Sprintf("SendShared's (%d bytes, version %d)", shareMsgLen, shareVersion), Got: fmt.Sprintf("%d bytes", n)})
+		return fail(mismatch("message", fmt.Sprintf("SendShared's (%d bytes, version %d)", shareMsgLen, shareVersion), fmt.Sprintf("%d bytes", n)))
 	case len(fds) != 1:
-		return fail(&ShareError{Field: "file", Want: "one file descriptor", Got: fmt.Sprintf("%d", len(fds))})
+		return fail(mismatch("file", "one file descriptor", fmt.Sprintf("%d", len(fds))))
 	}
 	gotSize, gotFlags, length := le.Uint64(msg[8:]), Flags(le.Uint32(msg[16:])), uintptr(le.Uint64(msg[24:]))
 	if size != 0 && uint64(size) != gotSize {
-		return fail(&ShareError{Field: "size", Want: fmtBytes(int64(size)), Got: fmtBytes(int64(gotSize))})
+		return fail(mismatch("size", fmtBytes(int64(size)), fmtBytes(int64(gotSize))))
 	}
 	if gotFlags != flags {
-		return fail(&ShareError{Field: "flags", Want: flags.String(), Got: gotFlags.String()})
+		return fail(mismatch("flags", flags.String(), gotFlags.String()))
 	}
 	if err := checkSize("ReceiveShared", int(gotSize)); err != nil || length != roundUp(uintptr(gotSize), pageSize) {
-		return fail(&ShareError{Field: "size", Want: "1.." + fmtBytes(MaxSize) + " rounded up to pages", Got: fmt.Sprintf("%d bytes in a mapping of %d", gotSize, length)})
+		return fail(mismatch("size", "1.."+fmtBytes(MaxSize)+" rounded up to pages", fmt.Sprintf("%d bytes in a mapping of %d", gotSize, length)))
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fds[0], &st); err != nil || st.Size != int64(length) {
-		return fail(&ShareError{Field: "file", Want: fmt.Sprintf("%d bytes", length), Got: fmt.Sprintf("%d bytes (fstat: %v)", st.Size, err)})
+		return fail(mismatch("file", fmt.Sprintf("%d bytes", length), fmt.Sprintf("%d bytes (fstat: %v)", st.Size, err)))
 	}
 	b, err := pinShared(fds[0], int(gotSize), length, gotFlags, o)
 	if err != nil {

@@ -25,7 +25,6 @@ const DefaultMaxRegistration = 2 << 30
 type Option func(*config) error
 
 type config struct {
-	name   string
 	maxReg int64
 	ucx    map[string]string
 }

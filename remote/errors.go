@@ -2,7 +2,6 @@ package remote
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/pinmem/pinmem/internal/ucx"
 )
@@ -66,8 +65,4 @@ func (e *Error) Unwrap() error {
 		return nil
 	}
 	return e.Err
-}
-
-func newErr(op string, kind error, cause error, format string, args ...any) *Error {
-	return &Error{Op: op, Kind: kind, Detail: fmt.Sprintf(format, args...), Err: cause}
 }
