@@ -176,7 +176,7 @@ func (a *Agent) loop(c config, started chan<- error) {
 			j()
 		}
 		n := a.lib.Progress(a.w)
-		a.checkOps()
+		n += uint32(a.checkOps())
 		if a.stopping.Load() && (len(a.ops) == 0 || a.abandon.Load()) && len(jobs) == 0 {
 			a.mu.Lock()
 			left := len(a.jobs)
@@ -191,18 +191,25 @@ func (a *Agent) loop(c config, started chan<- error) {
 		}
 		// Keep polling for a while after the last work: a transfer's next
 		// fragments and acknowledgements (this agent's, or another's to
-		// this one's memory) come within microseconds, and not every UCX
-		// transport signals the event descriptor for all of them (a full
-		// shared-memory FIFO that drains, say).
-		spin, timeout := spinIdle, pollIdle
+		// this one's memory) come within microseconds.
+		idle := time.Since(active)
 		if len(a.ops) > 0 {
-			spin, timeout = spinBusy, pollBusy
-		}
-		if time.Since(active) < spin {
+			if idle < spinBusy {
+				continue
+			}
+			// A transfer in flight, and no work for spinBusy: nap, longer
+			// as the wait goes on.
+			nap := min(max(idle/10, napMin), napMax)
+			_, _ = unix.Ppoll(fds, &unix.Timespec{Nsec: int64(nap)}, nil)
+			_, _ = unix.Read(a.wake, buf[:])
 			continue
 		}
+		if idle < spinIdle {
+			continue
+		}
+		timeout := pollIdle
 		if a.efd < 0 {
-			timeout = pollBusy
+			timeout = int(napMax / time.Millisecond)
 		} else if a.lib.Arm(a.w) == ucx.ErrBusy {
 			continue // events to progress
 		}
@@ -212,15 +219,22 @@ func (a *Agent) loop(c config, started chan<- error) {
 	a.teardown()
 }
 
-// How the agent's thread waits: it polls the worker for spinBusy after the
-// last work while a transfer of its own is in flight (spinIdle otherwise),
-// then sleeps on the worker's event descriptor and its wake-up descriptor
-// for at most pollBusy (pollIdle), a bound for the events UCX does not
-// signal.
+// How the agent's thread waits. With a transfer of its own in flight it
+// polls the worker without pause for spinBusy after the last work, as UCX's
+// own benchmarks do (the caller waits for the transfer anyway; a sleep
+// gives the CPU away, and not every UCX transport signals the event
+// descriptor for every completion: cma, a shared-memory FIFO that drains),
+// then naps between polls (a tenth of the time since the last work, from
+// napMin to napMax: a transfer stuck on a peer that died over shared
+// memory, which UCX never reports, costs a few wake-ups a second).
+// Otherwise it polls for spinIdle after the last work (another agent's
+// transfer to this one's memory), then sleeps on the worker's event
+// descriptor and its wake-up descriptor for at most pollIdle milliseconds.
 const (
-	spinBusy = 2 * time.Millisecond
+	spinBusy = 100 * time.Millisecond
 	spinIdle = 1 * time.Millisecond
-	pollBusy = 1  // milliseconds
+	napMin   = 50 * time.Microsecond
+	napMax   = 5 * time.Millisecond
 	pollIdle = 10 // milliseconds
 )
 

@@ -258,8 +258,10 @@ func (a *Agent) startOp(name string, p *peer, local *slab, r *Remote, first erro
 	return o
 }
 
-// checkOps completes the ops whose flush finished (agent's thread).
-func (a *Agent) checkOps() {
+// checkOps completes the ops whose flush finished (agent's thread) and
+// returns how many.
+func (a *Agent) checkOps() int {
+	done := 0
 	kept := a.ops[:0]
 	for _, o := range a.ops {
 		st := a.lib.Check(o.req)
@@ -273,9 +275,11 @@ func (a *Agent) checkOps() {
 			err = &Error{Op: o.name, Kind: ErrPeer, Err: a.lib.Err("ucp_ep_flush_nbx", st)}
 		}
 		o.finish(a, err)
+		done++
 	}
 	clear(a.ops[len(kept):])
 	a.ops = kept
+	return done
 }
 
 // finish completes o (agent's thread): it no longer counts as in flight.
