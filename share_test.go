@@ -75,7 +75,9 @@ func shareChild(n int) error {
 	return b.Free()
 }
 
-func socketPair(t *testing.T) (a, b *net.UnixConn) {
+func socketPair(t *testing.T) (a, b *net.UnixConn) { return socketPairTB(t) }
+
+func socketPairTB(t testing.TB) (a, b *net.UnixConn) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
