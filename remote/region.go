@@ -154,7 +154,12 @@ func (a *Agent) dropSlab(s *slab) error {
 		return nil
 	})
 	if e, ok := err.(*Error); ok && e.Kind == ErrClosed {
-		return nil // the agent's teardown unmapped it
+		select {
+		case <-a.done:
+			return nil // the agent's teardown unmapped it
+		default:
+			return &Error{Op: "pinmem.Buffer.Free", Kind: ErrBusy, Detail: "the agent holding the buffer's registration is closing (its transfers are in flight)"}
+		}
 	}
 	return err
 }
