@@ -29,10 +29,13 @@ func newBenchRemote() *cobra.Command {
 		Short: "Package remote's UCX transport between two processes, beside ucx_perftest -t ucp_put_bw on the same transport",
 		Long: `remote measures remote.Remote.Put between this process and a copy of it
 started as the peer, for each transport (shm: UCX_TLS=posix,self; tcp:
-UCX_TLS=tcp,self on the loopback interface), block size and list length: one
+UCX_TLS=tcp,self on the loopback interface; sm, on request: UCX_TLS=sm,self),
+block size and list length: one
 Put of a list of blocks at shuffled offsets on both sides, completed at the
 remote side (a flush), timed from the call to its return; the median of
---samples Puts after a warm-up. Beside each size, ucx_perftest -t ucp_put_bw
+--samples Puts after a warm-up. A put row places the blocks at shuffled
+offsets on both sides; a put-same row sends every block from and to the same
+offsets, ucx_perftest's own pattern (both ends stay in the CPU's caches). Beside each size, ucx_perftest -t ucp_put_bw
 (UCX's own benchmark, from ucx-utils) runs a server and a client on 127.0.0.1
 over the same transport, and the ratio column is the Put's GB/s over its
 overall GB/s. The register row is the time of one Register of a fresh
@@ -59,7 +62,7 @@ copies it with the CPU, so page-locking changes nothing there.
 					}
 				}
 				if !found {
-					return usagef("--transports: %q is not shm or tcp", name)
+					return usagef("--transports: %q is not shm, tcp or sm", name)
 				}
 			}
 			if cfg.Sizes, err = bench.ParseSizes(sizes); err != nil {
@@ -99,6 +102,8 @@ copies it with the CPU, so page-locking changes nothing there.
 				return exec.Command(exe, "bench", "remote", "--serve", strconv.FormatInt(n, 10))
 			}
 			progress := func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), s) }
+			// Which UCX_TLS each transport name stands for.
+			fmt.Fprintf(cmd.OutOrStdout(), "UCX_TLS per transport: %s\n", tlsList(cfg.Transports))
 			rows, note, runErr := remotebench.Run(cmd.Context(), cfg, peer, progress)
 			fmt.Fprintf(cmd.OutOrStdout(), "pinmem bench remote: remote.Put over UCX between two processes, %d samples per row (median); ratio: against ucx_perftest -t ucp_put_bw of the same size and transport\n", samples)
 			if note != "" {
@@ -109,7 +114,7 @@ copies it with the CPU, so page-locking changes nothing there.
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&transports, "transports", "shm,tcp", "transports, comma-separated: shm (UCX_TLS=posix,self), tcp (UCX_TLS=tcp,self on lo)")
+	f.StringVar(&transports, "transports", "shm,tcp", "transports, comma-separated: shm (UCX_TLS=posix,self), tcp (UCX_TLS=tcp,self on lo), sm (UCX_TLS=sm,self: every shared-memory transport, cma included)")
 	f.StringVar(&sizes, "sizes", "4KiB,64KiB,1MiB,4MiB", "block sizes, comma-separated")
 	f.StringVar(&lists, "lists", "1,64,4096", "blocks per Put, comma-separated (a list is cut to fit --max-bytes)")
 	f.StringVar(&maxBytes, "max-bytes", "64MiB", "bytes per Put at most: the size of the region on each side")
@@ -119,4 +124,12 @@ copies it with the CPU, so page-locking changes nothing there.
 	f.Int64Var(&serve, "serve", 0, "run as the peer: register this many bytes, print the key, serve until stdin closes")
 	_ = f.MarkHidden("serve")
 	return c
+}
+
+func tlsList(ts []remotebench.Transport) string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.Name+"="+t.TLS)
+	}
+	return strings.Join(out, " ")
 }
