@@ -195,6 +195,7 @@ func (a *Agent) loop(c config, started chan<- error) {
 		idle := time.Since(active)
 		if len(a.ops) > 0 {
 			if idle < spinBusy {
+				yield(idle)
 				continue
 			}
 			// A transfer in flight, and no work for spinBusy: nap, longer
@@ -205,6 +206,7 @@ func (a *Agent) loop(c config, started chan<- error) {
 			continue
 		}
 		if idle < spinIdle {
+			yield(idle)
 			continue
 		}
 		timeout := pollIdle
@@ -237,6 +239,16 @@ const (
 	napMax   = 5 * time.Millisecond
 	pollIdle = 10 // milliseconds
 )
+
+// yield gives the CPU to another thread that is ready to run, once a spin
+// has gone on for a few microseconds: on a host with fewer cores than
+// busy threads, the other side of a shared-memory transfer may be waiting
+// for this one's core.
+func yield(spun time.Duration) {
+	if spun > 5*time.Microsecond {
+		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+}
 
 // post queues f to run on the agent's thread; false once the agent closed
 // (internal: Close's own jobs, queued while the thread still runs).
