@@ -21,6 +21,14 @@
 // with the NUMA node of each. Freeing the buffer drops its registration
 // first, and is refused with [ErrBusy] while a transfer uses it.
 //
+// [Agent.Alloc] has the transport allocate the memory instead, pinned by
+// pinmem.Register: over shared memory UCX maps such memory into the other
+// processes, so their puts and gets are single copies (as in UCX's own
+// benchmarks), while a registered pinmem buffer is reached through UCX's
+// emulation of remote access (messages the owner's thread copies). Expose
+// memory from Alloc where shared-memory speed matters; over TCP and RDMA
+// both are the same.
+//
 // [Region.Key] is a byte string to send to another agent (over any
 // channel): the owner's worker address, the region's address and length,
 // and the packed UCX remote keys, with a checksum. [Agent.Import] turns it

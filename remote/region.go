@@ -26,6 +26,7 @@ type slab struct {
 	busy   int  // transfers in flight that use it
 	dead   bool // unmapped
 	unhook func()
+	owned  bool // allocated by UCX (Agent.Alloc): freed with the registration
 }
 
 // piece is one registration: [off, off+n) of the slab.
@@ -125,16 +126,83 @@ func (a *Agent) mapSlab(b *pinmem.Buffer, base, n uintptr) (*slab, error) {
 	return s, nil
 }
 
-// unmap drops the slab's registrations (agent's thread).
+// unmap drops the slab's registrations (agent's thread). A slab of
+// Agent.Alloc is unpinned first and its memory freed with the
+// registration; if pinmem cannot unpin it, the memory is kept (the driver
+// still pins it) and so is the UCX allocation.
 func (s *slab) unmap(a *Agent) {
+	if s.unhook != nil {
+		s.unhook() // first: the owned buffer's own Free must not meet it
+		s.unhook = nil
+	}
+	keep := false
+	if s.owned {
+		keep = s.buf.Free() != nil
+	}
 	for _, p := range s.pieces {
-		_ = a.lib.MemUnmap(a.uctx, p.memh)
+		if !keep {
+			_ = a.lib.MemUnmap(a.uctx, p.memh)
+		}
 	}
 	s.pieces = nil
 	s.dead = true
-	if s.unhook != nil {
-		s.unhook()
+}
+
+// Alloc has the agent's transport allocate n bytes (at most the agent's
+// registration limit), pins them with pinmem.Register (counted by the
+// ledger and the budget) and returns them registered, as a Region whose
+// Bytes are the memory. With a shared-memory transport UCX allocates a
+// segment that other processes on the host map, so their puts and gets
+// are plain copies into and out of it (as ucx_perftest's are): expose
+// memory to other processes from Alloc where it matters; a Region of
+// pinmem memory goes through UCX's emulation of remote access over shared
+// memory instead. Closing the Region (or the agent) frees the memory; a
+// Free of its pinmem buffer is refused.
+func (a *Agent) Alloc(ctx context.Context, n int) (*Region, error) {
+	const op = "remote.Agent.Alloc"
+	if n <= 0 || int64(n) > a.maxReg {
+		return nil, &Error{Op: op, Kind: cuda.ErrInvalidValue, Detail: fmt.Sprintf("%d bytes: want 1 to %d (the registration limit)", n, a.maxReg)}
 	}
+	var r *Region
+	err := a.do(ctx, op, func() error {
+		m, addr, length, err := a.lib.MemAlloc(a.uctx, uintptr(n))
+		if err != nil {
+			return &Error{Op: op, Kind: ErrUnavailable, Detail: fmt.Sprintf("UCX could not allocate %d bytes", n), Err: err}
+		}
+		b, err := pinmem.Register(ucx.Bytes(addr, length), 0)
+		if err != nil {
+			_ = a.lib.MemUnmap(a.uctx, m)
+			return err // pinmem's own: the budget, the driver
+		}
+		rk, err := a.lib.RkeyPack(a.uctx, m)
+		if err != nil {
+			_ = b.Free()
+			_ = a.lib.MemUnmap(a.uctx, m)
+			return &Error{Op: op, Kind: ErrUnavailable, Err: err}
+		}
+		s := &slab{buf: b, base: addr, n: length, owned: true, refs: 1,
+			pieces: []piece{{n: length, memh: m, rkey: rk, node: pagenode.Of(addr, addr+length/2, addr+length-1)}}}
+		a.mu.Lock()
+		a.nextID++
+		s.id = a.nextID
+		a.slabs[addr] = s
+		a.mu.Unlock()
+		s.unhook = freehook.Add(addr, func() error {
+			return &Error{Op: "pinmem.Buffer.Free", Kind: ErrBusy, Detail: "the memory belongs to a Region of remote.Agent.Alloc: close the Region"}
+		})
+		r = &Region{a: a, s: s, n: uintptr(n)}
+		return nil
+	})
+	return r, err
+}
+
+// Bytes returns the region's memory (nil once its buffer was freed).
+func (r *Region) Bytes() []byte {
+	b := r.s.buf.Bytes()
+	if b == nil {
+		return nil
+	}
+	return b[r.off : r.off+r.n]
 }
 
 // dropSlab is the buffer's free hook: it unmaps the slab unless a transfer

@@ -34,8 +34,13 @@ block size and list length: one
 Put of a list of blocks at shuffled offsets on both sides, completed at the
 remote side (a flush), timed from the call to its return; the median of
 --samples Puts after a warm-up. A put row places the blocks at shuffled
-offsets on both sides; a put-same row sends every block from and to the same
-offsets, ucx_perftest's own pattern (both ends stay in the CPU's caches). Beside each size, ucx_perftest -t ucp_put_bw
+offsets on both sides; a -same row sends every block from and to the same
+offsets, ucx_perftest's own pattern (both ends stay in the CPU's caches).
+The put rows write to pinmem memory the peer registered (remote.Register);
+the put-alloc rows to memory the peer's transport allocated
+(remote.Agent.Alloc), as ucx_perftest's is: over shared memory UCX maps that
+into the writer and copies once, while pinmem memory goes through UCX's
+emulation of remote access (messages the peer copies out). Beside each size, ucx_perftest -t ucp_put_bw
 (UCX's own benchmark, from ucx-utils) runs a server and a client on 127.0.0.1
 over the same transport, and the ratio column is the Put's GB/s over its
 overall GB/s. The register row is the time of one Register of a fresh

@@ -54,7 +54,7 @@ type Config struct {
 // Row is one measurement.
 type Row struct {
 	Transport string
-	What      string // "put" (remote.Put of a block list), "ucx_perftest" or "register"
+	What      string // "put[-alloc][-same]" (remote.Put of a block list), "ucx_perftest" or "register"
 	Size      int64  // block size
 	Blocks    int    // blocks per call
 	GBps      float64
@@ -78,8 +78,9 @@ func memory() (note string, restore func(), err error) {
 	return "no CUDA driver: host memory not page-locked (the fake driver's mmap)", r, nil
 }
 
-// ServePeer is the peer: it registers n bytes, prints the key in hex on
-// stdout, and serves until stdin closes.
+// ServePeer is the peer: it registers n bytes of pinmem memory and
+// allocates n more with remote.Agent.Alloc, prints their keys in hex on two
+// lines of stdout, and serves until stdin closes.
 func ServePeer(n int) error {
 	_, restore, err := memory()
 	if err != nil {
@@ -101,7 +102,13 @@ func ServePeer(n int) error {
 		return err
 	}
 	defer r.Close()
+	ra, err := a.Alloc(context.Background(), n)
+	if err != nil {
+		return err
+	}
+	defer ra.Close()
 	fmt.Println(hex.EncodeToString(r.Key()))
+	fmt.Println(hex.EncodeToString(ra.Key()))
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return nil
 }
@@ -155,16 +162,18 @@ func runTransport(ctx context.Context, cfg Config, peerCmd func(int64) *exec.Cmd
 	rows = append(rows, rr)
 
 	n := cfg.MaxBytes
-	peer, key, err := startPeer(peerCmd(n), env)
+	peer, keys, err := startPeer(peerCmd(n), env)
 	if err != nil {
 		return rows, err
 	}
 	defer peer.stop()
-	rem, err := a.Import(ctx, key)
-	if err != nil {
-		return rows, err
+	var rems [2]*remote.Remote // the peer's pinmem region, its Alloc region
+	for i, key := range keys {
+		if rems[i], err = a.Import(ctx, key); err != nil {
+			return rows, err
+		}
+		defer rems[i].Close()
 	}
-	defer rem.Close()
 	buf, err := pinmem.Alloc(int(n), 0)
 	if err != nil {
 		return rows, err
@@ -179,13 +188,18 @@ func runTransport(ctx context.Context, cfg Config, peerCmd func(int64) *exec.Cmd
 	for _, s := range cfg.Sizes {
 		for _, k := range cfg.Lists {
 			count := int(min(int64(k), n/s))
-			for _, same := range []bool{false, true} {
-				what, blocks := "put", scatter(count, s, n)
+			for _, v := range []struct {
+				alloc, same bool
+			}{{false, false}, {false, true}, {true, false}, {true, true}} {
+				what, blocks, rem, same := "put", scatter(count, s, n), rems[0], v.same
+				if v.alloc {
+					what, rem = "put-alloc", rems[1]
+				}
 				if same {
 					// ucx_perftest's pattern: every message from and to the
 					// same addresses (so both sides stay in the CPU's caches
 					// where they fit).
-					what = "put-same"
+					what += "-same"
 					clear(blocks)
 					for i := range blocks {
 						blocks[i].Len = s
@@ -283,7 +297,7 @@ func (p *peerProc) stop() {
 	}
 }
 
-func startPeer(cmd *exec.Cmd, env []string) (*peerProc, []byte, error) {
+func startPeer(cmd *exec.Cmd, env []string) (*peerProc, [][]byte, error) {
 	cmd.Env = append(slices.Clone(env), cmd.Env...) // the command's own variables last: they win
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
@@ -298,23 +312,32 @@ func startPeer(cmd *exec.Cmd, env []string) (*peerProc, []byte, error) {
 		return nil, nil, err
 	}
 	p := &peerProc{cmd: cmd, in: in}
-	line := make(chan string, 1)
+	lines := make(chan []string, 1)
 	go func() {
-		s, _ := bufio.NewReader(out).ReadString('\n')
-		line <- strings.TrimSpace(s)
+		r := bufio.NewReader(out)
+		var ls []string
+		for range 2 {
+			s, _ := r.ReadString('\n')
+			ls = append(ls, strings.TrimSpace(s))
+		}
+		lines <- ls
 	}()
 	select {
-	case s := <-line:
-		key, err := hex.DecodeString(s)
-		if err != nil || len(key) == 0 {
-			p.stop()
-			return nil, nil, fmt.Errorf("the peer process sent no key (%q)", s)
+	case ls := <-lines:
+		var keys [][]byte
+		for _, s := range ls {
+			key, err := hex.DecodeString(s)
+			if err != nil || len(key) == 0 {
+				p.stop()
+				return nil, nil, fmt.Errorf("the peer process sent no key (%q)", s)
+			}
+			keys = append(keys, key)
 		}
-		return p, key, nil
+		return p, keys, nil
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
 		p.stop()
-		return nil, nil, errors.New("the peer process sent no key in 30 s")
+		return nil, nil, errors.New("the peer process sent no keys in 30 s")
 	}
 }
 
@@ -376,7 +399,7 @@ func freePort() (int, error) {
 
 // Table writes rows as an aligned text table.
 func Table(w io.Writer, rows []Row) {
-	fmt.Fprintf(w, "%-5s %-13s %10s %7s %10s %7s  %s\n", "TRANS", "WHAT", "SIZE", "BLOCKS", "GB/s", "RATIO", "NOTE")
+	fmt.Fprintf(w, "%-5s %-15s %10s %7s %10s %7s  %s\n", "TRANS", "WHAT", "SIZE", "BLOCKS", "GB/s", "RATIO", "NOTE")
 	for _, r := range rows {
 		gb, ratio := fmt.Sprintf("%.3f", r.GBps), "-"
 		if r.What == "register" {
@@ -385,7 +408,7 @@ func Table(w io.Writer, rows []Row) {
 		if r.Ratio > 0 {
 			ratio = fmt.Sprintf("%.2f", r.Ratio)
 		}
-		fmt.Fprintf(w, "%-5s %-13s %10s %7d %10s %7s  %s\n", r.Transport, r.What, size(r.Size), r.Blocks, gb, ratio, r.Note)
+		fmt.Fprintf(w, "%-5s %-15s %10s %7d %10s %7s  %s\n", r.Transport, r.What, size(r.Size), r.Blocks, gb, ratio, r.Note)
 	}
 }
 

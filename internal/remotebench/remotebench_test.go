@@ -25,8 +25,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestRun: a small run over TCP and shared memory gives a put and a
-// put-same row per size and list, and a registration row; ucx_perftest
+// TestRun: a small run over TCP and shared memory gives put, put-same,
+// put-alloc and put-alloc-same rows per size and list, and a registration row; ucx_perftest
 // rows come with ratios where the tool is installed.
 func TestRun(t *testing.T) {
 	exe, err := os.Executable()
@@ -59,7 +59,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("row %+v has no ratio", r)
 		}
 	}
-	if count["put"] != 8 || count["put-same"] != 8 || count["register"] != 2 {
+	if count["put"] != 8 || count["put-same"] != 8 || count["put-alloc"] != 8 || count["put-alloc-same"] != 8 || count["register"] != 2 {
 		t.Fatalf("rows %v", count)
 	}
 	t.Logf("memory: %q; %d rows", note, len(rows))

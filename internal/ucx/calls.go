@@ -41,6 +41,14 @@ type memMapParams struct { // ucp_mem_map_params_t, 40 bytes
 	_         int32
 }
 
+type memAttr struct { // ucp_mem_attr_t, 32 bytes
+	fieldMask uint64  // 0
+	address   uintptr // 8
+	length    uintptr // 16
+	memType   int32   // 24
+	_         int32
+}
+
 type requestParam struct { // ucp_request_param_t, 72 bytes
 	opAttrMask uint32 // 0
 	flags      uint32 // 4
@@ -65,6 +73,10 @@ const (
 	errHandlingModePeer    = 1
 	memMapFieldAddress     = 1 << 0
 	memMapFieldLength      = 1 << 1
+	memMapFieldFlags       = 1 << 2
+	memMapAllocate         = 1 << 1
+	memAttrAddress         = 1 << 0
+	memAttrLength          = 1 << 1
 	opAttrFieldFlags       = 1 << 4
 	opAttrFieldMemh        = 1 << 8
 	epCloseFlagForce       = 1 << 0
@@ -76,6 +88,8 @@ const (
 	_                      = 104 - unsafe.Sizeof(epParams{})
 	_                      = unsafe.Sizeof(memMapParams{}) - 40
 	_                      = 40 - unsafe.Sizeof(memMapParams{})
+	_                      = unsafe.Sizeof(memAttr{}) - 32
+	_                      = 32 - unsafe.Sizeof(memAttr{})
 	_                      = unsafe.Sizeof(requestParam{}) - 72
 	_                      = 72 - unsafe.Sizeof(requestParam{})
 )
@@ -199,6 +213,32 @@ func (l *Lib) MemMap(c Context, addr, n uintptr) (Memh, error) {
 	runtime.KeepAlive(p)
 	return m, l.err("ucp_mem_map", s)
 }
+
+// MemAlloc has UCX allocate n bytes and register them (UCP_MEM_MAP_ALLOCATE):
+// with a shared-memory transport the memory is a segment that other
+// processes on the host map, so that their puts and gets are copies into
+// and out of it. It returns the registration and the memory's address and
+// length (at least n); MemUnmap frees it.
+func (l *Lib) MemAlloc(c Context, n uintptr) (Memh, uintptr, uintptr, error) {
+	p := &memMapParams{fieldMask: memMapFieldAddress | memMapFieldLength | memMapFieldFlags, length: n, flags: memMapAllocate}
+	var m Memh
+	s := status(callOut(l.s.memMap, uintptr(c), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(&m))))
+	runtime.KeepAlive(p)
+	if s != OK {
+		return 0, 0, 0, l.err("ucp_mem_map(ALLOCATE)", s)
+	}
+	a := &memAttr{fieldMask: memAttrAddress | memAttrLength}
+	s = status(callOut(l.s.memQuery, uintptr(m), uintptr(unsafe.Pointer(a))))
+	runtime.KeepAlive(a)
+	if s != OK {
+		_ = l.MemUnmap(c, m)
+		return 0, 0, 0, l.err("ucp_mem_query", s)
+	}
+	return m, a.address, a.length, nil
+}
+
+// Bytes is the memory at addr, n bytes long (memory UCX allocated).
+func Bytes(addr, n uintptr) []byte { return unsafe.Slice((*byte)(cptr(addr)), n) }
 
 // MemUnmap is ucp_mem_unmap.
 func (l *Lib) MemUnmap(c Context, m Memh) error {

@@ -47,7 +47,7 @@ type symbols struct {
 	getVersion, configRead, configModify, configRelease, initVersion, cleanup uintptr
 	workerCreate, workerDestroy, workerGetAddress, workerReleaseAddress       uintptr
 	workerProgress, workerGetEfd, workerArm                                   uintptr
-	epCreate, epCloseNbx, epFlushNbx, memMap, memUnmap                        uintptr
+	epCreate, epCloseNbx, epFlushNbx, memMap, memUnmap, memQuery              uintptr
 	rkeyPack, rkeyBufferRelease, epRkeyUnpack, rkeyDestroy                    uintptr
 	putNbx, getNbx, requestCheckStatus, requestFree, statusString             uintptr
 }
@@ -78,6 +78,7 @@ func (s *symbols) table() []struct {
 		{"ucp_ep_flush_nbx", &s.epFlushNbx},
 		{"ucp_mem_map", &s.memMap},
 		{"ucp_mem_unmap", &s.memUnmap},
+		{"ucp_mem_query", &s.memQuery},
 		{"ucp_rkey_pack", &s.rkeyPack},
 		{"ucp_rkey_buffer_release", &s.rkeyBufferRelease},
 		{"ucp_ep_rkey_unpack", &s.epRkeyUnpack},
