@@ -118,27 +118,28 @@ type announce struct {
 
 // serve is the offloader: the blocks in shuffled slots of a pinned pool,
 // registered once, announced on out; it serves until in closes.
+// (Without the driver there is no pinned memory: Alloc fails with
+// cuda.ErrNoDriver, as pinmem.Alloc would.)
 func serve(cfg config, in io.Reader, out io.Writer) (err error) {
 	a, err := remote.NewAgent() // UCX_TLS and UCX_NET_DEVICES from the environment
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, a.Close(context.Background())) }()
-	pool, err := pinmem.Alloc(cfg.blocks*cfg.blockSize, 0)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, pool.Free()) }()
-	slots := map[string]int{}
-	for i, s := range rand.New(rand.NewPCG(1, 2)).Perm(cfg.blocks) {
-		slots[name(i)] = s
-		fill(pool.Bytes()[s*cfg.blockSize:][:cfg.blockSize], name(i))
-	}
-	r, err := a.Register(context.Background(), pool.Bytes())
+	// The pool: pinned memory the transport allocates (remote.Agent.Alloc),
+	// which the loader's agent maps and copies from directly over shared
+	// memory.
+	r, err := a.Alloc(context.Background(), cfg.blocks*cfg.blockSize)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, r.Close()) }()
+	pool := r.Bytes()
+	slots := map[string]int{}
+	for i, s := range rand.New(rand.NewPCG(1, 2)).Perm(cfg.blocks) {
+		slots[name(i)] = s
+		fill(pool[s*cfg.blockSize:][:cfg.blockSize], name(i))
+	}
 	line, err := json.Marshal(announce{Key: hex.EncodeToString(r.Key()), BlockSize: cfg.blockSize, Slots: slots})
 	if err != nil {
 		return err
