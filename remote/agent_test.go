@@ -94,8 +94,16 @@ func TestTwoWorkers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if regs := ra.Registrations(); len(regs) != 4 {
+			regs := ra.Registrations()
+			if len(regs) != 4 {
 				t.Fatalf("1 MiB under a 256 KiB limit: %d registrations %+v", len(regs), regs)
+			}
+			if _, err := os.Stat("/sys/devices/system/node/node0"); err == nil {
+				for _, r := range regs {
+					if r.NUMANode < 0 {
+						t.Errorf("registration %+v: no NUMA node on a host that has them", r)
+					}
+				}
 			}
 			rem, err := a.Import(ctx, rb.Key())
 			if err != nil {

@@ -3,9 +3,12 @@
 package pagenode
 
 import (
-	"unsafe"
+	"encoding/binary"
+	"runtime"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
 // Of returns the NUMA node of the pages at the given addresses: the node
@@ -15,17 +18,27 @@ func Of(addrs ...uintptr) int {
 	if len(addrs) == 0 {
 		return -1
 	}
-	pages := make([]uintptr, len(addrs))
-	copy(pages, addrs)
-	st := make([]int32, len(addrs))
-	_, _, e := unix.Syscall6(unix.SYS_MOVE_PAGES, 0, uintptr(len(pages)), uintptr(unsafe.Pointer(&pages[0])), 0, uintptr(unsafe.Pointer(&st[0])), 0)
+	pages := make([]uint64, len(addrs))
+	for i, a := range addrs {
+		pages[i] = uint64(a)
+	}
+	// The kernel writes one C int per page; two fit in each word.
+	st := make([]uint64, (len(addrs)+1)/2)
+	_, _, e := unix.Syscall6(unix.SYS_MOVE_PAGES, 0, uintptr(len(pages)), hostptr.AddrOfWords(pages), 0, hostptr.AddrOfWords(st), 0)
+	runtime.KeepAlive(pages)
+	runtime.KeepAlive(st)
 	if e != 0 {
 		return -1
 	}
-	for _, s := range st {
-		if s < 0 || s != st[0] {
+	var b [8]byte
+	node := -1
+	for i := range addrs {
+		binary.NativeEndian.PutUint64(b[:], st[i/2])
+		s := int(int32(binary.NativeEndian.Uint32(b[4*(i%2):])))
+		if s < 0 || (i > 0 && s != node) {
 			return -1
 		}
+		node = s
 	}
-	return int(st[0])
+	return node
 }

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem"
-	"github.com/pinmem/pinmem/internal/cudadrv"
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/units"
 	"github.com/pinmem/pinmem/remote"
@@ -68,7 +68,7 @@ type Row struct {
 // memory and TCP copies it with the CPU, so page-locking changes nothing
 // there) and a note saying so.
 func memory() (note string, restore func(), err error) {
-	if _, err := cudadrv.Get(); err == nil {
+	if _, err := cuda.GetDevice(0); !errors.Is(err, cuda.ErrNoDriver) && !errors.Is(err, cuda.ErrNoDevice) {
 		return "", func() {}, nil
 	}
 	r, err := fakedrv.Install(fakedrv.New(fakedrv.Options{}), "pinmem bench remote")
