@@ -142,7 +142,7 @@ func (a *Agent) start(c config) error {
 	if a.efd, err = a.lib.EventFD(a.w); err != nil {
 		a.efd = -1 // no events: the thread polls with short sleeps
 	}
-	if a.wake, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+	if a.wake, err = newWake(); err != nil {
 		a.wake = -1
 		return fail(&Error{Op: op, Kind: ErrUnavailable, Detail: "eventfd", Err: err})
 	}
@@ -200,8 +200,8 @@ func (a *Agent) loop(c config, started chan<- error) {
 			}
 			// A transfer in flight, and no work for spinBusy: nap, longer
 			// as the wait goes on.
-			nap := min(max(idle/10, napMin), napMax)
-			_, _ = unix.Ppoll(fds, &unix.Timespec{Nsec: int64(nap)}, nil)
+			d := min(max(idle/10, napMin), napMax)
+			nap(fds, d)
 			_, _ = unix.Read(a.wake, buf[:])
 			continue
 		}
@@ -246,7 +246,7 @@ const (
 // for this one's core.
 func yield(spun time.Duration) {
 	if spun > 5*time.Microsecond {
-		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		yieldCPU()
 	}
 }
 
