@@ -17,6 +17,7 @@ package ucx
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -50,6 +51,10 @@ type symbols struct {
 	epCreate, epCloseNbx, epFlushNbx, memMap, memUnmap, memQuery              uintptr
 	rkeyPack, rkeyBufferRelease, epRkeyUnpack, rkeyDestroy                    uintptr
 	putNbx, getNbx, requestCheckStatus, requestFree, statusString             uintptr
+
+	// Optional (libucs): the global log level, lowered around a call whose
+	// failure is expected and handled (quiet).
+	globalGet, globalSet uintptr
 }
 
 func (s *symbols) table() []struct {
@@ -140,6 +145,8 @@ func load(path string) (*Lib, error) {
 		}
 		*e.addr = a
 	}
+	l.s.globalGet, _ = dlsym(h, "ucs_global_opts_get_value")
+	l.s.globalSet, _ = dlsym(h, "ucs_global_opts_set_value")
 	var major, minor, release uint32
 	callOut(l.s.getVersion, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor)), uintptr(unsafe.Pointer(&release)))
 	l.Major, l.Minor, l.Release = major, minor, release
@@ -147,6 +154,33 @@ func load(path string) (*Lib, error) {
 		return nil, &LoadError{Path: path, Err: fmt.Errorf("UCX %d.%d.%d: this binding needs %d.%d or later of major version %d", major, minor, release, minMajor, minMinor, minMajor)}
 	}
 	return l, nil
+}
+
+// quietMu serialises quiet's save, set and restore of the global level.
+var quietMu sync.Mutex
+
+// quiet runs f with UCX's log level at "fatal": f is a call whose failure
+// the caller expects and handles, and which UCX would report as an error
+// on stderr.
+func (l *Lib) quiet(f func()) {
+	if l.s.globalGet == 0 || l.s.globalSet == 0 {
+		f()
+		return
+	}
+	quietMu.Lock()
+	defer quietMu.Unlock()
+	name, fatal := cstr("LOG_LEVEL"), cstr("fatal")
+	prev := make([]byte, 64)
+	if status(call(l.s.globalGet, uintptr(unsafe.Pointer(name)), uintptr(unsafe.Pointer(&prev[0])), uintptr(len(prev)))) != OK {
+		f()
+		return
+	}
+	call(l.s.globalSet, uintptr(unsafe.Pointer(name)), uintptr(unsafe.Pointer(fatal)))
+	f()
+	call(l.s.globalSet, uintptr(unsafe.Pointer(name)), uintptr(unsafe.Pointer(&prev[0])))
+	runtime.KeepAlive(name)
+	runtime.KeepAlive(fatal)
+	runtime.KeepAlive(prev)
 }
 
 // call calls fn with args through purego. Arguments that point into Go
