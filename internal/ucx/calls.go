@@ -180,7 +180,9 @@ func (l *Lib) EpCreate(w Worker, addr []byte, peerErrors bool) (Ep, error) {
 	}
 	var ep Ep
 	var s Status
-	create := func() { s = status(callOut(l.s.epCreate, uintptr(w), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(&ep)))) }
+	create := func() {
+		s = status(callOut(l.s.epCreate, uintptr(w), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(&ep))))
+	}
 	if peerErrors {
 		l.quiet(create) // without a transport that detects failed peers UCX logs an error; the caller retries without
 	} else {
