@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +144,25 @@ func TestTwoWorkers(t *testing.T) {
 				t.Fatalf("after closing everything agent a holds %+v", s)
 			}
 		})
+	}
+}
+
+// TestNoLibrary: without libucp (PINMEM_LIBUCP names a file that is not
+// there), NewAgent returns an error matching ErrUnavailable that names the
+// library and how to install it. It runs in a child process: the library
+// is loaded once per process.
+func TestNoLibrary(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), envNoLib+"=1", "PINMEM_LIBUCP="+t.TempDir()+"/libucp.so.0")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(out), "true ") || !strings.Contains(string(out), "libucx0") {
+		t.Fatalf("NewAgent without libucp: %s", out)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -30,11 +31,18 @@ const (
 	envPeer     = "PINMEM_REMOTE_TEST_PEER"
 	envPeerSize = "PINMEM_REMOTE_TEST_SIZE"
 	envPeerSeed = "PINMEM_REMOTE_TEST_SEED"
+	envNoLib    = "PINMEM_REMOTE_TEST_NOLIB"
 )
 
 // peerMain runs the peer role when the binary was started as one; it
 // reports whether it did (the process then exits).
 func peerMain() bool {
+	if os.Getenv(envNoLib) == "1" {
+		// Without libucp: NewAgent's error must match ErrUnavailable.
+		_, err := NewAgent()
+		fmt.Printf("%v %v\n", errors.Is(err, ErrUnavailable), err)
+		os.Exit(0)
+	}
 	if os.Getenv(envPeer) != "1" {
 		return false
 	}
