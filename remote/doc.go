@@ -55,6 +55,15 @@
 // mid-transfer [ErrPeer] (or the context's error when the context ends
 // before UCX notices).
 //
+// Puts and gets are one-sided: the owner of a region does not see them.
+// Closing a region, freeing its buffer or closing its agent while a peer
+// still uses its key is the owner's error, as with UCX and NIXL: over RDMA
+// the peer's transfer then fails, but over transports where UCX emulates
+// remote access (TCP, shared memory to registered pinmem memory) the
+// owner's UCX copies into the address it is given, and memory freed
+// meanwhile faults the owner. Tell peers to stop (drop their Remotes)
+// before closing what they use.
+//
 // # Other backends
 //
 // The types are not UCX's: a region is local pinned memory, a key is
