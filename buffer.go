@@ -49,9 +49,10 @@ type bufState struct {
 	huge   bool       // huge pages were requested and accepted (mmap only)
 	numa   *Placement // NUMA placement of pinmem's own mapping; nil: none attempted (numa.go)
 
-	mapLen uintptr // KindMmapRegister: the mapping's length
-	chunks []chunk // registered kinds: the registrations
-	mem    []byte  // KindGoRegister: the caller's slice
+	mapLen uintptr     // KindMmapRegister: the mapping's length
+	shared *sharedFile // AllocShared and ReceiveShared buffers: the memory's file (share.go)
+	chunks []chunk     // registered kinds: the registrations
+	mem    []byte      // KindGoRegister: the caller's slice
 	pinner *runtime.Pinner
 	regLo  uintptr // the registry range [regLo, regHi), the buffer's bytes; regLo 0 if none
 	regHi  uintptr
@@ -245,12 +246,18 @@ func (b *Buffer) DevicePtr() (cuda.DevicePtr, error) {
 // released are credited), a registered Go slice stays pinned, and calling
 // Free again retries what is left. A buffer dropped after a failed Free is
 // reported and counted as dropped, like one never freed. Once Free has
-// succeeded, a further call returns an error matching ErrFreed.
+// succeeded, a further call returns an error matching ErrFreed. A buffer
+// registered with package remote's Agent has that registration dropped
+// first; while a transfer uses it, Free is refused (remote.ErrBusy) and
+// changes nothing.
 func (b *Buffer) Free() error {
 	if b == nil || b.s == nil {
 		return fmt.Errorf("pinmem: Free of a nil buffer: %w", cuda.ErrInvalidValue)
 	}
 	s := b.s
+	if err := runFreeHooks(s); err != nil {
+		return err
+	}
 	s.freed.Store(true)
 	s.relMu.Lock()
 	defer s.relMu.Unlock()
@@ -296,6 +303,9 @@ func (s *bufState) release() error {
 			// Only now: unmapping memory the driver still pins would leave
 			// pinned pages without an owner.
 			err = unmapAnon(s.ptr, s.mapLen)
+			if err == nil {
+				s.shared.close()
+			}
 		} else {
 			// The driver no longer holds the slice: it may move and be freed.
 			s.pinner.Unpin()

@@ -16,12 +16,15 @@ const module = "github.com/pinmem/pinmem"
 // is the root package pinmem). Data flows one way, from higher layers to
 // lower ones: a package may import only packages of a lower rank.
 var layer = map[string]int{
-	"internal/reclaim": -1, // pinmem's budget reclaimers, for pool and transfer
-	"internal/hostptr": -1, "internal/testhook": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0, "internal/units": 0,
+	"internal/reclaim":  -1, // pinmem's budget reclaimers, for pool and transfer
+	"internal/freehook": -1, // lets package remote drop a registration before pinmem frees a buffer
+	"internal/hostptr":  -1, "internal/testhook": -1, "internal/cudadrv": 0, "internal/track": 0, "internal/sysinfo": 0, "internal/kernels": 0, "internal/units": 0,
 	"internal/cpuclock":        -1, // thread and process CPU time
 	"internal/regfile":         -1, // regular files opened without blocking, for load and safetensors
 	"internal/enumtext":        -1, // the names of the enums set from flags or configuration
 	"internal/copypool":        0,  // the staging engine's copy goroutines
+	"internal/ucx":             0,  // the UCX binding (libucp through purego), for package remote
+	"internal/pagenode":        0,  // the NUMA node of pages (move_pages)
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
 	"internal/budgetspec": 2, // the budget as PINMEM_BUDGET and the command give it
 	"internal/pinopt":     2, // pinmem's options (a *cuda.Device among them) and their validation, for pinmem and pool
@@ -31,10 +34,12 @@ var layer = map[string]int{
 	"pool": 4, "cudatest": 4, "blocks": 4,
 	"load": 4, "safetensors": 5, // the weight loader and the safetensors reader on top of it
 	"internal/hostspan": 4, // the pinned spans of host memory, for transfer and its registration cache
+	"remote":            4, // pinned memory between processes and machines over UCX
 	"internal/regcache": 5, // transfer's registration cache
 	"transfer":          6, "prom": 6, "expvars": 6,
 	"internal/bench": 7, "internal/diag": 7,
-	"cmd/pinmem": 8,
+	"internal/remotebench": 7, // pinmem bench remote
+	"cmd/pinmem":           8,
 }
 
 // bindingImporters are the only packages that may import internal/cudadrv,
@@ -53,8 +58,8 @@ var bindingImporters = map[string]string{
 	"cudatest":                 "hands users' options, faults, stream holds and kernels to the fake driver, whose API speaks the binding's types (CUresult, attributes, handles)",
 }
 
-// TestLayering is pinmem's depguard: only internal/cudadrv (and its fake)
-// and internal/hostptr may import unsafe or purego, no package imports one
+// TestLayering is pinmem's depguard: only internal/cudadrv (and its fake),
+// internal/ucx and internal/hostptr may import unsafe or purego, no package imports one
 // above it (cmd -> bench/diag -> transfer/prom -> regcache -> pool/hostspan
 // -> pinmem -> cuda -> internal/cudadrv), and only the packages in bindingImporters import the
 // binding itself. Test files are exempt (tests may use the raw binding).
@@ -95,8 +100,8 @@ func TestLayering(t *testing.T) {
 		}
 		for _, imp := range f.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
-			if (p == "unsafe" || strings.HasPrefix(p, "github.com/ebitengine/purego")) && !strings.HasPrefix(pkg, "internal/cudadrv") && pkg != "internal/hostptr" {
-				t.Errorf("%s imports %s: only internal/cudadrv and internal/hostptr may", path, p)
+			if (p == "unsafe" || strings.HasPrefix(p, "github.com/ebitengine/purego")) && !strings.HasPrefix(pkg, "internal/cudadrv") && pkg != "internal/hostptr" && pkg != "internal/ucx" {
+				t.Errorf("%s imports %s: only internal/cudadrv, internal/ucx (the two library bindings) and internal/hostptr may", path, p)
 			}
 			if !strings.HasPrefix(p, module) {
 				continue

@@ -1,0 +1,225 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"math"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+// pair is two agents of one process and a region of each, b's imported
+// by a.
+type pair struct {
+	a, b     *Agent
+	ra, rb   *Region
+	bufA     *pinmem.Buffer
+	bufB     *pinmem.Buffer
+	remote   *Remote
+	transfer func() error // a 4 KiB Put from a to b
+}
+
+func newPair(t *testing.T, tls, devices string, n int) *pair {
+	t.Helper()
+	ctx := ctxT(t)
+	p := &pair{a: newAgent(t, tls, devices), b: newAgent(t, tls, devices)}
+	p.bufA, p.bufB = alloc(t, n, 1), alloc(t, n, 2)
+	var err error
+	if p.ra, err = p.a.Register(ctx, p.bufA.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if p.rb, err = p.b.Register(ctx, p.bufB.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if p.remote, err = p.a.Import(ctx, p.rb.Key()); err != nil {
+		t.Fatal(err)
+	}
+	p.transfer = func() error { return p.remote.Put(ctx, p.ra, []Block{{Len: 4096}}) }
+	return p
+}
+
+// TestBadKey: a truncated, corrupt, or foreign key is an *Error matching
+// ErrBadKey, and importing one leaves nothing behind.
+func TestBadKey(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	p := newPair(t, "tcp,self", "lo", 1<<16)
+	key := p.rb.Key()
+	ctx := ctxT(t)
+	before := p.a.Stats()
+	cases := map[string][]byte{"empty": nil, "magic only": key[:4], "one byte short": key[:len(key)-1], "half": key[:len(key)/2]}
+	for _, i := range []int{4, 9, 40, len(key) / 2, len(key) - 5} {
+		k := append([]byte(nil), key...)
+		k[i] ^= 0x40
+		cases["byte "+string(rune('0'+i%10))+" flipped"] = k
+	}
+	for name, k := range cases {
+		_, err := p.a.Import(ctx, k)
+		var e *Error
+		if !errors.As(err, &e) || !errors.Is(err, ErrBadKey) {
+			t.Errorf("%s: %v, want an *Error matching ErrBadKey", name, err)
+		}
+	}
+	if after := p.a.Stats(); after != before {
+		t.Fatalf("bad keys changed the agent: %+v -> %+v", before, after)
+	}
+}
+
+// TestStaleKey: a key whose region was closed or whose buffer was freed,
+// used to import or through a Remote imported before, and a key of an
+// agent that exited, match ErrStaleKey.
+func TestStaleKey(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			p := newPair(t, tr.tls, tr.devices, 1<<16)
+			key := p.rb.Key()
+			if err := p.transfer(); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.rb.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.transfer(); !errors.Is(err, ErrStaleKey) {
+				t.Fatalf("Put after the remote region closed: %v, want ErrStaleKey", err)
+			}
+			if _, err := p.a.Import(ctx, key); !errors.Is(err, ErrStaleKey) {
+				t.Fatalf("Import of a closed region's key: %v, want ErrStaleKey", err)
+			}
+			// A region whose buffer is freed: the free drops the registration.
+			rb2, err := p.b.Register(ctx, p.bufB.Bytes()[4096:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			key2 := rb2.Key()
+			if err := p.bufB.Free(); err != nil {
+				t.Fatalf("Free of a registered idle buffer: %v", err)
+			}
+			if s := p.b.Stats(); s.Registrations != 0 {
+				t.Fatalf("the free left %+v registered", s)
+			}
+			if _, err := p.a.Import(ctx, key2); !errors.Is(err, ErrStaleKey) {
+				t.Fatalf("Import of a freed buffer's key: %v, want ErrStaleKey", err)
+			}
+			if err := rb2.Close(); !errors.Is(err, ErrClosed) && err != nil {
+				t.Fatalf("Close of a region whose buffer was freed: %v", err)
+			}
+			// A key of a process that exited.
+			peer := startPeer(t, tr.tls, tr.devices, 1<<16, 3)
+			peer.in.Close()
+			if err := peer.cmd.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			ctx2, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			_, err = p.a.Import(ctx2, peer.key)
+			var e *Error
+			if !errors.As(err, &e) || !(errors.Is(err, ErrStaleKey) || errors.Is(err, context.DeadlineExceeded)) {
+				t.Fatalf("Import of an exited agent's key: %T %v, want ErrStaleKey (or the deadline where UCX cannot tell)", err, err)
+			}
+			t.Logf("exited agent's key: %v", err)
+		})
+	}
+}
+
+// TestOutOfRange: blocks outside either region, of no length or with
+// offsets that overflow, are refused before anything moves.
+func TestOutOfRange(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	const n = 1 << 16
+	p := newPair(t, "posix,self", "all", n)
+	ctx := ctxT(t)
+	want := append([]byte(nil), p.bufB.Bytes()...)
+	for _, b := range []Block{
+		{Local: 0, Remote: n - 100, Len: 101},
+		{Local: n - 100, Remote: 0, Len: 101},
+		{Len: 0},
+		{Len: -1},
+		{Local: -1, Len: 1},
+		{Remote: -4096, Len: 4096},
+		{Local: math.MaxInt64, Len: 1},
+		{Remote: 1, Len: math.MaxInt64},
+	} {
+		for _, put := range []bool{true, false} {
+			blocks := []Block{{Len: 4096}, b} // the good block must not move either
+			var err error
+			if put {
+				err = p.remote.Put(ctx, p.ra, blocks)
+			} else {
+				err = p.remote.Get(ctx, p.ra, blocks)
+			}
+			if !errors.Is(err, ErrOutOfRange) {
+				t.Errorf("block %+v (put %v): %v, want ErrOutOfRange", b, put, err)
+			}
+		}
+	}
+	testutil.CheckBytes(t, want, p.bufB.Bytes())
+	if err := p.remote.Put(ctx, nil, nil); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("nil region: %v", err)
+	}
+	if _, err := p.a.Register(ctx, make([]byte, 4096)); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("Register of Go memory: %v, want cuda.ErrInvalidValue", err)
+	}
+}
+
+// TestCutShort: a transfer from a peer that stopped (SIGSTOP) is ended by
+// its context in bounded time; over TCP (peer error handling) the
+// connection is closed, the transfer cancelled and nothing stays busy; a
+// later transfer fails with ErrPeer until the key is imported again.
+func TestCutShort(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	const n = 8 << 20
+	a := newAgent(t, "tcp,self", "lo")
+	p := startPeer(t, "tcp,self", "lo", n, 5)
+	ctx := ctxT(t)
+	rem, err := a.Import(ctx, p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := alloc(t, n, 6)
+	reg, err := a.Register(ctx, local.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.signal(t, syscall.SIGSTOP)
+	defer p.signal(t, syscall.SIGCONT)
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = rem.Get(cctx, reg, []Block{{Len: n}})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Get from a stopped peer: %v, want the deadline", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the Get returned %v after its 500 ms deadline", d)
+	}
+	if err := rem.Get(ctx, reg, []Block{{Len: 4096}}); !errors.Is(err, ErrPeer) {
+		t.Fatalf("Get after a cut-short one: %v, want ErrPeer", err)
+	}
+	if err := rem.Close(); err != nil {
+		t.Fatalf("Close after the cut-short Get: %v", err)
+	}
+	if err := local.Free(); err != nil {
+		t.Fatalf("Free after the cut-short Get: %v", err)
+	}
+	if s := a.Stats(); s.Registrations != 0 || s.Connections != 0 {
+		t.Fatalf("the agent holds %+v", s)
+	}
+	if err := reg.Close(); !errors.Is(err, ErrClosed) && err != nil {
+		t.Fatalf("Close of a region whose buffer was freed: %v", err)
+	}
+	p.signal(t, syscall.SIGCONT)
+	rem2, err := a.Import(ctx, p.key)
+	if err != nil {
+		t.Fatalf("Import again after SIGCONT: %v", err)
+	}
+	if err := rem2.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,14 @@
+package remote
+
+import (
+	"testing"
+
+	"github.com/pinmem/pinmem/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	if peerMain() {
+		return
+	}
+	testutil.Main(m)
+}

@@ -1,0 +1,418 @@
+package remote
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/ucx"
+)
+
+// Block is one range of a transfer: Len bytes at offset Local of the local
+// region and offset Remote of the remote region. A transfer takes a list of
+// them: one call moves any number of blocks with one completion.
+type Block struct {
+	Local, Remote, Len int64
+}
+
+// Remote is another agent's region, imported from its key: the target of
+// Put and the source of Get. Remotes of one agent share one connection.
+type Remote struct {
+	a      *Agent
+	p      *peer
+	k      *key
+	rkeys  []ucx.Rkey // per key piece; nil once closed or failed (thread)
+	busy   int        // transfers in flight (thread)
+	closed atomic.Bool
+}
+
+// peer is a connection to another agent's worker.
+type peer struct {
+	addr    string
+	ep      ucx.Ep
+	peerErr bool // created with UCP's peer error handling (a force close cancels its requests)
+	remotes map[*Remote]struct{}
+	failed  string // why it failed; "" while usable
+}
+
+// op is a transfer in flight: its flush request, checked by the thread.
+type op struct {
+	req    ucx.Request
+	name   string
+	local  *slab
+	remote *Remote
+	err    error
+	done   chan struct{}
+}
+
+// Import connects to the agent that made key (once per agent: later
+// imports of its keys share the connection) and returns its region. A key
+// that is not one is an error matching ErrBadKey; one whose agent cannot
+// be reached (it exited, was killed or closed) or whose region was closed
+// matches ErrStaleKey. The connection is checked before Import returns,
+// bounded by ctx.
+func (a *Agent) Import(ctx context.Context, key []byte) (*Remote, error) {
+	const opName = "remote.Agent.Import"
+	k, err := parseKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := staleInProcess(opName, k); err != nil {
+		return nil, err
+	}
+	var r *Remote
+	var check *op
+	err = a.do(ctx, opName, func() error {
+		p := a.peers[string(k.worker)]
+		fresh := p == nil || p.failed != ""
+		if fresh {
+			// Peer error handling where UCX offers it; shared memory
+			// has none: there a failed peer is seen by the context's end.
+			peerErr := true
+			ep, err := a.lib.EpCreate(a.w, k.worker, true)
+			if e, ok := err.(*ucx.Error); ok && e.Status == ucx.ErrUnreachable {
+				peerErr = false
+				ep, err = a.lib.EpCreate(a.w, k.worker, false)
+			}
+			if err != nil {
+				return &Error{Op: opName, Kind: ErrStaleKey, Detail: "cannot connect to the key's agent", Err: err}
+			}
+			p = &peer{addr: string(k.worker), ep: ep, peerErr: peerErr, remotes: map[*Remote]struct{}{}}
+			a.mu.Lock()
+			a.peers[p.addr] = p
+			a.mu.Unlock()
+		}
+		r = &Remote{a: a, p: p, k: k}
+		for i, kp := range k.pieces {
+			rk, err := a.lib.RkeyUnpack(p.ep, kp.rkey)
+			if err != nil {
+				r.release(a)
+				return &Error{Op: opName, Kind: ErrBadKey, Detail: fmt.Sprintf("registration %d's remote key", i), Err: err}
+			}
+			r.rkeys = append(r.rkeys, rk)
+		}
+		p.remotes[r] = struct{}{}
+		if fresh {
+			check = a.startOp(opName, p, nil, r, nil)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if check != nil {
+		if err := a.wait(ctx, check, r.p); err != nil {
+			_ = r.Close()
+			if e, ok := err.(*Error); ok && e.Kind == ErrPeer {
+				e.Kind, e.Detail = ErrStaleKey, "the key's agent cannot be reached (it exited, was killed or closed)"
+			}
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// staleInProcess checks a key of an agent of this process against its
+// regions (a key of another process is checked by connecting to it).
+func staleInProcess(opName string, k *key) error {
+	v, ok := agents.Load(k.agent)
+	if !ok {
+		return nil
+	}
+	a := v.(*Agent)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.slabs {
+		if s.id == k.slab && !s.dead && s.refs > 0 {
+			return nil
+		}
+	}
+	return &Error{Op: opName, Kind: ErrStaleKey, Detail: fmt.Sprintf("the key's region (%d bytes at %#x) was closed or its buffer freed", k.n, k.addr)}
+}
+
+// Len returns the remote region's size in bytes.
+func (r *Remote) Len() int64 { return int64(r.k.n) }
+
+// Put writes each block of local to the remote region and returns once all
+// of them have completed at the remote side (or failed), bounded by ctx.
+// When ctx ends first, the connection to the remote agent is closed at once
+// (failing what is in flight, so no byte moves after Put returns) and Put
+// returns ctx's error; later transfers on that connection fail with
+// ErrPeer until the key is imported again.
+func (r *Remote) Put(ctx context.Context, local *Region, blocks []Block) error {
+	return r.transfer(ctx, "remote.Put", true, local, blocks)
+}
+
+// Get reads each block of the remote region into local; it completes and
+// fails as Put does.
+func (r *Remote) Get(ctx context.Context, local *Region, blocks []Block) error {
+	return r.transfer(ctx, "remote.Get", false, local, blocks)
+}
+
+func (r *Remote) transfer(ctx context.Context, name string, put bool, local *Region, blocks []Block) error {
+	if ctx == nil || local == nil {
+		return &Error{Op: name, Kind: cuda.ErrInvalidValue, Detail: "nil context or region"}
+	}
+	a := r.a
+	if local.a != a {
+		return &Error{Op: name, Kind: cuda.ErrInvalidValue, Detail: "the local region belongs to another agent"}
+	}
+	if r.closed.Load() {
+		return &Error{Op: name, Kind: ErrClosed, Detail: "the remote region is closed"}
+	}
+	for i, b := range blocks {
+		if b.Len <= 0 || b.Local < 0 || b.Remote < 0 || b.Local > local.Len()-b.Len || b.Remote > r.Len()-b.Len {
+			return &Error{Op: name, Kind: ErrOutOfRange, Detail: fmt.Sprintf("block %d {Local %d, Remote %d, Len %d}: local region %d bytes, remote region %d bytes", i, b.Local, b.Remote, b.Len, local.Len(), r.Len())}
+		}
+	}
+	if len(blocks) == 0 {
+		return nil
+	}
+	if err := staleInProcess(name, r.k); err != nil {
+		return err
+	}
+	var o *op
+	err := a.do(ctx, name, func() error {
+		a.mu.Lock()
+		err := local.live(name)
+		a.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if r.p.failed != "" || r.rkeys == nil {
+			return &Error{Op: name, Kind: ErrPeer, Detail: "the connection failed earlier (" + r.p.failed + "): import the key again"}
+		}
+		var first error
+		if err := r.issue(put, local, blocks); err != nil {
+			first = &Error{Op: name, Kind: ErrPeer, Err: err}
+		}
+		o = a.startOp(name, r.p, local.s, r, first)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return a.wait(ctx, o, r.p)
+}
+
+// issue starts the puts or gets of blocks, cut where a block crosses from
+// one registration to the next on either side (agent's thread). Requests
+// are freed at once: the flush that follows says when they completed.
+func (r *Remote) issue(put bool, local *Region, blocks []Block) error {
+	lib := r.a.lib
+	s := local.s
+	for _, b := range blocks {
+		la := s.base + local.off + uintptr(b.Local)
+		ra := r.k.addr + uint64(b.Remote)
+		n := uintptr(b.Len)
+		for n > 0 {
+			li := sort.Search(len(s.pieces), func(i int) bool { return s.base+s.pieces[i].off+s.pieces[i].n > la })
+			ri := sort.Search(len(r.k.pieces), func(i int) bool { return r.k.pieces[i].addr+r.k.pieces[i].n > ra })
+			lp, rp := s.pieces[li], r.k.pieces[ri]
+			c := min(n, s.base+lp.off+lp.n-la, uintptr(rp.addr+rp.n-ra))
+			var req ucx.Request
+			var err error
+			if put {
+				req, err = lib.Put(r.p.ep, la, c, ra, r.rkeys[ri], lp.memh)
+			} else {
+				req, err = lib.Get(r.p.ep, la, c, ra, r.rkeys[ri], lp.memh)
+			}
+			if err != nil {
+				return err
+			}
+			if req != 0 {
+				lib.Free(req)
+			}
+			la, ra, n = la+c, ra+uint64(c), n-c
+		}
+	}
+	return nil
+}
+
+// startOp flushes p's endpoint and tracks the flush as an op until it
+// completes (agent's thread). local and r, if set, count it as in flight;
+// first is an error the op already has (a block that failed to start).
+func (a *Agent) startOp(name string, p *peer, local *slab, r *Remote, first error) *op {
+	o := &op{name: name, local: local, remote: r, err: first, done: make(chan struct{})}
+	req, err := a.lib.Flush(p.ep)
+	if err != nil || req == 0 {
+		if err != nil && o.err == nil {
+			o.err = &Error{Op: name, Kind: ErrPeer, Err: err}
+		}
+		close(o.done)
+		return o
+	}
+	o.req = req
+	a.mu.Lock()
+	if local != nil {
+		local.busy++
+	}
+	if r != nil {
+		r.busy++
+	}
+	a.mu.Unlock()
+	a.ops = append(a.ops, o)
+	return o
+}
+
+// checkOps completes the ops whose flush finished (agent's thread) and
+// returns how many.
+func (a *Agent) checkOps() int {
+	done := 0
+	kept := a.ops[:0]
+	for _, o := range a.ops {
+		st := a.lib.Check(o.req)
+		if st == ucx.InProgress {
+			kept = append(kept, o)
+			continue
+		}
+		a.lib.Free(o.req)
+		var err error
+		if st != ucx.OK {
+			err = &Error{Op: o.name, Kind: ErrPeer, Err: a.lib.Err("ucp_ep_flush_nbx", st)}
+		}
+		o.finish(a, err)
+		done++
+	}
+	clear(a.ops[len(kept):])
+	a.ops = kept
+	return done
+}
+
+// finish completes o (agent's thread): it no longer counts as in flight.
+func (o *op) finish(a *Agent, err error) {
+	a.mu.Lock()
+	if o.local != nil {
+		o.local.busy--
+	}
+	if o.remote != nil {
+		o.remote.busy--
+	}
+	a.mu.Unlock()
+	if o.err == nil {
+		o.err = err
+	}
+	close(o.done)
+}
+
+// cancelWait bounds the wait for a transfer's requests to finish after its
+// connection was force-closed (UCX completes them as the close is
+// progressed, at once).
+const cancelWait = 5 * time.Second
+
+// wait waits for o, bounded by ctx. When ctx ends first, p's connection is
+// failed: where UCX handles peer errors it is closed at once, which
+// cancels o (waited for, so no byte moves after wait returns); over a
+// transport without (shared memory) it is only marked failed, and o stays
+// in flight, its regions busy (their buffers cannot be freed), until it
+// completes or the agent closes.
+func (a *Agent) wait(ctx context.Context, o *op, p *peer) error {
+	select {
+	case <-o.done:
+		return o.err
+	case <-ctx.Done():
+	}
+	a.post(func() { p.fail(a, o.name+" was cut short by its context") }, true)
+	detail := "the connection to the remote agent was closed"
+	if !p.peerErr {
+		detail = "the connection was marked failed; the transfer's region stays busy until it completes or the agent closes"
+	} else {
+		t := time.NewTimer(cancelWait)
+		defer t.Stop()
+		select {
+		case <-o.done:
+		case <-a.done:
+		case <-t.C:
+			detail = "the connection was closed; the transfer did not end in " + cancelWait.String() + ", its region stays busy"
+		}
+	}
+	return &Error{Op: o.name, Kind: ctx.Err(), Detail: detail, Err: ctx.Err()}
+}
+
+// fail marks the connection failed (agent's thread): its remotes fail
+// until imported again. With peer error handling the endpoint is closed at
+// once, cancelling its requests; without, it is left to the agent's
+// teardown, since its requests may still use it.
+func (p *peer) fail(a *Agent, why string) {
+	if p.failed != "" {
+		return
+	}
+	p.failed = why
+	if p.peerErr {
+		p.close(a)
+	}
+}
+
+// close closes the endpoint and destroys the remote keys unpacked on it
+// (agent's thread). With peer error handling the close is forced: it does
+// not wait for the peer. Without, UCX allows only a close that flushes
+// first: it is progressed a little and left to finish on its own (or at
+// the worker's destruction).
+func (p *peer) close(a *Agent) {
+	if p.ep == 0 {
+		return
+	}
+	req, _ := a.lib.EpClose(p.ep, p.peerErr)
+	if req != 0 {
+		for i := 0; i < 1000 && a.lib.Check(req) == ucx.InProgress; i++ {
+			a.lib.Progress(a.w)
+		}
+		a.lib.Free(req)
+	}
+	for r := range p.remotes {
+		for _, rk := range r.rkeys {
+			a.lib.RkeyDestroy(rk)
+		}
+		r.rkeys = nil
+	}
+	a.mu.Lock()
+	p.ep = 0
+	a.mu.Unlock()
+	if p.failed == "" {
+		p.failed = "closed"
+	}
+}
+
+// release destroys r's remote keys and drops it from its peer, closing the
+// connection with its last remote (agent's thread).
+func (r *Remote) release(a *Agent) {
+	for _, rk := range r.rkeys {
+		a.lib.RkeyDestroy(rk)
+	}
+	r.rkeys = nil
+	delete(r.p.remotes, r)
+	if len(r.p.remotes) == 0 {
+		r.p.close(a)
+		a.mu.Lock()
+		if a.peers[r.p.addr] == r.p {
+			delete(a.peers, r.p.addr)
+		}
+		a.mu.Unlock()
+	}
+}
+
+// Close destroys the remote region's keys (and closes the connection with
+// the last remote region of its agent). It fails with ErrBusy while a
+// transfer on it is in flight.
+func (r *Remote) Close() error {
+	const name = "remote.Remote.Close"
+	err := r.a.do(context.Background(), name, func() error {
+		if r.closed.Load() {
+			return &Error{Op: name, Kind: ErrClosed, Detail: "already closed"}
+		}
+		if r.busy > 0 {
+			return &Error{Op: name, Kind: ErrBusy, Detail: fmt.Sprintf("%d transfers in flight", r.busy)}
+		}
+		r.closed.Store(true)
+		r.release(r.a)
+		return nil
+	})
+	if e, ok := err.(*Error); ok && e.Kind == ErrClosed && !r.closed.Load() {
+		r.closed.Store(true)
+		return nil // the agent closed: its teardown released everything
+	}
+	return err
+}
