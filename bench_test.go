@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 var benchSizes = []struct {

@@ -7,7 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // On the GPU: the driver's behaviour the fake copies (cudatest), checked

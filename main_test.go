@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // TestMain checks, at the end of every test that installs a fake driver,

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // checkNameError checks that err is a *pinmem.NameError for typ and name.

@@ -18,7 +18,7 @@ import (
 	"github.com/pinmem/pinmem/blocks"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/testhook"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // gpuKV is a KV cache on the GPU: two regions (0: paged in, 1: paged out)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/blocks"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 func TestStrategyText(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // callBatch is how many calls one timed sample issues; the C reference

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // TestFakeLoadFiles loads ranges of three files at once: every byte right,

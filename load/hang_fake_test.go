@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // within runs f on a goroutine and fails the test when it has not

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // gpuFileBytes is the size of the GPU tests' file: PINMEM_LOAD_BYTES, or

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // TestMain checks, beside testutil.UseFake's own leak check, that every

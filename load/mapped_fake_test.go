@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // TestFakeMappedReadsBuffered: a Loader asked for ModeMapped reads

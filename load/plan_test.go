@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // simulate runs the reads of plan over file as a Loader would, with host

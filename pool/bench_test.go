@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // BenchmarkGetPut1MiB compares, on the GPU, taking and returning 1 MiB of

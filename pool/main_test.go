@@ -3,7 +3,7 @@ package pool
 import (
 	"testing"
 
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }

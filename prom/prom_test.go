@@ -14,7 +14,7 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	itest "github.com/pinmem/pinmem/internal/testutil"
+	itest "github.com/pinmem/pinmem/internal/tools/testutil"
 	"github.com/pinmem/pinmem/pool"
 )
 

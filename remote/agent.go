@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/ucx"
+	"github.com/pinmem/pinmem/remote/internal/ucx"
 )
 
 // DefaultMaxRegistration is the largest single registration an Agent makes

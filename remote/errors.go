@@ -3,7 +3,7 @@ package remote
 import (
 	"errors"
 
-	"github.com/pinmem/pinmem/internal/ucx"
+	"github.com/pinmem/pinmem/remote/internal/ucx"
 )
 
 // Errors of this package, matched with errors.Is. Every error it returns

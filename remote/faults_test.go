@@ -11,7 +11,7 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // pair is two agents of one process and a region of each, b's imported

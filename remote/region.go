@@ -9,7 +9,7 @@ import (
 	"github.com/pinmem/pinmem/internal/freehook"
 	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/pagenode"
-	"github.com/pinmem/pinmem/internal/ucx"
+	"github.com/pinmem/pinmem/remote/internal/ucx"
 )
 
 // slab is one pinmem buffer registered with the agent's context, in

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/ucx"
+	"github.com/pinmem/pinmem/remote/internal/ucx"
 )
 
 // Block is one range of a transfer: Len bytes at offset Local of the local

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // TestTwoProcesses: this process gets a peer process's region (4 KiB

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 	"github.com/pinmem/pinmem/load"
 )
 

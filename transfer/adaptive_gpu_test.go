@@ -134,7 +134,7 @@ func roundsFor(n int) int { return max(5, min(25, (1<<30)/n)) }
 // right when copier/driver is at least about 1 everywhere and copier
 // approaches hostbound at large sizes.
 //
-// It times as pinmem bench times its copier rows (internal/bench
+// It times as pinmem bench times its copier rows (internal/tools/bench
 // copierPaired, PairedTiming): every sample runs each variant in a random
 // order, one untimed call and then the same number of timed calls back
 // to back as bench's default (64 MiB a sample, at most 64 calls:

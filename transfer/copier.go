@@ -13,7 +13,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/hostspan"
 	"github.com/pinmem/pinmem/internal/lifecycle"
-	"github.com/pinmem/pinmem/internal/regcache"
+	"github.com/pinmem/pinmem/transfer/internal/regcache"
 )
 
 // Copier moves data between host memory and the device memory of one CUDA

@@ -5,7 +5,7 @@ import (
 	"os"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/regcache"
+	"github.com/pinmem/pinmem/transfer/internal/regcache"
 )
 
 // copierStreams returns the streams c issues its copies on.

@@ -5,7 +5,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }

@@ -12,7 +12,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/hostspan"
 	"github.com/pinmem/pinmem/internal/lifecycle"
-	"github.com/pinmem/pinmem/internal/regcache"
+	"github.com/pinmem/pinmem/transfer/internal/regcache"
 )
 
 // Multi moves data between host memory and several contexts at once,

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // TestGPUMultiBroadcastGather broadcasts random data to every GPU present

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // BenchmarkSmallOverheadFake measures, on the CPU with the fake driver,

@@ -3,7 +3,7 @@ package transfer_test
 import (
 	"testing"
 
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // TestGPUServiceUse runs the service program of TestServiceUse on the

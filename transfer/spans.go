@@ -6,7 +6,7 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/hostspan"
-	"github.com/pinmem/pinmem/internal/regcache"
+	"github.com/pinmem/pinmem/transfer/internal/regcache"
 )
 
 // pinnedSet is the buffers made known with AddPinned.

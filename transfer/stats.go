@@ -6,7 +6,7 @@ import (
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cpuclock"
-	"github.com/pinmem/pinmem/internal/regcache"
+	"github.com/pinmem/pinmem/transfer/internal/regcache"
 )
 
 // Direction is the direction of a copy.

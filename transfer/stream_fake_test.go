@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // atCounter is an io.ReaderAt, io.WriterAt and io.Seeker over a byte

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pinmem/pinmem/internal/bench"
+	"github.com/pinmem/pinmem/internal/tools/bench"
 )
 
 func init() {

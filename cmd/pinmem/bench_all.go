@@ -16,14 +16,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pinmem/pinmem/internal/bench"
+	"github.com/pinmem/pinmem/internal/tools/bench"
 )
 
 func init() {
 	benchSubcommands = append(benchSubcommands, newBenchAll)
 }
 
-// Parts of the suite measured outside internal/bench: the weight loader
+// Parts of the suite measured outside internal/tools/bench: the weight loader
 // (bench load, with PyTorch beside it) and the image pipeline example.
 const (
 	partLoad          = "load"
@@ -57,7 +57,7 @@ type suiteFlags struct {
 const defaultBudget = 8 * time.Minute
 
 // outsideWeight is the share of a time budget of each test measured
-// outside internal/bench (load, imagepipeline), against the parts'
+// outside internal/tools/bench (load, imagepipeline), against the parts'
 // weights (bench.SuitePart.Weight).
 const outsideWeight = 1.0
 
@@ -124,7 +124,7 @@ Render the docs from the run with:
 	return c
 }
 
-// selectSuite returns the internal/bench parts and the outside parts the
+// selectSuite returns the internal/tools/bench parts and the outside parts the
 // -t list names.
 func selectSuite(list string) ([]bench.SuitePart, []string, error) {
 	all := bench.SuiteParts()
@@ -328,7 +328,7 @@ func (r *suiteRun) say(format string, args ...any) {
 	}
 }
 
-// part runs the n-th test, an internal/bench part, and writes its report;
+// part runs the n-th test, an internal/tools/bench part, and writes its report;
 // an error it returns ends the run.
 func (r *suiteRun) part(n int, p bench.SuitePart) error {
 	env := r.env
@@ -359,7 +359,7 @@ func (r *suiteRun) part(n int, p bench.SuitePart) error {
 	return nil
 }
 
-// outside runs the n-th test, one measured outside internal/bench, or
+// outside runs the n-th test, one measured outside internal/tools/bench, or
 // skips it with a line when its input was not given.
 func (r *suiteRun) outside(n int, name string) error {
 	input, flag, run := r.outsideInput(name), "--weights FILE", func() error { return suiteLoad(r.cmd, r.f) }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // TestBenchAllBudget: --budget is checked before any GPU work; a run

@@ -9,10 +9,10 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/bench"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // TestBenchAllOnFake runs the whole suite end to end on the fake driver:
@@ -51,7 +51,7 @@ func TestBenchAllOnFake(t *testing.T) {
 			t.Errorf("%s: no plot: %v", p.Name, err)
 		}
 	}
-	// The tests measured outside internal/bench are skipped without their
+	// The tests measured outside internal/tools/bench are skipped without their
 	// inputs, with a line each.
 	for _, want := range []string{"load: skipped (no --weights FILE)", "imagepipeline: skipped (no --imagepipeline BIN)"} {
 		if !strings.Contains(stderr, want) {

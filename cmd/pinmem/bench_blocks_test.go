@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/kernels"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/bench"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // TestBenchBlocksFake runs `bench blocks` end to end on the fake driver

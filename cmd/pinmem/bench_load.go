@@ -19,9 +19,9 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/cpuclock"
 	"github.com/pinmem/pinmem/internal/hostptr"
+	"github.com/pinmem/pinmem/internal/tools/bench"
 	"github.com/pinmem/pinmem/internal/units"
 	"github.com/pinmem/pinmem/load"
 )

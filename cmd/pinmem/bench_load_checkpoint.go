@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/bench"
+	"github.com/pinmem/pinmem/internal/tools/bench"
 	"github.com/pinmem/pinmem/load"
 	"github.com/pinmem/pinmem/safetensors"
 )

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pinmem/pinmem/internal/bench"
-	"github.com/pinmem/pinmem/internal/remotebench"
+	"github.com/pinmem/pinmem/cmd/pinmem/internal/remotebench"
+	"github.com/pinmem/pinmem/internal/tools/bench"
 )
 
 func init() {

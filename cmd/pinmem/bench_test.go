@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/bench"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // TestGPUBenchCommands runs tiny versions of every command on a GPU and

@@ -21,10 +21,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pinmem/pinmem"
-	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/bench"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // cli runs the command tree in-process as main does (without signal
@@ -46,9 +46,9 @@ func writeFile(t *testing.T, dir, name, content string) string {
 	return p
 }
 
-// fixture returns the path of a saved report of internal/bench's testdata.
+// fixture returns the path of a saved report of internal/tools/bench's testdata.
 func fixture(name string) string {
-	return filepath.Join("..", "..", "internal", "bench", "testdata", name)
+	return filepath.Join("..", "..", "internal", "tools", "bench", "testdata", name)
 }
 
 // TestBadCommandLines: each bad command line is refused before any GPU
@@ -472,7 +472,7 @@ func TestDoctorFake(t *testing.T) {
 	}
 }
 
-// TestReportFixtures renders every saved report of internal/bench's
+// TestReportFixtures renders every saved report of internal/tools/bench's
 // testdata in every format.
 func TestReportFixtures(t *testing.T) {
 	files, _ := filepath.Glob(fixture("*.json"))

@@ -12,7 +12,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/pinmem/pinmem/internal/bench"
+	"github.com/pinmem/pinmem/internal/tools/bench"
 )
 
 // compareSchema compiles docs/results/compare.schema.json (which refers

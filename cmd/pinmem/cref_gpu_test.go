@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinmem/pinmem/internal/bench"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/bench"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // EnvCRefBW names the C reference bandwidth program (cref/bin/bw, built by

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pinmem/pinmem/cmd/pinmem/internal/diag"
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/bench"
-	"github.com/pinmem/pinmem/internal/diag"
+	"github.com/pinmem/pinmem/internal/tools/bench"
 )
 
 // doctorSchemaVersion is the version of doctor's JSON

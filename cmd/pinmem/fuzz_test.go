@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pinmem/pinmem/internal/bench"
+	"github.com/pinmem/pinmem/internal/tools/bench"
 )
 
 // FuzzFlagLists: the command's own list flags (--devices, --reuse) parse

@@ -24,7 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/bench"
+	"github.com/pinmem/pinmem/internal/tools/bench"
 	"github.com/pinmem/pinmem/internal/units"
 )
 

@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pinmem/pinmem"
-	"github.com/pinmem/pinmem/internal/bench"
 	"github.com/pinmem/pinmem/internal/budgetspec"
+	"github.com/pinmem/pinmem/internal/tools/bench"
 	"github.com/pinmem/pinmem/internal/units"
 )
 

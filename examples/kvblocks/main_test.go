@@ -11,7 +11,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/cudatest"
 	"github.com/pinmem/pinmem/examples/internal/extest"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 func TestMain(m *testing.M) { extest.Main(m, main) }

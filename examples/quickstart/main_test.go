@@ -13,7 +13,7 @@ import (
 
 	"github.com/pinmem/pinmem/examples/internal/extest"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // envRunMain, set to 1, makes the test binary run the program's main

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // TestPoolSpin: the copy pool copies every byte whether its workers

@@ -12,7 +12,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/pinmem/pinmem/internal/cudadrv"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // inprocBatch and inprocSamples time a round the way cref/callcost does:

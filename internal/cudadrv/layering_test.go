@@ -23,23 +23,23 @@ var layer = map[string]int{
 	"internal/regfile":         -1, // regular files opened without blocking, for load and safetensors
 	"internal/enumtext":        -1, // the names of the enums set from flags or configuration
 	"internal/copypool":        0,  // the staging engine's copy goroutines
-	"internal/ucx":             0,  // the UCX binding (libucp through purego), for package remote
+	"remote/internal/ucx":      0,  // the UCX binding (libucp through purego), for package remote
 	"internal/pagenode":        0,  // the NUMA node of pages (move_pages)
 	"internal/cudadrv/fakedrv": 1, "cuda": 1, "internal/numaplan": 1,
-	"internal/budgetspec": 2, // the budget as PINMEM_BUDGET and the command give it
-	"internal/pinopt":     2, // pinmem's options (a *cuda.Device among them) and their validation, for pinmem and pool
-	"internal/lifecycle":  2, // the owners' gate, retryable release, orphans and Close, for pinmem, pool, blocks, load and transfer
-	"internal/cudaerr":    2, // the binding's errors as cuda's types, for the packages above cuda that call the binding
-	"internal/testutil":   3, "": 3,
+	"internal/budgetspec":     2, // the budget as PINMEM_BUDGET and the command give it
+	"internal/pinopt":         2, // pinmem's options (a *cuda.Device among them) and their validation, for pinmem and pool
+	"internal/lifecycle":      2, // the owners' gate, retryable release, orphans and Close, for pinmem, pool, blocks, load and transfer
+	"internal/cudaerr":        2, // the binding's errors as cuda's types, for the packages above cuda that call the binding
+	"internal/tools/testutil": 3, "": 3,
 	"pool": 4, "cudatest": 4, "blocks": 4,
 	"load": 4, "safetensors": 5, // the weight loader and the safetensors reader on top of it
-	"internal/hostspan": 4, // the pinned spans of host memory, for transfer and its registration cache
-	"remote":            4, // pinned memory between processes and machines over UCX
-	"internal/regcache": 5, // transfer's registration cache
-	"transfer":          6, "prom": 6, "expvars": 6,
-	"internal/bench": 7, "internal/diag": 7,
-	"internal/remotebench": 7, // pinmem bench remote
-	"cmd/pinmem":           8,
+	"internal/hostspan":          4, // the pinned spans of host memory, for transfer and its registration cache
+	"remote":                     4, // pinned memory between processes and machines over UCX
+	"transfer/internal/regcache": 5, // transfer's registration cache
+	"transfer":                   6, "prom": 6, "expvars": 6,
+	"internal/tools/bench": 7, "cmd/pinmem/internal/diag": 7,
+	"cmd/pinmem/internal/remotebench": 7, // pinmem bench remote
+	"cmd/pinmem":                      8,
 }
 
 // bindingImporters are the only packages that may import internal/cudadrv,
@@ -51,15 +51,28 @@ var bindingImporters = map[string]string{
 	"cuda":                     "the public face of the driver: devices, contexts, streams, device memory, modules",
 	"internal/cudadrv/fakedrv": "implements the binding's Driver interface for CPU tests",
 	"":                         "the host-memory face of the driver beside cuda: cuMemHostAlloc/Register, mapped pointers, pointer attributes, with the ledger that accounts for them",
-	"internal/diag":            "doctor reports which driver library is loaded and the variable that chooses it",
-	"internal/testutil":        "tests install the fake driver and detect the real one",
+	"cmd/pinmem/internal/diag": "doctor reports which driver library is loaded and the variable that chooses it",
+	"internal/tools/testutil":  "tests install the fake driver and detect the real one",
 	"internal/cudaerr":         "converts the binding's errors into cuda's types for the packages above cuda that call the binding",
 	"blocks":                   "block lists need the driver's batch copy (cuMemcpyBatchAsync), copies queued 16 per crossing (RunBatch) and host pointer attributes, which cuda does not offer",
 	"cudatest":                 "hands users' options, faults, stream holds and kernels to the fake driver, whose API speaks the binding's types (CUresult, attributes, handles)",
 }
 
+// upImports are the only shared internal packages (internal/, not its
+// tools/ floor, whose packages serve the command, tests and scripts from
+// above) that may import a public package, each with the reason. The
+// shared floor sits below the public packages it serves: an import up
+// needs an entry here.
+var upImports = map[string]string{
+	"internal/budgetspec": "its errors match cuda.ErrInvalidValue, as every refused budget of pinmem does",
+	"internal/cudaerr":    "converts the binding's errors into cuda's types",
+	"internal/lifecycle":  "a closed owner's error matches cuda.ErrClosed",
+	"internal/pinopt":     "pinmem's options name a *cuda.Device",
+	"internal/hostspan":   "a slice's pinned spans are found with pinmem.Lookup",
+}
+
 // TestLayering is pinmem's depguard: only internal/cudadrv (and its fake),
-// internal/ucx and internal/hostptr may import unsafe or purego, no package imports one
+// remote/internal/ucx and internal/hostptr may import unsafe or purego, no package imports one
 // above it (cmd -> bench/diag -> transfer/prom -> regcache -> pool/hostspan
 // -> pinmem -> cuda -> internal/cudadrv), and only the packages in bindingImporters import the
 // binding itself. Test files are exempt (tests may use the raw binding).
@@ -100,8 +113,8 @@ func TestLayering(t *testing.T) {
 		}
 		for _, imp := range f.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
-			if (p == "unsafe" || strings.HasPrefix(p, "github.com/ebitengine/purego")) && !strings.HasPrefix(pkg, "internal/cudadrv") && pkg != "internal/hostptr" && pkg != "internal/ucx" {
-				t.Errorf("%s imports %s: only internal/cudadrv, internal/ucx (the two library bindings) and internal/hostptr may", path, p)
+			if (p == "unsafe" || strings.HasPrefix(p, "github.com/ebitengine/purego")) && !strings.HasPrefix(pkg, "internal/cudadrv") && pkg != "internal/hostptr" && pkg != "remote/internal/ucx" {
+				t.Errorf("%s imports %s: only internal/cudadrv, remote/internal/ucx (the two library bindings) and internal/hostptr may", path, p)
 			}
 			if !strings.HasPrefix(p, module) {
 				continue
@@ -109,6 +122,11 @@ func TestLayering(t *testing.T) {
 			target := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
 			if strings.HasPrefix(pkg, "examples/") && strings.HasPrefix(target, "examples/") {
 				continue // the examples' own helpers (kernels, test support) sit beside them, above the library
+			}
+			if strings.HasPrefix(pkg, "internal/") && !strings.HasPrefix(pkg, "internal/tools/") && !strings.Contains(target, "internal/") {
+				if _, ok := upImports[pkg]; !ok {
+					t.Errorf("%s imports the public package %s: shared internal packages sit below the public ones; move it under its owner or add it to upImports with the reason", path, p)
+				}
 			}
 			if target == "internal/cudadrv" {
 				binding[pkg] = true

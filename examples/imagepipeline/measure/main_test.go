@@ -14,8 +14,8 @@ import (
 	"github.com/pinmem/pinmem/examples/imagepipeline/kernel"
 	"github.com/pinmem/pinmem/examples/imagepipeline/kernel/kerneltest"
 	"github.com/pinmem/pinmem/examples/internal/extest"
-	"github.com/pinmem/pinmem/internal/bench"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/bench"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 var full = flag.Bool("full", false, "TestOnGPU: run the full sizes (1080p and 4K, 240 frames, 3 runs)")

@@ -25,7 +25,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // hashPrefix starts the first line of a generated PTX file.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/pinmem/pinmem/examples/internal/extest"
 	"github.com/pinmem/pinmem/examples/vectoradd/kernel/kerneltest"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 // full makes TestOnGPU run the example's default sizes and repetitions.

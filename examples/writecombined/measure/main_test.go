@@ -12,7 +12,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/cudatest"
 	"github.com/pinmem/pinmem/examples/internal/extest"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 var full = flag.Bool("full", false, "TestOnGPU: run the full sizes (64 MiB buffers, 4 MiB reads, 10 runs)")

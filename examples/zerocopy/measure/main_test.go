@@ -9,7 +9,7 @@ import (
 
 	"github.com/pinmem/pinmem/examples/internal/extest"
 	"github.com/pinmem/pinmem/examples/zerocopy/kernel/kerneltest"
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 var full = flag.Bool("full", false, "TestOnGPU: run the full sizes (batch 32, 20 runs per cell)")

@@ -3,7 +3,7 @@ package fakedrv_test
 import (
 	"testing"
 
-	"github.com/pinmem/pinmem/internal/testutil"
+	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }

@@ -1,9 +1,0 @@
-package bench
-
-import (
-	"testing"
-
-	"github.com/pinmem/pinmem/internal/testutil"
-)
-
-func TestMain(m *testing.M) { testutil.Main(m) }

@@ -1,9 +1,0 @@
-package soak_test
-
-import (
-	"testing"
-
-	"github.com/pinmem/pinmem/internal/testutil"
-)
-
-func TestMain(m *testing.M) { testutil.Main(m) }

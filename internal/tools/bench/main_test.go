@@ -1,0 +1,9 @@
+package bench
+
+import (
+	"testing"
+
+	"github.com/pinmem/pinmem/internal/tools/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }

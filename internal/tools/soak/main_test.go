@@ -1,0 +1,9 @@
+package soak_test
+
+import (
+	"testing"
+
+	"github.com/pinmem/pinmem/internal/tools/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
