@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -19,22 +18,6 @@ import (
 // blocking.
 func openDirect(f *os.File) (*os.File, error) {
 	return os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), os.O_RDONLY|unix.O_DIRECT|unix.O_NONBLOCK, 0)
-}
-
-// mapping is a read-only shared mapping of a whole file with a count of
-// its users; the last to release it unmaps it. Nothing makes one since
-// ModeMapped reads buffered (mappedRetired): the loads' branches for it
-// go with the staging loop's rework.
-type mapping struct {
-	mem  []byte
-	refs atomic.Int64
-}
-
-// release drops one reference; the last unmaps the file.
-func (m *mapping) release() {
-	if m.refs.Add(-1) == 0 {
-		_ = unix.Munmap(m.mem)
-	}
 }
 
 // isDirectRefusal reports whether err is how a file system refuses an

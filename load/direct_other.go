@@ -5,7 +5,6 @@ package load
 import (
 	"errors"
 	"os"
-	"sync/atomic"
 )
 
 // errNoDirect is why ModeDirect reads buffered outside Linux.
@@ -17,11 +16,3 @@ func isDirectRefusal(err error) bool { return errors.Is(err, errNoDirect) }
 
 // residency cannot be sampled outside Linux.
 func residency(*os.File, []extent) (float64, bool) { return 0, false }
-
-// mapping is unused: ModeMapped reads buffered.
-type mapping struct {
-	mem  []byte
-	refs atomic.Int64
-}
-
-func (m *mapping) release() {}

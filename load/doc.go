@@ -73,10 +73,8 @@
 // the event recorded behind its copies completed) but hands its stages out
 // through a free channel rather than in turn: several goroutines read at
 // once and finish in any order, each stage's copies run on one of several
-// streams, a direct read needs an aligned stage, and a stage may lend its
-// place in the budget to a registered window of a mapping (ModeMapped).
-// load also sits below transfer (it needs no Copier), so the two paths
-// stay apart.
+// streams, and a direct read needs an aligned stage. load also sits below
+// transfer (it needs no Copier), so the two paths stay apart.
 //
 // # Checkpoints of several files
 //

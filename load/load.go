@@ -14,18 +14,12 @@ import (
 
 // stage is one pinned buffer with the stream its copies run on and the
 // event recorded after them. A stage is in the Loader's free channel only
-// when no copy out of it (or out of the window it lent its place in the
-// budget to) can still run.
+// when no copy out of it can still run.
 type stage struct {
 	buf    *pinmem.Buffer
 	mem    []byte
 	stream *cuda.Stream
 	ev     *cuda.Event
-
-	// win and mapped are set while the stage lends its place in the budget
-	// to a registered window of a file's mapping (ModeMapped).
-	win    *pinmem.Buffer
-	mapped *mapping
 }
 
 // Loader reads files into device memory through pinned stages. Create one

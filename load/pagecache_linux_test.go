@@ -46,7 +46,7 @@ func preadChunks(f *os.File, size int64, bufs [][][]byte) (int64, error) {
 
 // mappedChunks has each goroutine copy the next chunk of the file's
 // mapping into its first buffer: the CPU reading the page cache through
-// the mapping that ModeMapped registers.
+// a mapping of the file instead of pread.
 func mappedChunks(m []byte) pageCacheReader {
 	return func(_ *os.File, size int64, bufs [][][]byte) (int64, error) {
 		var next atomic.Int64

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/regfile"
 )
@@ -21,7 +20,6 @@ type openFile struct {
 	f      *os.File
 	fi     os.FileInfo
 	direct *os.File // nil unless read with O_DIRECT
-	mapped *mapping // nil unless read through its mapping
 	ranges []Range
 	base   int   // index of ranges[0] among all the load's ranges
 	bytes  int64 // what the load reads of it: its ranges' extents
@@ -201,11 +199,8 @@ func (r *run) plan() {
 	var perFile [][]read
 	for i, of := range r.files {
 		align := int64(1)
-		switch {
-		case of.direct != nil:
+		if of.direct != nil {
 			align = Align
-		case of.mapped != nil:
-			align = int64(os.Getpagesize())
 		}
 		rs := plan(of.ranges, r.l.cfg.stageSize, align)
 		for k := range rs {
@@ -393,20 +388,9 @@ func (r *run) dropDirect() {
 	}
 }
 
-func (r *run) dropMapped() {
-	for _, of := range r.files {
-		if of.mapped != nil {
-			of.mapped.release()
-			of.mapped = nil
-		}
-	}
-}
-
-// closeFiles closes the load's files. A mapping stays until the last copy
-// out of it has finished (see mapping.release).
+// closeFiles closes the load's files.
 func (r *run) closeFiles() {
 	r.dropDirect()
-	r.dropMapped()
 	for _, of := range r.files {
 		if of.f != nil {
 			of.f.Close()
@@ -525,16 +509,6 @@ func (r *run) reader() {
 func (r *run) retire(s *stage, landed []piece, wait func() error) {
 	defer r.inFlight.Done()
 	err := wait()
-	if s.win != nil {
-		if ferr := s.win.Free(); ferr != nil {
-			err = errors.Join(err, ferr)
-		}
-		s.win = nil
-	}
-	if s.mapped != nil {
-		s.mapped.release()
-		s.mapped = nil
-	}
 	r.l.free <- s
 	if err != nil {
 		r.fail(fmt.Errorf("load: waiting for a copy to the device: %w", err))
@@ -574,8 +548,7 @@ func (r *run) landed(ps []piece) {
 	}
 }
 
-// fill reads rd into s (or registers its window of the mapping) and
-// queues its copies. It returns how many of rd's pieces were queued and,
+// fill reads rd into s and queues its copies. It returns how many of rd's pieces were queued and,
 // when any was, the wait for them; nothing is queued from a stage whose
 // read failed.
 func (r *run) fill(s *stage, rd *read) (k int, wait func() error, err error) {
@@ -591,14 +564,6 @@ func (r *run) fill(s *stage, rd *read) (k int, wait func() error, err error) {
 		}
 	}
 	if k == 0 {
-		if s.win != nil {
-			err = errors.Join(err, s.win.Free())
-			s.win = nil
-		}
-		if s.mapped != nil {
-			s.mapped.release()
-			s.mapped = nil
-		}
 		return 0, nil, err
 	}
 	if rerr := s.ev.Record(s.stream); rerr != nil {
@@ -607,23 +572,9 @@ func (r *run) fill(s *stage, rd *read) (k int, wait func() error, err error) {
 	return k, func() error { return s.ev.Synchronize(context.Background()) }, err
 }
 
-// source returns the bytes of rd: its window of the file's mapping,
-// registered read-only so that the copy engine reads the page cache, or
-// where there is no mapping (or it was refused) s's stage filled by a read.
+// source returns the bytes of rd: s's stage filled by a read.
 func (r *run) source(s *stage, rd *read) ([]byte, error) {
 	of := r.files[rd.file]
-	if m := of.mapped; m != nil && of.fallback.Load() == nil {
-		mem := m.mem[rd.off : rd.off+int64(rd.length)]
-		win, err := pinmem.Register(mem, pinmem.ReadOnly, pinmem.WithDevice(r.l.cctx.Device()))
-		if err == nil {
-			m.refs.Add(1)
-			s.win, s.mapped = win, m
-			r.readBytes.Add(int64(len(mem)))
-			return mem, nil
-		}
-		why := "read-only registration of the mapping refused: " + err.Error()
-		of.fallback.CompareAndSwap(nil, &why)
-	}
 	buf := s.mem[:rd.length]
 	n, err := r.pread(of, buf, rd.off)
 	r.readBytes.Add(int64(n))
