@@ -195,7 +195,7 @@ func allocHost(t target, size int, flags Flags) (*Buffer, error) {
 	// The driver's bytes, not whole pages: it places small allocations side
 	// by side in pages it pinned already.
 	lo := uintptr(p)
-	if err := regInsert(lo, lo+uintptr(size)); err != nil {
+	if err := regInsert(lo, lo+uintptr(size), false); err != nil {
 		// Only possible if the driver returned memory pinmem thinks is pinned already.
 		_ = t.do(func() error { track.Remove(track.HostAlloc, uint64(lo)); return t.drv.MemFreeHost(p) })
 		unreserve(n)
@@ -255,7 +255,7 @@ func allocMmap(t target, size int, flags Flags, o options) (*Buffer, error) {
 		return nil, driverErr("cuMemHostRegister", fmt.Sprintf("flags %s, mmap", flags), err, n, before, limit)
 	}
 	lo := uintptr(p)
-	if err := regInsert(lo, lo+uintptr(size)); err != nil {
+	if err := regInsert(lo, lo+uintptr(size), flags&ReadOnly != 0); err != nil {
 		var left []chunk
 		uerr := t.do(func() (err error) { left, err = unregisterChunks(t, chunks); return err })
 		undo(left)
@@ -489,7 +489,7 @@ func register(mem []byte, flags Flags, o options) (*Buffer, error) {
 	}
 	p := hostptr.PtrOf(mem)
 	lo, hi := uintptr(p), uintptr(p)+uintptr(len(mem))
-	if err := regInsert(lo, hi); err != nil {
+	if err := regInsert(lo, hi, flags&ReadOnly != 0); err != nil {
 		return nil, err
 	}
 	b, err := registerClaimed(mem, p, lo, hi, flags, o)

@@ -313,7 +313,7 @@ func (s *bufState) release() error {
 	}
 	if err != nil {
 		if s.regLo != 0 {
-			_ = regInsertState(s.regLo, s.regHi, s)
+			_ = regInsertState(s.regLo, s.regHi, s.flags&ReadOnly != 0, s)
 		}
 		return err
 	}

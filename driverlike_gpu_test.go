@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
@@ -67,7 +68,9 @@ func TestGPUSmallAllocationsShareAPage(t *testing.T) {
 // no byte is registered by the driver (an H100, driver 580, registered
 // bytes 200-300 of a page whose bytes 0-100 were registered), and so by the
 // fake and pinmem's registry; a range with a registered byte is refused
-// with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED by both.
+// with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED by both, and a read-only
+// range in a page shared with a writable registration with
+// CUDA_ERROR_INVALID_VALUE.
 func TestGPUDriverRegistersASharedPage(t *testing.T) {
 	testutil.RequireGPU(t)
 	tg, err := resolve(options{})
@@ -92,6 +95,14 @@ func TestGPUDriverRegistersASharedPage(t *testing.T) {
 		t.Errorf("the driver refused a range sharing a page, no byte, with a registered one: the fake and pinmem's registry accept it")
 	} else if err := tg.do(func() error { return tg.drv.d.MemHostUnregister(at(200)) }); err != nil {
 		t.Error(err)
+	}
+	err = tg.do(func() error { return tg.drv.d.MemHostRegister(at(400), 100, cudadrv.MemHostRegisterReadOnly) })
+	t.Logf("read-only cuMemHostRegister of bytes 400-500 of a page whose bytes 0-100 are registered writable: %v", err)
+	if err == nil {
+		_ = tg.do(func() error { return tg.drv.d.MemHostUnregister(at(400)) })
+		t.Errorf("the driver registered a read-only range in a page shared with a writable registration: the fake and pinmem's registry refuse it")
+	} else if !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Errorf("the driver refused it with %v; the fake says CUDA_ERROR_INVALID_VALUE", err)
 	}
 	err = tg.do(func() error { return tg.drv.d.MemHostRegister(at(50), 100, 0) })
 	t.Logf("cuMemHostRegister of bytes 50-150 of a page whose bytes 0-100 are registered: %v", err)

@@ -45,22 +45,27 @@ func (e *OverlapError) Is(target error) bool {
 // buffer (nil while the range is claimed but the buffer is not made yet).
 type hostRange struct {
 	lo, hi uintptr
+	ro     bool // registered read-only
 	s      *bufState
 }
 
 // The registry holds the byte ranges of the live buffers, sorted by start
 // and disjoint, so also sorted by end. It refuses what the driver refuses,
-// the same byte pinned twice, and keeps no page rounding of its own.
+// the same byte pinned twice, and a page registered both read-only and
+// writable (an H100, driver 580, refused the second of two such
+// registrations sharing a page with CUDA_ERROR_INVALID_VALUE, and accepted
+// every other pair of flags), and keeps no page rounding of its own.
 var registry struct {
 	mu     sync.RWMutex // Lookup reads on every transfer, concurrently
 	ranges []hostRange
 }
 
-// regInsert claims [lo, hi), or reports the range it collides with.
-func regInsert(lo, hi uintptr) error { return regInsertState(lo, hi, nil) }
+// regInsert claims [lo, hi), registered read-only when ro, or reports the
+// range it collides with.
+func regInsert(lo, hi uintptr, ro bool) error { return regInsertState(lo, hi, ro, nil) }
 
 // regInsertState claims [lo, hi) for s (nil: bound later by regBind).
-func regInsertState(lo, hi uintptr, s *bufState) error {
+func regInsertState(lo, hi uintptr, ro bool, s *bufState) error {
 	r := &registry
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -70,10 +75,19 @@ func regInsertState(lo, hi uintptr, s *bufState) error {
 		o := r.ranges[i]
 		return &OverlapError{Start: lo, End: hi, OtherStart: o.lo, OtherEnd: o.hi}
 	}
+	// The ranges sharing a page with [lo, hi) end past its first page's
+	// start and begin before its last page's end.
+	pl, ph := lo&^(pageSize-1), roundUp(hi, pageSize)
+	for i := sort.Search(len(r.ranges), func(i int) bool { return r.ranges[i].hi > pl }); i < len(r.ranges) && r.ranges[i].lo < ph; i++ {
+		if o := r.ranges[i]; o.ro != ro {
+			return fmt.Errorf("pinmem: host range [%#x,%#x) shares a page with pinned range [%#x,%#x), and one of the two is read-only: the driver refuses a page registered both read-only and writable (register page-aligned memory to mix them): %w",
+				lo, hi, o.lo, o.hi, cuda.ErrInvalidValue)
+		}
+	}
 	i := sort.Search(len(r.ranges), func(i int) bool { return r.ranges[i].lo > lo })
 	r.ranges = append(r.ranges, hostRange{})
 	copy(r.ranges[i+1:], r.ranges[i:])
-	r.ranges[i] = hostRange{lo, hi, s}
+	r.ranges[i] = hostRange{lo, hi, ro, s}
 	return nil
 }
 

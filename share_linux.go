@@ -97,7 +97,7 @@ func pinShared(fd int, size int, length uintptr, flags Flags, o options) (*Buffe
 		return nil, driverErr("cuMemHostRegister", fmt.Sprintf("flags %s, shared mapping", flags), err, n, before, limit)
 	}
 	lo := uintptr(p)
-	if err := regInsert(lo, lo+length); err != nil {
+	if err := regInsert(lo, lo+length, flags&ReadOnly != 0); err != nil {
 		var left []chunk
 		uerr := t.do(func() (err error) { left, err = unregisterChunks(t, chunks); return err })
 		if len(left) > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -200,5 +201,33 @@ func TestStreamQueryReportsAnEarlierCopyFaultAgain(t *testing.T) {
 	d.ClearFaults()
 	if done, err := s.Query(); !done || err != nil {
 		t.Errorf("Query after ClearFaults: %v %v", done, err)
+	}
+}
+
+// The driver refuses a registration sharing a page with another when one
+// of the two is read-only and the other not (CUDA_ERROR_INVALID_VALUE on an
+// H100, driver 580). pinmem refuses it first, saying why, with an error
+// matching cuda.ErrInvalidValue; the same pair in pages of their own
+// registers.
+func TestRegisterReadOnlyBesideWritableInAPage(t *testing.T) {
+	cudatest.Install(t)
+	page := os.Getpagesize()
+	mem := make([]byte, 3*page)
+	o := int(-addr(mem) & uintptr(page-1))
+	a, err := pinmem.Register(mem[o:o+100], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Free()
+	_, err = pinmem.Register(mem[o+200:o+300], pinmem.ReadOnly)
+	if !errors.Is(err, cuda.ErrInvalidValue) || !strings.Contains(err.Error(), "read-only") {
+		t.Errorf("Register read-only beside a writable registration in one page: %v, want an error matching cuda.ErrInvalidValue that says read-only", err)
+	}
+	b, err := pinmem.Register(mem[o+page:o+page+100], pinmem.ReadOnly)
+	if err != nil {
+		t.Fatalf("Register read-only in a page of its own: %v", err)
+	}
+	if err := b.Free(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"reflect"
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
@@ -181,7 +182,7 @@ func churn(ctx context.Context, gpu *cuda.Context, n int, seed uint64) (res resu
 		size := min(1+int(r.Int64N(1<<r.IntN(21))), 1<<20) // log-uniform: 1 B to 1 MiB, most of them small
 		var b *pinmem.Buffer
 		if wy.register {
-			b, err = pinmem.Register(make([]byte, size), wy.flags) // small Go slices may share a page: both register
+			b, err = pinmem.Register(goSlice(size, wy.flags), wy.flags)
 		} else {
 			b, err = pinmem.Alloc(size, wy.flags, pinmem.WithMethod(wy.method))
 		}
@@ -234,6 +235,21 @@ func churn(ctx context.Context, gpu *cuda.Context, n int, seed uint64) (res resu
 	}
 	res.ways, res.unsupported = len(all)-len(unsupported), len(unsupported)
 	return res, nil
+}
+
+// goSlice returns a Go slice of size bytes to register with flags. Small
+// Go slices may share a page, and two registrations may share a page
+// unless one is read-only and the other not: the driver refuses that
+// (pinmem says so with an error matching cuda.ErrInvalidValue). So a
+// read-only one gets pages of its own.
+func goSlice(size int, flags pinmem.Flags) []byte {
+	if flags&pinmem.ReadOnly == 0 {
+		return make([]byte, size)
+	}
+	page := os.Getpagesize()
+	mem := make([]byte, (size+page-1)/page*page+page)
+	o := int(-reflect.ValueOf(mem).Pointer() & uintptr(page-1)) // to the first page boundary
+	return mem[o : o+size : o+size]
 }
 
 // roundTrip sends l's buffer to the device and into a pool block of the

@@ -92,6 +92,26 @@ func TestRegisterSharingAPageButNoByte(t *testing.T) {
 	ok(t, d.MemHostUnregister(unsafe.Pointer(&mem[0])))
 }
 
+// The driver refuses a registration sharing a page with another when one
+// of the two is read-only and the other not, with CUDA_ERROR_INVALID_VALUE
+// (an H100, driver 580, for read-only after writable and writable after
+// read-only); portable and device-map registrations mix with plain ones.
+func TestRegisterSharingAPageReadOnlyAndWritable(t *testing.T) {
+	d := newDrv(t, fakedrv.Options{})
+	mem := mapPages(t, 3)
+	page := os.Getpagesize()
+	ro := cudadrv.MemHostRegisterReadOnly
+	ok(t, d.MemHostRegister(unsafe.Pointer(&mem[0]), 100, 0))
+	wantCode(t, d.MemHostRegister(unsafe.Pointer(&mem[200]), 100, ro), "cuMemHostRegister_v2", cudadrv.ErrorInvalidValue)
+	ok(t, d.MemHostRegister(unsafe.Pointer(&mem[200]), 100, cudadrv.MemHostRegisterPortable|cudadrv.MemHostRegisterDeviceMap))
+	ok(t, d.MemHostRegister(unsafe.Pointer(&mem[page]), 100, ro))
+	wantCode(t, d.MemHostRegister(unsafe.Pointer(&mem[page+200]), 100, 0), "cuMemHostRegister_v2", cudadrv.ErrorInvalidValue)
+	ok(t, d.MemHostRegister(unsafe.Pointer(&mem[page+200]), 100, ro))
+	for _, off := range []int{page + 200, page, 200, 0} {
+		ok(t, d.MemHostUnregister(unsafe.Pointer(&mem[off])))
+	}
+}
+
 // One driver copy may not span two registrations, even adjacent ones, nor
 // run from one small allocation into its neighbour: the driver refuses it
 // with CUDA_ERROR_INVALID_VALUE (seen on an H100 for a copy spanning two

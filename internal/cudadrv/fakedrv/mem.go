@@ -112,6 +112,23 @@ func (d *Driver) overlapsPinned(p, n uintptr) bool {
 	return false
 }
 
+// readOnlyMismatch returns a registration sharing a page with [p, p+n)
+// whose read-only flag differs from ro, or nil. The driver refuses the
+// second of two such registrations with CUDA_ERROR_INVALID_VALUE (an H100,
+// driver 580: read-only after writable and writable after read-only in one
+// page; every other pair of flags, portable and device-map among them, was
+// registered).
+func (d *Driver) readOnlyMismatch(p, n uintptr, ro bool) *hostRange {
+	page := uintptr(unix.Getpagesize())
+	lo, hi := p&^(page-1), (p+n+page-1)&^(page-1)
+	for i := sort.Search(len(d.host), func(i int) bool { return d.host[i].end() > lo }); i < len(d.host) && d.host[i].start() < hi; i++ {
+		if h := d.host[i]; !h.alloc && (h.flags&cudadrv.MemHostRegisterReadOnly != 0) != ro {
+			return h
+		}
+	}
+	return nil
+}
+
 func (d *Driver) insertHost(h *hostRange) {
 	i := sort.Search(len(d.host), func(i int) bool { return d.host[i].start() > h.start() })
 	d.host = append(d.host, nil)
@@ -358,7 +375,9 @@ func (d *Driver) MemFreeHost(p unsafe.Pointer) error {
 // already (registered, allocated with MemHostAlloc, or in the pages the
 // driver keeps for small allocations) fails with
 // CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED; one that only shares a page
-// with a registered range is registered, as on the driver; a device without
+// with a registered range is registered, as on the driver, unless one of
+// the two is read-only and the other not (CUDA_ERROR_INVALID_VALUE, as on
+// the driver); a device without
 // AttrHostRegisterSupported (or AttrReadOnlyHostRegisterSupported, for the
 // read-only flag) fails with CUDA_ERROR_NOT_SUPPORTED.
 func (d *Driver) MemHostRegister(p unsafe.Pointer, size uint64, flags uint32) error {
@@ -389,6 +408,9 @@ func (d *Driver) MemHostRegister(p unsafe.Pointer, size uint64, flags uint32) er
 	}
 	if d.overlapsPinned(uintptr(p), uintptr(size)) {
 		return errorWhy(op, cudadrv.ErrorHostMemoryAlreadyRegistered, "[%p, +%d) overlaps pinned memory", p, size)
+	}
+	if h := d.readOnlyMismatch(uintptr(p), uintptr(size), flags&cudadrv.MemHostRegisterReadOnly != 0); h != nil {
+		return errorWhy(op, cudadrv.ErrorInvalidValue, "[%p, +%d) shares a page with the registration at %p, and one of the two is read-only", p, size, h.base)
 	}
 	if d.regLimit != 0 && d.regBytes+size > d.regLimit {
 		return errorWhy(op, cudadrv.ErrorOutOfMemory, "%d bytes requested, %d of the limit %d registered", size, d.regBytes, d.regLimit)
