@@ -195,7 +195,7 @@ valid reports are refused with one line saying where and why (exit status 2).
 
 ` + exitHelp,
 		Example: `  pinmem report bw.json
-  pinmem report docs/results/bench.json --format png -o bench.png
+  pinmem report docs/results/bw.json --format png -o bw.png
   pinmem report bw.json pin.json --format csv
   pinmem report --format markdown docs/results/*.json -o docs/PERF.md
   pinmem report --into README.md docs/results/*.json

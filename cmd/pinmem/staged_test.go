@@ -10,12 +10,13 @@ import (
 	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
-// TestStagedIsCopier: the kind staged of the shipped results and of old
+// TestStagedIsCopier: the kind staged of old result files (testdata holds
+// the results shipped at f7fe20b, before copier existed) and of old
 // command lines is read as copier, so that compare pairs an old run's
 // Copier rows with a new run's, and --kinds staged measures the Copier
 // with a line saying the name is deprecated.
 func TestStagedIsCopier(t *testing.T) {
-	old := filepath.Join("..", "..", "docs", "results", "bench.json")
+	old := filepath.Join("testdata", "staged-f7fe20b.json")
 	rep := readReport(t, old)
 	n := 0
 	for _, r := range rep.Results {
@@ -27,7 +28,7 @@ func TestStagedIsCopier(t *testing.T) {
 		}
 	}
 	if n == 0 {
-		t.Fatal("docs/results/bench.json: no staged row read as copier")
+		t.Fatal("testdata/staged-f7fe20b.json: no staged row read as copier")
 	}
 
 	testutil.UseFake(t, fakedrv.Options{})
