@@ -132,12 +132,12 @@ func TestDriverCallsPerBroadcast(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = m.Close(context.Background()) })
 			src := make([]byte, n)
-			for range 2 { // the first warms up
+			for i := range 2 { // the first warms up: it pins the stages
 				before := e.d.CallCounts()
 				if _, err := m.Broadcast(context.Background(), e.bufs, src); err != nil {
 					t.Fatal(err)
 				}
-				if got := callDiff(before, e.d.CallCounts()); got != want[n] {
+				if got := callDiff(before, e.d.CallCounts()); i > 0 && got != want[n] {
 					t.Errorf("driver calls %s, want %s", got, want[n])
 				}
 			}

@@ -73,7 +73,7 @@ type lane struct {
 	near    *cuda.Event // all but the transfer's last piece (waitLast)
 	nearSet bool        // near is recorded for the transfer in progress
 	t0, t1  *cuda.Event // timing (WithStats only)
-	staging atomic.Bool // the transfer holds or waits for stages (growForTwo)
+	staging atomic.Bool // the transfer holds or waits for stages (allowTwo)
 }
 
 const lanesOwn = 2 // the lanes of a Copier with a stream of its own
@@ -138,10 +138,7 @@ func newCopierState(c *cuda.Context, o options) (cp *copier, err error) {
 		}
 		cp.free <- l
 	}
-	if cp.eng, err = joinEngine(c, o, false); err != nil {
-		return cp, err
-	}
-	cp.member = true
+	cp.eng, cp.member = joinEngine(c, o, false), true
 	if o.cacheOn {
 		cp.cache = regcache.New(o.cacheLimit, o.cacheMin, pinmem.WithDevice(c.Device()))
 	}
@@ -327,13 +324,13 @@ func (c *copier) releaseLane(l *lane) {
 }
 
 // borrow takes 1 to want stages for the transfer holding l, bounded by
-// ctx, first growing the engine to two rings when another lane stages
-// too, so that the two transfers overlap.
+// ctx, first letting the engine grow to two rings when another lane
+// stages too, so that the two transfers overlap.
 func (c *copier) borrow(ctx context.Context, l *lane, want int) error {
 	l.staging.Store(true)
 	for _, o := range c.lanes {
 		if o != l && o.staging.Load() {
-			c.eng.growForTwo()
+			c.eng.allowTwo()
 			break
 		}
 	}
@@ -520,8 +517,8 @@ func (c *copier) move(ctx context.Context, d Direction, host []byte, dev *cuda.D
 // ring, bounded by ctx, pinned spans copied directly (release ends the
 // registration cache's holds).
 func (c *copier) schedule(ctx context.Context, st *Stats, host []byte, dev *cuda.DeviceBuffer, how strategy) (l *lane, ring bool, release func(), err error) {
-	if route(len(host), c.o.stageSize, how) == pathStage && !c.mayBePinned(host) {
-		if l, err = c.oneStage(ctx, st.Direction, host, dev); l != nil || err != nil {
+	if p := route(len(host), c.o.stageSize, how); p != pathRing && !c.mayBePinned(host) {
+		if l, err = c.oneStage(ctx, st.Direction, host, dev, p == pathSmall); l != nil || err != nil {
 			return l, false, func() {}, err
 		}
 	}

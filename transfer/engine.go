@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 
@@ -18,6 +19,12 @@ import (
 // pinned stages, borrowed in FIFO order, and the CPU copy goroutines. A
 // Copier with WithStageFlags pinmem options (which cannot be compared) has
 // one of its own.
+//
+// Joining pins nothing: a borrower pins the stages it lacks (grow), up to
+// the target count (a ring of depth stages, two once two members or two
+// transfers of one Copier stage at once), so that memory is pinned only
+// when a transfer needs it. A Pipeline's engine pins its stages at once
+// (fill), as its options say.
 type engine struct {
 	key    engineKey
 	shared bool
@@ -26,16 +33,25 @@ type engine struct {
 
 	mu      sync.Mutex
 	refs    int
-	depth   int      // the largest depth of the members
-	par     int      // the largest parallelism of the members
-	all     []*stage // every stage, idle or borrowed
-	idle    []*stage
-	waiters []*stageWaiter // FIFO
-	peak    int            // most stages borrowed at once (tests)
+	depth   int            // the largest depth of the members
+	par     int            // the largest parallelism of the members
+	two     bool           // two rings: two members, or two transfers of one Copier staging at once
+	ring    class          // stages of the stage size: the rings, and one-stage transfers (pathStage)
+	small   class          // small stages of small one-stage transfers (pathSmall)
+	waiters []*stageWaiter // FIFO, for ring stages
+	peak    int            // most ring stages borrowed at once (tests)
 	pool    *copypool.Pool
 	closed  bool
 	rel     *lifecycle.Releaser
-	grown   bool // growForTwo ran
+}
+
+// class is the engine's stages of one size.
+type class struct {
+	size    int
+	all     []*stage // every stage, idle or borrowed
+	idle    []*stage
+	growing int  // stages being pinned (grow)
+	short   bool // pinning failed with stages there: run with them until a member joins
 }
 
 // engineKey identifies a shared engine.
@@ -47,10 +63,11 @@ type engineKey struct {
 	pipeline  bool // the chunk stages of Pipelines (stageSize is the chunk size)
 }
 
-// stageWaiter is a transfer waiting for stages.
+// stageWaiter is a transfer waiting for ring stages.
 type stageWaiter struct {
 	want  int
 	got   []*stage
+	retry bool // woken with no stage: nothing is pinned or being pinned, grow them (handOver)
 	ready chan struct{}
 }
 
@@ -61,8 +78,9 @@ var engines = struct {
 
 // joinEngine returns the engine for a Copier of c with options o (with
 // pipeline, for a Pipeline: stage size its chunk, depth its chunks in
-// flight), made or grown for it here, so that the caller reports a failure.
-func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
+// flight), made or raised to its depth and parallelism here. It pins
+// nothing (see engine).
+func joinEngine(c *cuda.Context, o options, pipeline bool) *engine {
 	key := engineKey{cctx: c, stageSize: o.stageSize, flags: o.stageFlags, stats: o.stats, pipeline: pipeline}
 	shared := len(o.stageOpts) == 0
 	engines.Lock()
@@ -77,37 +95,19 @@ func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
 	fresh := e == nil
 	if fresh {
 		e = &engine{key: key, shared: shared, flags: o.stageFlags | pinmem.Portable,
-			popts: append([]pinmem.Option{pinmem.WithDevice(c.Device())}, o.stageOpts...)}
+			popts: append([]pinmem.Option{pinmem.WithDevice(c.Device())}, o.stageOpts...),
+			ring:  class{size: o.stageSize}, small: class{size: smallStageSize}}
 		e.rel = lifecycle.NewReleaser(e.releaseStep)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	depth, par := max(e.depth, o.depth), max(e.par, o.parallelism)
-	target := depth
-	if e.refs+1 >= 2 {
-		target = 2 * depth
-	}
-	var added []*stage
-	var err error
-	for len(e.all)+len(added) < target {
-		var s *stage
-		if s, err = e.newStage(); err != nil {
-			err = fmt.Errorf("transfer: allocating staging buffer %d of %d bytes: %w", len(e.all)+len(added), o.stageSize, err)
-			break
-		}
-		added = append(added, s)
-	}
-	if err != nil && len(e.all)+len(added) < o.depth {
-		// Not even one ring: give the new stages back and fail.
-		return nil, errors.Join(err, freeStages(added))
-	}
-	// Short of two rings (the budget, say): run with what there is.
-	e.all = append(e.all, added...)
-	e.idle = append(e.idle, added...)
-	e.depth, e.par = depth, par
+	e.depth, e.par = max(e.depth, o.depth), max(e.par, o.parallelism)
+	e.two = e.two || e.refs+1 >= 2
+	// A member joining tries again where pinning failed.
+	e.ring.short, e.small.short = false, false
 	workers := 0
-	if par > 1 {
-		workers = max(1, min(par, runtime.NumCPU())-1)
+	if e.par > 1 {
+		workers = max(1, min(e.par, runtime.NumCPU())-1)
 	}
 	if e.pool == nil {
 		e.pool = copypool.New(workers, o.stats)
@@ -115,19 +115,35 @@ func joinEngine(c *cuda.Context, o options, pipeline bool) (*engine, error) {
 		e.pool.Grow(workers)
 	}
 	e.refs++
-	e.serve()
 	if fresh && shared {
 		engines.m[key] = e
 	}
-	return e, nil
+	return e
 }
 
-// newStage allocates a stage and, for a Copier, the event that guards its
-// reuse (a Pipeline's slots have their own).
-func (e *engine) newStage() (*stage, error) {
+// target is the most ring stages the engine pins. e.mu held.
+func (e *engine) target() int {
+	if e.two {
+		return 2 * e.depth
+	}
+	return e.depth
+}
+
+// allowTwo lets the engine grow to two rings, for a Copier running two
+// staged transfers at once; a failed pinning (the budget, say) leaves
+// them sharing the stages there are.
+func (e *engine) allowTwo() {
+	e.mu.Lock()
+	e.two = true
+	e.mu.Unlock()
+}
+
+// newStage pins a stage of size bytes and, for a Copier, makes the event
+// that guards its reuse (a Pipeline's slots have their own).
+func (e *engine) newStage(size int) (*stage, error) {
 	s := &stage{}
 	var err error
-	if s.buf, err = pinmem.Alloc(e.key.stageSize, e.flags, e.popts...); err != nil {
+	if s.buf, err = pinmem.Alloc(size, e.flags, e.popts...); err != nil {
 		return nil, err
 	}
 	s.mem, s.cuts = s.buf.Bytes(), hostspan.Cuts(s.buf)
@@ -139,50 +155,149 @@ func (e *engine) newStage() (*stage, error) {
 	return s, nil
 }
 
-// take borrows 1 to want stages, waiting in FIFO order, bounded by ctx.
+// grow pins the stages of class k that a borrower lacks to find want idle,
+// up to limit in all, outside the lock, and adds them to the idle ones. It
+// stops when ctx ends or pinning fails and returns that error; a failed
+// pinning with stages there marks the class short (no more pinning until
+// a member joins), so that transfers run with what there is rather than
+// try again each time. e.mu held on entry and return.
+func (e *engine) grow(ctx context.Context, k *class, want, limit int) error {
+	n := min(want-len(k.idle), limit-len(k.all)-k.growing)
+	if n <= 0 || k.short {
+		return nil
+	}
+	k.growing += n
+	e.mu.Unlock()
+	var added []*stage
+	var err error
+	failed := false
+	for range n {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		s, aerr := e.newStage(k.size)
+		if aerr != nil {
+			err, failed = fmt.Errorf("transfer: pinning a staging buffer of %d bytes: %w", k.size, aerr), true
+			break
+		}
+		s.small = k == &e.small
+		added = append(added, s)
+	}
+	e.mu.Lock()
+	k.growing -= n
+	k.all = append(k.all, added...)
+	k.idle = append(k.idle, added...)
+	if failed && len(k.all) > 0 {
+		k.short = true
+	}
+	return err
+}
+
+// fill pins the ring stages up to the target now (a Pipeline's, see
+// engine); it fails when fewer than want are there.
+func (e *engine) fill(ctx context.Context, want int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	err := e.grow(ctx, &e.ring, e.target(), e.target())
+	e.serve()
+	if err != nil && len(e.ring.all) < want {
+		return err
+	}
+	return nil
+}
+
+// take borrows 1 to want ring stages, waiting in FIFO order, bounded by
+// ctx. It first pins the stages it lacks (grow): when none is pinned and
+// pinning fails, that is its error; with stages there it waits for them.
 func (e *engine) take(ctx context.Context, want int) ([]*stage, error) {
 	e.mu.Lock()
 	want = max(1, min(want, e.depth))
-	if len(e.waiters) == 0 && len(e.idle) > 0 {
+	if len(e.waiters) == 0 && len(e.ring.idle) >= want {
 		got := e.grant(want)
 		e.mu.Unlock()
 		return got, nil
 	}
-	w := &stageWaiter{want: want, ready: make(chan struct{})}
-	e.waiters = append(e.waiters, w)
-	e.mu.Unlock()
-	select {
-	case <-w.ready:
-		return w.got, nil
-	case <-ctx.Done():
+	w := &stageWaiter{want: want}
+	front := false // a waiter woken to grow keeps its turn
+	for {
+		w.ready, w.retry = make(chan struct{}), false
+		if front {
+			e.waiters = append([]*stageWaiter{w}, e.waiters...)
+		} else {
+			e.waiters = append(e.waiters, w)
+		}
+		err := e.grow(ctx, &e.ring, want, e.target())
+		e.serve()
+		if err != nil && len(e.ring.all) == 0 && e.dequeue(w) {
+			// Nothing to wait for: the error is the transfer's.
+			e.handOver()
+			e.mu.Unlock()
+			return nil, err
+		}
+		e.mu.Unlock()
+		select {
+		case <-w.ready:
+		case <-ctx.Done():
+			e.mu.Lock()
+			if e.dequeue(w) {
+				e.mu.Unlock()
+				return nil, ctx.Err()
+			}
+			e.mu.Unlock()
+			<-w.ready // served meanwhile: give the stages back
+			if w.retry {
+				e.mu.Lock()
+				e.handOver()
+				e.mu.Unlock()
+			}
+			e.give(w.got)
+			return nil, ctx.Err()
+		}
+		if !w.retry {
+			return w.got, nil
+		}
+		e.mu.Lock()
+		front = true
 	}
-	e.mu.Lock()
+}
+
+// dequeue removes w from the waiters and reports whether it was there. e.mu held.
+func (e *engine) dequeue(w *stageWaiter) bool {
 	for i, x := range e.waiters {
 		if x == w {
 			e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)
-			e.mu.Unlock()
-			return nil, ctx.Err()
+			return true
 		}
 	}
-	e.mu.Unlock()
-	// Granted meanwhile: give the stages back.
-	<-w.ready
-	e.give(w.got)
-	return nil, ctx.Err()
+	return false
 }
 
-// grant takes up to want idle stages. e.mu held.
+// handOver wakes the first waiter to pin the stages itself when none is
+// pinned or being pinned (the borrower pinning them failed or its context
+// ended), so that no waiter waits for nothing. e.mu held.
+func (e *engine) handOver() {
+	if len(e.ring.all) > 0 || e.ring.growing > 0 || len(e.waiters) == 0 {
+		return
+	}
+	w := e.waiters[0]
+	e.waiters = e.waiters[1:]
+	w.retry = true
+	close(w.ready)
+}
+
+// grant takes up to want idle ring stages. e.mu held.
 func (e *engine) grant(want int) []*stage {
-	n := min(want, len(e.idle))
-	got := append([]*stage(nil), e.idle[len(e.idle)-n:]...)
-	e.idle = e.idle[:len(e.idle)-n]
-	e.peak = max(e.peak, len(e.all)-len(e.idle))
+	k := &e.ring
+	n := min(want, len(k.idle))
+	got := append([]*stage(nil), k.idle[len(k.idle)-n:]...)
+	k.idle = k.idle[:len(k.idle)-n]
+	e.peak = max(e.peak, len(k.all)-len(k.idle))
 	return got
 }
 
-// serve hands idle stages to the waiters, first come first served. e.mu held.
+// serve hands idle ring stages to the waiters, first come first served. e.mu held.
 func (e *engine) serve() {
-	for len(e.waiters) > 0 && len(e.idle) > 0 {
+	for len(e.waiters) > 0 && len(e.ring.idle) > 0 {
 		w := e.waiters[0]
 		e.waiters = e.waiters[1:]
 		w.got = e.grant(w.want)
@@ -196,7 +311,13 @@ func (e *engine) give(ss []*stage) {
 		return
 	}
 	e.mu.Lock()
-	e.idle = append(e.idle, ss...)
+	for _, s := range ss {
+		k := &e.ring
+		if s.small {
+			k = &e.small
+		}
+		k.idle = append(k.idle, s)
+	}
 	e.serve()
 	e.mu.Unlock()
 }
@@ -239,44 +360,12 @@ func (e *engine) leave(member *bool) (left int, err error) {
 func (e *engine) releaseStep() (left int, err error) {
 	e.pool.Close()
 	var errs []error
-	for _, s := range e.all {
-		errs = append(errs, s.free(&left))
+	for _, k := range []*class{&e.ring, &e.small} {
+		for _, s := range k.all {
+			errs = append(errs, s.free(&left))
+		}
 	}
 	return left, errors.Join(errs...)
-}
-
-// growForTwo grows the engine to two rings, once, for a Copier running two
-// staged transfers at once; a failed allocation (the budget, say) leaves
-// them sharing the stages there are. It allocates outside the lock; the
-// caller's membership keeps the engine open meanwhile.
-func (e *engine) growForTwo() {
-	e.mu.Lock()
-	if e.closed || e.grown || len(e.all) >= 2*e.depth {
-		e.mu.Unlock()
-		return
-	}
-	e.grown = true
-	want := 2*e.depth - len(e.all)
-	e.mu.Unlock()
-	var added []*stage
-	for range want {
-		s, err := e.newStage()
-		if err != nil {
-			break
-		}
-		added = append(added, s)
-	}
-	if len(added) == 0 {
-		return
-	}
-	e.mu.Lock()
-	// A Copier joining meanwhile may have grown the engine already.
-	keep := min(len(added), max(0, 2*e.depth-len(e.all)))
-	e.all = append(e.all, added[:keep]...)
-	e.idle = append(e.idle, added[:keep]...)
-	e.serve()
-	e.mu.Unlock()
-	_ = freeStages(added[keep:])
 }
 
 // isClosed reports whether the engine's last member has left.
@@ -286,17 +375,31 @@ func (e *engine) isClosed() bool {
 	return e.closed
 }
 
-// tryTake borrows an idle stage without waiting: nil when none is idle or
-// a transfer waits already (it is not overtaken).
-func (e *engine) tryTake() *stage {
+// tryTake borrows an idle stage for a one-stage transfer without waiting
+// for one, a small stage when small (pathSmall) else a ring stage, first
+// pinning one when none is idle and the class may grow (bounded by ctx).
+// It returns nil when it has none, or a transfer waits for ring stages
+// already (it is not overtaken): the transfer then takes the ring, which
+// waits or reports the pinning's error. Small stages grow without a
+// limit: there is at most one per lane of the members.
+func (e *engine) tryTake(ctx context.Context, small bool) *stage {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.waiters) > 0 || len(e.idle) == 0 {
+	k, limit := &e.small, math.MaxInt
+	if !small {
+		k, limit = &e.ring, e.target()
+	}
+	if !small && len(e.waiters) > 0 {
 		return nil
 	}
-	// grant(1) without allocating.
-	s := e.idle[len(e.idle)-1]
-	e.idle = e.idle[:len(e.idle)-1]
-	e.peak = max(e.peak, len(e.all)-len(e.idle))
+	_ = e.grow(ctx, k, 1, limit) // failing, the ring path tries and says why
+	if len(k.idle) == 0 || (!small && len(e.waiters) > 0) {
+		return nil
+	}
+	s := k.idle[len(k.idle)-1]
+	k.idle = k.idle[:len(k.idle)-1]
+	if !small {
+		e.peak = max(e.peak, len(k.all)-len(k.idle))
+	}
 	return s
 }

@@ -40,8 +40,8 @@ func TestFakeEngineBounds(t *testing.T) {
 			t.Fatal("Copiers of one context with the same stages do not share an engine")
 		}
 	}
-	if all, _ := eng.stageCount(); all != 2*depth {
-		t.Fatalf("engine holds %d stages, want %d", all, 2*depth)
+	if all, _ := eng.stageCount(); all != 0 || pinmem.Stats().Pinned.Bytes != base {
+		t.Fatalf("engine holds %d stages after New, want 0 (pinned when a transfer needs them)", all)
 	}
 	var peak atomic.Int64
 	stop := make(chan struct{})
@@ -95,8 +95,12 @@ func TestFakeEngineBounds(t *testing.T) {
 	if limit := int64(2 * depth * stage); peak.Load() > limit {
 		t.Errorf("peak pinned %d bytes with %d Copiers, want at most %d (two rings)", peak.Load(), copiers, limit)
 	}
-	if _, most := eng.stageCount(); most < depth+1 {
+	grown, most := eng.stageCount()
+	if most < depth+1 {
 		t.Errorf("at most %d stages were borrowed at once: the transfers never ran side by side", most)
+	}
+	if grown > 2*depth {
+		t.Errorf("engine holds %d stages, want at most %d (two rings)", grown, 2*depth)
 	}
 	// Copiers leave one by one; the last one releases the stages (useFake
 	// checks that nothing is left).
@@ -105,8 +109,8 @@ func TestFakeEngineBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i < copiers-1 {
-			if all, _ := eng.stageCount(); all != 2*depth {
-				t.Fatalf("after %d Closes the engine holds %d stages", i+1, all)
+			if all, _ := eng.stageCount(); all != grown {
+				t.Fatalf("after %d Closes the engine holds %d stages, %d before", i+1, all, grown)
 			}
 		}
 	}
@@ -116,11 +120,18 @@ func TestFakeEngineBounds(t *testing.T) {
 }
 
 // TestFakeEngineSeparate: Copiers with other stage sizes, stats settings
-// or contexts have engines of their own; one Copier alone holds one ring.
+// or contexts have engines of their own; one Copier alone holds one ring,
+// pinned by its first staged transfer.
 func TestFakeEngineSeparate(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	base := pinmem.Stats().Pinned.Bytes
 	a := e.copier(t, WithStageSize(64<<10), WithDepth(2))
+	if p := pinmem.Stats().Pinned.Bytes - base; p != 0 {
+		t.Errorf("New pinned %d bytes, want 0", p)
+	}
+	if _, err := a.HtoD(context.Background(), e.devbuf(t, 4*64<<10), make([]byte, 4*64<<10)); err != nil {
+		t.Fatal(err)
+	}
 	if p := pinmem.Stats().Pinned.Bytes - base; p != 2*64<<10 {
 		t.Errorf("one Copier pinned %d bytes, want its ring, %d", p, 2*64<<10)
 	}
@@ -216,8 +227,8 @@ func TestFakeEngineFIFO(t *testing.T) {
 	for _, i := range seq {
 		eng.give(got[i])
 	}
-	if n, _ := eng.stageCount(); n != 4 || len(eng.idle) != 4 {
-		t.Errorf("%d stages, %d idle after everything was given back", n, len(eng.idle))
+	if n, _ := eng.stageCount(); n != 4 || len(eng.ring.idle) != 4 {
+		t.Errorf("%d stages, %d idle after everything was given back", n, len(eng.ring.idle))
 	}
 }
 
@@ -365,18 +376,21 @@ func TestFakeTwoLanes(t *testing.T) {
 }
 
 // TestFakeTwoLanesUnderBudget: when the budget leaves no room for the
-// second ring, the engine stays at one (and does not try again for every
+// second ring (the first pinned by a first transfer), the engine stays at one (and does not try again for every
 // transfer), and two transfers of one Copier share its stages: the second
 // waits for them and both complete with every byte right.
 func TestFakeTwoLanesUnderBudget(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	const stage, depth = 64 << 10, 3
 	c := e.copier(t, WithStageSize(stage), WithDepth(depth), WithParallelism(2))
-	prev := pinmem.SetBudget(pinmem.Stats().Pinned.Bytes + stage/2) // not one more stage
-	defer pinmem.SetBudget(prev)
 	n := 10 * stage
 	devA, devB := e.devbuf(t, n), e.devbuf(t, n)
 	srcA, srcB := testutil.RandomBytes(n, 31), testutil.RandomBytes(n, 32)
+	if err := c.eng.fill(context.Background(), depth); err != nil { // the first ring, as a first transfer pins it
+		t.Fatal(err)
+	}
+	prev := pinmem.SetBudget(pinmem.Stats().Pinned.Bytes + stage/2) // not one more stage
+	defer pinmem.SetBudget(prev)
 	if _, err := devB.WriteAt(srcB, 0); err != nil {
 		t.Fatal(err)
 	}

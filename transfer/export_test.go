@@ -123,7 +123,7 @@ func (c *Copier) Stream() *cuda.Stream {
 func (e *engine) stageCount() (all, peak int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.all), e.peak
+	return len(e.ring.all), e.peak
 }
 
 // htod is HtoD with path forced by how.
@@ -140,8 +140,11 @@ func (c *copier) dtoh(ctx context.Context, dst []byte, src *cuda.DeviceBuffer, h
 
 // String names the path in test messages.
 func (p path) String() string {
-	if p == pathRing {
+	switch p {
+	case pathRing:
 		return "ring"
+	case pathSmall:
+		return "small stage"
 	}
 	return "stage"
 }

@@ -415,14 +415,15 @@ func TestFakeCancelHalfway(t *testing.T) {
 			}
 			// The next transfer takes the other lane, whose stream is
 			// held too: it is abandoned in its turn (bounded by its
-			// context), on stages other than the first one's ...
+			// context), on a stage other than the first one's, pinned
+			// for it ...
 			short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancelShort()
 			if _, err := c.HtoD(short, dev, src[:10]); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("transfer while the abandoned copies are held: %v, want context.DeadlineExceeded", err)
 			}
-			if all, peak := c.eng.stageCount(); all != 2*depth || peak != depth+1 {
-				t.Fatalf("engine: %d stages, %d borrowed at most; want %d and %d", all, peak, 2*depth, depth+1)
+			if all, peak := c.eng.stageCount(); all != depth+1 || peak != depth+1 {
+				t.Fatalf("engine: %d stages, %d borrowed at most; want %d and %d", all, peak, depth+1, depth+1)
 			}
 			// ... and with both lanes taken by abandoned copies, a
 			// transfer waits for them ...

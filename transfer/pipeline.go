@@ -241,7 +241,7 @@ func newPipelineState(c *copier, cfg pipelineConfig) (p *pipeline, err error) {
 		}
 	}
 	if cfg.pinStages {
-		if err := p.stages(); err != nil {
+		if err := p.stages(context.Background()); err != nil {
 			return p, err
 		}
 	}
@@ -288,17 +288,19 @@ func (p *pipeline) releaseStep() (left int, err error) {
 }
 
 // stages joins, once, the engine of the context's Pipeline staging
-// buffers, which allocates or grows them.
-func (p *pipeline) stages() error {
+// buffers and pins them (fill), bounded by ctx.
+func (p *pipeline) stages(ctx context.Context) error {
 	if p.eng != nil {
 		return nil
 	}
 	o := options{stageSize: p.cfg.chunkSize, depth: p.cfg.inFlight, parallelism: 1}
-	eng, err := joinEngine(p.c.cctx, o, true)
-	if err != nil {
-		return fmt.Errorf("transfer: pipeline staging buffers: %w", err)
+	eng := joinEngine(p.c.cctx, o, true)
+	member := true
+	if err := eng.fill(ctx, o.depth); err != nil {
+		_, lerr := eng.leave(&member)
+		return fmt.Errorf("transfer: pipeline staging buffers: %w", errors.Join(err, lerr))
 	}
-	p.eng, p.member = eng, true
+	p.eng, p.member = eng, member
 	return nil
 }
 
@@ -437,7 +439,7 @@ func (p *pipeline) prepare(ctx context.Context, in, out []byte, st *PipelineStat
 	}
 	if (st.StagedIn || st.StagedOut) && p.eng == nil {
 		t0 := time.Now()
-		if err := p.stages(); err != nil {
+		if err := p.stages(ctx); err != nil {
 			return nil, nil, 0, err
 		}
 		st.Setup = time.Since(t0)

@@ -14,6 +14,10 @@ import "github.com/pinmem/pinmem/internal/copypool"
 //     2 MiB into 4 pieces of at least 256 KiB, so that each piece's DMA
 //     overlaps the copy of the next; from 16 MiB two halves both ways;
 //     otherwise whole.
+//   - Up to 1 MiB, with larger stages, the stage is a small one
+//     (smallStageSize), pinned on first use beside the ring's: a Copier
+//     that moves only small transfers pins a small stage per lane in use,
+//     not a ring. Its size changes nothing in the schedule (stagePieces).
 //   - The driver's own pageable copy, a few percent faster only host to
 //     device at 64 KiB-1 MiB, cannot be interrupted (it would outlive a
 //     call whose context ended): it is not used.
@@ -23,6 +27,7 @@ const (
 	singlePieceMin   = 256 << 10             // the smallest piece of one stage
 	singleWholeMin   = 4 * singleCopyInline  // host to device from here: whole (or halves)
 	singleHalvesMin  = 16 << 20              // from here: two halves both ways
+	smallStageSize   = 1 << 20               // the stage of a transfer up to this size (pathSmall)
 )
 
 // path is how a pageable transfer moves.
@@ -30,14 +35,19 @@ type path uint8
 
 const (
 	pathStage path = iota // one pinned stage, in stagePieces pieces, when one is idle
+	pathSmall             // as pathStage, in a small stage (smallStageSize)
 	pathRing              // the Copier's ring of stages
 )
 
 // route chooses the path of a pageable transfer of n bytes with stages of
-// stageSize bytes; how forces a path (tests). It is pure.
+// stageSize bytes, and for one stage its size class; how forces a path
+// (tests). It is pure.
 func route(n, stageSize int, how strategy) path {
-	if how == forceStaged || n > stageSize || (how != forceShort && n > singleStagedMax) {
+	switch {
+	case how == forceStaged || n > stageSize || (how != forceShort && n > singleStagedMax):
 		return pathRing
+	case n <= smallStageSize && smallStageSize < stageSize:
+		return pathSmall
 	}
 	return pathStage
 }

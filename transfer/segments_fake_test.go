@@ -265,7 +265,10 @@ func TestFakeSegmentsStages(t *testing.T) {
 	e := useMultiFake(t, 2, 3<<20)
 	opts := []Option{WithStageSize(1 << 20)}
 	c := e.copier(t, opts...)
-	if segs := len(c.eng.all[0].buf.Segments()); segs < 3 {
+	if err := c.eng.fill(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if segs := len(c.eng.ring.all[0].buf.Segments()); segs < 3 {
 		t.Fatalf("stages of %d registrations, want several", segs)
 	}
 	src := testutil.RandomBytes(3<<20-5, 21)

@@ -7,11 +7,11 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// oneStage takes an idle lane and stage without waiting and lays the
-// transfer out in l.ops, in stagePieces parts of the stage. l is nil when
-// none is idle or a transfer waits for stages already: the transfer then
-// takes the ring, which waits bounded by ctx.
-func (c *copier) oneStage(ctx context.Context, d Direction, host []byte, dev *cuda.DeviceBuffer) (*lane, error) {
+// oneStage takes an idle lane and stage (a small one when small) without
+// waiting and lays the transfer out in l.ops, in stagePieces parts of the
+// stage. l is nil when none is idle or a transfer waits for stages
+// already: the transfer then takes the ring, which waits bounded by ctx.
+func (c *copier) oneStage(ctx context.Context, d Direction, host []byte, dev *cuda.DeviceBuffer, small bool) (*lane, error) {
 	var l *lane
 	select {
 	case l = <-c.free:
@@ -23,7 +23,7 @@ func (c *copier) oneStage(ctx context.Context, d Direction, host []byte, dev *cu
 		c.free <- l
 		return nil, err
 	}
-	s := c.eng.tryTake()
+	s := c.eng.tryTake(ctx, small)
 	if s == nil {
 		c.free <- l
 		return nil, nil

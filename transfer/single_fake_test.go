@@ -15,18 +15,26 @@ import (
 	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
 
-// idleStages is the number of the engine's stages not lent to a transfer.
-func idleStages(e *engine) int {
+// lentStages is the number of the engine's stages, of either class, lent
+// to transfers.
+func lentStages(e *engine) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.idle)
+	return len(e.ring.all) - len(e.ring.idle) + len(e.small.all) - len(e.small.idle)
 }
 
-// lendAllStages borrows every idle stage of c's engine, as transfers
-// holding them would; the caller gives them back with c.eng.give.
+// lendAllStages pins the ring stages c's engine may hold and borrows every
+// idle one, as transfers holding them would; the caller gives them back
+// with c.eng.give.
 func lendAllStages(t *testing.T, c *Copier) []*stage {
 	t.Helper()
-	all, err := c.eng.take(context.Background(), idleStages(c.eng))
+	if err := c.eng.fill(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	c.eng.mu.Lock()
+	idle := len(c.eng.ring.idle)
+	c.eng.mu.Unlock()
+	all, err := c.eng.take(context.Background(), idle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +69,6 @@ func TestFakeSingleStageDeadline(t *testing.T) {
 				dev := e.devbuf(t, n)
 				src := testutil.RandomBytes(n, 21)
 				dst := make([]byte, n)
-				idle0 := idleStages(c.eng)
 				release := holdLanes(t, e, c)
 				ctx, cancel := deadline200ms()
 				within(t, "single-stage "+d.String(), 700*time.Millisecond, func() error {
@@ -74,13 +81,13 @@ func TestFakeSingleStageDeadline(t *testing.T) {
 					return err
 				})
 				cancel()
-				if got := idleStages(c.eng); got != idle0-1 {
-					t.Errorf("%d idle stages while the copy is queued, %d before", got, idle0)
+				if got := lentStages(c.eng); got != 1 {
+					t.Errorf("%d stages lent while the copy is queued, want 1", got)
 				}
 				release()
 				waitIdle(t, c)
-				if got := idleStages(c.eng); got != idle0 {
-					t.Errorf("%d idle stages after the drain, %d before", got, idle0)
+				if got := lentStages(c.eng); got != 0 {
+					t.Errorf("%d stages lent after the drain, want 0", got)
 				}
 				bg := context.Background()
 				if st, err := c.HtoD(bg, dev, src); err != nil || st.Stages != 1 {
@@ -207,8 +214,8 @@ func TestFakeSingleStageConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 	waitIdle(t, c)
-	if all, _ := c.eng.stageCount(); idleStages(c.eng) != all || len(c.free) != len(c.lanes) {
-		t.Errorf("%d of %d stages idle, %d of %d lanes free at the end", idleStages(c.eng), all, len(c.free), len(c.lanes))
+	if lent := lentStages(c.eng); lent != 0 || len(c.free) != len(c.lanes) {
+		t.Errorf("%d stages lent, %d of %d lanes free at the end", lent, len(c.free), len(c.lanes))
 	}
 }
 
@@ -304,7 +311,6 @@ func TestFakeSingleStageFaults(t *testing.T) {
 				dev := e.devbuf(t, n)
 				src := testutil.RandomBytes(n, uint64(nth))
 				ctx, cancel := context.WithCancel(context.Background())
-				all, _ := c.eng.stageCount()
 				if err := e.d.FailOn(op, nth, cudadrv.ErrorLaunchFailed); err != nil {
 					t.Fatal(err)
 				}
@@ -321,8 +327,8 @@ func TestFakeSingleStageFaults(t *testing.T) {
 				}
 				cancel()
 				waitIdle(t, c)
-				if got := idleStages(c.eng); got != all || len(c.free) != len(c.lanes) {
-					t.Errorf("%v, %s failing on call %d: %d of %d stages idle, %d of %d lanes free", mode, op, nth, got, all, len(c.free), len(c.lanes))
+				if got := lentStages(c.eng); got != 0 || len(c.free) != len(c.lanes) {
+					t.Errorf("%v, %s failing on call %d: %d stages lent, %d of %d lanes free", mode, op, nth, got, len(c.free), len(c.lanes))
 				}
 			}
 		}

@@ -12,10 +12,11 @@ import (
 // stage is one pinned buffer of a staging engine, with the event recorded
 // after the last copy out of it or into it.
 type stage struct {
-	buf  *pinmem.Buffer
-	mem  []byte
-	cuts []int       // registration boundaries in mem (hostspan.Cuts)
-	ev   *cuda.Event // recorded behind the copies on it (ring)
+	buf   *pinmem.Buffer
+	mem   []byte
+	cuts  []int       // registration boundaries in mem (hostspan.Cuts)
+	ev    *cuda.Event // recorded behind the copies on it (ring)
+	small bool        // of the engine's small class
 }
 
 // copyStage copies between host memory and a stage, on the caller's
