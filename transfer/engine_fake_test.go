@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -533,4 +534,165 @@ func TestFakeRetryAfterAbandon(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.CheckBytes(t, retry, e.deviceBytes(t, dev))
+}
+
+// TestFakeEnginePinsOnUse: a default Copier pins nothing in New; a 4 KiB
+// round trip pins one small stage (1 MiB), and another pins nothing more;
+// a 256 MiB round trip pins one ring (depth stages of the stage size)
+// beside it. Every byte is checked; useFake checks that Close gave
+// everything back.
+func TestFakeEnginePinsOnUse(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	base := pinmem.Stats().Pinned.Bytes
+	pinned := func() int64 { return pinmem.Stats().Pinned.Bytes - base }
+	c := e.copier(t)
+	if p := pinned(); p != 0 {
+		t.Fatalf("New pinned %d bytes, want 0", p)
+	}
+	roundTrip := func(n int) {
+		t.Helper()
+		dev := e.devbuf(t, n)
+		src := testutil.RandomBytes(n, uint64(n))
+		dst := make([]byte, n)
+		if _, err := c.HtoD(context.Background(), dev, src); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.DtoH(context.Background(), dst, dev); err != nil {
+			t.Fatal(err)
+		}
+		testutil.CheckBytes(t, src, dst)
+	}
+	for i := range 2 {
+		roundTrip(4 << 10)
+		if p := pinned(); p != smallStageSize || p > 1<<20 {
+			t.Fatalf("after 4 KiB round trip %d: %d bytes pinned, want one small stage of %d (at most 1 MiB)", i+1, p, smallStageSize)
+		}
+	}
+	if testing.Short() {
+		t.Skip("moves 2 x 256 MiB through the fake")
+	}
+	roundTrip(256 << 20)
+	if p, want := pinned(), int64(smallStageSize+DefaultDepth*DefaultStageSize); p != want {
+		t.Errorf("after a 256 MiB round trip: %d bytes pinned, want %d (the small stage and one ring)", p, want)
+	}
+}
+
+// TestFakeEnginePinFailure: a transfer whose stages the budget refuses
+// fails with the budget's error and pins nothing; transfers of four
+// Copiers sharing an engine, racing for a ring nobody can pin, all fail
+// and none waits for stages nobody pins; with room for one stage a
+// transfer runs on that one, and the engine pins no more (it does not
+// try again for each transfer) until a Copier joins; a small transfer
+// pins its small stage once the budget allows it.
+func TestFakeEnginePinFailure(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	base := pinmem.Stats().Pinned.Bytes
+	prev := pinmem.SetBudget(pinmem.Stats().Reserved + 4096)
+	defer pinmem.SetBudget(prev)
+	const stage, depth = 64 << 10, 3
+	n := 10 * stage
+	dev := e.devbuf(t, n)
+	src := testutil.RandomBytes(n, 71)
+	bg := context.Background()
+	def := e.copier(t)
+	if _, err := def.HtoD(bg, dev, src[:4096]); !errors.Is(err, pinmem.ErrBudget) {
+		t.Fatalf("4 KiB over the budget: %v, want pinmem.ErrBudget", err)
+	}
+	cps := make([]*Copier, 4)
+	for i := range cps {
+		cps[i] = e.copier(t, WithStageSize(stage), WithDepth(depth))
+	}
+	errs := make(chan error, 2*len(cps))
+	for i := range cap(errs) {
+		c := cps[i%len(cps)]
+		go func() {
+			_, err := c.HtoD(bg, dev, src)
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, pinmem.ErrBudget) || !strings.Contains(err.Error(), "staging buffer") {
+				t.Errorf("ring transfer over the budget: %v, want pinmem.ErrBudget pinning a staging buffer", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a transfer waits for stages that nobody pins")
+		}
+	}
+	if p := pinmem.Stats().Pinned.Bytes; p != base {
+		t.Fatalf("%d bytes pinned after failed transfers, %d before", p, base)
+	}
+	// Room for one stage: the transfer runs on it.
+	pinmem.SetBudget(pinmem.Stats().Reserved + stage + stage/2)
+	if _, err := cps[0].HtoD(bg, dev, src); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
+	pinmem.SetBudget(prev)
+	if _, err := cps[0].HtoD(bg, dev, src); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := cps[0].eng.stageCount(); all != 1 {
+		t.Errorf("engine holds %d stages after a short pinning, want 1 until a Copier joins", all)
+	}
+	e.copier(t, WithStageSize(stage), WithDepth(depth))
+	if _, err := cps[0].HtoD(bg, dev, src); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := cps[0].eng.stageCount(); all != depth {
+		t.Errorf("engine holds %d stages after a Copier joined, want %d", all, depth)
+	}
+	dst := make([]byte, 4096)
+	if _, err := def.DtoH(bg, dst, dev); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, src[:4096], dst)
+}
+
+// TestFakeEngineHandOver: a transfer waiting for the ring stages another
+// is pinning is woken to pin them itself when that pinning ends with none
+// (it failed, or its context ended), and gets them.
+func TestFakeEngineHandOver(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t, WithStageSize(64<<10), WithDepth(2))
+	eng := c.eng
+	eng.mu.Lock()
+	eng.ring.growing = eng.target() // another borrower pins every stage
+	eng.mu.Unlock()
+	got := make(chan error, 1)
+	go func() {
+		ss, err := eng.take(context.Background(), 2)
+		if err == nil && len(ss) != 2 {
+			err = fmt.Errorf("took %d stages, want 2", len(ss))
+		}
+		eng.give(ss)
+		got <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		eng.mu.Lock()
+		q := len(eng.waiters)
+		eng.mu.Unlock()
+		if q == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the transfer did not wait for the stages being pinned")
+		}
+	}
+	eng.mu.Lock()
+	eng.ring.growing = 0 // that pinning ended with none
+	eng.handOver()
+	eng.mu.Unlock()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not woken to pin the stages")
+	}
+	if all, _ := eng.stageCount(); all != 2 {
+		t.Errorf("engine holds %d stages, want 2", all)
+	}
 }
