@@ -297,7 +297,10 @@ func (p *pipeline) stages(ctx context.Context) error {
 	eng := joinEngine(p.c.cctx, o, true)
 	member := true
 	if err := eng.fill(ctx, o.depth); err != nil {
-		_, lerr := eng.leave(&member)
+		left, lerr := eng.leave(&member)
+		if left > 0 {
+			eng.rel.Orphan() // what the driver failed to release, retried later
+		}
 		return fmt.Errorf("transfer: pipeline staging buffers: %w", errors.Join(err, lerr))
 	}
 	p.eng, p.member = eng, member
