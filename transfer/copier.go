@@ -36,6 +36,17 @@ import (
 // for, capped by the CPUs. N Copiers neither multiply pinned memory nor
 // oversubscribe the cores. WithStageFlags pinmem options make an engine of
 // the Copier's own.
+//
+// The stages are pinned when a transfer first needs them, not in New, and
+// stay pinned until the engine's last Copier closes (pinmem.Stats counts
+// them): a pageable transfer of up to 1 MiB, with larger stages, goes
+// through a small stage of 1 MiB, one per transfer in flight (a Copier
+// that only moves small transfers holds 1 MiB, 2 MiB with both lanes
+// busy); a larger one pins the stages of the stage size it takes, up to
+// one ring (depth stages: 96 MiB by default), two once two transfers stage
+// at once. A transfer whose stages cannot be pinned when none is there
+// returns that error (a *pinmem.BudgetError over the budget); with stages
+// there it runs on those, and the engine pins no more until a Copier joins.
 type Copier struct {
 	*copier
 	cleanup runtime.Cleanup
@@ -79,10 +90,10 @@ type lane struct {
 const lanesOwn = 2 // the lanes of a Copier with a stream of its own
 
 // New creates a Copier for the context c: its lanes' streams and events,
-// and its membership of the context's staging engine, which New creates or
-// grows (depth x stage size of pinned memory for the first Copier, twice
-// that once two share it). A refused option is a *pinmem.OptionError
-// (matching cuda.ErrInvalidValue) naming it. The caller must Close it.
+// and its membership of the context's staging engine. It pins no memory:
+// the transfers pin the stages they need (see Copier). A refused option is
+// a *pinmem.OptionError (matching cuda.ErrInvalidValue) naming it. The
+// caller must Close it.
 func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 	lifecycle.RetryOrphans()
 	if c == nil {

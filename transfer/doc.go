@@ -115,5 +115,7 @@
 // PCIe speed from about 16 MiB, two or three stages in flight keep the
 // copy engine busy, Go copies into pinned memory stop scaling at about a
 // dozen goroutines, and up to 32 MiB one stage is faster than the ring
-// (on an H200, PCIe Gen5 x16).
+// (on an H200, PCIe Gen5 x16). Nothing is pinned until a transfer needs
+// it: transfers up to 1 MiB use a 1 MiB stage, larger ones the ring's
+// stages (96 MiB for one ring), as Copier says.
 package transfer

@@ -124,8 +124,8 @@ func WithWait(m WaitMode) Option { return func(o *options) { o.wait = m } }
 func WithStageSize(n int) Option { return func(o *options) { o.stageSize = n } }
 
 // WithDepth sets the number of staging buffers a transfer borrows from
-// the staging engine, its ring (1 to 1024; 2 or more for any overlap).
-// Default DefaultDepth.
+// the staging engine, its ring (1 to 1024; 2 or more for any overlap),
+// pinned by the first transfer that needs them. Default DefaultDepth.
 func WithDepth(n int) Option { return func(o *options) { o.depth = n } }
 
 // WithParallelism sets the number of goroutines that copy between Go
