@@ -153,7 +153,8 @@ func run(ctx context.Context, cfg config, w io.Writer) (res Result, err error) {
 	}
 	defer func() { err = errors.Join(err, s.Destroy()) }()
 
-	// A Copier for the third mode. It pins its staging buffers once.
+	// A Copier for the third mode. It pins its staging buffers once, in its
+	// first copy (the warm-up run).
 	cp, err := transfer.New(gpu)
 	if err != nil {
 		return res, err
