@@ -7,10 +7,12 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// oneStage takes an idle lane and stage (a small one when small) without
-// waiting and lays the transfer out in l.ops, in stagePieces parts of the
-// stage. l is nil when none is idle or a transfer waits for stages
-// already: the transfer then takes the ring, which waits bounded by ctx.
+// oneStage takes an idle lane and stage (a small one when small; pinned
+// now when none is idle and the engine may grow, bounded by ctx) without
+// waiting for either, and lays the transfer out in l.ops, in stagePieces
+// parts of the stage. l is nil when it has none or a transfer waits for
+// stages already: the transfer then takes the ring, which waits bounded
+// by ctx.
 func (c *copier) oneStage(ctx context.Context, d Direction, host []byte, dev *cuda.DeviceBuffer, small bool) (*lane, error) {
 	var l *lane
 	select {
