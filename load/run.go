@@ -192,36 +192,36 @@ func (r *run) open(ctx context.Context, files []File, wholeDst *cuda.DeviceBuffe
 	return nil
 }
 
-// plan splits every file's ranges into reads and takes the files' reads
-// in turn (the first read of every file, then the second, and so on), so
-// that the readers work on every file at once.
+// plan splits every file's ranges into reads and orders them as the files
+// and the ranges in them are: every read of the first file, then of the
+// second, and so on. Readers take the reads in this order, so that all of
+// them work on the first ranges first and ranges land in about the order
+// of the files (a checkpoint's tensors in shard order), the load's first
+// range soonest, rather than every file advancing at once and each
+// range landing after the ranges of all the files up to its offset. The
+// first range's reads hold nothing else and are split among the readers
+// (headSize), so that it lands once its own bytes are read, not after a
+// stage of the next range. The readers, the bytes and the reads are those
+// of every file read in stages: a load still reads its files in
+// parallel, across a file's end into the next.
 func (r *run) plan() {
-	var perFile [][]read
 	for i, of := range r.files {
 		align := int64(1)
 		if of.direct != nil {
 			align = Align
 		}
-		rs := plan(of.ranges, r.l.cfg.stageSize, align)
+		split := 0 // the load's first range is read alone, split among the readers
+		if len(r.reads) == 0 {
+			split = r.l.cfg.parallel
+		}
+		rs := plan(of.ranges, r.l.cfg.stageSize, align, split)
 		for k := range rs {
 			rs[k].file = i
 			for p := range rs[k].pieces {
 				rs[k].pieces[p].rng += of.base
 			}
 		}
-		perFile = append(perFile, rs)
-	}
-	for k := 0; ; k++ {
-		took := false
-		for _, rs := range perFile {
-			if k < len(rs) {
-				r.reads = append(r.reads, rs[k])
-				took = true
-			}
-		}
-		if !took {
-			return
-		}
+		r.reads = append(r.reads, rs...)
 	}
 }
 
