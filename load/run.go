@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,9 @@ type run struct {
 
 	readBytes atomic.Int64
 	inFlight  sync.WaitGroup // stages whose copies were queued and not yet retired
+
+	fmu     sync.Mutex
+	flights []*flight // queued and not yet counted as landed, in the order queued (guarded by fmu)
 
 	mu       sync.Mutex // guards the fields below and the callbacks
 	err      error
@@ -472,11 +476,24 @@ func (r *run) end() {
 	r.mu.Unlock()
 }
 
+// flight is a stage whose copies were queued: its pieces are counted as
+// landed once (by retire, or earlier by a reader's poll), and the stage
+// goes back to the Loader when retire's wait has returned.
+type flight struct {
+	s      *stage
+	pieces []piece
+	wait   func() error
+	query  bool        // the event was recorded behind the copies: poll may query it
+	landed atomic.Bool // its pieces were counted
+}
+
 // reader issues reads until none is left or the load stops: take a stage
 // whose copies have finished, fill it, queue its copies and hand it to
-// retire, which gives it back once they ran.
+// retire, which gives it back once they ran. Between two reads it polls
+// the stages in flight.
 func (r *run) reader() {
 	for r.ctx.Err() == nil {
+		r.poll()
 		i := r.next.Add(1) - 1
 		if i >= int64(len(r.reads)) {
 			return
@@ -487,11 +504,13 @@ func (r *run) reader() {
 		case <-r.ctx.Done():
 			return
 		}
-		rd := &r.reads[i]
-		k, wait, err := r.fill(s, rd)
-		if wait != nil {
+		f, err := r.fill(s, &r.reads[i])
+		if f != nil {
 			r.inFlight.Add(1)
-			go r.retire(s, rd.pieces[:k], wait)
+			r.fmu.Lock()
+			r.flights = append(r.flights, f)
+			r.fmu.Unlock()
+			go r.retire(f)
 		} else {
 			r.l.free <- s
 		}
@@ -502,19 +521,67 @@ func (r *run) reader() {
 	}
 }
 
-// retire waits until the copies out of s have run, gives s back to the
-// Loader and counts the pieces as delivered. It is the one place where a
-// load's copies are waited for without a bound: it runs on its own
-// goroutine, and a load that stops waiting leaves it to finish here.
-func (r *run) retire(s *stage, landed []piece, wait func() error) {
+// poll counts as landed the stages in flight whose events have completed,
+// without waiting: the retire goroutines, which wait for them, may get no
+// thread to run on while every reader is busy reading (readers go from one
+// system call to the next without blocking), and then a range would be
+// announced only once the readers run out of stages. Each stream's
+// copies run in order, so the scan stops querying a stream at its first
+// stage still copying.
+func (r *run) poll() {
+	var ps []piece
+	var busy []*cuda.Stream
+	r.fmu.Lock()
+	keep := r.flights[:0]
+	for _, f := range r.flights {
+		if f.landed.Load() {
+			continue
+		}
+		if f.query && !slices.Contains(busy, f.s.stream) {
+			// The event's latest record is f's, or a later one's once
+			// retire has given the stage back, which it does only after
+			// f's copies ran: complete means f's copies ran.
+			done, err := f.s.ev.Query()
+			if err != nil || done {
+				// A fault the query reports is reported once: the load
+				// fails here, as retire's wait would have failed it.
+				if f.landed.CompareAndSwap(false, true) {
+					if err != nil {
+						r.fail(fmt.Errorf("load: waiting for a copy to the device: %w", err))
+					} else {
+						ps = append(ps, f.pieces...)
+					}
+				}
+				continue
+			}
+			busy = append(busy, f.s.stream)
+		}
+		keep = append(keep, f)
+	}
+	clear(r.flights[len(keep):])
+	r.flights = keep
+	r.fmu.Unlock()
+	if len(ps) > 0 {
+		r.landed(ps)
+	}
+}
+
+// retire waits until the copies out of f's stage have run, gives the stage
+// back to the Loader and counts the pieces as delivered unless poll did.
+// It is the one place where a load's copies are waited for without a
+// bound: it runs on its own goroutine, and a load that stops waiting
+// leaves it to finish here.
+func (r *run) retire(f *flight) {
 	defer r.inFlight.Done()
-	err := wait()
-	r.l.free <- s
+	err := f.wait()
+	r.l.free <- f.s
 	if err != nil {
 		r.fail(fmt.Errorf("load: waiting for a copy to the device: %w", err))
 		return
 	}
-	r.landed(landed)
+	if f.landed.CompareAndSwap(false, true) {
+		r.landed(f.pieces)
+	}
 }
 
 // landed counts the pieces as on the device and makes the callbacks. A
@@ -548,14 +615,15 @@ func (r *run) landed(ps []piece) {
 	}
 }
 
-// fill reads rd into s and queues its copies. It returns how many of rd's pieces were queued and,
-// when any was, the wait for them; nothing is queued from a stage whose
-// read failed.
-func (r *run) fill(s *stage, rd *read) (k int, wait func() error, err error) {
+// fill reads rd into s and queues its copies. It returns the flight of
+// the pieces it queued, nil when none was; nothing is queued from a stage
+// whose read failed.
+func (r *run) fill(s *stage, rd *read) (*flight, error) {
 	src, err := r.source(s, rd)
 	if err == nil {
 		err = r.ctx.Err()
 	}
+	k := 0
 	for ; err == nil && k < len(rd.pieces); k++ {
 		p := rd.pieces[k]
 		if cerr := s.stream.CopyHtoD(cuda.WrapDevicePtr(s.stream.Context(), p.dst, p.n), 0, src[p.stageOff:p.stageOff+p.n]); cerr != nil {
@@ -564,12 +632,15 @@ func (r *run) fill(s *stage, rd *read) (k int, wait func() error, err error) {
 		}
 	}
 	if k == 0 {
-		return 0, nil, err
+		return nil, err
 	}
+	f := &flight{s: s, pieces: rd.pieces[:k]}
 	if rerr := s.ev.Record(s.stream); rerr != nil {
-		return k, func() error { return s.stream.Synchronize(context.Background()) }, errors.Join(err, fmt.Errorf("load: recording an event: %w", rerr))
+		f.wait = func() error { return s.stream.Synchronize(context.Background()) }
+		return f, errors.Join(err, fmt.Errorf("load: recording an event: %w", rerr))
 	}
-	return k, func() error { return s.ev.Synchronize(context.Background()) }, err
+	f.wait, f.query = func() error { return s.ev.Synchronize(context.Background()) }, true
+	return f, err
 }
 
 // source returns the bytes of rd: s's stage filled by a read.
