@@ -574,12 +574,14 @@ func (r *run) poll() {
 func (r *run) retire(f *flight) {
 	defer r.inFlight.Done()
 	err := f.wait()
-	r.l.free <- f.s
 	if err != nil {
+		// Not landed: once the stage is refilled, poll would query the
+		// next copies' event.
+		f.landed.Store(true)
 		r.fail(fmt.Errorf("load: waiting for a copy to the device: %w", err))
-		return
 	}
-	if f.landed.CompareAndSwap(false, true) {
+	r.l.free <- f.s
+	if err == nil && f.landed.CompareAndSwap(false, true) {
 		r.landed(f.pieces)
 	}
 }
