@@ -5,6 +5,7 @@ package load
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 
@@ -26,10 +27,12 @@ func isDirectRefusal(err error) bool {
 	return errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)
 }
 
-// sampleWindows is how many windows of sampleWindow bytes residency samples.
+// sampleWindows is how many windows of sampleWindow bytes residency
+// samples: 1024 pages of 4 KiB a file at most, since mincore's time grows
+// with the pages it looks up.
 const (
 	sampleWindows = 64
-	sampleWindow  = 1 << 20
+	sampleWindow  = 64 << 10
 )
 
 // residency returns the share of sampled pages of the extents ext of f
@@ -52,6 +55,21 @@ func residency(f *os.File, ext []extent) (float64, bool) {
 	// sampled by windows of sampleWindow bytes spread evenly.
 	win := min(int64(sampleWindow), (length+windows-1)/windows)
 	windows = min(windows, (length+win-1)/win)
+	// One mapping of the extents' span serves every window: mapping and
+	// unmapping each window cost as much as its mincore (on a 2-core host,
+	// 4 shards of 128 MiB took 5.5 ms with a mapping for each window of 1
+	// MiB, 1.9 ms with windows of 64 KiB and 0.9 ms with one mapping; the
+	// first tensor of a load waits for it). Where the span cannot be
+	// mapped (too large for the address space), each window is mapped
+	// alone.
+	spanLo := ext[0].lo / page * page
+	var span []byte
+	if n := ext[len(ext)-1].hi - spanLo; n <= math.MaxInt {
+		if m, err := unix.Mmap(int(f.Fd()), spanLo, int(n), unix.PROT_READ, unix.MAP_SHARED); err == nil {
+			span = m
+			defer func() { _ = unix.Munmap(m) }()
+		}
+	}
 	var resident, total int64
 	k, before := 0, int64(0) // the extent holding the window, and the bytes of the extents before it
 	for w := range windows {
@@ -69,15 +87,21 @@ func residency(f *os.File, ext []extent) (float64, bool) {
 		lo := ext[k].lo + v - before
 		hi := min(lo+win, ext[k].hi)
 		lo = lo / page * page
-		m, err := unix.Mmap(int(f.Fd()), lo, int(hi-lo), unix.PROT_READ, unix.MAP_SHARED)
-		if err != nil {
-			return 0, false
-		}
 		vec := make([]byte, (hi-lo+page-1)/page)
-		err = mincore(m, vec)
-		_ = unix.Munmap(m)
-		if err != nil {
-			return 0, false
+		if span != nil {
+			if err := mincore(span[lo-spanLo:hi-spanLo], vec); err != nil {
+				return 0, false
+			}
+		} else {
+			m, err := unix.Mmap(int(f.Fd()), lo, int(hi-lo), unix.PROT_READ, unix.MAP_SHARED)
+			if err != nil {
+				return 0, false
+			}
+			err = mincore(m, vec)
+			_ = unix.Munmap(m)
+			if err != nil {
+				return 0, false
+			}
 		}
 		for _, v := range vec {
 			resident += int64(v & 1)

@@ -28,7 +28,7 @@
 // (ModeDirect): the drive writes straight into the pinned stage by DMA,
 // no CPU copies the data, and the page cache is not filled with weights
 // that live on the GPU from now on. ModeAuto, the default, samples the page
-// cache with mincore(2) over up to 64 windows of 1 MiB spread over the
+// cache with mincore(2) over up to 64 windows of 64 KiB spread over the
 // ranges and reads buffered when at least half of the sampled pages are
 // resident (WithWarmThreshold), directly otherwise. Direct reads use
 // offsets and lengths rounded out to Align (4096) bytes, so a read may

@@ -238,14 +238,17 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // error matching fs.ErrInvalid, and opening never blocks).
 //
 // Goroutines (WithParallelism) read in parallel into free stages, taking
-// the files' reads in turn (the first read of every file, then the
-// second ...); each stage is drained by an asynchronous copy on one of the
-// Loader's streams and is refilled only once that copy has finished, so
-// the pinned memory in use never exceeds the stages' (the depth times the
-// stage size): reading waits for copying. Neighbouring ranges share reads. How each file is read is decided for
-// that file, from the Loader's mode and, for ModeAuto, the page-cache
-// residency of its ranges: a warm shard is read buffered while a cold one
-// beside it is read directly.
+// the reads in the order of the files and of the ranges' offsets in each
+// (all the readers on the first ranges first, a file's end followed by the
+// next file's start), so that ranges land in about that order; the first
+// range is read alone, shared among the readers, so that it lands soonest.
+// Each stage is drained by an asynchronous copy on one of the Loader's
+// streams and is refilled only once that copy has finished, so the pinned
+// memory in use never exceeds the stages' (the depth times the stage
+// size): reading waits for copying. Neighbouring ranges share reads. How
+// each file is read is decided for that file, from the Loader's mode and,
+// for ModeAuto, the page-cache residency of its ranges: a warm shard is
+// read buffered while a cold one beside it is read directly.
 //
 // ready, when not nil, is called with a file's and a range's index as soon
 // as that range is entirely in device memory, in the order ranges land

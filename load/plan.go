@@ -122,7 +122,12 @@ func checkRanges(rs []Range, ctx uintptr) (total, end int64, err error) {
 // begin before the one issued just before it).
 // Neighbouring ranges share reads: a read spans a hole of up to maxGap
 // bytes to the next range when the read has room left.
-func plan(rs []Range, stage int, align int64) []read {
+//
+// When split is not 0, the first range is read alone, in reads of
+// headSize(its length, stage, split, align) bytes: they hold nothing of the
+// other ranges, so that it lands once its own bytes are read, and split
+// readers can read it at once (see run.plan).
+func plan(rs []Range, stage int, align int64, split int) []read {
 	idx := make([]int, 0, len(rs))
 	for i, r := range rs {
 		if r.Length > 0 {
@@ -142,21 +147,37 @@ func plan(rs []Range, stage int, align int64) []read {
 	up := func(x int64) int64 { return (x + align - 1) / align * align }
 	var reads []read
 	var cur *read
-	for _, i := range idx {
+	size := int64(stage) // the most the current read may hold
+	for k, i := range idx {
 		r := rs[i]
+		switch {
+		case split > 0 && k == 0:
+			size = int64(headSize(r.Length, stage, split, align))
+		case split > 0 && k == 1:
+			cur, size = nil, int64(stage) // the first range's reads end with it
+		}
 		pos, end := r.Offset, r.Offset+r.Length
 		for pos < end {
-			if cur == nil || pos < cur.off || pos >= cur.off+int64(stage) || pos > cur.off+int64(cur.need)+maxGap {
+			if cur == nil || pos < cur.off || pos >= cur.off+size || pos > cur.off+int64(cur.need)+maxGap {
 				reads = append(reads, read{off: down(pos)})
 				cur = &reads[len(reads)-1]
 			}
-			stop := min(end, cur.off+int64(stage))
+			stop := min(end, cur.off+size)
 			p := piece{stageOff: int(pos - cur.off), n: int(stop - pos), dst: r.Dst.Ptr().Add(int(pos - r.Offset)), rng: i}
 			cur.pieces = append(cur.pieces, p)
 			cur.need = max(cur.need, p.stageOff+p.n)
-			cur.length = int(min(up(cur.off+int64(cur.need)), cur.off+int64(stage)) - cur.off)
+			cur.length = int(min(up(cur.off+int64(cur.need)), cur.off+size) - cur.off)
 			pos = stop
 		}
 	}
 	return reads
+}
+
+// headSize is the size of the reads of a first range of n bytes read
+// alone (see plan): a part for each of the p readers, so that they all read
+// it at once, but no part under maxGap (a request costs more than reading
+// that much more) and none over a stage; a multiple of align.
+func headSize(n int64, stage, p int, align int64) int {
+	size := max(maxGap, (n+int64(p)-1)/int64(p))
+	return int(min(int64(stage), (size+align-1)/align*align))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,9 @@ type run struct {
 
 	readBytes atomic.Int64
 	inFlight  sync.WaitGroup // stages whose copies were queued and not yet retired
+
+	fmu     sync.Mutex
+	flights []*flight // queued and not yet counted as landed, in the order queued (guarded by fmu)
 
 	mu       sync.Mutex // guards the fields below and the callbacks
 	err      error
@@ -192,36 +196,36 @@ func (r *run) open(ctx context.Context, files []File, wholeDst *cuda.DeviceBuffe
 	return nil
 }
 
-// plan splits every file's ranges into reads and takes the files' reads
-// in turn (the first read of every file, then the second, and so on), so
-// that the readers work on every file at once.
+// plan splits every file's ranges into reads and orders them as the files
+// and the ranges in them are: every read of the first file, then of the
+// second, and so on. Readers take the reads in this order, so that all of
+// them work on the first ranges first and ranges land in about the order
+// of the files (a checkpoint's tensors in shard order), the load's first
+// range soonest, rather than every file advancing at once and each
+// range landing after the ranges of all the files up to its offset. The
+// first range's reads hold nothing else and are split among the readers
+// (headSize), so that it lands once its own bytes are read, not after a
+// stage of the next range. The readers, the bytes and the reads are those
+// of every file read in stages: a load still reads its files in
+// parallel, across a file's end into the next.
 func (r *run) plan() {
-	var perFile [][]read
 	for i, of := range r.files {
 		align := int64(1)
 		if of.direct != nil {
 			align = Align
 		}
-		rs := plan(of.ranges, r.l.cfg.stageSize, align)
+		split := 0 // the load's first range is read alone, split among the readers
+		if len(r.reads) == 0 {
+			split = r.l.cfg.parallel
+		}
+		rs := plan(of.ranges, r.l.cfg.stageSize, align, split)
 		for k := range rs {
 			rs[k].file = i
 			for p := range rs[k].pieces {
 				rs[k].pieces[p].rng += of.base
 			}
 		}
-		perFile = append(perFile, rs)
-	}
-	for k := 0; ; k++ {
-		took := false
-		for _, rs := range perFile {
-			if k < len(rs) {
-				r.reads = append(r.reads, rs[k])
-				took = true
-			}
-		}
-		if !took {
-			return
-		}
+		r.reads = append(r.reads, rs...)
 	}
 }
 
@@ -472,11 +476,24 @@ func (r *run) end() {
 	r.mu.Unlock()
 }
 
+// flight is a stage whose copies were queued: its pieces are counted as
+// landed once (by retire, or earlier by a reader's poll), and the stage
+// goes back to the Loader when retire's wait has returned.
+type flight struct {
+	s      *stage
+	pieces []piece
+	wait   func() error
+	query  bool        // the event was recorded behind the copies: poll may query it
+	landed atomic.Bool // its pieces were counted
+}
+
 // reader issues reads until none is left or the load stops: take a stage
 // whose copies have finished, fill it, queue its copies and hand it to
-// retire, which gives it back once they ran.
+// retire, which gives it back once they ran. Between two reads it polls
+// the stages in flight.
 func (r *run) reader() {
 	for r.ctx.Err() == nil {
+		r.poll()
 		i := r.next.Add(1) - 1
 		if i >= int64(len(r.reads)) {
 			return
@@ -487,11 +504,13 @@ func (r *run) reader() {
 		case <-r.ctx.Done():
 			return
 		}
-		rd := &r.reads[i]
-		k, wait, err := r.fill(s, rd)
-		if wait != nil {
+		f, err := r.fill(s, &r.reads[i])
+		if f != nil {
 			r.inFlight.Add(1)
-			go r.retire(s, rd.pieces[:k], wait)
+			r.fmu.Lock()
+			r.flights = append(r.flights, f)
+			r.fmu.Unlock()
+			go r.retire(f)
 		} else {
 			r.l.free <- s
 		}
@@ -502,19 +521,69 @@ func (r *run) reader() {
 	}
 }
 
-// retire waits until the copies out of s have run, gives s back to the
-// Loader and counts the pieces as delivered. It is the one place where a
-// load's copies are waited for without a bound: it runs on its own
-// goroutine, and a load that stops waiting leaves it to finish here.
-func (r *run) retire(s *stage, landed []piece, wait func() error) {
-	defer r.inFlight.Done()
-	err := wait()
-	r.l.free <- s
-	if err != nil {
-		r.fail(fmt.Errorf("load: waiting for a copy to the device: %w", err))
-		return
+// poll counts as landed the stages in flight whose events have completed,
+// without waiting: the retire goroutines, which wait for them, may get no
+// thread to run on while every reader is busy reading (readers go from one
+// system call to the next without blocking), and then a range would be
+// announced only once the readers run out of stages. Each stream's
+// copies run in order, so the scan stops querying a stream at its first
+// stage still copying.
+func (r *run) poll() {
+	var ps []piece
+	var busy []*cuda.Stream
+	r.fmu.Lock()
+	keep := r.flights[:0]
+	for _, f := range r.flights {
+		if f.landed.Load() {
+			continue
+		}
+		if f.query && !slices.Contains(busy, f.s.stream) {
+			// The event's latest record is f's, or a later one's once
+			// retire has given the stage back, which it does only after
+			// f's copies ran: complete means f's copies ran.
+			done, err := f.s.ev.Query()
+			if err != nil || done {
+				// A fault the query reports is reported once: the load
+				// fails here, as retire's wait would have failed it.
+				if f.landed.CompareAndSwap(false, true) {
+					if err != nil {
+						r.fail(fmt.Errorf("load: waiting for a copy to the device: %w", err))
+					} else {
+						ps = append(ps, f.pieces...)
+					}
+				}
+				continue
+			}
+			busy = append(busy, f.s.stream)
+		}
+		keep = append(keep, f)
 	}
-	r.landed(landed)
+	clear(r.flights[len(keep):])
+	r.flights = keep
+	r.fmu.Unlock()
+	if len(ps) > 0 {
+		r.landed(ps)
+	}
+}
+
+// retire waits until the copies out of f's stage have run, gives the stage
+// back to the Loader and counts the pieces as delivered unless poll did.
+// It is the one place where a load's copies are waited for without a
+// bound: it runs on its own goroutine, and a load that stops waiting
+// leaves it to finish here.
+func (r *run) retire(f *flight) {
+	defer r.inFlight.Done()
+	err := f.wait()
+	if err != nil {
+		// Not landed: once the stage is refilled, poll would query the
+		// next copies' event.
+		f.landed.Store(true)
+		r.fail(fmt.Errorf("load: waiting for a copy to the device: %w", err))
+	}
+	r.l.free <- f.s
+	if err == nil && f.landed.CompareAndSwap(false, true) {
+		r.landed(f.pieces)
+	}
 }
 
 // landed counts the pieces as on the device and makes the callbacks. A
@@ -548,14 +617,15 @@ func (r *run) landed(ps []piece) {
 	}
 }
 
-// fill reads rd into s and queues its copies. It returns how many of rd's pieces were queued and,
-// when any was, the wait for them; nothing is queued from a stage whose
-// read failed.
-func (r *run) fill(s *stage, rd *read) (k int, wait func() error, err error) {
+// fill reads rd into s and queues its copies. It returns the flight of
+// the pieces it queued, nil when none was; nothing is queued from a stage
+// whose read failed.
+func (r *run) fill(s *stage, rd *read) (*flight, error) {
 	src, err := r.source(s, rd)
 	if err == nil {
 		err = r.ctx.Err()
 	}
+	k := 0
 	for ; err == nil && k < len(rd.pieces); k++ {
 		p := rd.pieces[k]
 		if cerr := s.stream.CopyHtoD(cuda.WrapDevicePtr(s.stream.Context(), p.dst, p.n), 0, src[p.stageOff:p.stageOff+p.n]); cerr != nil {
@@ -564,12 +634,15 @@ func (r *run) fill(s *stage, rd *read) (k int, wait func() error, err error) {
 		}
 	}
 	if k == 0 {
-		return 0, nil, err
+		return nil, err
 	}
+	f := &flight{s: s, pieces: rd.pieces[:k]}
 	if rerr := s.ev.Record(s.stream); rerr != nil {
-		return k, func() error { return s.stream.Synchronize(context.Background()) }, errors.Join(err, fmt.Errorf("load: recording an event: %w", rerr))
+		f.wait = func() error { return s.stream.Synchronize(context.Background()) }
+		return f, errors.Join(err, fmt.Errorf("load: recording an event: %w", rerr))
 	}
-	return k, func() error { return s.ev.Synchronize(context.Background()) }, err
+	f.wait, f.query = func() error { return s.ev.Synchronize(context.Background()) }, true
+	return f, err
 }
 
 // source returns the bytes of rd: s's stage filled by a read.

@@ -50,10 +50,12 @@ func Whole(dst Destination) func(Tensor) (load.Range, error) {
 // length 0 leaves the tensor out. Whole(dst) loads whole tensors into the
 // buffers of a Destination.
 //
-// The shards are loaded in parallel by l (see load.Loader.LoadFiles),
-// under its one pinned budget: reading waits for copying. ready, when not
-// nil, is called with each loaded tensor as soon as its bytes are on the
-// device, in the order tensors land, so that a server can start before
+// The shards are loaded by l's readers in parallel (see
+// load.Loader.LoadFiles), under its one pinned budget: reading waits for
+// copying. The readers take the tensors in shard order and file order, so
+// that they land in about that order, the first one soonest. ready, when
+// not nil, is called with each loaded tensor as soon as its bytes are on
+// the device, in the order tensors land, so that a server can start before
 // the last byte; it runs on a loader goroutine (see LoadFiles for its
 // rules and for panics).
 //
