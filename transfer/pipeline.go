@@ -140,7 +140,8 @@ type pipeline struct {
 // a ring (ring.go): the completer of the slot's stream waits for its event
 // and copies its staged output out on a goroutine of its own while Run's
 // goroutine copies the next chunks in, and gives the slot back in the
-// order its stream finishes, not in turn.
+// order its stream finishes, not in turn (a held stream stalls no other:
+// TestFakePipelineHeldStreamOthersFlow).
 type slot struct {
 	stream    *cuda.Stream
 	streamIdx int // the index of stream in the Pipeline's streams

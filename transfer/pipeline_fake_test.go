@@ -466,3 +466,58 @@ func TestFakePipelinePanicInDone(t *testing.T) {
 	}
 	testutil.CheckBytes(t, in, out)
 }
+
+// TestFakePipelineHeldStreamOthersFlow: a slot is reused as soon as its
+// chunk is given back, not in turn. With chunk 0's stream held, chunks 0
+// and 2 stay on it and every other chunk (14 of 16) flows through the
+// other stream's slots and is delivered before the stream runs again; a
+// reuse in turn (the FIFO of ring.go) would stall at chunk 4, whose slot
+// is chunk 0's, with 2 delivered.
+func TestFakePipelineHeldStreamOthersFlow(t *testing.T) {
+	const chunk = 4096
+	e := useFake(t, fakedrv.Options{WaitTimeout: -1})
+	c := e.copier(t, smallRing()...)
+	f := e.addKernel(t)
+	var mu sync.Mutex
+	var got []int
+	p := e.pipeline(t, c, pipelineCfg{ChunkSize: chunk, Streams: 2, InFlight: 4, Work: addWork(f, 1),
+		Done: func(ch Chunk) error { mu.Lock(); got = append(got, ch.Index); mu.Unlock(); return nil }})
+	in := testutil.RandomBytes(16*chunk, 3)
+	out := make([]byte, len(in))
+	if _, err := p.Run(context.Background(), in, out); err != nil { // pins the stages
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got = nil
+	mu.Unlock()
+	clear(out)
+	held := cudadrv.Stream(p.slots[0].stream.Handle()) // chunk 0's stream
+	if err := e.d.HoldStream(held); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := p.Run(context.Background(), in, out); done <- err }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == 14 {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.d.ReleaseStream(held)
+			<-done
+			t.Fatalf("%d chunks delivered while chunk 0's stream was held, want 14 (all but chunks 0 and 2)", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.d.ReleaseStream(held)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 16 {
+		t.Fatalf("%d chunks delivered: %v", len(got), got)
+	}
+	testutil.CheckBytes(t, added(in, 1), out)
+}
