@@ -355,6 +355,16 @@ func TestFakePipelinePinStages(t *testing.T) {
 // chunks of the other streams: they are delivered while it waits. Every
 // byte is checked once the stream runs again.
 func TestFakePipelineUnorderedStagedOut(t *testing.T) {
+	heldStreamDelivers(t, 1, "no chunk delivered while chunk 0's stream was held")
+}
+
+// heldStreamDelivers runs 16 chunks through a Pipeline of 2 streams and 4
+// chunks in flight, with a staged output and a kernel, while chunk 0's
+// stream is held, waits (at most 5 s) until at least want chunks are
+// delivered, failing with why when they are not, then releases the stream
+// and checks that every chunk was delivered and every byte is right.
+func heldStreamDelivers(t *testing.T, want int, why string) {
+	t.Helper()
 	const chunk = 4096
 	e := useFake(t, fakedrv.Options{WaitTimeout: -1})
 	c := e.copier(t, smallRing()...)
@@ -383,12 +393,13 @@ func TestFakePipelineUnorderedStagedOut(t *testing.T) {
 		mu.Lock()
 		n := len(got)
 		mu.Unlock()
-		if n > 0 {
+		if n >= want {
 			break
 		}
 		if time.Now().After(deadline) {
 			e.d.ReleaseStream(held)
-			t.Fatal("no chunk delivered while chunk 0's stream was held")
+			<-done
+			t.Fatalf("%s: %d chunks delivered", why, n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -474,50 +485,5 @@ func TestFakePipelinePanicInDone(t *testing.T) {
 // reuse in turn (the FIFO of ring.go) would stall at chunk 4, whose slot
 // is chunk 0's, with 2 delivered.
 func TestFakePipelineHeldStreamOthersFlow(t *testing.T) {
-	const chunk = 4096
-	e := useFake(t, fakedrv.Options{WaitTimeout: -1})
-	c := e.copier(t, smallRing()...)
-	f := e.addKernel(t)
-	var mu sync.Mutex
-	var got []int
-	p := e.pipeline(t, c, pipelineCfg{ChunkSize: chunk, Streams: 2, InFlight: 4, Work: addWork(f, 1),
-		Done: func(ch Chunk) error { mu.Lock(); got = append(got, ch.Index); mu.Unlock(); return nil }})
-	in := testutil.RandomBytes(16*chunk, 3)
-	out := make([]byte, len(in))
-	if _, err := p.Run(context.Background(), in, out); err != nil { // pins the stages
-		t.Fatal(err)
-	}
-	mu.Lock()
-	got = nil
-	mu.Unlock()
-	clear(out)
-	held := cudadrv.Stream(p.slots[0].stream.Handle()) // chunk 0's stream
-	if err := e.d.HoldStream(held); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { _, err := p.Run(context.Background(), in, out); done <- err }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n == 14 {
-			break
-		}
-		if time.Now().After(deadline) {
-			e.d.ReleaseStream(held)
-			<-done
-			t.Fatalf("%d chunks delivered while chunk 0's stream was held, want 14 (all but chunks 0 and 2)", n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	e.d.ReleaseStream(held)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 16 {
-		t.Fatalf("%d chunks delivered: %v", len(got), got)
-	}
-	testutil.CheckBytes(t, added(in, 1), out)
+	heldStreamDelivers(t, 14, "want 14 chunks (all but chunks 0 and 2) delivered while chunk 0's stream was held")
 }
