@@ -167,16 +167,7 @@ func ReceiveShared(ctx context.Context, conn *net.UnixConn, size int, flags Flag
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	n, oobn, _, _, err := conn.ReadMsgUnix(msg, oob)
 	undo()
-	var fds []int
-	if oobn > 0 {
-		if cms, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
-			for _, cm := range cms {
-				if got, err := unix.ParseUnixRights(&cm); err == nil {
-					fds = append(fds, got...)
-				}
-			}
-		}
-	}
+	fds := rightsFDs(oob[:oobn])
 	fail := func(e error) (*Buffer, error) {
 		for _, fd := range fds {
 			_ = unix.Close(fd)
@@ -213,4 +204,21 @@ func ReceiveShared(ctx context.Context, conn *net.UnixConn, size int, flags Flag
 		return fail(err)
 	}
 	return b, nil
+}
+
+// rightsFDs returns the file descriptors that the control messages oob
+// carry as SCM_RIGHTS, skipping what does not parse; ReceiveShared closes
+// them on error.
+func rightsFDs(oob []byte) []int {
+	var fds []int
+	if len(oob) > 0 {
+		if cms, perr := unix.ParseSocketControlMessage(oob); perr == nil {
+			for _, cm := range cms {
+				if got, err := unix.ParseUnixRights(&cm); err == nil {
+					fds = append(fds, got...)
+				}
+			}
+		}
+	}
+	return fds
 }

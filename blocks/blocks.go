@@ -515,17 +515,8 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 			if n == 0 {
 				continue
 			}
-			if b.Dev == nil {
-				return rep, argErr(li, i, "nil device buffer")
-			}
-			if err := b.Dev.Err(); err != nil {
-				return rep, argCause(li, i, "device buffer", err)
-			}
-			if b.Dev.Context().Handle() != c.ctx.Handle() {
-				return rep, argErr(li, i, "device buffer %#x is of context %#x, the copier's is %#x", uint64(b.Dev.Ptr()), b.Dev.Context().Handle(), c.ctx.Handle())
-			}
-			if b.Off < 0 || b.Off > b.Dev.Size() || n > b.Dev.Size()-b.Off {
-				return rep, argErr(li, i, "[%d,+%d) outside its device buffer of %d bytes", b.Off, n, b.Dev.Size())
+			if err := c.checkDev(li, i, b); err != nil {
+				return rep, err
 			}
 			d := uint64(b.Dev.Ptr()) + uint64(b.Off)
 			h := addrOf(b.Host)
@@ -550,14 +541,44 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 	// Stream liveness last: Query is a driver call. A destroyed stream is
 	// a refused argument; another failure (a context's sticky error) is
 	// the driver's.
-	for li, l := range lists {
-		if _, err := l.s.Query(); errors.Is(err, cuda.ErrInvalidHandle) {
-			return rep, argCause(li, -1, "stream", err)
-		} else if err != nil && !errors.Is(err, cuda.ErrNotReady) {
-			return rep, fmt.Errorf("blocks: list %d: %w", li, err)
-		}
+	if err := queryStreams(lists); err != nil {
+		return rep, err
 	}
 	return rep, nil
+}
+
+// checkDev checks the device side of block i of list li, b, whose host
+// side is not empty: a live device buffer of the copier's context that
+// holds b's bytes from b.Off.
+func (c *Copier) checkDev(li, i int, b Block) error {
+	n := len(b.Host)
+	if b.Dev == nil {
+		return argErr(li, i, "nil device buffer")
+	}
+	if err := b.Dev.Err(); err != nil {
+		return argCause(li, i, "device buffer", err)
+	}
+	if b.Dev.Context().Handle() != c.ctx.Handle() {
+		return argErr(li, i, "device buffer %#x is of context %#x, the copier's is %#x", uint64(b.Dev.Ptr()), b.Dev.Context().Handle(), c.ctx.Handle())
+	}
+	if b.Off < 0 || b.Off > b.Dev.Size() || n > b.Dev.Size()-b.Off {
+		return argErr(li, i, "[%d,+%d) outside its device buffer of %d bytes", b.Off, n, b.Dev.Size())
+	}
+	return nil
+}
+
+// queryStreams checks that the lists' streams are alive: a destroyed
+// stream is a refused argument; another failure of Query (a context's
+// sticky error) is the driver's.
+func queryStreams(lists []List) error {
+	for li, l := range lists {
+		if _, err := l.s.Query(); errors.Is(err, cuda.ErrInvalidHandle) {
+			return argCause(li, -1, "stream", err)
+		} else if err != nil && !errors.Is(err, cuda.ErrNotReady) {
+			return fmt.Errorf("blocks: list %d: %w", li, err)
+		}
+	}
+	return nil
 }
 
 // conflict returns the error for the first span of sp (sorted by address)

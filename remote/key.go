@@ -73,78 +73,128 @@ func (r *Region) Key() []byte {
 
 // parseKey checks and parses a remote key; every failure matches ErrBadKey.
 func parseKey(b []byte) (*key, error) {
-	bad := func(format string, args ...any) error {
-		return &Error{Op: "remote.Agent.Import", Kind: ErrBadKey, Detail: fmt.Sprintf(format, args...)}
-	}
-	if len(b) < keyHeaderSize+4+4+4 {
-		return nil, bad("%d bytes: shorter than any key", len(b))
-	}
-	if string(b[:4]) != keyMagic {
-		return nil, bad("no key magic (got %q)", b[:4])
-	}
-	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
-	if got := crc32.Checksum(body, castagnoli); got != sum {
-		return nil, bad("checksum %#08x, the key says %#08x (truncated or corrupt)", got, sum)
-	}
-	if b[4] != keyVersion {
-		return nil, bad("key version %d, this build reads %d", b[4], keyVersion)
-	}
-	if b[5] != backendUCX {
-		return nil, bad("backend %d, this build has UCX (%d) only", b[5], backendUCX)
-	}
-	le := binary.LittleEndian
-	k := &key{agent: le.Uint64(b[8:]), slab: le.Uint64(b[16:]), addr: le.Uint64(b[24:]), n: le.Uint64(b[32:])}
-	rest := body[keyHeaderSize:]
-	take := func(n int, what string) ([]byte, error) {
-		if n > len(rest) {
-			return nil, bad("%s of %d bytes runs past the key's end", what, n)
-		}
-		v := rest[:n]
-		rest = rest[n:]
-		return v, nil
-	}
-	v, err := take(4, "worker address length")
+	body, err := checkKeyFrame(b)
 	if err != nil {
 		return nil, err
 	}
-	if n := le.Uint32(v); n == 0 || n > keyMaxAddr {
-		return nil, bad("worker address of %d bytes", n)
-	} else if v, err = take(int(n), "worker address"); err != nil {
+	le := binary.LittleEndian
+	k := &key{agent: le.Uint64(b[8:]), slab: le.Uint64(b[16:]), addr: le.Uint64(b[24:]), n: le.Uint64(b[32:])}
+	r := &keyReader{rest: body[keyHeaderSize:]}
+	if k.worker, err = r.worker(); err != nil {
 		return nil, err
 	}
-	k.worker = append([]byte(nil), v...)
-	if v, err = take(4, "registration count"); err != nil {
+	next, err := r.pieces(k)
+	if err != nil {
 		return nil, err
 	}
-	np := le.Uint32(v)
+	if len(r.rest) != 0 {
+		return nil, badKey("%d bytes after the last registration", len(r.rest))
+	}
+	if k.n == 0 || k.addr+k.n < k.addr || next < k.addr+k.n {
+		return nil, badKey("region [%#x, +%d) not covered by its registrations (they end at %#x)", k.addr, k.n, next)
+	}
+	return k, nil
+}
+
+// badKey returns the ErrBadKey error parseKey and its helpers report, with
+// the detail formatted from format and args.
+func badKey(format string, args ...any) error {
+	return &Error{Op: "remote.Agent.Import", Kind: ErrBadKey, Detail: fmt.Sprintf(format, args...)}
+}
+
+// checkKeyFrame checks a key's length, magic, checksum, version and backend,
+// and returns the key without its trailing checksum.
+func checkKeyFrame(b []byte) ([]byte, error) {
+	if len(b) < keyHeaderSize+4+4+4 {
+		return nil, badKey("%d bytes: shorter than any key", len(b))
+	}
+	if string(b[:4]) != keyMagic {
+		return nil, badKey("no key magic (got %q)", b[:4])
+	}
+	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
+	if got := crc32.Checksum(body, castagnoli); got != sum {
+		return nil, badKey("checksum %#08x, the key says %#08x (truncated or corrupt)", got, sum)
+	}
+	if b[4] != keyVersion {
+		return nil, badKey("key version %d, this build reads %d", b[4], keyVersion)
+	}
+	if b[5] != backendUCX {
+		return nil, badKey("backend %d, this build has UCX (%d) only", b[5], backendUCX)
+	}
+	return body, nil
+}
+
+// keyReader reads the variable-length part of a key, after its header.
+type keyReader struct {
+	rest []byte // what is left to read
+}
+
+// take returns the next n bytes, described as what in the error if the key
+// ends before them.
+func (r *keyReader) take(n int, what string) ([]byte, error) {
+	if n > len(r.rest) {
+		return nil, badKey("%s of %d bytes runs past the key's end", what, n)
+	}
+	v := r.rest[:n]
+	r.rest = r.rest[n:]
+	return v, nil
+}
+
+// worker reads the length-prefixed worker address and returns a copy of it.
+func (r *keyReader) worker() ([]byte, error) {
+	v, err := r.take(4, "worker address length")
+	if err != nil {
+		return nil, err
+	}
+	if n := binary.LittleEndian.Uint32(v); n == 0 || n > keyMaxAddr {
+		return nil, badKey("worker address of %d bytes", n)
+	} else if v, err = r.take(int(n), "worker address"); err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), v...), nil
+}
+
+// pieces reads the count-prefixed registrations into k.pieces, checking that
+// each continues the region from k.addr, and returns where the last one ends.
+func (r *keyReader) pieces(k *key) (uint64, error) {
+	v, err := r.take(4, "registration count")
+	if err != nil {
+		return 0, err
+	}
+	np := binary.LittleEndian.Uint32(v)
 	if np == 0 || np > keyMaxPieces {
-		return nil, bad("%d registrations", np)
+		return 0, badKey("%d registrations", np)
 	}
 	next := k.addr
 	for i := range int(np) {
-		if v, err = take(20, "registration"); err != nil {
-			return nil, err
+		p, err := r.piece(i)
+		if err != nil {
+			return 0, err
 		}
-		p := keyPiece{addr: le.Uint64(v), n: le.Uint64(v[8:])}
-		rl := le.Uint32(v[16:])
-		if rl == 0 || rl > keyMaxRkey {
-			return nil, bad("registration %d: remote key of %d bytes", i, rl)
-		}
-		if v, err = take(int(rl), "remote key"); err != nil {
-			return nil, err
-		}
-		p.rkey = append([]byte(nil), v...)
 		if p.n == 0 || p.addr+p.n < p.addr || p.addr > next || (i == 0 && p.addr > k.addr) {
-			return nil, bad("registration %d [%#x, +%d) does not continue the region at %#x", i, p.addr, p.n, next)
+			return 0, badKey("registration %d [%#x, +%d) does not continue the region at %#x", i, p.addr, p.n, next)
 		}
 		next = p.addr + p.n
 		k.pieces = append(k.pieces, p)
 	}
-	if len(rest) != 0 {
-		return nil, bad("%d bytes after the last registration", len(rest))
+	return next, nil
+}
+
+// piece reads registration i: its address, length and a copy of its remote key.
+func (r *keyReader) piece(i int) (keyPiece, error) {
+	le := binary.LittleEndian
+	v, err := r.take(20, "registration")
+	if err != nil {
+		return keyPiece{}, err
 	}
-	if k.n == 0 || k.addr+k.n < k.addr || next < k.addr+k.n {
-		return nil, bad("region [%#x, +%d) not covered by its registrations (they end at %#x)", k.addr, k.n, next)
+	p := keyPiece{addr: le.Uint64(v), n: le.Uint64(v[8:])}
+	rl := le.Uint32(v[16:])
+	if rl == 0 || rl > keyMaxRkey {
+		return keyPiece{}, badKey("registration %d: remote key of %d bytes", i, rl)
 	}
-	return k, nil
+	if v, err = r.take(int(rl), "remote key"); err != nil {
+		return keyPiece{}, err
+	}
+	p.rkey = append([]byte(nil), v...)
+	return p, nil
 }

@@ -59,26 +59,14 @@ copies it with the CPU, so page-locking changes nothing there.
 				return remotebench.ServePeer(int(serve))
 			}
 			cfg := remotebench.Config{Samples: samples}
-			for _, name := range strings.Split(transports, ",") {
-				found := false
-				for _, t := range remotebench.Transports {
-					if t.Name == strings.TrimSpace(name) {
-						cfg.Transports, found = append(cfg.Transports, t), true
-					}
-				}
-				if !found {
-					return usagef("--transports: %q is not shm, tcp or sm", name)
-				}
+			if cfg.Transports, err = remoteTransports(transports); err != nil {
+				return err
 			}
 			if cfg.Sizes, err = bench.ParseSizes(sizes); err != nil {
 				return usagef("--sizes: %v", err)
 			}
-			for _, l := range strings.Split(lists, ",") {
-				n, err := strconv.Atoi(strings.TrimSpace(l))
-				if err != nil || n < 1 || n > bench.MaxBlocks {
-					return usagef("--lists: %q is not a count from 1 to %d", l, bench.MaxBlocks)
-				}
-				cfg.Lists = append(cfg.Lists, n)
+			if cfg.Lists, err = remoteLists(lists); err != nil {
+				return err
 			}
 			if cfg.MaxBytes, err = bench.ParseSize(maxBytes); err != nil {
 				return usagef("--max-bytes: %v", err)
@@ -129,6 +117,38 @@ copies it with the CPU, so page-locking changes nothing there.
 	f.Int64Var(&serve, "serve", 0, "run as the peer: register this many bytes, print the key, serve until stdin closes")
 	_ = f.MarkHidden("serve")
 	return c
+}
+
+// remoteTransports parses --transports, names of remotebench.Transports
+// separated by commas, into those transports in the order given.
+func remoteTransports(names string) ([]remotebench.Transport, error) {
+	var ts []remotebench.Transport
+	for _, name := range strings.Split(names, ",") {
+		found := false
+		for _, t := range remotebench.Transports {
+			if t.Name == strings.TrimSpace(name) {
+				ts, found = append(ts, t), true
+			}
+		}
+		if !found {
+			return nil, usagef("--transports: %q is not shm, tcp or sm", name)
+		}
+	}
+	return ts, nil
+}
+
+// remoteLists parses --lists, block counts from 1 to bench.MaxBlocks
+// separated by commas.
+func remoteLists(lists string) ([]int, error) {
+	var ns []int
+	for _, l := range strings.Split(lists, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(l))
+		if err != nil || n < 1 || n > bench.MaxBlocks {
+			return nil, usagef("--lists: %q is not a count from 1 to %d", l, bench.MaxBlocks)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
 }
 
 func tlsList(ts []remotebench.Transport) string {

@@ -560,16 +560,35 @@ func (w *blockWork) measure(kind string, bs int, dir string) (Result, error) {
 	r.fill(rates)
 	r.Verified = r.Verified && r.Samples > 0
 	if kind == BlockKindAuto {
-		var names []string
-		for _, st := range []blocks.Strategy{blocks.DriverBatch, blocks.PerCopy, blocks.Kernel} {
-			if chose[st] {
-				names = append(names, st.String())
-			}
-		}
-		if len(names) > 0 {
+		if names := chosenStrategies(chose); len(names) > 0 {
 			notes = append(notes, "chose "+strings.Join(names, " and "))
 		}
 	}
+	what := blocksWhat(kind, dir, n, bs, total)
+	calls := "1 driver call"
+	if rep.Calls != 1 {
+		calls = fmt.Sprintf("%d driver calls", rep.Calls)
+	}
+	notes = append(notes, what, fmt.Sprintf("%s, queued in %s us (median)", calls, formatValue(Summarize(queuing).Median)))
+	r.Note = joinNotes(notes)
+	return r, stopErr
+}
+
+// chosenStrategies returns the names of the strategies in chose, in the
+// order batch, per-copy, kernel: those auto picked in a row's samples.
+func chosenStrategies(chose map[blocks.Strategy]bool) []string {
+	var names []string
+	for _, st := range []blocks.Strategy{blocks.DriverBatch, blocks.PerCopy, blocks.Kernel} {
+		if chose[st] {
+			names = append(names, st.String())
+		}
+	}
+	return names
+}
+
+// blocksWhat describes, for measure's note, what one sample of kind in
+// direction dir moves: n blocks of bs bytes, total bytes in all.
+func blocksWhat(kind, dir string, n, bs int, total int64) string {
 	what := fmt.Sprintf("%d blocks of %s, %s in all", n, FormatSize(int64(bs)), FormatSize(total))
 	if dir == DirBidir {
 		what = fmt.Sprintf("%d blocks of %s out and %d in at once on two streams, %s in all", n, FormatSize(int64(bs)), n, FormatSize(total))
@@ -580,13 +599,7 @@ func (w *blockWork) measure(kind string, bs int, dir string) (Result, error) {
 			what = fmt.Sprintf("%s each way at once on two streams, contiguous on both sides, one copy per registration of the host buffer (the bidirectional pinned bound)", FormatSize(int64(n)*int64(bs)))
 		}
 	}
-	calls := "1 driver call"
-	if rep.Calls != 1 {
-		calls = fmt.Sprintf("%d driver calls", rep.Calls)
-	}
-	notes = append(notes, what, fmt.Sprintf("%s, queued in %s us (median)", calls, formatValue(Summarize(queuing).Median)))
-	r.Note = joinNotes(notes)
-	return r, stopErr
+	return what
 }
 
 // bestNote says how auto's row compares with the best strategy measured

@@ -48,30 +48,69 @@ func (w *bwWork) copierPaired(kind string, hA *hostMem, dir string, n int, ops d
 	variants := []func() error{copierOp, driverOp}
 	bound := n >= stagedBoundMin && w.boundMem(n) == nil
 	if bound {
-		workers := min(transfer.DefaultParallelism, runtime.NumCPU())
-		pin := w.pinned.Bytes()[:n]
-		memcpy := func() error { w.pool.Copy(workers, 4, pin, hA.b[:n]); return nil }
-		dma := func() error { return w.pinnedCopy(pin, true) }
-		if dir == DirD2H {
-			memcpy = func() error { w.pool.Copy(workers, 4, hA.b[:n], pin); return nil }
-			dma = func() error { return w.pinnedCopy(pin, false) }
-		}
-		variants = append(variants, memcpy, dma)
+		variants = append(variants, w.boundVariants(hA, dir, n)...)
 	}
 	p := w.plan(KindPageable, hA, nil, dir, n) // the data, and its check
 	if err := p.prepare(); err != nil {
 		return r, err
 	}
 	reps := w.cfg.reps(int64(n))
+	rates, notes, stopErr, err := w.pairedRounds(variants, n, reps)
+	if err != nil {
+		return r, err
+	}
+	r.fill(rates[0])
+	// The check: one more copier call on fresh data.
+	if len(rates[0]) > 0 {
+		if err := pairedCheck(p, copierOp); err != nil {
+			notes = append(notes, verifyFailedMark+": "+err.Error())
+		} else {
+			r.Verified = true
+		}
+	}
+	if x := pairedRatios(rates[0], rates[1]); x > 0 {
+		r.Ref, r.Ratio, r.Paired = KindPageableSync, x, true
+		notes = append(notes, fmt.Sprintf("paired with the driver's synchronous copy of the same slice (%s GB/s): %.2fx", formatValue(Summarize(rates[1]).Median), x))
+	}
+	if bound && len(rates[0]) > 0 {
+		notes = append(notes, w.stagedBound(rates, dir, n))
+	}
+	notes = append(notes, PairedTiming)
+	if reps > 1 {
+		notes = append(notes, fmt.Sprintf("%d copies per sample", reps))
+	}
+	r.Note = joinNotes(notes)
+	return r, stopErr
+}
+
+// boundVariants returns the two parts of the staged bound for n bytes of
+// the Go slice of hA in direction dir, as copierPaired's third and fourth
+// variants: the CPU's copy between the slice and pinned memory, and the
+// copy engine's copy between pinned memory and the device.
+func (w *bwWork) boundVariants(hA *hostMem, dir string, n int) []func() error {
+	workers := min(transfer.DefaultParallelism, runtime.NumCPU())
+	pin := w.pinned.Bytes()[:n]
+	memcpy := func() error { w.pool.Copy(workers, 4, pin, hA.b[:n]); return nil }
+	dma := func() error { return w.pinnedCopy(pin, true) }
+	if dir == DirD2H {
+		memcpy = func() error { w.pool.Copy(workers, 4, hA.b[:n], pin); return nil }
+		dma = func() error { return w.pinnedCopy(pin, false) }
+	}
+	return []func() error{memcpy, dma}
+}
+
+// pairedRounds runs copierPaired's warm-up calls and then its rounds of
+// n-byte variants, reps timed calls each, and returns every variant's rates
+// by round, the notes of a round cut short (by the context, stopErr, or
+// the time budget), and the error of a failed call.
+func (w *bwWork) pairedRounds(variants []func() error, n, reps int) (rates [][]float64, notes []string, stopErr, err error) {
 	rowStart := time.Now()
 	order := rand.New(rand.NewPCG(uint64(n), 0x9a1d))
-	rates := make([][]float64, len(variants))
-	var notes []string
-	var stopErr error
+	rates = make([][]float64, len(variants))
 	for range max(0, w.cfg.Warmup) {
 		for _, v := range variants {
 			if err := v(); err != nil {
-				return r, err
+				return nil, nil, nil, err
 			}
 		}
 	}
@@ -86,58 +125,51 @@ func (w *bwWork) copierPaired(kind string, hA *hostMem, dir string, n int, ops d
 		}
 		for _, k := range order.Perm(len(variants)) {
 			if err := variants[k](); err != nil { // untimed: no variant inherits its predecessor's state
-				return r, err
+				return nil, nil, nil, err
 			}
 			t0 := time.Now()
 			for range reps {
 				if err := variants[k](); err != nil {
-					return r, err
+					return nil, nil, nil, err
 				}
 			}
 			rates[k] = append(rates[k], Rate(int64(n)*int64(reps), time.Since(t0)))
 		}
 	}
-	r.fill(rates[0])
-	// The check: one more copier call on fresh data.
-	if len(rates[0]) > 0 {
-		err := p.prepare()
-		if err == nil {
-			err = copierOp()
-		}
-		if err == nil {
-			err = p.verify(1)
-		}
-		if err != nil {
-			notes = append(notes, verifyFailedMark+": "+err.Error())
-		} else {
-			r.Verified = true
-		}
+	return rates, notes, stopErr, nil
+}
+
+// pairedCheck prepares fresh data, makes one more copier call and verifies
+// what it moved, returning the first error.
+func pairedCheck(p bwPlan, copierOp func() error) error {
+	err := p.prepare()
+	if err == nil {
+		err = copierOp()
 	}
-	if x := pairedRatios(rates[0], rates[1]); x > 0 {
-		r.Ref, r.Ratio, r.Paired = KindPageableSync, x, true
-		notes = append(notes, fmt.Sprintf("paired with the driver's synchronous copy of the same slice (%s GB/s): %.2fx", formatValue(Summarize(rates[1]).Median), x))
+	if err == nil {
+		err = p.verify(1)
 	}
-	if bound && len(rates[0]) > 0 {
-		bounds := make([]float64, len(rates[2]))
-		for i := range bounds {
-			bounds[i] = min(rates[2][i], rates[3][i])
-		}
-		b := Result{Bench: "bw", Kind: KindStagedBound, Dir: dir, Size: int64(n), Unit: GBps, Timing: TimingComputed}
-		sb := Summarize(bounds)
-		b.Median, b.Min, b.Max = sb.Median, sb.Min, sb.Max
-		b.Note = fmt.Sprintf("computed: per sample the smaller of the CPU's copy %s with %d goroutines (%s GB/s) and the copy engine's %s (%s GB/s), measured in the copier's rounds",
-			map[string]string{DirH2D: "from the Go slice into pinned memory", DirD2H: "from pinned memory into the Go slice"}[dir],
-			min(transfer.DefaultParallelism, runtime.NumCPU()), formatValue(Summarize(rates[2]).Median),
-			map[string]string{DirH2D: "pinned-to-device copy", DirD2H: "device-to-pinned copy"}[dir], formatValue(Summarize(rates[3]).Median))
-		w.bounds = append(w.bounds, b)
-		notes = append(notes, fmt.Sprintf("%.2f of %s (paired)", pairedRatios(rates[0], bounds), KindStagedBound))
+	return err
+}
+
+// stagedBound adds to w.bounds the computed KindStagedBound row of n bytes
+// in direction dir, per round the smaller of the rates of the bound's two
+// variants (rates[2] and rates[3]), and returns the copier row's note of
+// its paired ratio to that row.
+func (w *bwWork) stagedBound(rates [][]float64, dir string, n int) string {
+	bounds := make([]float64, len(rates[2]))
+	for i := range bounds {
+		bounds[i] = min(rates[2][i], rates[3][i])
 	}
-	notes = append(notes, PairedTiming)
-	if reps > 1 {
-		notes = append(notes, fmt.Sprintf("%d copies per sample", reps))
-	}
-	r.Note = joinNotes(notes)
-	return r, stopErr
+	b := Result{Bench: "bw", Kind: KindStagedBound, Dir: dir, Size: int64(n), Unit: GBps, Timing: TimingComputed}
+	sb := Summarize(bounds)
+	b.Median, b.Min, b.Max = sb.Median, sb.Min, sb.Max
+	b.Note = fmt.Sprintf("computed: per sample the smaller of the CPU's copy %s with %d goroutines (%s GB/s) and the copy engine's %s (%s GB/s), measured in the copier's rounds",
+		map[string]string{DirH2D: "from the Go slice into pinned memory", DirD2H: "from pinned memory into the Go slice"}[dir],
+		min(transfer.DefaultParallelism, runtime.NumCPU()), formatValue(Summarize(rates[2]).Median),
+		map[string]string{DirH2D: "pinned-to-device copy", DirD2H: "device-to-pinned copy"}[dir], formatValue(Summarize(rates[3]).Median))
+	w.bounds = append(w.bounds, b)
+	return fmt.Sprintf("%.2f of %s (paired)", pairedRatios(rates[0], bounds), KindStagedBound)
 }
 
 // pairedRatios is the median over the samples of a[i]/b[i] (0 when there

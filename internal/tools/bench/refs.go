@@ -89,6 +89,36 @@ var refOf = map[string]func(kind string) string{
 	},
 }
 
+// referenceCandidates returns the reference kinds for a row of bench and
+// kind, first choice first: referenceKind's, then the fallbacks
+// AddReferences tries where that row is missing (some may be "").
+func referenceCandidates(bench, kind string) []string {
+	cands := []string{referenceKind(bench, kind)}
+	if bench == "bw" {
+		switch kind {
+		case KindPortable, KindWriteCombined, KindMapped:
+			cands = append(cands, KindPinned)
+		case KindPageable:
+			cands = append(cands, KindPageableSync)
+		case KindPinned, KindCopier:
+			// Without the C reference, pinned memory against the
+			// driver's copy of Go memory; a Copier against the
+			// pageable copy where no pageable-sync row exists (the
+			// reports before pageable-sync, of kind staged).
+			cands = append(cands, KindPageableSync, KindPageable)
+		}
+	}
+	switch {
+	case bench == "blocks" && kind != BlockKindContiguous:
+		cands = append(cands, BlockKindContiguous)
+	case bench == "load" && kind == "loader":
+		cands = append(cands, "read-parallel")
+	case bench == "imagepipeline" && strings.HasPrefix(kind, "pinned-"):
+		cands = append(cands, VariantBound)
+	}
+	return cands
+}
+
 // AddReferences sets every result's Ref and Ratio from the rows of the
 // same results (one run) with the reference kind (referenceKind) and the
 // same bench, direction, size and unit. A result whose reference is not
@@ -113,29 +143,7 @@ func AddReferences(rs []Result) {
 			continue // measured side by side with its reference: kept
 		}
 		r.Ref, r.Ratio = "", 0
-		cands := []string{referenceKind(r.Bench, r.Kind)}
-		if r.Bench == "bw" {
-			switch r.Kind {
-			case KindPortable, KindWriteCombined, KindMapped:
-				cands = append(cands, KindPinned)
-			case KindPageable:
-				cands = append(cands, KindPageableSync)
-			case KindPinned, KindCopier:
-				// Without the C reference, pinned memory against the
-				// driver's copy of Go memory; a Copier against the
-				// pageable copy where no pageable-sync row exists (the
-				// reports before pageable-sync, of kind staged).
-				cands = append(cands, KindPageableSync, KindPageable)
-			}
-		}
-		switch {
-		case r.Bench == "blocks" && r.Kind != BlockKindContiguous:
-			cands = append(cands, BlockKindContiguous)
-		case r.Bench == "load" && r.Kind == "loader":
-			cands = append(cands, "read-parallel")
-		case r.Bench == "imagepipeline" && strings.HasPrefix(r.Kind, "pinned-"):
-			cands = append(cands, VariantBound)
-		}
+		cands := referenceCandidates(r.Bench, r.Kind)
 		for _, ref := range cands {
 			if ref == "" {
 				continue
