@@ -1,6 +1,11 @@
 package load
 
-// PinnedBytes returns the bytes of pinned memory the Loader's stages hold.
+// PinnedBytes returns the bytes of pinned memory the Loader's stages hold
+// now: none before the first load that moves bytes.
 func (l *Loader) PinnedBytes() int64 {
-	return int64(l.cfg.depth) * int64(l.cfg.stageSize)
+	var n int64
+	for _, st := range l.stages {
+		n += int64(len(st.mem))
+	}
+	return n
 }

@@ -23,8 +23,10 @@ type stage struct {
 }
 
 // Loader reads files into device memory through pinned stages. Create one
-// with New and Close it when done: it holds its stages' pinned memory,
-// streams and events from New to Close. Its methods are safe for
+// with New and Close it when done: it holds its streams and events from
+// New to Close, and its stages' pinned memory (the depth times the stage
+// size, charged to pinmem's budget) from the first load that moves bytes
+// to Close. Its methods are safe for
 // concurrent use; loads run one at a time, each using every stage, and a
 // Load waiting for its turn gives up when its context ends.
 type Loader struct {
@@ -33,7 +35,8 @@ type Loader struct {
 	streams []*cuda.Stream
 	stages  []*stage
 	free    chan *stage // stages whose copies have finished
-	aligned bool        // every stage's address is a multiple of Align (direct I/O possible)
+	pinned  bool        // every stage holds its pinned memory (pin); guarded by turn
+	aligned bool        // every stage's address is a multiple of Align (direct I/O possible); set by pin
 
 	// turn holds a token while a load or Close runs: one at a time. It is a
 	// channel rather than a mutex so that a Load can stop waiting for its
@@ -89,10 +92,10 @@ func (s Stats) GBps() float64 {
 // cuda.ErrInvalidValue; a nil option too), before it looks at ctx, so
 // that New(nil, opts...) checks a command line's options without a GPU:
 // it returns the *pinmem.OptionError, or for valid options an error
-// matching cuda.ErrInvalidValue for the nil context. It then pins the
-// stages with pinmem.Alloc on ctx's device (a request over pinmem's budget is a
-// *pinmem.BudgetError) and creates the streams and events. On any error
-// whatever it had created is released again.
+// matching cuda.ErrInvalidValue for the nil context. It then creates the
+// streams and events; it pins no memory: the first load that moves bytes
+// pins the stages (see Loader). On any error whatever it had created is
+// released again.
 func New(c *cuda.Context, opts ...Option) (_ *Loader, err error) {
 	lifecycle.RetryOrphans()
 	cfg, err := buildConfig(opts)
@@ -102,7 +105,7 @@ func New(c *cuda.Context, opts ...Option) (_ *Loader, err error) {
 	if c == nil {
 		return nil, fmt.Errorf("load: nil context: %w", cuda.ErrInvalidValue)
 	}
-	l := &Loader{cctx: c, cfg: cfg, free: make(chan *stage, cfg.depth), aligned: true, turn: make(chan struct{}, 1), released: make(chan struct{})}
+	l := &Loader{cctx: c, cfg: cfg, free: make(chan *stage, cfg.depth), turn: make(chan struct{}, 1), released: make(chan struct{})}
 	l.rel = lifecycle.NewReleaser(l.releaseStep)
 	defer func() {
 		if err != nil {
@@ -123,16 +126,48 @@ func New(c *cuda.Context, opts ...Option) (_ *Loader, err error) {
 			return nil, fmt.Errorf("load: creating an event: %w", err)
 		}
 		l.stages = append(l.stages, st)
-		if st.buf, err = pinmem.Alloc(cfg.stageSize, 0, pinmem.WithDevice(c.Device())); err != nil {
-			return nil, fmt.Errorf("load: pinning stage %d of %d (%d bytes each): %w", i+1, cfg.depth, cfg.stageSize, err)
-		}
-		st.mem = st.buf.Bytes()
-		if hostptr.AddrOf(st.mem)%Align != 0 {
-			l.aligned = false
-		}
 		l.free <- st
 	}
 	return l, nil
+}
+
+// pin pins the stages' memory with pinmem.Alloc on the context's device
+// (a request over pinmem's budget is a *pinmem.BudgetError), unless an
+// earlier load did: the first load that moves bytes pins them, once, and
+// they stay pinned until Close, so later loads reuse them. It runs with
+// the turn held and every stage idle (after idle), so no reader or copy
+// uses a stage meanwhile. When pinning fails it frees what it pinned, so
+// that the failed load leaves nothing pinned and a later one tries again.
+func (l *Loader) pin() error {
+	if l.pinned {
+		return nil
+	}
+	aligned := true
+	var err error
+	for i, st := range l.stages {
+		if st.buf == nil { // not left by a failed free of an earlier try
+			if st.buf, err = pinmem.Alloc(l.cfg.stageSize, 0, pinmem.WithDevice(l.cctx.Device())); err != nil {
+				err = fmt.Errorf("load: pinning stage %d of %d (%d bytes each): %w", i+1, l.cfg.depth, l.cfg.stageSize, err)
+				break
+			}
+			st.mem = st.buf.Bytes()
+		}
+		if hostptr.AddrOf(st.mem)%Align != 0 {
+			aligned = false
+		}
+	}
+	if err != nil {
+		var left int // a buffer the driver fails to free stays for Close
+		for _, st := range l.stages {
+			err = errors.Join(err, lifecycle.Drop(&st.buf, &left, (*pinmem.Buffer).Free, pinmem.ErrFreed))
+			if st.buf == nil {
+				st.mem = nil
+			}
+		}
+		return err
+	}
+	l.aligned, l.pinned = aligned, true
+	return nil
 }
 
 // Context returns the context whose device memory the Loader fills.

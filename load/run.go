@@ -98,6 +98,9 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 		l.report(0, 0)
 		return st, nil
 	}
+	if err := l.pin(); err != nil {
+		return st, err
+	}
 	st.Resident = r.decide()
 	r.plan()
 	st.Reads = len(r.reads)
