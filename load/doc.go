@@ -4,14 +4,16 @@
 // load measures it against plain reads of the same file).
 //
 // A Loader holds a fixed set of pinned stages (pinmem.Alloc, charged to
-// pinmem's budget, so its pinned memory is bounded and accounted) and a few
-// CUDA streams. A load splits the ranges into reads of at most one stage;
-// several goroutines pread in parallel into free stages, and each filled
+// pinmem's budget, so its pinned memory is bounded and accounted: the
+// depth times the stage size) and a few CUDA streams. New pins nothing:
+// the first load that moves bytes pins the stages, once, and they stay
+// pinned until Close, reused by every later load. A load splits the
+// ranges into reads of at most one stage; several goroutines pread in parallel into free stages, and each filled
 // stage is drained by asynchronous host-to-device copies (cuda.Stream.
 // CopyHtoD) while the readers fill others. A stage is refilled only after
 // the event recorded behind its copies has completed.
 //
-//	l, err := load.New(gpu)                     // a depth of 16 stages of 16 MiB
+//	l, err := load.New(gpu)                     // load.DefaultSettings; pins nothing yet
 //	...
 //	defer l.Close(ctx)
 //	st, err := l.LoadFile(ctx, "model.bin", dst) // the whole file into dst
@@ -62,7 +64,10 @@
 // on the loader goroutine and raised again on the caller's. No error path
 // leaves pinned memory behind: New releases what it created when it
 // fails, and Close releases the rest (in the background, once the copies
-// in flight finish, when its context ends first).
+// in flight finish, when its context ends first). A load that cannot pin
+// the stages (a *pinmem.BudgetError over pinmem's budget, say) returns
+// that error having read nothing and holding nothing pinned; a later load
+// tries again.
 //
 // # Why not transfer's staged ring
 //

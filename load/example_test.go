@@ -42,7 +42,8 @@ func ExampleLoader_Load() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// 4 pinned stages of 1 MiB (the default: 16 of 16 MiB).
+	// 4 stages of 1 MiB (the defaults: load.DefaultSettings), pinned by
+	// the first load and kept until Close.
 	l, err := load.New(gpu, load.WithDepth(4), load.WithStageSize(1<<20))
 	if err != nil {
 		log.Fatal(err)

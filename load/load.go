@@ -280,7 +280,8 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // Each stage is drained by an asynchronous copy on one of the Loader's
 // streams and is refilled only once that copy has finished, so the pinned
 // memory in use never exceeds the stages' (the depth times the stage
-// size): reading waits for copying. Neighbouring ranges share reads. How
+// size): reading waits for copying. The first load that moves bytes pins
+// the stages (its Wall includes that); later loads reuse them. Neighbouring ranges share reads. How
 // each file is read is decided for that file, from the Loader's mode and,
 // for ModeAuto, the page-cache residency of its ranges: a warm shard is
 // read buffered while a cold one beside it is read directly.
@@ -296,7 +297,10 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 //
 // Errors: an invalid range is a *RangeError (ErrRange) and a range past
 // the end of its file a *ShortFileError (ErrShortFile), both before
-// anything is read; a file that ends early while it is read is a
+// anything is read; a stage that cannot be pinned (a first load, or one
+// after a load that could not pin them) is pinmem's error, a
+// *pinmem.BudgetError over the budget, before anything is read, with
+// nothing left pinned; a file that ends early while it is read is a
 // *ShortFileError too, and one whose size or modification time changed by
 // the end of the load an error matching ErrChanged; a closed Loader gives
 // ErrClosed. When ctx ends, or a read or copy fails, no new read starts.
