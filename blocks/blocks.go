@@ -233,8 +233,10 @@ func WithStrategy(s Strategy) Option { return func(o *options) { o.strategy = s 
 // ranges that do not map to one device range (pinmem's Mapped buffers
 // always map to one). On an H200 the kernel was the fastest strategy at
 // every block size from 16 to 256 KiB, one way. It runs on the SMs beside
-// the caller's kernels; the tables, 4 x 24 x maxBlocks bytes, are pinned
-// by the driver outside pinmem's budget. WithKernel(0) loads no kernel;
+// the caller's kernels. Its 4 tables, 24 x maxBlocks bytes each (384 KiB
+// for 4096 blocks), are pinned (cuMemHostAlloc, mapped, outside pinmem's
+// budget) by the first Copy that launches the kernel, not by New, and
+// held until Close. WithKernel(0) loads no kernel;
 // New refuses a negative maxBlocks and one above 1<<26.
 func WithKernel(maxBlocks int) Option { return func(o *options) { o.maxBlocks = maxBlocks } }
 
@@ -293,7 +295,9 @@ func (c *Copier) usable(ctx context.Context) error {
 // "blocks.New" naming it; both match cuda.ErrInvalidValue. With WithKernel
 // New loads the kernel: a driver that cannot load its PTX (ISA 7.0) gives
 // an error matching cuda.ErrKernelImage, a device that cannot map host
-// memory one matching cuda.ErrNotSupported or the driver's refusal.
+// memory one matching cuda.ErrNotSupported or the driver's refusal. New
+// pins no memory: a Copier holds its kernel's module and events from New,
+// and the kernel's tables from the first Copy that launches it, to Close.
 func New(c *cuda.Context, opts ...Option) (*Copier, error) {
 	if c == nil {
 		return nil, argErr(-1, -1, "nil context")
@@ -383,7 +387,9 @@ var errClosed = fmt.Errorf("blocks: copier already closed: %w", cuda.ErrInvalidH
 //
 // With a kernel, Copy may wait, bounded by ctx, for its turn (another
 // call's launches, or Close) and for the launch that last read the table
-// it takes (four lists back). When the driver fails, or
+// it takes (four lists back). The first Copy that launches the kernel
+// pins its tables (see WithKernel); when the driver refuses, that Copy
+// returns the error having launched nothing, and a later one tries again. When the driver fails, or
 // ctx ends during that wait, part way through a call, some of its copies
 // may be queued: they run in stream order, so wait for the streams before
 // reusing the blocks' memory; calling Copy again with the same lists is

@@ -18,10 +18,12 @@ import (
 // kernel is the Kernel strategy's state: pinmem's gather/scatter kernel
 // (hand-written PTX, internal/kernels/blocks.ptx) loaded in a context,
 // and descriptor tables in pinned, mapped host memory, which the kernel
-// reads through their device addresses. Each list takes the next table;
-// before rewriting one, issue waits for the launch that last read it
-// (four lists back), which is rarely a wait at all. The Copier's turn
-// serialises its use.
+// reads through their device addresses. The tables are pinned by the
+// first call that launches the kernel (pin), not by New, so that a Copier
+// whose copies never take the kernel pins nothing. Each list takes the
+// next table; before rewriting one, issue waits for the launch that last
+// read it (four lists back), which is rarely a wait at all. The Copier's
+// turn serialises its use.
 type kernel struct {
 	ctx   *cuda.Context
 	mod   *cuda.Module
@@ -61,6 +63,13 @@ const kernelMaxGrid = 1 << 16
 
 func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
 	lifecycle.RetryOrphans()
+	// The tables are pinned later, as mapped host memory: a device that
+	// cannot map host memory is refused now, as the tables' pinning was.
+	if can, err := c.Device().Attribute(cuda.AttrCanMapHostMemory); err != nil {
+		return nil, err
+	} else if can == 0 {
+		return nil, fmt.Errorf("blocks: the kernel reads its tables from mapped host memory, which %v cannot map: %w", c.Device(), cuda.ErrNotSupported)
+	}
 	k = &kernel{ctx: c, cap: maxBlocks}
 	defer func() {
 		if err != nil {
@@ -80,24 +89,41 @@ func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
 	if k.fn, err = k.mod.Function(kernels.KernelBlockCopy); err != nil {
 		return k, err
 	}
-	drv, err := cudaerr.Public2(cudadrv.Get())
-	if err != nil {
-		return k, err
-	}
-	size := maxBlocks * kernels.BlockDescSize
 	for i := range k.slots {
-		sl := &k.slots[i]
-		if sl.done, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
+		if k.slots[i].done, err = c.NewEvent(cuda.EventBlockingSync | cuda.EventDisableTiming); err != nil {
 			return k, err
 		}
-		err = c.Do(func() error {
-			p, err := cudaerr.Public2(drv.MemHostAlloc(uint64(size), cudadrv.MemHostAllocDeviceMap))
-			if err != nil {
-				return fmt.Errorf("blocks: kernel table of %d bytes: %w", size, err)
+	}
+	return k, nil
+}
+
+// pin pins the tables not pinned yet, cap descriptors each, in mapped
+// host memory (cuMemHostAlloc DEVICEMAP, outside pinmem's budget): the
+// first call that launches the kernel pins all four, once, and they stay
+// pinned until close. The Copier's turn serialises it with the launches
+// and Close. A table pinned before an error stays, freed by close; the
+// next call pins the rest.
+func (k *kernel) pin() error {
+	drv, err := cudaerr.Public2(cudadrv.Get())
+	if err != nil {
+		return err
+	}
+	size := k.cap * kernels.BlockDescSize
+	for i := range k.slots {
+		sl := &k.slots[i]
+		if sl.dev != 0 {
+			continue
+		}
+		err := k.ctx.Do(func() error {
+			if sl.host == nil {
+				p, err := cudaerr.Public2(drv.MemHostAlloc(uint64(size), cudadrv.MemHostAllocDeviceMap))
+				if err != nil {
+					return fmt.Errorf("blocks: kernel table of %d bytes: %w", size, err)
+				}
+				sl.host, sl.table = p, hostptr.BytesAt(p, uintptr(size))
+				track.Add(track.HostAlloc, addrOf(sl.table), int64(size))
 			}
-			sl.host, sl.table = p, hostptr.BytesAt(p, uintptr(size))
-			track.Add(track.HostAlloc, addrOf(sl.table), int64(size))
-			d, err := cudaerr.Public2(drv.MemHostGetDevicePointer(p, 0))
+			d, err := cudaerr.Public2(drv.MemHostGetDevicePointer(sl.host, 0))
 			if err != nil {
 				return fmt.Errorf("blocks: device address of the kernel's table: %w", err)
 			}
@@ -105,10 +131,10 @@ func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
 			return nil
 		})
 		if err != nil {
-			return k, err
+			return err
 		}
 	}
-	return k, nil
+	return nil
 }
 
 // ready waits, bounded by ctx, until no launch reads sl's table any more.
@@ -135,6 +161,9 @@ func (k *kernel) issue(ctx context.Context, lists []List, sc *scratch, rep *Repo
 		if n := len(sc.listPieces(l)); n > k.cap {
 			return argErr(l, -1, "%d kernel descriptors (blocks, and one more per boundary between pinned ranges a block crosses), the copier's kernel holds %d", n, k.cap)
 		}
+	}
+	if err := k.pin(); err != nil {
+		return err
 	}
 	for l, list := range lists {
 		ps := sc.listPieces(l)
@@ -200,7 +229,7 @@ func (k *kernel) release() error {
 			if err == nil || errors.Is(err, cuda.ErrInvalidHandle) {
 				err = nil
 				track.Remove(track.HostAlloc, addr)
-				sl.host, sl.table = nil, nil
+				sl.host, sl.table, sl.dev = nil, nil, 0
 			}
 			errs = append(errs, err)
 		}
