@@ -10,7 +10,10 @@
 // CUDA 12.8+), up to 1024 blocks a call; with one copy per block, crossing
 // from Go into the driver once per 16 blocks; or, given a kernel
 // (WithKernel), with one launch of a gather/scatter kernel that moves the
-// blocks over mapped host memory with the SMs. Report says which ran.
+// blocks over mapped host memory with the SMs. Report says which ran. A
+// Copier pins no memory of its own until a Copy launches its kernel: then
+// the kernel's 4 descriptor tables, 24 bytes per block of WithKernel's
+// maxBlocks each, stay pinned until Close.
 //
 // A typical page-out and page-in, both at once:
 //
