@@ -26,9 +26,9 @@ type stage struct {
 // with New and Close it when done: it holds its streams and events from
 // New to Close, and its stages' pinned memory (the depth times the stage
 // size, charged to pinmem's budget) from the first load that moves bytes
-// to Close. Its methods are safe for
-// concurrent use; loads run one at a time, each using every stage, and a
-// Load waiting for its turn gives up when its context ends.
+// to Close. Its methods are safe for concurrent use; loads run one at a
+// time, each using every stage, and a Load waiting for its turn gives up
+// when its context ends.
 type Loader struct {
 	cctx    *cuda.Context
 	cfg     config
@@ -145,7 +145,7 @@ func (l *Loader) pin() error {
 	aligned := true
 	var err error
 	for i, st := range l.stages {
-		if st.buf == nil { // not left by a failed free of an earlier try
+		if st.buf == nil { // else a failed try could not free it: reuse it
 			if st.buf, err = pinmem.Alloc(l.cfg.stageSize, 0, pinmem.WithDevice(l.cctx.Device())); err != nil {
 				err = fmt.Errorf("load: pinning stage %d of %d (%d bytes each): %w", i+1, l.cfg.depth, l.cfg.stageSize, err)
 				break
@@ -281,10 +281,11 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // streams and is refilled only once that copy has finished, so the pinned
 // memory in use never exceeds the stages' (the depth times the stage
 // size): reading waits for copying. The first load that moves bytes pins
-// the stages (its Wall includes that); later loads reuse them. Neighbouring ranges share reads. How
-// each file is read is decided for that file, from the Loader's mode and,
-// for ModeAuto, the page-cache residency of its ranges: a warm shard is
-// read buffered while a cold one beside it is read directly.
+// the stages (its Wall includes that); later loads reuse them.
+// Neighbouring ranges share reads. How each file is read is decided for
+// that file, from the Loader's mode and, for ModeAuto, the page-cache
+// residency of its ranges: a warm shard is read buffered while a cold one
+// beside it is read directly.
 //
 // ready, when not nil, is called with a file's and a range's index as soon
 // as that range is entirely in device memory, in the order ranges land
