@@ -136,9 +136,11 @@ func New(c *cuda.Context, opts ...Option) (_ *Loader, err error) {
 // earlier load did: the first load that moves bytes pins them, once, and
 // they stay pinned until Close, so later loads reuse them. It runs with
 // the turn held and every stage idle (after idle), so no reader or copy
-// uses a stage meanwhile. When pinning fails it frees what it pinned, so
-// that the failed load leaves nothing pinned and a later one tries again.
-func (l *Loader) pin() error {
+// uses a stage meanwhile. When pinning fails, or ctx ends before a
+// stage is pinned (a ring can take seconds to pin), it frees what it
+// pinned, so that the failed load leaves nothing pinned and a later one
+// tries again.
+func (l *Loader) pin(ctx context.Context) error {
 	if l.pinned {
 		return nil
 	}
@@ -146,6 +148,10 @@ func (l *Loader) pin() error {
 	var err error
 	for i, st := range l.stages {
 		if st.buf == nil { // else a failed try could not free it: reuse it
+			if err = ctx.Err(); err != nil {
+				err = fmt.Errorf("load: canceled while pinning the stages (%d of %d done): %w", i, l.cfg.depth, err)
+				break
+			}
 			if st.buf, err = pinmem.Alloc(l.cfg.stageSize, 0, pinmem.WithDevice(l.cctx.Device())); err != nil {
 				err = fmt.Errorf("load: pinning stage %d of %d (%d bytes each): %w", i+1, l.cfg.depth, l.cfg.stageSize, err)
 				break

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pinmem/pinmem"
@@ -136,5 +137,47 @@ func TestFakeFirstLoadsAtOnce(t *testing.T) {
 	}
 	if err := idle.Close(context.Background()); err != nil {
 		t.Errorf("Close of a Loader that never loaded: %v", err)
+	}
+}
+
+// TestFakePinStopsWhenCanceled: a first load whose context ends while it
+// pins the stages (here at the second stage's cuMemHostAlloc) pins no
+// further stage: it returns an error matching ctx.Err(), having read
+// nothing and leaving nothing pinned, and the next load pins them all.
+// Pinning is the first load's longest step (a ring of up to 64 GiB), so
+// a cancel must not wait for all of it.
+func TestFakePinStopsWhenCanceled(t *testing.T) {
+	e := newFakeEnv(t, fakedrv.Options{})
+	path, data := tempFile(t, 1<<20, 33)
+	const depth = 8
+	l := e.loader(t, WithDepth(depth))
+	dst := e.devbuf(t, len(data))
+	before, allocs := pinmem.Stats().Pinned.Bytes, e.d.Calls("cuMemHostAlloc")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var n atomic.Int32
+	e.d.SetHook(func(op string) cudadrv.Result {
+		if op == "cuMemHostAlloc" && n.Add(1) == 2 {
+			cancel()
+		}
+		return cudadrv.Success
+	})
+	st, err := l.LoadFile(ctx, path, dst)
+	e.d.SetHook(nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("load canceled while pinning: %v, want context.Canceled", err)
+	}
+	if pins := e.d.Calls("cuMemHostAlloc") - allocs; pins > 2 {
+		t.Errorf("the canceled load pinned %d of %d stages, want at most 2 (none after the cancel)", pins, depth)
+	}
+	if got := pinmem.Stats().Pinned.Bytes - before; got != 0 || l.PinnedBytes() != 0 || st.ReadBytes != 0 {
+		t.Errorf("after the canceled pinning: %d bytes pinned (PinnedBytes %d), %d read; want none", got, l.PinnedBytes(), st.ReadBytes)
+	}
+	if _, err := l.LoadFile(context.Background(), path, dst); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
+	if l.PinnedBytes() != depth*64<<10 {
+		t.Errorf("PinnedBytes %d after the next load, want %d", l.PinnedBytes(), depth*64<<10)
 	}
 }

@@ -98,7 +98,7 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 		l.report(0, 0)
 		return st, nil
 	}
-	if err := l.pin(); err != nil {
+	if err := l.pin(ctx); err != nil {
 		return st, err
 	}
 	st.Resident = r.decide()
