@@ -391,8 +391,9 @@ var errClosed = fmt.Errorf("blocks: copier already closed: %w", cuda.ErrInvalidH
 // With a kernel, Copy may wait, bounded by ctx, for its turn (another
 // call's launches, or Close) and for the launch that last read the table
 // it takes (four lists back). The first Copy that launches the kernel
-// pins its tables (see WithKernel); when the driver refuses, that Copy
-// returns the error having launched nothing, and a later one tries again. When the driver fails, or
+// pins its tables (see WithKernel); when the driver refuses, or ctx ends
+// before a table is pinned, that Copy returns the error having launched
+// nothing, and a later one pins the rest. When the driver fails, or
 // ctx ends during that wait, part way through a call, some of its copies
 // may be queued: they run in stream order, so wait for the streams before
 // reusing the blocks' memory; calling Copy again with the same lists is

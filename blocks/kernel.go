@@ -101,9 +101,10 @@ func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
 // host memory (cuMemHostAlloc DEVICEMAP, outside pinmem's budget): the
 // first call that launches the kernel pins all four, once, and they stay
 // pinned until close. The Copier's turn serialises it with the launches
-// and Close. A table pinned before an error stays, freed by close; the
-// next call pins the rest.
-func (k *kernel) pin() error {
+// and Close. It stops when ctx ends before a table (one can take a
+// second to pin). A table pinned before an error stays, freed by close;
+// the next call pins the rest.
+func (k *kernel) pin(ctx context.Context) error {
 	drv, err := cudaerr.Public2(cudadrv.Get())
 	if err != nil {
 		return err
@@ -113,6 +114,9 @@ func (k *kernel) pin() error {
 		sl := &k.slots[i]
 		if sl.dev != 0 {
 			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("blocks: canceled while pinning the kernel's tables: %w", err)
 		}
 		err := k.ctx.Do(func() error {
 			if sl.host == nil {
@@ -162,7 +166,7 @@ func (k *kernel) issue(ctx context.Context, lists []List, sc *scratch, rep *Repo
 			return argErr(l, -1, "%d kernel descriptors (blocks, and one more per boundary between pinned ranges a block crosses), the copier's kernel holds %d", n, k.cap)
 		}
 	}
-	if err := k.pin(); err != nil {
+	if err := k.pin(ctx); err != nil {
 		return err
 	}
 	for l, list := range lists {

@@ -120,3 +120,38 @@ func TestFakeKernelNoMappedMemory(t *testing.T) {
 	must(t, err)
 	must(t, bc.Close(context.Background()))
 }
+
+// TestFakeKernelTablesPinCanceled: a first kernel Copy whose context ends
+// while it pins the tables (at the first table's cuMemHostAlloc) pins no
+// further table and returns an error matching ctx.Err(), having launched
+// nothing (a table of WithKernel(1<<26) is 1.5 GiB, about a second to
+// pin); the next Copy pins the rest and copies every block.
+func TestFakeKernelTablesPinCanceled(t *testing.T) {
+	e := newEnv(t, fakedrv.Options{}, 4096, 40, pinmem.Mapped)
+	bc := newCopier(t, e.ctx, blocks.WithKernel(64))
+	l := e.list(e.src.Bytes(), e.in)
+	allocs, launches := e.fd.Calls("cuMemHostAlloc"), e.fd.Calls("cuLaunchKernel")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.fd.SetHook(func(op string) cudadrv.Result {
+		if op == "cuMemHostAlloc" {
+			cancel()
+		}
+		return cudadrv.Success
+	})
+	_, err := bc.Copy(ctx, blocks.ToDevice(e.s1, l))
+	e.fd.SetHook(nil)
+	if !errors.Is(err, context.Canceled) || e.fd.Calls("cuLaunchKernel") != launches {
+		t.Fatalf("Copy canceled while pinning the tables: %v (%d launches), want context.Canceled and no launch", err, e.fd.Calls("cuLaunchKernel")-launches)
+	}
+	if n := e.fd.Calls("cuMemHostAlloc") - allocs; n > 1 {
+		t.Errorf("the canceled Copy pinned %d tables, want at most 1 (none after the cancel)", n)
+	}
+	_, err = bc.Copy(context.Background(), blocks.ToDevice(e.s1, l))
+	must(t, err)
+	must(t, e.s1.Synchronize(context.Background()))
+	e.check(t, l)
+	if n := e.fd.Calls("cuMemHostAlloc") - allocs; n != 4 {
+		t.Errorf("%d tables pinned in all, want 4", n)
+	}
+}
