@@ -5,9 +5,10 @@
 //
 // A Loader holds a fixed set of pinned stages (pinmem.Alloc, charged to
 // pinmem's budget, so its pinned memory is bounded and accounted: the
-// depth times the stage size) and a few CUDA streams. New pins nothing:
-// the first load that moves bytes pins the stages, once, and they stay
-// pinned until Close, reused by every later load. A load splits the
+// depth times the stage size) and a few CUDA streams. New pins nothing: a
+// stage is pinned by the first read that takes it, once, and stays pinned
+// until Close, reused by every later load; a load of one read pins one
+// stage, and a first load's first range waits for its own stage alone. A load splits the
 // ranges into reads of at most one stage; several goroutines pread in parallel into free stages, and each filled
 // stage is drained by asynchronous host-to-device copies (cuda.Stream.
 // CopyHtoD) while the readers fill others. A stage is refilled only after
@@ -65,9 +66,9 @@
 // leaves pinned memory behind: New releases what it created when it
 // fails, and Close releases the rest (in the background, once the copies
 // in flight finish, when its context ends first). A load that cannot pin
-// the stages (a *pinmem.BudgetError over pinmem's budget, say) returns
-// that error having read nothing and holding nothing pinned; a later load
-// tries again.
+// a stage (a *pinmem.BudgetError over pinmem's budget, say) fails with
+// that error like a failed read; the stages pinned before stay with the
+// Loader until Close, and a later load pins the rest.
 //
 // # Why not transfer's staged ring
 //

@@ -1,7 +1,7 @@
 package load
 
 // PinnedBytes returns the bytes of pinned memory the Loader's stages hold
-// now: none before the first load that moves bytes.
+// now: the stages that reads have taken, none before the first load.
 func (l *Loader) PinnedBytes() int64 {
 	var n int64
 	for _, st := range l.stages {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/cuda"
-	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/lifecycle"
 )
 
@@ -24,9 +23,9 @@ type stage struct {
 
 // Loader reads files into device memory through pinned stages. Create one
 // with New and Close it when done: it holds its streams and events from
-// New to Close, and its stages' pinned memory (the depth times the stage
-// size, charged to pinmem's budget) from the first load that moves bytes
-// to Close. Its methods are safe for concurrent use; loads run one at a
+// New to Close, and each stage's pinned memory (the stage size, charged
+// to pinmem's budget; at most the depth times it) from the first read
+// that takes the stage to Close. Its methods are safe for concurrent use; loads run one at a
 // time, each using every stage, and a Load waiting for its turn gives up
 // when its context ends.
 type Loader struct {
@@ -35,8 +34,6 @@ type Loader struct {
 	streams []*cuda.Stream
 	stages  []*stage
 	free    chan *stage // stages whose copies have finished
-	pinned  bool        // every stage holds its pinned memory (pin); guarded by turn
-	aligned bool        // every stage's address is a multiple of Align (direct I/O possible); set by pin
 
 	// turn holds a token while a load or Close runs: one at a time. It is a
 	// channel rather than a mutex so that a Load can stop waiting for its
@@ -93,8 +90,8 @@ func (s Stats) GBps() float64 {
 // that New(nil, opts...) checks a command line's options without a GPU:
 // it returns the *pinmem.OptionError, or for valid options an error
 // matching cuda.ErrInvalidValue for the nil context. It then creates the
-// streams and events; it pins no memory: the first load that moves bytes
-// pins the stages (see Loader). On any error whatever it had created is
+// streams and events; it pins no memory: a load's reads pin the stages
+// they take (see Loader). On any error whatever it had created is
 // released again.
 func New(c *cuda.Context, opts ...Option) (_ *Loader, err error) {
 	lifecycle.RetryOrphans()
@@ -131,48 +128,26 @@ func New(c *cuda.Context, opts ...Option) (_ *Loader, err error) {
 	return l, nil
 }
 
-// pin pins the stages' memory with pinmem.Alloc on the context's device
-// (a request over pinmem's budget is a *pinmem.BudgetError), unless an
-// earlier load did: the first load that moves bytes pins them, once, and
-// they stay pinned until Close, so later loads reuse them. It runs with
-// the turn held and every stage idle (after idle), so no reader or copy
-// uses a stage meanwhile. When pinning fails, or ctx ends before a
-// stage is pinned (a ring can take seconds to pin), it frees what it
-// pinned, so that the failed load leaves nothing pinned and a later one
-// tries again.
-func (l *Loader) pin(ctx context.Context) error {
-	if l.pinned {
+// pin pins s's memory with pinmem.Alloc on the context's device (a
+// request over pinmem's budget is a *pinmem.BudgetError) unless an earlier
+// read did: a stage is pinned by the first read that takes it, once, and
+// stays pinned until Close. So a load pins only the stages its reads take
+// (a load of one read, one stage), the readers pin theirs in parallel,
+// and a load's first range waits for its own stage's pinning, not the
+// whole ring's. The reader that took s from the free channel owns it.
+// When ctx has ended it pins nothing.
+func (l *Loader) pin(ctx context.Context, s *stage) error {
+	if s.mem != nil {
 		return nil
 	}
-	aligned := true
-	var err error
-	for i, st := range l.stages {
-		if st.buf == nil { // else a failed try could not free it: reuse it
-			if err = ctx.Err(); err != nil {
-				err = fmt.Errorf("load: canceled while pinning the stages (%d of %d done): %w", i, l.cfg.depth, err)
-				break
-			}
-			if st.buf, err = pinmem.Alloc(l.cfg.stageSize, 0, pinmem.WithDevice(l.cctx.Device())); err != nil {
-				err = fmt.Errorf("load: pinning stage %d of %d (%d bytes each): %w", i+1, l.cfg.depth, l.cfg.stageSize, err)
-				break
-			}
-			st.mem = st.buf.Bytes()
-		}
-		if hostptr.AddrOf(st.mem)%Align != 0 {
-			aligned = false
-		}
-	}
-	if err != nil {
-		var left int // a buffer the driver fails to free stays for Close
-		for _, st := range l.stages {
-			err = errors.Join(err, lifecycle.Drop(&st.buf, &left, (*pinmem.Buffer).Free, pinmem.ErrFreed))
-			if st.buf == nil {
-				st.mem = nil
-			}
-		}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l.aligned, l.pinned = aligned, true
+	b, err := pinmem.Alloc(l.cfg.stageSize, 0, pinmem.WithDevice(l.cctx.Device()))
+	if err != nil {
+		return fmt.Errorf("load: pinning a stage of %d bytes: %w", l.cfg.stageSize, err)
+	}
+	s.buf, s.mem = b, b.Bytes()
 	return nil
 }
 
@@ -286,8 +261,9 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // Each stage is drained by an asynchronous copy on one of the Loader's
 // streams and is refilled only once that copy has finished, so the pinned
 // memory in use never exceeds the stages' (the depth times the stage
-// size): reading waits for copying. The first load that moves bytes pins
-// the stages (its Wall includes that); later loads reuse them.
+// size): reading waits for copying. A read that takes a stage no read
+// took before pins it (the load's Wall includes that); later reads and
+// loads reuse it.
 // Neighbouring ranges share reads. How each file is read is decided for
 // that file, from the Loader's mode and, for ModeAuto, the page-cache
 // residency of its ranges: a warm shard is read buffered while a cold one
@@ -304,10 +280,10 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 //
 // Errors: an invalid range is a *RangeError (ErrRange) and a range past
 // the end of its file a *ShortFileError (ErrShortFile), both before
-// anything is read; a stage that cannot be pinned (a first load, or one
-// after a load that could not pin them) is pinmem's error, a
-// *pinmem.BudgetError over the budget, before anything is read, with
-// nothing left pinned; a file that ends early while it is read is a
+// anything is read; a stage that cannot be pinned is pinmem's error (a
+// *pinmem.BudgetError over the budget), which stops the load as a failed
+// read does, the stages already pinned kept for later loads; a file that
+// ends early while it is read is a
 // *ShortFileError too, and one whose size or modification time changed by
 // the end of the load an error matching ErrChanged; a closed Loader gives
 // ErrClosed. When ctx ends, or a read or copy fails, no new read starts.

@@ -184,8 +184,9 @@ func WithStageSize(n int) Option { return func(c *config) { c.stageSize = n } }
 
 // WithDepth sets how many pinned stages the Loader holds, its ring of
 // staging buffers (1 to 1024), as transfer.WithDepth does for a Copier:
-// its pinned memory is the depth times the stage size, pinned by the
-// first load that moves bytes and charged to pinmem's budget until Close. Default twice the
+// its pinned memory is at most the depth times the stage size, each
+// stage pinned by the first read that takes it and charged to pinmem's
+// budget until Close. Default twice the
 // parallelism, so that every reading goroutine has a stage to fill while
 // another's copy runs.
 func WithDepth(n int) Option { return func(c *config) { c.depth, c.depthSet = n, true } }

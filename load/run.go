@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem/cuda"
+	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/regfile"
 )
 
@@ -97,9 +98,6 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 		st.Wall = time.Since(start)
 		l.report(0, 0)
 		return st, nil
-	}
-	if err := l.pin(ctx); err != nil {
-		return st, err
 	}
 	st.Resident = r.decide()
 	r.plan()
@@ -338,9 +336,6 @@ const mappedRetired = "ModeMapped reads buffered: registering the page cache was
 func (r *run) prepare(of *openFile) string {
 	switch of.mode {
 	case ModeDirect:
-		if !r.l.aligned {
-			return "the pinned stages are not aligned for direct I/O"
-		}
 		d, err := openDirectFile(of.f)
 		if err != nil {
 			return "O_DIRECT refused: " + err.Error()
@@ -651,6 +646,9 @@ func (r *run) fill(s *stage, rd *read) (*flight, error) {
 // source returns the bytes of rd: s's stage filled by a read.
 func (r *run) source(s *stage, rd *read) ([]byte, error) {
 	of := r.files[rd.file]
+	if err := r.l.pin(r.ctx, s); err != nil {
+		return nil, err
+	}
 	buf := s.mem[:rd.length]
 	n, err := r.pread(of, buf, rd.off)
 	r.readBytes.Add(int64(n))
@@ -675,6 +673,10 @@ func (r *run) source(s *stage, rd *read) ([]byte, error) {
 // direct I/O checks alignment before the file's size (ext4 before Linux
 // 5.5) refuse with EINVAL.
 func (r *run) pread(of *openFile, buf []byte, off int64) (int, error) {
+	if of.direct != nil && hostptr.AddrOf(buf)%Align != 0 {
+		why := "the pinned stages are not aligned for direct I/O"
+		of.fallback.CompareAndSwap(nil, &why)
+	}
 	if of.direct != nil && of.fallback.Load() == nil {
 		dn := len(buf)
 		if end := of.fi.Size() / Align * Align; off+int64(dn) > end {

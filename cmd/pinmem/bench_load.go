@@ -465,7 +465,7 @@ func runLoadBench(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, o
 	}
 	defer func() { _ = dst.Free() }()
 	r := &loadRun{rowLog: rowLog{progress: progress}, ctx: ctx, gpu: gpu, cfg: cfg, opts: opts, dst: dst, crcs: crcs}
-	warmLoader, err := pinnedLoader(ctx, gpu, cfg.File, dst, opts...)
+	warmLoader, err := pinnedLoader(ctx, gpu, cfg, cfg.File, dst, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -491,20 +491,24 @@ type loadRun struct {
 // loader returns a loader of the run's options and then extra, its
 // stages pinned (pinnedLoader).
 func (r *loadRun) loader(extra ...load.Option) (*load.Loader, error) {
-	return pinnedLoader(r.ctx, r.gpu, r.cfg.File, r.dst, append(append([]load.Option{}, r.opts...), extra...)...)
+	return pinnedLoader(r.ctx, r.gpu, r.cfg, r.cfg.File, r.dst, append(append([]load.Option{}, r.opts...), extra...)...)
 }
 
 // pinnedLoader returns a loader of opts whose stages are pinned: load.New
-// pins nothing and a loader's first load pins its stages, so a load of
-// path's first byte into dst pins them here, untimed, and every timed
-// load reuses them, as a server's loads after its first do (and as the
-// rows measured before load.New stopped pinning).
-func pinnedLoader(ctx context.Context, gpu *cuda.Context, path string, dst *cuda.DeviceBuffer, opts ...load.Option) (*load.Loader, error) {
+// pins nothing and a read pins the stage it takes, the first reads of a
+// load taking every stage in turn, so a load of the ring's worth of path
+// (cfg's stages times their size, at most the file and dst) into dst
+// pins them here, untimed, and every timed load reuses them, as a
+// server's loads after its first do (and as the rows measured before
+// load.New stopped pinning). The rows' callers clear dst and drop the
+// page cache after it.
+func pinnedLoader(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, path string, dst *cuda.DeviceBuffer, opts ...load.Option) (*load.Loader, error) {
 	l, err := load.New(gpu, opts...)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := l.Load(ctx, path, []load.Range{{Offset: 0, Length: 1, Dst: dst}}); err != nil {
+	n := min(int64(cfg.Stages)*int64(cfg.StageSize), fileSize(path), int64(dst.Size()))
+	if _, err := l.Load(ctx, path, []load.Range{{Offset: 0, Length: n, Dst: dst}}); err != nil {
 		return nil, errors.Join(fmt.Errorf("pinning the loader's stages: %w", err), l.Close(ctx))
 	}
 	return l, nil

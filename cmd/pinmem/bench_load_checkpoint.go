@@ -235,7 +235,7 @@ func (r *checkpointRun) part(t safetensors.Tensor) (load.Range, error) {
 // checkpoint the time to the first tensor.
 func (r *checkpointRun) loads(kind, dir string, before func() error, mode ...load.Option) ([]bench.Result, error) {
 	ctx, cfg := r.ctx, r.cfg
-	l, err := pinnedLoader(ctx, r.gpu, r.shards[0], r.dst, append(append([]load.Option{}, r.opts...), mode...)...)
+	l, err := pinnedLoader(ctx, r.gpu, *cfg, r.shards[0], r.dst, append(append([]load.Option{}, r.opts...), mode...)...)
 	if err != nil {
 		return nil, err
 	}
