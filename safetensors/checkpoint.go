@@ -67,7 +67,8 @@ func Whole(dst Destination) func(Tensor) (load.Range, error) {
 // its tensor's bounds matches ErrInvalid; a bad destination is a
 // *load.RangeError; a shard that changes while it is loaded matches
 // load.ErrChanged (found at the end of the load), and one that shrinks
-// load.ErrShortFile. Nothing stays pinned after an error.
+// load.ErrShortFile. After an error nothing stays pinned but the stages
+// l pinned, which it keeps for its next load until Close.
 func LoadCheckpoint(ctx context.Context, l *load.Loader, path string, part func(Tensor) (load.Range, error), ready func(Tensor)) (load.Stats, error) {
 	st := load.Stats{Resident: -1}
 	if l == nil || part == nil {
