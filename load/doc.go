@@ -7,8 +7,9 @@
 // pinmem's budget, so its pinned memory is bounded and accounted: the
 // depth times the stage size) and a few CUDA streams. New pins nothing: a
 // stage is pinned by the first read that takes it, once, and stays pinned
-// until Close, reused by every later load; a load of one read pins one
-// stage, and a first load's first range waits for its own stage alone. A load splits the
+// until Close, reused by every later load, which takes the pinned stages
+// first: loads of one read pin one stage, and a first load's first range
+// waits for its own stage alone. A load splits the
 // ranges into reads of at most one stage; several goroutines pread in parallel into free stages, and each filled
 // stage is drained by asynchronous host-to-device copies (cuda.Stream.
 // CopyHtoD) while the readers fill others. A stage is refilled only after

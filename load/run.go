@@ -131,12 +131,18 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 // no copy that an earlier load queued can still run, or until ctx ends. It
 // takes the stages already back without waiting, so that a load finding
 // them all free never reports a wait; on ctx's end it returns how many
-// stages were still out.
+// stages were still out. It puts the pinned stages back first, so that
+// the next load's reads take a stage to pin (pin) only once they have
+// taken every pinned one: loads of a few reads reuse the same stages.
 func (l *Loader) idle(ctx context.Context) (busy int, err error) {
 	back := make([]*stage, 0, len(l.stages))
 	defer func() {
-		for _, s := range back {
-			l.free <- s
+		for _, pinned := range []bool{true, false} {
+			for _, s := range back {
+				if (s.mem != nil) == pinned {
+					l.free <- s
+				}
+			}
 		}
 	}()
 	for len(back) < len(l.stages) {
