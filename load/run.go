@@ -649,7 +649,8 @@ func (r *run) fill(s *stage, rd *read) (*flight, error) {
 	return f, err
 }
 
-// source returns the bytes of rd: s's stage filled by a read.
+// source returns the bytes of rd: s's stage, pinned first if no read
+// pinned it before (pin), filled by a read.
 func (r *run) source(s *stage, rd *read) ([]byte, error) {
 	of := r.files[rd.file]
 	if err := r.l.pin(r.ctx, s); err != nil {
