@@ -479,10 +479,12 @@ func suiteLoad(cmd *cobra.Command, f suiteFlags) error {
 // torchRow runs scripts/torch-load.py on the weights file: its GB/s as a
 // load row of kind "torch", or a skipped row saying why not.
 func torchRow(ctx context.Context, f suiteFlags) bench.Result {
-	// The row's size is the file's, as the loader's rows, so that they
-	// pair up as reference and row.
+	// The row's size is the file's for one file, as the loader's rows, so
+	// that they pair up as reference and row; for a checkpoint (a folder
+	// or its index) the tensor bytes the script reports, as the loader's
+	// checkpoint row.
 	r := bench.Result{Bench: "load", Kind: bench.KindTorch, Dir: "warm", Unit: bench.GBps, Timing: bench.TimingWall}
-	if fi, err := os.Stat(f.weights); err == nil {
+	if fi, err := os.Stat(f.weights); err == nil && fi.Mode().IsRegular() && !strings.HasSuffix(f.weights, ".json") {
 		r.Size = fi.Size()
 	}
 	script := filepath.Join("scripts", "torch-load.py")

@@ -373,7 +373,8 @@ const KindTorch = "torch"
 
 // ParseTorchLoad reads what scripts/torch-load.py prints and returns its
 // warm runs as a load row of kind KindTorch whose size is fileSize (the
-// loader's rows', so that they pair up). Output that is not the script's,
+// loader's rows', so that they pair up), or with fileSize 0 (a checkpoint)
+// the tensor bytes the script reports. Output that is not the script's,
 // or has no warm run, is an error.
 func ParseTorchLoad(data []byte, fileSize int64) (Result, error) {
 	var res struct {
@@ -395,6 +396,9 @@ func ParseTorchLoad(data []byte, fileSize int64) (Result, error) {
 	s := Summarize(vals)
 	if s.N == 0 {
 		return Result{}, errors.New("no warm runs in its output")
+	}
+	if fileSize <= 0 {
+		fileSize = res.Bytes // a checkpoint: its tensor bytes
 	}
 	return Result{Bench: "load", Kind: KindTorch, Dir: "warm", Size: fileSize, Unit: GBps, Timing: TimingWall,
 		Median: s.Median, Min: s.Min, Max: s.Max, Samples: s.N,

@@ -53,6 +53,19 @@ func TestParseTorchLoad(t *testing.T) {
 	}
 }
 
+// TestParseTorchLoadCheckpoint: for a checkpoint (no file size) the row's
+// size is the tensor bytes the script reports, as the loader's checkpoint
+// row's, so that the two pair up.
+func TestParseTorchLoadCheckpoint(t *testing.T) {
+	r, err := ParseTorchLoad([]byte(`{"bytes":4294967296,"runs":[{"seconds":0.7,"gbps":6.1,"cold":false}]}`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Size != 4294967296 {
+		t.Errorf("size %d, want the tensor bytes 4294967296", r.Size)
+	}
+}
+
 // TestSelectParts: -t picks tests by name in run order; an unknown name
 // is an error naming the known ones.
 func TestSelectParts(t *testing.T) {
