@@ -17,21 +17,13 @@ import (
 // parameters, balanced braces, every register used is declared within
 // its range, every branch target is a label, and the image is
 // NUL-terminated. The GPU suite loads and runs it (cuda's kernel-strategy
-// tests). The candidate blocks_next.ptx, where there is one, is checked
-// the same way.
+// tests).
 func TestBlockPTXShape(t *testing.T) {
 	checkPTXShape(t, "blocks.ptx", blockPTX)
 	if img := BlockCopyImage(); img[len(img)-1] != 0 || bytes.IndexByte(img[:len(img)-1], 0) >= 0 {
 		t.Errorf("image is not one NUL-terminated string")
 	}
-	if next, err := os.ReadFile(blockNextPTX); err == nil {
-		checkPTXShape(t, blockNextPTX, next)
-	}
 }
-
-// blockNextPTX is the candidate successor of blocks.ptx, not embedded:
-// the GPU run measures it before it replaces blocks.ptx.
-const blockNextPTX = "blocks_next.ptx"
 
 func checkPTXShape(t *testing.T, name string, ptx []byte) {
 	t.Helper()
@@ -68,36 +60,6 @@ func checkPTXShape(t *testing.T, name string, ptx []byte) {
 	for _, m := range regexp.MustCompile(`bra\s+([A-Z0-9]+);`).FindAllStringSubmatch(text, -1) {
 		if !labels[m[1]] {
 			t.Errorf("%s: branch to undefined label %s", name, m[1])
-		}
-	}
-}
-
-// TestBlockNextLoopCoversEveryVector replays, in Go, the vector loops of
-// blocks_next.ptx (four vectors a pass while offset + 3 strides < n, then
-// one a pass) for every thread of a CTA, and checks that every 16-byte
-// vector of a block is copied exactly once, at CTA widths and block sizes
-// around the unrolled loop's edges.
-func TestBlockNextLoopCoversEveryVector(t *testing.T) {
-	for _, ntid := range []uint64{32, 256, 1024} {
-		for _, n := range []uint64{0, 16, 4096, 16 << 10, 16<<10 + 16, 3 * 16 * 256, 4*16*256 - 16, 4*16*256 + 48, 1 << 20} {
-			seen := make([]int, n/16)
-			stride := 16 * ntid
-			for tid := range ntid {
-				off := 16 * tid
-				for ; off+3*stride < n; off += 4 * stride {
-					for k := range uint64(4) {
-						seen[(off+k*stride)/16]++
-					}
-				}
-				for ; off < n; off += stride {
-					seen[off/16]++
-				}
-			}
-			for v, c := range seen {
-				if c != 1 {
-					t.Fatalf("ntid %d, n %d: vector %d copied %d times", ntid, n, v, c)
-				}
-			}
 		}
 	}
 }
@@ -170,13 +132,6 @@ func TestBlockPTXAssembles(t *testing.T) {
 		t.Fatal(err)
 	}
 	assemble(t, ptxas, dir, src)
-	if _, err := os.Stat(blockNextPTX); err == nil {
-		next, err := filepath.Abs(blockNextPTX)
-		if err != nil {
-			t.Fatal(err)
-		}
-		assemble(t, ptxas, t.TempDir(), next)
-	}
 }
 
 // assemble runs ptxas on src for sm_70 (or sm_75) and sm_90.
