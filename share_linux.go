@@ -125,7 +125,7 @@ func SendShared(ctx context.Context, conn *net.UnixConn, b *Buffer) error {
 	if s.shared == nil {
 		return fmt.Errorf("pinmem: SendShared of %v: not a shared buffer (allocate it with AllocShared): %w", b, cuda.ErrInvalidValue)
 	}
-	undo, err := bindCtx(ctx, conn)
+	undo, err := bindCtx(ctx, conn, true)
 	if err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func ReceiveShared(ctx context.Context, conn *net.UnixConn, size int, flags Flag
 	if err != nil {
 		return nil, err
 	}
-	undo, err := bindCtx(ctx, conn)
+	undo, err := bindCtx(ctx, conn, false)
 	if err != nil {
 		return nil, err
 	}
