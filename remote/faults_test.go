@@ -223,3 +223,59 @@ func TestCutShort(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestImportBesideCutShort: an Import whose connection check is cancelled
+// because another call on the same connection was cut short by its
+// context (this side closed the connection) fails with ErrPeer, import
+// again, not ErrStaleKey: the key's agent is there.
+func TestImportBesideCutShort(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	a := newAgent(t, "tcp,self", "lo")
+	p := startPeer(t, "tcp,self", "lo", 1<<20, 5)
+	ctx := ctxT(t)
+	local := alloc(t, 1<<20, 6)
+	reg, err := a.Register(ctx, local.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.signal(t, syscall.SIGSTOP)
+	defer p.signal(t, syscall.SIGCONT)
+	// The first Import connects and checks the connection: the stopped
+	// peer does not answer, so its check stays in flight.
+	first := make(chan error, 1)
+	go func() {
+		rem, err := a.Import(ctx, p.key)
+		if err == nil {
+			err = rem.Close()
+		}
+		first <- err
+	}()
+	var second *Remote
+	for second == nil {
+		time.Sleep(20 * time.Millisecond)
+		if a.Stats().Connections == 0 {
+			continue
+		}
+		// The second shares the connection (no check of its own) and is cut
+		// short by its context, which closes the connection.
+		if second, err = a.Import(ctx, p.key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := second.Get(cctx, reg, []Block{{Len: 4096}}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Get from a stopped peer: %v, want the deadline", err)
+	}
+	select {
+	case err := <-first:
+		if !errors.Is(err, ErrPeer) || errors.Is(err, ErrStaleKey) {
+			t.Fatalf("Import whose check this side cancelled: %v, want ErrPeer", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first Import did not return 10 s after its connection was closed")
+	}
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -42,9 +42,11 @@ type peer struct {
 type op struct {
 	req    ucx.Request
 	name   string
+	p      *peer
 	local  *slab
 	remote *Remote
 	err    error
+	here   bool // the flush failed because this side had closed the connection
 	done   chan struct{}
 }
 
@@ -106,7 +108,9 @@ func (a *Agent) Import(ctx context.Context, key []byte) (*Remote, error) {
 	if check != nil {
 		if err := a.wait(ctx, check, r.p); err != nil {
 			_ = r.Close()
-			if e, ok := err.(*Error); ok && e.Kind == ErrPeer {
+			// A connection that this side closed meanwhile (another call
+			// on it was cut short) says nothing of the key's agent.
+			if e, ok := err.(*Error); ok && e.Kind == ErrPeer && !check.here {
 				e.Kind, e.Detail = ErrStaleKey, "the key's agent cannot be reached (it exited, was killed or closed)"
 			}
 			return nil, err
@@ -236,7 +240,7 @@ func (r *Remote) issue(put bool, local *Region, blocks []Block) error {
 // completes (agent's thread). local and r, if set, count it as in flight;
 // first is an error the op already has (a block that failed to start).
 func (a *Agent) startOp(name string, p *peer, local *slab, r *Remote, first error) *op {
-	o := &op{name: name, local: local, remote: r, err: first, done: make(chan struct{})}
+	o := &op{name: name, p: p, local: local, remote: r, err: first, done: make(chan struct{})}
 	req, err := a.lib.Flush(p.ep)
 	if err != nil || req == 0 {
 		if err != nil && o.err == nil {
@@ -272,7 +276,12 @@ func (a *Agent) checkOps() int {
 		a.lib.Free(o.req)
 		var err error
 		if st != ucx.OK {
-			err = &Error{Op: o.name, Kind: ErrPeer, Err: a.lib.Err("ucp_ep_flush_nbx", st)}
+			e := &Error{Op: o.name, Kind: ErrPeer, Err: a.lib.Err("ucp_ep_flush_nbx", st)}
+			if o.p.failed != "" {
+				o.here = true
+				e.Detail = "this side closed the connection (" + o.p.failed + "): import the key again"
+			}
+			err = e
 		}
 		o.finish(a, err)
 		done++
