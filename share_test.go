@@ -5,6 +5,7 @@ package pinmem
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -328,4 +329,54 @@ func sharedBuf(t *testing.T, n int) *Buffer {
 	}
 	t.Cleanup(func() { b.Free() })
 	return b
+}
+
+// TestShareUnsealedFile: a file that its sender could still shrink (a
+// memfd without F_SEAL_SHRINK, as any process can send) is refused with
+// ErrShareMismatch: mapped and pinned, it would fault this process (SIGBUS)
+// on the first access past the new end once the sender truncated it. A
+// buffer of AllocShared is sealed, and received.
+func TestShareUnsealedFile(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fd, err := unix.MemfdCreate("not pinmem", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, 4096); err != nil {
+		t.Fatal(err)
+	}
+	msg := make([]byte, shareMsgLen)
+	binary.LittleEndian.PutUint32(msg[0:], shareMagic)
+	binary.LittleEndian.PutUint32(msg[4:], shareVersion)
+	binary.LittleEndian.PutUint64(msg[8:], 4096)
+	binary.LittleEndian.PutUint64(msg[24:], 4096)
+	a, b := socketPair(t)
+	if _, _, err := a.WriteMsgUnix(msg, unix.UnixRights(fd), nil); err != nil {
+		t.Fatal(err)
+	}
+	fdsBefore := openFDs(t)
+	buf, err := ReceiveShared(ctx, b, 4096, 0)
+	if err == nil {
+		buf.Free()
+	}
+	if !errors.Is(err, ErrShareMismatch) {
+		t.Fatalf("a file its sender can shrink: %v, want ErrShareMismatch", err)
+	}
+	if got := openFDs(t); got != fdsBefore {
+		t.Errorf("%d descriptors open, %d before", got, fdsBefore)
+	}
+	src := sharedBuf(t, 4096)
+	if err := SendShared(ctx, a, src); err != nil {
+		t.Fatal(err)
+	}
+	buf, err = ReceiveShared(ctx, b, 4096, 0)
+	if err != nil {
+		t.Fatalf("a buffer of AllocShared: %v", err)
+	}
+	if err := buf.Free(); err != nil {
+		t.Fatal(err)
+	}
 }
