@@ -279,3 +279,38 @@ func TestImportBesideCutShort(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTransferRacingClose: a Put that passed its checks while a Close of
+// its Remote was queued on the agent's thread fails with ErrClosed, as a
+// Put after the Close does, not with ErrPeer (the connection is fine).
+func TestTransferRacingClose(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	p := newPair(t, "tcp,self", "lo", 1<<16)
+	gate, held := make(chan struct{}), make(chan struct{})
+	p.a.post(func() { close(held); <-gate }, false) // holds the thread
+	<-held
+	queued := func(n int) {
+		for {
+			p.a.mu.Lock()
+			k := len(p.a.jobs)
+			p.a.mu.Unlock()
+			if k >= n {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.remote.Close() }()
+	queued(1)
+	put := make(chan error, 1)
+	go func() { put <- p.transfer() }()
+	queued(2)
+	close(gate)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-put; !errors.Is(err, ErrClosed) {
+		t.Fatalf("a Put queued behind its Remote's Close: %v, want ErrClosed", err)
+	}
+}

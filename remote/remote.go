@@ -186,6 +186,9 @@ func (r *Remote) transfer(ctx context.Context, name string, put bool, local *Reg
 		if err != nil {
 			return err
 		}
+		if r.closed.Load() { // by a Close queued before this job
+			return &Error{Op: name, Kind: ErrClosed, Detail: "the remote region is closed"}
+		}
 		if r.p.failed != "" || r.rkeys == nil {
 			return &Error{Op: name, Kind: ErrPeer, Detail: "the connection failed earlier (" + r.p.failed + "): import the key again"}
 		}
