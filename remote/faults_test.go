@@ -314,3 +314,52 @@ func TestTransferRacingClose(t *testing.T) {
 		t.Fatalf("a Put queued behind its Remote's Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestImportCutShortReleases: an Import cut short by its context over
+// shared memory (no peer error handling: its connection check stays in
+// flight) leaves nothing behind once the check ends: the connection is
+// closed when the peer answers, and it is counted until then, also after
+// a later Import of the same key made a new connection.
+func TestImportCutShortReleases(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	a := newAgent(t, "posix,self", "all")
+	p := startPeer(t, "posix,self", "all", 1<<20, 5)
+	ctx := ctxT(t)
+	p.signal(t, syscall.SIGSTOP)
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := a.Import(cctx, p.key); !errors.Is(err, context.DeadlineExceeded) {
+		p.signal(t, syscall.SIGCONT)
+		t.Fatalf("Import of a stopped peer's key: %v, want the deadline", err)
+	}
+	if s := a.Stats(); s.Connections != 1 {
+		t.Errorf("with the check in flight: %+v, want 1 connection", s)
+	}
+	k, err := parseKey(p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	first := a.peers[string(k.worker)]
+	a.mu.Unlock()
+	p.signal(t, syscall.SIGCONT)
+	rem, err := a.Import(ctx, p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rem.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	open := func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return first.ep != 0
+	}
+	for (a.Stats().Connections != 0 || open()) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := a.Stats(); s.Connections != 0 || open() {
+		t.Fatalf("5 s after the peer answered: %+v, the cut-short Import's connection open: %v", s, open())
+	}
+}

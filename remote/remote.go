@@ -46,7 +46,8 @@ type op struct {
 	local  *slab
 	remote *Remote
 	err    error
-	here   bool // the flush failed because this side had closed the connection
+	here   bool   // the flush failed because this side had closed the connection
+	after  func() // run by finish once the op no longer counts (thread)
 	done   chan struct{}
 }
 
@@ -107,7 +108,7 @@ func (a *Agent) Import(ctx context.Context, key []byte) (*Remote, error) {
 	}
 	if check != nil {
 		if err := a.wait(ctx, check, r.p); err != nil {
-			_ = r.Close()
+			r.drop(check)
 			// A connection that this side closed meanwhile (another call
 			// on it was cut short) says nothing of the key's agent.
 			if e, ok := err.(*Error); ok && e.Kind == ErrPeer && !check.here {
@@ -304,6 +305,9 @@ func (o *op) finish(a *Agent, err error) {
 		o.remote.busy--
 	}
 	a.mu.Unlock()
+	if o.after != nil {
+		o.after()
+	}
 	if o.err == nil {
 		o.err = err
 	}
@@ -404,6 +408,24 @@ func (r *Remote) release(a *Agent) {
 		}
 		a.mu.Unlock()
 	}
+}
+
+// drop closes r, which Import does not return: its connection check o
+// failed or was cut short. While o is still in flight (cut short over a
+// transport without peer error handling), r is closed when o ends, so
+// that its keys and its connection do not stay until the agent closes.
+func (r *Remote) drop(o *op) {
+	a := r.a
+	a.post(func() {
+		if r.closed.Swap(true) {
+			return
+		}
+		if r.busy > 0 {
+			o.after = func() { r.release(a) }
+			return
+		}
+		r.release(a)
+	}, false) // false once the agent closed: its teardown releases r
 }
 
 // Close destroys the remote region's keys (and closes the connection with
