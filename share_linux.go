@@ -205,18 +205,27 @@ func ReceiveShared(ctx context.Context, conn *net.UnixConn, size int, flags Flag
 	if err := checkSize("ReceiveShared", int(gotSize)); err != nil || length != roundUp(uintptr(gotSize), pageSize) {
 		return fail(mismatch("size", "1.."+fmtBytes(MaxSize)+" rounded up to pages", fmt.Sprintf("%d bytes in a mapping of %d", gotSize, length)))
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fds[0], &st); err != nil || st.Size != int64(length) {
-		return fail(mismatch("file", fmt.Sprintf("%d bytes", length), fmt.Sprintf("%d bytes (fstat: %v)", st.Size, err)))
-	}
-	if seals, err := unix.FcntlInt(uintptr(fds[0]), unix.F_GET_SEALS, 0); err != nil || seals&unix.F_SEAL_SHRINK == 0 {
-		return fail(mismatch("file", "a memfd sealed against shrinking (AllocShared's)", fmt.Sprintf("seals %#x (%v): its sender could cut the pages from under this process", seals, err)))
+	if err := checkSharedFile(fds[0], length); err != nil {
+		return fail(err)
 	}
 	b, err := pinShared(fds[0], int(gotSize), length, gotFlags, o)
 	if err != nil {
 		return fail(err)
 	}
 	return b, nil
+}
+
+// checkSharedFile checks that fd, a received file, has length bytes and a
+// size its sender cannot shrink (AllocShared's sealed memfd).
+func checkSharedFile(fd int, length uintptr) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Size != int64(length) {
+		return mismatch("file", fmt.Sprintf("%d bytes", length), fmt.Sprintf("%d bytes (fstat: %v)", st.Size, err))
+	}
+	if seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return mismatch("file", "a memfd sealed against shrinking (AllocShared's)", fmt.Sprintf("seals %#x (%v): its sender could cut the pages from under this process", seals, err))
+	}
+	return nil
 }
 
 // rightsFDs returns the file descriptors that the control messages oob
