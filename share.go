@@ -56,28 +56,39 @@ const (
 	shareMsgLen  = 4 + 4 + 8 + 4 + 4 + 8
 )
 
-// bindCtx bounds the socket's I/O by ctx: the deadline, and a cancel that
-// sets one in the past. The returned function undoes it.
-func bindCtx(ctx context.Context, conn *net.UnixConn) (undo func(), err error) {
+// bindCtx bounds the socket's reads (write false) or writes (write true)
+// by ctx: the deadline, and a cancel that sets one in the past. Only that
+// direction's deadline is set, so that a send and a receive on one
+// connection at once (two processes swapping buffers) do not end each
+// other. The returned function undoes it.
+func bindCtx(ctx context.Context, conn *net.UnixConn, write bool) (undo func(), err error) {
 	if ctx == nil || conn == nil {
 		return nil, fmt.Errorf("pinmem: nil context or connection: %w", cuda.ErrInvalidValue)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	set := conn.SetReadDeadline
+	if write {
+		set = conn.SetWriteDeadline
+	}
 	d, _ := ctx.Deadline()
-	if err := conn.SetDeadline(d); err != nil {
+	if err := set(d); err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	return func() { stop(); _ = conn.SetDeadline(time.Time{}) }, nil
+	stop := context.AfterFunc(ctx, func() { _ = set(time.Unix(1, 0)) })
+	return func() { stop(); _ = set(time.Time{}) }, nil
 }
 
-// ctxErr adds ctx's error to err, a socket error, when the socket timed out:
-// its only deadlines are ctx's, so ctx has ended or is ending then.
+// ctxErr adds ctx's error to err, a socket error, when ctx has ended. A
+// socket that timed out at ctx's deadline may do so a moment before ctx
+// itself ends: then ctx is waited for. A timeout before ctx's deadline
+// came from another call's context on the same connection: err alone.
 func ctxErr(ctx context.Context, err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		<-ctx.Done()
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			<-ctx.Done()
+		}
 	}
 	if ctx.Err() != nil {
 		return errors.Join(err, ctx.Err())

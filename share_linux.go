@@ -18,7 +18,9 @@ import (
 func closeFD(fd int) { _ = unix.Close(fd) }
 
 // AllocShared allocates size bytes of pinned memory that SendShared can
-// hand to another process: a memfd of the rounded-up size, mapped shared
+// hand to another process: a memfd of the rounded-up size, sealed against
+// shrinking and growing (so that no process can cut the pages from under
+// another's mapping; ReceiveShared refuses a file without the seal), mapped shared
 // and registered with cuMemHostRegister (flags: Portable, Mapped,
 // ReadOnly). It is counted, budgeted and freed like Alloc's buffers (of
 // KindMmapRegister); its pages are released when no process maps them.
@@ -35,13 +37,15 @@ func AllocShared(size int, flags Flags, opts ...Option) (*Buffer, error) {
 	var b *Buffer
 	if err == nil {
 		var fd int
-		fd, err = unix.MemfdCreate("pinmem", unix.MFD_CLOEXEC)
+		fd, err = unix.MemfdCreate("pinmem", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 		if err != nil {
 			err = fmt.Errorf("pinmem: memfd_create: %w", err)
 		} else {
 			length := roundUp(uintptr(size), pageSize)
 			if err = unix.Ftruncate(fd, int64(length)); err != nil {
 				err = fmt.Errorf("pinmem: ftruncate of the memfd to %d bytes: %w", length, err)
+			} else if _, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, sizeSeals|unix.F_SEAL_SEAL); err != nil {
+				err = fmt.Errorf("pinmem: sealing the memfd's size: %w", err)
 			} else {
 				b, err = pinShared(fd, size, length, flags, o)
 			}
@@ -56,6 +60,11 @@ func AllocShared(size int, flags Flags, opts ...Option) (*Buffer, error) {
 	}
 	return b, nil
 }
+
+// sizeSeals are the seals of a shared buffer's file: its size is fixed, so
+// that a mapping of it never has pages cut from under it (an access past a
+// shrunk file's end is SIGBUS).
+const sizeSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW
 
 // pinShared maps the file fd (length bytes) shared and registers it as a
 // buffer of size bytes; the buffer owns fd from then on.
@@ -125,7 +134,7 @@ func SendShared(ctx context.Context, conn *net.UnixConn, b *Buffer) error {
 	if s.shared == nil {
 		return fmt.Errorf("pinmem: SendShared of %v: not a shared buffer (allocate it with AllocShared): %w", b, cuda.ErrInvalidValue)
 	}
-	undo, err := bindCtx(ctx, conn)
+	undo, err := bindCtx(ctx, conn, true)
 	if err != nil {
 		return err
 	}
@@ -151,15 +160,16 @@ func SendShared(ctx context.Context, conn *net.UnixConn, b *Buffer) error {
 // SendShared, bounded by ctx, maps it and registers it in this process:
 // the Buffer is this process's (counted by its ledger and budget, freed
 // with Free), its memory the sender's. size is the size expected (0: any)
-// and flags the flags expected; a message that does not match, or is not
-// SendShared's, matches ErrShareMismatch; a size over the
+// and flags the flags expected; a message that does not match, is not
+// SendShared's, or carries a file that its sender could shrink (not
+// AllocShared's sealed memfd), matches ErrShareMismatch; a size over the
 // budget is a *BudgetError. Nothing is left mapped or open on error.
 func ReceiveShared(ctx context.Context, conn *net.UnixConn, size int, flags Flags, opts ...Option) (*Buffer, error) {
 	o, err := buildOptions("pinmem.ReceiveShared", opts)
 	if err != nil {
 		return nil, err
 	}
-	undo, err := bindCtx(ctx, conn)
+	undo, err := bindCtx(ctx, conn, false)
 	if err != nil {
 		return nil, err
 	}
@@ -195,15 +205,27 @@ func ReceiveShared(ctx context.Context, conn *net.UnixConn, size int, flags Flag
 	if err := checkSize("ReceiveShared", int(gotSize)); err != nil || length != roundUp(uintptr(gotSize), pageSize) {
 		return fail(mismatch("size", "1.."+fmtBytes(MaxSize)+" rounded up to pages", fmt.Sprintf("%d bytes in a mapping of %d", gotSize, length)))
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fds[0], &st); err != nil || st.Size != int64(length) {
-		return fail(mismatch("file", fmt.Sprintf("%d bytes", length), fmt.Sprintf("%d bytes (fstat: %v)", st.Size, err)))
+	if err := checkSharedFile(fds[0], length); err != nil {
+		return fail(err)
 	}
 	b, err := pinShared(fds[0], int(gotSize), length, gotFlags, o)
 	if err != nil {
 		return fail(err)
 	}
 	return b, nil
+}
+
+// checkSharedFile checks that fd, a received file, has length bytes and a
+// size its sender cannot shrink (AllocShared's sealed memfd).
+func checkSharedFile(fd int, length uintptr) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Size != int64(length) {
+		return mismatch("file", fmt.Sprintf("%d bytes", length), fmt.Sprintf("%d bytes (fstat: %v)", st.Size, err))
+	}
+	if seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return mismatch("file", "a memfd sealed against shrinking (AllocShared's)", fmt.Sprintf("seals %#x (%v): its sender could cut the pages from under this process", seals, err))
+	}
+	return nil
 }
 
 // rightsFDs returns the file descriptors that the control messages oob

@@ -5,6 +5,7 @@ package pinmem
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -258,4 +259,124 @@ func openFDs(t *testing.T) int {
 		t.Skip(err)
 	}
 	return len(es)
+}
+
+// TestShareTwoWayExchange: two processes that swap buffers over one
+// connection send and receive on it at once. A SendShared cut short by its
+// context (the peer does not read) leaves a ReceiveShared waiting on the
+// same connection alone: the receive still gets the peer's buffer, bounded
+// by its own context only.
+func TestShareTwoWayExchange(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, b := socketPair(t)
+	// Fill a's way to b, which b does not read, so that a's SendShared blocks.
+	if err := a.SetWriteDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	junk := make([]byte, 64<<10)
+	for {
+		if _, err := a.Write(junk); err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if err := a.SetWriteDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	type result struct {
+		buf *Buffer
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		buf, err := ReceiveShared(rctx, a, 4096, 0)
+		got <- result{buf, err}
+	}()
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelShort()
+	if err := SendShared(short, a, sharedBuf(t, 4096)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("SendShared to a peer that does not read: %v, want the deadline", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := SendShared(ctx, b, sharedBuf(t, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("ReceiveShared beside a SendShared cut short: %v", r.err)
+		}
+		if err := r.buf.Free(); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		rcancel()
+		r := <-got
+		t.Fatalf("ReceiveShared did not receive the buffer sent 2 s ago (returned %v after its context was cancelled)", r.err)
+	}
+}
+
+func sharedBuf(t *testing.T, n int) *Buffer {
+	b, err := AllocShared(n, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+	return b
+}
+
+// TestShareUnsealedFile: a file that its sender could still shrink (a
+// memfd without F_SEAL_SHRINK, as any process can send) is refused with
+// ErrShareMismatch: mapped and pinned, it would fault this process (SIGBUS)
+// on the first access past the new end once the sender truncated it. A
+// buffer of AllocShared is sealed, and received.
+func TestShareUnsealedFile(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fd, err := unix.MemfdCreate("not pinmem", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, 4096); err != nil {
+		t.Fatal(err)
+	}
+	msg := make([]byte, shareMsgLen)
+	binary.LittleEndian.PutUint32(msg[0:], shareMagic)
+	binary.LittleEndian.PutUint32(msg[4:], shareVersion)
+	binary.LittleEndian.PutUint64(msg[8:], 4096)
+	binary.LittleEndian.PutUint64(msg[24:], 4096)
+	a, b := socketPair(t)
+	if _, _, err := a.WriteMsgUnix(msg, unix.UnixRights(fd), nil); err != nil {
+		t.Fatal(err)
+	}
+	fdsBefore := openFDs(t)
+	buf, err := ReceiveShared(ctx, b, 4096, 0)
+	if err == nil {
+		buf.Free()
+	}
+	if !errors.Is(err, ErrShareMismatch) {
+		t.Fatalf("a file its sender can shrink: %v, want ErrShareMismatch", err)
+	}
+	if got := openFDs(t); got != fdsBefore {
+		t.Errorf("%d descriptors open, %d before", got, fdsBefore)
+	}
+	src := sharedBuf(t, 4096)
+	if err := SendShared(ctx, a, src); err != nil {
+		t.Fatal(err)
+	}
+	buf, err = ReceiveShared(ctx, b, 4096, 0)
+	if err != nil {
+		t.Fatalf("a buffer of AllocShared: %v", err)
+	}
+	if err := buf.Free(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -357,6 +357,7 @@ func (a *Agent) teardown() {
 	// after which no transfer can touch the registered memory.
 	a.lib.WorkerDestroy(a.w)
 	for _, o := range a.ops {
+		o.after = nil // the worker's destruction released what it would
 		o.finish(a, &Error{Op: o.name, Kind: ErrClosed, Detail: "the agent closed with the transfer in flight"})
 	}
 	a.ops = nil

@@ -223,3 +223,143 @@ func TestCutShort(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestImportBesideCutShort: an Import whose connection check is cancelled
+// because another call on the same connection was cut short by its
+// context (this side closed the connection) fails with ErrPeer, import
+// again, not ErrStaleKey: the key's agent is there.
+func TestImportBesideCutShort(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	a := newAgent(t, "tcp,self", "lo")
+	p := startPeer(t, "tcp,self", "lo", 1<<20, 5)
+	ctx := ctxT(t)
+	local := alloc(t, 1<<20, 6)
+	reg, err := a.Register(ctx, local.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.signal(t, syscall.SIGSTOP)
+	defer p.signal(t, syscall.SIGCONT)
+	// The first Import connects and checks the connection: the stopped
+	// peer does not answer, so its check stays in flight.
+	first := make(chan error, 1)
+	go func() {
+		rem, err := a.Import(ctx, p.key)
+		if err == nil {
+			err = rem.Close()
+		}
+		first <- err
+	}()
+	var second *Remote
+	for second == nil {
+		time.Sleep(20 * time.Millisecond)
+		if a.Stats().Connections == 0 {
+			continue
+		}
+		// The second shares the connection (no check of its own) and is cut
+		// short by its context, which closes the connection.
+		if second, err = a.Import(ctx, p.key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := second.Get(cctx, reg, []Block{{Len: 4096}}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Get from a stopped peer: %v, want the deadline", err)
+	}
+	select {
+	case err := <-first:
+		if !errors.Is(err, ErrPeer) || errors.Is(err, ErrStaleKey) {
+			t.Fatalf("Import whose check this side cancelled: %v, want ErrPeer", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first Import did not return 10 s after its connection was closed")
+	}
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTransferRacingClose: a Put that passed its checks while a Close of
+// its Remote was queued on the agent's thread fails with ErrClosed, as a
+// Put after the Close does, not with ErrPeer (the connection is fine).
+func TestTransferRacingClose(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	p := newPair(t, "tcp,self", "lo", 1<<16)
+	gate, held := make(chan struct{}), make(chan struct{})
+	p.a.post(func() { close(held); <-gate }, false) // holds the thread
+	<-held
+	queued := func(n int) {
+		for {
+			p.a.mu.Lock()
+			k := len(p.a.jobs)
+			p.a.mu.Unlock()
+			if k >= n {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.remote.Close() }()
+	queued(1)
+	put := make(chan error, 1)
+	go func() { put <- p.transfer() }()
+	queued(2)
+	close(gate)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-put; !errors.Is(err, ErrClosed) {
+		t.Fatalf("a Put queued behind its Remote's Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestImportCutShortReleases: an Import cut short by its context over
+// shared memory (no peer error handling: its connection check stays in
+// flight) leaves nothing behind once the check ends: the connection is
+// closed when the peer answers, and it is counted until then, also after
+// a later Import of the same key made a new connection.
+func TestImportCutShortReleases(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	a := newAgent(t, "posix,self", "all")
+	p := startPeer(t, "posix,self", "all", 1<<20, 5)
+	ctx := ctxT(t)
+	p.signal(t, syscall.SIGSTOP)
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := a.Import(cctx, p.key); !errors.Is(err, context.DeadlineExceeded) {
+		p.signal(t, syscall.SIGCONT)
+		t.Fatalf("Import of a stopped peer's key: %v, want the deadline", err)
+	}
+	if s := a.Stats(); s.Connections != 1 {
+		t.Errorf("with the check in flight: %+v, want 1 connection", s)
+	}
+	k, err := parseKey(p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	first := a.peers[string(k.worker)]
+	a.mu.Unlock()
+	p.signal(t, syscall.SIGCONT)
+	rem, err := a.Import(ctx, p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rem.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	open := func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return first.ep != 0
+	}
+	for (a.Stats().Connections != 0 || open()) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := a.Stats(); s.Connections != 0 || open() {
+		t.Fatalf("5 s after the peer answered: %+v, the cut-short Import's connection open: %v", s, open())
+	}
+}

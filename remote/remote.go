@@ -42,9 +42,12 @@ type peer struct {
 type op struct {
 	req    ucx.Request
 	name   string
+	p      *peer
 	local  *slab
 	remote *Remote
 	err    error
+	here   bool   // the flush failed because this side had closed the connection
+	after  func() // run by finish once the op no longer counts (thread)
 	done   chan struct{}
 }
 
@@ -105,8 +108,10 @@ func (a *Agent) Import(ctx context.Context, key []byte) (*Remote, error) {
 	}
 	if check != nil {
 		if err := a.wait(ctx, check, r.p); err != nil {
-			_ = r.Close()
-			if e, ok := err.(*Error); ok && e.Kind == ErrPeer {
+			r.drop(check)
+			// A connection that this side closed meanwhile (another call
+			// on it was cut short) says nothing of the key's agent.
+			if e, ok := err.(*Error); ok && e.Kind == ErrPeer && !check.here {
 				e.Kind, e.Detail = ErrStaleKey, "the key's agent cannot be reached (it exited, was killed or closed)"
 			}
 			return nil, err
@@ -182,6 +187,9 @@ func (r *Remote) transfer(ctx context.Context, name string, put bool, local *Reg
 		if err != nil {
 			return err
 		}
+		if r.closed.Load() { // by a Close queued before this job
+			return &Error{Op: name, Kind: ErrClosed, Detail: "the remote region is closed"}
+		}
 		if r.p.failed != "" || r.rkeys == nil {
 			return &Error{Op: name, Kind: ErrPeer, Detail: "the connection failed earlier (" + r.p.failed + "): import the key again"}
 		}
@@ -236,7 +244,7 @@ func (r *Remote) issue(put bool, local *Region, blocks []Block) error {
 // completes (agent's thread). local and r, if set, count it as in flight;
 // first is an error the op already has (a block that failed to start).
 func (a *Agent) startOp(name string, p *peer, local *slab, r *Remote, first error) *op {
-	o := &op{name: name, local: local, remote: r, err: first, done: make(chan struct{})}
+	o := &op{name: name, p: p, local: local, remote: r, err: first, done: make(chan struct{})}
 	req, err := a.lib.Flush(p.ep)
 	if err != nil || req == 0 {
 		if err != nil && o.err == nil {
@@ -272,7 +280,12 @@ func (a *Agent) checkOps() int {
 		a.lib.Free(o.req)
 		var err error
 		if st != ucx.OK {
-			err = &Error{Op: o.name, Kind: ErrPeer, Err: a.lib.Err("ucp_ep_flush_nbx", st)}
+			e := &Error{Op: o.name, Kind: ErrPeer, Err: a.lib.Err("ucp_ep_flush_nbx", st)}
+			if o.p.failed != "" {
+				o.here = true
+				e.Detail = "this side closed the connection (" + o.p.failed + "): import the key again"
+			}
+			err = e
 		}
 		o.finish(a, err)
 		done++
@@ -292,6 +305,9 @@ func (o *op) finish(a *Agent, err error) {
 		o.remote.busy--
 	}
 	a.mu.Unlock()
+	if o.after != nil {
+		o.after()
+	}
 	if o.err == nil {
 		o.err = err
 	}
@@ -392,6 +408,24 @@ func (r *Remote) release(a *Agent) {
 		}
 		a.mu.Unlock()
 	}
+}
+
+// drop closes r, which Import does not return: its connection check o
+// failed or was cut short. While o is still in flight (cut short over a
+// transport without peer error handling), r is closed when o ends, so
+// that its keys and its connection do not stay until the agent closes.
+func (r *Remote) drop(o *op) {
+	a := r.a
+	a.post(func() {
+		if r.closed.Swap(true) {
+			return
+		}
+		if r.busy > 0 {
+			o.after = func() { r.release(a) }
+			return
+		}
+		r.release(a)
+	}, false) // false once the agent closed: its teardown releases r
 }
 
 // Close destroys the remote region's keys (and closes the connection with
