@@ -43,9 +43,15 @@
 // thread, which also progresses the worker so that other agents' puts and
 // gets to this one's memory are served; it sleeps on the worker's event
 // descriptor when there is nothing to do. Every wait is bounded by the
-// caller's context: when it ends during a transfer, the connection is
-// closed at once, failing what is in flight, so no byte moves after the
-// call returned, and the key must be imported again.
+// caller's context: when it ends during a transfer, the call returns its
+// error and the connection is failed; the key must be imported again.
+// UCX cannot take back bytes already sent (over TCP they land even after
+// the connection was closed), so the transfer goes on in the background
+// until it ended: meanwhile its local region stays busy (its buffer
+// cannot be freed) and its blocks, local for a Get and remote for a Put,
+// may still change; the connection is closed only after it, and a new
+// connection to the same agent (Import) waits for it, so that no byte of
+// a cut-short transfer lands after a transfer on the new connection.
 //
 // Faults are errors, never hangs: a malformed key matches [ErrBadKey]; a
 // key whose agent is gone or whose region was closed [ErrStaleKey] (a key

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"sync/atomic"
-	"time"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/remote/internal/ucx"
@@ -36,6 +35,13 @@ type peer struct {
 	peerErr bool // created with UCP's peer error handling (a force close cancels its requests)
 	remotes map[*Remote]struct{}
 	failed  string // why it failed; "" while usable
+	// inflight counts the ops in flight on the endpoint. A failed peer
+	// keeps its endpoint until they ended: UCX cannot take back bytes
+	// already sent, so a connection is closed, and a new one to the same
+	// agent made, only once every byte of the old one landed.
+	inflight  int
+	drained   chan struct{} // closed once the peer failed and no op is in flight
+	isDrained bool
 }
 
 // op is a transfer in flight: its flush request, checked by the thread.
@@ -46,7 +52,7 @@ type op struct {
 	local  *slab
 	remote *Remote
 	err    error
-	here   bool   // the flush failed because this side had closed the connection
+	here   bool   // the connection was failed by this side while the op was in flight
 	after  func() // run by finish once the op no longer counts (thread)
 	done   chan struct{}
 }
@@ -68,8 +74,14 @@ func (a *Agent) Import(ctx context.Context, key []byte) (*Remote, error) {
 	}
 	var r *Remote
 	var check *op
-	err = a.do(ctx, opName, func() error {
+	var drain <-chan struct{}
+	job := func() error {
+		drain = nil
 		p := a.peers[string(k.worker)]
+		if p != nil && p.failed != "" && !p.isDrained {
+			drain = p.drained // bytes of the failed connection may still land
+			return nil
+		}
 		fresh := p == nil || p.failed != ""
 		if fresh {
 			// Peer error handling where UCX offers it; shared memory
@@ -83,7 +95,7 @@ func (a *Agent) Import(ctx context.Context, key []byte) (*Remote, error) {
 			if err != nil {
 				return &Error{Op: opName, Kind: ErrStaleKey, Detail: "cannot connect to the key's agent", Err: err}
 			}
-			p = &peer{addr: string(k.worker), ep: ep, peerErr: peerErr, remotes: map[*Remote]struct{}{}}
+			p = &peer{addr: string(k.worker), ep: ep, peerErr: peerErr, remotes: map[*Remote]struct{}{}, drained: make(chan struct{})}
 			a.mu.Lock()
 			a.peers[p.addr] = p
 			a.mu.Unlock()
@@ -102,15 +114,33 @@ func (a *Agent) Import(ctx context.Context, key []byte) (*Remote, error) {
 			check = a.startOp(opName, p, nil, r, nil)
 		}
 		return nil
-	})
-	if err != nil {
-		return nil, err
+	}
+	for {
+		if err = a.do(ctx, opName, job); err != nil {
+			return nil, err
+		}
+		if drain == nil {
+			break
+		}
+		// An earlier connection to the key's agent failed with transfers
+		// in flight (cut short by their contexts): a new connection waits
+		// until they ended, so that no byte of theirs lands after a
+		// transfer on the new one.
+		select {
+		case <-drain:
+		case <-ctx.Done():
+			return nil, &Error{Op: opName, Kind: ctx.Err(), Detail: "an earlier connection to the key's agent still has transfers in flight that were cut short; a new one waits for them to end", Err: ctx.Err()}
+		}
 	}
 	if check != nil {
-		if err := a.wait(ctx, check, r.p); err != nil {
+		err := a.wait(ctx, check, r.p)
+		if err == nil && check.here {
+			// Another call on the connection was cut short meanwhile:
+			// the connection is failed, though the key's agent is there.
+			err = &Error{Op: opName, Kind: ErrPeer, Detail: "a call on the new connection was cut short by its context meanwhile: import again"}
+		}
+		if err != nil {
 			r.drop(check)
-			// A connection that this side closed meanwhile (another call
-			// on it was cut short) says nothing of the key's agent.
 			if e, ok := err.(*Error); ok && e.Kind == ErrPeer && !check.here {
 				e.Kind, e.Detail = ErrStaleKey, "the key's agent cannot be reached (it exited, was killed or closed)"
 			}
@@ -143,16 +173,21 @@ func (r *Remote) Len() int64 { return int64(r.k.n) }
 
 // Put writes each block of local to the remote region and returns once all
 // of them have completed at the remote side (or failed), bounded by ctx.
-// When ctx ends first, the connection to the remote agent is closed at once
-// (failing what is in flight, so no byte moves after Put returns) and Put
-// returns ctx's error; later transfers on that connection fail with
-// ErrPeer until the key is imported again.
+// When ctx ends first, Put returns ctx's error and the connection to the
+// remote agent is failed: later transfers on it fail with ErrPeer until
+// the key is imported again. UCX cannot take back bytes already sent, so
+// the Put goes on in the background: local stays busy (its buffer cannot
+// be freed) and the blocks of the remote region may still change until it
+// ended, and Import of the same agent's keys waits for that (bounded by
+// its ctx), so that no byte of the cut-short Put lands after a transfer
+// on the new connection.
 func (r *Remote) Put(ctx context.Context, local *Region, blocks []Block) error {
 	return r.transfer(ctx, "remote.Put", true, local, blocks)
 }
 
 // Get reads each block of the remote region into local; it completes and
-// fails as Put does.
+// fails as Put does: after a Get cut short by ctx, the blocks of local
+// may still change until it ended in the background.
 func (r *Remote) Get(ctx context.Context, local *Region, blocks []Block) error {
 	return r.transfer(ctx, "remote.Get", false, local, blocks)
 }
@@ -254,6 +289,7 @@ func (a *Agent) startOp(name string, p *peer, local *slab, r *Remote, first erro
 		return o
 	}
 	o.req = req
+	p.inflight++
 	a.mu.Lock()
 	if local != nil {
 		local.busy++
@@ -280,12 +316,7 @@ func (a *Agent) checkOps() int {
 		a.lib.Free(o.req)
 		var err error
 		if st != ucx.OK {
-			e := &Error{Op: o.name, Kind: ErrPeer, Err: a.lib.Err("ucp_ep_flush_nbx", st)}
-			if o.p.failed != "" {
-				o.here = true
-				e.Detail = "this side closed the connection (" + o.p.failed + "): import the key again"
-			}
-			err = e
+			err = &Error{Op: o.name, Kind: ErrPeer, Err: a.lib.Err("ucp_ep_flush_nbx", st)}
 		}
 		o.finish(a, err)
 		done++
@@ -295,8 +326,12 @@ func (a *Agent) checkOps() int {
 	return done
 }
 
-// finish completes o (agent's thread): it no longer counts as in flight.
+// finish completes o (agent's thread): it no longer counts as in flight,
+// and a failed peer whose last op it was is closed.
 func (o *op) finish(a *Agent, err error) {
+	o.here = o.p.failed != ""
+	o.p.inflight--
+	o.p.closeIfDrained(a)
 	a.mu.Lock()
 	if o.local != nil {
 		o.local.busy--
@@ -314,17 +349,11 @@ func (o *op) finish(a *Agent, err error) {
 	close(o.done)
 }
 
-// cancelWait bounds the wait for a transfer's requests to finish after its
-// connection was force-closed (UCX completes them as the close is
-// progressed, at once).
-const cancelWait = 5 * time.Second
-
-// wait waits for o, bounded by ctx. When ctx ends first, p's connection is
-// failed: where UCX handles peer errors it is closed at once, which
-// cancels o (waited for, so no byte moves after wait returns); over a
-// transport without (shared memory) it is only marked failed, and o stays
-// in flight, its regions busy (their buffers cannot be freed), until it
-// completes or the agent closes.
+// wait waits for o, bounded by ctx. When ctx ends first, p's connection
+// is failed (no transfer starts on it any more) and o goes on in the
+// background, its regions busy (their buffers cannot be freed), until it
+// ended or the agent closes: UCX cannot take back bytes already sent, so
+// the connection is closed only then (peer.closeIfDrained).
 func (a *Agent) wait(ctx context.Context, o *op, p *peer) error {
 	select {
 	case <-o.done:
@@ -332,34 +361,30 @@ func (a *Agent) wait(ctx context.Context, o *op, p *peer) error {
 	case <-ctx.Done():
 	}
 	a.post(func() { p.fail(a, o.name+" was cut short by its context") }, true)
-	detail := "the connection to the remote agent was closed"
-	if !p.peerErr {
-		detail = "the connection was marked failed; the transfer's region stays busy until it completes or the agent closes"
-	} else {
-		t := time.NewTimer(cancelWait)
-		defer t.Stop()
-		select {
-		case <-o.done:
-		case <-a.done:
-		case <-t.C:
-			detail = "the connection was closed; the transfer did not end in " + cancelWait.String() + ", its region stays busy"
-		}
-	}
-	return &Error{Op: o.name, Kind: ctx.Err(), Detail: detail, Err: ctx.Err()}
+	return &Error{Op: o.name, Kind: ctx.Err(), Err: ctx.Err(),
+		Detail: "the transfer goes on in the background, its regions busy, until it ended; import the key again (which waits for it)"}
 }
 
 // fail marks the connection failed (agent's thread): its remotes fail
-// until imported again. With peer error handling the endpoint is closed at
-// once, cancelling its requests; without, it is left to the agent's
-// teardown, since its requests may still use it.
+// until imported again. The endpoint is closed once no op is in flight on
+// it (closeIfDrained).
 func (p *peer) fail(a *Agent, why string) {
 	if p.failed != "" {
 		return
 	}
 	p.failed = why
-	if p.peerErr {
-		p.close(a)
+	p.closeIfDrained(a)
+}
+
+// closeIfDrained closes a failed peer's endpoint once no op is in flight
+// on it, and says so to an Import waiting for it (agent's thread).
+func (p *peer) closeIfDrained(a *Agent) {
+	if p.failed == "" || p.inflight > 0 || p.isDrained {
+		return
 	}
+	p.close(a)
+	p.isDrained = true
+	close(p.drained)
 }
 
 // close closes the endpoint and destroys the remote keys unpacked on it
