@@ -380,8 +380,10 @@ func (e *engine) isClosed() bool {
 // pinning one when none is idle and the class may grow (bounded by ctx).
 // It returns nil when it has none, or a transfer waits for ring stages
 // already (it is not overtaken): the transfer then takes the ring, which
-// waits or reports the pinning's error. Small stages grow without a
-// limit: there is at most one per lane of the members.
+// waits or reports the pinning's error. A ring transfer that came to wait
+// while it pinned gets what it pinned (serve), or is woken to pin itself
+// when it pinned none and none is there (handOver). Small stages grow
+// without a limit: there is at most one per lane of the members.
 func (e *engine) tryTake(ctx context.Context, small bool) *stage {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -393,7 +395,12 @@ func (e *engine) tryTake(ctx context.Context, small bool) *stage {
 		return nil
 	}
 	_ = e.grow(ctx, k, 1, limit) // failing, the ring path tries and says why
-	if len(k.idle) == 0 || (!small && len(e.waiters) > 0) {
+	if !small && len(e.waiters) > 0 {
+		e.serve()
+		e.handOver()
+		return nil
+	}
+	if len(k.idle) == 0 {
 		return nil
 	}
 	s := k.idle[len(k.idle)-1]

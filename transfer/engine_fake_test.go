@@ -696,3 +696,82 @@ func TestFakeEngineHandOver(t *testing.T) {
 		t.Errorf("engine holds %d stages, want 2", all)
 	}
 }
+
+// holdPinning makes the next pinning of host memory (cuMemHostAlloc or
+// cuMemHostRegister_v2) wait until the returned function is called with
+// the result it ends with; entered is closed once it waits.
+func holdPinning(e fakeEnv) (entered <-chan struct{}, end func(cudadrv.Result)) {
+	in, out := make(chan struct{}), make(chan cudadrv.Result, 1)
+	var once sync.Once
+	e.d.SetHook(func(op string) cudadrv.Result {
+		if op != "cuMemHostAlloc" && op != "cuMemHostRegister_v2" {
+			return cudadrv.Success
+		}
+		held := false
+		once.Do(func() { held = true })
+		if !held {
+			return cudadrv.Success
+		}
+		close(in)
+		return <-out
+	})
+	return in, func(r cudadrv.Result) { out <- r }
+}
+
+// TestFakeEngineOneStagePinWakesWaiter: a one-stage transfer pinning the
+// last ring stage the engine may pin (tryTake), while a ring transfer
+// waits for it, leaves the waiter neither without the stage it pinned
+// (tryTake, which yields to a waiter, hands it over) nor waiting for a
+// pinning that failed with no stage there (the waiter is woken to pin it
+// itself). Before, the waiter waited until a later transfer of the
+// engine, or for ever under a context that cannot end.
+func TestFakeEngineOneStagePinWakesWaiter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  cudadrv.Result
+	}{{"pinned", cudadrv.Success}, {"failed", cudadrv.ErrorOutOfMemory}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := useFake(t, fakedrv.Options{})
+			c := e.copier(t, WithStageSize(64<<10), WithDepth(1))
+			eng := c.eng
+			entered, end := holdPinning(e)
+			defer e.d.SetHook(nil)
+			took := make(chan *stage, 1)
+			go func() { took <- eng.tryTake(context.Background(), false) }()
+			<-entered
+			got := make(chan error, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			go func() {
+				ss, err := eng.take(ctx, 1)
+				if err == nil && len(ss) != 1 {
+					err = fmt.Errorf("took %d stages, want 1", len(ss))
+				}
+				eng.give(ss)
+				got <- err
+			}()
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				eng.mu.Lock()
+				q := len(eng.waiters)
+				eng.mu.Unlock()
+				if q == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the ring transfer did not wait for the stage being pinned")
+				}
+			}
+			end(tc.end)
+			if s := <-took; s != nil {
+				t.Error("tryTake took a stage while a ring transfer waited")
+				eng.give([]*stage{s})
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("the waiting ring transfer: %v", err)
+			}
+			if all, _ := eng.stageCount(); all != 1 {
+				t.Errorf("engine holds %d stages, want 1", all)
+			}
+		})
+	}
+}
