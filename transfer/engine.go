@@ -207,8 +207,9 @@ func (e *engine) fill(ctx context.Context, want int) error {
 }
 
 // take borrows 1 to want ring stages, waiting in FIFO order, bounded by
-// ctx. It first pins the stages it lacks (grow): when none is pinned and
-// pinning fails, that is its error; with stages there it waits for them.
+// ctx. It first pins the stages it lacks (grow): when none is pinned nor
+// being pinned and pinning fails, that is its error; with stages there,
+// or being pinned by another borrower, it waits for them.
 func (e *engine) take(ctx context.Context, want int) ([]*stage, error) {
 	e.mu.Lock()
 	want = max(1, min(want, e.depth))
@@ -228,7 +229,7 @@ func (e *engine) take(ctx context.Context, want int) ([]*stage, error) {
 		}
 		err := e.grow(ctx, &e.ring, want, e.target())
 		e.serve()
-		if err != nil && len(e.ring.all) == 0 && e.dequeue(w) {
+		if err != nil && len(e.ring.all) == 0 && e.ring.growing == 0 && e.dequeue(w) {
 			// Nothing to wait for: the error is the transfer's.
 			e.handOver()
 			e.mu.Unlock()

@@ -775,3 +775,67 @@ func TestFakeEngineOneStagePinWakesWaiter(t *testing.T) {
 		})
 	}
 }
+
+// TestFakeEngineWaitsForStagePinning: under a budget with room for one
+// stage, a ring transfer whose own pinning is refused while another
+// transfer is still pinning the engine's first stage waits for that
+// stage instead of failing with the budget's error (before, it failed or
+// not as the two pinnings happened to overlap).
+func TestFakeEngineWaitsForStagePinning(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	const size = 64 << 10
+	c := e.copier(t, WithStageSize(size), WithDepth(2))
+	eng := c.eng
+	prev := pinmem.SetBudget(pinmem.Stats().Reserved + size + size/2)
+	defer pinmem.SetBudget(prev)
+	rejected := pinmem.Stats().BudgetRejections
+	entered, end := holdPinning(e)
+	defer e.d.SetHook(nil)
+	bg := context.Background()
+	first := make(chan []*stage, 1)
+	go func() {
+		ss, err := eng.take(bg, 1)
+		if err != nil {
+			t.Errorf("the transfer pinning the stage: %v", err)
+		}
+		first <- ss
+	}()
+	<-entered
+	second := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	defer cancel()
+	go func() {
+		ss, err := eng.take(ctx, 1)
+		if err == nil && len(ss) != 1 {
+			err = fmt.Errorf("took %d stages, want 1", len(ss))
+		}
+		eng.give(ss)
+		second <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		select {
+		case err := <-second:
+			end(cudadrv.Success)
+			eng.give(<-first)
+			t.Fatalf("the transfer refused a stage while another was pinning one: %v", err)
+		default:
+		}
+		eng.mu.Lock()
+		q := len(eng.waiters)
+		eng.mu.Unlock()
+		if q == 2 && pinmem.Stats().BudgetRejections > rejected {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second transfer's pinning was not refused")
+		}
+	}
+	end(cudadrv.Success)
+	eng.give(<-first)
+	if err := <-second; err != nil {
+		t.Fatalf("the transfer waiting for the stage being pinned: %v", err)
+	}
+	if all, _ := eng.stageCount(); all != 1 {
+		t.Errorf("engine holds %d stages, want 1", all)
+	}
+}
