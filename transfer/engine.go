@@ -194,12 +194,15 @@ func (e *engine) grow(ctx context.Context, k *class, want, limit int) error {
 }
 
 // fill pins the ring stages up to the target now (a Pipeline's, see
-// engine); it fails when fewer than want are there.
+// engine); it fails when fewer than want are there. A Run of another
+// Pipeline waiting for them is served, or woken to pin them itself when
+// none is there (handOver).
 func (e *engine) fill(ctx context.Context, want int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	err := e.grow(ctx, &e.ring, e.target(), e.target())
 	e.serve()
+	e.handOver()
 	if err != nil && len(e.ring.all) < want {
 		return err
 	}

@@ -839,3 +839,59 @@ func TestFakeEngineWaitsForStagePinning(t *testing.T) {
 		t.Errorf("engine holds %d stages, want 1", all)
 	}
 }
+
+// TestFakeEngineFillFailureWakesWaiter: a Pipeline's pinning of its
+// stages (fill) that fails with none there wakes a Run of another
+// Pipeline of the engine waiting for those stages, to pin them itself;
+// before, the Run waited for stages nobody pinned until its context
+// ended, for ever under one that cannot end.
+func TestFakeEngineFillFailureWakesWaiter(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	o := options{stageSize: 64 << 10, depth: 2, parallelism: 1}
+	eng := joinEngine(e.ctx, o, true)
+	if eng2 := joinEngine(e.ctx, o, true); eng2 != eng {
+		t.Fatal("two Pipelines of one context and chunk size do not share an engine")
+	}
+	members := []bool{true, true}
+	defer func() {
+		for i := range members {
+			if _, err := eng.leave(&members[i]); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	entered, end := holdPinning(e)
+	defer e.d.SetHook(nil)
+	filled := make(chan error, 1)
+	go func() { filled <- eng.fill(context.Background(), o.depth) }()
+	<-entered
+	got := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go func() {
+		ss, err := eng.take(ctx, o.depth)
+		if err == nil && len(ss) == 0 {
+			err = errors.New("took no stage")
+		}
+		eng.give(ss)
+		got <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		eng.mu.Lock()
+		q := len(eng.waiters)
+		eng.mu.Unlock()
+		if q == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Run did not wait for the stages being pinned")
+		}
+	}
+	end(cudadrv.ErrorOutOfMemory)
+	if err := <-filled; err == nil {
+		t.Error("fill with its first pinning refused: no error")
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the Run waiting for the stages: %v", err)
+	}
+}
