@@ -895,3 +895,154 @@ func TestFakeEngineFillFailureWakesWaiter(t *testing.T) {
 		t.Fatalf("the Run waiting for the stages: %v", err)
 	}
 }
+
+// TestFakeEngineCloseRacingFirstPin: Close while a Copier's first
+// transfer is pinning its stage returns at its context's end (the Copier
+// is closed: later calls fail with ErrClosed); the transfer completes
+// with every byte, and the stage is released once it did, unless a
+// Copier that joined the engine meanwhile still uses it: that one's
+// transfers run on it, and its Close releases it.
+func TestFakeEngineCloseRacingFirstPin(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	base := pinmem.Stats().Pinned
+	bg := context.Background()
+	for _, joins := range []bool{false, true} {
+		a, err := New(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 4 << 10
+		dev := e.devbuf(t, n)
+		src := testutil.RandomBytes(n, 5)
+		entered, end := holdPinning(e)
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.HtoD(bg, dev, src)
+			done <- err
+		}()
+		<-entered
+		var b *Copier
+		if joins {
+			b = e.copier(t)
+		}
+		ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+		err = a.Close(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close while the first transfer pins: %v, want context.DeadlineExceeded", err)
+		}
+		if _, err := a.HtoD(bg, dev, src); !errors.Is(err, ErrClosed) {
+			t.Fatalf("HtoD after Close: %v, want ErrClosed", err)
+		}
+		end(cudadrv.Success)
+		e.d.SetHook(nil)
+		if err := <-done; err != nil {
+			t.Fatalf("the transfer that was pinning: %v", err)
+		}
+		testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
+		if joins {
+			eng := b.eng
+			got := make([]byte, n)
+			if _, err := b.DtoH(bg, got, dev); err != nil {
+				t.Fatal(err)
+			}
+			testutil.CheckBytes(t, src, got)
+			eng.mu.Lock()
+			small := len(eng.small.all)
+			eng.mu.Unlock()
+			if small != 1 {
+				t.Errorf("the Copier that joined uses %d small stages, want the one pinned before (1)", small)
+			}
+			if err := b.Close(bg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for deadline := time.Now().Add(5 * time.Second); pinmem.Stats().Pinned != base; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("joins %v: %+v pinned once every Copier closed, %+v before", joins, pinmem.Stats().Pinned, base)
+			}
+		}
+	}
+}
+
+// TestFakeEngineFirstTransfersLedger: 16 goroutines on four default
+// Copiers start at once with transfers of every path (small stage, one
+// stage, ring), some cancelled mid-flight: the engine pins at most two
+// rings and a small stage per lane, every byte of the transfers that
+// succeed arrives, and pinmem's ledger counts exactly the stages the
+// engine holds.
+func TestFakeEngineFirstTransfersLedger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves about 1 GiB through the fake")
+	}
+	e := useFake(t, fakedrv.Options{})
+	base := pinmem.Stats().Pinned
+	const copiers, workers = 4, 16
+	cps := make([]*Copier, copiers)
+	for i := range cps {
+		cps[i] = e.copier(t)
+	}
+	eng := cps[0].eng
+	sizes := []int{1, 4 << 10, smallStageSize, smallStageSize + 1, 4 << 20, DefaultStageSize + 1}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range workers {
+		c := cps[g%copiers]
+		dev := e.devbuf(t, DefaultStageSize+1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range 6 {
+				n := sizes[(g+i)%len(sizes)]
+				src := testutil.RandomBytes(n, uint64(g*16+i))
+				ctx, cancel := context.WithCancel(context.Background())
+				if (g+i)%3 == 0 {
+					time.AfterFunc(time.Duration(g*50)*time.Microsecond, cancel)
+				}
+				_, err := c.HtoD(ctx, dev, src)
+				cancel()
+				if errors.Is(err, context.Canceled) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got := make([]byte, n)
+				if _, err := c.DtoH(context.Background(), got, dev); err != nil {
+					t.Error(err)
+					return
+				}
+				testutil.CheckBytes(t, src, got)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for _, c := range cps {
+		if err := c.Fence(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The drains give the stages back after Fence returns: wait for them.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		eng.mu.Lock()
+		ring, small := len(eng.ring.all), len(eng.small.all)
+		idle := len(eng.ring.idle) + len(eng.small.idle)
+		eng.mu.Unlock()
+		if idle == ring+small {
+			p := pinmem.Stats().Pinned
+			if p.Bytes-base.Bytes != int64(ring*DefaultStageSize+small*smallStageSize) || p.Buffers-base.Buffers != int64(ring+small) {
+				t.Errorf("ledger %+v (%+v before), engine %d ring and %d small stages", p, base, ring, small)
+			}
+			if ring > 2*DefaultDepth || small > copiers*lanesOwn {
+				t.Errorf("engine holds %d ring and %d small stages, want at most %d and %d", ring, small, 2*DefaultDepth, copiers*lanesOwn)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d stages idle once every transfer ended", idle, ring+small)
+		}
+	}
+}
