@@ -1046,3 +1046,39 @@ func TestFakeEngineFirstTransfersLedger(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeEngineSmallTransfersBusyLanes: eight goroutines moving only
+// 4 KiB transfers through one default Copier, more than its lanes, pin
+// no more than a small stage per lane: a transfer finding both lanes
+// busy waits for one and takes a small stage, as route says, rather than
+// the ring, which pinned stages of 32 MiB (a ring of 96 MiB) for 4 KiB
+// copies. Every byte is checked.
+func TestFakeEngineSmallTransfersBusyLanes(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	base := pinmem.Stats().Pinned.Bytes
+	c := e.copier(t)
+	const n, workers, rounds = 4 << 10, 8, 50
+	var wg sync.WaitGroup
+	for g := range workers {
+		dev := e.devbuf(t, n)
+		wg.Go(func() {
+			got := make([]byte, n)
+			for i := range rounds {
+				src := testutil.RandomBytes(n, uint64(g*rounds+i))
+				if _, err := c.HtoD(context.Background(), dev, src); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := c.DtoH(context.Background(), got, dev); err != nil {
+					t.Error(err)
+					return
+				}
+				testutil.CheckBytes(t, src, got)
+			}
+		})
+	}
+	wg.Wait()
+	if p, most := pinmem.Stats().Pinned.Bytes-base, int64(lanesOwn*smallStageSize); p > most {
+		t.Errorf("%d goroutines moving 4 KiB transfers pinned %d bytes, want at most %d (a small stage per lane)", workers, p, most)
+	}
+}
