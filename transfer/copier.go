@@ -522,19 +522,19 @@ func (c *copier) move(ctx context.Context, d Direction, host []byte, dev *cuda.D
 	return *st, nil, nil
 }
 
-// schedule takes a lane and stages and lays the transfer out in l.ops:
-// through one stage (ring false) when route says so, no part of host may
-// be pinned and a lane and a stage are idle (oneStage); else through the
-// ring, bounded by ctx, pinned spans copied directly (release ends the
-// registration cache's holds).
+// schedule takes a lane, bounded by ctx, and stages and lays the
+// transfer out in l.ops: through one stage (ring false) when route says
+// so, no part of host may be pinned and a stage is idle or may be pinned
+// (oneStage); else through the ring, bounded by ctx, pinned spans copied
+// directly (release ends the registration cache's holds). A transfer
+// finding every lane busy waits for one and keeps route's path, so that
+// transfers a small stage holds never pin ring stages.
 func (c *copier) schedule(ctx context.Context, st *Stats, host []byte, dev *cuda.DeviceBuffer, how strategy) (l *lane, ring bool, release func(), err error) {
-	if p := route(len(host), c.o.stageSize, how); p != pathRing && !c.mayBePinned(host) {
-		if l, err = c.oneStage(ctx, st.Direction, host, dev, p == pathSmall); l != nil || err != nil {
-			return l, false, func() {}, err
-		}
-	}
 	if l, err = c.acquire(ctx); err != nil {
 		return nil, true, nil, err
+	}
+	if p := route(len(host), c.o.stageSize, how); p != pathRing && !c.mayBePinned(host) && c.oneStage(ctx, l, st.Direction, host, dev, p == pathSmall) {
+		return l, false, func() {}, nil
 	}
 	spans, release := c.pinnedSpans(host)
 	l.ops = c.plan(host, dev, spans, st)

@@ -194,12 +194,15 @@ func (e *engine) grow(ctx context.Context, k *class, want, limit int) error {
 }
 
 // fill pins the ring stages up to the target now (a Pipeline's, see
-// engine); it fails when fewer than want are there.
+// engine); it fails when fewer than want are there. A Run of another
+// Pipeline waiting for them is served, or woken to pin them itself when
+// none is there (handOver).
 func (e *engine) fill(ctx context.Context, want int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	err := e.grow(ctx, &e.ring, e.target(), e.target())
 	e.serve()
+	e.handOver()
 	if err != nil && len(e.ring.all) < want {
 		return err
 	}
@@ -207,8 +210,9 @@ func (e *engine) fill(ctx context.Context, want int) error {
 }
 
 // take borrows 1 to want ring stages, waiting in FIFO order, bounded by
-// ctx. It first pins the stages it lacks (grow): when none is pinned and
-// pinning fails, that is its error; with stages there it waits for them.
+// ctx. It first pins the stages it lacks (grow): when none is pinned nor
+// being pinned and pinning fails, that is its error; with stages there,
+// or being pinned by another borrower, it waits for them.
 func (e *engine) take(ctx context.Context, want int) ([]*stage, error) {
 	e.mu.Lock()
 	want = max(1, min(want, e.depth))
@@ -228,7 +232,7 @@ func (e *engine) take(ctx context.Context, want int) ([]*stage, error) {
 		}
 		err := e.grow(ctx, &e.ring, want, e.target())
 		e.serve()
-		if err != nil && len(e.ring.all) == 0 && e.dequeue(w) {
+		if err != nil && len(e.ring.all) == 0 && e.ring.growing == 0 && e.dequeue(w) {
 			// Nothing to wait for: the error is the transfer's.
 			e.handOver()
 			e.mu.Unlock()
@@ -380,8 +384,10 @@ func (e *engine) isClosed() bool {
 // pinning one when none is idle and the class may grow (bounded by ctx).
 // It returns nil when it has none, or a transfer waits for ring stages
 // already (it is not overtaken): the transfer then takes the ring, which
-// waits or reports the pinning's error. Small stages grow without a
-// limit: there is at most one per lane of the members.
+// waits or reports the pinning's error. A ring transfer that came to wait
+// while it pinned gets what it pinned (serve), or is woken to pin itself
+// when it pinned none and none is there (handOver). Small stages grow
+// without a limit: there is at most one per lane of the members.
 func (e *engine) tryTake(ctx context.Context, small bool) *stage {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -393,7 +399,12 @@ func (e *engine) tryTake(ctx context.Context, small bool) *stage {
 		return nil
 	}
 	_ = e.grow(ctx, k, 1, limit) // failing, the ring path tries and says why
-	if len(k.idle) == 0 || (!small && len(e.waiters) > 0) {
+	if !small && len(e.waiters) > 0 {
+		e.serve()
+		e.handOver()
+		return nil
+	}
+	if len(k.idle) == 0 {
 		return nil
 	}
 	s := k.idle[len(k.idle)-1]

@@ -696,3 +696,389 @@ func TestFakeEngineHandOver(t *testing.T) {
 		t.Errorf("engine holds %d stages, want 2", all)
 	}
 }
+
+// holdPinning makes the next pinning of host memory (cuMemHostAlloc or
+// cuMemHostRegister_v2) wait until the returned function is called with
+// the result it ends with; entered is closed once it waits.
+func holdPinning(e fakeEnv) (entered <-chan struct{}, end func(cudadrv.Result)) {
+	in, out := make(chan struct{}), make(chan cudadrv.Result, 1)
+	var once sync.Once
+	e.d.SetHook(func(op string) cudadrv.Result {
+		if op != "cuMemHostAlloc" && op != "cuMemHostRegister_v2" {
+			return cudadrv.Success
+		}
+		held := false
+		once.Do(func() { held = true })
+		if !held {
+			return cudadrv.Success
+		}
+		close(in)
+		return <-out
+	})
+	return in, func(r cudadrv.Result) { out <- r }
+}
+
+// TestFakeEngineOneStagePinWakesWaiter: a one-stage transfer pinning the
+// last ring stage the engine may pin (tryTake), while a ring transfer
+// waits for it, leaves the waiter neither without the stage it pinned
+// (tryTake, which yields to a waiter, hands it over) nor waiting for a
+// pinning that failed with no stage there (the waiter is woken to pin it
+// itself). Before, the waiter waited until a later transfer of the
+// engine, or for ever under a context that cannot end.
+func TestFakeEngineOneStagePinWakesWaiter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  cudadrv.Result
+	}{{"pinned", cudadrv.Success}, {"failed", cudadrv.ErrorOutOfMemory}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := useFake(t, fakedrv.Options{})
+			c := e.copier(t, WithStageSize(64<<10), WithDepth(1))
+			eng := c.eng
+			entered, end := holdPinning(e)
+			defer e.d.SetHook(nil)
+			took := make(chan *stage, 1)
+			go func() { took <- eng.tryTake(context.Background(), false) }()
+			<-entered
+			got := make(chan error, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			go func() {
+				ss, err := eng.take(ctx, 1)
+				if err == nil && len(ss) != 1 {
+					err = fmt.Errorf("took %d stages, want 1", len(ss))
+				}
+				eng.give(ss)
+				got <- err
+			}()
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				eng.mu.Lock()
+				q := len(eng.waiters)
+				eng.mu.Unlock()
+				if q == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the ring transfer did not wait for the stage being pinned")
+				}
+			}
+			end(tc.end)
+			if s := <-took; s != nil {
+				t.Error("tryTake took a stage while a ring transfer waited")
+				eng.give([]*stage{s})
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("the waiting ring transfer: %v", err)
+			}
+			if all, _ := eng.stageCount(); all != 1 {
+				t.Errorf("engine holds %d stages, want 1", all)
+			}
+		})
+	}
+}
+
+// TestFakeEngineWaitsForStagePinning: under a budget with room for one
+// stage, a ring transfer whose own pinning is refused while another
+// transfer is still pinning the engine's first stage waits for that
+// stage instead of failing with the budget's error (before, it failed or
+// not as the two pinnings happened to overlap).
+func TestFakeEngineWaitsForStagePinning(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	const size = 64 << 10
+	c := e.copier(t, WithStageSize(size), WithDepth(2))
+	eng := c.eng
+	prev := pinmem.SetBudget(pinmem.Stats().Reserved + size + size/2)
+	defer pinmem.SetBudget(prev)
+	rejected := pinmem.Stats().BudgetRejections
+	entered, end := holdPinning(e)
+	defer e.d.SetHook(nil)
+	bg := context.Background()
+	first := make(chan []*stage, 1)
+	go func() {
+		ss, err := eng.take(bg, 1)
+		if err != nil {
+			t.Errorf("the transfer pinning the stage: %v", err)
+		}
+		first <- ss
+	}()
+	<-entered
+	second := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	defer cancel()
+	go func() {
+		ss, err := eng.take(ctx, 1)
+		if err == nil && len(ss) != 1 {
+			err = fmt.Errorf("took %d stages, want 1", len(ss))
+		}
+		eng.give(ss)
+		second <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		select {
+		case err := <-second:
+			end(cudadrv.Success)
+			eng.give(<-first)
+			t.Fatalf("the transfer refused a stage while another was pinning one: %v", err)
+		default:
+		}
+		eng.mu.Lock()
+		q := len(eng.waiters)
+		eng.mu.Unlock()
+		if q == 2 && pinmem.Stats().BudgetRejections > rejected {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second transfer's pinning was not refused")
+		}
+	}
+	end(cudadrv.Success)
+	eng.give(<-first)
+	if err := <-second; err != nil {
+		t.Fatalf("the transfer waiting for the stage being pinned: %v", err)
+	}
+	if all, _ := eng.stageCount(); all != 1 {
+		t.Errorf("engine holds %d stages, want 1", all)
+	}
+}
+
+// TestFakeEngineFillFailureWakesWaiter: a Pipeline's pinning of its
+// stages (fill) that fails with none there wakes a Run of another
+// Pipeline of the engine waiting for those stages, to pin them itself;
+// before, the Run waited for stages nobody pinned until its context
+// ended, for ever under one that cannot end.
+func TestFakeEngineFillFailureWakesWaiter(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	o := options{stageSize: 64 << 10, depth: 2, parallelism: 1}
+	eng := joinEngine(e.ctx, o, true)
+	if eng2 := joinEngine(e.ctx, o, true); eng2 != eng {
+		t.Fatal("two Pipelines of one context and chunk size do not share an engine")
+	}
+	members := []bool{true, true}
+	defer func() {
+		for i := range members {
+			if _, err := eng.leave(&members[i]); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	entered, end := holdPinning(e)
+	defer e.d.SetHook(nil)
+	filled := make(chan error, 1)
+	go func() { filled <- eng.fill(context.Background(), o.depth) }()
+	<-entered
+	got := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go func() {
+		ss, err := eng.take(ctx, o.depth)
+		if err == nil && len(ss) == 0 {
+			err = errors.New("took no stage")
+		}
+		eng.give(ss)
+		got <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		eng.mu.Lock()
+		q := len(eng.waiters)
+		eng.mu.Unlock()
+		if q == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Run did not wait for the stages being pinned")
+		}
+	}
+	end(cudadrv.ErrorOutOfMemory)
+	if err := <-filled; err == nil {
+		t.Error("fill with its first pinning refused: no error")
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the Run waiting for the stages: %v", err)
+	}
+}
+
+// TestFakeEngineCloseRacingFirstPin: Close while a Copier's first
+// transfer is pinning its stage returns at its context's end (the Copier
+// is closed: later calls fail with ErrClosed); the transfer completes
+// with every byte, and the stage is released once it did, unless a
+// Copier that joined the engine meanwhile still uses it: that one's
+// transfers run on it, and its Close releases it.
+func TestFakeEngineCloseRacingFirstPin(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	base := pinmem.Stats().Pinned
+	bg := context.Background()
+	for _, joins := range []bool{false, true} {
+		a, err := New(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 4 << 10
+		dev := e.devbuf(t, n)
+		src := testutil.RandomBytes(n, 5)
+		entered, end := holdPinning(e)
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.HtoD(bg, dev, src)
+			done <- err
+		}()
+		<-entered
+		var b *Copier
+		if joins {
+			b = e.copier(t)
+		}
+		ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+		err = a.Close(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close while the first transfer pins: %v, want context.DeadlineExceeded", err)
+		}
+		if _, err := a.HtoD(bg, dev, src); !errors.Is(err, ErrClosed) {
+			t.Fatalf("HtoD after Close: %v, want ErrClosed", err)
+		}
+		end(cudadrv.Success)
+		e.d.SetHook(nil)
+		if err := <-done; err != nil {
+			t.Fatalf("the transfer that was pinning: %v", err)
+		}
+		testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
+		if joins {
+			eng := b.eng
+			got := make([]byte, n)
+			if _, err := b.DtoH(bg, got, dev); err != nil {
+				t.Fatal(err)
+			}
+			testutil.CheckBytes(t, src, got)
+			eng.mu.Lock()
+			small := len(eng.small.all)
+			eng.mu.Unlock()
+			if small != 1 {
+				t.Errorf("the Copier that joined uses %d small stages, want the one pinned before (1)", small)
+			}
+			if err := b.Close(bg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for deadline := time.Now().Add(5 * time.Second); pinmem.Stats().Pinned != base; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("joins %v: %+v pinned once every Copier closed, %+v before", joins, pinmem.Stats().Pinned, base)
+			}
+		}
+	}
+}
+
+// TestFakeEngineFirstTransfersLedger: 16 goroutines on four default
+// Copiers start at once with transfers of every path (small stage, one
+// stage, ring), some cancelled mid-flight: the engine pins at most two
+// rings and a small stage per lane, every byte of the transfers that
+// succeed arrives, and pinmem's ledger counts exactly the stages the
+// engine holds.
+func TestFakeEngineFirstTransfersLedger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves about 1 GiB through the fake")
+	}
+	e := useFake(t, fakedrv.Options{})
+	base := pinmem.Stats().Pinned
+	const copiers, workers = 4, 16
+	cps := make([]*Copier, copiers)
+	for i := range cps {
+		cps[i] = e.copier(t)
+	}
+	eng := cps[0].eng
+	sizes := []int{1, 4 << 10, smallStageSize, smallStageSize + 1, 4 << 20, DefaultStageSize + 1}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range workers {
+		c := cps[g%copiers]
+		dev := e.devbuf(t, DefaultStageSize+1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range 6 {
+				n := sizes[(g+i)%len(sizes)]
+				src := testutil.RandomBytes(n, uint64(g*16+i))
+				ctx, cancel := context.WithCancel(context.Background())
+				if (g+i)%3 == 0 {
+					time.AfterFunc(time.Duration(g*50)*time.Microsecond, cancel)
+				}
+				_, err := c.HtoD(ctx, dev, src)
+				cancel()
+				if errors.Is(err, context.Canceled) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got := make([]byte, n)
+				if _, err := c.DtoH(context.Background(), got, dev); err != nil {
+					t.Error(err)
+					return
+				}
+				testutil.CheckBytes(t, src, got)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for _, c := range cps {
+		if err := c.Fence(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The drains give the stages back after Fence returns: wait for them.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		eng.mu.Lock()
+		ring, small := len(eng.ring.all), len(eng.small.all)
+		idle := len(eng.ring.idle) + len(eng.small.idle)
+		eng.mu.Unlock()
+		if idle == ring+small {
+			p := pinmem.Stats().Pinned
+			if p.Bytes-base.Bytes != int64(ring*DefaultStageSize+small*smallStageSize) || p.Buffers-base.Buffers != int64(ring+small) {
+				t.Errorf("ledger %+v (%+v before), engine %d ring and %d small stages", p, base, ring, small)
+			}
+			if ring > 2*DefaultDepth || small > copiers*lanesOwn {
+				t.Errorf("engine holds %d ring and %d small stages, want at most %d and %d", ring, small, 2*DefaultDepth, copiers*lanesOwn)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d stages idle once every transfer ended", idle, ring+small)
+		}
+	}
+}
+
+// TestFakeEngineSmallTransfersBusyLanes: eight goroutines moving only
+// 4 KiB transfers through one default Copier, more than its lanes, pin
+// no more than a small stage per lane: a transfer finding both lanes
+// busy waits for one and takes a small stage, as route says, rather than
+// the ring, which pinned stages of 32 MiB (a ring of 96 MiB) for 4 KiB
+// copies. Every byte is checked.
+func TestFakeEngineSmallTransfersBusyLanes(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	base := pinmem.Stats().Pinned.Bytes
+	c := e.copier(t)
+	const n, workers, rounds = 4 << 10, 8, 50
+	var wg sync.WaitGroup
+	for g := range workers {
+		dev := e.devbuf(t, n)
+		wg.Go(func() {
+			got := make([]byte, n)
+			for i := range rounds {
+				src := testutil.RandomBytes(n, uint64(g*rounds+i))
+				if _, err := c.HtoD(context.Background(), dev, src); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := c.DtoH(context.Background(), got, dev); err != nil {
+					t.Error(err)
+					return
+				}
+				testutil.CheckBytes(t, src, got)
+			}
+		})
+	}
+	wg.Wait()
+	if p, most := pinmem.Stats().Pinned.Bytes-base, int64(lanesOwn*smallStageSize); p > most {
+		t.Errorf("%d goroutines moving 4 KiB transfers pinned %d bytes, want at most %d (a small stage per lane)", workers, p, most)
+	}
+}

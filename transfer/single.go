@@ -7,28 +7,16 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 )
 
-// oneStage takes an idle lane and stage (a small one when small; pinned
-// now when none is idle and the engine may grow, bounded by ctx) without
-// waiting for either, and lays the transfer out in l.ops, in stagePieces
-// parts of the stage. l is nil when it has none or a transfer waits for
-// stages already: the transfer then takes the ring, which waits bounded
-// by ctx.
-func (c *copier) oneStage(ctx context.Context, d Direction, host []byte, dev *cuda.DeviceBuffer, small bool) (*lane, error) {
-	var l *lane
-	select {
-	case l = <-c.free:
-	default:
-		return nil, nil
-	}
-	// Behind the copies earlier calls left queued, as in acquire.
-	if err := c.fence.order(ctx, l.stream); err != nil {
-		c.free <- l
-		return nil, err
-	}
+// oneStage takes an idle stage for the transfer on l (a small one when
+// small; pinned now when none is idle and the engine may grow, bounded by
+// ctx) without waiting for one, and lays the transfer out in l.ops, in
+// stagePieces parts of the stage. It reports false when it has none or a
+// transfer waits for stages already: the transfer then takes the ring,
+// which waits bounded by ctx.
+func (c *copier) oneStage(ctx context.Context, l *lane, d Direction, host []byte, dev *cuda.DeviceBuffer, small bool) bool {
 	s := c.eng.tryTake(ctx, small)
 	if s == nil {
-		c.free <- l
-		return nil, nil
+		return false
 	}
 	l.stages = append(l.stages[:0], s)
 	n := len(host)
@@ -37,7 +25,7 @@ func (c *copier) oneStage(ctx context.Context, d Direction, host []byte, dev *cu
 	for lo := 0; lo < n; lo += size {
 		l.ops = append(l.ops, piece{host: host[lo:min(lo+size, n)], dev: dev, off: lo, s: s, lo: lo})
 	}
-	return l, nil
+	return true
 }
 
 // singleWait waits, bounded by ctx, for the one-stage transfer on l. On a

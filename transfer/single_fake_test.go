@@ -424,3 +424,65 @@ func TestFakeSinglePieces(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeSmallStageKeptUntilItsCopyRan: a small one-stage transfer
+// that stopped early (its context ended, or an enqueue failed) with its
+// copy still queued keeps its small stage until that copy ran: the next
+// small transfer, to another device buffer, pins a stage of its own
+// instead of overwriting the one the queued copy still reads, and each
+// device buffer ends with its own bytes.
+func TestFakeSmallStageKeptUntilItsCopyRan(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    int
+		fail bool // the second piece's enqueue fails (1 MiB: four pieces)
+	}{{"deadline 4KiB", 4 << 10, false}, {"deadline 1MiB", 1 << 20, false}, {"failed enqueue 1MiB", 1 << 20, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := useFake(t, fakedrv.Options{})
+			c := e.copier(t)
+			n := tc.n
+			devA, devB := e.devbuf(t, n), e.devbuf(t, n)
+			a, b := testutil.RandomBytes(n, 1), testutil.RandomBytes(n, 2)
+			sh := cudadrv.Stream(c.lanes[0].stream.Handle())
+			if err := e.d.HoldStream(sh); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+			defer cancel()
+			if tc.fail {
+				ctx = context.Background()
+				if err := e.d.FailOn("cuMemcpyHtoDAsync_v2", 2, cudadrv.ErrorLaunchFailed); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := c.HtoD(ctx, devA, a); err == nil {
+				t.Fatal("the first transfer, its stream held, did not stop early")
+			}
+			e.d.ClearFaults()
+			// The next transfer is queued behind the first on the device:
+			// release the first once it waits.
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				_ = e.d.ReleaseStream(sh)
+			}()
+			if _, err := c.HtoD(context.Background(), devB, b); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Fence(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			ran := n // the first transfer's pieces queued before it stopped
+			if tc.fail {
+				ran = n / 4
+			}
+			testutil.CheckBytes(t, a[:ran], e.deviceBytes(t, devA)[:ran])
+			testutil.CheckBytes(t, b, e.deviceBytes(t, devB))
+			c.eng.mu.Lock()
+			small := len(c.eng.small.all)
+			c.eng.mu.Unlock()
+			if small != 2 {
+				t.Errorf("engine holds %d small stages, want 2 (the second pinned while the first was held)", small)
+			}
+		})
+	}
+}
