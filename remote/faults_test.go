@@ -310,6 +310,47 @@ func TestImportBesideCutShort(t *testing.T) {
 	}
 }
 
+// TestImportAfterPeerError: once UCX failed a connection (the peer was
+// killed; TCP has peer error handling), an Import of the peer's key does
+// not return a Remote on the failed connection: it connects again and its
+// check fails (ErrStaleKey, or the deadline where UCX cannot tell).
+func TestImportAfterPeerError(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	a := newAgent(t, "tcp,self", "lo")
+	p := startPeer(t, "tcp,self", "lo", 1<<20, 5)
+	ctx := ctxT(t)
+	rem, err := a.Import(ctx, p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := alloc(t, 1<<20, 6)
+	reg, err := a.Register(ctx, local.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.signal(t, syscall.SIGKILL)
+	_ = p.cmd.Wait()
+	if err := rem.Get(ctx, reg, []Block{{Len: 4096}}); !errors.Is(err, ErrPeer) {
+		t.Fatalf("Get from a killed peer: %v, want ErrPeer", err)
+	}
+	ictx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	rem2, err := a.Import(ictx, p.key)
+	if err == nil {
+		_ = rem2.Close()
+		t.Fatal("Import of a killed peer's key after its connection failed: a Remote, want ErrStaleKey (or the deadline)")
+	}
+	if !errors.Is(err, ErrStaleKey) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Import of a killed peer's key after its connection failed: %v, want ErrStaleKey (or the deadline)", err)
+	}
+	if err := rem.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestTransferRacingClose: a Put that passed its checks while a Close of
 // its Remote was queued on the agent's thread fails with ErrClosed, as a
 // Put after the Close does, not with ErrPeer (the connection is fine).
