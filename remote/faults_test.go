@@ -343,6 +343,7 @@ func TestImportAfterPeerError(t *testing.T) {
 	if !errors.Is(err, ErrStaleKey) && !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Import of a killed peer's key after its connection failed: %v, want ErrStaleKey (or the deadline)", err)
 	}
+	t.Logf("Import after the connection failed: %v", err)
 	if err := rem.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -285,6 +285,9 @@ func (a *Agent) startOp(name string, p *peer, local *slab, r *Remote, first erro
 		if err != nil && o.err == nil {
 			o.err = &Error{Op: name, Kind: ErrPeer, Err: err}
 		}
+		if o.err != nil {
+			p.fail(a, name+" failed on it")
+		}
 		close(o.done)
 		return o
 	}
@@ -327,9 +330,14 @@ func (a *Agent) checkOps() int {
 }
 
 // finish completes o (agent's thread): it no longer counts as in flight,
-// and a failed peer whose last op it was is closed.
+// and a failed peer whose last op it was is closed. An op that failed
+// fails its connection: UCX does not recover an endpoint once it failed,
+// so an Import makes a new one rather than share it.
 func (o *op) finish(a *Agent, err error) {
 	o.here = o.p.failed != ""
+	if err != nil || o.err != nil {
+		o.p.fail(a, o.name+" failed on it")
+	}
 	o.p.inflight--
 	o.p.closeIfDrained(a)
 	a.mu.Lock()
