@@ -135,9 +135,10 @@ func (a *Agent) Import(ctx context.Context, key []byte) (*Remote, error) {
 	if check != nil {
 		err := a.wait(ctx, check, r.p)
 		if err == nil && check.here {
-			// Another call on the connection was cut short meanwhile:
-			// the connection is failed, though the key's agent is there.
-			err = &Error{Op: opName, Kind: ErrPeer, Detail: "a call on the new connection was cut short by its context meanwhile: import again"}
+			// Another call on the connection failed or was cut short
+			// meanwhile: the connection is failed, though the key's
+			// agent is there.
+			err = &Error{Op: opName, Kind: ErrPeer, Detail: "another call on the new connection failed or was cut short by its context meanwhile: import again"}
 		}
 		if err != nil {
 			r.drop(check)
