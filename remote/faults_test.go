@@ -352,6 +352,51 @@ func TestImportAfterPeerError(t *testing.T) {
 	}
 }
 
+// TestImportAfterCutShortPeerGone: over shared memory (no peer error
+// handling) a transfer cut short by its context to a peer that then died
+// never ends, so the failed connection never drains: an Import of the
+// dead peer's key still fails at once with ErrStaleKey, as it did before
+// that transfer, rather than wait for the drain until its context ends.
+func TestImportAfterCutShortPeerGone(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	a := newAgent(t, "posix,self", "all")
+	p := startPeer(t, "posix,self", "all", 1<<20, 5)
+	ctx := ctxT(t)
+	rem, err := a.Import(ctx, p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := alloc(t, 1<<20, 6)
+	reg, err := a.Register(ctx, local.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.signal(t, syscall.SIGSTOP)
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := rem.Get(cctx, reg, []Block{{Len: 1 << 20}}); !errors.Is(err, context.DeadlineExceeded) {
+		p.signal(t, syscall.SIGCONT)
+		t.Fatalf("Get from a stopped peer: %v, want the deadline", err)
+	}
+	p.signal(t, syscall.SIGKILL)
+	_ = p.cmd.Wait()
+	ictx, icancel := context.WithTimeout(ctx, 5*time.Second)
+	defer icancel()
+	start := time.Now()
+	if _, err := a.Import(ictx, p.key); !errors.Is(err, ErrStaleKey) {
+		t.Errorf("Import of a dead peer's key after a cut-short transfer: %v after %v, want ErrStaleKey", err, time.Since(start).Round(time.Millisecond))
+	}
+	// The cut-short Get never ends: the agent's Close ends it.
+	clctx, clcancel := context.WithTimeout(ctx, time.Second)
+	defer clcancel()
+	if err := a.Close(clctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Agent.Close with a Get in flight: %v, want the deadline", err)
+	}
+	if err := local.Free(); err != nil {
+		t.Fatalf("Free after the agent let go: %v", err)
+	}
+}
+
 // TestTransferRacingClose: a Put that passed its checks while a Close of
 // its Remote was queued on the agent's thread fails with ErrClosed, as a
 // Put after the Close does, not with ErrPeer (the connection is fine).
