@@ -378,6 +378,12 @@ func TestImportAfterCutShortPeerGone(t *testing.T) {
 		p.signal(t, syscall.SIGCONT)
 		t.Fatalf("Get from a stopped peer: %v, want the deadline", err)
 	}
+	// While the peer lives (stopped), Import waits for the cut-short Get.
+	wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer wcancel()
+	if _, err := a.Import(wctx, p.key); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Import of a stopped peer's key after a cut-short transfer: %v, want the deadline", err)
+	}
 	p.signal(t, syscall.SIGKILL)
 	_ = p.cmd.Wait()
 	ictx, icancel := context.WithTimeout(ctx, 5*time.Second)

@@ -79,7 +79,19 @@ func (a *Agent) Import(ctx context.Context, key []byte) (*Remote, error) {
 		drain = nil
 		p := a.peers[string(k.worker)]
 		if p != nil && p.failed != "" && !p.isDrained {
-			drain = p.drained // bytes of the failed connection may still land
+			// Bytes of the failed connection may still land: wait for
+			// them. Over shared memory UCX never ends the transfers to an
+			// agent that died, so they would never drain; an endpoint it
+			// cannot make says the agent is gone (made, it shows the
+			// agent is there, and is closed unused).
+			if !p.peerErr {
+				ep, err := a.lib.EpCreate(a.w, k.worker, false)
+				if err != nil {
+					return &Error{Op: opName, Kind: ErrStaleKey, Detail: "cannot connect to the key's agent", Err: err}
+				}
+				(&peer{ep: ep}).close(a)
+			}
+			drain = p.drained
 			return nil
 		}
 		fresh := p == nil || p.failed != ""
