@@ -12,6 +12,8 @@ import (
 	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/tools/testutil"
+
+	"golang.org/x/sys/unix"
 )
 
 // EnvRequireUCX makes a test that would skip for want of libucp fail.
@@ -164,5 +166,32 @@ func TestNoLibrary(t *testing.T) {
 	}
 	if !strings.HasPrefix(string(out), "true ") || !strings.Contains(string(out), "libucx0") {
 		t.Fatalf("NewAgent without libucp: %s", out)
+	}
+}
+
+// TestPostAfterCloseWritesNothing: a job posted after the agent's thread
+// ended (a wait whose context ended as the agent closed posts one) does
+// not write its wake-up into the descriptor number the agent closed,
+// which the process may have reused for another file.
+func TestPostAfterCloseWritesNothing(t *testing.T) {
+	a := newAgent(t, "tcp,self", "lo")
+	wake := a.wake
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Another file takes the descriptor number the agent closed.
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	if err := unix.Dup3(efd, wake, unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(wake)
+	a.post(func() {}, true)
+	var buf [8]byte
+	if n, err := unix.Read(efd, buf[:]); err == nil {
+		t.Fatalf("post after Close wrote %d bytes into descriptor %d, now another file's", n, wake)
 	}
 }
