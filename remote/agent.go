@@ -64,7 +64,7 @@ type Agent struct {
 	uctx   ucx.Context
 	w      ucx.Worker
 	efd    int // the worker's event descriptor
-	wake   int // eventfd that wakes the thread for a job
+	wake   int // eventfd that wakes the thread for a job; -1 once closed (under mu)
 	addr   []byte
 	id     uint64
 	maxReg int64
@@ -259,10 +259,12 @@ func (a *Agent) post(f func(), internal bool) bool {
 		return false
 	}
 	a.jobs = append(a.jobs, f)
+	if a.wake >= 0 { // -1 once teardown closed it: the number may be another file's now
+		var one [8]byte
+		one[0] = 1
+		_, _ = unix.Write(a.wake, one[:])
+	}
 	a.mu.Unlock()
-	var one [8]byte
-	one[0] = 1
-	_, _ = unix.Write(a.wake, one[:])
 	return true
 }
 
@@ -365,7 +367,11 @@ func (a *Agent) teardown() {
 		s.unmap(a)
 	}
 	a.lib.Cleanup(a.uctx)
-	unix.Close(a.wake)
+	a.mu.Lock()
+	wake := a.wake
+	a.wake = -1
+	a.mu.Unlock()
+	unix.Close(wake)
 }
 
 // Stats are an agent's counts of what it holds.
