@@ -316,8 +316,9 @@ func (a *Agent) do(ctx context.Context, op string, f func() error) error {
 // flight, then closes every connection and remote region, drops every
 // registration (the pinmem buffers stay allocated: they are the caller's),
 // and releases the worker and the context. When ctx ends first, the worker
-// is destroyed with the transfers still in flight (UCX cancels them; no
-// byte moves afterwards) and Close returns ctx's error.
+// is destroyed with the transfers still in flight (UCX cancels them: no
+// byte moves into this agent's memory afterwards, though bytes of a Put
+// already sent may still land at the peer) and Close returns ctx's error.
 func (a *Agent) Close(ctx context.Context) error {
 	if ctx == nil {
 		return &Error{Op: "remote.Agent.Close", Kind: cuda.ErrInvalidValue, Detail: "nil context"}

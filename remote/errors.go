@@ -23,8 +23,8 @@ var (
 	// ErrOutOfRange: a block outside its local or remote region.
 	ErrOutOfRange = errors.New("remote: block outside its region")
 	// ErrPeer: the remote side failed or could not be reached during a
-	// transfer, or its connection was closed after a transfer was cut
-	// short by its context; import the key again to reconnect.
+	// transfer, or its connection was failed after a transfer on it was
+	// cut short by its context; import the key again to reconnect.
 	ErrPeer = errors.New("remote: peer failed")
 	// ErrClosed: the agent, region or remote region was closed.
 	ErrClosed = errors.New("remote: closed")

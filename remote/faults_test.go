@@ -302,7 +302,11 @@ func TestImportBesideCutShort(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first Import did not return 10 s after the peer ran again")
 	}
+	deadline := time.Now().Add(10 * time.Second)
 	for second.Close() != nil { // busy until the cut-short Get ended
+		if time.Now().After(deadline) {
+			t.Fatal("the cut-short Get did not end 10 s after the peer ran again")
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	if err := reg.Close(); err != nil {
