@@ -577,6 +577,36 @@ func TestFakeEnginePinsOnUse(t *testing.T) {
 	}
 }
 
+// TestFakeEngineSmallBesideAddPinned: a Copier that knows a pinned
+// buffer (AddPinned) still moves a 4 KiB Go slice outside it through its
+// small stage: the buffer says nothing of memory it does not hold, so no
+// ring of 32 MiB stages is pinned for it.
+func TestFakeEngineSmallBesideAddPinned(t *testing.T) {
+	e := useFake(t, fakedrv.Options{})
+	c := e.copier(t)
+	buf, err := pinmem.Alloc(1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	remove := c.AddPinned(buf)
+	defer remove()
+	base := pinmem.Stats().Pinned.Bytes
+	dev := e.devbuf(t, 4<<10)
+	src := testutil.RandomBytes(4<<10, 7)
+	dst := make([]byte, 4<<10)
+	if _, err := c.HtoD(context.Background(), dev, src); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DtoH(context.Background(), dst, dev); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, src, dst)
+	if p := pinmem.Stats().Pinned.Bytes - base; p != smallStageSize {
+		t.Fatalf("a 4 KiB round trip beside an AddPinned buffer pinned %d bytes, want one small stage of %d", p, smallStageSize)
+	}
+}
+
 // TestFakeEnginePinFailure: a transfer whose stages the budget refuses
 // fails with the budget's error and pins nothing; transfers of four
 // Copiers sharing an engine, racing for a ring nobody can pin, all fail
