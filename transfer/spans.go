@@ -42,11 +42,11 @@ func (p *pinnedSet) addTo(set *hostspan.Set, host []byte) {
 	}
 }
 
-// empty reports whether no buffer is known.
-func (p *pinnedSet) empty() bool {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	return len(p.bufs) == 0
+// holdsPart reports whether a known buffer holds part of host.
+func (p *pinnedSet) holdsPart(host []byte) bool {
+	var s hostspan.Set
+	p.addTo(&s, host)
+	return len(s.Spans) > 0
 }
 
 // mayBePinned reports cheaply whether part of host could be copied directly.
@@ -54,7 +54,7 @@ func (c *copier) mayBePinned(host []byte) bool {
 	if c.cache != nil && len(host) >= c.cache.Min() {
 		return true
 	}
-	if !c.pinned.empty() {
+	if c.pinned.holdsPart(host) {
 		return true
 	}
 	b, ok := pinmem.Lookup(host)
