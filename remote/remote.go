@@ -75,57 +75,9 @@ func (a *Agent) Import(ctx context.Context, key []byte) (*Remote, error) {
 	var r *Remote
 	var check *op
 	var drain <-chan struct{}
-	job := func() error {
-		drain = nil
-		p := a.peers[string(k.worker)]
-		if p != nil && p.failed != "" && !p.isDrained {
-			// Bytes of the failed connection may still land: wait for
-			// them. Over shared memory UCX never ends the transfers to an
-			// agent that died, so they would never drain; an endpoint it
-			// cannot make says the agent is gone (made, it shows the
-			// agent is there, and is closed unused).
-			if !p.peerErr {
-				ep, err := a.lib.EpCreate(a.w, k.worker, false)
-				if err != nil {
-					return &Error{Op: opName, Kind: ErrStaleKey, Detail: "cannot connect to the key's agent", Err: err}
-				}
-				(&peer{ep: ep}).close(a)
-			}
-			drain = p.drained
-			return nil
-		}
-		fresh := p == nil || p.failed != ""
-		if fresh {
-			// Peer error handling where UCX offers it; shared memory
-			// has none: there a failed peer is seen by the context's end.
-			peerErr := true
-			ep, err := a.lib.EpCreate(a.w, k.worker, true)
-			if e, ok := err.(*ucx.Error); ok && e.Status == ucx.ErrUnreachable {
-				peerErr = false
-				ep, err = a.lib.EpCreate(a.w, k.worker, false)
-			}
-			if err != nil {
-				return &Error{Op: opName, Kind: ErrStaleKey, Detail: "cannot connect to the key's agent", Err: err}
-			}
-			p = &peer{addr: string(k.worker), ep: ep, peerErr: peerErr, remotes: map[*Remote]struct{}{}, drained: make(chan struct{})}
-			a.mu.Lock()
-			a.peers[p.addr] = p
-			a.mu.Unlock()
-		}
-		r = &Remote{a: a, p: p, k: k}
-		for i, kp := range k.pieces {
-			rk, err := a.lib.RkeyUnpack(p.ep, kp.rkey)
-			if err != nil {
-				r.release(a)
-				return &Error{Op: opName, Kind: ErrBadKey, Detail: fmt.Sprintf("registration %d's remote key", i), Err: err}
-			}
-			r.rkeys = append(r.rkeys, rk)
-		}
-		p.remotes[r] = struct{}{}
-		if fresh {
-			check = a.startOp(opName, p, nil, r, nil)
-		}
-		return nil
+	job := func() (err error) {
+		r, check, drain, err = a.importOnThread(opName, k)
+		return err
 	}
 	for {
 		if err = a.do(ctx, opName, job); err != nil {
@@ -145,22 +97,99 @@ func (a *Agent) Import(ctx context.Context, key []byte) (*Remote, error) {
 		}
 	}
 	if check != nil {
-		err := a.wait(ctx, check, r.p)
-		if err == nil && check.here {
-			// Another call on the connection failed or was cut short
-			// meanwhile: the connection is failed, though the key's
-			// agent is there.
-			err = &Error{Op: opName, Kind: ErrPeer, Detail: "another call on the new connection failed or was cut short by its context meanwhile: import again"}
-		}
-		if err != nil {
-			r.drop(check)
-			if e, ok := err.(*Error); ok && e.Kind == ErrPeer && !check.here {
-				e.Kind, e.Detail = ErrStaleKey, "the key's agent cannot be reached (it exited, was killed or closed)"
-			}
+		if err := a.checkImport(ctx, opName, r, check); err != nil {
 			return nil, err
 		}
 	}
 	return r, nil
+}
+
+// importOnThread is Import's part on the agent's thread: it returns the
+// remote region of k, on the agent's connection to k's agent (made now,
+// with the op that checks it, when there is none), or the channel to wait
+// on before a new connection when the last one failed and still has
+// transfers in flight.
+func (a *Agent) importOnThread(opName string, k *key) (r *Remote, check *op, drain <-chan struct{}, err error) {
+	p := a.peers[string(k.worker)]
+	if p != nil && p.failed != "" && !p.isDrained {
+		drain, err = a.drainOf(opName, k, p)
+		return nil, nil, drain, err
+	}
+	fresh := p == nil || p.failed != ""
+	if fresh {
+		if p, err = a.connect(opName, k); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	r = &Remote{a: a, p: p, k: k}
+	for i, kp := range k.pieces {
+		rk, err := a.lib.RkeyUnpack(p.ep, kp.rkey)
+		if err != nil {
+			r.release(a)
+			return nil, nil, nil, &Error{Op: opName, Kind: ErrBadKey, Detail: fmt.Sprintf("registration %d's remote key", i), Err: err}
+		}
+		r.rkeys = append(r.rkeys, rk)
+	}
+	p.remotes[r] = struct{}{}
+	if fresh {
+		check = a.startOp(opName, p, nil, r, nil)
+	}
+	return r, check, nil, nil
+}
+
+// drainOf returns the channel that says when failed peer p, whose bytes
+// may still land, has no transfer in flight (agent's thread). Over shared
+// memory UCX never ends the transfers to an agent that died, so they
+// would never drain: an endpoint it cannot make says the agent is gone
+// (made, it shows the agent is there, and is closed unused).
+func (a *Agent) drainOf(opName string, k *key, p *peer) (<-chan struct{}, error) {
+	if !p.peerErr {
+		ep, err := a.lib.EpCreate(a.w, k.worker, false)
+		if err != nil {
+			return nil, &Error{Op: opName, Kind: ErrStaleKey, Detail: "cannot connect to the key's agent", Err: err}
+		}
+		(&peer{ep: ep}).close(a)
+	}
+	return p.drained, nil
+}
+
+// connect makes and records a connection to k's agent (agent's thread),
+// with peer error handling where UCX offers it; shared memory has none:
+// there a failed peer is seen by the context's end.
+func (a *Agent) connect(opName string, k *key) (*peer, error) {
+	peerErr := true
+	ep, err := a.lib.EpCreate(a.w, k.worker, true)
+	if e, ok := err.(*ucx.Error); ok && e.Status == ucx.ErrUnreachable {
+		peerErr = false
+		ep, err = a.lib.EpCreate(a.w, k.worker, false)
+	}
+	if err != nil {
+		return nil, &Error{Op: opName, Kind: ErrStaleKey, Detail: "cannot connect to the key's agent", Err: err}
+	}
+	p := &peer{addr: string(k.worker), ep: ep, peerErr: peerErr, remotes: map[*Remote]struct{}{}, drained: make(chan struct{})}
+	a.mu.Lock()
+	a.peers[p.addr] = p
+	a.mu.Unlock()
+	return p, nil
+}
+
+// checkImport waits, bounded by ctx, for the check of r's new connection
+// and closes r when it failed: ErrStaleKey when the key's agent cannot be
+// reached, ErrPeer when another call on the connection failed or was cut
+// short meanwhile (the agent is there: import again).
+func (a *Agent) checkImport(ctx context.Context, opName string, r *Remote, check *op) error {
+	err := a.wait(ctx, check, r.p)
+	if err == nil && check.here {
+		err = &Error{Op: opName, Kind: ErrPeer, Detail: "another call on the new connection failed or was cut short by its context meanwhile: import again"}
+	}
+	if err == nil {
+		return nil
+	}
+	r.drop(check)
+	if e, ok := err.(*Error); ok && e.Kind == ErrPeer && !check.here {
+		e.Kind, e.Detail = ErrStaleKey, "the key's agent cannot be reached (it exited, was killed or closed)"
+	}
+	return err
 }
 
 // staleInProcess checks a key of an agent of this process against its
