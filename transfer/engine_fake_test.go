@@ -170,9 +170,7 @@ func TestFakeEngineFIFO(t *testing.T) {
 	queued := func(n int) {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); ; {
-			eng.mu.Lock()
-			q := len(eng.waiters)
-			eng.mu.Unlock()
+			q := waiterCount(eng)
 			if q == n {
 				return
 			}
@@ -700,9 +698,7 @@ func TestFakeEngineHandOver(t *testing.T) {
 		got <- err
 	}()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		eng.mu.Lock()
-		q := len(eng.waiters)
-		eng.mu.Unlock()
+		q := waiterCount(eng)
 		if q == 1 {
 			break
 		}
@@ -781,9 +777,7 @@ func TestFakeEngineOneStagePinWakesWaiter(t *testing.T) {
 				got <- err
 			}()
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-				eng.mu.Lock()
-				q := len(eng.waiters)
-				eng.mu.Unlock()
+				q := waiterCount(eng)
 				if q == 1 {
 					break
 				}
@@ -850,9 +844,7 @@ func TestFakeEngineWaitsForStagePinning(t *testing.T) {
 			t.Fatalf("the transfer refused a stage while another was pinning one: %v", err)
 		default:
 		}
-		eng.mu.Lock()
-		q := len(eng.waiters)
-		eng.mu.Unlock()
+		q := waiterCount(eng)
 		if q == 2 && pinmem.Stats().BudgetRejections > rejected {
 			break
 		}
@@ -907,9 +899,7 @@ func TestFakeEngineFillFailureWakesWaiter(t *testing.T) {
 		got <- err
 	}()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		eng.mu.Lock()
-		q := len(eng.waiters)
-		eng.mu.Unlock()
+		q := waiterCount(eng)
 		if q == 1 {
 			break
 		}
@@ -1111,4 +1101,11 @@ func TestFakeEngineSmallTransfersBusyLanes(t *testing.T) {
 	if p, most := pinmem.Stats().Pinned.Bytes-base, int64(lanesOwn*smallStageSize); p > most {
 		t.Errorf("%d goroutines moving 4 KiB transfers pinned %d bytes, want at most %d (a small stage per lane)", workers, p, most)
 	}
+}
+
+// waiterCount returns how many transfers wait for eng's stages.
+func waiterCount(eng *engine) int {
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	return len(eng.waiters)
 }

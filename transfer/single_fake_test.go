@@ -140,9 +140,7 @@ func TestFakeSingleStageStagedBusy(t *testing.T) {
 			done <- result{st, err}
 		}()
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Microsecond) {
-			c.eng.mu.Lock()
-			waiting := len(c.eng.waiters)
-			c.eng.mu.Unlock()
+			waiting := waiterCount(c.eng)
 			if waiting > 0 {
 				break
 			}
