@@ -180,24 +180,13 @@ func TestOutOfRange(t *testing.T) {
 func TestCutShort(t *testing.T) {
 	testutil.UseFake(t, fakedrv.Options{})
 	const n = 8 << 20
-	a := newAgent(t, "tcp,self", "lo")
-	p := startPeer(t, "tcp,self", "lo", n, 5)
-	ctx := ctxT(t)
-	rem, err := a.Import(ctx, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	local := alloc(t, n, 6)
-	reg, err := a.Register(ctx, local.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, p, ctx, rem, local, reg := importPeer(t, "tcp,self", "lo", n)
 	p.signal(t, syscall.SIGSTOP)
 	defer p.signal(t, syscall.SIGCONT)
 	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err = rem.Get(cctx, reg, []Block{{Len: n}})
+	err := rem.Get(cctx, reg, []Block{{Len: n}})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Get from a stopped peer: %v, want the deadline", err)
 	}
@@ -320,18 +309,7 @@ func TestImportBesideCutShort(t *testing.T) {
 // check fails (ErrStaleKey, or the deadline where UCX cannot tell).
 func TestImportAfterPeerError(t *testing.T) {
 	testutil.UseFake(t, fakedrv.Options{})
-	a := newAgent(t, "tcp,self", "lo")
-	p := startPeer(t, "tcp,self", "lo", 1<<20, 5)
-	ctx := ctxT(t)
-	rem, err := a.Import(ctx, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	local := alloc(t, 1<<20, 6)
-	reg, err := a.Register(ctx, local.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, p, ctx, rem, _, reg := importPeer(t, "tcp,self", "lo", 1<<20)
 	p.signal(t, syscall.SIGKILL)
 	_ = p.cmd.Wait()
 	if err := rem.Get(ctx, reg, []Block{{Len: 4096}}); !errors.Is(err, ErrPeer) {
@@ -363,18 +341,7 @@ func TestImportAfterPeerError(t *testing.T) {
 // that transfer, rather than wait for the drain until its context ends.
 func TestImportAfterCutShortPeerGone(t *testing.T) {
 	testutil.UseFake(t, fakedrv.Options{})
-	a := newAgent(t, "posix,self", "all")
-	p := startPeer(t, "posix,self", "all", 1<<20, 5)
-	ctx := ctxT(t)
-	rem, err := a.Import(ctx, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	local := alloc(t, 1<<20, 6)
-	reg, err := a.Register(ctx, local.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, p, ctx, rem, local, reg := importPeer(t, "posix,self", "all", 1<<20)
 	p.signal(t, syscall.SIGSTOP)
 	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
@@ -489,4 +456,24 @@ func TestImportCutShortReleases(t *testing.T) {
 	if s := a.Stats(); s.Connections != 0 || open() {
 		t.Fatalf("5 s after the peer answered: %+v, the cut-short Import's connection open: %v", s, open())
 	}
+}
+
+// importPeer starts an agent of this process and a peer process with a
+// region of n bytes over UCX transports tls, imports the peer's key, and
+// registers a local buffer of n bytes: the start of the fault tests.
+func importPeer(t *testing.T, tls, devices string, n int) (*Agent, *peerProc, context.Context, *Remote, *pinmem.Buffer, *Region) {
+	t.Helper()
+	a := newAgent(t, tls, devices)
+	p := startPeer(t, tls, devices, n, 5)
+	ctx := ctxT(t)
+	rem, err := a.Import(ctx, p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := alloc(t, n, 6)
+	reg, err := a.Register(ctx, local.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, p, ctx, rem, local, reg
 }
