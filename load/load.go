@@ -25,9 +25,9 @@ type stage struct {
 // with New and Close it when done: it holds its streams and events from
 // New to Close, and each stage's pinned memory (the stage size, charged
 // to pinmem's budget; at most the depth times it) from the first read
-// that takes the stage to Close. Its methods are safe for concurrent use; loads run one at a
-// time, each using every stage, and a Load waiting for its turn gives up
-// when its context ends.
+// that takes the stage to Close. Its methods are safe for concurrent use;
+// loads run one at a time, each using every stage, and a Load waiting for
+// its turn gives up when its context ends.
 type Loader struct {
 	cctx    *cuda.Context
 	cfg     config
@@ -263,11 +263,10 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // memory in use never exceeds the stages' (the depth times the stage
 // size): reading waits for copying. A read that takes a stage no read
 // took before pins it (the load's Wall includes that); later reads and
-// loads reuse it.
-// Neighbouring ranges share reads. How each file is read is decided for
-// that file, from the Loader's mode and, for ModeAuto, the page-cache
-// residency of its ranges: a warm shard is read buffered while a cold one
-// beside it is read directly.
+// loads reuse it. Neighbouring ranges share reads. How each file is read
+// is decided for that file, from the Loader's mode and, for ModeAuto, the
+// page-cache residency of its ranges: a warm shard is read buffered while
+// a cold one beside it is read directly.
 //
 // ready, when not nil, is called with a file's and a range's index as soon
 // as that range is entirely in device memory, in the order ranges land
@@ -283,10 +282,9 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // anything is read; a stage that cannot be pinned is pinmem's error (a
 // *pinmem.BudgetError over the budget), which stops the load as a failed
 // read does, the stages already pinned kept for later loads; a file that
-// ends early while it is read is a
-// *ShortFileError too, and one whose size or modification time changed by
-// the end of the load an error matching ErrChanged; a closed Loader gives
-// ErrClosed. When ctx ends, or a read or copy fails, no new read starts.
+// ends early while it is read is a *ShortFileError too, and one whose
+// size or modification time changed by the end of the load an error
+// matching ErrChanged; a closed Loader gives ErrClosed. When ctx ends, or a read or copy fails, no new read starts.
 // Every wait is bounded by ctx: LoadFiles returns ctx's error once ctx
 // ends even if the device never finishes the copies already queued. The
 // destinations then hold a part of the data and may still be written by
