@@ -20,9 +20,9 @@ func closeFD(fd int) { _ = unix.Close(fd) }
 // AllocShared allocates size bytes of pinned memory that SendShared can
 // hand to another process: a memfd of the rounded-up size, sealed against
 // shrinking and growing (so that no process can cut the pages from under
-// another's mapping; ReceiveShared refuses a file without the seal), mapped shared
-// and registered with cuMemHostRegister (flags: Portable, Mapped,
-// ReadOnly). It is counted, budgeted and freed like Alloc's buffers (of
+// another's mapping; ReceiveShared refuses a file without the seal),
+// mapped shared and registered with cuMemHostRegister (flags: Portable,
+// Mapped, ReadOnly). It is counted, budgeted and freed like Alloc's buffers (of
 // KindMmapRegister); its pages are released when no process maps them.
 // Options as for Alloc (the device; NUMA placement and huge pages do not
 // apply).

@@ -105,6 +105,9 @@ func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
 // second to pin). A table pinned before an error stays, freed by close;
 // the next call pins the rest.
 func (k *kernel) pin(ctx context.Context) error {
+	if k.slots[len(k.slots)-1].dev != 0 { // pinned in order: all are
+		return nil
+	}
 	drv, err := cudaerr.Public2(cudadrv.Get())
 	if err != nil {
 		return err
