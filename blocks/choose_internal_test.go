@@ -29,3 +29,22 @@ func TestPick(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelGrid is the kernel's launch width as a table, with the figures
+// behind it (H100, 132 SMs, a sweep of launch shapes in one lease).
+func TestKernelGrid(t *testing.T) {
+	for _, c := range []struct {
+		n, sms, want int
+		why          string
+	}{
+		{4096, 132, 132, "4096 blocks of 16 KiB both ways: one CTA per SM 52 GB/s, one per block 41; one way the same either way"},
+		{512, 132, 132, "512 blocks of 2 MiB both ways: 48 against 44 GB/s"},
+		{100, 132, 100, "fewer blocks than SMs: one CTA each, none idle"},
+		{1, 132, 1, "one block"},
+		{5, 0, 1, "a device that reports no SMs still gets a launch"},
+	} {
+		if got := kernelGrid(c.n, c.sms); got != c.want {
+			t.Errorf("kernelGrid(%d, %d) = %d, want %d: %s", c.n, c.sms, got, c.want, c.why)
+		}
+	}
+}

@@ -29,6 +29,7 @@ type kernel struct {
 	mod   *cuda.Module
 	fn    *cuda.Function
 	cap   int
+	grid  int // CTAs of a launch: one per SM (kernelGrid)
 	slots [kernelTables]slot
 	next  int
 }
@@ -57,9 +58,17 @@ type slot struct {
 // per pass of a block.
 const kernelThreads = 256
 
-// kernelMaxGrid caps the CTAs of one launch; the kernel strides over the
-// blocks beyond it.
-const kernelMaxGrid = 1 << 16
+// kernelGrid is how many CTAs a launch runs for a list of n pieces on a
+// device of sms multiprocessors: one per SM at most, the kernel striding
+// over the blocks beyond. Measured on an H100 (132 SMs), 4096 blocks of
+// 16 KiB: one way, every grid from 132 to 4096 CTAs moves the same (33
+// GB/s host to device, 52 device to host); both ways at once, two launches
+// of one CTA per block fill the SMs with the first launch's CTAs and run
+// nearly one after the other (41 GB/s), while two of one CTA per SM run
+// side by side (52 GB/s). 512 blocks of 2 MiB, one CTA per block
+// against one per SM: both ways 44 against 48 GB/s, host to device 30
+// against 33.
+func kernelGrid(n, sms int) int { return max(1, min(n, sms)) }
 
 func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
 	lifecycle.RetryOrphans()
@@ -70,7 +79,11 @@ func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
 	} else if can == 0 {
 		return nil, fmt.Errorf("blocks: the kernel reads its tables from mapped host memory, which %v cannot map: %w", c.Device(), cuda.ErrNotSupported)
 	}
-	k = &kernel{ctx: c, cap: maxBlocks}
+	sms, err := c.Device().Attribute(cuda.AttrMultiprocessorCount)
+	if err != nil {
+		return nil, err
+	}
+	k = &kernel{ctx: c, cap: maxBlocks, grid: sms}
 	defer func() {
 		if err != nil {
 			if rerr := k.release(); rerr != nil {
@@ -192,7 +205,7 @@ func (k *kernel) issue(ctx context.Context, lists []List, sc *scratch, rep *Repo
 			binary.LittleEndian.PutUint64(e[8:], h) // src
 			binary.LittleEndian.PutUint64(e[16:], uint64(p.n))
 		}
-		if err := k.fn.Launch(list.s, cuda.D1(min(len(ps), kernelMaxGrid)), cuda.D1(kernelThreads), 0, sl.dev, uint32(len(ps))); err != nil {
+		if err := k.fn.Launch(list.s, cuda.D1(kernelGrid(len(ps), k.grid)), cuda.D1(kernelThreads), 0, sl.dev, uint32(len(ps))); err != nil {
 			return fmt.Errorf("blocks: list %d: %w", l, err)
 		}
 		rep.Calls++

@@ -43,30 +43,23 @@ type piece struct {
 	dev            uint64 // kernel: the device address of the part's host memory
 }
 
-func cmpPiece(a, b piece) int {
-	if a.l != b.l {
-		return a.l - b.l
-	}
-	if a.blk != b.blk {
-		return a.blk - b.blk
-	}
-	return a.off - b.off
-}
+// cmpPiece orders pieces by list; byList keeps host address order
+// within a list.
+func cmpPiece(a, b piece) int { return a.l - b.l }
 
 // scratch holds the arrays of one Copy call; they are pooled, since a
 // list of thousands of blocks would otherwise allocate hundreds of KiB per
 // call.
 type scratch struct {
 	host, dev []span
-	pieces    []piece // the copies to queue, by list and block
+	pieces    []piece // the copies to queue, by list, in host address order
 	starts    []int   // list l's pieces are pieces[starts[l]:starts[l+1]]
 	cuts      []uint64
 	keys      []uint64 // sortSpans' packed keys
 	keys2     []uint64 // radixSort's second buffer
 	tmp       []span   // sortSpans' reordered copy
 	tmpPieces []piece  // byList's reordered copy
-	counts    []int    // byList's pieces per block
-	base      []int    // byList's first block of each list
+	counts    []int    // byList's next place of each list
 	ops       []cudadrv.BatchOp
 	dsts      []cudadrv.DevicePtr
 	srcs      []cudadrv.DevicePtr
@@ -238,11 +231,12 @@ func (sc *scratch) addPieces(c *hostCheck, h span, kernel bool) error {
 	return nil
 }
 
-// byList puts sc.pieces, made in host address order, in list and block
-// order (cmpPiece) and sets sc.starts. The pieces of one block were made
-// together, in offset order, so a stable counting sort by the block's
-// place in the call (its list's first block's, plus its index) does it in
-// linear time; the sorted case costs one pass.
+// byList groups sc.pieces, made in host address order, by list and sets
+// sc.starts: a stable counting sort by list, so that within a list the
+// pieces stay in host address order. The kernel's descriptors follow that
+// order, so the blocks in flight at once lie near each other in host
+// memory (the GPU reaches mapped host memory through its page tables). The
+// sorted case costs one pass.
 func (sc *scratch) byList(lists []List) {
 	for _, p := range sc.pieces {
 		sc.starts[p.l+1]++
@@ -250,29 +244,16 @@ func (sc *scratch) byList(lists []List) {
 	for l := 1; l <= len(lists); l++ {
 		sc.starts[l] += sc.starts[l-1]
 	}
-	if slices.IsSortedFunc(sc.pieces, cmpPiece) {
+	if len(lists) == 1 || slices.IsSortedFunc(sc.pieces, cmpPiece) {
 		return
 	}
-	sc.base = sc.base[:0]
-	n := 0
-	for _, l := range lists {
-		sc.base = append(sc.base, n)
-		n += len(l.blocks)
-	}
-	c := append(sc.counts[:0], make([]int, n+1)...)
-	for _, p := range sc.pieces {
-		c[sc.base[p.l]+p.blk+1]++
-	}
-	for i := 1; i <= n; i++ {
-		c[i] += c[i-1]
-	}
+	next := append(sc.counts[:0], sc.starts[:len(lists)]...)
 	sc.tmpPieces = append(sc.tmpPieces[:0], sc.pieces...)
 	for _, p := range sc.tmpPieces {
-		k := sc.base[p.l] + p.blk
-		sc.pieces[c[k]] = p
-		c[k]++
+		sc.pieces[next[p.l]] = p
+		next[p.l]++
 	}
-	sc.counts = c
+	sc.counts = next
 }
 
 // hostCheck asks the driver about host memory, remembering the last

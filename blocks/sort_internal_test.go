@@ -104,8 +104,9 @@ func TestRadixSort(t *testing.T) {
 	}
 }
 
-// TestByList checks the counting sorts of byList against a comparison
-// sort by cmpPiece, and the list starts it sets: pieces made per block as
+// TestByList checks the counting sort of byList against a stable
+// comparison sort by cmpPiece (by list, host address order kept within a
+// list), and the list starts it sets: pieces made per block as
 // pinned makes them (in host address order, so blocks and lists shuffled),
 // some blocks split into several pieces (a block over two pinned ranges),
 // some blocks with none (empty), some lists with none.
@@ -136,7 +137,7 @@ func TestByList(t *testing.T) {
 			}
 		}
 		want := slices.Clone(sc.pieces)
-		slices.SortFunc(want, cmpPiece)
+		slices.SortStableFunc(want, cmpPiece)
 		lists := make([]List, c.nlists)
 		for l := range lists {
 			lists[l].blocks = make([]Block, c.nblk)
