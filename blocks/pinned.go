@@ -169,8 +169,8 @@ func radixSort(keys []uint64, buf *[]uint64, nbits int) []uint64 {
 // pinned all through (hostCheck.cover), and for the kernel mapped, and
 // makes the call's copies (sc.pieces, by list, in host address order):
 // one per block, cut where a block's host memory crosses from one pinned
-// range into the next (for the kernel, only where the ranges do not map to one device
-// range).
+// range into the next (for the kernel, only where the ranges do not map
+// to one device range).
 func (sc *scratch) pinned(drv cudadrv.Driver, lists []List, kernel bool) error {
 	c := &hostCheck{drv: drv}
 	for _, h := range sc.host {
