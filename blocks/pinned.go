@@ -232,11 +232,9 @@ func (sc *scratch) addPieces(c *hostCheck, h span, kernel bool) error {
 }
 
 // byList groups sc.pieces, made in host address order, by list and sets
-// sc.starts: a stable counting sort by list, so that within a list the
-// pieces stay in host address order. The kernel's descriptors follow that
-// order, so the blocks in flight at once lie near each other in host
-// memory (the GPU reaches mapped host memory through its page tables). The
-// sorted case costs one pass.
+// sc.starts: a stable counting sort by list alone, so that within a list
+// the pieces stay in host address order (no strategy needs the lists'
+// block order). A one-list call and the sorted case cost one pass.
 func (sc *scratch) byList(lists []List) {
 	for _, p := range sc.pieces {
 		sc.starts[p.l+1]++
