@@ -61,14 +61,15 @@ const kernelThreads = 256
 // kernelGrid is how many CTAs a launch runs for a list of n pieces on a
 // device of sms multiprocessors: one per SM at most, the kernel striding
 // over the blocks beyond. Measured on an H100 (132 SMs) with
-// internal/kernels/testdata/blockshape.cu, 4096 blocks of 16 KiB: one way, every grid from 132 to 4096 CTAs moves the same (33
-// GB/s host to device, 52 device to host); both ways at once, two launches
-// of one CTA per block fill the SMs with the first launch's CTAs and run
-// nearly one after the other (41 GB/s), while two of one CTA per SM run
-// side by side (52 GB/s). 512 blocks of 2 MiB, one CTA per block
-// against one per SM: both ways 44 against 48 GB/s, host to device 30
-// against 33. In pinmem bench blocks (16 KiB, both ways, old and new
-// binaries in turn): 28.6 and 28.9 GB/s before, 33.9 and 33.9 after.
+// internal/kernels/testdata/blockshape.cu, 4096 blocks of 16 KiB: one way,
+// every grid from 132 to 4096 CTAs moves the same (33 GB/s host to device,
+// 52 device to host); both ways at once, two launches of one CTA per block
+// fill the SMs with the first launch's CTAs and run nearly one after the
+// other (41 GB/s), while two of one CTA per SM run side by side (52 GB/s).
+// 512 blocks of 2 MiB, one CTA per block against one per SM: both ways 44
+// against 48 GB/s, host to device 30 against 33. In pinmem bench blocks (16
+// KiB, both ways, old and new binaries in turn): 28.6 and 28.9 GB/s before,
+// 33.9 and 33.9 after.
 func kernelGrid(n, sms int) int { return max(1, min(n, sms)) }
 
 func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
