@@ -31,7 +31,7 @@ func TestPick(t *testing.T) {
 }
 
 // TestKernelGrid is the kernel's launch width as a table, with the figures
-// behind it (H100, 132 SMs, a sweep of launch shapes in one lease).
+// behind it (H100, 132 SMs; internal/kernels/testdata/blockshape.cu).
 func TestKernelGrid(t *testing.T) {
 	for _, c := range []struct {
 		n, sms, want int

@@ -29,7 +29,7 @@ type kernel struct {
 	mod   *cuda.Module
 	fn    *cuda.Function
 	cap   int
-	grid  int // CTAs of a launch: one per SM (kernelGrid)
+	sms   int // the device's multiprocessors, the most CTAs a launch runs (kernelGrid)
 	slots [kernelTables]slot
 	next  int
 }
@@ -67,9 +67,7 @@ const kernelThreads = 256
 // fill the SMs with the first launch's CTAs and run nearly one after the
 // other (41 GB/s), while two of one CTA per SM run side by side (52 GB/s).
 // 512 blocks of 2 MiB, one CTA per block against one per SM: both ways 44
-// against 48 GB/s, host to device 30 against 33. In pinmem bench blocks (16
-// KiB, both ways, old and new binaries in turn): 28.6 and 28.9 GB/s before,
-// 33.9 and 33.9 after.
+// against 48 GB/s, host to device 30 against 33.
 func kernelGrid(n, sms int) int { return max(1, min(n, sms)) }
 
 func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
@@ -85,7 +83,7 @@ func newKernel(c *cuda.Context, maxBlocks int) (k *kernel, err error) {
 	if err != nil {
 		return nil, err
 	}
-	k = &kernel{ctx: c, cap: maxBlocks, grid: sms}
+	k = &kernel{ctx: c, cap: maxBlocks, sms: sms}
 	defer func() {
 		if err != nil {
 			if rerr := k.release(); rerr != nil {
@@ -207,7 +205,7 @@ func (k *kernel) issue(ctx context.Context, lists []List, sc *scratch, rep *Repo
 			binary.LittleEndian.PutUint64(e[8:], h) // src
 			binary.LittleEndian.PutUint64(e[16:], uint64(p.n))
 		}
-		if err := k.fn.Launch(list.s, cuda.D1(kernelGrid(len(ps), k.grid)), cuda.D1(kernelThreads), 0, sl.dev, uint32(len(ps))); err != nil {
+		if err := k.fn.Launch(list.s, cuda.D1(kernelGrid(len(ps), k.sms)), cuda.D1(kernelThreads), 0, sl.dev, uint32(len(ps))); err != nil {
 			return fmt.Errorf("blocks: list %d: %w", l, err)
 		}
 		rep.Calls++

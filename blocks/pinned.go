@@ -234,7 +234,7 @@ func (sc *scratch) addPieces(c *hostCheck, h span, kernel bool) error {
 // byList groups sc.pieces, made in host address order, by list and sets
 // sc.starts: a stable counting sort by list alone, so that within a list
 // the pieces stay in host address order (no strategy needs the lists'
-// block order). A one-list call and the sorted case cost one pass.
+// block order). The sorted case, one list among them, costs one pass.
 func (sc *scratch) byList(lists []List) {
 	for _, p := range sc.pieces {
 		sc.starts[p.l+1]++
@@ -242,7 +242,7 @@ func (sc *scratch) byList(lists []List) {
 	for l := 1; l <= len(lists); l++ {
 		sc.starts[l] += sc.starts[l-1]
 	}
-	if len(lists) == 1 || slices.IsSortedFunc(sc.pieces, cmpPiece) {
+	if slices.IsSortedFunc(sc.pieces, cmpPiece) {
 		return
 	}
 	next := append(sc.counts[:0], sc.starts[:len(lists)]...)

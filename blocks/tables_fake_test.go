@@ -3,6 +3,7 @@ package blocks_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
+	"github.com/pinmem/pinmem/internal/kernels"
 )
 
 // tableBytes is what the 4 tables of a kernel of n descriptors pin.
@@ -153,5 +155,39 @@ func TestFakeKernelTablesPinCanceled(t *testing.T) {
 	e.check(t, l)
 	if n := e.fd.Calls("cuMemHostAlloc") - allocs; n != 4 {
 		t.Errorf("%d tables pinned in all, want 4", n)
+	}
+}
+
+// TestFakeKernelLaunchWidth: a list of more blocks than the device has SMs
+// (the fake reports 132) is one launch of one CTA per SM, the kernel
+// striding over the rest (kernelGrid); a shorter list, one CTA per block.
+// Every block is copied either way.
+func TestFakeKernelLaunchWidth(t *testing.T) {
+	e := newEnv(t, fakedrv.Options{}, 4096, 200, pinmem.Mapped)
+	var mu sync.Mutex
+	var grids []uint32
+	e.fd.RegisterKernel(kernels.KernelBlockCopy, []int{8, 4}, func(k *fakedrv.KernelCall) error {
+		mu.Lock()
+		grids = append(grids, k.Grid[0])
+		mu.Unlock()
+		count := int(k.Uint32(1))
+		descs, err := k.Mem(k.Ptr(0), uint64(count*kernels.BlockDescSize))
+		if err != nil {
+			return err
+		}
+		return kernels.BlockCopyTwin(descs, count, func(a, n uint64) ([]byte, error) { return k.Mem(cudadrv.DevicePtr(a), n) })
+	})
+	bc := newCopier(t, e.ctx, blocks.WithStrategy(blocks.Kernel), blocks.WithKernel(200))
+	l := e.list(e.src.Bytes(), e.in)
+	for _, n := range []int{200, 50} {
+		_, err := bc.Copy(context.Background(), blocks.ToDevice(e.s1, l[:n]))
+		must(t, err)
+		must(t, e.s1.Synchronize(context.Background()))
+		e.check(t, l[:n])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(grids, []uint32{132, 50}) {
+		t.Errorf("launch widths %v, want [132 50]: one CTA per SM at most", grids)
 	}
 }
