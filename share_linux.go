@@ -139,12 +139,7 @@ func SendShared(ctx context.Context, conn *net.UnixConn, b *Buffer) error {
 		return err
 	}
 	defer undo()
-	msg := make([]byte, shareMsgLen)
-	binary.LittleEndian.PutUint32(msg[0:], shareMagic)
-	binary.LittleEndian.PutUint32(msg[4:], shareVersion)
-	binary.LittleEndian.PutUint64(msg[8:], uint64(s.size))
-	binary.LittleEndian.PutUint32(msg[16:], uint32(s.flags))
-	binary.LittleEndian.PutUint64(msg[24:], uint64(s.mapLen))
+	msg := shareMsg(s.size, s.flags, s.mapLen)
 	s.relMu.Lock() // the file stays open while it is sent
 	defer s.relMu.Unlock()
 	if s.released {
@@ -243,4 +238,16 @@ func rightsFDs(oob []byte) []int {
 		}
 	}
 	return fds
+}
+
+// shareMsg is SendShared's message beside the file: magic, version, the
+// buffer's size, its flags and the length of its mapping.
+func shareMsg(size int, flags Flags, mapLen uintptr) []byte {
+	msg := make([]byte, shareMsgLen)
+	binary.LittleEndian.PutUint32(msg[0:], shareMagic)
+	binary.LittleEndian.PutUint32(msg[4:], shareVersion)
+	binary.LittleEndian.PutUint64(msg[8:], uint64(size))
+	binary.LittleEndian.PutUint32(msg[16:], uint32(flags))
+	binary.LittleEndian.PutUint64(msg[24:], uint64(mapLen))
+	return msg
 }

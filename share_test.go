@@ -5,7 +5,6 @@ package pinmem
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -348,11 +347,7 @@ func TestShareUnsealedFile(t *testing.T) {
 	if err := unix.Ftruncate(fd, 4096); err != nil {
 		t.Fatal(err)
 	}
-	msg := make([]byte, shareMsgLen)
-	binary.LittleEndian.PutUint32(msg[0:], shareMagic)
-	binary.LittleEndian.PutUint32(msg[4:], shareVersion)
-	binary.LittleEndian.PutUint64(msg[8:], 4096)
-	binary.LittleEndian.PutUint64(msg[24:], 4096)
+	msg := shareMsg(4096, 0, 4096)
 	a, b := socketPair(t)
 	if _, _, err := a.WriteMsgUnix(msg, unix.UnixRights(fd), nil); err != nil {
 		t.Fatal(err)

@@ -338,7 +338,7 @@ func (a *Agent) Close(ctx context.Context) error {
 	case <-a.done:
 		return nil
 	case <-ctx.Done():
-		err = &Error{Op: "remote.Agent.Close", Kind: ctx.Err(), Detail: "transfers were in flight: their connections were closed", Err: ctx.Err()}
+		err = &Error{Op: "remote.Agent.Close", Kind: ctx.Err(), Detail: "transfers were in flight: the worker was destroyed with them", Err: ctx.Err()}
 	}
 	a.abandon.Store(true)
 	a.post(func() {}, true)
@@ -360,7 +360,7 @@ func (a *Agent) teardown() {
 	// after which no transfer can touch the registered memory.
 	a.lib.WorkerDestroy(a.w)
 	for _, o := range a.ops {
-		o.after = nil // the worker's destruction released what it would
+		o.after = nil // keep the Remotes' bookkeeping out of a torn-down agent
 		o.finish(a, &Error{Op: o.name, Kind: ErrClosed, Detail: "the agent closed with the transfer in flight"})
 	}
 	a.ops = nil

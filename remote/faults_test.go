@@ -266,9 +266,18 @@ func TestImportBesideCutShort(t *testing.T) {
 		first <- err
 	}()
 	var second *Remote
+	deadline := time.Now().Add(10 * time.Second)
 	for second == nil {
 		time.Sleep(20 * time.Millisecond)
+		select {
+		case err := <-first:
+			t.Fatalf("the first Import returned before the second began: %v", err)
+		default:
+		}
 		if a.Stats().Connections == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("no connection 10 s after the first Import began")
+			}
 			continue
 		}
 		// The second shares the connection (no check of its own) and is cut
@@ -291,7 +300,7 @@ func TestImportBesideCutShort(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first Import did not return 10 s after the peer ran again")
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for second.Close() != nil { // busy until the cut-short Get ended
 		if time.Now().After(deadline) {
 			t.Fatal("the cut-short Get did not end 10 s after the peer ran again")
@@ -384,12 +393,16 @@ func TestTransferRacingClose(t *testing.T) {
 	p.a.post(func() { close(held); <-gate }, false) // holds the thread
 	<-held
 	queued := func(n int) {
+		deadline := time.Now().Add(10 * time.Second)
 		for {
 			p.a.mu.Lock()
 			k := len(p.a.jobs)
 			p.a.mu.Unlock()
 			if k >= n {
 				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d jobs queued after 10 s, want %d", k, n)
 			}
 			time.Sleep(time.Millisecond)
 		}

@@ -52,7 +52,7 @@ type op struct {
 	local  *slab
 	remote *Remote
 	err    error
-	here   bool   // the connection was failed by this side while the op was in flight
+	here   bool   // the connection had already failed (for any reason) when the op ended
 	after  func() // run by finish once the op no longer counts (thread)
 	done   chan struct{}
 }
@@ -178,7 +178,7 @@ func (a *Agent) connect(opName string, k *key) (*peer, error) {
 // reached, ErrPeer when another call on the connection failed or was cut
 // short meanwhile (the agent is there: import again).
 func (a *Agent) checkImport(ctx context.Context, opName string, r *Remote, check *op) error {
-	err := a.wait(ctx, check, r.p)
+	err := a.wait(ctx, check)
 	if err == nil && check.here {
 		err = &Error{Op: opName, Kind: ErrPeer, Detail: "another call on the new connection failed or was cut short by its context meanwhile: import again"}
 	}
@@ -280,7 +280,7 @@ func (r *Remote) transfer(ctx context.Context, name string, put bool, local *Reg
 	if err != nil {
 		return err
 	}
-	return a.wait(ctx, o, r.p)
+	return a.wait(ctx, o)
 }
 
 // issue starts the puts or gets of blocks, cut where a block crosses from
@@ -399,18 +399,18 @@ func (o *op) finish(a *Agent, err error) {
 	close(o.done)
 }
 
-// wait waits for o, bounded by ctx. When ctx ends first, p's connection
+// wait waits for o, bounded by ctx. When ctx ends first, o's connection
 // is failed (no transfer starts on it any more) and o goes on in the
 // background, its regions busy (their buffers cannot be freed), until it
 // ended or the agent closes: UCX cannot take back bytes already sent, so
 // the connection is closed only then (peer.closeIfDrained).
-func (a *Agent) wait(ctx context.Context, o *op, p *peer) error {
+func (a *Agent) wait(ctx context.Context, o *op) error {
 	select {
 	case <-o.done:
 		return o.err
 	case <-ctx.Done():
 	}
-	a.post(func() { p.fail(a, o.name+" was cut short by its context") }, true)
+	a.post(func() { o.p.fail(a, o.name+" was cut short by its context") }, true)
 	return &Error{Op: o.name, Kind: ctx.Err(), Err: ctx.Err(),
 		Detail: "the transfer goes on in the background, its regions busy, until it ended; import the key again (which waits for it)"}
 }
