@@ -169,16 +169,7 @@ func TestFakeEngineFIFO(t *testing.T) {
 	all = append(all, more...)
 	queued := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); ; {
-			q := waiterCount(eng)
-			if q == n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d waiters, want %d", q, n)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		awaitWaiters(t, eng, n, "the queued transfers")
 	}
 	order := make(chan int, 4)
 	got := make([][]*stage, 4)
@@ -697,15 +688,7 @@ func TestFakeEngineHandOver(t *testing.T) {
 		eng.give(ss)
 		got <- err
 	}()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		q := waiterCount(eng)
-		if q == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the transfer did not wait for the stages being pinned")
-		}
-	}
+	awaitWaiters(t, eng, 1, "the transfer waiting for the stages being pinned")
 	eng.mu.Lock()
 	eng.ring.growing = 0 // that pinning ended with none
 	eng.handOver()
@@ -749,8 +732,7 @@ func holdPinning(e fakeEnv) (entered <-chan struct{}, end func(cudadrv.Result)) 
 // waits for it, leaves the waiter neither without the stage it pinned
 // (tryTake, which yields to a waiter, hands it over) nor waiting for a
 // pinning that failed with no stage there (the waiter is woken to pin it
-// itself). Before, the waiter waited until a later transfer of the
-// engine, or for ever under a context that cannot end.
+// itself).
 func TestFakeEngineOneStagePinWakesWaiter(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -776,15 +758,7 @@ func TestFakeEngineOneStagePinWakesWaiter(t *testing.T) {
 				eng.give(ss)
 				got <- err
 			}()
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-				q := waiterCount(eng)
-				if q == 1 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the ring transfer did not wait for the stage being pinned")
-				}
-			}
+			awaitWaiters(t, eng, 1, "the ring transfer waiting for the stage being pinned")
 			end(tc.end)
 			if s := <-took; s != nil {
 				t.Error("tryTake took a stage while a ring transfer waited")
@@ -803,8 +777,7 @@ func TestFakeEngineOneStagePinWakesWaiter(t *testing.T) {
 // TestFakeEngineWaitsForStagePinning: under a budget with room for one
 // stage, a ring transfer whose own pinning is refused while another
 // transfer is still pinning the engine's first stage waits for that
-// stage instead of failing with the budget's error (before, it failed or
-// not as the two pinnings happened to overlap).
+// stage instead of failing with the budget's error.
 func TestFakeEngineWaitsForStagePinning(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	const size = 64 << 10
@@ -864,9 +837,7 @@ func TestFakeEngineWaitsForStagePinning(t *testing.T) {
 
 // TestFakeEngineFillFailureWakesWaiter: a Pipeline's pinning of its
 // stages (fill) that fails with none there wakes a Run of another
-// Pipeline of the engine waiting for those stages, to pin them itself;
-// before, the Run waited for stages nobody pinned until its context
-// ended, for ever under one that cannot end.
+// Pipeline of the engine waiting for those stages, to pin them itself.
 func TestFakeEngineFillFailureWakesWaiter(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	o := options{stageSize: 64 << 10, depth: 2, parallelism: 1}
@@ -898,15 +869,7 @@ func TestFakeEngineFillFailureWakesWaiter(t *testing.T) {
 		eng.give(ss)
 		got <- err
 	}()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		q := waiterCount(eng)
-		if q == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the Run did not wait for the stages being pinned")
-		}
-	}
+	awaitWaiters(t, eng, 1, "the Run waiting for the stages being pinned")
 	end(cudadrv.ErrorOutOfMemory)
 	if err := <-filled; err == nil {
 		t.Error("fill with its first pinning refused: no error")
@@ -1070,9 +1033,8 @@ func TestFakeEngineFirstTransfersLedger(t *testing.T) {
 // TestFakeEngineSmallTransfersBusyLanes: eight goroutines moving only
 // 4 KiB transfers through one default Copier, more than its lanes, pin
 // no more than a small stage per lane: a transfer finding both lanes
-// busy waits for one and takes a small stage, as route says, rather than
-// the ring, which pinned stages of 32 MiB (a ring of 96 MiB) for 4 KiB
-// copies. Every byte is checked.
+// busy waits for one and takes a small stage, as route says, not a 32 MiB
+// ring stage. Every byte is checked.
 func TestFakeEngineSmallTransfersBusyLanes(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
 	base := pinmem.Stats().Pinned.Bytes
@@ -1100,6 +1062,17 @@ func TestFakeEngineSmallTransfersBusyLanes(t *testing.T) {
 	wg.Wait()
 	if p, most := pinmem.Stats().Pinned.Bytes-base, int64(lanesOwn*smallStageSize); p > most {
 		t.Errorf("%d goroutines moving 4 KiB transfers pinned %d bytes, want at most %d (a small stage per lane)", workers, p, most)
+	}
+}
+
+// awaitWaiters waits up to 5 s until n transfers wait for eng's stages,
+// else fails the test naming what.
+func awaitWaiters(t *testing.T, eng *engine, n int, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); waiterCount(eng) != n; time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d waiters, want %d", what, waiterCount(eng), n)
+		}
 	}
 }
 

@@ -139,15 +139,7 @@ func TestFakeSingleStageStagedBusy(t *testing.T) {
 			st, err := move(bg)
 			done <- result{st, err}
 		}()
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Microsecond) {
-			waiting := waiterCount(c.eng)
-			if waiting > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the transfer never waited for a stage", dir)
-			}
-		}
+		awaitWaiters(t, c.eng, 1, fmt.Sprintf("%s: the transfer waiting for a stage", dir))
 		c.eng.give(all)
 		r := <-done
 		if r.err != nil || r.st.StagedBytes != n {
