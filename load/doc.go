@@ -9,11 +9,11 @@
 // stage is pinned by the first read that takes it, once, and stays pinned
 // until Close, reused by every later load, which takes the pinned stages
 // first: loads of one read pin one stage, and a first load's first range
-// waits for its own stage alone. A load splits the
-// ranges into reads of at most one stage; several goroutines pread in parallel into free stages, and each filled
-// stage is drained by asynchronous host-to-device copies (cuda.Stream.
-// CopyHtoD) while the readers fill others. A stage is refilled only after
-// the event recorded behind its copies has completed.
+// waits for its own stage alone. A load splits the ranges into reads of at
+// most one stage; several goroutines pread in parallel into free stages,
+// and each filled stage is drained by asynchronous host-to-device copies
+// (cuda.Stream.CopyHtoD) while the readers fill others. A stage is
+// refilled only after the event recorded behind its copies has completed.
 //
 //	l, err := load.New(gpu)                     // load.DefaultSettings; pins nothing yet
 //	...

@@ -282,17 +282,18 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // anything is read; a stage that cannot be pinned is pinmem's error (a
 // *pinmem.BudgetError over the budget), which stops the load as a failed
 // read does, the stages already pinned kept for later loads; a file that
-// ends early while it is read is a *ShortFileError too, and one whose
-// size or modification time changed by the end of the load an error
-// matching ErrChanged; a closed Loader gives ErrClosed. When ctx ends, or a read or copy fails, no new read starts.
-// Every wait is bounded by ctx: LoadFiles returns ctx's error once ctx
-// ends even if the device never finishes the copies already queued. The
-// destinations then hold a part of the data and may still be written by
-// those copies: they have all finished once a later load on the Loader
-// has begun reading (a load begins only when no copy of an earlier one
-// runs) or Close has returned nil; free the destinations after that. A
-// LoadFiles that waits for another load, or for those copies, returns
-// ctx's error, having read nothing, if ctx ends first.
+// ends early while it is read is a *ShortFileError too, and one whose size
+// or modification time changed by the end of the load an error matching
+// ErrChanged; a closed Loader gives ErrClosed. When ctx ends, or a read or
+// copy fails, no new read starts. Every wait is bounded by ctx: LoadFiles
+// returns ctx's error once ctx ends even if the device never finishes the
+// copies already queued. The destinations then hold a part of the data and
+// may still be written by those copies: they have all finished once a
+// later load on the Loader has begun reading (a load begins only when no
+// copy of an earlier one runs) or Close has returned nil; free the
+// destinations after that. A LoadFiles that waits for another load, or for
+// those copies, returns ctx's error, having read nothing, if ctx ends
+// first.
 func (l *Loader) LoadFiles(ctx context.Context, files []File, ready func(file, rng int)) (Stats, error) {
 	return l.load(ctx, files, nil, false, ready)
 }

@@ -142,9 +142,8 @@ func BenchmarkGPULoadFile(b *testing.B) {
 	for _, m := range []Mode{ModeBuffered, ModeDirect} {
 		b.Run(m.String(), func(b *testing.B) {
 			l := gpuLoader(b, ctx, WithMode(m))
-			// An untimed load pins the stages (b.Loop starts the timer):
-			// the loop measures loads that reuse them, as New's pinning
-			// was left out before the first load pinned them.
+			// An untimed load pins the stages (b.Loop starts the timer), so
+			// the loop measures loads that reuse them.
 			if _, err := l.LoadFile(context.Background(), path, dst); err != nil {
 				b.Fatal(err)
 			}

@@ -680,7 +680,7 @@ func (r *run) source(s *stage, rd *read) ([]byte, error) {
 // direct I/O checks alignment before the file's size (ext4 before Linux
 // 5.5) refuse with EINVAL.
 func (r *run) pread(of *openFile, buf []byte, off int64) (int, error) {
-	if of.direct != nil && hostptr.AddrOf(buf)%Align != 0 {
+	if of.direct != nil && of.fallback.Load() == nil && hostptr.AddrOf(buf)%Align != 0 {
 		why := "the pinned stages are not aligned for direct I/O"
 		of.fallback.CompareAndSwap(nil, &why)
 	}

@@ -484,7 +484,7 @@ func torchRow(ctx context.Context, f suiteFlags) bench.Result {
 	// or its index) the tensor bytes the script reports, as the loader's
 	// checkpoint row.
 	r := bench.Result{Bench: "load", Kind: bench.KindTorch, Dir: "warm", Unit: bench.GBps, Timing: bench.TimingWall}
-	if fi, err := os.Stat(f.weights); err == nil && fi.Mode().IsRegular() && !strings.HasSuffix(f.weights, ".json") {
+	if fi, err := os.Stat(f.weights); err == nil && !isCheckpoint(f.weights, fi) {
 		r.Size = fi.Size()
 	}
 	script := filepath.Join("scripts", "torch-load.py")

@@ -499,15 +499,18 @@ func (r *loadRun) loader(extra ...load.Option) (*load.Loader, error) {
 // load taking every stage in turn, so a load of the ring's worth of path
 // (cfg's stages times their size, at most the file and dst) into dst
 // pins them here, untimed, and every timed load reuses them, as a
-// server's loads after its first do (and as the rows measured before
-// load.New stopped pinning). The rows' callers clear dst and drop the
-// page cache after it.
+// server's loads after its first do. Callers clear dst before their timed
+// loads; cold rows drop the page cache before each sample.
 func pinnedLoader(ctx context.Context, gpu *cuda.Context, cfg loadBenchConfig, path string, dst *cuda.DeviceBuffer, opts ...load.Option) (*load.Loader, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("pinning the loader's stages: %w", err)
+	}
 	l, err := load.New(gpu, opts...)
 	if err != nil {
 		return nil, err
 	}
-	n := min(int64(cfg.Stages)*int64(cfg.StageSize), fileSize(path), int64(dst.Size()))
+	n := min(int64(cfg.Stages)*int64(cfg.StageSize), fi.Size(), int64(dst.Size()))
 	if _, err := l.Load(ctx, path, []load.Range{{Offset: 0, Length: n, Dst: dst}}); err != nil {
 		return nil, errors.Join(fmt.Errorf("pinning the loader's stages: %w", err), l.Close(ctx))
 	}
