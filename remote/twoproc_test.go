@@ -70,18 +70,7 @@ func TestPeerKilled(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
 			const n = 16 << 20
-			a := newAgent(t, tr.tls, tr.devices)
-			p := startPeer(t, tr.tls, tr.devices, n, 1)
-			ctx := ctxT(t)
-			rem, err := a.Import(ctx, p.key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			local := alloc(t, n, 2)
-			reg, err := a.Register(ctx, local.Bytes())
-			if err != nil {
-				t.Fatal(err)
-			}
+			a, p, ctx, rem, local, reg := importPeer(t, tr.tls, tr.devices, n)
 			errc := make(chan error, 1)
 			first := make(chan struct{})
 			go func() {
