@@ -423,13 +423,13 @@ func (c *Copier) Copy(ctx context.Context, lists ...List) (Report, error) {
 	}
 	rep.Strategy = c.choose(drv, lists, rep)
 	err = c.ctx.Do(func() error {
-		err := sc.pinned(drv, lists, rep.Strategy == Kernel)
+		err := sc.pinned(drv, len(lists), rep.Strategy == Kernel)
 		if err != nil && sc.unmapped && c.strategy == Auto {
 			// Auto took the kernel, but a host block is not mapped: the
 			// copy engines move it instead.
 			rep.Strategy = dmaStrategy(drv, lists, rep)
 			sc.resetPieces(len(lists))
-			err = sc.pinned(drv, lists, false)
+			err = sc.pinned(drv, len(lists), false)
 		}
 		if err != nil {
 			return err
@@ -501,8 +501,9 @@ func pick(kernel, batch, legacy bool, mean int64) Strategy {
 }
 
 // check checks the lists' streams and the device side of their blocks,
-// fills sc's spans and finds bytes that one copy writes and another
-// touches. It counts the blocks and bytes.
+// keeps the blocks in sc.blks, orders them by host address and, where a
+// copy writes device memory, by device address, and finds bytes that one
+// copy writes and another touches. It counts the blocks and bytes.
 func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 	var rep Report
 	sc.reset(len(lists))
@@ -520,7 +521,8 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 			return rep, argErr(li, -1, "the driver's batch copy does not take the legacy default stream")
 		}
 		writesDev = writesDev || !l.toHost
-		for i, b := range l.blocks {
+		for i := range l.blocks {
+			b := &l.blocks[i]
 			n := len(b.Host)
 			if n == 0 {
 				continue
@@ -528,23 +530,23 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 			if err := c.checkDev(li, i, b); err != nil {
 				return rep, err
 			}
-			d := uint64(b.Dev.Ptr()) + uint64(b.Off)
-			h := addrOf(b.Host)
-			sc.host = append(sc.host, span{lo: h, hi: h + uint64(n), l: int32(li), i: int32(i), w: l.toHost})
-			sc.dev = append(sc.dev, span{lo: d, hi: d + uint64(n), l: int32(li), i: int32(i), w: !l.toHost})
-			rep.Blocks++
+			h, d := addrOf(b.Host), uint64(b.Dev.Ptr())+uint64(b.Off)
+			sc.hb.add(h)
+			sc.db.add(d)
+			sc.blks = append(sc.blks, blk{h: h, d: d, n: uint64(n), l: int32(li), i: int32(i)})
 			rep.Bytes += int64(n)
 		}
 	}
-	// Host spans are sorted in any case: the pinned check walks them in
-	// address order. Device spans only where a copy writes device memory.
-	sc.sortSpans(sc.host)
-	if err := conflict(sc.host, "host"); err != nil {
+	rep.Blocks = len(sc.blks)
+	// Host order in any case: the pinned check walks it. Device order
+	// only where a copy writes device memory.
+	sc.hostOrder = sc.sortAddrs(sc.hostOrder, false)
+	if err := sc.conflict(lists, sc.hostOrder, false); err != nil {
 		return rep, err
 	}
 	if writesDev {
-		sc.sortSpans(sc.dev)
-		if err := conflict(sc.dev, "device"); err != nil {
+		sc.devOrder = sc.sortAddrs(sc.devOrder, true)
+		if err := sc.conflict(lists, sc.devOrder, true); err != nil {
 			return rep, err
 		}
 	}
@@ -560,7 +562,7 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 // checkDev checks the device side of block i of list li, b, whose host
 // side is not empty: a live device buffer of the copier's context that
 // holds b's bytes from b.Off.
-func (c *Copier) checkDev(li, i int, b Block) error {
+func (c *Copier) checkDev(li, i int, b *Block) error {
 	n := len(b.Host)
 	if b.Dev == nil {
 		return argErr(li, i, "nil device buffer")
@@ -591,30 +593,44 @@ func queryStreams(lists []List) error {
 	return nil
 }
 
-// conflict returns the error for the first span of sp (sorted by address)
-// that shares bytes with an earlier one when either of them is written.
-func conflict(sp []span, space string) error {
-	var all, w span // the earlier spans reaching highest, of all and of the written
-	for k, x := range sp {
-		if k > 0 {
-			if w.hi > x.lo {
-				return overlapErr(x, w, space)
-			}
-			if x.w && all.hi > x.lo {
-				return overlapErr(x, all, space)
-			}
+// conflict returns the error for the first block, in order (sortAddrs'
+// keys, by host address or by device address for dev), that shares bytes
+// on that side with an earlier one when either of them is written there.
+func (sc *scratch) conflict(lists []List, order []uint64, dev bool) error {
+	mask := sc.posMask()
+	var all, w *blk       // the earlier blocks reaching highest, of all and of the written
+	var allHi, wHi uint64 // where they end
+	for _, key := range order {
+		x := &sc.blks[key&mask]
+		lo := x.h
+		if dev {
+			lo = x.d
 		}
-		if x.hi > all.hi {
-			all = x
+		hi := lo + x.n
+		written := lists[x.l].toHost != dev // a copy to host writes host memory
+		if wHi > lo {
+			return overlapErr(x, w, dev)
 		}
-		if x.w && x.hi > w.hi {
-			w = x
+		if written && allHi > lo {
+			return overlapErr(x, all, dev)
+		}
+		if hi > allHi {
+			all, allHi = x, hi
+		}
+		if written && hi > wHi {
+			w, wHi = x, hi
 		}
 	}
 	return nil
 }
 
-func overlapErr(x, y span, space string) *ArgError {
+// overlapErr is the error for block x sharing bytes with the earlier y,
+// on the device side for dev, else on the host side.
+func overlapErr(x, y *blk, dev bool) *ArgError {
+	space, xlo, ylo := "host", x.h, y.h
+	if dev {
+		space, xlo, ylo = "device", x.d, y.d
+	}
 	return argErr(int(x.l), int(x.i), "%s memory [%#x,%#x) overlaps block %d of list %d [%#x,%#x), and one of them is a destination (the copies of a call run in no particular order)",
-		space, x.lo, x.hi, y.i, y.l, y.lo, y.hi)
+		space, xlo, xlo+x.n, y.i, y.l, ylo, ylo+y.n)
 }

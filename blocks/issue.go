@@ -32,21 +32,18 @@ func (sc *scratch) turns(nlists, n int, f func(l, lo, hi int) error) error {
 	}
 }
 
-// addrs returns the device and host addresses of piece p of list l.
-func addrs(lists []List, p piece) (dev, host uint64) {
-	b := lists[p.l].blocks[p.blk]
-	return uint64(b.Dev.Ptr()) + uint64(b.Off) + uint64(p.off), addrOf(b.Host) + uint64(p.off)
-}
-
 // issuePerCopy queues one driver copy per piece, the lists' copies
 // alternating, 16 per crossing into C.
 func issuePerCopy(drv cudadrv.Driver, lists []List, sc *scratch, rep *Report) error {
 	sc.ops = sc.ops[:0]
 	_ = sc.turns(len(lists), 1, func(l, lo, _ int) error {
 		p := sc.listPieces(l)[lo]
-		d, _ := addrs(lists, p)
+		// The host pointer is taken from the block's slice, so that the
+		// op holds the memory it copies: the piece's offset in its block
+		// is its offset on the device side.
 		b := lists[l].blocks[p.blk]
-		op := cudadrv.BatchOp{Kind: cudadrv.BatchCopyHtoD, Dev: cudadrv.DevicePtr(d), Host: hostptr.PtrOf(b.Host[p.off:]), N: uint64(p.n), Stream: cudadrv.Stream(lists[l].s.Handle())}
+		off := p.dev - uint64(b.Dev.Ptr()) - uint64(b.Off)
+		op := cudadrv.BatchOp{Kind: cudadrv.BatchCopyHtoD, Dev: cudadrv.DevicePtr(p.dev), Host: hostptr.PtrOf(b.Host[off:]), N: p.n, Stream: cudadrv.Stream(lists[l].s.Handle())}
 		if lists[l].toHost {
 			op.Kind = cudadrv.BatchCopyDtoH
 		}
@@ -73,12 +70,12 @@ func issueBatch(drv cudadrv.Driver, lists []List, sc *scratch, rep *Report) erro
 	return sc.turns(len(lists), batchCall, func(l, lo, hi int) error {
 		sc.dsts, sc.srcs, sc.sizes = sc.dsts[:0], sc.srcs[:0], sc.sizes[:0]
 		for _, p := range sc.listPieces(l)[lo:hi] {
-			d, h := addrs(lists, p)
+			d, h := p.dev, p.host
 			if lists[l].toHost {
 				d, h = h, d
 			}
 			sc.dsts, sc.srcs = append(sc.dsts, cudadrv.DevicePtr(d)), append(sc.srcs, cudadrv.DevicePtr(h))
-			sc.sizes = append(sc.sizes, uint64(p.n))
+			sc.sizes = append(sc.sizes, p.n)
 		}
 		rep.Calls++
 		if _, err := cudaerr.Public2(bc.MemcpyBatchAsync(sc.dsts, sc.srcs, sc.sizes, attrs, idxs, cudadrv.Stream(lists[l].s.Handle()))); err != nil {

@@ -195,15 +195,14 @@ func (k *kernel) issue(ctx context.Context, lists []List, sc *scratch, rep *Repo
 			return err
 		}
 		for j, p := range ps {
-			d, _ := addrs(lists, p)
-			h := p.dev
+			dst, src := p.dev, p.host
 			if list.toHost {
-				d, h = h, d
+				dst, src = src, dst
 			}
 			e := sl.table[j*kernels.BlockDescSize:]
-			binary.LittleEndian.PutUint64(e, d)     // dst
-			binary.LittleEndian.PutUint64(e[8:], h) // src
-			binary.LittleEndian.PutUint64(e[16:], uint64(p.n))
+			binary.LittleEndian.PutUint64(e, dst)
+			binary.LittleEndian.PutUint64(e[8:], src)
+			binary.LittleEndian.PutUint64(e[16:], p.n)
 		}
 		if err := k.fn.Launch(list.s, cuda.D1(kernelGrid(len(ps), k.sms)), cuda.D1(kernelThreads), 0, sl.dev, uint32(len(ps))); err != nil {
 			return fmt.Errorf("blocks: list %d: %w", l, err)

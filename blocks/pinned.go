@@ -1,6 +1,7 @@
 package blocks
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -14,52 +15,59 @@ import (
 	"github.com/pinmem/pinmem/internal/hostptr"
 )
 
-// span is a block's host or device address range: block i of list l,
-// written by its copy (w) or read.
-type span struct {
-	lo, hi uint64
-	l, i   int32
-	w      bool
+// blk is one non-empty block of a call, as check found it: block i of
+// list l, n bytes at host address h and device address d. A call's blocks
+// are kept once, in list order, and every later pass reads them through
+// their position j in that order (see sortAddrs).
+type blk struct {
+	h, d uint64
+	n    uint64
+	l, i int32
 }
 
-func cmpSpan(a, b span) int {
-	switch {
-	case a.lo < b.lo:
-		return -1
-	case a.lo > b.lo:
-		return 1
-	case a.l != b.l:
-		return int(a.l - b.l)
+// bounds gathers, over one side's addresses, what a packed sort key needs:
+// the lowest and highest address and the bits in which some address
+// differs from the first.
+type bounds struct {
+	lo, hi, first, differ uint64
+	any                   bool
+}
+
+func (b *bounds) add(a uint64) {
+	if !b.any {
+		b.lo, b.hi, b.first, b.any = a, a, a, true
 	}
-	return int(a.i - b.i)
+	b.lo, b.hi = min(b.lo, a), max(b.hi, a)
+	b.differ |= a ^ b.first
 }
 
 // piece is one copy of a list: a whole block, or the part of one that
 // lies in one pinned range when the block's host memory spans several
 // (one driver copy must not span two registrations: the driver refuses
-// it). off is the part's offset in the block's host and device memory.
+// it). It holds the addresses the strategies hand to the driver, so that
+// queuing it reads nothing else: dev is the part's device address, host
+// its host address, or for the kernel the device address that maps it.
 type piece struct {
-	l, blk, off, n int
-	dev            uint64 // kernel: the device address of the part's host memory
+	dev, host uint64
+	n         uint64
+	l, blk    int32
 }
-
-// cmpPiece orders pieces by list; byList keeps host address order
-// within a list.
-func cmpPiece(a, b piece) int { return a.l - b.l }
 
 // scratch holds the arrays of one Copy call; they are pooled, since a
 // list of thousands of blocks would otherwise allocate hundreds of KiB per
 // call.
 type scratch struct {
-	host, dev []span
-	pieces    []piece // the copies to queue, by list, in host address order
-	starts    []int   // list l's pieces are pieces[starts[l]:starts[l+1]]
-	cuts      []uint64
-	keys      []uint64 // sortSpans' packed keys
+	blks      []blk    // the non-empty blocks, in list order
+	hb, db    bounds   // their host and device addresses' bounds
+	hostOrder []uint64 // blks by host address (sortAddrs' keys), for conflict and pinned
+	devOrder  []uint64 // blks by device address, where a copy writes device memory
 	keys2     []uint64 // radixSort's second buffer
-	tmp       []span   // sortSpans' reordered copy
-	tmpPieces []piece  // byList's reordered copy
-	counts    []int    // byList's next place of each list
+	count     []int    // radixSort's counts
+	pieces    []piece  // the copies to queue, by list, in host address order
+	starts    []int    // list l's pieces are pieces[starts[l]:starts[l+1]]
+	cuts      []uint64
+	tmpPieces []piece // byList's reordered copy
+	next      []int   // byList's next place of each list
 	ops       []cudadrv.BatchOp
 	dsts      []cudadrv.DevicePtr
 	srcs      []cudadrv.DevicePtr
@@ -72,7 +80,8 @@ type scratch struct {
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 func (sc *scratch) reset(nlists int) {
-	sc.host, sc.dev = sc.host[:0], sc.dev[:0]
+	sc.blks, sc.hb, sc.db = sc.blks[:0], bounds{}, bounds{}
+	sc.hostOrder, sc.devOrder = sc.hostOrder[:0], sc.devOrder[:0]
 	sc.resetPieces(nlists)
 }
 
@@ -94,51 +103,78 @@ func (sc *scratch) listPieces(l int) []piece { return sc.pieces[sc.starts[l]:sc.
 
 func addrOf(b []byte) uint64 { return uint64(hostptr.AddrOf(b)) }
 
-// sortSpans sorts sp by address (cmpSpan); a list already in order costs
-// one pass. A shuffled list of thousands of blocks (a KV cache's free
-// list) is the case that costs: each span becomes one integer key, its
-// address relative to the lowest with its position in the low bits, and
-// the keys are sorted as plain integers by radix, several times faster
-// than sorting the spans with a comparison function. Addresses too far
-// apart for the key fall back to that.
-func (sc *scratch) sortSpans(sp []span) {
-	if len(sp) == 0 || slices.IsSortedFunc(sp, cmpSpan) {
-		return
+// posMask is the mask of the low bits of sortAddrs' keys that hold a
+// block's position in sc.blks.
+func (sc *scratch) posMask() uint64 { return 1<<bits.Len(uint(len(sc.blks)-1)) - 1 }
+
+// sortAddrs returns in keys (reused) the blocks of sc.blks ordered by host
+// address (dev false) or device address, ties by position, which is list
+// then block order: one integer per block, its position in the bits
+// posMask keeps. Only the keys move, not the blocks, and later passes walk
+// them. Each key is the block's address relative to the lowest, above its
+// position, so that the keys sort as plain integers (radixSort); the low
+// bits that no address differs in (blocks of one size) are left out.
+// Blocks already in order cost one pass. Addresses too far apart for a key
+// are sorted by comparison, the key then being the position alone.
+func (sc *scratch) sortAddrs(keys []uint64, dev bool) []uint64 {
+	keys = keys[:0]
+	if len(sc.blks) == 0 {
+		return keys
 	}
-	base, top := sp[0].lo, sp[0].lo
-	var differ uint64 // the bits in which some address differs from the first
-	for _, x := range sp {
-		base, top = min(base, x.lo), max(top, x.lo)
-		differ |= x.lo ^ sp[0].lo
+	bd := sc.hb
+	if dev {
+		bd = sc.db
 	}
-	// The low bits that no address differs in are the same in every offset
-	// from base (blocks of one size): they are left out of the key.
+	addr := func(b *blk) uint64 {
+		if dev {
+			return b.d
+		}
+		return b.h
+	}
 	tz := 0
-	if differ != 0 {
-		tz = bits.TrailingZeros64(differ)
+	if bd.differ != 0 {
+		tz = bits.TrailingZeros64(bd.differ)
 	}
-	ib := bits.Len(uint(len(sp) - 1)) // bits for a position
-	kb := bits.Len64((top-base)>>tz) + ib
+	ib := bits.Len(uint(len(sc.blks) - 1)) // bits for a position
+	kb := bits.Len64((bd.hi-bd.lo)>>tz) + ib
 	if kb > 64 {
-		slices.SortFunc(sp, cmpSpan)
-		return
+		for j := range sc.blks {
+			keys = append(keys, uint64(j))
+		}
+		slices.SortFunc(keys, func(x, y uint64) int {
+			return cmp.Or(cmp.Compare(addr(&sc.blks[x]), addr(&sc.blks[y])), cmp.Compare(x, y))
+		})
+		return keys
 	}
-	sc.keys = sc.keys[:0]
-	for k, x := range sp {
-		sc.keys = append(sc.keys, (x.lo-base)>>tz<<ib|uint64(k))
+	sorted := true
+	for j := range sc.blks {
+		k := (addr(&sc.blks[j])-bd.lo)>>tz<<ib | uint64(j)
+		sorted = sorted && (j == 0 || k > keys[j-1])
+		keys = append(keys, k)
 	}
-	keys := radixSort(sc.keys, &sc.keys2, kb)
-	sc.tmp = append(sc.tmp[:0], sp...)
-	mask := uint64(1)<<ib - 1
-	for j, key := range keys {
-		sp[j] = sc.tmp[key&mask]
+	if sorted {
+		return keys
 	}
+	s := radixSort(keys, &sc.keys2, &sc.count, kb)
+	if len(s) > 0 && &s[0] != &keys[0] {
+		// The last pass wrote the second buffer: it is the result now.
+		keys, sc.keys2 = sc.keys2[:len(keys)], keys
+	}
+	return keys
 }
+
+// radixDigit is the widest digit radixSort sorts by in one pass: 4096
+// counts stay in the L1 cache, and keys of up to 24 bits (4096 blocks of
+// one buffer) take two passes.
+const radixDigit = 12
 
 // radixSort sorts keys, whose values fit in nbits bits, and returns the
 // sorted slice: keys itself or *buf (grown to len(keys)), whichever the
-// last pass wrote. Short lists are sorted in place by comparison.
-func radixSort(keys []uint64, buf *[]uint64, nbits int) []uint64 {
+// last pass wrote. Each pass sorts by one digit, the fewest passes of
+// digits up to radixDigit bits wide, no wider than the keys' count needs
+// (short lists take narrow digits, whose counts cost less to clear). Short
+// lists are sorted in place by comparison.
+func radixSort(keys []uint64, buf *[]uint64, count *[]int, nbits int) []uint64 {
 	if len(keys) < 256 {
 		slices.Sort(keys)
 		return keys
@@ -146,19 +182,26 @@ func radixSort(keys []uint64, buf *[]uint64, nbits int) []uint64 {
 	if cap(*buf) < len(keys) {
 		*buf = make([]uint64, len(keys))
 	}
+	width := min(radixDigit, bits.Len(uint(len(keys))))
+	passes := (nbits + width - 1) / width
+	width = (nbits + passes - 1) / passes
+	if cap(*count) < 1<<width+1 {
+		*count = make([]int, 1<<width+1)
+	}
+	cnt, mask := (*count)[:1<<width+1], uint64(1)<<width-1
 	src, dst := keys, (*buf)[:len(keys)]
-	for shift := 0; shift < nbits; shift += 8 {
-		var count [257]int
+	for shift := 0; shift < nbits; shift += width {
+		clear(cnt)
 		for _, k := range src {
-			count[(k>>shift)&0xff+1]++
+			cnt[(k>>shift)&mask+1]++
 		}
-		for i := 1; i < 257; i++ {
-			count[i] += count[i-1]
+		for i := 1; i < len(cnt); i++ {
+			cnt[i] += cnt[i-1]
 		}
 		for _, k := range src {
-			d := (k >> shift) & 0xff
-			dst[count[d]] = k
-			count[d]++
+			d := (k >> shift) & mask
+			dst[cnt[d]] = k
+			cnt[d]++
 		}
 		src, dst = dst, src
 	}
@@ -170,38 +213,43 @@ func radixSort(keys []uint64, buf *[]uint64, nbits int) []uint64 {
 // makes the call's copies (sc.pieces, by list, in host address order):
 // one per block, cut where a block's host memory crosses from one pinned
 // range into the next (for the kernel, only where the ranges do not map
-// to one device range).
-func (sc *scratch) pinned(drv cudadrv.Driver, lists []List, kernel bool) error {
+// to one device range). It walks the blocks in host address order
+// (sc.hostOrder), so that blocks carved from one buffer cost a few driver
+// queries in all.
+func (sc *scratch) pinned(drv cudadrv.Driver, nlists int, kernel bool) error {
 	c := &hostCheck{drv: drv}
-	for _, h := range sc.host {
+	mask := sc.posMask()
+	for _, key := range sc.hostOrder {
+		b := &sc.blks[key&mask]
 		var ok bool
-		sc.cuts, ok = c.cover(h.lo, h.hi, sc.cuts[:0])
+		sc.cuts, ok = c.cover(b.h, b.h+b.n, sc.cuts[:0])
 		if c.qerr != nil {
-			return fmt.Errorf("blocks: list %d, block %d: asking the driver whether its host memory is pinned: %w", h.l, h.i, c.qerr)
+			return fmt.Errorf("blocks: list %d, block %d: asking the driver whether its host memory is pinned: %w", b.l, b.i, c.qerr)
 		}
 		if !ok {
-			return argErr(int(h.l), int(h.i), "host memory [%#x,+%d) is not pinned all through", h.lo, h.hi-h.lo)
+			return argErr(int(b.l), int(b.i), "host memory [%#x,+%d) is not pinned all through", b.h, b.n)
 		}
-		if err := sc.addPieces(c, h, kernel); err != nil {
+		if err := sc.addPieces(c, b, kernel); err != nil {
 			return err
 		}
 	}
-	sc.byList(lists)
+	sc.byList(nlists)
 	return nil
 }
 
-// addPieces appends the pieces of the block of h, whose host memory is
-// pinned with range boundaries sc.cuts.
-func (sc *scratch) addPieces(c *hostCheck, h span, kernel bool) error {
+// addPieces appends the pieces of b, whose host memory is pinned with
+// range boundaries sc.cuts.
+func (sc *scratch) addPieces(c *hostCheck, b *blk, kernel bool) error {
 	for k := 0; k <= len(sc.cuts); k++ {
-		plo, phi := h.lo, h.hi
+		plo, phi := b.h, b.h+b.n
 		if k > 0 {
 			plo = sc.cuts[k-1]
 		}
 		if k < len(sc.cuts) {
 			phi = sc.cuts[k]
 		}
-		p := piece{l: int(h.l), blk: int(h.i), off: int(plo - h.lo), n: int(phi - plo)}
+		off := plo - b.h
+		p := piece{dev: b.d + off, host: plo, n: phi - plo, l: b.l, blk: b.i}
 		if kernel {
 			d, ok := c.devAddr(plo)
 			if ok && c.noRange && phi-plo > 1 {
@@ -211,16 +259,16 @@ func (sc *scratch) addPieces(c *hostCheck, h span, kernel bool) error {
 			}
 			if !ok {
 				if c.qerr != nil {
-					return fmt.Errorf("blocks: list %d, block %d: asking the driver for the device address of its host memory: %w", h.l, h.i, c.qerr)
+					return fmt.Errorf("blocks: list %d, block %d: asking the driver for the device address of its host memory: %w", b.l, b.i, c.qerr)
 				}
 				sc.unmapped = true
-				return argErr(int(h.l), int(h.i), "host memory [%#x,+%d) is not mapped into the device's address space, which the kernel needs (allocate it with pinmem.Mapped)", plo, phi-plo)
+				return argErr(int(b.l), int(b.i), "host memory [%#x,+%d) is not mapped into the device's address space, which the kernel needs (allocate it with pinmem.Mapped)", plo, phi-plo)
 			}
-			p.dev = d
+			p.host = d
 			// The kernel reaches host memory through device addresses:
 			// ranges mapped one after the other need no cut.
 			if k > 0 {
-				if last := &sc.pieces[len(sc.pieces)-1]; last.dev+uint64(last.n) == d {
+				if last := &sc.pieces[len(sc.pieces)-1]; last.host+last.n == d {
 					last.n += p.n
 					continue
 				}
@@ -235,23 +283,25 @@ func (sc *scratch) addPieces(c *hostCheck, h span, kernel bool) error {
 // sc.starts: a stable counting sort by list alone, so that within a list
 // the pieces stay in host address order (no strategy needs the lists'
 // block order). The sorted case, one list among them, costs one pass.
-func (sc *scratch) byList(lists []List) {
-	for _, p := range sc.pieces {
+func (sc *scratch) byList(nlists int) {
+	sorted := true
+	for k, p := range sc.pieces {
 		sc.starts[p.l+1]++
+		sorted = sorted && (k == 0 || p.l >= sc.pieces[k-1].l)
 	}
-	for l := 1; l <= len(lists); l++ {
+	for l := 1; l <= nlists; l++ {
 		sc.starts[l] += sc.starts[l-1]
 	}
-	if slices.IsSortedFunc(sc.pieces, cmpPiece) {
+	if sorted {
 		return
 	}
-	next := append(sc.counts[:0], sc.starts[:len(lists)]...)
-	sc.tmpPieces = append(sc.tmpPieces[:0], sc.pieces...)
-	for _, p := range sc.tmpPieces {
-		sc.pieces[next[p.l]] = p
+	next := append(sc.next[:0], sc.starts[:nlists]...)
+	sc.tmpPieces = slices.Grow(sc.tmpPieces[:0], len(sc.pieces))[:len(sc.pieces)]
+	for _, p := range sc.pieces {
+		sc.tmpPieces[next[p.l]] = p
 		next[p.l]++
 	}
-	sc.counts = next
+	sc.pieces, sc.tmpPieces, sc.next = sc.tmpPieces, sc.pieces, next
 }
 
 // hostCheck asks the driver about host memory, remembering the last
@@ -259,9 +309,9 @@ func (sc *scratch) byList(lists []List) {
 // queries in all (cover).
 type hostCheck struct {
 	drv     cudadrv.Driver
-	qerr    error // the first failure other than "unknown address"
-	noRange bool  // the driver knows pinned blocks but reports no range: stop asking
-	known   span  // the last pinned range found
+	qerr    error                   // the first failure other than "unknown address"
+	noRange bool                    // the driver knows pinned blocks but reports no range: stop asking
+	known   struct{ lo, hi uint64 } // the last pinned range found
 	dev     uint64
 	mapped  bool // known's device address is dev
 	asked   bool // whether known's device address was asked for
@@ -319,7 +369,7 @@ func (c *hostCheck) cover(lo, hi uint64, cuts []uint64) ([]uint64, bool) {
 			c.noRange = true
 			return cuts, c.probe(p, hi)
 		}
-		c.known, c.asked = span{lo: start, hi: start + size}, false
+		c.known.lo, c.known.hi, c.asked = start, start+size, false
 	}
 	return cuts, true
 }

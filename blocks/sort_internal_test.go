@@ -1,6 +1,7 @@
 package blocks
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -8,13 +9,14 @@ import (
 	"time"
 )
 
-// TestSortSpansMatchesComparisonSort checks sortSpans (packed integer
-// keys, radix sorted) against a plain comparison sort by cmpSpan, for
-// lists built as Copier.check builds them (list and block indexes rising
-// with the position): shuffled blocks of one size, mixed sizes, repeated
-// addresses, lists already in order, short lists, and addresses too far
+// TestSortAddrsMatchesComparisonSort checks sortAddrs (packed integer
+// keys, radix sorted) against a plain comparison sort of the blocks by
+// address, then list, then block, on both sides, for blocks kept as
+// Copier.check keeps them (list and block indexes rising with the
+// position): shuffled blocks of one size, mixed sizes, repeated
+// addresses, blocks already in order, short lists, and addresses too far
 // apart for a packed key (the comparison fallback).
-func TestSortSpansMatchesComparisonSort(t *testing.T) {
+func TestSortAddrsMatchesComparisonSort(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
 	type gen func(n int) []uint64
 	gens := map[string]gen{
@@ -60,21 +62,37 @@ func TestSortSpansMatchesComparisonSort(t *testing.T) {
 	var sc scratch
 	for name, g := range gens {
 		for _, n := range []int{1, 2, 3, 100, 255, 256, 257, 1000, 4096, 5000} {
-			los := g(n)
-			sp := make([]span, n)
+			sc.reset(1)
+			hs, ds := g(n), g(n)
 			l, idx := 0, 0
-			for k, lo := range los {
+			for k := range n {
 				idx += 1 + r.IntN(3) // rising, with gaps (empty blocks are skipped)
 				if r.IntN(100) == 0 {
 					l, idx = l+1, 0 // the next list
 				}
-				sp[k] = span{lo: lo, hi: lo + 1 + r.Uint64N(1<<20), l: int32(l), i: int32(idx)}
+				sc.hb.add(hs[k])
+				sc.db.add(ds[k])
+				sc.blks = append(sc.blks, blk{h: hs[k], d: ds[k], n: 1 + r.Uint64N(1<<20), l: int32(l), i: int32(idx)})
 			}
-			want := slices.Clone(sp)
-			slices.SortFunc(want, cmpSpan)
-			sc.sortSpans(sp)
-			if !slices.Equal(sp, want) {
-				t.Fatalf("%s, %d spans: sortSpans differs from the comparison sort", name, n)
+			for _, dev := range []bool{false, true} {
+				addr := func(b blk) uint64 {
+					if dev {
+						return b.d
+					}
+					return b.h
+				}
+				want := slices.Clone(sc.blks)
+				slices.SortFunc(want, func(x, y blk) int {
+					return cmp.Or(cmp.Compare(addr(x), addr(y)), cmp.Compare(x.l, y.l), cmp.Compare(x.i, y.i))
+				})
+				keys := sc.sortAddrs(nil, dev)
+				got := make([]blk, 0, n)
+				for _, k := range keys {
+					got = append(got, sc.blks[k&sc.posMask()])
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("%s, %d blocks, device side %v: sortAddrs differs from the comparison sort", name, n, dev)
+				}
 			}
 		}
 	}
@@ -86,6 +104,7 @@ func TestSortSpansMatchesComparisonSort(t *testing.T) {
 func TestRadixSort(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	var buf []uint64
+	var count []int
 	for _, n := range []int{0, 1, 255, 256, 4096} {
 		for _, nbits := range []int{1, 8, 12, 16, 24, 63, 64} {
 			keys := make([]uint64, n)
@@ -97,7 +116,7 @@ func TestRadixSort(t *testing.T) {
 			}
 			want := slices.Clone(keys)
 			slices.Sort(want)
-			if got := radixSort(keys, &buf, nbits); !slices.Equal(got, want) {
+			if got := radixSort(keys, &buf, &count, nbits); !slices.Equal(got, want) {
 				t.Fatalf("%d keys of %d bits: radixSort differs from slices.Sort", n, nbits)
 			}
 		}
@@ -105,7 +124,7 @@ func TestRadixSort(t *testing.T) {
 }
 
 // TestByList checks the counting sort of byList against a stable
-// comparison sort by cmpPiece (by list, host address order kept within a
+// comparison sort by list (by list, host address order kept within a
 // list), and the list starts it sets: pieces made per block as
 // pinned makes them (in host address order, so blocks and lists shuffled),
 // some blocks split into several pieces (a block over two pinned ranges),
@@ -132,23 +151,19 @@ func TestByList(t *testing.T) {
 			off := 0
 			for range r.IntN(4) { // 0: an empty block
 				n := 1 + r.IntN(100)
-				sc.pieces = append(sc.pieces, piece{l: x.l, blk: x.b, off: off, n: n})
+				sc.pieces = append(sc.pieces, piece{dev: uint64(off), n: uint64(n), l: int32(x.l), blk: int32(x.b)})
 				off += n
 			}
 		}
 		want := slices.Clone(sc.pieces)
-		slices.SortStableFunc(want, cmpPiece)
-		lists := make([]List, c.nlists)
-		for l := range lists {
-			lists[l].blocks = make([]Block, c.nblk)
-		}
-		sc.byList(lists)
+		slices.SortStableFunc(want, func(x, y piece) int { return cmp.Compare(x.l, y.l) })
+		sc.byList(c.nlists)
 		if !slices.Equal(sc.pieces, want) {
 			t.Fatalf("%d lists of %d blocks: byList differs from the comparison sort", c.nlists, c.nblk)
 		}
 		for l := range c.nlists {
 			for _, p := range sc.listPieces(l) {
-				if p.l != l {
+				if int(p.l) != l {
 					t.Fatalf("%d lists of %d blocks: list %d's pieces hold a piece of list %d", c.nlists, c.nblk, l, p.l)
 				}
 			}
@@ -159,34 +174,37 @@ func TestByList(t *testing.T) {
 	}
 }
 
-// BenchmarkSortSpans sorts the host spans of 4096 shuffled 16 KiB blocks
-// of one buffer (a KV cache's free list) with sortSpans and, side by side,
-// with the comparison sort by cmpSpan that it replaced, and reports the
-// ratio of their times per list.
+// BenchmarkSortAddrs orders the host addresses of 4096 shuffled 16 KiB
+// blocks of one buffer (a KV cache's free list) with sortAddrs and, side
+// by side, with a comparison sort of the blocks, and reports the ratio of
+// their times per list.
 //
-//	go test ./blocks -run '^$' -bench SortSpans
-func BenchmarkSortSpans(b *testing.B) {
+//	go test ./blocks -run '^$' -bench SortAddrs
+func BenchmarkSortAddrs(b *testing.B) {
 	const nblk, bs = 4096, 16 << 10
 	r := rand.New(rand.NewPCG(1, 2))
-	list := make([]span, nblk)
-	for k, p := range r.Perm(nblk) {
-		lo := 0x7f00_0000_0000 + uint64(p)*bs
-		list[k] = span{lo: lo, hi: lo + bs, i: int32(k)}
-	}
 	var sc scratch
-	sp := make([]span, nblk)
+	sc.reset(1)
+	for k, p := range r.Perm(nblk) {
+		h := 0x7f00_0000_0000 + uint64(p)*bs
+		sc.hb.add(h)
+		sc.blks = append(sc.blks, blk{h: h, n: bs, i: int32(k)})
+	}
+	sorted := make([]blk, nblk)
+	var keys []uint64
 	var radixNs, cmpNs float64
 	for b.Loop() {
-		copy(sp, list)
 		t0 := time.Now()
-		sc.sortSpans(sp)
+		keys = sc.sortAddrs(keys, false)
 		radixNs += float64(time.Since(t0).Nanoseconds())
-		copy(sp, list)
+		copy(sorted, sc.blks)
 		t0 = time.Now()
-		slices.SortFunc(sp, cmpSpan)
+		slices.SortFunc(sorted, func(x, y blk) int {
+			return cmp.Or(cmp.Compare(x.h, y.h), cmp.Compare(x.l, y.l), cmp.Compare(x.i, y.i))
+		})
 		cmpNs += float64(time.Since(t0).Nanoseconds())
 	}
-	b.ReportMetric(radixNs/float64(b.N), "sortSpans-ns/list")
+	b.ReportMetric(radixNs/float64(b.N), "sortAddrs-ns/list")
 	b.ReportMetric(cmpNs/float64(b.N), "SortFunc-ns/list")
-	b.ReportMetric(radixNs/cmpNs, "sortSpans/SortFunc")
+	b.ReportMetric(radixNs/cmpNs, "sortAddrs/SortFunc")
 }
