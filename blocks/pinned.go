@@ -62,7 +62,7 @@ type scratch struct {
 	hostOrder []uint64 // blks by host address (sortAddrs' keys), for conflict and pinned
 	devOrder  []uint64 // blks by device address, where a copy writes device memory
 	keys2     []uint64 // radixSort's second buffer
-	count     []int    // radixSort's counts
+	count     []uint32 // radixSort's counts
 	pieces    []piece  // the copies to queue, by list, in host address order
 	starts    []int    // list l's pieces are pieces[starts[l]:starts[l+1]]
 	cuts      []uint64
@@ -155,7 +155,9 @@ func (sc *scratch) sortAddrs(keys []uint64, dev bool) []uint64 {
 	if sorted {
 		return keys
 	}
-	s := radixSort(keys, &sc.keys2, &sc.count, kb)
+	// The positions below ib rise already: a stable sort by the address
+	// bits alone orders the keys.
+	s := radixSort(keys, &sc.keys2, &sc.count, ib, kb)
 	if len(s) > 0 && &s[0] != &keys[0] {
 		// The last pass wrote the second buffer: it is the result now.
 		keys, sc.keys2 = sc.keys2[:len(keys)], keys
@@ -163,43 +165,49 @@ func (sc *scratch) sortAddrs(keys []uint64, dev bool) []uint64 {
 	return keys
 }
 
-// radixDigit is the widest digit radixSort sorts by in one pass: 4096
-// counts stay in the L1 cache, and keys of up to 24 bits (4096 blocks of
-// one buffer) take two passes.
-const radixDigit = 12
+// radixDigit is the widest digit radixSort sorts by in one pass: 8192
+// counts (32 KiB), so that the addresses of 4096 blocks of one buffer, or
+// of two lists of 4096 over two buffers side by side, take one pass.
+const radixDigit = 13
 
-// radixSort sorts keys, whose values fit in nbits bits, and returns the
-// sorted slice: keys itself or *buf (grown to len(keys)), whichever the
-// last pass wrote. Each pass sorts by one digit, the fewest passes of
-// digits up to radixDigit bits wide, no wider than the keys' count needs
-// (short lists take narrow digits, whose counts cost less to clear). Short
-// lists are sorted in place by comparison.
-func radixSort(keys []uint64, buf *[]uint64, count *[]int, nbits int) []uint64 {
+// radixSort sorts keys stably by their bits from lo up to nbits (the
+// bits above are 0) and returns the sorted slice: keys itself or *buf
+// (grown to len(keys)), whichever the last pass wrote. Each pass sorts by
+// one digit: the fewest passes of digits up to radixDigit bits wide, and
+// no wider than the keys' count needs (short lists take narrow digits,
+// whose counts cost less to clear). Short lists are sorted in place by
+// comparison, which orders the bits below lo too.
+func radixSort(keys []uint64, buf *[]uint64, count *[]uint32, lo, nbits int) []uint64 {
 	if len(keys) < 256 {
 		slices.Sort(keys)
+		return keys
+	}
+	if nbits <= lo {
 		return keys
 	}
 	if cap(*buf) < len(keys) {
 		*buf = make([]uint64, len(keys))
 	}
 	width := min(radixDigit, bits.Len(uint(len(keys))))
-	passes := (nbits + width - 1) / width
-	width = (nbits + passes - 1) / passes
+	passes := (nbits - lo + width - 1) / width
+	width = (nbits - lo + passes - 1) / passes
 	if cap(*count) < 1<<width+1 {
-		*count = make([]int, 1<<width+1)
+		*count = make([]uint32, 1<<radixDigit+1)
 	}
-	cnt, mask := (*count)[:1<<width+1], uint64(1)<<width-1
+	// The counts as an array, and digits masked to its size, so that
+	// indexing them needs no bounds check.
+	cnt, mask := (*[1<<radixDigit + 1]uint32)(*count), uint64(1)<<width-1
 	src, dst := keys, (*buf)[:len(keys)]
-	for shift := 0; shift < nbits; shift += width {
-		clear(cnt)
+	for shift := lo; shift < nbits; shift += width {
+		clear(cnt[:mask+2])
 		for _, k := range src {
-			cnt[(k>>shift)&mask+1]++
+			cnt[(k>>shift)&mask&(1<<radixDigit-1)+1]++
 		}
-		for i := 1; i < len(cnt); i++ {
+		for i := uint64(1); i <= mask+1; i++ {
 			cnt[i] += cnt[i-1]
 		}
 		for _, k := range src {
-			d := (k >> shift) & mask
+			d := (k >> shift) & mask & (1<<radixDigit - 1)
 			dst[cnt[d]] = k
 			cnt[d]++
 		}

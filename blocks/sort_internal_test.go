@@ -104,7 +104,7 @@ func TestSortAddrsMatchesComparisonSort(t *testing.T) {
 func TestRadixSort(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	var buf []uint64
-	var count []int
+	var count []uint32
 	for _, n := range []int{0, 1, 255, 256, 4096} {
 		for _, nbits := range []int{1, 8, 12, 16, 24, 63, 64} {
 			keys := make([]uint64, n)
@@ -116,7 +116,7 @@ func TestRadixSort(t *testing.T) {
 			}
 			want := slices.Clone(keys)
 			slices.Sort(want)
-			if got := radixSort(keys, &buf, &count, nbits); !slices.Equal(got, want) {
+			if got := radixSort(keys, &buf, &count, 0, nbits); !slices.Equal(got, want) {
 				t.Fatalf("%d keys of %d bits: radixSort differs from slices.Sort", n, nbits)
 			}
 		}
