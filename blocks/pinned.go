@@ -191,7 +191,7 @@ func radixSort(keys []uint64, buf *[]uint64, count *[]uint32, lo, nbits int) []u
 	width := min(radixDigit, bits.Len(uint(len(keys))))
 	passes := (nbits - lo + width - 1) / width
 	width = (nbits - lo + passes - 1) / passes
-	if cap(*count) < 1<<width+1 {
+	if len(*count) < 1<<radixDigit+1 {
 		*count = make([]uint32, 1<<radixDigit+1)
 	}
 	// The counts as an array, and digits masked to its size, so that

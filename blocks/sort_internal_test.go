@@ -100,24 +100,34 @@ func TestSortAddrsMatchesComparisonSort(t *testing.T) {
 
 // TestRadixSort checks radixSort against slices.Sort at lengths around
 // its cut-over and key widths that take an odd and an even number of
-// passes (the result is then in the buffer or in keys).
+// passes (the result is then in the buffer or in keys), sorting all bits
+// and, for keys whose low bits rise already (sortAddrs' positions), the
+// bits above them only.
 func TestRadixSort(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	var buf []uint64
 	var count []uint32
-	for _, n := range []int{0, 1, 255, 256, 4096} {
-		for _, nbits := range []int{1, 8, 12, 16, 24, 63, 64} {
-			keys := make([]uint64, n)
-			for k := range keys {
-				keys[k] = r.Uint64()
-				if nbits < 64 {
-					keys[k] &= 1<<nbits - 1
+	for _, n := range []int{0, 1, 255, 256, 4096, 9000} {
+		for _, nbits := range []int{1, 8, 12, 16, 24, 26, 63, 64} {
+			for _, lo := range []int{0, 14} {
+				if lo >= nbits {
+					continue
 				}
-			}
-			want := slices.Clone(keys)
-			slices.Sort(want)
-			if got := radixSort(keys, &buf, &count, 0, nbits); !slices.Equal(got, want) {
-				t.Fatalf("%d keys of %d bits: radixSort differs from slices.Sort", n, nbits)
+				keys := make([]uint64, n)
+				for k := range keys {
+					keys[k] = r.Uint64()
+					if nbits < 64 {
+						keys[k] &= 1<<nbits - 1
+					}
+					if lo > 0 { // the low bits rise (n < 1<<14): k, with the bits above it random
+						keys[k] = keys[k]>>lo<<lo | uint64(k)&(1<<lo-1)
+					}
+				}
+				want := slices.Clone(keys)
+				slices.Sort(want)
+				if got := radixSort(keys, &buf, &count, lo, nbits); !slices.Equal(got, want) {
+					t.Fatalf("%d keys of %d bits, sorted from bit %d: radixSort differs from slices.Sort", n, nbits, lo)
+				}
 			}
 		}
 	}
