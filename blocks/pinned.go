@@ -20,9 +20,8 @@ import (
 // are kept once, in list order, and every later pass reads them through
 // their position j in that order (see sortAddrs).
 type blk struct {
-	h, d uint64
-	n    uint64
-	l, i int32
+	h, d, n uint64
+	l, i    int32
 }
 
 // bounds gathers, over one side's addresses, what a packed sort key needs:
@@ -33,6 +32,7 @@ type bounds struct {
 	any                   bool
 }
 
+// add takes address a into b.
 func (b *bounds) add(a uint64) {
 	if !b.any {
 		b.lo, b.hi, b.first, b.any = a, a, a, true
@@ -48,9 +48,8 @@ func (b *bounds) add(a uint64) {
 // queuing it reads nothing else: dev is the part's device address, host
 // its host address, or for the kernel the device address that maps it.
 type piece struct {
-	dev, host uint64
-	n         uint64
-	l, blk    int32
+	dev, host, n uint64
+	l, blk       int32
 }
 
 // scratch holds the arrays of one Copy call; they are pooled, since a
@@ -158,7 +157,7 @@ func (sc *scratch) sortAddrs(keys []uint64, dev bool) []uint64 {
 	// The positions below ib rise already: a stable sort by the address
 	// bits alone orders the keys.
 	s := radixSort(keys, &sc.keys2, &sc.count, ib, kb)
-	if len(s) > 0 && &s[0] != &keys[0] {
+	if &s[0] != &keys[0] {
 		// The last pass wrote the second buffer: it is the result now.
 		keys, sc.keys2 = sc.keys2[:len(keys)], keys
 	}
