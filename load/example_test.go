@@ -42,7 +42,7 @@ func ExampleLoader_Load() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// 4 stages of 1 MiB (the defaults: load.DefaultSettings), each pinned
+	// 4 stages of 1 MiB instead of the defaults (load.DefaultSettings), each pinned
 	// by the first read that takes it and kept until Close.
 	l, err := load.New(gpu, load.WithDepth(4), load.WithStageSize(1<<20))
 	if err != nil {

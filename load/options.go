@@ -10,20 +10,21 @@ import (
 )
 
 // Loader defaults. DefaultSettings derives what New uses from them and
-// the machine's cores. Measured on an H100 host (PCIe Gen5 x16, 16 cores,
-// a warm 4 GiB checkpoint in 4 shards): 8 readers of 16 MiB stages loaded
-// 33.3 GB/s (0.61 of pinned host-to-device), 16 readers of 8 MiB 48.1
-// (0.87); the host's parallel page-cache read of the same shards reached
-// 33-39 GB/s with 8 goroutines of 16 MiB reads, 71 with 16 of 8 MiB and
-// 80-86 with 16 of 4 MiB. One reader copies 5-6 GB/s out of the page
+// the machine's cores. Measured on H100 hosts (PCIe Gen5 x16, 16 cores, a
+// warm 4 GiB checkpoint in 4 shards, pinmem bench load): 8 readers of 16
+// MiB stages loaded 0.61 of pinned host-to-device; 16 readers of 8 MiB
+// 0.71-0.87, as fast as that host read its page cache; 16 readers of 4
+// MiB 0.94-0.95 in three runs of one lease, where 8 MiB gave 0.71-0.80,
+// 6 MiB 0.87 and 2 MiB 0.79. One reader copies 5-6 GB/s out of the page
 // cache, so a reader per core, up to 16, outruns PCIe.
 const (
-	// DefaultStageSize is the size of one pinned stage: 8 MiB. One copy of
-	// it reaches full PCIe speed (pinned 1 MiB copies reach 0.87 of the
-	// link, 16 MiB 1.0), and smaller reads spread a file over more
-	// readers: 16 readers of 8 MiB read the page cache twice as fast as 8
-	// of 16 MiB.
-	DefaultStageSize = 8 << 20
+	// DefaultStageSize is the size of one pinned stage and one read: 4
+	// MiB. 16 goroutines read an H100 host's page cache at 56-70 GB/s in
+	// reads of 4 MiB against 44-53 in reads of 8 MiB, and the loader
+	// kept pace with PCIe (0.94-0.95 of pinned). Reads of 2 MiB were
+	// faster still (78 GB/s) but the load slower (0.79), with twice the
+	// copies, events and waits per byte.
+	DefaultStageSize = 4 << 20
 	// DefaultParallelism is the most goroutines that fill stages (read the
 	// files) at once by default: one per core (runtime.NumCPU), up to 16.
 	// Each copies 5-6 GB/s out of the page cache; 16 of them outrun PCIe

@@ -237,7 +237,7 @@ func measureOrder(t *testing.T, files [][]Range, stage, p int) orderFigures {
 }
 
 // TestReadOrder measures, on every layout, at the Loader's defaults on
-// the H100 host (16 readers, 8 MiB stages), how many bytes are read
+// the H100 host (16 readers, 4 MiB stages), how many bytes are read
 // before the first range is on the device and how far any range lands
 // behind its place in file order. Before, the plan took the files' reads
 // in turn (the first read of every file, then the second ...) and let the
@@ -246,7 +246,7 @@ func measureOrder(t *testing.T, files [][]Range, stage, p int) orderFigures {
 // readers each filling a stage; now 0.25 MiB, 0.006%), with 16 tensors of
 // 64 MiB in each of 4 shards after 256 MiB (6.3%; now 64 MiB, 1.6%), and
 // a shard's last tensor landed 3 GiB after its place in the files (now at
-// most 128 MiB, the readers' stages).
+// most 64 MiB, the readers' stages).
 func TestReadOrder(t *testing.T) {
 	const stage, p = DefaultStageSize, DefaultParallelism
 	for _, lo := range orderLayouts() {
