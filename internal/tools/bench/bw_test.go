@@ -62,7 +62,7 @@ func TestReferenceKind(t *testing.T) {
 		{"zerocopy", "mapped", VariantExplicit}, {"concurrency", "copier", KindPageableSync},
 		{"blocks", "kernel", CRefPrefix + "loop"}, {"blocks", CRefPrefix + "loop", CRefPrefix + "contiguous"},
 		{"blocks", CRefPrefix + "batch", CRefPrefix + "contiguous"}, {"blocks", CRefPrefix + "contiguous", CRefPrefix + "loop"},
-		{"load", "loader", KindTorch}, {"load", "parallel-read", ""},
+		{"load", "loader", KindTorch}, {"load", "checkpoint", KindTorch}, {"load", "parallel-read", ""},
 		{"imagepipeline", "naive", CRefPrefix + "naive"}, {"imagepipeline", "pinned-4", CRefPrefix + "pinned-4"},
 		{"imagepipeline", VariantPinned1, VariantBound}, {"imagepipeline", "pipeline", KindImageStagedBound},
 		{"imagepipeline", VariantBound, ""}, {"unknown", "x", ""},

@@ -259,7 +259,7 @@ var headlines = []headline{
 	{part: "overlap"},
 	{part: "zerocopy", dirs: []string{"reuse=1"}},
 	{part: "blocks", kinds: []string{BlockKindAuto}},
-	{part: "load", kinds: []string{"loader", "torch"}},
+	{part: "load", kinds: []string{"loader", "checkpoint", "torch"}},
 	{part: "imagepipeline", kinds: []string{"naive", "pinned-4streams", "pipeline"}},
 }
 

@@ -26,7 +26,8 @@ const KindImageStagedBound = "staged-bound"
 //   - blocks: every strategy against the C loop (one copy per block),
 //     else one contiguous copy;
 //   - concurrency: the shared Copier against the driver's copy;
-//   - load: the loader against PyTorch, else against parallel reads;
+//   - load: the loader and a checkpoint against PyTorch, the loader
+//     else against parallel reads;
 //   - imagepipeline: the naive and pinned loops against the C baseline's
 //     same loops (pinned ones else the copy bound), one stream against
 //     the copy bound, the Pipeline from Go memory against the staged
@@ -71,7 +72,7 @@ var refOf = map[string]func(kind string) string{
 		return CRefPrefix + "loop"
 	},
 	"load": func(kind string) string {
-		if kind == "loader" {
+		if kind == "loader" || kind == "checkpoint" {
 			return KindTorch
 		}
 		return ""
