@@ -528,42 +528,12 @@ func TestFakeRetryAfterAbandon(t *testing.T) {
 // TestFakeEnginePinsOnUse: a default Copier pins nothing in New; a 4 KiB
 // round trip pins one small stage (1 MiB), and another pins nothing more;
 // a 256 MiB round trip pins one ring (depth stages of the stage size)
-// beside it. Every byte is checked; useFake checks that Close gave
-// everything back.
+// beside it (checkPinsOnUse). Every byte is checked; useFake checks that
+// Close gave everything back.
 func TestFakeEnginePinsOnUse(t *testing.T) {
 	e := useFake(t, fakedrv.Options{})
-	base := pinmem.Stats().Pinned.Bytes
-	pinned := func() int64 { return pinmem.Stats().Pinned.Bytes - base }
-	c := e.copier(t)
-	if p := pinned(); p != 0 {
-		t.Fatalf("New pinned %d bytes, want 0", p)
-	}
-	roundTrip := func(n int) {
-		t.Helper()
-		dev := e.devbuf(t, n)
-		src := testutil.RandomBytes(n, uint64(n))
-		dst := make([]byte, n)
-		if _, err := c.HtoD(context.Background(), dev, src); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.DtoH(context.Background(), dst, dev); err != nil {
-			t.Fatal(err)
-		}
-		testutil.CheckBytes(t, src, dst)
-	}
-	for i := range 2 {
-		roundTrip(4 << 10)
-		if p := pinned(); p != smallStageSize || p > 1<<20 {
-			t.Fatalf("after 4 KiB round trip %d: %d bytes pinned, want one small stage of %d (at most 1 MiB)", i+1, p, smallStageSize)
-		}
-	}
-	if testing.Short() {
-		t.Skip("moves 2 x 256 MiB through the fake")
-	}
-	roundTrip(256 << 20)
-	if p, want := pinned(), int64(smallStageSize+DefaultDepth*DefaultStageSize); p != want {
-		t.Errorf("after a 256 MiB round trip: %d bytes pinned, want %d (the small stage and one ring)", p, want)
-	}
+	// Short runs leave out the 2 x 256 MiB through the fake.
+	checkPinsOnUse(t, func() *Copier { return e.copier(t) }, func(n int) *cuda.DeviceBuffer { return e.devbuf(t, n) }, !testing.Short())
 }
 
 // TestFakeEngineSmallBesideAddPinned: a Copier that knows a pinned

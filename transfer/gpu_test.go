@@ -442,47 +442,21 @@ func TestGPUZeroCopy(t *testing.T) {
 	}
 }
 
-// TestGPUPinsOnUse is TestFakeEnginePinsOnUse on the real driver: a
-// default Copier pins nothing in New; a 4 KiB round trip pins one small
-// stage (1 MiB), a second pins nothing more; a 256 MiB round trip pins one
-// ring beside it; Close gives every byte back. pinmem.Stats counts what
-// pinmem pinned in this process, and no test here runs beside another.
+// TestGPUPinsOnUse is TestFakeEnginePinsOnUse on the real driver
+// (checkPinsOnUse: nothing pinned by New, one 1 MiB stage after 4 KiB
+// round trips, one ring beside it after 256 MiB), and Close gives every
+// byte back. pinmem.Stats counts what pinmem pinned in this process, and
+// no test here runs beside another.
 func TestGPUPinsOnUse(t *testing.T) {
 	ctx := gpuCtx(t)
-	base := pinmem.Stats().Pinned.Bytes
-	pinned := func() int64 { return pinmem.Stats().Pinned.Bytes - base }
-	c, err := New(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := pinned(); p != 0 {
-		t.Fatalf("New pinned %d bytes, want 0", p)
-	}
-	roundTrip := func(n int) {
-		t.Helper()
-		dev := gpuAlloc(t, ctx, n)
-		src := testutil.RandomBytes(n, uint64(n))
-		dst := make([]byte, n)
-		if _, err := c.HtoD(context.Background(), dev, src); err != nil {
+	c, pinned := checkPinsOnUse(t, func() *Copier {
+		c, err := New(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.DtoH(context.Background(), dst, dev); err != nil {
-			t.Fatal(err)
-		}
-		testutil.CheckBytes(t, src, dst)
-	}
-	for i := range 2 {
-		roundTrip(4 << 10)
-		if p := pinned(); p != smallStageSize {
-			t.Fatalf("after 4 KiB round trip %d: %d bytes pinned, want one small stage of %d", i+1, p, smallStageSize)
-		}
-	}
-	t.Logf("pinned after New: 0 bytes; after two 4 KiB round trips: %d bytes", pinned())
-	roundTrip(256 << 20)
-	if p, want := pinned(), int64(smallStageSize+DefaultDepth*DefaultStageSize); p != want {
-		t.Errorf("after a 256 MiB round trip: %d bytes pinned, want %d (the small stage and one ring)", p, want)
-	}
-	t.Logf("after a 256 MiB round trip: %d bytes", pinned())
+		return c
+	}, func(n int) *cuda.DeviceBuffer { return gpuAlloc(t, ctx, n) }, true)
+	t.Logf("after 4 KiB and 256 MiB round trips: %d bytes pinned", pinned())
 	if err := c.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
