@@ -13,10 +13,10 @@ import (
 // the machine's cores. Measured on H100 hosts (PCIe Gen5 x16, 16 cores, a
 // warm 4 GiB checkpoint in 4 shards, pinmem bench load): 8 readers of 16
 // MiB stages loaded 0.61 of pinned host-to-device; 16 readers of 8 MiB
-// 0.71-0.87, as fast as that host read its page cache; 16 readers of 4
-// MiB 0.94-0.95 in three runs of one lease, where 8 MiB gave 0.71-0.80,
-// 6 MiB 0.87 and 2 MiB 0.79. One reader copies 5-6 GB/s out of the page
-// cache, so a reader per core, up to 16, outruns PCIe.
+// 0.71-0.87, as fast as the host read its page cache; 16 readers of 4
+// MiB 0.94-0.95, where on the same host 8 MiB gave 0.71-0.80, 6 MiB 0.87
+// and 2 MiB 0.79. One reader copies 5-6 GB/s out of the page cache, so a
+// reader per core, up to 16, outruns PCIe.
 const (
 	// DefaultStageSize is the size of one pinned stage and one read: 4
 	// MiB. 16 goroutines read an H100 host's page cache at 56-70 GB/s in
