@@ -150,11 +150,11 @@ One way, the copier is measured side by side with that driver copy of the
 same slice, in paired rounds (each sample runs both, in a random order, one
 untimed call and then the sample's copies), and its ratio is the median of
 the rounds' ratios, as BenchmarkCopierVsDriver measures it. From 16 MiB a
-computed staged-bound row follows each copier row: per round, the smaller of
-the CPU's parallel copy between the slice and pinned memory (the Copier's
-goroutines) and the copy engine's rate from or to pinned memory, what a
-staged copy can reach on this machine; the copier's note gives its ratio
-to it.
+staged-bound row follows each copier row: per round, the CPU's parallel copy
+between the slice and pinned memory (the Copier's goroutines) and the copy
+engine's copy of that pinned memory, started together and timed until both
+end, what a staged copy can reach on this machine (its note gives each
+alone); the copier's note gives its ratio to it.
 Directions: h2d, d2h, bidir (both at once: two streams, or for the wall-clock
 kinds and pageable two goroutines; the figure is the sum).
 

@@ -130,9 +130,11 @@ type bwWork struct {
 	stA, stB   *cuda.Stream
 	expA, expB []byte
 	scratch    []byte
-	// The staged bound's pinned memory and copy pool (boundMem), and the
-	// bound rows of the kind being measured.
-	pinned *pinmem.Buffer
+	// The staged bound's pinned memory (two buffers: the CPU copies into
+	// one while the copy engine reads the other, as in a Copier's ring)
+	// and copy pool (boundMem), and the bound rows of the kind being
+	// measured.
+	pinned [2]*pinmem.Buffer
 	pinErr error
 	pool   *copypool.Pool
 	bounds []Result
@@ -165,8 +167,10 @@ func (w *bwWork) close() {
 	if w.pool != nil {
 		w.pool.Close()
 	}
-	if w.pinned != nil {
-		_ = w.pinned.Free()
+	for _, p := range w.pinned {
+		if p != nil {
+			_ = p.Free()
+		}
 	}
 	for _, st := range []*cuda.Stream{w.stA, w.stB} {
 		if st != nil {

@@ -546,11 +546,11 @@ type bars struct {
 	xys    plotter.XYs     // each bar's median
 	errs   plotter.YErrors // each bar's distances down to its min and up to its max
 	vals   plotter.Values  // each bar's median, for its label
-	bounds []Result        // the computed rows, drawn as lines rather than bars
+	bounds []Result        // the bounds, drawn as lines rather than bars
 }
 
 // addBars adds to p one bar per result of g in unit, in order, and keeps
-// its computed rows (VariantBound, TimingComputed) for addBoundLines.
+// its bounds (isBound) for addBoundLines.
 func addBars(p *plot.Plot, g *group, unit Unit) (bars, error) {
 	// One bar per category: the kind, or for the matrix the kind in each
 	// direction, coloured by direction. Each bar is its own chart at an
@@ -561,8 +561,8 @@ func addBars(p *plot.Plot, g *group, unit Unit) (bars, error) {
 		if r.Unit != unit {
 			continue
 		}
-		if r.Kind == VariantBound || r.Timing == TimingComputed {
-			b.bounds = append(b.bounds, r) // computed: a line, not a measured bar
+		if isBound(r) {
+			b.bounds = append(b.bounds, r) // a line across the bars it bounds
 			continue
 		}
 		set, cat := "", r.Kind
@@ -624,8 +624,15 @@ func addBarMarks(p *plot.Plot, b bars) error {
 	return nil
 }
 
+// isBound reports whether r is a bound of the other rows of its chart: a
+// computed row (VariantBound, TimingComputed) or the measured staged
+// bound.
+func isBound(r Result) bool {
+	return r.Kind == VariantBound || r.Timing == TimingComputed || r.Kind == KindStagedBound
+}
+
 // addBoundLines adds to p a dashed line across the ncats bars for each
-// computed row of bounds, with a legend entry that says it was computed.
+// row of bounds, with a legend entry that says whether it was computed.
 func addBoundLines(p *plot.Plot, bounds []Result, ncats int) error {
 	for i, b := range bounds {
 		l, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: b.Median}, {X: float64(ncats) - 0.5, Y: b.Median}})
@@ -634,7 +641,11 @@ func addBoundLines(p *plot.Plot, bounds []Result, ncats int) error {
 		}
 		l.Color, l.Width, l.Dashes = color.Gray{0x33}, vg.Points(1.4), dashes[1+i%(len(dashes)-1)]
 		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("%s %s %s (computed, not measured)", b.Kind, formatValue(b.Median), b.Unit), l)
+		how := "computed, not measured"
+		if b.Kind == KindStagedBound && b.Timing != TimingComputed {
+			how = "measured"
+		}
+		p.Legend.Add(fmt.Sprintf("%s %s %s (%s)", b.Kind, formatValue(b.Median), b.Unit, how), l)
 		p.Y.Max = max(p.Y.Max, b.Median*1.15) // room for the legend above the line
 	}
 	return nil
