@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -77,7 +78,7 @@ func (w *bwWork) copierPaired(kind string, hA *hostMem, dir string, n int, ops d
 		notes = append(notes, fmt.Sprintf("paired with the driver's synchronous copy of the same slice (%s GB/s): %.2fx", formatValue(Summarize(rates[1]).Median), x))
 	}
 	if bound && len(rates[0]) > 0 {
-		notes = append(notes, w.stagedBound(rates, dir, n))
+		notes = append(notes, w.stagedBound(rates, hA, dir, n, variants[4]))
 	}
 	notes = append(notes, PairedTiming)
 	if reps > 1 {
@@ -168,16 +169,24 @@ func pairedCheck(p bwPlan, copierOp func() error) error {
 // stagedBound adds to w.bounds the KindStagedBound row of n bytes in
 // direction dir, the rates of the bound's variant that runs its two copies
 // together (rates[4]), with the rates of each copy alone (rates[2] and
-// rates[3]) in its note, and returns the copier row's note of its paired
-// ratio to that row.
-func (w *bwWork) stagedBound(rates [][]float64, dir string, n int) string {
+// rates[3]) in its note, verified by one more call of that variant, both
+// (boundCheck, hA's slice);
+// it returns the copier row's note of its paired ratio to that row.
+func (w *bwWork) stagedBound(rates [][]float64, hA *hostMem, dir string, n int, both func() error) string {
 	b := Result{Bench: "bw", Kind: KindStagedBound, Dir: dir, Size: int64(n), Unit: GBps, Timing: TimingWall}
 	b.fill(rates[4])
-	b.Note = fmt.Sprintf("the CPU's copy %s with %d goroutines and the copy engine's %s, of the same pinned memory, started together and timed until both end, in the copier's rounds; each alone: %s and %s GB/s",
+	var verr error
+	if b.Verified, verr = true, w.boundCheck(hA, dir, n, both); verr != nil {
+		b.Verified = false
+	}
+	b.Note = fmt.Sprintf("the CPU's copy %s with %d goroutines and the copy engine's %s of other pinned memory, started together and timed until both end, in the copier's rounds; each alone: %s and %s GB/s",
 		map[string]string{DirH2D: "from the Go slice into pinned memory", DirD2H: "from pinned memory into the Go slice"}[dir],
 		min(transfer.DefaultParallelism, runtime.NumCPU()),
 		map[string]string{DirH2D: "pinned-to-device copy", DirD2H: "device-to-pinned copy"}[dir],
 		formatValue(Summarize(rates[2]).Median), formatValue(Summarize(rates[3]).Median))
+	if verr != nil {
+		b.Note = joinNotes([]string{verifyFailedMark + ": " + verr.Error(), b.Note})
+	}
 	w.bounds = append(w.bounds, b)
 	return fmt.Sprintf("%.2f of %s (paired)", pairedRatios(rates[0], rates[4]), KindStagedBound)
 }
@@ -215,6 +224,46 @@ func (w *bwWork) boundMem(n int) error {
 	}
 	if len(w.pinned[0].Bytes()) < n {
 		return fmt.Errorf("bench: %d pinned bytes for the bound, want %d", len(w.pinned[0].Bytes()), n)
+	}
+	return nil
+}
+
+// boundCheck fills the sources of the bound's copies with fresh bytes and
+// their destinations with others, runs both (the bound's variant) once
+// more and checks what its two copies moved: the CPU's, between the Go
+// slice and w.pinned[0], and the copy engine's, between w.pinned[1] and
+// devA (read back through the driver). It leaves devA and the slice
+// holding the bound's bytes: the next row prepares its own.
+func (w *bwWork) boundCheck(hA *hostMem, dir string, n int, both func() error) error {
+	cpuSrc, cpuDst := hA.b[:n], w.pinned[0].Bytes()[:n]
+	if dir == DirD2H {
+		cpuSrc, cpuDst = cpuDst, cpuSrc
+	}
+	copy(cpuSrc, w.expA[:n])
+	copy(cpuDst, w.expB[:n]) // poison: a copy left out shows
+	copy(w.pinned[1].Bytes()[:n], w.expB[:n])
+	if _, err := w.devA.WriteAt(w.expA[:n], 0); err != nil {
+		return err
+	}
+	if err := both(); err != nil {
+		return err
+	}
+	if !bytes.Equal(cpuDst, w.expA[:n]) {
+		return fmt.Errorf("the CPU's copy of %s: the destination differs from the source", FormatSize(int64(n)))
+	}
+	dev := w.scratch[:n]
+	if _, err := w.devA.ReadAt(dev, 0); err != nil {
+		return err
+	}
+	want := w.expB[:n] // host to device: pinned[1]'s bytes now on the device
+	if dir == DirD2H {
+		want = w.expA[:n] // device to host: the device's bytes now in pinned[1]
+		if !bytes.Equal(w.pinned[1].Bytes()[:n], want) {
+			return fmt.Errorf("the copy engine's copy of %s: pinned memory differs from the device", FormatSize(int64(n)))
+		}
+	}
+	if !bytes.Equal(dev, want) {
+		return fmt.Errorf("the copy engine's copy of %s: the device differs", FormatSize(int64(n)))
 	}
 	return nil
 }

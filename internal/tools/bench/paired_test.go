@@ -36,7 +36,7 @@ func TestCopierPairedOnFake(t *testing.T) {
 				t.Errorf("staged-bound %s %s: present %v", dir, size, ok)
 				continue
 			}
-			if ok && (b.Timing != TimingWall || b.Median <= 0 || !strings.Contains(b.Note, "started together") || !strings.Contains(b.Note, "each alone") || b.Median > b.Max || !strings.Contains(r.Note, "of staged-bound (paired)")) {
+			if ok && (b.Timing != TimingWall || !b.Verified || b.Median <= 0 || !strings.Contains(b.Note, "started together") || !strings.Contains(b.Note, "each alone") || b.Median > b.Max || !strings.Contains(r.Note, "of staged-bound (paired)")) {
 				t.Errorf("staged-bound %s %s: %+v; copier note %q", dir, size, b, r.Note)
 			}
 		}
@@ -60,5 +60,37 @@ func TestReferencesKeepPaired(t *testing.T) {
 	}
 	if rs[2].Ratio != 0 || rs[2].Ref != "" {
 		t.Errorf("unpaired row without a reference row: %q %v, want none", rs[2].Ref, rs[2].Ratio)
+	}
+}
+
+// TestStagedBoundCheck: the staged bound's check passes after its variant
+// ran both copies, each way, and fails when the variant skips either the
+// CPU's copy or the copy engine's.
+func TestStagedBoundCheck(t *testing.T) {
+	_, s := blocksOnFake(t, fakedrv.Options{})
+	const n = 1 << 20
+	w := &bwWork{s: s, ctx: t.Context(), n: n}
+	t.Cleanup(w.close)
+	if err := w.setup(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.boundMem(n); err != nil {
+		t.Fatal(err)
+	}
+	hA, err := s.allocHost(KindCopier, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{DirH2D, DirD2H} {
+		vs := w.boundVariants(hA, dir, n) // memcpy, dma, both
+		if err := w.boundCheck(hA, dir, n, vs[2]); err != nil {
+			t.Errorf("%s: both copies ran: %v", dir, err)
+		}
+		for i, skip := range []string{"the CPU's copy", "the copy engine's copy"} {
+			only := vs[1-i] // the other copy alone
+			if err := w.boundCheck(hA, dir, n, only); err == nil || !strings.Contains(err.Error(), skip) {
+				t.Errorf("%s: %s left out: error %v, want one naming it", dir, skip, err)
+			}
+		}
 	}
 }
