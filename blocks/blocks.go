@@ -424,9 +424,11 @@ func (c *Copier) Copy(ctx context.Context, lists ...List) (Report, error) {
 	rep.Strategy = c.choose(drv, lists, rep)
 	err = c.ctx.Do(func() error {
 		err := sc.pinned(drv, len(lists), rep.Strategy == Kernel)
-		if err != nil && sc.unmapped && c.strategy == Auto {
-			// Auto took the kernel, but a host block is not mapped: the
-			// copy engines move it instead.
+		if c.strategy == Auto && rep.Strategy == Kernel && (err != nil && sc.unmapped || err == nil && c.k.overflow(sc, len(lists)) >= 0) {
+			// Auto took the kernel, but a host block is not mapped, or a
+			// list's descriptors (one more per boundary between pinned
+			// ranges that map apart) overflow the tables: the copy
+			// engines move the lists instead.
 			rep.Strategy = dmaStrategy(drv, lists, rep)
 			sc.resetPieces(len(lists))
 			err = sc.pinned(drv, len(lists), false)

@@ -642,18 +642,20 @@ func TestFakeAcrossRegistrations(t *testing.T) {
 	}
 	for _, c := range []struct {
 		opts  []blocks.Option
+		want  blocks.Strategy
 		calls int
 	}{
-		{[]blocks.Option{blocks.WithStrategy(blocks.DriverBatch)}, 1},
-		{[]blocks.Option{blocks.WithStrategy(blocks.PerCopy)}, nblk + cuts},
-		{[]blocks.Option{blocks.WithKernel(nblk)}, 1},
+		{[]blocks.Option{blocks.WithStrategy(blocks.DriverBatch)}, blocks.DriverBatch, 1},
+		{[]blocks.Option{blocks.WithStrategy(blocks.PerCopy)}, blocks.PerCopy, nblk + cuts},
+		// Tables of nblk descriptors: only blocks taken whole fit.
+		{[]blocks.Option{blocks.WithKernel(nblk)}, blocks.Kernel, 1},
 	} {
 		bc := newCopier(t, e.ctx, c.opts...)
 		must(t, e.in.Memset(0))
 		rep, err := bc.Copy(context.Background(), blocks.ToDevice(e.s1, l))
 		must(t, err)
-		if rep.Blocks != nblk || rep.Calls != c.calls {
-			t.Fatalf("%v: report %+v, want %d blocks in %d calls", rep.Strategy, rep, nblk, c.calls)
+		if rep.Strategy != c.want || rep.Blocks != nblk || rep.Calls != c.calls {
+			t.Fatalf("report %+v, want %v: %d blocks in %d calls", rep, c.want, nblk, c.calls)
 		}
 		must(t, e.s1.Synchronize(context.Background()))
 		e.check(t, l)

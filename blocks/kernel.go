@@ -174,13 +174,23 @@ func (k *kernel) ready(ctx context.Context, sl *slot) error {
 	return nil
 }
 
+// overflow returns the first of the nlists lists whose pieces (kernel
+// descriptors) a table does not hold, or -1 when the tables hold every
+// list.
+func (k *kernel) overflow(sc *scratch, nlists int) int {
+	for l := range nlists {
+		if len(sc.listPieces(l)) > k.cap {
+			return l
+		}
+	}
+	return -1
+}
+
 // issue launches the kernel once per list, each launch reading the next
 // table, one descriptor per piece. Lists of no blocks launch nothing.
 func (k *kernel) issue(ctx context.Context, lists []List, sc *scratch, rep *Report) error {
-	for l := range lists {
-		if n := len(sc.listPieces(l)); n > k.cap {
-			return argErr(l, -1, "%d kernel descriptors (blocks, and one more per boundary between pinned ranges a block crosses), the copier's kernel holds %d", n, k.cap)
-		}
+	if l := k.overflow(sc, len(lists)); l >= 0 {
+		return argErr(l, -1, "%d kernel descriptors (blocks, and one more per boundary between pinned ranges a block crosses), the copier's kernel holds %d", len(sc.listPieces(l)), k.cap)
 	}
 	if err := k.pin(ctx); err != nil {
 		return err
