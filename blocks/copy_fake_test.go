@@ -704,18 +704,34 @@ func TestFakeKernelTurn(t *testing.T) {
 }
 
 // TestFakeCloseEndedContext: Close with a context that has ended
-// releases a Copier whose kernel has nothing to wait for, every time.
+// releases a Copier whose kernel has nothing to wait for, every time:
+// one that never launched, and one whose launches have all finished
+// (their tables pinned, then freed).
 func TestFakeCloseEndedContext(t *testing.T) {
 	e := newEnv(t, fakedrv.Options{}, 4096, 1, pinmem.Mapped)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
+	l := e.list(e.src.Bytes(), e.in)
+	allocs := e.fd.Live().HostAllocs
 	for i := range 20 {
 		bc, err := blocks.New(e.ctx, blocks.WithKernel(1))
 		must(t, err)
+		if i%2 == 1 {
+			rep, err := bc.Copy(context.Background(), blocks.ToDevice(e.s1, l))
+			must(t, err)
+			must(t, e.s1.Synchronize(context.Background()))
+			if rep.Strategy != blocks.Kernel {
+				t.Fatalf("Copy %d: %v, want the kernel", i, rep.Strategy)
+			}
+		}
 		if err := bc.Close(ctx); err != nil {
-			t.Fatalf("Close %d with an ended context and nothing to wait for: %v", i, err)
+			t.Fatalf("Close %d with an ended context and nothing to wait for (launched: %v): %v", i, i%2 == 1, err)
+		}
+		if n := e.fd.Live().HostAllocs; n != allocs {
+			t.Fatalf("Close %d: %d pinned allocations left, want %d", i, n, allocs)
 		}
 	}
+	e.check(t, l)
 }
 
 // TestFakeZeroCopier: a nil or zero Copier refuses calls with an

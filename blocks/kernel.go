@@ -158,6 +158,8 @@ func (k *kernel) pin(ctx context.Context) error {
 }
 
 // ready waits, bounded by ctx, until no launch reads sl's table any more.
+// A finished launch is no wait: its event is asked first, so that a ctx
+// that has ended fails only a call that would wait (as take does).
 func (k *kernel) ready(ctx context.Context, sl *slot) error {
 	if sl.unfenced {
 		if err := k.ctx.Synchronize(ctx); err != nil {
@@ -166,7 +168,11 @@ func (k *kernel) ready(ctx context.Context, sl *slot) error {
 		sl.unfenced, sl.used = false, false
 	}
 	if sl.used {
-		if err := sl.done.Synchronize(ctx); err != nil {
+		done, err := sl.done.Query()
+		if err == nil && !done {
+			err = sl.done.Synchronize(ctx)
+		}
+		if err != nil {
 			return err
 		}
 		sl.used = false
