@@ -482,10 +482,14 @@ func dmaStrategy(drv cudadrv.Driver, lists []List, rep Report) Strategy {
 	batch := ok && cudadrv.BatchCopySymbolOf(drv) != ""
 	legacy := false
 	for _, l := range lists {
-		legacy = legacy || l.s.Handle() == 0
+		legacy = legacy || onLegacy(l.s)
 	}
 	return pick(false, batch, legacy, rep.Bytes/int64(rep.Blocks))
 }
+
+// onLegacy reports whether s is the legacy default stream, which the
+// driver's batch copy refuses: handle 0, or CU_STREAM_LEGACY (1).
+func onLegacy(s *cuda.Stream) bool { return s.Handle() <= 1 }
 
 // pick is Auto's decision for a call whose mean block is mean bytes:
 // kernel says the Copier has a kernel and every host block is mapped,
@@ -519,7 +523,7 @@ func (c *Copier) check(lists []List, sc *scratch) (Report, error) {
 		if l.s.Context().Handle() != c.ctx.Handle() {
 			return rep, argErr(li, -1, "stream of context %#x, the copier's is %#x", l.s.Context().Handle(), c.ctx.Handle())
 		}
-		if c.strategy == DriverBatch && l.s.Handle() == 0 {
+		if c.strategy == DriverBatch && onLegacy(l.s) {
 			return rep, argErr(li, -1, "the driver's batch copy does not take the legacy default stream")
 		}
 		writesDev = writesDev || !l.toHost

@@ -202,7 +202,8 @@ func TestFakeTurns(t *testing.T) {
 
 // TestFakeAutoBySize: Auto takes the driver's batch up to a mean block of
 // 1 MiB and one copy per block above it, and never on the legacy default
-// stream, which the driver's batch refuses.
+// stream (handle 0, or CU_STREAM_LEGACY), which the driver's batch
+// refuses.
 func TestFakeAutoBySize(t *testing.T) {
 	e := newEnv(t, fakedrv.Options{}, 1<<20, 2, 0)
 	bc := newCopier(t, e.ctx)
@@ -221,26 +222,28 @@ func TestFakeAutoBySize(t *testing.T) {
 		}
 	}
 	must(t, e.s1.Synchronize(context.Background()))
-	legacy := cuda.WrapStream(e.ctx, 0)
-	must(t, e.ctx.Do(func() error {
-		rep, err := bc.Copy(context.Background(), blocks.ToDevice(legacy, l))
-		if err == nil && rep.Strategy != blocks.PerCopy {
-			return fmt.Errorf("auto on the legacy stream chose %v", rep.Strategy)
-		}
-		if err != nil {
-			return err
-		}
-		batch, err := blocks.New(e.ctx, blocks.WithStrategy(blocks.DriverBatch))
-		if err != nil {
-			return err
-		}
-		defer batch.Close(context.Background())
-		var le *blocks.ArgError
-		if _, err := batch.Copy(context.Background(), blocks.ToDevice(legacy, l)); !errors.As(err, &le) || le.Block != -1 {
-			return fmt.Errorf("driver batch on the legacy stream = %v, want an *ArgError of the list", err)
-		}
-		return legacy.Synchronize(context.Background())
-	}))
+	for _, h := range []uintptr{0, 1} { // 1: CU_STREAM_LEGACY
+		legacy := cuda.WrapStream(e.ctx, h)
+		must(t, e.ctx.Do(func() error {
+			rep, err := bc.Copy(context.Background(), blocks.ToDevice(legacy, l))
+			if err == nil && rep.Strategy != blocks.PerCopy {
+				return fmt.Errorf("auto on the legacy stream %#x chose %v", h, rep.Strategy)
+			}
+			if err != nil {
+				return fmt.Errorf("auto on the legacy stream %#x: %w", h, err)
+			}
+			batch, err := blocks.New(e.ctx, blocks.WithStrategy(blocks.DriverBatch))
+			if err != nil {
+				return err
+			}
+			defer batch.Close(context.Background())
+			var le *blocks.ArgError
+			if _, err := batch.Copy(context.Background(), blocks.ToDevice(legacy, l)); !errors.As(err, &le) || le.Block != -1 {
+				return fmt.Errorf("driver batch on the legacy stream %#x = %v, want an *ArgError of the list", h, err)
+			}
+			return legacy.Synchronize(context.Background())
+		}))
+	}
 	e.check(t, l)
 }
 
