@@ -154,7 +154,7 @@ staged-bound row follows each copier row: per round, the CPU's parallel copy
 between the slice and pinned memory (the Copier's goroutines) and the copy
 engine's copy of that pinned memory, started together and timed until both
 end, what a staged copy can reach on this machine (its note gives each
-alone; it pins two buffers of the largest size); the copier's note gives
+alone; it pins two buffers of the row's size); the copier's note gives
 its ratio to it.
 Directions: h2d, d2h, bidir (both at once: two streams, or for the wall-clock
 kinds and pageable two goroutines; the figure is the sum).

@@ -135,7 +135,6 @@ type bwWork struct {
 	// and copy pool (boundMem), and the bound rows of the kind being
 	// measured.
 	pinned [2]*pinmem.Buffer
-	pinErr error
 	pool   *copypool.Pool
 	bounds []Result
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinmem/pinmem"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 )
 
@@ -92,5 +93,33 @@ func TestStagedBoundCheck(t *testing.T) {
 				t.Errorf("%s: %s left out: error %v, want one naming it", dir, skip, err)
 			}
 		}
+	}
+}
+
+// TestStagedBoundOverBudget: when the bound's pinned buffers do not fit
+// pinmem's budget, the copier row is measured as before, no staged-bound
+// row follows, and the copier's note says why.
+func TestStagedBoundOverBudget(t *testing.T) {
+	_, s := blocksOnFake(t, fakedrv.Options{})
+	prev := pinmem.SetBudget(40 << 20) // the copier's stages fit, not two more buffers of 16 MiB
+	t.Cleanup(func() { pinmem.SetBudget(prev) })
+	rs, err := s.Bandwidth(t.Context(), BandwidthConfig{Kinds: []string{KindCopier, KindPageableSync}, Dirs: []string{DirH2D}, Sizes: []int64{16 << 20}, Samples: 2, MinBytes: 1 << 20, MaxReps: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var copier *Result
+	for i, r := range rs {
+		if r.Kind == KindStagedBound {
+			t.Errorf("staged-bound row over the budget: %+v", r)
+		}
+		if r.Kind == KindCopier {
+			copier = &rs[i]
+		}
+	}
+	if copier == nil || !copier.Verified || !strings.Contains(copier.Note, "no staged-bound row: ") {
+		t.Fatalf("copier row %+v", copier)
+	}
+	if !strings.Contains(copier.Note, "budget") {
+		t.Errorf("copier note %q: want the budget error", copier.Note)
 	}
 }
