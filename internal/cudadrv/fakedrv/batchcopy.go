@@ -26,7 +26,7 @@ func (d *Driver) BatchCopySymbol() string {
 // matching ErrNotSupported, as the binding reports a missing symbol.
 //
 // It checks what the driver checks: a stream other than the legacy
-// default stream, arrays of one length, attribute indexes that start at 0
+// default stream (CU_STREAM_PER_THREAD is taken), arrays of one length, attribute indexes that start at 0
 // and increase, a valid source access order, and every copy's source and
 // destination inside one device allocation (of the stream's device) or
 // one pinned host range. A rejected batch queues nothing; failIdx names
@@ -49,7 +49,10 @@ func (d *Driver) MemcpyBatchAsync(dsts, srcs []cudadrv.DevicePtr, sizes []uint64
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.refund(&fail)
-	if s <= 2 {
+	// The driver refuses the legacy default stream (0, CU_STREAM_LEGACY)
+	// but takes CU_STREAM_PER_THREAD (2), a real stream to it; the fake
+	// runs that one on its single default stream.
+	if s <= 1 {
 		return -1, errorWhy(op, cudadrv.ErrorInvalidValue, "the legacy default stream (%#x) cannot take a batch copy", uintptr(s))
 	}
 	st, err := d.streamOf(op, s)

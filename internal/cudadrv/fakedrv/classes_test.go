@@ -147,3 +147,31 @@ func TestAsyncFaultHitsWork(t *testing.T) {
 	ok(t, d.MemcpyHtoDAsync(dev, host, 64, s))
 	ok(t, d.StreamSynchronize(s))
 }
+
+// The driver's batch copy refuses the legacy default stream (handle 0 and
+// CU_STREAM_LEGACY, 1) with CUDA_ERROR_INVALID_VALUE and takes the
+// per-thread default stream (CU_STREAM_PER_THREAD, 2), which is a real
+// stream to it (as NVIDIA's cuda.core documents for its copy_batch).
+func TestBatchCopyDefaultStreams(t *testing.T) {
+	d := newDrv(t, fakedrv.Options{})
+	dev := must[cudadrv.DevicePtr](t)(d.MemAlloc(4096))
+	defer d.MemFree(dev)
+	host := must[unsafe.Pointer](t)(d.MemHostAlloc(4096, 0))
+	defer d.MemFreeHost(host)
+	unsafe.Slice((*byte)(host), 4096)[7] = 42
+	attrs := []cudadrv.MemcpyAttributes{{SrcAccessOrder: cudadrv.MemcpySrcAccessOrderStream}}
+	batch := func(s cudadrv.Stream) error {
+		_, err := d.MemcpyBatchAsync([]cudadrv.DevicePtr{dev}, []cudadrv.DevicePtr{cudadrv.DevicePtr(uintptr(host))}, []uint64{4096}, attrs, []uint64{0}, s)
+		return err
+	}
+	for _, s := range []cudadrv.Stream{0, 1} {
+		wantCode(t, batch(s), "", cudadrv.ErrorInvalidValue)
+	}
+	ok(t, batch(2))
+	ok(t, d.StreamSynchronize(2))
+	got := make([]byte, 4096)
+	ok(t, d.MemcpyDtoH(unsafe.Pointer(&got[0]), dev, 4096))
+	if got[7] != 42 {
+		t.Errorf("batch copy on CU_STREAM_PER_THREAD: byte 7 is %d on the device, want 42", got[7])
+	}
+}
