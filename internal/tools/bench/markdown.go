@@ -65,7 +65,7 @@ var kindNotes = map[string]string{
 	// and bound share their names with the overlap bench's.
 	"naive":              "Go frames, copied in and out synchronously, one frame at a time",
 	"pipeline":           "Go frames staged through pinned buffers by a transfer.Pipeline",
-	KindImageStagedBound: "Go memory staged through pinned memory at the host's rate: bench bw's one way measured, the CPU's copy and the copy engine's started together; the image pipeline's both ways at once computed from their measured rates",
+	KindImageStagedBound: "the rate of Go memory staged through pinned memory on this host, from the CPU's copy and the copy engine's: each row's note says how (measured with the two started together, or computed from their rates)",
 	VariantBound:         "computed from the measured bidirectional bandwidth, not measured",
 }
 
