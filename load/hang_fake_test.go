@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -182,4 +184,55 @@ func TestFakeCallbackPanics(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
+}
+
+// TestFakeReadyBlocks: a ready callback that blocks (sending to a
+// consumer that has gone away, say) does not hold the load past its
+// context: LoadFiles returns the context's error, no callback starts after
+// it returned, and once the callback returns the Loader loads again.
+func TestFakeReadyBlocks(t *testing.T) {
+	e := newFakeEnv(t, fakedrv.Options{})
+	path, data := tempFile(t, 1<<20, 24)
+	l := e.loader(t)
+	dst := e.devbuf(t, len(data))
+	var ranges []Range
+	for off := 0; off < len(data); off += 64 << 10 {
+		v, err := dst.Slice(off, 64<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ranges = append(ranges, Range{Offset: int64(off), Length: 64 << 10, Dst: v})
+	}
+	release := make(chan struct{})
+	var released sync.Once
+	unblock := func() { released.Do(func() { close(release) }) }
+	defer unblock()
+	var calls, late atomic.Int64
+	var returned atomic.Bool
+	ready := func(file, rng int) {
+		if returned.Load() {
+			late.Add(1)
+		}
+		if calls.Add(1) == 1 {
+			<-release
+		}
+	}
+	var err error
+	within(t, 10*time.Second, unblock, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err = l.LoadFiles(ctx, []File{{Path: path, Ranges: ranges}}, ready)
+		returned.Store(true)
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("LoadFiles with a blocked ready: %v, want the deadline", err)
+	}
+	unblock()
+	if _, err := l.LoadFile(context.Background(), path, dst); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
+	if n := late.Load(); n != 0 {
+		t.Errorf("ready called %d times after LoadFiles returned", n)
+	}
 }

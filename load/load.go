@@ -275,7 +275,9 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // goroutine and must return quickly. A panic in either stops the load:
 // the copies in flight are left to finish in the background, and the
 // panic is raised again by LoadFiles on the caller's goroutine. Neither
-// is called after LoadFiles returns.
+// is called after LoadFiles returns; a call that blocks does not hold
+// LoadFiles past ctx's end (it returns ctx's error while that call runs
+// on, and no other starts).
 //
 // Errors: an invalid range is a *RangeError (ErrRange) and a range past
 // the end of its file a *ShortFileError (ErrShortFile), both before

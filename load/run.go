@@ -44,12 +44,21 @@ type run struct {
 	next   atomic.Int64 // index of the next read to issue
 
 	readBytes atomic.Int64
-	inFlight  sync.WaitGroup // stages whose copies were queued and not yet retired
+	// inFlight counts the readers still running and the stages whose
+	// copies were queued and not yet retired: the load's one bounded wait
+	// (waitInFlight) is for all of them.
+	inFlight sync.WaitGroup
+
+	// cb holds a token while the pieces that landed are counted and the
+	// callbacks run (landed): their calls never overlap and progress never
+	// goes back. It is not mu, so that a callback that blocks holds up
+	// neither the load's end nor a failing reader.
+	cb chan struct{}
 
 	fmu     sync.Mutex
 	flights []*flight // queued and not yet counted as landed, in the order queued (guarded by fmu)
 
-	mu       sync.Mutex // guards the fields below and the callbacks
+	mu       sync.Mutex // guards the fields below
 	err      error
 	done     int64
 	left     []int64 // bytes of each range not yet on the device
@@ -88,7 +97,7 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 	if err := ctx.Err(); err != nil {
 		return st, fmt.Errorf("load: canceled before it began: %w", err)
 	}
-	r := &run{l: l, ready: ready}
+	r := &run{l: l, ready: ready, cb: make(chan struct{}, 1)}
 	defer r.closeFiles()
 	if err := r.open(ctx, files, wholeDst, whole); err != nil {
 		return st, err
@@ -105,12 +114,11 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
-	defer r.end() // after it, no callback runs
 	l.report(0, r.total)
 	r.copyAll(ctx)
+	r.end(ctx) // after it, no callback starts
 	r.mu.Lock()
 	st.Bytes, err = r.done, r.err
-	r.ended = true
 	panicked, val := r.panicked, r.panicVal
 	r.mu.Unlock()
 	st.ReadBytes = r.readBytes.Load()
@@ -236,19 +244,20 @@ func (r *run) plan() {
 	}
 }
 
-// copyAll runs the readers and waits, bounded by ctx, until every copy
-// they queued has finished; then it checks the streams for faults of the
-// copies and the files for changes.
+// copyAll runs the readers and waits, bounded by ctx, until they have
+// stopped and every copy they queued has finished; then it checks the
+// streams for faults of the copies and the files for changes. A reader
+// still running when ctx ends (in a ready callback that blocks, say)
+// stops at its next step: it reads nothing more into a stage, and a stage
+// it holds goes back to the Loader only once its copies ran.
 func (r *run) copyAll(ctx context.Context) {
-	var wg sync.WaitGroup
 	for range min(r.l.cfg.parallel, len(r.reads)) {
-		wg.Add(1)
+		r.inFlight.Add(1)
 		go func() {
-			defer wg.Done()
+			defer r.inFlight.Done()
 			r.reader()
 		}()
 	}
-	wg.Wait()
 	if err := r.waitInFlight(ctx); err != nil {
 		r.fail(err)
 		return
@@ -424,8 +433,8 @@ func (r *run) checkUnchanged() {
 	}
 }
 
-// waitInFlight waits until every stage this load queued copies from has
-// been retired, or until ctx ends.
+// waitInFlight waits until every reader of this load has stopped and
+// every stage it queued copies from has been retired, or until ctx ends.
 func (r *run) waitInFlight(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
@@ -472,12 +481,19 @@ func (r *run) failed() error {
 	return r.err
 }
 
-// end marks the load as returned: copies that finish later call no
-// callback.
-func (r *run) end() {
+// end marks the load as returned, so that pieces landing later call no
+// callback, and waits, bounded by ctx, for a callback in progress to
+// return: then none runs after the load returns, unless ctx ended while
+// one was blocked.
+func (r *run) end(ctx context.Context) {
 	r.mu.Lock()
 	r.ended = true
 	r.mu.Unlock()
+	select {
+	case r.cb <- struct{}{}:
+		<-r.cb
+	case <-ctx.Done():
+	}
 }
 
 // flight is a stage whose copies were queued: its pieces are counted as
@@ -508,6 +524,10 @@ func (r *run) reader() {
 		case <-r.ctx.Done():
 			return
 		}
+		if r.ctx.Err() != nil { // the select may take a stage after the end
+			r.l.free <- s
+			return
+		}
 		f, err := r.fill(s, &r.reads[i])
 		if f != nil {
 			r.inFlight.Add(1)
@@ -531,8 +551,15 @@ func (r *run) reader() {
 // system call to the next without blocking), and then a range would be
 // announced only once the readers run out of stages. Each stream's
 // copies run in order, so the scan stops querying a stream at its first
-// stage still copying.
+// stage still copying. While another goroutine holds the callback token
+// it polls nothing and leaves the stages to their retire goroutines.
 func (r *run) poll() {
+	select {
+	case r.cb <- struct{}{}:
+		defer func() { <-r.cb }()
+	default:
+		return
+	}
 	var ps []piece
 	var busy []*cuda.Stream
 	r.fmu.Lock()
@@ -585,39 +612,50 @@ func (r *run) retire(f *flight) {
 		r.fail(fmt.Errorf("load: waiting for a copy to the device: %w", err))
 	}
 	r.l.free <- f.s
-	if err == nil && f.landed.CompareAndSwap(false, true) {
+	if err != nil {
+		return
+	}
+	r.cb <- struct{}{}
+	defer func() { <-r.cb }()
+	if f.landed.CompareAndSwap(false, true) {
 		r.landed(f.pieces)
 	}
 }
 
-// landed counts the pieces as on the device and makes the callbacks. A
-// panic in one is recovered here, on a loader goroutine, stops the load
-// and is raised again by the load on its caller's goroutine.
+// landed counts the pieces as on the device and makes the callbacks; its
+// caller holds the callback token (cb), and mu is not held while a
+// callback runs. A panic in one is recovered here, on a loader goroutine,
+// stops the load and is raised again by the load on its caller's
+// goroutine (unless the load has returned by then).
 func (r *run) landed(ps []piece) {
+	var whole [][2]int // the ranges now entirely on the device
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	for _, p := range ps {
 		r.done += int64(p.n)
+		r.left[p.rng] -= int64(p.n)
+		if r.left[p.rng] == 0 && r.ready != nil {
+			whole = append(whole, r.where[p.rng])
+		}
 	}
-	if r.ended || r.panicked {
+	done, quiet := r.done, r.ended || r.panicked
+	r.mu.Unlock()
+	if quiet {
 		return
 	}
 	defer func() {
 		if v := recover(); v != nil {
+			r.mu.Lock()
 			r.panicked, r.panicVal = true, v
 			if r.err == nil {
 				r.err = fmt.Errorf("load: a callback panicked: %v", v)
 			}
+			r.mu.Unlock()
 			r.cancel()
 		}
 	}()
-	r.l.report(r.done, r.total)
-	for _, p := range ps {
-		r.left[p.rng] -= int64(p.n)
-		if r.left[p.rng] == 0 && r.ready != nil {
-			w := r.where[p.rng]
-			r.ready(w[0], w[1])
-		}
+	r.l.report(done, r.total)
+	for _, w := range whole {
+		r.ready(w[0], w[1])
 	}
 }
 
