@@ -15,12 +15,31 @@ import (
 	"github.com/pinmem/pinmem/load"
 )
 
-// shard is one open file of a checkpoint.
+// shard is one open file of a checkpoint, or the file of Load.
 type shard struct {
-	name string   // as the index names it, or the file's name
-	f    *os.File // open while the load reads it through lp
-	lp   string   // the path the load opens: the very file f is open on
+	name string      // as the index names it, or the file's name
+	f    *os.File    // open while the load reads it through lp
+	fi   os.FileInfo // f's, when it was opened, before its header was parsed
+	lp   string      // the path the load opens: the very file f is open on
 	h    *Header
+}
+
+// unchanged returns an error matching load.ErrChanged when the shard's
+// size or modification time differs from when it was opened. The load
+// checks its files from its own open of lp to its end; this covers the
+// time before, from the header's parse on, in which part or dst ran and
+// the load may have waited for its turn: data read after a change would
+// be placed by another version's header.
+func (s *shard) unchanged() error {
+	fi, err := s.f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() != s.fi.Size() || !fi.ModTime().Equal(s.fi.ModTime()) {
+		return fmt.Errorf("%s changed since its header was read: size %d -> %d, modified %v -> %v: %w",
+			quote(s.name), s.fi.Size(), fi.Size(), s.fi.ModTime(), fi.ModTime(), load.ErrChanged)
+	}
+	return nil
 }
 
 // Whole returns the part function of LoadCheckpoint that loads all of
@@ -65,9 +84,9 @@ func Whole(dst Destination) func(Tensor) (load.Range, error) {
 // a tensor in two shards, or a tensor of the index that no shard holds
 // match ErrFormat; a missing shard matches fs.ErrNotExist; a part out of
 // its tensor's bounds matches ErrInvalid; a bad destination is a
-// *load.RangeError; a shard that changes while it is loaded matches
-// load.ErrChanged (found at the end of the load), and one that shrinks
-// load.ErrShortFile. After an error nothing stays pinned but the stages
+// *load.RangeError; a shard that changes from its header's parse to the
+// end of the load matches load.ErrChanged (found at the end of the load),
+// and one that shrinks while it is read load.ErrShortFile. After an error nothing stays pinned but the stages
 // l pinned, which it keeps for its next load until Close.
 func LoadCheckpoint(ctx context.Context, l *load.Loader, path string, part func(Tensor) (load.Range, error), ready func(Tensor)) (load.Stats, error) {
 	st := load.Stats{Resident: -1}
@@ -92,6 +111,12 @@ func LoadCheckpoint(ctx context.Context, l *load.Loader, path string, part func(
 		landed = func(f, r int) { ready(tensors[f][r]) }
 	}
 	st, err = l.LoadFiles(ctx, files, landed)
+	for _, s := range shards {
+		if err != nil {
+			break
+		}
+		err = s.unchanged()
+	}
 	if err != nil {
 		nameShortShard(err, shards)
 		return st, fmt.Errorf("safetensors: loading %s: %w", path, err)
@@ -173,7 +198,7 @@ func openCheckpoint(path string) ([]*shard, map[string]string, error) {
 		return nil, nil, err
 	}
 	if err == nil && filepath.Base(path) != indexName { // one shard
-		s := &shard{name: filepath.Base(path), f: f, lp: openedPath(f, fi, path)}
+		s := &shard{name: filepath.Base(path), f: f, fi: fi, lp: openedPath(f, fi, path)}
 		s.h, err = Parse(f, fi.Size())
 		return []*shard{s}, nil, err
 	}
@@ -227,7 +252,7 @@ func openShards(dir string, names []string) ([]*shard, error) {
 		if err != nil {
 			return shards, fmt.Errorf("safetensors: shard %s of %s: %w", quote(name), dir, err)
 		}
-		shards = append(shards, &shard{name: name, f: f, lp: openedPath(f, fi, filepath.Join(dir, name))})
+		shards = append(shards, &shard{name: name, f: f, fi: fi, lp: openedPath(f, fi, filepath.Join(dir, name))})
 		if shards[len(shards)-1].h, err = Parse(f, fi.Size()); err != nil {
 			return shards, fmt.Errorf("safetensors: shard %s: %w", quote(name), err)
 		}

@@ -363,3 +363,50 @@ func TestFakeCheckpointChanges(t *testing.T) {
 		t.Errorf("error %v, want load.ErrChanged", err)
 	}
 }
+
+// TestFakeChangedBeforeRead: a shard modified after its header was parsed
+// but before the load opened it to read (while part or dst runs, or while
+// the load waits for its turn) is an error matching load.ErrChanged too:
+// the data would be read with the offsets of another version's header.
+func TestFakeChangedBeforeRead(t *testing.T) {
+	e := newFakeEnv(t)
+	ck := writeCheckpoint(t, 2, 2<<20, 256)
+	bufs := e.buffers(t, ck)
+	change := func(shard string) {
+		p := filepath.Join(ck.dir, shard)
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte("changed"), fi.Size()-7); err != nil { // in the data
+			t.Fatal(err)
+		}
+		// The clock that stamps writes is coarse: make the change show.
+		later := fi.ModTime().Add(time.Second)
+		if err := os.Chtimes(p, later, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var once sync.Once
+	_, err := LoadCheckpoint(context.Background(), e.l, ck.index, func(tn Tensor) (load.Range, error) {
+		once.Do(func() { change(ck.shard[tn.Name]) })
+		return Whole(Into(bufs))(tn)
+	}, nil)
+	if !errors.Is(err, load.ErrChanged) {
+		t.Errorf("LoadCheckpoint of a shard changed before its read: %v, want load.ErrChanged", err)
+	}
+	shard := ck.names()[0]
+	once = sync.Once{}
+	_, _, err = Load(context.Background(), e.l, filepath.Join(ck.dir, shard), func(tn Tensor) (*cuda.DeviceBuffer, error) {
+		once.Do(func() { change(shard) })
+		return bufs[tn.Name], nil
+	})
+	if !errors.Is(err, load.ErrChanged) {
+		t.Errorf("Load of a file changed before its read: %v, want load.ErrChanged", err)
+	}
+}

@@ -14,31 +14,32 @@ import (
 // ReadHeader opens the file at path and parses its header (see Parse); it
 // reads only the header.
 func ReadHeader(path string) (*Header, error) {
-	h, f, _, err := openHeader(path)
+	s, err := openHeader(path)
 	if err != nil {
 		return nil, err
 	}
-	f.Close()
-	return h, nil
+	s.f.Close()
+	return s.h, nil
 }
 
-// openHeader opens the file at path and parses its header, and returns the
-// open file for the load to read the data of that same file.
+// openHeader opens the file at path and parses its header, and returns it
+// as a shard whose file stays open for the load to read the data of that
+// same file.
 //
 // Only a regular file is opened: a FIFO or a device is an error matching
 // fs.ErrInvalid, and the open never blocks (O_NONBLOCK, which changes
 // nothing for a regular file).
-func openHeader(path string) (*Header, *os.File, string, error) {
+func openHeader(path string) (*shard, error) {
 	f, fi, err := prefixed(regfile.Open(path))
 	if err != nil {
-		return nil, nil, "", err
+		return nil, err
 	}
 	h, err := Parse(f, fi.Size())
 	if err != nil {
 		f.Close()
-		return nil, nil, "", err
+		return nil, err
 	}
-	return h, f, openedPath(f, fi, path), nil
+	return &shard{name: path, f: f, fi: fi, lp: openedPath(f, fi, path), h: h}, nil
 }
 
 // openedPath returns a path that names the file f is open on for as long
@@ -90,7 +91,9 @@ func Into(bufs map[string]*cuda.DeviceBuffer) Destination {
 // read (never a panic or an out-of-bounds read); a buffer dst returns that
 // is too small, freed, of another context or overlapping another tensor's
 // is a *load.RangeError (load.ErrRange); a file that shrinks while it is
-// read is a *load.ShortFileError (load.ErrShortFile). The header is
+// read is a *load.ShortFileError (load.ErrShortFile), and one whose size
+// or modification time changed from the header's parse to the end of the
+// load an error matching load.ErrChanged. The header is
 // returned with the load's statistics whenever it could be parsed. The
 // buffers dst returns stay the caller's, to free whether the load
 // succeeded or not.
@@ -98,11 +101,12 @@ func Load(ctx context.Context, l *load.Loader, path string, dst Destination) (*H
 	if l == nil || dst == nil {
 		return nil, load.Stats{Resident: -1}, fmt.Errorf("%w: nil Loader or Destination", ErrInvalid)
 	}
-	h, f, lp, err := openHeader(path)
+	s, err := openHeader(path)
 	if err != nil {
 		return nil, load.Stats{Resident: -1}, err
 	}
-	defer f.Close() // open while the load reads the file through lp
+	defer s.f.Close() // open while the load reads the file through s.lp
+	h := s.h
 	ranges := make([]load.Range, 0, len(h.Tensors))
 	for _, t := range h.Tensors {
 		b, err := dst(t)
@@ -114,9 +118,12 @@ func Load(ctx context.Context, l *load.Loader, path string, dst Destination) (*H
 		}
 		ranges = append(ranges, load.Range{Offset: t.Begin, Length: t.Size(), Dst: b})
 	}
-	st, err := l.Load(ctx, lp, ranges)
+	st, err := l.Load(ctx, s.lp, ranges)
+	if err == nil {
+		err = s.unchanged()
+	}
 	if err != nil {
-		return h, st, loadErr(path, lp, err)
+		return h, st, loadErr(path, s.lp, err)
 	}
 	return h, st, nil
 }
@@ -145,11 +152,12 @@ func LoadAll(ctx context.Context, l *load.Loader, path string) (*Tensors, error)
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil Loader", ErrInvalid)
 	}
-	h, f, lp, err := openHeader(path)
+	s, err := openHeader(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close() // open while the load reads the file through lp
+	defer s.f.Close() // open while the load reads the file through s.lp
+	h := s.h
 	ts := &Tensors{Header: h, Stats: load.Stats{Resident: -1}}
 	n := h.DataEnd - h.DataStart
 	if n == 0 {
@@ -161,9 +169,12 @@ func LoadAll(ctx context.Context, l *load.Loader, path string) (*Tensors, error)
 	if ts.Buffer, err = l.Context().Alloc(int(n)); err != nil {
 		return nil, fmt.Errorf("safetensors: allocating %d bytes of device memory for %s: %w", n, path, err)
 	}
-	ts.Stats, err = l.Load(ctx, lp, []load.Range{{Offset: h.DataStart, Length: n, Dst: ts.Buffer}})
+	ts.Stats, err = l.Load(ctx, s.lp, []load.Range{{Offset: h.DataStart, Length: n, Dst: ts.Buffer}})
+	if err == nil {
+		err = s.unchanged()
+	}
 	if err != nil {
-		return nil, errors.Join(loadErr(path, lp, err), ts.Buffer.Free())
+		return nil, errors.Join(loadErr(path, s.lp, err), ts.Buffer.Free())
 	}
 	return ts, nil
 }
