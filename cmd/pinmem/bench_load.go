@@ -398,18 +398,27 @@ func readChunks(path string, size int64, workers, chunk int, use func(i int64, b
 	return errors.Join(errs...)
 }
 
+// directReadAt reads from a file opened with O_DIRECT; tests replace it
+// to simulate kernels that refuse some direct reads.
+var directReadAt = (*os.File).ReadAt
+
 // directRead reads the file in order with O_DIRECT, depth requests of
 // chunk bytes in flight (each goroutine takes the next offset), into
-// aligned Go memory.
+// aligned Go memory. As the loader does, the direct reads stop at the
+// file's last multiple of load.Align and the last partial block is read
+// buffered: os.File.ReadAt follows a short read with a read at the
+// unaligned end, which kernels whose direct I/O checks alignment before
+// the file's size (ext4 before Linux 5.5) refuse with EINVAL.
 func directRead(path string, size int64, depth, chunk int) error {
 	f, err := openDirectFile(path)
 	if err != nil {
 		return fmt.Errorf("O_DIRECT: %w", err)
 	}
 	defer f.Close()
+	end := size / load.Align * load.Align
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errs := make([]error, depth)
+	errs := make([]error, depth+1)
 	for w := range depth {
 		wg.Add(1)
 		go func() {
@@ -419,18 +428,35 @@ func directRead(path string, size int64, depth, chunk int) error {
 			buf := raw[skip : skip+chunk]
 			for {
 				off := (next.Add(1) - 1) * int64(chunk)
-				if off >= size {
+				if off >= end {
 					return
 				}
-				if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+				k := int(min(int64(chunk), end-off))
+				if _, err := directReadAt(f, buf[:k], off); err != nil && !errors.Is(err, io.EOF) {
 					errs[w] = err
 					return
 				}
 			}
 		}()
 	}
+	if end < size {
+		errs[depth] = readTail(path, end, size)
+	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// readTail reads the bytes [from, size) of the file buffered.
+func readTail(path string, from, size int64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.ReadAt(make([]byte, size-from), from); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
 }
 
 // bufferedRead reads the file in order, one request of chunk bytes at a
