@@ -236,3 +236,57 @@ func TestFakeReadyBlocks(t *testing.T) {
 		t.Errorf("ready called %d times after LoadFiles returned", n)
 	}
 }
+
+// TestFakeWait: after a load that returned at its deadline on a device
+// that does not run its copies, Wait returns at its own deadline while
+// they are queued and nil once they ran, after which the destination is
+// freed without a copy faulting on it; on a closed Loader likewise.
+func TestFakeWait(t *testing.T) {
+	e := newFakeEnv(t, fakedrv.Options{WaitTimeout: -1})
+	path, data := tempFile(t, 1<<20, 25)
+	for _, closed := range []bool{false, true} {
+		l := e.loader(t)
+		dst, err := e.ctx.Alloc(len(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.d.Pause()
+		short := func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 50*time.Millisecond)
+		}
+		within(t, 10*time.Second, e.d.Resume, func() {
+			ctx, cancel := short()
+			defer cancel()
+			_, err = l.LoadFile(ctx, path, dst)
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Load on a paused device: %v", err)
+		}
+		if closed {
+			ctx, cancel := short()
+			err = l.Close(ctx)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Close on a paused device: %v", err)
+			}
+		}
+		within(t, 10*time.Second, e.d.Resume, func() {
+			ctx, cancel := short()
+			defer cancel()
+			err = l.Wait(ctx)
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Wait while copies are queued (closed %v): %v, want the deadline", closed, err)
+		}
+		e.d.Resume()
+		if err := l.Wait(context.Background()); err != nil {
+			t.Fatalf("Wait once the device resumed (closed %v): %v", closed, err)
+		}
+		if err := dst.Free(); err != nil {
+			t.Fatal(err)
+		}
+		if errs := e.d.AsyncErrors(); len(errs) != 0 {
+			t.Fatalf("a copy ran after Wait returned (closed %v): %v", closed, errs)
+		}
+	}
+}

@@ -35,11 +35,14 @@ type Loader struct {
 	stages  []*stage
 	free    chan *stage // stages whose copies have finished
 
-	// turn holds a token while a load or Close runs: one at a time. It is a
-	// channel rather than a mutex so that a Load can stop waiting for its
-	// turn when its context ends.
+	// turn holds a token while a load, Wait or Close runs: one at a time.
+	// It is a channel rather than a mutex so that a Load can stop waiting
+	// for its turn when its context ends.
 	turn   chan struct{}
 	closed bool // guarded by turn
+	// drained is closed once every stage is back after Close (guarded by
+	// turn; nil before Close).
+	drained chan struct{}
 
 	rel *lifecycle.Releaser // frees the stages, events and streams (releaseStep)
 	// released is closed once rel has released everything.
@@ -185,22 +188,69 @@ func (l *Loader) Close(ctx context.Context) error {
 	if l.turn == nil {
 		return fmt.Errorf("load: Close of a Loader not made by New: %w", cuda.ErrInvalidValue)
 	}
-	select {
-	case l.turn <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("load: Close waiting for a load to end: %w", ctx.Err())
+	if err := l.take(ctx); err != nil {
+		return fmt.Errorf("load: Close waiting for a load to end: %w", err)
 	}
 	defer func() { <-l.turn }()
 	if l.closed {
 		return ErrClosed
 	}
 	l.closed = true
-	idle := make(chan struct{})
+	l.drained = make(chan struct{})
 	go func() { // the one background wait: every stage is back
 		_, _ = l.idle(context.Background())
-		close(idle)
+		close(l.drained)
 	}()
-	return lifecycle.ReleaseWhenIdle(ctx, "load: Close waiting for the copies in flight", idle, l.rel)
+	return lifecycle.ReleaseWhenIdle(ctx, "load: Close waiting for the copies in flight", l.drained, l.rel)
+}
+
+// Wait returns once no copy that a load on l queued can still run, or an
+// error matching ctx.Err() when ctx ends first. A load that returned
+// early (its context ended) may have left copies queued that still write
+// its destinations: once Wait has returned nil they have all run, and
+// the destinations may be freed. Wait first waits for a load in progress
+// to end; on a closed Loader it waits for the copies Close waits for.
+func (l *Loader) Wait(ctx context.Context) error {
+	if l == nil || l.turn == nil || ctx == nil {
+		return fmt.Errorf("load: Wait on a nil Loader, one not made by New, or with a nil context: %w", cuda.ErrInvalidValue)
+	}
+	if err := l.take(ctx); err != nil {
+		return fmt.Errorf("load: Wait for a load to end: %w", err)
+	}
+	defer func() { <-l.turn }()
+	if l.closed {
+		select {
+		case <-l.drained:
+			return nil
+		default:
+		}
+		select {
+		case <-l.drained:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("load: Wait for the copies in flight of a closed Loader: %w", ctx.Err())
+		}
+	}
+	if busy, err := l.idle(ctx); err != nil {
+		return fmt.Errorf("load: Wait for %d stages still copying: %w", busy, err)
+	}
+	return nil
+}
+
+// take takes the Loader's turn (see Loader.turn), waiting for it until
+// ctx ends; a free turn is taken even when ctx has ended.
+func (l *Loader) take(ctx context.Context) error {
+	select {
+	case l.turn <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case l.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // releaseStep frees everything New created (rel's step), keeping what the
@@ -290,10 +340,10 @@ func (l *Loader) Load(ctx context.Context, path string, ranges []Range) (Stats, 
 // copy fails, no new read starts. Every wait is bounded by ctx: LoadFiles
 // returns ctx's error once ctx ends even if the device never finishes the
 // copies already queued. The destinations then hold a part of the data and
-// may still be written by those copies: they have all finished once a
-// later load on the Loader has begun reading (a load begins only when no
-// copy of an earlier one runs) or Close has returned nil; free the
-// destinations after that. A LoadFiles that waits for another load, or for
+// may still be written by those copies: they have all finished once Wait
+// or Close has returned nil, or a later load on the Loader has begun
+// reading (a load begins only when no copy of an earlier one runs); free
+// the destinations after that. A LoadFiles that waits for another load, or for
 // those copies, returns ctx's error, having read nothing, if ctx ends
 // first.
 func (l *Loader) LoadFiles(ctx context.Context, files []File, ready func(file, rng int)) (Stats, error) {

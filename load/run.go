@@ -78,14 +78,8 @@ func (l *Loader) load(ctx context.Context, files []File, wholeDst *cuda.DeviceBu
 	case ctx == nil:
 		return st, fmt.Errorf("load: nil context.Context: %w", cuda.ErrInvalidValue)
 	}
-	select {
-	case l.turn <- struct{}{}:
-	default:
-		select {
-		case l.turn <- struct{}{}:
-		case <-ctx.Done():
-			return st, fmt.Errorf("load: waiting for another load on the Loader to end: %w", ctx.Err())
-		}
+	if err := l.take(ctx); err != nil {
+		return st, fmt.Errorf("load: waiting for another load on the Loader to end: %w", err)
 	}
 	defer func() { <-l.turn }()
 	if l.closed {

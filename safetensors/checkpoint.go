@@ -86,8 +86,11 @@ func Whole(dst Destination) func(Tensor) (load.Range, error) {
 // its tensor's bounds matches ErrInvalid; a bad destination is a
 // *load.RangeError; a shard that changes from its header's parse to the
 // end of the load matches load.ErrChanged (found at the end of the load),
-// and one that shrinks while it is read load.ErrShortFile. After an error nothing stays pinned but the stages
-// l pinned, which it keeps for its next load until Close.
+// and one that shrinks while it is read load.ErrShortFile. After an
+// error nothing stays pinned but the stages l pinned, which it keeps for
+// its next load until Close; free the destinations once l.Wait has
+// returned nil (a load whose ctx ended may have left copies into them
+// queued).
 func LoadCheckpoint(ctx context.Context, l *load.Loader, path string, part func(Tensor) (load.Range, error), ready func(Tensor)) (load.Stats, error) {
 	st := load.Stats{Resident: -1}
 	if l == nil || part == nil {

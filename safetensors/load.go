@@ -96,7 +96,8 @@ func Into(bufs map[string]*cuda.DeviceBuffer) Destination {
 // load an error matching load.ErrChanged. The header is
 // returned with the load's statistics whenever it could be parsed. The
 // buffers dst returns stay the caller's, to free whether the load
-// succeeded or not.
+// succeeded or not; after an error, once l.Wait has returned nil (a load
+// whose ctx ended may have left copies into them queued).
 func Load(ctx context.Context, l *load.Loader, path string, dst Destination) (*Header, load.Stats, error) {
 	if l == nil || dst == nil {
 		return nil, load.Stats{Resident: -1}, fmt.Errorf("%w: nil Loader or Destination", ErrInvalid)
@@ -147,7 +148,9 @@ type Tensors struct {
 // from the file whose header was parsed, as for Load.
 // The caller frees the memory with Tensors.Free. Errors are those of Load,
 // and a failed allocation (an error matching cuda.ErrOutOfMemory); on any
-// error nothing stays allocated.
+// error nothing stays allocated: the allocation is freed before LoadAll
+// returns, or, when ctx ended while copies into it were still queued, in
+// the background once they ran (see load.Loader.Wait).
 func LoadAll(ctx context.Context, l *load.Loader, path string) (*Tensors, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil Loader", ErrInvalid)
@@ -174,7 +177,18 @@ func LoadAll(ctx context.Context, l *load.Loader, path string) (*Tensors, error)
 		err = s.unchanged()
 	}
 	if err != nil {
-		return nil, errors.Join(loadErr(path, s.lp, err), ts.Buffer.Free())
+		err = loadErr(path, s.lp, err)
+		// A load whose ctx ended may have left copies into the buffer
+		// queued: it is freed once they ran, now if they have.
+		if l.Wait(ctx) == nil {
+			return nil, errors.Join(err, ts.Buffer.Free())
+		}
+		go func() {
+			if l.Wait(context.Background()) == nil {
+				_ = ts.Buffer.Free()
+			}
+		}()
+		return nil, err
 	}
 	return ts, nil
 }

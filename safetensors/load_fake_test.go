@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv"
@@ -310,6 +311,61 @@ func TestFakeLoadWhileReplaced(t *testing.T) {
 		}
 		if off := testutil.FirstMismatch(datas[name], got); off >= 0 {
 			t.Fatalf("load %d: the header names tensor %q, the data differs from its file's at %d", i, name, off)
+		}
+	}
+}
+
+// TestFakeLoadAllCanceled: LoadAll whose context ends while its copies are
+// queued on a device that does not run them returns the context's error
+// and frees its allocation only once those copies ran: they never write
+// to freed memory (the fake driver faults such a copy, and the fault
+// would break the context), and the Loader loads again afterwards.
+func TestFakeLoadAllCanceled(t *testing.T) {
+	d := testutil.UseFake(t, fakedrv.Options{WaitTimeout: -1})
+	ctx := testutil.PrimaryContext(t)
+	l, err := load.New(ctx, load.WithStageSize(64<<10), load.WithParallelism(3), load.WithDepth(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	e := fakeEnv{d, ctx, l}
+	path, h, seed := writeModel(t, t.TempDir(), 1<<20, 256)
+	d.Pause()
+	done := make(chan error, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		ts, err := LoadAll(cctx, l, path)
+		if err == nil {
+			err = errors.Join(errors.New("LoadAll succeeded on a paused device"), ts.Free())
+		}
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		d.Resume()
+		t.Fatal("LoadAll still blocked 10 s after its deadline")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("LoadAll on a paused device: %v, want the deadline", err)
+	}
+	d.Resume()
+	ts, err := LoadAll(context.Background(), l, path)
+	if err != nil {
+		t.Fatalf("LoadAll after the device resumed: %v", err)
+	}
+	for _, want := range h.Tensors {
+		if _, view, _ := ts.Tensor(want.Name); view != nil {
+			testutil.CheckBytes(t, tensorData(seed[want.Name], want.Size()), e.bytes(t, view))
+		}
+	}
+	if err := errors.Join(ts.Free(), l.Close(context.Background())); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); d.Live().DeviceAllocs != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the canceled LoadAll's allocation is still live: %+v", d.Live())
 		}
 	}
 }
