@@ -256,7 +256,9 @@ func (r *checkpointRun) loads(kind, dir string, before func() error, mode ...loa
 			mu.Unlock()
 		})
 		last = st
+		mu.Lock() // a ready call may still run once a load's ctx ended
 		firsts = append(firsts, float64(first)/float64(time.Millisecond))
+		mu.Unlock()
 		return err
 	}, "")
 	if cerr := l.Close(ctx); err == nil {
