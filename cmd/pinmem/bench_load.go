@@ -222,7 +222,7 @@ func (f *benchLoadFlags) options() ([]load.Option, error) {
 			opts = append(opts, o.opt)
 		}
 	}
-	if cfg.Stages > 0 {
+	if cfg.Stages != 0 { // load.New refuses a negative one below
 		opts = append(opts, load.WithDepth(cfg.Stages))
 	} else {
 		cfg.Stages = 2 * cfg.Readers

@@ -110,6 +110,7 @@ func TestBenchLoadBadCommandLines(t *testing.T) {
 		{"bench", "load", file, "--stage-size", "2GiB"},
 		{"bench", "load", file, "--readers", "0"},
 		{"bench", "load", file, "--depth", "0"},
+		{"bench", "load", file, "--stages", "-1"},
 		{"bench", "load", file, "--format", "xml"},
 		{"bench", "load", file, "--baseline", "nope"},
 	} {
