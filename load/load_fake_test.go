@@ -310,34 +310,44 @@ func TestFakeNewReleasesOnFailure(t *testing.T) {
 	}
 }
 
-// TestFakeCancel cancels a load from its progress callback: Load returns
-// context.Canceled having delivered part of the data, and everything is
-// released (testutil.UseFake's cleanup).
+// TestFakeCancel cancels a load from its progress callback, buffered and
+// direct: Load returns context.Canceled having delivered part of the
+// data (its readers, still reading, stop on their own: run it with -race),
+// and everything is released (testutil.UseFake's cleanup).
 func TestFakeCancel(t *testing.T) {
 	e := newFakeEnv(t, fakedrv.Options{})
-	path, _ := tempFile(t, 4<<20, 5)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	l := e.loader(t, WithMode(ModeBuffered), WithProgress(func(done, _ int64) {
-		if done > 0 {
-			cancel()
+	path, data := tempFile(t, 4<<20, 5)
+	for _, m := range []Mode{ModeBuffered, ModeDirect} {
+		var cancel context.CancelFunc
+		l := e.loader(t, WithMode(m), WithProgress(func(done, _ int64) {
+			if done > 0 {
+				cancel()
+			}
+		}))
+		dst := e.devbuf(t, 4<<20)
+		var ctx context.Context
+		for range 10 { // readers caught at different points
+			var c context.CancelFunc
+			ctx, c = context.WithCancel(context.Background())
+			defer c()
+			cancel = c
+			st, err := l.LoadFile(ctx, path, dst)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("canceled %v load: %+v, %v", m, st, err)
+			}
+			if st.Bytes == 0 || st.Bytes >= 4<<20 {
+				t.Errorf("%v: canceled after the first stage, delivered %d bytes", m, st.Bytes)
+			}
 		}
-	}))
-	dst := e.devbuf(t, 4<<20)
-	st, err := l.LoadFile(ctx, path, dst)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("canceled load: %+v, %v", st, err)
-	}
-	if st.Bytes == 0 || st.Bytes >= 4<<20 {
-		t.Errorf("canceled after the first stage, delivered %d bytes", st.Bytes)
-	}
-	// The Loader is still usable.
-	if _, err := l.LoadFile(context.Background(), path, dst); err != nil {
-		t.Fatal(err)
-	}
-	// A context canceled before the call reads nothing.
-	if st, err := l.LoadFile(ctx, path, dst); !errors.Is(err, context.Canceled) || st.ReadBytes != 0 {
-		t.Errorf("load with a canceled context: %+v, %v", st, err)
+		// The Loader is still usable.
+		if _, err := l.LoadFile(context.Background(), path, dst); err != nil {
+			t.Fatal(err)
+		}
+		testutil.CheckBytes(t, data, e.deviceBytes(t, dst, len(data)))
+		// A context canceled before the call reads nothing.
+		if st, err := l.LoadFile(ctx, path, dst); !errors.Is(err, context.Canceled) || st.ReadBytes != 0 {
+			t.Errorf("%v load with a canceled context: %+v, %v", m, st, err)
+		}
 	}
 }
 

@@ -390,19 +390,14 @@ func (r *run) modes() (Mode, string) {
 	return best, why
 }
 
-func (r *run) dropDirect() {
+// closeFiles closes the load's files. It writes no field of them: a
+// reader may outlive a load whose ctx ended (in a ready callback that
+// blocks, say), and its next read of a closed file fails.
+func (r *run) closeFiles() {
 	for _, of := range r.files {
 		if of.direct != nil {
 			of.direct.Close()
-			of.direct = nil
 		}
-	}
-}
-
-// closeFiles closes the load's files.
-func (r *run) closeFiles() {
-	r.dropDirect()
-	for _, of := range r.files {
 		if of.f != nil {
 			of.f.Close()
 		}
