@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/tools/testutil"
 )
@@ -93,7 +94,9 @@ func TestFakeLoadHungDevice(t *testing.T) {
 func TestFakeCloseHungDevice(t *testing.T) {
 	e := newFakeEnv(t, fakedrv.Options{WaitTimeout: -1})
 	path, data := tempFile(t, 1<<20, 22)
-	l, err := New(e.ctx, WithStageSize(64<<10), WithParallelism(4), WithDepth(6))
+	// One reader: no other waits for the poll to end before giving its
+	// stage back, so Close could release every stage meanwhile.
+	l, err := New(e.ctx, WithStageSize(64<<10), WithParallelism(1), WithDepth(6))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,4 +292,64 @@ func TestFakeWait(t *testing.T) {
 			t.Fatalf("a copy ran after Wait returned (closed %v): %v", closed, errs)
 		}
 	}
+}
+
+// TestFakeNoQueryAfterReturn: a reader caught in a poll of the stages in
+// flight when its load's context ends (here in a cuEventQuery that
+// blocks) does not query a stage's event once the load has returned: by
+// then Close may have destroyed it, or a later load recorded it again.
+func TestFakeNoQueryAfterReturn(t *testing.T) {
+	e := newFakeEnv(t, fakedrv.Options{})
+	path, data := tempFile(t, 1<<20, 26)
+	// One reader: no other waits for the poll to end before giving its
+	// stage back, so Close could release every stage meanwhile.
+	l, err := New(e.ctx, WithStageSize(64<<10), WithParallelism(1), WithDepth(6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := e.devbuf(t, len(data))
+	var closed, queriedAfterClose atomic.Bool
+	inQuery, release, queried := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	e.d.SetHook(func(op string) cudadrv.Result {
+		if op == "cuEventQuery" {
+			blocked := false
+			first.Do(func() { blocked = true })
+			if blocked {
+				close(inQuery)
+				<-release
+				queriedAfterClose.Store(closed.Load())
+				close(queried)
+			}
+		}
+		return cudadrv.Success
+	})
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := l.LoadFile(ctx, path, dst)
+		err = errors.Join(err, l.Close(context.Background()))
+		closed.Store(true)
+		done <- err
+	}()
+	<-inQuery
+	// The load's deadline passes while the query blocks; let the load
+	// and Close end if they do before the query returns.
+	select {
+	case err = <-done:
+	case <-time.After(time.Second):
+	}
+	close(release)
+	<-queried
+	if err == nil {
+		err = <-done
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("load whose query blocked past its deadline: %v, want the deadline", err)
+	}
+	if queriedAfterClose.Load() {
+		t.Error("a stage's event was queried after the load returned and Close released it")
+	}
+	e.d.SetHook(nil)
 }

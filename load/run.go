@@ -57,6 +57,11 @@ type run struct {
 
 	fmu     sync.Mutex
 	flights []*flight // queued and not yet counted as landed, in the order queued (guarded by fmu)
+	// stopped: the load has returned, and poll queries no event (guarded
+	// by fmu). A reader may outlive its load (its ctx ended while the
+	// reader ran a ready callback), and the stages it did not take may by
+	// then be a later load's, or released by Close.
+	stopped bool
 
 	mu       sync.Mutex // guards the fields below
 	err      error
@@ -478,6 +483,9 @@ func (r *run) end(ctx context.Context) {
 	r.mu.Lock()
 	r.ended = true
 	r.mu.Unlock()
+	r.fmu.Lock() // waits for a poll's queries, never for a callback
+	r.stopped = true
+	r.fmu.Unlock()
 	select {
 	case r.cb <- struct{}{}:
 		<-r.cb
@@ -513,7 +521,10 @@ func (r *run) reader() {
 		case <-r.ctx.Done():
 			return
 		}
-		if r.ctx.Err() != nil { // the select may take a stage after the end
+		if r.ctx.Err() != nil {
+			// The select may take a stage after the load returned (r.ctx
+			// is canceled before the Loader's turn is given back): by then
+			// it is a later load's, or released by Close.
 			r.l.free <- s
 			return
 		}
@@ -552,6 +563,10 @@ func (r *run) poll() {
 	var ps []piece
 	var busy []*cuda.Stream
 	r.fmu.Lock()
+	if r.stopped {
+		r.fmu.Unlock()
+		return
+	}
 	keep := r.flights[:0]
 	for _, f := range r.flights {
 		if f.landed.Load() {
