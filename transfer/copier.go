@@ -378,6 +378,22 @@ func (c *copier) abandon(l *lane, release func()) (touching <-chan struct{}) {
 	return ran
 }
 
+// abandonOnPanic runs f, which calls the caller's code (a reader, a
+// writer) on lane l; when that panics (or exits the goroutine), the
+// copies l queued go to the fence (abandon) before the panic goes on, so
+// that the Copier keeps its lane and stages.
+func (c *copier) abandonOnPanic(l *lane, f func() error) error {
+	returned := false
+	defer func() {
+		if !returned {
+			c.abandon(l, func() {})
+		}
+	}()
+	err := f()
+	returned = true
+	return err
+}
+
 // HtoD copies src into the device buffer dst (from offset 0; use
 // dst.Slice for another offset) and returns when the data is there. dst
 // must hold len(src) bytes (else a *SizeError), be alive (else an error

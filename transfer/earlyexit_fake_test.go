@@ -465,3 +465,84 @@ func TestEarlyExitCancelledDtoHOpDone(t *testing.T) {
 		}
 	}
 }
+
+// panicReader returns n bytes, then panics.
+type panicReader struct{ n int }
+
+func (r *panicReader) Read(p []byte) (int, error) {
+	if r.n <= 0 {
+		panic("reader")
+	}
+	k := min(len(p), r.n)
+	r.n -= k
+	return k, nil
+}
+
+// panicWriter takes n bytes, then panics.
+type panicWriter struct{ n int }
+
+func (w *panicWriter) Write(p []byte) (int, error) {
+	if w.n <= 0 {
+		panic("writer")
+	}
+	k := min(len(p), w.n)
+	w.n -= k
+	return k, nil
+}
+
+// A callback of the caller's that panics inside a call (HtoDFrom's
+// reader, DtoHTo's writer, RunMapped's work) reaches the caller, and the
+// Copier keeps its lane and stages: the copies queued before the panic go
+// to the fence, and the next transfer of a one-lane Copier runs, every
+// byte right, with nothing left at Close.
+func TestEarlyExitCallbackPanicKeepsLane(t *testing.T) {
+	const stage = 64 << 10
+	for _, tc := range []struct {
+		name string
+		call func(c *Copier, dev *cuda.DeviceBuffer, b *pinmem.Buffer)
+	}{
+		{"HtoDFrom", func(c *Copier, dev *cuda.DeviceBuffer, _ *pinmem.Buffer) {
+			_, _ = c.HtoDFrom(context.Background(), dev, &panicReader{n: 2 * stage})
+		}},
+		{"DtoHTo", func(c *Copier, dev *cuda.DeviceBuffer, _ *pinmem.Buffer) {
+			_, _ = c.DtoHTo(context.Background(), &panicWriter{n: stage}, dev)
+		}},
+		{"RunMapped", func(c *Copier, _ *cuda.DeviceBuffer, b *pinmem.Buffer) {
+			_ = c.RunMapped(context.Background(), nil, b, func(s *cuda.Stream, p cuda.DevicePtr, n int) error {
+				if err := s.Memset(cuda.WrapDevicePtr(s.Context(), p, n), 0, 1, n); err != nil {
+					return err
+				}
+				panic("work")
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := quickFake(t)
+			s, err := e.ctx.NewStream(cuda.StreamNonBlocking)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Destroy()
+			c := e.copier(t, append(smallRing(), WithStream(s))...)
+			n := 8 * stage
+			dev := e.devbuf(t, n)
+			b := pinnedBuf(t, 4096, pinmem.Mapped)
+			func() {
+				defer func() {
+					if r := recover(); r == nil {
+						t.Fatal("the callback's panic did not reach the caller")
+					}
+				}()
+				tc.call(c, dev, b)
+			}()
+			src := testutil.RandomBytes(n, 91)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if _, err := c.HtoD(ctx, dev, src); err != nil {
+				t.Fatalf("HtoD after a panicking callback: %v", err)
+			}
+			testutil.CheckBytes(t, src, e.deviceBytes(t, dev))
+			closeCopier(t, c)
+		})
+	}
+}

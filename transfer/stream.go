@@ -98,7 +98,7 @@ func (c *Copier) ioRing(ctx context.Context, d Direction, dev *cuda.DeviceBuffer
 	}
 	first := l.startTimer()
 	if first == nil {
-		first = move(l, &st)
+		first = c.abandonOnPanic(l, func() error { return move(l, &st) })
 	}
 	_, err = c.finish(ctx, l, nil, true, first, &st, func() {})
 	m.stop(&st)

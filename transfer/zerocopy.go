@@ -48,21 +48,37 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 		release()
 		return err
 	}
-	werr := work(s, p, b.Len())
-	w := newWaiter() // the call's own: the lanes' waiters stay free
+	var w *waiter
 	d := drain{evs: []*cuda.Event{ev}}
+	handOff := func() {
+		// The kernels may still run, and the waiter still sleep on ev.
+		c.fence.handOff(c.gate.Hold, c.gate.End, d, func() {
+			if w != nil {
+				w.close()
+			}
+			_ = c.destroyEvent(ev)
+			release()
+		})
+	}
+	returned := false
+	defer func() {
+		if !returned { // work panicked: the kernels it queued go to the fence
+			if ev.Record(s) != nil {
+				d = drain{streams: []*cuda.Stream{s}}
+			}
+			handOff()
+		}
+	}()
+	werr := work(s, p, b.Len())
+	returned = true
+	w = newWaiter() // the call's own: the lanes' waiters stay free
 	if err = ev.Record(s); err == nil {
 		err = w.wait(ctx, ev)
 	} else {
 		d = drain{streams: []*cuda.Stream{s}}
 	}
 	if err != nil && (ctx.Err() != nil || d.streams != nil) {
-		// The kernels may still run, and the waiter still sleep on ev.
-		c.fence.handOff(c.gate.Hold, c.gate.End, d, func() {
-			w.close()
-			_ = c.destroyEvent(ev)
-			release()
-		})
+		handOff()
 		return errors.Join(werr, err)
 	}
 	w.close() // it served the wait
