@@ -31,18 +31,17 @@ type engine struct {
 	flags  pinmem.Flags
 	popts  []pinmem.Option
 
-	mu      sync.Mutex
-	refs    int
-	depth   int            // the largest depth of the members
-	par     int            // the largest parallelism of the members
-	two     bool           // two rings: two members, or two transfers of one Copier staging at once
-	ring    class          // stages of the stage size: the rings, and one-stage transfers (pathStage)
-	small   class          // small stages of small one-stage transfers (pathSmall)
-	waiters []*stageWaiter // FIFO, for ring stages
-	peak    int            // most ring stages borrowed at once (tests)
-	pool    *copypool.Pool
-	closed  bool
-	rel     *lifecycle.Releaser
+	mu     sync.Mutex
+	refs   int
+	depth  int   // the largest depth of the members
+	par    int   // the largest parallelism of the members
+	two    bool  // two rings: two members, or two transfers of one Copier staging at once
+	ring   class // stages of the stage size: the rings, and one-stage transfers (pathStage)
+	small  class // small stages of small one-stage transfers (pathSmall)
+	peak   int   // most ring stages borrowed at once (tests)
+	pool   *copypool.Pool
+	closed bool
+	rel    *lifecycle.Releaser
 }
 
 // class is the engine's stages of one size.
@@ -50,8 +49,9 @@ type class struct {
 	size    int
 	all     []*stage // every stage, idle or borrowed
 	idle    []*stage
-	growing int  // stages being pinned (grow)
-	short   bool // pinning failed with stages there: run with them until a member joins
+	growing int            // stages being pinned (grow)
+	short   bool           // pinning failed with stages there: run with them until a member joins
+	waiters []*stageWaiter // FIFO
 }
 
 // engineKey identifies a shared engine.
@@ -129,6 +129,16 @@ func (e *engine) target() int {
 	return e.depth
 }
 
+// limit is the most stages of class k the engine pins: the target for
+// the ring; small stages grow without a limit, as there is at most one
+// per lane of the members. e.mu held.
+func (e *engine) limit(k *class) int {
+	if k == &e.small {
+		return math.MaxInt
+	}
+	return e.target()
+}
+
 // allowTwo lets the engine grow to two rings, for a Copier running two
 // staged transfers at once; a failed pinning (the budget, say) leaves
 // them sharing the stages there are.
@@ -201,23 +211,28 @@ func (e *engine) fill(ctx context.Context, want int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	err := e.grow(ctx, &e.ring, e.target(), e.target())
-	e.serve()
-	e.handOver()
+	e.serve(&e.ring)
+	e.handOver(&e.ring)
 	if err != nil && len(e.ring.all) < want {
 		return err
 	}
 	return nil
 }
 
-// take borrows 1 to want ring stages, waiting in FIFO order, bounded by
-// ctx. It first pins the stages it lacks (grow): when none is pinned nor
-// being pinned and pinning fails, that is its error; with stages there,
-// or being pinned by another borrower, it waits for them.
+// take borrows 1 to want ring stages (takeFrom).
 func (e *engine) take(ctx context.Context, want int) ([]*stage, error) {
+	return e.takeFrom(ctx, &e.ring, want)
+}
+
+// takeFrom borrows 1 to want stages of class k, waiting in FIFO order,
+// bounded by ctx. It first pins the stages it lacks (grow): when none is
+// pinned nor being pinned and pinning fails, that is its error; with
+// stages there, or being pinned by another borrower, it waits for them.
+func (e *engine) takeFrom(ctx context.Context, k *class, want int) ([]*stage, error) {
 	e.mu.Lock()
 	want = max(1, min(want, e.depth))
-	if len(e.waiters) == 0 && len(e.ring.idle) >= want {
-		got := e.grant(want)
+	if len(k.waiters) == 0 && len(k.idle) >= want {
+		got := e.grant(k, want)
 		e.mu.Unlock()
 		return got, nil
 	}
@@ -226,15 +241,15 @@ func (e *engine) take(ctx context.Context, want int) ([]*stage, error) {
 	for {
 		w.ready, w.retry = make(chan struct{}), false
 		if front {
-			e.waiters = append([]*stageWaiter{w}, e.waiters...)
+			k.waiters = append([]*stageWaiter{w}, k.waiters...)
 		} else {
-			e.waiters = append(e.waiters, w)
+			k.waiters = append(k.waiters, w)
 		}
-		err := e.grow(ctx, &e.ring, want, e.target())
-		e.serve()
-		if err != nil && len(e.ring.all) == 0 && e.ring.growing == 0 && e.dequeue(w) {
+		err := e.grow(ctx, k, want, e.limit(k))
+		e.serve(k)
+		if err != nil && len(k.all) == 0 && k.growing == 0 && k.dequeue(w) {
 			// Nothing to wait for: the error is the transfer's.
-			e.handOver()
+			e.handOver(k)
 			e.mu.Unlock()
 			return nil, err
 		}
@@ -243,7 +258,7 @@ func (e *engine) take(ctx context.Context, want int) ([]*stage, error) {
 		case <-w.ready:
 		case <-ctx.Done():
 			e.mu.Lock()
-			if e.dequeue(w) {
+			if k.dequeue(w) {
 				e.mu.Unlock()
 				return nil, ctx.Err()
 			}
@@ -251,7 +266,7 @@ func (e *engine) take(ctx context.Context, want int) ([]*stage, error) {
 			<-w.ready // served meanwhile: give the stages back
 			if w.retry {
 				e.mu.Lock()
-				e.handOver()
+				e.handOver(k)
 				e.mu.Unlock()
 			}
 			e.give(w.got)
@@ -265,46 +280,48 @@ func (e *engine) take(ctx context.Context, want int) ([]*stage, error) {
 	}
 }
 
-// dequeue removes w from the waiters and reports whether it was there. e.mu held.
-func (e *engine) dequeue(w *stageWaiter) bool {
-	for i, x := range e.waiters {
+// dequeue removes w from k's waiters and reports whether it was there. e.mu held.
+func (k *class) dequeue(w *stageWaiter) bool {
+	for i, x := range k.waiters {
 		if x == w {
-			e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)
+			k.waiters = append(k.waiters[:i], k.waiters[i+1:]...)
 			return true
 		}
 	}
 	return false
 }
 
-// handOver wakes the first waiter to pin the stages itself when none is
+// handOver wakes k's first waiter to pin the stages itself when none is
 // pinned or being pinned (the borrower pinning them failed or its context
 // ended), so that no waiter waits for nothing. e.mu held.
-func (e *engine) handOver() {
-	if len(e.ring.all) > 0 || e.ring.growing > 0 || len(e.waiters) == 0 {
+func (e *engine) handOver(k *class) {
+	if len(k.all) > 0 || k.growing > 0 || len(k.waiters) == 0 {
 		return
 	}
-	w := e.waiters[0]
-	e.waiters = e.waiters[1:]
+	w := k.waiters[0]
+	k.waiters = k.waiters[1:]
 	w.retry = true
 	close(w.ready)
 }
 
-// grant takes up to want idle ring stages. e.mu held.
-func (e *engine) grant(want int) []*stage {
-	k := &e.ring
+// grant takes up to want idle stages of class k. e.mu held.
+func (e *engine) grant(k *class, want int) []*stage {
 	n := min(want, len(k.idle))
 	got := append([]*stage(nil), k.idle[len(k.idle)-n:]...)
 	k.idle = k.idle[:len(k.idle)-n]
-	e.peak = max(e.peak, len(k.all)-len(k.idle))
+	if k == &e.ring {
+		e.peak = max(e.peak, len(k.all)-len(k.idle))
+	}
 	return got
 }
 
-// serve hands idle ring stages to the waiters, first come first served. e.mu held.
-func (e *engine) serve() {
-	for len(e.waiters) > 0 && len(e.ring.idle) > 0 {
-		w := e.waiters[0]
-		e.waiters = e.waiters[1:]
-		w.got = e.grant(w.want)
+// serve hands idle stages of class k to its waiters, first come first
+// served. e.mu held.
+func (e *engine) serve(k *class) {
+	for len(k.waiters) > 0 && len(k.idle) > 0 {
+		w := k.waiters[0]
+		k.waiters = k.waiters[1:]
+		w.got = e.grant(k, w.want)
 		close(w.ready)
 	}
 }
@@ -322,7 +339,8 @@ func (e *engine) give(ss []*stage) {
 		}
 		k.idle = append(k.idle, s)
 	}
-	e.serve()
+	e.serve(&e.ring)
+	e.serve(&e.small)
 	e.mu.Unlock()
 }
 
@@ -382,35 +400,33 @@ func (e *engine) isClosed() bool {
 // tryTake borrows an idle stage for a one-stage transfer without waiting
 // for one, a small stage when small (pathSmall) else a ring stage, first
 // pinning one when none is idle and the class may grow (bounded by ctx).
-// It returns nil when it has none, or a transfer waits for ring stages
-// already (it is not overtaken): the transfer then takes the ring, which
-// waits or reports the pinning's error. A ring transfer that came to wait
-// while it pinned gets what it pinned (serve), or is woken to pin itself
-// when it pinned none and none is there (handOver). Small stages grow
-// without a limit: there is at most one per lane of the members.
-func (e *engine) tryTake(ctx context.Context, small bool) *stage {
+// It returns nil when it has none, or a transfer waits for stages of the
+// class already (it is not overtaken): the transfer then takes the ring,
+// which waits or reports the pinning's error; a small one waits for a
+// small stage instead (wait) when the small stages there (or being
+// pinned) are all it may run on, none of the ring's being pinned. A
+// transfer that came to wait while it pinned gets what it pinned
+// (serve), or is woken to pin itself when it pinned none and none is
+// there (handOver).
+func (e *engine) tryTake(ctx context.Context, small bool) (s *stage, wait bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	k, limit := &e.small, math.MaxInt
-	if !small {
-		k, limit = &e.ring, e.target()
+	k := &e.ring
+	if small {
+		k = &e.small
 	}
-	if !small && len(e.waiters) > 0 {
-		return nil
+	if len(k.waiters) == 0 {
+		_ = e.grow(ctx, k, 1, e.limit(k)) // failing, the ring path tries and says why
 	}
-	_ = e.grow(ctx, k, 1, limit) // failing, the ring path tries and says why
-	if !small && len(e.waiters) > 0 {
-		e.serve()
-		e.handOver()
-		return nil
+	if len(k.waiters) > 0 || len(k.idle) == 0 {
+		e.serve(k)
+		e.handOver(k)
+		return nil, small && len(e.ring.all) == 0 && (len(k.all) > 0 || k.growing > 0)
 	}
-	if len(k.idle) == 0 {
-		return nil
-	}
-	s := k.idle[len(k.idle)-1]
+	s = k.idle[len(k.idle)-1]
 	k.idle = k.idle[:len(k.idle)-1]
 	if !small {
 		e.peak = max(e.peak, len(k.all)-len(k.idle))
 	}
-	return s
+	return s, false
 }

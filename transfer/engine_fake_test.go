@@ -661,7 +661,7 @@ func TestFakeEngineHandOver(t *testing.T) {
 	awaitWaiters(t, eng, 1, "the transfer waiting for the stages being pinned")
 	eng.mu.Lock()
 	eng.ring.growing = 0 // that pinning ended with none
-	eng.handOver()
+	eng.handOver(&eng.ring)
 	eng.mu.Unlock()
 	select {
 	case err := <-got:
@@ -715,7 +715,7 @@ func TestFakeEngineOneStagePinWakesWaiter(t *testing.T) {
 			entered, end := holdPinning(e)
 			defer e.d.SetHook(nil)
 			took := make(chan *stage, 1)
-			go func() { took <- eng.tryTake(context.Background(), false) }()
+			go func() { s, _ := eng.tryTake(context.Background(), false); took <- s }()
 			<-entered
 			got := make(chan error, 1)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -1050,5 +1050,50 @@ func awaitWaiters(t *testing.T, eng *engine, n int, what string) {
 func waiterCount(eng *engine) int {
 	eng.mu.Lock()
 	defer eng.mu.Unlock()
-	return len(eng.waiters)
+	return len(eng.ring.waiters)
+}
+
+// TestFakeEngineSmallStageUnderBudget: under a budget with room for one
+// small stage, held by a 4 KiB transfer on one lane, a 4 KiB transfer on
+// the other lane waits for that stage (the stages there, as Copier says)
+// instead of failing with the budget's error, and pins nothing more.
+func TestFakeEngineSmallStageUnderBudget(t *testing.T) {
+	e := quickFake(t)
+	base := pinmem.Stats().Pinned.Bytes
+	c := e.copier(t)
+	const n = 4 << 10
+	devA, devB := e.devbuf(t, n), e.devbuf(t, n)
+	srcA, srcB := testutil.RandomBytes(n, 41), testutil.RandomBytes(n, 42)
+	bg := context.Background()
+	if _, err := c.HtoD(bg, devA, srcA); err != nil { // pins the small stage
+		t.Fatal(err)
+	}
+	prev := pinmem.SetBudget(pinmem.Stats().Reserved + smallStageSize/2) // not one more small stage
+	defer pinmem.SetBudget(prev)
+	release := holdLanes(t, e, c)
+	a := c.HtoDAsync(bg, devA, srcA)
+	for deadline := time.Now().Add(5 * time.Second); e.d.Pending(cudadrv.Stream(c.lanes[0].stream.Handle()))+e.d.Pending(cudadrv.Stream(c.lanes[1].stream.Handle())) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first transfer queued nothing")
+		}
+	}
+	ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+	defer cancel()
+	b := c.HtoDAsync(ctx, devB, srcB)
+	select {
+	case <-b.Done():
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	if _, err := b.Wait(bg); err != nil {
+		t.Fatalf("a 4 KiB transfer while the only small stage is busy, under the budget: %v", err)
+	}
+	if _, err := a.Wait(bg); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckBytes(t, srcA, e.deviceBytes(t, devA))
+	testutil.CheckBytes(t, srcB, e.deviceBytes(t, devB))
+	if p := pinmem.Stats().Pinned.Bytes - base; p != smallStageSize {
+		t.Errorf("pinned %d bytes, want the one small stage of %d", p, smallStageSize)
+	}
 }

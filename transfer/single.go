@@ -9,12 +9,18 @@ import (
 
 // oneStage takes an idle stage for the transfer on l (a small one when
 // small; pinned now when none is idle and the engine may grow, bounded by
-// ctx) without waiting for one, and lays the transfer out in l.ops, in
-// stagePieces parts of the stage. It reports false when it has none or a
-// transfer waits for stages already: the transfer then takes the ring,
-// which waits bounded by ctx.
+// ctx) without waiting for one, unless only small stages are there (see
+// tryTake), and lays the transfer out in l.ops, in stagePieces parts of
+// the stage. It reports false when it has none or a transfer waits for
+// stages already: the transfer then takes the ring, which waits bounded
+// by ctx, or says why it has none.
 func (c *copier) oneStage(ctx context.Context, l *lane, d Direction, host []byte, dev *cuda.DeviceBuffer, small bool) bool {
-	s := c.eng.tryTake(ctx, small)
+	s, wait := c.eng.tryTake(ctx, small)
+	if wait {
+		if ss, err := c.eng.takeFrom(ctx, &c.eng.small, 1); err == nil {
+			s = ss[0]
+		}
+	}
 	if s == nil {
 		return false
 	}
