@@ -112,8 +112,8 @@ func (m meter) elapsed() (wall, cpu time.Duration) {
 
 // CacheStats are a registration cache's counters (WithRegistrationCache):
 // Entries (live registrations), Bytes (registered), Hits (requests fully
-// served by existing registrations), Misses (requests that needed a new
-// registration), Registrations and Failures (pinmem.Register calls that
+// served by existing registrations), Misses (the others: they needed a new
+// registration, or one was still being made), Registrations and Failures (pinmem.Register calls that
 // succeeded and failed; the memory of a failure was staged), Merges
 // (registrations that replaced overlapping idle ones), Evictions
 // (registrations released to make room, for the limit or the budget) and

@@ -44,7 +44,7 @@ type Stats struct {
 	Entries       int   // live registrations
 	Bytes         int64 // bytes registered
 	Hits          int64 // requests fully served by existing registrations
-	Misses        int64 // requests that needed a new registration
+	Misses        int64 // requests not fully served: a new registration needed, or one still being made
 	Registrations int64 // pinmem.Register calls that succeeded
 	Merges        int64 // registrations that replaced overlapping idle ones
 	Evictions     int64 // registrations released to make room (limit or budget)
@@ -209,7 +209,13 @@ func (c *Cache) Acquire(p []byte) ([]hostspan.Span, *Hold) {
 	h := &Hold{}
 	over, idle, gaps := c.scan(a, b, h)
 	if len(gaps) == 0 {
-		c.stats.Hits++
+		// A hit when every registration over p was usable (held), not
+		// one still being made.
+		if len(h.entries) == len(over) {
+			c.stats.Hits++
+		} else {
+			c.stats.Misses++
+		}
 		c.mu.Unlock()
 		return h.spans(pl, ph), h
 	}

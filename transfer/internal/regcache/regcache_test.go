@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/internal/cudadrv"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/hostptr"
 	"github.com/pinmem/pinmem/internal/hostspan"
@@ -99,6 +100,48 @@ func TestMergeAndLimit(t *testing.T) {
 	}
 	if spans, _ := c.Acquire(make([]byte, 30*ps)); spans != nil {
 		t.Fatal("a range over the limit was registered")
+	}
+}
+
+// TestPendingNotAHit: a request over a registration still being made
+// gets no span for it (its bytes are staged) and counts as a miss, not a
+// hit (a request fully served by existing registrations).
+func TestPendingNotAHit(t *testing.T) {
+	d := testutil.UseFake(t, fakedrv.Options{})
+	testutil.PrimaryContext(t)
+	ps := int(pageSize)
+	c := New(0, 4096)
+	big := make([]byte, 17*ps)
+	base := (ps - int(hostptr.AddrOf(big))%ps) % ps
+	p := big[base : base+16*ps]
+	entered, end := make(chan struct{}), make(chan struct{})
+	d.SetHook(func(op string) cudadrv.Result {
+		if op == "cuMemHostRegister_v2" {
+			close(entered)
+			<-end
+		}
+		return cudadrv.Success
+	})
+	defer d.SetHook(nil)
+	first := make(chan *Hold, 1)
+	go func() {
+		_, h := c.Acquire(p)
+		first <- h
+	}()
+	<-entered
+	spans, h := c.Acquire(p)
+	cs := c.Stats()
+	close(end)
+	c.Release(<-first)
+	c.Release(h)
+	if spans != nil {
+		t.Errorf("spans %v of a registration still being made", spans)
+	}
+	if cs.Hits != 0 || cs.Misses != 2 {
+		t.Errorf("a request over a registration being made: %d hits, %d misses, want 0 and 2", cs.Hits, cs.Misses)
+	}
+	if left, err := c.Close(); left != 0 || err != nil {
+		t.Fatalf("Close: %d left, %v", left, err)
 	}
 }
 
