@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -545,4 +546,50 @@ func TestEarlyExitCallbackPanicKeepsLane(t *testing.T) {
 			closeCopier(t, c)
 		})
 	}
+}
+
+// panicReaderAt is an io.ReaderAt and io.Seeker whose ReadAt at offset 0
+// takes a while and whose other ReadAt calls panic once it started; busy
+// counts the calls in progress.
+type panicReaderAt struct {
+	busy    atomic.Int32
+	started chan struct{}
+}
+
+func (r *panicReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	r.busy.Add(1)
+	defer r.busy.Add(-1)
+	if off != 0 {
+		<-r.started
+		panic("reader at")
+	}
+	close(r.started)
+	time.Sleep(100 * time.Millisecond)
+	return len(p), nil
+}
+
+func (r *panicReaderAt) Seek(int64, int) (int64, error) { return 0, nil }
+
+func (r *panicReaderAt) Read(p []byte) (int, error) { return r.ReadAt(p, 0) }
+
+// A ReadAt that panics on HtoDFrom's goroutine reaches the caller only
+// once the other ReadAt calls into the stage returned: none reads into a
+// stage the fence may already have given to another transfer.
+func TestEarlyExitReaderAtPanicWaitsForReads(t *testing.T) {
+	e := quickFake(t)
+	c := e.copier(t, WithStageSize(2<<20), WithDepth(2), WithParallelism(2))
+	dev := e.devbuf(t, 4<<20)
+	r := &panicReaderAt{started: make(chan struct{})}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the ReadAt's panic did not reach the caller")
+			}
+		}()
+		_, _ = c.HtoDFrom(context.Background(), dev, r)
+	}()
+	if n := r.busy.Load(); n != 0 {
+		t.Errorf("%d ReadAt calls still read into a stage after HtoDFrom's panic reached the caller", n)
+	}
+	closeCopier(t, c)
 }

@@ -223,8 +223,12 @@ func (c *copier) eachAt(p []byte, off int64, f func(p []byte, off int64) (int, e
 	for i := range parts - 1 {
 		wg.Go(func() { piece(i) })
 	}
-	piece(parts - 1) // the caller takes the last
-	wg.Wait()
+	func() {
+		// Even when f panics here, no call of f outlives eachAt: they
+		// write into a stage the fence may hand to another transfer.
+		defer wg.Wait()
+		piece(parts - 1) // the caller takes the last
+	}()
 	for i := range parts {
 		done += ns[i]
 		if ns[i] < min(size, len(p)-i*size) {
