@@ -593,3 +593,57 @@ func TestEarlyExitReaderAtPanicWaitsForReads(t *testing.T) {
 	}
 	closeCopier(t, c)
 }
+
+// RunMapped on the lane of a Copier given WithStream (s nil) waits for
+// its own kernels only, not for work the caller queued on the stream
+// afterwards.
+func TestEarlyExitRunMappedWithStreamIgnoresLaterWork(t *testing.T) {
+	e := quickFake(t)
+	s, err := e.ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	gate, err := e.ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gate.Destroy()
+	ev, err := e.ctx.NewEvent(cuda.EventDisableTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	c := e.copier(t, WithStream(s))
+	b := pinnedBuf(t, 4096, pinmem.Mapped)
+	releaseS := e.hold(t, s)
+	releaseGate := e.hold(t, gate)
+	if err := ev.Record(gate); err != nil {
+		t.Fatal(err)
+	}
+	queries := e.d.Calls("cuEventQuery")
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done <- c.RunMapped(ctx, nil, b, func(s *cuda.Stream, p cuda.DevicePtr, n int) error {
+			return s.Memset(cuda.WrapDevicePtr(s.Context(), p, n), 0, 1, n)
+		})
+	}()
+	// Once RunMapped waits, the caller queues work that cannot run yet.
+	e.waitCalls(t, "cuEventQuery", queries)
+	if err := s.WaitEvent(ev); err != nil {
+		t.Fatal(err)
+	}
+	releaseS()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		releaseGate()
+		t.Fatalf("RunMapped still waiting 2 s after its kernels ran (for the caller's later work): %v", <-done)
+	}
+	releaseGate()
+}

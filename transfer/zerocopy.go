@@ -82,9 +82,11 @@ func (c *Copier) RunMapped(ctx context.Context, s *cuda.Stream, b *pinmem.Buffer
 		return errors.Join(werr, err)
 	}
 	w.close() // it served the wait
-	if l != nil && err == nil {
-		// Collect the kernels' asynchronous errors on the lane's stream,
-		// which holds nothing else; a caller's stream is the caller's.
+	if l != nil && err == nil && c.ownStream {
+		// Collect the kernels' asynchronous errors on the lane's stream
+		// of our own, which holds nothing else; a caller's stream (given
+		// here or WithStream) may hold later work, its errors are the
+		// caller's.
 		err = streamErr(ctx, s)
 	}
 	err = errors.Join(werr, err, c.destroyEvent(ev))
