@@ -490,3 +490,24 @@ func importPeer(t *testing.T, tls, devices string, n int) (*Agent, *peerProc, co
 	}
 	return a, p, ctx, rem, local, reg
 }
+
+// TestWaitCompletedBeforeLook: a transfer that has completed is reported
+// as completed even when its context has ended too by the time its caller
+// looks (the transfer's flush ended first), and its connection is not
+// failed: nothing was cut short.
+func TestWaitCompletedBeforeLook(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	p := newPair(t, "tcp,self", "lo", 1<<16)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 64 {
+		o := &op{name: "remote.Put", p: p.remote.p, done: make(chan struct{})}
+		close(o.done)
+		if err := p.a.wait(ended, o); err != nil {
+			t.Fatalf("wait %d for a completed op with an ended context: %v, want nil", i, err)
+		}
+	}
+	if err := p.transfer(); err != nil {
+		t.Fatalf("Put after completed transfers: %v", err)
+	}
+}

@@ -410,6 +410,11 @@ func (a *Agent) wait(ctx context.Context, o *op) error {
 		return o.err
 	case <-ctx.Done():
 	}
+	select {
+	case <-o.done: // it ended as ctx did: nothing was cut short
+		return o.err
+	default:
+	}
 	a.post(func() { o.p.fail(a, o.name+" was cut short by its context") }, true)
 	return &Error{Op: o.name, Kind: ctx.Err(), Err: ctx.Err(),
 		Detail: "the transfer goes on in the background, its regions busy, until it ended; import the key again (which waits for it)"}
