@@ -80,6 +80,7 @@ type Agent struct {
 	abandon  atomic.Bool   // Close's ctx ended: tear down with transfers in flight
 	done     chan struct{} // the thread ended
 	ops      []*op         // transfers in flight: thread only
+	cut      int           // transfers teardown found in flight (read once done is closed)
 }
 
 // agents are the live agents of the process by id, so that a key of one of
@@ -318,7 +319,8 @@ func (a *Agent) do(ctx context.Context, op string, f func() error) error {
 // and releases the worker and the context. When ctx ends first, the worker
 // is destroyed with the transfers still in flight (UCX cancels them: no
 // byte moves into this agent's memory afterwards, though bytes of a Put
-// already sent may still land at the peer) and Close returns ctx's error.
+// already sent may still land at the peer) and Close returns ctx's error;
+// with no transfer in flight it returns nil.
 func (a *Agent) Close(ctx context.Context) error {
 	if ctx == nil {
 		return &Error{Op: "remote.Agent.Close", Kind: cuda.ErrInvalidValue, Detail: "nil context"}
@@ -343,6 +345,9 @@ func (a *Agent) Close(ctx context.Context) error {
 	a.abandon.Store(true)
 	a.post(func() {}, true)
 	<-a.done
+	if a.cut == 0 {
+		return nil // nothing was in flight: nothing was cut short
+	}
 	return err
 }
 
@@ -359,6 +364,7 @@ func (a *Agent) teardown() {
 	// The worker goes first: destroying it cancels what is still in flight,
 	// after which no transfer can touch the registered memory.
 	a.lib.WorkerDestroy(a.w)
+	a.cut = len(a.ops)
 	for _, o := range a.ops {
 		o.after = nil // keep the Remotes' bookkeeping out of a torn-down agent
 		o.finish(a, &Error{Op: o.name, Kind: ErrClosed, Detail: "the agent closed with the transfer in flight"})

@@ -195,3 +195,23 @@ func TestPostAfterCloseWritesNothing(t *testing.T) {
 		t.Fatalf("post after Close wrote %d bytes into descriptor %d, now another file's", n, wake)
 	}
 }
+
+// TestCloseEndedContextIdle: Close with a context that has already ended,
+// on an agent with no transfer in flight, tears the agent down and
+// returns nil: no transfer was cut short (its error would say one was).
+func TestCloseEndedContextIdle(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	a := newAgent(t, "tcp,self", "lo")
+	buf := alloc(t, 1<<16, 1)
+	if _, err := a.Register(context.Background(), buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.Close(ended); err != nil {
+		t.Fatalf("Close of an idle agent with an ended context: %v, want nil", err)
+	}
+	if s := a.Stats(); s != (Stats{}) {
+		t.Fatalf("after Close the agent holds %+v", s)
+	}
+}
