@@ -53,7 +53,12 @@
 // connection to the same agent (Import) waits for it, so that no byte of
 // a cut-short transfer lands after a transfer on the new connection.
 //
-// Faults are errors, never hangs: a malformed key matches [ErrBadKey]; a
+// Faults are errors, never hangs: a malformed key matches [ErrBadKey] (a
+// key is checked against its checksum and its framing, down to the framing
+// of each packed UCX remote key; what UCX itself reads inside the worker
+// address and the remote keys it cannot check, so a forged key with a
+// right checksum may still abort the process inside UCX: take keys from
+// peers you trust, over a channel you trust); a
 // key whose agent is gone or whose region was closed [ErrStaleKey] (a key
 // of another process's closed region cannot be detected by a one-sided
 // put: its owner must not close a region a peer may still use); a block

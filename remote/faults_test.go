@@ -3,7 +3,9 @@ package remote
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"math"
 	"syscall"
 	"testing"
@@ -509,5 +511,51 @@ func TestWaitCompletedBeforeLook(t *testing.T) {
 	}
 	if err := p.transfer(); err != nil {
 		t.Fatalf("Put after completed transfers: %v", err)
+	}
+}
+
+// TestForgedRkey: a key whose checksum is right but whose packed UCX
+// remote key is cut short, or claims more registrations than it carries,
+// matches ErrBadKey: UCX's unpack takes no length, so it must never be
+// handed a remote key shorter than its own framing says (it would read
+// past it, or abort the process).
+func TestForgedRkey(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			p := newPair(t, tr.tls, tr.devices, 1<<16)
+			ctx := ctxT(t)
+			key := p.rb.Key()
+			k, err := parseKey(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := keyHeaderSize + 4 + len(k.worker) + 4 + 16 // the first registration's rkey length
+			rk := k.pieces[0].rkey
+			withRkey := func(rk []byte) []byte {
+				b := append([]byte(nil), key[:at]...)
+				b = binary.LittleEndian.AppendUint32(b, uint32(len(rk)))
+				b = append(b, rk...)
+				b = append(b, key[at+4+len(k.pieces[0].rkey):len(key)-4]...)
+				return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+			}
+			before := p.a.Stats()
+			for name, forged := range map[string][]byte{
+				"one byte":     rk[:1],
+				"no mem type":  rk[:8],
+				"all ones":     bytes.Repeat([]byte{0xff}, len(rk)),
+				"missing size": append(append([]byte{0xff, 0xff}, make([]byte, 6)...), 0),
+			} {
+				if _, err := p.a.Import(ctx, withRkey(forged)); !errors.Is(err, ErrBadKey) {
+					t.Errorf("%s (%x): %v, want ErrBadKey", name, forged, err)
+				}
+			}
+			if after := p.a.Stats(); after != before {
+				t.Fatalf("forged keys changed the agent: %+v -> %+v", before, after)
+			}
+			if _, err := p.a.Import(ctx, withRkey(rk)); err != nil {
+				t.Fatalf("the key rebuilt unchanged: %v", err)
+			}
+		})
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/pinmem/pinmem/remote/internal/ucx"
 )
 
 // A remote key is what an agent sends so that another can reach a region:
@@ -194,6 +196,9 @@ func (r *keyReader) piece(i int) (keyPiece, error) {
 	}
 	if v, err = r.take(int(rl), "remote key"); err != nil {
 		return keyPiece{}, err
+	}
+	if err := ucx.CheckRkey(v); err != nil {
+		return keyPiece{}, badKey("registration %d: %v", i, err)
 	}
 	p.rkey = append([]byte(nil), v...)
 	return p, nil

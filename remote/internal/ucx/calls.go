@@ -1,6 +1,7 @@
 package ucx
 
 import (
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"unsafe"
@@ -274,6 +275,35 @@ func (l *Lib) RkeyUnpack(ep Ep, packed []byte) (Rkey, error) {
 	s := status(callOut(l.s.epRkeyUnpack, uintptr(ep), uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&r))))
 	runtime.KeepAlive(b)
 	return r, l.err("ucp_ep_rkey_unpack", s)
+}
+
+// CheckRkey checks the framing of a packed remote key, which
+// ucp_ep_rkey_unpack reads without being told its length: a 64-bit map of
+// the owner's memory domains, a memory type byte, then for each domain in
+// the map a size byte and that many bytes (UCX 1.x; later releases may
+// append more, which is allowed). It returns an error when the key is
+// shorter than its framing says, so that UCX never reads past it. It
+// cannot check what UCX's transports read inside each domain's part.
+func CheckRkey(packed []byte) error {
+	const head = 8 + 1 // md_map, mem_type
+	if len(packed) < head {
+		return fmt.Errorf("packed remote key of %d bytes: shorter than its %d-byte header", len(packed), head)
+	}
+	mds := binary.LittleEndian.Uint64(packed)
+	at := head
+	for i := range 64 {
+		if mds&(1<<i) == 0 {
+			continue
+		}
+		if at >= len(packed) {
+			return fmt.Errorf("packed remote key of %d bytes ends before memory domain %d's size", len(packed), i)
+		}
+		at += 1 + int(packed[at])
+		if at > len(packed) {
+			return fmt.Errorf("packed remote key of %d bytes ends inside memory domain %d's part (to byte %d)", len(packed), i, at)
+		}
+	}
+	return nil
 }
 
 // RkeyDestroy is ucp_rkey_destroy.
