@@ -370,9 +370,11 @@ func (a *Agent) teardown() {
 		o.finish(a, &Error{Op: o.name, Kind: ErrClosed, Detail: "the agent closed with the transfer in flight"})
 	}
 	a.ops = nil
+	a.mu.Lock() // Region.Key and Registrations read the slabs under it
 	for _, s := range slabs {
 		s.unmap(a)
 	}
+	a.mu.Unlock()
 	a.lib.Cleanup(a.uctx)
 	a.mu.Lock()
 	wake := a.wake

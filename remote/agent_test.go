@@ -215,3 +215,38 @@ func TestCloseEndedContextIdle(t *testing.T) {
 		t.Fatalf("after Close the agent holds %+v", s)
 	}
 }
+
+// TestCloseRacingRegionReads: Region.Key and Region.Registrations, safe
+// for concurrent use, may run while the agent closes (its teardown drops
+// the regions' registrations): under -race, no data race.
+func TestCloseRacingRegionReads(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	a := newAgent(t, "tcp,self", "lo")
+	buf := alloc(t, 1<<16, 1)
+	r, err := a.Register(context.Background(), buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = r.Key()
+			_ = r.Registrations()
+		}
+	}()
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	<-read
+	if regs := r.Registrations(); len(regs) != 0 {
+		t.Fatalf("after Close the region lists %+v", regs)
+	}
+}

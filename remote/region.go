@@ -126,7 +126,8 @@ func (a *Agent) mapSlab(b *pinmem.Buffer, base, n uintptr) (*slab, error) {
 	return s, nil
 }
 
-// unmap drops the slab's registrations (agent's thread). A slab of
+// unmap drops the slab's registrations (agent's thread, under a.mu once
+// the slab is published). A slab of
 // Agent.Alloc is unpinned first and its memory freed with the
 // registration; if pinmem cannot unpin it, the memory is kept (the driver
 // still pins it) and so is the UCX allocation.
