@@ -313,6 +313,9 @@ func (a *Agent) do(ctx context.Context, op string, f func() error) error {
 	}
 }
 
+// ok reports whether a is an agent NewAgent made.
+func (a *Agent) ok() bool { return a != nil && a.lib != nil }
+
 // Close stops the agent: it waits, bounded by ctx, for the transfers in
 // flight, then closes every connection and remote region, drops every
 // registration (the pinmem buffers stay allocated: they are the caller's),
@@ -322,6 +325,9 @@ func (a *Agent) do(ctx context.Context, op string, f func() error) error {
 // already sent may still land at the peer) and Close returns ctx's error;
 // with no transfer in flight it returns nil.
 func (a *Agent) Close(ctx context.Context) error {
+	if !a.ok() {
+		return errNil("remote.Agent.Close", "Agent")
+	}
 	if ctx == nil {
 		return &Error{Op: "remote.Agent.Close", Kind: cuda.ErrInvalidValue, Detail: "nil context"}
 	}
@@ -390,8 +396,11 @@ type Stats struct {
 	Connections   int   // endpoints to other agents
 }
 
-// Stats returns what the agent holds now.
+// Stats returns what the agent holds now (nothing for a nil Agent).
 func (a *Agent) Stats() Stats {
+	if !a.ok() {
+		return Stats{}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var s Stats

@@ -3,6 +3,8 @@ package remote
 import (
 	"errors"
 
+	"github.com/pinmem/pinmem/cuda"
+
 	"github.com/pinmem/pinmem/remote/internal/ucx"
 )
 
@@ -32,6 +34,12 @@ var (
 	// flight (a Free of the buffer is refused with it).
 	ErrBusy = errors.New("remote: transfers in flight")
 )
+
+// errNil is the error of a method called on a nil or zero Agent, Region
+// or Remote (one not made by this package).
+func errNil(op, what string) error {
+	return &Error{Op: op, Kind: cuda.ErrInvalidValue, Detail: "nil or zero " + what + ": not made by NewAgent, Register, Alloc or Import"}
+}
 
 // Error is a failed operation of this package.
 type Error struct {

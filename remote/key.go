@@ -43,8 +43,11 @@ type keyPiece struct {
 
 // Key returns the region's remote key: bytes to send to another agent,
 // which passes them to Import. The key stays valid while the region is
-// open and its agent runs.
+// open and its agent runs (nil for a nil Region).
 func (r *Region) Key() []byte {
+	if !r.ok() {
+		return nil
+	}
 	a := r.a
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -65,6 +65,9 @@ type Region struct {
 // refused with ErrBusy while a transfer uses it.
 func (a *Agent) Register(ctx context.Context, p []byte) (*Region, error) {
 	const op = "remote.Agent.Register"
+	if !a.ok() {
+		return nil, errNil(op, "Agent")
+	}
 	if len(p) == 0 {
 		return nil, &Error{Op: op, Kind: cuda.ErrInvalidValue, Detail: "empty range"}
 	}
@@ -161,6 +164,9 @@ func (s *slab) unmap(a *Agent) {
 // Free of its pinmem buffer is refused.
 func (a *Agent) Alloc(ctx context.Context, n int) (*Region, error) {
 	const op = "remote.Agent.Alloc"
+	if !a.ok() {
+		return nil, errNil(op, "Agent")
+	}
 	if n <= 0 || int64(n) > a.maxReg {
 		return nil, &Error{Op: op, Kind: cuda.ErrInvalidValue, Detail: fmt.Sprintf("%d bytes: want 1 to %d (the registration limit)", n, a.maxReg)}
 	}
@@ -197,8 +203,15 @@ func (a *Agent) Alloc(ctx context.Context, n int) (*Region, error) {
 	return r, err
 }
 
-// Bytes returns the region's memory (nil once its buffer was freed).
+// ok reports whether r is a region Register or Alloc made.
+func (r *Region) ok() bool { return r != nil && r.a != nil && r.s != nil }
+
+// Bytes returns the region's memory (nil once its buffer was freed, or
+// for a nil Region).
 func (r *Region) Bytes() []byte {
+	if !r.ok() {
+		return nil
+	}
 	b := r.s.buf.Bytes()
 	if b == nil {
 		return nil
@@ -233,12 +246,20 @@ func (a *Agent) dropSlab(s *slab) error {
 	return err
 }
 
-// Len returns the region's size in bytes.
-func (r *Region) Len() int64 { return int64(r.n) }
+// Len returns the region's size in bytes (0 for a nil Region).
+func (r *Region) Len() int64 {
+	if !r.ok() {
+		return 0
+	}
+	return int64(r.n)
+}
 
 // Registrations returns the registrations under the region, clipped to it,
-// with their NUMA nodes.
+// with their NUMA nodes (none for a nil Region).
 func (r *Region) Registrations() []Registration {
+	if !r.ok() {
+		return nil
+	}
 	r.a.mu.Lock()
 	defer r.a.mu.Unlock()
 	var out []Registration
@@ -256,6 +277,9 @@ func (r *Region) Registrations() []Registration {
 // transfer uses the region.
 func (r *Region) Close() error {
 	const op = "remote.Region.Close"
+	if !r.ok() {
+		return errNil(op, "Region")
+	}
 	return r.a.do(context.Background(), op, func() error {
 		a := r.a
 		a.mu.Lock()

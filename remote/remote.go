@@ -65,6 +65,9 @@ type op struct {
 // bounded by ctx.
 func (a *Agent) Import(ctx context.Context, key []byte) (*Remote, error) {
 	const opName = "remote.Agent.Import"
+	if !a.ok() {
+		return nil, errNil(opName, "Agent")
+	}
 	k, err := parseKey(key)
 	if err != nil {
 		return nil, err
@@ -210,8 +213,16 @@ func staleInProcess(opName string, k *key) error {
 	return &Error{Op: opName, Kind: ErrStaleKey, Detail: fmt.Sprintf("the key's region (%d bytes at %#x) was closed or its buffer freed", k.n, k.addr)}
 }
 
-// Len returns the remote region's size in bytes.
-func (r *Remote) Len() int64 { return int64(r.k.n) }
+// ok reports whether r is a remote region Import made.
+func (r *Remote) ok() bool { return r != nil && r.a != nil && r.k != nil }
+
+// Len returns the remote region's size in bytes (0 for a nil Remote).
+func (r *Remote) Len() int64 {
+	if !r.ok() {
+		return 0
+	}
+	return int64(r.k.n)
+}
 
 // Put writes each block of local to the remote region and returns once all
 // of them have completed at the remote side (or failed), bounded by ctx.
@@ -235,8 +246,11 @@ func (r *Remote) Get(ctx context.Context, local *Region, blocks []Block) error {
 }
 
 func (r *Remote) transfer(ctx context.Context, name string, put bool, local *Region, blocks []Block) error {
-	if ctx == nil || local == nil {
-		return &Error{Op: name, Kind: cuda.ErrInvalidValue, Detail: "nil context or region"}
+	if !r.ok() {
+		return errNil(name, "Remote")
+	}
+	if ctx == nil || !local.ok() {
+		return &Error{Op: name, Kind: cuda.ErrInvalidValue, Detail: "nil context, or nil or zero region"}
 	}
 	a := r.a
 	if local.a != a {
@@ -513,6 +527,9 @@ func (r *Remote) drop(o *op) {
 // transfer on it is in flight.
 func (r *Remote) Close() error {
 	const name = "remote.Remote.Close"
+	if !r.ok() {
+		return errNil(name, "Remote")
+	}
 	err := r.a.do(context.Background(), name, func() error {
 		if r.closed.Load() {
 			return &Error{Op: name, Kind: ErrClosed, Detail: "already closed"}
