@@ -559,3 +559,24 @@ func TestForgedRkey(t *testing.T) {
 		})
 	}
 }
+
+// TestForgedKeyLength: a key (with a right checksum) whose region is
+// longer than an int64 counts is refused with ErrBadKey: Remote.Len would
+// be negative and the range check of every block would overflow.
+func TestForgedKeyLength(t *testing.T) {
+	testutil.UseFake(t, fakedrv.Options{})
+	p := newPair(t, "tcp,self", "lo", 1<<16)
+	key := p.rb.Key()
+	k, err := parseKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := append([]byte(nil), key[:len(key)-4]...)
+	binary.LittleEndian.PutUint64(b[32:], 1<<63)                                // the region's length
+	binary.LittleEndian.PutUint64(b[keyHeaderSize+4+len(k.worker)+4+8:], 1<<63) // its one registration's
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	r, err := p.a.Import(ctxT(t), b)
+	if !errors.Is(err, ErrBadKey) {
+		t.Fatalf("Import of a key of 2^63 bytes: %v (Len %d), want ErrBadKey", err, r.Len())
+	}
+}

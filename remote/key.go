@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math"
 
 	"github.com/pinmem/pinmem/remote/internal/ucx"
 )
@@ -94,6 +95,9 @@ func parseKey(b []byte) (*key, error) {
 	}
 	if len(r.rest) != 0 {
 		return nil, badKey("%d bytes after the last registration", len(r.rest))
+	}
+	if k.n > math.MaxInt64 { // Remote.Len and the blocks' range checks are int64
+		return nil, badKey("region of %d bytes", k.n)
 	}
 	if k.n == 0 || k.addr+k.n < k.addr || next < k.addr+k.n {
 		return nil, badKey("region [%#x, +%d) not covered by its registrations (they end at %#x)", k.addr, k.n, next)
