@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -43,6 +44,7 @@ func WithMaxRegistration(n int64) Option {
 
 // WithUCX sets a UCX configuration variable for this agent only, over the
 // environment's (name without the UCX_ prefix: "TLS", "NET_DEVICES" ...).
+// A value UCX refuses makes NewAgent fail with cuda.ErrInvalidValue.
 // Without it UCX reads its variables (UCX_TLS ...) from the environment.
 func WithUCX(name, value string) Option {
 	return func(c *config) error {
@@ -123,6 +125,9 @@ func (a *Agent) start(c config) error {
 	const op = "remote.NewAgent"
 	var err error
 	if a.uctx, err = a.lib.Init("pinmem", c.ucx); err != nil {
+		if errors.Is(err, ucx.ErrConfig) { // a WithUCX setting: the caller's argument
+			return &Error{Op: op, Kind: cuda.ErrInvalidValue, Detail: "WithUCX", Err: err}
+		}
 		return &Error{Op: op, Kind: ErrUnavailable, Detail: "UCX could not start", Err: err}
 	}
 	if a.w, err = a.lib.WorkerCreate(a.uctx); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pinmem/pinmem"
+	"github.com/pinmem/pinmem/cuda"
 	"github.com/pinmem/pinmem/internal/cudadrv/fakedrv"
 	"github.com/pinmem/pinmem/internal/tools/testutil"
 
@@ -248,5 +249,19 @@ func TestCloseRacingRegionReads(t *testing.T) {
 	<-read
 	if regs := r.Registrations(); len(regs) != 0 {
 		t.Fatalf("after Close the region lists %+v", regs)
+	}
+}
+
+// TestBadUCXSetting: a UCX setting UCX refuses (a value it cannot parse)
+// is a bad argument, matching cuda.ErrInvalidValue, not ErrUnavailable: a
+// caller that falls back when UCX is missing must not do so for a typo.
+func TestBadUCXSetting(t *testing.T) {
+	newAgent(t, "tcp,self", "lo") // skips without UCX
+	a, err := NewAgent(WithUCX("RNDV_THRESH", "not a size"))
+	if a != nil {
+		_ = a.Close(context.Background())
+	}
+	if !errors.Is(err, cuda.ErrInvalidValue) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("NewAgent with UCX_RNDV_THRESH=\"not a size\": %v, want cuda.ErrInvalidValue (not ErrUnavailable)", err)
 	}
 }

@@ -111,7 +111,7 @@ func (l *Lib) Init(name string, set map[string]string) (Context, error) {
 		runtime.KeepAlive(ck)
 		runtime.KeepAlive(cv)
 		if s != OK {
-			return 0, fmt.Errorf("UCX_%s=%q: %w", k, v, l.err("ucp_config_modify", s))
+			return 0, fmt.Errorf("UCX_%s=%q: %w: %w", k, v, ErrConfig, l.err("ucp_config_modify", s))
 		}
 	}
 	p := &params{fieldMask: paramFieldFeatures | paramFieldName, features: featureRMA | featureWakeup, name: cstr(name)}

@@ -9,6 +9,11 @@ import (
 // this platform has no binding).
 var ErrUnavailable = errors.New("UCX (libucp.so.0) not available")
 
+// ErrConfig: UCX refused a configuration setting (an unknown value for
+// the variable, or one it cannot parse): a bad argument, not a missing
+// library.
+var ErrConfig = errors.New("UCX refused a configuration setting")
+
 // LoadError says why libucp could not be loaded. It matches ErrUnavailable.
 type LoadError struct {
 	Path string // the library that was tried
