@@ -193,11 +193,13 @@ func (p *Pool) Trim(ctx context.Context) (freed int64, err error) {
 // until they are Put, which then unpins them; Close reports them in an
 // *OutstandingError (matching ErrOutstanding).
 //
-// The wait is bounded by ctx: when ctx is done first, Close returns an
-// error matching ctx.Err() (context.DeadlineExceeded for an expired
-// deadline). The pool is closed all the same; the blocks whose work has
-// not run stay pinned, each unpinned when a later Put or Close sees its
-// work finished, and a later Close waits for them again. An event whose
+// The wait is bounded by ctx, unpinning (which may wait for all work on
+// the device) included: when ctx is done first, Close returns an error
+// matching ctx.Err() (context.DeadlineExceeded for an expired deadline).
+// The pool is closed all the same; unpinning the driver has begun
+// finishes in the background, the blocks whose work has not run stay
+// pinned, each unpinned when a later Put or Close sees its work
+// finished, and a later Close waits for them again. An event whose
 // query fails several times in a row (a broken context, whose work never
 // runs) counts as finished and its error is returned; a single failed
 // query does not. A release the driver fails (unpinning memory, destroying an

@@ -214,12 +214,19 @@ type handoff struct{ done, left bool }
 // error matching ctx.Err() and f, finding its handoff left, keeps the
 // result in the pool.
 func (p *state) bounded(ctx context.Context, what string, f func(h *handoff) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pool %s: %s: %w", p.name, what, err)
+	}
+	return p.await(ctx, what, f)
+}
+
+// await is bounded for work that must run even when ctx is done already
+// (Close's releases): f starts all the same, and await waits for it only
+// as long as ctx allows.
+func (p *state) await(ctx context.Context, what string, f func(h *handoff) error) error {
 	h := &handoff{}
 	if ctx.Done() == nil {
 		return f(h)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("pool %s: %s: %w", p.name, what, err)
 	}
 	p.mu.Lock()
 	p.busy++
@@ -1059,8 +1066,16 @@ func (p *state) close(ctx context.Context) error {
 	if first {
 		p.removeReclaimer()
 	}
-	errs := []error{p.releaseErr(bufs, true), p.destroyEvents(evs), p.drainClosed(ctx), outErr}
-	return errors.Join(errs...)
+	// Unpinning may wait for all work on the device: bounded by ctx, it
+	// finishes in the background (counted in busy, which a later Close
+	// waits for) when ctx ends first.
+	var relErr error
+	if len(bufs) > 0 || len(evs) > 0 {
+		relErr = p.await(ctx, "Close", func(*handoff) error {
+			return errors.Join(p.releaseErr(bufs, true), p.destroyEvents(evs))
+		})
+	}
+	return errors.Join(relErr, p.drainClosed(ctx), outErr)
 }
 
 // done reports whether the pool is closed with nothing left to wait for

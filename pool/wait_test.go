@@ -126,3 +126,29 @@ func TestNilContextRefused(t *testing.T) {
 		t.Error("Trim(nil ctx) succeeded")
 	}
 }
+
+// Close's unpinning of idle memory is bounded by ctx as Trim's is: when
+// ctx ends while the driver is still unpinning, Close returns an error
+// matching ctx.Err() and the unpinning finishes in the background; a later
+// Close waits for it.
+func TestCloseUnpinBoundedByContext(t *testing.T) {
+	d := useFake(t)
+	p := newPool(t)
+	mustPut(t, p, mustGet(t, p, 1<<20))
+	g := newGate(t, d, "cuMemFreeHost", "cuMemHostUnregister")
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() { got <- p.Close(ctx) }()
+	<-g.entered
+	cancel()
+	if err := within(t, got); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close with a cancelled ctx while unpinning blocks = %v, want context.Canceled", err)
+	}
+	g.release()
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatalf("Close once the unpinning could finish: %v", err)
+	}
+	if st := p.Stats(); st.PinnedBytes != 0 || st.CachedBlocks != 0 {
+		t.Errorf("after Close: %v", st)
+	}
+}
