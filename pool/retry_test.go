@@ -202,3 +202,30 @@ func TestCloseQueryFailingForGoodCountsAsFinished(t *testing.T) {
 	}
 	d.ClearFaults()
 }
+
+// The budget's reclaim counts the memory whose release it retries (held by
+// the driver after a failed unpinning) towards what it was asked for: it
+// evicts idle blocks only for the rest.
+func TestReclaimCountsRetriedReleases(t *testing.T) {
+	d := useFake(t)
+	p := newPool(t, WithFlags(0, pinmem.WithMethod(pinmem.MethodHostAlloc)))
+	a, b := mustGet(t, p, 1<<20), mustGet(t, p, 1<<20)
+	mustPut(t, p, a)
+	if err := d.FailOn("cuMemFreeHost", 1, cudadrv.ErrorLaunchFailed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Trim(context.Background()); !errors.Is(err, cudadrv.ErrLaunchFailed) {
+		t.Fatalf("Trim with cuMemFreeHost failing: %v", err)
+	}
+	held := p.Stats().UnreleasedBytes
+	if held == 0 {
+		t.Fatal("no release failed")
+	}
+	mustPut(t, p, b)
+	if freed := p.s.Reclaim(held); freed != held {
+		t.Errorf("Reclaim(%d) freed %d, want the %d bytes of the retried release", held, freed, held)
+	}
+	if st := p.Stats(); st.CachedBlocks != 1 || st.UnreleasedBytes != 0 {
+		t.Errorf("after Reclaim: %v; want the idle block still cached", st)
+	}
+}

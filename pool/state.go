@@ -1006,7 +1006,9 @@ func (p *state) Reclaim(want int64) (freed int64) {
 	bufs := p.takeDeferredLocked()
 	var taken int64
 	for _, b := range bufs {
-		taken += int64(b.Len())
+		// Pinned, not Len: a buffer whose release failed has Len 0 but
+		// still holds its memory, which release counts when it frees it.
+		taken += int64(b.Pinned())
 	}
 	if taken < want {
 		more, _ := p.evictLocked(want - taken)
