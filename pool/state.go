@@ -1095,8 +1095,12 @@ func (p *state) close(ctx context.Context) error {
 	// waits for) when ctx ends first.
 	var relErr error
 	if len(bufs) > 0 || len(evs) > 0 {
-		relErr = p.await(ctx, "Close", func(*handoff) error {
-			return errors.Join(p.releaseErr(bufs, true), p.destroyEvents(evs))
+		relErr = p.await(ctx, "Close", func(h *handoff) error {
+			err := errors.Join(p.releaseErr(bufs, true), p.destroyEvents(evs))
+			p.mu.Lock()
+			h.done = !h.left // finished before ctx ended: Close takes its result
+			p.mu.Unlock()
+			return err
 		})
 	}
 	return errors.Join(relErr, p.drainClosed(ctx), outErr)
