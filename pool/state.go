@@ -158,7 +158,10 @@ func (p *state) prewarm(size int, total int64) error {
 	}
 	p.mu.Lock()
 	p.st.Gets, p.st.Hits, p.st.Misses, p.st.Puts = 0, 0, 0, 0
-	p.st.PeakRequestedBytes, p.st.PeakInUseBytes = 0, 0
+	// PeakInUseBytes stays: it is the footprint a miss keeps within (see
+	// pin), and the prewarmed blocks are part of it. Reset, the first miss
+	// of another size would unpin them all.
+	p.st.PeakRequestedBytes = 0
 	p.mu.Unlock()
 	return nil
 }

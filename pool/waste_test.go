@@ -217,3 +217,28 @@ func BenchmarkWaste(b *testing.B) {
 		})
 	}
 }
+
+// Prewarmed blocks set the footprint a miss stays within (as blocks in use
+// at once do): a miss of another size releases only the idle memory it
+// needs to stay within it (one prewarmed block for a 128 KiB slab), not
+// every prewarmed block, so the Gets they were pinned for still hit.
+func TestPrewarmSurvivesOtherMisses(t *testing.T) {
+	d := useFake(t)
+	p := newPool(t, WithPrewarm(1<<20, 8<<20))
+	small := mustGet(t, p, 64) // a miss of another class
+	if st := p.Stats(); st.CachedBytes < 7<<20 {
+		t.Errorf("a 64-byte miss released prewarmed blocks: %v", st)
+	}
+	calls := d.Calls("cuMemHostAlloc") + d.Calls("cuMemHostRegister_v2")
+	var bs []*Block
+	for range 8 {
+		bs = append(bs, mustGet(t, p, 1<<20))
+	}
+	if n := d.Calls("cuMemHostAlloc") + d.Calls("cuMemHostRegister_v2"); n > calls+1 || p.Stats().Hits < 7 {
+		t.Errorf("Gets of the prewarmed size pinned %d times: %v", n-calls, p.Stats())
+	}
+	for _, b := range bs {
+		mustPut(t, p, b)
+	}
+	mustPut(t, p, small)
+}
