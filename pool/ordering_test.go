@@ -494,3 +494,29 @@ func TestPutUnusableStreamRefused(t *testing.T) {
 	c := mustGet(t, p, 1<<20) // the live stream has no work: reused
 	mustPut(t, p, c)
 }
+
+// A Get that may take a block of a larger class (wasting at most 1/8)
+// also polls that class's stream-ordered blocks: one whose work has run
+// is reused, not left pending while the Get pins new memory.
+func TestGetPollsLargerClassPending(t *testing.T) {
+	d := useFake(t)
+	p := newPool(t)
+	_, s := newStream(t)
+	a := mustGet(t, p, 1152<<10) // class 1152 KiB
+	mem := a.Bytes()
+	mustPut(t, p, a)
+	b := mustGet(t, p, 1<<20) // class 1 MiB is empty: takes the 1152 KiB block
+	if !sameMem(mem, b.Bytes()) {
+		t.Fatalf("Get(1 MiB) did not take the idle 1152 KiB block: %v", p.Stats())
+	}
+	mustPut(t, p, b, s) // the stream has no work: done at once
+	pins := d.Calls("cuMemHostAlloc") + d.Calls("cuMemHostRegister_v2")
+	c := mustGet(t, p, 1<<20)
+	if n := d.Calls("cuMemHostAlloc") + d.Calls("cuMemHostRegister_v2"); !sameMem(mem, c.Bytes()) || n != pins {
+		t.Errorf("Get(1 MiB) pinned %d times rather than reuse the finished 1152 KiB block: %v", n-pins, p.Stats())
+	}
+	mustPut(t, p, c)
+	if st := p.Stats(); st.PendingBlocks != 0 {
+		t.Errorf("a finished block stays pending: %v", st)
+	}
+}

@@ -190,12 +190,20 @@ func (p *state) get(ctx context.Context, size int) (*Block, error) {
 			p.mu.Unlock()
 			return b, nil
 		}
-		havePending := len(p.pending[ci]) > 0
+		// Stream-ordered blocks of every class that may serve the request.
+		pend := make([]int, 0, 4) // on the stack: one or two classes fit
+		for j := ci; j <= lastFit(ci, size); j++ {
+			if len(p.pending[j]) > 0 {
+				pend = append(pend, j)
+			}
+		}
 		p.mu.Unlock()
-		if polled || !havePending {
+		if polled || len(pend) == 0 {
 			break
 		}
-		p.poll(ci, maxPollPerGet, false)
+		for _, j := range pend {
+			p.poll(j, maxPollPerGet, false)
+		}
 	}
 	if err := p.bounded(ctx, fmt.Sprintf("Get(%d)", size), func(h *handoff) error { return p.pin(h, b, ci, size, csize) }); err != nil {
 		return nil, err
@@ -257,6 +265,20 @@ func (p *state) await(ctx context.Context, what string, f func(h *handoff) error
 	return fmt.Errorf("pool %s: %s: the driver is still busy (it finishes in the background): %w", p.name, what, ctx.Err())
 }
 
+// lastFit returns the largest class whose blocks may serve a request of
+// n bytes of class ci: ci, or a larger one whose blocks still waste at
+// most 1/8 of n. Huge requests are served by huge blocks only.
+func lastFit(ci, n int) int {
+	if ci == hugeClass {
+		return ci
+	}
+	j := ci
+	for j+1 < numClasses && classSize(j+1)-n <= n/8 {
+		j++
+	}
+	return j
+}
+
 // takeIdleLocked removes and returns an idle block fit for a request of n bytes of class ci.
 func (p *state) takeIdleLocked(ci, n int) *chunk {
 	var c *chunk
@@ -270,7 +292,7 @@ func (p *state) takeIdleLocked(ci, n int) *chunk {
 	} else {
 		// The request's class, else a larger one whose blocks still waste at most 1/8.
 		found := -1
-		for j := ci; j < numClasses && (j == ci || classSize(j)-n <= n/8); j++ {
+		for j := ci; j <= lastFit(ci, n); j++ {
 			if len(p.idle[j]) > 0 {
 				found = j
 				break
