@@ -76,7 +76,8 @@ func WithFlags(f pinmem.Flags, opts ...pinmem.Option) Option {
 
 // WithPrewarm pins total bytes in blocks sized for Get(blockSize) when the
 // pool is created, and caches them, so that the first Gets of that size
-// hit. Prewarmed blocks are ordinary idle blocks: they count against
+// hit. It pins total rounded up to whole blocks, but stops before a
+// block that would take the idle bytes above WithMaxCached. Prewarmed blocks are ordinary idle blocks: they count against
 // WithMaxCached and may be released by Trim, a miss or the budget; their
 // total counts as bytes in use at once (Stats.PeakInUseBytes), so a miss
 // of another size releases only what it needs to stay within it. New

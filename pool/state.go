@@ -140,7 +140,9 @@ func (p *state) prewarm(size int, total int64) error {
 	var blocks []*Block
 	var got int64
 	var err error
-	for got < total {
+	// A block that would take the idle bytes above the cap would leave the
+	// cache at once, still pinned (capLocked): stop before it.
+	for got < total && (p.maxCached < 0 || got+int64(roundedSize(size)) <= p.maxCached) {
 		var b *Block
 		if b, err = p.get(context.Background(), size); err != nil {
 			break

@@ -242,3 +242,14 @@ func TestPrewarmSurvivesOtherMisses(t *testing.T) {
 	}
 	mustPut(t, p, small)
 }
+
+// Prewarming stops before a block that would take the idle bytes above
+// WithMaxCached: pinned, that block would leave the cache at once and stay
+// pinned, deferred, until the next miss.
+func TestPrewarmWithinMaxCached(t *testing.T) {
+	useFake(t)
+	p := newPool(t, WithPrewarm(3<<20, 8<<20), WithMaxCached(8<<20))
+	if st := p.Stats(); st.CachedBytes != 6<<20 || st.PinnedBytes != 6<<20 || st.DeferredUnpins != 0 {
+		t.Errorf("after prewarming 8 MiB in 3 MiB blocks under an 8 MiB cap: %v", st)
+	}
+}
