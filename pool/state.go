@@ -234,8 +234,8 @@ func (p *state) bounded(ctx context.Context, what string, f func(h *handoff) err
 }
 
 // await is bounded for work that must run even when ctx is done already
-// (Close's releases): f starts all the same, and await waits for it only
-// as long as ctx allows.
+// (releasing what Trim or Close took out of the cache): f starts all the
+// same, and await waits for it only as long as ctx allows.
 func (p *state) await(ctx context.Context, what string, f func(h *handoff) error) error {
 	h := &handoff{}
 	if ctx.Done() == nil {
@@ -1019,12 +1019,18 @@ func (p *state) trim(ctx context.Context) (freed int64, err error) {
 		p.mu.Unlock()
 		return 0, fmt.Errorf("pool %s: Trim: %w", p.name, ErrClosed)
 	}
+	// Checked before anything leaves the cache: once taken, the memory
+	// must be released (await runs the release however ctx ends).
+	if err := ctx.Err(); err != nil {
+		p.mu.Unlock()
+		return 0, fmt.Errorf("pool %s: Trim: %w", p.name, err)
+	}
 	bufs := p.takeDeferredLocked()
 	more, _ := p.evictLocked(-1)
 	bufs = append(bufs, more...)
 	evs := append(p.takeUndestroyedLocked(), p.spareEventsLocked()...)
 	p.mu.Unlock()
-	err = p.bounded(ctx, "Trim", func(h *handoff) error {
+	err = p.await(ctx, "Trim", func(h *handoff) error {
 		n, err := p.release(bufs, true)
 		err = errors.Join(err, p.destroyEvents(evs))
 		p.mu.Lock()

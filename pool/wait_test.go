@@ -152,3 +152,23 @@ func TestCloseUnpinBoundedByContext(t *testing.T) {
 		t.Errorf("after Close: %v", st)
 	}
 }
+
+// Trim with a ctx that is done already returns its error and leaves the
+// idle memory where it was (Close unpins it): it must not take the memory
+// out of the cache and then drop it, pinned for good.
+func TestTrimDoneContextLeavesCache(t *testing.T) {
+	useFake(t)
+	p := newPool(t)
+	mustPut(t, p, mustGet(t, p, 1<<20))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.Trim(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Trim with a cancelled ctx = %v, want context.Canceled", err)
+	}
+	if st := p.Stats(); st.CachedBlocks != 1 {
+		t.Errorf("after Trim with a cancelled ctx: %v", st)
+	}
+	if freed, err := p.Trim(context.Background()); err != nil || freed != 1<<20 {
+		t.Errorf("Trim afterwards freed %d: %v", freed, err)
+	}
+}
