@@ -660,7 +660,7 @@ func (p *state) put(b *Block, streams ...*cuda.Stream) error {
 		}
 		p.mu.Unlock()
 		err := p.releaseErr(bufs, true)
-		_, _ = p.pollClosed()
+		_, _ = p.pollClosed(context.Background()) // Put has no ctx: as its own release, inline
 		return err
 	}
 	if len(evs) > 0 {
@@ -886,7 +886,8 @@ func (p *state) pollAll() {
 // run: see queryClosed) counts as finished, and its error is returned.
 // left is the number of
 // blocks still waiting, including those a poll of the open pool holds.
-func (p *state) pollClosed() (left int, err error) {
+// Unpinning, which may wait for the device, is bounded by ctx (see await).
+func (p *state) pollClosed(ctx context.Context) (left int, err error) {
 	p.mu.Lock()
 	batch := p.closePending
 	p.closePending = nil
@@ -930,8 +931,23 @@ func (p *state) pollClosed() (left int, err error) {
 	}
 	left = len(p.closePending) + p.polling + p.busy
 	p.mu.Unlock()
-	errs = append(errs, p.destroyEvents(evs), p.releaseErr(bufs, true))
+	if len(bufs) > 0 || len(evs) > 0 {
+		errs = append(errs, p.await(ctx, "Close", p.releaser(bufs, evs)))
+	}
 	return left, errors.Join(errs...)
+}
+
+// releaser returns the work, for await, of unpinning bufs (counted in
+// PinnedBytes) and destroying evs, whose result goes to the caller when it
+// finishes before the caller's ctx ends.
+func (p *state) releaser(bufs []*pinmem.Buffer, evs []evRec) func(h *handoff) error {
+	return func(h *handoff) error {
+		err := errors.Join(p.releaseErr(bufs, true), p.destroyEvents(evs))
+		p.mu.Lock()
+		h.done = !h.left
+		p.mu.Unlock()
+		return err
+	}
 }
 
 // queryAttempts is how many times pollClosed queries an event before it
@@ -965,7 +981,7 @@ func (p *state) drainClosed(ctx context.Context) error {
 	var errs []error
 	wait := 20 * time.Microsecond
 	for {
-		left, err := p.pollClosed()
+		left, err := p.pollClosed(ctx)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -1128,13 +1144,7 @@ func (p *state) close(ctx context.Context) error {
 	// waits for) when ctx ends first.
 	var relErr error
 	if len(bufs) > 0 || len(evs) > 0 {
-		relErr = p.await(ctx, "Close", func(h *handoff) error {
-			err := errors.Join(p.releaseErr(bufs, true), p.destroyEvents(evs))
-			p.mu.Lock()
-			h.done = !h.left // finished before ctx ended: Close takes its result
-			p.mu.Unlock()
-			return err
-		})
+		relErr = p.await(ctx, "Close", p.releaser(bufs, evs))
 	}
 	return errors.Join(relErr, p.drainClosed(ctx), outErr)
 }

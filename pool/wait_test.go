@@ -172,3 +172,43 @@ func TestTrimDoneContextLeavesCache(t *testing.T) {
 		t.Errorf("Trim afterwards freed %d: %v", freed, err)
 	}
 }
+
+// Close's unpinning of a block once its stream work has run is bounded by
+// ctx too: the driver may wait there for all work on the device.
+func TestCloseUnpinPendingBoundedByContext(t *testing.T) {
+	d := useFake(t)
+	p := newPool(t)
+	cc, s := newStream(t)
+	dbuf, err := cc.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbuf.Free()
+	b := mustGet(t, p, 1<<20)
+	if err := d.HoldStream(fakeStream(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CopyHtoD(dbuf, 0, b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, p, b, s)
+	g := newGate(t, d, "cuMemFreeHost", "cuMemHostUnregister")
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() { got <- p.Close(ctx) }()
+	if err := d.ReleaseStream(fakeStream(s)); err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered // Close saw the work finished and unpins the block
+	cancel()
+	if err := within(t, got); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close with a cancelled ctx while unpinning blocks = %v, want context.Canceled", err)
+	}
+	g.release()
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatalf("Close once the unpinning could finish: %v", err)
+	}
+	if st := p.Stats(); st.PinnedBytes != 0 || st.PendingBlocks != 0 {
+		t.Errorf("after Close: %v", st)
+	}
+}
