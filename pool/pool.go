@@ -176,7 +176,7 @@ func (p *Pool) Put(b *Block, streams ...*cuda.Stream) error {
 // Unpinning may wait for all work queued on the device; that wait is
 // bounded by ctx as Get's is: when ctx is done first, Trim returns an
 // error matching ctx.Err() (and 0 bytes) while the unpinning finishes in
-// the background.
+// the background; a ctx done already leaves the cache as it is.
 func (p *Pool) Trim(ctx context.Context) (freed int64, err error) {
 	if p == nil || p.s == nil {
 		return 0, errNilPool("Trim")
