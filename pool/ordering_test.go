@@ -455,46 +455,6 @@ func TestConcurrentStress(t *testing.T) {
 	t.Log(st)
 }
 
-// A Put with a stream no event can be recorded on and that cannot be
-// queried either (a zero Stream, a destroyed one) is refused with the
-// stream's typed error, and the block stays out: accepted, it would wait
-// for a stream that can never answer, pinned but never reused until Close.
-func TestPutUnusableStreamRefused(t *testing.T) {
-	useFake(t)
-	p := newPool(t)
-	cc, live := newStream(t)
-	gone, err := cc.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := gone.Destroy(); err != nil {
-		t.Fatal(err)
-	}
-	b := mustGet(t, p, 1<<20)
-	for _, tc := range []struct {
-		name    string
-		streams []*cuda.Stream
-		want    error
-	}{
-		{"a zero Stream", []*cuda.Stream{{}}, cuda.ErrInvalidValue},
-		{"a destroyed stream", []*cuda.Stream{gone}, cuda.ErrInvalidHandle},
-		{"a live and a destroyed stream", []*cuda.Stream{live, gone}, cuda.ErrInvalidHandle},
-	} {
-		if err := p.Put(b, tc.streams...); !errors.Is(err, tc.want) {
-			t.Errorf("Put with %s = %v, want %v", tc.name, err, tc.want)
-		}
-		if b.Bytes() == nil {
-			t.Fatalf("the block was taken back by the refused Put with %s", tc.name)
-		}
-	}
-	if st := p.Stats(); st.PendingBlocks != 0 || st.InUseBlocks != 1 || st.EventsOutstanding != 0 {
-		t.Errorf("after the refused Puts: %v", st)
-	}
-	mustPut(t, p, b, live)
-	c := mustGet(t, p, 1<<20) // the live stream has no work: reused
-	mustPut(t, p, c)
-}
-
 // A Get that may take a block of a larger class (wasting at most 1/8)
 // also polls that class's stream-ordered blocks: one whose work has run
 // is reused, not left pending while the Get pins new memory.

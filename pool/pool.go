@@ -152,10 +152,7 @@ func (p *Pool) Get(ctx context.Context, size int) (*Block, error) {
 //
 // Putting a block twice fails with an error matching pinmem.ErrFreed; a
 // nil block, a block of another pool or a nil stream with
-// cuda.ErrInvalidValue; a stream on which no event can be recorded and
-// that cannot be queried either (a zero Stream, a destroyed one, one of a
-// context a fault broke) with the stream's error (cuda.ErrInvalidValue,
-// cuda.ErrInvalidHandle, ...). A refused Put leaves the block out. After Close, Put unpins the block, or, with
+// cuda.ErrInvalidValue. After Close, Put unpins the block, or, with
 // streams, as soon as a later Put or Close sees their work finished: Put
 // never waits.
 func (p *Pool) Put(b *Block, streams ...*cuda.Stream) error {

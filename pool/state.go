@@ -622,26 +622,14 @@ func (p *state) put(b *Block, streams ...*cuda.Stream) error {
 			return fmt.Errorf("pool %s: Put of block %d: stream %d is nil: %w", p.name, b.id, i, cuda.ErrInvalidValue)
 		}
 	}
-	errFreed := func() error {
+	if !b.state.CompareAndSwap(stateOut, stateReturned) {
 		return fmt.Errorf("pool %s: Put of block %d: already returned: %w", p.name, b.id, pinmem.ErrFreed)
 	}
-	if b.state.Load() != stateOut {
-		return errFreed()
-	}
-	// Events are recorded before the block is taken back, so that a Put
-	// refused for an unusable stream leaves it out.
+	c := b.c
 	var evs []evRec
 	if len(streams) > 0 && !p.unordered {
-		var err error
-		if evs, err = p.record(streams); err != nil {
-			return fmt.Errorf("pool %s: Put of block %d: %w", p.name, b.id, err)
-		}
+		evs = p.record(streams)
 	}
-	if !b.state.CompareAndSwap(stateOut, stateReturned) {
-		p.retireEvents(eventsOf(evs)) // a concurrent Put took it back
-		return errFreed()
-	}
-	c := b.c
 	p.mu.Lock()
 	p.unlinkLocked(b)
 	if p.closed {
@@ -684,11 +672,8 @@ func (p *state) put(b *Block, streams ...*cuda.Stream) error {
 
 // record records one event per distinct stream. Where no event can be
 // recorded (the event cannot be created, or recording fails) the block
-// waits for the stream itself to be idle: nothing waits here. A stream
-// that cannot be queried either (a zero Stream, a destroyed one, one of a
-// broken context) could never answer: record then retires what it
-// recorded and returns the stream's error.
-func (p *state) record(streams []*cuda.Stream) ([]evRec, error) {
+// waits for the stream itself to be idle: nothing waits here.
+func (p *state) record(streams []*cuda.Stream) []evRec {
 	evs := make([]evRec, 0, len(streams))
 	for i, s := range streams {
 		if slices.ContainsFunc(streams[:i], func(t *cuda.Stream) bool {
@@ -710,19 +695,12 @@ func (p *state) record(streams []*cuda.Stream) ([]evRec, error) {
 			p.mu.Lock()
 			p.st.EventErrors++
 			p.mu.Unlock()
-			t := time.Now()
-			_, qerr := s.Query()
-			p.driverNS.Add(int64(time.Since(t)))
-			if qerr != nil {
-				p.retireEvents(eventsOf(evs))
-				return nil, fmt.Errorf("stream %d can neither record an event (%w) nor be queried: %w", i, err, qerr)
-			}
 			evs = append(evs, evRec{cctx: cctx, s: s})
 			continue
 		}
 		evs = append(evs, evRec{ev: ev, cctx: cctx})
 	}
-	return evs, nil
+	return evs
 }
 
 // event returns an idle event of cctx, creating one when none is free.
