@@ -422,42 +422,53 @@ func (c *Copier) Copy(ctx context.Context, lists ...List) (Report, error) {
 		return Report{}, err
 	}
 	rep.Strategy = c.choose(drv, lists, rep)
-	err = c.ctx.Do(func() error {
-		err := sc.pinned(drv, len(lists), rep.Strategy == Kernel)
-		if c.strategy == Auto && rep.Strategy == Kernel && (err != nil && sc.unmapped || err == nil && c.k.overflow(sc, len(lists)) >= 0) {
-			// Auto took the kernel, but a host block is not mapped, or a
-			// list's descriptors (one more per boundary between pinned
-			// ranges that map apart) overflow the tables: the copy
-			// engines move the lists instead.
-			rep.Strategy = dmaStrategy(drv, lists, rep)
-			sc.resetPieces(len(lists))
-			err = sc.pinned(drv, len(lists), false)
-		}
-		if err != nil {
-			return err
-		}
-		switch rep.Strategy {
-		case DriverBatch:
-			return issueBatch(drv, lists, sc, &rep)
-		case PerCopy:
-			return issuePerCopy(drv, lists, sc, &rep)
-		}
-		return nil
-	})
+	err = c.ctx.Do(func() error { return c.prepare(drv, lists, sc, &rep) })
 	if err == nil && rep.Strategy == Kernel {
-		// The launches run outside Do: cuda makes the context current.
-		if err = c.take(ctx); err == nil {
-			if err = errClosed; !c.closing.Load() {
-				err = c.k.issue(ctx, lists, sc, &rep)
-			}
-			c.give()
-		}
+		err = c.launch(ctx, lists, sc, &rep)
 	}
 	runtime.KeepAlive(lists)
 	if err != nil {
 		return Report{}, err
 	}
 	return rep, nil
+}
+
+// prepare, with the context current, makes the call's pieces for
+// rep.Strategy (sc.pinned) and queues them when the copy engines move
+// them. Where Auto took the kernel but a host block is not mapped, or a
+// list's descriptors (one more per boundary between pinned ranges that
+// map apart) overflow the tables, the copy engines move the lists
+// instead.
+func (c *Copier) prepare(drv cudadrv.Driver, lists []List, sc *scratch, rep *Report) error {
+	err := sc.pinned(drv, len(lists), rep.Strategy == Kernel)
+	if c.strategy == Auto && rep.Strategy == Kernel && (err != nil && sc.unmapped || err == nil && c.k.overflow(sc, len(lists)) >= 0) {
+		rep.Strategy = dmaStrategy(drv, lists, *rep)
+		sc.resetPieces(len(lists))
+		err = sc.pinned(drv, len(lists), false)
+	}
+	if err != nil {
+		return err
+	}
+	switch rep.Strategy {
+	case DriverBatch:
+		return issueBatch(drv, lists, sc, rep)
+	case PerCopy:
+		return issuePerCopy(drv, lists, sc, rep)
+	}
+	return nil
+}
+
+// launch launches the kernel for the call's pieces under the Copier's
+// turn (bounded by ctx), outside Do: cuda makes the context current.
+func (c *Copier) launch(ctx context.Context, lists []List, sc *scratch, rep *Report) error {
+	if err := c.take(ctx); err != nil {
+		return err
+	}
+	defer c.give()
+	if c.closing.Load() {
+		return errClosed
+	}
+	return c.k.issue(ctx, lists, sc, rep)
 }
 
 // choose resolves the Copier's strategy for a call of rep.Blocks blocks
