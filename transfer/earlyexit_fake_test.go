@@ -344,21 +344,7 @@ func TestEarlyExitRunMappedDoesNotBlockLanes(t *testing.T) {
 // work the caller queued on the stream afterwards.
 func TestEarlyExitWithStreamIgnoresLaterWork(t *testing.T) {
 	e := quickFake(t)
-	s, err := e.ctx.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	gate, err := e.ctx.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gate.Destroy()
-	ev, err := e.ctx.NewEvent(cuda.EventDisableTiming)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Destroy()
+	s, gate, ev := laterWork(t, e)
 	c := e.copier(t, append(smallRing(), WithStream(s))...)
 	const n = 192 << 10 // three pieces in the three stages: all queued before the first wait
 	dev := e.devbuf(t, n)
@@ -599,21 +585,7 @@ func TestEarlyExitReaderAtPanicWaitsForReads(t *testing.T) {
 // afterwards.
 func TestEarlyExitRunMappedWithStreamIgnoresLaterWork(t *testing.T) {
 	e := quickFake(t)
-	s, err := e.ctx.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	gate, err := e.ctx.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gate.Destroy()
-	ev, err := e.ctx.NewEvent(cuda.EventDisableTiming)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Destroy()
+	s, gate, ev := laterWork(t, e)
 	c := e.copier(t, WithStream(s))
 	b := pinnedBuf(t, 4096, pinmem.Mapped)
 	releaseS := e.hold(t, s)
@@ -646,4 +618,24 @@ func TestEarlyExitRunMappedWithStreamIgnoresLaterWork(t *testing.T) {
 		t.Fatalf("RunMapped still waiting 2 s after its kernels ran (for the caller's later work): %v", <-done)
 	}
 	releaseGate()
+}
+
+// laterWork makes what the WithStream tests need to queue the caller's
+// later work: the caller's stream s, a stream gate to hold that work
+// back, and an event ev between them, destroyed when t ends.
+func laterWork(t *testing.T, e fakeEnv) (s, gate *cuda.Stream, ev *cuda.Event) {
+	t.Helper()
+	var err error
+	for _, p := range []**cuda.Stream{&s, &gate} {
+		if *p, err = e.ctx.NewStream(cuda.StreamNonBlocking); err != nil {
+			t.Fatal(err)
+		}
+		st := *p
+		t.Cleanup(func() { st.Destroy() })
+	}
+	if ev, err = e.ctx.NewEvent(cuda.EventDisableTiming); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ev.Destroy() })
+	return s, gate, ev
 }
